@@ -1,0 +1,184 @@
+// The compute floor: coarse, fused operations in the style of llm.c, one implementation per
+// device (cpu/cpu_backend, cuda/cuda_backend). Everything above (model, optimizers) calls these
+// and never touches a device API directly.
+//
+// Conventions
+// - Pointers are device pointers of this backend; matrices are row-major, f32.
+// - Shapes: N rows (N = B*T tokens), C or D columns; attention tensors are [B, H, T, hd]
+//   ("BH" = B*H independent heads); logits are [N, Vp] with only the first V columns real.
+// - Forward ops overwrite their outputs. Backward ops ACCUMULATE (+=) into every gradient they
+//   produce (dinp, dweight, ...), so residual branches and tied weights sum naturally; zero the
+//   gradient buffers once per step. Where an op says "in place allowed", out may equal inp.
+// - Ops run in stream order; synchronize() waits for everything issued.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/core/allocator.h"
+#include "engine/core/device.h"
+
+namespace core {
+
+// C = alpha * op(A) @ op(B) + beta * C for `batch` matrices at fixed strides.
+// op(A) is [m, k], op(B) is [k, n], C is [m, n]; leading dimensions default to the packed ones
+// (lda = trans_a ? m : k, ldb = trans_b ? k : n, ldc = n) when left at 0.
+struct GemmArgs {
+  bool trans_a = false;
+  bool trans_b = false;
+  int64_t m = 0, n = 0, k = 0;
+  float alpha = 1.0f;
+  float beta = 0.0f;  // 1.0f accumulates into C (gradients)
+  int64_t lda = 0, ldb = 0, ldc = 0;
+  int64_t batch = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;  // elements between batch members
+};
+
+// An odd matrix polynomial iteration X <- a X + (b A + c A^2) X with A = X X^T, one (a, b, c)
+// per iteration, after X <- X / (norm_scale * ||X||_F + norm_eps). Quintic NS5 is five copies of
+// (3.4445, -4.7750, 2.0315) with scale 1 and eps 1e-7; Polar Express has its own table.
+struct NewtonSchulzSchedule {
+  std::vector<std::array<float, 3>> coefficients;
+  float norm_scale = 1.0f;
+  float norm_eps = 1e-7f;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual Allocator& allocator() = 0;
+  virtual const char* name() const = 0;  // "cpu (OpenBLAS, 2 threads)", "cuda:0 (H100)"
+  virtual void synchronize() = 0;
+
+  // ---- memory --------------------------------------------------------------------------------
+  virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
+  virtual void copy_from_host(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // device to device
+  virtual void fill_zero(void* dst, size_t bytes) = 0;
+
+  // ---- dense algebra -------------------------------------------------------------------------
+  virtual void gemm(const GemmArgs& args, const float* a, const float* b, float* c) = 0;
+  // out[N, C] += bias[C] broadcast over rows; dbias[C] += column sums of dout[N, C].
+  virtual void add_bias(float* out, const float* bias, int64_t N, int64_t C) = 0;
+  virtual void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) = 0;
+
+  // ---- elementwise -----------------------------------------------------------------------------
+  virtual void add(float* out, const float* a, const float* b, int64_t n) = 0;  // in place ok
+  virtual void accumulate(float* dst, const float* src, int64_t n) = 0;        // dst += src
+  virtual void scale(float* x, float alpha, int64_t n) = 0;                   // x *= alpha
+  virtual void axpby(float* y, float a, const float* x, float b, int64_t n) = 0;  // y = a x + b y
+  // GELU, tanh form: 0.5 u (1 + tanh(sqrt(2/pi) (u + 0.044715 u^3))).
+  virtual void gelu_forward(float* out, const float* inp, int64_t n) = 0;
+  virtual void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) = 0;
+  // ReLU^2: max(u, 0)^2.
+  virtual void relu2_forward(float* out, const float* inp, int64_t n) = 0;
+  virtual void relu2_backward(float* dinp, const float* inp, const float* dout, int64_t n) = 0;
+  // sum of x^2 in float64 (gradient norms, Frobenius norms); returns to the host.
+  virtual double sum_squares(const float* x, int64_t n) = 0;
+
+  // ---- normalisation over the last dimension of [N, C] ------------------------------------------
+  // LayerNorm with weight and bias; saves mean[N], rstd[N] for the backward.
+  virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                                 const float* weight, const float* bias, int64_t N, int64_t C,
+                                 float eps) = 0;
+  virtual void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                  const float* inp, const float* weight, const float* mean,
+                                  const float* rstd, int64_t N, int64_t C) = 0;
+  // RMSNorm without weight: out = inp / sqrt(mean(inp^2) + eps); saves rstd[N].
+  virtual void rmsnorm_forward(float* out, float* rstd, const float* inp, int64_t N, int64_t C,
+                               float eps) = 0;
+  virtual void rmsnorm_backward(float* dinp, const float* dout, const float* inp,
+                                const float* rstd, int64_t N, int64_t C) = 0;
+  // Row softmax of [N, C] (router probabilities); backward from the saved output.
+  virtual void softmax_forward(float* out, const float* inp, int64_t N, int64_t C) = 0;
+  virtual void softmax_backward(float* dinp, const float* dout, const float* out, int64_t N,
+                                int64_t C) = 0;
+
+  // ---- embeddings ------------------------------------------------------------------------------
+  // out[b, t, :] = wte[tokens[b, t], :] (+ wpe[t, :] when wpe is not null).
+  virtual void embedding_forward(float* out, const int32_t* tokens, const float* wte,
+                                 const float* wpe, int64_t B, int64_t T, int64_t D) = 0;
+  // dwte[tokens[b, t], :] += dout[b, t, :]; dwpe[t, :] += sum_b dout[b, t, :] when dwpe not null.
+  virtual void embedding_backward(float* dwte, float* dwpe, const float* dout,
+                                  const int32_t* tokens, int64_t B, int64_t T, int64_t D) = 0;
+
+  // ---- attention (causal, multi-head) -----------------------------------------------------------
+  // qkv [B, T, 3, H, hd] (the output of the fused QKV projection) -> q, k, v each [B, H, T, hd].
+  virtual void split_heads(float* q, float* k, float* v, const float* qkv, int64_t B, int64_t T,
+                           int64_t H, int64_t hd) = 0;
+  virtual void split_heads_backward(float* dqkv, const float* dq, const float* dk,
+                                    const float* dv, int64_t B, int64_t T, int64_t H,
+                                    int64_t hd) = 0;
+  // a [B, H, T, hd] -> out [B, T, H*hd], and back.
+  virtual void merge_heads(float* out, const float* a, int64_t B, int64_t T, int64_t H,
+                           int64_t hd) = 0;
+  virtual void merge_heads_backward(float* da, const float* dout, int64_t B, int64_t T,
+                                    int64_t H, int64_t hd) = 0;
+  // Rotary embedding on x [BH, T, hd], in place allowed: for position t, half = hd/2,
+  // inv_j = base^(-j/half), pairs (x_j, x_{j+half}) rotated by angle t*inv_j:
+  // x_j' = x_j cos + x_{j+half} sin, x_{j+half}' = -x_j sin + x_{j+half} cos.
+  // The backward applies the transposed rotation to dout and accumulates into dinp.
+  virtual void rotary_forward(float* out, const float* inp, int64_t BH, int64_t T, int64_t hd,
+                              float base) = 0;
+  virtual void rotary_backward(float* dinp, const float* dout, int64_t BH, int64_t T,
+                               int64_t hd, float base) = 0;
+  // out = softmax(q k^T * scale + causal mask) v for BH heads of [T, hd]; saves the
+  // probabilities att [BH, T, T] (entries above the diagonal are zero).
+  virtual void attention_forward(float* out, float* att, const float* q, const float* k,
+                                 const float* v, int64_t BH, int64_t T, int64_t hd,
+                                 float scale) = 0;
+  // datt is scratch [BH, T, T]; dq, dk, dv accumulate.
+  virtual void attention_backward(float* dq, float* dk, float* dv, float* datt,
+                                  const float* dout, const float* att, const float* q,
+                                  const float* k, const float* v, int64_t BH, int64_t T,
+                                  int64_t hd, float scale) = 0;
+
+  // ---- loss ------------------------------------------------------------------------------------
+  // Fused softmax cross-entropy over the first V of Vp columns, with optional logit soft-cap
+  // z' = softcap * tanh(z / softcap) (softcap <= 0: off). losses[N] gets each row's loss.
+  // When dlogits is not null it is OVERWRITTEN (not accumulated) with dloss_scale * d loss_row /
+  // d logits (the chain through the soft-cap included) and zeros in the padded columns; dlogits
+  // may alias logits. dloss_scale is 1/N for a mean loss.
+  virtual void cross_entropy(float* losses, float* dlogits, const float* logits,
+                             const int32_t* targets, int64_t N, int64_t V, int64_t Vp,
+                             float softcap, float dloss_scale) = 0;
+
+  // ---- row gather / scatter (MoE dispatch) ------------------------------------------------------
+  // out[i, :] = src[index[i], :] * (weight ? weight[i] : 1) for i < n.
+  virtual void gather_rows(float* out, const float* src, const int32_t* index,
+                           const float* weight, int64_t n, int64_t D) = 0;
+  // dst[index[i], :] += src[i, :] * (weight ? weight[i] : 1).
+  virtual void scatter_add_rows(float* dst, const float* src, const int32_t* index,
+                                const float* weight, int64_t n, int64_t D) = 0;
+  // out[i] = dot(a[i, :], b[i, :]) for i < n (the gradient of a per-row weight).
+  virtual void row_dot(float* out, const float* a, const float* b, int64_t n, int64_t D) = 0;
+
+  // ---- linear algebra for the matrix optimizers (one matrix, or `batch` of equal shape) ---------
+  // Thin QR of a [m, n]: q [m, r], r [r, n], r = min(m, n); Householder (LAPACK geqrf order).
+  virtual void qr(float* q, float* r, const float* a, int64_t m, int64_t n,
+                  int64_t batch = 1) = 0;
+  // Symmetric eigendecomposition of a [n, n]: eigenvalues w [n] ascending, eigenvectors as the
+  // columns of v [n, n] (v[i * n + j] is component i of vector j).
+  virtual void eigh(float* w, float* v, const float* a, int64_t n, int64_t batch = 1) = 0;
+  // Thin SVD of a [m, n]: u [m, r], s [r] descending, vt [r, n], r = min(m, n).
+  virtual void svd(float* u, float* s, float* vt, const float* a, int64_t m, int64_t n,
+                   int64_t batch = 1) = 0;
+  // Orthogonalise x [batch, m, n] in place with the schedule (works on the wide side: a tall
+  // matrix is transposed first). Built from gemm, so it runs at the GEMM rate.
+  virtual void newton_schulz(float* x, int64_t m, int64_t n, const NewtonSchulzSchedule& schedule,
+                             int64_t batch = 1) = 0;
+};
+
+// The process-wide CPU backend (OpenMP threads from OMP_NUM_THREADS).
+Backend& cpu_backend();
+
+// True when this build has the CUDA backend and a device is present.
+bool cuda_available();
+// The CUDA backend for one device; throws core::Error naming the reason when the build has no
+// CUDA support or no device is present.
+std::unique_ptr<Backend> make_cuda_backend(int device_index);
+
+}  // namespace core

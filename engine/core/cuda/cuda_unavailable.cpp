@@ -1,0 +1,15 @@
+// Built when the CUDA toolkit is absent: the CUDA backend exists only as a clear error.
+#include "engine/core/backend.h"
+#include "engine/core/check.h"
+
+namespace core {
+
+bool cuda_available() { return false; }
+
+std::unique_ptr<Backend> make_cuda_backend(int device_index) {
+  ENGINE_FAIL("cuda:" + std::to_string(device_index) +
+              " requested, but this build has no CUDA backend (configure with ENGINE_CUDA=ON "
+              "on a machine with the CUDA toolkit)");
+}
+
+}  // namespace core
