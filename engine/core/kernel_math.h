@@ -1,0 +1,169 @@
+// Elementwise and row-wise math shared by the CPU and CUDA backends.
+//
+// Every function is a template on the scalar type so the CPU tests can run the same formulas in
+// float64 (finite differences) and the CUDA kernels use exactly what those tests cover.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#ifdef __CUDACC__
+#define ENGINE_HD __host__ __device__
+#else
+#define ENGINE_HD
+#endif
+
+namespace core::kmath {
+
+// ---- activations -------------------------------------------------------------------------------
+
+// sqrt(2 / pi) and the cubic coefficient of the tanh form of GELU.
+template <typename T>
+ENGINE_HD constexpr T gelu_sqrt_2_over_pi() {
+  return T(0.7978845608028654);
+}
+template <typename T>
+ENGINE_HD constexpr T gelu_cubic() {
+  return T(0.044715);
+}
+
+// gelu(u) = 0.5 u (1 + tanh(s (u + c u^3))).
+template <typename T>
+ENGINE_HD inline T gelu_tanh(T u) {
+  T inner = gelu_sqrt_2_over_pi<T>() * (u + gelu_cubic<T>() * u * u * u);
+  return T(0.5) * u * (T(1) + std::tanh(inner));
+}
+
+// d gelu / du = 0.5 (1 + th) + 0.5 u (1 - th^2) s (1 + 3 c u^2), th = tanh(s (u + c u^3)).
+template <typename T>
+ENGINE_HD inline T gelu_tanh_grad(T u) {
+  T s = gelu_sqrt_2_over_pi<T>();
+  T c = gelu_cubic<T>();
+  T th = std::tanh(s * (u + c * u * u * u));
+  return T(0.5) * (T(1) + th) + T(0.5) * u * (T(1) - th * th) * s * (T(1) + T(3) * c * u * u);
+}
+
+// relu2(u) = max(u, 0)^2, derivative 2 max(u, 0).
+template <typename T>
+ENGINE_HD inline T relu2(T u) {
+  T r = u > T(0) ? u : T(0);
+  return r * r;
+}
+template <typename T>
+ENGINE_HD inline T relu2_grad(T u) {
+  return u > T(0) ? T(2) * u : T(0);
+}
+
+// Logit soft-cap z' = cap tanh(z / cap) and dz'/dz = 1 - tanh(z / cap)^2; cap <= 0 is identity.
+template <typename T>
+ENGINE_HD inline T softcap(T z, T cap) {
+  return cap > T(0) ? cap * std::tanh(z / cap) : z;
+}
+template <typename T>
+ENGINE_HD inline T softcap_grad(T z, T cap) {
+  if (!(cap > T(0))) return T(1);
+  T th = std::tanh(z / cap);
+  return T(1) - th * th;
+}
+
+// ---- rotary positions --------------------------------------------------------------------------
+
+// inv_j = base^(-j / half) for the pair (j, j + half), half = hd / 2.
+template <typename T>
+ENGINE_HD inline T rotary_inv_freq(int64_t j, int64_t half, T base) {
+  return std::pow(base, -T(j) / T(half));
+}
+
+// Rotate the pair (x0, x1) = (x_j, x_{j+half}) at position t by angle t * inv_j:
+// x0' = x0 cos + x1 sin, x1' = -x0 sin + x1 cos. `inverse` applies the transposed rotation
+// (the backward of the forward rotation).
+template <typename T>
+ENGINE_HD inline void rotary_pair(T& x0, T& x1, int64_t t, int64_t j, int64_t half, T base,
+                                  bool inverse) {
+  T angle = T(t) * rotary_inv_freq(j, half, base);
+  T c = std::cos(angle);
+  T s = inverse ? -std::sin(angle) : std::sin(angle);
+  T a = x0, b = x1;
+  x0 = a * c + b * s;
+  x1 = -a * s + b * c;
+}
+
+// ---- row statistics ----------------------------------------------------------------------------
+
+// Welford's running mean and sum of squared deviations; merge() combines two partial states
+// (Chan et al.), so a row can be reduced in parallel pieces.
+template <typename T>
+struct Welford {
+  T mean = T(0);
+  T m2 = T(0);
+  T count = T(0);
+
+  ENGINE_HD void add(T x) {
+    count += T(1);
+    T delta = x - mean;
+    mean += delta / count;
+    m2 += delta * (x - mean);
+  }
+  ENGINE_HD void merge(const Welford& o) {
+    if (o.count == T(0)) return;
+    T n = count + o.count;
+    T delta = o.mean - mean;
+    mean += delta * o.count / n;
+    m2 += o.m2 + delta * delta * count * o.count / n;
+    count = n;
+  }
+  // Population variance (LayerNorm divides by C, not C - 1).
+  ENGINE_HD T variance() const { return count > T(0) ? m2 / count : T(0); }
+};
+
+// 1 / sqrt(x + eps): eps inside the square root, as the spec's norms require.
+template <typename T>
+ENGINE_HD inline T rsqrt_eps(T x, T eps) {
+  return T(1) / std::sqrt(x + eps);
+}
+
+// Online softmax normaliser: running max m and sum of exp(x - m); merge() combines partials.
+template <typename T>
+struct OnlineSoftmax {
+  T max = -INFINITY;
+  T sum = T(0);
+
+  ENGINE_HD void add(T x) {
+    if (x == T(-INFINITY)) return;  // contributes exp(-inf) = 0
+    if (x > max) {
+      sum = sum * std::exp(max - x) + T(1);
+      max = x;
+    } else {
+      sum += std::exp(x - max);
+    }
+  }
+  ENGINE_HD void merge(const OnlineSoftmax& o) {
+    if (o.max == T(-INFINITY)) return;
+    if (o.max > max) {
+      sum = sum * std::exp(max - o.max) + o.sum;
+      max = o.max;
+    } else {
+      sum += o.sum * std::exp(o.max - max);
+    }
+  }
+  // log sum exp of everything added.
+  ENGINE_HD T log_sum_exp() const { return max + std::log(sum); }
+};
+
+// ---- optimizer helpers -------------------------------------------------------------------------
+
+// Adam moments: m <- b1 m + (1 - b1) g, v <- b2 v + (1 - b2) g^2.
+template <typename T>
+ENGINE_HD inline void adam_moments(T& m, T& v, T g, T beta1, T beta2) {
+  m = beta1 * m + (T(1) - beta1) * g;
+  v = beta2 * v + (T(1) - beta2) * g * g;
+}
+
+// Bias-corrected Adam direction m_hat / (sqrt(v_hat) + eps), with bc1 = 1 - b1^t and
+// bc2 = 1 - b2^t precomputed by the caller.
+template <typename T>
+ENGINE_HD inline T adam_direction(T m, T v, T bc1, T bc2, T eps) {
+  return (m / bc1) / (std::sqrt(v / bc2) + eps);
+}
+
+}  // namespace core::kmath
