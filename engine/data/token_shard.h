@@ -1,0 +1,44 @@
+// The token-shard file format of llm.c and modded-nanogpt, so FineWeb shards work unchanged:
+//   header: 256 little-endian int32 = {magic 20240520, version 1, token count N, 0...}
+//   body:   N little-endian uint16 token ids
+// A valid file is exactly 1024 + 2N bytes long.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace data {
+
+inline constexpr int32_t kShardMagic = 20240520;
+inline constexpr int32_t kShardVersion = 1;
+inline constexpr int64_t kShardHeaderInts = 256;
+inline constexpr int64_t kShardHeaderBytes = kShardHeaderInts * 4;
+// uint16 ids: the largest vocabulary a shard can hold.
+inline constexpr int64_t kShardMaxVocab = 65536;
+
+struct ShardHeader {
+  std::string path;
+  int64_t num_tokens = 0;
+};
+
+// Reads and checks the header and the file size; throws core::Error naming the file and the
+// problem (missing file, short header, bad magic, wrong version, negative count, truncated body,
+// trailing bytes).
+ShardHeader read_shard_header(const std::string& path);
+
+// Checks ids in `tokens` (those of `path` starting at token `first`) are below `vocab_size`;
+// throws naming the file, the token position and the id otherwise.
+void check_token_ids(const std::string& path, std::span<const uint16_t> tokens, int64_t first,
+                     int64_t vocab_size);
+
+// Reads a whole shard (header, size and every id < vocab_size checked).
+std::vector<uint16_t> read_shard(const std::string& path, int64_t vocab_size = kShardMaxVocab);
+
+// Writes a shard atomically: to `path` + ".tmp.<pid>", flushed, then renamed over `path`, so a
+// reader never sees a half-written shard. Ids must fit uint16 (they do by type); the count must
+// fit the int32 header field.
+void write_shard(const std::string& path, std::span<const uint16_t> tokens);
+
+}  // namespace data
