@@ -74,18 +74,29 @@ ENGINE_HD inline T rotary_inv_freq(int64_t j, int64_t half, T base) {
   return std::pow(base, -T(j) / T(half));
 }
 
-// Rotate the pair (x0, x1) = (x_j, x_{j+half}) at position t by angle t * inv_j:
-// x0' = x0 cos + x1 sin, x1' = -x0 sin + x1 cos. `inverse` applies the transposed rotation
-// (the backward of the forward rotation).
+// Angle of the pair (j, j + half) at position t: t * inv_j.
 template <typename T>
-ENGINE_HD inline void rotary_pair(T& x0, T& x1, int64_t t, int64_t j, int64_t half, T base,
-                                  bool inverse) {
-  T angle = T(t) * rotary_inv_freq(j, half, base);
-  T c = std::cos(angle);
-  T s = inverse ? -std::sin(angle) : std::sin(angle);
+ENGINE_HD inline T rotary_angle(int64_t t, int64_t j, int64_t half, T base) {
+  return T(t) * rotary_inv_freq(j, half, base);
+}
+
+// Rotate the pair (x0, x1) = (x_j, x_{j+half}) by the angle with cosine c and sine s:
+// x0' = x0 c + x1 s, x1' = -x0 s + x1 c. Passing -s applies the transposed rotation, which is
+// the backward of the forward rotation.
+template <typename T>
+ENGINE_HD inline void rotary_rotate(T& x0, T& x1, T c, T s) {
   T a = x0, b = x1;
   x0 = a * c + b * s;
   x1 = -a * s + b * c;
+}
+
+// Both steps for one pair; `inverse` selects the transposed rotation.
+template <typename T>
+ENGINE_HD inline void rotary_pair(T& x0, T& x1, int64_t t, int64_t j, int64_t half, T base,
+                                  bool inverse) {
+  T angle = rotary_angle(t, j, half, base);
+  T s = std::sin(angle);
+  rotary_rotate(x0, x1, std::cos(angle), inverse ? -s : s);
 }
 
 // ---- row statistics ----------------------------------------------------------------------------
