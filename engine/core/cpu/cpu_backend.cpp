@@ -1,9 +1,16 @@
+// The CPU backend: each op forwards to the float instantiation of the templated kernels in
+// cpu_kernels.h, cpu_gemm.h and cpu_linalg.h (which the tests also run in float64).
 #include "engine/core/cpu/cpu_backend.h"
 
-#include <cblas.h>
+#include <omp.h>
+
 #include <cstring>
+#include <string>
 
 #include "engine/core/check.h"
+#include "engine/core/cpu/cpu_gemm.h"
+#include "engine/core/cpu/cpu_kernels.h"
+#include "engine/core/cpu/cpu_linalg.h"
 
 namespace core {
 
@@ -16,178 +23,197 @@ Allocator& CpuBackend::allocator() {
 }
 
 const char* CpuBackend::name() const {
-  return "cpu";
+  thread_local std::string name;
+  name = "cpu (OpenBLAS, " + std::to_string(omp_get_max_threads()) + " threads)";
+  return name.c_str();
 }
 
-void CpuBackend::synchronize() {
-}
+void CpuBackend::synchronize() {}
 
 void CpuBackend::copy_to_host(void* host_dst, const void* src, size_t bytes) {
-  std::memcpy(host_dst, src, bytes);
+  if (bytes) std::memcpy(host_dst, src, bytes);
 }
 
 void CpuBackend::copy_from_host(void* dst, const void* host_src, size_t bytes) {
-  std::memcpy(dst, host_src, bytes);
+  if (bytes) std::memcpy(dst, host_src, bytes);
 }
 
 void CpuBackend::copy(void* dst, const void* src, size_t bytes) {
-  std::memcpy(dst, src, bytes);
+  if (bytes && dst != src) std::memmove(dst, src, bytes);
 }
 
 void CpuBackend::fill_zero(void* dst, size_t bytes) {
-  std::memset(dst, 0, bytes);
+  if (bytes) std::memset(dst, 0, bytes);
 }
 
 void CpuBackend::gemm(const GemmArgs& args, const float* a, const float* b, float* c) {
-  int64_t lda = args.lda ? args.lda : (args.trans_a ? args.m : args.k);
-  int64_t ldb = args.ldb ? args.ldb : (args.trans_b ? args.k : args.n);
-  int64_t ldc = args.ldc ? args.ldc : args.n;
-  for (int64_t i = 0; i < args.batch; ++i) {
-    cblas_sgemm(CblasRowMajor, args.trans_a ? CblasTrans : CblasNoTrans,
-                args.trans_b ? CblasTrans : CblasNoTrans, args.m, args.n, args.k, args.alpha,
-                a + i * args.stride_a, lda, b + i * args.stride_b, ldb, args.beta,
-                c + i * args.stride_c, ldc);
-  }
+  cpu::gemm(args, a, b, c);
 }
 
 void CpuBackend::add_bias(float* out, const float* bias, int64_t N, int64_t C) {
-  ENGINE_FAIL("cpu backend: add_bias is missing");
+  cpu::add_bias(out, bias, N, C);
 }
 
 void CpuBackend::bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) {
-  ENGINE_FAIL("cpu backend: bias_backward is missing");
+  cpu::bias_backward(dbias, dout, N, C);
 }
 
 void CpuBackend::add(float* out, const float* a, const float* b, int64_t n) {
-  ENGINE_FAIL("cpu backend: add is missing");
+  cpu::add(out, a, b, n);
 }
 
 void CpuBackend::accumulate(float* dst, const float* src, int64_t n) {
-  ENGINE_FAIL("cpu backend: accumulate is missing");
+  cpu::accumulate(dst, src, n);
 }
 
 void CpuBackend::scale(float* x, float alpha, int64_t n) {
-  ENGINE_FAIL("cpu backend: scale is missing");
+  cpu::scale(x, alpha, n);
 }
 
 void CpuBackend::axpby(float* y, float a, const float* x, float b, int64_t n) {
-  ENGINE_FAIL("cpu backend: axpby is missing");
+  cpu::axpby(y, a, x, b, n);
 }
 
 void CpuBackend::gelu_forward(float* out, const float* inp, int64_t n) {
-  ENGINE_FAIL("cpu backend: gelu_forward is missing");
+  cpu::gelu_forward(out, inp, n);
 }
 
 void CpuBackend::gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
-  ENGINE_FAIL("cpu backend: gelu_backward is missing");
+  cpu::gelu_backward(dinp, inp, dout, n);
 }
 
 void CpuBackend::relu2_forward(float* out, const float* inp, int64_t n) {
-  ENGINE_FAIL("cpu backend: relu2_forward is missing");
+  cpu::relu2_forward(out, inp, n);
 }
 
 void CpuBackend::relu2_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
-  ENGINE_FAIL("cpu backend: relu2_backward is missing");
+  cpu::relu2_backward(dinp, inp, dout, n);
 }
 
 double CpuBackend::sum_squares(const float* x, int64_t n) {
-  ENGINE_FAIL("cpu backend: sum_squares is missing");
+  return cpu::sum_squares(x, n);
 }
 
-void CpuBackend::layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias, int64_t N, int64_t C, float eps) {
-  ENGINE_FAIL("cpu backend: layernorm_forward is missing");
+void CpuBackend::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                                   const float* weight, const float* bias, int64_t N, int64_t C,
+                                   float eps) {
+  cpu::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps);
 }
 
-void CpuBackend::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp, const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
-  ENGINE_FAIL("cpu backend: layernorm_backward is missing");
+void CpuBackend::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                    const float* inp, const float* weight, const float* mean,
+                                    const float* rstd, int64_t N, int64_t C) {
+  cpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
 }
 
-void CpuBackend::rmsnorm_forward(float* out, float* rstd, const float* inp, int64_t N, int64_t C, float eps) {
-  ENGINE_FAIL("cpu backend: rmsnorm_forward is missing");
+void CpuBackend::rmsnorm_forward(float* out, float* rstd, const float* inp, int64_t N, int64_t C,
+                                 float eps) {
+  cpu::rmsnorm_forward(out, rstd, inp, N, C, eps);
 }
 
-void CpuBackend::rmsnorm_backward(float* dinp, const float* dout, const float* inp, const float* rstd, int64_t N, int64_t C) {
-  ENGINE_FAIL("cpu backend: rmsnorm_backward is missing");
+void CpuBackend::rmsnorm_backward(float* dinp, const float* dout, const float* inp,
+                                  const float* rstd, int64_t N, int64_t C) {
+  cpu::rmsnorm_backward(dinp, dout, inp, rstd, N, C);
 }
 
 void CpuBackend::softmax_forward(float* out, const float* inp, int64_t N, int64_t C) {
-  ENGINE_FAIL("cpu backend: softmax_forward is missing");
+  cpu::softmax_forward(out, inp, N, C);
 }
 
-void CpuBackend::softmax_backward(float* dinp, const float* dout, const float* out, int64_t N, int64_t C) {
-  ENGINE_FAIL("cpu backend: softmax_backward is missing");
+void CpuBackend::softmax_backward(float* dinp, const float* dout, const float* out, int64_t N,
+                                  int64_t C) {
+  cpu::softmax_backward(dinp, dout, out, N, C);
 }
 
-void CpuBackend::embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B, int64_t T, int64_t D) {
-  ENGINE_FAIL("cpu backend: embedding_forward is missing");
+void CpuBackend::embedding_forward(float* out, const int32_t* tokens, const float* wte,
+                                   const float* wpe, int64_t B, int64_t T, int64_t D) {
+  cpu::embedding_forward(out, tokens, wte, wpe, B, T, D);
 }
 
-void CpuBackend::embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T, int64_t D) {
-  ENGINE_FAIL("cpu backend: embedding_backward is missing");
+void CpuBackend::embedding_backward(float* dwte, float* dwpe, const float* dout,
+                                    const int32_t* tokens, int64_t B, int64_t T, int64_t D) {
+  cpu::embedding_backward(dwte, dwpe, dout, tokens, B, T, D);
 }
 
-void CpuBackend::split_heads(float* q, float* k, float* v, const float* qkv, int64_t B, int64_t T, int64_t H, int64_t hd) {
-  ENGINE_FAIL("cpu backend: split_heads is missing");
+void CpuBackend::split_heads(float* q, float* k, float* v, const float* qkv, int64_t B, int64_t T,
+                             int64_t H, int64_t hd) {
+  cpu::split_heads(q, k, v, qkv, B, T, H, hd);
 }
 
-void CpuBackend::split_heads_backward(float* dqkv, const float* dq, const float* dk, const float* dv, int64_t B, int64_t T, int64_t H, int64_t hd) {
-  ENGINE_FAIL("cpu backend: split_heads_backward is missing");
+void CpuBackend::split_heads_backward(float* dqkv, const float* dq, const float* dk,
+                                      const float* dv, int64_t B, int64_t T, int64_t H,
+                                      int64_t hd) {
+  cpu::split_heads_backward(dqkv, dq, dk, dv, B, T, H, hd);
 }
 
-void CpuBackend::merge_heads(float* out, const float* a, int64_t B, int64_t T, int64_t H, int64_t hd) {
-  ENGINE_FAIL("cpu backend: merge_heads is missing");
+void CpuBackend::merge_heads(float* out, const float* a, int64_t B, int64_t T, int64_t H,
+                             int64_t hd) {
+  cpu::merge_heads(out, a, B, T, H, hd);
 }
 
-void CpuBackend::merge_heads_backward(float* da, const float* dout, int64_t B, int64_t T, int64_t H, int64_t hd) {
-  ENGINE_FAIL("cpu backend: merge_heads_backward is missing");
+void CpuBackend::merge_heads_backward(float* da, const float* dout, int64_t B, int64_t T, int64_t H,
+                                      int64_t hd) {
+  cpu::merge_heads_backward(da, dout, B, T, H, hd);
 }
 
-void CpuBackend::rotary_forward(float* out, const float* inp, int64_t BH, int64_t T, int64_t hd, float base) {
-  ENGINE_FAIL("cpu backend: rotary_forward is missing");
+void CpuBackend::rotary_forward(float* out, const float* inp, int64_t BH, int64_t T, int64_t hd,
+                                float base) {
+  cpu::rotary_forward(out, inp, BH, T, hd, base);
 }
 
-void CpuBackend::rotary_backward(float* dinp, const float* dout, int64_t BH, int64_t T, int64_t hd, float base) {
-  ENGINE_FAIL("cpu backend: rotary_backward is missing");
+void CpuBackend::rotary_backward(float* dinp, const float* dout, int64_t BH, int64_t T, int64_t hd,
+                                 float base) {
+  cpu::rotary_backward(dinp, dout, BH, T, hd, base);
 }
 
-void CpuBackend::attention_forward(float* out, float* att, const float* q, const float* k, const float* v, int64_t BH, int64_t T, int64_t hd, float scale) {
-  ENGINE_FAIL("cpu backend: attention_forward is missing");
+void CpuBackend::attention_forward(float* out, float* att, const float* q, const float* k,
+                                   const float* v, int64_t BH, int64_t T, int64_t hd, float scale) {
+  cpu::attention_forward(out, att, q, k, v, BH, T, hd, scale);
 }
 
-void CpuBackend::attention_backward(float* dq, float* dk, float* dv, float* datt, const float* dout, const float* att, const float* q, const float* k, const float* v, int64_t BH, int64_t T, int64_t hd, float scale) {
-  ENGINE_FAIL("cpu backend: attention_backward is missing");
+void CpuBackend::attention_backward(float* dq, float* dk, float* dv, float* datt, const float* dout,
+                                    const float* att, const float* q, const float* k,
+                                    const float* v, int64_t BH, int64_t T, int64_t hd,
+                                    float scale) {
+  cpu::attention_backward(dq, dk, dv, datt, dout, att, q, k, v, BH, T, hd, scale);
 }
 
-void CpuBackend::cross_entropy(float* losses, float* dlogits, const float* logits, const int32_t* targets, int64_t N, int64_t V, int64_t Vp, float softcap, float dloss_scale) {
-  ENGINE_FAIL("cpu backend: cross_entropy is missing");
+void CpuBackend::cross_entropy(float* losses, float* dlogits, const float* logits,
+                               const int32_t* targets, int64_t N, int64_t V, int64_t Vp,
+                               float softcap, float dloss_scale) {
+  cpu::cross_entropy(losses, dlogits, logits, targets, N, V, Vp, softcap, dloss_scale);
 }
 
-void CpuBackend::gather_rows(float* out, const float* src, const int32_t* index, const float* weight, int64_t n, int64_t D) {
-  ENGINE_FAIL("cpu backend: gather_rows is missing");
+void CpuBackend::gather_rows(float* out, const float* src, const int32_t* index,
+                             const float* weight, int64_t n, int64_t D) {
+  cpu::gather_rows(out, src, index, weight, n, D);
 }
 
-void CpuBackend::scatter_add_rows(float* dst, const float* src, const int32_t* index, const float* weight, int64_t n, int64_t D) {
-  ENGINE_FAIL("cpu backend: scatter_add_rows is missing");
+void CpuBackend::scatter_add_rows(float* dst, const float* src, const int32_t* index,
+                                  const float* weight, int64_t n, int64_t D) {
+  cpu::scatter_add_rows(dst, src, index, weight, n, D);
 }
 
 void CpuBackend::row_dot(float* out, const float* a, const float* b, int64_t n, int64_t D) {
-  ENGINE_FAIL("cpu backend: row_dot is missing");
+  cpu::row_dot(out, a, b, n, D);
 }
 
 void CpuBackend::qr(float* q, float* r, const float* a, int64_t m, int64_t n, int64_t batch) {
-  ENGINE_FAIL("cpu backend: qr is missing");
+  cpu::qr(q, r, a, m, n, batch);
 }
 
 void CpuBackend::eigh(float* w, float* v, const float* a, int64_t n, int64_t batch) {
-  ENGINE_FAIL("cpu backend: eigh is missing");
+  cpu::eigh(w, v, a, n, batch);
 }
 
-void CpuBackend::svd(float* u, float* s, float* vt, const float* a, int64_t m, int64_t n, int64_t batch) {
-  ENGINE_FAIL("cpu backend: svd is missing");
+void CpuBackend::svd(float* u, float* s, float* vt, const float* a, int64_t m, int64_t n,
+                     int64_t batch) {
+  cpu::svd(u, s, vt, a, m, n, batch);
 }
 
-void CpuBackend::newton_schulz(float* x, int64_t m, int64_t n, const NewtonSchulzSchedule& schedule, int64_t batch) {
-  ENGINE_FAIL("cpu backend: newton_schulz is missing");
+void CpuBackend::newton_schulz(float* x, int64_t m, int64_t n, const NewtonSchulzSchedule& schedule,
+                               int64_t batch) {
+  cpu::newton_schulz(x, m, n, schedule, batch);
 }
 
 Backend& cpu_backend() {

@@ -27,30 +27,53 @@ class CpuBackend final : public Backend {
   void relu2_forward(float* out, const float* inp, int64_t n) override;
   void relu2_backward(float* dinp, const float* inp, const float* dout, int64_t n) override;
   double sum_squares(const float* x, int64_t n) override;
-  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias, int64_t N, int64_t C, float eps) override;
-  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp, const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) override;
-  void rmsnorm_forward(float* out, float* rstd, const float* inp, int64_t N, int64_t C, float eps) override;
-  void rmsnorm_backward(float* dinp, const float* dout, const float* inp, const float* rstd, int64_t N, int64_t C) override;
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                         const float* weight, const float* bias, int64_t N, int64_t C,
+                         float eps) override;
+  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                          const float* inp, const float* weight, const float* mean,
+                          const float* rstd, int64_t N, int64_t C) override;
+  void rmsnorm_forward(float* out, float* rstd, const float* inp, int64_t N, int64_t C,
+                       float eps) override;
+  void rmsnorm_backward(float* dinp, const float* dout, const float* inp, const float* rstd,
+                        int64_t N, int64_t C) override;
   void softmax_forward(float* out, const float* inp, int64_t N, int64_t C) override;
-  void softmax_backward(float* dinp, const float* dout, const float* out, int64_t N, int64_t C) override;
-  void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B, int64_t T, int64_t D) override;
-  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T, int64_t D) override;
-  void split_heads(float* q, float* k, float* v, const float* qkv, int64_t B, int64_t T, int64_t H, int64_t hd) override;
-  void split_heads_backward(float* dqkv, const float* dq, const float* dk, const float* dv, int64_t B, int64_t T, int64_t H, int64_t hd) override;
-  void merge_heads(float* out, const float* a, int64_t B, int64_t T, int64_t H, int64_t hd) override;
-  void merge_heads_backward(float* da, const float* dout, int64_t B, int64_t T, int64_t H, int64_t hd) override;
-  void rotary_forward(float* out, const float* inp, int64_t BH, int64_t T, int64_t hd, float base) override;
-  void rotary_backward(float* dinp, const float* dout, int64_t BH, int64_t T, int64_t hd, float base) override;
-  void attention_forward(float* out, float* att, const float* q, const float* k, const float* v, int64_t BH, int64_t T, int64_t hd, float scale) override;
-  void attention_backward(float* dq, float* dk, float* dv, float* datt, const float* dout, const float* att, const float* q, const float* k, const float* v, int64_t BH, int64_t T, int64_t hd, float scale) override;
-  void cross_entropy(float* losses, float* dlogits, const float* logits, const int32_t* targets, int64_t N, int64_t V, int64_t Vp, float softcap, float dloss_scale) override;
-  void gather_rows(float* out, const float* src, const int32_t* index, const float* weight, int64_t n, int64_t D) override;
-  void scatter_add_rows(float* dst, const float* src, const int32_t* index, const float* weight, int64_t n, int64_t D) override;
+  void softmax_backward(float* dinp, const float* dout, const float* out, int64_t N,
+                        int64_t C) override;
+  void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                         int64_t B, int64_t T, int64_t D) override;
+  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                          int64_t B, int64_t T, int64_t D) override;
+  void split_heads(float* q, float* k, float* v, const float* qkv, int64_t B, int64_t T, int64_t H,
+                   int64_t hd) override;
+  void split_heads_backward(float* dqkv, const float* dq, const float* dk, const float* dv,
+                            int64_t B, int64_t T, int64_t H, int64_t hd) override;
+  void merge_heads(float* out, const float* a, int64_t B, int64_t T, int64_t H,
+                   int64_t hd) override;
+  void merge_heads_backward(float* da, const float* dout, int64_t B, int64_t T, int64_t H,
+                            int64_t hd) override;
+  void rotary_forward(float* out, const float* inp, int64_t BH, int64_t T, int64_t hd,
+                      float base) override;
+  void rotary_backward(float* dinp, const float* dout, int64_t BH, int64_t T, int64_t hd,
+                       float base) override;
+  void attention_forward(float* out, float* att, const float* q, const float* k, const float* v,
+                         int64_t BH, int64_t T, int64_t hd, float scale) override;
+  void attention_backward(float* dq, float* dk, float* dv, float* datt, const float* dout,
+                          const float* att, const float* q, const float* k, const float* v,
+                          int64_t BH, int64_t T, int64_t hd, float scale) override;
+  void cross_entropy(float* losses, float* dlogits, const float* logits, const int32_t* targets,
+                     int64_t N, int64_t V, int64_t Vp, float softcap, float dloss_scale) override;
+  void gather_rows(float* out, const float* src, const int32_t* index, const float* weight,
+                   int64_t n, int64_t D) override;
+  void scatter_add_rows(float* dst, const float* src, const int32_t* index, const float* weight,
+                        int64_t n, int64_t D) override;
   void row_dot(float* out, const float* a, const float* b, int64_t n, int64_t D) override;
   void qr(float* q, float* r, const float* a, int64_t m, int64_t n, int64_t batch) override;
   void eigh(float* w, float* v, const float* a, int64_t n, int64_t batch) override;
-  void svd(float* u, float* s, float* vt, const float* a, int64_t m, int64_t n, int64_t batch) override;
-  void newton_schulz(float* x, int64_t m, int64_t n, const NewtonSchulzSchedule& schedule, int64_t batch) override;
+  void svd(float* u, float* s, float* vt, const float* a, int64_t m, int64_t n,
+           int64_t batch) override;
+  void newton_schulz(float* x, int64_t m, int64_t n, const NewtonSchulzSchedule& schedule,
+                     int64_t batch) override;
 };
 
 }  // namespace core
