@@ -1,0 +1,247 @@
+#include "comm/mpi_communicator.h"
+
+#include <climits>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine/core/check.h"
+
+namespace comm {
+
+void check_mpi(int rc, const char* what, int rank) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(rc, text, &length);
+  ENGINE_FAIL(std::string(what) + " failed on rank " + std::to_string(rank) + ": " +
+              std::string(text, length));
+}
+
+namespace {
+
+int to_int(int64_t n, const char* what, int rank) {
+  ENGINE_CHECK(n >= 0 && n <= INT_MAX, std::string(what) + " on rank " + std::to_string(rank) +
+                                           ": count " + std::to_string(n) +
+                                           " does not fit an MPI int count");
+  return static_cast<int>(n);
+}
+
+MPI_Op to_mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Avg:
+      return MPI_SUM;
+    case ReduceOp::Max:
+      return MPI_MAX;
+    case ReduceOp::Min:
+      return MPI_MIN;
+  }
+  return MPI_SUM;
+}
+
+// One outstanding nonblocking collective. Avg scales the result once it has arrived; the count
+// and displacement arrays MPI reads during the operation live here until completion.
+class MpiWork final : public Work {
+ public:
+  MpiWork(int rank, const char* what) : rank_(rank), what_(what) {}
+  ~MpiWork() override {
+    if (done_) return;
+    try {
+      wait();
+    } catch (const std::exception&) {
+      // A destructor cannot report; the failure already surfaced or will at the next call.
+    }
+  }
+
+  void wait() override {
+    if (done_) return;
+    check_mpi(MPI_Wait(&request_, MPI_STATUS_IGNORE), what_, rank_);
+    finish();
+  }
+
+  bool test() override {
+    if (done_) return true;
+    int flag = 0;
+    check_mpi(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE), what_, rank_);
+    if (flag) finish();
+    return done_;
+  }
+
+  MPI_Request request_ = MPI_REQUEST_NULL;
+  float* scale_buf_ = nullptr;
+  int64_t scale_count_ = 0;
+  float scale_ = 1.0f;
+  std::vector<int> counts_, displs_;
+
+ private:
+  void finish() {
+    done_ = true;
+    for (int64_t i = 0; i < scale_count_; ++i)
+      scale_buf_[i] *= scale_;
+  }
+
+  int rank_;
+  const char* what_;
+  bool done_ = false;
+};
+
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, bool owned, std::string label)
+    : Communicator(
+          [&] {
+            int r = 0;
+            MPI_Comm_rank(comm, &r);
+            return r;
+          }(),
+          [&] {
+            int s = 0;
+            MPI_Comm_size(comm, &s);
+            return s;
+          }()),
+      comm_(comm),
+      owned_(owned),
+      label_(std::move(label)) {
+  check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", rank());
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (owned_ && !finalized) MPI_Comm_free(&comm_);
+}
+
+std::string MpiCommunicator::name() const {
+  return "mpi " + label_ + " " + std::to_string(rank()) + "/" + std::to_string(size());
+}
+
+std::unique_ptr<Work> MpiCommunicator::all_reduce_async(float* buf, int64_t count, ReduceOp op) {
+  auto work = std::make_unique<MpiWork>(rank(), "MPI_Iallreduce");
+  int n = to_int(count, "all_reduce", rank());
+  stats_.record(Collective::AllReduce, count * static_cast<int64_t>(sizeof(float)));
+  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buf, n, MPI_FLOAT, to_mpi_op(op), comm_, &work->request_),
+            "MPI_Iallreduce", rank());
+  if (op == ReduceOp::Avg) {
+    work->scale_buf_ = buf;
+    work->scale_count_ = count;
+    work->scale_ = 1.0f / static_cast<float>(size());
+  }
+  return work;
+}
+
+void MpiCommunicator::all_reduce(double* buf, int64_t count, ReduceOp op) {
+  int n = to_int(count, "all_reduce(double)", rank());
+  stats_.record(Collective::AllReduce, count * static_cast<int64_t>(sizeof(double)));
+  check_mpi(MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, to_mpi_op(op), comm_),
+            "MPI_Allreduce(double)", rank());
+  if (op == ReduceOp::Avg) {
+    for (int64_t i = 0; i < count; ++i)
+      buf[i] /= static_cast<double>(size());
+  }
+}
+
+void MpiCommunicator::all_reduce(int64_t* buf, int64_t count, ReduceOp op) {
+  ENGINE_CHECK(op != ReduceOp::Avg, "all_reduce(int64) on rank " + std::to_string(rank()) +
+                                        ": Avg is not defined for integers (use Sum)");
+  int n = to_int(count, "all_reduce(int64)", rank());
+  stats_.record(Collective::AllReduce, count * static_cast<int64_t>(sizeof(int64_t)));
+  check_mpi(MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_INT64_T, to_mpi_op(op), comm_),
+            "MPI_Allreduce(int64)", rank());
+}
+
+std::unique_ptr<Work> MpiCommunicator::reduce_scatter_async(const float* send, float* recv,
+                                                            std::span<const int64_t> counts,
+                                                            ReduceOp op) {
+  int64_t total = check_counts("reduce_scatter", counts);
+  auto work = std::make_unique<MpiWork>(rank(), "MPI_Ireduce_scatter");
+  work->counts_.resize(counts.size());
+  for (size_t r = 0; r < counts.size(); ++r) {
+    work->counts_[r] = to_int(counts[r], "reduce_scatter", rank());
+  }
+  to_int(total, "reduce_scatter (sum of counts)", rank());
+  stats_.record(Collective::ReduceScatter, total * static_cast<int64_t>(sizeof(float)));
+  check_mpi(MPI_Ireduce_scatter(send, recv, work->counts_.data(), MPI_FLOAT, to_mpi_op(op), comm_,
+                                &work->request_),
+            "MPI_Ireduce_scatter", rank());
+  if (op == ReduceOp::Avg) {
+    work->scale_buf_ = recv;
+    work->scale_count_ = counts[rank()];
+    work->scale_ = 1.0f / static_cast<float>(size());
+  }
+  return work;
+}
+
+std::unique_ptr<Work> MpiCommunicator::all_gather_async(const float* send, float* recv,
+                                                        std::span<const int64_t> counts) {
+  int64_t total = check_counts("all_gather", counts);
+  to_int(total, "all_gather (sum of counts)", rank());
+  auto work = std::make_unique<MpiWork>(rank(), "MPI_Iallgatherv");
+  work->counts_.resize(counts.size());
+  work->displs_.resize(counts.size());
+  int offset = 0;
+  for (size_t r = 0; r < counts.size(); ++r) {
+    work->counts_[r] = static_cast<int>(counts[r]);
+    work->displs_[r] = offset;
+    offset += work->counts_[r];
+  }
+  stats_.record(Collective::AllGather, counts[rank()] * static_cast<int64_t>(sizeof(float)));
+  // A send block already in place inside recv is MPI_IN_PLACE (e.g. a dim-0 shard that is a view
+  // of the full parameter).
+  const void* send_arg = send == recv + work->displs_[rank()] ? MPI_IN_PLACE : send;
+  check_mpi(MPI_Iallgatherv(send_arg, work->counts_[rank()], MPI_FLOAT, recv, work->counts_.data(),
+                            work->displs_.data(), MPI_FLOAT, comm_, &work->request_),
+            "MPI_Iallgatherv", rank());
+  return work;
+}
+
+std::unique_ptr<Work> MpiCommunicator::broadcast_async(float* buf, int64_t count, int root) {
+  check_root("broadcast", root);
+  int n = to_int(count, "broadcast", rank());
+  auto work = std::make_unique<MpiWork>(rank(), "MPI_Ibcast");
+  stats_.record(Collective::Broadcast,
+                rank() == root ? count * static_cast<int64_t>(sizeof(float)) : 0);
+  check_mpi(MPI_Ibcast(buf, n, MPI_FLOAT, root, comm_, &work->request_), "MPI_Ibcast", rank());
+  return work;
+}
+
+void MpiCommunicator::broadcast(double* buf, int64_t count, int root) {
+  check_root("broadcast(double)", root);
+  int n = to_int(count, "broadcast(double)", rank());
+  stats_.record(Collective::Broadcast,
+                rank() == root ? count * static_cast<int64_t>(sizeof(double)) : 0);
+  check_mpi(MPI_Bcast(buf, n, MPI_DOUBLE, root, comm_), "MPI_Bcast(double)", rank());
+}
+
+void MpiCommunicator::broadcast_bytes(void* buf, int64_t bytes, int root) {
+  check_root("broadcast_bytes", root);
+  int n = to_int(bytes, "broadcast_bytes", rank());
+  stats_.record(Collective::Broadcast, rank() == root ? bytes : 0);
+  check_mpi(MPI_Bcast(buf, n, MPI_BYTE, root, comm_), "MPI_Bcast(bytes)", rank());
+}
+
+void MpiCommunicator::barrier() {
+  stats_.record(Collective::Barrier, 0);
+  check_mpi(MPI_Barrier(comm_), "MPI_Barrier", rank());
+}
+
+std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
+  ENGINE_CHECK(color >= 0, "split on rank " + std::to_string(rank()) + ": color " +
+                               std::to_string(color) + " must be >= 0");
+  MPI_Comm sub = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_split(comm_, color, key, &sub), "MPI_Comm_split", rank());
+  return std::make_unique<MpiCommunicator>(sub, true, label_ + ".split" + std::to_string(color));
+}
+
+void MpiCommunicator::copy_local(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0 && dst != src) std::memcpy(dst, src, bytes);
+}
+
+std::unique_ptr<Communicator> make_mpi_world() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  ENGINE_CHECK(initialized, "make_mpi_world: MPI is not initialised (create a comm::MpiSession)");
+  return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, false, "world");
+}
+
+}  // namespace comm

@@ -1,0 +1,55 @@
+// MpiCommunicator: Communicator over an MPI communicator, for host buffers.
+//
+// Async forms use MPI's nonblocking collectives (MPI_Iallreduce, MPI_Ireduce_scatter with uneven
+// counts, MPI_Iallgatherv, MPI_Ibcast); Avg is Sum followed by a scale on completion. Open MPI
+// progresses nonblocking collectives inside MPI calls, so Work::test() also drives progress.
+// The MPI communicator is set to MPI_ERRORS_RETURN and failures throw core::Error.
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+
+#include "comm/communicator.h"
+
+namespace comm {
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // Takes ownership of `comm` when `owned` (freed in the destructor, before MPI_Finalize).
+  MpiCommunicator(MPI_Comm comm, bool owned, std::string label);
+  ~MpiCommunicator() override;
+  MpiCommunicator(const MpiCommunicator&) = delete;
+  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
+
+  core::Device device() const override { return core::Device::cpu(); }
+  std::string name() const override;
+  MPI_Comm mpi_comm() const { return comm_; }
+
+  std::unique_ptr<Work> all_reduce_async(float* buf, int64_t count, ReduceOp op) override;
+  using Communicator::all_reduce;
+  void all_reduce(double* buf, int64_t count, ReduceOp op) override;
+  void all_reduce(int64_t* buf, int64_t count, ReduceOp op) override;
+  std::unique_ptr<Work> reduce_scatter_async(const float* send, float* recv,
+                                             std::span<const int64_t> counts, ReduceOp op) override;
+  std::unique_ptr<Work> all_gather_async(const float* send, float* recv,
+                                         std::span<const int64_t> counts) override;
+  std::unique_ptr<Work> broadcast_async(float* buf, int64_t count, int root) override;
+  using Communicator::broadcast;
+  void broadcast(double* buf, int64_t count, int root) override;
+  void broadcast_bytes(void* buf, int64_t bytes, int root) override;
+  void barrier() override;
+  std::unique_ptr<Communicator> split(int color, int key) override;
+  void copy_local(void* dst, const void* src, size_t bytes) override;
+
+ private:
+  MPI_Comm comm_;
+  bool owned_;
+  std::string label_;
+};
+
+// Throws core::Error "<what> failed on rank R: <MPI error string>" when rc != MPI_SUCCESS.
+void check_mpi(int rc, const char* what, int rank);
+
+}  // namespace comm

@@ -1,0 +1,219 @@
+#include "comm/nccl_communicator.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <string>
+#include <utility>
+
+#include "engine/core/check.h"
+
+namespace comm {
+
+namespace {
+
+void check_cuda(cudaError_t rc, const char* what, int rank) {
+  if (rc == cudaSuccess) return;
+  ENGINE_FAIL(std::string(what) + " failed on rank " + std::to_string(rank) + ": " +
+              cudaGetErrorString(rc));
+}
+
+void check_nccl(ncclResult_t rc, const char* what, int rank) {
+  if (rc == ncclSuccess) return;
+  ENGINE_FAIL(std::string(what) + " failed on rank " + std::to_string(rank) + ": " +
+              ncclGetErrorString(rc));
+}
+
+ncclRedOp_t to_nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+      return ncclSum;
+    case ReduceOp::Avg:
+      return ncclAvg;
+    case ReduceOp::Max:
+      return ncclMax;
+    case ReduceOp::Min:
+      return ncclMin;
+  }
+  return ncclSum;
+}
+
+bool all_equal(std::span<const int64_t> counts) {
+  for (int64_t c : counts) {
+    if (c != counts[0]) return false;
+  }
+  return true;
+}
+
+class NcclWork final : public Work {
+ public:
+  NcclWork(cudaStream_t stream, int rank) : rank_(rank) {
+    check_cuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreate", rank_);
+    check_cuda(cudaEventRecord(event_, stream), "cudaEventRecord", rank_);
+  }
+  ~NcclWork() override {
+    cudaEventSynchronize(event_);
+    cudaEventDestroy(event_);
+  }
+  void wait() override { check_cuda(cudaEventSynchronize(event_), "cudaEventSynchronize", rank_); }
+  bool test() override {
+    cudaError_t rc = cudaEventQuery(event_);
+    if (rc == cudaErrorNotReady) return false;
+    check_cuda(rc, "cudaEventQuery", rank_);
+    return true;
+  }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+  int rank_;
+};
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(std::unique_ptr<Communicator> host, ncclComm_t comm, int cuda_device)
+      : Communicator(host->rank(), host->size()),
+        host_(std::move(host)),
+        comm_(comm),
+        cuda_device_(cuda_device) {
+    check_cuda(cudaSetDevice(cuda_device_), "cudaSetDevice", rank());
+    check_cuda(cudaStreamCreate(&stream_), "cudaStreamCreate", rank());
+  }
+  ~NcclCommunicator() override {
+    cudaStreamSynchronize(stream_);
+    ncclCommDestroy(comm_);
+    cudaStreamDestroy(stream_);
+  }
+
+  core::Device device() const override { return core::Device::cuda(cuda_device_); }
+  std::string name() const override {
+    return "nccl " + std::to_string(rank()) + "/" + std::to_string(size()) +
+           " on cuda:" + std::to_string(cuda_device_);
+  }
+
+  std::unique_ptr<Work> all_reduce_async(float* buf, int64_t count, ReduceOp op) override {
+    stats_.record(Collective::AllReduce, count * static_cast<int64_t>(sizeof(float)));
+    check_nccl(ncclAllReduce(buf, buf, static_cast<size_t>(count), ncclFloat, to_nccl_op(op), comm_,
+                             stream_),
+               "ncclAllReduce", rank());
+    return std::make_unique<NcclWork>(stream_, rank());
+  }
+  using Communicator::all_reduce;
+  void all_reduce(double* buf, int64_t count, ReduceOp op) override {
+    host_->all_reduce(buf, count, op);
+    stats_.record(Collective::AllReduce, count * static_cast<int64_t>(sizeof(double)));
+  }
+  void all_reduce(int64_t* buf, int64_t count, ReduceOp op) override {
+    host_->all_reduce(buf, count, op);
+    stats_.record(Collective::AllReduce, count * static_cast<int64_t>(sizeof(int64_t)));
+  }
+
+  std::unique_ptr<Work> reduce_scatter_async(const float* send, float* recv,
+                                             std::span<const int64_t> counts,
+                                             ReduceOp op) override {
+    int64_t total = check_counts("reduce_scatter", counts);
+    stats_.record(Collective::ReduceScatter, total * static_cast<int64_t>(sizeof(float)));
+    if (all_equal(counts)) {
+      check_nccl(ncclReduceScatter(send, recv, static_cast<size_t>(counts[0]), ncclFloat,
+                                   to_nccl_op(op), comm_, stream_),
+                 "ncclReduceScatter", rank());
+    } else {
+      // One reduce to each rank's block owner; the group makes them one fused launch.
+      check_nccl(ncclGroupStart(), "ncclGroupStart", rank());
+      int64_t offset = 0;
+      for (int r = 0; r < size(); ++r) {
+        if (counts[r] > 0) {
+          check_nccl(ncclReduce(send + offset, recv, static_cast<size_t>(counts[r]), ncclFloat,
+                                to_nccl_op(op), r, comm_, stream_),
+                     "ncclReduce", rank());
+        }
+        offset += counts[r];
+      }
+      check_nccl(ncclGroupEnd(), "ncclGroupEnd", rank());
+    }
+    return std::make_unique<NcclWork>(stream_, rank());
+  }
+
+  std::unique_ptr<Work> all_gather_async(const float* send, float* recv,
+                                         std::span<const int64_t> counts) override {
+    check_counts("all_gather", counts);
+    stats_.record(Collective::AllGather, counts[rank()] * static_cast<int64_t>(sizeof(float)));
+    if (all_equal(counts)) {
+      check_nccl(
+          ncclAllGather(send, recv, static_cast<size_t>(counts[0]), ncclFloat, comm_, stream_),
+          "ncclAllGather", rank());
+    } else {
+      check_nccl(ncclGroupStart(), "ncclGroupStart", rank());
+      int64_t offset = 0;
+      for (int r = 0; r < size(); ++r) {
+        if (counts[r] > 0) {
+          check_nccl(ncclBroadcast(send, recv + offset, static_cast<size_t>(counts[r]), ncclFloat,
+                                   r, comm_, stream_),
+                     "ncclBroadcast", rank());
+        }
+        offset += counts[r];
+      }
+      check_nccl(ncclGroupEnd(), "ncclGroupEnd", rank());
+    }
+    return std::make_unique<NcclWork>(stream_, rank());
+  }
+
+  std::unique_ptr<Work> broadcast_async(float* buf, int64_t count, int root) override {
+    check_root("broadcast", root);
+    stats_.record(Collective::Broadcast,
+                  rank() == root ? count * static_cast<int64_t>(sizeof(float)) : 0);
+    check_nccl(ncclBroadcast(buf, buf, static_cast<size_t>(count), ncclFloat, root, comm_, stream_),
+               "ncclBroadcast", rank());
+    return std::make_unique<NcclWork>(stream_, rank());
+  }
+  using Communicator::broadcast;
+  void broadcast(double* buf, int64_t count, int root) override {
+    host_->broadcast(buf, count, root);
+    stats_.record(Collective::Broadcast,
+                  rank() == root ? count * static_cast<int64_t>(sizeof(double)) : 0);
+  }
+  void broadcast_bytes(void* buf, int64_t bytes, int root) override {
+    host_->broadcast_bytes(buf, bytes, root);
+    stats_.record(Collective::Broadcast, rank() == root ? bytes : 0);
+  }
+  void barrier() override {
+    check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize", rank());
+    host_->barrier();
+    stats_.record(Collective::Barrier, 0);
+  }
+
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    std::unique_ptr<Communicator> host = host_->split(color, key);
+    ncclComm_t sub = nullptr;
+    check_nccl(ncclCommSplit(comm_, color, key, &sub, nullptr), "ncclCommSplit", rank());
+    return std::make_unique<NcclCommunicator>(std::move(host), sub, cuda_device_);
+  }
+
+  void copy_local(void* dst, const void* src, size_t bytes) override {
+    if (bytes == 0 || dst == src) return;
+    check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_),
+               "cudaMemcpyAsync", rank());
+  }
+
+ private:
+  std::unique_ptr<Communicator> host_;
+  ncclComm_t comm_;
+  int cuda_device_;
+  cudaStream_t stream_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_nccl(Communicator& host, int cuda_device) {
+  ENGINE_CHECK(host.device().is_cpu(), "make_nccl: the host communicator must be a CPU one");
+  check_cuda(cudaSetDevice(cuda_device), "cudaSetDevice", host.rank());
+  ncclUniqueId id;
+  if (host.rank() == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId", host.rank());
+  host.broadcast_bytes(&id, sizeof(id), 0);
+  ncclComm_t comm = nullptr;
+  check_nccl(ncclCommInitRank(&comm, host.size(), id, host.rank()), "ncclCommInitRank",
+             host.rank());
+  // A private duplicate of the host group for the host-buffer operations.
+  return std::make_unique<NcclCommunicator>(host.split(0, host.rank()), comm, cuda_device);
+}
+
+}  // namespace comm
