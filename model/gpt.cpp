@@ -1,0 +1,612 @@
+#include "model/gpt.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "engine/core/check.h"
+
+namespace model {
+
+namespace {
+
+constexpr size_t kNone = std::numeric_limits<size_t>::max();
+constexpr float kLayerNormEps = 1e-5f;
+constexpr float kRmsNormEps = 1e-6f;
+constexpr float kRotaryBase = 10000.0f;
+
+// y[N, out] (+)= x[N, in] @ W[out, in]^T
+void linear(core::Backend& be, float* y, const float* x, const float* weight, int64_t N, int64_t in,
+            int64_t out, float beta = 0.0f) {
+  core::GemmArgs a;
+  a.trans_b = true;
+  a.m = N, a.n = out, a.k = in, a.beta = beta;
+  be.gemm(a, x, weight, y);
+}
+
+// dx[N, in] (+)= dy[N, out] @ W[out, in];  dW[out, in] += dy^T @ x.
+void linear_backward(core::Backend& be, float* dx, float* dweight, const float* dy, const float* x,
+                     const float* weight, int64_t N, int64_t in, int64_t out, float dx_beta) {
+  core::GemmArgs a;
+  a.m = N, a.n = in, a.k = out, a.beta = dx_beta;
+  be.gemm(a, dy, weight, dx);
+  core::GemmArgs b;
+  b.trans_a = true;
+  b.m = out, b.n = in, b.k = N, b.beta = 1.0f;
+  be.gemm(b, dy, x, dweight);
+}
+
+}  // namespace
+
+// Saved activations of one block (pointers into acts_).
+struct Gpt::LayerActs {
+  float *ln1 = nullptr, *ln1_mean = nullptr, *ln1_rstd = nullptr;
+  float *qkv = nullptr, *q = nullptr, *k = nullptr, *v = nullptr;
+  float *q_rstd = nullptr, *k_rstd = nullptr, *qr = nullptr, *kr = nullptr;  // modern only
+  float *att = nullptr, *atty = nullptr, *merged = nullptr, *res_mid = nullptr;
+  float *ln2 = nullptr, *ln2_mean = nullptr, *ln2_rstd = nullptr;
+  float *pre = nullptr, *act = nullptr;  // MLP hidden [N, F], or MoE [N*k, F]
+  float *probs = nullptr, *xe = nullptr, *ye = nullptr, *gate = nullptr;  // MoE
+  int32_t* rows = nullptr;                                                // MoE: token of row
+  float* res_out = nullptr;
+};
+
+// Host bookkeeping of one MoE layer's routing, kept for the backward.
+struct Gpt::Routing {
+  std::vector<float> probs;        // [N, E]
+  std::vector<int32_t> chosen;     // [N, k] expert of each slot
+  std::vector<int32_t> slot_row;   // [N, k] dispatch row of each slot
+  std::vector<int32_t> row_token;  // [N*k] token of each dispatch row (sorted by expert)
+  std::vector<float> row_gate;     // [N*k] renormalised weight of each row
+  std::vector<int64_t> offset;     // [E + 1] first row of each expert
+  std::vector<float> sel_sum;      // [N] sum of the chosen probabilities
+  std::vector<float> frac;         // [E] fraction of tokens routed to e
+};
+
+Gpt::Gpt(const ModelConfig& config, core::Backend& backend)
+    : config_(config), table_(config), backend_(backend) {
+  params_ = core::Tensor::zeros({table_.total_numel()}, core::DType::F32, backend_.allocator());
+  grads_ = core::Tensor::empty({table_.total_numel()}, core::DType::F32, backend_.allocator());
+  backend_.fill_zero(params_.raw_data(), params_.nbytes());
+  backend_.fill_zero(grads_.raw_data(), grads_.nbytes());
+
+  auto opt = [&](const std::string& name) { return table_.find(name).value_or(kNone); };
+  embed_ = index("embed.weight");
+  pos_ = opt("pos_embed.weight");
+  lnf_w_ = opt("ln_f.weight");
+  lnf_b_ = opt("ln_f.bias");
+  head_ = config_.arch == Arch::Gpt2 ? embed_ : index("lm_head.weight");
+  for (int l = 0; l < config_.n_layer; ++l) {
+    const std::string p = "blocks." + std::to_string(l) + ".";
+    LayerParams q;
+    q.ln1_w = opt(p + "ln1.weight");
+    q.ln1_b = opt(p + "ln1.bias");
+    q.qkv_w = index(p + "attn.qkv.weight");
+    q.qkv_b = opt(p + "attn.qkv.bias");
+    q.proj_w = index(p + "attn.proj.weight");
+    q.proj_b = opt(p + "attn.proj.bias");
+    q.ln2_w = opt(p + "ln2.weight");
+    q.ln2_b = opt(p + "ln2.bias");
+    q.fc_w = opt(p + "mlp.fc.weight");
+    q.fc_b = opt(p + "mlp.fc.bias");
+    q.fcproj_w = opt(p + "mlp.proj.weight");
+    q.fcproj_b = opt(p + "mlp.proj.bias");
+    q.router_w = opt(p + "moe.router.weight");
+    q.efc_w = opt(p + "moe.fc.weight");
+    q.eproj_w = opt(p + "moe.proj.weight");
+    lp_.push_back(q);
+  }
+}
+
+Gpt::~Gpt() = default;
+
+size_t Gpt::index(const std::string& name) const {
+  auto i = table_.find(name);
+  ENGINE_CHECK(i.has_value(), "model has no parameter named '" + name + "'");
+  return *i;
+}
+
+core::Tensor Gpt::param(size_t i) const {
+  const ParamInfo& p = table_[i];
+  return params_.slice(0, p.offset, p.numel).view(p.shape);
+}
+
+core::Tensor Gpt::grad(size_t i) const {
+  const ParamInfo& p = table_[i];
+  return grads_.slice(0, p.offset, p.numel).view(p.shape);
+}
+
+const float* Gpt::w(size_t i) const {
+  return i == kNone ? nullptr : params_.data<float>() + table_[i].offset;
+}
+
+float* Gpt::g(size_t i) const {
+  return i == kNone ? nullptr : grads_.data<float>() + table_[i].offset;
+}
+
+void Gpt::init_weights() {
+  core::Tensor host = core::Tensor::empty({table_.total_numel()});
+  for (size_t i = 0; i < table_.size(); ++i) {
+    const ParamInfo& p = table_[i];
+    table_.init_host(i, host.slice(0, p.offset, p.numel), config_.seed);
+  }
+  backend_.copy_from_host(params_.raw_data(), host.raw_data(), host.nbytes());
+}
+
+void Gpt::zero_grad() {
+  backend_.fill_zero(grads_.raw_data(), grads_.nbytes());
+}
+
+size_t Gpt::activation_bytes() const {
+  return acts_.defined() ? acts_.nbytes() : 0;
+}
+
+void Gpt::plan(int B, int T) {
+  if (B == B_ && T == T_) return;
+  ENGINE_CHECK(B > 0 && T > 0, "model: batch and sequence length must be positive");
+  ENGINE_CHECK(T <= config_.seq_len, "model: sequence length " + std::to_string(T) +
+                                         " exceeds model.seq_len " +
+                                         std::to_string(config_.seq_len));
+  const int64_t N = int64_t(B) * T, D = config_.d_model, F = config_.d_ff(), H = config_.n_head,
+                Vp = config_.padded_vocab(), E = config_.moe_experts,
+                K = config_.moe() ? config_.moe_top_k : 0, M = N * K;
+  const bool modern = config_.arch == Arch::Modern;
+
+  // Two passes over the same layout: the first counts, the second hands out pointers. Every
+  // block is rounded to 16 floats so each array starts on a 64-byte boundary.
+  int64_t used = 0;
+  float* base = nullptr;
+  auto take = [&](int64_t n) {
+    float* p = base ? base + used : nullptr;
+    used += (n + 15) / 16 * 16;
+    return p;
+  };
+  auto layout = [&]() {
+    used = 0;
+    encoded_ = take(N * D);
+    layers_.assign(config_.n_layer, LayerActs{});
+    for (auto& a : layers_) {
+      a.ln1 = take(N * D);
+      a.ln1_mean = take(N);
+      a.ln1_rstd = take(N);
+      a.qkv = take(N * 3 * D);
+      a.q = take(N * D);
+      a.k = take(N * D);
+      a.v = take(N * D);
+      if (modern) {
+        a.q_rstd = take(N * H);
+        a.k_rstd = take(N * H);
+        a.qr = take(N * D);
+        a.kr = take(N * D);
+      }
+      a.att = take(B * H * int64_t(T) * T);
+      a.atty = take(N * D);
+      a.merged = take(N * D);
+      a.res_mid = take(N * D);
+      a.ln2 = take(N * D);
+      a.ln2_mean = take(N);
+      a.ln2_rstd = take(N);
+      if (config_.moe()) {
+        a.probs = take(N * E);
+        a.xe = take(M * D);
+        a.pre = take(M * F);
+        a.act = take(M * F);
+        a.ye = take(M * D);
+        a.gate = take(M);
+        a.rows = reinterpret_cast<int32_t*>(take(M));
+      } else {
+        a.pre = take(N * F);
+        a.act = take(N * F);
+      }
+      a.res_out = take(N * D);
+    }
+    lnf_ = take(N * D);
+    lnf_mean_ = take(N);
+    lnf_rstd_ = take(N);
+    logits_ = take(N * Vp);
+    losses_ = take(N);
+    tokens_ = reinterpret_cast<int32_t*>(take(N));
+    targets_ = reinterpret_cast<int32_t*>(take(N));
+    last_index_ = reinterpret_cast<int32_t*>(take(B));
+    last_hidden_ = take(B * D);
+    last_logits_ = take(B * Vp);
+    const int64_t rows = std::max(N, M);
+    dres_ = take(N * D);
+    dln_ = take(N * D);
+    dqkv_ = take(N * 3 * D);
+    dq_ = take(N * D);
+    dk_ = take(N * D);
+    dv_ = take(N * D);
+    dq2_ = take(N * D);
+    dk2_ = take(N * D);
+    datt_ = take(B * H * int64_t(T) * T);
+    datty_ = take(N * D);
+    dmerged_ = take(N * D);
+    dact_ = take(rows * F);
+    dpre_ = take(rows * F);
+    if (config_.moe()) {
+      dxe_raw_ = take(M * D);
+      dye_ = take(M * D);
+      dxe_ = take(M * D);
+      dgate_ = take(M);
+      dprobs_ = take(N * E);
+      drouter_ = take(N * E);
+    }
+  };
+  layout();
+  acts_ = core::Tensor();  // free the previous plan before allocating the new one
+  acts_ = core::Tensor::empty({used}, core::DType::F32, backend_.allocator());
+  base = acts_.data<float>();
+  layout();
+  backend_.fill_zero(acts_.raw_data(), acts_.nbytes());
+  routing_.assign(config_.moe() ? config_.n_layer : 0, Routing{});
+  host_losses_.assign(N, 0.0f);
+  B_ = B;
+  T_ = T;
+}
+
+void Gpt::norm_forward(float* out, float* mean, float* rstd, const float* inp, size_t weight) {
+  const int64_t N = int64_t(B_) * T_, D = config_.d_model;
+  if (config_.arch == Arch::Gpt2) {
+    backend_.layernorm_forward(out, mean, rstd, inp, w(weight), w(weight + 1), N, D, kLayerNormEps);
+  } else {
+    backend_.rmsnorm_forward(out, rstd, inp, N, D, kRmsNormEps);
+  }
+}
+
+void Gpt::norm_backward(float* dinp, const float* dout, const float* inp, const float* mean,
+                        const float* rstd, size_t weight) {
+  const int64_t N = int64_t(B_) * T_, D = config_.d_model;
+  if (config_.arch == Arch::Gpt2) {
+    backend_.layernorm_backward(dinp, g(weight), g(weight + 1), dout, inp, w(weight), mean, rstd, N,
+                                D);
+  } else {
+    backend_.rmsnorm_backward(dinp, dout, inp, rstd, N, D);
+  }
+}
+
+void Gpt::act_forward(float* out, const float* inp, int64_t n) {
+  if (config_.arch == Arch::Gpt2) {
+    backend_.gelu_forward(out, inp, n);
+  } else {
+    backend_.relu2_forward(out, inp, n);
+  }
+}
+
+void Gpt::act_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
+  if (config_.arch == Arch::Gpt2) {
+    backend_.gelu_backward(dinp, inp, dout, n);
+  } else {
+    backend_.relu2_backward(dinp, inp, dout, n);
+  }
+}
+
+void Gpt::attn_forward(int l) {
+  const int64_t B = B_, T = T_, N = B * T, D = config_.d_model, H = config_.n_head,
+                hd = config_.head_dim();
+  LayerActs& a = layers_[l];
+  const LayerParams& p = lp_[l];
+  const float* res_in = l == 0 ? encoded_ : layers_[l - 1].res_out;
+  norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res_in, p.ln1_w);
+  linear(backend_, a.qkv, a.ln1, w(p.qkv_w), N, D, 3 * D);
+  if (p.qkv_b != kNone) backend_.add_bias(a.qkv, w(p.qkv_b), N, 3 * D);
+  backend_.split_heads(a.q, a.k, a.v, a.qkv, B, T, H, hd);
+  const float* q = a.q;
+  const float* k = a.k;
+  if (config_.arch == Arch::Modern) {
+    // QK-norm per head over hd, then rotary in place on the normalised copies.
+    backend_.rmsnorm_forward(a.qr, a.q_rstd, a.q, N * H, hd, kRmsNormEps);
+    backend_.rmsnorm_forward(a.kr, a.k_rstd, a.k, N * H, hd, kRmsNormEps);
+    backend_.rotary_forward(a.qr, a.qr, B * H, T, hd, kRotaryBase);
+    backend_.rotary_forward(a.kr, a.kr, B * H, T, hd, kRotaryBase);
+    q = a.qr;
+    k = a.kr;
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  backend_.attention_forward(a.atty, a.att, q, k, a.v, B * H, T, hd, scale);
+  backend_.merge_heads(a.merged, a.atty, B, T, H, hd);
+  // res_mid = res_in + merged @ proj^T (+ bias)
+  backend_.copy(a.res_mid, res_in, N * D * sizeof(float));
+  linear(backend_, a.res_mid, a.merged, w(p.proj_w), N, D, D, 1.0f);
+  if (p.proj_b != kNone) backend_.add_bias(a.res_mid, w(p.proj_b), N, D);
+}
+
+void Gpt::attn_backward(int l) {
+  const int64_t B = B_, T = T_, N = B * T, D = config_.d_model, H = config_.n_head,
+                hd = config_.head_dim();
+  LayerActs& a = layers_[l];
+  const LayerParams& p = lp_[l];
+  const float* res_in = l == 0 ? encoded_ : layers_[l - 1].res_out;
+  // dres holds d/d res_mid; the residual path passes it through unchanged.
+  if (p.proj_b != kNone) backend_.bias_backward(g(p.proj_b), dres_, N, D);
+  linear_backward(backend_, dmerged_, g(p.proj_w), dres_, a.merged, w(p.proj_w), N, D, D, 0.0f);
+  backend_.fill_zero(datty_, N * D * sizeof(float));
+  backend_.merge_heads_backward(datty_, dmerged_, B, T, H, hd);
+  for (float* d : {dq_, dk_, dv_})
+    backend_.fill_zero(d, N * D * sizeof(float));
+  backend_.fill_zero(datt_, B * H * T * T * sizeof(float));
+  const bool modern = config_.arch == Arch::Modern;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  backend_.attention_backward(dq_, dk_, dv_, datt_, datty_, a.att, modern ? a.qr : a.q,
+                              modern ? a.kr : a.k, a.v, B * H, T, hd, scale);
+  if (modern) {
+    // Undo rotary (into dq2/dk2), then the QK-norm (back into dq/dk).
+    backend_.fill_zero(dq2_, N * D * sizeof(float));
+    backend_.fill_zero(dk2_, N * D * sizeof(float));
+    backend_.rotary_backward(dq2_, dq_, B * H, T, hd, kRotaryBase);
+    backend_.rotary_backward(dk2_, dk_, B * H, T, hd, kRotaryBase);
+    backend_.fill_zero(dq_, N * D * sizeof(float));
+    backend_.fill_zero(dk_, N * D * sizeof(float));
+    backend_.rmsnorm_backward(dq_, dq2_, a.q, a.q_rstd, N * H, hd);
+    backend_.rmsnorm_backward(dk_, dk2_, a.k, a.k_rstd, N * H, hd);
+  }
+  backend_.fill_zero(dqkv_, N * 3 * D * sizeof(float));
+  backend_.split_heads_backward(dqkv_, dq_, dk_, dv_, B, T, H, hd);
+  if (p.qkv_b != kNone) backend_.bias_backward(g(p.qkv_b), dqkv_, N, 3 * D);
+  linear_backward(backend_, dln_, g(p.qkv_w), dqkv_, a.ln1, w(p.qkv_w), N, D, 3 * D, 0.0f);
+  norm_backward(dres_, dln_, res_in, a.ln1_mean, a.ln1_rstd, p.ln1_w);
+}
+
+void Gpt::mlp_forward(int l) {
+  const int64_t N = int64_t(B_) * T_, D = config_.d_model, F = config_.d_ff();
+  LayerActs& a = layers_[l];
+  const LayerParams& p = lp_[l];
+  linear(backend_, a.pre, a.ln2, w(p.fc_w), N, D, F);
+  if (p.fc_b != kNone) backend_.add_bias(a.pre, w(p.fc_b), N, F);
+  act_forward(a.act, a.pre, N * F);
+  backend_.copy(a.res_out, a.res_mid, N * D * sizeof(float));
+  linear(backend_, a.res_out, a.act, w(p.fcproj_w), N, F, D, 1.0f);
+  if (p.fcproj_b != kNone) backend_.add_bias(a.res_out, w(p.fcproj_b), N, D);
+}
+
+void Gpt::mlp_backward(int l) {
+  const int64_t N = int64_t(B_) * T_, D = config_.d_model, F = config_.d_ff();
+  LayerActs& a = layers_[l];
+  const LayerParams& p = lp_[l];
+  if (p.fcproj_b != kNone) backend_.bias_backward(g(p.fcproj_b), dres_, N, D);
+  linear_backward(backend_, dact_, g(p.fcproj_w), dres_, a.act, w(p.fcproj_w), N, F, D, 0.0f);
+  backend_.fill_zero(dpre_, N * F * sizeof(float));
+  act_backward(dpre_, a.pre, dact_, N * F);
+  if (p.fc_b != kNone) backend_.bias_backward(g(p.fc_b), dpre_, N, F);
+  linear_backward(backend_, dln_, g(p.fc_w), dpre_, a.ln2, w(p.fc_w), N, D, F, 0.0f);
+}
+
+void Gpt::moe_forward(int l) {
+  const int64_t N = int64_t(B_) * T_, D = config_.d_model, F = config_.d_ff(),
+                E = config_.moe_experts, K = config_.moe_top_k, M = N * K;
+  LayerActs& a = layers_[l];
+  const LayerParams& p = lp_[l];
+  Routing& r = routing_[l];
+
+  // Router probabilities; the top-k choice and dispatch order are bookkeeping on the host.
+  linear(backend_, a.probs, a.ln2, w(p.router_w), N, D, E);
+  backend_.softmax_forward(a.probs, a.probs, N, E);
+  r.probs.resize(N * E);
+  backend_.copy_to_host(r.probs.data(), a.probs, N * E * sizeof(float));
+  r.chosen.resize(N * K);
+  r.slot_row.resize(N * K);
+  r.sel_sum.resize(N);
+  std::vector<int64_t> count(E, 0);
+  std::vector<int32_t> order(E);
+  for (int64_t t = 0; t < N; ++t) {
+    const float* pt = &r.probs[t * E];
+    std::iota(order.begin(), order.end(), 0);
+    // k largest; ties go to the lower expert index.
+    std::partial_sort(order.begin(), order.begin() + K, order.end(), [pt](int32_t x, int32_t y) {
+      return pt[x] > pt[y] || (pt[x] == pt[y] && x < y);
+    });
+    float sum = 0.0f;
+    for (int64_t s = 0; s < K; ++s) {
+      r.chosen[t * K + s] = order[s];
+      sum += pt[order[s]];
+      ++count[order[s]];
+    }
+    r.sel_sum[t] = sum;
+  }
+  r.offset.assign(E + 1, 0);
+  for (int64_t e = 0; e < E; ++e)
+    r.offset[e + 1] = r.offset[e] + count[e];
+  std::vector<int64_t> fill(r.offset.begin(), r.offset.end() - 1);
+  r.row_token.resize(M);
+  r.row_gate.resize(M);
+  for (int64_t t = 0; t < N; ++t) {
+    for (int64_t s = 0; s < K; ++s) {
+      const int32_t e = r.chosen[t * K + s];
+      const int64_t row = fill[e]++;
+      r.slot_row[t * K + s] = static_cast<int32_t>(row);
+      r.row_token[row] = static_cast<int32_t>(t);
+      r.row_gate[row] = r.probs[t * E + e] / r.sel_sum[t];
+    }
+  }
+  // aux = E * sum_e f_e P_e with f_e = (tokens routed to e) / N and P_e the mean probability.
+  r.frac.resize(E);
+  double aux = 0.0;
+  for (int64_t e = 0; e < E; ++e) {
+    double pe = 0.0;
+    for (int64_t t = 0; t < N; ++t)
+      pe += r.probs[t * E + e];
+    r.frac[e] = static_cast<float>(count[e]) / static_cast<float>(N);
+    aux += double(r.frac[e]) * (pe / double(N));
+  }
+  aux_loss_ += static_cast<float>(config_.moe_aux_weight * E * aux);
+  backend_.copy_from_host(a.rows, r.row_token.data(), M * sizeof(int32_t));
+  backend_.copy_from_host(a.gate, r.row_gate.data(), M * sizeof(float));
+
+  // Dispatch, one pair of GEMMs per expert over its contiguous rows, combine.
+  backend_.gather_rows(a.xe, a.ln2, a.rows, nullptr, M, D);
+  const float* fc = w(p.efc_w);
+  const float* proj = w(p.eproj_w);
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t r0 = r.offset[e], c = r.offset[e + 1] - r0;
+    if (c == 0) continue;
+    linear(backend_, a.pre + r0 * F, a.xe + r0 * D, fc + e * F * D, c, D, F);
+  }
+  act_forward(a.act, a.pre, M * F);
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t r0 = r.offset[e], c = r.offset[e + 1] - r0;
+    if (c == 0) continue;
+    linear(backend_, a.ye + r0 * D, a.act + r0 * F, proj + e * D * F, c, F, D);
+  }
+  backend_.copy(a.res_out, a.res_mid, N * D * sizeof(float));
+  backend_.scatter_add_rows(a.res_out, a.ye, a.rows, a.gate, M, D);
+}
+
+void Gpt::moe_backward(int l) {
+  const int64_t N = int64_t(B_) * T_, D = config_.d_model, F = config_.d_ff(),
+                E = config_.moe_experts, K = config_.moe_top_k, M = N * K;
+  LayerActs& a = layers_[l];
+  const LayerParams& p = lp_[l];
+  Routing& r = routing_[l];
+
+  // d gate of each row = <dout[token], y_row>; d y_row = gate * dout[token].
+  backend_.gather_rows(dxe_raw_, dres_, a.rows, nullptr, M, D);
+  backend_.row_dot(dgate_, dxe_raw_, a.ye, M, D);
+  backend_.gather_rows(dye_, dres_, a.rows, a.gate, M, D);
+  const float* fc = w(p.efc_w);
+  const float* proj = w(p.eproj_w);
+  float* dfc = g(p.efc_w);
+  float* dproj = g(p.eproj_w);
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t r0 = r.offset[e], c = r.offset[e + 1] - r0;
+    if (c == 0) continue;
+    linear_backward(backend_, dact_ + r0 * F, dproj + e * D * F, dye_ + r0 * D, a.act + r0 * F,
+                    proj + e * D * F, c, F, D, 0.0f);
+  }
+  backend_.fill_zero(dpre_, M * F * sizeof(float));
+  act_backward(dpre_, a.pre, dact_, M * F);
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t r0 = r.offset[e], c = r.offset[e + 1] - r0;
+    if (c == 0) continue;
+    linear_backward(backend_, dxe_ + r0 * D, dfc + e * F * D, dpre_ + r0 * F, a.xe + r0 * D,
+                    fc + e * F * D, c, D, F, 0.0f);
+  }
+  backend_.fill_zero(dln_, N * D * sizeof(float));
+  backend_.scatter_add_rows(dln_, dxe_, a.rows, nullptr, M, D);
+
+  // Router: through the renormalisation g_s = p_s / S (S = sum of chosen p), then the aux loss
+  // (f_e held constant): d aux / d p[t, e] = aux_weight * E * f_e / N.
+  std::vector<float> dgate(M);
+  backend_.copy_to_host(dgate.data(), dgate_, M * sizeof(float));
+  std::vector<float> dprobs(N * E, 0.0f);
+  const float aux_scale = config_.moe_aux_weight * static_cast<float>(E) / static_cast<float>(N);
+  for (int64_t t = 0; t < N; ++t) {
+    float* dp = &dprobs[t * E];
+    for (int64_t e = 0; e < E; ++e)
+      dp[e] = aux_scale * r.frac[e];
+    float weighted = 0.0f;  // sum_s dg_s g_s
+    for (int64_t s = 0; s < K; ++s) {
+      const int32_t row = r.slot_row[t * K + s];
+      weighted += dgate[row] * r.row_gate[row];
+    }
+    for (int64_t s = 0; s < K; ++s) {
+      const int32_t row = r.slot_row[t * K + s];
+      dp[r.chosen[t * K + s]] += (dgate[row] - weighted) / r.sel_sum[t];
+    }
+  }
+  backend_.copy_from_host(dprobs_, dprobs.data(), N * E * sizeof(float));
+  backend_.fill_zero(drouter_, N * E * sizeof(float));
+  backend_.softmax_backward(drouter_, dprobs_, a.probs, N, E);
+  linear_backward(backend_, dln_, g(p.router_w), drouter_, a.ln2, w(p.router_w), N, D, E, 1.0f);
+}
+
+void Gpt::run_forward(const int32_t* tokens, const int32_t* targets, int B, int T, bool want_grad) {
+  plan(B, T);
+  const int64_t N = int64_t(B) * T, D = config_.d_model, V = config_.vocab_size,
+                Vp = config_.padded_vocab();
+  for (int64_t i = 0; i < N; ++i) {
+    ENGINE_CHECK(tokens[i] >= 0 && tokens[i] < V,
+                 "model: input token " + std::to_string(tokens[i]) + " at position " +
+                     std::to_string(i) + " is outside the vocabulary [0, " + std::to_string(V) +
+                     ")");
+    ENGINE_CHECK(!targets || (targets[i] >= 0 && targets[i] < V),
+                 "model: target token " + std::to_string(targets ? targets[i] : 0) +
+                     " at position " + std::to_string(i) + " is outside the vocabulary [0, " +
+                     std::to_string(V) + ")");
+  }
+  backend_.copy_from_host(tokens_, tokens, N * sizeof(int32_t));
+  if (targets) backend_.copy_from_host(targets_, targets, N * sizeof(int32_t));
+  have_grad_state_ = false;
+  aux_loss_ = 0.0f;
+
+  backend_.embedding_forward(encoded_, tokens_, w(embed_), w(pos_), B, T, D);
+  for (int l = 0; l < config_.n_layer; ++l) {
+    attn_forward(l);
+    norm_forward(layers_[l].ln2, layers_[l].ln2_mean, layers_[l].ln2_rstd, layers_[l].res_mid,
+                 lp_[l].ln2_w);
+    if (config_.moe()) {
+      moe_forward(l);
+    } else {
+      mlp_forward(l);
+    }
+  }
+  norm_forward(lnf_, lnf_mean_, lnf_rstd_, layers_.back().res_out, lnf_w_);
+  if (!targets) return;
+  linear(backend_, logits_, lnf_, w(head_), N, D, Vp);
+  // With want_grad the fused loss also overwrites the logits with d loss / d logits.
+  backend_.cross_entropy(losses_, want_grad ? logits_ : nullptr, logits_, targets_, N, V, Vp,
+                         config_.softcap, 1.0f / static_cast<float>(N));
+  backend_.copy_to_host(host_losses_.data(), losses_, N * sizeof(float));
+  double sum = 0.0;
+  for (float x : host_losses_)
+    sum += x;
+  ce_loss_ = static_cast<float>(sum / static_cast<double>(N));
+  have_grad_state_ = want_grad;
+}
+
+float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T) {
+  run_forward(tokens, targets, B, T, targets != nullptr);
+  return ce_loss_ + aux_loss_;
+}
+
+float Gpt::eval_loss(const int32_t* tokens, const int32_t* targets, int B, int T) {
+  ENGINE_CHECK(targets != nullptr, "model: eval_loss needs targets");
+  run_forward(tokens, targets, B, T, false);
+  return ce_loss_;
+}
+
+std::vector<float> Gpt::last_logits(const int32_t* tokens, int B, int T) {
+  run_forward(tokens, nullptr, B, T, false);
+  const int64_t D = config_.d_model, V = config_.vocab_size, Vp = config_.padded_vocab();
+  std::vector<int32_t> last(B);
+  for (int b = 0; b < B; ++b)
+    last[b] = b * T + T - 1;
+  backend_.copy_from_host(last_index_, last.data(), B * sizeof(int32_t));
+  backend_.gather_rows(last_hidden_, lnf_, last_index_, nullptr, B, D);
+  linear(backend_, last_logits_, last_hidden_, w(head_), B, D, Vp);
+  std::vector<float> padded(B * Vp);
+  backend_.copy_to_host(padded.data(), last_logits_, padded.size() * sizeof(float));
+  std::vector<float> out(B * V);
+  const float cap = config_.softcap;
+  for (int b = 0; b < B; ++b) {
+    for (int64_t v = 0; v < V; ++v) {
+      const float z = padded[b * Vp + v];
+      out[b * V + v] = cap > 0.0f ? cap * std::tanh(z / cap) : z;
+    }
+  }
+  return out;
+}
+
+void Gpt::backward() {
+  ENGINE_CHECK(have_grad_state_, "model: backward() needs a forward() with targets before it");
+  have_grad_state_ = false;
+  const int64_t B = B_, T = T_, N = B * T, D = config_.d_model, Vp = config_.padded_vocab();
+  // logits_ holds d loss / d logits (zero in the padded columns, so padded head rows get none).
+  backend_.fill_zero(dres_, N * D * sizeof(float));
+  linear_backward(backend_, dln_, g(head_), logits_, lnf_, w(head_), N, D, Vp, 0.0f);
+  norm_backward(dres_, dln_, layers_.back().res_out, lnf_mean_, lnf_rstd_, lnf_w_);
+  for (int l = config_.n_layer - 1; l >= 0; --l) {
+    LayerActs& a = layers_[l];
+    // dres: d/d res_out. MLP branch into dln, then its norm adds into dres (= d/d res_mid).
+    if (config_.moe()) {
+      moe_backward(l);
+    } else {
+      mlp_backward(l);
+    }
+    norm_backward(dres_, dln_, a.res_mid, a.ln2_mean, a.ln2_rstd, lp_[l].ln2_w);
+    attn_backward(l);
+  }
+  backend_.embedding_backward(g(embed_), g(pos_), dres_, tokens_, B, T, D);
+}
+
+}  // namespace model

@@ -1,0 +1,120 @@
+// The GPT of specs/model.md: forward and backward for arch gpt2 | modern, dense MLP or MoE, on
+// any core::Backend. llm.c style: parameters and gradients each live in one flat buffer with
+// per-parameter views (the order of the ParamTable), and the activations are planned once per
+// (B, T) so a training step allocates nothing on the device.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/core/backend.h"
+#include "engine/core/tensor.h"
+#include "model/model_config.h"
+#include "model/param_table.h"
+
+namespace model {
+
+class Gpt {
+ public:
+  Gpt(const ModelConfig& config, core::Backend& backend);
+  ~Gpt();
+  Gpt(const Gpt&) = delete;
+  Gpt& operator=(const Gpt&) = delete;
+
+  const ModelConfig& config() const { return config_; }
+  const ParamTable& table() const { return table_; }
+  core::Backend& backend() const { return backend_; }
+
+  // Flat buffers of table().total_numel() elements on the backend's device.
+  const core::Tensor& params() const { return params_; }
+  const core::Tensor& grads() const { return grads_; }
+  // Views of one parameter (or its gradient) with the table's shape.
+  core::Tensor param(size_t i) const;
+  core::Tensor grad(size_t i) const;
+  core::Tensor param(const std::string& name) const { return param(index(name)); }
+  core::Tensor grad(const std::string& name) const { return grad(index(name)); }
+
+  // Seeded initialisation of every parameter (config().seed, the table's init rules).
+  void init_weights();
+  void zero_grad();
+
+  // Training forward. tokens and targets are host arrays [B, T] (row-major); targets may be
+  // null for a forward without loss. Returns the objective that backward() differentiates:
+  // mean cross-entropy plus the MoE auxiliary losses (ce_loss() and aux_loss() separately).
+  float forward(const int32_t* tokens, const int32_t* targets, int B, int T);
+  // Accumulates d objective / d params into grads(); needs a forward() with targets first.
+  void backward();
+  // Loss-only evaluation: the mean cross-entropy, no gradient bookkeeping.
+  float eval_loss(const int32_t* tokens, const int32_t* targets, int B, int T);
+  // Logits of the last position of each row for sampling: host [B, V] (soft-cap applied,
+  // padding dropped).
+  std::vector<float> last_logits(const int32_t* tokens, int B, int T);
+
+  float ce_loss() const { return ce_loss_; }
+  float aux_loss() const { return aux_loss_; }
+  // Bytes of the planned activation buffer (0 before the first forward).
+  size_t activation_bytes() const;
+
+ private:
+  struct LayerActs;
+  struct Routing;
+  size_t index(const std::string& name) const;
+  const float* w(size_t i) const;
+  float* g(size_t i) const;
+  void plan(int B, int T);
+  void run_forward(const int32_t* tokens, const int32_t* targets, int B, int T, bool want_grad);
+  void mlp_forward(int l);
+  void moe_forward(int l);
+  void mlp_backward(int l);
+  void moe_backward(int l);
+  void attn_forward(int l);
+  void attn_backward(int l);
+  void norm_forward(float* out, float* mean, float* rstd, const float* inp, size_t weight_index);
+  void norm_backward(float* dinp, const float* dout, const float* inp, const float* mean,
+                     const float* rstd, size_t weight_index);
+  void act_forward(float* out, const float* inp, int64_t n);
+  void act_backward(float* dinp, const float* inp, const float* dout, int64_t n);
+
+  ModelConfig config_;
+  ParamTable table_;
+  core::Backend& backend_;
+  core::Tensor params_;
+  core::Tensor grads_;
+
+  // Parameter indices per block (SIZE_MAX when the arch lacks that parameter).
+  struct LayerParams {
+    size_t ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b;
+    size_t fc_w, fc_b, fcproj_w, fcproj_b, router_w, efc_w, eproj_w;
+  };
+  std::vector<LayerParams> lp_;
+  size_t embed_ = 0, pos_ = 0, lnf_w_ = 0, lnf_b_ = 0, head_ = 0;
+
+  // Activation plan.
+  int B_ = 0, T_ = 0;
+  core::Tensor acts_;
+  std::vector<LayerActs> layers_;
+  std::vector<Routing> routing_;
+  float* encoded_ = nullptr;
+  float *lnf_ = nullptr, *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr;
+  float* logits_ = nullptr;
+  float* losses_ = nullptr;
+  int32_t* tokens_ = nullptr;
+  int32_t* targets_ = nullptr;
+  int32_t* last_index_ = nullptr;
+  float* last_hidden_ = nullptr;
+  float* last_logits_ = nullptr;
+  // Backward scratch, shared by all layers.
+  float *dres_ = nullptr, *dln_ = nullptr, *dqkv_ = nullptr, *dq_ = nullptr, *dk_ = nullptr,
+        *dv_ = nullptr, *dq2_ = nullptr, *dk2_ = nullptr, *datt_ = nullptr, *datty_ = nullptr,
+        *dmerged_ = nullptr, *dact_ = nullptr, *dpre_ = nullptr;
+  float *dxe_raw_ = nullptr, *dye_ = nullptr, *dxe_ = nullptr, *dgate_ = nullptr,
+        *dprobs_ = nullptr, *drouter_ = nullptr;
+
+  bool have_grad_state_ = false;
+  float ce_loss_ = 0.0f;
+  float aux_loss_ = 0.0f;
+  std::vector<float> host_losses_;
+};
+
+}  // namespace model
