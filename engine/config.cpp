@@ -1,0 +1,436 @@
+#include "engine/config.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "engine/core/check.h"
+
+namespace engine {
+
+namespace {
+
+template <typename T>
+const char* type_name();
+template <>
+const char* type_name<int64_t>() {
+  return "int";
+}
+template <>
+const char* type_name<double>() {
+  return "float";
+}
+template <>
+const char* type_name<bool>() {
+  return "bool";
+}
+template <>
+const char* type_name<std::string>() {
+  return "string";
+}
+
+std::string format_double(double v) {
+  char buf[64];
+  auto res = std::to_chars(buf, buf + sizeof(buf), v);  // shortest text that reads back exactly
+  std::string s(buf, res.ptr);
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return s;
+}
+
+std::string value_string(const FieldValue& v) {
+  if (auto p = std::get_if<int64_t*>(&v)) return std::to_string(**p);
+  if (auto p = std::get_if<double*>(&v)) return format_double(**p);
+  if (auto p = std::get_if<bool*>(&v)) return **p ? "true" : "false";
+  return *std::get<std::string*>(v);
+}
+
+std::vector<FieldInfo> make_fields() {
+  std::vector<FieldInfo> fields;
+#define ENGINE_CONFIG_ENTRY(section, type, member, key, def, required, doc)          \
+  fields.push_back(FieldInfo{#section "." key, type_name<type>(), "", required, doc, \
+                             [](Config& c) -> FieldValue { return &c.section.member; }});
+  ENGINE_MODEL_FIELDS(ENGINE_CONFIG_ENTRY)
+  ENGINE_DATA_FIELDS(ENGINE_CONFIG_ENTRY)
+  ENGINE_TRAIN_FIELDS(ENGINE_CONFIG_ENTRY)
+  ENGINE_ZERO_FIELDS(ENGINE_CONFIG_ENTRY)
+  ENGINE_CHECKPOINT_FIELDS(ENGINE_CONFIG_ENTRY)
+  ENGINE_LOG_FIELDS(ENGINE_CONFIG_ENTRY)
+#undef ENGINE_CONFIG_ENTRY
+  Config defaults;
+  for (auto& f : fields)
+    f.default_value = value_string(f.get(defaults));
+  return fields;
+}
+
+const FieldInfo* find_field(const std::string& key) {
+  for (const auto& f : config_fields())
+    if (f.key == key) return &f;
+  return nullptr;
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j)
+    row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// " (did you mean 'x'?)" for the closest known key, when it is close enough to be a typo.
+std::string did_you_mean(const std::string& key) {
+  std::string best;
+  size_t best_d = std::string::npos;
+  auto consider = [&](const std::string& candidate) {
+    size_t d = edit_distance(key, candidate);
+    if (d < best_d) best_d = d, best = candidate;
+  };
+  for (const auto& f : config_fields())
+    consider(f.key);
+  consider("optim");
+  // A key whose last part is right but sits in the wrong section also counts.
+  auto leaf = key.substr(key.rfind('.') + 1);
+  for (const auto& f : config_fields())
+    if (f.key.substr(f.key.rfind('.') + 1) == leaf && best_d > 1) best_d = 1, best = f.key;
+  if (best_d <= std::max<size_t>(2, key.size() / 4)) return " (did you mean '" + best + "'?)";
+  return "";
+}
+
+std::string where(const std::string& source, const YAML::Mark& mark) {
+  if (mark.is_null()) return source;
+  return source + ":" + std::to_string(mark.line + 1);
+}
+
+[[noreturn]] void config_error(const std::string& at, const std::string& message) {
+  throw core::Error("config error: " + at + ": " + message);
+}
+
+// Parses a scalar's text with the field's type; returns an explanation when it does not fit.
+std::string assign(const FieldValue& target, const std::string& text) {
+  if (auto p = std::get_if<int64_t*>(&target)) {
+    int64_t v = 0;
+    auto res = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (res.ec != std::errc() || res.ptr != text.data() + text.size() || text.empty())
+      return "expected an integer, got '" + text + "'";
+    **p = v;
+  } else if (auto p = std::get_if<double*>(&target)) {
+    char* end = nullptr;
+    errno = 0;
+    double v = std::strtod(text.c_str(), &end);
+    if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE || !std::isfinite(v))
+      return "expected a finite number, got '" + text + "'";
+    **p = v;
+  } else if (auto p = std::get_if<bool*>(&target)) {
+    if (text == "true" || text == "True" || text == "TRUE") {
+      **p = true;
+    } else if (text == "false" || text == "False" || text == "FALSE") {
+      **p = false;
+    } else {
+      return "expected true or false, got '" + text + "'";
+    }
+  } else {
+    *std::get<std::string*>(target) = text;
+  }
+  return "";
+}
+
+std::vector<std::string> split_key(const std::string& key) {
+  std::vector<std::string> parts;
+  std::stringstream ss(key);
+  std::string part;
+  while (std::getline(ss, part, '.'))
+    parts.push_back(part);
+  return parts;
+}
+
+void parse_optim_groups(Config& config, const YAML::Node& node, const std::string& source);
+
+// Walks a YAML map, assigning every scalar leaf to its field; `seen` collects the keys set.
+void parse_map(Config& config, const YAML::Node& node, const std::string& prefix,
+               const std::string& source, std::vector<std::string>& seen) {
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    const YAML::Node& key_node = it->first;
+    const YAML::Node& value = it->second;
+    if (!key_node.IsScalar())
+      config_error(where(source, key_node.Mark()), "keys must be plain names");
+    std::string key = prefix.empty() ? key_node.Scalar() : prefix + "." + key_node.Scalar();
+    if (key == "optim") {
+      parse_optim_groups(config, value, source);
+      seen.push_back(key);
+      continue;
+    }
+    if (std::find(seen.begin(), seen.end(), key) != seen.end())
+      config_error(where(source, key_node.Mark()), "key '" + key + "' is given twice");
+    const FieldInfo* field = find_field(key);
+    if (field == nullptr) {
+      // A section (or a nested group such as model.moe) is a map of known keys.
+      bool is_prefix = false;
+      for (const auto& f : config_fields())
+        if (f.key.rfind(key + ".", 0) == 0) is_prefix = true;
+      if (is_prefix) {
+        if (value.IsNull()) continue;  // an empty section keeps its defaults
+        if (!value.IsMap())
+          config_error(where(source, value.Mark()),
+                       "'" + key + "' is a section: expected a map of keys");
+        parse_map(config, value, key, source, seen);
+        continue;
+      }
+      config_error(where(source, key_node.Mark()), "unknown key '" + key + "'" + did_you_mean(key));
+    }
+    if (value.IsNull()) config_error(where(source, value.Mark()), "key '" + key + "' has no value");
+    if (!value.IsScalar())
+      config_error(where(source, value.Mark()), "key '" + key + "' has the wrong type: expected " +
+                                                    field->type + ", got a " +
+                                                    (value.IsMap() ? "map" : "list"));
+    std::string why = assign(field->get(config), value.Scalar());
+    if (!why.empty())
+      config_error(where(source, value.Mark()), "key '" + key + "' has the wrong type: " + why);
+    seen.push_back(key);
+  }
+}
+
+YAML::Node load_yaml_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) config_error(path, "cannot open the file");
+  try {
+    return YAML::Load(in);
+  } catch (const YAML::ParserException& e) {
+    config_error(where(path, e.mark), "YAML syntax error: " + e.msg);
+  }
+}
+
+// `optim` is either the list of groups or the path of a YAML file (relative to the config's
+// folder) whose `optim` key is that list, e.g. a preset under configs/presets/.
+void parse_optim_groups(Config& config, const YAML::Node& node, const std::string& source) {
+  if (node.IsScalar()) {
+    std::filesystem::path preset = node.Scalar();
+    if (preset.is_relative()) preset = std::filesystem::path(source).parent_path() / preset;
+    YAML::Node root = load_yaml_file(preset.string());
+    if (!root.IsMap() || !root["optim"])
+      config_error(where(source, node.Mark()),
+                   "optim preset '" + preset.string() + "' has no top-level 'optim' list");
+    parse_optim_groups(config, root["optim"], preset.string());
+    return;
+  }
+  if (!node.IsSequence() || node.size() == 0)
+    config_error(where(source, node.Mark()),
+                 "'optim' must be a non-empty list of parameter groups "
+                 "({params: [globs], optimizer: name, ...}) or the path of a preset file");
+  config.optim.clear();
+  for (size_t i = 0; i < node.size(); ++i) {
+    const YAML::Node& g = node[i];
+    std::string at = where(source, g.Mark());
+    std::string name = "optim[" + std::to_string(i) + "]";
+    if (!g.IsMap()) config_error(at, name + " must be a map with 'params' and 'optimizer'");
+    OptimGroup group;
+    group.node = g;
+    group.file = source;
+    group.line = g.Mark().line + 1;
+    const YAML::Node params = g["params"];
+    if (!params) config_error(at, "missing required key '" + name + ".params'");
+    if (params.IsScalar()) {
+      group.params.push_back(params.Scalar());
+    } else if (params.IsSequence() && params.size() > 0) {
+      for (const auto& p : params) {
+        if (!p.IsScalar())
+          config_error(where(source, p.Mark()), name + ".params must be a list of name globs");
+        group.params.push_back(p.Scalar());
+      }
+    } else {
+      config_error(where(source, params.Mark()),
+                   name + ".params must be a glob or a non-empty list of globs");
+    }
+    const YAML::Node opt = g["optimizer"];
+    if (!opt) config_error(at, "missing required key '" + name + ".optimizer'");
+    if (!opt.IsScalar() || opt.Scalar().empty())
+      config_error(where(source, opt.Mark()), name + ".optimizer must be an optimizer name");
+    group.optimizer = opt.Scalar();
+    config.optim.push_back(std::move(group));
+  }
+}
+
+Config parse_root(const YAML::Node& root, const std::string& source,
+                  const std::vector<std::string>& overrides) {
+  Config config;
+  config.source = source;
+  std::vector<std::string> seen;
+  if (!root.IsNull()) {
+    if (!root.IsMap()) config_error(source, "the top level must be a map of sections");
+    parse_map(config, root, "", source, seen);
+  }
+  for (const auto& o : overrides) {
+    apply_override(config, o);
+    seen.push_back(o.substr(0, o.find('=')));
+  }
+  for (const auto& f : config_fields())
+    if (f.required && std::find(seen.begin(), seen.end(), f.key) == seen.end())
+      config_error(source, "missing required key '" + f.key + "' (" + f.doc + ")");
+  if (config.optim.empty())
+    config_error(source, "missing required key 'optim' (the list of parameter groups)");
+  validate_config(config);
+  return config;
+}
+
+}  // namespace
+
+const std::vector<FieldInfo>& config_fields() {
+  static const std::vector<FieldInfo> fields = make_fields();
+  return fields;
+}
+
+std::string field_value_string(const Config& config, const FieldInfo& field) {
+  return value_string(field.get(const_cast<Config&>(config)));
+}
+
+void apply_override(Config& config, const std::string& assignment) {
+  std::string at = "--set " + assignment;
+  auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0)
+    config_error(at, "an override has the form key=value, e.g. train.steps=100");
+  std::string key = assignment.substr(0, eq);
+  std::string text = assignment.substr(eq + 1);
+  if (key == "optim") {
+    parse_optim_groups(config, YAML::Load(text), "--set optim");
+    return;
+  }
+  const FieldInfo* field = find_field(key);
+  if (field == nullptr) config_error(at, "unknown key '" + key + "'" + did_you_mean(key));
+  std::string why = assign(field->get(config), text);
+  if (!why.empty()) config_error(at, "key '" + key + "' has the wrong type: " + why);
+}
+
+void validate_config(const Config& c) {
+  auto fail = [&](const std::string& key, const std::string& message) {
+    config_error(c.source.empty() ? "config" : c.source, "key '" + key + "': " + message);
+  };
+  if (c.model.arch != "gpt2" && c.model.arch != "modern")
+    fail("model.arch", "must be gpt2 or modern, got '" + c.model.arch + "'");
+  if (c.model.n_layer < 1) fail("model.n_layer", "must be >= 1");
+  if (c.model.n_head < 1) fail("model.n_head", "must be >= 1");
+  if (c.model.d_model < 1 || c.model.d_model % c.model.n_head != 0)
+    fail("model.d_model",
+         "must be a positive multiple of model.n_head = " + std::to_string(c.model.n_head));
+  if (c.model.arch == "modern" && (c.model.d_model / c.model.n_head) % 2 != 0)
+    fail("model.d_model", "rotary positions need an even head size d_model / n_head");
+  if (c.model.seq_len < 1) fail("model.seq_len", "must be >= 1");
+  if (c.model.vocab_size < 2 || c.model.vocab_size > 65536)
+    fail("model.vocab_size", "must be in [2, 65536] (token shards store uint16 ids)");
+  if (c.model.softcap < 0) fail("model.softcap", "must be >= 0");
+  if (c.model.moe_experts < 0) fail("model.moe.experts", "must be >= 0");
+  if (c.model.moe_experts > 0 && (c.model.moe_top_k < 1 || c.model.moe_top_k > c.model.moe_experts))
+    fail("model.moe.top_k", "must be in [1, model.moe.experts]");
+  if (c.train.steps < 1) fail("train.steps", "must be >= 1");
+  if (c.train.micro_batch < 1) fail("train.micro_batch", "must be >= 1");
+  if (c.train.batch_tokens < 1 || c.train.batch_tokens % c.model.seq_len != 0)
+    fail("train.batch_tokens",
+         "must be a positive multiple of model.seq_len = " + std::to_string(c.model.seq_len));
+  if (c.train.grad_clip < 0) fail("train.grad_clip", "must be >= 0");
+  const auto& s = c.train.lr_schedule;
+  if (s != "constant" && s != "linear" && s != "cosine")
+    fail("train.lr_schedule", "must be constant, linear or cosine, got '" + s + "'");
+  if (c.train.lr_warmup_steps < 0) fail("train.lr_warmup_steps", "must be >= 0");
+  if (c.train.lr_cooldown_frac < 0 || c.train.lr_cooldown_frac > 1)
+    fail("train.lr_cooldown_frac", "must be in [0, 1]");
+  if (c.train.lr_floor < 0 || c.train.lr_floor > 1) fail("train.lr_floor", "must be in [0, 1]");
+  if (c.train.eval_every < 0) fail("train.eval_every", "must be >= 0");
+  if (c.train.val_tokens < c.model.seq_len)
+    fail("train.val_tokens", "must be at least model.seq_len = " + std::to_string(c.model.seq_len));
+  if (c.train.warmup_steps < 0) fail("train.warmup_steps", "must be >= 0");
+  if (c.zero.stage < 1 || c.zero.stage > 3) fail("zero.stage", "must be 1, 2 or 3");
+  if (c.checkpoint.every < 0) fail("checkpoint.every", "must be >= 0");
+  if (c.checkpoint.keep < 1) fail("checkpoint.keep", "must be >= 1");
+  if (c.log.every < 1) fail("log.every", "must be >= 1");
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  return parse_root(load_yaml_file(path), path, overrides);
+}
+
+Config parse_config(const std::string& yaml_text, const std::string& source,
+                    const std::vector<std::string>& overrides) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::ParserException& e) {
+    config_error(where(source, e.mark), "YAML syntax error: " + e.msg);
+  }
+  return parse_root(root, source, overrides);
+}
+
+namespace {
+
+// Emits the (key parts, value) pairs whose first `depth` parts equal those of items[first] as a
+// nested map; pairs sharing a prefix are adjacent because the field table declares them so.
+size_t emit_fields(YAML::Emitter& out,
+                   const std::vector<std::pair<std::vector<std::string>, std::string>>& items,
+                   size_t first, size_t depth) {
+  out << YAML::BeginMap;
+  size_t i = first;
+  auto same_prefix = [&](size_t j) {
+    for (size_t d = 0; d < depth; ++d)
+      if (items[j].first[d] != items[first].first[d]) return false;
+    return true;
+  };
+  while (i < items.size() && same_prefix(i)) {
+    const auto& parts = items[i].first;
+    out << YAML::Key << parts[depth];
+    if (parts.size() == depth + 1) {
+      out << YAML::Value << items[i].second;
+      ++i;
+    } else {
+      out << YAML::Value;
+      i = emit_fields(out, items, i, depth + 1);
+    }
+  }
+  out << YAML::EndMap;
+  return i;
+}
+
+}  // namespace
+
+std::string config_to_yaml(const Config& config) {
+  std::vector<std::pair<std::vector<std::string>, std::string>> items;
+  for (const auto& f : config_fields())
+    items.emplace_back(split_key(f.key), field_value_string(config, f));
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  for (size_t i = 0; i < items.size();) {
+    out << YAML::Key << items[i].first[0] << YAML::Value;
+    i = emit_fields(out, items, i, 1);
+  }
+  YAML::Node optim(YAML::NodeType::Sequence);
+  for (const auto& g : config.optim)
+    optim.push_back(YAML::Clone(g.node));
+  out << YAML::Key << "optim" << YAML::Value << optim;
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+std::string config_reference_markdown() {
+  std::string s = "| key | type | default | description |\n| --- | --- | --- | --- |\n";
+  for (const auto& f : config_fields()) {
+    std::string def = f.required ? "(required)" : "`" + f.default_value + "`";
+    if (!f.required && f.default_value.empty()) def = "`''`";
+    std::string doc = f.doc;
+    for (size_t p = doc.find('|'); p != std::string::npos; p = doc.find('|', p + 2))
+      doc.replace(p, 1, "\\|");
+    s += "| `" + f.key + "` | " + f.type + " | " + def + " | " + doc + " |\n";
+  }
+  s += "| `optim` | list | (required) | parameter groups `{params: [globs], optimizer: name, "
+       "<hyperparameters>}`, first match wins; or the path of a preset file |\n";
+  return s;
+}
+
+}  // namespace engine

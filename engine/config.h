@@ -1,0 +1,163 @@
+// The engine's configuration: typed sections read from YAML, then `--set a.b=c` overrides.
+//
+// Every scalar field is declared exactly once, in the ENGINE_CONFIG_FIELDS table below, with its
+// section, C++ type, member, YAML key, default, whether it is required and a one-line doc. That
+// one declaration makes the struct member, the YAML parser entry, the override parser, the
+// printed effective config and the README's config reference. The `optim` section is the
+// ordered list of parameter groups; its shape is checked here and each group's hyperparameters
+// are left to the optimizer registry.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
+
+namespace engine {
+
+inline constexpr bool kRequired = true;
+inline constexpr bool kOptional = false;
+
+// Each section's fields: F(section, type, member, "key.in.section", default, required, "doc").
+#define ENGINE_MODEL_FIELDS(F)                                                                 \
+  F(model, std::string, arch, "arch", "modern", kOptional,                                     \
+    "gpt2 (learned positions, LayerNorm, GELU, tied head) | modern (rotary, RMSNorm, ReLU^2)") \
+  F(model, int64_t, n_layer, "n_layer", 4, kOptional, "transformer blocks")                    \
+  F(model, int64_t, n_head, "n_head", 4, kOptional, "attention heads (d_model % n_head == 0)") \
+  F(model, int64_t, d_model, "d_model", 256, kOptional, "residual stream width D")             \
+  F(model, int64_t, seq_len, "seq_len", 256, kOptional, "tokens per sequence T")               \
+  F(model, int64_t, vocab_size, "vocab_size", 50257, kOptional,                                \
+    "vocabulary V (padded to a multiple of 64 inside the model)")                              \
+  F(model, double, softcap, "softcap", 0.0, kOptional, "logit soft-cap (0 = off)")             \
+  F(model, int64_t, moe_experts, "moe.experts", 0, kOptional,                                  \
+    "mixture-of-experts MLP with this many experts (0 = dense MLP)")                           \
+  F(model, int64_t, moe_top_k, "moe.top_k", 2, kOptional, "experts per token")                 \
+  F(model, double, moe_aux_weight, "moe.aux_weight", 0.01, kOptional,                          \
+    "weight of the load-balancing loss")
+
+#define ENGINE_DATA_FIELDS(F)                                                                 \
+  F(data, std::string, train, "train", "", kRequired, "glob of training token shards (.bin)") \
+  F(data, std::string, val, "val", "", kRequired, "glob of validation token shards (.bin)")   \
+  F(data, bool, shuffle, "shuffle", false, kOptional,                                         \
+    "shuffle sequence start positions each epoch (seeded by train.seed)")
+
+#define ENGINE_TRAIN_FIELDS(F)                                                                     \
+  F(train, int64_t, seed, "seed", 1337, kOptional, "seed of initialisation and data order")        \
+  F(train, int64_t, steps, "steps", 1000, kOptional, "optimizer steps")                            \
+  F(train, int64_t, batch_tokens, "batch_tokens", 65536, kOptional,                                \
+    "global batch in tokens per step, independent of the world size")                              \
+  F(train, int64_t, micro_batch, "micro_batch", 8, kOptional,                                      \
+    "sequences per rank per micro-step (gradient accumulation makes up the rest)")                 \
+  F(train, double, grad_clip, "grad_clip", 1.0, kOptional,                                         \
+    "clip the global gradient norm to this (0 = off)")                                             \
+  F(train, std::string, lr_schedule, "lr_schedule", "linear", kOptional,                           \
+    "decay shape after warmup: constant | linear | cosine (warmup-stable-decay)")                  \
+  F(train, int64_t, lr_warmup_steps, "lr_warmup_steps", 0, kOptional,                              \
+    "steps of linear warmup of the lr multiplier")                                                 \
+  F(train, double, lr_cooldown_frac, "lr_cooldown_frac", 0.4, kOptional,                           \
+    "fraction of train.steps spent decaying at the end")                                           \
+  F(train, double, lr_floor, "lr_floor", 0.0, kOptional, "lr multiplier reached at the last step") \
+  F(train, int64_t, eval_every, "eval_every", 100, kOptional,                                      \
+    "validate every N steps and at the end (0 = only at the end)")                                 \
+  F(train, int64_t, val_tokens, "val_tokens", 65536, kOptional,                                    \
+    "validation tokens per evaluation (the first tokens of the val shards)")                       \
+  F(train, double, target_val_loss, "target_val_loss", 0.0, kOptional,                             \
+    "stop when val_loss <= this and report the time to reach it (0 = off)")                        \
+  F(train, int64_t, warmup_steps, "warmup_steps", 0, kOptional,                                    \
+    "untimed warm-up forward/backward passes before step 1 (no update)")
+
+#define ENGINE_ZERO_FIELDS(F)                    \
+  F(zero, int64_t, stage, "stage", 1, kOptional, \
+    "1 = optimizer state sharded, 2 = + gradients, 3 = + parameters")
+
+#define ENGINE_CHECKPOINT_FIELDS(F)                                                    \
+  F(checkpoint, std::string, dir, "dir", "checkpoints", kOptional,                     \
+    "directory holding the step_%08d checkpoint folders")                              \
+  F(checkpoint, int64_t, every, "every", 0, kOptional, "save every N steps (0 = off)") \
+  F(checkpoint, bool, at_end, "at_end", true, kOptional, "save after the last step")   \
+  F(checkpoint, int64_t, keep, "keep", 3, kOptional, "keep the newest K checkpoints")  \
+  F(checkpoint, std::string, resume, "resume", "", kOptional,                          \
+    "empty = fresh start, auto = newest complete checkpoint in dir, or a checkpoint path")
+
+#define ENGINE_LOG_FIELDS(F)                                                           \
+  F(log, std::string, dir, "dir", "runs/default", kOptional,                           \
+    "run directory for metrics.jsonl and config.yaml")                                 \
+  F(log, int64_t, every, "every", 1, kOptional, "print a training line every N steps") \
+  F(log, bool, metrics, "metrics", true, kOptional, "write metrics.jsonl (rank 0)")
+
+#define ENGINE_CONFIG_MEMBER(section, type, member, key, def, required, doc) type member = def;
+
+struct ModelSection {
+  ENGINE_MODEL_FIELDS(ENGINE_CONFIG_MEMBER)
+};
+struct DataSection {
+  ENGINE_DATA_FIELDS(ENGINE_CONFIG_MEMBER)
+};
+struct TrainSection {
+  ENGINE_TRAIN_FIELDS(ENGINE_CONFIG_MEMBER)
+};
+struct ZeroSection {
+  ENGINE_ZERO_FIELDS(ENGINE_CONFIG_MEMBER)
+};
+struct CheckpointSection {
+  ENGINE_CHECKPOINT_FIELDS(ENGINE_CONFIG_MEMBER)
+};
+struct LogSection {
+  ENGINE_LOG_FIELDS(ENGINE_CONFIG_MEMBER)
+};
+
+// One parameter group: the globs it claims, the optimizer's name and the whole YAML map (the
+// registry reads the hyperparameters from it and reports errors at `line`).
+struct OptimGroup {
+  std::vector<std::string> params;
+  std::string optimizer;
+  YAML::Node node;
+  std::string file;
+  int line = 0;
+};
+
+struct Config {
+  ModelSection model;
+  DataSection data;
+  TrainSection train;
+  std::vector<OptimGroup> optim;
+  ZeroSection zero;
+  CheckpointSection checkpoint;
+  LogSection log;
+  std::string source;  // the YAML file it came from ("" when built in code)
+};
+
+using FieldValue = std::variant<int64_t*, double*, bool*, std::string*>;
+
+// The table made from the declarations above, in declaration order.
+struct FieldInfo {
+  std::string key;   // "model.moe.experts"
+  const char* type;  // "int", "float", "bool", "string"
+  std::string default_value;
+  bool required;
+  const char* doc;
+  FieldValue (*get)(Config&);
+};
+const std::vector<FieldInfo>& config_fields();
+
+// Reads `path`, applies `overrides` ("a.b=c", parsed with the key's type), checks required keys
+// and cross-field rules. Errors name the key and the file and line (or the --set argument).
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// The same from YAML text; `source` names it in messages.
+Config parse_config(const std::string& yaml_text, const std::string& source,
+                    const std::vector<std::string>& overrides = {});
+// Applies one "a.b=c" override to a config.
+void apply_override(Config& config, const std::string& assignment);
+// Cross-field checks (also run by load/parse): choices, positivity, head divisibility...
+void validate_config(const Config& config);
+
+// The effective config as YAML (every field, then the optim groups); parses back to itself.
+std::string config_to_yaml(const Config& config);
+// Markdown table: key | type | default | description.
+std::string config_reference_markdown();
+// A field's current value as text (for banners and messages).
+std::string field_value_string(const Config& config, const FieldInfo& field);
+
+}  // namespace engine

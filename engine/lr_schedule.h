@@ -1,0 +1,33 @@
+// Learning-rate multiplier per step: linear warmup, a stable phase at 1, then a decay to a
+// floor over the last `cooldown_frac` of the run (warmup-stable-decay). Each optimizer group
+// multiplies its own base lr by this.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace engine {
+
+enum class DecayShape { Constant, Linear, Cosine };
+
+DecayShape parse_decay_shape(const std::string& name);  // "constant" | "linear" | "cosine"
+
+class LrSchedule {
+ public:
+  LrSchedule(int64_t total_steps, int64_t warmup_steps, double cooldown_frac, double floor,
+             DecayShape shape);
+  // Multiplier for optimizer step `step` (0-based: the update that ends step step+1).
+  // Warmup: (step+1)/warmup. Decay over steps [decay_start, total): progress p in (0, 1] reaches
+  // 1 at the last step; linear 1 - p (1 - floor), cosine floor + (1 - floor)(1 + cos(pi p))/2.
+  double multiplier(int64_t step) const;
+  int64_t decay_start() const { return decay_start_; }
+
+ private:
+  int64_t total_;
+  int64_t warmup_;
+  int64_t decay_start_;
+  double floor_;
+  DecayShape shape_;
+};
+
+}  // namespace engine

@@ -1,0 +1,53 @@
+// Per-step metrics: one JSON object per line for scripts and plots, and the console lines in
+// modded-nanogpt's field order so its log parsers work unchanged.
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace engine {
+
+struct StepRecord {
+  int64_t step = 0;  // 1-based count of optimizer steps done
+  std::optional<double> train_loss;
+  std::optional<double> val_loss;
+  double lr = 0;             // schedule multiplier times the first group's base lr
+  double grad_norm = 0;      // global, before clipping
+  int64_t tokens = 0;        // training tokens consumed so far (all ranks)
+  double train_time_ms = 0;  // excludes validation and warm-up
+  double step_ms = 0;
+  double tokens_per_s = 0;
+  double gflops = 0;  // achieved model FLOP rate of this step, all ranks together
+  std::vector<std::pair<std::string, int64_t>> comm_bytes;  // per collective kind, this step
+};
+
+// {"step":3,"train_loss":...,...}; absent optionals are left out, non-finite numbers are null.
+std::string to_json(const StepRecord& record);
+// Reads back the "step" field of a line written by to_json (-1 when absent).
+int64_t json_line_step(const std::string& line);
+
+// `step:120/2000 val_loss:4.9031 train_time:81234ms step_avg:676.95ms`
+std::string format_val_line(int64_t step, int64_t total, double val_loss, double train_time_ms);
+// `step:121/2000 train_loss:4.8120 train_time:81911ms step_avg:676.95ms lr:6.0e-04 tok/s:12104`
+std::string format_train_line(int64_t step, int64_t total, double train_loss, double train_time_ms,
+                              double lr, double tokens_per_s);
+
+// Appends records to a JSON Lines file, flushing each line so a killed run keeps what it wrote.
+class MetricsWriter {
+ public:
+  // Opens `path`; lines of an existing file with step > keep_through_step are dropped (a run
+  // resumed from step s repeats the steps after s). keep_through_step < 0 starts a new file.
+  MetricsWriter(const std::string& path, int64_t keep_through_step);
+  void write(const StepRecord& record);
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+};
+
+}  // namespace engine

@@ -1,0 +1,211 @@
+#include "engine/config.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "engine/core/check.h"
+
+namespace {
+
+const char* kMinimal = R"(
+model:
+  n_layer: 2
+  d_model: 64
+  seq_len: 32
+data:
+  train: /tmp/x_train_*.bin
+  val: /tmp/x_val_*.bin
+train:
+  batch_tokens: 256
+  val_tokens: 64
+optim:
+  - params: ["*"]
+    optimizer: adamw
+    lr: 0.001
+)";
+
+// The message of the core::Error `fn` throws ("" when it does not throw).
+template <typename Fn>
+std::string error_of(Fn fn) {
+  try {
+    fn();
+  } catch (const core::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string with(const std::string& extra) {
+  return std::string(kMinimal) + extra;
+}
+
+TEST(Config, MinimalParsesWithDefaults) {
+  engine::Config c = engine::parse_config(kMinimal, "mini.yaml");
+  EXPECT_EQ(c.model.n_layer, 2);
+  EXPECT_EQ(c.model.d_model, 64);
+  EXPECT_EQ(c.model.n_head, 4);  // default
+  EXPECT_EQ(c.model.arch, "modern");
+  EXPECT_EQ(c.data.train, "/tmp/x_train_*.bin");
+  EXPECT_EQ(c.zero.stage, 1);
+  ASSERT_EQ(c.optim.size(), 1u);
+  EXPECT_EQ(c.optim[0].optimizer, "adamw");
+  EXPECT_EQ(c.optim[0].params, std::vector<std::string>{"*"});
+  EXPECT_EQ(c.optim[0].line, 13);
+  EXPECT_DOUBLE_EQ(c.optim[0].node["lr"].as<double>(), 0.001);
+}
+
+TEST(Config, UnknownKeyNamesKeyFileLineAndSuggestion) {
+  std::string msg = error_of([] { engine::parse_config(with("zero:\n  stag: 2\n"), "bad.yaml"); });
+  EXPECT_NE(msg.find("bad.yaml:17"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("unknown key 'zero.stag'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("did you mean 'zero.stage'"), std::string::npos) << msg;
+}
+
+TEST(Config, UnknownSectionAndKeyInWrongSection) {
+  std::string msg = error_of([] { engine::parse_config(with("modle: {}\n"), "bad.yaml"); });
+  EXPECT_NE(msg.find("unknown key 'modle'"), std::string::npos) << msg;
+  msg = error_of([] { engine::parse_config(with("zero:\n  seed: 3\n"), "bad.yaml"); });
+  EXPECT_NE(msg.find("did you mean 'train.seed'"), std::string::npos) << msg;
+}
+
+TEST(Config, WrongTypeNamesKeyAndLine) {
+  std::string msg =
+      error_of([] { engine::parse_config("model:\n  n_layer: two\n", "types.yaml"); });
+  EXPECT_NE(msg.find("types.yaml:2"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'model.n_layer' has the wrong type: expected an integer, got 'two'"),
+            std::string::npos)
+      << msg;
+  msg = error_of([] { engine::parse_config("model:\n  n_layer: 2.5\n", "t.yaml"); });
+  EXPECT_NE(msg.find("expected an integer"), std::string::npos) << msg;
+  msg = error_of([] { engine::parse_config("data:\n  shuffle: maybe\n", "t.yaml"); });
+  EXPECT_NE(msg.find("expected true or false"), std::string::npos) << msg;
+  msg = error_of([] { engine::parse_config("model:\n  n_layer: [1, 2]\n", "t.yaml"); });
+  EXPECT_NE(msg.find("expected int, got a list"), std::string::npos) << msg;
+  msg = error_of([] { engine::parse_config("model: 3\n", "t.yaml"); });
+  EXPECT_NE(msg.find("'model' is a section"), std::string::npos) << msg;
+}
+
+TEST(Config, MissingRequiredKeys) {
+  std::string msg = error_of(
+      [] { engine::parse_config("optim:\n  - {params: '*', optimizer: adamw}\n", "req.yaml"); });
+  EXPECT_NE(msg.find("req.yaml"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("missing required key 'data.train'"), std::string::npos) << msg;
+  msg = error_of([] { engine::parse_config("data: {train: a, val: b}\n", "req.yaml"); });
+  EXPECT_NE(msg.find("missing required key 'optim'"), std::string::npos) << msg;
+}
+
+TEST(Config, OptimGroupShape) {
+  auto base = std::string("data: {train: a, val: b}\n");
+  std::string msg =
+      error_of([&] { engine::parse_config(base + "optim:\n  - optimizer: adamw\n", "o.yaml"); });
+  EXPECT_NE(msg.find("o.yaml:3"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("missing required key 'optim[0].params'"), std::string::npos) << msg;
+  msg = error_of([&] { engine::parse_config(base + "optim:\n  - params: ['*']\n", "o.yaml"); });
+  EXPECT_NE(msg.find("missing required key 'optim[0].optimizer'"), std::string::npos) << msg;
+  msg = error_of([&] { engine::parse_config(base + "optim: {a: 1}\n", "o.yaml"); });
+  EXPECT_NE(msg.find("'optim' must be a non-empty list"), std::string::npos) << msg;
+  msg = error_of([&] {
+    engine::parse_config(base + "optim:\n  - params: [[1]]\n    optimizer: adamw\n", "o.yaml");
+  });
+  EXPECT_NE(msg.find("optim[0].params must be a list of name globs"), std::string::npos) << msg;
+}
+
+TEST(Config, OptimPresetFileRelativeToConfig) {
+  auto dir = std::filesystem::temp_directory_path() / "engine_config_test_preset";
+  std::filesystem::create_directories(dir / "presets");
+  std::ofstream(dir / "presets" / "p.yaml")
+      << "optim:\n  - params: ['*.weight']\n    optimizer: muon\n  - params: ['*']\n"
+         "    optimizer: adamw\n";
+  std::ofstream(dir / "c.yaml") << "data: {train: a, val: b}\noptim: presets/p.yaml\n";
+  engine::Config c = engine::load_config((dir / "c.yaml").string());
+  ASSERT_EQ(c.optim.size(), 2u);
+  EXPECT_EQ(c.optim[0].optimizer, "muon");
+  EXPECT_EQ(c.optim[1].line, 4);
+  EXPECT_NE(c.optim[1].file.find("p.yaml"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Config, FileErrorsNameTheFile) {
+  std::string msg = error_of([] { engine::load_config("/nonexistent/x.yaml"); });
+  EXPECT_NE(msg.find("/nonexistent/x.yaml: cannot open"), std::string::npos) << msg;
+  msg = error_of([] { engine::parse_config("model: [unclosed\n", "syn.yaml"); });
+  EXPECT_NE(msg.find("syn.yaml"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("YAML syntax error"), std::string::npos) << msg;
+}
+
+TEST(Config, OverridesUseTheKeysType) {
+  engine::Config c =
+      engine::parse_config(kMinimal, "o.yaml",
+                           {"train.steps=17", "train.grad_clip=0.5", "data.shuffle=true",
+                            "model.arch=gpt2", "model.moe.experts=4"});
+  EXPECT_EQ(c.train.steps, 17);
+  EXPECT_DOUBLE_EQ(c.train.grad_clip, 0.5);
+  EXPECT_TRUE(c.data.shuffle);
+  EXPECT_EQ(c.model.arch, "gpt2");
+  EXPECT_EQ(c.model.moe_experts, 4);
+  std::string msg = error_of([] { engine::parse_config(kMinimal, "o.yaml", {"train.steps=x"}); });
+  EXPECT_NE(msg.find("--set train.steps=x"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("expected an integer"), std::string::npos) << msg;
+  msg = error_of([] { engine::parse_config(kMinimal, "o.yaml", {"train.step=3"}); });
+  EXPECT_NE(msg.find("did you mean 'train.steps'"), std::string::npos) << msg;
+  msg = error_of([] { engine::parse_config(kMinimal, "o.yaml", {"train.steps"}); });
+  EXPECT_NE(msg.find("key=value"), std::string::npos) << msg;
+  // A required key may come from an override alone.
+  engine::Config d = engine::parse_config("optim: [{params: '*', optimizer: adamw}]\n", "o.yaml",
+                                          {"data.train=a", "data.val=b"});
+  EXPECT_EQ(d.data.val, "b");
+}
+
+TEST(Config, CrossFieldChecksNameTheKey) {
+  std::string msg = error_of([] { engine::parse_config(kMinimal, "x.yaml", {"model.n_head=3"}); });
+  EXPECT_NE(msg.find("'model.d_model'"), std::string::npos) << msg;
+  msg = error_of([] { engine::parse_config(kMinimal, "x.yaml", {"zero.stage=4"}); });
+  EXPECT_NE(msg.find("'zero.stage': must be 1, 2 or 3"), std::string::npos) << msg;
+  msg = error_of([] { engine::parse_config(kMinimal, "x.yaml", {"train.batch_tokens=100"}); });
+  EXPECT_NE(msg.find("'train.batch_tokens'"), std::string::npos) << msg;
+  msg = error_of([] { engine::parse_config(kMinimal, "x.yaml", {"train.lr_schedule=step"}); });
+  EXPECT_NE(msg.find("'train.lr_schedule'"), std::string::npos) << msg;
+  msg = error_of([] { engine::parse_config(kMinimal, "x.yaml", {"model.arch=llama"}); });
+  EXPECT_NE(msg.find("'model.arch'"), std::string::npos) << msg;
+}
+
+TEST(Config, EffectiveYamlRoundTrips) {
+  engine::Config c = engine::parse_config(
+      kMinimal, "rt.yaml", {"train.grad_clip=0.1", "model.softcap=15", "checkpoint.resume=auto"});
+  std::string text = engine::config_to_yaml(c);
+  engine::Config back = engine::parse_config(text, "effective.yaml");
+  EXPECT_EQ(engine::config_to_yaml(back), text);
+  EXPECT_DOUBLE_EQ(back.train.grad_clip, 0.1);
+  EXPECT_EQ(back.checkpoint.resume, "auto");
+  EXPECT_NE(text.find("moe:"), std::string::npos) << text;
+  ASSERT_EQ(back.optim.size(), 1u);
+  EXPECT_DOUBLE_EQ(back.optim[0].node["lr"].as<double>(), 0.001);
+}
+
+// Locks the key list: adding or renaming a key must update this test and the README table.
+TEST(Config, KeyListIsLocked) {
+  std::string keys;
+  for (const auto& f : engine::config_fields())
+    keys += f.key + " ";
+  EXPECT_EQ(keys,
+            "model.arch model.n_layer model.n_head model.d_model model.seq_len model.vocab_size "
+            "model.softcap model.moe.experts model.moe.top_k model.moe.aux_weight data.train "
+            "data.val data.shuffle train.seed train.steps train.batch_tokens train.micro_batch "
+            "train.grad_clip train.lr_schedule train.lr_warmup_steps train.lr_cooldown_frac "
+            "train.lr_floor train.eval_every train.val_tokens train.target_val_loss "
+            "train.warmup_steps zero.stage checkpoint.dir checkpoint.every checkpoint.at_end "
+            "checkpoint.keep checkpoint.resume log.dir log.every log.metrics ");
+}
+
+TEST(Config, ReferenceTableListsEveryKey) {
+  std::string table = engine::config_reference_markdown();
+  for (const auto& f : engine::config_fields())
+    EXPECT_NE(table.find("`" + f.key + "`"), std::string::npos) << f.key;
+  EXPECT_NE(table.find("| `train.steps` | int | `1000` |"), std::string::npos) << table;
+  EXPECT_NE(table.find("| `data.train` | string | (required) |"), std::string::npos) << table;
+}
+
+}  // namespace

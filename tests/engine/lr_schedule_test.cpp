@@ -1,0 +1,50 @@
+#include "engine/lr_schedule.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "engine/core/check.h"
+
+namespace {
+
+using engine::DecayShape;
+using engine::LrSchedule;
+
+TEST(LrSchedule, WarmupStableLinearDecay) {
+  LrSchedule s(10, 2, 0.5, 0.1, DecayShape::Linear);
+  EXPECT_DOUBLE_EQ(s.multiplier(0), 0.5);
+  EXPECT_DOUBLE_EQ(s.multiplier(1), 1.0);
+  EXPECT_DOUBLE_EQ(s.multiplier(4), 1.0);
+  EXPECT_EQ(s.decay_start(), 5);
+  EXPECT_DOUBLE_EQ(s.multiplier(5), 1.0 - 0.2 * 0.9);
+  EXPECT_DOUBLE_EQ(s.multiplier(9), 0.1);  // the last step reaches the floor
+}
+
+TEST(LrSchedule, CosineIsMonotoneToTheFloor) {
+  LrSchedule s(100, 10, 1.0, 0.0, DecayShape::Cosine);
+  EXPECT_EQ(s.decay_start(), 10);  // the decay never starts inside the warmup
+  double prev = 2;
+  for (int64_t i = 10; i < 100; ++i) {
+    double m = s.multiplier(i);
+    EXPECT_LE(m, prev);
+    prev = m;
+  }
+  EXPECT_NEAR(s.multiplier(99), 0.0, 1e-15);
+  EXPECT_NEAR(s.multiplier(54), 0.5 * (1 + std::cos(M_PI * 45.0 / 90.0)), 1e-15);
+}
+
+TEST(LrSchedule, ConstantNeverDecays) {
+  LrSchedule s(50, 0, 0.9, 0.0, DecayShape::Constant);
+  for (int64_t i = 0; i < 50; ++i)
+    EXPECT_EQ(s.multiplier(i), 1.0);
+}
+
+TEST(LrSchedule, BadNamesAndArguments) {
+  EXPECT_EQ(engine::parse_decay_shape("cosine"), DecayShape::Cosine);
+  EXPECT_THROW(engine::parse_decay_shape("step"), core::Error);
+  EXPECT_THROW(LrSchedule(0, 0, 0.1, 0, DecayShape::Linear), core::Error);
+  EXPECT_THROW(LrSchedule(10, 0, 1.5, 0, DecayShape::Linear), core::Error);
+}
+
+}  // namespace

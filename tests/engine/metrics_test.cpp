@@ -1,0 +1,63 @@
+#include "engine/metrics.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+namespace {
+
+TEST(Metrics, ConsoleLinesInModdedOrder) {
+  EXPECT_EQ(engine::format_val_line(120, 2000, 4.90314, 81234.4),
+            "step:120/2000 val_loss:4.9031 train_time:81234ms step_avg:676.95ms");
+  EXPECT_EQ(engine::format_train_line(121, 2000, 4.81201, 81911.0, 6e-4, 12104.2),
+            "step:121/2000 train_loss:4.8120 train_time:81911ms step_avg:676.95ms lr:6.0e-04 "
+            "tok/s:12104");
+  // Step 0 validation divides by max(step, 1).
+  EXPECT_EQ(engine::format_val_line(0, 10, 10.0, 0.0),
+            "step:0/10 val_loss:10.0000 train_time:0ms step_avg:0.00ms");
+}
+
+TEST(Metrics, JsonObjectPerStep) {
+  engine::StepRecord r;
+  r.step = 3;
+  r.train_loss = 2.5;
+  r.lr = 0.001;
+  r.grad_norm = NAN;
+  r.tokens = 768;
+  r.comm_bytes = {{"all_reduce", 40}, {"all_gather", 8}};
+  EXPECT_EQ(engine::to_json(r),
+            "{\"step\":3,\"train_loss\":2.5,\"lr\":0.001,\"grad_norm\":null,\"tokens\":768,"
+            "\"elapsed_ms\":0,\"step_ms\":0,\"tokens_per_s\":0,\"gflops\":0,"
+            "\"comm_bytes\":{\"all_reduce\":40,\"all_gather\":8}}");
+  EXPECT_EQ(engine::json_line_step(engine::to_json(r)), 3);
+  EXPECT_EQ(engine::json_line_step("{}"), -1);
+}
+
+TEST(Metrics, WriterDropsStepsAfterTheResumePoint) {
+  auto path = (std::filesystem::temp_directory_path() / "engine_metrics_test.jsonl").string();
+  {
+    engine::MetricsWriter w(path, -1);
+    for (int64_t s = 1; s <= 5; ++s) {
+      engine::StepRecord r;
+      r.step = s;
+      w.write(r);
+    }
+  }
+  {
+    engine::MetricsWriter w(path, 3);  // resumed from the checkpoint of step 3
+    engine::StepRecord r;
+    r.step = 4;
+    w.write(r);
+  }
+  std::ifstream in(path);
+  std::vector<int64_t> steps;
+  std::string line;
+  while (std::getline(in, line))
+    steps.push_back(engine::json_line_step(line));
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4}));
+  std::filesystem::remove(path);
+}
+
+}  // namespace
