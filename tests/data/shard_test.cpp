@@ -1,0 +1,100 @@
+// Token-shard format: round trip, and every malformed file refused with its own message.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "engine/core/check.h"
+#include "engine/data/token_shard.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path temp_dir() {
+  fs::path dir = fs::temp_directory_path() /
+                 ("engine_shard_test_" +
+                  std::to_string(::testing::UnitTest::GetInstance()->current_test_info()->line()));
+  fs::create_directories(dir);
+  return dir;
+}
+
+// A raw file: header fields, then `body_tokens` uint16 values.
+void write_raw(const fs::path& path, int32_t magic, int32_t version, int32_t count,
+               const std::vector<uint16_t>& body) {
+  std::vector<int32_t> header(256, 0);
+  header[0] = magic;
+  header[1] = version;
+  header[2] = count;
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(header.data()), 1024);
+  out.write(reinterpret_cast<const char*>(body.data()),
+            static_cast<std::streamsize>(body.size() * 2));
+}
+
+// The message thrown by fn, or "" if it did not throw.
+template <typename Fn>
+std::string error_of(Fn fn) {
+  try {
+    fn();
+  } catch (const core::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(TokenShard, RoundTripAndExactSize) {
+  const fs::path p = temp_dir() / "ok.bin";
+  const std::vector<uint16_t> tokens = {0, 1, 50256, 65535, 7};
+  data::write_shard(p.string(), tokens);
+  EXPECT_EQ(fs::file_size(p), 1024u + 2 * tokens.size());
+  EXPECT_EQ(data::read_shard_header(p.string()).num_tokens, 5);
+  EXPECT_EQ(data::read_shard(p.string()), tokens);
+  // No temporary file is left behind by the atomic write.
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(p.parent_path()))
+    files += e.is_regular_file();
+  EXPECT_EQ(files, 1);
+  data::write_shard(p.string(), {});
+  EXPECT_EQ(data::read_shard(p.string()).size(), 0u);
+  fs::remove_all(p.parent_path());
+}
+
+TEST(TokenShard, EachBadFileHasItsOwnMessage) {
+  const fs::path dir = temp_dir();
+  const std::vector<uint16_t> body = {1, 2, 3};
+  const auto expect_error = [&](const std::string& name, const std::string& what) {
+    const std::string path = (dir / name).string();
+    const std::string msg = error_of([&] { data::read_shard(path, 50257); });
+    EXPECT_NE(msg.find(path), std::string::npos) << "message does not name the file: " << msg;
+    EXPECT_NE(msg.find(what), std::string::npos) << "expected '" << what << "' in: " << msg;
+  };
+  expect_error("missing.bin", "cannot stat");
+
+  { std::ofstream(dir / "short_header.bin") << "abc"; }
+  expect_error("short_header.bin", "truncated header");
+
+  write_raw(dir / "magic.bin", 20240521, 1, 3, body);
+  expect_error("magic.bin", "bad magic 20240521");
+
+  write_raw(dir / "version.bin", 20240520, 2, 3, body);
+  expect_error("version.bin", "unsupported version 2");
+
+  write_raw(dir / "negative.bin", 20240520, 1, -3, body);
+  expect_error("negative.bin", "negative token count");
+
+  write_raw(dir / "truncated.bin", 20240520, 1, 4, body);
+  expect_error("truncated.bin", "truncated: header says 4 tokens");
+
+  write_raw(dir / "long.bin", 20240520, 1, 2, body);
+  expect_error("long.bin", "too long: header says 2 tokens");
+
+  write_raw(dir / "vocab.bin", 20240520, 1, 3, {5, 50257, 9});
+  expect_error("vocab.bin", "token 1 has id 50257 >= vocabulary size 50257");
+  fs::remove_all(dir);
+}
+
+}  // namespace
