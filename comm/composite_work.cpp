@@ -1,0 +1,43 @@
+#include "comm/composite_work.h"
+
+#include <exception>
+
+namespace comm {
+
+void WorkGroup::wait() {
+  for (auto& w : works_)
+    w->wait();
+}
+
+bool WorkGroup::test() {
+  bool all = true;
+  for (auto& w : works_)
+    all = w->test() && all;  // test every member to drive progress
+  return all;
+}
+
+ThenWork::~ThenWork() {
+  if (done_) return;
+  try {
+    wait();
+  } catch (const std::exception&) {
+    // Destructors cannot report; an explicit wait() surfaces the error.
+  }
+}
+
+void ThenWork::wait() {
+  if (done_) return;
+  if (first_) first_->wait();
+  done_ = true;
+  if (then_) then_();
+}
+
+bool ThenWork::test() {
+  if (done_) return true;
+  if (first_ && !first_->test()) return false;
+  done_ = true;
+  if (then_) then_();
+  return true;
+}
+
+}  // namespace comm

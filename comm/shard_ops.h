@@ -1,0 +1,50 @@
+// The data movement of a ShardingPlan: gradients to their placement, updated parameters back to
+// full tensors, and full tensors to and from local parts.
+//
+// Tensors are f32, contiguous, on the communicator's device. "full" has the parameter's shape on
+// every rank; "local" has plan.local_shape(i) (it may have zero elements, or be undefined when
+// this rank holds nothing). A local part may be a view into the full tensor (a Shard(0) slice or
+// the whole tensor): the operations detect that and skip the copy.
+// Shard(d) with d > 0 whose parts are not contiguous blocks is packed into rank order through a
+// scratch buffer from the full tensor's allocator.
+#pragma once
+
+#include <memory>
+
+#include "comm/communicator.h"
+#include "comm/sharding_plan.h"
+#include "engine/core/tensor.h"
+
+namespace comm {
+
+// Reduce this rank's full gradient of parameter i to its placement, leaving the reduced local
+// part in local_grad (op Avg: the data-parallel mean). Replicate and stages 0-1: all_reduce of
+// full_grad in place, then a copy of the own part; stages 2-3: one reduce_scatter (Owned: the
+// owner receives everything), full_grad is left unchanged.
+std::unique_ptr<Work> reduce_grad_async(Communicator& comm, const ShardingPlan& plan, size_t i,
+                                        const core::Tensor& full_grad,
+                                        const core::Tensor& local_grad,
+                                        ReduceOp op = ReduceOp::Avg);
+void reduce_grad(Communicator& comm, const ShardingPlan& plan, size_t i,
+                 const core::Tensor& full_grad, const core::Tensor& local_grad,
+                 ReduceOp op = ReduceOp::Avg);
+
+// Full parameter on every rank from every rank's local part: one all_gather (Replicate: a local
+// copy, every rank updated the whole tensor). Also the way to gather a full tensor at any stage.
+std::unique_ptr<Work> all_gather_param_async(Communicator& comm, const ShardingPlan& plan, size_t i,
+                                             const core::Tensor& local, const core::Tensor& full);
+void all_gather_param(Communicator& comm, const ShardingPlan& plan, size_t i,
+                      const core::Tensor& local, const core::Tensor& full);
+// The same into a new tensor from `allocator`.
+core::Tensor gather_full(Communicator& comm, const ShardingPlan& plan, size_t i,
+                         const core::Tensor& local, core::Allocator& allocator);
+
+// Copy this rank's part of a full tensor known on this rank (no communication).
+void copy_local_part(Communicator& comm, const ShardingPlan& plan, size_t i,
+                     const core::Tensor& full, const core::Tensor& local);
+// Scatter a full tensor held by `root` to every rank's local part. `full` is a full-shape buffer
+// on every rank; on the others it is overwritten with root's values (one broadcast).
+void scatter_full(Communicator& comm, const ShardingPlan& plan, size_t i, const core::Tensor& full,
+                  const core::Tensor& local, int root);
+
+}  // namespace comm

@@ -1,0 +1,76 @@
+// ShardingPlan: where every parameter's optimizer state, gradient and (at stage 3) value live.
+//
+// Built from the parameter table (name, shape, requested placement, layer), the shard-group size
+// and the ZeRO stage; identical on every rank (a pure function of its inputs).
+//   stage 0  plain data parallel: every placement becomes Replicate (all-reduced gradients).
+//   stage 1  optimizer state only where the placement says; gradients all-reduced, each rank
+//            keeps its part, updated parameters all-gathered.
+//   stage 2  as 1, but gradients are reduce-scattered straight to their placement.
+//   stage 3  as 2, and parameters rest as their local parts; full tensors exist only while a
+//            layer is gathered (LayerGatherer).
+// Replicate parameters are whole on every rank at every stage (all-reduce, replicated update).
+// Shard(d) splits dimension d by shard_range; Owned(auto) owners are chosen greedily, largest
+// tensor first, to the rank with the fewest elements to update so far (ties: lower index,
+// lower rank), counting the shard parts too.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comm/placement.h"
+#include "engine/core/tensor.h"
+
+namespace comm {
+
+struct ParamInfo {
+  std::string name;
+  core::Shape shape;
+  Placement placement;  // requested
+  int layer = 0;        // stage-3 gather unit: parameters of one layer are gathered together
+};
+
+class ShardingPlan {
+ public:
+  ShardingPlan(std::vector<ParamInfo> params, int world_size, int rank, int stage);
+
+  int world_size() const { return world_size_; }
+  int rank() const { return rank_; }
+  int stage() const { return stage_; }
+  size_t num_params() const { return params_.size(); }
+
+  const ParamInfo& param(size_t i) const { return params_.at(i); }
+  const Placement& placement(size_t i) const { return placements_.at(i); }
+  // Index of a parameter by name; throws naming the parameter when absent.
+  size_t index(const std::string& name) const;
+
+  // Rank r's range along the placement's split dimension (dim 0 for Owned/Replicate): the shard
+  // range for Shard, the whole dimension or nothing for Owned, the whole dimension for Replicate.
+  Range range(size_t i, int r) const;
+  core::Shape local_shape(size_t i, int r) const;
+  core::Shape local_shape(size_t i) const { return local_shape(i, rank_); }
+  int64_t local_numel(size_t i, int r) const { return counts_.at(i).at(r); }
+  int64_t local_numel(size_t i) const { return local_numel(i, rank_); }
+  // Elements held by each rank (what reduce_scatter / all_gather move for this parameter).
+  const std::vector<int64_t>& counts(size_t i) const { return counts_.at(i); }
+  int64_t numel(size_t i) const { return core::shape_numel(params_.at(i).shape); }
+
+  // Elements of optimizer work (state) rank r has, over all parameters.
+  int64_t state_numel(int r) const;
+  // Parameter indices of one layer, in table order; the layers present, ascending.
+  std::vector<size_t> layer_params(int layer) const;
+  std::vector<int> layers() const;
+
+  // One line per parameter: name, shape, placement, this rank's local shape.
+  std::string describe() const;
+
+ private:
+  std::vector<ParamInfo> params_;
+  std::vector<Placement> placements_;         // resolved
+  std::vector<std::vector<int64_t>> counts_;  // [param][rank] local elements
+  int world_size_;
+  int rank_;
+  int stage_;
+};
+
+}  // namespace comm
