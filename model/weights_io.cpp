@@ -1,0 +1,88 @@
+#include "model/weights_io.h"
+
+#include <set>
+#include <sstream>
+
+#include "engine/core/check.h"
+#include "engine/core/safetensors.h"
+
+namespace model {
+
+namespace {
+
+// A host copy of a device tensor.
+core::Tensor to_host(core::Backend& backend, const core::Tensor& t) {
+  core::Tensor host = core::Tensor::empty(t.shape());
+  backend.copy_to_host(host.raw_data(), t.raw_data(), t.nbytes());
+  return host;
+}
+
+std::string float_str(float x) {
+  std::ostringstream s;
+  s.precision(9);
+  s << x;
+  return s.str();
+}
+
+}  // namespace
+
+std::map<std::string, std::string> config_metadata(const ModelConfig& c) {
+  std::map<std::string, std::string> m;
+  m["model.arch"] = arch_name(c.arch);
+  m["model.n_layer"] = std::to_string(c.n_layer);
+  m["model.n_head"] = std::to_string(c.n_head);
+  m["model.d_model"] = std::to_string(c.d_model);
+  m["model.seq_len"] = std::to_string(c.seq_len);
+  m["model.vocab_size"] = std::to_string(c.vocab_size);
+  m["model.softcap"] = float_str(c.softcap);
+  m["model.moe.experts"] = std::to_string(c.moe_experts);
+  m["model.moe.top_k"] = std::to_string(c.moe_top_k);
+  m["model.moe.aux_weight"] = float_str(c.moe_aux_weight);
+  return m;
+}
+
+void save_weights(const Gpt& gpt, const std::string& path) {
+  core::SafetensorsWriter writer;
+  for (const auto& [k, v] : config_metadata(gpt.config()))
+    writer.set_metadata(k, v);
+  for (size_t i = 0; i < gpt.table().size(); ++i) {
+    writer.add(gpt.table()[i].name, to_host(gpt.backend(), gpt.param(i)));
+  }
+  writer.write(path);
+}
+
+void load_weights(Gpt& gpt, const std::string& path) {
+  core::SafetensorsReader reader(path);
+  const ParamTable& table = gpt.table();
+  for (const auto& info : reader.tensors()) {
+    ENGINE_CHECK(table.find(info.name).has_value(),
+                 path + ": tensor '" + info.name + "' is not a parameter of this model");
+  }
+  for (size_t i = 0; i < table.size(); ++i) {
+    const ParamInfo& p = table[i];
+    ENGINE_CHECK(reader.contains(p.name), path + ": parameter '" + p.name + "' is missing");
+    const core::StTensorInfo& info = reader.info(p.name);
+    ENGINE_CHECK(info.dtype == core::StDType::F32,
+                 path + ": parameter '" + p.name + "' has dtype " +
+                     core::st_dtype_name(info.dtype) + ", expected F32");
+    ENGINE_CHECK(info.shape == p.shape, path + ": parameter '" + p.name + "' has shape " +
+                                            core::shape_str(info.shape) + ", expected " +
+                                            core::shape_str(p.shape));
+    core::Tensor host = reader.read(p.name);
+    gpt.backend().copy_from_host(gpt.param(i).raw_data(), host.raw_data(), host.nbytes());
+  }
+}
+
+void save_gradients(const Gpt& gpt, const std::string& path, float loss, float ce_loss) {
+  core::SafetensorsWriter writer;
+  for (const auto& [k, v] : config_metadata(gpt.config()))
+    writer.set_metadata(k, v);
+  writer.add("loss", core::Tensor::from_vector({}, std::vector<float>{loss}));
+  writer.add("ce_loss", core::Tensor::from_vector({}, std::vector<float>{ce_loss}));
+  for (size_t i = 0; i < gpt.table().size(); ++i) {
+    writer.add("grad/" + gpt.table()[i].name, to_host(gpt.backend(), gpt.grad(i)));
+  }
+  writer.write(path);
+}
+
+}  // namespace model
