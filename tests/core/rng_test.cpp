@@ -13,7 +13,8 @@ TEST(Rng, SameSeedSameNumbersAndShardsMatchTheWhole) {
   Tensor shard = Tensor::empty({4, 8});
   core::fill_normal(shard, 1234, 0.0f, 0.02f, /*first=*/3 * 8);
   for (int i = 0; i < 4; ++i)
-    for (int j = 0; j < 8; ++j) EXPECT_EQ(shard.at({i, j}), whole.at({i + 3, j}));
+    for (int j = 0; j < 8; ++j)
+      EXPECT_EQ(shard.at({i, j}), whole.at({i + 3, j}));
   Tensor other = Tensor::empty({10, 8});
   core::fill_normal(other, 1235, 0.0f, 0.02f);
   EXPECT_NE(other.at({0, 0}), whole.at({0, 0}));
@@ -46,6 +47,7 @@ TEST(Rng, NextBelowIsInRangeAndCoversIt) {
     ASSERT_LT(x, 7u);
     ++counts[x];
   }
-  for (int c : counts) EXPECT_GT(c, 800);
+  for (int c : counts)
+    EXPECT_GT(c, 800);
   EXPECT_EQ(rng.position(), 7000u);
 }

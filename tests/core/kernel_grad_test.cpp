@@ -1,0 +1,356 @@
+// Every backward kernel against central finite differences, in float64 through the same
+// templated kernels the float backend runs, on odd and on round sizes. Each backward is called
+// on a prefilled gradient buffer, so the tests also check that it accumulates.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "engine/core/cpu/cpu_gemm.h"
+#include "engine/core/cpu/cpu_kernels.h"
+#include "grad_check.h"
+
+namespace {
+
+using core::GemmArgs;
+using core::test::dot;
+using core::test::expect_gradient;
+using core::test::minus;
+using core::test::random_vec;
+using Vec = std::vector<double>;
+namespace cpu = core::cpu;
+
+struct Sizes {
+  int64_t B, T, D, H, V, Vp;
+  int64_t N() const { return B * T; }
+  int64_t hd() const { return D / H; }
+};
+
+class KernelGrad : public ::testing::TestWithParam<Sizes> {};
+
+INSTANTIATE_TEST_SUITE_P(Sizes, KernelGrad,
+                         ::testing::Values(Sizes{2, 7, 12, 3, 11, 16}, Sizes{2, 8, 32, 4, 64, 128}),
+                         [](const auto& info) {
+                           return info.index == 0 ? std::string("odd") : std::string("round");
+                         });
+
+// y = x W^T + b as the model's linear layers: dx = dy W, dW += dy^T x, db += colsum(dy).
+TEST_P(KernelGrad, LinearGemmAndBias) {
+  Sizes s = GetParam();
+  int64_t N = s.N(), in = s.D, out = 3 * s.D / 2 + 1;
+  Vec x = random_vec(N * in, 1), w = random_vec(out * in, 2), b = random_vec(out, 3);
+  Vec wy = random_vec(N * out, 4);
+  auto forward = [&] {
+    Vec y(N * out);
+    GemmArgs g;
+    g.trans_b = true;
+    g.m = N, g.n = out, g.k = in;
+    cpu::gemm(g, x.data(), w.data(), y.data());
+    cpu::add_bias(y.data(), b.data(), N, out);
+    return dot(y, wy);
+  };
+  Vec dx0 = random_vec(N * in, 5), dw0 = random_vec(out * in, 6), db0 = random_vec(out, 7);
+  Vec dx = dx0, dw = dw0, db = db0;
+  GemmArgs gx;  // dx += dy W
+  gx.m = N, gx.n = in, gx.k = out, gx.beta = 1.0f;
+  cpu::gemm(gx, wy.data(), w.data(), dx.data());
+  GemmArgs gw;  // dW += dy^T x
+  gw.trans_a = true;
+  gw.m = out, gw.n = in, gw.k = N, gw.beta = 1.0f;
+  cpu::gemm(gw, wy.data(), x.data(), dw.data());
+  cpu::bias_backward(db.data(), wy.data(), N, out);
+  expect_gradient("gemm dx", x, forward, minus(dx, dx0));
+  expect_gradient("gemm dW", w, forward, minus(dw, dw0));
+  expect_gradient("bias db", b, forward, minus(db, db0));
+}
+
+TEST_P(KernelGrad, Gelu) {
+  Sizes s = GetParam();
+  int64_t n = s.N() * s.D;
+  Vec x = random_vec(n, 11, 2.0), wy = random_vec(n, 12);
+  auto forward = [&] {
+    Vec y(n);
+    cpu::gelu_forward(y.data(), x.data(), n);
+    return dot(y, wy);
+  };
+  Vec d0 = random_vec(n, 13), d = d0;
+  cpu::gelu_backward(d.data(), x.data(), wy.data(), n);
+  expect_gradient("gelu", x, forward, minus(d, d0));
+}
+
+TEST_P(KernelGrad, Relu2) {
+  Sizes s = GetParam();
+  int64_t n = s.N() * s.D;
+  Vec x = random_vec(n, 21), wy = random_vec(n, 22);
+  auto forward = [&] {
+    Vec y(n);
+    cpu::relu2_forward(y.data(), x.data(), n);
+    return dot(y, wy);
+  };
+  Vec d0 = random_vec(n, 23), d = d0;
+  cpu::relu2_backward(d.data(), x.data(), wy.data(), n);
+  expect_gradient("relu2", x, forward, minus(d, d0));
+}
+
+TEST_P(KernelGrad, LayerNorm) {
+  Sizes s = GetParam();
+  int64_t N = s.N(), C = s.D;
+  Vec x = random_vec(N * C, 31, 1.5), w = random_vec(C, 32), b = random_vec(C, 33);
+  for (int64_t i = 0; i < N * C; ++i)
+    x[i] += 0.3 * (i % 5);  // nonzero row means
+  Vec wy = random_vec(N * C, 34);
+  Vec mean(N), rstd(N);
+  auto forward = [&] {
+    Vec y(N * C);
+    cpu::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C,
+                           1e-5);
+    return dot(y, wy);
+  };
+  forward();
+  Vec dx0 = random_vec(N * C, 35), dw0 = random_vec(C, 36), db0 = random_vec(C, 37);
+  Vec dx = dx0, dw = dw0, db = db0;
+  cpu::layernorm_backward(dx.data(), dw.data(), db.data(), wy.data(), x.data(), w.data(),
+                          mean.data(), rstd.data(), N, C);
+  expect_gradient("layernorm dx", x, forward, minus(dx, dx0));
+  expect_gradient("layernorm dw", w, forward, minus(dw, dw0));
+  expect_gradient("layernorm db", b, forward, minus(db, db0));
+}
+
+TEST_P(KernelGrad, RmsNorm) {
+  Sizes s = GetParam();
+  int64_t N = s.N(), C = s.D;
+  Vec x = random_vec(N * C, 41), wy = random_vec(N * C, 42), rstd(N);
+  auto forward = [&] {
+    Vec y(N * C);
+    cpu::rmsnorm_forward(y.data(), rstd.data(), x.data(), N, C, 1e-6);
+    return dot(y, wy);
+  };
+  forward();
+  Vec d0 = random_vec(N * C, 43), d = d0;
+  cpu::rmsnorm_backward(d.data(), wy.data(), x.data(), rstd.data(), N, C);
+  expect_gradient("rmsnorm", x, forward, minus(d, d0));
+}
+
+TEST_P(KernelGrad, Softmax) {
+  Sizes s = GetParam();
+  int64_t N = s.N(), C = s.V;
+  Vec x = random_vec(N * C, 51, 2.0), wy = random_vec(N * C, 52), y(N * C);
+  auto forward = [&] {
+    cpu::softmax_forward(y.data(), x.data(), N, C);
+    return dot(y, wy);
+  };
+  forward();
+  Vec d0 = random_vec(N * C, 53), d = d0;
+  cpu::softmax_backward(d.data(), wy.data(), y.data(), N, C);
+  expect_gradient("softmax", x, forward, minus(d, d0));
+}
+
+TEST_P(KernelGrad, EmbeddingWithPositions) {
+  Sizes s = GetParam();
+  int64_t B = s.B, T = s.T, D = s.D, V = s.V;
+  std::vector<int32_t> tokens(B * T);
+  for (int64_t i = 0; i < B * T; ++i)
+    tokens[i] = static_cast<int32_t>((i * 7) % (V - 2));
+  tokens[1] = tokens[0];  // a repeated token sums its gradients
+  Vec wte = random_vec(V * D, 61), wpe = random_vec(T * D, 62), wy = random_vec(B * T * D, 63);
+  auto forward = [&] {
+    Vec y(B * T * D);
+    cpu::embedding_forward(y.data(), tokens.data(), wte.data(), wpe.data(), B, T, D);
+    return dot(y, wy);
+  };
+  Vec dte0 = random_vec(V * D, 64), dpe0 = random_vec(T * D, 65), dte = dte0, dpe = dpe0;
+  cpu::embedding_backward(dte.data(), dpe.data(), wy.data(), tokens.data(), B, T, D);
+  expect_gradient("embedding dwte", wte, forward, minus(dte, dte0));
+  expect_gradient("embedding dwpe", wpe, forward, minus(dpe, dpe0));
+  // Rows no token indexes (the padded vocabulary) get exactly nothing.
+  for (int64_t d = 0; d < D; ++d)
+    EXPECT_EQ(dte[(V - 1) * D + d], dte0[(V - 1) * D + d]);
+}
+
+TEST_P(KernelGrad, SplitAndMergeHeads) {
+  Sizes s = GetParam();
+  int64_t B = s.B, T = s.T, H = s.H, hd = s.hd(), n = B * T * H * hd;
+  Vec qkv = random_vec(3 * n, 71), wq = random_vec(n, 72), wk = random_vec(n, 73),
+      wv = random_vec(n, 74);
+  auto split = [&] {
+    Vec q(n), k(n), v(n);
+    cpu::split_heads(q.data(), k.data(), v.data(), qkv.data(), B, T, H, hd);
+    return dot(q, wq) + dot(k, wk) + dot(v, wv);
+  };
+  Vec d0 = random_vec(3 * n, 75), d = d0;
+  cpu::split_heads_backward(d.data(), wq.data(), wk.data(), wv.data(), B, T, H, hd);
+  expect_gradient("split_heads", qkv, split, minus(d, d0));
+
+  Vec a = random_vec(n, 76), wo = random_vec(n, 77);
+  auto merge = [&] {
+    Vec out(n);
+    cpu::merge_heads(out.data(), a.data(), B, T, H, hd);
+    return dot(out, wo);
+  };
+  Vec da0 = random_vec(n, 78), da = da0;
+  cpu::merge_heads_backward(da.data(), wo.data(), B, T, H, hd);
+  expect_gradient("merge_heads", a, merge, minus(da, da0));
+
+  // Layout: q[b, h, t, :] is qkv[b, t, 0, h, :]; merge puts head h at columns h*hd of a row.
+  Vec q(n), k(n), v(n), out(n);
+  cpu::split_heads(q.data(), k.data(), v.data(), qkv.data(), B, T, H, hd);
+  int64_t b = B - 1, h = H - 1, t = T - 2, j = hd - 1, D = H * hd;
+  EXPECT_EQ(q[((b * H + h) * T + t) * hd + j], qkv[(b * T + t) * 3 * D + 0 * D + h * hd + j]);
+  EXPECT_EQ(v[((b * H + h) * T + t) * hd + j], qkv[(b * T + t) * 3 * D + 2 * D + h * hd + j]);
+  cpu::merge_heads(out.data(), k.data(), B, T, H, hd);
+  EXPECT_EQ(out[(b * T + t) * D + h * hd + j], qkv[(b * T + t) * 3 * D + 1 * D + h * hd + j]);
+}
+
+TEST_P(KernelGrad, Rotary) {
+  Sizes s = GetParam();
+  int64_t BH = s.B * s.H, T = s.T, hd = s.hd(), n = BH * T * hd;
+  Vec x = random_vec(n, 81), wy = random_vec(n, 82);
+  auto forward = [&] {
+    Vec y(n);
+    cpu::rotary_forward(y.data(), x.data(), BH, T, hd, 10000.0);
+    return dot(y, wy);
+  };
+  Vec d0 = random_vec(n, 83), d = d0;
+  cpu::rotary_backward(d.data(), wy.data(), BH, T, hd, 10000.0);
+  expect_gradient("rotary", x, forward, minus(d, d0));
+
+  // The spec's formula at one element, and in-place application.
+  Vec y(n), inplace = x;
+  cpu::rotary_forward(y.data(), x.data(), BH, T, hd, 10000.0);
+  cpu::rotary_forward(inplace.data(), inplace.data(), BH, T, hd, 10000.0);
+  EXPECT_EQ(y, inplace);
+  int64_t half = hd / 2, row = BH * T - 1, t = row % T, j = half - 1;
+  double angle = t * std::pow(10000.0, -static_cast<double>(j) / half);
+  double x0 = x[row * hd + j], x1 = x[row * hd + j + half];
+  EXPECT_NEAR(y[row * hd + j], x0 * std::cos(angle) + x1 * std::sin(angle), 1e-12);
+  EXPECT_NEAR(y[row * hd + j + half], -x0 * std::sin(angle) + x1 * std::cos(angle), 1e-12);
+}
+
+TEST_P(KernelGrad, CausalAttention) {
+  Sizes s = GetParam();
+  int64_t BH = s.B * s.H, T = s.T, hd = s.hd(), n = BH * T * hd;
+  double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  Vec q = random_vec(n, 91), k = random_vec(n, 92), v = random_vec(n, 93), wy = random_vec(n, 94);
+  Vec att(BH * T * T);
+  for (auto mode : {cpu::HeadParallel::kHeads, cpu::HeadParallel::kGemm}) {
+    auto forward = [&] {
+      Vec out(n);
+      cpu::attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), BH, T, hd, scale,
+                             mode);
+      return dot(out, wy);
+    };
+    forward();
+    Vec dq0 = random_vec(n, 95), dk0 = random_vec(n, 96), dv0 = random_vec(n, 97);
+    Vec dq = dq0, dk = dk0, dv = dv0, datt(BH * T * T);
+    cpu::attention_backward(dq.data(), dk.data(), dv.data(), datt.data(), wy.data(), att.data(),
+                            q.data(), k.data(), v.data(), BH, T, hd, scale, mode);
+    expect_gradient("attention dq", q, forward, minus(dq, dq0));
+    expect_gradient("attention dk", k, forward, minus(dk, dk0));
+    expect_gradient("attention dv", v, forward, minus(dv, dv0));
+  }
+  // Saved probabilities: rows sum to one, zero above the diagonal.
+  for (int64_t h = 0; h < BH; ++h) {
+    for (int64_t t = 0; t < T; ++t) {
+      double sum = 0.0;
+      for (int64_t j = 0; j < T; ++j) {
+        double p = att[(h * T + t) * T + j];
+        if (j > t) {
+          EXPECT_EQ(p, 0.0);
+        }
+        sum += p;
+      }
+      EXPECT_NEAR(sum, 1.0, 1e-12);
+    }
+  }
+}
+
+// Cross-entropy over the first V of Vp columns, with and without the soft-cap.
+TEST_P(KernelGrad, CrossEntropyPaddedAndSoftcapped) {
+  Sizes s = GetParam();
+  int64_t N = s.N(), V = s.V, Vp = s.Vp;
+  std::vector<int32_t> targets(N);
+  for (int64_t i = 0; i < N; ++i)
+    targets[i] = static_cast<int32_t>((i * 5 + 3) % V);
+  for (double cap : {0.0, 3.0}) {
+    Vec logits = random_vec(N * Vp, 101, 2.5);
+    // Huge padded logits must not matter: they are outside the softmax.
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t j = V; j < Vp; ++j)
+        logits[n * Vp + j] = 1e3;
+    }
+    double scale = 1.0 / N;
+    Vec losses(N);
+    auto forward = [&] {
+      cpu::cross_entropy(losses.data(), static_cast<double*>(nullptr), logits.data(),
+                         targets.data(), N, V, Vp, cap, scale);
+      double l = 0.0;
+      for (double x : losses)
+        l += x * scale;
+      return l;
+    };
+    forward();
+    // Loss of row 0 directly from the definition.
+    double mx = -1e300, sum = 0.0;
+    auto z = [&](int64_t j) { return cap > 0 ? cap * std::tanh(logits[j] / cap) : logits[j]; };
+    for (int64_t j = 0; j < V; ++j)
+      mx = std::max(mx, z(j));
+    for (int64_t j = 0; j < V; ++j)
+      sum += std::exp(z(j) - mx);
+    EXPECT_NEAR(losses[0], mx + std::log(sum) - z(targets[0]), 1e-12);
+
+    Vec d(N * Vp, 7.0);  // overwritten, not accumulated
+    cpu::cross_entropy(losses.data(), d.data(), logits.data(), targets.data(), N, V, Vp, cap,
+                       scale);
+    expect_gradient(cap > 0 ? "cross_entropy softcap" : "cross_entropy", logits, forward, d);
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t j = V; j < Vp; ++j)
+        ASSERT_EQ(d[n * Vp + j], 0.0) << "padded column " << j;
+    }
+    // dlogits may alias logits.
+    Vec alias = logits;
+    cpu::cross_entropy(losses.data(), alias.data(), alias.data(), targets.data(), N, V, Vp, cap,
+                       scale);
+    EXPECT_EQ(alias, d);
+  }
+}
+
+// out = gather(src, index, w): dsrc = scatter_add(dout, index, w), dw = row_dot(dout, src[index]);
+// and dst += scatter_add(src, index, w): dsrc = gather(ddst, index, w), dw = row_dot(...).
+TEST_P(KernelGrad, GatherScatterRowDot) {
+  Sizes s = GetParam();
+  int64_t rows = s.V, n = s.N(), D = s.D;
+  std::vector<int32_t> index(n);
+  for (int64_t i = 0; i < n; ++i)
+    index[i] = static_cast<int32_t>((i * 3) % rows);
+  Vec src = random_vec(rows * D, 111), w = random_vec(n, 112), wy = random_vec(n * D, 113);
+  auto gather = [&] {
+    Vec out(n * D);
+    cpu::gather_rows(out.data(), src.data(), index.data(), w.data(), n, D);
+    return dot(out, wy);
+  };
+  Vec ds0 = random_vec(rows * D, 114), ds = ds0;
+  cpu::scatter_add_rows(ds.data(), wy.data(), index.data(), w.data(), n, D);
+  Vec picked(n * D), dw(n);
+  cpu::gather_rows(picked.data(), src.data(), index.data(), static_cast<const double*>(nullptr), n,
+                   D);
+  cpu::row_dot(dw.data(), wy.data(), picked.data(), n, D);
+  expect_gradient("gather_rows dsrc", src, gather, minus(ds, ds0));
+  expect_gradient("gather_rows dweight", w, gather, dw);
+
+  Vec x = random_vec(n * D, 115), wd = random_vec(rows * D, 116);
+  auto scatter = [&] {
+    Vec dst(rows * D, 0.5);
+    cpu::scatter_add_rows(dst.data(), x.data(), index.data(), w.data(), n, D);
+    return dot(dst, wd);
+  };
+  Vec dx(n * D), gathered(n * D), dw2(n);
+  cpu::gather_rows(dx.data(), wd.data(), index.data(), w.data(), n, D);
+  cpu::gather_rows(gathered.data(), wd.data(), index.data(), static_cast<const double*>(nullptr), n,
+                   D);
+  cpu::row_dot(dw2.data(), gathered.data(), x.data(), n, D);
+  expect_gradient("scatter_add_rows dsrc", x, scatter, dx);
+  expect_gradient("scatter_add_rows dweight", w, scatter, dw2);
+}
+
+}  // namespace
