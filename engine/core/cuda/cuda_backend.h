@@ -1,0 +1,135 @@
+// CUDA backend for one device: cuBLAS GEMM, cuSOLVER linear algebra and hand-written kernels for
+// the fused ops (elementwise and row math from engine/core/kernel_math.h). All work is issued on
+// one stream owned by the backend; cuBLAS and cuSOLVER handles are bound to it.
+//
+// The implementation is split by concern: cuda_backend.cu (device, memory, GEMM, Newton-Schulz),
+// cuda_kernels.cu (fused ops), cuda_linalg.cu (QR, eigh, SVD).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "engine/core/backend.h"
+#include "engine/core/cuda/cuda_allocator.h"
+
+// Opaque handle types of the CUDA libraries, so this header needs no CUDA include.
+struct CUstream_st;
+struct cublasContext;
+struct cusolverDnContext;
+
+namespace core {
+
+struct CudaBackendOptions {
+  // TF32 tensor-core GEMMs: faster, but ~1e-3 relative error, too coarse for optimizer replays,
+  // so off unless asked for.
+  bool allow_tf32 = false;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  // Throws core::Error naming the device when it does not exist or cannot be initialised.
+  explicit CudaBackend(int device_index, CudaBackendOptions options = {});
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  Device device() const override { return Device::cuda(device_index_); }
+  Allocator& allocator() override { return allocator_; }
+  CudaAllocator& cuda_allocator() { return allocator_; }
+  const char* name() const override { return name_.c_str(); }
+  // Waits for the stream, then reports any error a kernel flagged (e.g. a cross-entropy target
+  // outside [0, V)) as core::Error.
+  void synchronize() override;
+
+  void copy_to_host(void* host_dst, const void* src, size_t bytes) override;
+  void copy_from_host(void* dst, const void* host_src, size_t bytes) override;
+  void copy(void* dst, const void* src, size_t bytes) override;
+  void fill_zero(void* dst, size_t bytes) override;
+
+  void gemm(const GemmArgs& args, const float* a, const float* b, float* c) override;
+  void add_bias(float* out, const float* bias, int64_t N, int64_t C) override;
+  void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) override;
+
+  void add(float* out, const float* a, const float* b, int64_t n) override;
+  void accumulate(float* dst, const float* src, int64_t n) override;
+  void scale(float* x, float alpha, int64_t n) override;
+  void axpby(float* y, float a, const float* x, float b, int64_t n) override;
+  void gelu_forward(float* out, const float* inp, int64_t n) override;
+  void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) override;
+  void relu2_forward(float* out, const float* inp, int64_t n) override;
+  void relu2_backward(float* dinp, const float* inp, const float* dout, int64_t n) override;
+  double sum_squares(const float* x, int64_t n) override;
+
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                         const float* weight, const float* bias, int64_t N, int64_t C,
+                         float eps) override;
+  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                          const float* inp, const float* weight, const float* mean,
+                          const float* rstd, int64_t N, int64_t C) override;
+  void rmsnorm_forward(float* out, float* rstd, const float* inp, int64_t N, int64_t C,
+                       float eps) override;
+  void rmsnorm_backward(float* dinp, const float* dout, const float* inp, const float* rstd,
+                        int64_t N, int64_t C) override;
+  void softmax_forward(float* out, const float* inp, int64_t N, int64_t C) override;
+  void softmax_backward(float* dinp, const float* dout, const float* out, int64_t N,
+                        int64_t C) override;
+
+  void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                         int64_t B, int64_t T, int64_t D) override;
+  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                          int64_t B, int64_t T, int64_t D) override;
+
+  void split_heads(float* q, float* k, float* v, const float* qkv, int64_t B, int64_t T, int64_t H,
+                   int64_t hd) override;
+  void split_heads_backward(float* dqkv, const float* dq, const float* dk, const float* dv,
+                            int64_t B, int64_t T, int64_t H, int64_t hd) override;
+  void merge_heads(float* out, const float* a, int64_t B, int64_t T, int64_t H,
+                   int64_t hd) override;
+  void merge_heads_backward(float* da, const float* dout, int64_t B, int64_t T, int64_t H,
+                            int64_t hd) override;
+  void rotary_forward(float* out, const float* inp, int64_t BH, int64_t T, int64_t hd,
+                      float base) override;
+  void rotary_backward(float* dinp, const float* dout, int64_t BH, int64_t T, int64_t hd,
+                       float base) override;
+  void attention_forward(float* out, float* att, const float* q, const float* k, const float* v,
+                         int64_t BH, int64_t T, int64_t hd, float scale) override;
+  void attention_backward(float* dq, float* dk, float* dv, float* datt, const float* dout,
+                          const float* att, const float* q, const float* k, const float* v,
+                          int64_t BH, int64_t T, int64_t hd, float scale) override;
+
+  void cross_entropy(float* losses, float* dlogits, const float* logits, const int32_t* targets,
+                     int64_t N, int64_t V, int64_t Vp, float softcap, float dloss_scale) override;
+
+  void gather_rows(float* out, const float* src, const int32_t* index, const float* weight,
+                   int64_t n, int64_t D) override;
+  void scatter_add_rows(float* dst, const float* src, const int32_t* index, const float* weight,
+                        int64_t n, int64_t D) override;
+  void row_dot(float* out, const float* a, const float* b, int64_t n, int64_t D) override;
+
+  void qr(float* q, float* r, const float* a, int64_t m, int64_t n, int64_t batch) override;
+  void eigh(float* w, float* v, const float* a, int64_t n, int64_t batch) override;
+  void svd(float* u, float* s, float* vt, const float* a, int64_t m, int64_t n,
+           int64_t batch) override;
+  void newton_schulz(float* x, int64_t m, int64_t n, const NewtonSchulzSchedule& schedule,
+                     int64_t batch) override;
+
+  CUstream_st* stream() const { return stream_; }
+
+ private:
+  void release();
+  void check_status();
+  // Copies a cuSOLVER devInfo array to the host and throws naming `op` and the first non-zero
+  // info value (with the batch member it came from).
+  void check_solver_info(const int* dev_info, int64_t batch, const char* op);
+
+  int device_index_;
+  std::string name_;
+  CudaAllocator allocator_;
+  CUstream_st* stream_ = nullptr;
+  cublasContext* cublas_ = nullptr;
+  cusolverDnContext* cusolver_ = nullptr;
+  int* status_ = nullptr;             // device: {code, detail} raised by kernels (cuda_launch.cuh)
+  double* reduce_scratch_ = nullptr;  // device: one double for sum_squares
+};
+
+}  // namespace core
