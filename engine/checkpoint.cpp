@@ -1,0 +1,396 @@
+#include "engine/checkpoint.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "engine/core/check.h"
+
+namespace engine {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kManifest = "manifest.yaml";
+constexpr const char* kFormat = "engine-checkpoint-1";
+
+std::string hex64(uint64_t v) {
+  char buf[20];
+  std::snprintf(buf, sizeof(buf), "%016" PRIx64, v);
+  return buf;
+}
+
+std::string shape_text(const core::Shape& shape) {
+  std::string s;
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (i ? "," : "") + std::to_string(shape[i]);
+  return s;
+}
+
+core::Shape parse_shape_text(const std::string& text, const std::string& what) {
+  core::Shape shape;
+  std::stringstream ss(text);
+  std::string part;
+  while (std::getline(ss, part, ',')) {
+    try {
+      shape.push_back(std::stoll(part));
+    } catch (const std::exception&) {
+      ENGINE_FAIL(what + ": bad shape '" + text + "'");
+    }
+  }
+  return shape;
+}
+
+// Slice metadata in a rank file: "slice.<name>" = "<dim>;<begin>;<global shape>".
+std::string slice_key(const std::string& name) {
+  return "slice." + name;
+}
+
+int64_t step_of_dir_name(const std::string& name) {
+  if (name.size() != 13 || name.rfind("step_", 0) != 0) return -1;
+  for (size_t i = 5; i < name.size(); ++i)
+    if (name[i] < '0' || name[i] > '9') return -1;
+  return std::stoll(name.substr(5));
+}
+
+// Elements of `shape` before and after dimension `dim`.
+std::pair<int64_t, int64_t> outer_inner(const core::Shape& shape, int dim) {
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < dim; ++d)
+    outer *= shape[d];
+  for (size_t d = dim + 1; d < shape.size(); ++d)
+    inner *= shape[d];
+  return {outer, inner};
+}
+
+}  // namespace
+
+uint64_t fnv1a64(const void* data, size_t bytes, uint64_t hash) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) {
+    hash ^= p[i];
+    hash *= 0x100000001b3ull;
+  }
+  return hash;
+}
+
+uint64_t fnv1a64_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  ENGINE_CHECK(in.good(), "cannot read " + path);
+  std::vector<char> buf(1 << 20);
+  uint64_t hash = kFnvOffset;
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    hash = fnv1a64(buf.data(), static_cast<size_t>(in.gcount()), hash);
+  }
+  return hash;
+}
+
+std::string checkpoint_dir_name(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "step_%08" PRId64, step);
+  return buf;
+}
+
+std::string rank_file_name(int rank) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "rank_%05d.safetensors", rank);
+  return buf;
+}
+
+std::string staging_path(const std::string& root, int64_t step) {
+  return (fs::path(root) / (checkpoint_dir_name(step) + ".tmp")).string();
+}
+
+std::string prepare_staging(const std::string& root, int64_t step) {
+  std::string staging = staging_path(root, step);
+  std::error_code ec;
+  fs::remove_all(staging, ec);
+  fs::create_directories(staging, ec);
+  ENGINE_CHECK(!ec, "cannot create the checkpoint folder " + staging + ": " + ec.message());
+  return staging;
+}
+
+void write_rank_file(const std::string& staging, int rank, const std::vector<SavedSlice>& slices) {
+  core::SafetensorsWriter writer;
+  for (const auto& s : slices) {
+    ENGINE_CHECK(s.dim >= 0 && s.dim < static_cast<int>(s.global_shape.size()),
+                 "checkpoint slice " + s.name + ": dim out of range");
+    ENGINE_CHECK(s.local.dim() == static_cast<int>(s.global_shape.size()),
+                 "checkpoint slice " + s.name + ": local and global ranks differ");
+    for (int d = 0; d < s.local.dim(); ++d)
+      ENGINE_CHECK(d == s.dim ? s.begin + s.local.size(d) <= s.global_shape[d]
+                              : s.local.size(d) == s.global_shape[d],
+                   "checkpoint slice " + s.name + ": local " + core::shape_str(s.local.shape()) +
+                       " does not fit global " + core::shape_str(s.global_shape));
+    writer.add(s.name, s.local);
+    writer.set_metadata(slice_key(s.name), std::to_string(s.dim) + ";" + std::to_string(s.begin) +
+                                               ";" + shape_text(s.global_shape));
+  }
+  writer.write((fs::path(staging) / rank_file_name(rank)).string());
+}
+
+std::string commit_checkpoint(const std::string& root, Manifest manifest, int keep) {
+  const std::string staging = staging_path(root, manifest.step);
+  manifest.files.clear();
+  manifest.slices.clear();
+  for (int r = 0; r < manifest.world_size; ++r) {
+    std::string file = rank_file_name(r);
+    std::string path = (fs::path(staging) / file).string();
+    ENGINE_CHECK(fs::exists(path),
+                 "checkpoint: rank " + std::to_string(r) + " did not write " + path);
+    manifest.files.push_back({file, fs::file_size(path), fnv1a64_file(path)});
+    core::SafetensorsReader reader(path);
+    for (const auto& t : reader.tensors()) {
+      std::string meta = reader.metadata_value(slice_key(t.name));
+      SliceInfo s;
+      s.name = t.name;
+      s.file = file;
+      char sep1 = 0, sep2 = 0;
+      std::stringstream ss(meta);
+      std::string shape;
+      ss >> s.dim >> sep1 >> s.begin >> sep2 >> shape;
+      s.global_shape = parse_shape_text(shape, path + " tensor " + t.name);
+      s.end = s.begin + (t.shape.empty() ? 1 : t.shape[s.dim]);
+      manifest.slices.push_back(s);
+    }
+  }
+
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  out << YAML::Key << "format" << YAML::Value << kFormat;
+  out << YAML::Key << "step" << YAML::Value << manifest.step;
+  out << YAML::Key << "world_size" << YAML::Value << manifest.world_size;
+  out << YAML::Key << "state" << YAML::Value << YAML::BeginMap;
+  for (const auto& [k, v] : manifest.state)
+    out << YAML::Key << k << YAML::Value << v;
+  out << YAML::EndMap;
+  out << YAML::Key << "files" << YAML::Value << YAML::BeginSeq;
+  for (const auto& f : manifest.files)
+    out << YAML::Flow << YAML::BeginMap << YAML::Key << "file" << YAML::Value << f.file << YAML::Key
+        << "bytes" << YAML::Value << f.bytes << YAML::Key << "fnv1a64" << YAML::Value
+        << hex64(f.checksum) << YAML::EndMap;
+  out << YAML::EndSeq;
+  out << YAML::Key << "slices" << YAML::Value << YAML::BeginSeq;
+  for (const auto& s : manifest.slices)
+    out << YAML::Flow << YAML::BeginMap << YAML::Key << "name" << YAML::Value << s.name << YAML::Key
+        << "file" << YAML::Value << s.file << YAML::Key << "dim" << YAML::Value << s.dim
+        << YAML::Key << "begin" << YAML::Value << s.begin << YAML::Key << "end" << YAML::Value
+        << s.end << YAML::Key << "shape" << YAML::Value << YAML::Flow << s.global_shape
+        << YAML::EndMap;
+  out << YAML::EndSeq;
+  out << YAML::Key << "config" << YAML::Value << YAML::Literal << manifest.config_yaml;
+  out << YAML::EndMap;
+
+  const fs::path manifest_tmp = fs::path(staging) / (std::string(kManifest) + ".tmp");
+  {
+    std::ofstream f(manifest_tmp);
+    f << out.c_str() << "\n";
+    f.flush();
+    ENGINE_CHECK(f.good(), "cannot write " + manifest_tmp.string());
+  }
+  fs::rename(manifest_tmp, fs::path(staging) / kManifest);
+
+  // Replace an older checkpoint of the same step (a resumed run saving again) only once the new
+  // one is complete.
+  const fs::path final_dir = fs::path(root) / checkpoint_dir_name(manifest.step);
+  if (fs::exists(final_dir)) {
+    fs::path old = final_dir.string() + ".old";
+    fs::remove_all(old);
+    fs::rename(final_dir, old);
+    fs::rename(staging, final_dir);
+    fs::remove_all(old);
+  } else {
+    fs::rename(staging, final_dir);
+  }
+
+  auto all = list_checkpoints(root);
+  for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i)
+    fs::remove_all(all[i]);
+  return final_dir.string();
+}
+
+std::vector<std::string> list_checkpoints(const std::string& root) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return {};
+  for (const auto& entry : fs::directory_iterator(root)) {
+    if (!entry.is_directory()) continue;
+    int64_t step = step_of_dir_name(entry.path().filename().string());
+    if (step < 0 || !fs::exists(entry.path() / kManifest)) continue;
+    found.emplace_back(step, entry.path().string());
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> dirs;
+  for (auto& [step, dir] : found)
+    dirs.push_back(dir);
+  return dirs;
+}
+
+Manifest read_manifest(const std::string& dir) {
+  const std::string path = (fs::path(dir) / kManifest).string();
+  ENGINE_CHECK(fs::exists(path), "checkpoint " + dir + " is incomplete: " + path + " is missing");
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::Exception& e) {
+    ENGINE_FAIL("checkpoint manifest " + path + " is unreadable: " + e.what());
+  }
+  Manifest m;
+  try {
+    ENGINE_CHECK(root["format"] && root["format"].as<std::string>() == kFormat,
+                 "checkpoint manifest " + path + ": not an " + kFormat + " manifest");
+    m.step = root["step"].as<int64_t>();
+    m.world_size = root["world_size"].as<int>();
+    for (auto it = root["state"].begin(); it != root["state"].end(); ++it)
+      m.state[it->first.as<std::string>()] = it->second.as<std::string>();
+    for (const auto& f : root["files"]) {
+      FileInfo info;
+      info.file = f["file"].as<std::string>();
+      info.bytes = f["bytes"].as<uint64_t>();
+      info.checksum = std::stoull(f["fnv1a64"].as<std::string>(), nullptr, 16);
+      m.files.push_back(info);
+    }
+    for (const auto& s : root["slices"]) {
+      SliceInfo info;
+      info.name = s["name"].as<std::string>();
+      info.file = s["file"].as<std::string>();
+      info.dim = s["dim"].as<int>();
+      info.begin = s["begin"].as<int64_t>();
+      info.end = s["end"].as<int64_t>();
+      info.global_shape = s["shape"].as<std::vector<int64_t>>();
+      m.slices.push_back(info);
+    }
+    m.config_yaml = root["config"].as<std::string>();
+  } catch (const YAML::Exception& e) {
+    ENGINE_FAIL("checkpoint manifest " + path + " is malformed: " + e.what());
+  }
+  return m;
+}
+
+void verify_checkpoint(const std::string& dir) {
+  Manifest m = read_manifest(dir);
+  ENGINE_CHECK(static_cast<int>(m.files.size()) == m.world_size,
+               "checkpoint " + dir + ": the manifest lists " + std::to_string(m.files.size()) +
+                   " files for world size " + std::to_string(m.world_size));
+  for (const auto& f : m.files) {
+    const std::string path = (fs::path(dir) / f.file).string();
+    ENGINE_CHECK(fs::exists(path), "checkpoint file " + path + " is missing");
+    const uint64_t bytes = fs::file_size(path);
+    ENGINE_CHECK(bytes == f.bytes, "checkpoint file " + path + " has " + std::to_string(bytes) +
+                                       " bytes, the manifest says " + std::to_string(f.bytes));
+    const uint64_t sum = fnv1a64_file(path);
+    ENGINE_CHECK(sum == f.checksum, "checkpoint file " + path + " is corrupt: checksum " +
+                                        hex64(sum) + ", the manifest says " + hex64(f.checksum));
+  }
+}
+
+std::string resolve_resume(const std::string& root, const std::string& resume) {
+  if (resume.empty()) return "";
+  std::string chosen = resume;
+  std::vector<std::string> all = list_checkpoints(root);
+  if (resume == "auto") {
+    if (all.empty()) return "";
+    chosen = all.back();
+  }
+  try {
+    verify_checkpoint(chosen);
+  } catch (const core::Error& e) {
+    // Offer the newest complete checkpoint older than the refused one.
+    std::string offer;
+    const std::string name = fs::path(chosen).lexically_normal().filename().string();
+    for (const auto& dir : all)
+      if (fs::path(dir).filename().string() < name) offer = dir;
+    std::string msg = std::string("cannot resume from ") + chosen + ": " + e.what();
+    if (!offer.empty())
+      msg += "; the next older checkpoint is " + offer + " (resume from it with --set " +
+             "checkpoint.resume=" + offer + ")";
+    else
+      msg += "; there is no older checkpoint in " + root;
+    throw core::Error(msg);
+  }
+  return chosen;
+}
+
+CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir) {
+  verify_checkpoint(dir);
+  manifest_ = read_manifest(dir);
+  for (const auto& s : manifest_.slices)
+    by_name_[s.name].push_back(&s);
+}
+
+CheckpointReader::~CheckpointReader() = default;
+
+bool CheckpointReader::has(const std::string& name) const {
+  return by_name_.count(name) != 0;
+}
+
+const core::Shape& CheckpointReader::global_shape(const std::string& name) const {
+  auto it = by_name_.find(name);
+  ENGINE_CHECK(it != by_name_.end(), "checkpoint " + dir_ + " has no tensor " + name);
+  return it->second.front()->global_shape;
+}
+
+const core::SafetensorsReader& CheckpointReader::reader(const std::string& file) const {
+  auto& slot = readers_[file];
+  if (!slot) slot = std::make_unique<core::SafetensorsReader>((fs::path(dir_) / file).string());
+  return *slot;
+}
+
+void CheckpointReader::read(const std::string& name, int dim, int64_t begin,
+                            const core::Tensor& out) const {
+  const core::Shape& global = global_shape(name);
+  const std::string what = "checkpoint " + dir_ + " tensor " + name;
+  ENGINE_CHECK(out.dim() == static_cast<int>(global.size()) && dim >= 0 && dim < out.dim(),
+               what + ": requested " + core::shape_str(out.shape()) + " along dim " +
+                   std::to_string(dim) + " of global " + core::shape_str(global));
+  for (int d = 0; d < out.dim(); ++d)
+    ENGINE_CHECK(
+        d == dim ? begin >= 0 && begin + out.size(d) <= global[d] : out.size(d) == global[d],
+        what + ": requested " + core::shape_str(out.shape()) + " at " + std::to_string(begin) +
+            " along dim " + std::to_string(dim) + " does not fit global " +
+            core::shape_str(global));
+  ENGINE_CHECK(out.is_contiguous(), what + ": the output must be contiguous");
+  const int64_t end = begin + out.size(dim);
+  auto [outer, inner] = outer_inner(global, dim);
+  float* dst = out.data<float>();
+  std::vector<char> covered(static_cast<size_t>(end - begin), 0);
+  for (const SliceInfo* s : by_name_.at(name)) {
+    // Slices saved along another dimension are whole tensors only when they span it entirely.
+    const int64_t extent = global[s->dim];
+    const bool whole = s->begin == 0 && s->end == extent;
+    if (s->dim != dim && !whole) continue;
+    const int64_t s_begin = s->dim == dim ? s->begin : 0;
+    const int64_t s_end = s->dim == dim ? s->end : global[dim];
+    const int64_t lo = std::max(begin, s_begin), hi = std::min(end, s_end);
+    if (lo >= hi || std::all_of(covered.begin() + (lo - begin), covered.begin() + (hi - begin),
+                                [](char c) { return c != 0; }))
+      continue;
+    core::Tensor src = reader(s->file).read(name);
+    const float* sp = src.data<float>();
+    const int64_t src_rows = s_end - s_begin, dst_rows = end - begin;
+    for (int64_t o = 0; o < outer; ++o)
+      std::memcpy(dst + (o * dst_rows + (lo - begin)) * inner,
+                  sp + (o * src_rows + (lo - s_begin)) * inner,
+                  static_cast<size_t>((hi - lo) * inner) * sizeof(float));
+    std::fill(covered.begin() + (lo - begin), covered.begin() + (hi - begin), 1);
+  }
+  ENGINE_CHECK(std::all_of(covered.begin(), covered.end(), [](char c) { return c != 0; }),
+               what + ": the saved slices do not cover [" + std::to_string(begin) + ", " +
+                   std::to_string(end) + ") along dim " + std::to_string(dim));
+}
+
+core::Tensor CheckpointReader::read_full(const std::string& name) const {
+  core::Tensor t = core::Tensor::empty(global_shape(name));
+  read(name, by_name_.at(name).front()->dim, 0, t);
+  return t;
+}
+
+}  // namespace engine

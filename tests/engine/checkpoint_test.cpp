@@ -1,0 +1,167 @@
+#include "engine/checkpoint.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+
+#include "engine/core/check.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+core::Tensor iota(const core::Shape& shape, float start) {
+  std::vector<float> v(static_cast<size_t>(core::shape_numel(shape)));
+  std::iota(v.begin(), v.end(), start);
+  return core::Tensor::from_vector(shape, v);
+}
+
+template <typename Fn>
+std::string error_of(Fn fn) {
+  try {
+    fn();
+  } catch (const core::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = (fs::temp_directory_path() /
+             ("engine_ckpt_test_" +
+              std::string(::testing::UnitTest::GetInstance()->current_test_info()->name())))
+                .string();
+    fs::remove_all(root_);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  // Two "ranks": a [5, 3] tensor split along dim 0 as [0, 2) + [2, 5), a [2, 4] tensor split along
+  // dim 1 as [0, 1) + [1, 4), and a whole [3] tensor saved by rank 0 only.
+  std::string save(int64_t step, int keep = 3, float offset = 0) {
+    core::Tensor a = iota({5, 3}, offset), b = iota({2, 4}, 100 + offset), c = iota({3}, 200);
+    prepare_staging(root_, step);
+    std::string staging = engine::staging_path(root_, step);
+    engine::write_rank_file(staging, 0,
+                            {{"a", {5, 3}, 0, 0, a.slice(0, 0, 2).clone()},
+                             {"b", {2, 4}, 1, 0, b.slice(1, 0, 1).clone()},
+                             {"c", {3}, 0, 0, c}});
+    engine::write_rank_file(staging, 1,
+                            {{"a", {5, 3}, 0, 2, a.slice(0, 2, 3).clone()},
+                             {"b", {2, 4}, 1, 1, b.slice(1, 1, 3).clone()}});
+    engine::Manifest m;
+    m.step = step;
+    m.world_size = 2;
+    m.config_yaml = "train:\n  steps: 10\n";
+    m.state = {{"data.step", std::to_string(step)}, {"rng.position", "42"}};
+    return engine::commit_checkpoint(root_, m, keep);
+  }
+  static std::string prepare_staging(const std::string& root, int64_t step) {
+    return engine::prepare_staging(root, step);
+  }
+
+  std::string root_;
+};
+
+TEST(Fnv1a, KnownValues) {
+  EXPECT_EQ(engine::fnv1a64("", 0), 0xcbf29ce484222325ull);
+  EXPECT_EQ(engine::fnv1a64("a", 1), 0xaf63dc4c8601ec8cull);
+  EXPECT_EQ(engine::fnv1a64("foobar", 6), 0x85944171f73967e8ull);
+}
+
+TEST_F(CheckpointTest, ManifestRoundTrip) {
+  std::string dir = save(7);
+  EXPECT_EQ(fs::path(dir).filename(), "step_00000007");
+  engine::Manifest m = engine::read_manifest(dir);
+  EXPECT_EQ(m.step, 7);
+  EXPECT_EQ(m.world_size, 2);
+  EXPECT_EQ(m.state.at("data.step"), "7");
+  EXPECT_EQ(m.state.at("rng.position"), "42");
+  EXPECT_EQ(m.config_yaml, "train:\n  steps: 10\n");
+  ASSERT_EQ(m.files.size(), 2u);
+  EXPECT_EQ(m.files[1].file, "rank_00001.safetensors");
+  EXPECT_EQ(m.files[1].checksum, engine::fnv1a64_file(dir + "/rank_00001.safetensors"));
+  EXPECT_EQ(m.slices.size(), 5u);
+  EXPECT_FALSE(fs::exists(engine::staging_path(root_, 7)));
+}
+
+TEST_F(CheckpointTest, ReadsAnyRangeAcrossFiles) {
+  std::string dir = save(3);
+  engine::CheckpointReader reader(dir);
+  EXPECT_EQ(reader.read_full("a").to_vector(), iota({5, 3}, 0).to_vector());
+  EXPECT_EQ(reader.read_full("b").to_vector(), iota({2, 4}, 100).to_vector());
+  EXPECT_EQ(reader.read_full("c").to_vector(), iota({3}, 200).to_vector());
+  // Re-shard "a" over 3 ranks: rows [1, 3) straddle both files.
+  core::Tensor part = core::Tensor::empty({2, 3});
+  reader.read("a", 0, 1, part);
+  EXPECT_EQ(part.to_vector(), iota({5, 3}, 0).slice(0, 1, 2).clone().to_vector());
+  // "b" read along dim 1 columns [0, 3), and "b" as a row range of the whole tensor.
+  core::Tensor cols = core::Tensor::empty({2, 3});
+  reader.read("b", 1, 0, cols);
+  EXPECT_EQ(cols.to_vector(), iota({2, 4}, 100).slice(1, 0, 3).clone().to_vector());
+  core::Tensor row = core::Tensor::empty({1, 4});
+  EXPECT_NE(error_of([&] { reader.read("b", 0, 1, row); }).find("do not cover"), std::string::npos);
+  core::Tensor bad = core::Tensor::empty({2, 2});
+  EXPECT_NE(error_of([&] { reader.read("a", 0, 0, bad); }).find("tensor a"), std::string::npos);
+  EXPECT_NE(error_of([&] { reader.read_full("zz"); }).find("no tensor zz"), std::string::npos);
+}
+
+TEST_F(CheckpointTest, KeepsNewestKAndIgnoresStaging) {
+  for (int64_t s : {2, 4, 6, 8})
+    save(s, 2);
+  prepare_staging(root_, 10);  // an interrupted save
+  auto all = engine::list_checkpoints(root_);
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(fs::path(all[0]).filename(), "step_00000006");
+  EXPECT_EQ(fs::path(all[1]).filename(), "step_00000008");
+  EXPECT_EQ(engine::resolve_resume(root_, "auto"), all[1]);
+  EXPECT_EQ(engine::resolve_resume(root_, ""), "");
+  EXPECT_EQ(engine::resolve_resume(root_ + "/none", "auto"), "");
+}
+
+TEST_F(CheckpointTest, SavingAStepAgainReplacesIt) {
+  save(5);
+  std::string dir = save(5, 3, 1000);
+  engine::CheckpointReader reader(dir);
+  EXPECT_EQ(reader.read_full("a").to_vector(), iota({5, 3}, 1000).to_vector());
+  EXPECT_EQ(engine::list_checkpoints(root_).size(), 1u);
+}
+
+TEST_F(CheckpointTest, CorruptCheckpointRefusedAndOlderOffered) {
+  std::string older = save(4);
+  std::string newer = save(9);
+  {
+    std::fstream f(newer + "/rank_00001.safetensors",
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-3, std::ios::end);
+    f.put('\x7f');
+  }
+  std::string msg = error_of([&] { engine::resolve_resume(root_, "auto"); });
+  EXPECT_NE(msg.find("rank_00001.safetensors is corrupt"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("next older checkpoint is " + older), std::string::npos) << msg;
+  EXPECT_EQ(engine::resolve_resume(root_, older), older);
+  msg = error_of([&] { engine::CheckpointReader r(newer); });
+  EXPECT_NE(msg.find("corrupt"), std::string::npos) << msg;
+}
+
+TEST_F(CheckpointTest, TruncatedMissingAndIncompleteRefused) {
+  std::string dir = save(3);
+  fs::resize_file(dir + "/rank_00000.safetensors", 16);
+  std::string msg = error_of([&] { engine::verify_checkpoint(dir); });
+  EXPECT_NE(msg.find("rank_00000.safetensors has 16 bytes"), std::string::npos) << msg;
+  fs::remove(dir + "/rank_00000.safetensors");
+  msg = error_of([&] { engine::verify_checkpoint(dir); });
+  EXPECT_NE(msg.find("rank_00000.safetensors is missing"), std::string::npos) << msg;
+  fs::remove(dir + "/manifest.yaml");
+  msg = error_of([&] { engine::resolve_resume(root_, dir); });
+  EXPECT_NE(msg.find("incomplete"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("no older checkpoint"), std::string::npos) << msg;
+  std::ofstream(dir + "/manifest.yaml") << "format: something-else\n";
+  msg = error_of([&] { engine::read_manifest(dir); });
+  EXPECT_NE(msg.find("manifest.yaml"), std::string::npos) << msg;
+}
+
+}  // namespace
