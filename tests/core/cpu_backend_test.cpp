@@ -1,0 +1,340 @@
+// The float CPU backend against the float64 kernels (run on the same float-rounded inputs),
+// GEMM against a naive loop for every transpose / leading-dimension / batch case, results that
+// do not depend on the thread count, and clear errors on bad input.
+#include "engine/core/cpu/cpu_backend.h"
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/core/check.h"
+#include "engine/core/cpu/cpu_gemm.h"
+#include "engine/core/cpu/cpu_kernels.h"
+#include "grad_check.h"
+
+namespace {
+
+using core::GemmArgs;
+using core::test::max_rel_diff;
+using core::test::random_vec;
+using core::test::to_double;
+using FVec = std::vector<float>;
+using DVec = std::vector<double>;
+namespace cpu = core::cpu;
+
+core::Backend& be() {
+  return core::cpu_backend();
+}
+
+// Float inputs and their exact float64 copies.
+struct Input {
+  FVec f;
+  DVec d;
+  Input(int64_t n, uint64_t seed, double scale = 1.0)
+      : f(random_vec<float>(n, seed, scale)), d(to_double(f)) {}
+};
+
+constexpr double kTol = 2e-5;
+
+TEST(CpuBackend, NameAndDevice) {
+  EXPECT_TRUE(be().device().is_cpu());
+  EXPECT_NE(std::string(be().name()).find("OpenBLAS"), std::string::npos);
+}
+
+// C = alpha op(A) op(B) + beta C against a triple loop, for every transpose combination, with
+// padded leading dimensions and a strided batch of 3.
+TEST(CpuBackend, GemmAllLayoutsAgainstNaive) {
+  const int64_t m = 5, n = 7, k = 9, batch = 3, pad = 3;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      GemmArgs g;
+      g.trans_a = ta, g.trans_b = tb, g.m = m, g.n = n, g.k = k;
+      g.alpha = 0.75f, g.beta = 1.0f;
+      g.lda = (ta ? m : k) + pad, g.ldb = (tb ? k : n) + pad, g.ldc = n + pad;
+      int64_t a_rows = ta ? k : m, b_rows = tb ? n : k;
+      g.batch = batch;
+      g.stride_a = a_rows * g.lda + 1, g.stride_b = b_rows * g.ldb + 2, g.stride_c = m * g.ldc;
+      Input a(batch * g.stride_a, 1), b(batch * g.stride_b, 2), c(batch * g.stride_c, 3);
+      FVec out = c.f;
+      be().gemm(g, a.f.data(), b.f.data(), out.data());
+      DVec expect = c.d;
+      for (int64_t p = 0; p < batch; ++p) {
+        const double* A = a.d.data() + p * g.stride_a;
+        const double* B = b.d.data() + p * g.stride_b;
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < n; ++j) {
+            double s = 0.0;
+            for (int64_t l = 0; l < k; ++l) {
+              s += (ta ? A[l * g.lda + i] : A[i * g.lda + l]) *
+                   (tb ? B[j * g.ldb + l] : B[l * g.ldb + j]);
+            }
+            expect[p * g.stride_c + i * g.ldc + j] += 0.75 * s;
+          }
+        }
+      }
+      EXPECT_LE(max_rel_diff(out, expect), kTol) << "trans_a=" << ta << " trans_b=" << tb;
+    }
+  }
+}
+
+TEST(CpuBackend, GemmLargeBatchRunsPerThreadAndMatches) {
+  // A batch of 16 small GEMMs (one per thread) equals 16 separate calls.
+  const int64_t m = 12, n = 10, k = 8, batch = 16;
+  Input a(batch * m * k, 4), b(batch * k * n, 5);
+  GemmArgs g;
+  g.m = m, g.n = n, g.k = k, g.batch = batch;
+  g.stride_a = m * k, g.stride_b = k * n, g.stride_c = m * n;
+  FVec all(batch * m * n), one(batch * m * n);
+  be().gemm(g, a.f.data(), b.f.data(), all.data());
+  GemmArgs s = g;
+  s.batch = 1;
+  for (int64_t p = 0; p < batch; ++p) {
+    be().gemm(s, a.f.data() + p * m * k, b.f.data() + p * k * n, one.data() + p * m * n);
+  }
+  EXPECT_EQ(all, one);
+}
+
+TEST(CpuBackend, GemmRejectsBadLeadingDimension) {
+  GemmArgs g;
+  g.m = 4, g.n = 4, g.k = 4, g.lda = 3;
+  FVec a(16), b(16), c(16);
+  try {
+    be().gemm(g, a.data(), b.data(), c.data());
+    FAIL() << "no error";
+  } catch (const core::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("lda 3 < 4"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CpuBackend, ElementwiseOpsMatchFloat64) {
+  const int64_t n = 100003;  // above the parallel threshold, odd
+  Input a(n, 10, 2.0), b(n, 11), g(n, 12);
+  FVec out(n), dinp = b.f;
+  DVec ref(n), dref = b.d;
+  be().add(out.data(), a.f.data(), b.f.data(), n);
+  cpu::add(ref.data(), a.d.data(), b.d.data(), n);
+  EXPECT_LE(max_rel_diff(out, ref), kTol);
+  be().axpby(out.data(), 0.5f, a.f.data(), -2.0f, n);
+  cpu::axpby(ref.data(), 0.5, a.d.data(), -2.0, n);
+  EXPECT_LE(max_rel_diff(out, ref), kTol);
+  be().scale(out.data(), 3.0f, n);
+  cpu::scale(ref.data(), 3.0, n);
+  be().accumulate(out.data(), b.f.data(), n);
+  cpu::accumulate(ref.data(), b.d.data(), n);
+  EXPECT_LE(max_rel_diff(out, ref), kTol);
+  be().gelu_forward(out.data(), a.f.data(), n);
+  cpu::gelu_forward(ref.data(), a.d.data(), n);
+  EXPECT_LE(max_rel_diff(out, ref), kTol);
+  be().gelu_backward(dinp.data(), a.f.data(), g.f.data(), n);
+  cpu::gelu_backward(dref.data(), a.d.data(), g.d.data(), n);
+  EXPECT_LE(max_rel_diff(dinp, dref), kTol);
+  be().relu2_forward(out.data(), a.f.data(), n);
+  cpu::relu2_forward(ref.data(), a.d.data(), n);
+  EXPECT_LE(max_rel_diff(out, ref), kTol);
+  be().relu2_backward(dinp.data(), a.f.data(), g.f.data(), n);
+  cpu::relu2_backward(dref.data(), a.d.data(), g.d.data(), n);
+  EXPECT_LE(max_rel_diff(dinp, dref), kTol);
+  double ss = 0.0;
+  for (double x : a.d)
+    ss += x * x;
+  EXPECT_NEAR(be().sum_squares(a.f.data(), n), ss, 1e-9 * ss);
+}
+
+TEST(CpuBackend, NormsAndSoftmaxMatchFloat64) {
+  const int64_t N = 37, C = 768;
+  Input x(N * C, 20, 3.0), w(C, 21), b(C, 22), g(N * C, 23);
+  FVec out(N * C), mean(N), rstd(N), dx(N * C), dw(C), db(C);
+  DVec rout(N * C), rmean(N), rrstd(N), rdx(N * C), rdw(C), rdb(C);
+  be().layernorm_forward(out.data(), mean.data(), rstd.data(), x.f.data(), w.f.data(), b.f.data(),
+                         N, C, 1e-5f);
+  cpu::layernorm_forward(rout.data(), rmean.data(), rrstd.data(), x.d.data(), w.d.data(),
+                         b.d.data(), N, C, 1e-5);
+  EXPECT_LE(max_rel_diff(out, rout), kTol);
+  EXPECT_LE(max_rel_diff(rstd, rrstd), kTol);
+  be().layernorm_backward(dx.data(), dw.data(), db.data(), g.f.data(), x.f.data(), w.f.data(),
+                          mean.data(), rstd.data(), N, C);
+  cpu::layernorm_backward(rdx.data(), rdw.data(), rdb.data(), g.d.data(), x.d.data(), w.d.data(),
+                          rmean.data(), rrstd.data(), N, C);
+  EXPECT_LE(max_rel_diff(dx, rdx), kTol);
+  EXPECT_LE(max_rel_diff(dw, rdw), kTol);
+  EXPECT_LE(max_rel_diff(db, rdb), kTol);
+
+  be().rmsnorm_forward(out.data(), rstd.data(), x.f.data(), N, C, 1e-6f);
+  cpu::rmsnorm_forward(rout.data(), rrstd.data(), x.d.data(), N, C, 1e-6);
+  EXPECT_LE(max_rel_diff(out, rout), kTol);
+  be().rmsnorm_backward(dx.data(), g.f.data(), x.f.data(), rstd.data(), N, C);
+  cpu::rmsnorm_backward(rdx.data(), g.d.data(), x.d.data(), rrstd.data(), N, C);
+  EXPECT_LE(max_rel_diff(dx, rdx), kTol);
+
+  be().softmax_forward(out.data(), x.f.data(), N, C);
+  cpu::softmax_forward(rout.data(), x.d.data(), N, C);
+  EXPECT_LE(max_rel_diff(out, rout), kTol);
+  be().softmax_backward(dx.data(), g.f.data(), out.data(), N, C);
+  cpu::softmax_backward(rdx.data(), g.d.data(), rout.data(), N, C);
+  EXPECT_LE(max_rel_diff(dx, rdx), kTol);
+}
+
+// A zero-variance row stays finite thanks to eps inside the square root.
+TEST(CpuBackend, NormsOfConstantRowsAreFinite) {
+  const int64_t C = 16;
+  FVec x(C, 2.5f), out(C), mean(1), rstd(1);
+  be().layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), nullptr, nullptr, 1, C,
+                         1e-5f);
+  EXPECT_FLOAT_EQ(rstd[0], 1.0f / std::sqrt(1e-5f));
+  for (float v : out)
+    EXPECT_EQ(v, 0.0f);
+  FVec zero(C, 0.0f);
+  be().rmsnorm_forward(out.data(), rstd.data(), zero.data(), 1, C, 1e-6f);
+  EXPECT_FLOAT_EQ(rstd[0], 1.0f / std::sqrt(1e-6f));
+}
+
+TEST(CpuBackend, AttentionPathMatchesFloat64) {
+  const int64_t B = 2, T = 33, H = 3, hd = 16, BH = B * H, D = H * hd, n = BH * T * hd;
+  Input qkv(B * T * 3 * D, 30), g(B * T * D, 31);
+  float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  // Float backend: split, rotary on q and k, attention, merge; then the whole backward.
+  FVec q(n), k(n), v(n), att(BH * T * T), a(n), out(B * T * D);
+  be().split_heads(q.data(), k.data(), v.data(), qkv.f.data(), B, T, H, hd);
+  be().rotary_forward(q.data(), q.data(), BH, T, hd, 10000.0f);
+  be().rotary_forward(k.data(), k.data(), BH, T, hd, 10000.0f);
+  be().attention_forward(a.data(), att.data(), q.data(), k.data(), v.data(), BH, T, hd, scale);
+  be().merge_heads(out.data(), a.data(), B, T, H, hd);
+  FVec da(n), dq(n), dk(n), dv(n), datt(BH * T * T), dqr(n), dkr(n), dqkv(B * T * 3 * D);
+  be().merge_heads_backward(da.data(), g.f.data(), B, T, H, hd);
+  be().attention_backward(dq.data(), dk.data(), dv.data(), datt.data(), da.data(), att.data(),
+                          q.data(), k.data(), v.data(), BH, T, hd, scale);
+  be().rotary_backward(dqr.data(), dq.data(), BH, T, hd, 10000.0f);
+  be().rotary_backward(dkr.data(), dk.data(), BH, T, hd, 10000.0f);
+  be().split_heads_backward(dqkv.data(), dqr.data(), dkr.data(), dv.data(), B, T, H, hd);
+
+  DVec rq(n), rk(n), rv(n), ratt(BH * T * T), ra(n), rout(B * T * D);
+  cpu::split_heads(rq.data(), rk.data(), rv.data(), qkv.d.data(), B, T, H, hd);
+  cpu::rotary_forward(rq.data(), rq.data(), BH, T, hd, 10000.0);
+  cpu::rotary_forward(rk.data(), rk.data(), BH, T, hd, 10000.0);
+  cpu::attention_forward(ra.data(), ratt.data(), rq.data(), rk.data(), rv.data(), BH, T, hd,
+                         static_cast<double>(scale));
+  cpu::merge_heads(rout.data(), ra.data(), B, T, H, hd);
+  DVec rda(n), rdq(n), rdk(n), rdv(n), rdatt(BH * T * T), rdqr(n), rdkr(n), rdqkv(B * T * 3 * D);
+  cpu::merge_heads_backward(rda.data(), g.d.data(), B, T, H, hd);
+  cpu::attention_backward(rdq.data(), rdk.data(), rdv.data(), rdatt.data(), rda.data(), ratt.data(),
+                          rq.data(), rk.data(), rv.data(), BH, T, hd, static_cast<double>(scale));
+  cpu::rotary_backward(rdqr.data(), rdq.data(), BH, T, hd, 10000.0);
+  cpu::rotary_backward(rdkr.data(), rdk.data(), BH, T, hd, 10000.0);
+  cpu::split_heads_backward(rdqkv.data(), rdqr.data(), rdkr.data(), rdv.data(), B, T, H, hd);
+
+  EXPECT_LE(max_rel_diff(out, rout), 1e-4);
+  EXPECT_LE(max_rel_diff(att, ratt), 1e-4);
+  EXPECT_LE(max_rel_diff(dqkv, rdqkv), 1e-4);
+}
+
+TEST(CpuBackend, EmbeddingBiasGatherMatchFloat64) {
+  const int64_t B = 3, T = 11, D = 70, V = 29, N = B * T;
+  std::vector<int32_t> tok(N);
+  for (int64_t i = 0; i < N; ++i)
+    tok[i] = static_cast<int32_t>((i * i + 3) % V);
+  Input wte(V * D, 40), wpe(T * D, 41), g(N * D, 42), bias(D, 43), w(N, 44);
+  FVec out(N * D), dte(V * D), dpe(T * D), db(D), rows(N * D), dots(N);
+  DVec rout(N * D), rdte(V * D), rdpe(T * D), rdb(D), rrows(N * D), rdots(N);
+  be().embedding_forward(out.data(), tok.data(), wte.f.data(), wpe.f.data(), B, T, D);
+  cpu::embedding_forward(rout.data(), tok.data(), wte.d.data(), wpe.d.data(), B, T, D);
+  EXPECT_LE(max_rel_diff(out, rout), kTol);
+  be().embedding_backward(dte.data(), dpe.data(), g.f.data(), tok.data(), B, T, D);
+  cpu::embedding_backward(rdte.data(), rdpe.data(), g.d.data(), tok.data(), B, T, D);
+  EXPECT_LE(max_rel_diff(dte, rdte), kTol);
+  EXPECT_LE(max_rel_diff(dpe, rdpe), kTol);
+  be().add_bias(out.data(), bias.f.data(), N, D);
+  cpu::add_bias(rout.data(), bias.d.data(), N, D);
+  EXPECT_LE(max_rel_diff(out, rout), kTol);
+  be().bias_backward(db.data(), g.f.data(), N, D);
+  cpu::bias_backward(rdb.data(), g.d.data(), N, D);
+  EXPECT_LE(max_rel_diff(db, rdb), kTol);
+  be().gather_rows(rows.data(), wte.f.data(), tok.data(), w.f.data(), N, D);
+  cpu::gather_rows(rrows.data(), wte.d.data(), tok.data(), w.d.data(), N, D);
+  EXPECT_LE(max_rel_diff(rows, rrows), kTol);
+  be().scatter_add_rows(dte.data(), g.f.data(), tok.data(), w.f.data(), N, D);
+  cpu::scatter_add_rows(rdte.data(), g.d.data(), tok.data(), w.d.data(), N, D);
+  EXPECT_LE(max_rel_diff(dte, rdte), kTol);
+  be().row_dot(dots.data(), rows.data(), g.f.data(), N, D);
+  cpu::row_dot(rdots.data(), rrows.data(), g.d.data(), N, D);
+  EXPECT_LE(max_rel_diff(dots, rdots), kTol);
+}
+
+TEST(CpuBackend, CrossEntropyMatchesFloat64AndZeroesPadding) {
+  const int64_t N = 19, V = 1000, Vp = 1024;
+  Input logits(N * Vp, 50, 4.0);
+  std::vector<int32_t> tgt(N);
+  for (int64_t i = 0; i < N; ++i)
+    tgt[i] = static_cast<int32_t>((i * 97) % V);
+  for (float cap : {0.0f, 15.0f}) {
+    FVec loss(N), d(N * Vp, 1.0f);
+    DVec rloss(N), rd(N * Vp);
+    be().cross_entropy(loss.data(), d.data(), logits.f.data(), tgt.data(), N, V, Vp, cap, 1.0f / N);
+    cpu::cross_entropy(rloss.data(), rd.data(), logits.d.data(), tgt.data(), N, V, Vp,
+                       static_cast<double>(cap), 1.0 / N);
+    EXPECT_LE(max_rel_diff(loss, rloss), kTol);
+    EXPECT_LE(max_rel_diff(d, rd), 1e-6);
+    for (int64_t i = 0; i < N; ++i) {
+      for (int64_t j = V; j < Vp; ++j)
+        ASSERT_EQ(d[i * Vp + j], 0.0f);
+    }
+  }
+}
+
+TEST(CpuBackend, CrossEntropyRejectsTargetOutsideVocabulary) {
+  FVec logits(2 * 8), loss(2);
+  std::vector<int32_t> tgt = {1, 6};  // V = 6: column 6 is padding
+  try {
+    be().cross_entropy(loss.data(), nullptr, logits.data(), tgt.data(), 2, 6, 8, 0.0f, 1.0f);
+    FAIL() << "no error";
+  } catch (const core::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("target 6 at row 1"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CpuBackend, EmbeddingRejectsNegativeToken) {
+  FVec wte(4 * 3), out(2 * 3);
+  std::vector<int32_t> tok = {0, -2};
+  EXPECT_THROW(be().embedding_forward(out.data(), tok.data(), wte.data(), nullptr, 1, 2, 3),
+               core::Error);
+}
+
+TEST(CpuBackend, RotaryRejectsOddHeadDim) {
+  FVec x(3 * 5);
+  EXPECT_THROW(be().rotary_forward(x.data(), x.data(), 1, 3, 5, 10000.0f), core::Error);
+}
+
+// Row reductions use fixed blocks: 1 thread and 2 threads give bit-identical gradients.
+TEST(CpuBackend, ReductionsDoNotDependOnThreadCount) {
+  const int64_t N = 1000, C = 96, V = 50;
+  Input x(N * C, 60), g(N * C, 61), w(C, 62);
+  std::vector<int32_t> tok(N);
+  for (int64_t i = 0; i < N; ++i)
+    tok[i] = static_cast<int32_t>((i * 13) % V);
+  FVec mean(N), rstd(N), out(N * C);
+  be().layernorm_forward(out.data(), mean.data(), rstd.data(), x.f.data(), w.f.data(), nullptr, N,
+                         C, 1e-5f);
+  auto run = [&](int threads) {
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    FVec db(C), dw(C), dbl(C), dte(V * C);
+    be().bias_backward(db.data(), g.f.data(), N, C);
+    be().layernorm_backward(nullptr, dw.data(), dbl.data(), g.f.data(), x.f.data(), w.f.data(),
+                            mean.data(), rstd.data(), N, C);
+    be().embedding_backward(dte.data(), nullptr, g.f.data(), tok.data(), 1, N, C);
+    double ss = be().sum_squares(g.f.data(), N * C);
+    omp_set_num_threads(saved);
+    FVec all = db;
+    all.insert(all.end(), dw.begin(), dw.end());
+    all.insert(all.end(), dbl.begin(), dbl.end());
+    all.insert(all.end(), dte.begin(), dte.end());
+    all.push_back(static_cast<float>(ss));
+    return all;
+  };
+  EXPECT_EQ(run(1), run(2));
+}
+
+}  // namespace
