@@ -28,10 +28,9 @@ std::string hex64(uint64_t v) {
 }
 
 std::string shape_text(const core::Shape& shape) {
-  std::string s;
-  for (size_t i = 0; i < shape.size(); ++i)
-    s += (i ? "," : "") + std::to_string(shape[i]);
-  return s;
+  std::ostringstream s;
+  for (size_t i = 0; i < shape.size(); ++i) s << (i ? "," : "") << shape[i];
+  return s.str();
 }
 
 core::Shape parse_shape_text(const std::string& text, const std::string& what) {
