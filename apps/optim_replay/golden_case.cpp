@@ -1,0 +1,289 @@
+#include "apps/optim_replay/golden_case.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "comm/shard_ops.h"
+#include "engine/core/check.h"
+#include "optim/newton_schulz.h"
+
+namespace replay {
+
+namespace {
+
+// The reference's hyperparameter names and ours. Keys not listed here are handled below:
+// param_overrides (one group per overridden parameter, ahead of the catch-all group),
+// ns_coefficients / ns_eps (must equal our NS5 constants), *_rule (documentation only).
+struct HyperName {
+  const char* reference;
+  const char* ours;
+};
+constexpr HyperName kHyperparameterMap[] = {
+    {"lr", "lr"},
+    {"momentum", "momentum"},
+    {"nesterov", "nesterov"},
+    {"ns_steps", "ns_steps"},
+    {"betas", "betas"},
+    {"eps", "eps"},
+    {"weight_decay", "weight_decay"},
+    {"lr_mul", "lr_mul"},
+    {"wd_mul", "wd_mul"},
+    {"matrix_views", "matrix_views"},
+};
+
+// Reference optimizer name -> registry name, or -> orthogonaliser for one-shot files.
+constexpr HyperName kOptimizerMap[] = {{"adamw", "adamw"}, {"muon", "muon"}};
+constexpr HyperName kOrthogonalizerMap[] = {{"newton_schulz5", "ns5"},
+                                            {"polar_express", "polar_express"}};
+
+const char* our_name(const std::string& reference) {
+  for (const HyperName& h : kHyperparameterMap)
+    if (reference == h.reference) return h.ours;
+  return nullptr;
+}
+
+bool close(double a, double b) {
+  return std::abs(a - b) <= 1e-6 * std::max(1.0, std::abs(b));
+}
+
+void check_same_triples(const std::string& path, const YAML::Node& given,
+                        const core::NewtonSchulzSchedule& ours) {
+  std::vector<std::array<double, 3>> triples;
+  if (given.IsSequence() && given.size() == 3 && given[0].IsScalar()) {
+    triples.assign(ours.coefficients.size(),
+                   {given[0].as<double>(), given[1].as<double>(), given[2].as<double>()});
+  } else {
+    for (const YAML::Node& t : given)
+      triples.push_back({t[0].as<double>(), t[1].as<double>(), t[2].as<double>()});
+  }
+  ENGINE_CHECK(triples.size() == ours.coefficients.size(),
+               path + ": the file's orthogonaliser has " + std::to_string(triples.size()) +
+                   " iterations, ours " + std::to_string(ours.coefficients.size()));
+  for (size_t i = 0; i < triples.size(); ++i)
+    for (int j = 0; j < 3; ++j)
+      ENGINE_CHECK(close(ours.coefficients[i][j], triples[i][j]),
+                   path + ": orthogonaliser coefficient " + std::to_string(i) + "." +
+                       std::to_string(j) + " differs from ours");
+}
+
+double metadata_number(const core::SafetensorsReader& f, const std::string& key) {
+  const std::string& v = f.metadata_value(key);
+  try {
+    return std::stod(v);
+  } catch (const std::exception&) {
+    ENGINE_FAIL(f.path() + ": metadata '" + key + "' is not a number: " + v);
+  }
+}
+
+}  // namespace
+
+GoldenCase load_golden(const std::string& path, const std::string& optimizer,
+                       const std::vector<std::string>& sets) {
+  GoldenCase g;
+  g.path = path;
+  g.file = std::make_shared<core::SafetensorsReader>(path);
+  const core::SafetensorsReader& f = *g.file;
+  g.reference_optimizer = f.metadata_value("optimizer");
+  g.steps = static_cast<int64_t>(metadata_number(f, "steps"));
+  g.suggested_atol = metadata_number(f, "suggested_atol");
+  for (const core::StTensorInfo& t : f.tensors())
+    if (t.name.starts_with("init/")) g.params.push_back({t.name.substr(5), t.shape});
+  ENGINE_CHECK(!g.params.empty(), path + ": no init/* tensors");
+  for (const optim::ParamSpec& p : g.params)
+    for (int64_t t = 1; t <= g.steps; ++t)
+      ENGINE_CHECK(f.contains("param/" + std::to_string(t) + "/" + p.name),
+                   path + ": missing param/" + std::to_string(t) + "/" + p.name);
+
+  YAML::Node hyper;
+  try {
+    hyper = YAML::Load(f.metadata_value("hyperparameters"));
+  } catch (const YAML::Exception& e) {
+    ENGINE_FAIL(path + ": metadata 'hyperparameters' does not parse: " + e.what());
+  }
+  ENGINE_CHECK(hyper.IsMap(), path + ": metadata 'hyperparameters' is not a map");
+
+  for (const HyperName& o : kOrthogonalizerMap) {
+    if (g.reference_optimizer != o.reference) continue;
+    g.orthogonalizer = o.ours;
+    const core::NewtonSchulzSchedule ours =
+        optim::schedule_by_name(o.ours, hyper["steps"] ? hyper["steps"].as<int>() : 5, path);
+    check_same_triples(path, hyper["coefficients"], ours);
+    const double scale = 1.0 + (hyper["safety"] ? hyper["safety"].as<double>() : 0.0);
+    ENGINE_CHECK(close(ours.norm_scale, scale) && close(ours.norm_eps, hyper["eps"].as<double>()),
+                 path + ": normalisation differs from ours");
+    return g;
+  }
+
+  std::string registry_name = optimizer;
+  if (registry_name.empty()) {
+    for (const HyperName& o : kOptimizerMap)
+      if (g.reference_optimizer == o.reference) registry_name = o.ours;
+    ENGINE_CHECK(!registry_name.empty(), path + ": no mapping for reference optimizer '" +
+                                             g.reference_optimizer + "' (pass --optimizer NAME)");
+  }
+
+  YAML::Node base(YAML::NodeType::Map);
+  YAML::Node overrides;
+  for (const auto& kv : hyper) {
+    const std::string key = kv.first.as<std::string>();
+    if (key.ends_with("_rule")) continue;
+    if (key == "param_overrides") {
+      overrides = kv.second;
+    } else if (key == "ns_coefficients") {
+      check_same_triples(path, kv.second, optim::ns5_schedule(hyper["ns_steps"].as<int>()));
+    } else if (key == "ns_eps") {
+      ENGINE_CHECK(close(optim::ns5_schedule().norm_eps, kv.second.as<double>()),
+                   path + ": ns_eps differs from ours");
+    } else if (const char* ours = our_name(key)) {
+      base[ours] = kv.second;
+    } else {
+      ENGINE_FAIL(path + ": no mapping for reference hyperparameter '" + key + "'");
+    }
+  }
+  // The file's matrix views are the whole truth for it: no default views.
+  if (registry_name == "muon" && !base["matrix_views"])
+    base["matrix_views"] = YAML::Node(YAML::NodeType::Map);
+
+  g.groups = YAML::Node(YAML::NodeType::Sequence);
+  auto make_group = [&](const std::string& glob) {
+    YAML::Node group(YAML::NodeType::Map);
+    group["params"].push_back(glob);
+    group["optimizer"] = registry_name;
+    for (const auto& kv : base)
+      group[kv.first.as<std::string>()] = YAML::Clone(kv.second);
+    return group;
+  };
+  if (overrides) {
+    for (const auto& kv : overrides) {
+      YAML::Node group = make_group(kv.first.as<std::string>());
+      for (const auto& o : kv.second) {
+        const char* ours = our_name(o.first.as<std::string>());
+        ENGINE_CHECK(ours, path + ": no mapping for override '" + o.first.as<std::string>() + "'");
+        group[ours] = o.second;
+      }
+      g.groups.push_back(group);
+    }
+  }
+  g.groups.push_back(make_group("*"));
+  for (const std::string& s : sets) {
+    const size_t eq = s.find('=');
+    ENGINE_CHECK(eq != std::string::npos && eq > 0, "--set expects key=value, got '" + s + "'");
+    YAML::Node value = YAML::Load(s.substr(eq + 1));
+    for (YAML::Node group : g.groups)
+      group[s.substr(0, eq)] = value;
+  }
+  // Round trip through text so that errors can point at lines of the generated groups.
+  g.groups = YAML::Load(YAML::Dump(g.groups));
+  return g;
+}
+
+// ---- replay -----------------------------------------------------------------------------------
+
+Replayer::Replayer(const GoldenCase& golden, comm::Communicator& comm)
+    : golden_(golden), comm_(comm) {
+  std::vector<comm::ParamInfo> infos;
+  if (golden.orthogonalizer.empty()) {
+    set_ = std::make_unique<optim::OptimizerSet>(golden.groups, golden.params);
+    for (const optim::ParamSpec& p : golden.params)
+      infos.push_back({p.name, p.shape, set_->placement(p.name), 0});
+  } else {
+    for (const optim::ParamSpec& p : golden.params)
+      infos.push_back({p.name, p.shape, comm::Placement::owned(), 0});
+  }
+  plan_ = std::make_unique<comm::ShardingPlan>(infos, comm.size(), comm.rank(), 2);
+  for (size_t i = 0; i < golden.params.size(); ++i) {
+    full_.push_back(golden.file->read("init/" + golden.params[i].name));
+    local_.push_back(core::Tensor::empty(plan_->local_shape(i)));
+    comm::copy_local_part(comm_, *plan_, i, full_[i], local_[i]);
+  }
+}
+
+const core::Tensor& Replayer::full(const std::string& name) const {
+  return full_.at(plan_->index(name));
+}
+
+void Replayer::set_full(const std::string& name, const core::Tensor& value) {
+  const size_t i = plan_->index(name);
+  full_[i].copy_from(value);
+  comm::copy_local_part(comm_, *plan_, i, full_[i], local_[i]);
+}
+
+std::vector<Difference> Replayer::step(int64_t t) {
+  const size_t n = golden_.params.size();
+  if (golden_.orthogonalizer.empty()) {
+    std::vector<core::Tensor> grads(n);
+    std::vector<optim::ParamShard> parts;
+    for (size_t i = 0; i < n; ++i) {
+      if (local_[i].numel() == 0) continue;  // nothing of this parameter on this rank
+      const std::string& name = golden_.params[i].name;
+      // The already-averaged gradient: this rank's part of it, at the requested placement.
+      core::Tensor full_grad = golden_.file->read("grad/" + std::to_string(t) + "/" + name);
+      grads[i] = core::Tensor::empty(plan_->local_shape(i));
+      comm::copy_local_part(comm_, *plan_, i, full_grad, grads[i]);
+      parts.push_back({name, golden_.params[i].shape, plan_->range(i, comm_.rank()).begin,
+                       local_[i], grads[i]});
+    }
+    optim::StepContext ctx;
+    ctx.step = t;
+    ctx.total_steps = golden_.steps;
+    set_->step(parts, ctx);
+  } else {
+    const core::NewtonSchulzSchedule schedule =
+        optim::schedule_by_name(golden_.orthogonalizer, 5, golden_.path);
+    for (size_t i = 0; i < n; ++i) {
+      if (local_[i].numel() == 0) continue;
+      const core::Shape& s = golden_.params[i].shape;
+      const int64_t rows = s[s.size() - 2], cols = s.back();
+      optim::orthogonalize(core::cpu_backend(), local_[i].data<float>(), rows, cols, schedule,
+                           local_[i].numel() / (rows * cols));
+    }
+  }
+  std::vector<Difference> out;
+  for (size_t i = 0; i < n; ++i) {
+    comm::all_gather_param(comm_, *plan_, i, local_[i], full_[i]);
+    const std::string& name = golden_.params[i].name;
+    const core::Tensor ref = golden_.file->read("param/" + std::to_string(t) + "/" + name);
+    const float* a = full_[i].data<float>();
+    const float* b = ref.data<float>();
+    double max_abs = 0, max_ref = 0;
+    for (int64_t k = 0; k < ref.numel(); ++k) {
+      max_abs = std::max(max_abs, std::abs(static_cast<double>(a[k]) - b[k]));
+      max_ref = std::max(max_ref, std::abs(static_cast<double>(b[k])));
+    }
+    out.push_back({t, name, max_abs, max_ref > 0 ? max_abs / max_ref : max_abs});
+  }
+  return out;
+}
+
+std::vector<Difference> Replayer::run() {
+  std::vector<Difference> all;
+  for (int64_t t = 1; t <= golden_.steps; ++t) {
+    std::vector<Difference> d = step(t);
+    all.insert(all.end(), d.begin(), d.end());
+  }
+  return all;
+}
+
+// ---- state files ------------------------------------------------------------------------------
+
+void save_state(const optim::OptimizerState& state, const std::string& path) {
+  core::SafetensorsWriter w;
+  for (const auto& [key, t] : state.tensors)
+    w.add(key, t);
+  for (const auto& [key, n] : state.counters)
+    w.set_metadata("counter:" + key, std::to_string(n));
+  w.write(path);
+}
+
+optim::OptimizerState load_state(const std::string& path) {
+  const core::SafetensorsContents c = core::load_safetensors(path);
+  optim::OptimizerState state;
+  state.tensors = c.tensors;
+  for (const auto& [key, v] : c.metadata) {
+    ENGINE_CHECK(key.starts_with("counter:"), path + ": unexpected metadata key '" + key + "'");
+    state.counters[key.substr(8)] = std::stoll(v);
+  }
+  return state;
+}
+
+}  // namespace replay

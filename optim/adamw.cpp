@@ -1,0 +1,100 @@
+#include "optim/adamw.h"
+
+#include <cmath>
+
+#include "engine/core/check.h"
+
+namespace optim {
+
+AdamWConfig AdamWConfig::from_yaml(HyperReader& r) {
+  AdamWConfig c;
+  c.lr = r.number("lr", c.lr);
+  std::vector<double> betas = r.numbers("betas", {c.beta1, c.beta2});
+  if (betas.size() != 2) r.fail("betas", "must be a list of two numbers [beta1, beta2]");
+  c.beta1 = betas[0];
+  c.beta2 = betas[1];
+  c.eps = r.number("eps", c.eps);
+  c.weight_decay = r.number("weight_decay", c.weight_decay);
+  c.lr_mul = r.number("lr_mul", c.lr_mul);
+  c.wd_mul = r.number("wd_mul", c.wd_mul);
+  const std::string mode = r.string("eps_mode", "spec");
+  if (mode != "spec" && mode != "torch") r.fail("eps_mode", "must be 'spec' or 'torch'");
+  c.torch_eps = mode == "torch";
+  if (c.lr < 0) r.fail("lr", "must be >= 0");
+  if (!(c.beta1 >= 0 && c.beta1 < 1)) r.fail("betas", "beta1 must be in [0, 1)");
+  if (!(c.beta2 >= 0 && c.beta2 < 1)) r.fail("betas", "beta2 must be in [0, 1)");
+  if (!(c.eps >= 0)) r.fail("eps", "must be >= 0");
+  return c;
+}
+
+AdamW::AdamW(const AdamWConfig& config) : config_(config) {}
+
+void AdamW::check_param(const std::string& name, const core::Shape& shape) const {
+  ENGINE_CHECK(!shape.empty(), "adamw: parameter '" + name + "' is a scalar; store it as [1]");
+}
+
+void AdamW::step(std::span<const ParamShard> params, const StepContext& ctx) {
+  core::Backend& backend = backend_of(ctx);
+  ENGINE_CHECK(backend.device().is_cpu(),
+               "adamw: the elementwise update runs on host tensors only (backend " +
+                   std::string(backend.name()) + ")");
+  const double lr = config_.lr * ctx.lr_scale * config_.lr_mul;
+  const float decay = static_cast<float>(1.0 - lr * config_.weight_decay * config_.wd_mul);
+  const float b1 = static_cast<float>(config_.beta1);
+  const float b2 = static_cast<float>(config_.beta2);
+  const float eps = static_cast<float>(config_.eps);
+  for (const ParamShard& p : params) {
+    check_shard(p, "adamw");
+    float* m = state_tensor(slots_, p.name, "exp_avg", p.value, backend).data<float>();
+    float* v = state_tensor(slots_, p.name, "exp_avg_sq", p.value, backend).data<float>();
+    const int64_t t = ++steps_[p.name + "/step"];
+    const double bc1 = 1.0 - std::pow(config_.beta1, static_cast<double>(t));
+    const double bc2 = 1.0 - std::pow(config_.beta2, static_cast<double>(t));
+    float* w = p.value.data<float>();
+    const float* g = p.grad.data<float>();
+    const int64_t n = p.value.numel();
+    if (config_.torch_eps) {
+      const float step_size = static_cast<float>(lr / bc1);
+      const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < n; ++i) {
+        w[i] *= decay;  // exact no-op when there is no decay
+        m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+        v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+        w[i] -= step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + eps);
+      }
+    } else {
+      const float step_size = static_cast<float>(lr * std::sqrt(bc2) / bc1);
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < n; ++i) {
+        w[i] *= decay;  // exact no-op when there is no decay
+        m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+        v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+        w[i] -= step_size * m[i] / (std::sqrt(v[i]) + eps);
+      }
+    }
+  }
+}
+
+void AdamW::save_state(OptimizerState& out) const {
+  for (const auto& [key, t] : slots_)
+    out.tensors[key] = t.clone();
+  for (const auto& [key, n] : steps_)
+    out.counters[key] = n;
+}
+
+void AdamW::load_state(const OptimizerState& in) {
+  slots_.clear();
+  steps_.clear();
+  for (const auto& [key, t] : in.tensors) {
+    const bool known = key.ends_with("/exp_avg") || key.ends_with("/exp_avg_sq");
+    ENGINE_CHECK(known, "adamw: unknown state tensor '" + key + "'");
+    slots_[key] = t.clone();
+  }
+  for (const auto& [key, n] : in.counters) {
+    ENGINE_CHECK(key.ends_with("/step"), "adamw: unknown state counter '" + key + "'");
+    steps_[key] = n;
+  }
+}
+
+}  // namespace optim

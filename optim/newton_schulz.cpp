@@ -1,0 +1,99 @@
+#include "optim/newton_schulz.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/core/check.h"
+#include "engine/core/tensor.h"
+
+namespace optim {
+
+core::NewtonSchulzSchedule ns5_schedule(int steps) {
+  ENGINE_CHECK(steps >= 1, "Newton-Schulz needs at least one step, got " + std::to_string(steps));
+  core::NewtonSchulzSchedule s;
+  s.coefficients.assign(steps, {3.4445f, -4.7750f, 2.0315f});
+  s.norm_scale = 1.0f;
+  s.norm_eps = 1e-7f;
+  return s;
+}
+
+core::NewtonSchulzSchedule polar_express_schedule() {
+  core::NewtonSchulzSchedule s;
+  s.coefficients = {
+      {8.156554524902461f, -22.48329292557795f, 15.878769915207462f},
+      {4.042929935166739f, -2.808917465908714f, 0.5000178451051316f},
+      {3.8916678022926607f, -2.772484153217685f, 0.5060648178503393f},
+      {3.285753657755655f, -2.3681294933425376f, 0.46449024233003106f},
+      {2.3465413258596377f, -1.7097828382687081f, 0.42323551169305323f},
+  };
+  s.norm_scale = 1.02f;
+  s.norm_eps = 1e-6f;
+  return s;
+}
+
+core::NewtonSchulzSchedule schedule_by_name(const std::string& name, int ns_steps,
+                                            const std::string& context) {
+  if (name == "ns5") return ns5_schedule(ns_steps);
+  if (name == "polar_express") return polar_express_schedule();
+  ENGINE_FAIL(context + ": unknown orthogonaliser '" + name + "' (ns5 | polar_express)");
+}
+
+void orthogonalize(core::Backend& backend, float* x, int64_t m, int64_t n,
+                   const core::NewtonSchulzSchedule& schedule, int64_t batch) {
+  if (m == 0 || n == 0 || batch == 0) return;
+  const bool wide = m <= n;
+  const int64_t g = wide ? m : n;  // side of the Gram matrix
+  const int64_t mn = m * n;
+  core::Allocator& alloc = backend.allocator();
+  core::Tensor gram = core::Tensor::empty({g, g}, core::DType::F32, alloc);
+  core::Tensor poly = core::Tensor::empty({g, g}, core::DType::F32, alloc);
+  core::Tensor next = core::Tensor::empty({m, n}, core::DType::F32, alloc);
+  float* A = gram.data<float>();
+  float* B = poly.data<float>();
+  float* Y = next.data<float>();
+  for (int64_t i = 0; i < batch; ++i) {
+    float* X = x + i * mn;
+    const double norm = std::sqrt(backend.sum_squares(X, mn));
+    backend.scale(X, static_cast<float>(1.0 / (schedule.norm_scale * norm + schedule.norm_eps)),
+                  mn);
+    for (const auto& [a, b, c] : schedule.coefficients) {
+      // A = X X^T (wide) or X^T X (tall).
+      core::GemmArgs gram_args;
+      gram_args.trans_a = !wide;
+      gram_args.trans_b = wide;
+      gram_args.m = g;
+      gram_args.n = g;
+      gram_args.k = wide ? n : m;
+      gram_args.lda = n;
+      gram_args.ldb = n;
+      backend.gemm(gram_args, X, X, A);
+      // B = c A A + b A.
+      core::GemmArgs sq;
+      sq.m = sq.n = sq.k = g;
+      sq.alpha = c;
+      backend.gemm(sq, A, A, B);
+      backend.axpby(B, b, A, 1.0f, g * g);
+      // Y = a X + B X (wide) or a X + X B (tall).
+      backend.copy(Y, X, static_cast<size_t>(mn) * sizeof(float));
+      core::GemmArgs upd;
+      upd.m = m;
+      upd.n = n;
+      upd.k = g;
+      upd.beta = a;
+      if (wide)
+        backend.gemm(upd, B, X, Y);
+      else
+        backend.gemm(upd, X, B, Y);
+      backend.copy(X, Y, static_cast<size_t>(mn) * sizeof(float));
+    }
+  }
+}
+
+double orthogonalize_flops(int64_t m, int64_t n, int iterations, int64_t batch) {
+  const double g = static_cast<double>(std::min(m, n));
+  const double k = static_cast<double>(std::max(m, n));
+  // Gram (2 g^2 k), A^2 (2 g^3), update (2 g^2 k) per iteration.
+  return static_cast<double>(batch) * iterations * (4.0 * g * g * k + 2.0 * g * g * g);
+}
+
+}  // namespace optim

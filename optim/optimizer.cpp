@@ -1,0 +1,37 @@
+#include "optim/optimizer.h"
+
+#include "engine/core/check.h"
+
+namespace optim {
+
+core::Backend& backend_of(const StepContext& ctx) {
+  return ctx.backend ? *ctx.backend : core::cpu_backend();
+}
+
+void check_shard(const ParamShard& p, const char* who) {
+  const std::string what = std::string(who) + ": parameter '" + p.name + "'";
+  ENGINE_CHECK(p.value.defined() && p.grad.defined(), what + " has no value or no gradient");
+  ENGINE_CHECK(p.value.dtype() == core::DType::F32 && p.grad.dtype() == core::DType::F32,
+               what + " must be f32, got " + p.value.str() + " / " + p.grad.str());
+  ENGINE_CHECK(p.value.is_contiguous() && p.grad.is_contiguous(), what + " must be contiguous");
+  ENGINE_CHECK(p.value.shape() == p.grad.shape(),
+               what + ": value " + p.value.str() + " and gradient " + p.grad.str() + " differ");
+}
+
+core::Tensor& state_tensor(std::map<std::string, core::Tensor>& slots, const std::string& name,
+                           const char* slot, const core::Tensor& like, core::Backend& backend) {
+  const std::string key = name + "/" + slot;
+  auto it = slots.find(key);
+  if (it == slots.end()) {
+    core::Tensor t = core::Tensor::empty(like.shape(), core::DType::F32, backend.allocator());
+    backend.fill_zero(t.raw_data(), t.nbytes());
+    it = slots.emplace(key, std::move(t)).first;
+  }
+  ENGINE_CHECK(it->second.shape() == like.shape(),
+               "optimizer state '" + key + "' has shape " + core::shape_str(it->second.shape()) +
+                   " but the local part of the parameter is " + core::shape_str(like.shape()) +
+                   " (was it saved with another world size or placement?)");
+  return it->second;
+}
+
+}  // namespace optim

@@ -1,0 +1,72 @@
+// Optimizer: steps the local part of a set of parameters given their gradients and owns its state.
+//
+// The sharding layer decides where data lives; an optimizer only says which placement it needs:
+// elementwise rules (AdamW) ask for Shard(0) and step whatever rows this rank holds, whole-matrix
+// rules (Muon, SOAP, ...) ask for Owned and step the whole tensors this rank owns. Gradients
+// arrive already averaged over ranks and already at that placement. State is kept per parameter
+// name as tensors shaped like the local part, so a checkpoint stores it sharded like the
+// parameters.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+
+#include "comm/placement.h"
+#include "engine/core/backend.h"
+#include "engine/core/tensor.h"
+
+namespace optim {
+
+// The part of one parameter this rank steps.
+struct ParamShard {
+  std::string name;        // DESIGN parameter name, e.g. "blocks.0.attn.qkv.weight"
+  core::Shape full_shape;  // shape of the whole parameter
+  int64_t row_begin = 0;   // Shard(0): first row of dim 0 held here; Owned: 0
+  core::Tensor value;      // rows [row_begin, row_begin + value.size(0)) or the whole tensor
+  core::Tensor grad;       // same shape as value, averaged over ranks
+};
+
+struct StepContext {
+  int64_t step = 1;                  // 1-based index of the step being taken
+  int64_t total_steps = 0;           // length of the run (momentum cool-down); 0 when unknown
+  double lr_scale = 1.0;             // the learning-rate schedule's multiplier at this step
+  core::Backend* backend = nullptr;  // where value/grad live; nullptr means the CPU backend
+};
+
+// Optimizer state by key "<param>/<slot>" (tensors) and "<param>/<counter>" (integers).
+struct OptimizerState {
+  std::map<std::string, core::Tensor> tensors;
+  std::map<std::string, int64_t> counters;
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+
+  virtual const char* kind() const = 0;  // registry name: "adamw", "muon"
+  // Placement requested for every parameter of this optimizer: Shard(0) or Owned(auto).
+  virtual comm::Placement placement() const = 0;
+  // Refuses a parameter this optimizer cannot step (e.g. Muon and a vector), naming it.
+  virtual void check_param(const std::string& name, const core::Shape& shape) const = 0;
+
+  // Steps every given local part in place. State for a parameter not seen before starts at zero.
+  virtual void step(std::span<const ParamShard> params, const StepContext& ctx) = 0;
+
+  // Adds this optimizer's state to `out`; replaces it from `in`, which holds only keys of this
+  // optimizer's parameters (OptimizerSet filters them); an unknown slot is an error.
+  virtual void save_state(OptimizerState& out) const = 0;
+  virtual void load_state(const OptimizerState& in) = 0;
+};
+
+// Helpers shared by the optimizers.
+core::Backend& backend_of(const StepContext& ctx);
+// Checks that value and grad are defined, contiguous f32 with equal shapes; errors name `who`.
+void check_shard(const ParamShard& p, const char* who);
+// The state tensor `slot` of `name`: created zero-filled with `like`'s shape on first use; an
+// existing (e.g. loaded) one must have that shape, else an error names the parameter.
+core::Tensor& state_tensor(std::map<std::string, core::Tensor>& slots, const std::string& name,
+                           const char* slot, const core::Tensor& like, core::Backend& backend);
+
+}  // namespace optim

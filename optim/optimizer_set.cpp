@@ -1,0 +1,96 @@
+#include "optim/optimizer_set.h"
+
+#include "engine/core/check.h"
+#include "optim/glob.h"
+#include "optim/hyper_reader.h"
+
+namespace optim {
+
+OptimizerSet::OptimizerSet(const YAML::Node& groups, std::span<const ParamSpec> params,
+                           const Registry& registry) {
+  ENGINE_CHECK(groups.IsSequence(),
+               "optimizer groups must be a list of maps (" + yaml_line(groups) + ")");
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const YAML::Node g = groups[i];
+    const std::string where = "optimizer group " + std::to_string(i);
+    HyperReader reader(g, where);
+    Group group;
+    group.globs = reader.strings("params");
+    const std::string name = reader.string("optimizer", "");
+    if (name.empty()) reader.fail("", "missing 'optimizer'");
+    HyperReader hyper(g, where + " (" + name + ")");
+    hyper.skip("params");
+    hyper.skip("optimizer");
+    group.optimizer = registry.create(name, hyper);
+    groups_.push_back(std::move(group));
+  }
+  std::vector<std::string> unmatched;
+  for (const ParamSpec& p : params) {
+    size_t found = groups_.size();
+    for (size_t i = 0; i < groups_.size() && found == groups_.size(); ++i)
+      for (const std::string& glob : groups_[i].globs)
+        if (glob_match(glob, p.name)) {
+          found = i;
+          break;
+        }
+    if (found == groups_.size()) {
+      unmatched.push_back(p.name);
+      continue;
+    }
+    ENGINE_CHECK(group_of_.emplace(p.name, found).second,
+                 "optimizer groups: parameter '" + p.name + "' listed twice");
+    try {
+      groups_[found].optimizer->check_param(p.name, p.shape);
+    } catch (const core::Error& e) {
+      ENGINE_FAIL(std::string(e.what()) + " [optimizer group " + std::to_string(found) + ", " +
+                  yaml_line(groups[found]) + "]");
+    }
+    groups_[found].params.push_back(p.name);
+  }
+  if (!unmatched.empty()) {
+    std::string list;
+    for (const auto& n : unmatched)
+      list += (list.empty() ? "" : ", ") + n;
+    ENGINE_FAIL("optimizer groups (" + yaml_line(groups) + "): no group matches " +
+                std::to_string(unmatched.size()) + " parameter(s): " + list);
+  }
+}
+
+size_t OptimizerSet::group_of(const std::string& name) const {
+  auto it = group_of_.find(name);
+  ENGINE_CHECK(it != group_of_.end(), "optimizer groups: unknown parameter '" + name + "'");
+  return it->second;
+}
+
+void OptimizerSet::step(std::span<const ParamShard> local, const StepContext& ctx) {
+  std::vector<std::vector<ParamShard>> by_group(groups_.size());
+  for (const ParamShard& p : local)
+    by_group[group_of(p.name)].push_back(p);
+  for (size_t i = 0; i < groups_.size(); ++i)
+    if (!by_group[i].empty()) groups_[i].optimizer->step(by_group[i], ctx);
+}
+
+OptimizerState OptimizerSet::state() const {
+  OptimizerState out;
+  for (const Group& g : groups_)
+    g.optimizer->save_state(out);
+  return out;
+}
+
+void OptimizerSet::load_state(const OptimizerState& state) {
+  std::vector<OptimizerState> by_group(groups_.size());
+  auto param_of = [](const std::string& key) {
+    const size_t slash = key.rfind('/');
+    ENGINE_CHECK(slash != std::string::npos && slash > 0,
+                 "optimizer state key '" + key + "' is not <param>/<slot>");
+    return key.substr(0, slash);
+  };
+  for (const auto& [key, t] : state.tensors)
+    by_group[group_of(param_of(key))].tensors[key] = t;
+  for (const auto& [key, n] : state.counters)
+    by_group[group_of(param_of(key))].counters[key] = n;
+  for (size_t i = 0; i < groups_.size(); ++i)
+    groups_[i].optimizer->load_state(by_group[i]);
+}
+
+}  // namespace optim

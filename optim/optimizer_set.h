@@ -1,0 +1,64 @@
+// OptimizerSet: the parameter groups of a config, each with its own optimizer instance.
+//
+// YAML: an ordered list of groups
+//   - params: ["blocks.*.attn.*.weight", "blocks.*.mlp.*.weight"]   # globs
+//     optimizer: muon
+//     lr: 0.05            # the optimizer's hyperparameters, lr_mul / wd_mul included
+// Each parameter joins the FIRST group with a matching glob; a parameter matching no group is
+// an error listing all unmatched ones. Steps, placements and state go through the group.
+#pragma once
+
+#include <yaml-cpp/yaml.h>
+
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "optim/optimizer.h"
+#include "optim/registry.h"
+
+namespace optim {
+
+struct ParamSpec {
+  std::string name;
+  core::Shape shape;
+};
+
+class OptimizerSet {
+ public:
+  OptimizerSet(const YAML::Node& groups, std::span<const ParamSpec> params,
+               const Registry& registry = Registry::global());
+
+  size_t num_groups() const { return groups_.size(); }
+  Optimizer& optimizer(size_t group) const { return *groups_.at(group).optimizer; }
+  const std::vector<std::string>& group_params(size_t group) const {
+    return groups_.at(group).params;
+  }
+  // Index of the group stepping `name`; an unknown name is an error.
+  size_t group_of(const std::string& name) const;
+  comm::Placement placement(const std::string& name) const {
+    return optimizer(group_of(name)).placement();
+  }
+
+  // Steps every given local part through its group's optimizer (one call per group, in group
+  // order, parameters in the order given).
+  void step(std::span<const ParamShard> local, const StepContext& ctx);
+
+  // All groups' state; load distributes keys "<param>/<slot>" to the parameter's group (a key
+  // naming no parameter of this set is an error).
+  OptimizerState state() const;
+  void load_state(const OptimizerState& state);
+
+ private:
+  struct Group {
+    std::vector<std::string> globs;
+    std::unique_ptr<Optimizer> optimizer;
+    std::vector<std::string> params;
+  };
+  std::vector<Group> groups_;
+  std::map<std::string, size_t> group_of_;
+};
+
+}  // namespace optim

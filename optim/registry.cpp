@@ -1,0 +1,48 @@
+#include "optim/registry.h"
+
+#include "engine/core/check.h"
+#include "optim/adamw.h"
+#include "optim/muon.h"
+
+namespace optim {
+
+Registry& Registry::global() {
+  static Registry* registry = [] {
+    auto* r = new Registry;
+    r->add("adamw", [](HyperReader& h) -> std::unique_ptr<Optimizer> {
+      return std::make_unique<AdamW>(AdamWConfig::from_yaml(h));
+    });
+    r->add("muon", [](HyperReader& h) -> std::unique_ptr<Optimizer> {
+      return std::make_unique<Muon>(MuonConfig::from_yaml(h));
+    });
+    return r;
+  }();
+  return *registry;
+}
+
+void Registry::add(const std::string& name, OptimizerFactory factory) {
+  ENGINE_CHECK(factories_.emplace(name, std::move(factory)).second,
+               "optimizer registry: '" + name + "' registered twice");
+}
+
+std::vector<std::string> Registry::names() const {
+  std::vector<std::string> out;
+  for (const auto& kv : factories_)
+    out.push_back(kv.first);
+  return out;
+}
+
+std::unique_ptr<Optimizer> Registry::create(const std::string& name, HyperReader& reader) const {
+  auto it = factories_.find(name);
+  if (it == factories_.end()) {
+    std::string known;
+    for (const auto& n : names())
+      known += (known.empty() ? "" : ", ") + n;
+    reader.fail("optimizer", "names an unknown optimizer '" + name + "' (known: " + known + ")");
+  }
+  std::unique_ptr<Optimizer> opt = it->second(reader);
+  reader.finish();
+  return opt;
+}
+
+}  // namespace optim
