@@ -1,0 +1,677 @@
+// The CUDA backend against the CPU backend (the reference): same random inputs copied to both,
+// results compared. Linear algebra is checked by its defining identities instead, since factors
+// are unique only up to signs. Without a device every device test skips.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "engine/core/backend.h"
+#include "engine/core/check.h"
+#include "engine/core/rng.h"
+
+#ifdef ENGINE_HAVE_CUDA
+#include "engine/core/cuda/cuda_allocator.h"
+#include "engine/core/cuda/cuda_backend.h"
+#endif
+
+namespace core {
+namespace {
+
+std::vector<float> random_vector(size_t n, uint64_t seed, float scale = 1.0f) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i)
+    v[i] = scale * static_cast<float>(rng_normal(seed, i));
+  return v;
+}
+
+std::vector<int32_t> random_ids(size_t n, int32_t limit, uint64_t seed) {
+  std::vector<int32_t> v(n);
+  Rng rng(seed);
+  for (size_t i = 0; i < n; ++i)
+    v[i] = static_cast<int32_t>(rng.next_below(limit));
+  return v;
+}
+
+// Largest |got - want| / max(1, |want|).
+double max_rel_error(const std::vector<float>& got, const std::vector<float>& want) {
+  EXPECT_EQ(got.size(), want.size());
+  double worst = 0.0;
+  for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
+    double d = std::abs(static_cast<double>(got[i]) - want[i]) /
+               std::max(1.0, std::abs(static_cast<double>(want[i])));
+    if (!(d <= worst)) worst = d;  // NaN sticks
+  }
+  return worst;
+}
+
+#define EXPECT_CLOSE(got, want, tol) \
+  EXPECT_LE(max_rel_error((got), (want)), (tol)) << "comparing " #got " with " #want
+
+// Device buffers of one backend, freed together.
+class DeviceScratch {
+ public:
+  explicit DeviceScratch(Backend& backend) : backend_(backend) {}
+  ~DeviceScratch() {
+    backend_.synchronize();
+    for (auto [ptr, bytes] : blocks_)
+      backend_.allocator().deallocate(ptr, bytes);
+  }
+  DeviceScratch(const DeviceScratch&) = delete;
+  DeviceScratch& operator=(const DeviceScratch&) = delete;
+
+  template <typename T>
+  T* upload(const std::vector<T>& host) {
+    T* ptr = alloc<T>(host.size());
+    backend_.copy_from_host(ptr, host.data(), host.size() * sizeof(T));
+    return ptr;
+  }
+  template <typename T>
+  T* alloc(size_t count) {
+    size_t bytes = std::max<size_t>(count, 1) * sizeof(T);
+    void* ptr = backend_.allocator().allocate(bytes);
+    blocks_.emplace_back(ptr, bytes);
+    return static_cast<T*>(ptr);
+  }
+  template <typename T>
+  std::vector<T> download(const T* ptr, size_t count) {
+    std::vector<T> host(count);
+    backend_.copy_to_host(host.data(), ptr, count * sizeof(T));
+    return host;
+  }
+
+ private:
+  Backend& backend_;
+  std::vector<std::pair<void*, size_t>> blocks_;
+};
+
+// ---- without a device ---------------------------------------------------------------------------
+
+TEST(CudaAvailability, NoDeviceMeansAClearError) {
+  if (cuda_available()) GTEST_SKIP() << "a CUDA device is present";
+  try {
+    make_cuda_backend(0);
+    FAIL() << "make_cuda_backend(0) succeeded although cuda_available() is false";
+  } catch (const Error& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("cuda:0"), std::string::npos) << what;
+    EXPECT_TRUE(what.find("device") != std::string::npos || what.find("CUDA") != std::string::npos)
+        << what;
+  }
+}
+
+TEST(CudaAvailability, AgreesWithBackendCreation) {
+  if (cuda_available()) {
+    EXPECT_NO_THROW(make_cuda_backend(0));
+  } else {
+    EXPECT_THROW(make_cuda_backend(0), Error);
+  }
+}
+
+TEST(CudaAvailability, RejectsAnIndexOutOfRange) {
+  EXPECT_THROW(make_cuda_backend(1 << 20), Error);
+  EXPECT_THROW(make_cuda_backend(-1), Error);
+}
+
+#ifdef ENGINE_HAVE_CUDA
+TEST(CudaAllocatorBuckets, RoundUpToTheirStep) {
+  EXPECT_EQ(CudaAllocator::bucket_size(1), 512u);
+  EXPECT_EQ(CudaAllocator::bucket_size(512), 512u);
+  EXPECT_EQ(CudaAllocator::bucket_size(513), 1024u);
+  EXPECT_EQ(CudaAllocator::bucket_size(size_t{1} << 20), size_t{1} << 20);
+  EXPECT_EQ(CudaAllocator::bucket_size((size_t{1} << 20) + 1), size_t{2} << 20);
+}
+#endif
+
+// ---- with a device ------------------------------------------------------------------------------
+
+class CudaVsCpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+    gpu_ = make_cuda_backend(0);
+    dev_ = std::make_unique<DeviceScratch>(*gpu_);
+  }
+  void TearDown() override {
+    dev_.reset();
+    gpu_.reset();
+  }
+  Backend& cpu() { return cpu_backend(); }
+  Backend& gpu() { return *gpu_; }
+  DeviceScratch& dev() { return *dev_; }
+
+  std::unique_ptr<Backend> gpu_;
+  std::unique_ptr<DeviceScratch> dev_;
+};
+
+TEST_F(CudaVsCpu, NameAndDevice) {
+  EXPECT_TRUE(gpu().device().is_cuda());
+  EXPECT_EQ(std::string(gpu().name()).rfind("cuda:0", 0), 0u) << gpu().name();
+  EXPECT_TRUE(gpu().allocator().device().is_cuda());
+}
+
+TEST_F(CudaVsCpu, AllocatorCountsAndReusesBlocks) {
+  Allocator& alloc = gpu().allocator();
+  size_t live0 = alloc.live_bytes();
+  void* a = alloc.allocate(1000);
+  EXPECT_EQ(alloc.live_bytes(), live0 + 1000);
+  EXPECT_GE(alloc.peak_bytes(), live0 + 1000);
+  alloc.deallocate(a, 1000);
+  EXPECT_EQ(alloc.live_bytes(), live0);
+  void* b = alloc.allocate(900);  // same 1024-byte bucket: the cached block comes back
+  EXPECT_EQ(a, b);
+  alloc.deallocate(b, 900);
+#ifdef ENGINE_HAVE_CUDA
+  auto& cuda_alloc = static_cast<CudaBackend&>(gpu()).cuda_allocator();
+  EXPECT_GE(cuda_alloc.cached_bytes(), 1024u);
+  cuda_alloc.release_cached();
+  EXPECT_EQ(cuda_alloc.cached_bytes(), 0u);
+#endif
+  EXPECT_EQ(alloc.allocate(0), nullptr);
+}
+
+TEST_F(CudaVsCpu, CopiesAndFill) {
+  auto host = random_vector(1000, 1);
+  float* a = dev().upload(host);
+  float* b = dev().alloc<float>(1000);
+  gpu().copy(b, a, 1000 * sizeof(float));
+  EXPECT_EQ(dev().download(b, 1000), host);
+  gpu().fill_zero(b + 10, 20 * sizeof(float));
+  auto back = dev().download(b, 1000);
+  for (int i = 0; i < 1000; ++i)
+    EXPECT_EQ(back[i], (i >= 10 && i < 30) ? 0.0f : host[i]);
+}
+
+// ---- GEMM ---------------------------------------------------------------------------------------
+
+void check_gemm(Backend& cpu, Backend& gpu, DeviceScratch& dev, GemmArgs g, uint64_t seed) {
+  int64_t lda = g.lda ? g.lda : (g.trans_a ? g.m : g.k);
+  int64_t ldb = g.ldb ? g.ldb : (g.trans_b ? g.k : g.n);
+  int64_t ldc = g.ldc ? g.ldc : g.n;
+  int64_t rows_a = g.trans_a ? g.k : g.m, rows_b = g.trans_b ? g.n : g.k;
+  int64_t batch = g.batch;
+  if (batch > 1 && g.stride_a == 0) g.stride_a = rows_a * lda;
+  if (batch > 1 && g.stride_b == 0) g.stride_b = rows_b * ldb;
+  if (batch > 1 && g.stride_c == 0) g.stride_c = g.m * ldc;
+  auto a = random_vector(g.stride_a * (batch - 1) + rows_a * lda, seed);
+  auto b = random_vector(g.stride_b * (batch - 1) + rows_b * ldb, seed + 1);
+  auto c = random_vector(g.stride_c * (batch - 1) + g.m * ldc, seed + 2);
+  auto c_cpu = c;
+  cpu.gemm(g, a.data(), b.data(), c_cpu.data());
+  float* dc = dev.upload(c);
+  gpu.gemm(g, dev.upload(a), dev.upload(b), dc);
+  EXPECT_CLOSE(dev.download(dc, c.size()), c_cpu, 1e-4)
+      << "trans_a=" << g.trans_a << " trans_b=" << g.trans_b << " m=" << g.m << " n=" << g.n
+      << " k=" << g.k << " batch=" << g.batch;
+}
+
+TEST_F(CudaVsCpu, GemmAllTransposesOddSizes) {
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      check_gemm(cpu(), gpu(), dev(), {.trans_a = ta, .trans_b = tb, .m = 7, .n = 13, .k = 5}, 10);
+      check_gemm(
+          cpu(), gpu(), dev(),
+          {.trans_a = ta, .trans_b = tb, .m = 33, .n = 17, .k = 64, .alpha = 0.5f, .beta = 1.0f},
+          20);
+    }
+  }
+}
+
+TEST_F(CudaVsCpu, GemmLeadingDimensionsAndBatches) {
+  check_gemm(cpu(), gpu(), dev(), {.m = 6, .n = 5, .k = 4, .lda = 9, .ldb = 7, .ldc = 8}, 30);
+  check_gemm(cpu(), gpu(), dev(),
+             {.trans_b = true, .m = 12, .n = 12, .k = 8, .alpha = 0.25f, .batch = 5}, 40);
+  check_gemm(cpu(), gpu(), dev(),
+             {.trans_a = true, .m = 9, .n = 3, .k = 11, .beta = 1.0f, .batch = 3}, 50);
+  // A shared right operand (stride 0), as in a per-expert loop over one input.
+  check_gemm(cpu(), gpu(), dev(),
+             {.m = 4, .n = 6, .k = 5, .batch = 3, .stride_a = 20, .stride_b = 0, .stride_c = 24},
+             60);
+}
+
+// ---- elementwise --------------------------------------------------------------------------------
+
+TEST_F(CudaVsCpu, Elementwise) {
+  const int64_t n = 1537;
+  auto x = random_vector(n, 1), y = random_vector(n, 2), g = random_vector(n, 3);
+  {
+    std::vector<float> want(n);
+    cpu().add(want.data(), x.data(), y.data(), n);
+    float* out = dev().alloc<float>(n);
+    gpu().add(out, dev().upload(x), dev().upload(y), n);
+    EXPECT_CLOSE(dev().download(out, n), want, 1e-6);
+  }
+  {
+    auto want = y;
+    cpu().accumulate(want.data(), x.data(), n);
+    float* d = dev().upload(y);
+    gpu().accumulate(d, dev().upload(x), n);
+    EXPECT_CLOSE(dev().download(d, n), want, 1e-6);
+  }
+  {
+    auto want = x;
+    cpu().scale(want.data(), -1.75f, n);
+    float* d = dev().upload(x);
+    gpu().scale(d, -1.75f, n);
+    EXPECT_CLOSE(dev().download(d, n), want, 1e-6);
+  }
+  {
+    auto want = y;
+    cpu().axpby(want.data(), 0.3f, x.data(), -0.9f, n);
+    float* d = dev().upload(y);
+    gpu().axpby(d, 0.3f, dev().upload(x), -0.9f, n);
+    EXPECT_CLOSE(dev().download(d, n), want, 1e-6);
+  }
+  using Fwd = void (Backend::*)(float*, const float*, int64_t);
+  using Bwd = void (Backend::*)(float*, const float*, const float*, int64_t);
+  const std::pair<Fwd, Bwd> activations[] = {{&Backend::gelu_forward, &Backend::gelu_backward},
+                                             {&Backend::relu2_forward, &Backend::relu2_backward}};
+  for (auto [fwd, bwd] : activations) {
+    std::vector<float> want(n);
+    (cpu().*fwd)(want.data(), x.data(), n);
+    float* out = dev().alloc<float>(n);
+    (gpu().*fwd)(out, dev().upload(x), n);
+    EXPECT_CLOSE(dev().download(out, n), want, 1e-5);
+    auto dwant = y;  // backward accumulates
+    (cpu().*bwd)(dwant.data(), x.data(), g.data(), n);
+    float* din = dev().upload(y);
+    (gpu().*bwd)(din, dev().upload(x), dev().upload(g), n);
+    EXPECT_CLOSE(dev().download(din, n), dwant, 1e-5);
+  }
+  double ss_cpu = cpu().sum_squares(x.data(), n);
+  double ss_gpu = gpu().sum_squares(dev().upload(x), n);
+  EXPECT_NEAR(ss_gpu, ss_cpu, 1e-9 * ss_cpu);
+}
+
+TEST_F(CudaVsCpu, Bias) {
+  const int64_t N = 37, C = 70;
+  auto out = random_vector(N * C, 1), bias = random_vector(C, 2), dbias = random_vector(C, 3);
+  auto want = out;
+  cpu().add_bias(want.data(), bias.data(), N, C);
+  float* d = dev().upload(out);
+  gpu().add_bias(d, dev().upload(bias), N, C);
+  EXPECT_CLOSE(dev().download(d, N * C), want, 1e-6);
+  auto dwant = dbias;
+  cpu().bias_backward(dwant.data(), out.data(), N, C);
+  float* db = dev().upload(dbias);
+  gpu().bias_backward(db, dev().upload(out), N, C);
+  EXPECT_CLOSE(dev().download(db, C), dwant, 1e-5);
+}
+
+// ---- normalisation ------------------------------------------------------------------------------
+
+TEST_F(CudaVsCpu, LayerNorm) {
+  for (auto [N, C] : {std::pair<int64_t, int64_t>{7, 12}, {33, 768}, {3, 1000}}) {
+    auto x = random_vector(N * C, 1, 2.0f), w = random_vector(C, 2), b = random_vector(C, 3);
+    auto dy = random_vector(N * C, 4);
+    auto dx0 = random_vector(N * C, 5), dw0 = random_vector(C, 6), db0 = random_vector(C, 7);
+    std::vector<float> y(N * C), mean(N), rstd(N);
+    cpu().layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C,
+                            1e-5f);
+    float *gy = dev().alloc<float>(N * C), *gm = dev().alloc<float>(N), *gr = dev().alloc<float>(N);
+    float *gx = dev().upload(x), *gw = dev().upload(w);
+    gpu().layernorm_forward(gy, gm, gr, gx, gw, dev().upload(b), N, C, 1e-5f);
+    EXPECT_CLOSE(dev().download(gy, N * C), y, 1e-4);
+    EXPECT_CLOSE(dev().download(gm, N), mean, 1e-5);
+    EXPECT_CLOSE(dev().download(gr, N), rstd, 1e-4);
+    auto dx = dx0, dw = dw0, db = db0;
+    cpu().layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(),
+                             mean.data(), rstd.data(), N, C);
+    float *gdx = dev().upload(dx0), *gdw = dev().upload(dw0), *gdb = dev().upload(db0);
+    gpu().layernorm_backward(gdx, gdw, gdb, dev().upload(dy), gx, gw, gm, gr, N, C);
+    EXPECT_CLOSE(dev().download(gdx, N * C), dx, 1e-4);
+    EXPECT_CLOSE(dev().download(gdw, C), dw, 1e-4);
+    EXPECT_CLOSE(dev().download(gdb, C), db, 1e-4);
+  }
+}
+
+TEST_F(CudaVsCpu, RmsNormAndSoftmax) {
+  for (auto [N, C] : {std::pair<int64_t, int64_t>{7, 12}, {33, 768}, {5, 64}}) {
+    auto x = random_vector(N * C, 1, 2.0f), dy = random_vector(N * C, 2);
+    auto dx0 = random_vector(N * C, 3);
+    std::vector<float> y(N * C), rstd(N);
+    cpu().rmsnorm_forward(y.data(), rstd.data(), x.data(), N, C, 1e-6f);
+    float *gy = dev().alloc<float>(N * C), *gr = dev().alloc<float>(N), *gx = dev().upload(x);
+    gpu().rmsnorm_forward(gy, gr, gx, N, C, 1e-6f);
+    EXPECT_CLOSE(dev().download(gy, N * C), y, 1e-4);
+    EXPECT_CLOSE(dev().download(gr, N), rstd, 1e-4);
+    auto dx = dx0;
+    cpu().rmsnorm_backward(dx.data(), dy.data(), x.data(), rstd.data(), N, C);
+    float* gdx = dev().upload(dx0);
+    float* gdy = dev().upload(dy);
+    gpu().rmsnorm_backward(gdx, gdy, gx, gr, N, C);
+    EXPECT_CLOSE(dev().download(gdx, N * C), dx, 1e-4);
+
+    std::vector<float> p(N * C);
+    cpu().softmax_forward(p.data(), x.data(), N, C);
+    float* gp = dev().alloc<float>(N * C);
+    gpu().softmax_forward(gp, gx, N, C);
+    EXPECT_CLOSE(dev().download(gp, N * C), p, 1e-5);
+    auto ds = dx0;
+    cpu().softmax_backward(ds.data(), dy.data(), p.data(), N, C);
+    float* gds = dev().upload(dx0);
+    gpu().softmax_backward(gds, gdy, gp, N, C);
+    EXPECT_CLOSE(dev().download(gds, N * C), ds, 1e-5);
+  }
+}
+
+// ---- embeddings and attention layout ------------------------------------------------------------
+
+TEST_F(CudaVsCpu, Embedding) {
+  const int64_t B = 3, T = 7, D = 12, V = 5;  // V < B*T: tokens repeat, the backward must add up
+  auto tokens = random_ids(B * T, V, 1);
+  auto wte = random_vector(V * D, 2), wpe = random_vector(T * D, 3);
+  auto dout = random_vector(B * T * D, 4);
+  auto dwte0 = random_vector(V * D, 5), dwpe0 = random_vector(T * D, 6);
+  int32_t* gt = dev().upload(tokens);
+  float *gwte = dev().upload(wte), *gwpe = dev().upload(wpe);
+  for (bool with_pos : {false, true}) {
+    std::vector<float> out(B * T * D);
+    cpu().embedding_forward(out.data(), tokens.data(), wte.data(), with_pos ? wpe.data() : nullptr,
+                            B, T, D);
+    float* gout = dev().alloc<float>(B * T * D);
+    gpu().embedding_forward(gout, gt, gwte, with_pos ? gwpe : nullptr, B, T, D);
+    EXPECT_CLOSE(dev().download(gout, B * T * D), out, 1e-6);
+    auto dwte = dwte0, dwpe = dwpe0;
+    cpu().embedding_backward(dwte.data(), with_pos ? dwpe.data() : nullptr, dout.data(),
+                             tokens.data(), B, T, D);
+    float *gdwte = dev().upload(dwte0), *gdwpe = dev().upload(dwpe0);
+    gpu().embedding_backward(gdwte, with_pos ? gdwpe : nullptr, dev().upload(dout), gt, B, T, D);
+    EXPECT_CLOSE(dev().download(gdwte, V * D), dwte, 1e-5);
+    EXPECT_CLOSE(dev().download(gdwpe, T * D), dwpe, 1e-5);
+  }
+}
+
+TEST_F(CudaVsCpu, SplitAndMergeHeads) {
+  const int64_t B = 2, T = 7, H = 3, hd = 4, n = B * T * H * hd;
+  auto qkv = random_vector(3 * n, 1);
+  std::vector<float> q(n), k(n), v(n);
+  cpu().split_heads(q.data(), k.data(), v.data(), qkv.data(), B, T, H, hd);
+  float *gq = dev().alloc<float>(n), *gk = dev().alloc<float>(n), *gv = dev().alloc<float>(n);
+  gpu().split_heads(gq, gk, gv, dev().upload(qkv), B, T, H, hd);
+  EXPECT_CLOSE(dev().download(gq, n), q, 0.0);
+  EXPECT_CLOSE(dev().download(gk, n), k, 0.0);
+  EXPECT_CLOSE(dev().download(gv, n), v, 0.0);
+  auto dqkv0 = random_vector(3 * n, 2);
+  auto dqkv = dqkv0;
+  cpu().split_heads_backward(dqkv.data(), q.data(), k.data(), v.data(), B, T, H, hd);
+  float* gdqkv = dev().upload(dqkv0);
+  gpu().split_heads_backward(gdqkv, gq, gk, gv, B, T, H, hd);
+  EXPECT_CLOSE(dev().download(gdqkv, 3 * n), dqkv, 1e-6);
+
+  std::vector<float> merged(n);
+  cpu().merge_heads(merged.data(), q.data(), B, T, H, hd);
+  float* gm = dev().alloc<float>(n);
+  gpu().merge_heads(gm, gq, B, T, H, hd);
+  EXPECT_CLOSE(dev().download(gm, n), merged, 0.0);
+  auto da0 = random_vector(n, 3);
+  auto da = da0;
+  cpu().merge_heads_backward(da.data(), merged.data(), B, T, H, hd);
+  float* gda = dev().upload(da0);
+  gpu().merge_heads_backward(gda, gm, B, T, H, hd);
+  EXPECT_CLOSE(dev().download(gda, n), da, 1e-6);
+}
+
+TEST_F(CudaVsCpu, Rotary) {
+  const int64_t BH = 6, T = 9, hd = 8, n = BH * T * hd;
+  auto x = random_vector(n, 1), dy = random_vector(n, 2), dx0 = random_vector(n, 3);
+  std::vector<float> y(n);
+  cpu().rotary_forward(y.data(), x.data(), BH, T, hd, 10000.0f);
+  float* gx = dev().upload(x);
+  float* gy = dev().alloc<float>(n);
+  gpu().rotary_forward(gy, gx, BH, T, hd, 10000.0f);
+  EXPECT_CLOSE(dev().download(gy, n), y, 1e-5);
+  gpu().rotary_forward(gx, gx, BH, T, hd, 10000.0f);  // in place
+  EXPECT_CLOSE(dev().download(gx, n), y, 1e-5);
+  auto dx = dx0;
+  cpu().rotary_backward(dx.data(), dy.data(), BH, T, hd, 10000.0f);
+  float* gdx = dev().upload(dx0);
+  gpu().rotary_backward(gdx, dev().upload(dy), BH, T, hd, 10000.0f);
+  EXPECT_CLOSE(dev().download(gdx, n), dx, 1e-5);
+}
+
+TEST_F(CudaVsCpu, Attention) {
+  for (auto [BH, T, hd] : {std::tuple<int64_t, int64_t, int64_t>{6, 7, 4}, {4, 64, 16}}) {
+    const int64_t n = BH * T * hd, na = BH * T * T;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    auto q = random_vector(n, 1), k = random_vector(n, 2), v = random_vector(n, 3);
+    auto dout = random_vector(n, 4);
+    auto dq0 = random_vector(n, 5), dk0 = random_vector(n, 6), dv0 = random_vector(n, 7);
+    std::vector<float> out(n), att(na), datt(na);
+    cpu().attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), BH, T, hd, scale);
+    float *gq = dev().upload(q), *gk = dev().upload(k), *gv = dev().upload(v);
+    float *gout = dev().alloc<float>(n), *gatt = dev().alloc<float>(na);
+    gpu().attention_forward(gout, gatt, gq, gk, gv, BH, T, hd, scale);
+    EXPECT_CLOSE(dev().download(gout, n), out, 1e-4);
+    EXPECT_CLOSE(dev().download(gatt, na), att, 1e-5);
+    auto dq = dq0, dk = dk0, dv = dv0;
+    cpu().attention_backward(dq.data(), dk.data(), dv.data(), datt.data(), dout.data(), att.data(),
+                             q.data(), k.data(), v.data(), BH, T, hd, scale);
+    float *gdq = dev().upload(dq0), *gdk = dev().upload(dk0), *gdv = dev().upload(dv0);
+    gpu().attention_backward(gdq, gdk, gdv, dev().alloc<float>(na), dev().upload(dout), gatt, gq,
+                             gk, gv, BH, T, hd, scale);
+    EXPECT_CLOSE(dev().download(gdq, n), dq, 1e-4);
+    EXPECT_CLOSE(dev().download(gdk, n), dk, 1e-4);
+    EXPECT_CLOSE(dev().download(gdv, n), dv, 1e-4);
+  }
+}
+
+// ---- loss ---------------------------------------------------------------------------------------
+
+TEST_F(CudaVsCpu, CrossEntropyWithPaddingAndSoftcap) {
+  const int64_t N = 9, V = 50, Vp = 64;
+  auto logits = random_vector(N * Vp, 1, 3.0f);
+  auto targets = random_ids(N, V, 2);
+  for (float cap : {0.0f, 15.0f}) {
+    std::vector<float> losses(N), dlogits(N * Vp);
+    cpu().cross_entropy(losses.data(), dlogits.data(), logits.data(), targets.data(), N, V, Vp, cap,
+                        1.0f / N);
+    float* gl = dev().alloc<float>(N);
+    float* gz = dev().upload(logits);
+    float* gd = dev().alloc<float>(N * Vp);
+    int32_t* gt = dev().upload(targets);
+    gpu().cross_entropy(gl, gd, gz, gt, N, V, Vp, cap, 1.0f / N);
+    EXPECT_CLOSE(dev().download(gl, N), losses, 1e-5);
+    EXPECT_CLOSE(dev().download(gd, N * Vp), dlogits, 1e-6);
+    // dlogits may alias logits; losses alone when dlogits is null.
+    gpu().cross_entropy(gl, gz, gz, gt, N, V, Vp, cap, 1.0f / N);
+    EXPECT_CLOSE(dev().download(gl, N), losses, 1e-5);
+    EXPECT_CLOSE(dev().download(gz, N * Vp), dlogits, 1e-6);
+    float* gz2 = dev().upload(logits);
+    gpu().cross_entropy(gl, nullptr, gz2, gt, N, V, Vp, cap, 1.0f / N);
+    EXPECT_CLOSE(dev().download(gl, N), losses, 1e-5);
+  }
+}
+
+TEST_F(CudaVsCpu, CrossEntropyRejectsATargetOutOfRange) {
+  const int64_t N = 4, V = 10, Vp = 16;
+  std::vector<int32_t> targets = {1, 2, 10, 3};  // row 2 is out of [0, V)
+  float* gl = dev().alloc<float>(N);
+  gpu().cross_entropy(gl, nullptr, dev().upload(random_vector(N * Vp, 1)), dev().upload(targets), N,
+                      V, Vp, 0.0f, 1.0f);
+  try {
+    gpu().synchronize();
+    FAIL() << "an out-of-range target was not reported";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("row 2"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(gpu().synchronize());  // reported once, then cleared
+}
+
+// ---- rows ---------------------------------------------------------------------------------------
+
+TEST_F(CudaVsCpu, GatherScatterRowDot) {
+  const int64_t rows = 6, n = 11, D = 13;
+  auto src = random_vector(rows * D, 1);
+  auto index = random_ids(n, rows, 2);
+  auto weight = random_vector(n, 3);
+  float *gsrc = dev().upload(src), *gw = dev().upload(weight);
+  int32_t* gi = dev().upload(index);
+  for (bool weighted : {false, true}) {
+    std::vector<float> out(n * D);
+    cpu().gather_rows(out.data(), src.data(), index.data(), weighted ? weight.data() : nullptr, n,
+                      D);
+    float* gout = dev().alloc<float>(n * D);
+    gpu().gather_rows(gout, gsrc, gi, weighted ? gw : nullptr, n, D);
+    EXPECT_CLOSE(dev().download(gout, n * D), out, 1e-6);
+    auto dst0 = random_vector(rows * D, 4);
+    auto dst = dst0;
+    cpu().scatter_add_rows(dst.data(), out.data(), index.data(), weighted ? weight.data() : nullptr,
+                           n, D);
+    float* gdst = dev().upload(dst0);
+    gpu().scatter_add_rows(gdst, gout, gi, weighted ? gw : nullptr, n, D);
+    EXPECT_CLOSE(dev().download(gdst, rows * D), dst, 1e-5);
+  }
+  auto a = random_vector(n * D, 5), b = random_vector(n * D, 6);
+  std::vector<float> dots(n);
+  cpu().row_dot(dots.data(), a.data(), b.data(), n, D);
+  float* gdots = dev().alloc<float>(n);
+  gpu().row_dot(gdots, dev().upload(a), dev().upload(b), n, D);
+  EXPECT_CLOSE(dev().download(gdots, n), dots, 1e-5);
+}
+
+// ---- linear algebra, by identities --------------------------------------------------------------
+
+// Row-major product of x [m, k] and y [k, n] in float64, optionally transposing either.
+std::vector<double> matmul(const float* x, const float* y, int64_t m, int64_t n, int64_t k,
+                           bool tx = false, bool ty = false) {
+  std::vector<double> out(m * n, 0.0);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0.0;
+      for (int64_t l = 0; l < k; ++l) {
+        double xv = tx ? x[l * m + i] : x[i * k + l];
+        double yv = ty ? y[j * k + l] : y[l * n + j];
+        s += xv * yv;
+      }
+      out[i * n + j] = s;
+    }
+  }
+  return out;
+}
+
+double max_abs_diff(const std::vector<double>& x, const float* y) {
+  double worst = 0.0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    double d = std::abs(x[i] - y[i]);
+    if (!(d <= worst)) worst = d;
+  }
+  return worst;
+}
+
+std::vector<float> identity(int64_t n) {
+  std::vector<float> eye(n * n, 0.0f);
+  for (int64_t i = 0; i < n; ++i)
+    eye[i * n + i] = 1.0f;
+  return eye;
+}
+
+TEST_F(CudaVsCpu, QrIdentities) {
+  for (auto [m, n, batch] :
+       {std::tuple<int64_t, int64_t, int64_t>{9, 5, 1}, {5, 9, 1}, {40, 40, 1}, {12, 7, 3}}) {
+    const int64_t r = std::min(m, n);
+    auto a = random_vector(batch * m * n, 1);
+    float *gq = dev().alloc<float>(batch * m * r), *gr = dev().alloc<float>(batch * r * n);
+    gpu().qr(gq, gr, dev().upload(a), m, n, batch);
+    auto q = dev().download(gq, batch * m * r), rr = dev().download(gr, batch * r * n);
+    for (int64_t b = 0; b < batch; ++b) {
+      const float* qb = q.data() + b * m * r;
+      const float* rb = rr.data() + b * r * n;
+      EXPECT_LE(max_abs_diff(matmul(qb, rb, m, n, r), a.data() + b * m * n), 1e-4)
+          << "A = QR, m=" << m << " n=" << n << " b=" << b;
+      EXPECT_LE(max_abs_diff(matmul(qb, qb, r, r, m, true), identity(r).data()), 1e-5)
+          << "Q^T Q = I, m=" << m << " n=" << n << " b=" << b;
+      for (int64_t i = 0; i < r; ++i) {
+        for (int64_t j = 0; j < std::min(i, n); ++j)
+          EXPECT_EQ(rb[i * n + j], 0.0f);
+      }
+    }
+  }
+}
+
+TEST_F(CudaVsCpu, EighIdentities) {
+  // n <= 32 with batch > 1 takes the batched Jacobi path, the others syevd.
+  for (auto [n, batch] : {std::pair<int64_t, int64_t>{7, 1}, {16, 4}, {48, 2}}) {
+    auto x = random_vector(batch * n * n, 1);
+    std::vector<float> a(batch * n * n);
+    for (int64_t b = 0; b < batch; ++b) {  // symmetric: (X + X^T) / 2
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          a[b * n * n + i * n + j] = 0.5f * (x[b * n * n + i * n + j] + x[b * n * n + j * n + i]);
+        }
+      }
+    }
+    float *gw = dev().alloc<float>(batch * n), *gv = dev().alloc<float>(batch * n * n);
+    gpu().eigh(gw, gv, dev().upload(a), n, batch);
+    auto w = dev().download(gw, batch * n), v = dev().download(gv, batch * n * n);
+    for (int64_t b = 0; b < batch; ++b) {
+      const float* vb = v.data() + b * n * n;
+      const float* wb = w.data() + b * n;
+      EXPECT_TRUE(std::is_sorted(wb, wb + n)) << "eigenvalues ascending, n=" << n;
+      auto av = matmul(a.data() + b * n * n, vb, n, n, n);
+      std::vector<float> vw(n * n);
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < n; ++j)
+          vw[i * n + j] = vb[i * n + j] * wb[j];
+      }
+      EXPECT_LE(max_abs_diff(av, vw.data()), 1e-4) << "A V = V diag(w), n=" << n;
+      EXPECT_LE(max_abs_diff(matmul(vb, vb, n, n, n, true), identity(n).data()), 1e-5)
+          << "V^T V = I, n=" << n;
+    }
+  }
+}
+
+TEST_F(CudaVsCpu, SvdIdentities) {
+  // Batched Jacobi for small matrices with batch > 1, gesvdj otherwise; tall and wide.
+  for (auto [m, n, batch] :
+       {std::tuple<int64_t, int64_t, int64_t>{9, 5, 1}, {5, 9, 1}, {12, 20, 3}, {40, 33, 2}}) {
+    const int64_t r = std::min(m, n);
+    auto a = random_vector(batch * m * n, 1);
+    float *gu = dev().alloc<float>(batch * m * r), *gs = dev().alloc<float>(batch * r),
+          *gvt = dev().alloc<float>(batch * r * n);
+    gpu().svd(gu, gs, gvt, dev().upload(a), m, n, batch);
+    auto u = dev().download(gu, batch * m * r), s = dev().download(gs, batch * r),
+         vt = dev().download(gvt, batch * r * n);
+    for (int64_t b = 0; b < batch; ++b) {
+      const float* ub = u.data() + b * m * r;
+      const float* sb = s.data() + b * r;
+      const float* vtb = vt.data() + b * r * n;
+      EXPECT_TRUE(std::is_sorted(sb, sb + r, std::greater<float>())) << "descending";
+      std::vector<float> us(m * r);
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < r; ++j)
+          us[i * r + j] = ub[i * r + j] * sb[j];
+      }
+      EXPECT_LE(max_abs_diff(matmul(us.data(), vtb, m, n, r), a.data() + b * m * n), 1e-4)
+          << "A = U S V^T, m=" << m << " n=" << n;
+      EXPECT_LE(max_abs_diff(matmul(ub, ub, r, r, m, true), identity(r).data()), 1e-5)
+          << "U^T U = I, m=" << m << " n=" << n;
+      EXPECT_LE(max_abs_diff(matmul(vtb, vtb, r, r, n, false, true), identity(r).data()), 1e-5)
+          << "V^T V = I, m=" << m << " n=" << n;
+    }
+  }
+}
+
+TEST_F(CudaVsCpu, NewtonSchulz) {
+  NewtonSchulzSchedule ns5;
+  ns5.coefficients.assign(5, {3.4445f, -4.7750f, 2.0315f});
+  for (auto [m, n, batch] : {std::tuple<int64_t, int64_t, int64_t>{8, 20, 1}, {20, 8, 2}}) {
+    auto x = random_vector(batch * m * n, 1);
+    auto want = x;
+    cpu().newton_schulz(want.data(), m, n, ns5, batch);
+    float* gx = dev().upload(x);
+    gpu().newton_schulz(gx, m, n, ns5, batch);
+    EXPECT_CLOSE(dev().download(gx, batch * m * n), want, 1e-4) << "m=" << m << " n=" << n;
+  }
+}
+
+}  // namespace
+}  // namespace core
