@@ -1,0 +1,157 @@
+#include "model/gpt.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "engine/core/check.h"
+#include "engine/core/rng.h"
+
+namespace {
+
+model::ModelConfig tiny(model::Arch arch, int vocab, int experts = 0) {
+  model::ModelConfig c;
+  c.arch = arch;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.d_model = 16;
+  c.seq_len = 8;
+  c.vocab_size = vocab;
+  c.moe_experts = experts;
+  return c;
+}
+
+std::vector<int32_t> random_tokens(size_t n, int vocab, uint64_t seed) {
+  core::Rng rng(seed);
+  std::vector<int32_t> t(n);
+  for (auto& x : t)
+    x = static_cast<int32_t>(rng.next_below(vocab));
+  return t;
+}
+
+class GptArch : public ::testing::TestWithParam<int> {
+ protected:
+  model::ModelConfig config(int vocab) const {
+    // 0: gpt2, 1: modern with soft-cap, 2: modern with MoE.
+    auto c = tiny(GetParam() == 0 ? model::Arch::Gpt2 : model::Arch::Modern, vocab,
+                  GetParam() == 2 ? 4 : 0);
+    if (GetParam() == 1) c.softcap = 30.0f;
+    return c;
+  }
+};
+
+TEST_P(GptArch, LossAtInitIsNearLnV) {
+  model::Gpt gpt(config(50257), core::cpu_backend());
+  gpt.init_weights();
+  const int B = 2, T = 8;
+  auto x = random_tokens(B * T, 50257, 1), y = random_tokens(B * T, 50257, 2);
+  const float loss = gpt.eval_loss(x.data(), y.data(), B, T);
+  EXPECT_NEAR(loss, std::log(50257.0), 0.05);
+}
+
+TEST_P(GptArch, PaddedVocabRowsGetExactlyZeroGradient) {
+  model::Gpt gpt(config(100), core::cpu_backend());  // padded to 128
+  gpt.init_weights();
+  const int B = 2, T = 8;
+  auto x = random_tokens(B * T, 100, 3), y = random_tokens(B * T, 100, 4);
+  gpt.zero_grad();
+  gpt.forward(x.data(), y.data(), B, T);
+  gpt.backward();
+  for (const auto& p : gpt.table().params()) {
+    if (p.valid_rows < 0) continue;
+    const auto g = gpt.grad(*gpt.table().find(p.name)).to_vector();
+    const int64_t D = p.shape[1];
+    double real = 0;
+    for (int64_t e = 0; e < p.valid_rows * D; ++e)
+      real += std::abs(g[e]);
+    EXPECT_GT(real, 0.0) << p.name;
+    for (int64_t e = p.valid_rows * D; e < p.numel; ++e) {
+      ASSERT_EQ(g[e], 0.0f) << p.name << " padded row " << e / D;
+    }
+  }
+}
+
+TEST_P(GptArch, BackwardAccumulatesAndStepAllocatesNothing) {
+  model::Gpt gpt(config(64), core::cpu_backend());
+  gpt.init_weights();
+  const int B = 2, T = 8;
+  auto x = random_tokens(B * T, 64, 5), y = random_tokens(B * T, 64, 6);
+  gpt.zero_grad();
+  const float l1 = gpt.forward(x.data(), y.data(), B, T);
+  gpt.backward();
+  const auto g1 = gpt.grads().to_vector();
+  const size_t live = core::cpu_allocator().live_bytes();
+  const float l2 = gpt.forward(x.data(), y.data(), B, T);
+  gpt.backward();
+  EXPECT_EQ(core::cpu_allocator().live_bytes(), live);
+  EXPECT_EQ(l1, l2);
+  const auto g2 = gpt.grads().to_vector();
+  for (size_t i = 0; i < g1.size(); ++i)
+    ASSERT_FLOAT_EQ(g2[i], 2.0f * g1[i]) << i;
+  EXPECT_FLOAT_EQ(gpt.eval_loss(x.data(), y.data(), B, T), gpt.ce_loss());
+}
+
+TEST_P(GptArch, LastLogitsGiveTheLossOfALengthOneSequence) {
+  model::Gpt gpt(config(64), core::cpu_backend());
+  gpt.init_weights();
+  const int B = 3, T = 1;
+  auto x = random_tokens(B * T, 64, 7), y = random_tokens(B * T, 64, 8);
+  const auto logits = gpt.last_logits(x.data(), B, T);
+  ASSERT_EQ(logits.size(), size_t(B) * 64);
+  double loss = 0;
+  for (int b = 0; b < B; ++b) {
+    double mx = -1e30, z = 0;
+    for (int v = 0; v < 64; ++v)
+      mx = std::max(mx, double(logits[b * 64 + v]));
+    for (int v = 0; v < 64; ++v)
+      z += std::exp(logits[b * 64 + v] - mx);
+    loss += mx + std::log(z) - logits[b * 64 + y[b]];
+  }
+  EXPECT_NEAR(gpt.eval_loss(x.data(), y.data(), B, T), loss / B, 1e-5);
+}
+
+TEST_P(GptArch, OverfitsOneShortSequenceWithSgd) {
+  auto c = config(50);
+  c.d_model = 32;
+  c.seq_len = 16;
+  model::Gpt gpt(c, core::cpu_backend());
+  gpt.init_weights();
+  auto seq = random_tokens(17, 50, 9);
+  std::vector<int32_t> x(seq.begin(), seq.end() - 1), y(seq.begin() + 1, seq.end());
+  const int64_t n = gpt.table().total_numel();
+  float loss = 0;
+  int step = 0;
+  for (; step < 400; ++step) {
+    gpt.zero_grad();
+    loss = gpt.forward(x.data(), y.data(), 1, 16);
+    if (gpt.ce_loss() < 0.05f) break;
+    gpt.backward();
+    // Plain gradient descent: params -= lr * grads.
+    gpt.backend().axpby(gpt.params().data<float>(), -0.5f, gpt.grads().data<float>(), 1.0f, n);
+  }
+  EXPECT_LT(gpt.ce_loss(), 0.05f) << "after " << step << " steps, objective " << loss;
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, GptArch, ::testing::Values(0, 1, 2), [](const auto& info) {
+  return std::string(info.param == 0 ? "Gpt2" : info.param == 1 ? "ModernSoftcap" : "ModernMoe");
+});
+
+TEST(Gpt, RefusesBadInputs) {
+  model::Gpt gpt(tiny(model::Arch::Modern, 64), core::cpu_backend());
+  gpt.init_weights();
+  std::vector<int32_t> x(8, 1), y(8, 2);
+  EXPECT_THROW(gpt.backward(), core::Error);
+  x[5] = 64;
+  try {
+    gpt.forward(x.data(), y.data(), 1, 8);
+    FAIL() << "token 64 accepted";
+  } catch (const core::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("position 5"), std::string::npos) << e.what();
+  }
+  x[5] = 1;
+  EXPECT_THROW(gpt.forward(x.data(), y.data(), 1, 9), core::Error);  // T > seq_len
+  gpt.eval_loss(x.data(), y.data(), 1, 8);
+  EXPECT_THROW(gpt.backward(), core::Error);  // eval keeps no gradient state
+}
+
+}  // namespace
