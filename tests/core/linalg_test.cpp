@@ -1,0 +1,371 @@
+// Linear algebra of the CPU backend by its defining identities, on random, ill-conditioned
+// (condition number 1e6), repeated-eigenvalue and rank-deficient inputs; Newton-Schulz by its
+// singular-value band, its orientation symmetry and the golden reference outputs.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "engine/core/backend.h"
+#include "engine/core/cpu/cpu_linalg.h"
+#include "engine/core/safetensors.h"
+#include "grad_check.h"
+
+namespace {
+
+using core::test::random_vec;
+using DVec = std::vector<double>;
+using FVec = std::vector<float>;
+namespace cpu = core::cpu;
+
+core::Backend& be() {
+  return core::cpu_backend();
+}
+
+// C [m, n] = A [m, k] B [k, n] in float64, either operand optionally transposed (as stored).
+DVec matmul(const DVec& a, const DVec& b, int64_t m, int64_t n, int64_t k, bool ta = false,
+            bool tb = false) {
+  DVec c(static_cast<size_t>(m * n), 0.0);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t l = 0; l < k; ++l) {
+      double x = ta ? a[l * m + i] : a[i * k + l];
+      for (int64_t j = 0; j < n; ++j)
+        c[i * n + j] += x * (tb ? b[j * k + l] : b[l * n + j]);
+    }
+  }
+  return c;
+}
+
+double frob(const DVec& a) {
+  double s = 0.0;
+  for (double x : a)
+    s += x * x;
+  return std::sqrt(s);
+}
+
+double frob_diff(const DVec& a, const DVec& b) {
+  double s = 0.0;
+  for (size_t i = 0; i < a.size(); ++i)
+    s += (a[i] - b[i]) * (a[i] - b[i]);
+  return std::sqrt(s);
+}
+
+DVec to_d(const FVec& v) {
+  return DVec(v.begin(), v.end());
+}
+FVec to_f(const DVec& v) {
+  return FVec(v.begin(), v.end());
+}
+
+// ||Q^T Q - I||_F for q [m, r].
+double orthonormality_error(const DVec& q, int64_t m, int64_t r) {
+  DVec g = matmul(q, q, r, r, m, true, false);
+  for (int64_t i = 0; i < r; ++i)
+    g[i * r + i] -= 1.0;
+  return frob(g);
+}
+
+// A random orthonormal [n, n] matrix (the Q of a Gaussian matrix, float64 LAPACK).
+DVec random_orthogonal(int64_t n, uint64_t seed) {
+  DVec g = random_vec(n * n, seed), q(n * n), r(n * n);
+  cpu::qr(q.data(), r.data(), g.data(), n, n, 1);
+  return q;
+}
+
+// U diag(s) V^T with random orthonormal U [m, m] and V [n, n] (first r = len(s) columns).
+DVec with_singular_values(int64_t m, int64_t n, const DVec& s, uint64_t seed) {
+  DVec u = random_orthogonal(m, seed), v = random_orthogonal(n, seed + 1), a(m * n, 0.0);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double x = 0.0;
+      for (size_t l = 0; l < s.size(); ++l)
+        x += u[i * m + l] * s[l] * v[j * n + l];
+      a[i * n + j] = x;
+    }
+  }
+  return a;
+}
+
+DVec logspace(double hi, double lo, int64_t n) {
+  DVec s(n);
+  for (int64_t i = 0; i < n; ++i)
+    s[i] = hi * std::pow(lo / hi, static_cast<double>(i) / (n - 1));
+  return s;
+}
+
+// ---- QR -----------------------------------------------------------------------------------------
+
+void check_qr(const DVec& a, int64_t m, int64_t n, int64_t batch, const std::string& what) {
+  int64_t r = std::min(m, n);
+  FVec af = to_f(a), q(batch * m * r), rr(batch * r * n);
+  be().qr(q.data(), rr.data(), af.data(), m, n, batch);
+  for (int64_t p = 0; p < batch; ++p) {
+    DVec qp(q.begin() + p * m * r, q.begin() + (p + 1) * m * r);
+    DVec rp(rr.begin() + p * r * n, rr.begin() + (p + 1) * r * n);
+    DVec ap(af.begin() + p * m * n, af.begin() + (p + 1) * m * n);
+    EXPECT_LE(orthonormality_error(qp, m, r), 2e-5 * std::sqrt(r)) << what << " Q^T Q";
+    EXPECT_LE(frob_diff(matmul(qp, rp, m, n, r), ap), 2e-6 * frob(ap) * std::sqrt(n))
+        << what << " A = QR";
+    for (int64_t i = 0; i < r; ++i) {
+      for (int64_t j = 0; j < std::min(i, n); ++j)
+        ASSERT_EQ(rp[i * n + j], 0.0) << what;
+    }
+  }
+}
+
+TEST(CpuLinalg, QrRandomTallWideSquareBatched) {
+  check_qr(random_vec(50 * 30, 1), 50, 30, 1, "tall");
+  check_qr(random_vec(30 * 50, 2), 30, 50, 1, "wide");
+  check_qr(random_vec(40 * 40, 3), 40, 40, 1, "square");
+  check_qr(random_vec(5 * 20 * 12, 4), 20, 12, 5, "batch");
+}
+
+TEST(CpuLinalg, QrIllConditionedAndRankDeficient) {
+  check_qr(with_singular_values(40, 40, logspace(1.0, 1e-6, 40), 5), 40, 40, 1, "cond 1e6");
+  check_qr(with_singular_values(30, 20, logspace(1.0, 0.1, 5), 6), 30, 20, 1, "rank 5");
+}
+
+// LAPACK's Householder convention (torch.linalg.qr): [3, 4]^T gives Q = -[0.6, 0.8], R = -5.
+TEST(CpuLinalg, QrFollowsHouseholderSignConvention) {
+  FVec a = {3.0f, 4.0f}, q(2), r(1);
+  be().qr(q.data(), r.data(), a.data(), 2, 1, 1);
+  EXPECT_FLOAT_EQ(q[0], -0.6f);
+  EXPECT_FLOAT_EQ(q[1], -0.8f);
+  EXPECT_FLOAT_EQ(r[0], -5.0f);
+  // And the float result equals the float64 one column for column (no sign flips).
+  DVec g = random_vec(24 * 16, 7), qd(24 * 16), rd(16 * 16);
+  cpu::qr(qd.data(), rd.data(), g.data(), 24, 16, 1);
+  FVec gf = to_f(g), qf(24 * 16), rf(16 * 16);
+  be().qr(qf.data(), rf.data(), gf.data(), 24, 16, 1);
+  EXPECT_LE(core::test::max_rel_diff(qf, qd), 1e-5);
+}
+
+// ---- eigh ---------------------------------------------------------------------------------------
+
+void check_eigh(const DVec& a, int64_t n, int64_t batch, const std::string& what,
+                const DVec& expect_w = {}) {
+  FVec af = to_f(a), w(batch * n), v(batch * n * n);
+  be().eigh(w.data(), v.data(), af.data(), n, batch);
+  for (int64_t p = 0; p < batch; ++p) {
+    DVec ap(af.begin() + p * n * n, af.begin() + (p + 1) * n * n);
+    DVec vp(v.begin() + p * n * n, v.begin() + (p + 1) * n * n);
+    DVec wp(w.begin() + p * n, w.begin() + (p + 1) * n);
+    EXPECT_TRUE(std::is_sorted(wp.begin(), wp.end())) << what << " ascending";
+    EXPECT_LE(orthonormality_error(vp, n, n), 2e-5 * std::sqrt(n)) << what << " V^T V";
+    DVec vw = vp;  // V diag(w): column j scaled by w_j
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j < n; ++j)
+        vw[i * n + j] *= wp[j];
+    }
+    EXPECT_LE(frob_diff(matmul(ap, vp, n, n, n), vw), 2e-6 * frob(ap) * std::sqrt(n))
+        << what << " A V = V diag(w)";
+    for (size_t j = 0; j < expect_w.size(); ++j) {
+      EXPECT_NEAR(wp[j], expect_w[j], 2e-6 * frob(ap)) << what << " eigenvalue " << j;
+    }
+  }
+}
+
+// Q diag(w) Q^T for a random orthogonal Q.
+DVec with_eigenvalues(const DVec& w, uint64_t seed) {
+  int64_t n = static_cast<int64_t>(w.size());
+  DVec q = random_orthogonal(n, seed), a(n * n, 0.0);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t l = 0; l < n; ++l)
+        a[i * n + j] += q[i * n + l] * w[l] * q[j * n + l];
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) {  // exactly symmetric
+    for (int64_t j = 0; j < i; ++j)
+      a[j * n + i] = a[i * n + j];
+  }
+  return a;
+}
+
+TEST(CpuLinalg, EighRandomAndBatched) {
+  const int64_t n = 40;
+  DVec g = random_vec(n * n, 11), a(n * n);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < n; ++j)
+      a[i * n + j] = g[i * n + j] + g[j * n + i];
+  }
+  check_eigh(a, n, 1, "random");
+  DVec batch;
+  for (int p = 0; p < 4; ++p) {
+    DVec w = random_vec(12, 12 + p);
+    DVec ap = with_eigenvalues(w, 20 + p);
+    batch.insert(batch.end(), ap.begin(), ap.end());
+  }
+  check_eigh(batch, 12, 4, "batch");
+}
+
+TEST(CpuLinalg, EighIllConditionedAndRepeated) {
+  DVec w = logspace(1.0, 1e-6, 32);
+  std::sort(w.begin(), w.end());
+  check_eigh(with_eigenvalues(w, 30), 32, 1, "cond 1e6", w);
+  DVec rep = {-1.0, -1.0, 0.5, 0.5, 0.5, 2.0, 2.0, 2.0, 2.0, 3.0, 0.0, 0.0, 0.0, 0.0};
+  std::sort(rep.begin(), rep.end());
+  check_eigh(with_eigenvalues(rep, 31), static_cast<int64_t>(rep.size()), 1, "repeated", rep);
+}
+
+// ---- SVD ----------------------------------------------------------------------------------------
+
+void check_svd(const DVec& a, int64_t m, int64_t n, int64_t batch, const std::string& what,
+               const DVec& expect_s = {}) {
+  int64_t r = std::min(m, n);
+  FVec af = to_f(a), u(batch * m * r), s(batch * r), vt(batch * r * n);
+  be().svd(u.data(), s.data(), vt.data(), af.data(), m, n, batch);
+  for (int64_t p = 0; p < batch; ++p) {
+    DVec ap(af.begin() + p * m * n, af.begin() + (p + 1) * m * n);
+    DVec up(u.begin() + p * m * r, u.begin() + (p + 1) * m * r);
+    DVec sp(s.begin() + p * r, s.begin() + (p + 1) * r);
+    DVec vtp(vt.begin() + p * r * n, vt.begin() + (p + 1) * r * n);
+    EXPECT_TRUE(std::is_sorted(sp.rbegin(), sp.rend())) << what << " descending";
+    EXPECT_GE(*std::min_element(sp.begin(), sp.end()), 0.0) << what;
+    EXPECT_LE(orthonormality_error(up, m, r), 2e-5 * std::sqrt(r)) << what << " U^T U";
+    DVec vv(n * r);  // V = Vt^T
+    for (int64_t i = 0; i < r; ++i) {
+      for (int64_t j = 0; j < n; ++j)
+        vv[j * r + i] = vtp[i * n + j];
+    }
+    EXPECT_LE(orthonormality_error(vv, n, r), 2e-5 * std::sqrt(r)) << what << " V^T V";
+    DVec us = up;
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < r; ++j)
+        us[i * r + j] *= sp[j];
+    }
+    EXPECT_LE(frob_diff(matmul(us, vtp, m, n, r), ap), 2e-6 * frob(ap) * std::sqrt(n))
+        << what << " U diag(s) V^T = A";
+    for (size_t j = 0; j < expect_s.size(); ++j) {
+      EXPECT_NEAR(sp[j], expect_s[j], 2e-6 * frob(ap)) << what << " singular value " << j;
+    }
+  }
+}
+
+TEST(CpuLinalg, SvdRandomTallWideBatched) {
+  check_svd(random_vec(50 * 30, 41), 50, 30, 1, "tall");
+  check_svd(random_vec(30 * 50, 42), 30, 50, 1, "wide");
+  check_svd(random_vec(6 * 16 * 10, 43), 16, 10, 6, "batch");
+}
+
+TEST(CpuLinalg, SvdIllConditionedAndRankDeficient) {
+  DVec s = logspace(1.0, 1e-6, 24);
+  check_svd(with_singular_values(36, 24, s, 44), 36, 24, 1, "cond 1e6", s);
+  DVec s5 = logspace(3.0, 0.5, 5);
+  DVec expect = s5;
+  expect.resize(20, 0.0);
+  check_svd(with_singular_values(30, 20, s5, 45), 30, 20, 1, "rank 5", expect);
+}
+
+TEST(CpuLinalg, RejectsNonFiniteInput) {
+  FVec a(9, 1.0f), w(3), v(9);
+  a[4] = NAN;
+  try {
+    be().eigh(w.data(), v.data(), a.data(), 3, 1);
+    FAIL() << "no error";
+  } catch (const core::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("non-finite value at element 4"), std::string::npos)
+        << e.what();
+  }
+}
+
+// ---- Newton-Schulz ------------------------------------------------------------------------------
+
+core::NewtonSchulzSchedule ns5() {
+  core::NewtonSchulzSchedule s;
+  s.coefficients.assign(5, {3.4445f, -4.7750f, 2.0315f});
+  return s;
+}
+
+DVec singular_values(const FVec& x, int64_t m, int64_t n) {
+  int64_t r = std::min(m, n);
+  DVec xd = to_d(x), u(m * r), s(r), vt(r * n);
+  cpu::svd(u.data(), s.data(), vt.data(), xd.data(), m, n, 1);
+  return s;
+}
+
+TEST(CpuLinalg, NewtonSchulzSingularValuesInBand) {
+  for (auto [m, n] : {std::pair<int64_t, int64_t>{64, 32}, {32, 64}, {48, 48}}) {
+    FVec x = random_vec<float>(m * n, 51);
+    be().newton_schulz(x.data(), m, n, ns5(), 1);
+    DVec s = singular_values(x, m, n);
+    EXPECT_GE(s.back(), 0.68) << m << "x" << n;
+    EXPECT_LE(s.front(), 1.21) << m << "x" << n;
+  }
+}
+
+// A tall matrix is orthogonalised through its transpose: NS(X^T) = NS(X)^T exactly; a batch
+// equals its members one by one; float matches float64.
+TEST(CpuLinalg, NewtonSchulzOrientationBatchAndPrecision) {
+  const int64_t m = 40, n = 24, batch = 4;
+  FVec x = random_vec<float>(batch * m * n, 52), xt(batch * m * n);
+  for (int64_t p = 0; p < batch; ++p) {
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j)
+        xt[p * m * n + j * m + i] = x[p * m * n + i * n + j];
+    }
+  }
+  FVec one = x;
+  for (int64_t p = 0; p < batch; ++p)
+    be().newton_schulz(one.data() + p * m * n, m, n, ns5(), 1);
+  DVec ref = to_d(x);
+  cpu::newton_schulz(ref.data(), m, n, ns5(), batch);
+  be().newton_schulz(x.data(), m, n, ns5(), batch);
+  be().newton_schulz(xt.data(), n, m, ns5(), batch);
+  EXPECT_LE(core::test::max_rel_diff(x, one), 1e-5);
+  EXPECT_LE(core::test::max_rel_diff(x, ref), 1e-5);
+  for (int64_t p = 0; p < batch; ++p) {
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        ASSERT_EQ(xt[p * m * n + j * m + i], one[p * m * n + i * n + j]);
+      }
+    }
+  }
+}
+
+// The golden outputs of modded-nanogpt's NS5 and Polar Express (float64 reference) for square,
+// tall, wide, batched, low-rank, tiny, zero and 1-row inputs.
+void check_golden(const std::string& file, const core::NewtonSchulzSchedule& schedule,
+                  double atol) {
+  std::string path = std::string(ENGINE_GOLDEN_DIR) + "/newton_schulz/" + file;
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no golden file " << path;
+  core::SafetensorsReader reader(path);
+  int cases = 0;
+  for (const auto& info : reader.tensors()) {
+    if (info.name.rfind("init/", 0) != 0) continue;
+    std::string name = info.name.substr(5);
+    core::Tensor in = reader.read(info.name), out = reader.read("param/1/" + name);
+    int64_t m = in.size(-2), n = in.size(-1), batch = in.numel() / (m * n);
+    FVec x = in.to_vector(), expect = out.to_vector();
+    be().newton_schulz(x.data(), m, n, schedule, batch);
+    double worst = 0.0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      worst = std::max(worst, std::abs(static_cast<double>(x[i]) - expect[i]));
+    }
+    EXPECT_LE(worst, atol) << file << " " << name;
+    ++cases;
+  }
+  EXPECT_EQ(cases, 8) << file;
+}
+
+TEST(CpuLinalg, NewtonSchulzMatchesGoldenNs5) {
+  check_golden("ns5.safetensors", ns5(), 4.8e-5);
+}
+
+TEST(CpuLinalg, NewtonSchulzMatchesGoldenPolarExpress) {
+  core::NewtonSchulzSchedule s;
+  s.coefficients = {{8.156554524902461f, -22.48329292557795f, 15.878769915207462f},
+                    {4.042929935166739f, -2.808917465908714f, 0.5000178451051316f},
+                    {3.8916678022926607f, -2.772484153217685f, 0.5060648178503393f},
+                    {3.285753657755655f, -2.3681294933425376f, 0.46449024233003106f},
+                    {2.3465413258596377f, -1.7097828382687081f, 0.42323551169305323f}};
+  s.norm_scale = 1.02f;
+  s.norm_eps = 1e-6f;
+  check_golden("polar_express.safetensors", s, 1.3e-4);
+}
+
+}  // namespace
