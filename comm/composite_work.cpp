@@ -28,16 +28,24 @@ ThenWork::~ThenWork() {
 void ThenWork::wait() {
   if (done_) return;
   if (first_) first_->wait();
-  done_ = true;
-  if (then_) then_();
+  finish();
 }
 
 bool ThenWork::test() {
   if (done_) return true;
   if (first_ && !first_->test()) return false;
-  done_ = true;
-  if (then_) then_();
+  finish();
   return true;
+}
+
+void ThenWork::finish() {
+  done_ = true;
+  first_.reset();
+  // Run, then drop the step: scratch buffers it captured are freed as soon as the work is done,
+  // not when the handle dies.
+  std::function<void()> then = std::move(then_);
+  then_ = nullptr;
+  if (then) then();
 }
 
 }  // namespace comm

@@ -23,8 +23,9 @@ class WorkGroup final : public Work {
   std::vector<std::unique_ptr<Work>> works_;
 };
 
-// Runs `then` exactly once after `first` completed (in wait() or a successful test()). Resources
-// the operation needs (scratch tensors) can be kept alive by capturing them in `then`.
+// Runs `then` exactly once after `first` completed (in wait() or a successful test()), then
+// destroys it. Resources the operation needs (scratch tensors) are kept alive by capturing them
+// in `then`, and are freed as soon as the work completes.
 class ThenWork final : public Work {
  public:
   ThenWork(std::unique_ptr<Work> first, std::function<void()> then)
@@ -34,6 +35,8 @@ class ThenWork final : public Work {
   bool test() override;
 
  private:
+  void finish();
+
   std::unique_ptr<Work> first_;
   std::function<void()> then_;
   bool done_ = false;

@@ -1,0 +1,36 @@
+// Failure injection for the abort test: rank 2 fails while every other rank blocks in a
+// collective. Mode "guarded": an exception escapes the body run by comm::run_guarded. Mode
+// "terminate": an exception escapes a noexcept function (std::terminate, the session's handler).
+// Either way the job must end with non-zero status, the message and the failing rank.
+#include <string>
+#include <vector>
+
+#include "comm/abort.h"
+#include "comm/communicator.h"
+#include "comm/mpi_session.h"
+#include "engine/core/check.h"
+
+namespace {
+
+void fail_noexcept() noexcept {
+  ENGINE_FAIL("injected failure (terminate)");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  comm::MpiSession session(&argc, &argv);
+  const std::string mode = argc > 1 ? argv[1] : "guarded";
+  return comm::run_guarded([&] {
+    auto world = comm::make_mpi_world();
+    std::vector<float> buf(1024, 1.0f);
+    world->all_reduce(buf.data(), 1024, comm::ReduceOp::Sum);  // everyone is up
+    if (world->rank() == 2 % world->size()) {
+      if (mode == "terminate") fail_noexcept();
+      ENGINE_FAIL("injected failure (guarded)");
+    }
+    world->all_reduce(buf.data(), 1024, comm::ReduceOp::Sum);  // blocks: rank 2 never joins
+    world->barrier();
+    return 0;
+  });
+}
