@@ -1,0 +1,181 @@
+// Registry, strict hyperparameter schema, parameter groups and the preset.
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+#include <functional>
+#include <string>
+
+#include "engine/core/check.h"
+#include "optim/adamw.h"
+#include "optim/glob.h"
+#include "optim/muon.h"
+#include "optim/optimizer_set.h"
+
+using optim::OptimizerSet;
+using optim::ParamSpec;
+
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const core::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+const std::vector<ParamSpec> kParams = {
+    {"embed.weight", {64, 16}},
+    {"blocks.0.attn.qkv.weight", {48, 16}},
+    {"blocks.0.attn.proj.weight", {16, 16}},
+    {"blocks.0.ln1.weight", {16}},
+    {"lm_head.weight", {64, 16}},
+};
+
+}  // namespace
+
+TEST(Glob, StarsAndQuestionMarks) {
+  EXPECT_TRUE(optim::glob_match("blocks.*.attn.qkv.weight", "blocks.11.attn.qkv.weight"));
+  EXPECT_TRUE(optim::glob_match("*", "anything.at.all"));
+  EXPECT_TRUE(optim::glob_match("*.weight", "a.b.weight"));
+  EXPECT_TRUE(optim::glob_match("blocks.?.ln1.*", "blocks.3.ln1.bias"));
+  EXPECT_FALSE(optim::glob_match("blocks.?.ln1.*", "blocks.12.ln1.bias"));
+  EXPECT_FALSE(optim::glob_match("*.bias", "a.bias.x"));
+  EXPECT_FALSE(optim::glob_match("embed.weight", "pos_embed.weight"));
+  EXPECT_TRUE(optim::glob_match("*a*a*a", "aaaa"));
+  EXPECT_FALSE(optim::glob_match("*a*a*a*b", "aaaaaaaaaa"));
+}
+
+TEST(OptimizerSet, FirstMatchWinsAndPlacementsFollowTheOptimizer) {
+  YAML::Node groups = YAML::Load(R"(
+- params: ["blocks.*.attn.*.weight"]
+  optimizer: muon
+  lr: 0.02
+- params: ["embed.weight", "blocks.*.attn.qkv.weight"]
+  optimizer: adamw
+  lr_mul: 75
+- params: "*"
+  optimizer: adamw
+)");
+  OptimizerSet set(groups, kParams);
+  EXPECT_EQ(set.num_groups(), 3u);
+  EXPECT_EQ(set.group_of("blocks.0.attn.qkv.weight"), 0u);  // first match wins
+  EXPECT_EQ(set.group_of("embed.weight"), 1u);
+  EXPECT_EQ(set.group_of("lm_head.weight"), 2u);
+  EXPECT_EQ(set.placement("blocks.0.attn.proj.weight"), comm::Placement::owned());
+  EXPECT_EQ(set.placement("blocks.0.ln1.weight"), comm::Placement::shard(0));
+  auto& adam = dynamic_cast<optim::AdamW&>(set.optimizer(1));
+  EXPECT_EQ(adam.config().lr_mul, 75.0);
+  EXPECT_EQ(adam.config().eps, 1e-10);  // the spec's defaults
+  EXPECT_FALSE(adam.config().torch_eps);
+  auto& muon = dynamic_cast<optim::Muon&>(set.optimizer(0));
+  EXPECT_EQ(muon.config().lr, 0.02);
+  // Default view: the merged QKV weight is three square blocks.
+  const optim::MatrixView v = muon.view_of("blocks.0.attn.qkv.weight", {48, 16});
+  EXPECT_EQ(v.count, 3);
+  EXPECT_EQ(v.rows, 16);
+  EXPECT_EQ(v.cols, 16);
+}
+
+TEST(OptimizerSet, UnmatchedParametersAreListed) {
+  YAML::Node groups = YAML::Load(R"(
+- params: ["blocks.*"]
+  optimizer: adamw
+)");
+  const std::string err = error_of([&] { OptimizerSet set(groups, kParams); });
+  EXPECT_NE(err.find("no group matches 2 parameter(s): embed.weight, lm_head.weight"),
+            std::string::npos)
+      << err;
+}
+
+TEST(OptimizerSet, UnknownHyperparameterNamesKeyAndLine) {
+  YAML::Node groups = YAML::Load(R"(- params: ["*"]
+  optimizer: adamw
+  lr: 0.01
+  beta1: 0.9
+)");
+  const std::string err = error_of([&] { OptimizerSet set(groups, kParams); });
+  EXPECT_NE(err.find("optimizer group 0 (adamw): unknown hyperparameter 'beta1' (line 4)"),
+            std::string::npos)
+      << err;
+}
+
+TEST(OptimizerSet, MistypedHyperparametersAreErrors) {
+  struct Case {
+    const char* yaml;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"- {params: ['*'], optimizer: adamw, lr: fast}", "'lr' must be a number, got 'fast'"},
+      {"- {params: ['*'], optimizer: adamw, betas: [0.9]}", "'betas' must be a list of two"},
+      {"- {params: ['*'], optimizer: adamw, betas: 0.9}", "'betas' must be a list of numbers"},
+      {"- {params: ['*'], optimizer: adamw, eps_mode: numpy}", "'eps_mode' must be 'spec' or"},
+      {"- {params: ['blocks.*.attn.*'], optimizer: muon, nesterov: maybe}\n"
+       "- {params: ['*'], optimizer: adamw}",
+       "'nesterov' must be true or false"},
+      {"- {params: ['blocks.*.attn.*'], optimizer: muon, ns_steps: 2.5}\n"
+       "- {params: ['*'], optimizer: adamw}",
+       "'ns_steps' must be an integer"},
+      {"- {params: ['*'], optimizer: lion}", "unknown optimizer 'lion' (known: adamw, muon)"},
+      {"- {params: ['*'], lr: 1}", "missing 'optimizer'"},
+      {"- {optimizer: adamw}", "missing 'params'"},
+      {"- {params: ['*'], optimizer: muon}",
+       "muon: parameter 'blocks.0.ln1.weight' of shape [16] is not a matrix"},
+      {"- {params: ['*.qkv.weight'], optimizer: muon, matrix_views: {'*.qkv.weight': 5}}\n"
+       "- {params: ['*'], optimizer: adamw}",
+       "into 5 row blocks but its rows do not divide"},
+      {"- {params: ['*.qkv.weight'], optimizer: muon, matrix_views: {'*.qkv.weight': [2, 8, 8]}}\n"
+       "- {params: ['*'], optimizer: adamw}",
+       "does not fit 'blocks.0.attn.qkv.weight'"},
+  };
+  for (const Case& c : cases) {
+    const std::string err = error_of([&] { OptimizerSet set(YAML::Load(c.yaml), kParams); });
+    EXPECT_NE(err.find(c.message), std::string::npos) << c.yaml << "\n -> " << err;
+  }
+}
+
+TEST(OptimizerSet, PresetCoversModernGpt2AndMoeParameterTables) {
+  YAML::Node config =
+      YAML::LoadFile(std::string(ENGINE_SOURCE_DIR) + "/configs/presets/distadam_muon.yaml");
+  const int64_t D = 32, V = 128, F = 128, E = 4, T = 16;
+  std::vector<ParamSpec> modern = {{"embed.weight", {V, D}}, {"lm_head.weight", {V, D}}};
+  std::vector<ParamSpec> gpt2 = {{"embed.weight", {V, D}},
+                                 {"pos_embed.weight", {T, D}},
+                                 {"ln_f.weight", {D}},
+                                 {"ln_f.bias", {D}}};
+  std::vector<ParamSpec> moe = modern;
+  for (int l = 0; l < 2; ++l) {
+    const std::string b = "blocks." + std::to_string(l) + ".";
+    for (auto* table : {&modern, &gpt2, &moe}) {
+      table->push_back({b + "attn.qkv.weight", {3 * D, D}});
+      table->push_back({b + "attn.proj.weight", {D, D}});
+    }
+    modern.push_back({b + "mlp.fc.weight", {F, D}});
+    modern.push_back({b + "mlp.proj.weight", {D, F}});
+    for (const char* v :
+         {"ln1.weight", "ln1.bias", "ln2.weight", "ln2.bias", "attn.proj.bias", "mlp.proj.bias"})
+      gpt2.push_back({b + v, {D}});
+    gpt2.push_back({b + "attn.qkv.bias", {3 * D}});
+    gpt2.push_back({b + "mlp.fc.bias", {F}});
+    gpt2.push_back({b + "mlp.fc.weight", {F, D}});
+    gpt2.push_back({b + "mlp.proj.weight", {D, F}});
+    moe.push_back({b + "moe.router.weight", {E, D}});
+    moe.push_back({b + "moe.fc.weight", {E, F, D}});
+    moe.push_back({b + "moe.proj.weight", {E, D, F}});
+  }
+  for (const auto* table : {&modern, &gpt2, &moe}) {
+    OptimizerSet set(config["optim"]["groups"], *table);
+    EXPECT_EQ(set.optimizer(set.group_of("blocks.1.attn.qkv.weight")).kind(), std::string("muon"));
+    EXPECT_EQ(set.optimizer(set.group_of("embed.weight")).kind(), std::string("adamw"));
+  }
+  OptimizerSet set(config["optim"]["groups"], moe);
+  auto& muon = dynamic_cast<optim::Muon&>(set.optimizer(set.group_of("blocks.0.moe.fc.weight")));
+  EXPECT_EQ(muon.view_of("blocks.0.moe.fc.weight", {E, F, D}).count, E);
+  EXPECT_EQ(muon.config().momentum_at(1, 0), 0.85);
+  EXPECT_EQ(set.optimizer(set.group_of("blocks.0.moe.router.weight")).kind(), std::string("adamw"));
+  auto& embed = dynamic_cast<optim::AdamW&>(set.optimizer(set.group_of("embed.weight")));
+  auto& head = dynamic_cast<optim::AdamW&>(set.optimizer(set.group_of("lm_head.weight")));
+  EXPECT_DOUBLE_EQ(embed.config().lr * embed.config().lr_mul, 0.6);
+  EXPECT_DOUBLE_EQ(head.config().lr * head.config().lr_mul, 0.22);
+}

@@ -1,0 +1,216 @@
+// The update rules on hand-computed cases, the orthogonaliser's two orientations, the momentum
+// schedule and state handling.
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <functional>
+#include <vector>
+
+#include "engine/core/check.h"
+#include "engine/core/rng.h"
+#include "optim/adamw.h"
+#include "optim/muon.h"
+#include "optim/newton_schulz.h"
+
+using core::Tensor;
+
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const core::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+optim::AdamWConfig adam_config(const std::string& yaml) {
+  optim::HyperReader r(YAML::Load(yaml), "test");
+  optim::AdamWConfig c = optim::AdamWConfig::from_yaml(r);
+  r.finish();
+  return c;
+}
+
+optim::MuonConfig muon_config(const std::string& yaml) {
+  optim::HyperReader r(YAML::Load(yaml), "test");
+  optim::MuonConfig c = optim::MuonConfig::from_yaml(r);
+  r.finish();
+  return c;
+}
+
+}  // namespace
+
+// Two steps of one element in float64 by hand, both eps placements.
+TEST(AdamW, MatchesHandComputedStepsInBothEpsModes) {
+  for (const bool torch : {false, true}) {
+    optim::AdamW adam(adam_config(std::string("{lr: 0.1, betas: [0.9, 0.99], eps: 1.0e-3, "
+                                              "weight_decay: 0.5, lr_mul: 2, wd_mul: 0.5, "
+                                              "eps_mode: ") +
+                                  (torch ? "torch}" : "spec}")));
+    Tensor w = Tensor::from_vector({1}, std::vector<float>{1.0f});
+    Tensor g = Tensor::from_vector({1}, std::vector<float>{0.3f});
+    double W = 1.0, m = 0, v = 0;
+    const double lr = 0.1 * 2 * 0.5;  // lr * lr_mul * lr_scale
+    for (int t = 1; t <= 2; ++t) {
+      const double G = t == 1 ? 0.3 : -0.2;
+      g.at({0}) = static_cast<float>(G);
+      optim::ParamShard p{"x", {1}, 0, w, g};
+      optim::StepContext ctx;
+      ctx.step = t;
+      ctx.lr_scale = 0.5;
+      adam.step({&p, 1}, ctx);
+      W *= 1 - lr * 0.5 * 0.5;
+      m = 0.9 * m + 0.1 * G;
+      v = 0.99 * v + 0.01 * G * G;
+      const double bc1 = 1 - std::pow(0.9, t), bc2 = 1 - std::pow(0.99, t);
+      W -= torch ? lr * (m / bc1) / (std::sqrt(v / bc2) + 1e-3)
+                 : lr * std::sqrt(bc2) / bc1 * m / (std::sqrt(v) + 1e-3);
+      EXPECT_NEAR(w.at({0}), W, 1e-6) << "torch=" << torch << " t=" << t;
+    }
+  }
+}
+
+TEST(AdamW, StateRoundTripAndErrors) {
+  optim::AdamW a(adam_config("{}"));
+  Tensor w = Tensor::from_vector({3}, std::vector<float>{1, 2, 3});
+  Tensor g = Tensor::from_vector({3}, std::vector<float>{0.1f, -0.2f, 0.3f});
+  optim::ParamShard p{"v", {3}, 0, w, g};
+  a.step({&p, 1}, {});
+  optim::OptimizerState s;
+  a.save_state(s);
+  EXPECT_EQ(s.counters.at("v/step"), 1);
+  EXPECT_EQ(s.tensors.count("v/exp_avg"), 1u);
+  EXPECT_EQ(s.tensors.count("v/exp_avg_sq"), 1u);
+  optim::AdamW b(adam_config("{}"));
+  b.load_state(s);
+  Tensor w2 = w.clone();
+  optim::ParamShard p2{"v", {3}, 0, w2, g};
+  optim::StepContext ctx;
+  ctx.step = 2;
+  a.step({&p, 1}, ctx);
+  b.step({&p2, 1}, ctx);
+  EXPECT_EQ(w.to_vector(), w2.to_vector());
+
+  optim::OptimizerState bad = s;
+  bad.tensors["v/momentum"] = Tensor::zeros({3});
+  EXPECT_NE(error_of([&] { b.load_state(bad); }).find("unknown state tensor 'v/momentum'"),
+            std::string::npos);
+  // State of another shard size (other world size) is refused with the parameter's name.
+  optim::AdamW c(adam_config("{}"));
+  optim::OptimizerState other = s;
+  other.tensors["v/exp_avg"] = Tensor::zeros({2});
+  c.load_state(other);
+  EXPECT_NE(error_of([&] {
+              c.step({&p, 1}, {});
+            }).find("'v/exp_avg' has shape [2]"),
+            std::string::npos);
+}
+
+TEST(Muon, MomentumWarmupAndCooldown) {
+  optim::MuonConfig c = muon_config(
+      "{momentum: 0.95, momentum_start: 0.85, momentum_warmup_steps: 300, momentum_end: 0.85, "
+      "momentum_cooldown_steps: 50}");
+  EXPECT_DOUBLE_EQ(c.momentum_at(1, 1000), 0.85);
+  EXPECT_NEAR(c.momentum_at(151, 1000), 0.90, 1e-12);
+  EXPECT_DOUBLE_EQ(c.momentum_at(301, 1000), 0.95);
+  EXPECT_DOUBLE_EQ(c.momentum_at(951, 1000), 0.95);
+  EXPECT_NEAR(c.momentum_at(976, 1000), 0.90, 1e-12);
+  EXPECT_NEAR(c.momentum_at(1001, 1000), 0.85, 1e-12);
+  EXPECT_DOUBLE_EQ(muon_config("{momentum: 0.9}").momentum_at(1, 10), 0.9);
+}
+
+// The right-multiplied form on a tall matrix equals the left form on its transpose.
+TEST(NewtonSchulz, TallEqualsTransposedWide) {
+  const int64_t m = 24, n = 8;
+  Tensor tall = Tensor::empty({m, n});
+  core::fill_normal(tall, 11, 0.0f, 1.0f);
+  Tensor wide = Tensor::empty({n, m});
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      wide.at({j, i}) = tall.at({i, j});
+  for (const auto& schedule : {optim::ns5_schedule(), optim::polar_express_schedule()}) {
+    Tensor a = tall.clone(), b = wide.clone();
+    optim::orthogonalize(core::cpu_backend(), a.data<float>(), m, n, schedule);
+    optim::orthogonalize(core::cpu_backend(), b.data<float>(), n, m, schedule);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j)
+        EXPECT_NEAR(a.at({i, j}), b.at({j, i}), 1e-5);
+  }
+}
+
+// Singular values of a well-conditioned input land in the band the spec gives for NS5 (about
+// 0.68 to 1.2; NS5 is deliberately not convergent).
+TEST(NewtonSchulz, SingularValuesNearOne) {
+  const int64_t n = 32;
+  Tensor x = Tensor::empty({n, n});
+  core::fill_normal(x, 5, 0.0f, 0.1f);
+  for (int64_t i = 0; i < n; ++i) x.at({i, i}) += 1.0f;
+  optim::orthogonalize(core::cpu_backend(), x.data<float>(), n, n, optim::ns5_schedule());
+  Tensor u = Tensor::empty({n, n}), s = Tensor::empty({n}), vt = Tensor::empty({n, n});
+  core::cpu_backend().svd(u.data<float>(), s.data<float>(), vt.data<float>(), x.data<float>(), n,
+                          n);
+  for (int64_t i = 0; i < n; ++i) {
+    EXPECT_GT(s.at({i}), 0.6f);
+    EXPECT_LT(s.at({i}), 1.25f);
+  }
+}
+
+// The optimizer's orthogonaliser agrees with the backend's own newton_schulz.
+TEST(NewtonSchulz, AgreesWithBackendImplementation) {
+  const int64_t k = 2, m = 16, n = 40;
+  Tensor x = Tensor::empty({k, m, n});
+  core::fill_normal(x, 9, 0.0f, 1.0f);
+  Tensor y = x.clone();
+  optim::orthogonalize(core::cpu_backend(), x.data<float>(), m, n, optim::ns5_schedule(), k);
+  core::cpu_backend().newton_schulz(y.data<float>(), m, n, optim::ns5_schedule(), k);
+  const auto a = x.to_vector(), b = y.to_vector();
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_NEAR(a[i], b[i], 1e-5);
+}
+
+TEST(Muon, RefusesRowShardsAndUnknownState) {
+  optim::Muon muon(muon_config("{}"));
+  Tensor w = Tensor::zeros({4, 8}), g = Tensor::zeros({4, 8});
+  optim::ParamShard p{"blocks.0.attn.proj.weight", {8, 8}, 4, w, g};
+  EXPECT_NE(error_of([&] {
+              muon.step({&p, 1}, {});
+            }).find("must be stepped whole (Owned"),
+            std::string::npos);
+  optim::OptimizerState s;
+  s.tensors["w/exp_avg"] = Tensor::zeros({1});
+  EXPECT_NE(error_of([&] { muon.load_state(s); }).find("unknown state tensor 'w/exp_avg'"),
+            std::string::npos);
+}
+
+// One Muon step of a [2k, k] matrix viewed as two [k, k] blocks equals stepping the blocks as
+// separate parameters; the view changes the result compared with one tall matrix.
+TEST(Muon, MatrixViewsEqualSeparateBlocks) {
+  const int64_t k = 8;
+  Tensor w = Tensor::empty({2 * k, k}), g = Tensor::empty({2 * k, k});
+  core::fill_normal(w, 1, 0.0f, 0.1f);
+  core::fill_normal(g, 2, 0.0f, 1.0f);
+  optim::Muon viewed(muon_config("{lr: 0.1, matrix_views: {'qkv': 2}}"));
+  optim::Muon plain(muon_config("{lr: 0.1, matrix_views: {}}"));
+  Tensor wv = w.clone();
+  optim::ParamShard pv{"qkv", {2 * k, k}, 0, wv, g};
+  viewed.step({&pv, 1}, {});
+  Tensor tall = w.clone();
+  optim::ParamShard pt{"qkv", {2 * k, k}, 0, tall, g};
+  plain.step({&pt, 1}, {});
+  for (int64_t b = 0; b < 2; ++b) {
+    Tensor wb = w.slice(0, b * k, k).clone(), gb = g.slice(0, b * k, k).clone();
+    optim::ParamShard pb{"block", {k, k}, 0, wb, gb};
+    optim::Muon single(muon_config("{lr: 0.1}"));
+    single.step({&pb, 1}, {});
+    const auto expect = wb.to_vector(), got = wv.slice(0, b * k, k).clone().to_vector();
+    for (size_t i = 0; i < expect.size(); ++i)
+      EXPECT_FLOAT_EQ(got[i], expect[i]);
+  }
+  double diff = 0;
+  const auto a = wv.to_vector(), c = tall.to_vector();
+  for (size_t i = 0; i < a.size(); ++i)
+    diff = std::max(diff, double(std::abs(a[i] - c[i])));
+  EXPECT_GT(diff, 1e-3);
+}
