@@ -119,7 +119,7 @@ void CudaBackend::synchronize() {
   check_status();
 }
 
-void CudaBackend::check_status() {
+void CudaBackend::check_status(const char* op) {
   int host[2] = {0, 0};
   ENGINE_CUDA_CALL(cudaMemcpyAsync(host, status_, sizeof(host), cudaMemcpyDeviceToHost, stream_));
   ENGINE_CUDA_CALL(cudaStreamSynchronize(stream_));
@@ -129,6 +129,14 @@ void CudaBackend::check_status() {
     case cuda_detail::kStatusTargetOutOfRange:
       ENGINE_FAIL(name_ + ": cross_entropy: the target of row " + std::to_string(host[1]) +
                   " is outside [0, V)");
+    case cuda_detail::kStatusNegativeTokenId:
+      ENGINE_FAIL(name_ + ": embedding: negative token id at position " + std::to_string(host[1]));
+    case cuda_detail::kStatusNegativeRowIndex:
+      ENGINE_FAIL(name_ + ": gather_rows/scatter_add_rows: negative row index at position " +
+                  std::to_string(host[1]));
+    case cuda_detail::kStatusNonFiniteInput:
+      ENGINE_FAIL(name_ + ": " + (op != nullptr ? op : "linear algebra") +
+                  ": input has a non-finite value in batch member " + std::to_string(host[1]));
     default:
       ENGINE_FAIL(name_ + ": a kernel raised status " + std::to_string(host[0]));
   }
@@ -139,6 +147,7 @@ void CudaBackend::check_solver_info(const int* dev_info, int64_t batch, const ch
   ENGINE_CUDA_CALL(cudaMemcpyAsync(info.data(), dev_info, info.size() * sizeof(int),
                                    cudaMemcpyDeviceToHost, stream_));
   ENGINE_CUDA_CALL(cudaStreamSynchronize(stream_));
+  check_status(op);  // a non-finite input explains a solver failure better than its info
   for (int64_t i = 0; i < batch; ++i) {
     if (info[i] == 0) continue;
     // LAPACK convention: info < 0 names a bad argument, info > 0 a numerical failure (e.g. an

@@ -117,9 +117,10 @@ class CudaBackend final : public Backend {
 
  private:
   void release();
-  void check_status();
+  // Reads the device status word; `op` names the caller for errors raised by linear algebra.
+  void check_status(const char* op = nullptr);
   // Copies a cuSOLVER devInfo array to the host and throws naming `op` and the first non-zero
-  // info value (with the batch member it came from).
+  // info value (with the batch member it came from); first reports a flagged non-finite input.
   void check_solver_info(const int* dev_info, int64_t batch, const char* op);
 
   int device_index_;

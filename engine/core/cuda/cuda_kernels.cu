@@ -272,11 +272,18 @@ __global__ void softmax_backward_kernel(float* dinp, const float* dout, const fl
 // ---- embeddings --------------------------------------------------------------------------------
 
 __global__ void embedding_forward_kernel(float* out, const int32_t* tokens, const float* wte,
-                                         const float* wpe, int64_t T, int64_t D, int64_t total) {
+                                         const float* wpe, int64_t T, int64_t D, int64_t total,
+                                         int* status) {
   for (int64_t i = first_index(); i < total; i += grid_stride()) {
     const int64_t bt = i / D;
     const int64_t d = i % D;
-    float v = wte[static_cast<int64_t>(tokens[bt]) * D + d];
+    const int32_t token = tokens[bt];
+    if (token < 0) {
+      cuda_detail::raise_status(status, cuda_detail::kStatusNegativeTokenId, bt);
+      out[i] = 0.0f;
+      continue;
+    }
+    float v = wte[static_cast<int64_t>(token) * D + d];
     if (wpe != nullptr) v += wpe[(bt % T) * D + d];
     out[i] = v;
   }
@@ -284,10 +291,15 @@ __global__ void embedding_forward_kernel(float* out, const int32_t* tokens, cons
 
 // Repeated tokens hit the same row of dwte: atomics.
 __global__ void embedding_backward_wte_kernel(float* dwte, const float* dout, const int32_t* tokens,
-                                              int64_t D, int64_t total) {
+                                              int64_t D, int64_t total, int* status) {
   for (int64_t i = first_index(); i < total; i += grid_stride()) {
     const int64_t bt = i / D;
-    atomicAdd(&dwte[static_cast<int64_t>(tokens[bt]) * D + i % D], dout[i]);
+    const int32_t token = tokens[bt];
+    if (token < 0) {
+      cuda_detail::raise_status(status, cuda_detail::kStatusNegativeTokenId, bt);
+      continue;
+    }
+    atomicAdd(&dwte[static_cast<int64_t>(token) * D + i % D], dout[i]);
   }
 }
 
@@ -426,10 +438,7 @@ __global__ void cross_entropy_kernel(float* losses, float* dlogits, const float*
       if (losses != nullptr) losses[row] = lse - kmath::softcap(z[target], cap);
     } else {
       if (losses != nullptr) losses[row] = NAN;
-      if (atomicCAS(status, cuda_detail::kStatusOk, cuda_detail::kStatusTargetOutOfRange) ==
-          cuda_detail::kStatusOk) {
-        status[1] = static_cast<int>(row);
-      }
+      cuda_detail::raise_status(status, cuda_detail::kStatusTargetOutOfRange, row);
     }
   }
   if (dlogits == nullptr) return;  // uniform across the block: no thread skips a barrier
@@ -449,21 +458,33 @@ __global__ void cross_entropy_kernel(float* losses, float* dlogits, const float*
 // ---- row gather / scatter ----------------------------------------------------------------------
 
 __global__ void gather_rows_kernel(float* out, const float* src, const int32_t* index,
-                                   const float* weight, int64_t D, int64_t total) {
+                                   const float* weight, int64_t D, int64_t total, int* status) {
   for (int64_t i = first_index(); i < total; i += grid_stride()) {
     const int64_t r = i / D;
+    const int32_t from = index[r];
+    if (from < 0) {
+      cuda_detail::raise_status(status, cuda_detail::kStatusNegativeRowIndex, r);
+      out[i] = 0.0f;
+      continue;
+    }
     const float w = weight != nullptr ? weight[r] : 1.0f;
-    out[i] = src[static_cast<int64_t>(index[r]) * D + i % D] * w;
+    out[i] = src[static_cast<int64_t>(from) * D + i % D] * w;
   }
 }
 
 // Several rows may target the same destination row: atomics.
 __global__ void scatter_add_rows_kernel(float* dst, const float* src, const int32_t* index,
-                                        const float* weight, int64_t D, int64_t total) {
+                                        const float* weight, int64_t D, int64_t total,
+                                        int* status) {
   for (int64_t i = first_index(); i < total; i += grid_stride()) {
     const int64_t r = i / D;
+    const int32_t to = index[r];
+    if (to < 0) {
+      cuda_detail::raise_status(status, cuda_detail::kStatusNegativeRowIndex, r);
+      continue;
+    }
     const float w = weight != nullptr ? weight[r] : 1.0f;
-    atomicAdd(&dst[static_cast<int64_t>(index[r]) * D + i % D], src[i] * w);
+    atomicAdd(&dst[static_cast<int64_t>(to) * D + i % D], src[i] * w);
   }
 }
 
@@ -487,6 +508,13 @@ __global__ void transpose_kernel(float* out, const float* in, int64_t rows, int6
   }
 }
 
+__global__ void flag_non_finite_kernel(const float* a, int64_t size, int64_t total, int* status) {
+  for (int64_t i = first_index(); i < total; i += grid_stride()) {
+    if (!isfinite(a[i]))
+      cuda_detail::raise_status(status, cuda_detail::kStatusNonFiniteInput, i / size);
+  }
+}
+
 void check_sizes(const std::string& where, std::initializer_list<int64_t> sizes) {
   for (int64_t s : sizes)
     ENGINE_CHECK(s >= 0, where + ": negative size " + std::to_string(s));
@@ -499,6 +527,14 @@ void cuda_detail::transpose_batched(float* out, const float* in, int64_t batch, 
   const int64_t total = batch * rows * cols;
   if (total == 0) return;
   transpose_kernel<<<grid_for(total), kThreads, 0, stream>>>(out, in, rows, cols, in_stride, total);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void cuda_detail::flag_non_finite(const float* a, int64_t size, int64_t batch, int* status,
+                                  cudaStream_t stream) {
+  const int64_t total = size * batch;
+  if (total == 0) return;
+  flag_non_finite_kernel<<<grid_for(total), kThreads, 0, stream>>>(a, size, total, status);
   ENGINE_CUDA_LAUNCHED();
 }
 
@@ -650,7 +686,7 @@ void CudaBackend::embedding_forward(float* out, const int32_t* tokens, const flo
   const int64_t total = B * T * D;
   if (total == 0) return;
   embedding_forward_kernel<<<grid_for(total), kThreads, 0, stream_>>>(out, tokens, wte, wpe, T, D,
-                                                                      total);
+                                                                      total, status_);
   ENGINE_CUDA_LAUNCHED();
 }
 
@@ -661,7 +697,7 @@ void CudaBackend::embedding_backward(float* dwte, float* dwpe, const float* dout
   if (total == 0) return;
   if (dwte != nullptr) {
     embedding_backward_wte_kernel<<<grid_for(total), kThreads, 0, stream_>>>(dwte, dout, tokens, D,
-                                                                             total);
+                                                                             total, status_);
     ENGINE_CUDA_LAUNCHED();
   }
   if (dwpe != nullptr) {
@@ -830,7 +866,8 @@ void CudaBackend::gather_rows(float* out, const float* src, const int32_t* index
   check_sizes(name_ + ": gather_rows", {n, D});
   const int64_t total = n * D;
   if (total == 0) return;
-  gather_rows_kernel<<<grid_for(total), kThreads, 0, stream_>>>(out, src, index, weight, D, total);
+  gather_rows_kernel<<<grid_for(total), kThreads, 0, stream_>>>(out, src, index, weight, D, total,
+                                                                status_);
   ENGINE_CUDA_LAUNCHED();
 }
 
@@ -840,7 +877,7 @@ void CudaBackend::scatter_add_rows(float* dst, const float* src, const int32_t* 
   const int64_t total = n * D;
   if (total == 0) return;
   scatter_add_rows_kernel<<<grid_for(total), kThreads, 0, stream_>>>(dst, src, index, weight, D,
-                                                                     total);
+                                                                     total, status_);
   ENGINE_CUDA_LAUNCHED();
 }
 

@@ -68,10 +68,23 @@ class DeviceBuffer {
 void transpose_batched(float* out, const float* in, int64_t batch, int64_t rows, int64_t cols,
                        int64_t in_stride, cudaStream_t stream);
 
+// Raises kStatusNonFiniteInput (detail: the batch member) when a [batch, size] input holds a
+// NaN or infinity (cuda_kernels.cu).
+void flag_non_finite(const float* a, int64_t size, int64_t batch, int* status, cudaStream_t stream);
+
 // Codes a kernel can raise in the backend's device status word {code, detail}; the first one
 // wins and CudaBackend::synchronize() reports it.
 constexpr int kStatusOk = 0;
-constexpr int kStatusTargetOutOfRange = 1;  // detail: the row
+constexpr int kStatusTargetOutOfRange = 1;  // cross_entropy; detail: the row
+constexpr int kStatusNegativeTokenId = 2;   // embedding; detail: the position in tokens
+constexpr int kStatusNegativeRowIndex = 3;  // gather/scatter rows; detail: the position in index
+constexpr int kStatusNonFiniteInput = 4;    // qr, eigh, svd; detail: the batch member
+
+__device__ inline void raise_status(int* status, int code, int64_t detail) {
+  if (atomicCAS(status, kStatusOk, code) == kStatusOk) {
+    status[1] = static_cast<int>(detail < INT_MAX ? detail : INT_MAX);
+  }
+}
 
 // ---- reductions ----------------------------------------------------------------------------
 

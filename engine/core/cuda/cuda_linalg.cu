@@ -78,6 +78,7 @@ void CudaBackend::qr(float* q, float* r, const float* a, int64_t m, int64_t n, i
   const int im = to_int(m, "m", op), in = to_int(n, "n", op), ik = to_int(k, "min(m, n)", op);
   // geqrf needs A itself column-major: transpose row-major a [m, n] into f, which read
   // column-major (ld m) is A.
+  cuda_detail::flag_non_finite(a, size, batch, status_, stream_);
   DeviceBuffer<float> f(allocator_, batch * size);
   transpose_batched(f.get(), a, batch, m, n, size, stream_);
   DeviceBuffer<float> tau(allocator_, batch * k);
@@ -116,13 +117,16 @@ void CudaBackend::eigh(float* w, float* v, const float* a, int64_t n, int64_t ba
   const char* op = "eigh";
   const int in = to_int(n, "n", op);
   const int64_t size = n * n;
-  // A symmetric row-major a read column-major is A^T = A. The solvers read the column-major
-  // lower triangle, which is the row-major upper triangle of a.
+  // A symmetric row-major a read column-major is A^T = A. The solvers read one triangle: the
+  // column-major upper one is the row-major lower one, the triangle the CPU backend's
+  // LAPACKE_ssyevd(row-major, 'L') reads, so both see the same matrix even if a is not exactly
+  // symmetric.
+  cuda_detail::flag_non_finite(a, size, batch, status_, stream_);
   DeviceBuffer<float> f(allocator_, batch * size);
   copy(f.get(), a, static_cast<size_t>(batch * size) * sizeof(float));
   DeviceBuffer<int> info(allocator_, batch);
   const cusolverEigMode_t jobz = CUSOLVER_EIG_MODE_VECTOR;
-  const cublasFillMode_t uplo = CUBLAS_FILL_MODE_LOWER;
+  const cublasFillMode_t uplo = CUBLAS_FILL_MODE_UPPER;
   if (batch > 1 && n <= kJacobiBatchedMax) {
     SyevjParams params;  // defaults: tolerance at machine precision, eigenvalues ascending
     const int ibatch = to_int(batch, "batch", op);
@@ -164,6 +168,7 @@ void CudaBackend::svd(float* u, float* s, float* vt, const float* a, int64_t m, 
   // A = V_B S U_B^T, so u = V_B and vt = U_B^T:
   // - U_B column-major [n, r] (ld n) read row-major is [r, n] = U_B^T = vt: written in place.
   // - V_B column-major [m, r] (ld m) read row-major is [r, m] = V_B^T: transposed into u.
+  cuda_detail::flag_non_finite(a, size, batch, status_, stream_);
   DeviceBuffer<float> f(allocator_, batch * size);
   copy(f.get(), a, static_cast<size_t>(batch * size) * sizeof(float));
   DeviceBuffer<int> info(allocator_, batch);
