@@ -1,0 +1,269 @@
+// bench_ops: GEMM throughput of the CPU backend next to OpenBLAS's cblas_sgemm and Eigen's GEMM
+// (same run, same buffers) at the model's shapes, and the time of causal attention forward +
+// backward with each way of spreading heads over threads.
+//
+//   bench_ops [--threads N] [--json] [--reps R] [--dims 256,384,512,768]
+//
+// Every GEMM is timed `reps` times after one warm-up, the three implementations interleaved so
+// that load from other processes hits them alike; the best time counts.
+#include <cblas.h>
+#include <omp.h>
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/core/backend.h"
+#include "engine/core/cpu/cpu_kernels.h"
+#include "engine/core/rng.h"
+#include "engine/core/tensor.h"
+
+namespace {
+
+struct Options {
+  int threads = 0;  // 0: leave OMP_NUM_THREADS alone
+  bool json = false;
+  int reps = 3;
+  std::vector<int64_t> dims = {256, 384, 512, 768};
+};
+
+[[noreturn]] void usage(const std::string& error) {
+  std::fprintf(stderr,
+               "bench_ops: %s\nusage: bench_ops [--threads N] [--json] [--reps R] "
+               "[--dims 256,384,512,768]\n",
+               error.c_str());
+  std::exit(2);
+}
+
+int64_t parse_int(const std::string& flag, const std::string& text) {
+  try {
+    size_t used = 0;
+    long long v = std::stoll(text, &used);
+    if (used != text.size() || v <= 0) throw std::invalid_argument(text);
+    return v;
+  } catch (const std::exception&) {
+    usage(flag + " wants a positive integer, got '" + text + "'");
+  }
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--json") {
+      o.json = true;
+    } else if (a == "--threads") {
+      o.threads = static_cast<int>(parse_int(a, value()));
+    } else if (a == "--reps") {
+      o.reps = static_cast<int>(parse_int(a, value()));
+    } else if (a == "--dims") {
+      o.dims.clear();
+      std::stringstream ss(value());
+      for (std::string item; std::getline(ss, item, ',');)
+        o.dims.push_back(parse_int(a, item));
+    } else {
+      usage("unknown argument '" + a + "'");
+    }
+  }
+  return o;
+}
+
+double seconds(const std::function<void()>& fn) {
+  auto t0 = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// One GEMM shape of the model: C[m, n] (+)= op(A) op(B).
+struct Shape {
+  std::string op;
+  int64_t m, n, k;
+  bool ta, tb;
+  float beta;
+};
+
+struct GemmResult {
+  double backend, openblas, eigen;  // GFLOP/s
+};
+
+GemmResult time_gemm(const Shape& s, int reps) {
+  int64_t a_rows = s.ta ? s.k : s.m, a_cols = s.ta ? s.m : s.k;
+  int64_t b_rows = s.tb ? s.n : s.k, b_cols = s.tb ? s.k : s.n;
+  core::Tensor a = core::Tensor::empty({a_rows, a_cols}), b = core::Tensor::empty({b_rows, b_cols});
+  core::Tensor c = core::Tensor::zeros({s.m, s.n});
+  core::fill_uniform(a, 1, -1.0f, 1.0f);
+  core::fill_uniform(b, 2, -1.0f, 1.0f);
+  float *pa = a.data<float>(), *pb = b.data<float>(), *pc = c.data<float>();
+
+  core::GemmArgs g;
+  g.trans_a = s.ta, g.trans_b = s.tb, g.m = s.m, g.n = s.n, g.k = s.k, g.beta = s.beta;
+  auto run_backend = [&] { core::cpu_backend().gemm(g, pa, pb, pc); };
+  auto run_openblas = [&] {
+    cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans,
+                static_cast<blasint>(s.m), static_cast<blasint>(s.n), static_cast<blasint>(s.k),
+                1.0f, pa, static_cast<blasint>(a_cols), pb, static_cast<blasint>(b_cols), s.beta,
+                pc, static_cast<blasint>(s.n));
+  };
+  Eigen::Map<const RowMat> ea(pa, a_rows, a_cols), eb(pb, b_rows, b_cols);
+  Eigen::Map<RowMat> ec(pc, s.m, s.n);
+  auto run_eigen = [&] {
+    auto product = [&](const auto& x, const auto& y) {
+      if (s.beta == 0.0f) {
+        ec.noalias() = x * y;
+      } else {
+        ec.noalias() += x * y;
+      }
+    };
+    if (s.ta && s.tb) {
+      product(ea.transpose(), eb.transpose());
+    } else if (s.ta) {
+      product(ea.transpose(), eb);
+    } else if (s.tb) {
+      product(ea, eb.transpose());
+    } else {
+      product(ea, eb);
+    }
+  };
+  run_backend();
+  run_openblas();
+  run_eigen();
+  double tb = 1e30, to = 1e30, te = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    tb = std::min(tb, seconds(run_backend));
+    to = std::min(to, seconds(run_openblas));
+    te = std::min(te, seconds(run_eigen));
+  }
+  double flop = 2.0 * static_cast<double>(s.m) * static_cast<double>(s.n) * s.k;
+  return {flop / tb * 1e-9, flop / to * 1e-9, flop / te * 1e-9};
+}
+
+// Forward + backward of causal attention, milliseconds (best of reps).
+double time_attention(core::cpu::HeadParallel mode, int64_t B, int64_t H, int64_t T, int64_t hd,
+                      int reps) {
+  int64_t BH = B * H, n = BH * T * hd;
+  std::vector<float> q(n), k(n), v(n), out(n), dout(n), dq(n), dk(n), dv(n);
+  std::vector<float> att(BH * T * T), datt(BH * T * T);
+  for (int64_t i = 0; i < n; ++i) {
+    q[i] = static_cast<float>(core::rng_normal(3, i));
+    k[i] = static_cast<float>(core::rng_normal(4, i));
+    v[i] = static_cast<float>(core::rng_normal(5, i));
+    dout[i] = static_cast<float>(core::rng_normal(6, i));
+  }
+  float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  auto run = [&] {
+    core::cpu::attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), BH, T, hd,
+                                 scale, mode);
+    core::cpu::attention_backward(dq.data(), dk.data(), dv.data(), datt.data(), dout.data(),
+                                  att.data(), q.data(), k.data(), v.data(), BH, T, hd, scale, mode);
+  };
+  run();
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r)
+    best = std::min(best, seconds(run));
+  return best * 1e3;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options opt = parse(argc, argv);
+  if (opt.threads > 0) omp_set_num_threads(opt.threads);
+  int threads = omp_get_max_threads();
+  Eigen::setNbThreads(threads);
+
+  const int64_t kTokens = 2048, kVp = 50304;
+  if (!opt.json) {
+    std::printf("bench_ops: %s, Eigen %d threads, N = %lld tokens, best of %d\n",
+                core::cpu_backend().name(), Eigen::nbThreads(), static_cast<long long>(kTokens),
+                opt.reps);
+    std::printf("%5s %-16s %6s %6s %6s %10s %10s %10s %8s\n", "D", "gemm", "m", "n", "k", "backend",
+                "openblas", "eigen", "ratio");
+    std::printf("%5s %-16s %6s %6s %6s %10s %10s %10s %8s\n", "", "", "", "", "", "GFLOP/s",
+                "GFLOP/s", "GFLOP/s", "be/oblas");
+  }
+  double worst_ratio = 1e30;
+  for (int64_t D : opt.dims) {
+    // (name, out, in) of each linear layer: y[N, out] = x[N, in] W[out, in]^T.
+    struct Layer {
+      const char* name;
+      int64_t out, in;
+    };
+    const Layer layers[] = {{"qkv", 3 * D, D},
+                            {"attn.proj", D, D},
+                            {"mlp.fc", 4 * D, D},
+                            {"mlp.proj", D, 4 * D},
+                            {"lm_head", kVp, D}};
+    for (const Layer& l : layers) {
+      const Shape shapes[] = {
+          {std::string(l.name) + ".fwd", kTokens, l.out, l.in, false, true, 0.0f},  // x W^T
+          {std::string(l.name) + ".dx", kTokens, l.in, l.out, false, false, 0.0f},  // dY W
+          {std::string(l.name) + ".dw", l.out, l.in, kTokens, true, false, 1.0f},   // dY^T X
+      };
+      for (const Shape& s : shapes) {
+        GemmResult r = time_gemm(s, opt.reps);
+        double ratio = r.backend / r.openblas;
+        worst_ratio = std::min(worst_ratio, ratio);
+        if (opt.json) {
+          std::printf(
+              "{\"kind\":\"gemm\",\"threads\":%d,\"d\":%lld,\"op\":\"%s\",\"m\":%lld,\"n\":%lld,"
+              "\"k\":%lld,\"trans_a\":%s,\"trans_b\":%s,\"backend_gflops\":%.2f,"
+              "\"openblas_gflops\":%.2f,\"eigen_gflops\":%.2f,\"ratio\":%.3f}\n",
+              threads, static_cast<long long>(D), s.op.c_str(), static_cast<long long>(s.m),
+              static_cast<long long>(s.n), static_cast<long long>(s.k), s.ta ? "true" : "false",
+              s.tb ? "true" : "false", r.backend, r.openblas, r.eigen, ratio);
+        } else {
+          std::printf("%5lld %-16s %6lld %6lld %6lld %10.1f %10.1f %10.1f %8.3f\n",
+                      static_cast<long long>(D), s.op.c_str(), static_cast<long long>(s.m),
+                      static_cast<long long>(s.n), static_cast<long long>(s.k), r.backend,
+                      r.openblas, r.eigen, ratio);
+        }
+        std::fflush(stdout);
+      }
+    }
+  }
+
+  const int64_t B = 8, H = 4, T = 256, hd = 64;
+  if (!opt.json) {
+    std::printf("\nworst GEMM ratio backend/openblas: %.3f\n", worst_ratio);
+    std::printf("\nattention forward+backward, B=%lld H=%lld T=%lld hd=%lld:\n",
+                static_cast<long long>(B), static_cast<long long>(H), static_cast<long long>(T),
+                static_cast<long long>(hd));
+  }
+  struct Mode {
+    const char* key;
+    const char* name;
+    core::cpu::HeadParallel mode;
+  };
+  const Mode modes[] = {
+      {"heads", "heads: one head per thread, 1-thread GEMMs", core::cpu::HeadParallel::kHeads},
+      {"gemm", "gemm: heads in turn, threaded GEMMs", core::cpu::HeadParallel::kGemm},
+      {"auto", "auto: the backend's choice", core::cpu::HeadParallel::kAuto}};
+  for (const Mode& m : modes) {
+    double ms = time_attention(m.mode, B, H, T, hd, opt.reps);
+    if (opt.json) {
+      std::printf(
+          "{\"kind\":\"attention\",\"threads\":%d,\"mode\":\"%s\",\"B\":%lld,\"H\":%lld,"
+          "\"T\":%lld,\"hd\":%lld,\"fwd_bwd_ms\":%.3f}\n",
+          threads, m.key, static_cast<long long>(B), static_cast<long long>(H),
+          static_cast<long long>(T), static_cast<long long>(hd), ms);
+    } else {
+      std::printf("  %-46s %8.2f ms\n", m.name, ms);
+    }
+  }
+  return 0;
+}
