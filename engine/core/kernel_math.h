@@ -66,6 +66,14 @@ ENGINE_HD inline T softcap_grad(T z, T cap) {
   return T(1) - th * th;
 }
 
+// The same derivative from the capped value z' itself: 1 - (z' / cap)^2 (no second tanh).
+template <typename T>
+ENGINE_HD inline T softcap_grad_from_output(T capped, T cap) {
+  if (!(cap > T(0))) return T(1);
+  T th = capped / cap;
+  return T(1) - th * th;
+}
+
 // ---- rotary positions --------------------------------------------------------------------------
 
 // inv_j = base^(-j / half) for the pair (j, j + half), half = hd / 2.

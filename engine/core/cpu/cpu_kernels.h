@@ -527,7 +527,8 @@ void attention_backward(T* dq, T* dk, T* dv, T* datt, const T* dout, const T* at
 
 // Per row: z = softcap(logits[:V]), loss = logsumexp(z) - z[target];
 // dlogits = dloss_scale (softmax(z) - onehot) softcap'(logits), zero in the padded columns.
-// Each element is read before it is written, so dlogits may alias logits.
+// One tanh and one exp per element: z goes to a per-thread row buffer, exp(z - max) to dlogits.
+// dlogits may alias logits: every logit is read (into the buffer) before anything is written.
 template <typename T>
 void cross_entropy(T* losses, T* dlogits, const T* logits, const int32_t* targets, int64_t N,
                    int64_t V, int64_t Vp, T softcap, T dloss_scale) {
@@ -539,27 +540,36 @@ void cross_entropy(T* losses, T* dlogits, const T* logits, const int32_t* target
                   std::to_string(n) + " is outside [0, V=" + std::to_string(V) + ")");
     }
   }
-#pragma omp parallel for schedule(static) if (N * V > kParallelMin)
-  for (int64_t n = 0; n < N; ++n) {
-    const T* x = logits + n * Vp;
-    T mx = kmath::softcap(x[0], softcap);
-    for (int64_t j = 1; j < V; ++j)
-      mx = std::max(mx, kmath::softcap(x[j], softcap));
-    T s = T(0);
-    for (int64_t j = 0; j < V; ++j)
-      s += std::exp(kmath::softcap(x[j], softcap) - mx);
-    T lse = mx + std::log(s);
-    int64_t target = targets[n];
-    if (losses) losses[n] = lse - kmath::softcap(x[target], softcap);
-    if (dlogits) {
-      T* g = dlogits + n * Vp;
+#pragma omp parallel if (N * V > kParallelMin)
+  {
+    std::vector<T> z(static_cast<size_t>(V));
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      const T* x = logits + n * Vp;
+      T mx = -INFINITY;
       for (int64_t j = 0; j < V; ++j) {
-        T xj = x[j];
-        T p = std::exp(kmath::softcap(xj, softcap) - lse);
-        g[j] = dloss_scale * (p - (j == target ? T(1) : T(0))) * kmath::softcap_grad(xj, softcap);
+        z[j] = kmath::softcap(x[j], softcap);
+        mx = std::max(mx, z[j]);
       }
-      for (int64_t j = V; j < Vp; ++j)
-        g[j] = T(0);
+      int64_t target = targets[n];
+      T* g = dlogits ? dlogits + n * Vp : nullptr;
+      T s = T(0);
+      for (int64_t j = 0; j < V; ++j) {
+        T e = std::exp(z[j] - mx);
+        s += e;
+        if (g) g[j] = e;
+      }
+      T lse = mx + std::log(s);
+      if (losses) losses[n] = lse - z[target];
+      if (g) {
+        T inv = T(1) / s;
+        for (int64_t j = 0; j < V; ++j) {
+          g[j] = dloss_scale * (g[j] * inv - (j == target ? T(1) : T(0))) *
+                 kmath::softcap_grad_from_output(z[j], softcap);
+        }
+        for (int64_t j = V; j < Vp; ++j)
+          g[j] = T(0);
+      }
     }
   }
 }
