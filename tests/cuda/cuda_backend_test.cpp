@@ -506,6 +506,41 @@ TEST_F(CudaVsCpu, CrossEntropyRejectsATargetOutOfRange) {
   EXPECT_NO_THROW(gpu().synchronize());  // reported once, then cleared
 }
 
+TEST_F(CudaVsCpu, NegativeIdsAreReported) {
+  const int64_t B = 1, T = 4, D = 8;
+  std::vector<int32_t> tokens = {0, 1, -3, 2};
+  float* out = dev().alloc<float>(B * T * D);
+  gpu().embedding_forward(out, dev().upload(tokens), dev().upload(random_vector(3 * D, 1)), nullptr,
+                          B, T, D);
+  try {
+    gpu().synchronize();
+    FAIL() << "a negative token id was not reported";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("position 2"), std::string::npos) << e.what();
+  }
+  std::vector<int32_t> index = {1, -1};
+  gpu().gather_rows(out, dev().upload(random_vector(2 * D, 2)), dev().upload(index), nullptr, 2, D);
+  EXPECT_THROW(gpu().synchronize(), Error);
+}
+
+TEST_F(CudaVsCpu, LinearAlgebraRejectsNonFiniteInput) {
+  const int64_t n = 5;
+  auto a = random_vector(2 * n * n, 1);
+  a[n * n + 3] = std::nanf("");  // batch member 1
+  float* ga = dev().upload(a);
+  float *x = dev().alloc<float>(2 * n * n), *y = dev().alloc<float>(2 * n * n);
+  float* s = dev().alloc<float>(2 * n);
+  try {
+    gpu().svd(x, s, y, ga, n, n, 2);
+    FAIL() << "svd accepted a NaN";
+  } catch (const Error& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("svd"), std::string::npos) << what;
+    EXPECT_NE(what.find("batch member 1"), std::string::npos) << what;
+  }
+  EXPECT_THROW(gpu().qr(x, y, ga, n, n, 2), Error);
+}
+
 // ---- rows ---------------------------------------------------------------------------------------
 
 TEST_F(CudaVsCpu, GatherScatterRowDot) {
