@@ -3,7 +3,6 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -12,7 +11,7 @@
 
 #include "engine/core/check.h"
 #include "engine/data/gpt2_tokenizer.h"
-#include "engine/data/token_shard.h"
+#include "engine/data/shard_writer.h"
 #include "engine/data/utf8.h"
 
 namespace {
@@ -59,12 +58,6 @@ std::string checked_text(std::string text, const std::string& name, bool replace
   return data::replace_invalid_utf8(text);
 }
 
-std::string shard_name(const std::string& prefix, int index) {
-  char suffix[32];
-  std::snprintf(suffix, sizeof(suffix), "_%06d.bin", index);
-  return prefix + suffix;
-}
-
 struct Options {
   std::string vocab = "data/tokenizer";
   std::string output;
@@ -78,41 +71,21 @@ struct Options {
 
 int run_shards(const Options& opt) {
   ENGINE_CHECK(!opt.inputs.empty(), "tokenize: no input files");
-  ENGINE_CHECK(opt.shard_tokens > 0 && opt.shard_tokens <= INT32_MAX,
-               "tokenize: --shard-tokens must be in [1, 2^31)");
   data::Gpt2Tokenizer tokenizer(opt.vocab);
-  const auto parent = std::filesystem::path(opt.output).parent_path();
-  if (!parent.empty()) std::filesystem::create_directories(parent);
-
-  std::vector<uint16_t> shard;
+  data::ShardWriter writer(opt.output, opt.shard_tokens);
   std::vector<int32_t> ids;
-  int shards = 0;
-  int64_t tokens = 0;
   double encode_seconds = 0;
   const auto start = std::chrono::steady_clock::now();
-  const auto flush = [&](bool last) {
-    while (static_cast<int64_t>(shard.size()) >= opt.shard_tokens || (last && !shard.empty())) {
-      const size_t n = std::min<size_t>(shard.size(), static_cast<size_t>(opt.shard_tokens));
-      data::write_shard(shard_name(opt.output, shards++), {shard.data(), n});
-      shard.erase(shard.begin(), shard.begin() + static_cast<std::ptrdiff_t>(n));
-    }
-  };
   for (const std::string& path : opt.inputs) {
     const std::string text = checked_text(read_file(path), path, opt.replace_invalid);
-    ids.clear();
-    ids.push_back(data::Gpt2Tokenizer::kEndOfText);
+    ids.assign(1, data::Gpt2Tokenizer::kEndOfText);
     const auto t0 = std::chrono::steady_clock::now();
     tokenizer.encode(text, ids);
     encode_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    shard.insert(shard.end(), ids.begin(), ids.end());
-    tokens += static_cast<int64_t>(ids.size());
-    flush(false);
+    writer.append(ids);
   }
-  flush(true);
-  // Shards a previous, longer run left under this prefix would be read by a glob: remove them.
-  for (int i = shards;; ++i) {
-    if (!std::filesystem::remove(shard_name(opt.output, i))) break;
-  }
+  const int shards = writer.finish();
+  const int64_t tokens = writer.tokens();
   const double total =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double rate = encode_seconds > 0 ? static_cast<double>(tokens) / encode_seconds : 0.0;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/core/check.h"
+#include "engine/data/shard_writer.h"
 #include "engine/data/token_shard.h"
 
 namespace {
@@ -94,6 +95,44 @@ TEST(TokenShard, EachBadFileHasItsOwnMessage) {
 
   write_raw(dir / "vocab.bin", 20240520, 1, 3, {5, 50257, 9});
   expect_error("vocab.bin", "token 1 has id 50257 >= vocabulary size 50257");
+  fs::remove_all(dir);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(ShardWriter, SplitsIntoNumberedShardsAndRemovesStaleOnes) {
+  const fs::path dir = temp_dir();
+  const std::string prefix = (dir / "out" / "part").string();
+  std::vector<int32_t> ids(23);
+  for (int i = 0; i < 23; ++i)
+    ids[i] = 1000 + i;
+  {
+    data::ShardWriter w(prefix, 5);
+    w.append({ids.data(), 7});
+    w.append({ids.data() + 7, 16});
+    EXPECT_EQ(w.finish(), 5);  // 5 + 5 + 5 + 5 + 3
+    EXPECT_EQ(w.tokens(), 23);
+  }
+  std::vector<int32_t> back;
+  for (int i = 0; i < 5; ++i) {
+    const auto t = data::read_shard(data::ShardWriter::shard_path(prefix, i));
+    EXPECT_EQ(t.size(), i < 4 ? 5u : 3u);
+    back.insert(back.end(), t.begin(), t.end());
+  }
+  EXPECT_EQ(back, ids);
+  {
+    data::ShardWriter w(prefix, 100);
+    w.append(ids);
+    EXPECT_EQ(w.finish(), 1);
+  }
+  EXPECT_TRUE(fs::exists(data::ShardWriter::shard_path(prefix, 0)));
+  EXPECT_FALSE(fs::exists(data::ShardWriter::shard_path(prefix, 1)));
+  data::ShardWriter bad(prefix, 10);
+  const std::vector<int32_t> too_big = {65536};
+  EXPECT_THROW(bad.append(too_big), core::Error);
+  EXPECT_THROW(data::ShardWriter(prefix, 0), core::Error);
   fs::remove_all(dir);
 }
 

@@ -1,0 +1,37 @@
+// Streams tokens into numbered shards PREFIX_000000.bin, PREFIX_000001.bin, ... of a fixed size
+// (the last one shorter), each written atomically by write_shard.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace data {
+
+class ShardWriter {
+ public:
+  ShardWriter(std::string prefix, int64_t shard_tokens);
+
+  // Appends ids (each must be in [0, 65536)); full shards are written as they fill.
+  void append(std::span<const int32_t> ids);
+  // Writes the last partial shard and deletes PREFIX_N.bin files beyond the ones written (left
+  // by an earlier, longer run, they would otherwise be picked up by a glob). Returns the number
+  // of shards. Appending after finish is an error.
+  int finish();
+
+  int64_t tokens() const { return tokens_; }
+  static std::string shard_path(const std::string& prefix, int index);
+
+ private:
+  void write_full_shards(bool last);
+
+  std::string prefix_;
+  int64_t shard_tokens_;
+  std::vector<uint16_t> pending_;
+  int64_t tokens_ = 0;
+  int shards_ = 0;
+  bool finished_ = false;
+};
+
+}  // namespace data
