@@ -1,0 +1,243 @@
+// bench_model: time of one training step (forward + backward + AdamW) of the GPT on the CPU,
+// beside PyTorch's (scripts/torch_reference.py --bench) measured in the same run, at 1 and 2
+// threads, for the two models of issue 3. Each measurement runs in its own process with
+// OMP_NUM_THREADS set, so OpenBLAS and our OpenMP loops use exactly that many threads.
+//
+//   bench_model [--json] [--steps N] [--threads 1,2] [--models gpt2,modern] [--no-torch]
+//
+// FLOPs are counted as llm.c does: 6 N per token for the N weights that enter a matmul (the
+// head included, the embedding lookup not; MoE counts the top_k active experts) plus 6 L D T
+// per token for attention.
+#include <omp.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/core/backend.h"
+#include "engine/core/check.h"
+#include "engine/core/rng.h"
+#include "model/gpt.h"
+
+namespace {
+
+struct Spec {
+  std::string name;
+  model::ModelConfig config;
+  int batch;
+};
+
+Spec spec_of(const std::string& name) {
+  model::ModelConfig c;
+  c.n_layer = 4;
+  c.d_model = 256;
+  c.n_head = 4;
+  c.vocab_size = 50257;
+  if (name == "gpt2") {
+    c.arch = model::Arch::Gpt2;
+    c.seq_len = 128;
+  } else if (name == "modern") {
+    c.arch = model::Arch::Modern;
+    c.seq_len = 256;
+  } else {
+    ENGINE_FAIL("bench_model: unknown model '" + name + "' (gpt2 or modern)");
+  }
+  return {name, c, 8};
+}
+
+double flops_per_token(const model::Gpt& gpt) {
+  const auto& c = gpt.config();
+  double n = 0;
+  for (const auto& p : gpt.table().params()) {
+    const bool head =
+        p.name == "lm_head.weight" || (c.arch == model::Arch::Gpt2 && p.name == "embed.weight");
+    if (p.kind == model::ParamKind::Matrix || head) n += double(p.numel);
+    if (p.kind == model::ParamKind::ExpertMatrix) {
+      n += double(p.numel) / c.moe_experts * c.moe_top_k;
+    }
+  }
+  return 6.0 * n + 6.0 * c.n_layer * c.d_model * c.seq_len;
+}
+
+// One measurement in this process: prints one JSON object.
+int child(const std::string& name, int steps) {
+  Spec s = spec_of(name);
+  const int B = s.batch, T = s.config.seq_len;
+  model::Gpt gpt(s.config, core::cpu_backend());
+  gpt.init_weights();
+  core::Rng rng(7);
+  std::vector<int32_t> x(size_t(B) * T), y(size_t(B) * T);
+  for (auto& t : x)
+    t = static_cast<int32_t>(rng.next_below(s.config.vocab_size));
+  for (auto& t : y)
+    t = static_cast<int32_t>(rng.next_below(s.config.vocab_size));
+
+  // AdamW state and a fused update loop (the optimizer library is not a dependency of model).
+  const int64_t n = gpt.table().total_numel();
+  std::vector<float> m(n, 0.0f), v(n, 0.0f);
+  float* p = gpt.params().data<float>();
+  const float* g = gpt.grads().data<float>();
+  int t_step = 0;
+  auto adamw = [&]() {
+    ++t_step;
+    const float lr = 1e-4f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.0f;
+    const float c1 = 1.0f / (1.0f - std::pow(b1, t_step)),
+                c2 = 1.0f / (1.0f - std::pow(b2, t_step));
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      m[i] = b1 * m[i] + (1 - b1) * g[i];
+      v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+      p[i] -= lr * (m[i] * c1 / (std::sqrt(v[i] * c2) + eps) + wd * p[i]);
+    }
+  };
+  using clock = std::chrono::steady_clock;
+  double fb = 0, opt = 0;
+  for (int i = 0; i < steps + 1; ++i) {  // the first step is warm-up
+    auto t0 = clock::now();
+    gpt.zero_grad();
+    gpt.forward(x.data(), y.data(), B, T);
+    gpt.backward();
+    auto t1 = clock::now();
+    adamw();
+    auto t2 = clock::now();
+    if (i > 0) {
+      fb += std::chrono::duration<double>(t1 - t0).count();
+      opt += std::chrono::duration<double>(t2 - t1).count();
+    }
+  }
+  fb /= steps;
+  opt /= steps;
+  const double step = fb + opt, tokens = double(B) * T;
+  std::printf(
+      "{\"impl\": \"engine\", \"arch\": \"%s\", \"threads\": %d, \"fwd_bwd_ms\": %.2f, "
+      "\"adamw_ms\": %.2f, \"step_ms\": %.2f, \"tokens_per_s\": %.1f, \"gflops\": %.2f, "
+      "\"flops_per_token\": %.0f}\n",
+      name.c_str(), omp_get_max_threads(), fb * 1e3, opt * 1e3, step * 1e3, tokens / step,
+      flops_per_token(gpt) * tokens / step / 1e9, flops_per_token(gpt));
+  return 0;
+}
+
+std::string run_capture(const std::string& cmd) {
+  std::string out;
+  FILE* f = popen(cmd.c_str(), "r");
+  ENGINE_CHECK(f != nullptr, "bench_model: cannot run " + cmd);
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, f))
+    out += buf;
+  ENGINE_CHECK(pclose(f) == 0, "bench_model: command failed: " + cmd + "\n" + out);
+  return out;
+}
+
+// A number from a flat one-line JSON object.
+double json_number(const std::string& json, const std::string& key) {
+  const auto at = json.find("\"" + key + "\":");
+  ENGINE_CHECK(at != std::string::npos, "bench_model: no '" + key + "' in " + json);
+  return std::stod(json.substr(at + key.size() + 3));
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');)
+    out.push_back(item);
+  return out;
+}
+
+int run(int argc, char** argv) {
+  bool json = false, torch = true;
+  int steps = 3;
+  std::string threads = "1,2", models = "gpt2,modern", child_model, script = TORCH_REFERENCE;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() {
+      ENGINE_CHECK(i + 1 < argc, "bench_model: " + a + " needs a value");
+      return std::string(argv[++i]);
+    };
+    if (a == "--json") {
+      json = true;
+    } else if (a == "--no-torch") {
+      torch = false;
+    } else if (a == "--steps") {
+      steps = std::stoi(value());
+    } else if (a == "--threads") {
+      threads = value();
+    } else if (a == "--models") {
+      models = value();
+    } else if (a == "--torch-script") {
+      script = value();
+    } else if (a == "--child") {
+      child_model = value();
+    } else {
+      ENGINE_FAIL("bench_model: unknown argument '" + a + "'");
+    }
+  }
+  ENGINE_CHECK(steps > 0, "bench_model: --steps must be positive");
+  if (!child_model.empty()) return child(child_model, steps);
+
+  const std::string self = "/proc/self/exe";
+  char exe[4096];
+  const ssize_t len = readlink(self.c_str(), exe, sizeof exe - 1);
+  ENGINE_CHECK(len > 0, "bench_model: cannot find its own executable");
+  exe[len] = '\0';
+  if (!json) {
+    std::printf(
+        "bench_model: one training step = forward + backward + AdamW, mean of %d steps "
+        "after one warm-up\nFLOPs as llm.c: 6 N per token (N = matmul weights, head "
+        "included) + 6 L D T per token (attention)\n",
+        steps);
+    std::printf("%-7s %3s %11s %10s %10s %9s %11s %11s %7s\n", "model", "thr", "fwd+bwd ms",
+                "adamw ms", "step ms", "GFLOP/s", "tok/s", "torch tok/s", "ratio");
+  }
+  for (const auto& name : split(models)) {
+    for (const auto& th : split(threads)) {
+      const std::string env = "OMP_NUM_THREADS=" + th + " OPENBLAS_NUM_THREADS=" + th + " ";
+      const std::string ours =
+          run_capture(env + exe + " --child " + name + " --steps " + std::to_string(steps));
+      std::string theirs;
+      if (torch) {
+        const Spec s = spec_of(name);
+        theirs =
+            run_capture(env + "/usr/bin/python3 " + script + " --bench --json --arch " + name +
+                        " --n_layer 4 --n_head 4 --d_model 256 --vocab 50257" + " --seq " +
+                        std::to_string(s.config.seq_len) + " --batch " + std::to_string(s.batch) +
+                        " --threads " + th + " --steps " + std::to_string(steps));
+      }
+      const double tok = json_number(ours, "tokens_per_s");
+      const double ttok = torch ? json_number(theirs, "tokens_per_s") : 0.0;
+      if (json) {
+        std::string row = ours.substr(0, ours.rfind('}'));
+        if (torch) {
+          char extra[128];
+          std::snprintf(extra, sizeof extra, ", \"torch_tokens_per_s\": %.1f, \"ratio\": %.2f",
+                        ttok, tok / ttok);
+          row += extra;
+        }
+        std::printf("%s}\n", row.c_str());
+      } else {
+        std::printf("%-7s %3s %11.1f %10.1f %10.1f %9.1f %11.0f %11.0f %7.2f\n", name.c_str(),
+                    th.c_str(), json_number(ours, "fwd_bwd_ms"), json_number(ours, "adamw_ms"),
+                    json_number(ours, "step_ms"), json_number(ours, "gflops"), tok, ttok,
+                    torch ? tok / ttok : 0.0);
+      }
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}
