@@ -61,7 +61,11 @@ class DeviceScratch {
  public:
   explicit DeviceScratch(Backend& backend) : backend_(backend) {}
   ~DeviceScratch() {
-    backend_.synchronize();
+    try {
+      backend_.synchronize();
+    } catch (const Error& e) {
+      ADD_FAILURE() << "unreported device error: " << e.what();
+    }
     for (auto [ptr, bytes] : blocks_)
       backend_.allocator().deallocate(ptr, bytes);
   }

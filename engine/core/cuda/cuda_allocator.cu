@@ -70,7 +70,7 @@ void* CudaAllocator::allocate(size_t bytes) {
   void* ptr = nullptr;
   cudaError_t status = cudaMalloc(&ptr, size);
   if (status == cudaErrorMemoryAllocation) {
-    cudaGetLastError();  // clear the sticky-free error state before retrying
+    cudaGetLastError();  // out-of-memory is not sticky: reset the last error and retry
     release_cached_locked();
     status = cudaMalloc(&ptr, size);
   }

@@ -1,6 +1,10 @@
 // Device memory for one GPU: cudaMalloc/cudaFree behind a size-bucketed cache, so the
 // per-step allocate/free pattern of activations and workspaces does not hit cudaMalloc (which
 // synchronises the device) after the first step.
+//
+// A freed block is handed out again without waiting for the device. That is safe for work on the
+// owning backend's stream (stream order); code that uses a block on another stream (e.g. NCCL)
+// must make the backend's stream wait for that work before freeing the block.
 #pragma once
 
 #include <cstddef>

@@ -242,19 +242,39 @@ void CudaBackend::newton_schulz(float* x, int64_t m, int64_t n,
   const int64_t gsize = rows * rows;
   for (const auto& [ca, cb, cc] : schedule.coefficients) {
     // gram = X X^T
-    GemmArgs g1{.trans_a = false, .trans_b = true, .m = rows, .n = rows, .k = cols};
-    g1.batch = batch, g1.stride_a = size, g1.stride_b = size, g1.stride_c = gsize;
-    gemm(g1, cur, cur, gram.get());
+    gemm({.trans_b = true,
+          .m = rows,
+          .n = rows,
+          .k = cols,
+          .batch = batch,
+          .stride_a = size,
+          .stride_b = size,
+          .stride_c = gsize},
+         cur, cur, gram.get());
     // poly = b gram + c gram^2
     copy(poly.get(), gram.get(), static_cast<size_t>(batch * gsize) * sizeof(float));
-    GemmArgs g2{.m = rows, .n = rows, .k = rows, .alpha = cc, .beta = cb};
-    g2.batch = batch, g2.stride_a = gsize, g2.stride_b = gsize, g2.stride_c = gsize;
-    gemm(g2, gram.get(), gram.get(), poly.get());
+    gemm({.m = rows,
+          .n = rows,
+          .k = rows,
+          .alpha = cc,
+          .beta = cb,
+          .batch = batch,
+          .stride_a = gsize,
+          .stride_b = gsize,
+          .stride_c = gsize},
+         gram.get(), gram.get(), poly.get());
     // next = a X + poly X
     copy(next, cur, static_cast<size_t>(batch * size) * sizeof(float));
-    GemmArgs g3{.m = rows, .n = cols, .k = rows, .alpha = 1.0f, .beta = ca};
-    g3.batch = batch, g3.stride_a = gsize, g3.stride_b = size, g3.stride_c = size;
-    gemm(g3, poly.get(), cur, next);
+    gemm({.m = rows,
+          .n = cols,
+          .k = rows,
+          .alpha = 1.0f,
+          .beta = ca,
+          .batch = batch,
+          .stride_a = gsize,
+          .stride_b = size,
+          .stride_c = size},
+         poly.get(), cur, next);
     std::swap(cur, next);
   }
   if (tall) {

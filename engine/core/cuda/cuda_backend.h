@@ -2,6 +2,8 @@
 // the fused ops (elementwise and row math from engine/core/kernel_math.h). All work is issued on
 // one stream owned by the backend; cuBLAS and cuSOLVER handles are bound to it.
 //
+// Tensors allocated from allocator() must be freed before the backend is destroyed.
+//
 // The implementation is split by concern: cuda_backend.cu (device, memory, GEMM, Newton-Schulz),
 // cuda_kernels.cu (fused ops), cuda_linalg.cu (QR, eigh, SVD).
 #pragma once
