@@ -83,7 +83,9 @@ class Communicator {
 
   // ---- all_reduce (in place) -------------------------------------------------------------------
   virtual std::unique_ptr<Work> all_reduce_async(float* buf, int64_t count, ReduceOp op) = 0;
-  void all_reduce(float* buf, int64_t count, ReduceOp op);
+  // Blocking forms: async + wait by default; a backend may override them with faster blocking
+  // calls (MPI's tuned blocking algorithms beat its nonblocking ones on small messages).
+  virtual void all_reduce(float* buf, int64_t count, ReduceOp op);
   // Loss sums and token counts; blocking only.
   virtual void all_reduce(double* buf, int64_t count, ReduceOp op) = 0;
   virtual void all_reduce(int64_t* buf, int64_t count, ReduceOp op) = 0;
@@ -92,13 +94,13 @@ class Communicator {
   virtual std::unique_ptr<Work> reduce_scatter_async(const float* send, float* recv,
                                                      std::span<const int64_t> counts,
                                                      ReduceOp op) = 0;
-  void reduce_scatter(const float* send, float* recv, std::span<const int64_t> counts, ReduceOp op);
+  virtual void reduce_scatter(const float* send, float* recv, std::span<const int64_t> counts,
+                              ReduceOp op);
   virtual std::unique_ptr<Work> all_gather_async(const float* send, float* recv,
                                                  std::span<const int64_t> counts) = 0;
-  void all_gather(const float* send, float* recv, std::span<const int64_t> counts);
+  virtual void all_gather(const float* send, float* recv, std::span<const int64_t> counts);
 
-  // ---- broadcast from root, barrier
-  // --------------------------------------------------------------
+  // ---- broadcast from root, barrier -----------------------------------------------------------
   virtual std::unique_ptr<Work> broadcast_async(float* buf, int64_t count, int root) = 0;
   void broadcast(float* buf, int64_t count, int root);
   virtual void broadcast(double* buf, int64_t count, int root) = 0;

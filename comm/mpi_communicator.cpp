@@ -130,6 +130,20 @@ std::unique_ptr<Work> MpiCommunicator::all_reduce_async(float* buf, int64_t coun
   return work;
 }
 
+void MpiCommunicator::all_reduce(float* buf, int64_t count, ReduceOp op) {
+  int n = to_int(count, "all_reduce", rank());
+  stats_.record(Collective::AllReduce, count * static_cast<int64_t>(sizeof(float)));
+  check_mpi(MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_FLOAT, to_mpi_op(op), comm_), "MPI_Allreduce",
+            rank());
+  if (op == ReduceOp::Avg) scale(buf, count);
+}
+
+void MpiCommunicator::scale(float* buf, int64_t count) const {
+  const float factor = 1.0f / static_cast<float>(size());
+  for (int64_t i = 0; i < count; ++i)
+    buf[i] *= factor;
+}
+
 void MpiCommunicator::all_reduce(double* buf, int64_t count, ReduceOp op) {
   int n = to_int(count, "all_reduce(double)", rank());
   stats_.record(Collective::AllReduce, count * static_cast<int64_t>(sizeof(double)));
@@ -150,20 +164,39 @@ void MpiCommunicator::all_reduce(int64_t* buf, int64_t count, ReduceOp op) {
             "MPI_Allreduce(int64)", rank());
 }
 
+MpiCommunicator::Layout MpiCommunicator::layout(const char* what,
+                                                std::span<const int64_t> counts) const {
+  int64_t total = check_counts(what, counts);
+  to_int(total, what, rank());
+  Layout l;
+  l.counts.resize(counts.size());
+  l.displs.resize(counts.size());
+  int offset = 0;
+  for (size_t r = 0; r < counts.size(); ++r) {
+    l.counts[r] = static_cast<int>(counts[r]);
+    l.displs[r] = offset;
+    offset += l.counts[r];
+    l.equal = l.equal && l.counts[r] == l.counts[0];
+  }
+  return l;
+}
+
 std::unique_ptr<Work> MpiCommunicator::reduce_scatter_async(const float* send, float* recv,
                                                             std::span<const int64_t> counts,
                                                             ReduceOp op) {
-  int64_t total = check_counts("reduce_scatter", counts);
+  Layout l = layout("reduce_scatter", counts);
+  stats_.record(Collective::ReduceScatter, int64_t{l.total()} * sizeof(float));
   auto work = std::make_unique<MpiWork>(rank(), "MPI_Ireduce_scatter");
-  work->counts_.resize(counts.size());
-  for (size_t r = 0; r < counts.size(); ++r) {
-    work->counts_[r] = to_int(counts[r], "reduce_scatter", rank());
+  if (l.equal) {
+    check_mpi(MPI_Ireduce_scatter_block(send, recv, l.counts[0], MPI_FLOAT, to_mpi_op(op), comm_,
+                                        &work->request_),
+              "MPI_Ireduce_scatter_block", rank());
+  } else {
+    work->counts_ = std::move(l.counts);
+    check_mpi(MPI_Ireduce_scatter(send, recv, work->counts_.data(), MPI_FLOAT, to_mpi_op(op), comm_,
+                                  &work->request_),
+              "MPI_Ireduce_scatter", rank());
   }
-  to_int(total, "reduce_scatter (sum of counts)", rank());
-  stats_.record(Collective::ReduceScatter, total * static_cast<int64_t>(sizeof(float)));
-  check_mpi(MPI_Ireduce_scatter(send, recv, work->counts_.data(), MPI_FLOAT, to_mpi_op(op), comm_,
-                                &work->request_),
-            "MPI_Ireduce_scatter", rank());
   if (op == ReduceOp::Avg) {
     work->scale_buf_ = recv;
     work->scale_count_ = counts[rank()];
@@ -172,27 +205,55 @@ std::unique_ptr<Work> MpiCommunicator::reduce_scatter_async(const float* send, f
   return work;
 }
 
+void MpiCommunicator::reduce_scatter(const float* send, float* recv,
+                                     std::span<const int64_t> counts, ReduceOp op) {
+  Layout l = layout("reduce_scatter", counts);
+  stats_.record(Collective::ReduceScatter, int64_t{l.total()} * sizeof(float));
+  if (l.equal) {
+    check_mpi(MPI_Reduce_scatter_block(send, recv, l.counts[0], MPI_FLOAT, to_mpi_op(op), comm_),
+              "MPI_Reduce_scatter_block", rank());
+  } else {
+    check_mpi(MPI_Reduce_scatter(send, recv, l.counts.data(), MPI_FLOAT, to_mpi_op(op), comm_),
+              "MPI_Reduce_scatter", rank());
+  }
+  if (op == ReduceOp::Avg) scale(recv, counts[rank()]);
+}
+
 std::unique_ptr<Work> MpiCommunicator::all_gather_async(const float* send, float* recv,
                                                         std::span<const int64_t> counts) {
-  int64_t total = check_counts("all_gather", counts);
-  to_int(total, "all_gather (sum of counts)", rank());
-  auto work = std::make_unique<MpiWork>(rank(), "MPI_Iallgatherv");
-  work->counts_.resize(counts.size());
-  work->displs_.resize(counts.size());
-  int offset = 0;
-  for (size_t r = 0; r < counts.size(); ++r) {
-    work->counts_[r] = static_cast<int>(counts[r]);
-    work->displs_[r] = offset;
-    offset += work->counts_[r];
-  }
+  Layout l = layout("all_gather", counts);
   stats_.record(Collective::AllGather, counts[rank()] * static_cast<int64_t>(sizeof(float)));
   // A send block already in place inside recv is MPI_IN_PLACE (e.g. a dim-0 shard that is a view
   // of the full parameter).
-  const void* send_arg = send == recv + work->displs_[rank()] ? MPI_IN_PLACE : send;
-  check_mpi(MPI_Iallgatherv(send_arg, work->counts_[rank()], MPI_FLOAT, recv, work->counts_.data(),
-                            work->displs_.data(), MPI_FLOAT, comm_, &work->request_),
-            "MPI_Iallgatherv", rank());
+  const void* send_arg = send == recv + l.displs[rank()] ? MPI_IN_PLACE : send;
+  auto work = std::make_unique<MpiWork>(rank(), "MPI_Iallgatherv");
+  if (l.equal) {
+    check_mpi(MPI_Iallgather(send_arg, l.counts[0], MPI_FLOAT, recv, l.counts[0], MPI_FLOAT, comm_,
+                             &work->request_),
+              "MPI_Iallgather", rank());
+  } else {
+    work->counts_ = std::move(l.counts);
+    work->displs_ = std::move(l.displs);
+    check_mpi(
+        MPI_Iallgatherv(send_arg, work->counts_[rank()], MPI_FLOAT, recv, work->counts_.data(),
+                        work->displs_.data(), MPI_FLOAT, comm_, &work->request_),
+        "MPI_Iallgatherv", rank());
+  }
   return work;
+}
+
+void MpiCommunicator::all_gather(const float* send, float* recv, std::span<const int64_t> counts) {
+  Layout l = layout("all_gather", counts);
+  stats_.record(Collective::AllGather, counts[rank()] * static_cast<int64_t>(sizeof(float)));
+  const void* send_arg = send == recv + l.displs[rank()] ? MPI_IN_PLACE : send;
+  if (l.equal) {
+    check_mpi(MPI_Allgather(send_arg, l.counts[0], MPI_FLOAT, recv, l.counts[0], MPI_FLOAT, comm_),
+              "MPI_Allgather", rank());
+  } else {
+    check_mpi(MPI_Allgatherv(send_arg, l.counts[rank()], MPI_FLOAT, recv, l.counts.data(),
+                             l.displs.data(), MPI_FLOAT, comm_),
+              "MPI_Allgatherv", rank());
+  }
 }
 
 std::unique_ptr<Work> MpiCommunicator::broadcast_async(float* buf, int64_t count, int root) {

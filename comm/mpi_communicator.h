@@ -1,7 +1,9 @@
 // MpiCommunicator: Communicator over an MPI communicator, for host buffers.
 //
 // Async forms use MPI's nonblocking collectives (MPI_Iallreduce, MPI_Ireduce_scatter with uneven
-// counts, MPI_Iallgatherv, MPI_Ibcast); Avg is Sum followed by a scale on completion. Open MPI
+// counts, MPI_Iallgatherv, MPI_Ibcast; the *_block / MPI_Iallgather forms when counts are
+// equal); blocking forms use the blocking calls, whose tuned algorithms are faster (bench_comm).
+// Avg is Sum followed by a scale by 1/size on completion. Open MPI
 // progresses nonblocking collectives inside MPI calls, so Work::test() also drives progress.
 // The MPI communicator is set to MPI_ERRORS_RETURN and failures throw core::Error.
 #pragma once
@@ -10,6 +12,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 
@@ -28,13 +31,16 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm mpi_comm() const { return comm_; }
 
   std::unique_ptr<Work> all_reduce_async(float* buf, int64_t count, ReduceOp op) override;
-  using Communicator::all_reduce;
+  void all_reduce(float* buf, int64_t count, ReduceOp op) override;
   void all_reduce(double* buf, int64_t count, ReduceOp op) override;
   void all_reduce(int64_t* buf, int64_t count, ReduceOp op) override;
   std::unique_ptr<Work> reduce_scatter_async(const float* send, float* recv,
                                              std::span<const int64_t> counts, ReduceOp op) override;
+  void reduce_scatter(const float* send, float* recv, std::span<const int64_t> counts,
+                      ReduceOp op) override;
   std::unique_ptr<Work> all_gather_async(const float* send, float* recv,
                                          std::span<const int64_t> counts) override;
+  void all_gather(const float* send, float* recv, std::span<const int64_t> counts) override;
   std::unique_ptr<Work> broadcast_async(float* buf, int64_t count, int root) override;
   using Communicator::broadcast;
   void broadcast(double* buf, int64_t count, int root) override;
@@ -44,6 +50,15 @@ class MpiCommunicator final : public Communicator {
   void copy_local(void* dst, const void* src, size_t bytes) override;
 
  private:
+  // int counts and displacements of an uneven collective; `equal` selects the *_block forms.
+  struct Layout {
+    std::vector<int> counts, displs;
+    bool equal = true;
+    int total() const { return counts.empty() ? 0 : displs.back() + counts.back(); }
+  };
+  Layout layout(const char* what, std::span<const int64_t> counts) const;
+  void scale(float* buf, int64_t count) const;  // *= 1/size(), the second half of Avg
+
   MPI_Comm comm_;
   bool owned_;
   std::string label_;
