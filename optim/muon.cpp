@@ -150,7 +150,7 @@ void Muon::step(std::span<const ParamShard> params, const StepContext& ctx) {
     } else {
       backend.copy(u, b, static_cast<size_t>(n) * sizeof(float));
     }
-    orthogonalize(backend, u, view.rows, view.cols, schedule_, view.count);
+    backend.newton_schulz(u, view.rows, view.cols, schedule_, view.count);
     const double shape_scale =
         std::sqrt(std::max(1.0, static_cast<double>(view.rows) / static_cast<double>(view.cols)));
     backend.axpby(w, static_cast<float>(-lr * config_.lr_mul * shape_scale), u, 1.0f, n);

@@ -4,7 +4,6 @@
 #include <cmath>
 
 #include "engine/core/check.h"
-#include "engine/core/tensor.h"
 
 namespace optim {
 
@@ -36,57 +35,6 @@ core::NewtonSchulzSchedule schedule_by_name(const std::string& name, int ns_step
   if (name == "ns5") return ns5_schedule(ns_steps);
   if (name == "polar_express") return polar_express_schedule();
   ENGINE_FAIL(context + ": unknown orthogonaliser '" + name + "' (ns5 | polar_express)");
-}
-
-void orthogonalize(core::Backend& backend, float* x, int64_t m, int64_t n,
-                   const core::NewtonSchulzSchedule& schedule, int64_t batch) {
-  if (m == 0 || n == 0 || batch == 0) return;
-  const bool wide = m <= n;
-  const int64_t g = wide ? m : n;  // side of the Gram matrix
-  const int64_t mn = m * n;
-  core::Allocator& alloc = backend.allocator();
-  core::Tensor gram = core::Tensor::empty({g, g}, core::DType::F32, alloc);
-  core::Tensor poly = core::Tensor::empty({g, g}, core::DType::F32, alloc);
-  core::Tensor next = core::Tensor::empty({m, n}, core::DType::F32, alloc);
-  float* A = gram.data<float>();
-  float* B = poly.data<float>();
-  float* Y = next.data<float>();
-  for (int64_t i = 0; i < batch; ++i) {
-    float* X = x + i * mn;
-    const double norm = std::sqrt(backend.sum_squares(X, mn));
-    backend.scale(X, static_cast<float>(1.0 / (schedule.norm_scale * norm + schedule.norm_eps)),
-                  mn);
-    for (const auto& [a, b, c] : schedule.coefficients) {
-      // A = X X^T (wide) or X^T X (tall).
-      core::GemmArgs gram_args;
-      gram_args.trans_a = !wide;
-      gram_args.trans_b = wide;
-      gram_args.m = g;
-      gram_args.n = g;
-      gram_args.k = wide ? n : m;
-      gram_args.lda = n;
-      gram_args.ldb = n;
-      backend.gemm(gram_args, X, X, A);
-      // B = c A A + b A.
-      core::GemmArgs sq;
-      sq.m = sq.n = sq.k = g;
-      sq.alpha = c;
-      backend.gemm(sq, A, A, B);
-      backend.axpby(B, b, A, 1.0f, g * g);
-      // Y = a X + B X (wide) or a X + X B (tall).
-      backend.copy(Y, X, static_cast<size_t>(mn) * sizeof(float));
-      core::GemmArgs upd;
-      upd.m = m;
-      upd.n = n;
-      upd.k = g;
-      upd.beta = a;
-      if (wide)
-        backend.gemm(upd, B, X, Y);
-      else
-        backend.gemm(upd, X, B, Y);
-      backend.copy(X, Y, static_cast<size_t>(mn) * sizeof(float));
-    }
-  }
 }
 
 double orthogonalize_flops(int64_t m, int64_t n, int iterations, int64_t batch) {

@@ -1,10 +1,6 @@
-// Odd-polynomial orthogonalisers for Muon: quintic Newton-Schulz (NS5) and Polar Express.
-//
-// For X [m, n] (each of `batch` matrices independently): X <- X / (scale ||X||_F + eps), then per
-// iteration with (a, b, c): X <- a X + (b A + c A^2) X with A = X X^T when m <= n, or the same
-// polynomial applied from the right, X <- a X + X (b A + c A^2) with A = X^T X when m > n. Both
-// forms apply p(s) = a s + b s^3 + c s^5 to the singular values; the right form works on the
-// small Gram matrix without transposing, as the reference's "transpose if rows > cols" does.
+// Schedules of the odd-polynomial orthogonalisers Muon runs through core::Backend::newton_schulz:
+// quintic Newton-Schulz (NS5) and Polar Express. Each iteration (a, b, c) applies
+// p(s) = a s + b s^3 + c s^5 to the singular values of X / (scale ||X||_F + eps).
 #pragma once
 
 #include <cstdint>
@@ -21,10 +17,6 @@ core::NewtonSchulzSchedule polar_express_schedule();
 // "ns5" or "polar_express"; anything else is an error naming `context`.
 core::NewtonSchulzSchedule schedule_by_name(const std::string& name, int ns_steps,
                                             const std::string& context);
-
-// Orthogonalises x [batch, m, n] in place through the backend's gemm (float32 throughout).
-void orthogonalize(core::Backend& backend, float* x, int64_t m, int64_t n,
-                   const core::NewtonSchulzSchedule& schedule, int64_t batch = 1);
 
 // Floating-point operations of one orthogonalisation of [batch, m, n], for GFLOP/s reports.
 double orthogonalize_flops(int64_t m, int64_t n, int iterations, int64_t batch = 1);

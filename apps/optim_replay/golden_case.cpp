@@ -234,8 +234,8 @@ std::vector<Difference> Replayer::step(int64_t t) {
       if (local_[i].numel() == 0) continue;
       const core::Shape& s = golden_.params[i].shape;
       const int64_t rows = s[s.size() - 2], cols = s.back();
-      optim::orthogonalize(core::cpu_backend(), local_[i].data<float>(), rows, cols, schedule,
-                           local_[i].numel() / (rows * cols));
+      core::cpu_backend().newton_schulz(local_[i].data<float>(), rows, cols, schedule,
+                                        local_[i].numel() / (rows * cols));
     }
   }
   std::vector<Difference> out;
