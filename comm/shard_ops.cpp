@@ -121,6 +121,11 @@ std::unique_ptr<Work> reduce_grad_async(Communicator& comm, const ShardingPlan& 
     });
   }
 
+  ENGINE_CHECK(!local_grad.defined() || local_grad.numel() == 0 ||
+                   local_grad.storage() != full_grad.storage(),
+               where(comm, plan, i, kOp) +
+                   ": at stage >= 2 the local gradient must not share storage with the full one "
+                   "(reduce_scatter reads one and writes the other)");
   const std::vector<int64_t>& counts = plan.counts(i);
   if (is_blocked(plan, i)) return comm.reduce_scatter_async(full, local, counts, op);
   core::Tensor packed = scratch_like(full_grad);

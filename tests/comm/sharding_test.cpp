@@ -3,8 +3,10 @@
 // theory of a plan, and stage-3 residency (no gathered buffer outlives its layer).
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -238,4 +240,37 @@ TEST(Sharding, Stage3GatherAndReleaseLeaveNoLiveBuffer) {
     EXPECT_THROW(gatherer.release(1), core::Error);
   }
   EXPECT_EQ(alloc.live_bytes(), baseline);
+}
+
+TEST(Sharding, BadTensorsAreRefusedWithTheParameterName) {
+  auto c = fresh_world();
+  ShardingPlan plan(table(), c->size(), c->rank(), 2);
+  const size_t i = plan.index("embed.weight");
+  Tensor grad = Tensor::zeros(plan.param(i).shape);
+  auto message = [](const std::function<void()>& fn) {
+    try {
+      fn();
+    } catch (const core::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  // Wrong local shape.
+  std::string m = message([&] {
+    comm::reduce_grad(*c, plan, i, grad, Tensor::zeros({plan.local_numel(i) + 1, 6}));
+  });
+  EXPECT_NE(m.find("embed.weight"), std::string::npos) << m;
+  EXPECT_NE(m.find("rank " + std::to_string(c->rank())), std::string::npos) << m;
+  // A reduce-scatter cannot write into the buffer it reads.
+  comm::Range own = plan.range(i, c->rank());
+  if (own.size() > 0) {
+    m = message(
+        [&] { comm::reduce_grad(*c, plan, i, grad, grad.slice(0, own.begin, own.size())); });
+    EXPECT_NE(m.find("must not share storage"), std::string::npos) << m;
+  }
+  // Wrong full shape.
+  m = message([&] {
+    comm::all_gather_param(*c, plan, i, Tensor::zeros(plan.local_shape(i)), Tensor::zeros({3}));
+  });
+  EXPECT_NE(m.find("full tensor is [3]"), std::string::npos) << m;
 }
