@@ -39,39 +39,32 @@ void AdamW::step(std::span<const ParamShard> params, const StepContext& ctx) {
                "adamw: the elementwise update runs on host tensors only (backend " +
                    std::string(backend.name()) + ")");
   const double lr = config_.lr * ctx.lr_scale * config_.lr_mul;
-  const float decay = static_cast<float>(1.0 - lr * config_.weight_decay * config_.wd_mul);
-  const float b1 = static_cast<float>(config_.beta1);
-  const float b2 = static_cast<float>(config_.beta2);
-  const float eps = static_cast<float>(config_.eps);
+  // Each element is updated in double and stored in float: the stored trajectory is then the
+  // float64 one rounded once per step, like the golden files.
+  const double decay = 1.0 - lr * config_.weight_decay * config_.wd_mul;
+  const double b1 = config_.beta1, b2 = config_.beta2, eps = config_.eps;
+  const bool torch_eps = config_.torch_eps;
   for (const ParamShard& p : params) {
     check_shard(p, "adamw");
     float* m = state_tensor(slots_, p.name, "exp_avg", p.value, backend).data<float>();
     float* v = state_tensor(slots_, p.name, "exp_avg_sq", p.value, backend).data<float>();
     const int64_t t = ++steps_[p.name + "/step"];
-    const double bc1 = 1.0 - std::pow(config_.beta1, static_cast<double>(t));
-    const double bc2 = 1.0 - std::pow(config_.beta2, static_cast<double>(t));
+    const double bc1 = 1.0 - std::pow(b1, static_cast<double>(t));
+    const double bc2 = 1.0 - std::pow(b2, static_cast<double>(t));
+    // spec: lr sqrt(bc2) / bc1 * m / (sqrt(v) + eps); torch: lr / bc1 * m / (sqrt(v / bc2) + eps)
+    const double step_size = torch_eps ? lr / bc1 : lr * std::sqrt(bc2) / bc1;
+    const double v_scale = torch_eps ? 1.0 / std::sqrt(bc2) : 1.0;
     float* w = p.value.data<float>();
     const float* g = p.grad.data<float>();
     const int64_t n = p.value.numel();
-    if (config_.torch_eps) {
-      const float step_size = static_cast<float>(lr / bc1);
-      const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
 #pragma omp parallel for schedule(static)
-      for (int64_t i = 0; i < n; ++i) {
-        w[i] *= decay;  // exact no-op when there is no decay
-        m[i] = b1 * m[i] + (1.0f - b1) * g[i];
-        v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
-        w[i] -= step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + eps);
-      }
-    } else {
-      const float step_size = static_cast<float>(lr * std::sqrt(bc2) / bc1);
-#pragma omp parallel for schedule(static)
-      for (int64_t i = 0; i < n; ++i) {
-        w[i] *= decay;  // exact no-op when there is no decay
-        m[i] = b1 * m[i] + (1.0f - b1) * g[i];
-        v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
-        w[i] -= step_size * m[i] / (std::sqrt(v[i]) + eps);
-      }
+    for (int64_t i = 0; i < n; ++i) {
+      const double gi = g[i];
+      const double mi = b1 * m[i] + (1.0 - b1) * gi;
+      const double vi = b2 * v[i] + (1.0 - b2) * gi * gi;
+      m[i] = static_cast<float>(mi);
+      v[i] = static_cast<float>(vi);
+      w[i] = static_cast<float>(w[i] * decay - step_size * mi / (std::sqrt(vi) * v_scale + eps));
     }
   }
 }
