@@ -29,7 +29,8 @@ std::string hex64(uint64_t v) {
 
 std::string shape_text(const core::Shape& shape) {
   std::ostringstream s;
-  for (size_t i = 0; i < shape.size(); ++i) s << (i ? "," : "") << shape[i];
+  for (size_t i = 0; i < shape.size(); ++i)
+    s << (i ? "," : "") << shape[i];
   return s.str();
 }
 
@@ -46,6 +47,9 @@ core::Shape parse_shape_text(const std::string& text, const std::string& what) {
   }
   return shape;
 }
+
+// Counters in a rank file: "counter.<key>" = the decimal value.
+constexpr const char* kCounterKey = "counter.";
 
 // Slice metadata in a rank file: "slice.<name>" = "<dim>;<begin>;<global shape>".
 std::string slice_key(const std::string& name) {
@@ -117,8 +121,11 @@ std::string prepare_staging(const std::string& root, int64_t step) {
   return staging;
 }
 
-void write_rank_file(const std::string& staging, int rank, const std::vector<SavedSlice>& slices) {
+void write_rank_file(const std::string& staging, int rank, const std::vector<SavedSlice>& slices,
+                     const std::map<std::string, int64_t>& counters) {
   core::SafetensorsWriter writer;
+  for (const auto& [key, value] : counters)
+    writer.set_metadata(kCounterKey + key, std::to_string(value));
   for (const auto& s : slices) {
     ENGINE_CHECK(s.dim >= 0 && s.dim < static_cast<int>(s.global_shape.size()),
                  "checkpoint slice " + s.name + ": dim out of range");
@@ -140,6 +147,7 @@ std::string commit_checkpoint(const std::string& root, Manifest manifest, int ke
   const std::string staging = staging_path(root, manifest.step);
   manifest.files.clear();
   manifest.slices.clear();
+  manifest.counters.clear();
   for (int r = 0; r < manifest.world_size; ++r) {
     std::string file = rank_file_name(r);
     std::string path = (fs::path(staging) / file).string();
@@ -147,6 +155,9 @@ std::string commit_checkpoint(const std::string& root, Manifest manifest, int ke
                  "checkpoint: rank " + std::to_string(r) + " did not write " + path);
     manifest.files.push_back({file, fs::file_size(path), fnv1a64_file(path)});
     core::SafetensorsReader reader(path);
+    for (const auto& [key, value] : reader.metadata())
+      if (key.rfind(kCounterKey, 0) == 0)
+        manifest.counters[key.substr(std::strlen(kCounterKey))] = std::stoll(value);
     for (const auto& t : reader.tensors()) {
       std::string meta = reader.metadata_value(slice_key(t.name));
       SliceInfo s;
@@ -169,6 +180,10 @@ std::string commit_checkpoint(const std::string& root, Manifest manifest, int ke
   out << YAML::Key << "world_size" << YAML::Value << manifest.world_size;
   out << YAML::Key << "state" << YAML::Value << YAML::BeginMap;
   for (const auto& [k, v] : manifest.state)
+    out << YAML::Key << k << YAML::Value << v;
+  out << YAML::EndMap;
+  out << YAML::Key << "counters" << YAML::Value << YAML::BeginMap;
+  for (const auto& [k, v] : manifest.counters)
     out << YAML::Key << k << YAML::Value << v;
   out << YAML::EndMap;
   out << YAML::Key << "files" << YAML::Value << YAML::BeginSeq;
@@ -250,6 +265,8 @@ Manifest read_manifest(const std::string& dir) {
     m.world_size = root["world_size"].as<int>();
     for (auto it = root["state"].begin(); it != root["state"].end(); ++it)
       m.state[it->first.as<std::string>()] = it->second.as<std::string>();
+    for (auto it = root["counters"].begin(); it != root["counters"].end(); ++it)
+      m.counters[it->first.as<std::string>()] = it->second.as<int64_t>();
     for (const auto& f : root["files"]) {
       FileInfo info;
       info.file = f["file"].as<std::string>();

@@ -63,6 +63,7 @@ struct Manifest {
   int world_size = 1;
   std::string config_yaml;                   // the effective config of the run that saved it
   std::map<std::string, std::string> state;  // data position, RNG states, counters
+  std::map<std::string, int64_t> counters;   // integer state saved by the ranks (merged)
   std::vector<FileInfo> files;
   std::vector<SliceInfo> slices;
 };
@@ -74,11 +75,14 @@ std::string rank_file_name(int rank);           // "rank_00003.safetensors"
 // Rank 0, first: removes a stale staging folder of this step and creates it; returns its path.
 std::string prepare_staging(const std::string& root, int64_t step);
 std::string staging_path(const std::string& root, int64_t step);
-// Every rank, after prepare_staging (and a barrier): writes its slices to its file.
-void write_rank_file(const std::string& staging, int rank, const std::vector<SavedSlice>& slices);
-// Rank 0, after every rank wrote (a barrier): checksums the files, writes the manifest, renames
-// the folder to its final name (replacing an older checkpoint of the same step) and prunes all
-// but the newest `keep`. `manifest.files` and `.slices` are filled here. Returns the final path.
+// Every rank, after prepare_staging (and a barrier): writes its slices and integer counters
+// (e.g. optimizer step counts) to its file.
+void write_rank_file(const std::string& staging, int rank, const std::vector<SavedSlice>& slices,
+                     const std::map<std::string, int64_t>& counters = {});
+// Rank 0, after every rank wrote (a barrier): checksums the files, collects their slices and
+// counters, writes the manifest, renames the folder to its final name (replacing an older
+// checkpoint of the same step) and prunes all but the newest `keep`. `manifest.files` and `.slices`
+// are filled here. Returns the final path.
 std::string commit_checkpoint(const std::string& root, Manifest manifest, int keep);
 
 // ---- reading ------------------------------------------------------------------------------------

@@ -211,8 +211,8 @@ YAML::Node load_yaml_file(const std::string& path) {
   }
 }
 
-// `optim` is either the list of groups or the path of a YAML file (relative to the config's
-// folder) whose `optim` key is that list, e.g. a preset under configs/presets/.
+// `optim` is the list of groups, a map {groups: list}, or the path of a YAML file (relative to
+// the config's folder) whose `optim` key is one of those, e.g. a preset under configs/presets/.
 void parse_optim_groups(Config& config, const YAML::Node& node, const std::string& source) {
   if (node.IsScalar()) {
     std::filesystem::path preset = node.Scalar();
@@ -223,6 +223,17 @@ void parse_optim_groups(Config& config, const YAML::Node& node, const std::strin
                    "optim preset '" + preset.string() + "' has no top-level 'optim' list");
     parse_optim_groups(config, root["optim"], preset.string());
     return;
+  }
+  if (node.IsMap()) {
+    // The preset form: `optim: {groups: [...]}`.
+    for (auto it = node.begin(); it != node.end(); ++it)
+      if (it->first.Scalar() != "groups")
+        config_error(where(source, it->first.Mark()), "unknown key 'optim." + it->first.Scalar() +
+                                                          "' (did you mean 'optim.groups'?)");
+    if (node["groups"]) {
+      parse_optim_groups(config, node["groups"], source);
+      return;
+    }
   }
   if (!node.IsSequence() || node.size() == 0)
     config_error(where(source, node.Mark()),

@@ -48,10 +48,12 @@ class CheckpointTest : public ::testing::Test {
     engine::write_rank_file(staging, 0,
                             {{"a", {5, 3}, 0, 0, a.slice(0, 0, 2).clone()},
                              {"b", {2, 4}, 1, 0, b.slice(1, 0, 1).clone()},
-                             {"c", {3}, 0, 0, c}});
+                             {"c", {3}, 0, 0, c}},
+                            {{"c/step", 12}});
     engine::write_rank_file(staging, 1,
                             {{"a", {5, 3}, 0, 2, a.slice(0, 2, 3).clone()},
-                             {"b", {2, 4}, 1, 1, b.slice(1, 1, 3).clone()}});
+                             {"b", {2, 4}, 1, 1, b.slice(1, 1, 3).clone()}},
+                            {{"a/step", 3}});
     engine::Manifest m;
     m.step = step;
     m.world_size = 2;
@@ -85,6 +87,7 @@ TEST_F(CheckpointTest, ManifestRoundTrip) {
   EXPECT_EQ(m.files[1].file, "rank_00001.safetensors");
   EXPECT_EQ(m.files[1].checksum, engine::fnv1a64_file(dir + "/rank_00001.safetensors"));
   EXPECT_EQ(m.slices.size(), 5u);
+  EXPECT_EQ(m.counters, (std::map<std::string, int64_t>{{"a/step", 3}, {"c/step", 12}}));
   EXPECT_FALSE(fs::exists(engine::staging_path(root_, 7)));
 }
 

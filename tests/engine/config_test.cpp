@@ -105,7 +105,10 @@ TEST(Config, OptimGroupShape) {
   EXPECT_NE(msg.find("missing required key 'optim[0].params'"), std::string::npos) << msg;
   msg = error_of([&] { engine::parse_config(base + "optim:\n  - params: ['*']\n", "o.yaml"); });
   EXPECT_NE(msg.find("missing required key 'optim[0].optimizer'"), std::string::npos) << msg;
-  msg = error_of([&] { engine::parse_config(base + "optim: {a: 1}\n", "o.yaml"); });
+  msg = error_of([&] { engine::parse_config(base + "optim: {group: []}\n", "o.yaml"); });
+  EXPECT_NE(msg.find("unknown key 'optim.group' (did you mean 'optim.groups'?)"), std::string::npos)
+      << msg;
+  msg = error_of([&] { engine::parse_config(base + "optim: {groups: []}\n", "o.yaml"); });
   EXPECT_NE(msg.find("'optim' must be a non-empty list"), std::string::npos) << msg;
   msg = error_of([&] {
     engine::parse_config(base + "optim:\n  - params: [[1]]\n    optimizer: adamw\n", "o.yaml");
@@ -117,13 +120,13 @@ TEST(Config, OptimPresetFileRelativeToConfig) {
   auto dir = std::filesystem::temp_directory_path() / "engine_config_test_preset";
   std::filesystem::create_directories(dir / "presets");
   std::ofstream(dir / "presets" / "p.yaml")
-      << "optim:\n  - params: ['*.weight']\n    optimizer: muon\n  - params: ['*']\n"
+      << "optim:\n  groups:\n  - params: ['*.weight']\n    optimizer: muon\n  - params: ['*']\n"
          "    optimizer: adamw\n";
   std::ofstream(dir / "c.yaml") << "data: {train: a, val: b}\noptim: presets/p.yaml\n";
   engine::Config c = engine::load_config((dir / "c.yaml").string());
   ASSERT_EQ(c.optim.size(), 2u);
   EXPECT_EQ(c.optim[0].optimizer, "muon");
-  EXPECT_EQ(c.optim[1].line, 4);
+  EXPECT_EQ(c.optim[1].line, 5);
   EXPECT_NE(c.optim[1].file.find("p.yaml"), std::string::npos);
   std::filesystem::remove_all(dir);
 }

@@ -1,0 +1,516 @@
+#include "engine/trainer.h"
+
+#include <omp.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "comm/shard_ops.h"
+#include "engine/checkpoint.h"
+#include "engine/core/check.h"
+#include "engine/data/data_loader.h"
+#include "engine/data/val_loader.h"
+
+namespace engine {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// Largest divisor of n that is <= cap (>= 1).
+int64_t largest_divisor_at_most(int64_t n, int64_t cap) {
+  for (int64_t d = std::min(n, cap); d > 1; --d)
+    if (n % d == 0) return d;
+  return 1;
+}
+
+std::string double_text(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.17g", v);
+  return buf;
+}
+
+std::string state_value(const Manifest& m, const std::string& key, const std::string& dir) {
+  auto it = m.state.find(key);
+  ENGINE_CHECK(it != m.state.end(),
+               "checkpoint " + dir + ": the manifest has no state '" + key + "'");
+  return it->second;
+}
+
+// "<param>/<slot>" -> "<param>".
+std::string param_of_state_key(const std::string& key) {
+  return key.substr(0, key.rfind('/'));
+}
+
+constexpr const char* kParamPrefix = "param/";
+constexpr const char* kOptimPrefix = "optim/";
+constexpr const char* kCounterPrefix = "counter/";
+
+}  // namespace
+
+model::ModelConfig model_config_of(const Config& c) {
+  model::ModelConfig m;
+  m.n_layer = static_cast<int>(c.model.n_layer);
+  m.n_head = static_cast<int>(c.model.n_head);
+  m.d_model = static_cast<int>(c.model.d_model);
+  m.seq_len = static_cast<int>(c.model.seq_len);
+  m.vocab_size = static_cast<int>(c.model.vocab_size);
+  m.arch = model::parse_arch(c.model.arch);
+  m.softcap = static_cast<float>(c.model.softcap);
+  m.moe_experts = static_cast<int>(c.model.moe_experts);
+  m.moe_top_k = static_cast<int>(c.model.moe_top_k);
+  m.moe_aux_weight = static_cast<float>(c.model.moe_aux_weight);
+  m.seed = static_cast<uint64_t>(c.train.seed);
+  m.validate();
+  return m;
+}
+
+Trainer::Trainer(Config config, comm::Communicator& comm, bool with_train_data, bool with_val_data)
+    : config_(std::move(config)),
+      comm_(comm),
+      schedule_(config_.train.steps, config_.train.lr_warmup_steps, config_.train.lr_cooldown_frac,
+                config_.train.lr_floor, parse_decay_shape(config_.train.lr_schedule)) {
+  const int W = comm_.size();
+  const int rank = comm_.rank();
+  const int64_t T = config_.model.seq_len;
+  const std::string source = config_.source.empty() ? "config" : config_.source;
+
+  // Batch geometry: the global batch is fixed; each rank takes rows_per_rank of it in
+  // grad_accum micro-steps of micro_rows rows.
+  const int64_t batch_rows = config_.train.batch_tokens / T;
+  ENGINE_CHECK(batch_rows % W == 0, "config error: " + source + ": key 'train.batch_tokens' = " +
+                                        std::to_string(config_.train.batch_tokens) + " gives " +
+                                        std::to_string(batch_rows) +
+                                        " sequences per step, not divisible by the " +
+                                        "world size " + std::to_string(W));
+  const int64_t rows_per_rank = batch_rows / W;
+  grad_accum_ = (rows_per_rank + config_.train.micro_batch - 1) / config_.train.micro_batch;
+  while (rows_per_rank % grad_accum_ != 0)
+    ++grad_accum_;
+  micro_rows_ = rows_per_rank / grad_accum_;
+
+  const int64_t val_seqs = config_.train.val_tokens / T;
+  ENGINE_CHECK(val_seqs % W == 0,
+               "config error: " + source + ": key 'train.val_tokens' = " +
+                   std::to_string(config_.train.val_tokens) + " gives " + std::to_string(val_seqs) +
+                   " sequences, not divisible by the world size " + std::to_string(W));
+  val_rows_ = largest_divisor_at_most(val_seqs / W, micro_rows_);
+
+  // Model: every rank initialises the same full parameters from the seed.
+  gpt_ = std::make_unique<model::Gpt>(model_config_of(config_), core::cpu_backend());
+  gpt_->init_weights();
+  const model::ParamTable& table = gpt_->table();
+
+  // Optimizer groups decide each parameter's placement; the plan resolves it for this world.
+  std::vector<optim::ParamSpec> specs;
+  for (const auto& p : table.params())
+    specs.push_back({p.name, p.shape});
+  YAML::Node groups(YAML::NodeType::Sequence);
+  for (const auto& g : config_.optim)
+    groups.push_back(g.node);
+  try {
+    optim_ = std::make_unique<optim::OptimizerSet>(groups, specs);
+  } catch (const core::Error& e) {
+    const std::string file = config_.optim.empty() ? source : config_.optim.front().file;
+    throw core::Error("config error: " + file + ": optim: " + e.what());
+  }
+  std::vector<comm::ParamInfo> infos;
+  for (const auto& p : table.params())
+    infos.push_back({p.name, p.shape, optim_->placement(p.name), std::max(p.layer, 0)});
+  plan_ =
+      std::make_unique<comm::ShardingPlan>(infos, W, rank, static_cast<int>(config_.zero.stage));
+
+  // Local parts: views into the full parameters where the part is a contiguous block, own
+  // buffers otherwise; gradients always in their own buffers (reduce-scatter must not read and
+  // write one buffer).
+  local_value_.resize(table.size());
+  local_grad_.resize(table.size());
+  for (size_t i = 0; i < table.size(); ++i) {
+    if (plan_->local_numel(i) == 0) continue;
+    const comm::Placement& pl = plan_->placement(i);
+    const comm::Range r = plan_->range(i, rank);
+    if (pl.is_shard() && pl.dim == 0)
+      local_value_[i] = gpt_->param(i).slice(0, r.begin, r.size());
+    else if (pl.is_shard())
+      local_value_[i] = core::Tensor::empty(plan_->local_shape(i));
+    else
+      local_value_[i] = gpt_->param(i);
+    local_grad_[i] = core::Tensor::zeros(plan_->local_shape(i));
+  }
+
+  if (with_train_data) {
+    data::LoaderOptions lo;
+    lo.pattern = config_.data.train;
+    lo.seq_len = T;
+    lo.batch_rows = batch_rows;
+    lo.grad_accum = grad_accum_;
+    lo.rank = rank;
+    lo.world = W;
+    lo.seed = static_cast<uint64_t>(config_.train.seed);
+    lo.shuffle = config_.data.shuffle;
+    lo.vocab_size = config_.model.vocab_size;
+    loader_ = std::make_unique<data::DataLoader>(lo);
+  }
+  if (with_val_data) {
+    data::ValOptions vo;
+    vo.pattern = config_.data.val;
+    vo.seq_len = T;
+    vo.batch_rows = val_rows_ * W;
+    vo.val_tokens = val_seqs * T;
+    vo.rank = rank;
+    vo.world = W;
+    vo.vocab_size = config_.model.vocab_size;
+    val_loader_ = std::make_unique<data::ValLoader>(vo);
+  }
+
+  if (!config_.optim.empty() && config_.optim.front().node["lr"])
+    base_lr_ = config_.optim.front().node["lr"].as<double>();
+  // llm.c's count: 6 flops per parameter per token (forward + backward) plus attention.
+  flops_per_token_ = 6.0 * static_cast<double>(table.total_numel()) +
+                     6.0 * static_cast<double>(config_.model.n_layer * config_.model.d_model * T);
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::scale_grads(double factor) {
+  if (factor == 1.0) return;
+  gpt_->backend().scale(gpt_->grads().data<float>(), static_cast<float>(factor),
+                        gpt_->grads().numel());
+}
+
+StepRecord Trainer::train_step() {
+  const auto t0 = Clock::now();
+  const comm::CommStats before = comm_.stats();
+  core::Backend& be = gpt_->backend();
+  const int64_t T = config_.model.seq_len;
+
+  // Forward and backward over the micro-batches; the gradient of the mean loss over the global
+  // batch is the mean over micro-steps (1/A here) and over ranks (Avg in the reduction).
+  gpt_->zero_grad();
+  data::Batch batch;
+  double loss_sum = 0;
+  for (int64_t m = 0; m < grad_accum_; ++m) {
+    loader_->load(step_, m, batch);
+    loss_sum += gpt_->forward(batch.inputs.data(), batch.targets.data(),
+                              static_cast<int>(batch.rows), static_cast<int>(T));
+    gpt_->backward();
+  }
+  scale_grads(1.0 / static_cast<double>(grad_accum_));
+  double loss = loss_sum / static_cast<double>(grad_accum_);
+  comm_.all_reduce(&loss, 1, comm::ReduceOp::Sum);
+  loss /= comm_.size();
+
+  // Gradients to their placements, all in flight at once.
+  const size_t n = plan_->num_params();
+  {
+    std::vector<std::unique_ptr<comm::Work>> works;
+    for (size_t i = 0; i < n; ++i)
+      works.push_back(comm::reduce_grad_async(comm_, *plan_, i, gpt_->grad(i), local_grad_[i]));
+    for (auto& w : works)
+      w->wait();
+  }
+
+  // Global norm: each element once (Replicate parts are whole on every rank: rank 0 counts them).
+  double sq = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (!local_grad_[i].defined()) continue;
+    if (plan_->placement(i).is_replicate() && comm_.rank() != 0) continue;
+    sq += be.sum_squares(local_grad_[i].data<float>(), local_grad_[i].numel());
+  }
+  comm_.all_reduce(&sq, 1, comm::ReduceOp::Sum);
+  const double grad_norm = std::sqrt(sq);
+  if (!std::isfinite(loss) || !std::isfinite(grad_norm))
+    ENGINE_FAIL("step " + std::to_string(step_ + 1) + ": the training loss is " +
+                double_text(loss) + " and the gradient norm " + double_text(grad_norm) +
+                ": stopping (no checkpoint is written for this step; the last good one is kept)");
+  if (config_.train.grad_clip > 0 && grad_norm > config_.train.grad_clip) {
+    const float factor = static_cast<float>(config_.train.grad_clip / (grad_norm + 1e-6));
+    for (size_t i = 0; i < n; ++i)
+      if (local_grad_[i].defined())
+        be.scale(local_grad_[i].data<float>(), factor, local_grad_[i].numel());
+  }
+
+  // Optimizer step on the local parts, then the full parameters back on every rank.
+  const double lr_scale = schedule_.multiplier(step_);
+  std::vector<optim::ParamShard> shards;
+  for (size_t i = 0; i < n; ++i) {
+    if (!local_value_[i].defined()) continue;
+    const comm::Placement& pl = plan_->placement(i);
+    shards.push_back({plan_->param(i).name, plan_->param(i).shape,
+                      pl.is_shard() ? plan_->range(i, comm_.rank()).begin : 0, local_value_[i],
+                      local_grad_[i]});
+  }
+  optim::StepContext ctx;
+  ctx.step = step_ + 1;
+  ctx.total_steps = config_.train.steps;
+  ctx.lr_scale = lr_scale;
+  ctx.backend = &be;
+  optim_->step(shards, ctx);
+  {
+    std::vector<std::unique_ptr<comm::Work>> works;
+    for (size_t i = 0; i < n; ++i)
+      works.push_back(
+          comm::all_gather_param_async(comm_, *plan_, i, local_value_[i], gpt_->param(i)));
+    for (auto& w : works)
+      w->wait();
+  }
+
+  ++step_;
+  const double step_ms = ms_since(t0);
+  train_time_ms_ += step_ms;
+  tokens_ += config_.train.batch_tokens;
+
+  StepRecord r;
+  r.step = step_;
+  r.train_loss = loss;
+  r.lr = base_lr_ * lr_scale;
+  r.grad_norm = grad_norm;
+  r.tokens = tokens_;
+  r.train_time_ms = train_time_ms_;
+  r.step_ms = step_ms;
+  r.tokens_per_s = static_cast<double>(config_.train.batch_tokens) / (step_ms / 1000.0);
+  r.gflops = flops_per_token_ * r.tokens_per_s / 1e9;
+  const comm::CommStats& after = comm_.stats();
+  for (int k = 0; k < comm::kNumCollectives; ++k) {
+    auto kind = static_cast<comm::Collective>(k);
+    int64_t bytes = after[kind].bytes - before[kind].bytes;
+    if (kind != comm::Collective::Barrier)
+      r.comm_bytes.emplace_back(comm::collective_name(kind), bytes);
+  }
+  return r;
+}
+
+double Trainer::evaluate() {
+  ENGINE_CHECK(val_loader_ != nullptr, "evaluate: no validation data was configured");
+  data::Batch batch;
+  double sum = 0;
+  for (int64_t s = 0; s < val_loader_->num_steps(); ++s) {
+    val_loader_->load(s, batch);
+    sum += gpt_->eval_loss(batch.inputs.data(), batch.targets.data(), static_cast<int>(batch.rows),
+                           static_cast<int>(config_.model.seq_len));
+  }
+  // Every rank and step averages the same number of tokens: the mean of means is the mean.
+  comm_.all_reduce(&sum, 1, comm::ReduceOp::Sum);
+  return sum / static_cast<double>(val_loader_->num_steps() * comm_.size());
+}
+
+std::string Trainer::save_checkpoint() {
+  const std::string& root = config_.checkpoint.dir;
+  const int rank = comm_.rank();
+  if (rank == 0) prepare_staging(root, step_);
+  comm_.barrier();
+
+  std::vector<SavedSlice> slices;
+  std::map<std::string, int64_t> counters;
+  const optim::OptimizerState state = optim_->state();
+  for (size_t i = 0; i < plan_->num_params(); ++i) {
+    const comm::Placement& pl = plan_->placement(i);
+    if (!local_value_[i].defined() || (pl.is_replicate() && rank != 0)) continue;
+    const std::string& name = plan_->param(i).name;
+    const int dim = pl.is_shard() ? pl.dim : 0;
+    const int64_t begin = pl.is_shard() ? plan_->range(i, rank).begin : 0;
+    if (pl.is_shard() && pl.dim != 0)
+      comm::copy_local_part(comm_, *plan_, i, gpt_->param(i), local_value_[i]);
+    slices.push_back({kParamPrefix + name, plan_->param(i).shape, dim, begin, local_value_[i]});
+  }
+  for (const auto& [key, t] : state.tensors) {
+    const size_t i = plan_->index(param_of_state_key(key));
+    const comm::Placement& pl = plan_->placement(i);
+    if (pl.is_replicate() && rank != 0) continue;
+    if (t.shape() == plan_->local_shape(i)) {
+      slices.push_back({kOptimPrefix + key, plan_->param(i).shape, pl.is_shard() ? pl.dim : 0,
+                        pl.is_shard() ? plan_->range(i, rank).begin : 0, t});
+    } else {
+      ENGINE_CHECK(!pl.is_shard(), "checkpoint: optimizer state " + key + " of shape " +
+                                       core::shape_str(t.shape()) +
+                                       " is not shaped like its parameter's local part " +
+                                       core::shape_str(plan_->local_shape(i)));
+      slices.push_back({kOptimPrefix + key, t.shape(), 0, 0, t});
+    }
+  }
+  for (const auto& [key, v] : state.counters)
+    counters[kCounterPrefix + key] = v;
+  write_rank_file(staging_path(root, step_), rank, slices, counters);
+  comm_.barrier();
+
+  std::string dir;
+  if (rank == 0) {
+    Manifest m;
+    m.step = step_;
+    m.world_size = comm_.size();
+    m.config_yaml = config_to_yaml(config_);
+    m.state["data.seed"] = std::to_string(config_.train.seed);
+    m.state["data.step"] = std::to_string(step_);
+    m.state["train.tokens"] = std::to_string(tokens_);
+    m.state["train.time_ms"] = double_text(train_time_ms_);
+    dir = commit_checkpoint(root, m, static_cast<int>(config_.checkpoint.keep));
+  }
+  comm_.barrier();
+  return dir.empty() ? (fs::path(root) / checkpoint_dir_name(step_)).string() : dir;
+}
+
+void Trainer::load_checkpoint(const std::string& dir, bool params_only) {
+  CheckpointReader reader(dir);
+  const Manifest& m = reader.manifest();
+  const int rank = comm_.rank();
+  for (size_t i = 0; i < plan_->num_params(); ++i) {
+    const std::string key = kParamPrefix + plan_->param(i).name;
+    ENGINE_CHECK(reader.has(key),
+                 "checkpoint " + dir + " has no parameter " + plan_->param(i).name);
+    ENGINE_CHECK(reader.global_shape(key) == plan_->param(i).shape,
+                 "checkpoint " + dir + ": parameter " + plan_->param(i).name + " has shape " +
+                     core::shape_str(reader.global_shape(key)) + ", the model expects " +
+                     core::shape_str(plan_->param(i).shape));
+    gpt_->param(i).copy_from(reader.read_full(key));
+    const comm::Placement& pl = plan_->placement(i);
+    if (pl.is_shard() && pl.dim != 0 && local_value_[i].defined())
+      comm::copy_local_part(comm_, *plan_, i, gpt_->param(i), local_value_[i]);
+  }
+  if (params_only) return;
+
+  optim::OptimizerState state;
+  for (const auto& s : m.slices) {
+    if (s.name.rfind(kOptimPrefix, 0) != 0 || state.tensors.count(s.name.substr(6))) continue;
+    const std::string key = s.name.substr(6);
+    const size_t i = plan_->index(param_of_state_key(key));
+    if (!local_value_[i].defined()) continue;
+    const comm::Placement& pl = plan_->placement(i);
+    if (reader.global_shape(s.name) == plan_->param(i).shape) {
+      core::Tensor t = core::Tensor::empty(plan_->local_shape(i));
+      reader.read(s.name, pl.is_shard() ? pl.dim : 0,
+                  pl.is_shard() ? plan_->range(i, rank).begin : 0, t);
+      state.tensors[key] = t;
+    } else {
+      state.tensors[key] = reader.read_full(s.name);
+    }
+  }
+  for (const auto& [name, v] : m.counters) {
+    const std::string key = name.substr(std::string(kCounterPrefix).size());
+    if (local_value_[plan_->index(param_of_state_key(key))].defined()) state.counters[key] = v;
+  }
+  optim_->load_state(state);
+
+  ENGINE_CHECK(std::stoll(state_value(m, "data.seed", dir)) == config_.train.seed,
+               "checkpoint " + dir + " was trained with train.seed " +
+                   state_value(m, "data.seed", dir) + ", this run has " +
+                   std::to_string(config_.train.seed) + ": the data order would differ");
+  step_ = std::stoll(state_value(m, "data.step", dir));
+  tokens_ = std::stoll(state_value(m, "train.tokens", dir));
+  train_time_ms_ = std::stod(state_value(m, "train.time_ms", dir));
+}
+
+void Trainer::print_banner() const {
+  const model::ModelConfig mc = model_config_of(config_);
+  spdlog::info("engine: config {} | world size {} | threads per rank {} | backend {}",
+               config_.source.empty() ? "(built in code)" : config_.source, comm_.size(),
+               omp_get_max_threads(), gpt_->backend().name());
+  spdlog::info("model: {} {} layers, d_model {}, {} heads, seq_len {}, vocab {} (padded {}){}",
+               model::arch_name(mc.arch), mc.n_layer, mc.d_model, mc.n_head, mc.seq_len,
+               mc.vocab_size, mc.padded_vocab(),
+               mc.moe() ? ", MoE " + std::to_string(mc.moe_experts) + " experts" : "");
+  spdlog::info("parameters: {} ({:.2f} M) | ZeRO stage {} | optimizer state elements on rank 0: {}",
+               gpt_->table().total_numel(), gpt_->table().total_numel() / 1e6, plan_->stage(),
+               plan_->state_numel(0));
+  spdlog::info("batch: {} tokens per step = {} ranks x {} micro-steps x {} rows x {} tokens",
+               config_.train.batch_tokens, comm_.size(), grad_accum_, micro_rows_,
+               config_.model.seq_len);
+  for (size_t g = 0; g < optim_->num_groups(); ++g)
+    spdlog::info("optim group {}: {} for {} parameters", g, optim_->optimizer(g).kind(),
+                 optim_->group_params(g).size());
+  spdlog::info("effective config:\n{}", config_to_yaml(config_));
+}
+
+void Trainer::warm_up() {
+  if (config_.train.warmup_steps <= 0 || loader_ == nullptr) return;
+  data::Batch batch;
+  loader_->load(step_, 0, batch);
+  for (int64_t i = 0; i < config_.train.warmup_steps; ++i) {
+    gpt_->forward(batch.inputs.data(), batch.targets.data(), static_cast<int>(batch.rows),
+                  static_cast<int>(config_.model.seq_len));
+    gpt_->backward();
+  }
+  gpt_->zero_grad();
+  comm_.barrier();
+}
+
+TrainSummary Trainer::run() {
+  TrainSummary summary;
+  const std::string resume = resolve_resume(config_.checkpoint.dir, config_.checkpoint.resume);
+  if (!resume.empty()) {
+    load_checkpoint(resume);
+    spdlog::info("resumed from {} at step {}", resume, step_);
+  }
+  print_banner();
+  const int64_t total = config_.train.steps;
+  std::unique_ptr<MetricsWriter> metrics;
+  if (comm_.rank() == 0) {
+    fs::create_directories(config_.log.dir);
+    std::ofstream(fs::path(config_.log.dir) / "config.yaml") << config_to_yaml(config_);
+    if (config_.log.metrics)
+      metrics = std::make_unique<MetricsWriter>(
+          (fs::path(config_.log.dir) / "metrics.jsonl").string(), resume.empty() ? -1 : step_);
+  }
+  warm_up();
+
+  auto eval_and_log = [&](StepRecord& r) {
+    const double val = evaluate();
+    r.val_loss = val;
+    summary.final_val_loss = val;
+    spdlog::info("{}", format_val_line(step_, total, val, train_time_ms_));
+    return val;
+  };
+
+  const int64_t eval_every = config_.train.eval_every;
+  if (step_ == 0 && eval_every > 0 && val_loader_) {
+    StepRecord r;
+    r.step = 0;
+    eval_and_log(r);
+    if (metrics) metrics->write(r);
+  }
+  bool stop = false;
+  while (step_ < total && !stop) {
+    StepRecord r = train_step();
+    if (step_ % config_.log.every == 0 || step_ == total)
+      spdlog::info("{}", format_train_line(step_, total, *r.train_loss, train_time_ms_, r.lr,
+                                           r.tokens_per_s));
+    const bool last = step_ == total;
+    if (val_loader_ && (last || (eval_every > 0 && step_ % eval_every == 0))) {
+      const double val = eval_and_log(r);
+      if (config_.train.target_val_loss > 0 && val <= config_.train.target_val_loss) {
+        summary.target_step = step_;
+        summary.target_time_ms = train_time_ms_;
+        spdlog::info("reached target val_loss {:.4f} <= {} at step {}: train_time {:.0f} ms", val,
+                     config_.train.target_val_loss, step_, train_time_ms_);
+        stop = true;
+      }
+    }
+    if (metrics) metrics->write(r);
+    const bool periodic = config_.checkpoint.every > 0 && step_ % config_.checkpoint.every == 0;
+    if (periodic || ((last || stop) && config_.checkpoint.at_end)) {
+      summary.last_checkpoint = save_checkpoint();
+      spdlog::info("checkpoint saved: {}", summary.last_checkpoint);
+    }
+  }
+  summary.steps_done = step_;
+  summary.train_time_ms = train_time_ms_;
+  spdlog::info("done: {} steps, train_time {:.0f} ms ({:.2f} ms/step){}{}", step_, train_time_ms_,
+               train_time_ms_ / std::max<int64_t>(step_, 1),
+               summary.final_val_loss
+                   ? fmt::format(", final val_loss {:.4f}", *summary.final_val_loss)
+                   : std::string(),
+               summary.target_time_ms ? fmt::format(", target reached at step {} after {:.0f} ms",
+                                                    *summary.target_step, *summary.target_time_ms)
+                                      : std::string());
+  return summary;
+}
+
+}  // namespace engine
