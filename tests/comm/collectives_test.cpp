@@ -332,3 +332,11 @@ TEST(Collectives, BadArgumentsThrowBeforeCommunicating) {
         << e.what();
   }
 }
+
+// Run only by the ctest entry comm_mpi_tests_one_rank_fails_np2 (expected to fail): a failed
+// assertion on a single rank must fail the whole job.
+TEST(Collectives, DISABLED_FailsOnLastRankOnly) {
+  Communicator& c = world();
+  c.barrier();
+  EXPECT_NE(c.rank(), c.size() - 1) << "deliberate failure on the last rank";
+}
