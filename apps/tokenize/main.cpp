@@ -3,6 +3,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -58,6 +59,13 @@ std::string checked_text(std::string text, const std::string& name, bool replace
   return data::replace_invalid_utf8(text);
 }
 
+// CPU time of this thread: the tokenizer's speed independent of other load on the machine.
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 struct Options {
   std::string vocab = "data/tokenizer";
   std::string output;
@@ -75,12 +83,15 @@ int run_shards(const Options& opt) {
   data::ShardWriter writer(opt.output, opt.shard_tokens);
   std::vector<int32_t> ids;
   double encode_seconds = 0;
+  double encode_cpu_seconds = 0;
   const auto start = std::chrono::steady_clock::now();
   for (const std::string& path : opt.inputs) {
     const std::string text = checked_text(read_file(path), path, opt.replace_invalid);
     ids.assign(1, data::Gpt2Tokenizer::kEndOfText);
     const auto t0 = std::chrono::steady_clock::now();
+    const double cpu0 = thread_cpu_seconds();
     tokenizer.encode(text, ids);
+    encode_cpu_seconds += thread_cpu_seconds() - cpu0;
     encode_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     writer.append(ids);
   }
@@ -89,15 +100,21 @@ int run_shards(const Options& opt) {
   const double total =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double rate = encode_seconds > 0 ? static_cast<double>(tokens) / encode_seconds : 0.0;
+  const double cpu_rate =
+      encode_cpu_seconds > 0 ? static_cast<double>(tokens) / encode_cpu_seconds : 0.0;
   if (opt.json) {
     std::printf(
         "{\"output\":\"%s\",\"documents\":%zu,\"tokens\":%" PRId64
-        ",\"shards\":%d,\"encode_seconds\":%.3f,\"total_seconds\":%.3f,\"tokens_per_s\":%.0f}\n",
-        opt.output.c_str(), opt.inputs.size(), tokens, shards, encode_seconds, total, rate);
+        ",\"shards\":%d,\"encode_seconds\":%.3f,\"total_seconds\":%.3f,\"tokens_per_s\":%.0f,"
+        "\"tokens_per_cpu_s\":%.0f}\n",
+        opt.output.c_str(), opt.inputs.size(), tokens, shards, encode_seconds, total, rate,
+        cpu_rate);
   } else {
     std::printf("%s: %zu documents, %" PRId64
                 " tokens, %d shard(s); encode %.3f s (%.0f tokens/s), total %.3f s\n",
                 opt.output.c_str(), opt.inputs.size(), tokens, shards, encode_seconds, rate, total);
+    std::printf("encode CPU time %.3f s: %.0f tokens per CPU-second (one thread)\n",
+                encode_cpu_seconds, cpu_rate);
   }
   return 0;
 }

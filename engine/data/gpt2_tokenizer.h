@@ -16,17 +16,12 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
+#include <utility>
 #include <vector>
 
-namespace data {
+#include "engine/data/string_index.h"
 
-struct StringHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
-template <typename V>
-using StringMap = std::unordered_map<std::string, V, StringHash, std::equal_to<>>;
+namespace data {
 
 class Gpt2Tokenizer {
  public:
@@ -58,14 +53,22 @@ class Gpt2Tokenizer {
   void load_encoder(const std::string& path);
   void load_merges(const std::string& path);
   void bpe(std::string_view piece, std::vector<int32_t>& out);
+  int32_t rank_of(std::string_view first, std::string_view second);
 
   std::unique_ptr<Regex> regex_;
   std::vector<std::string> id_to_bytes_;
-  StringMap<int32_t> bytes_to_id_;
+  StringIndex bytes_to_id_;
   // Keyed by first + ',' + second, as the reference's JavaScript object keys are.
-  StringMap<int32_t> merge_rank_;
-  StringMap<std::vector<int32_t>> cache_;
-  std::string key_;  // scratch for merge keys
+  StringIndex merge_rank_;
+  // Piece -> index into cache_spans_, each an (offset, count) range of cache_ids_.
+  StringIndex cache_;
+  std::vector<std::pair<uint32_t, uint32_t>> cache_spans_;
+  std::vector<int32_t> cache_ids_;
+  // Scratch of bpe(), kept to avoid allocations.
+  std::string key_;
+  std::vector<std::string_view> word_, next_word_;
+  std::vector<int32_t> ranks_, next_ranks_;
+  std::vector<int32_t> source_;  // next_word_[w] came unmerged from word_[source_[w]], or -1
 };
 
 }  // namespace data

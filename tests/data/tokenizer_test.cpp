@@ -9,6 +9,7 @@
 
 #include "engine/core/check.h"
 #include "engine/data/gpt2_tokenizer.h"
+#include "engine/data/string_index.h"
 #include "engine/data/utf8.h"
 
 namespace {
@@ -85,6 +86,28 @@ TEST(Utf8, ValidationAndReplacement) {
   EXPECT_EQ(data::replace_invalid_utf8("\xFF\xFE"), fffd + fffd);
   EXPECT_EQ(data::replace_invalid_utf8("a\xED\xA0\x80"), "a" + fffd + fffd + fffd);
   EXPECT_EQ(data::replace_invalid_utf8("ok \xC3\xA9"), "ok \xC3\xA9");
+}
+
+}  // namespace
+
+namespace {
+
+TEST(StringIndex, InsertFindGrowAndClear) {
+  data::StringIndex index;
+  EXPECT_EQ(index.find("absent"), data::StringIndex::kMissing);
+  for (int i = 0; i < 5000; ++i)
+    EXPECT_TRUE(index.insert("key" + std::to_string(i), i));
+  EXPECT_FALSE(index.insert("key7", 99));  // present: value unchanged
+  EXPECT_EQ(index.size(), 5000u);
+  for (int i = 0; i < 5000; ++i)
+    EXPECT_EQ(index.find("key" + std::to_string(i)), i);
+  EXPECT_EQ(index.find("key5000"), data::StringIndex::kMissing);
+  EXPECT_TRUE(index.insert(std::string_view("\0x", 2), 3));  // bytes, not C strings
+  EXPECT_EQ(index.find(std::string_view("\0x", 2)), 3);
+  EXPECT_EQ(index.find(""), data::StringIndex::kMissing);
+  index.clear();
+  EXPECT_EQ(index.find("key1"), data::StringIndex::kMissing);
+  EXPECT_THROW(index.insert("negative", -1), core::Error);
 }
 
 }  // namespace
