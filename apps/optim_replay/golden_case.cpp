@@ -104,6 +104,8 @@ GoldenCase load_golden(const std::string& path, const std::string& optimizer,
 
   for (const HyperName& o : kOrthogonalizerMap) {
     if (g.reference_optimizer != o.reference) continue;
+    ENGINE_CHECK(optimizer.empty() && sets.empty(),
+                 path + ": --optimizer and --set do not apply to an orthogonaliser file");
     g.orthogonalizer = o.ours;
     const core::NewtonSchulzSchedule ours =
         optim::schedule_by_name(o.ours, hyper["steps"] ? hyper["steps"].as<int>() : 5, path);
