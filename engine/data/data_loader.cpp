@@ -23,6 +23,14 @@ DataLoader::DataLoader(const LoaderOptions& options) : options_(options) {
   shards_ = std::make_unique<ShardSet>(o.pattern, o.seq_len, o.vocab_size);
   ENGINE_CHECK(shards_->num_sequences() <= std::numeric_limits<uint32_t>::max(),
                "data loader: more than 2^32 sequences in '" + o.pattern + "'");
+  // Chain every input of the order through the RNG's mixer; never 0, which means "unchecked".
+  uint64_t f = core::rng_hash(0x5eed, static_cast<uint64_t>(o.seq_len));
+  f = core::rng_hash(f, static_cast<uint64_t>(o.batch_rows));
+  f = core::rng_hash(f, o.shuffle ? 1 : 0);
+  for (int64_t i = 0; i < shards_->num_shards(); ++i) {
+    f = core::rng_hash(f, static_cast<uint64_t>(shards_->shard(i).num_tokens));
+  }
+  fingerprint_ = f == 0 ? 1 : f;
 }
 
 int64_t DataLoader::epoch_of(int64_t step) const {
@@ -82,6 +90,12 @@ void DataLoader::restore(const LoaderState& state) {
   ENGINE_CHECK(state.seed == options_.seed,
                "data loader: checkpoint seed " + std::to_string(state.seed) +
                    " differs from the configured seed " + std::to_string(options_.seed));
+  ENGINE_CHECK(state.fingerprint == 0 || state.fingerprint == fingerprint_,
+               "data loader: the checkpoint was taken over different data or batch shape (shard "
+               "token counts of '" +
+                   options_.pattern +
+                   "', seq_len, batch_rows or shuffle differ): resuming would not see the same "
+                   "batches");
   ENGINE_CHECK(state.step >= 0 && state.micro_step >= 0 && state.micro_step < options_.grad_accum,
                "data loader: bad checkpoint position step " + std::to_string(state.step) +
                    " micro_step " + std::to_string(state.micro_step));

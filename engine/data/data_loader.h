@@ -37,12 +37,16 @@ struct LoaderOptions {
   int64_t vocab_size = 50257;
 };
 
-// What a checkpoint stores to resume the loader: the next (step, micro_step) to read and the seed
-// that fixes the order (checked on restore).
+// What a checkpoint stores to resume the loader: the next (step, micro_step) to read, the seed
+// that fixes the order, and a fingerprint of what the order also depends on (the shards' token
+// counts, seq_len, batch_rows, shuffle). restore() refuses a different seed or fingerprint
+// (fingerprint 0 skips that check). The world size and grad_accum may change across a resume
+// at a step boundary: the global batch of each step stays the same.
 struct LoaderState {
   uint64_t seed = 0;
   int64_t step = 0;
   int64_t micro_step = 0;
+  uint64_t fingerprint = 0;
 };
 
 class DataLoader {
@@ -66,7 +70,7 @@ class DataLoader {
 
   // Sequential use: the batch at the current position, then advance (micro-step, then step).
   void next(Batch& out);
-  LoaderState state() const { return {options_.seed, step_, micro_step_}; }
+  LoaderState state() const { return {options_.seed, step_, micro_step_, fingerprint_}; }
   void restore(const LoaderState& state);
 
  private:
@@ -77,6 +81,7 @@ class DataLoader {
   int64_t micro_rows_ = 0;
   int64_t step_ = 0;
   int64_t micro_step_ = 0;
+  uint64_t fingerprint_ = 0;
   // Permutation cache: slot epoch % 2, so a batch straddling two epochs never recomputes.
   mutable std::array<int64_t, 2> cached_epoch_{-1, -1};
   mutable std::array<std::vector<uint32_t>, 2> cached_perm_;

@@ -125,6 +125,10 @@ TEST_F(LoaderTest, EpochWrapVisitsEverySequenceOncePerEpoch) {
         EXPECT_EQ(sorted[i], i);
     }
     if (shuffle) {
+      std::vector<int64_t> natural(static_cast<size_t>(s));
+      for (int64_t i = 0; i < s; ++i)
+        natural[i] = i;
+      EXPECT_NE(epochs[0], natural) << "shuffle must change the order";
       EXPECT_NE(epochs[0], epochs[1]) << "each epoch must draw a new order";
     } else {
       EXPECT_EQ(epochs[0], epochs[1]);
@@ -144,7 +148,11 @@ TEST_F(LoaderTest, OrderIsAPureFunctionOfSeedAndStep) {
     a.next(run.emplace_back());
   // Resume mid-step (after 7 micro-steps = step 2, micro 1) on a fresh loader.
   data::DataLoader b(options(6, 1, 2, true, 3));
-  data::LoaderState s{1234, 2, 1};
+  data::LoaderState s = a.state();
+  EXPECT_EQ(s.step, 6);
+  EXPECT_EQ(s.micro_step, 2);
+  s.step = 2;
+  s.micro_step = 1;
   b.restore(s);
   for (int i = 7; i < 20; ++i) {
     data::Batch batch;
@@ -171,8 +179,15 @@ TEST_F(LoaderTest, OrderIsAPureFunctionOfSeedAndStep) {
     differs = x.sequences != run[step * 3].sequences;
   }
   EXPECT_TRUE(differs);
-  data::LoaderState wrong_seed{7, 0, 0};
+  data::LoaderState wrong_seed{7, 0, 0, 0};
   EXPECT_THROW(b.restore(wrong_seed), core::Error);
+  // Another batch shape over the same shards has another fingerprint.
+  data::DataLoader e(options(12, 0, 1, true));
+  EXPECT_NE(e.state().fingerprint, s.fingerprint);
+  EXPECT_THROW(e.restore(s), core::Error);
+  // A different world size and grad_accum may resume: the global batch is the same.
+  data::DataLoader f(options(6, 0, 3, true, 1));
+  EXPECT_NO_THROW(f.restore(data::LoaderState{1234, 2, 0, s.fingerprint}));
 }
 
 TEST_F(LoaderTest, BadConfigurationsAreRefused) {
