@@ -325,7 +325,6 @@ void Gpt::attn_backward(int l) {
   backend_.merge_heads_backward(datty_, dmerged_, B, T, H, hd);
   for (float* d : {dq_, dk_, dv_})
     backend_.fill_zero(d, N * D * sizeof(float));
-  backend_.fill_zero(datt_, B * H * T * T * sizeof(float));
   const bool modern = config_.arch == Arch::Modern;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   backend_.attention_backward(dq_, dk_, dv_, datt_, datty_, a.att, modern ? a.qr : a.q,
