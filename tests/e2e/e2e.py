@@ -1,0 +1,313 @@
+#!/usr/bin/env python3
+"""End-to-end tests of the engine executable on the tiny config, one case per ctest entry.
+
+usage: e2e.py --engine PATH --repo DIR --work DIR CASE
+
+Every case generates the tiny token shards in its work folder, runs the engine under mpirun and
+checks the metrics files it writes. Exit status 0 = pass; a failure prints what differed.
+"""
+import argparse
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+TIMING_KEYS = ("elapsed_ms", "step_ms", "tokens_per_s", "gflops")
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, message):
+    if not cond:
+        raise Failure(message)
+
+
+class Env:
+    def __init__(self, args):
+        self.engine = args.engine
+        self.repo = args.repo
+        self.work = args.work
+        shutil.rmtree(self.work, ignore_errors=True)
+        os.makedirs(self.work)
+        self.data = os.path.join(self.work, "data")
+        subprocess.run([sys.executable, os.path.join(self.repo, "tests/e2e/make_tiny_data.py"),
+                        self.data], check=True)
+        self.config = os.path.join(self.repo, "configs/tiny.yaml")
+
+    def command(self, np, name, sets=(), subcommand=None, config=None, extra=()):
+        run_dir = os.path.join(self.work, name)
+        cmd = ["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", str(np), self.engine]
+        if subcommand:
+            cmd.append(subcommand)
+        cmd += ["--config", config or self.config,
+                "--set", "data.train=" + os.path.join(self.data, "tiny_train_*.bin"),
+                "--set", "data.val=" + os.path.join(self.data, "tiny_val_*.bin"),
+                "--set", "log.dir=" + run_dir,
+                "--set", "checkpoint.dir=" + os.path.join(run_dir, "ckpt")]
+        for s in sets:
+            cmd += ["--set", s]
+        return cmd + list(extra), run_dir
+
+    def run(self, np, name, sets=(), expect_ok=True, subcommand=None, config=None, extra=()):
+        cmd, run_dir = self.command(np, name, sets, subcommand, config, extra)
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           timeout=300)
+        if expect_ok and p.returncode != 0:
+            raise Failure("engine failed (%d): %s\nstdout:\n%s\nstderr:\n%s" %
+                          (p.returncode, " ".join(cmd), p.stdout[-3000:], p.stderr[-3000:]))
+        if not expect_ok and p.returncode == 0:
+            raise Failure("engine succeeded but should have failed: " + " ".join(cmd))
+        return p, run_dir
+
+
+def metrics(run_dir):
+    rows = {}
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        for line in f:
+            r = json.loads(line)
+            rows[r["step"]] = r
+    return rows
+
+
+def strip_timing(r):
+    return {k: v for k, v in r.items() if k not in TIMING_KEYS}
+
+
+def rel(a, b):
+    return abs(a - b) / max(abs(b), 1e-30)
+
+
+def compare_losses(a, b, steps, rtol, what):
+    """Largest relative difference of train/val losses over `steps`; fails above rtol."""
+    worst = 0.0
+    for s in steps:
+        for key in ("train_loss", "val_loss"):
+            if key in b.get(s, {}):
+                check(s in a and key in a[s], "%s: step %d has no %s" % (what, s, key))
+                d = rel(a[s][key], b[s][key])
+                worst = max(worst, d)
+                check(d <= rtol, "%s: step %d %s %.9g vs %.9g (relative %.3g > %.1g)" %
+                      (what, s, key, a[s][key], b[s][key], d, rtol))
+    return worst
+
+
+# ---- cases -------------------------------------------------------------------------------------
+
+def case_loss_falls(env):
+    _, d = env.run(2, "run")
+    m = metrics(d)
+    first, last = m[1]["train_loss"], m[20]["train_loss"]
+    check(last < 0.5 * first, "train loss did not fall: %g -> %g" % (first, last))
+    check(m[20]["val_loss"] < m[0]["val_loss"] - 1.0,
+          "val loss did not fall: %g -> %g" % (m[0]["val_loss"], m[20]["val_loss"]))
+    for s in range(1, 21):
+        check(m[s]["tokens"] == 512 * s, "step %d: tokens %d" % (s, m[s]["tokens"]))
+        check(m[s]["comm_bytes"]["all_reduce"] > 0, "step %d: no communication counted" % s)
+    print("train loss %.4f -> %.4f, val loss %.4f -> %.4f" %
+          (first, last, m[0]["val_loss"], m[20]["val_loss"]))
+
+
+def case_determinism(env):
+    _, a = env.run(2, "a")
+    _, b = env.run(2, "b")
+    ma, mb = metrics(a), metrics(b)
+    check(sorted(ma) == sorted(mb), "different steps logged")
+    for s in ma:
+        check(strip_timing(ma[s]) == strip_timing(mb[s]),
+              "step %d differs:\n%s\n%s" % (s, ma[s], mb[s]))
+    print("%d metric rows identical" % len(ma))
+
+
+def case_world_size(env, stage):
+    sets = ["zero.stage=%d" % stage, "checkpoint.every=0", "checkpoint.at_end=false"]
+    runs = {np: metrics(env.run(np, "np%d" % np, sets)[1]) for np in (1, 2, 4)}
+    for np in (2, 4):
+        worst = compare_losses(runs[np], runs[1], range(0, 21), 1e-5,
+                               "stage %d np %d vs np 1" % (stage, np))
+        print("stage %d: np %d vs np 1, largest relative loss difference over 20 steps: %.2e" %
+              (stage, np, worst))
+
+
+def case_resume_sigkill(env):
+    _, straight = env.run(2, "straight")
+    # Same run, killed with SIGKILL once the step-10 checkpoint is complete. Validation every
+    # step (on more tokens) slows the remaining steps without changing the training state.
+    cmd, killed = env.command(2, "killed", ["train.eval_every=1", "train.val_tokens=4096"])
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    saw = False
+    for line in p.stdout:
+        if "checkpoint saved" in line and "step_00000010" in line:
+            os.killpg(p.pid, signal.SIGKILL)
+            saw = True
+            break
+    p.wait(timeout=60)
+    check(saw, "the run never reported the step-10 checkpoint")
+    check(p.returncode != 0, "the run finished before it could be killed")
+    ckpts = sorted(os.listdir(os.path.join(killed, "ckpt")))
+    check("step_00000020" not in ckpts, "the killed run reached step 20: %s" % ckpts)
+    env.run(2, "killed", ["checkpoint.resume=auto"])
+    ms, mk = metrics(straight), metrics(killed)
+    for s in range(11, 21):
+        for key in ("train_loss", "grad_norm", "lr"):
+            check(ms[s][key] == mk[s][key],
+                  "step %d %s: straight %r, resumed %r" % (s, key, ms[s][key], mk[s][key]))
+    check(ms[20]["val_loss"] == mk[20]["val_loss"], "final val loss differs")
+    print("steps 11-20 bit-identical after SIGKILL + resume (killed run had %s)" % ckpts)
+
+
+def case_resume_world_size(env):
+    _, base = env.run(2, "np2")
+    mb = metrics(base)
+    ckpt10 = os.path.join(base, "ckpt", "step_00000010")
+    for np in (1, 4):
+        _, d = env.run(np, "resume_np%d" % np, ["checkpoint.resume=" + ckpt10])
+        worst = compare_losses(metrics(d), mb, range(11, 21), 1e-5,
+                               "resume of an np 2 checkpoint on np %d" % np)
+        print("np 2 checkpoint resumed on np %d: largest relative difference %.2e" % (np, worst))
+
+
+def case_bad_configs(env):
+    bad = os.path.join(env.work, "bad.yaml")
+
+    def expect(np, sets, *needles, config=None, text=None):
+        if text is not None:
+            with open(bad, "w") as f:
+                f.write(text)
+        p, _ = env.run(np, "bad", sets, expect_ok=False, config=config)
+        for needle in needles:
+            check(needle in p.stderr, "expected %r in the error, got:\n%s" % (needle, p.stderr))
+
+    expect(1, ["train.stepz=3"], "unknown key 'train.stepz'", "did you mean 'train.steps'")
+    expect(1, ["train.steps=ten"], "--set train.steps=ten", "expected an integer")
+    expect(1, ["zero.stage=5"], "'zero.stage': must be 1, 2 or 3")
+    expect(1, [], "bad.yaml:3", "unknown key 'model.n_layers'", "did you mean 'model.n_layer'",
+           config=bad, text="data: {train: a, val: b}\nmodel:\n  n_layers: 2\n")
+    expect(1, [], "bad.yaml:2", "'model.d_model' has the wrong type", config=bad,
+           text="model:\n  d_model: wide\n")
+    with open(bad, "w") as f:
+        f.write("optim:\n  - {params: ['*'], optimizer: adamw}\n")
+    p = subprocess.run([env.engine, "--print-config", "--config", bad], stderr=subprocess.PIPE,
+                       stdout=subprocess.PIPE, text=True, env=dict(os.environ))
+    check(p.returncode != 0 and "missing required key 'data.train'" in p.stderr,
+          "missing key not reported:\n" + p.stderr)
+    expect(1, ["optim=[{params: ['embed.*'], optimizer: adamw}]"], "no group matches",
+           "lm_head.weight")
+    expect(1, ["optim=[{params: ['*'], optimizer: adamw, betaz: 1}]"], "betaz")
+    expect(2, ["train.batch_tokens=96", "model.seq_len=32"], "'train.batch_tokens'",
+           "not divisible by the world size 2")
+    expect(1, ["data.train=/nonexistent/x_*.bin"], "/nonexistent/x_*.bin")
+    print("every bad config was refused with its message")
+
+
+def case_corrupt_checkpoint(env):
+    _, d = env.run(2, "run")
+    root = os.path.join(d, "ckpt")
+    newest = os.path.join(root, "step_00000020")
+    path = os.path.join(newest, "rank_00001.safetensors")
+    with open(path, "r+b") as f:
+        f.seek(-5, os.SEEK_END)
+        f.write(b"\x13")
+    p, _ = env.run(2, "run", ["checkpoint.resume=auto"], expect_ok=False)
+    check("rank_00001.safetensors is corrupt" in p.stderr, "corruption not named:\n" + p.stderr)
+    check("next older checkpoint is " + os.path.join(root, "step_00000010") in p.stderr,
+          "older checkpoint not offered:\n" + p.stderr)
+    check(os.path.exists(path), "the corrupt checkpoint was removed")
+    print("corrupt checkpoint refused; older one offered")
+
+
+def case_nan_stops(env):
+    adamw = "optim=[{params: ['*'], optimizer: adamw, lr: %s}]"
+    _, d = env.run(1, "ok", ["train.steps=4", "checkpoint.every=2", adamw % "0.01"])
+    p, _ = env.run(1, "ok", ["train.steps=8", "checkpoint.every=2", "checkpoint.resume=auto",
+                             adamw % "1.0e+30"], expect_ok=False)
+    check("non-finite" in p.stderr or "nan" in p.stderr or "inf" in p.stderr,
+          "no clear message:\n" + p.stderr)
+    ckpts = sorted(os.listdir(os.path.join(d, "ckpt")))
+    check(ckpts[-1] == "step_00000004", "checkpoints after the blow-up: %s" % ckpts)
+    # The good checkpoint is untouched and still loads.
+    env.run(1, "ok", ["train.steps=6", "checkpoint.resume=auto", adamw % "0.01"])
+    print("non-finite loss stopped the run; checkpoints kept: %s" % ckpts)
+
+
+def case_subcommands(env):
+    _, d = env.run(2, "run")
+    ckpt = os.path.join(d, "ckpt", "step_00000020")
+    val20 = metrics(d)[20]["val_loss"]
+    p = subprocess.run(["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", "2",
+                        env.engine, "eval", "--checkpoint", ckpt], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=120)
+    check(p.returncode == 0, "eval failed:\n" + p.stderr)
+    got = float(p.stdout.split("val_loss:")[1].split()[0])
+    check(abs(got - val20) < 1e-4, "eval gives %.4f, training logged %.4f" % (got, val20))
+    out = os.path.join(env.work, "export.safetensors")
+    p = subprocess.run([env.engine, "export", "--checkpoint", ckpt, "--out", out],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    check(p.returncode == 0 and os.path.exists(out), "export failed:\n" + p.stderr)
+    with open(out, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+    check("embed.weight" in header and "blocks.1.mlp.proj.weight" in header,
+          "export names: %s" % sorted(header))
+    p = subprocess.run([env.engine, "sample", "--checkpoint", ckpt, "--tokens", "12",
+                        "--tokenizer", os.path.join(env.work, "none")], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=120)
+    check(p.returncode == 0 and "token ids" in p.stdout, "sample failed:\n" + p.stderr)
+    print("eval %.4f == logged %.4f; export has %d tensors; sample: %s" %
+          (got, val20, len([k for k in header if k != "__metadata__"]),
+           p.stdout.strip().splitlines()[-1]))
+
+
+def case_loss_regression(env):
+    _, d = env.run(1, "run", ["checkpoint.every=0", "checkpoint.at_end=false"])
+    ref = os.path.join(env.repo, "tests/e2e/reference/tiny_np1.jsonl")
+    p = subprocess.run([sys.executable, os.path.join(env.repo, "scripts/loss_regression.py"),
+                        os.path.join(d, "metrics.jsonl"), ref, "--rtol", "1e-3"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    print(p.stdout)
+    check(p.returncode == 0, "the tiny loss curve drifted from " + ref)
+
+
+CASES = {
+    "loss_falls": case_loss_falls,
+    "determinism": case_determinism,
+    "world_size_stage1": lambda env: case_world_size(env, 1),
+    "world_size_stage2": lambda env: case_world_size(env, 2),
+    "world_size_stage3": lambda env: case_world_size(env, 3),
+    "resume_sigkill": case_resume_sigkill,
+    "resume_world_size": case_resume_world_size,
+    "bad_configs": case_bad_configs,
+    "corrupt_checkpoint": case_corrupt_checkpoint,
+    "nan_stops": case_nan_stops,
+    "subcommands": case_subcommands,
+    "loss_regression": case_loss_regression,
+}
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--engine", required=True)
+    p.add_argument("--repo", required=True)
+    p.add_argument("--work", required=True)
+    p.add_argument("case", choices=sorted(CASES))
+    args = p.parse_args()
+    t0 = time.time()
+    env = Env(args)
+    try:
+        CASES[args.case](env)
+    except Failure as e:
+        print("FAIL %s: %s" % (args.case, e))
+        return 1
+    print("PASS %s (%.1f s)" % (args.case, time.time() - t0))
+    shutil.rmtree(args.work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
