@@ -103,26 +103,87 @@ __global__ void add_bias_kernel(float* out, const float* bias, int64_t N, int64_
     out[i] += bias[i % C];
 }
 
-// Column sums: a block of kColTile x kRowLanes threads owns kColTile columns; each thread sums
-// every kRowLanes-th row of its column, then the lanes are added in a fixed order.
+// Column sums of K per-element quantities over the rows of [N, C], in two passes with a fixed
+// order (deterministic, unlike atomics):
+// 1. grid (column tiles, row chunks), block kColTile x kRowLanes: each thread sums every
+//    kRowLanes-th row of its column within the chunk, the lanes are added in order, and the block
+//    writes partial[(k * chunks + chunk) * C + col];
+// 2. one thread per column adds the chunk partials in order into dst[k].
 constexpr int kColTile = 32;
 constexpr int kRowLanes = 16;
+constexpr int64_t kRowsPerChunkMin = 512;
+constexpr int64_t kMaxChunks = 64;
 
-__global__ void bias_backward_kernel(float* dbias, const float* dout, int64_t N, int64_t C) {
-  __shared__ float part[kRowLanes][kColTile + 1];
-  int64_t col = static_cast<int64_t>(blockIdx.x) * kColTile + threadIdx.x;
-  float s = 0.0f;
-  if (col < C) {
-    for (int64_t r = threadIdx.y; r < N; r += kRowLanes)
-      s += dout[r * C + col];
+// Values of bias_backward: dout itself.
+struct BiasGrad {
+  static constexpr int kCount = 1;
+  const float* dout;
+  __device__ void operator()(int64_t r, int64_t c, int64_t C, float* v) const {
+    v[0] = dout[r * C + c];
   }
-  part[threadIdx.y][threadIdx.x] = s;
+};
+
+// Values of the LayerNorm parameter gradients: dout * xhat (weight) and dout (bias).
+struct LayerNormParamGrad {
+  static constexpr int kCount = 2;
+  const float* dout;
+  const float* inp;
+  const float* mean;
+  const float* rstd;
+  __device__ void operator()(int64_t r, int64_t c, int64_t C, float* v) const {
+    const float g = dout[r * C + c];
+    v[0] = g * (inp[r * C + c] - mean[r]) * rstd[r];
+    v[1] = g;
+  }
+};
+
+template <typename Fn>
+__global__ void column_partials_kernel(float* partial, Fn fn, int64_t N, int64_t C,
+                                       int64_t rows_per_chunk) {
+  constexpr int K = Fn::kCount;
+  __shared__ float part[K][kRowLanes][kColTile + 1];
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * kColTile + threadIdx.x;
+  const int64_t chunk = blockIdx.y;
+  const int64_t r0 = chunk * rows_per_chunk;
+  const int64_t r1 = r0 + rows_per_chunk < N ? r0 + rows_per_chunk : N;
+  float sums[K] = {};
+  if (col < C) {
+    float v[K];
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowLanes) {
+      fn(r, col, C, v);
+#pragma unroll
+      for (int k = 0; k < K; ++k)
+        sums[k] += v[k];
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+    part[k][threadIdx.y][threadIdx.x] = sums[k];
   __syncthreads();
   if (threadIdx.y == 0 && col < C) {
-    float total = 0.0f;
-    for (int y = 0; y < kRowLanes; ++y)
-      total += part[y][threadIdx.x];
-    dbias[col] += total;
+    for (int k = 0; k < K; ++k) {
+      float total = 0.0f;
+      for (int y = 0; y < kRowLanes; ++y)
+        total += part[k][y][threadIdx.x];
+      partial[(k * static_cast<int64_t>(gridDim.y) + chunk) * C + col] = total;
+    }
+  }
+}
+
+struct ColumnTargets {
+  float* dst[2];
+};
+
+__global__ void column_finish_kernel(ColumnTargets targets, int K, const float* partial,
+                                     int64_t chunks, int64_t C) {
+  for (int64_t c = first_index(); c < C; c += grid_stride()) {
+    for (int k = 0; k < K; ++k) {
+      if (targets.dst[k] == nullptr) continue;
+      float total = 0.0f;
+      for (int64_t chunk = 0; chunk < chunks; ++chunk)
+        total += partial[(k * chunks + chunk) * C + c];
+      targets.dst[k][c] += total;
+    }
   }
 }
 
@@ -176,35 +237,6 @@ __global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, 
     float g = weight != nullptr ? dy[j] * weight[j] : dy[j];
     float xhat = (x[j] - mu) * rs;
     dx[j] += rs * (g - mean_g - xhat * mean_gx);
-  }
-}
-
-// dweight = sum over rows of dout * xhat, dbias = sum over rows of dout (column sums as above).
-__global__ void layernorm_backward_params_kernel(float* dweight, float* dbias, const float* dout,
-                                                 const float* inp, const float* mean,
-                                                 const float* rstd, int64_t N, int64_t C) {
-  __shared__ float part_w[kRowLanes][kColTile + 1];
-  __shared__ float part_b[kRowLanes][kColTile + 1];
-  int64_t col = static_cast<int64_t>(blockIdx.x) * kColTile + threadIdx.x;
-  float sw = 0.0f, sb = 0.0f;
-  if (col < C) {
-    for (int64_t r = threadIdx.y; r < N; r += kRowLanes) {
-      float g = dout[r * C + col];
-      sw += g * (inp[r * C + col] - mean[r]) * rstd[r];
-      sb += g;
-    }
-  }
-  part_w[threadIdx.y][threadIdx.x] = sw;
-  part_b[threadIdx.y][threadIdx.x] = sb;
-  __syncthreads();
-  if (threadIdx.y == 0 && col < C) {
-    float tw = 0.0f, tb = 0.0f;
-    for (int y = 0; y < kRowLanes; ++y) {
-      tw += part_w[y][threadIdx.x];
-      tb += part_b[y][threadIdx.x];
-    }
-    if (dweight != nullptr) dweight[col] += tw;
-    if (dbias != nullptr) dbias[col] += tb;
   }
 }
 
@@ -538,6 +570,28 @@ void cuda_detail::flag_non_finite(const float* a, int64_t size, int64_t batch, i
   ENGINE_CUDA_LAUNCHED();
 }
 
+namespace {
+
+// dst[k][c] += sum over rows of fn's k-th value at (row, c), for the K = Fn::kCount targets.
+template <typename Fn>
+void column_sums(Allocator& allocator, cudaStream_t stream, ColumnTargets targets, Fn fn, int64_t N,
+                 int64_t C, const char* op) {
+  if (N == 0 || C == 0) return;
+  int64_t chunks = (N + kRowsPerChunkMin - 1) / kRowsPerChunkMin;
+  chunks = chunks < kMaxChunks ? chunks : kMaxChunks;
+  const int64_t rows_per_chunk = (N + chunks - 1) / chunks;
+  DeviceBuffer<float> partial(allocator, Fn::kCount * chunks * C);
+  const dim3 grid(grid_rows((C + kColTile - 1) / kColTile, op), static_cast<unsigned>(chunks));
+  column_partials_kernel<<<grid, dim3(kColTile, kRowLanes), 0, stream>>>(partial.get(), fn, N, C,
+                                                                         rows_per_chunk);
+  ENGINE_CUDA_LAUNCHED();
+  column_finish_kernel<<<grid_for(C), kThreads, 0, stream>>>(targets, Fn::kCount, partial.get(),
+                                                             chunks, C);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+}  // namespace
+
 // ---- Backend methods ---------------------------------------------------------------------------
 
 void CudaBackend::add_bias(float* out, const float* bias, int64_t N, int64_t C) {
@@ -549,11 +603,7 @@ void CudaBackend::add_bias(float* out, const float* bias, int64_t N, int64_t C) 
 
 void CudaBackend::bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) {
   check_sizes(name_ + ": bias_backward", {N, C});
-  if (C == 0) return;
-  const dim3 block(kColTile, kRowLanes);
-  bias_backward_kernel<<<grid_rows((C + kColTile - 1) / kColTile, "bias_backward"), block, 0,
-                         stream_>>>(dbias, dout, N, C);
-  ENGINE_CUDA_LAUNCHED();
+  column_sums(allocator_, stream_, {{dbias, nullptr}}, BiasGrad{dout}, N, C, "bias_backward");
 }
 
 void CudaBackend::add(float* out, const float* a, const float* b, int64_t n) {
@@ -638,11 +688,8 @@ void CudaBackend::layernorm_backward(float* dinp, float* dweight, float* dbias, 
     ENGINE_CUDA_LAUNCHED();
   }
   if (dweight != nullptr || dbias != nullptr) {
-    const dim3 block(kColTile, kRowLanes);
-    layernorm_backward_params_kernel<<<
-        grid_rows((C + kColTile - 1) / kColTile, "layernorm_backward"), block, 0, stream_>>>(
-        dweight, dbias, dout, inp, mean, rstd, N, C);
-    ENGINE_CUDA_LAUNCHED();
+    column_sums(allocator_, stream_, {{dweight, dbias}}, LayerNormParamGrad{dout, inp, mean, rstd},
+                N, C, "layernorm_backward");
   }
 }
 
