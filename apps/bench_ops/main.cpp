@@ -3,6 +3,7 @@
 // backward with each way of spreading heads over threads.
 //
 //   bench_ops [--threads N] [--json] [--reps R] [--dims 256,384,512,768]
+//             [--only gemm|attention|ops]
 //
 // Every GEMM is timed `reps` times after one warm-up, the three implementations interleaved so
 // that load from other processes hits them alike; the best time counts.
@@ -34,12 +35,13 @@ struct Options {
   bool json = false;
   int reps = 3;
   std::vector<int64_t> dims = {256, 384, 512, 768};
+  std::string only;  // "gemm", "attention" or "ops": run that section alone
 };
 
 [[noreturn]] void usage(const std::string& error) {
   std::fprintf(stderr,
                "bench_ops: %s\nusage: bench_ops [--threads N] [--json] [--reps R] "
-               "[--dims 256,384,512,768]\n",
+               "[--dims 256,384,512,768] [--only gemm|attention|ops]\n",
                error.c_str());
   std::exit(2);
 }
@@ -69,6 +71,11 @@ Options parse(int argc, char** argv) {
       o.threads = static_cast<int>(parse_int(a, value()));
     } else if (a == "--reps") {
       o.reps = static_cast<int>(parse_int(a, value()));
+    } else if (a == "--only") {
+      o.only = value();
+      if (o.only != "gemm" && o.only != "attention" && o.only != "ops") {
+        usage("--only wants gemm, attention or ops, got '" + o.only + "'");
+      }
     } else if (a == "--dims") {
       o.dims.clear();
       std::stringstream ss(value());
@@ -178,19 +185,62 @@ double time_attention(core::cpu::HeadParallel mode, int64_t B, int64_t H, int64_
   return best * 1e3;
 }
 
-}  // namespace
+// Milliseconds (best of reps) of the fused ops at one model size: N tokens, width D, Vp columns.
+struct OpTime {
+  std::string op;
+  double ms;
+};
 
-int main(int argc, char** argv) {
-  Options opt = parse(argc, argv);
-  if (opt.threads > 0) omp_set_num_threads(opt.threads);
-  int threads = omp_get_max_threads();
-  Eigen::setNbThreads(threads);
+std::vector<OpTime> time_fused_ops(int64_t N, int64_t D, int64_t Vp, int reps) {
+  core::Backend& be = core::cpu_backend();
+  int64_t V = Vp - 47;
+  auto buffer = [](int64_t n, uint64_t seed) {
+    core::Tensor t = core::Tensor::empty({n});
+    core::fill_normal(t, seed, 0.0f, 1.0f);
+    return t;
+  };
+  core::Tensor x = buffer(N * D, 7), g = buffer(N * D, 8), y = buffer(N * D, 9),
+               dx = buffer(N * D, 10), w = buffer(D, 11), b = buffer(D, 12), dw = buffer(D, 13),
+               db = buffer(D, 14), mean = buffer(N, 15), rstd = buffer(N, 16),
+               h = buffer(N * 4 * D, 17), dh = buffer(N * 4 * D, 18), gh = buffer(N * 4 * D, 19),
+               logits = buffer(N * Vp, 20), losses = buffer(N, 21);
+  std::vector<int32_t> targets(N);
+  for (int64_t i = 0; i < N; ++i)
+    targets[i] = static_cast<int32_t>((i * 7919) % V);
+  auto f = [](const core::Tensor& t) { return t.data<float>(); };
+  std::vector<std::pair<std::string, std::function<void()>>> ops = {
+      {"layernorm.fwd",
+       [&] { be.layernorm_forward(f(y), f(mean), f(rstd), f(x), f(w), f(b), N, D, 1e-5f); }},
+      {"layernorm.bwd",
+       [&] {
+         be.layernorm_backward(f(dx), f(dw), f(db), f(g), f(x), f(w), f(mean), f(rstd), N, D);
+       }},
+      {"rmsnorm.fwd", [&] { be.rmsnorm_forward(f(y), f(rstd), f(x), N, D, 1e-6f); }},
+      {"rmsnorm.bwd", [&] { be.rmsnorm_backward(f(dx), f(g), f(x), f(rstd), N, D); }},
+      {"gelu.fwd [N,4D]", [&] { be.gelu_forward(f(dh), f(h), N * 4 * D); }},
+      {"gelu.bwd [N,4D]", [&] { be.gelu_backward(f(dh), f(h), f(gh), N * 4 * D); }},
+      {"relu2.fwd [N,4D]", [&] { be.relu2_forward(f(dh), f(h), N * 4 * D); }},
+      {"relu2.bwd [N,4D]", [&] { be.relu2_backward(f(dh), f(h), f(gh), N * 4 * D); }},
+      {"cross_entropy [N,Vp] softcap", [&] {
+         core::Tensor l = logits.clone();  // dlogits overwrites in place, so work on a copy
+         be.cross_entropy(f(losses), f(l), f(l), targets.data(), N, V, Vp, 15.0f, 1.0f / N);
+       }}};
+  std::vector<OpTime> out;
+  for (auto& [name, fn] : ops) {
+    fn();
+    double best = 1e30;
+    for (int r = 0; r < reps; ++r)
+      best = std::min(best, seconds(fn));
+    out.push_back({name, best * 1e3});
+  }
+  return out;
+}
 
-  const int64_t kTokens = 2048, kVp = 50304;
+constexpr int64_t kTokens = 2048;  // N = B*T of the GEMM shapes
+constexpr int64_t kVp = 50304;     // GPT-2 vocabulary padded to a multiple of 64
+
+void run_gemm_table(const Options& opt, int threads) {
   if (!opt.json) {
-    std::printf("bench_ops: %s, Eigen %d threads, N = %lld tokens, best of %d\n",
-                core::cpu_backend().name(), Eigen::nbThreads(), static_cast<long long>(kTokens),
-                opt.reps);
     std::printf("%5s %-16s %6s %6s %6s %10s %10s %10s %8s\n", "D", "gemm", "m", "n", "k", "backend",
                 "openblas", "eigen", "ratio");
     std::printf("%5s %-16s %6s %6s %6s %10s %10s %10s %8s\n", "", "", "", "", "", "GFLOP/s",
@@ -236,11 +286,13 @@ int main(int argc, char** argv) {
       }
     }
   }
+  if (!opt.json) std::printf("worst GEMM ratio backend/openblas: %.3f\n\n", worst_ratio);
+}
 
+void run_attention(const Options& opt, int threads) {
   const int64_t B = 8, H = 4, T = 256, hd = 64;
   if (!opt.json) {
-    std::printf("\nworst GEMM ratio backend/openblas: %.3f\n", worst_ratio);
-    std::printf("\nattention forward+backward, B=%lld H=%lld T=%lld hd=%lld:\n",
+    std::printf("attention forward+backward, B=%lld H=%lld T=%lld hd=%lld:\n",
                 static_cast<long long>(B), static_cast<long long>(H), static_cast<long long>(T),
                 static_cast<long long>(hd));
   }
@@ -265,5 +317,42 @@ int main(int argc, char** argv) {
       std::printf("  %-46s %8.2f ms\n", m.name, ms);
     }
   }
+  if (!opt.json) std::printf("\n");
+}
+
+void run_ops(const Options& opt, int threads) {
+  const int64_t kOpsD = opt.dims.back();
+  if (!opt.json) {
+    std::printf("fused ops, N=%lld D=%lld Vp=%lld:\n", static_cast<long long>(kTokens),
+                static_cast<long long>(kOpsD), static_cast<long long>(kVp));
+  }
+  for (const OpTime& t : time_fused_ops(kTokens, kOpsD, kVp, opt.reps)) {
+    if (opt.json) {
+      std::printf(
+          "{\"kind\":\"op\",\"threads\":%d,\"op\":\"%s\",\"N\":%lld,\"D\":%lld,"
+          "\"ms\":%.3f}\n",
+          threads, t.op.c_str(), static_cast<long long>(kTokens), static_cast<long long>(kOpsD),
+          t.ms);
+    } else {
+      std::printf("  %-46s %8.2f ms\n", t.op.c_str(), t.ms);
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options opt = parse(argc, argv);
+  if (opt.threads > 0) omp_set_num_threads(opt.threads);
+  int threads = omp_get_max_threads();
+  Eigen::setNbThreads(threads);
+  if (!opt.json) {
+    std::printf("bench_ops: %s, Eigen %d threads, N = %lld tokens, best of %d\n\n",
+                core::cpu_backend().name(), Eigen::nbThreads(), static_cast<long long>(kTokens),
+                opt.reps);
+  }
+  if (opt.only.empty() || opt.only == "gemm") run_gemm_table(opt, threads);
+  if (opt.only.empty() || opt.only == "attention") run_attention(opt, threads);
+  if (opt.only.empty() || opt.only == "ops") run_ops(opt, threads);
   return 0;
 }

@@ -15,6 +15,20 @@
 
 namespace core::kmath {
 
+// The transcendental functions the formulas below use: the standard library by default (the
+// CUDA device versions under nvcc). The CPU backend passes vectorisable float versions
+// (cpu/fast_math.h) as the template argument M.
+struct StdMath {
+  template <typename T>
+  ENGINE_HD static T tanh(T x) {
+    return std::tanh(x);
+  }
+  template <typename T>
+  ENGINE_HD static T exp(T x) {
+    return std::exp(x);
+  }
+};
+
 // ---- activations -------------------------------------------------------------------------------
 
 // sqrt(2 / pi) and the cubic coefficient of the tanh form of GELU.
@@ -28,18 +42,18 @@ ENGINE_HD constexpr T gelu_cubic() {
 }
 
 // gelu(u) = 0.5 u (1 + tanh(s (u + c u^3))).
-template <typename T>
+template <typename M = StdMath, typename T>
 ENGINE_HD inline T gelu_tanh(T u) {
   T inner = gelu_sqrt_2_over_pi<T>() * (u + gelu_cubic<T>() * u * u * u);
-  return T(0.5) * u * (T(1) + std::tanh(inner));
+  return T(0.5) * u * (T(1) + M::tanh(inner));
 }
 
 // d gelu / du = 0.5 (1 + th) + 0.5 u (1 - th^2) s (1 + 3 c u^2), th = tanh(s (u + c u^3)).
-template <typename T>
+template <typename M = StdMath, typename T>
 ENGINE_HD inline T gelu_tanh_grad(T u) {
   T s = gelu_sqrt_2_over_pi<T>();
   T c = gelu_cubic<T>();
-  T th = std::tanh(s * (u + c * u * u * u));
+  T th = M::tanh(s * (u + c * u * u * u));
   return T(0.5) * (T(1) + th) + T(0.5) * u * (T(1) - th * th) * s * (T(1) + T(3) * c * u * u);
 }
 
@@ -55,14 +69,14 @@ ENGINE_HD inline T relu2_grad(T u) {
 }
 
 // Logit soft-cap z' = cap tanh(z / cap) and dz'/dz = 1 - tanh(z / cap)^2; cap <= 0 is identity.
-template <typename T>
+template <typename M = StdMath, typename T>
 ENGINE_HD inline T softcap(T z, T cap) {
-  return cap > T(0) ? cap * std::tanh(z / cap) : z;
+  return cap > T(0) ? cap * M::tanh(z / cap) : z;
 }
-template <typename T>
+template <typename M = StdMath, typename T>
 ENGINE_HD inline T softcap_grad(T z, T cap) {
   if (!(cap > T(0))) return T(1);
-  T th = std::tanh(z / cap);
+  T th = M::tanh(z / cap);
   return T(1) - th * th;
 }
 

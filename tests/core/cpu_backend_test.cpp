@@ -14,6 +14,7 @@
 #include "engine/core/check.h"
 #include "engine/core/cpu/cpu_gemm.h"
 #include "engine/core/cpu/cpu_kernels.h"
+#include "engine/core/cpu/fast_math.h"
 #include "grad_check.h"
 
 namespace {
@@ -335,6 +336,45 @@ TEST(CpuBackend, ReductionsDoNotDependOnThreadCount) {
     return all;
   };
   EXPECT_EQ(run(1), run(2));
+}
+
+}  // namespace
+
+namespace {
+
+// The vectorisable float exp/tanh of the CPU kernels against the float64 library functions.
+TEST(CpuFastMath, ExpAndTanhAccuracyAndSpecialValues) {
+  using core::cpu::FastMath;
+  double worst_exp = 0.0, worst_tanh = 0.0;
+  for (int i = 0; i <= 400000; ++i) {
+    float x = -87.0f + 175.0f * static_cast<float>(i) / 400000.0f;
+    double e = std::exp(static_cast<double>(x));
+    worst_exp = std::max(worst_exp, std::abs(FastMath::exp(x) - e) / e);
+    float t = -10.0f + 20.0f * static_cast<float>(i) / 400000.0f;
+    double th = std::tanh(static_cast<double>(t));
+    worst_tanh =
+        std::max(worst_tanh, std::abs(FastMath::tanh(t) - th) / std::max(1e-30, std::abs(th)));
+  }
+  EXPECT_LE(worst_exp, 2.0 * 5.96e-8);  // 2 ulp
+  EXPECT_LE(worst_tanh, 3e-7);
+  EXPECT_EQ(FastMath::exp(-INFINITY), 0.0f);
+  EXPECT_EQ(FastMath::exp(-100.0f), 0.0f);
+  EXPECT_EQ(FastMath::exp(INFINITY), INFINITY);
+  EXPECT_TRUE(std::isnan(FastMath::exp(NAN)));
+  EXPECT_TRUE(std::isnan(FastMath::tanh(NAN)));
+  EXPECT_EQ(FastMath::tanh(0.0f), 0.0f);
+  EXPECT_EQ(FastMath::tanh(1e-30f), 1e-30f);
+  EXPECT_EQ(FastMath::tanh(50.0f), 1.0f);
+  EXPECT_EQ(FastMath::tanh(-INFINITY), -1.0f);
+}
+
+// A NaN logit reaches the loss instead of vanishing in the max.
+TEST(CpuBackend, CrossEntropyPropagatesNan) {
+  std::vector<float> logits = {0.1f, NAN, 0.3f, 0.0f}, loss(1);
+  std::vector<int32_t> tgt = {0};
+  core::cpu_backend().cross_entropy(loss.data(), nullptr, logits.data(), tgt.data(), 1, 3, 4, 0.0f,
+                                    1.0f);
+  EXPECT_TRUE(std::isnan(loss[0]));
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 
 #include "engine/core/check.h"
 #include "engine/core/cpu/cpu_gemm.h"
+#include "engine/core/cpu/fast_math.h"
 #include "engine/core/kernel_math.h"
 
 namespace core::cpu {
@@ -99,11 +100,12 @@ void axpby(T* y, T a, const T* x, T b, int64_t n) {
 }
 template <typename T>
 void gelu_forward(T* out, const T* inp, int64_t n) {
-  elementwise<T>(n, [=](int64_t i) { out[i] = kmath::gelu_tanh(inp[i]); });
+  elementwise<T>(n, [=](int64_t i) { out[i] = kmath::gelu_tanh<FastMath>(inp[i]); });
 }
 template <typename T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
-  elementwise<T>(n, [=](int64_t i) { dinp[i] += kmath::gelu_tanh_grad(inp[i]) * dout[i]; });
+  elementwise<T>(n,
+                 [=](int64_t i) { dinp[i] += kmath::gelu_tanh_grad<FastMath>(inp[i]) * dout[i]; });
 }
 template <typename T>
 void relu2_forward(T* out, const T* inp, int64_t n) {
@@ -244,8 +246,9 @@ void softmax_forward(T* out, const T* inp, int64_t N, int64_t C) {
     for (int64_t c = 1; c < C; ++c)
       mx = std::max(mx, x[c]);
     T s = T(0);
+#pragma omp simd reduction(+ : s)
     for (int64_t c = 0; c < C; ++c) {
-      o[c] = std::exp(x[c] - mx);
+      o[c] = FastMath::exp(x[c] - mx);
       s += o[c];
     }
     T inv = T(1) / s;
@@ -482,8 +485,9 @@ void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, int64
       for (int64_t j = 1; j <= t; ++j)
         mx = std::max(mx, row[j]);
       T s = T(0);
+#pragma omp simd reduction(+ : s)
       for (int64_t j = 0; j <= t; ++j) {
-        row[j] = std::exp(row[j] - mx);
+        row[j] = FastMath::exp(row[j] - mx);
         s += row[j];
       }
       T inv = T(1) / s;
@@ -547,26 +551,37 @@ void cross_entropy(T* losses, T* dlogits, const T* logits, const int32_t* target
     for (int64_t n = 0; n < N; ++n) {
       const T* x = logits + n * Vp;
       T mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
       for (int64_t j = 0; j < V; ++j) {
-        z[j] = kmath::softcap(x[j], softcap);
+        z[j] = kmath::softcap<FastMath>(x[j], softcap);
         mx = std::max(mx, z[j]);
       }
       int64_t target = targets[n];
       T* g = dlogits ? dlogits + n * Vp : nullptr;
       T s = T(0);
-      for (int64_t j = 0; j < V; ++j) {
-        T e = std::exp(z[j] - mx);
-        s += e;
-        if (g) g[j] = e;
+      if (g) {
+#pragma omp simd reduction(+ : s)
+        for (int64_t j = 0; j < V; ++j) {
+          g[j] = FastMath::exp(z[j] - mx);
+          s += g[j];
+        }
+      } else {
+#pragma omp simd reduction(+ : s)
+        for (int64_t j = 0; j < V; ++j)
+          s += FastMath::exp(z[j] - mx);
       }
       T lse = mx + std::log(s);
       if (losses) losses[n] = lse - z[target];
       if (g) {
         T inv = T(1) / s;
+        T p_target = g[target] * inv;
+#pragma omp simd
         for (int64_t j = 0; j < V; ++j) {
-          g[j] = dloss_scale * (g[j] * inv - (j == target ? T(1) : T(0))) *
-                 kmath::softcap_grad_from_output(z[j], softcap);
+          g[j] = dloss_scale * g[j] * inv * kmath::softcap_grad_from_output(z[j], softcap);
         }
+        // (p - 1) for the target, formed before scaling so no cancellation when p is near 1.
+        g[target] =
+            dloss_scale * (p_target - T(1)) * kmath::softcap_grad_from_output(z[target], softcap);
         for (int64_t j = V; j < Vp; ++j)
           g[j] = T(0);
       }
