@@ -66,7 +66,7 @@ struct Gpt::Routing {
 
 Gpt::Gpt(const ModelConfig& config, core::Backend& backend)
     : config_(config), table_(config), backend_(backend) {
-  params_ = core::Tensor::zeros({table_.total_numel()}, core::DType::F32, backend_.allocator());
+  params_ = core::Tensor::empty({table_.total_numel()}, core::DType::F32, backend_.allocator());
   grads_ = core::Tensor::empty({table_.total_numel()}, core::DType::F32, backend_.allocator());
   backend_.fill_zero(params_.raw_data(), params_.nbytes());
   backend_.fill_zero(grads_.raw_data(), grads_.nbytes());
@@ -528,8 +528,10 @@ void Gpt::run_forward(const int32_t* tokens, const int32_t* targets, int B, int 
   have_grad_state_ = false;
   aux_loss_ = 0.0f;
 
+  notify(LayerEvent::kBeforeForward, -1);
   backend_.embedding_forward(encoded_, tokens_, w(embed_), w(pos_), B, T, D);
   for (int l = 0; l < config_.n_layer; ++l) {
+    notify(LayerEvent::kBeforeForward, l);
     attn_forward(l);
     norm_forward(layers_[l].ln2, layers_[l].ln2_mean, layers_[l].ln2_rstd, layers_[l].res_mid,
                  lp_[l].ln2_w);
@@ -596,6 +598,7 @@ void Gpt::backward() {
   norm_backward(dres_, dln_, layers_.back().res_out, lnf_mean_, lnf_rstd_, lnf_w_);
   for (int l = config_.n_layer - 1; l >= 0; --l) {
     LayerActs& a = layers_[l];
+    notify(LayerEvent::kBeforeBackward, l);
     // dres: d/d res_out. MLP branch into dln, then its norm adds into dres (= d/d res_mid).
     if (config_.moe()) {
       moe_backward(l);
@@ -604,8 +607,10 @@ void Gpt::backward() {
     }
     norm_backward(dres_, dln_, a.res_mid, a.ln2_mean, a.ln2_rstd, lp_[l].ln2_w);
     attn_backward(l);
+    notify(LayerEvent::kAfterBackward, l);
   }
   backend_.embedding_backward(g(embed_), g(pos_), dres_, tokens_, B, T, D);
+  notify(LayerEvent::kAfterBackward, -1);
 }
 
 }  // namespace model

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,14 @@ class Gpt {
   // padding dropped).
   std::vector<float> last_logits(const int32_t* tokens, int B, int T);
 
+  // Layer events for the sharding layer (ZeRO-3 gathers a block's parameters just before use;
+  // gradient reduction starts as soon as a block's gradients are final). `layer` is the block
+  // index, or -1 for the parameters outside the blocks (embeddings, ln_f, head), which are used
+  // from the start of forward until the end of backward.
+  enum class LayerEvent { kBeforeForward, kBeforeBackward, kAfterBackward };
+  using LayerHook = std::function<void(LayerEvent event, int layer)>;
+  void set_layer_hook(LayerHook hook) { hook_ = std::move(hook); }
+
   float ce_loss() const { return ce_loss_; }
   float aux_loss() const { return aux_loss_; }
   // Bytes of the planned activation buffer (0 before the first forward).
@@ -75,6 +84,9 @@ class Gpt {
                      const float* rstd, size_t weight_index);
   void act_forward(float* out, const float* inp, int64_t n);
   void act_backward(float* dinp, const float* inp, const float* dout, int64_t n);
+  void notify(LayerEvent event, int layer) {
+    if (hook_) hook_(event, layer);
+  }
 
   ModelConfig config_;
   ParamTable table_;
@@ -111,6 +123,7 @@ class Gpt {
   float *dxe_raw_ = nullptr, *dye_ = nullptr, *dxe_ = nullptr, *dgate_ = nullptr,
         *dprobs_ = nullptr, *drouter_ = nullptr;
 
+  LayerHook hook_;
   bool have_grad_state_ = false;
   float ce_loss_ = 0.0f;
   float aux_loss_ = 0.0f;

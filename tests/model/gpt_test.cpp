@@ -155,3 +155,23 @@ TEST(Gpt, RefusesBadInputs) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Gpt, LayerHookOrder) {
+  model::Gpt gpt(tiny(model::Arch::Gpt2, 64), core::cpu_backend());
+  gpt.init_weights();
+  std::string log;
+  gpt.set_layer_hook([&](model::Gpt::LayerEvent e, int l) {
+    const char* tag = e == model::Gpt::LayerEvent::kBeforeForward    ? "F"
+                      : e == model::Gpt::LayerEvent::kBeforeBackward ? "B"
+                                                                     : "A";
+    log += tag + std::to_string(l) + " ";
+  });
+  std::vector<int32_t> x(8, 1), y(8, 2);
+  gpt.forward(x.data(), y.data(), 1, 8);
+  gpt.backward();
+  EXPECT_EQ(log, "F-1 F0 F1 B1 A1 B0 A0 A-1 ");
+}
+
+}  // namespace
