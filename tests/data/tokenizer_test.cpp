@@ -52,6 +52,10 @@ TEST(Gpt2Tokenizer, PreTokenisationFollowsTheGpt2Pattern) {
   EXPECT_EQ(tok.split("x2024 café,\t\u00a0y"), (V{"x", "2024", " café", ",", "\t", "\u00a0", "y"}));
   EXPECT_EQ(tok.split("日本語 😀😀"), (V{"日本語", " 😀😀"}));
   EXPECT_EQ(tok.split(""), V{});
+  // Whitespace is JavaScript's \s (the reference): U+FEFF is space, U+0085 is not.
+  EXPECT_EQ(tok.split("a\u0085 b"), (V{"a", "\u0085", " b"}));
+  EXPECT_EQ(tok.split("a \ufeffb"), (V{"a", " ", "\ufeff", "b"}));
+  EXPECT_EQ(tok.split("x\u2028\u2028y"), (V{"x", "\u2028", "\u2028", "y"}));
 }
 
 TEST(Gpt2Tokenizer, RoundTripsAndSpecialToken) {
