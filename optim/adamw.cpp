@@ -20,6 +20,10 @@ AdamWConfig AdamWConfig::from_yaml(HyperReader& r) {
   const std::string mode = r.string("eps_mode", "spec");
   if (mode != "spec" && mode != "torch") r.fail("eps_mode", "must be 'spec' or 'torch'");
   c.torch_eps = mode == "torch";
+  const std::string wd_mode = r.string("weight_decay_mode", "decoupled");
+  if (wd_mode != "decoupled" && wd_mode != "cautious")
+    r.fail("weight_decay_mode", "must be 'decoupled' or 'cautious'");
+  c.cautious_wd = wd_mode == "cautious";
   if (c.lr < 0) r.fail("lr", "must be >= 0");
   if (!(c.beta1 >= 0 && c.beta1 < 1)) r.fail("betas", "beta1 must be in [0, 1)");
   if (!(c.beta2 >= 0 && c.beta2 < 1)) r.fail("betas", "beta2 must be in [0, 1)");
@@ -41,7 +45,9 @@ void AdamW::step(std::span<const ParamShard> params, const StepContext& ctx) {
   const double lr = config_.lr * ctx.lr_scale * config_.lr_mul;
   // Each element is updated in double and stored in float: the stored trajectory is then the
   // float64 one rounded once per step, like the golden files.
-  const double decay = 1.0 - lr * config_.weight_decay * config_.wd_mul;
+  const double wd = config_.weight_decay * config_.wd_mul;
+  const double decay = config_.cautious_wd ? 1.0 : 1.0 - lr * wd;
+  const double cautious = config_.cautious_wd ? lr * lr * wd : 0.0;
   const double b1 = config_.beta1, b2 = config_.beta2, eps = config_.eps;
   const bool torch_eps = config_.torch_eps;
   for (const ParamShard& p : params) {
@@ -64,7 +70,10 @@ void AdamW::step(std::span<const ParamShard> params, const StepContext& ctx) {
       const double vi = b2 * v[i] + (1.0 - b2) * gi * gi;
       m[i] = static_cast<float>(mi);
       v[i] = static_cast<float>(vi);
-      w[i] = static_cast<float>(w[i] * decay - step_size * mi / (std::sqrt(vi) * v_scale + eps));
+      const double wi = w[i];
+      double u = step_size * mi / (std::sqrt(vi) * v_scale + eps);
+      if (u * wi > 0) u += cautious * wi;  // cautious decay only where it agrees with the step
+      w[i] = static_cast<float>(wi * decay - u);
     }
   }
 }

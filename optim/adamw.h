@@ -7,6 +7,8 @@
 //   eps_mode spec  (default): W <- W - lr_p sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps)
 //   eps_mode torch          : W <- W - lr_p (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
 // The two agree when eps is negligible; with eps 1e-8 and gradients near 1e-7 they do not.
+// weight_decay_mode cautious (the current record's Adam) replaces the decoupled decay: with u the
+// Adam step above, u <- u + lr_p^2 wd wd_mul W where u W > 0, then W <- W - u.
 #pragma once
 
 #include <map>
@@ -26,9 +28,11 @@ struct AdamWConfig {
   double weight_decay = 0.0;
   double lr_mul = 1.0;
   double wd_mul = 1.0;
-  bool torch_eps = false;  // eps_mode: spec | torch
+  bool torch_eps = false;    // eps_mode: spec | torch
+  bool cautious_wd = false;  // weight_decay_mode: decoupled | cautious
 
-  // Reads lr, betas, eps, weight_decay, eps_mode, lr_mul, wd_mul (all optional).
+  // Reads lr, betas, eps, weight_decay, weight_decay_mode, eps_mode, lr_mul, wd_mul (all
+  // optional).
   static AdamWConfig from_yaml(HyperReader& reader);
 };
 

@@ -9,8 +9,16 @@
 
 namespace optim {
 
-MuonConfig MuonConfig::from_yaml(HyperReader& r) {
+MuonConfig MuonConfig::normuon_defaults() {
   MuonConfig c;
+  c.normalize = true;
+  c.orthogonalizer = "polar_express";
+  c.cautious_wd = true;
+  return c;
+}
+
+MuonConfig MuonConfig::from_yaml(HyperReader& r, const MuonConfig& defaults) {
+  MuonConfig c = defaults;
   c.lr = r.number("lr", c.lr);
   c.momentum = r.number("momentum", c.momentum);
   c.nesterov = r.boolean("nesterov", c.nesterov);
@@ -23,6 +31,14 @@ MuonConfig MuonConfig::from_yaml(HyperReader& r) {
   c.momentum_warmup_steps = r.integer("momentum_warmup_steps", 0);
   c.momentum_end = r.number("momentum_end", c.momentum_start);
   c.momentum_cooldown_steps = r.integer("momentum_cooldown_steps", 0);
+  c.normalize = r.boolean("normalize", c.normalize);
+  c.beta2 = r.number("beta2", c.beta2);
+  const std::string wd_mode =
+      r.string("weight_decay_mode", c.cautious_wd ? "cautious" : "decoupled");
+  if (wd_mode != "decoupled" && wd_mode != "cautious")
+    r.fail("weight_decay_mode", "must be 'decoupled' or 'cautious'");
+  c.cautious_wd = wd_mode == "cautious";
+  if (!(c.beta2 >= 0 && c.beta2 < 1)) r.fail("beta2", "must be in [0, 1)");
   if (c.lr < 0) r.fail("lr", "must be >= 0");
   for (const char* key : {"momentum", "momentum_start", "momentum_end"}) {
     double mu = key == std::string("momentum")         ? c.momentum
@@ -82,8 +98,9 @@ double MuonConfig::momentum_at(int64_t step, int64_t total_steps) const {
   return mu;
 }
 
-Muon::Muon(const MuonConfig& config)
+Muon::Muon(const MuonConfig& config, const char* kind)
     : config_(config),
+      kind_(kind),
       schedule_(schedule_by_name(config.orthogonalizer, config.ns_steps, "muon")) {}
 
 MatrixView Muon::view_of(const std::string& name, const core::Shape& shape) const {
@@ -124,7 +141,8 @@ void Muon::check_param(const std::string& name, const core::Shape& shape) const 
 void Muon::step(std::span<const ParamShard> params, const StepContext& ctx) {
   core::Backend& backend = backend_of(ctx);
   const double lr = config_.lr * ctx.lr_scale;
-  const float decay = static_cast<float>(1.0 - lr * config_.weight_decay * config_.wd_mul);
+  const double wd = lr * config_.weight_decay * config_.wd_mul;
+  const float decay = static_cast<float>(config_.cautious_wd ? 1.0 : 1.0 - wd);
   const double mu_d = config_.momentum_at(ctx.step, ctx.total_steps);
   const float mu = static_cast<float>(mu_d);
   const float one_minus_mu = static_cast<float>(1.0 - mu_d);
@@ -153,7 +171,60 @@ void Muon::step(std::span<const ParamShard> params, const StepContext& ctx) {
     backend.newton_schulz(u, view.rows, view.cols, schedule_, view.count);
     const double shape_scale =
         std::sqrt(std::max(1.0, static_cast<double>(view.rows) / static_cast<double>(view.cols)));
-    backend.axpby(w, static_cast<float>(-lr * config_.lr_mul * shape_scale), u, 1.0f, n);
+    const double lr_eff = lr * config_.lr_mul * shape_scale;
+    if (!config_.normalize && !config_.cautious_wd) {
+      backend.axpby(w, static_cast<float>(-lr_eff), u, 1.0f, n);
+      continue;
+    }
+    ENGINE_CHECK(
+        backend.device().is_cpu(),
+        std::string(kind_) + ": normalisation and cautious decay run on host tensors only");
+    if (config_.normalize) {
+      const int64_t per_matrix = view.rows >= view.cols ? view.rows : view.cols;
+      core::Tensor like = core::Tensor::empty({view.count * per_matrix});
+      normalize(u, state_tensor(slots_, p.name, "second_moment", like, backend).data<float>(),
+                view);
+    }
+    const double wd_eff = config_.cautious_wd ? wd : 0.0;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      const double wi = w[i], ui = u[i];
+      const double mask = ui * wi >= 0 ? 1.0 : 0.0;
+      w[i] = static_cast<float>(wi - lr_eff * (wd_eff * mask * wi + ui));
+    }
+  }
+}
+
+void Muon::normalize(float* u, float* s, const MatrixView& view) const {
+  const int64_t r = view.rows, c = view.cols;
+  const bool per_row = r >= c;
+  const int64_t stats = per_row ? r : c;
+  const double b2 = config_.beta2;
+  std::vector<double> q(static_cast<size_t>(stats));
+  for (int64_t k = 0; k < view.count; ++k) {
+    float* v = u + k * r * c;
+    float* sk = s + k * stats;
+    std::fill(q.begin(), q.end(), 0.0);
+    double norm2 = 0;
+    for (int64_t i = 0; i < r; ++i)
+      for (int64_t j = 0; j < c; ++j) {
+        const double x = v[i * c + j];
+        q[per_row ? i : j] += x * x;
+        norm2 += x * x;
+      }
+    const double count = static_cast<double>(per_row ? c : r);
+    std::vector<double> scale(static_cast<size_t>(stats));
+    double scaled2 = 0;
+    for (int64_t a = 0; a < stats; ++a) {
+      const double sa = b2 * sk[a] + (1.0 - b2) * (q[a] / count);
+      sk[a] = static_cast<float>(sa);
+      scale[a] = 1.0 / std::sqrt(std::max(sa, 1e-10));
+      scaled2 += q[a] * scale[a] * scale[a];  // ||V * s||^2 summed per row or column
+    }
+    const double keep_norm = std::sqrt(norm2) / std::max(std::sqrt(scaled2), 1e-10);
+    for (int64_t i = 0; i < r; ++i)
+      for (int64_t j = 0; j < c; ++j)
+        v[i * c + j] = static_cast<float>(v[i * c + j] * scale[per_row ? i : j] * keep_norm);
   }
 }
 
@@ -165,7 +236,8 @@ void Muon::save_state(OptimizerState& out) const {
 void Muon::load_state(const OptimizerState& in) {
   slots_.clear();
   for (const auto& [key, t] : in.tensors) {
-    ENGINE_CHECK(key.ends_with("/momentum_buffer"), "muon: unknown state tensor '" + key + "'");
+    ENGINE_CHECK(key.ends_with("/momentum_buffer") || key.ends_with("/second_moment"),
+                 std::string(kind_) + ": unknown state tensor '" + key + "'");
     slots_[key] = t.clone();
   }
   ENGINE_CHECK(in.counters.empty(),

@@ -7,6 +7,13 @@
 //   U <- (1 - mu) G + mu B   (nesterov)   or   U <- B
 //   O <- orthogonalise(U) per matrix                     NS5 (default) or Polar Express, float32
 //   W <- W - lr lr_scale lr_mul sqrt(max(1, r / c)) O
+// NorMuon (registry name "normuon": normalize, Polar Express and cautious decay by default) adds,
+// after orthogonalising each [r, c] matrix V, a second-moment normalisation with state S (one
+// value per row if r >= c, per column otherwise):
+//   q = mean of V^2 along the other axis;  S <- beta2 S + (1 - beta2) q;  s = 1/sqrt(max(S, 1e-10))
+//   V <- (V * s) ||V||_F / max(||V * s||_F, 1e-10)
+// weight_decay_mode cautious replaces the decoupled decay: with lr_e = lr lr_scale lr_mul
+// sqrt(max(1, r/c)) and wd_e = lr lr_scale wd wd_mul, W <- W - lr_e (wd_e [V W >= 0] W + V).
 // mu follows an optional schedule: linear from momentum_start to momentum over the first
 // momentum_warmup_steps, then back towards momentum_end over the last momentum_cooldown_steps.
 #pragma once
@@ -49,19 +56,28 @@ struct MuonConfig {
   int64_t momentum_warmup_steps = 0;
   double momentum_end = 0.95;  // defaults to momentum_start
   int64_t momentum_cooldown_steps = 0;
+  bool normalize = false;    // NorMuon second-moment normalisation
+  double beta2 = 0.9;        // its EMA coefficient
+  bool cautious_wd = false;  // weight_decay_mode: decoupled | cautious
   // Default: the merged QKV weight [3D, D] is three [D, D] matrices (modded-nanogpt's layout).
   std::vector<MatrixViewRule> matrix_views = {{"*.attn.qkv.weight", 3, {}}};
 
-  static MuonConfig from_yaml(HyperReader& reader);
+  // Reads lr, momentum, nesterov, ns_steps, orthogonalizer, weight_decay, weight_decay_mode,
+  // lr_mul, wd_mul, momentum_start, momentum_warmup_steps, momentum_end,
+  // momentum_cooldown_steps, normalize, beta2, matrix_views (all optional; absent keys keep the
+  // values of `defaults`).
+  static MuonConfig from_yaml(HyperReader& reader, const MuonConfig& defaults);
+  // NorMuon's defaults (record #89): normalize, Polar Express, cautious decay.
+  static MuonConfig normuon_defaults();
   // The momentum coefficient at 1-based `step` of a run of `total_steps` (0: unknown).
   double momentum_at(int64_t step, int64_t total_steps) const;
 };
 
 class Muon final : public Optimizer {
  public:
-  explicit Muon(const MuonConfig& config);
+  explicit Muon(const MuonConfig& config, const char* kind = "muon");
 
-  const char* kind() const override { return "muon"; }
+  const char* kind() const override { return kind_; }
   comm::Placement placement() const override { return comm::Placement::owned(); }
   void check_param(const std::string& name, const core::Shape& shape) const override;
   void step(std::span<const ParamShard> params, const StepContext& ctx) override;
@@ -74,9 +90,14 @@ class Muon final : public Optimizer {
   MatrixView view_of(const std::string& name, const core::Shape& shape) const;
 
  private:
+  // NorMuon: normalises the orthogonalised u [count, rows, cols] in place with state s.
+  void normalize(float* u, float* s, const MatrixView& view) const;
+
   MuonConfig config_;
+  const char* kind_;
   core::NewtonSchulzSchedule schedule_;
-  std::map<std::string, core::Tensor> slots_;  // "<param>/momentum_buffer"
+  // "<param>/momentum_buffer" and, for NorMuon, "<param>/second_moment"
+  std::map<std::string, core::Tensor> slots_;
 };
 
 }  // namespace optim

@@ -13,7 +13,11 @@ Registry& Registry::global() {
       return std::make_unique<AdamW>(AdamWConfig::from_yaml(h));
     });
     r->add("muon", [](HyperReader& h) -> std::unique_ptr<Optimizer> {
-      return std::make_unique<Muon>(MuonConfig::from_yaml(h));
+      return std::make_unique<Muon>(MuonConfig::from_yaml(h, MuonConfig{}));
+    });
+    r->add("normuon", [](HyperReader& h) -> std::unique_ptr<Optimizer> {
+      return std::make_unique<Muon>(MuonConfig::from_yaml(h, MuonConfig::normuon_defaults()),
+                                    "normuon");
     });
     return r;
   }();

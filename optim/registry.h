@@ -18,7 +18,7 @@ using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(HyperReader&)>
 
 class Registry {
  public:
-  // The process-wide registry holding the built-in optimizers (adamw, muon).
+  // The process-wide registry holding the built-in optimizers (adamw, muon, normuon).
   static Registry& global();
 
   void add(const std::string& name, OptimizerFactory factory);

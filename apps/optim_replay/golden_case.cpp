@@ -13,7 +13,8 @@ namespace {
 
 // The reference's hyperparameter names and ours. Keys not listed here are handled below:
 // param_overrides (one group per overridden parameter, ahead of the catch-all group),
-// ns_coefficients / ns_eps (must equal our NS5 constants), *_rule (documentation only).
+// ns_coefficients / ns_eps (must equal our NS5 constants), pe_coefficients / pe_eps / pe_safety
+// (must equal our Polar Express constants), *_rule (documentation only).
 struct HyperName {
   const char* reference;
   const char* ours;
@@ -29,10 +30,22 @@ constexpr HyperName kHyperparameterMap[] = {
     {"lr_mul", "lr_mul"},
     {"wd_mul", "wd_mul"},
     {"matrix_views", "matrix_views"},
+    {"beta2", "beta2"},
 };
 
-// Reference optimizer name -> registry name, or -> orthogonaliser for one-shot files.
-constexpr HyperName kOptimizerMap[] = {{"adamw", "adamw"}, {"muon", "muon"}};
+// Reference optimizer name -> registry name (+ a setting the reference implies), or ->
+// orthogonaliser for one-shot files.
+struct OptimizerName {
+  const char* reference;
+  const char* ours;
+  const char* implied;  // "key: value" added to every group, or ""
+};
+constexpr OptimizerName kOptimizerMap[] = {
+    {"adamw", "adamw", ""},
+    {"muon", "muon", ""},
+    {"normuon", "normuon", ""},
+    {"adam_cwd", "adamw", "weight_decay_mode: cautious"},
+};
 constexpr HyperName kOrthogonalizerMap[] = {{"newton_schulz5", "ns5"},
                                             {"polar_express", "polar_express"}};
 
@@ -117,9 +130,13 @@ GoldenCase load_golden(const std::string& path, const std::string& optimizer,
   }
 
   std::string registry_name = optimizer;
+  std::string implied;
   if (registry_name.empty()) {
-    for (const HyperName& o : kOptimizerMap)
-      if (g.reference_optimizer == o.reference) registry_name = o.ours;
+    for (const OptimizerName& o : kOptimizerMap)
+      if (g.reference_optimizer == o.reference) {
+        registry_name = o.ours;
+        implied = o.implied;
+      }
     ENGINE_CHECK(!registry_name.empty(), path + ": no mapping for reference optimizer '" +
                                              g.reference_optimizer + "' (pass --optimizer NAME)");
   }
@@ -136,14 +153,27 @@ GoldenCase load_golden(const std::string& path, const std::string& optimizer,
     } else if (key == "ns_eps") {
       ENGINE_CHECK(close(optim::ns5_schedule().norm_eps, kv.second.as<double>()),
                    path + ": ns_eps differs from ours");
+    } else if (key == "pe_coefficients") {
+      check_same_triples(path, kv.second, optim::polar_express_schedule());
+    } else if (key == "pe_eps") {
+      ENGINE_CHECK(close(optim::polar_express_schedule().norm_eps, kv.second.as<double>()),
+                   path + ": pe_eps differs from ours");
+    } else if (key == "pe_safety") {
+      ENGINE_CHECK(close(optim::polar_express_schedule().norm_scale, 1.0 + kv.second.as<double>()),
+                   path + ": pe_safety differs from ours");
     } else if (const char* ours = our_name(key)) {
       base[ours] = kv.second;
     } else {
       ENGINE_FAIL(path + ": no mapping for reference hyperparameter '" + key + "'");
     }
   }
+  if (!implied.empty()) {
+    const YAML::Node kv = YAML::Load(implied);
+    for (const auto& e : kv)
+      base[e.first.as<std::string>()] = e.second;
+  }
   // The file's matrix views are the whole truth for it: no default views.
-  if (registry_name == "muon" && !base["matrix_views"])
+  if ((registry_name == "muon" || registry_name == "normuon") && !base["matrix_views"])
     base["matrix_views"] = YAML::Node(YAML::NodeType::Map);
 
   g.groups = YAML::Node(YAML::NodeType::Sequence);

@@ -117,7 +117,8 @@ TEST(OptimizerSet, MistypedHyperparametersAreErrors) {
       {"- {params: ['blocks.*.attn.*'], optimizer: muon, ns_steps: 2.5}\n"
        "- {params: ['*'], optimizer: adamw}",
        "'ns_steps' must be an integer"},
-      {"- {params: ['*'], optimizer: lion}", "unknown optimizer 'lion' (known: adamw, muon)"},
+      {"- {params: ['*'], optimizer: lion}",
+       "unknown optimizer 'lion' (known: adamw, muon, normuon)"},
       {"- {params: ['*'], lr: 1}", "missing 'optimizer'"},
       {"- {optimizer: adamw}", "missing 'params'"},
       {"- {params: ['*'], optimizer: muon}",

@@ -67,6 +67,10 @@ TEST(OptimizerState, MuonResumeIsBitExact) {
   check_resume("/muon/split_qkv_multipliers.safetensors", 2);
 }
 
+TEST(OptimizerState, NorMuonResumeIsBitExact) {
+  check_resume("/normuon/split_qkv_multipliers.safetensors", 3);
+}
+
 TEST(OptimizerState, ReplayWithinToleranceAtThisWorldSize) {
   for (const char* file : {"/adamw/distadam_basic.safetensors", "/muon/tall_wide.safetensors"}) {
     const replay::GoldenCase golden = replay::load_golden(std::string(ENGINE_GOLDEN_DIR) + file);

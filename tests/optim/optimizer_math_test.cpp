@@ -35,7 +35,7 @@ optim::AdamWConfig adam_config(const std::string& yaml) {
 
 optim::MuonConfig muon_config(const std::string& yaml) {
   optim::HyperReader r(YAML::Load(yaml), "test");
-  optim::MuonConfig c = optim::MuonConfig::from_yaml(r);
+  optim::MuonConfig c = optim::MuonConfig::from_yaml(r, optim::MuonConfig{});
   r.finish();
   return c;
 }
