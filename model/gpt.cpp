@@ -235,11 +235,14 @@ void Gpt::plan(int B, int T) {
     }
   };
   layout();
-  acts_ = core::Tensor();  // free the previous plan before allocating the new one
-  acts_ = core::Tensor::empty({used}, core::DType::F32, backend_.allocator());
+  // A smaller shape (sampling with a growing prefix, a short last batch) reuses the buffer.
+  if (!acts_.defined() || acts_.numel() < used) {
+    acts_ = core::Tensor();  // free the previous plan before allocating the new one
+    acts_ = core::Tensor::empty({used}, core::DType::F32, backend_.allocator());
+    backend_.fill_zero(acts_.raw_data(), acts_.nbytes());
+  }
   base = acts_.data<float>();
   layout();
-  backend_.fill_zero(acts_.raw_data(), acts_.nbytes());
   routing_.assign(config_.moe() ? config_.n_layer : 0, Routing{});
   host_losses_.assign(N, 0.0f);
   B_ = B;

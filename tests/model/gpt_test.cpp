@@ -175,3 +175,21 @@ TEST(Gpt, LayerHookOrder) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Gpt, SmallerShapeReusesThePlan) {
+  auto c = tiny(model::Arch::Modern, 64, 2);
+  model::Gpt a(c, core::cpu_backend()), b(c, core::cpu_backend());
+  a.init_weights();
+  b.init_weights();
+  auto x = random_tokens(16, 64, 11), y = random_tokens(16, 64, 12);
+  a.forward(x.data(), y.data(), 2, 8);
+  const size_t live = core::cpu_allocator().live_bytes();
+  const float small = a.eval_loss(x.data(), y.data(), 1, 5);
+  EXPECT_EQ(core::cpu_allocator().live_bytes(), live);
+  EXPECT_EQ(small, b.eval_loss(x.data(), y.data(), 1, 5));
+  EXPECT_EQ(a.last_logits(x.data(), 3, 2), b.last_logits(x.data(), 3, 2));
+}
+
+}  // namespace
