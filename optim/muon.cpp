@@ -40,12 +40,12 @@ MuonConfig MuonConfig::from_yaml(HyperReader& r, const MuonConfig& defaults) {
   c.cautious_wd = wd_mode == "cautious";
   if (!(c.beta2 >= 0 && c.beta2 < 1)) r.fail("beta2", "must be in [0, 1)");
   if (c.lr < 0) r.fail("lr", "must be >= 0");
-  for (const char* key : {"momentum", "momentum_start", "momentum_end"}) {
-    double mu = key == std::string("momentum")         ? c.momentum
-                : key == std::string("momentum_start") ? c.momentum_start
-                                                       : c.momentum_end;
+  auto check_momentum = [&](const char* key, double mu) {
     if (!(mu >= 0 && mu < 1)) r.fail(key, "must be in [0, 1)");
-  }
+  };
+  check_momentum("momentum", c.momentum);
+  check_momentum("momentum_start", c.momentum_start);
+  check_momentum("momentum_end", c.momentum_end);
   if (c.ns_steps < 1) r.fail("ns_steps", "must be >= 1");
   if (c.momentum_warmup_steps < 0) r.fail("momentum_warmup_steps", "must be >= 0");
   if (c.momentum_cooldown_steps < 0) r.fail("momentum_cooldown_steps", "must be >= 0");
@@ -101,10 +101,10 @@ double MuonConfig::momentum_at(int64_t step, int64_t total_steps) const {
 Muon::Muon(const MuonConfig& config, const char* kind)
     : config_(config),
       kind_(kind),
-      schedule_(schedule_by_name(config.orthogonalizer, config.ns_steps, "muon")) {}
+      schedule_(schedule_by_name(config.orthogonalizer, config.ns_steps, kind)) {}
 
 MatrixView Muon::view_of(const std::string& name, const core::Shape& shape) const {
-  ENGINE_CHECK(shape.size() >= 2, "muon: parameter '" + name + "' of shape " +
+  ENGINE_CHECK(shape.size() >= 2, std::string(kind_) + ": parameter '" + name + "' of shape " +
                                       core::shape_str(shape) +
                                       " is not a matrix; give it to an elementwise optimizer");
   const int64_t numel = core::shape_numel(shape);
@@ -114,17 +114,18 @@ MatrixView Muon::view_of(const std::string& name, const core::Shape& shape) cons
     if (!rule.shape.empty()) {
       v = {rule.shape[0], rule.shape[1], rule.shape[2]};
     } else {
-      ENGINE_CHECK(shape[0] % rule.blocks == 0,
-                   "muon: matrix_views splits '" + name + "' " + core::shape_str(shape) + " into " +
-                       std::to_string(rule.blocks) + " row blocks but its rows do not divide");
+      ENGINE_CHECK(shape[0] % rule.blocks == 0, std::string(kind_) + ": matrix_views splits '" +
+                                                    name + "' " + core::shape_str(shape) +
+                                                    " into " + std::to_string(rule.blocks) +
+                                                    " row blocks but its rows do not divide");
       v.count = rule.blocks;
       v.rows = shape[0] / rule.blocks;
       v.cols = shape[0] == 0 ? 0 : numel / shape[0];
     }
     ENGINE_CHECK(v.count * v.rows * v.cols == numel,
-                 "muon: matrix view [" + std::to_string(v.count) + ", " + std::to_string(v.rows) +
-                     ", " + std::to_string(v.cols) + "] does not fit '" + name + "' " +
-                     core::shape_str(shape));
+                 std::string(kind_) + ": matrix view [" + std::to_string(v.count) + ", " +
+                     std::to_string(v.rows) + ", " + std::to_string(v.cols) + "] does not fit '" +
+                     name + "' " + core::shape_str(shape));
     return v;
   }
   MatrixView v;
@@ -147,9 +148,10 @@ void Muon::step(std::span<const ParamShard> params, const StepContext& ctx) {
   const float mu = static_cast<float>(mu_d);
   const float one_minus_mu = static_cast<float>(1.0 - mu_d);
   for (const ParamShard& p : params) {
-    check_shard(p, "muon");
+    check_shard(p, kind_);
     ENGINE_CHECK(p.row_begin == 0 && p.value.shape() == p.full_shape,
-                 "muon: '" + p.name + "' must be stepped whole (Owned placement), got rows from " +
+                 std::string(kind_) + ": '" + p.name +
+                     "' must be stepped whole (Owned placement), got rows from " +
                      std::to_string(p.row_begin) + " of " + p.value.str());
     const MatrixView view = view_of(p.name, p.full_shape);
     const int64_t n = p.value.numel();
@@ -241,7 +243,7 @@ void Muon::load_state(const OptimizerState& in) {
     slots_[key] = t.clone();
   }
   ENGINE_CHECK(in.counters.empty(),
-               "muon: unexpected state counter '" +
+               std::string(kind_) + ": unexpected state counter '" +
                    (in.counters.empty() ? std::string() : in.counters.begin()->first) + "'");
 }
 
