@@ -1,4 +1,15 @@
 // Registry: optimizer name -> factory building it from a strict YAML map of hyperparameters.
+//
+// Built-in optimizers and their keys (defaults in parentheses); every group also has `params`
+// and `optimizer`, and any other key is an error naming it and its line.
+//   adamw    lr (0.008), betas ([0.8, 0.95]), eps (1e-10), weight_decay (0), lr_mul (1),
+//            wd_mul (1), eps_mode (spec | torch), weight_decay_mode (decoupled | cautious)
+//   muon     lr (0.05), momentum (0.95), nesterov (true), ns_steps (5), orthogonalizer
+//            (ns5 | polar_express), weight_decay (0), weight_decay_mode (decoupled | cautious),
+//            lr_mul (1), wd_mul (1), momentum_start (= momentum), momentum_warmup_steps (0),
+//            momentum_end (= momentum_start), momentum_cooldown_steps (0), normalize (false),
+//            beta2 (0.9), matrix_views ({"*.attn.qkv.weight": 3}; a map glob -> k | [k, r, c])
+//   normuon  muon's keys with normalize true, orthogonalizer polar_express, cautious decay
 #pragma once
 
 #include <functional>
