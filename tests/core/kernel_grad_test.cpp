@@ -2,6 +2,7 @@
 // templated kernels the float backend runs, on odd and on round sizes. Each backward is called
 // on a prefilled gradient buffer, so the tests also check that it accumulates.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstdint>
@@ -27,7 +28,20 @@ struct Sizes {
   int64_t hd() const { return D / H; }
 };
 
-class KernelGrad : public ::testing::TestWithParam<Sizes> {};
+// One thread: the finite differences call each forward thousands of times on tiny sizes, where
+// a parallel region per call only costs time (the threaded paths are checked at larger sizes in
+// cpu_backend_test.cpp).
+class KernelGrad : public ::testing::TestWithParam<Sizes> {
+ protected:
+  void SetUp() override {
+    saved_threads_ = omp_get_max_threads();
+    omp_set_num_threads(1);
+  }
+  void TearDown() override { omp_set_num_threads(saved_threads_); }
+
+ private:
+  int saved_threads_ = 1;
+};
 
 INSTANTIATE_TEST_SUITE_P(Sizes, KernelGrad,
                          ::testing::Values(Sizes{2, 7, 12, 3, 11, 16}, Sizes{2, 8, 32, 4, 64, 128}),

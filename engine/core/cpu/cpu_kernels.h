@@ -238,6 +238,7 @@ void rmsnorm_backward(T* dinp, const T* dout, const T* inp, const T* rstd, int64
 
 template <typename T>
 void softmax_forward(T* out, const T* inp, int64_t N, int64_t C) {
+  if (C == 0) return;
 #pragma omp parallel for schedule(static) if (N * C > kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
     const T* x = inp + n * C;
