@@ -58,8 +58,8 @@ void* CudaAllocator::allocate(size_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = free_blocks_.find(size);
   if (it != free_blocks_.end() && !it->second.empty()) {
-    // Safe without waiting: all work of this backend runs on one stream, so any kernel that
-    // used the block before it was freed is ordered before any kernel that uses it next.
+    // Safe without waiting: the backend's work runs on the legacy default stream, ordered after
+    // any earlier work on it or on a blocking stream that used the block (see the header).
     void* ptr = it->second.back();
     it->second.pop_back();
     cached_bytes_ -= size;

@@ -3,8 +3,9 @@
 // synchronises the device) after the first step.
 //
 // A freed block is handed out again without waiting for the device. That is safe for work on the
-// owning backend's stream (stream order); code that uses a block on another stream (e.g. NCCL)
-// must make the backend's stream wait for that work before freeing the block.
+// owning backend's stream (the legacy default stream) and on blocking streams, which it is
+// implicitly ordered against (e.g. NCCL's); work on a non-blocking stream that uses a block must
+// be waited for before the block is freed.
 #pragma once
 
 #include <cstddef>

@@ -1,6 +1,11 @@
 // CUDA backend for one device: cuBLAS GEMM, cuSOLVER linear algebra and hand-written kernels for
-// the fused ops (elementwise and row math from engine/core/kernel_math.h). All work is issued on
-// one stream owned by the backend; cuBLAS and cuSOLVER handles are bound to it.
+// the fused ops (elementwise and row math from engine/core/kernel_math.h).
+//
+// All work is issued on the legacy default stream (cudaStreamLegacy), and the cuBLAS and
+// cuSOLVER handles are bound to it. The legacy stream is implicitly ordered against every
+// blocking stream, such as the NCCL communicator's (comm/nccl_communicator.h), so kernels and
+// collectives see each other's results without explicit events; the price is that a kernel waits
+// for collectives issued before it (no compute/communication overlap on the GPU yet).
 //
 // Tensors allocated from allocator() must be freed before the backend is destroyed.
 //
@@ -128,7 +133,7 @@ class CudaBackend final : public Backend {
   int device_index_;
   std::string name_;
   CudaAllocator allocator_;
-  CUstream_st* stream_ = nullptr;
+  CUstream_st* stream_ = nullptr;  // cudaStreamLegacy once constructed
   cublasContext* cublas_ = nullptr;
   cusolverDnContext* cusolver_ = nullptr;
   int* status_ = nullptr;             // device: {code, detail} raised by kernels (cuda_launch.cuh)

@@ -44,7 +44,7 @@ inline int to_int(int64_t value, const char* what, const char* op) {
 #define ENGINE_CUDA_LAUNCHED() ENGINE_CUDA_CALL(cudaGetLastError())
 
 // Scratch memory from the backend's caching allocator, returned to the cache on scope exit.
-// Reuse is safe while kernels still run: all of the backend's work is on one stream.
+// Reuse is safe while kernels still run: all of the backend's work is in one stream's order.
 template <typename T>
 class DeviceBuffer {
  public:
