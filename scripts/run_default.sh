@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# run_default.sh: the default run from a fresh checkout, end to end.
+#   1. installs the system packages (scripts/setup.sh);
+#   2. configures and builds (BUILD_DIR, default build);
+#   3. prepares the Brown corpus shards (scripts/prepare_data.sh; idempotent);
+#   4. trains configs/cpu_small.yaml on 2 MPI ranks (1 OpenMP thread each; NP and
+#      OMP_NUM_THREADS override), extra arguments go to the engine (e.g. --set train.steps=50);
+#   5. plots the loss curve to runs/cpu_small/loss.png.
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+build="${BUILD_DIR:-build}"
+np="${NP:-2}"
+
+bash scripts/setup.sh
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release
+cmake --build "$build" --parallel "$(nproc)" --target engine tokenize
+bash scripts/prepare_data.sh "$build"
+
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+mpirun --oversubscribe -np "$np" "$build/apps/engine/engine" --config configs/cpu_small.yaml "$@"
+
+/usr/bin/python3 scripts/plot_loss.py runs/cpu_small/loss.png runs/cpu_small/metrics.jsonl:cpu_small \
+  --title "cpu_small on Brown, $np ranks"
