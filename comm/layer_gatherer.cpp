@@ -33,7 +33,7 @@ std::unique_ptr<Work> LayerGatherer::gather_async(int layer) {
                                         " is already gathered on rank " +
                                         std::to_string(plan_.rank()));
   auto group = std::make_unique<WorkGroup>();
-  std::map<size_t, core::Tensor>& fulls = gathered_[layer];
+  std::map<size_t, core::Tensor> fulls;
   for (size_t i : plan_.layer_params(layer)) {
     if (plan_.placement(i).is_replicate()) {
       ENGINE_CHECK(local_[i].defined(), "LayerGatherer: no local tensor set for " +
@@ -46,6 +46,7 @@ std::unique_ptr<Work> LayerGatherer::gather_async(int layer) {
     group->add(all_gather_param_async(comm_, plan_, i, local_[i], full));
     fulls[i] = std::move(full);
   }
+  gathered_[layer] = std::move(fulls);  // only once every gather has started
   return group;
 }
 
