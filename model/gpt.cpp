@@ -249,21 +249,21 @@ void Gpt::plan(int B, int T) {
   T_ = T;
 }
 
-void Gpt::norm_forward(float* out, float* mean, float* rstd, const float* inp, size_t weight) {
+void Gpt::norm_forward(float* out, float* mean, float* rstd, const float* inp, size_t weight,
+                       size_t bias) {
   const int64_t N = int64_t(B_) * T_, D = config_.d_model;
   if (config_.arch == Arch::Gpt2) {
-    backend_.layernorm_forward(out, mean, rstd, inp, w(weight), w(weight + 1), N, D, kLayerNormEps);
+    backend_.layernorm_forward(out, mean, rstd, inp, w(weight), w(bias), N, D, kLayerNormEps);
   } else {
     backend_.rmsnorm_forward(out, rstd, inp, N, D, kRmsNormEps);
   }
 }
 
 void Gpt::norm_backward(float* dinp, const float* dout, const float* inp, const float* mean,
-                        const float* rstd, size_t weight) {
+                        const float* rstd, size_t weight, size_t bias) {
   const int64_t N = int64_t(B_) * T_, D = config_.d_model;
   if (config_.arch == Arch::Gpt2) {
-    backend_.layernorm_backward(dinp, g(weight), g(weight + 1), dout, inp, w(weight), mean, rstd, N,
-                                D);
+    backend_.layernorm_backward(dinp, g(weight), g(bias), dout, inp, w(weight), mean, rstd, N, D);
   } else {
     backend_.rmsnorm_backward(dinp, dout, inp, rstd, N, D);
   }
@@ -291,7 +291,7 @@ void Gpt::attn_forward(int l) {
   LayerActs& a = layers_[l];
   const LayerParams& p = lp_[l];
   const float* res_in = l == 0 ? encoded_ : layers_[l - 1].res_out;
-  norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res_in, p.ln1_w);
+  norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res_in, p.ln1_w, p.ln1_b);
   linear(backend_, a.qkv, a.ln1, w(p.qkv_w), N, D, 3 * D);
   if (p.qkv_b != kNone) backend_.add_bias(a.qkv, w(p.qkv_b), N, 3 * D);
   backend_.split_heads(a.q, a.k, a.v, a.qkv, B, T, H, hd);
@@ -347,7 +347,7 @@ void Gpt::attn_backward(int l) {
   backend_.split_heads_backward(dqkv_, dq_, dk_, dv_, B, T, H, hd);
   if (p.qkv_b != kNone) backend_.bias_backward(g(p.qkv_b), dqkv_, N, 3 * D);
   linear_backward(backend_, dln_, g(p.qkv_w), dqkv_, a.ln1, w(p.qkv_w), N, D, 3 * D, 0.0f);
-  norm_backward(dres_, dln_, res_in, a.ln1_mean, a.ln1_rstd, p.ln1_w);
+  norm_backward(dres_, dln_, res_in, a.ln1_mean, a.ln1_rstd, p.ln1_w, p.ln1_b);
 }
 
 void Gpt::mlp_forward(int l) {
@@ -537,14 +537,14 @@ void Gpt::run_forward(const int32_t* tokens, const int32_t* targets, int B, int 
     notify(LayerEvent::kBeforeForward, l);
     attn_forward(l);
     norm_forward(layers_[l].ln2, layers_[l].ln2_mean, layers_[l].ln2_rstd, layers_[l].res_mid,
-                 lp_[l].ln2_w);
+                 lp_[l].ln2_w, lp_[l].ln2_b);
     if (config_.moe()) {
       moe_forward(l);
     } else {
       mlp_forward(l);
     }
   }
-  norm_forward(lnf_, lnf_mean_, lnf_rstd_, layers_.back().res_out, lnf_w_);
+  norm_forward(lnf_, lnf_mean_, lnf_rstd_, layers_.back().res_out, lnf_w_, lnf_b_);
   if (!targets) return;
   linear(backend_, logits_, lnf_, w(head_), N, D, Vp);
   // With want_grad the fused loss also overwrites the logits with d loss / d logits.
@@ -598,7 +598,7 @@ void Gpt::backward() {
   // logits_ holds d loss / d logits (zero in the padded columns, so padded head rows get none).
   backend_.fill_zero(dres_, N * D * sizeof(float));
   linear_backward(backend_, dln_, g(head_), logits_, lnf_, w(head_), N, D, Vp, 0.0f);
-  norm_backward(dres_, dln_, layers_.back().res_out, lnf_mean_, lnf_rstd_, lnf_w_);
+  norm_backward(dres_, dln_, layers_.back().res_out, lnf_mean_, lnf_rstd_, lnf_w_, lnf_b_);
   for (int l = config_.n_layer - 1; l >= 0; --l) {
     LayerActs& a = layers_[l];
     notify(LayerEvent::kBeforeBackward, l);
@@ -608,7 +608,7 @@ void Gpt::backward() {
     } else {
       mlp_backward(l);
     }
-    norm_backward(dres_, dln_, a.res_mid, a.ln2_mean, a.ln2_rstd, lp_[l].ln2_w);
+    norm_backward(dres_, dln_, a.res_mid, a.ln2_mean, a.ln2_rstd, lp_[l].ln2_w, lp_[l].ln2_b);
     attn_backward(l);
     notify(LayerEvent::kAfterBackward, l);
   }

@@ -79,9 +79,11 @@ class Gpt {
   void moe_backward(int l);
   void attn_forward(int l);
   void attn_backward(int l);
-  void norm_forward(float* out, float* mean, float* rstd, const float* inp, size_t weight_index);
+  // LayerNorm (gpt2, with weight and bias parameters) or RMSNorm (modern, none) over [N, D].
+  void norm_forward(float* out, float* mean, float* rstd, const float* inp, size_t weight,
+                    size_t bias);
   void norm_backward(float* dinp, const float* dout, const float* inp, const float* mean,
-                     const float* rstd, size_t weight_index);
+                     const float* rstd, size_t weight, size_t bias);
   void act_forward(float* out, const float* inp, int64_t n);
   void act_backward(float* dinp, const float* inp, const float* dout, int64_t n);
   void notify(LayerEvent event, int layer) {
