@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/mesh.h"
 #include "engine/core/check.h"
 #include "test_data.h"
 
@@ -339,4 +340,27 @@ TEST(Collectives, DISABLED_FailsOnLastRankOnly) {
   Communicator& c = world();
   c.barrier();
   EXPECT_NE(c.rank(), c.size() - 1) << "deliberate failure on the last rank";
+}
+
+TEST(Collectives, Mesh2DGroupsComposeToTheWorldReduction) {
+  Communicator& c = world();
+  for (int shard_size = 1; shard_size <= c.size(); ++shard_size) {
+    if (c.size() % shard_size != 0) {
+      EXPECT_THROW(comm::make_mesh(c, shard_size), core::Error);
+      continue;
+    }
+    comm::Mesh2D mesh = comm::make_mesh(c, shard_size);
+    ASSERT_EQ(mesh.shard->size(), shard_size);
+    ASSERT_EQ(mesh.replicate->size(), c.size() / shard_size);
+    EXPECT_EQ(mesh.shard->rank(), c.rank() % shard_size);
+    EXPECT_EQ(mesh.replicate->rank(), c.rank() / shard_size);
+    // Reduce inside the shard group, then across replicas: the world's sum.
+    std::vector<float> buf = values(71, c.rank(), 999);
+    mesh.shard->all_reduce(buf.data(), 999, ReduceOp::Sum);
+    mesh.replicate->all_reduce(buf.data(), 999, ReduceOp::Sum);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < 999; ++i)
+      bad += buf[i] != reduce_ref(ReduceOp::Sum, 71, all_ranks(c), i);
+    EXPECT_EQ(bad, 0) << "shard size " << shard_size;
+  }
 }
