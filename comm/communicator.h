@@ -79,14 +79,14 @@ class Communicator {
   int size() const { return size_; }
   // Where the buffers passed to this communicator live (cpu for MPI, cuda:N for NCCL).
   virtual core::Device device() const = 0;
-  virtual std::string name() const = 0;  // "mpi world 2/4", "nccl split 0/2"
+  virtual std::string name() const = 0;  // "mpi world 2/4", "nccl 0/2 on cuda:0"
 
   // ---- all_reduce (in place) -------------------------------------------------------------------
   virtual std::unique_ptr<Work> all_reduce_async(float* buf, int64_t count, ReduceOp op) = 0;
   // Blocking forms: async + wait by default; a backend may override them with faster blocking
   // calls (MPI's tuned blocking algorithms beat its nonblocking ones on small messages).
   virtual void all_reduce(float* buf, int64_t count, ReduceOp op);
-  // Loss sums and token counts; blocking only.
+  // Loss sums and token counts: blocking only, HOST buffers for every backend.
   virtual void all_reduce(double* buf, int64_t count, ReduceOp op) = 0;
   virtual void all_reduce(int64_t* buf, int64_t count, ReduceOp op) = 0;
 
@@ -103,7 +103,7 @@ class Communicator {
   // ---- broadcast from root, barrier -----------------------------------------------------------
   virtual std::unique_ptr<Work> broadcast_async(float* buf, int64_t count, int root) = 0;
   void broadcast(float* buf, int64_t count, int root);
-  virtual void broadcast(double* buf, int64_t count, int root) = 0;
+  virtual void broadcast(double* buf, int64_t count, int root) = 0;  // host buffer
   // Raw bytes (config text, RNG states); `bytes` in host memory for every backend.
   virtual void broadcast_bytes(void* buf, int64_t bytes, int root) = 0;
   virtual void barrier() = 0;
