@@ -14,6 +14,8 @@
 //   V <- (V * s) ||V||_F / max(||V * s||_F, 1e-10)
 // weight_decay_mode cautious replaces the decoupled decay: with lr_e = lr lr_scale lr_mul
 // sqrt(max(1, r/c)) and wd_e = lr lr_scale wd wd_mul, W <- W - lr_e (wd_e [V W >= 0] W + V).
+// Gradients arrive through the sharding layer, each owned matrix in its own buffer, so the
+// shared receive buffer of the reference (spec a.3) has no counterpart here.
 // mu follows an optional schedule: linear from momentum_start to momentum over the first
 // momentum_warmup_steps, then back towards momentum_end over the last momentum_cooldown_steps.
 #pragma once

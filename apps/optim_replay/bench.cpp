@@ -134,6 +134,32 @@ int bench_main(const BenchOptions& o, bool json, comm::Communicator& comm) {
                       }));
   if (comm.rank() == 0) row(json, np, "all_gather params", "all parameters", gather * 1e3, 0.0);
 
+  // The whole ZeRO-2 optimizer step as the trainer runs it: full gradients reduce-scattered to
+  // their placement (each parameter into its own buffer), every optimizer, parameters gathered.
+  std::vector<core::Tensor> full_grad;
+  std::vector<optim::ParamShard> all_parts;
+  for (size_t i = 0; i < params.size(); ++i) {
+    full_grad.push_back(core::Tensor::empty(params[i].shape));
+    core::fill_normal(full_grad.back(), 100 + i, 0.0f, 1e-3f);
+    if (local[i].numel() > 0)
+      all_parts.push_back(
+          {params[i].name, params[i].shape, plan.range(i, comm.rank()).begin, local[i], grad[i]});
+  }
+  double whole = 1e30;
+  for (int r = 0; r < o.repeat; ++r) {
+    optim::StepContext ctx;
+    ctx.step = ++step;
+    whole = std::min(whole, timed(comm, [&] {
+                       for (size_t i = 0; i < params.size(); ++i)
+                         comm::reduce_grad(comm, plan, i, full_grad[i], grad[i]);
+                       set.step(all_parts, ctx);
+                       for (size_t i = 0; i < params.size(); ++i)
+                         comm::all_gather_param(comm, plan, i, local[i], full[i]);
+                     }));
+  }
+  if (comm.rank() == 0)
+    row(json, np, "zero2 optimizer step", "reduce_scatter + step + all_gather", whole * 1e3, 0.0);
+
   // Newton-Schulz alone on the model's matrix shapes, and the GEMM rate for comparison.
   core::Backend& be = core::cpu_backend();
   const core::NewtonSchulzSchedule ns = optim::ns5_schedule();
