@@ -93,6 +93,24 @@ TEST(Safetensors, RoundTripF32AndBytes) {
   EXPECT_EQ(files, 1);
 }
 
+TEST(Safetensors, OtherDtypesAreRecognised) {
+  TempDir dir;
+  SafetensorsWriter w;
+  w.add_bytes("h", StDType::BF16, {2}, std::vector<std::byte>(4, std::byte{0x3f}));
+  w.add_bytes("d", StDType::F64, {1, 1}, std::vector<std::byte>(8));
+  w.add_bytes("flags", StDType::BOOL, {3}, std::vector<std::byte>(3));
+  const std::string path = dir.file("d.safetensors");
+  w.write(path);
+  SafetensorsReader r(path);
+  Tensor h = r.read("h");
+  EXPECT_EQ(h.dtype(), core::DType::BF16);
+  EXPECT_EQ(h.nbytes(), 4u);
+  EXPECT_EQ(r.info("d").dtype, StDType::F64);
+  EXPECT_EQ(r.info("d").end - r.info("d").begin, 8u);
+  EXPECT_EQ(r.info("flags").dtype, StDType::BOOL);
+  EXPECT_NE(error_of([&] { r.read("d"); }).find("has dtype F64"), std::string::npos);
+}
+
 TEST(Safetensors, MetadataRoundTripWithEscapes) {
   TempDir dir;
   SafetensorsWriter w;
