@@ -153,6 +153,11 @@ int run_sample(engine::Trainer& trainer, const Args& a) {
     ENGINE_CHECK(tokenizer != nullptr, "sample: --prompt needs the GPT-2 tokenizer files in " +
                                            tokenizer_dir + " (scripts/prepare_data.sh)");
     tokens = tokenizer->encode(prompt);
+    for (int32_t t : tokens)
+      ENGINE_CHECK(t < trainer.config().model.vocab_size,
+                   "sample: the prompt has token id " + std::to_string(t) +
+                       ", outside this model's vocabulary of " +
+                       std::to_string(trainer.config().model.vocab_size));
   }
   if (tokens.empty())
     tokens.push_back(data::Gpt2Tokenizer::kEndOfText %
