@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "engine/config.h"
 #include "engine/trainer.h"
@@ -32,5 +34,16 @@ TEST_P(ShippedConfig, ParsesAndGroupsCoverTheModel) {
 
 INSTANTIATE_TEST_SUITE_P(Configs, ShippedConfig,
                          ::testing::Values("tiny", "cpu_small", "speedrun_cpu", "gpt2_124m"));
+
+// engine/README.md carries the generated reference table; regenerate it with
+// `engine config-reference` when a key changes.
+TEST(ConfigReference, ReadmeTableIsCurrent) {
+  std::ifstream in(std::string(ENGINE_REPO_DIR) + "/engine/README.md");
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_NE(text.str().find(engine::config_reference_markdown()), std::string::npos)
+      << "engine/README.md's config table is stale: paste the output of `engine "
+         "config-reference`";
+}
 
 }  // namespace
