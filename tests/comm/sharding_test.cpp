@@ -274,3 +274,85 @@ TEST(Sharding, BadTensorsAreRefusedWithTheParameterName) {
   });
   EXPECT_NE(m.find("full tensor is [3]"), std::string::npos) << m;
 }
+
+// Three SGD steps through the plan's data movement (the trainer's flow) give, at every stage, the
+// parameters a single process computes from the mean of all ranks' gradients. Each rank's
+// gradient depends on the current full parameter, so a wrong gather shows up in later steps.
+TEST(Sharding, SgdStepsMatchTheSingleProcessResultAtEveryStage) {
+  auto c = fresh_world();
+  const int W = c->size();
+  const float lr = 0.5f;
+  const int kSteps = 3;
+  auto grad_of = [](const Tensor& param, int step, int rank) {
+    Tensor g = Tensor::empty(param.shape());
+    const float* p = param.data<float>();
+    float* out = g.data<float>();
+    for (int64_t k = 0; k < g.numel(); ++k) {
+      out[k] =
+          static_cast<float>(static_cast<int>(p[k] * 4.0f) % 5) + comm_test::value(step, rank, k);
+    }
+    return g;
+  };
+  // The single-process reference.
+  ShardingPlan reference_plan(table(), 1, 0, 0);
+  std::vector<Tensor> expected;
+  for (size_t i = 0; i < reference_plan.num_params(); ++i) {
+    expected.push_back(full_values(reference_plan, i, 5));
+  }
+  for (int step = 0; step < kSteps; ++step) {
+    for (size_t i = 0; i < expected.size(); ++i) {
+      Tensor mean = Tensor::zeros(expected[i].shape());
+      for (int r = 0; r < W; ++r) {
+        Tensor g = grad_of(expected[i], step, r);
+        for (int64_t k = 0; k < g.numel(); ++k)
+          mean.data<float>()[k] += g.data<float>()[k];
+      }
+      for (int64_t k = 0; k < mean.numel(); ++k) {
+        mean.data<float>()[k] *= 1.0f / static_cast<float>(W);
+        expected[i].data<float>()[k] -= lr * mean.data<float>()[k];
+      }
+    }
+  }
+
+  for (int stage = 0; stage <= 3; ++stage) {
+    ShardingPlan plan(table(), W, c->rank(), stage);
+    const size_t n = plan.num_params();
+    std::vector<Tensor> full(n), local(n), local_grad(n);
+    for (size_t i = 0; i < n; ++i) {
+      Tensor init = full_values(plan, i, 5);
+      local[i] = Tensor::empty(plan.local_shape(i));
+      local_grad[i] = Tensor::empty(plan.local_shape(i));
+      comm::copy_local_part(*c, plan, i, init, local[i]);
+      if (stage < 3) full[i] = init;  // stage 3 keeps only the local parts between steps
+    }
+    comm::LayerGatherer gatherer(*c, plan, core::cpu_allocator());
+    for (size_t i = 0; i < n; ++i)
+      gatherer.set_local(i, local[i]);
+    for (int step = 0; step < kSteps; ++step) {
+      for (int layer : plan.layers()) {
+        if (stage == 3) gatherer.gather(layer);
+        for (size_t i : plan.layer_params(layer)) {
+          const Tensor& param = stage == 3 ? gatherer.full(i) : full[i];
+          Tensor grad = grad_of(param, step, c->rank());
+          comm::reduce_grad(*c, plan, i, grad, local_grad[i]);
+        }
+        if (stage == 3) gatherer.release(layer);
+      }
+      for (size_t i = 0; i < n; ++i) {
+        float* p = local[i].data<float>();
+        const float* g = local_grad[i].data<float>();
+        for (int64_t k = 0; k < local[i].numel(); ++k)
+          p[k] -= lr * g[k];
+        if (stage < 3) comm::all_gather_param(*c, plan, i, local[i], full[i]);
+      }
+    }
+    for (size_t i = 0; i < n; ++i) {
+      Tensor result = comm::gather_full(*c, plan, i, local[i], core::cpu_allocator());
+      EXPECT_EQ(result.to_vector(), expected[i].to_vector())
+          << plan.param(i).name << " stage " << stage << " on " << W << " ranks";
+      if (stage < 3) {
+        EXPECT_EQ(full[i].to_vector(), expected[i].to_vector()) << plan.param(i).name;
+      }
+    }
+  }
+}
