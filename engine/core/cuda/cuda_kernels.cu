@@ -174,9 +174,11 @@ struct ColumnTargets {
   float* dst[2];
 };
 
-__global__ void column_finish_kernel(ColumnTargets targets, int K, const float* partial,
-                                     int64_t chunks, int64_t C) {
+template <int K>
+__global__ void column_finish_kernel(ColumnTargets targets, const float* partial, int64_t chunks,
+                                     int64_t C) {
   for (int64_t c = first_index(); c < C; c += grid_stride()) {
+#pragma unroll
     for (int k = 0; k < K; ++k) {
       if (targets.dst[k] == nullptr) continue;
       float total = 0.0f;
@@ -585,8 +587,8 @@ void column_sums(Allocator& allocator, cudaStream_t stream, ColumnTargets target
   column_partials_kernel<<<grid, dim3(kColTile, kRowLanes), 0, stream>>>(partial.get(), fn, N, C,
                                                                          rows_per_chunk);
   ENGINE_CUDA_LAUNCHED();
-  column_finish_kernel<<<grid_for(C), kThreads, 0, stream>>>(targets, Fn::kCount, partial.get(),
-                                                             chunks, C);
+  column_finish_kernel<Fn::kCount>
+      <<<grid_for(C), kThreads, 0, stream>>>(targets, partial.get(), chunks, C);
   ENGINE_CUDA_LAUNCHED();
 }
 
