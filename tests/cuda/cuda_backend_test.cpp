@@ -622,6 +622,11 @@ TEST_F(CudaVsCpu, QrIdentities) {
     float *gq = dev().alloc<float>(batch * m * r), *gr = dev().alloc<float>(batch * r * n);
     gpu().qr(gq, gr, dev().upload(a), m, n, batch);
     auto q = dev().download(gq, batch * m * r), rr = dev().download(gr, batch * r * n);
+    // geqrf + orgqr on both sides: the same Householder signs, so the factors agree too.
+    std::vector<float> q_cpu(q.size()), r_cpu(rr.size());
+    cpu().qr(q_cpu.data(), r_cpu.data(), a.data(), m, n, batch);
+    EXPECT_CLOSE(q, q_cpu, 1e-3);
+    EXPECT_CLOSE(rr, r_cpu, 1e-3);
     for (int64_t b = 0; b < batch; ++b) {
       const float* qb = q.data() + b * m * r;
       const float* rb = rr.data() + b * r * n;
@@ -652,6 +657,9 @@ TEST_F(CudaVsCpu, EighIdentities) {
     float *gw = dev().alloc<float>(batch * n), *gv = dev().alloc<float>(batch * n * n);
     gpu().eigh(gw, gv, dev().upload(a), n, batch);
     auto w = dev().download(gw, batch * n), v = dev().download(gv, batch * n * n);
+    std::vector<float> w_cpu(w.size()), v_cpu(v.size());
+    cpu().eigh(w_cpu.data(), v_cpu.data(), a.data(), n, batch);
+    EXPECT_CLOSE(w, w_cpu, 1e-4);
     for (int64_t b = 0; b < batch; ++b) {
       const float* vb = v.data() + b * n * n;
       const float* wb = w.data() + b * n;
@@ -680,6 +688,9 @@ TEST_F(CudaVsCpu, SvdIdentities) {
     gpu().svd(gu, gs, gvt, dev().upload(a), m, n, batch);
     auto u = dev().download(gu, batch * m * r), s = dev().download(gs, batch * r),
          vt = dev().download(gvt, batch * r * n);
+    std::vector<float> u_cpu(u.size()), s_cpu(s.size()), vt_cpu(vt.size());
+    cpu().svd(u_cpu.data(), s_cpu.data(), vt_cpu.data(), a.data(), m, n, batch);
+    EXPECT_CLOSE(s, s_cpu, 1e-4);
     for (int64_t b = 0; b < batch; ++b) {
       const float* ub = u.data() + b * m * r;
       const float* sb = s.data() + b * r;
