@@ -711,6 +711,39 @@ TEST_F(CudaVsCpu, SvdIdentities) {
   }
 }
 
+// The 10 x 10 Hilbert matrix (condition number ~1e13, beyond float): the factorizations are
+// backward stable, so their identities must still hold to float precision.
+TEST_F(CudaVsCpu, IllConditionedIdentities) {
+  const int64_t n = 10;
+  std::vector<float> h(n * n);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < n; ++j)
+      h[i * n + j] = 1.0f / static_cast<float>(i + j + 1);
+  }
+  float* gh = dev().upload(h);
+  float *x = dev().alloc<float>(n * n), *y = dev().alloc<float>(n * n), *s = dev().alloc<float>(n);
+  gpu().qr(x, y, gh, n, n);
+  auto q = dev().download(x, n * n), r = dev().download(y, n * n);
+  EXPECT_LE(max_abs_diff(matmul(q.data(), r.data(), n, n, n), h.data()), 1e-5);
+  EXPECT_LE(max_abs_diff(matmul(q.data(), q.data(), n, n, n, true), identity(n).data()), 1e-5);
+  gpu().eigh(s, x, gh, n);
+  auto w = dev().download(s, n), v = dev().download(x, n * n);
+  std::vector<float> vw(n * n);
+  for (int64_t i = 0; i < n * n; ++i)
+    vw[i] = v[i] * w[i % n];
+  EXPECT_LE(max_abs_diff(matmul(h.data(), v.data(), n, n, n), vw.data()), 1e-5);
+  EXPECT_LE(max_abs_diff(matmul(v.data(), v.data(), n, n, n, true), identity(n).data()), 1e-5);
+  float* vt = dev().alloc<float>(n * n);
+  gpu().svd(x, s, vt, gh, n, n);
+  auto u = dev().download(x, n * n), sv = dev().download(s, n), vtv = dev().download(vt, n * n);
+  std::vector<float> us(n * n);
+  for (int64_t i = 0; i < n * n; ++i)
+    us[i] = u[i] * sv[i % n];
+  // Only the reconstruction: singular vectors of values at the float noise level are not
+  // determined, and a Jacobi SVD does not promise orthogonal U columns for them.
+  EXPECT_LE(max_abs_diff(matmul(us.data(), vtv.data(), n, n, n), h.data()), 1e-5);
+}
+
 TEST_F(CudaVsCpu, NewtonSchulz) {
   NewtonSchulzSchedule ns5;
   ns5.coefficients.assign(5, {3.4445f, -4.7750f, 2.0315f});
