@@ -279,6 +279,34 @@ TEST_P(KernelGrad, CausalAttention) {
   }
 }
 
+// Longer than one query block of the kernel (kAttnBlock rows), so the blocked GEMMs over keys
+// [0, r1) and the accumulation of dK, dV across blocks are covered too.
+TEST(KernelGradBlocks, CausalAttentionAcrossQueryBlocks) {
+  int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const int64_t BH = 2, T = cpu::kAttnBlock + 6, hd = 4, n = BH * T * hd;
+  Vec q = random_vec(n, 121), k = random_vec(n, 122), v = random_vec(n, 123),
+      wy = random_vec(n, 124), att(BH * T * T);
+  auto forward = [&] {
+    Vec out(n);
+    cpu::attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), BH, T, hd, 0.5);
+    return dot(out, wy);
+  };
+  forward();
+  Vec dq0 = random_vec(n, 125), dk0 = random_vec(n, 126), dv0 = random_vec(n, 127);
+  Vec dq = dq0, dk = dk0, dv = dv0, datt(BH * T * T);
+  cpu::attention_backward(dq.data(), dk.data(), dv.data(), datt.data(), wy.data(), att.data(),
+                          q.data(), k.data(), v.data(), BH, T, hd, 0.5);
+  expect_gradient("attention dq", q, forward, minus(dq, dq0));
+  expect_gradient("attention dk", k, forward, minus(dk, dk0));
+  expect_gradient("attention dv", v, forward, minus(dv, dv0));
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t j = t + 1; j < T; ++j)
+      ASSERT_EQ(att[t * T + j], 0.0);
+  }
+  omp_set_num_threads(saved);
+}
+
 // Cross-entropy over the first V of Vp columns, with and without the soft-cap.
 TEST_P(KernelGrad, CrossEntropyPaddedAndSoftcapped) {
   Sizes s = GetParam();

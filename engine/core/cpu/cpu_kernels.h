@@ -470,6 +470,10 @@ void for_each_head(int64_t BH, HeadParallel mode, Fn fn) {
   }
 }
 
+// Query rows per block: block [r0, r1) only sees keys [0, r1), so the GEMMs skip the masked
+// upper triangle except inside the diagonal block (about (nb + 1) / (2 nb) of the full work).
+inline constexpr int64_t kAttnBlock = 64;
+
 // S = scale Q K^T, P = causal row softmax of S (zero above the diagonal), out = P V.
 template <typename T>
 void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, int64_t BH, int64_t T_,
@@ -479,29 +483,34 @@ void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, int64
     const T* kh = k + h * T_ * hd;
     const T* vh = v + h * T_ * hd;
     T* p = att + h * T_ * T_;
-    blas_gemm(false, true, T_, T_, hd, scale, qh, hd, kh, hd, T(0), p, T_);
-    for (int64_t t = 0; t < T_; ++t) {
-      T* row = p + t * T_;
-      T mx = row[0];
-      for (int64_t j = 1; j <= t; ++j)
-        mx = std::max(mx, row[j]);
-      T s = T(0);
+    for (int64_t r0 = 0; r0 < T_; r0 += kAttnBlock) {
+      int64_t r1 = std::min(T_, r0 + kAttnBlock), rows = r1 - r0;
+      blas_gemm(false, true, rows, r1, hd, scale, qh + r0 * hd, hd, kh, hd, T(0), p + r0 * T_, T_);
+      for (int64_t t = r0; t < r1; ++t) {
+        T* row = p + t * T_;
+        T mx = row[0];
+        for (int64_t j = 1; j <= t; ++j)
+          mx = std::max(mx, row[j]);
+        T s = T(0);
 #pragma omp simd reduction(+ : s)
-      for (int64_t j = 0; j <= t; ++j) {
-        row[j] = FastMath::exp(row[j] - mx);
-        s += row[j];
+        for (int64_t j = 0; j <= t; ++j) {
+          row[j] = FastMath::exp(row[j] - mx);
+          s += row[j];
+        }
+        T inv = T(1) / s;
+        for (int64_t j = 0; j <= t; ++j)
+          row[j] *= inv;
+        for (int64_t j = t + 1; j < T_; ++j)
+          row[j] = T(0);
       }
-      T inv = T(1) / s;
-      for (int64_t j = 0; j <= t; ++j)
-        row[j] *= inv;
-      for (int64_t j = t + 1; j < T_; ++j)
-        row[j] = T(0);
+      blas_gemm(false, false, rows, hd, r1, T(1), p + r0 * T_, T_, vh, hd, T(0),
+                out + (h * T_ + r0) * hd, hd);
     }
-    blas_gemm(false, false, T_, hd, T_, T(1), p, T_, vh, hd, T(0), out + h * T_ * hd, hd);
   });
 }
 
-// dV += P^T dO, dP = dO V^T, dS = P (dP - rowsum(P dP)), dQ += scale dS K, dK += scale dS^T Q.
+// Per query block [r0, r1) (keys [0, r1)): dV += P^T dO, dP = dO V^T,
+// dS = P (dP - rowsum(P dP)), dQ += scale dS K, dK += scale dS^T Q.
 template <typename T>
 void attention_backward(T* dq, T* dk, T* dv, T* datt, const T* dout, const T* att, const T* q,
                         const T* k, const T* v, int64_t BH, int64_t T_, int64_t hd, T scale,
@@ -510,21 +519,29 @@ void attention_backward(T* dq, T* dk, T* dv, T* datt, const T* dout, const T* at
     int64_t off = h * T_ * hd;
     const T* p = att + h * T_ * T_;
     T* ds = datt + h * T_ * T_;
-    blas_gemm(true, false, T_, hd, T_, T(1), p, T_, dout + off, hd, T(1), dv + off, hd);
-    blas_gemm(false, true, T_, T_, hd, T(1), dout + off, hd, v + off, hd, T(0), ds, T_);
-    for (int64_t t = 0; t < T_; ++t) {
-      const T* prow = p + t * T_;
-      T* drow = ds + t * T_;
-      T dot = T(0);
-      for (int64_t j = 0; j <= t; ++j)
-        dot += prow[j] * drow[j];
-      for (int64_t j = 0; j <= t; ++j)
-        drow[j] = prow[j] * (drow[j] - dot);
-      for (int64_t j = t + 1; j < T_; ++j)
-        drow[j] = T(0);
+    for (int64_t r0 = 0; r0 < T_; r0 += kAttnBlock) {
+      int64_t r1 = std::min(T_, r0 + kAttnBlock), rows = r1 - r0;
+      const T* pb = p + r0 * T_;
+      T* db = ds + r0 * T_;
+      const T* gb = dout + off + r0 * hd;
+      blas_gemm(true, false, r1, hd, rows, T(1), pb, T_, gb, hd, T(1), dv + off, hd);
+      blas_gemm(false, true, rows, r1, hd, T(1), gb, hd, v + off, hd, T(0), db, T_);
+      for (int64_t t = r0; t < r1; ++t) {
+        const T* prow = p + t * T_;
+        T* drow = ds + t * T_;
+        T dot = T(0);
+        for (int64_t j = 0; j <= t; ++j)
+          dot += prow[j] * drow[j];
+        for (int64_t j = 0; j <= t; ++j)
+          drow[j] = prow[j] * (drow[j] - dot);
+        for (int64_t j = t + 1; j < T_; ++j)
+          drow[j] = T(0);
+      }
+      blas_gemm(false, false, rows, hd, r1, scale, db, T_, k + off, hd, T(1), dq + off + r0 * hd,
+                hd);
+      blas_gemm(true, false, r1, hd, rows, scale, db, T_, q + off + r0 * hd, hd, T(1), dk + off,
+                hd);
     }
-    blas_gemm(false, false, T_, hd, T_, scale, ds, T_, k + off, hd, T(1), dq + off, hd);
-    blas_gemm(true, false, T_, hd, T_, scale, ds, T_, q + off, hd, T(1), dk + off, hd);
   });
 }
 
