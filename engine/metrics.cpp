@@ -61,7 +61,16 @@ std::string to_json(const StepRecord& r) {
     if (i) s += ",";
     s += json_string(r.comm_bytes[i].first) + ":" + std::to_string(r.comm_bytes[i].second);
   }
-  return s + "}}";
+  s += "}";
+  if (!r.phase_ms.empty()) {
+    s += ",\"phase_ms\":{";
+    for (size_t i = 0; i < r.phase_ms.size(); ++i) {
+      if (i) s += ",";
+      s += json_string(r.phase_ms[i].first) + ":" + json_number(r.phase_ms[i].second);
+    }
+    s += "}";
+  }
+  return s + "}";
 }
 
 int64_t json_line_step(const std::string& line) {

@@ -23,6 +23,7 @@ struct StepRecord {
   double tokens_per_s = 0;
   double gflops = 0;  // achieved model FLOP rate of this step, all ranks together
   std::vector<std::pair<std::string, int64_t>> comm_bytes;  // per collective kind, this step
+  std::vector<std::pair<std::string, double>> phase_ms;     // wall time of each step phase
 };
 
 // {"step":3,"train_loss":...,...}; absent optionals are left out, non-finite numbers are null.

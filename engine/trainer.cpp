@@ -174,8 +174,14 @@ Trainer::Trainer(Config config, comm::Communicator& comm, bool with_train_data, 
 
   if (!config_.optim.empty() && config_.optim.front().node["lr"])
     base_lr_ = config_.optim.front().node["lr"].as<double>();
-  // llm.c's count: 6 flops per parameter per token (forward + backward) plus attention.
-  flops_per_token_ = 6.0 * static_cast<double>(table.total_numel()) +
+  // 6 flops per weight per token (forward + backward) for every weight used in a matmul, plus
+  // attention (llm.c's 6 * layers * d_model * seq_len). Embedding lookups are no matmul, unless
+  // the embedding is also the (tied) head.
+  int64_t matmul_weights = 0;
+  for (const auto& p : table.params())
+    if (p.kind != model::ParamKind::Embedding) matmul_weights += p.numel;
+  if (!table.find("lm_head.weight")) matmul_weights += table.at("embed.weight").numel;
+  flops_per_token_ = 6.0 * static_cast<double>(matmul_weights) +
                      6.0 * static_cast<double>(config_.model.n_layer * config_.model.d_model * T);
 }
 
@@ -193,6 +199,13 @@ StepRecord Trainer::train_step() {
   core::Backend& be = gpt_->backend();
   const int64_t T = config_.model.seq_len;
 
+  std::vector<std::pair<std::string, double>> phases;
+  auto t_phase = Clock::now();
+  auto end_phase = [&](const char* name) {
+    phases.emplace_back(name, ms_since(t_phase));
+    t_phase = Clock::now();
+  };
+
   // Forward and backward over the micro-batches; the gradient of the mean loss over the global
   // batch is the mean over micro-steps (1/A here) and over ranks (Avg in the reduction).
   gpt_->zero_grad();
@@ -208,6 +221,7 @@ StepRecord Trainer::train_step() {
   double loss = loss_sum / static_cast<double>(grad_accum_);
   comm_.all_reduce(&loss, 1, comm::ReduceOp::Sum);
   loss /= comm_.size();
+  end_phase("forward_backward");
 
   // Gradients to their placements, all in flight at once.
   const size_t n = plan_->num_params();
@@ -218,6 +232,7 @@ StepRecord Trainer::train_step() {
     for (auto& w : works)
       w->wait();
   }
+  end_phase("reduce_grads");
 
   // Global norm: each element once (Replicate parts are whole on every rank: rank 0 counts them).
   double sq = 0;
@@ -239,6 +254,8 @@ StepRecord Trainer::train_step() {
         be.scale(local_grad_[i].data<float>(), factor, local_grad_[i].numel());
   }
 
+  end_phase("clip");
+
   // Optimizer step on the local parts, then the full parameters back on every rank.
   const double lr_scale = schedule_.multiplier(step_);
   std::vector<optim::ParamShard> shards;
@@ -255,6 +272,7 @@ StepRecord Trainer::train_step() {
   ctx.lr_scale = lr_scale;
   ctx.backend = &be;
   optim_->step(shards, ctx);
+  end_phase("optimizer");
   {
     std::vector<std::unique_ptr<comm::Work>> works;
     for (size_t i = 0; i < n; ++i)
@@ -263,6 +281,7 @@ StepRecord Trainer::train_step() {
     for (auto& w : works)
       w->wait();
   }
+  end_phase("gather_params");
 
   ++step_;
   const double step_ms = ms_since(t0);
@@ -286,6 +305,7 @@ StepRecord Trainer::train_step() {
     if (kind != comm::Collective::Barrier)
       r.comm_bytes.emplace_back(comm::collective_name(kind), bytes);
   }
+  r.phase_ms = std::move(phases);
   return r;
 }
 

@@ -27,10 +27,12 @@ TEST(Metrics, JsonObjectPerStep) {
   r.grad_norm = NAN;
   r.tokens = 768;
   r.comm_bytes = {{"all_reduce", 40}, {"all_gather", 8}};
+  r.phase_ms = {{"forward_backward", 1.5}};
   EXPECT_EQ(engine::to_json(r),
             "{\"step\":3,\"train_loss\":2.5,\"lr\":0.001,\"grad_norm\":null,\"tokens\":768,"
             "\"elapsed_ms\":0,\"step_ms\":0,\"tokens_per_s\":0,\"gflops\":0,"
-            "\"comm_bytes\":{\"all_reduce\":40,\"all_gather\":8}}");
+            "\"comm_bytes\":{\"all_reduce\":40,\"all_gather\":8},"
+            "\"phase_ms\":{\"forward_backward\":1.5}}");
   EXPECT_EQ(engine::json_line_step(engine::to_json(r)), 3);
   EXPECT_EQ(engine::json_line_step("{}"), -1);
 }
