@@ -72,7 +72,7 @@ void AdamW::step(std::span<const ParamShard> params, const StepContext& ctx) {
       v[i] = static_cast<float>(vi);
       const double wi = w[i];
       double u = step_size * mi / (std::sqrt(vi) * v_scale + eps);
-      if (u * wi > 0) u += cautious * wi;  // cautious decay only where it agrees with the step
+      u += u * wi > 0 ? cautious * wi : 0.0;  // cautious decay only where it agrees with the step
       w[i] = static_cast<float>(wi * decay - u);
     }
   }
