@@ -1,7 +1,10 @@
 #include "comm/mpi_session.h"
 
 #include <mpi.h>
+#include <omp.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "comm/abort.h"
@@ -22,6 +25,16 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
   install_abort_on_terminate();
+
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  MPI_Comm_size(node, &node_ranks_);
+  MPI_Comm_free(&node);
+  const char* env = std::getenv("OMP_NUM_THREADS");
+  if (env == nullptr || *env == '\0') {
+    omp_set_num_threads(std::max(1, omp_get_num_procs() / node_ranks_));
+  }
+  threads_ = omp_get_max_threads();
 }
 
 MpiSession::~MpiSession() {
