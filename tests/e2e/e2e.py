@@ -83,11 +83,11 @@ def rel(a, b):
     return abs(a - b) / max(abs(b), 1e-30)
 
 
-def compare_losses(a, b, steps, rtol, what):
-    """Largest relative difference of train/val losses over `steps`; fails above rtol."""
+def compare_losses(a, b, steps, rtol, what, keys=("train_loss", "val_loss")):
+    """Largest relative difference of `keys` over `steps`; fails above rtol."""
     worst = 0.0
     for s in steps:
-        for key in ("train_loss", "val_loss"):
+        for key in keys:
             if key in b.get(s, {}):
                 check(s in a and key in a[s], "%s: step %d has no %s" % (what, s, key))
                 d = rel(a[s][key], b[s][key])
@@ -130,8 +130,10 @@ def case_world_size(env, stage):
     for np in (2, 4):
         worst = compare_losses(runs[np], runs[1], range(0, 21), 1e-5,
                                "stage %d np %d vs np 1" % (stage, np))
-        print("stage %d: np %d vs np 1, largest relative loss difference over 20 steps: %.2e" %
-              (stage, np, worst))
+        norm = compare_losses(runs[np], runs[1], range(1, 21), 1e-4,
+                              "stage %d np %d vs np 1" % (stage, np), keys=("grad_norm",))
+        print("stage %d: np %d vs np 1 over 20 steps, largest relative difference: losses %.2e, "
+              "global grad norm %.2e" % (stage, np, worst, norm))
 
 
 def case_resume_sigkill(env):
@@ -264,6 +266,16 @@ def case_subcommands(env):
            p.stdout.strip().splitlines()[-1]))
 
 
+def case_target_stop(env):
+    p, d = env.run(1, "run", ["train.target_val_loss=2.0", "checkpoint.every=0"])
+    m = metrics(d)
+    check(max(m) == 10 and m[10]["val_loss"] <= 2.0, "did not stop at the step-10 evaluation")
+    check("reached target val_loss" in p.stdout and "target reached at step 10" in p.stdout,
+          "no target report:\n" + p.stdout[-2000:])
+    check(os.path.isdir(os.path.join(d, "ckpt", "step_00000010")), "no final checkpoint")
+    print([l for l in p.stdout.splitlines() if "reached target" in l][0])
+
+
 def case_loss_regression(env):
     _, d = env.run(1, "run", ["checkpoint.every=0", "checkpoint.at_end=false"])
     ref = os.path.join(env.repo, "tests/e2e/reference/tiny_np1.jsonl")
@@ -286,6 +298,7 @@ CASES = {
     "corrupt_checkpoint": case_corrupt_checkpoint,
     "nan_stops": case_nan_stops,
     "subcommands": case_subcommands,
+    "target_stop": case_target_stop,
     "loss_regression": case_loss_regression,
 }
 
