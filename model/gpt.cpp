@@ -559,7 +559,8 @@ void Gpt::run_forward(const int32_t* tokens, const int32_t* targets, int B, int 
 }
 
 float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T) {
-  run_forward(tokens, targets, B, T, targets != nullptr);
+  ENGINE_CHECK(targets != nullptr, "model: forward needs targets (last_logits() samples)");
+  run_forward(tokens, targets, B, T, true);
   return ce_loss_ + aux_loss_;
 }
 

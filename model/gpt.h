@@ -40,9 +40,9 @@ class Gpt {
   void init_weights();
   void zero_grad();
 
-  // Training forward. tokens and targets are host arrays [B, T] (row-major); targets may be
-  // null for a forward without loss. Returns the objective that backward() differentiates:
-  // mean cross-entropy plus the MoE auxiliary losses (ce_loss() and aux_loss() separately).
+  // Training forward. tokens and targets are host arrays [B, T] (row-major), ids in [0, V).
+  // Returns the objective that backward() differentiates: mean cross-entropy plus the MoE
+  // auxiliary losses (ce_loss() and aux_loss() separately). T may be below model.seq_len.
   float forward(const int32_t* tokens, const int32_t* targets, int B, int T);
   // Accumulates d objective / d params into grads(); needs a forward() with targets first.
   void backward();
