@@ -136,6 +136,20 @@ def case_world_size(env, stage):
               "global grad norm %.2e" % (stage, np, worst, norm))
 
 
+def case_world_size_archs(env):
+    """gpt2 (tied head, biases, LayerNorm) and modern + MoE (3-D expert banks) at stage 2."""
+    for name, sets in (("gpt2", ["model.arch=gpt2"]), ("moe", ["model.moe.experts=4"])):
+        sets = sets + ["zero.stage=2", "checkpoint.every=0", "checkpoint.at_end=false"]
+        one = metrics(env.run(1, name + "_np1", sets)[1])
+        three = metrics(env.run(3, name + "_np3", sets + ["train.batch_tokens=768",
+                                                            "train.val_tokens=768"])[1])
+        two = metrics(env.run(2, name + "_np2", sets)[1])
+        worst = compare_losses(two, one, range(0, 21), 1e-5, name + " np 2 vs np 1")
+        print("%s: np 2 vs np 1, largest relative loss difference over 20 steps: %.2e" %
+              (name, worst))
+        check(three[20]["train_loss"] < three[1]["train_loss"], name + " np 3 did not learn")
+
+
 def case_resume_sigkill(env):
     _, straight = env.run(2, "straight")
     # Same run, killed with SIGKILL once the step-10 checkpoint is complete. Validation every
@@ -292,6 +306,7 @@ CASES = {
     "world_size_stage1": lambda env: case_world_size(env, 1),
     "world_size_stage2": lambda env: case_world_size(env, 2),
     "world_size_stage3": lambda env: case_world_size(env, 3),
+    "world_size_archs": case_world_size_archs,
     "resume_sigkill": case_resume_sigkill,
     "resume_world_size": case_resume_world_size,
     "bad_configs": case_bad_configs,
