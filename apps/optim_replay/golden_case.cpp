@@ -55,7 +55,7 @@ const char* our_name(const std::string& reference) {
   return nullptr;
 }
 
-bool close(double a, double b) {
+bool approx_equal(double a, double b) {
   return std::abs(a - b) <= 1e-6 * std::max(1.0, std::abs(b));
 }
 
@@ -74,7 +74,7 @@ void check_same_triples(const std::string& path, const YAML::Node& given,
                    " iterations, ours " + std::to_string(ours.coefficients.size()));
   for (size_t i = 0; i < triples.size(); ++i)
     for (int j = 0; j < 3; ++j)
-      ENGINE_CHECK(close(ours.coefficients[i][j], triples[i][j]),
+      ENGINE_CHECK(approx_equal(ours.coefficients[i][j], triples[i][j]),
                    path + ": orthogonaliser coefficient " + std::to_string(i) + "." +
                        std::to_string(j) + " differs from ours");
 }
@@ -124,7 +124,8 @@ GoldenCase load_golden(const std::string& path, const std::string& optimizer,
         optim::schedule_by_name(o.ours, hyper["steps"] ? hyper["steps"].as<int>() : 5, path);
     check_same_triples(path, hyper["coefficients"], ours);
     const double scale = 1.0 + (hyper["safety"] ? hyper["safety"].as<double>() : 0.0);
-    ENGINE_CHECK(close(ours.norm_scale, scale) && close(ours.norm_eps, hyper["eps"].as<double>()),
+    ENGINE_CHECK(approx_equal(ours.norm_scale, scale) &&
+                     approx_equal(ours.norm_eps, hyper["eps"].as<double>()),
                  path + ": normalisation differs from ours");
     return g;
   }
@@ -151,16 +152,17 @@ GoldenCase load_golden(const std::string& path, const std::string& optimizer,
     } else if (key == "ns_coefficients") {
       check_same_triples(path, kv.second, optim::ns5_schedule(hyper["ns_steps"].as<int>()));
     } else if (key == "ns_eps") {
-      ENGINE_CHECK(close(optim::ns5_schedule().norm_eps, kv.second.as<double>()),
+      ENGINE_CHECK(approx_equal(optim::ns5_schedule().norm_eps, kv.second.as<double>()),
                    path + ": ns_eps differs from ours");
     } else if (key == "pe_coefficients") {
       check_same_triples(path, kv.second, optim::polar_express_schedule());
     } else if (key == "pe_eps") {
-      ENGINE_CHECK(close(optim::polar_express_schedule().norm_eps, kv.second.as<double>()),
+      ENGINE_CHECK(approx_equal(optim::polar_express_schedule().norm_eps, kv.second.as<double>()),
                    path + ": pe_eps differs from ours");
     } else if (key == "pe_safety") {
-      ENGINE_CHECK(close(optim::polar_express_schedule().norm_scale, 1.0 + kv.second.as<double>()),
-                   path + ": pe_safety differs from ours");
+      ENGINE_CHECK(
+          approx_equal(optim::polar_express_schedule().norm_scale, 1.0 + kv.second.as<double>()),
+          path + ": pe_safety differs from ours");
     } else if (const char* ours = our_name(key)) {
       base[ours] = kv.second;
     } else {
