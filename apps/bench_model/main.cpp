@@ -117,9 +117,10 @@ int child(const std::string& name, int steps) {
   std::printf(
       "{\"impl\": \"engine\", \"arch\": \"%s\", \"threads\": %d, \"fwd_bwd_ms\": %.2f, "
       "\"adamw_ms\": %.2f, \"step_ms\": %.2f, \"tokens_per_s\": %.1f, \"gflops\": %.2f, "
-      "\"flops_per_token\": %.0f}\n",
+      "\"flops_per_token\": %.0f, \"params\": %lld, \"activation_mb\": %.1f}\n",
       name.c_str(), omp_get_max_threads(), fb * 1e3, opt * 1e3, step * 1e3, tokens / step,
-      flops_per_token(gpt) * tokens / step / 1e9, flops_per_token(gpt));
+      flops_per_token(gpt) * tokens / step / 1e9, flops_per_token(gpt), static_cast<long long>(n),
+      gpt.activation_bytes() / 1048576.0);
   return 0;
 }
 
