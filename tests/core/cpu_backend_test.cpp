@@ -99,6 +99,19 @@ TEST(CpuBackend, GemmLargeBatchRunsPerThreadAndMatches) {
   EXPECT_EQ(all, one);
 }
 
+// An empty inner dimension (a rank holding no rows of a shard) scales C by beta.
+TEST(CpuBackend, GemmWithEmptyInnerDimensionScalesByBeta) {
+  GemmArgs g;
+  g.trans_a = true;
+  g.m = 2, g.n = 3, g.k = 0, g.beta = 1.0f;
+  FVec c = {1, 2, 3, 4, 5, 6}, keep = c;
+  be().gemm(g, nullptr, nullptr, c.data());
+  EXPECT_EQ(c, keep);
+  g.beta = 0.0f;
+  be().gemm(g, nullptr, nullptr, c.data());
+  EXPECT_EQ(c, FVec(6, 0.0f));
+}
+
 TEST(CpuBackend, GemmRejectsBadLeadingDimension) {
   GemmArgs g;
   g.m = 4, g.n = 4, g.k = 4, g.lda = 3;

@@ -67,6 +67,16 @@ void gemm(const GemmArgs& args, const T* a, const T* b, T* c) {
   GemmArgs r = resolve_gemm_args(args);
   if (r.batch == 0 || r.m == 0 || r.n == 0) return;
   T alpha = static_cast<T>(r.alpha), beta = static_cast<T>(r.beta);
+  if (r.k == 0) {  // empty product: C = beta C (beta 0 clears, even NaN)
+    for (int64_t i = 0; i < r.batch; ++i) {
+      for (int64_t row = 0; row < r.m; ++row) {
+        T* ci = c + i * r.stride_c + row * r.ldc;
+        for (int64_t j = 0; j < r.n; ++j)
+          ci[j] = beta == T(0) ? T(0) : beta * ci[j];
+      }
+    }
+    return;
+  }
   auto one = [&](int64_t i) {
     blas_gemm(r.trans_a, r.trans_b, r.m, r.n, r.k, alpha, a + i * r.stride_a, r.lda,
               b + i * r.stride_b, r.ldb, beta, c + i * r.stride_c, r.ldc);
