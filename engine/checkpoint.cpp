@@ -228,6 +228,13 @@ std::string commit_checkpoint(const std::string& root, Manifest manifest, int ke
   auto all = list_checkpoints(root);
   for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i)
     fs::remove_all(all[i]);
+  // Staging folders of interrupted saves (no save runs while this one commits).
+  for (const auto& entry : fs::directory_iterator(root)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.is_directory() && name.rfind("step_", 0) == 0 &&
+        (name.ends_with(".tmp") || name.ends_with(".old")))
+      fs::remove_all(entry.path());
+  }
   return final_dir.string();
 }
 

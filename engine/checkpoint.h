@@ -10,7 +10,8 @@
 // Writing: rank 0 creates <root>/step_XXXXXXXX.tmp, every rank writes its file there, rank 0
 // checksums them, writes the manifest and renames the folder to its final name; an interrupted
 // write leaves only a .tmp folder, never a half-written step_ folder, and the older checkpoints
-// stay until the new one is complete (then the oldest beyond `keep` are pruned).
+// stay until the new one is complete (then the oldest beyond `keep` and any leftover .tmp
+// folders are removed).
 //
 // A slice is the index range [begin, end) along one dimension `dim` of a global tensor (Shard
 // placements) or the whole tensor (begin 0, end = the dimension). Reading assembles any range

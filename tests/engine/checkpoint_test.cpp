@@ -123,6 +123,9 @@ TEST_F(CheckpointTest, KeepsNewestKAndIgnoresStaging) {
   EXPECT_EQ(engine::resolve_resume(root_, "auto"), all[1]);
   EXPECT_EQ(engine::resolve_resume(root_, ""), "");
   EXPECT_EQ(engine::resolve_resume(root_ + "/none", "auto"), "");
+  // The next complete save removes the leftover staging folder.
+  save(12, 2);
+  EXPECT_FALSE(fs::exists(engine::staging_path(root_, 10)));
 }
 
 TEST_F(CheckpointTest, SavingAStepAgainReplacesIt) {
