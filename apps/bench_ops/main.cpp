@@ -3,10 +3,11 @@
 // backward with each way of spreading heads over threads.
 //
 //   bench_ops [--threads N] [--json] [--reps R] [--dims 256,384,512,768]
-//             [--only gemm|attention|ops]
+//             [--only gemm|attention|ops] [--clock wall|cpu]
 //
-// Every GEMM is timed `reps` times after one warm-up, the three implementations interleaved so
-// that load from other processes hits them alike; the best time counts.
+// Every GEMM is timed at least `reps` times (short ones more) after one warm-up, the three
+// implementations interleaved so that load from other processes hits them alike; the best time
+// counts.
 #include <cblas.h>
 #include <omp.h>
 
@@ -17,6 +18,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <functional>
 #include <sstream>
 #include <stdexcept>
@@ -35,13 +37,19 @@ struct Options {
   bool json = false;
   int reps = 3;
   std::vector<int64_t> dims = {256, 384, 512, 768};
-  std::string only;  // "gemm", "attention" or "ops": run that section alone
+  std::string only;        // "gemm", "attention" or "ops": run that section alone
+  bool cpu_clock = false;  // --clock cpu: the thread's CPU time (one thread only)
 };
+
+// Set once from the options: time with the calling thread's CPU clock instead of wall time.
+// On a machine shared with other work the CPU clock leaves out the time the thread was not
+// scheduled, which wall time cannot; it is only meaningful with one thread.
+bool g_cpu_clock = false;
 
 [[noreturn]] void usage(const std::string& error) {
   std::fprintf(stderr,
                "bench_ops: %s\nusage: bench_ops [--threads N] [--json] [--reps R] "
-               "[--dims 256,384,512,768] [--only gemm|attention|ops]\n",
+               "[--dims 256,384,512,768] [--only gemm|attention|ops] [--clock wall|cpu]\n",
                error.c_str());
   std::exit(2);
 }
@@ -71,6 +79,10 @@ Options parse(int argc, char** argv) {
       o.threads = static_cast<int>(parse_int(a, value()));
     } else if (a == "--reps") {
       o.reps = static_cast<int>(parse_int(a, value()));
+    } else if (a == "--clock") {
+      std::string c = value();
+      if (c != "wall" && c != "cpu") usage("--clock wants wall or cpu, got '" + c + "'");
+      o.cpu_clock = c == "cpu";
     } else if (a == "--only") {
       o.only = value();
       if (o.only != "gemm" && o.only != "attention" && o.only != "ops") {
@@ -88,7 +100,18 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 double seconds(const std::function<void()>& fn) {
+  if (g_cpu_clock) {
+    double t0 = thread_cpu_seconds();
+    fn();
+    return thread_cpu_seconds() - t0;
+  }
   auto t0 = std::chrono::steady_clock::now();
   fn();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -146,11 +169,14 @@ GemmResult time_gemm(const Shape& s, int reps) {
       product(ea, eb);
     }
   };
-  run_backend();
+  // Warm-up, which also sizes the sample count: short GEMMs get up to 40 samples each (about
+  // 0.3 s), so the best time is not one unlucky scheduling slice on a shared machine.
+  double warm = seconds(run_backend);
   run_openblas();
   run_eigen();
+  int samples = std::max(reps, std::min(40, static_cast<int>(0.3 / std::max(warm, 1e-6))));
   double tb = 1e30, to = 1e30, te = 1e30;
-  for (int r = 0; r < reps; ++r) {
+  for (int r = 0; r < samples; ++r) {
     tb = std::min(tb, seconds(run_backend));
     to = std::min(to, seconds(run_openblas));
     te = std::min(te, seconds(run_eigen));
@@ -270,12 +296,14 @@ void run_gemm_table(const Options& opt, int threads) {
         worst_ratio = std::min(worst_ratio, ratio);
         if (opt.json) {
           std::printf(
-              "{\"kind\":\"gemm\",\"threads\":%d,\"d\":%lld,\"op\":\"%s\",\"m\":%lld,\"n\":%lld,"
+              "{\"kind\":\"gemm\",\"threads\":%d,\"clock\":\"%s\",\"d\":%lld,\"op\":\"%s\",\"m\":%"
+              "lld,\"n\":%lld,"
               "\"k\":%lld,\"trans_a\":%s,\"trans_b\":%s,\"backend_gflops\":%.2f,"
               "\"openblas_gflops\":%.2f,\"eigen_gflops\":%.2f,\"ratio\":%.3f}\n",
-              threads, static_cast<long long>(D), s.op.c_str(), static_cast<long long>(s.m),
-              static_cast<long long>(s.n), static_cast<long long>(s.k), s.ta ? "true" : "false",
-              s.tb ? "true" : "false", r.backend, r.openblas, r.eigen, ratio);
+              threads, g_cpu_clock ? "cpu" : "wall", static_cast<long long>(D), s.op.c_str(),
+              static_cast<long long>(s.m), static_cast<long long>(s.n), static_cast<long long>(s.k),
+              s.ta ? "true" : "false", s.tb ? "true" : "false", r.backend, r.openblas, r.eigen,
+              ratio);
         } else {
           std::printf("%5lld %-16s %6lld %6lld %6lld %10.1f %10.1f %10.1f %8.3f\n",
                       static_cast<long long>(D), s.op.c_str(), static_cast<long long>(s.m),
@@ -309,10 +337,11 @@ void run_attention(const Options& opt, int threads) {
     double ms = time_attention(m.mode, B, H, T, hd, opt.reps);
     if (opt.json) {
       std::printf(
-          "{\"kind\":\"attention\",\"threads\":%d,\"mode\":\"%s\",\"B\":%lld,\"H\":%lld,"
+          "{\"kind\":\"attention\",\"threads\":%d,\"clock\":\"%s\",\"mode\":\"%s\",\"B\":%lld,"
+          "\"H\":%lld,"
           "\"T\":%lld,\"hd\":%lld,\"fwd_bwd_ms\":%.3f}\n",
-          threads, m.key, static_cast<long long>(B), static_cast<long long>(H),
-          static_cast<long long>(T), static_cast<long long>(hd), ms);
+          threads, g_cpu_clock ? "cpu" : "wall", m.key, static_cast<long long>(B),
+          static_cast<long long>(H), static_cast<long long>(T), static_cast<long long>(hd), ms);
     } else {
       std::printf("  %-46s %8.2f ms\n", m.name, ms);
     }
@@ -329,10 +358,10 @@ void run_ops(const Options& opt, int threads) {
   for (const OpTime& t : time_fused_ops(kTokens, kOpsD, kVp, opt.reps)) {
     if (opt.json) {
       std::printf(
-          "{\"kind\":\"op\",\"threads\":%d,\"op\":\"%s\",\"N\":%lld,\"D\":%lld,"
+          "{\"kind\":\"op\",\"threads\":%d,\"clock\":\"%s\",\"op\":\"%s\",\"N\":%lld,\"D\":%lld,"
           "\"ms\":%.3f}\n",
-          threads, t.op.c_str(), static_cast<long long>(kTokens), static_cast<long long>(kOpsD),
-          t.ms);
+          threads, g_cpu_clock ? "cpu" : "wall", t.op.c_str(), static_cast<long long>(kTokens),
+          static_cast<long long>(kOpsD), t.ms);
     } else {
       std::printf("  %-46s %8.2f ms\n", t.op.c_str(), t.ms);
     }
@@ -345,11 +374,13 @@ int main(int argc, char** argv) {
   Options opt = parse(argc, argv);
   if (opt.threads > 0) omp_set_num_threads(opt.threads);
   int threads = omp_get_max_threads();
+  if (opt.cpu_clock && threads != 1) usage("--clock cpu needs one thread (--threads 1)");
+  g_cpu_clock = opt.cpu_clock;
   Eigen::setNbThreads(threads);
   if (!opt.json) {
-    std::printf("bench_ops: %s, Eigen %d threads, N = %lld tokens, best of %d\n\n",
+    std::printf("bench_ops: %s, Eigen %d threads, N = %lld tokens, best of >= %d, %s clock\n\n",
                 core::cpu_backend().name(), Eigen::nbThreads(), static_cast<long long>(kTokens),
-                opt.reps);
+                opt.reps, opt.cpu_clock ? "thread CPU" : "wall");
   }
   if (opt.only.empty() || opt.only == "gemm") run_gemm_table(opt, threads);
   if (opt.only.empty() || opt.only == "attention") run_attention(opt, threads);
