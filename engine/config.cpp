@@ -313,7 +313,13 @@ void apply_override(Config& config, const std::string& assignment) {
   std::string key = assignment.substr(0, eq);
   std::string text = assignment.substr(eq + 1);
   if (key == "optim") {
-    parse_optim_groups(config, YAML::Load(text), "--set optim");
+    YAML::Node node;
+    try {
+      node = YAML::Load(text);
+    } catch (const YAML::ParserException& e) {
+      config_error(at, "the value is not valid YAML: " + e.msg);
+    }
+    parse_optim_groups(config, node, "--set optim");
     return;
   }
   const FieldInfo* field = find_field(key);

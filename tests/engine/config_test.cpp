@@ -154,6 +154,13 @@ TEST(Config, OverridesUseTheKeysType) {
   EXPECT_NE(msg.find("expected an integer"), std::string::npos) << msg;
   msg = error_of([] { engine::parse_config(kMinimal, "o.yaml", {"train.step=3"}); });
   EXPECT_NE(msg.find("did you mean 'train.steps'"), std::string::npos) << msg;
+  msg = error_of([] { engine::parse_config(kMinimal, "o.yaml", {"optim=[{params: ["}); });
+  EXPECT_NE(msg.find("--set optim=[{params: [: the value is not valid YAML"), std::string::npos)
+      << msg;
+  engine::Config o = engine::parse_config(kMinimal, "o.yaml",
+                                          {"optim=[{params: ['*'], optimizer: muon, lr: 0.1}]"});
+  ASSERT_EQ(o.optim.size(), 1u);
+  EXPECT_EQ(o.optim[0].optimizer, "muon");
   msg = error_of([] { engine::parse_config(kMinimal, "o.yaml", {"train.steps"}); });
   EXPECT_NE(msg.find("key=value"), std::string::npos) << msg;
   // A required key may come from an override alone.
