@@ -7,10 +7,11 @@
 // Sizes follow nccl-tests: `size` is the full buffer (all_reduce: the buffer; reduce_scatter: the
 // input of all ranks' blocks; all_gather: the output). algbw = size / time; busbw = algbw times
 // 2(n-1)/n for all_reduce and (n-1)/n for reduce_scatter and all_gather, so it is comparable
-// across rank counts. Time per call: the best of five timed blocks, each the slowest rank's mean.
+// across rank counts. Time per call: see time_three (interleaved blocks, best of five).
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -58,24 +59,32 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// Seconds per call: `iters` calls after two warm-up calls, timed in kBlocks blocks; a block's
-// time is its slowest rank's mean, and the best block is reported (the machine is shared, so the
-// minimum is the least disturbed estimate).
+// Seconds per call of three implementations of one collective (engine blocking, engine async,
+// plain MPI): two warm-up calls each, then kBlocks rounds in which each implementation runs a
+// timed block of iters / kBlocks calls, in a rotating order so all three see the same machine.
+// A block's time is its slowest rank's mean; the best block is reported (the machine is shared,
+// so the minimum is the least disturbed estimate).
 constexpr int kBlocks = 5;
+using Call = std::function<void()>;
 
-double time_calls(const std::function<void()>& call, int iters) {
-  call();
-  call();
+std::array<double, 3> time_three(const std::array<Call, 3>& calls, int iters) {
+  for (const Call& call : calls) {
+    call();
+    call();
+  }
   const int per_block = std::max(1, iters / kBlocks);
-  double best = 1e30;
+  std::array<double, 3> best = {1e30, 1e30, 1e30};
   for (int b = 0; b < kBlocks; ++b) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    double t0 = MPI_Wtime();
-    for (int k = 0; k < per_block; ++k)
-      call();
-    double t = (MPI_Wtime() - t0) / per_block;
-    MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    best = std::min(best, t);
+    for (int k = 0; k < 3; ++k) {
+      const int j = (b + k) % 3;
+      MPI_Barrier(MPI_COMM_WORLD);
+      double t0 = MPI_Wtime();
+      for (int c = 0; c < per_block; ++c)
+        calls[j]();
+      double t = (MPI_Wtime() - t0) / per_block;
+      MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+      best[j] = std::min(best[j], t);
+    }
   }
   return best;
 }
@@ -114,16 +123,14 @@ int run(int argc, char** argv) {
     world->all_reduce(a.data(), n, comm::ReduceOp::Sum);
     MPI_Allreduce(MPI_IN_PLACE, b.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     bool same = a == b;
-    double te = time_calls([&] { world->all_reduce(a.data(), n, comm::ReduceOp::Sum); }, iters);
-    double ta = time_calls(
-        [&] { world->all_reduce_async(a.data(), n, comm::ReduceOp::Sum)->wait(); }, iters);
-    double tm = time_calls(
-        [&] {
-          MPI_Allreduce(MPI_IN_PLACE, b.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM,
-                        MPI_COMM_WORLD);
-        },
-        iters);
-    rows.push_back({"all_reduce", n * 4, te, ta, tm, ar_factor, same});
+    auto t = time_three({[&] { world->all_reduce(a.data(), n, comm::ReduceOp::Sum); },
+                         [&] { world->all_reduce_async(a.data(), n, comm::ReduceOp::Sum)->wait(); },
+                         [&] {
+                           MPI_Allreduce(MPI_IN_PLACE, b.data(), static_cast<int>(n), MPI_FLOAT,
+                                         MPI_SUM, MPI_COMM_WORLD);
+                         }},
+                        iters);
+    rows.push_back({"all_reduce", n * 4, t[0], t[1], t[2], ar_factor, same});
 
     // reduce_scatter: W equal blocks of `block` elements.
     std::vector<int64_t> counts(W, block);
@@ -132,20 +139,17 @@ int run(int argc, char** argv) {
     MPI_Reduce_scatter_block(a.data(), d.data(), static_cast<int>(block), MPI_FLOAT, MPI_SUM,
                              MPI_COMM_WORLD);
     same = std::equal(c.begin(), c.begin() + block, d.begin());
-    te = time_calls([&] { world->reduce_scatter(a.data(), c.data(), counts, comm::ReduceOp::Sum); },
-                    iters);
-    ta = time_calls(
-        [&] {
-          world->reduce_scatter_async(a.data(), c.data(), counts, comm::ReduceOp::Sum)->wait();
-        },
+    t = time_three(
+        {[&] { world->reduce_scatter(a.data(), c.data(), counts, comm::ReduceOp::Sum); },
+         [&] {
+           world->reduce_scatter_async(a.data(), c.data(), counts, comm::ReduceOp::Sum)->wait();
+         },
+         [&] {
+           MPI_Reduce_scatter_block(a.data(), d.data(), static_cast<int>(block), MPI_FLOAT, MPI_SUM,
+                                    MPI_COMM_WORLD);
+         }},
         iters);
-    tm = time_calls(
-        [&] {
-          MPI_Reduce_scatter_block(a.data(), d.data(), static_cast<int>(block), MPI_FLOAT, MPI_SUM,
-                                   MPI_COMM_WORLD);
-        },
-        iters);
-    rows.push_back({"reduce_scatter", block * W * 4, te, ta, tm, rs_factor, same});
+    rows.push_back({"reduce_scatter", block * W * 4, t[0], t[1], t[2], rs_factor, same});
 
     // all_gather: each rank contributes `block` elements.
     fill(c, rank);
@@ -153,15 +157,14 @@ int run(int argc, char** argv) {
     MPI_Allgather(c.data(), static_cast<int>(block), MPI_FLOAT, b.data(), static_cast<int>(block),
                   MPI_FLOAT, MPI_COMM_WORLD);
     same = std::equal(a.begin(), a.begin() + block * W, b.begin());
-    te = time_calls([&] { world->all_gather(c.data(), a.data(), counts); }, iters);
-    ta = time_calls([&] { world->all_gather_async(c.data(), a.data(), counts)->wait(); }, iters);
-    tm = time_calls(
-        [&] {
-          MPI_Allgather(c.data(), static_cast<int>(block), MPI_FLOAT, b.data(),
-                        static_cast<int>(block), MPI_FLOAT, MPI_COMM_WORLD);
-        },
-        iters);
-    rows.push_back({"all_gather", block * W * 4, te, ta, tm, rs_factor, same});
+    t = time_three({[&] { world->all_gather(c.data(), a.data(), counts); },
+                    [&] { world->all_gather_async(c.data(), a.data(), counts)->wait(); },
+                    [&] {
+                      MPI_Allgather(c.data(), static_cast<int>(block), MPI_FLOAT, b.data(),
+                                    static_cast<int>(block), MPI_FLOAT, MPI_COMM_WORLD);
+                    }},
+                   iters);
+    rows.push_back({"all_gather", block * W * 4, t[0], t[1], t[2], rs_factor, same});
   }
 
   bool all_same = true;
