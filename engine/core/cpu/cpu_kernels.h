@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,16 @@ namespace core::cpu {
 inline constexpr int64_t kParallelMin = 1 << 15;
 // Rows per block in the deterministic column reductions.
 inline constexpr int64_t kRowBlock = 64;
+
+// max of x[0, n) as a vectorised reduction (std::max in the loop body blocks vectorisation).
+template <typename T>
+T row_max(const T* x, int64_t n) {
+  T mx = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : mx)
+  for (int64_t i = 0; i < n; ++i)
+    mx = mx > x[i] ? mx : x[i];
+  return mx;
+}
 
 // dst[c] += sum over rows n of the K partial contributions row_fn(n, partial) writes into
 // partial[k * C + c]; K output vectors are handled together.
@@ -243,9 +254,7 @@ void softmax_forward(T* out, const T* inp, int64_t N, int64_t C) {
   for (int64_t n = 0; n < N; ++n) {
     const T* x = inp + n * C;
     T* o = out + n * C;
-    T mx = x[0];
-    for (int64_t c = 1; c < C; ++c)
-      mx = std::max(mx, x[c]);
+    T mx = row_max(x, C);
     T s = T(0);
 #pragma omp simd reduction(+ : s)
     for (int64_t c = 0; c < C; ++c) {
@@ -488,9 +497,7 @@ void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, int64
       blas_gemm(false, true, rows, r1, hd, scale, qh + r0 * hd, hd, kh, hd, T(0), p + r0 * T_, T_);
       for (int64_t t = r0; t < r1; ++t) {
         T* row = p + t * T_;
-        T mx = row[0];
-        for (int64_t j = 1; j <= t; ++j)
-          mx = std::max(mx, row[j]);
+        T mx = row_max(row, t + 1);
         T s = T(0);
 #pragma omp simd reduction(+ : s)
         for (int64_t j = 0; j <= t; ++j) {
@@ -568,12 +575,10 @@ void cross_entropy(T* losses, T* dlogits, const T* logits, const int32_t* target
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < N; ++n) {
       const T* x = logits + n * Vp;
-      T mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-      for (int64_t j = 0; j < V; ++j) {
+#pragma omp simd
+      for (int64_t j = 0; j < V; ++j)
         z[j] = kmath::softcap<FastMath>(x[j], softcap);
-        mx = std::max(mx, z[j]);
-      }
+      T mx = row_max(z.data(), V);
       int64_t target = targets[n];
       T* g = dlogits ? dlogits + n * Vp : nullptr;
       T s = T(0);
