@@ -2,8 +2,9 @@
 // the scalar type so the float64 reference kernels of the tests run the same code.
 //
 // OpenBLAS rather than Eigen: measured with apps/bench_ops (--threads 1 --clock cpu), OpenBLAS's
-// sgemm ran at 57-120 GFLOP/s and Eigen's GEMM was slower at all 60 model shapes (D = 256..768,
-// forward and both backward products), by 5-30%; so both precisions call cblas directly.
+// sgemm ran at 57-120 GFLOP/s and Eigen's GEMM at 0.70-0.96x of it (median 0.84x) at 59 of the
+// 60 model shapes (D = 256..768, forward and both backward products; the other, 1.05x, is within
+// the run's noise); so both precisions call cblas directly.
 #pragma once
 
 #include <cblas.h>
