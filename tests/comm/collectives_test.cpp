@@ -12,6 +12,7 @@
 
 #include "comm/communicator.h"
 #include "comm/mesh.h"
+#include "comm/mpi_communicator.h"
 #include "engine/core/check.h"
 #include "test_data.h"
 
@@ -128,9 +129,9 @@ TEST(Collectives, AllReduceDoubleAndInt64) {
   EXPECT_THROW(c.all_reduce(t.data(), 1, ReduceOp::Avg), core::Error);
 }
 
-TEST(Collectives, ReduceScatterUnevenCountsMatchSerial) {
-  Communicator& c = world();
-  const uint64_t seed = 21;
+namespace {
+
+void expect_reduce_scatter(Communicator& c, uint64_t seed) {
   for (int trial = 0; trial < 8; ++trial) {
     std::vector<int64_t> counts = random_counts(seed, trial, c.size(), 3000);
     if (trial == 0) std::fill(counts.begin(), counts.end(), 0);
@@ -155,6 +156,19 @@ TEST(Collectives, ReduceScatterUnevenCountsMatchSerial) {
       EXPECT_EQ(recv.back(), -999.0f) << "reduce_scatter wrote past its block";
     }
   }
+}
+
+}  // namespace
+
+TEST(Collectives, ReduceScatterUnevenCountsMatchSerial) {
+  expect_reduce_scatter(world(), 21);
+}
+
+// The same cases through the ring algorithm (used for large messages), forced on every size.
+TEST(Collectives, RingReduceScatterMatchesSerial) {
+  comm::MpiCommunicator ring(MPI_COMM_WORLD, false, "ring");
+  ring.set_ring_min_bytes(0);
+  expect_reduce_scatter(ring, 22);
 }
 
 TEST(Collectives, AllGatherUnevenCountsMatchSerial) {
