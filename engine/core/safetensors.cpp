@@ -11,9 +11,9 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
-#include <set>
 
 #include "engine/core/check.h"
+#include "engine/core/json.h"
 
 namespace core {
 
@@ -36,282 +36,14 @@ constexpr DTypeName kDTypes[] = {
     {StDType::BOOL, "BOOL", 1},
 };
 
-// ---- a small strict JSON parser (RFC 8259), enough for safetensors headers ------------------
-
-struct Json {
-  enum class Kind { Null, Bool, Number, String, Array, Object } kind = Kind::Null;
-  bool boolean = false;
-  std::string text;  // the string value, or a number's literal text
-  std::vector<Json> items;
-  std::vector<std::pair<std::string, Json>> members;  // in file order
-};
-
-class JsonParser {
- public:
-  JsonParser(const std::string& input, std::string where) : s_(input), where_(std::move(where)) {}
-
-  Json parse_document() {
-    Json v = parse_value(0);
-    skip_ws();
-    if (pos_ != s_.size()) fail("trailing characters after the JSON value");
-    return v;
-  }
-
- private:
-  [[noreturn]] void fail(const std::string& what) const {
-    ENGINE_FAIL(where_ + ": invalid JSON header: " + what + " at byte " + std::to_string(pos_));
-  }
-  void skip_ws() {
-    while (pos_ < s_.size() &&
-           (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r'))
-      ++pos_;
-  }
-  char peek() {
-    skip_ws();
-    if (pos_ >= s_.size()) fail("unexpected end");
-    return s_[pos_];
-  }
-  void expect(char c) {
-    if (peek() != c) fail(std::string("expected '") + c + "'");
-    ++pos_;
-  }
-
-  Json parse_value(int depth) {
-    if (depth > 64) fail("nesting too deep");
-    char c = peek();
-    Json v;
-    if (c == '{') {
-      v.kind = Json::Kind::Object;
-      ++pos_;
-      std::set<std::string> seen;
-      if (peek() == '}') {
-        ++pos_;
-        return v;
-      }
-      while (true) {
-        if (peek() != '"') fail("expected a string key");
-        std::string key = parse_string();
-        if (!seen.insert(key).second) fail("duplicate key \"" + key + "\"");
-        expect(':');
-        v.members.emplace_back(std::move(key), parse_value(depth + 1));
-        if (peek() == ',') {
-          ++pos_;
-          continue;
-        }
-        expect('}');
-        return v;
-      }
-    }
-    if (c == '[') {
-      v.kind = Json::Kind::Array;
-      ++pos_;
-      if (peek() == ']') {
-        ++pos_;
-        return v;
-      }
-      while (true) {
-        v.items.push_back(parse_value(depth + 1));
-        if (peek() == ',') {
-          ++pos_;
-          continue;
-        }
-        expect(']');
-        return v;
-      }
-    }
-    if (c == '"') {
-      v.kind = Json::Kind::String;
-      v.text = parse_string();
-      return v;
-    }
-    if (c == '-' || (c >= '0' && c <= '9')) {
-      v.kind = Json::Kind::Number;
-      v.text = parse_number();
-      return v;
-    }
-    for (const char* word : {"true", "false", "null"}) {
-      size_t n = std::strlen(word);
-      if (s_.compare(pos_, n, word) == 0) {
-        pos_ += n;
-        v.kind = word[0] == 'n' ? Json::Kind::Null : Json::Kind::Bool;
-        v.boolean = word[0] == 't';
-        return v;
-      }
-    }
-    fail("unexpected character");
-  }
-
-  std::string parse_number() {
-    size_t start = pos_;
-    auto digits = [&] {
-      size_t d = pos_;
-      while (pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9')
-        ++pos_;
-      if (pos_ == d) fail("malformed number");
-    };
-    if (s_[pos_] == '-') ++pos_;
-    if (pos_ < s_.size() && s_[pos_] == '0') {
-      ++pos_;
-    } else {
-      digits();
-    }
-    if (pos_ < s_.size() && s_[pos_] == '.') {
-      ++pos_;
-      digits();
-    }
-    if (pos_ < s_.size() && (s_[pos_] == 'e' || s_[pos_] == 'E')) {
-      ++pos_;
-      if (pos_ < s_.size() && (s_[pos_] == '+' || s_[pos_] == '-')) ++pos_;
-      digits();
-    }
-    return s_.substr(start, pos_ - start);
-  }
-
-  unsigned hex4() {
-    if (pos_ + 4 > s_.size()) fail("truncated \\u escape");
-    unsigned v = 0;
-    for (int i = 0; i < 4; ++i) {
-      char h = s_[pos_++];
-      v <<= 4;
-      if (h >= '0' && h <= '9')
-        v |= h - '0';
-      else if (h >= 'a' && h <= 'f')
-        v |= h - 'a' + 10;
-      else if (h >= 'A' && h <= 'F')
-        v |= h - 'A' + 10;
-      else
-        fail("bad hex digit in \\u escape");
-    }
-    return v;
-  }
-
-  static void append_utf8(std::string& out, unsigned cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
-
-  std::string parse_string() {
-    ++pos_;  // opening quote
-    std::string out;
-    while (true) {
-      if (pos_ >= s_.size()) fail("unterminated string");
-      char c = s_[pos_++];
-      if (c == '"') return out;
-      if (static_cast<unsigned char>(c) < 0x20) fail("control character in string");
-      if (c != '\\') {
-        out += c;
-        continue;
-      }
-      if (pos_ >= s_.size()) fail("unterminated escape");
-      char e = s_[pos_++];
-      switch (e) {
-        case '"':
-          out += '"';
-          break;
-        case '\\':
-          out += '\\';
-          break;
-        case '/':
-          out += '/';
-          break;
-        case 'b':
-          out += '\b';
-          break;
-        case 'f':
-          out += '\f';
-          break;
-        case 'n':
-          out += '\n';
-          break;
-        case 'r':
-          out += '\r';
-          break;
-        case 't':
-          out += '\t';
-          break;
-        case 'u': {
-          unsigned cp = hex4();
-          if (cp >= 0xD800 && cp <= 0xDBFF) {
-            if (s_.compare(pos_, 2, "\\u") != 0) fail("unpaired surrogate");
-            pos_ += 2;
-            unsigned lo = hex4();
-            if (lo < 0xDC00 || lo > 0xDFFF) fail("unpaired surrogate");
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-            fail("unpaired surrogate");
-          }
-          append_utf8(out, cp);
-          break;
-        }
-        default:
-          fail("bad escape");
-      }
-    }
-  }
-
-  const std::string& s_;
-  std::string where_;
-  size_t pos_ = 0;
-};
-
-std::string json_escape(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
-}
-
-// A non-negative integer literal as uint64 (no sign, fraction or exponent).
-uint64_t json_uint(const Json& v, const std::string& what) {
-  ENGINE_CHECK(v.kind == Json::Kind::Number, what + " must be a number");
-  const std::string& t = v.text;
-  ENGINE_CHECK(!t.empty() && t.find_first_not_of("0123456789") == std::string::npos,
-               what + " must be a non-negative integer, got " + t);
-  uint64_t x = 0;
-  for (char c : t) {
-    ENGINE_CHECK(x <= (std::numeric_limits<uint64_t>::max() - (c - '0')) / 10,
-                 what + " overflows 64 bits: " + t);
-    x = x * 10 + static_cast<uint64_t>(c - '0');
-  }
-  return x;
+// A non-negative integer literal as uint64 (no sign, fraction or exponent), exact.
+uint64_t json_uint(const JsonValue& v, const std::string& what) {
+  ENGINE_CHECK(v.is_number(), what + " must be a number");
+  const std::optional<uint64_t> x = v.get_uint64();
+  ENGINE_CHECK(x || v.text().find_first_not_of("0123456789") != std::string::npos,
+               what + " overflows 64 bits: " + v.text());
+  ENGINE_CHECK(x, what + " must be a non-negative integer, got " + v.text());
+  return *x;
 }
 
 StDType parse_dtype(const std::string& name, const std::string& what) {
@@ -360,25 +92,30 @@ SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) 
   data_start_ = 8 + header_len;
   const uint64_t data_size = file_size - data_start_;
 
-  Json root = JsonParser(header, path_).parse_document();
-  ENGINE_CHECK(root.kind == Json::Kind::Object, path_ + ": header is not a JSON object");
-  for (auto& [name, value] : root.members) {
+  JsonValue root;
+  try {
+    root = parse_json(header, path_);
+  } catch (const JsonError& e) {
+    ENGINE_FAIL(path_ + ": invalid JSON header: " + e.reason() + " at byte " +
+                std::to_string(e.offset()));
+  }
+  ENGINE_CHECK(root.is_object(), path_ + ": header is not a JSON object");
+  for (const auto& [name, value] : root.members()) {
     if (name == "__metadata__") {
-      ENGINE_CHECK(value.kind == Json::Kind::Object,
-                   path_ + ": __metadata__ must be an object of strings");
-      for (auto& [key, v] : value.members) {
-        ENGINE_CHECK(v.kind == Json::Kind::String,
+      ENGINE_CHECK(value.is_object(), path_ + ": __metadata__ must be an object of strings");
+      for (const auto& [key, v] : value.members()) {
+        ENGINE_CHECK(v.is_string(),
                      path_ + ": __metadata__ value of \"" + key + "\" is not a string");
-        metadata_[key] = v.text;
+        metadata_[key] = v.text();
       }
       continue;
     }
     const std::string what = path_ + ": tensor \"" + name + "\"";
-    ENGINE_CHECK(value.kind == Json::Kind::Object, what + " is not an object");
-    const Json* dtype = nullptr;
-    const Json* shape = nullptr;
-    const Json* offsets = nullptr;
-    for (auto& [key, v] : value.members) {
+    ENGINE_CHECK(value.is_object(), what + " is not an object");
+    const JsonValue* dtype = nullptr;
+    const JsonValue* shape = nullptr;
+    const JsonValue* offsets = nullptr;
+    for (const auto& [key, v] : value.members()) {
       if (key == "dtype")
         dtype = &v;
       else if (key == "shape")
@@ -389,15 +126,15 @@ SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) 
         ENGINE_FAIL(what + ": unknown key \"" + key + "\"");
     }
     ENGINE_CHECK(dtype && shape && offsets, what + ": needs dtype, shape and data_offsets");
-    ENGINE_CHECK(dtype->kind == Json::Kind::String, what + ": dtype must be a string");
-    ENGINE_CHECK(shape->kind == Json::Kind::Array, what + ": shape must be an array");
-    ENGINE_CHECK(offsets->kind == Json::Kind::Array && offsets->items.size() == 2,
+    ENGINE_CHECK(dtype->is_string(), what + ": dtype must be a string");
+    ENGINE_CHECK(shape->is_array(), what + ": shape must be an array");
+    ENGINE_CHECK(offsets->is_array() && offsets->items().size() == 2,
                  what + ": data_offsets must be [begin, end]");
     StTensorInfo info;
     info.name = name;
-    info.dtype = parse_dtype(dtype->text, what);
+    info.dtype = parse_dtype(dtype->text(), what);
     uint64_t numel = 1;
-    for (const Json& d : shape->items) {
+    for (const JsonValue& d : shape->items()) {
       uint64_t n = json_uint(d, what + ": shape entry");
       ENGINE_CHECK(n <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()),
                    what + ": shape entry too large");
@@ -406,8 +143,8 @@ SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) 
       numel *= n;
       info.shape.push_back(static_cast<int64_t>(n));
     }
-    info.begin = json_uint(offsets->items[0], what + ": data_offsets begin");
-    info.end = json_uint(offsets->items[1], what + ": data_offsets end");
+    info.begin = json_uint(offsets->items()[0], what + ": data_offsets begin");
+    info.end = json_uint(offsets->items()[1], what + ": data_offsets end");
     ENGINE_CHECK(info.begin <= info.end, what + ": data_offsets begin " +
                                              std::to_string(info.begin) + " > end " +
                                              std::to_string(info.end));
