@@ -6,9 +6,11 @@
 #include <array>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 #include "engine/core/check.h"
+#include "engine/core/json.h"
 #include "engine/data/utf8.h"
 
 namespace data {
@@ -52,25 +54,6 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-// Appends the UTF-8 encoding of code point cp.
-void append_utf8(std::string& s, uint32_t cp) {
-  if (cp < 0x80) {
-    s += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    s += static_cast<char>(0xC0 | (cp >> 6));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    s += static_cast<char>(0xE0 | (cp >> 12));
-    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    s += static_cast<char>(0xF0 | (cp >> 18));
-    s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
 // Decodes one code point of valid UTF-8 at s[i], advancing i.
 uint32_t next_code_point(std::string_view s, size_t& i) {
   const auto b = [&](size_t k) { return static_cast<uint32_t>(static_cast<uint8_t>(s[k])); };
@@ -106,138 +89,6 @@ std::string to_bytes(std::string_view symbol, const std::vector<int>& u2b,
   }
   return out;
 }
-
-// A minimal parser for encoder.json: one flat object of "string": integer.
-class JsonObjectReader {
- public:
-  JsonObjectReader(std::string_view text, std::string path) : s_(text), path_(std::move(path)) {}
-
-  template <typename Fn>
-  void for_each(Fn&& fn) {
-    skip_ws();
-    expect('{');
-    skip_ws();
-    if (peek() == '}') return;
-    while (true) {
-      skip_ws();
-      std::string key = read_string();
-      skip_ws();
-      expect(':');
-      skip_ws();
-      const int64_t value = read_int();
-      fn(key, value);
-      skip_ws();
-      if (peek() == ',') {
-        ++i_;
-        continue;
-      }
-      expect('}');
-      return;
-    }
-  }
-
- private:
-  [[noreturn]] void fail(const std::string& what) const {
-    int line = 1;
-    for (size_t k = 0; k < i_ && k < s_.size(); ++k)
-      line += s_[k] == '\n';
-    ENGINE_FAIL("tokenizer: " + path_ + ":" + std::to_string(line) + ": " + what + " (byte " +
-                std::to_string(i_) + ")");
-  }
-  char peek() const { return i_ < s_.size() ? s_[i_] : '\0'; }
-  void skip_ws() {
-    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\n' || s_[i_] == '\r' || s_[i_] == '\t'))
-      ++i_;
-  }
-  void expect(char c) {
-    if (peek() != c) fail(std::string("expected '") + c + "'");
-    ++i_;
-  }
-  uint32_t read_hex4() {
-    if (i_ + 4 > s_.size()) fail("truncated \\u escape");
-    uint32_t v = 0;
-    for (int k = 0; k < 4; ++k) {
-      const char c = s_[i_++];
-      v <<= 4;
-      if (c >= '0' && c <= '9') {
-        v |= static_cast<uint32_t>(c - '0');
-      } else if (c >= 'a' && c <= 'f') {
-        v |= static_cast<uint32_t>(c - 'a' + 10);
-      } else if (c >= 'A' && c <= 'F') {
-        v |= static_cast<uint32_t>(c - 'A' + 10);
-      } else {
-        fail("bad hex digit in \\u escape");
-      }
-    }
-    return v;
-  }
-  std::string read_string() {
-    expect('"');
-    std::string out;
-    while (true) {
-      if (i_ >= s_.size()) fail("unterminated string");
-      const char c = s_[i_++];
-      if (c == '"') return out;
-      if (c != '\\') {
-        out += c;
-        continue;
-      }
-      if (i_ >= s_.size()) fail("unterminated escape");
-      const char e = s_[i_++];
-      switch (e) {
-        case '"':
-          out += '"';
-          break;
-        case '\\':
-          out += '\\';
-          break;
-        case '/':
-          out += '/';
-          break;
-        case 'b':
-          out += '\b';
-          break;
-        case 'f':
-          out += '\f';
-          break;
-        case 'n':
-          out += '\n';
-          break;
-        case 'r':
-          out += '\r';
-          break;
-        case 't':
-          out += '\t';
-          break;
-        case 'u': {
-          uint32_t cp = read_hex4();
-          if (cp >= 0xD800 && cp < 0xDC00) {  // surrogate pair
-            if (i_ + 2 > s_.size() || s_[i_] != '\\' || s_[i_ + 1] != 'u') fail("lone surrogate");
-            i_ += 2;
-            const uint32_t lo = read_hex4();
-            if (lo < 0xDC00 || lo >= 0xE000) fail("bad low surrogate");
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          }
-          append_utf8(out, cp);
-          break;
-        }
-        default:
-          fail(std::string("unknown escape \\") + e);
-      }
-    }
-  }
-  int64_t read_int() {
-    const size_t start = i_;
-    while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9')
-      ++i_;
-    if (i_ == start || i_ - start > 9) fail("expected a non-negative integer id");
-    return std::stoll(std::string(s_.substr(start, i_ - start)));
-  }
-
-  std::string_view s_;
-  std::string path_;
-  size_t i_ = 0;
-};
 
 }  // namespace
 
@@ -308,23 +159,27 @@ Gpt2Tokenizer::~Gpt2Tokenizer() = default;
 
 void Gpt2Tokenizer::load_encoder(const std::string& path) {
   const std::string text = read_file(path);
-  const std::vector<int> u2b = unicode_to_byte();
-  std::vector<std::pair<std::string, int64_t>> entries;
-  JsonObjectReader(text, path).for_each([&](const std::string& key, int64_t id) {
-    entries.emplace_back(to_bytes(key, u2b, path + " entry " + std::to_string(id)), id);
-  });
+  const core::JsonValue root = core::parse_json(text, "tokenizer: " + path);
+  ENGINE_CHECK(root.is_object(),
+               "tokenizer: " + path + ": expected one JSON object of token -> id");
+  const std::vector<core::JsonValue::Member>& entries = root.members();
   ENGINE_CHECK(!entries.empty(), "tokenizer: " + path + " holds no tokens");
+  const std::vector<int> u2b = unicode_to_byte();
   id_to_bytes_.assign(entries.size(), std::string());
   std::vector<bool> seen(entries.size(), false);
-  for (auto& [bytes, id] : entries) {
-    ENGINE_CHECK(id < static_cast<int64_t>(entries.size()) && !seen[id],
+  for (const auto& [key, value] : entries) {
+    const std::optional<uint64_t> id = value.get_uint64();
+    ENGINE_CHECK(id.has_value(), "tokenizer: " + path + ": the id of " + core::json_escape(key) +
+                                     " must be a non-negative integer, got " + value.describe());
+    ENGINE_CHECK(*id < entries.size() && !seen[*id],
                  "tokenizer: " + path + ": ids are not a permutation of 0.." +
-                     std::to_string(entries.size() - 1) + " (id " + std::to_string(id) + ")");
-    seen[id] = true;
+                     std::to_string(entries.size() - 1) + " (id " + std::to_string(*id) + ")");
+    seen[*id] = true;
+    std::string bytes = to_bytes(key, u2b, path + " entry " + std::to_string(*id));
     ENGINE_CHECK(
-        bytes_to_id_.insert(bytes, static_cast<int32_t>(id)),
-        "tokenizer: " + path + ": two ids for the same token (id " + std::to_string(id) + ")");
-    id_to_bytes_[id] = std::move(bytes);
+        bytes_to_id_.insert(bytes, static_cast<int32_t>(*id)),
+        "tokenizer: " + path + ": two ids for the same token (id " + std::to_string(*id) + ")");
+    id_to_bytes_[*id] = std::move(bytes);
   }
   for (int b = 0; b < 256; ++b) {
     ENGINE_CHECK(bytes_to_id_.find(std::string(1, static_cast<char>(b))) != StringIndex::kMissing,
