@@ -22,6 +22,7 @@
 
 #include "engine/core/backend.h"
 #include "engine/core/check.h"
+#include "engine/core/json.h"
 #include "engine/core/rng.h"
 #include "model/gpt.h"
 
@@ -135,11 +136,16 @@ std::string run_capture(const std::string& cmd) {
   return out;
 }
 
-// A number from a flat one-line JSON object.
-double json_number(const std::string& json, const std::string& key) {
-  const auto at = json.find("\"" + key + "\":");
-  ENGINE_CHECK(at != std::string::npos, "bench_model: no '" + key + "' in " + json);
-  return std::stod(json.substr(at + key.size() + 3));
+// A number from the JSON object a child process printed (its output's last line).
+double json_number(const std::string& output, const std::string& key) {
+  std::string line = output;
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r'))
+    line.pop_back();
+  line = line.substr(line.rfind('\n') + 1);  // npos + 1 == 0: the whole text
+  const core::JsonValue row = core::parse_json(line, "bench_model: child output");
+  const core::JsonValue* value = row.find(key);
+  ENGINE_CHECK(value != nullptr, "bench_model: no '" + key + "' in " + line);
+  return value->as_double("bench_model: '" + key + "'");
 }
 
 std::vector<std::string> split(const std::string& s) {
