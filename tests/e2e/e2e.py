@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-TIMING_KEYS = ("elapsed_ms", "step_ms", "tokens_per_s", "gflops")
+TIMING_KEYS = ("elapsed_ms", "step_ms", "tokens_per_s", "gflops", "phase_ms")
 
 
 class Failure(Exception):
