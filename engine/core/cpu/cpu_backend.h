@@ -1,4 +1,5 @@
-// CPU backend: OpenBLAS GEMM, Eigen/LAPACK linear algebra, OpenMP loops for the fused ops.
+// CPU backend: OpenBLAS GEMM, LAPACKE (OpenBLAS) linear algebra, OpenMP loops for the fused ops;
+// the kernels are templates in cpu_gemm.h, cpu_kernels.h and cpu_linalg.h, instantiated for float.
 #pragma once
 
 #include "engine/core/backend.h"
