@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -26,6 +27,7 @@
 #include "engine/core/check.h"
 #include "engine/core/rng.h"
 #include "engine/data/gpt2_tokenizer.h"
+#include "engine/run_lock.h"
 #include "engine/trainer.h"
 #include "model/weights_io.h"
 
@@ -199,6 +201,17 @@ int run(int argc, char** argv, comm::Communicator& world) {
     return 0;
   }
   if (a.command == "train") {
+    // Rank 0 waits (up to 60 s) until no rank of an earlier run on these folders is alive,
+    // then every rank holds the lock for the whole run.
+    const std::vector<std::string> dirs = {config.log.dir, config.checkpoint.dir};
+    std::unique_ptr<engine::RunLock> lock;
+    if (world.rank() == 0) {
+      lock = std::make_unique<engine::RunLock>(dirs, engine::RunLock::Mode::Exclusive, 60.0);
+      lock->downgrade();
+    }
+    world.barrier();
+    if (world.rank() != 0)
+      lock = std::make_unique<engine::RunLock>(dirs, engine::RunLock::Mode::Shared, 60.0);
     engine::Trainer trainer(config, world);
     trainer.run();
     return 0;

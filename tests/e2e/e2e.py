@@ -10,13 +10,16 @@ import argparse
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
 
-TIMING_KEYS = ("elapsed_ms", "step_ms", "tokens_per_s", "gflops", "phase_ms")
+# Measurements rather than results: left out of the bit-identity comparisons.
+TIMING_KEYS = ("elapsed_ms", "step_ms", "tokens_per_s", "gflops", "phase_ms", "peak_mem_bytes",
+               "live_mem_bytes")
 
 
 class Failure(Exception):
@@ -150,6 +153,62 @@ def case_world_size_archs(env):
         check(three[20]["train_loss"] < three[1]["train_loss"], name + " np 3 did not learn")
 
 
+def case_zero3_memory(env):
+    """Stage 3 residency on a 6-block model at np 2: same losses as stage 2, a peak at least the
+    parameter bytes this rank does not own below stage 2's, and after every step the live bytes
+    are stage 2's minus the full parameters and gradients plus the resting parts (no full layer
+    buffer is left behind)."""
+    sets = ["model.n_layer=6", "checkpoint.every=0", "checkpoint.at_end=false"]
+    W = 2
+    p2, d2 = env.run(W, "stage2", sets + ["zero.stage=2"])
+    p3, d3 = env.run(W, "stage3", sets + ["zero.stage=3"])
+    m2, m3 = metrics(d2), metrics(d3)
+    worst = compare_losses(m3, m2, range(0, 21), 1e-5, "stage 3 vs stage 2")
+    out = p3.stdout + p3.stderr
+    params = int(re.search(r"parameters: (\d+)", out).group(1))
+    resting = int(re.search(r"resting parameter elements on this rank: (\d+)", out).group(1))
+    check(resting < params, "stage 3 rank 0 rests with all %d parameters" % params)
+    unowned = 4 * (params - resting)
+    for s in range(1, 21):
+        peak2, peak3 = m2[s]["peak_mem_bytes"], m3[s]["peak_mem_bytes"]
+        check(peak3 <= peak2 - unowned, "step %d: stage 3 peak %d bytes, stage 2 %d: less than "
+              "the %d unowned parameter bytes saved" % (s, peak3, peak2, unowned))
+        live2, live3 = m2[s]["live_mem_bytes"], m3[s]["live_mem_bytes"]
+        expect = live2 - 2 * 4 * params + 4 * resting
+        check(live3 == expect, "step %d: stage 3 live bytes after the step %d, expected %d "
+              "(stage 2 %d without the full parameters and gradients, plus the resting parts)"
+              % (s, live3, expect, live2))
+    print("np %d, 6 blocks, %d parameters (%d resting on rank 0): peak bytes stage 2 %d, "
+          "stage 3 %d; live after the step stage 2 %d, stage 3 %d; losses within %.2e" %
+          (W, params, resting, m2[20]["peak_mem_bytes"], m3[20]["peak_mem_bytes"],
+           m2[20]["live_mem_bytes"], m3[20]["live_mem_bytes"], worst))
+
+
+def kill_session(sid):
+    """SIGKILL every process of a session: mpirun puts each rank in its own process group, so
+    killing mpirun's group alone leaves the ranks running (they finished the job here)."""
+    def members():
+        pids = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open("/proc/%s/stat" % entry) as f:
+                        zombie = f.read().rsplit(")", 1)[1].split()[0] == "Z"
+                    if not zombie and os.getsid(int(entry)) == sid:
+                        pids.append(int(entry))
+                except OSError:
+                    pass
+        return pids
+    deadline = time.time() + 10
+    while members() and time.time() < deadline:
+        for pid in members():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.05)
+
+
 def case_resume_sigkill(env):
     _, straight = env.run(2, "straight")
     # Same run, killed with SIGKILL once the step-10 checkpoint is complete. Validation every
@@ -160,7 +219,7 @@ def case_resume_sigkill(env):
     saw = False
     for line in p.stdout:
         if "checkpoint saved" in line and "step_00000010" in line:
-            os.killpg(p.pid, signal.SIGKILL)
+            kill_session(p.pid)
             saw = True
             break
     p.wait(timeout=60)
@@ -307,6 +366,7 @@ CASES = {
     "world_size_stage2": lambda env: case_world_size(env, 2),
     "world_size_stage3": lambda env: case_world_size(env, 3),
     "world_size_archs": case_world_size_archs,
+    "zero3_memory": case_zero3_memory,
     "resume_sigkill": case_resume_sigkill,
     "resume_world_size": case_resume_world_size,
     "bad_configs": case_bad_configs,

@@ -1,0 +1,58 @@
+#include "engine/run_lock.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "engine/core/check.h"
+
+namespace engine {
+
+RunLock::RunLock(const std::vector<std::string>& dirs, Mode mode, double wait_seconds)
+    : dirs_(dirs) {
+  const int op = (mode == Mode::Exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB;
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(std::max(wait_seconds, 0.0));
+  try {
+    for (const auto& dir : dirs_) {
+      std::filesystem::create_directories(dir);
+      const std::string path = (std::filesystem::path(dir) / ".engine.lock").string();
+      int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+      ENGINE_CHECK(fd >= 0, "cannot open the run lock " + path + ": " + std::strerror(errno));
+      fds_.push_back(fd);
+      while (::flock(fd, op) != 0) {
+        ENGINE_CHECK(errno == EWOULDBLOCK || errno == EINTR,
+                     "cannot lock " + path + ": " + std::strerror(errno));
+        ENGINE_CHECK(std::chrono::steady_clock::now() < deadline,
+                     "another engine run is still using " + dir + " (" + path +
+                         " is locked); wait for it to exit or choose other log.dir / "
+                         "checkpoint.dir");
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    }
+  } catch (...) {
+    for (int fd : fds_)
+      ::close(fd);
+    throw;
+  }
+}
+
+RunLock::~RunLock() {
+  for (int fd : fds_)
+    ::close(fd);
+}
+
+void RunLock::downgrade() {
+  for (size_t i = 0; i < fds_.size(); ++i) {
+    ENGINE_CHECK(::flock(fds_[i], LOCK_SH) == 0,
+                 "cannot downgrade the run lock of " + dirs_[i] + ": " + std::strerror(errno));
+  }
+}
+
+}  // namespace engine

@@ -1,0 +1,57 @@
+#include "engine/run_lock.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+
+#include "engine/core/check.h"
+
+namespace fs = std::filesystem;
+using engine::RunLock;
+
+namespace {
+
+std::string fresh_dir(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() / ("engine_run_lock_" + name);
+  fs::remove_all(dir);
+  return dir.string();
+}
+
+}  // namespace
+
+TEST(RunLock, ASecondExclusiveRunIsRefusedNamingTheFolder) {
+  const std::string dir = fresh_dir("exclusive");
+  RunLock first({dir}, RunLock::Mode::Exclusive, 0.0);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    RunLock second({dir}, RunLock::Mode::Exclusive, 0.3);
+    FAIL() << "two exclusive locks on one folder";
+  } catch (const core::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("another engine run is still using " + dir),
+              std::string::npos)
+        << e.what();
+  }
+  // It waited for the holder before giving up.
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(250));
+}
+
+TEST(RunLock, SharedHoldersBlockAnExclusiveOneUntilTheyRelease) {
+  const std::string dir = fresh_dir("shared");
+  {
+    RunLock rank0({dir}, RunLock::Mode::Exclusive, 0.0);
+    rank0.downgrade();
+    RunLock rank1({dir}, RunLock::Mode::Shared, 0.0);  // the run's other ranks join
+    EXPECT_THROW(RunLock({dir}, RunLock::Mode::Exclusive, 0.1), core::Error);
+  }
+  RunLock next_run({dir}, RunLock::Mode::Exclusive, 0.0);  // all holders gone
+  EXPECT_TRUE(fs::exists(fs::path(dir) / ".engine.lock"));
+}
+
+TEST(RunLock, LocksEveryFolderAndCreatesIt) {
+  const std::string a = fresh_dir("a"), b = fresh_dir("b") + "/nested";
+  RunLock lock({a, b}, RunLock::Mode::Exclusive, 0.0);
+  EXPECT_TRUE(fs::is_directory(b));
+  EXPECT_THROW(RunLock({b}, RunLock::Mode::Shared, 0.05), core::Error);
+}
