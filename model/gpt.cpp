@@ -70,6 +70,11 @@ Gpt::Gpt(const ModelConfig& config, core::Backend& backend)
   grads_ = core::Tensor::empty({table_.total_numel()}, core::DType::F32, backend_.allocator());
   backend_.fill_zero(params_.raw_data(), params_.nbytes());
   backend_.fill_zero(grads_.raw_data(), grads_.nbytes());
+  for (size_t i = 0; i < table_.size(); ++i) {
+    const ParamInfo& p = table_[i];
+    param_view_.push_back(params_.slice(0, p.offset, p.numel).view(p.shape));
+    grad_view_.push_back(grads_.slice(0, p.offset, p.numel).view(p.shape));
+  }
 
   auto opt = [&](const std::string& name) { return table_.find(name).value_or(kNone); };
   embed_ = index("embed.weight");
@@ -107,25 +112,44 @@ size_t Gpt::index(const std::string& name) const {
   return *i;
 }
 
-core::Tensor Gpt::param(size_t i) const {
-  const ParamInfo& p = table_[i];
-  return params_.slice(0, p.offset, p.numel).view(p.shape);
+void Gpt::release_storage() {
+  for (size_t i = 0; i < table_.size(); ++i) {
+    param_view_[i] = core::Tensor();
+    grad_view_[i] = core::Tensor();
+  }
+  params_ = core::Tensor();
+  grads_ = core::Tensor();
 }
 
-core::Tensor Gpt::grad(size_t i) const {
-  const ParamInfo& p = table_[i];
-  return grads_.slice(0, p.offset, p.numel).view(p.shape);
+void Gpt::bind_param(size_t i, core::Tensor value) {
+  ENGINE_CHECK(!value.defined() || value.shape() == table_[i].shape,
+               "model: binding " + table_[i].name + " to a tensor of shape " +
+                   core::shape_str(value.shape()));
+  param_view_.at(i) = std::move(value);
+}
+
+void Gpt::bind_grad(size_t i, core::Tensor grad) {
+  ENGINE_CHECK(!grad.defined() || grad.shape() == table_[i].shape,
+               "model: binding the gradient of " + table_[i].name + " to a tensor of shape " +
+                   core::shape_str(grad.shape()));
+  grad_view_.at(i) = std::move(grad);
 }
 
 const float* Gpt::w(size_t i) const {
-  return i == kNone ? nullptr : params_.data<float>() + table_[i].offset;
+  if (i == kNone) return nullptr;
+  ENGINE_CHECK(param_view_[i].defined(), "model: parameter " + table_[i].name + " is not bound");
+  return param_view_[i].data<float>();
 }
 
 float* Gpt::g(size_t i) const {
-  return i == kNone ? nullptr : grads_.data<float>() + table_[i].offset;
+  if (i == kNone) return nullptr;
+  ENGINE_CHECK(grad_view_[i].defined(),
+               "model: the gradient of " + table_[i].name + " is not bound");
+  return grad_view_[i].data<float>();
 }
 
 void Gpt::init_weights() {
+  ENGINE_CHECK(params_.defined(), "model: init_weights needs the flat parameter buffer");
   core::Tensor host = core::Tensor::empty({table_.total_numel()});
   for (size_t i = 0; i < table_.size(); ++i) {
     const ParamInfo& p = table_[i];
@@ -135,7 +159,12 @@ void Gpt::init_weights() {
 }
 
 void Gpt::zero_grad() {
-  backend_.fill_zero(grads_.raw_data(), grads_.nbytes());
+  if (grads_.defined()) {
+    backend_.fill_zero(grads_.raw_data(), grads_.nbytes());
+    return;
+  }
+  for (const core::Tensor& t : grad_view_)
+    if (t.defined()) backend_.fill_zero(t.raw_data(), t.nbytes());
 }
 
 size_t Gpt::activation_bytes() const {

@@ -1,7 +1,8 @@
 // The GPT of specs/model.md: forward and backward for arch gpt2 | modern, dense MLP or MoE, on
 // any core::Backend. llm.c style: parameters and gradients each live in one flat buffer with
-// per-parameter views (the order of the ParamTable), and the activations are planned once per
-// (B, T) so a training step allocates nothing on the device.
+// per-parameter views (the order of the ParamTable; ZeRO stage 3 frees the buffers and rebinds
+// the views layer by layer), and the activations are planned once per (B, T) so a training step
+// allocates nothing on the device.
 #pragma once
 
 #include <cstdint>
@@ -27,17 +28,27 @@ class Gpt {
   const ParamTable& table() const { return table_; }
   core::Backend& backend() const { return backend_; }
 
-  // Flat buffers of table().total_numel() elements on the backend's device.
+  // Flat buffers of table().total_numel() elements on the backend's device (undefined after
+  // release_storage()).
   const core::Tensor& params() const { return params_; }
   const core::Tensor& grads() const { return grads_; }
-  // Views of one parameter (or its gradient) with the table's shape.
-  core::Tensor param(size_t i) const;
-  core::Tensor grad(size_t i) const;
+  // The tensor parameter i (or its gradient) is read from (accumulated into): by default a view
+  // of the flat buffer with the table's shape; undefined while unbound after release_storage().
+  core::Tensor param(size_t i) const { return param_view_.at(i); }
+  core::Tensor grad(size_t i) const { return grad_view_.at(i); }
   core::Tensor param(const std::string& name) const { return param(index(name)); }
   core::Tensor grad(const std::string& name) const { return grad(index(name)); }
 
+  // Rebindable parameter storage (ZeRO stage 3). release_storage() frees the flat buffers and
+  // unbinds every parameter; bind_param / bind_grad point parameter i at a full-shape tensor
+  // (an undefined tensor unbinds it). The hook binds a layer before it is used.
+  void release_storage();
+  void bind_param(size_t i, core::Tensor value);
+  void bind_grad(size_t i, core::Tensor grad);
+
   // Seeded initialisation of every parameter (config().seed, the table's init rules).
   void init_weights();
+  // Zeroes the flat gradient buffer (after release_storage(): every bound gradient).
   void zero_grad();
 
   // Training forward. tokens and targets are host arrays [B, T] (row-major), ids in [0, V).
@@ -95,6 +106,8 @@ class Gpt {
   core::Backend& backend_;
   core::Tensor params_;
   core::Tensor grads_;
+  std::vector<core::Tensor> param_view_;
+  std::vector<core::Tensor> grad_view_;
 
   // Parameter indices per block (SIZE_MAX when the arch lacks that parameter).
   struct LayerParams {
