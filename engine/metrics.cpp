@@ -70,6 +70,8 @@ std::string to_json(const StepRecord& r) {
     }
     s += "}";
   }
+  if (r.peak_mem_bytes) s += ",\"peak_mem_bytes\":" + std::to_string(*r.peak_mem_bytes);
+  if (r.live_mem_bytes) s += ",\"live_mem_bytes\":" + std::to_string(*r.live_mem_bytes);
   return s + "}";
 }
 

@@ -24,6 +24,10 @@ struct StepRecord {
   double gflops = 0;  // achieved model FLOP rate of this step, all ranks together
   std::vector<std::pair<std::string, int64_t>> comm_bytes;  // per collective kind, this step
   std::vector<std::pair<std::string, double>> phase_ms;     // wall time of each step phase
+  // CPU allocator bytes on this rank (the writer's: rank 0): the peak live during the step and
+  // the live at its end.
+  std::optional<int64_t> peak_mem_bytes;
+  std::optional<int64_t> live_mem_bytes;
 };
 
 // {"step":3,"train_loss":...,...}; absent optionals are left out, non-finite numbers are null.

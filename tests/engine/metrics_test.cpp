@@ -35,6 +35,10 @@ TEST(Metrics, JsonObjectPerStep) {
             "\"phase_ms\":{\"forward_backward\":1.5}}");
   EXPECT_EQ(engine::json_line_step(engine::to_json(r)), 3);
   EXPECT_EQ(engine::json_line_step("{}"), -1);
+  r.peak_mem_bytes = 4096;
+  r.live_mem_bytes = 1024;
+  const std::string json = engine::to_json(r);
+  EXPECT_EQ(json.substr(json.size() - 45), ",\"peak_mem_bytes\":4096,\"live_mem_bytes\":1024}");
 }
 
 TEST(Metrics, WriterDropsStepsAfterTheResumePoint) {
