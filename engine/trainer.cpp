@@ -125,7 +125,7 @@ Trainer::Trainer(Config config, comm::Communicator& comm, bool with_train_data, 
   }
   std::vector<comm::ParamInfo> infos;
   for (const auto& p : table.params())
-    infos.push_back({p.name, p.shape, optim_->placement(p.name), std::max(p.layer, 0)});
+    infos.push_back({p.name, p.shape, optim_->placement(p.name), p.layer});
   plan_ =
       std::make_unique<comm::ShardingPlan>(infos, W, rank, static_cast<int>(config_.zero.stage));
 
@@ -145,6 +145,21 @@ Trainer::Trainer(Config config, comm::Communicator& comm, bool with_train_data, 
     else
       local_value_[i] = gpt_->param(i);
     local_grad_[i] = core::Tensor::zeros(plan_->local_shape(i));
+  }
+  if (plan_->stage() == 3 && with_train_data) {
+    // Parameters rest as own copies of the local parts; the full model is freed.
+    gatherer_ = std::make_unique<comm::LayerGatherer>(comm_, *plan_, gpt_->backend().allocator());
+    for (size_t i = 0; i < table.size(); ++i) {
+      if (local_value_[i].defined()) {
+        core::Tensor own = core::Tensor::empty(plan_->local_shape(i));
+        comm::copy_local_part(comm_, *plan_, i, gpt_->param(i), own);
+        local_value_[i] = own;
+      }
+      gatherer_->set_local(i, local_value_[i]);
+    }
+    gpt_->release_storage();
+    gpt_->set_layer_hook(
+        [this](model::Gpt::LayerEvent event, int layer) { layer_hook(event, layer); });
   }
 
   if (with_train_data) {
@@ -189,8 +204,93 @@ Trainer::~Trainer() = default;
 
 void Trainer::scale_grads(double factor) {
   if (factor == 1.0) return;
+  if (gatherer_) {
+    for (const core::Tensor& t : local_grad_)
+      if (t.defined())
+        gpt_->backend().scale(t.data<float>(), static_cast<float>(factor), t.numel());
+    return;
+  }
   gpt_->backend().scale(gpt_->grads().data<float>(), static_cast<float>(factor),
                         gpt_->grads().numel());
+}
+
+void Trainer::zero_grads() {
+  if (!gatherer_) {
+    gpt_->zero_grad();
+    return;
+  }
+  for (const core::Tensor& t : local_grad_)
+    if (t.defined()) gpt_->backend().fill_zero(t.raw_data(), t.nbytes());
+  first_micro_ = true;
+}
+
+void Trainer::model_backward() {
+  if (gatherer_) bind_layer_grads(-1);  // the head's backward runs before any layer event
+  gpt_->backward();
+  if (gatherer_) first_micro_ = false;
+}
+
+void Trainer::layer_hook(model::Gpt::LayerEvent event, int layer) {
+  using Event = model::Gpt::LayerEvent;
+  switch (event) {
+    case Event::kBeforeForward:
+      // Block l-1 is done once block l starts; layer -1 stays until the end of backward.
+      if (layer >= 1 && gatherer_->is_gathered(layer - 1)) release_layer(layer - 1);
+      if (!gatherer_->is_gathered(layer)) gather_layer(layer);
+      break;
+    case Event::kBeforeBackward:
+      if (!gatherer_->is_gathered(layer)) gather_layer(layer);  // the last block still is
+      bind_layer_grads(layer);
+      break;
+    case Event::kAfterBackward:
+      reduce_layer_grads(layer);
+      release_layer(layer);
+      break;
+  }
+}
+
+void Trainer::gather_layer(int layer) {
+  gatherer_->gather(layer);
+  for (size_t i : plan_->layer_params(layer))
+    gpt_->bind_param(i, gatherer_->full(i));
+}
+
+void Trainer::release_layer(int layer) {
+  for (size_t i : plan_->layer_params(layer)) {
+    gpt_->bind_param(i, core::Tensor());
+    gpt_->bind_grad(i, core::Tensor());
+  }
+  gatherer_->release(layer);
+}
+
+void Trainer::release_all_layers() {
+  for (int layer : plan_->layers())
+    if (gatherer_->is_gathered(layer)) release_layer(layer);
+}
+
+void Trainer::bind_layer_grads(int layer) {
+  for (size_t i : plan_->layer_params(layer))
+    gpt_->bind_grad(i, core::Tensor::zeros(plan_->param(i).shape, core::DType::F32,
+                                           gpt_->backend().allocator()));
+}
+
+void Trainer::reduce_layer_grads(int layer) {
+  // The first micro-step reduces straight into the local parts, later ones add to them.
+  std::vector<std::unique_ptr<comm::Work>> works;
+  std::vector<std::pair<size_t, core::Tensor>> partial;
+  for (size_t i : plan_->layer_params(layer)) {
+    core::Tensor target = local_grad_[i];
+    if (!first_micro_ && target.defined()) {
+      target = core::Tensor::empty(plan_->local_shape(i));
+      partial.emplace_back(i, target);
+    }
+    works.push_back(comm::reduce_grad_async(comm_, *plan_, i, gpt_->grad(i), target));
+  }
+  for (auto& w : works)
+    w->wait();
+  for (const auto& [i, t] : partial)
+    gpt_->backend().add(local_grad_[i].data<float>(), local_grad_[i].data<float>(), t.data<float>(),
+                        t.numel());
 }
 
 StepRecord Trainer::train_step() {
@@ -208,14 +308,15 @@ StepRecord Trainer::train_step() {
 
   // Forward and backward over the micro-batches; the gradient of the mean loss over the global
   // batch is the mean over micro-steps (1/A here) and over ranks (Avg in the reduction).
-  gpt_->zero_grad();
+  core::cpu_allocator().reset_peak();
+  zero_grads();
   data::Batch batch;
   double loss_sum = 0;
   for (int64_t m = 0; m < grad_accum_; ++m) {
     loader_->load(step_, m, batch);
     loss_sum += gpt_->forward(batch.inputs.data(), batch.targets.data(),
                               static_cast<int>(batch.rows), static_cast<int>(T));
-    gpt_->backward();
+    model_backward();
   }
   scale_grads(1.0 / static_cast<double>(grad_accum_));
   double loss = loss_sum / static_cast<double>(grad_accum_);
@@ -225,7 +326,7 @@ StepRecord Trainer::train_step() {
 
   // Gradients to their placements, all in flight at once.
   const size_t n = plan_->num_params();
-  {
+  if (!gatherer_) {  // stage 3 reduced each layer's gradients in its backward
     std::vector<std::unique_ptr<comm::Work>> works;
     for (size_t i = 0; i < n; ++i)
       works.push_back(comm::reduce_grad_async(comm_, *plan_, i, gpt_->grad(i), local_grad_[i]));
@@ -273,7 +374,7 @@ StepRecord Trainer::train_step() {
   ctx.backend = &be;
   optim_->step(shards, ctx);
   end_phase("optimizer");
-  {
+  if (!gatherer_) {  // stage 3 gathers each layer when it is next used
     std::vector<std::unique_ptr<comm::Work>> works;
     for (size_t i = 0; i < n; ++i)
       works.push_back(
@@ -306,6 +407,12 @@ StepRecord Trainer::train_step() {
       r.comm_bytes.emplace_back(comm::collective_name(kind), bytes);
   }
   r.phase_ms = std::move(phases);
+  if (gatherer_)
+    for (int layer : plan_->layers())
+      ENGINE_CHECK(!gatherer_->is_gathered(layer),
+                   "stage 3: layer " + std::to_string(layer) + " is still gathered after a step");
+  r.peak_mem_bytes = static_cast<int64_t>(core::cpu_allocator().peak_bytes());
+  r.live_mem_bytes = static_cast<int64_t>(core::cpu_allocator().live_bytes());
   return r;
 }
 
@@ -317,6 +424,7 @@ double Trainer::evaluate() {
     val_loader_->load(s, batch);
     sum += gpt_->eval_loss(batch.inputs.data(), batch.targets.data(), static_cast<int>(batch.rows),
                            static_cast<int>(config_.model.seq_len));
+    if (gatherer_) release_all_layers();  // no backward events release them
   }
   // Every rank and step averages the same number of tokens: the mean of means is the mean.
   comm_.all_reduce(&sum, 1, comm::ReduceOp::Sum);
@@ -338,7 +446,7 @@ std::string Trainer::save_checkpoint() {
     const std::string& name = plan_->param(i).name;
     const int dim = pl.is_shard() ? pl.dim : 0;
     const int64_t begin = pl.is_shard() ? plan_->range(i, rank).begin : 0;
-    if (pl.is_shard() && pl.dim != 0)
+    if (pl.is_shard() && pl.dim != 0 && !gatherer_)
       comm::copy_local_part(comm_, *plan_, i, gpt_->param(i), local_value_[i]);
     slices.push_back({kParamPrefix + name, plan_->param(i).shape, dim, begin, local_value_[i]});
   }
@@ -390,8 +498,13 @@ void Trainer::load_checkpoint(const std::string& dir, bool params_only) {
                  "checkpoint " + dir + ": parameter " + plan_->param(i).name + " has shape " +
                      core::shape_str(reader.global_shape(key)) + ", the model expects " +
                      core::shape_str(plan_->param(i).shape));
-    gpt_->param(i).copy_from(reader.read_full(key));
     const comm::Placement& pl = plan_->placement(i);
+    if (gatherer_) {  // stage 3: only the local part is resident
+      if (local_value_[i].defined())
+        comm::copy_local_part(comm_, *plan_, i, reader.read_full(key), local_value_[i]);
+      continue;
+    }
+    gpt_->param(i).copy_from(reader.read_full(key));
     if (pl.is_shard() && pl.dim != 0 && local_value_[i].defined())
       comm::copy_local_part(comm_, *plan_, i, gpt_->param(i), local_value_[i]);
   }
@@ -440,6 +553,12 @@ void Trainer::print_banner() const {
   spdlog::info("parameters: {} ({:.2f} M) | ZeRO stage {} | optimizer state elements on rank 0: {}",
                gpt_->table().total_numel(), gpt_->table().total_numel() / 1e6, plan_->stage(),
                plan_->state_numel(0));
+  if (gatherer_) {
+    int64_t resting = 0;
+    for (const core::Tensor& t : local_value_)
+      if (t.defined()) resting += t.numel();
+    spdlog::info("ZeRO stage 3: resting parameter elements on this rank: {}", resting);
+  }
   spdlog::info("batch: {} tokens per step = {} ranks x {} micro-steps x {} rows x {} tokens",
                config_.train.batch_tokens, comm_.size(), grad_accum_, micro_rows_,
                config_.model.seq_len);
@@ -456,9 +575,9 @@ void Trainer::warm_up() {
   for (int64_t i = 0; i < config_.train.warmup_steps; ++i) {
     gpt_->forward(batch.inputs.data(), batch.targets.data(), static_cast<int>(batch.rows),
                   static_cast<int>(config_.model.seq_len));
-    gpt_->backward();
+    model_backward();
   }
-  gpt_->zero_grad();
+  zero_grads();
   comm_.barrier();
 }
 

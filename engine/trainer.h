@@ -7,6 +7,13 @@
 //   -> global grad norm over the local parts (each element counted once) and clipping -> check
 //   loss and norm are finite (the same global values on every rank) -> optimizer step on the
 //   local parts -> all-gather the updated parameters -> metrics.
+// ZeRO stage 3 (training runs): the model's flat buffers are freed after initialisation and
+// parameters rest only as this rank's local parts. The model's layer hook all-gathers a layer's
+// full parameters into allocator buffers just before its forward (layer -1, the embeddings,
+// ln_f and head, from the start of forward to the end of backward; block l until block l+1
+// starts, and again for its backward), gives it a zeroed full gradient buffer for its backward,
+// and after that backward reduce-scatters the gradient into the local part and frees both.
+// Trainers without training data (export, sample) keep the full model at every stage.
 // The global batch is train.batch_tokens whatever the world size, so np 1, 2, 4 take the same
 // steps up to floating-point summation order.
 #pragma once
@@ -18,6 +25,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/layer_gatherer.h"
 #include "comm/sharding_plan.h"
 #include "engine/config.h"
 #include "engine/lr_schedule.h"
@@ -76,6 +84,16 @@ class Trainer {
   void print_banner() const;
   void warm_up();
   void scale_grads(double factor);
+  void zero_grads();
+  // The model's backward; at stage 3 first binds layer -1's gradient buffers.
+  void model_backward();
+  // Stage 3 residency (layer_hook is the model's hook; see the header comment).
+  void layer_hook(model::Gpt::LayerEvent event, int layer);
+  void gather_layer(int layer);
+  void release_layer(int layer);
+  void bind_layer_grads(int layer);
+  void reduce_layer_grads(int layer);
+  void release_all_layers();
 
   Config config_;
   comm::Communicator& comm_;
@@ -87,6 +105,9 @@ class Trainer {
   LrSchedule schedule_;
   std::vector<core::Tensor> local_value_;
   std::vector<core::Tensor> local_grad_;
+  // Stage 3: parameters rest as local_value_; full tensors only while a layer is gathered.
+  std::unique_ptr<comm::LayerGatherer> gatherer_;
+  bool first_micro_ = true;  // stage 3: the next reduction overwrites local_grad_
   int64_t micro_rows_ = 0;
   int64_t grad_accum_ = 1;
   int64_t val_rows_ = 0;  // validation rows per rank per forward
