@@ -66,9 +66,9 @@ class Backend {
   virtual void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) = 0;
 
   // ---- elementwise -----------------------------------------------------------------------------
-  virtual void add(float* out, const float* a, const float* b, int64_t n) = 0;  // in place ok
-  virtual void accumulate(float* dst, const float* src, int64_t n) = 0;        // dst += src
-  virtual void scale(float* x, float alpha, int64_t n) = 0;                   // x *= alpha
+  virtual void add(float* out, const float* a, const float* b, int64_t n) = 0;    // in place ok
+  virtual void accumulate(float* dst, const float* src, int64_t n) = 0;           // dst += src
+  virtual void scale(float* x, float alpha, int64_t n) = 0;                       // x *= alpha
   virtual void axpby(float* y, float a, const float* x, float b, int64_t n) = 0;  // y = a x + b y
   // GELU, tanh form: 0.5 u (1 + tanh(sqrt(2/pi) (u + 0.044715 u^3))).
   virtual void gelu_forward(float* out, const float* inp, int64_t n) = 0;
@@ -90,8 +90,8 @@ class Backend {
   // RMSNorm without weight: out = inp / sqrt(mean(inp^2) + eps); saves rstd[N].
   virtual void rmsnorm_forward(float* out, float* rstd, const float* inp, int64_t N, int64_t C,
                                float eps) = 0;
-  virtual void rmsnorm_backward(float* dinp, const float* dout, const float* inp,
-                                const float* rstd, int64_t N, int64_t C) = 0;
+  virtual void rmsnorm_backward(float* dinp, const float* dout, const float* inp, const float* rstd,
+                                int64_t N, int64_t C) = 0;
   // Row softmax of [N, C] (router probabilities); backward from the saved output.
   virtual void softmax_forward(float* out, const float* inp, int64_t N, int64_t C) = 0;
   virtual void softmax_backward(float* dinp, const float* dout, const float* out, int64_t N,
@@ -109,32 +109,30 @@ class Backend {
   // qkv [B, T, 3, H, hd] (the output of the fused QKV projection) -> q, k, v each [B, H, T, hd].
   virtual void split_heads(float* q, float* k, float* v, const float* qkv, int64_t B, int64_t T,
                            int64_t H, int64_t hd) = 0;
-  virtual void split_heads_backward(float* dqkv, const float* dq, const float* dk,
-                                    const float* dv, int64_t B, int64_t T, int64_t H,
-                                    int64_t hd) = 0;
+  virtual void split_heads_backward(float* dqkv, const float* dq, const float* dk, const float* dv,
+                                    int64_t B, int64_t T, int64_t H, int64_t hd) = 0;
   // a [B, H, T, hd] -> out [B, T, H*hd], and back.
   virtual void merge_heads(float* out, const float* a, int64_t B, int64_t T, int64_t H,
                            int64_t hd) = 0;
-  virtual void merge_heads_backward(float* da, const float* dout, int64_t B, int64_t T,
-                                    int64_t H, int64_t hd) = 0;
+  virtual void merge_heads_backward(float* da, const float* dout, int64_t B, int64_t T, int64_t H,
+                                    int64_t hd) = 0;
   // Rotary embedding on x [BH, T, hd], in place allowed: for position t, half = hd/2,
   // inv_j = base^(-j/half), pairs (x_j, x_{j+half}) rotated by angle t*inv_j:
   // x_j' = x_j cos + x_{j+half} sin, x_{j+half}' = -x_j sin + x_{j+half} cos.
   // The backward applies the transposed rotation to dout and accumulates into dinp.
   virtual void rotary_forward(float* out, const float* inp, int64_t BH, int64_t T, int64_t hd,
                               float base) = 0;
-  virtual void rotary_backward(float* dinp, const float* dout, int64_t BH, int64_t T,
-                               int64_t hd, float base) = 0;
+  virtual void rotary_backward(float* dinp, const float* dout, int64_t BH, int64_t T, int64_t hd,
+                               float base) = 0;
   // out = softmax(q k^T * scale + causal mask) v for BH heads of [T, hd]; saves the
   // probabilities att [BH, T, T] (entries above the diagonal are zero).
   virtual void attention_forward(float* out, float* att, const float* q, const float* k,
                                  const float* v, int64_t BH, int64_t T, int64_t hd,
                                  float scale) = 0;
   // datt is scratch [BH, T, T]; dq, dk, dv accumulate.
-  virtual void attention_backward(float* dq, float* dk, float* dv, float* datt,
-                                  const float* dout, const float* att, const float* q,
-                                  const float* k, const float* v, int64_t BH, int64_t T,
-                                  int64_t hd, float scale) = 0;
+  virtual void attention_backward(float* dq, float* dk, float* dv, float* datt, const float* dout,
+                                  const float* att, const float* q, const float* k, const float* v,
+                                  int64_t BH, int64_t T, int64_t hd, float scale) = 0;
 
   // ---- loss ------------------------------------------------------------------------------------
   // Fused softmax cross-entropy over the first V of Vp columns, with optional logit soft-cap
@@ -148,8 +146,8 @@ class Backend {
 
   // ---- row gather / scatter (MoE dispatch) ------------------------------------------------------
   // out[i, :] = src[index[i], :] * (weight ? weight[i] : 1) for i < n.
-  virtual void gather_rows(float* out, const float* src, const int32_t* index,
-                           const float* weight, int64_t n, int64_t D) = 0;
+  virtual void gather_rows(float* out, const float* src, const int32_t* index, const float* weight,
+                           int64_t n, int64_t D) = 0;
   // dst[index[i], :] += src[i, :] * (weight ? weight[i] : 1).
   virtual void scatter_add_rows(float* dst, const float* src, const int32_t* index,
                                 const float* weight, int64_t n, int64_t D) = 0;
@@ -158,8 +156,7 @@ class Backend {
 
   // ---- linear algebra for the matrix optimizers (one matrix, or `batch` of equal shape) ---------
   // Thin QR of a [m, n]: q [m, r], r [r, n], r = min(m, n); Householder (LAPACK geqrf order).
-  virtual void qr(float* q, float* r, const float* a, int64_t m, int64_t n,
-                  int64_t batch = 1) = 0;
+  virtual void qr(float* q, float* r, const float* a, int64_t m, int64_t n, int64_t batch = 1) = 0;
   // Symmetric eigendecomposition of a [n, n]: eigenvalues w [n] ascending, eigenvectors as the
   // columns of v [n, n] (v[i * n + j] is component i of vector j).
   virtual void eigh(float* w, float* v, const float* a, int64_t n, int64_t batch = 1) = 0;

@@ -15,9 +15,9 @@ class Error : public std::runtime_error {
 
 }  // namespace core
 
-#define ENGINE_CHECK(cond, message)                                      \
-  do {                                                                   \
-    if (!(cond)) ::core::throw_error(__FILE__, __LINE__, (message));     \
+#define ENGINE_CHECK(cond, message)                                  \
+  do {                                                               \
+    if (!(cond)) ::core::throw_error(__FILE__, __LINE__, (message)); \
   } while (0)
 
 #define ENGINE_FAIL(message) ::core::throw_error(__FILE__, __LINE__, (message))

@@ -9,7 +9,9 @@ namespace core {
 
 enum class DType : uint8_t { F32, BF16 };
 
-inline size_t dtype_size(DType dtype) { return dtype == DType::F32 ? 4 : 2; }
+inline size_t dtype_size(DType dtype) {
+  return dtype == DType::F32 ? 4 : 2;
+}
 const char* dtype_name(DType dtype);
 
 struct Device {

@@ -7,7 +7,9 @@
 
 namespace core {
 
-const char* dtype_name(DType dtype) { return dtype == DType::F32 ? "f32" : "bf16"; }
+const char* dtype_name(DType dtype) {
+  return dtype == DType::F32 ? "f32" : "bf16";
+}
 
 std::string Device::str() const {
   return is_cpu() ? std::string("cpu") : "cuda:" + std::to_string(index);
@@ -24,7 +26,8 @@ std::string shape_str(const Shape& shape) {
 
 int64_t shape_numel(const Shape& shape) {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape)
+    n *= d;
   return n;
 }
 
@@ -41,10 +44,13 @@ Shape contiguous_strides(const Shape& shape) {
 Storage::Storage(Allocator& allocator, size_t bytes)
     : allocator_(&allocator), data_(allocator.allocate(bytes)), bytes_(bytes) {}
 
-Storage::~Storage() { allocator_->deallocate(data_, bytes_); }
+Storage::~Storage() {
+  allocator_->deallocate(data_, bytes_);
+}
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Allocator& allocator) {
-  for (int64_t d : shape) ENGINE_CHECK(d >= 0, "negative dimension in shape " + shape_str(shape));
+  for (int64_t d : shape)
+    ENGINE_CHECK(d >= 0, "negative dimension in shape " + shape_str(shape));
   Tensor t;
   t.shape_ = shape;
   t.strides_ = contiguous_strides(shape);
@@ -61,9 +67,9 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype, Allocator& allocator) {
 }
 
 Tensor Tensor::from_vector(const Shape& shape, std::span<const float> values) {
-  ENGINE_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape),
-               "from_vector: " + std::to_string(values.size()) + " values for shape " +
-                   shape_str(shape));
+  ENGINE_CHECK(
+      static_cast<int64_t>(values.size()) == shape_numel(shape),
+      "from_vector: " + std::to_string(values.size()) + " values for shape " + shape_str(shape));
   Tensor t = empty(shape);
   if (!values.empty()) std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(float));
   return t;
@@ -85,7 +91,9 @@ Device Tensor::device() const {
   return storage_ ? storage_->allocator().device() : Device::cpu();
 }
 
-bool Tensor::is_contiguous() const { return strides_ == contiguous_strides(shape_) || numel() <= 1; }
+bool Tensor::is_contiguous() const {
+  return strides_ == contiguous_strides(shape_) || numel() <= 1;
+}
 
 void* Tensor::raw_data() const {
   if (!storage_ || storage_->data() == nullptr) return nullptr;
@@ -174,9 +182,8 @@ void Tensor::copy_from(const Tensor& src) {
   if (is_contiguous() && src.is_contiguous()) {
     std::memcpy(raw_data(), src.raw_data(), nbytes());
   } else {
-    copy_strided(static_cast<char*>(raw_data()), strides_,
-                 static_cast<const char*>(src.raw_data()), src.strides_, shape_, 0,
-                 element_size());
+    copy_strided(static_cast<char*>(raw_data()), strides_, static_cast<const char*>(src.raw_data()),
+                 src.strides_, shape_, 0, element_size());
   }
 }
 
@@ -192,7 +199,8 @@ void Tensor::fill(float value) const {
   ENGINE_CHECK(device().is_cpu() && dtype_ == DType::F32 && is_contiguous(),
                "fill() needs a contiguous host f32 tensor");
   float* p = data<float>();
-  for (int64_t i = 0; i < numel(); ++i) p[i] = value;
+  for (int64_t i = 0; i < numel(); ++i)
+    p[i] = value;
 }
 
 std::string Tensor::str() const {

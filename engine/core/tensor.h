@@ -80,10 +80,10 @@ class Tensor {
   Tensor select(int64_t i) const;  // index along dim 0, drops that dim
 
   // Copies.
-  Tensor clone() const;                 // same device and allocator, contiguous
-  void copy_from(const Tensor& src);    // same shape and dtype; host tensors (device: Backend)
-  std::vector<float> to_vector() const; // host f32, in row-major order
-  void fill(float value) const;         // host f32
+  Tensor clone() const;                  // same device and allocator, contiguous
+  void copy_from(const Tensor& src);     // same shape and dtype; host tensors (device: Backend)
+  std::vector<float> to_vector() const;  // host f32, in row-major order
+  void fill(float value) const;          // host f32
 
   std::string str() const;  // "f32[3, 4] cpu"
 

@@ -4,7 +4,9 @@
 
 namespace core {
 
-bool cuda_available() { return false; }
+bool cuda_available() {
+  return false;
+}
 
 std::unique_ptr<Backend> make_cuda_backend(int device_index) {
   ENGINE_FAIL("cuda:" + std::to_string(device_index) +
