@@ -35,14 +35,14 @@ TEST_P(ShippedConfig, ParsesAndGroupsCoverTheModel) {
 INSTANTIATE_TEST_SUITE_P(Configs, ShippedConfig,
                          ::testing::Values("tiny", "cpu_small", "speedrun_cpu", "gpt2_124m"));
 
-// engine/README.md carries the generated reference table; regenerate it with
+// README.md carries the generated reference table; regenerate it with
 // `engine config-reference` when a key changes.
 TEST(ConfigReference, ReadmeTableIsCurrent) {
-  std::ifstream in(std::string(ENGINE_REPO_DIR) + "/engine/README.md");
+  std::ifstream in(std::string(ENGINE_REPO_DIR) + "/README.md");
   std::stringstream text;
   text << in.rdbuf();
   EXPECT_NE(text.str().find(engine::config_reference_markdown()), std::string::npos)
-      << "engine/README.md's config table is stale: paste the output of `engine "
+      << "README.md's config table is stale: paste the output of `engine "
          "config-reference`";
 }
 
