@@ -68,9 +68,10 @@ inline constexpr bool kOptional = false;
   F(train, int64_t, warmup_steps, "warmup_steps", 0, kOptional,                                    \
     "untimed warm-up forward/backward passes before step 1 (no update)")
 
-#define ENGINE_ZERO_FIELDS(F)                    \
-  F(zero, int64_t, stage, "stage", 1, kOptional, \
-    "1 = optimizer state sharded, 2 = + gradients, 3 = + parameters")
+#define ENGINE_ZERO_FIELDS(F)                                                               \
+  F(zero, int64_t, stage, "stage", 1, kOptional,                                            \
+    "1 = optimizer state sharded, 2 = + gradients, 3 = + parameters (rest as local parts, " \
+    "gathered layer by layer; full gradients exist one layer at a time)")
 
 #define ENGINE_CHECKPOINT_FIELDS(F)                                                    \
   F(checkpoint, std::string, dir, "dir", "checkpoints", kOptional,                     \
