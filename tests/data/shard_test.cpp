@@ -10,6 +10,9 @@
 #include "engine/core/check.h"
 #include "engine/data/shard_writer.h"
 #include "engine/data/token_shard.h"
+#include "tests/test_util.h"
+
+using test_util::error_of;
 
 namespace {
 
@@ -34,17 +37,6 @@ void write_raw(const fs::path& path, int32_t magic, int32_t version, int32_t cou
   out.write(reinterpret_cast<const char*>(header.data()), 1024);
   out.write(reinterpret_cast<const char*>(body.data()),
             static_cast<std::streamsize>(body.size() * 2));
-}
-
-// The message thrown by fn, or "" if it did not throw.
-template <typename Fn>
-std::string error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const core::Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(TokenShard, RoundTripAndExactSize) {

@@ -7,6 +7,9 @@
 #include <numeric>
 
 #include "engine/core/check.h"
+#include "tests/test_util.h"
+
+using test_util::error_of;
 
 namespace {
 
@@ -16,16 +19,6 @@ core::Tensor iota(const core::Shape& shape, float start) {
   std::vector<float> v(static_cast<size_t>(core::shape_numel(shape)));
   std::iota(v.begin(), v.end(), start);
   return core::Tensor::from_vector(shape, v);
-}
-
-template <typename Fn>
-std::string error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const core::Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 class CheckpointTest : public ::testing::Test {

@@ -7,6 +7,9 @@
 #include <fstream>
 
 #include "engine/core/check.h"
+#include "tests/test_util.h"
+
+using test_util::error_of;
 
 namespace {
 
@@ -26,17 +29,6 @@ optim:
     optimizer: adamw
     lr: 0.001
 )";
-
-// The message of the core::Error `fn` throws ("" when it does not throw).
-template <typename Fn>
-std::string error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const core::Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 std::string with(const std::string& extra) {
   return std::string(kMinimal) + extra;

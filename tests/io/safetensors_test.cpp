@@ -6,9 +6,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 
 #include "engine/core/check.h"
+#include "tests/test_util.h"
+
+using test_util::error_of;
 
 using core::SafetensorsReader;
 using core::SafetensorsWriter;
@@ -40,15 +42,6 @@ void write_raw(const std::string& path, const std::string& header, size_t data_b
   out << header;
   std::string data(data_bytes, '\0');
   out << data;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const core::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 }  // namespace

@@ -2,7 +2,6 @@
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
-#include <functional>
 #include <string>
 
 #include "engine/core/check.h"
@@ -10,20 +9,14 @@
 #include "optim/glob.h"
 #include "optim/muon.h"
 #include "optim/optimizer_set.h"
+#include "tests/test_util.h"
+
+using test_util::error_of;
 
 using optim::OptimizerSet;
 using optim::ParamSpec;
 
 namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const core::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 const std::vector<ParamSpec> kParams = {
     {"embed.weight", {64, 16}},

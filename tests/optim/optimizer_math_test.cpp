@@ -4,7 +4,6 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
-#include <functional>
 #include <vector>
 
 #include "engine/core/check.h"
@@ -12,19 +11,13 @@
 #include "optim/adamw.h"
 #include "optim/muon.h"
 #include "optim/newton_schulz.h"
+#include "tests/test_util.h"
+
+using test_util::error_of;
 
 using core::Tensor;
 
 namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const core::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 optim::AdamWConfig adam_config(const std::string& yaml) {
   optim::HyperReader r(YAML::Load(yaml), "test");
