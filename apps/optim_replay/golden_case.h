@@ -1,4 +1,4 @@
-// A golden optimizer trajectory (../shared/golden/<optimizer>/<case>.safetensors) and its replay
+// A golden optimizer trajectory (tests/golden/<optimizer>/<case>.safetensors) and its replay
 // through the optimizers of the registry, on one rank or many.
 //
 // The file's metadata names the reference optimizer and its hyperparameters in the reference's

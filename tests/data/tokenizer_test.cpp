@@ -16,7 +16,7 @@ namespace {
 
 const std::string kRepo = ENGINE_REPO_ROOT;
 const std::string kVocab = kRepo + "/data/tokenizer";
-const std::string kGolden = kRepo + "/../shared/golden/tokenizer/gpt2_bpe_cases.json";
+const std::string kGolden = kRepo + "/tests/golden/tokenizer/gpt2_bpe_cases.json";
 
 data::Gpt2Tokenizer& tokenizer() {
   // The ctest fixture data_fetch_tokenizer fetches the files; say so loudly when they are absent.
