@@ -66,7 +66,10 @@ inline constexpr bool kOptional = false;
   F(train, double, target_val_loss, "target_val_loss", 0.0, kOptional,                             \
     "stop when val_loss <= this and report the time to reach it (0 = off)")                        \
   F(train, int64_t, warmup_steps, "warmup_steps", 0, kOptional,                                    \
-    "untimed warm-up forward/backward passes before step 1 (no update)")
+    "untimed warm-up forward/backward passes before step 1 (no update)")                           \
+  F(train, std::string, init_from, "init_from", "", kOptional,                                     \
+    "start from trained weights (fresh optimizer state, step 0): a checkpoint folder, an engine "  \
+    "export .safetensors or a Hugging Face GPT-2 folder; ignored when resuming")
 
 #define ENGINE_ZERO_FIELDS(F)                                                               \
   F(zero, int64_t, stage, "stage", 1, kOptional,                                            \

@@ -7,12 +7,15 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "comm/shard_ops.h"
 #include "engine/checkpoint.h"
 #include "engine/core/check.h"
 #include "engine/data/data_loader.h"
 #include "engine/data/val_loader.h"
+#include "model/hf_gpt2.h"
+#include "model/weights_io.h"
 
 namespace engine {
 
@@ -541,6 +544,34 @@ void Trainer::load_checkpoint(const std::string& dir, bool params_only) {
   train_time_ms_ = std::stod(state_value(m, "train.time_ms", dir));
 }
 
+void Trainer::init_params_from(const std::string& source) {
+  if (fs::exists(fs::path(source) / "manifest.yaml")) {
+    load_checkpoint(source, /*params_only=*/true);
+    return;
+  }
+  std::map<std::string, core::Tensor> weights;
+  if (model::is_hf_gpt2_dir(source)) {
+    weights = model::read_hf_gpt2(source, model_config_of(config_));
+  } else {
+    ENGINE_CHECK(fs::is_regular_file(source),
+                 "train.init_from: '" + source +
+                     "' is neither a checkpoint folder (manifest.yaml), a Hugging Face GPT-2 "
+                     "folder (config.json, model.safetensors) nor a safetensors file");
+    weights = model::read_weights(source, gpt_->table());
+  }
+  for (size_t i = 0; i < plan_->num_params(); ++i) {
+    const core::Tensor& full = weights.at(plan_->param(i).name);
+    const comm::Placement& pl = plan_->placement(i);
+    if (gatherer_) {  // stage 3: only the local part is resident
+      if (local_value_[i].defined()) comm::copy_local_part(comm_, *plan_, i, full, local_value_[i]);
+      continue;
+    }
+    gpt_->param(i).copy_from(full);
+    if (pl.is_shard() && pl.dim != 0 && local_value_[i].defined())
+      comm::copy_local_part(comm_, *plan_, i, gpt_->param(i), local_value_[i]);
+  }
+}
+
 void Trainer::print_banner() const {
   const model::ModelConfig mc = model_config_of(config_);
   spdlog::info("engine: config {} | world size {} | threads per rank {} | backend {}",
@@ -587,6 +618,9 @@ TrainSummary Trainer::run() {
   if (!resume.empty()) {
     load_checkpoint(resume);
     spdlog::info("resumed from {} at step {}", resume, step_);
+  } else if (!config_.train.init_from.empty()) {
+    init_params_from(config_.train.init_from);
+    spdlog::info("initialised the weights from {}", config_.train.init_from);
   }
   print_banner();
   const int64_t total = config_.train.steps;

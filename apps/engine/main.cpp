@@ -29,6 +29,7 @@
 #include "engine/data/gpt2_tokenizer.h"
 #include "engine/run_lock.h"
 #include "engine/trainer.h"
+#include "model/hf_gpt2.h"
 #include "model/weights_io.h"
 
 namespace {
@@ -64,8 +65,8 @@ Args parse_args(int argc, char** argv) {
                                              "config-reference"};
   if (i < argc && std::find(commands.begin(), commands.end(), argv[i]) != commands.end())
     a.command = argv[i++];
-  const std::vector<std::string> valued = {"--out",   "--prompt", "--tokens",   "--temperature",
-                                           "--top_k", "--seed",   "--tokenizer"};
+  const std::vector<std::string> valued = {"--out",   "--prompt", "--tokens",    "--temperature",
+                                           "--top_k", "--seed",   "--tokenizer", "--format"};
   for (; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&]() -> std::string {
@@ -229,7 +230,14 @@ int run(int argc, char** argv, comm::Communicator& world) {
   if (a.command == "export") {
     auto it = a.options.find("--out");
     ENGINE_CHECK(it != a.options.end(), "engine export needs --out FILE.safetensors");
-    model::save_weights(trainer.model(), it->second);
+    const auto format = a.options.find("--format");
+    if (format != a.options.end() && format->second == "hf") {
+      model::save_hf_gpt2(trainer.model(), it->second);
+    } else {
+      ENGINE_CHECK(format == a.options.end() || format->second == "engine",
+                   "engine export: --format must be engine or hf, got '" + format->second + "'");
+      model::save_weights(trainer.model(), it->second);
+    }
     spdlog::info("exported {} ({} parameters) to {}", checkpoint,
                  trainer.model().table().total_numel(), it->second);
     return 0;

@@ -349,6 +349,42 @@ def case_target_stop(env):
     print([l for l in p.stdout.splitlines() if "reached target" in l][0])
 
 
+def case_init_from(env):
+    """train.init_from starts a run at step 0 from trained weights: a checkpoint, an engine export
+    and a Hugging Face GPT-2 export of it all give the checkpoint's validation loss at step 0; a
+    shape mismatch is refused naming the tensor; resuming the run itself ignores the key."""
+    gpt2 = ["model.arch=gpt2"]
+    _, a = env.run(1, "a", gpt2 + ["train.steps=10", "checkpoint.every=0"])
+    val10 = metrics(a)[10]["val_loss"]
+    ckpt = os.path.join(a, "ckpt", "step_00000010")
+    exported = os.path.join(env.work, "a.safetensors")
+    hf = os.path.join(env.work, "a_hf")
+    for args in (["--out", exported], ["--format", "hf", "--out", hf]):
+        p = subprocess.run([env.engine, "export", "--checkpoint", ckpt] + args,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+        check(p.returncode == 0, "export %s failed:\n%s" % (args, p.stderr))
+    check(os.path.exists(os.path.join(hf, "config.json")), "no config.json in " + hf)
+    once = ["checkpoint.every=0", "checkpoint.at_end=false", "train.steps=2"]
+    for name, source in (("checkpoint", ckpt), ("export", exported), ("hf", hf)):
+        _, d = env.run(2, "from_" + name, gpt2 + once + ["train.init_from=" + source])
+        m = metrics(d)
+        check(sorted(m) == [0, 1, 2], "init_from %s: steps %s, expected 0, 1, 2" % (name, sorted(m)))
+        check(rel(m[0]["val_loss"], val10) < 1e-6, "init_from %s: step-0 val_loss %.7f, the "
+              "checkpoint's %.7f" % (name, m[0]["val_loss"], val10))
+        print("init_from %s: step-0 val_loss %.6f == checkpoint's %.6f" %
+              (name, m[0]["val_loss"], val10))
+    p, _ = env.run(1, "bad", gpt2 + once + ["model.vocab_size=320", "train.init_from=" + ckpt],
+                   expect_ok=False)
+    check("parameter embed.weight has shape [256, 64], the model expects [320, 64]" in p.stderr,
+          "mismatch not named:\n" + p.stderr[-2000:])
+    _, d = env.run(1, "own", gpt2 + ["train.steps=4", "checkpoint.every=2",
+                                     "train.init_from=" + ckpt])
+    p, d = env.run(1, "own", gpt2 + ["train.steps=6", "checkpoint.resume=auto",
+                                     "train.init_from=/nonexistent/weights"])
+    check("resumed from" in p.stdout and max(metrics(d)) == 6, "resume did not ignore init_from")
+    print("shape mismatch refused naming embed.weight; a resume ignores init_from")
+
+
 def case_loss_regression(env):
     _, d = env.run(1, "run", ["checkpoint.every=0", "checkpoint.at_end=false"])
     ref = os.path.join(env.repo, "tests/e2e/reference/tiny_np1.jsonl")
@@ -375,6 +411,7 @@ CASES = {
     "subcommands": case_subcommands,
     "target_stop": case_target_stop,
     "loss_regression": case_loss_regression,
+    "init_from": case_init_from,
 }
 
 
