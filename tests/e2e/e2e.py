@@ -385,6 +385,63 @@ def case_init_from(env):
     print("shape mismatch refused naming embed.weight; a resume ignores init_from")
 
 
+def case_cli(env):
+    """Per-subcommand --help with defaults; usage and config errors print once without the MPI
+    abort banner and exit with 2; sample arguments are validated; eval --all reads the whole
+    validation split."""
+    def run(cmd, np=None):
+        if np:
+            cmd = ["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", str(np)] + cmd
+        return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              timeout=120)
+
+    p = run([env.engine, "sample", "--help"])
+    check(p.returncode == 0 and "usage: engine sample" in p.stdout, "sample --help:\n" + p.stdout)
+    for needle in ("--temperature X", "(default 0.8)", "--top_k K", "(default 40)",
+                   "--tokens N", "(default 64)", "--checkpoint DIR"):
+        check(needle in p.stdout, "sample --help lacks %r:\n%s" % (needle, p.stdout))
+    p = run([env.engine, "eval", "--help"])
+    check("--all" in p.stdout and "--temperature" not in p.stdout, "eval --help:\n" + p.stdout)
+    for args, message in (
+            (["sample", "--tokens", "abc"], "engine sample: --tokens 'abc' is not an integer >= 1"),
+            (["sample", "--tokens", "-5"], "engine sample: --tokens '-5' is not an integer >= 1"),
+            (["sample", "--temperature", "-1"],
+             "engine sample: --temperature '-1' is not a number >= 0"),
+            (["export", "--checkpoint", "x"], "engine export needs --out PATH"),
+            (["eval", "--bogus"], "engine eval: unknown argument '--bogus'")):
+        p = run([env.engine] + args)
+        check(p.returncode == 2 and message in p.stderr,
+              "%s: status %d, stderr:\n%s" % (args, p.returncode, p.stderr))
+    # A config error on every rank of np 2: printed once, no MPI_ABORT banner, status 2.
+    cmd, _ = env.command(2, "bad", ["train.stepz=3"])
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    check(p.returncode == 2, "config error exit status %d, expected 2" % p.returncode)
+    check(p.stderr.count("unknown key 'train.stepz'") == 1, "printed %d times:\n%s" %
+          (p.stderr.count("unknown key 'train.stepz'"), p.stderr))
+    check("MPI_ABORT" not in p.stderr, "abort banner:\n" + p.stderr)
+    # A setup error on one process (no data) is a config error too.
+    p, _ = env.run(1, "bad", ["data.val=" + os.path.join(env.work, "none_*.bin")],
+                   expect_ok=False)
+    check(p.returncode == 2 and "MPI_ABORT" not in p.stderr and "none_*.bin" in p.stderr,
+          "setup error: status %d:\n%s" % (p.returncode, p.stderr))
+
+    _, d = env.run(2, "run", ["train.steps=2", "checkpoint.every=0"])
+    ckpt = os.path.join(d, "ckpt", "step_00000002")
+    p = run([env.engine, "eval", "--checkpoint", ckpt, "--all"], np=2)
+    check(p.returncode == 0, "eval --all failed:\n" + p.stderr)
+    T = 32
+    sequences = 0
+    for name in sorted(os.listdir(env.data)):
+        if name.startswith("tiny_val_"):
+            with open(os.path.join(env.data, name), "rb") as f:
+                sequences += (int.from_bytes(f.read(12)[8:12], "little") - 1) // T
+    whole = sequences // 2 * 2 * T
+    check("over %d tokens (the whole validation split)" % whole in p.stdout,
+          "eval --all should read %d tokens:\n%s" % (whole, p.stdout))
+    print("help, exit status 2 without banner, sample validation; eval --all: " +
+          p.stdout.strip().splitlines()[-1])
+
+
 def case_loss_regression(env):
     _, d = env.run(1, "run", ["checkpoint.every=0", "checkpoint.at_end=false"])
     ref = os.path.join(env.repo, "tests/e2e/reference/tiny_np1.jsonl")
@@ -412,6 +469,7 @@ CASES = {
     "target_stop": case_target_stop,
     "loss_regression": case_loss_regression,
     "init_from": case_init_from,
+    "cli": case_cli,
 }
 
 
