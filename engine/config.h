@@ -85,11 +85,14 @@ inline constexpr bool kOptional = false;
   F(checkpoint, std::string, resume, "resume", "", kOptional,                          \
     "empty = fresh start, auto = newest complete checkpoint in dir, or a checkpoint path")
 
-#define ENGINE_LOG_FIELDS(F)                                                           \
-  F(log, std::string, dir, "dir", "runs/default", kOptional,                           \
-    "run directory for metrics.jsonl and config.yaml")                                 \
-  F(log, int64_t, every, "every", 1, kOptional, "print a training line every N steps") \
-  F(log, bool, metrics, "metrics", true, kOptional, "write metrics.jsonl (rank 0)")
+#define ENGINE_LOG_FIELDS(F)                                                                   \
+  F(log, std::string, dir, "dir", "runs/default", kOptional,                                   \
+    "run directory for metrics.jsonl, log.txt and config.yaml")                                \
+  F(log, int64_t, every, "every", 1, kOptional, "print a training line every N steps")         \
+  F(log, bool, metrics, "metrics", true, kOptional, "write metrics.jsonl (rank 0)")            \
+  F(log, double, peak_gflops, "peak_gflops", 0.0, kOptional,                                   \
+    "peak GFLOP/s of one rank's device, for the console's mfu (0 = the GPU table; unknown on " \
+    "the CPU)")
 
 #define ENGINE_CONFIG_MEMBER(section, type, member, key, def, required, doc) type member = def;
 

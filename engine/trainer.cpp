@@ -11,6 +11,7 @@
 
 #include "comm/shard_ops.h"
 #include "engine/checkpoint.h"
+#include "engine/console_log.h"
 #include "engine/core/check.h"
 #include "engine/data/data_loader.h"
 #include "engine/data/val_loader.h"
@@ -615,6 +616,10 @@ void Trainer::warm_up() {
 TrainSummary Trainer::run() {
   TrainSummary summary;
   const std::string resume = resolve_resume(config_.checkpoint.dir, config_.checkpoint.resume);
+  std::unique_ptr<LogFile> log_file;  // every console line also in <log.dir>/log.txt
+  if (comm_.rank() == 0)
+    log_file = std::make_unique<LogFile>((fs::path(config_.log.dir) / "log.txt").string(),
+                                         /*append=*/!resume.empty());
   if (!resume.empty()) {
     load_checkpoint(resume);
     spdlog::info("resumed from {} at step {}", resume, step_);
@@ -624,6 +629,11 @@ TrainSummary Trainer::run() {
   }
   print_banner();
   const int64_t total = config_.train.steps;
+  // All ranks' peak, for the console's mfu.
+  std::optional<double> peak_gflops = config_.log.peak_gflops > 0
+                                          ? std::optional<double>(config_.log.peak_gflops)
+                                          : gpu_peak_gflops(gpt_->backend().name());
+  if (peak_gflops) *peak_gflops *= comm_.size();
   std::unique_ptr<MetricsWriter> metrics;
   if (comm_.rank() == 0) {
     fs::create_directories(config_.log.dir);
@@ -652,9 +662,16 @@ TrainSummary Trainer::run() {
   bool stop = false;
   while (step_ < total && !stop) {
     StepRecord r = train_step();
-    if (step_ % config_.log.every == 0 || step_ == total)
-      spdlog::info("{}", format_train_line(step_, total, *r.train_loss, train_time_ms_, r.lr,
-                                           r.tokens_per_s));
+    if (step_ % config_.log.every == 0 || step_ == total) {
+      const double eta_s = (train_time_ms_ / step_) * static_cast<double>(total - step_) / 1e3;
+      spdlog::info(
+          "{} {}",
+          format_train_line(step_, total, *r.train_loss, train_time_ms_, r.lr, r.tokens_per_s),
+          format_progress_fields(
+              eta_s, peak_gflops ? std::optional<double>(r.gflops / *peak_gflops) : std::nullopt));
+      spdlog::info(
+          "{}", format_stats_line(step_, total, r.grad_norm, r.peak_mem_bytes, r.live_mem_bytes));
+    }
     const bool last = step_ == total;
     if (val_loader_ && (last || (eval_every > 0 && step_ % eval_every == 0))) {
       const double val = eval_and_log(r);

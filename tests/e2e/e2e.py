@@ -442,6 +442,31 @@ def case_cli(env):
           p.stdout.strip().splitlines()[-1])
 
 
+def case_log_file(env):
+    """Every console line also goes to <log.dir>/log.txt, appended on resume; the training line
+    keeps modded-nanogpt's fields first and adds eta and mfu; a statistics line shows the grad norm
+    and memory."""
+    p1, d = env.run(1, "run", ["train.steps=4", "checkpoint.every=2", "log.peak_gflops=50"])
+    p2, _ = env.run(1, "run", ["train.steps=6", "checkpoint.resume=" +
+                               os.path.join(d, "ckpt", "step_00000002")])
+    with open(os.path.join(d, "log.txt")) as f:
+        log = f.read()
+    check(log == p1.stdout + p2.stdout, "log.txt is not the two runs' console output:\n" + log)
+    check("step:4/4 val_loss:" in log and "resumed from" in log and "step:6/6 val_loss:" in log,
+          "log.txt lacks a run's lines:\n" + log)
+    train = re.compile(r"^step:(\d+)/(\d+) train_loss:[\d.]+ train_time:\d+ms step_avg:[\d.]+ms "
+                       r"lr:\S+ tok/s:\d+ eta:\S+ mfu:(\S+)$", re.M)
+    mfu = [m.group(3) for m in train.finditer(p1.stdout)]
+    check(len(mfu) == 4 and all(v.endswith("%") for v in mfu), "training lines: %s" % mfu)
+    check(all(m.group(3) == "unknown" for m in train.finditer(p2.stdout)),
+          "mfu without a peak should be unknown:\n" + p2.stdout)
+    stats = re.findall(r"^step:\d+/\d+ grad_norm:[\d.]+ peak_mem:[\d.]+MiB live_mem:[\d.]+MiB$",
+                       log, re.M)
+    check(len(stats) == 4 + 4, "statistics lines: %d" % len(stats))
+    print("log.txt holds both runs (%d lines); e.g. %s" %
+          (log.count("\n"), [l for l in p1.stdout.splitlines() if "train_loss" in l][-1]))
+
+
 def case_loss_regression(env):
     _, d = env.run(1, "run", ["checkpoint.every=0", "checkpoint.at_end=false"])
     ref = os.path.join(env.repo, "tests/e2e/reference/tiny_np1.jsonl")
@@ -470,6 +495,7 @@ CASES = {
     "loss_regression": case_loss_regression,
     "init_from": case_init_from,
     "cli": case_cli,
+    "log_file": case_log_file,
 }
 
 
