@@ -467,6 +467,34 @@ def case_log_file(env):
           (log.count("\n"), [l for l in p1.stdout.splitlines() if "train_loss" in l][-1]))
 
 
+def case_plot(env):
+    """plot_loss.py: loss against steps and train time side by side for several runs, smoothing,
+    the lr panel; the time axis in seconds (minutes past 10 minutes)."""
+    ref = os.path.join(env.repo, "tests/e2e/reference/tiny_np1.jsonl")
+    script = os.path.join(env.repo, "scripts/plot_loss.py")
+    out = os.path.join(env.work, "loss.png")
+    timed = os.path.join(env.work, "timed.jsonl")
+    with open(ref) as f, open(timed, "w") as g:  # the reference has no timing: add 100 s a step
+        for line in f:
+            r = json.loads(line)
+            r["elapsed_ms"] = 100000.0 * r["step"]
+            g.write(json.dumps(r) + "\n")
+    for runs, unit in (([ref + ":a", ref + ":b"], "s"), ([timed + ":long"], "min")):
+        p = subprocess.run(["/usr/bin/python3", script, out] + runs +
+                           ["--smooth", "0.6", "--lr", "--title", "t"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        check(p.returncode == 0 and "time axis in %s" % unit in p.stdout, "plot_loss: " + p.stdout)
+        with open(out, "rb") as f:
+            check(f.read(8) == b"\x89PNG\r\n\x1a\n", "not a PNG")
+    p = subprocess.run(["/usr/bin/python3", "-c",
+                        "import sys; sys.path.insert(0, %r); import plot_loss as p; "
+                        "print(p.ema([2.0, 2.0, 2.0], 0.9), p.time_unit(599999)[1])"
+                        % os.path.dirname(script)],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    check(p.stdout.strip() == "[2.0, 2.0, 2.0] train time (s)", "ema/time_unit: " + p.stdout)
+    print("plot_loss: two panels, legend, smoothing, lr panel; seconds and minutes")
+
+
 def case_loss_regression(env):
     _, d = env.run(1, "run", ["checkpoint.every=0", "checkpoint.at_end=false"])
     ref = os.path.join(env.repo, "tests/e2e/reference/tiny_np1.jsonl")
@@ -496,6 +524,7 @@ CASES = {
     "init_from": case_init_from,
     "cli": case_cli,
     "log_file": case_log_file,
+    "plot": case_plot,
 }
 
 
