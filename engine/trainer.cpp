@@ -266,6 +266,7 @@ StepRecord Trainer::train_step() {
     if (kind != comm::Collective::Barrier)
       r.comm_bytes.emplace_back(comm::collective_name(kind), bytes);
   }
+  r.comm_wait_ms = after.wait_ms() - before.wait_ms();
   r.phase_ms = std::move(phases);
   r.peak_mem_bytes = static_cast<int64_t>(core::cpu_allocator().peak_bytes());
   r.live_mem_bytes = static_cast<int64_t>(core::cpu_allocator().live_bytes());
