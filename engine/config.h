@@ -66,7 +66,10 @@ inline constexpr bool kOptional = false;
   F(train, double, target_val_loss, "target_val_loss", 0.0, kOptional,                             \
     "stop when val_loss <= this and report the time to reach it (0 = off)")                        \
   F(train, int64_t, warmup_steps, "warmup_steps", 0, kOptional,                                    \
-    "untimed warm-up forward/backward passes before step 1 (no update)")
+    "untimed warm-up forward/backward passes before step 1 (no update)")                           \
+  F(train, std::string, init_from, "init_from", "", kOptional,                                     \
+    "start from trained weights (fresh optimizer state, step 0): a checkpoint folder, an engine "  \
+    "export .safetensors or a Hugging Face GPT-2 folder; ignored when resuming")
 
 #define ENGINE_ZERO_FIELDS(F)                                                               \
   F(zero, int64_t, stage, "stage", 1, kOptional,                                            \
@@ -82,11 +85,14 @@ inline constexpr bool kOptional = false;
   F(checkpoint, std::string, resume, "resume", "", kOptional,                          \
     "empty = fresh start, auto = newest complete checkpoint in dir, or a checkpoint path")
 
-#define ENGINE_LOG_FIELDS(F)                                                           \
-  F(log, std::string, dir, "dir", "runs/default", kOptional,                           \
-    "run directory for metrics.jsonl and config.yaml")                                 \
-  F(log, int64_t, every, "every", 1, kOptional, "print a training line every N steps") \
-  F(log, bool, metrics, "metrics", true, kOptional, "write metrics.jsonl (rank 0)")
+#define ENGINE_LOG_FIELDS(F)                                                                   \
+  F(log, std::string, dir, "dir", "runs/default", kOptional,                                   \
+    "run directory for metrics.jsonl, log.txt and config.yaml")                                \
+  F(log, int64_t, every, "every", 1, kOptional, "print a training line every N steps")         \
+  F(log, bool, metrics, "metrics", true, kOptional, "write metrics.jsonl (rank 0)")            \
+  F(log, double, peak_gflops, "peak_gflops", 0.0, kOptional,                                   \
+    "peak GFLOP/s of one rank's device, for the console's mfu (0 = the GPU table; unknown on " \
+    "the CPU)")
 
 #define ENGINE_CONFIG_MEMBER(section, type, member, key, def, required, doc) type member = def;
 

@@ -7,13 +7,18 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
+#include "comm/shard_ops.h"
 #include "engine/checkpoint.h"
+#include "engine/console_log.h"
 #include "engine/core/check.h"
 #include "engine/data/data_loader.h"
 #include "engine/data/val_loader.h"
 #include "engine/sharded_state.h"
 #include "engine/trainable.h"
+#include "model/hf_gpt2.h"
+#include "model/weights_io.h"
 
 namespace engine {
 
@@ -331,6 +336,31 @@ void Trainer::load_checkpoint(const std::string& dir, bool params_only) {
   train_time_ms_ = std::stod(state_value(m, "train.time_ms", dir));
 }
 
+void Trainer::init_params_from(const std::string& source) {
+  if (fs::exists(fs::path(source) / "manifest.yaml")) {
+    load_checkpoint(source, /*params_only=*/true);
+    return;
+  }
+  std::map<std::string, core::Tensor> weights;
+  if (model::is_hf_gpt2_dir(source)) {
+    weights = model::read_hf_gpt2(source, model_config_of(config_));
+  } else {
+    ENGINE_CHECK(fs::is_regular_file(source),
+                 "train.init_from: '" + source +
+                     "' is neither a checkpoint folder (manifest.yaml), a Hugging Face GPT-2 "
+                     "folder (config.json, model.safetensors) nor a safetensors file");
+    weights = model::read_weights(source, gpt_->table());
+  }
+  // Every rank holds the whole weights: it keeps its local parts, then publishes them as a
+  // checkpoint load does.
+  for (size_t i = 0; i < plan_->num_params(); ++i) {
+    const core::Tensor& local = zero_->local_value(i);
+    if (local.defined())
+      comm::copy_local_part(comm_, *plan_, i, weights.at(plan_->param(i).name), local);
+  }
+  zero_->publish_params();
+}
+
 void Trainer::print_banner() const {
   const model::ModelConfig mc = model_config_of(config_);
   spdlog::info("engine: config {} | world size {} | threads per rank {} | backend {}",
@@ -369,12 +399,24 @@ void Trainer::warm_up() {
 TrainSummary Trainer::run() {
   TrainSummary summary;
   const std::string resume = resolve_resume(config_.checkpoint.dir, config_.checkpoint.resume);
+  std::unique_ptr<LogFile> log_file;  // every console line also in <log.dir>/log.txt
+  if (comm_.rank() == 0)
+    log_file = std::make_unique<LogFile>((fs::path(config_.log.dir) / "log.txt").string(),
+                                         /*append=*/!resume.empty());
   if (!resume.empty()) {
     load_checkpoint(resume);
     spdlog::info("resumed from {} at step {}", resume, step_);
+  } else if (!config_.train.init_from.empty()) {
+    init_params_from(config_.train.init_from);
+    spdlog::info("initialised the weights from {}", config_.train.init_from);
   }
   print_banner();
   const int64_t total = config_.train.steps;
+  // All ranks' peak, for the console's mfu.
+  std::optional<double> peak_gflops = config_.log.peak_gflops > 0
+                                          ? std::optional<double>(config_.log.peak_gflops)
+                                          : gpu_peak_gflops(gpt_->backend().name());
+  if (peak_gflops) *peak_gflops *= comm_.size();
   std::unique_ptr<MetricsWriter> metrics;
   if (comm_.rank() == 0) {
     fs::create_directories(config_.log.dir);
@@ -403,9 +445,16 @@ TrainSummary Trainer::run() {
   bool stop = false;
   while (step_ < total && !stop) {
     StepRecord r = train_step();
-    if (step_ % config_.log.every == 0 || step_ == total)
-      spdlog::info("{}", format_train_line(step_, total, *r.train_loss, train_time_ms_, r.lr,
-                                           r.tokens_per_s));
+    if (step_ % config_.log.every == 0 || step_ == total) {
+      const double eta_s = (train_time_ms_ / step_) * static_cast<double>(total - step_) / 1e3;
+      spdlog::info(
+          "{} {}",
+          format_train_line(step_, total, *r.train_loss, train_time_ms_, r.lr, r.tokens_per_s),
+          format_progress_fields(
+              eta_s, peak_gflops ? std::optional<double>(r.gflops / *peak_gflops) : std::nullopt));
+      spdlog::info(
+          "{}", format_stats_line(step_, total, r.grad_norm, r.peak_mem_bytes, r.live_mem_bytes));
+    }
     const bool last = step_ == total;
     if (val_loader_ && (last || (eval_every > 0 && step_ % eval_every == 0))) {
       const double val = eval_and_log(r);
