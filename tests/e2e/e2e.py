@@ -287,7 +287,8 @@ def case_resume_world_size(env):
 def resume_case(env, name, sets, stage, loss_rtol):
     """A straight np 2 run at `stage` (checkpoints at steps 10 and 20); its step-10 checkpoint
     resumed on np 2 (same stage: bit-identical steps 11-20) and on np 3 (uneven shards, Muon
-    owners moved to other ranks: within the world-size tolerance)."""
+    owners moved to other ranks: within the world-size tolerance; measured 4.6e-8 for MoE at
+    stage 2 and 4.8e-8 for gpt2 at stage 3)."""
     sets = sets + SAME_BATCH_768 + ["zero.stage=%d" % stage]
     _, straight = env.run(2, "straight", sets)
     ms = metrics(straight)
