@@ -541,7 +541,37 @@ def case_loss_regression(env):
     check(p.returncode == 0, "the tiny loss curve drifted from " + ref)
 
 
+def case_comparisons_fail(env):
+    """The comparisons themselves: a NaN, an infinity and a value just above the tolerance fail,
+    in compare_losses and in scripts/loss_regression.py; one just inside it passes."""
+    ref = {1: {"train_loss": 2.0}}
+    rtol = 1e-6
+
+    def passes(value):
+        try:
+            compare_losses({1: {"train_loss": value}}, ref, [1], rtol, "self-test")
+            return True
+        except Failure:
+            return False
+
+    check(passes(2.0 * (1 + 0.99 * rtol)), "a value just inside the tolerance failed")
+    for bad in (float("nan"), float("inf"), 2.0 * (1 + 1.01 * rtol)):
+        check(not passes(bad), "compare_losses passed %r against 2.0" % bad)
+        run, reference = (os.path.join(env.work, n + ".jsonl") for n in ("run", "ref"))
+        with open(run, "w") as f:
+            f.write(json.dumps({"step": 1, "train_loss": bad}) + "\n")
+        with open(reference, "w") as f:
+            f.write(json.dumps({"step": 1, "train_loss": 2.0}) + "\n")
+        p = subprocess.run([sys.executable, os.path.join(env.repo, "scripts/loss_regression.py"),
+                            run, reference, "--rtol", str(rtol), "--quiet"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        check(p.returncode == 1 and "DRIFT" in p.stdout,
+              "loss_regression.py passed %r against 2.0:\n%s" % (bad, p.stdout))
+    print("NaN, inf and 1.01 x the tolerance fail both comparisons")
+
+
 CASES = {
+    "comparisons_fail": case_comparisons_fail,
     "loss_falls": case_loss_falls,
     "determinism": case_determinism,
     "world_size_stage1": lambda env: case_world_size(env, 1),
