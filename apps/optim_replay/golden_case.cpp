@@ -1,5 +1,6 @@
 #include "apps/optim_replay/golden_case.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -315,6 +316,19 @@ GoldenCase load_golden(const std::string& path, const std::string& optimizer,
   return finish_groups(g, sets);
 }
 
+void truncate_steps(GoldenCase& golden, int64_t steps) {
+  if (steps <= 0 || steps >= golden.steps) return;
+  golden.steps = steps;
+  const auto& meta = golden.file->metadata();
+  const auto per_step = meta.find("max_abs_diff_f32_vs_f64_per_step");
+  if (per_step == meta.end()) return;
+  const YAML::Node diffs = YAML::Load(per_step->second);
+  double worst = 0;
+  for (int64_t t = 0; t < steps && t < static_cast<int64_t>(diffs.size()); ++t)
+    worst = std::max(worst, diffs[t].as<double>());
+  golden.suggested_atol = std::max(1e-6, 10 * worst);
+}
+
 // ---- replay -----------------------------------------------------------------------------------
 
 Replayer::Replayer(const GoldenCase& golden, comm::Communicator& comm)
@@ -333,6 +347,21 @@ Replayer::Replayer(const GoldenCase& golden, comm::Communicator& comm)
     full_.push_back(golden.file->read("init/" + golden.params[i].name));
     local_.push_back(core::Tensor::empty(plan_->local_shape(i)));
     comm::copy_local_part(comm_, *plan_, i, full_[i], local_[i]);
+    // tp_rekls files also hold each rank's shard at their world size: a parameter we shard
+    // (or replicate) the same way must have the same local part.
+    const std::string shard =
+        "shard/" + std::to_string(comm.rank()) + "/init/" + golden.params[i].name;
+    const auto& meta = golden.file->metadata();
+    const auto ws = meta.find("world_size");
+    if (ws != meta.end() && ws->second == std::to_string(comm.size()) &&
+        !plan_->placement(i).is_owned() && golden.file->contains(shard)) {
+      const core::Tensor theirs = golden.file->read(shard);
+      ENGINE_CHECK(theirs.shape() == local_[i].shape() &&
+                       std::memcmp(theirs.raw_data(), local_[i].raw_data(), theirs.nbytes()) == 0,
+                   golden.path + ": rank " + std::to_string(comm.rank()) + "'s part of '" +
+                       golden.params[i].name + "' " + local_[i].str() + " is not the file's " +
+                       shard + " " + theirs.str());
+    }
   }
 }
 
