@@ -372,6 +372,7 @@ StepRecord Trainer::train_step() {
   ctx.total_steps = config_.train.steps;
   ctx.lr_scale = lr_scale;
   ctx.backend = &be;
+  ctx.comm = &comm_;
   optim_->step(shards, ctx);
   end_phase("optimizer");
   if (!gatherer_) {  // stage 3 gathers each layer when it is next used
