@@ -244,6 +244,7 @@ StepRecord Trainer::train_step() {
   ctx.total_steps = config_.train.steps;
   ctx.lr_scale = lr_scale;
   ctx.backend = &gpt_->backend();
+  ctx.comm = &comm_;
   optim_->step(zero_->optimizer_shards(), ctx);
   end_phase("optimizer");
   zero_->publish_params();
