@@ -13,6 +13,7 @@
 #include "engine/core/check.h"
 #include "engine/data/data_loader.h"
 #include "engine/data/val_loader.h"
+#include "engine/stop_signal.h"
 
 namespace engine {
 
@@ -634,9 +635,17 @@ TrainSummary Trainer::run() {
     }
     if (metrics) metrics->write(r);
     const bool periodic = config_.checkpoint.every > 0 && step_ % config_.checkpoint.every == 0;
-    if (periodic || ((last || stop) && config_.checkpoint.at_end)) {
+    const bool saved = periodic || ((last || stop) && config_.checkpoint.at_end);
+    if (saved) {
       summary.last_checkpoint = save_checkpoint();
       spdlog::info("checkpoint saved: {}", summary.last_checkpoint);
+    }
+    if (const int signal = agreed_stop_signal(comm_)) {
+      if (config_.checkpoint.on_signal && !saved) {
+        summary.last_checkpoint = save_checkpoint();
+        spdlog::info("checkpoint saved: {}", summary.last_checkpoint);
+      }
+      throw StoppedBySignal(signal, step_);
     }
   }
   summary.steps_done = step_;

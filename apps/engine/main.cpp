@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -22,12 +23,16 @@
 #include "comm/abort.h"
 #include "comm/communicator.h"
 #include "comm/mpi_session.h"
+#include "comm/watchdog.h"
+#include "comm/watched_communicator.h"
 #include "engine/checkpoint.h"
 #include "engine/config.h"
 #include "engine/core/check.h"
 #include "engine/core/rng.h"
 #include "engine/data/gpt2_tokenizer.h"
+#include "engine/preflight.h"
 #include "engine/run_lock.h"
+#include "engine/stop_signal.h"
 #include "engine/trainer.h"
 #include "model/weights_io.h"
 
@@ -188,19 +193,27 @@ int run_sample(engine::Trainer& trainer, const Args& a) {
   return 0;
 }
 
-int run(int argc, char** argv, comm::Communicator& world) {
+int run(int argc, char** argv, comm::Communicator& world_comm) {
   Args a = parse_args(argc, argv);
   if (a.command == "config-reference") {
-    if (world.rank() == 0) std::printf("%s", engine::config_reference_markdown().c_str());
+    if (world_comm.rank() == 0) std::printf("%s", engine::config_reference_markdown().c_str());
     return 0;
   }
   std::string checkpoint;
   engine::Config config = command_config(a, checkpoint);
   if (a.print_config) {
-    if (world.rank() == 0) std::printf("%s", engine::config_to_yaml(config).c_str());
+    if (world_comm.rank() == 0) std::printf("%s", engine::config_to_yaml(config).c_str());
     return 0;
   }
+  // Every collective from here on is watched: a rank that does not arrive ends the job.
+  comm::Watchdog watchdog(config.comm.timeout_s);
+  comm::WatchedCommunicator watched(world_comm, watchdog);
+  comm::Communicator& world = watched;
   if (a.command == "train") {
+    engine::install_stop_signals();
+    // A file-size limit then fails the write (EFBIG, reported with the file's name) instead of
+    // killing the rank.
+    std::signal(SIGXFSZ, SIG_IGN);
     // Rank 0 waits (up to 60 s) until no rank of an earlier run on these folders is alive,
     // then every rank holds the lock for the whole run.
     const std::vector<std::string> dirs = {config.log.dir, config.checkpoint.dir};
@@ -208,14 +221,30 @@ int run(int argc, char** argv, comm::Communicator& world) {
     if (world.rank() == 0) {
       lock = std::make_unique<engine::RunLock>(dirs, engine::RunLock::Mode::Exclusive, 60.0);
       lock->downgrade();
+      engine::prepare_fresh_start(config);
     }
     world.barrier();
     if (world.rank() != 0)
       lock = std::make_unique<engine::RunLock>(dirs, engine::RunLock::Mode::Shared, 60.0);
+    engine::check_model_fits_memory(config);
     engine::Trainer trainer(config, world);
-    trainer.run();
+    if (trainer.micro_rows() != config.train.micro_batch)
+      spdlog::warn(
+          "train.micro_batch = {} is not what runs: train.batch_tokens = {} gives {} sequences "
+          "per rank on {} ranks, taken as {} micro-steps of {} sequences (every micro-step "
+          "holds the same number)",
+          config.train.micro_batch, config.train.batch_tokens,
+          trainer.micro_rows() * trainer.grad_accum(), world.size(), trainer.grad_accum(),
+          trainer.micro_rows());
+    try {
+      trainer.run();
+    } catch (const engine::StoppedBySignal& stopped) {
+      spdlog::info("{}: exiting with status {}", stopped.what(), stopped.exit_status());
+      return stopped.exit_status();
+    }
     return 0;
   }
+  engine::check_model_fits_memory(config);
   const bool need_val = a.command == "eval";
   engine::Trainer trainer(config, world, /*with_train_data=*/false, need_val);
   trainer.load_checkpoint(checkpoint, /*params_only=*/true);
