@@ -13,6 +13,7 @@
 #include "engine/core/check.h"
 #include "engine/data/data_loader.h"
 #include "engine/data/val_loader.h"
+#include "engine/resume_check.h"
 #include "engine/stop_signal.h"
 
 namespace engine {
@@ -481,6 +482,7 @@ std::string Trainer::save_checkpoint() {
     m.state["data.step"] = std::to_string(step_);
     m.state["train.tokens"] = std::to_string(tokens_);
     m.state["train.time_ms"] = double_text(train_time_ms_);
+    if (loader_) record_data_state(m, *loader_);
     dir = commit_checkpoint(root, m, static_cast<int>(config_.checkpoint.keep));
   }
   comm_.barrier();
@@ -491,6 +493,13 @@ void Trainer::load_checkpoint(const std::string& dir, bool params_only) {
   CheckpointReader reader(dir);
   const Manifest& m = reader.manifest();
   const int rank = comm_.rank();
+  if (!params_only) {
+    std::vector<std::string> names;
+    for (size_t i = 0; i < plan_->num_params(); ++i)
+      names.push_back(plan_->param(i).name);
+    check_same_optimizers(dir, m, config_, names);
+    if (loader_) check_same_data(dir, m, *loader_);
+  }
   for (size_t i = 0; i < plan_->num_params(); ++i) {
     const std::string key = kParamPrefix + plan_->param(i).name;
     ENGINE_CHECK(reader.has(key),
@@ -587,6 +596,7 @@ TrainSummary Trainer::run() {
   const std::string resume = resolve_resume(config_.checkpoint.dir, config_.checkpoint.resume);
   if (!resume.empty()) {
     load_checkpoint(resume);
+    check_steps_left(resume, step_, config_);
     spdlog::info("resumed from {} at step {}", resume, step_);
   }
   print_banner();

@@ -340,6 +340,48 @@ def case_signal_checkpoint(env):
           (step, step + 1))
 
 
+def case_resume_mismatch(env):
+    """A resume that changes what the checkpoint depends on is refused by name, and leaves the
+    run's files as they were: fewer steps than the checkpoint's, another optimizer for some
+    parameters (muon -> adamw, muon -> normuon), other data, another batch shape."""
+    _, d = env.run(1, "run", ["checkpoint.every=10"])
+    ckpt10 = os.path.join(d, "ckpt", "step_00000010")
+    before = tree_sums(d)
+    before.pop("config.yaml")
+
+    def refused(sets, *needles):
+        p, _ = env.run(1, "run", sets, expect_ok=False)
+        expect_refused(p, *needles)
+        after = tree_sums(d)
+        after.pop("config.yaml")
+        check(after == before, "a refused resume changed the run's files (%s)" % sets)
+
+    refused(["checkpoint.resume=auto", "train.steps=10"],
+            "cannot resume from " + os.path.join(d, "ckpt", "step_00000020") + ": it is at step "
+            "20, beyond train.steps = 10")
+    refused(["checkpoint.resume=" + ckpt10, "optim=[{params: ['*'], optimizer: adamw}]"],
+            "cannot resume from " + ckpt10 + ": the optimizer of 8 parameter(s) changed "
+            "(blocks.0.attn.qkv.weight was trained with muon, this run gives it adamw)")
+    normuon = os.path.join(env.work, "normuon.yaml")
+    with open(env.config) as f:
+        text = f.read()
+    with open(normuon, "w") as f:
+        f.write(text.replace("optimizer: muon", "optimizer: normuon"))
+    p, _ = env.run(1, "run", ["checkpoint.resume=" + ckpt10], expect_ok=False, config=normuon)
+    expect_refused(p, "blocks.0.attn.qkv.weight was trained with muon, this run gives it normuon")
+    other = os.path.join(env.work, "other")
+    subprocess.run([sys.executable, os.path.join(env.repo, "tests/e2e/make_tiny_data.py"), other,
+                    "--train-tokens", "50000"], check=True)
+    train = os.path.join(other, "tiny_train_*.bin")
+    refused(["checkpoint.resume=" + ckpt10, "data.train=" + train],
+            "cannot resume from " + ckpt10 + ": it was trained on 1 shard(s) of 40000 tokens",
+            "this run reads 1 shard(s) of 50000 tokens ('" + train + "')")
+    refused(["checkpoint.resume=" + ckpt10, "train.batch_tokens=1024"],
+            "16 sequences per step", "32 sequences per step")
+    print("steps below the checkpoint, muon -> adamw, muon -> normuon, other data and another "
+          "batch shape refused by name; the run's files unchanged")
+
+
 CASES = {
     "user_errors": case_user_errors,
     "oov_at_load": case_oov_at_load,
@@ -349,6 +391,7 @@ CASES = {
     "rank_stopped": case_rank_stopped,
     "checkpoint_write_fails": case_checkpoint_write_fails,
     "signal_checkpoint": case_signal_checkpoint,
+    "resume_mismatch": case_resume_mismatch,
 }
 
 
