@@ -164,8 +164,9 @@ void parse_optim_groups(Config& config, const YAML::Node& node, const std::strin
 void parse_map(Config& config, const YAML::Node& node, const std::string& prefix,
                const std::string& source, std::vector<std::string>& seen) {
   for (auto it = node.begin(); it != node.end(); ++it) {
-    const YAML::Node& key_node = it->first;
-    const YAML::Node& value = it->second;
+    // Copies: it-> is a proxy whose members do not outlive the expression.
+    const YAML::Node key_node = it->first;
+    const YAML::Node value = it->second;
     if (!key_node.IsScalar())
       config_error(where(source, key_node.Mark()), "keys must be plain names");
     std::string key = prefix.empty() ? key_node.Scalar() : prefix + "." + key_node.Scalar();
