@@ -9,12 +9,15 @@
 #include <fstream>
 #include <map>
 
+#include "comm/shard_ops.h"
 #include "engine/checkpoint.h"
 #include "engine/console_log.h"
 #include "engine/core/check.h"
 #include "engine/data/data_loader.h"
 #include "engine/data/val_loader.h"
+#include "engine/resume_check.h"
 #include "engine/sharded_state.h"
+#include "engine/stop_signal.h"
 #include "engine/trainable.h"
 #include "model/hf_gpt2.h"
 #include "model/weights_io.h"
@@ -243,6 +246,7 @@ StepRecord Trainer::train_step() {
   ctx.total_steps = config_.train.steps;
   ctx.lr_scale = lr_scale;
   ctx.backend = &gpt_->backend();
+  ctx.comm = &comm_;
   optim_->step(zero_->optimizer_shards(), ctx);
   end_phase("optimizer");
   zero_->publish_params();
@@ -312,6 +316,7 @@ std::string Trainer::save_checkpoint() {
     m.state["data.step"] = std::to_string(step_);
     m.state["train.tokens"] = std::to_string(tokens_);
     m.state["train.time_ms"] = double_text(train_time_ms_);
+    if (loader_) record_data_state(m, *loader_);
     dir = commit_checkpoint(root, m, static_cast<int>(config_.checkpoint.keep));
   }
   comm_.barrier();
@@ -321,6 +326,13 @@ std::string Trainer::save_checkpoint() {
 void Trainer::load_checkpoint(const std::string& dir, bool params_only) {
   CheckpointReader reader(dir);
   const Manifest& m = reader.manifest();
+  if (!params_only) {
+    std::vector<std::string> names;
+    for (size_t i = 0; i < plan_->num_params(); ++i)
+      names.push_back(plan_->param(i).name);
+    check_same_optimizers(dir, m, config_, names);
+    if (loader_) check_same_data(dir, m, *loader_);
+  }
   read_local_params(reader, *plan_, zero_->local_values());
   zero_->publish_params();
   if (params_only) return;
@@ -350,13 +362,12 @@ void Trainer::init_params_from(const std::string& source) {
                      "folder (config.json, model.safetensors) nor a safetensors file");
     weights = model::read_weights(source, gpt_->table());
   }
-  const std::vector<core::Tensor>& local = zero_->local_values();
+  // Every rank holds the whole weights: it keeps its local parts, then publishes them as a
+  // checkpoint load does.
   for (size_t i = 0; i < plan_->num_params(); ++i) {
-    if (!local[i].defined()) continue;
-    const comm::ShardingPlan::LocalSlice part = plan_->local_slice(i);
-    core::Tensor dst = local[i];  // a view of the same storage
-    dst.copy_from(weights.at(plan_->param(i).name)
-                      .slice(part.dim, part.range.begin, part.range.end - part.range.begin));
+    const core::Tensor& local = zero_->local_value(i);
+    if (local.defined())
+      comm::copy_local_part(comm_, *plan_, i, weights.at(plan_->param(i).name), local);
   }
   zero_->publish_params();
 }
@@ -405,6 +416,7 @@ TrainSummary Trainer::run() {
                                          /*append=*/!resume.empty());
   if (!resume.empty()) {
     load_checkpoint(resume);
+    check_steps_left(resume, step_, config_);
     spdlog::info("resumed from {} at step {}", resume, step_);
   } else if (!config_.train.init_from.empty()) {
     init_params_from(config_.train.init_from);
@@ -468,9 +480,17 @@ TrainSummary Trainer::run() {
     }
     if (metrics) metrics->write(r);
     const bool periodic = config_.checkpoint.every > 0 && step_ % config_.checkpoint.every == 0;
-    if (periodic || ((last || stop) && config_.checkpoint.at_end)) {
+    const bool saved = periodic || ((last || stop) && config_.checkpoint.at_end);
+    if (saved) {
       summary.last_checkpoint = save_checkpoint();
       spdlog::info("checkpoint saved: {}", summary.last_checkpoint);
+    }
+    if (const int signal = agreed_stop_signal(comm_)) {
+      if (config_.checkpoint.on_signal && !saved) {
+        summary.last_checkpoint = save_checkpoint();
+        spdlog::info("checkpoint saved: {}", summary.last_checkpoint);
+      }
+      throw StoppedBySignal(signal, step_);
     }
   }
   summary.steps_done = step_;

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -28,13 +29,17 @@
 #include "comm/abort.h"
 #include "comm/communicator.h"
 #include "comm/mpi_session.h"
+#include "comm/watchdog.h"
+#include "comm/watched_communicator.h"
 #include "engine/checkpoint.h"
 #include "engine/config.h"
 #include "engine/core/check.h"
 #include "engine/core/rng.h"
 #include "engine/data/gpt2_tokenizer.h"
 #include "engine/data/shard_set.h"
+#include "engine/preflight.h"
 #include "engine/run_lock.h"
+#include "engine/stop_signal.h"
 #include "engine/trainer.h"
 #include "model/hf_gpt2.h"
 #include "model/weights_io.h"
@@ -391,20 +396,28 @@ int64_t whole_val_split_tokens(const engine::Config& config, int world_size) {
   return sequences * config.model.seq_len;
 }
 
-int run(int argc, char** argv, comm::Communicator& world) {
+int run(int argc, char** argv, comm::Communicator& world_comm) {
   Args a;
   engine::Config config;
   std::string checkpoint;
-  if (!parse_everywhere(argc, argv, world, a, config, checkpoint)) return 2;
+  if (!parse_everywhere(argc, argv, world_comm, a, config, checkpoint)) return 2;
   if (a.command == "config-reference") {
-    if (world.rank() == 0) std::printf("%s", engine::config_reference_markdown().c_str());
+    if (world_comm.rank() == 0) std::printf("%s", engine::config_reference_markdown().c_str());
     return 0;
   }
   if (a.print_config) {
-    if (world.rank() == 0) std::printf("%s", engine::config_to_yaml(config).c_str());
+    if (world_comm.rank() == 0) std::printf("%s", engine::config_to_yaml(config).c_str());
     return 0;
   }
+  // Every collective from here on is watched: a rank that does not arrive ends the job.
+  comm::Watchdog watchdog(config.comm.timeout_s);
+  comm::WatchedCommunicator watched(world_comm, watchdog);
+  comm::Communicator& world = watched;
   if (a.command == "train") {
+    engine::install_stop_signals();
+    // A file-size limit then fails the write (EFBIG, reported with the file's name) instead of
+    // killing the rank.
+    std::signal(SIGXFSZ, SIG_IGN);
     // Rank 0 waits (up to 60 s) until no rank of an earlier run on these folders is alive,
     // then every rank holds the lock for the whole run.
     const std::vector<std::string> dirs = {config.log.dir, config.checkpoint.dir};
@@ -412,13 +425,30 @@ int run(int argc, char** argv, comm::Communicator& world) {
     if (world.rank() == 0) {
       lock = std::make_unique<engine::RunLock>(dirs, engine::RunLock::Mode::Exclusive, 60.0);
       lock->downgrade();
+      engine::prepare_fresh_start(config);
     }
     world.barrier();
     if (world.rank() != 0)
       lock = std::make_unique<engine::RunLock>(dirs, engine::RunLock::Mode::Shared, 60.0);
-    make_trainer(config, world, true, true)->run();
+    engine::check_model_fits_memory(config);
+    std::unique_ptr<engine::Trainer> trainer = make_trainer(config, world, true, true);
+    if (trainer->micro_rows() != config.train.micro_batch)
+      spdlog::warn(
+          "train.micro_batch = {} is not what runs: train.batch_tokens = {} gives {} sequences "
+          "per rank on {} ranks, taken as {} micro-steps of {} sequences (every micro-step "
+          "holds the same number)",
+          config.train.micro_batch, config.train.batch_tokens,
+          trainer->micro_rows() * trainer->grad_accum(), world.size(), trainer->grad_accum(),
+          trainer->micro_rows());
+    try {
+      trainer->run();
+    } catch (const engine::StoppedBySignal& stopped) {
+      spdlog::info("{}: exiting with status {}", stopped.what(), stopped.exit_status());
+      return stopped.exit_status();
+    }
     return 0;
   }
+  engine::check_model_fits_memory(config);
   const bool need_val = a.command == "eval";
   if (need_val && a.options.count("--all"))
     config.train.val_tokens = whole_val_split_tokens(config, world.size());
