@@ -9,6 +9,9 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="${1:-$repo/runs/bench_soap.jsonl}"
 bench="$repo/build/apps/bench_optim/bench_optim"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# Idle OpenMP threads sleep instead of spinning: on an oversubscribed machine spinning threads
+# of a 2-thread run starve each other (a 2-thread torch run then takes minutes per step).
+export OMP_WAIT_POLICY=PASSIVE
 mkdir -p "$(dirname "$out")"
 : > "$out"
 for t in 1 2; do
