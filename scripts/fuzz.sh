@@ -32,9 +32,10 @@ cmake --build "$build" --parallel "$(nproc)"
 run_one() {
   local t=$1
   mkdir -p "$build/corpus/$t" "$build/artifacts/$t"
-  # -rss_limit_mb: a parser must not need gigabytes for a small input; -timeout: nor seconds.
+  # -rss_limit_mb: a parser must not need gigabytes for a small input; -timeout (wall clock,
+  # generous for a loaded machine): nor tens of seconds.
   "$build/${t}_fuzz" "$build/corpus/$t" "fuzz/corpus/$t" -max_total_time="$seconds" \
-    -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+    -timeout=30 -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$build/artifacts/$t/" >"$build/$t.log" 2>&1
 }
 
