@@ -59,10 +59,11 @@ done
 for t in "${targets[@]}"; do
   runs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$build/$t.log" | awk '{print $2}')
   cov=$(grep -o 'cov: [0-9]*' "$build/$t.log" | tail -1 | awk '{print $2}')
-  if grep -q 'ERROR: \|SUMMARY: \|Test unit written' "$build/$t.log"; then
+  # A crash, sanitizer report, timeout, leak or out-of-memory (slow-unit notes are not failures).
+  if grep -qE 'ERROR: |SUMMARY: |Test unit written to .*(crash|timeout|leak|oom)-' "$build/$t.log"; then
     failed+=("$t")
     echo "fuzz $t: FAILED"
-    grep -E 'ERROR: |SUMMARY: |Test unit written|==[0-9]+==' "$build/$t.log" | head -8
+    grep -E 'ERROR: |SUMMARY: |Test unit written|#[0-9]+ 0x' "$build/$t.log" | head -12
   else
     echo "fuzz $t: ${seconds} s, ${runs:-?} runs, coverage ${cov:-?} edges, no crash"
   fi
