@@ -3,6 +3,7 @@
 #include "engine/core/check.h"
 #include "optim/adamw.h"
 #include "optim/muon.h"
+#include "optim/osft.h"
 
 namespace optim {
 
@@ -18,6 +19,9 @@ Registry& Registry::global() {
     r->add("normuon", [](HyperReader& h) -> std::unique_ptr<Optimizer> {
       return std::make_unique<Muon>(MuonConfig::from_yaml(h, MuonConfig::normuon_defaults()),
                                     "normuon");
+    });
+    r->add("osft", [](HyperReader& h) -> std::unique_ptr<Optimizer> {
+      return std::make_unique<Osft>(OsftConfig::from_yaml(h));
     });
     return r;
   }();

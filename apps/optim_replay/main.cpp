@@ -15,6 +15,7 @@
 
 #include "apps/optim_replay/bench.h"
 #include "apps/optim_replay/golden_case.h"
+#include "apps/optim_replay/osft_case.h"
 #include "comm/abort.h"
 #include "comm/communicator.h"
 #include "comm/mpi_session.h"
@@ -81,6 +82,11 @@ Args parse_args(int argc, char** argv) {
 }
 
 int replay_main(const Args& args, comm::Communicator& comm) {
+  if (replay::is_osft_golden(args.file)) {
+    ENGINE_CHECK(args.optimizer.empty(),
+                 "optim_replay: --optimizer does not apply to " + args.file);
+    return replay::osft_main(args.file, args.sets, args.json, args.quiet, comm);
+  }
   const replay::GoldenCase golden = replay::load_golden(args.file, args.optimizer, args.sets);
   replay::Replayer replayer(golden, comm);
   const std::vector<replay::Difference> diffs = replayer.run();
