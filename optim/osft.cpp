@@ -62,18 +62,20 @@ Osft::Osft(const OsftConfig& config) : config_(config), adamw_(config.adamw) {}
 
 void Osft::check_param(const std::string& name, const core::Shape& shape) const {
   adamw_.check_param(name, shape);
+}
+
+void Osft::check_not_dense_target(const ParamShard& p) const {
+  if (p.full_shape.size() != 2) return;
   for (const char* factor : kOsftFactorNames)
-    if (name.ends_with(std::string(".") + factor)) return;
-  // A dense matrix that the policy targets must reach this optimizer as its factors: stepping
-  // it dense would silently be plain AdamW.
-  if (shape.size() == 2) {
-    const int64_t k = config_.k_high_for(name, shape[0], shape[1]);
-    ENGINE_CHECK(k == 0, "osft: '" + name + "' " + core::shape_str(shape) +
-                             " is an OSFT target (k_high " + std::to_string(k) +
-                             ") but reached the optimizer as a dense matrix; its factors must be "
-                             "held beside the model (set k_high: {'" +
-                             name + "': 0} to train it dense)");
-  }
+    if (p.name.ends_with(std::string(".") + factor)) return;
+  // A matrix the policy targets must reach this optimizer as its factors: stepping it dense
+  // would silently be plain AdamW.
+  const int64_t k = config_.k_high_for(p.name, p.full_shape[0], p.full_shape[1]);
+  ENGINE_CHECK(k == 0, "osft: '" + p.name + "' " + core::shape_str(p.full_shape) +
+                           " is an OSFT target (k_high " + std::to_string(k) +
+                           ") but reached the optimizer as a dense matrix; its factors must be "
+                           "held beside the model (or set k_high: {'" +
+                           p.name + "': 0} to train it dense)");
 }
 
 void Osft::set_communicator(comm::Communicator* comm, RowSplit split) {
@@ -131,6 +133,7 @@ std::vector<ParamShard> Osft::project_gradients(std::span<const ParamShard> para
   std::vector<ParamShard> out(params.begin(), params.end());
   for (ParamShard& p : out) {
     check_shard(p, "osft");
+    check_not_dense_target(p);
     if (p.name.ends_with(".U_low") || p.name.ends_with(".V_low")) p.grad = p.grad.clone();
   }
   project(out, true);

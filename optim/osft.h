@@ -6,7 +6,7 @@
 // model by its factors "<name>.U_high|S_high|V_high" (frozen) and "<name>.U_low|S_low|V_low"
 // (trained); whoever holds the factors registers each target here with its frozen rows
 // (add_target). Everything else of the group (vectors, embeddings, targets with k_high 0) trains
-// dense with the same AdamW, as the reference does.
+// dense with the same AdamW, as the reference does. A target stepped dense is refused, naming it.
 //
 // One step, after the caller has mapped dW to the factor gradients and clipped them (raw, before
 // projection, spec section 7):
@@ -77,6 +77,8 @@ class Osft final : public Optimizer {
   const OsftProjector& projector() const { return *projector_; }
 
  private:
+  // Refuses a targeted matrix stepped dense (naming it).
+  void check_not_dense_target(const ParamShard& p) const;
   // Runs one projection pass over the U_low / V_low parts found in `params` (values or grads).
   void project(std::span<const ParamShard> params, bool grads);
 

@@ -111,7 +111,7 @@ TEST(OptimizerSet, MistypedHyperparametersAreErrors) {
        "- {params: ['*'], optimizer: adamw}",
        "'ns_steps' must be an integer"},
       {"- {params: ['*'], optimizer: lion}",
-       "unknown optimizer 'lion' (known: adamw, muon, normuon)"},
+       "unknown optimizer 'lion' (known: adamw, muon, normuon"},
       {"- {params: ['*'], lr: 1}", "missing 'optimizer'"},
       {"- {optimizer: adamw}", "missing 'params'"},
       {"- {params: ['*'], optimizer: muon}",

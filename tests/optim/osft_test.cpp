@@ -102,17 +102,21 @@ TEST(OsftRankRule, KHighGlobsOverrideTheRatio) {
 }
 
 // A targeted matrix reaching the optimizer dense would silently train as plain AdamW: refused.
-TEST(OsftRankRule, DenseTargetsAreRefusedFactorsAndVectorsAccepted) {
-  const optim::Osft osft(
+TEST(OsftRankRule, DenseTargetsAreRefusedVectorsAndUntargetedMatricesStep) {
+  optim::Osft osft(
       osft_config("{unfreeze_rank_ratio: 0.5, lr: 1.0e-3, "
                   "k_high: {'blocks.1.*': 0}}"));
-  const std::string err = error_of([&] { osft.check_param("blocks.0.mlp.fc.weight", {64, 16}); });
+  auto step = [&](const std::string& name, const core::Shape& shape) {
+    const Tensor w = Tensor::zeros(shape), g = Tensor::zeros(shape);
+    const optim::ParamShard p{name, shape, 0, w, g};
+    osft.step({&p, 1}, optim::StepContext{});
+  };
+  const std::string err = error_of([&] { step("blocks.0.mlp.fc.weight", {64, 16}); });
   EXPECT_NE(err.find("'blocks.0.mlp.fc.weight' [64, 16] is an OSFT target (k_high 8)"),
             std::string::npos)
       << err;
-  osft.check_param("blocks.1.mlp.fc.weight", {64, 16});  // k_high 0: trains dense
-  osft.check_param("blocks.0.mlp.fc.weight.U_low", {64, 8});
-  osft.check_param("ln_f.weight", {16});
+  step("blocks.1.mlp.fc.weight", {64, 16});  // k_high 0: trains dense
+  step("ln_f.weight", {16});
 }
 
 // FSDP2 Shard(0): ceil(n / P) rows each, the last non-empty rank short, trailing ranks empty.

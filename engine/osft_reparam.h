@@ -1,0 +1,78 @@
+// OsftReparam: the OSFT factors of the targeted model matrices, held beside the model
+// (docs/specs/osft.md; DESIGN.md "Trainables").
+//
+// The model stays dense and knows nothing of OSFT. Before a target's layer runs forward,
+// write_dense(layer) writes W = U_high diag(S_high) V_high + U_low diag(S_low) V_low into the
+// model's parameter (one [N, R] x [R, M] product, R = min(N, M)); after the layer's backward,
+// map_grads(layer) maps the dense gradient dL/dW the model accumulated to the trained factors by
+// the chain rule (optim::osft_factor_grads) and adds it to their gradients. Since the chain rule
+// is linear, mapping each rank's unreduced dW and then reducing the factor gradients equals
+// mapping the reduced dW.
+//
+// Targets are the 2-D model parameters whose optimizer group is `osft` with k_high > 0. Their
+// factors rest full on every rank (what ZeRO stages 1 and 2 keep resident); each target's group
+// optimizer gets the frozen rows this rank holds under `split`, and the trained factors
+// "<name>.U_low|S_low|V_low" step in that group (OptimizerSet aliases).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "model/gpt.h"
+#include "optim/optimizer_set.h"
+#include "optim/osft.h"
+#include "optim/osft_factors.h"
+
+namespace engine {
+
+class OsftReparam {
+ public:
+  // One factor tensor: "<target>.<U_high|S_high|V_high|U_low|S_low|V_low>", full on every rank.
+  struct Factor {
+    std::string name;
+    size_t target = 0;  // index into targets()
+    int layer = -1;     // the target's layer (its forward reads W)
+    bool trained = false;
+    core::Tensor value;
+    core::Tensor grad;  // trained factors only
+  };
+  struct Target {
+    std::string name;  // the model parameter
+    size_t param = 0;  // its index in the model's table
+    int layer = -1;
+    int64_t rows = 0, cols = 0, k_high = 0;
+    optim::Osft* optimizer = nullptr;
+  };
+
+  // Finds the targets in `groups` (built over the model's parameters), decomposes them from the
+  // model's current weights (float64 SVDs spread over comm), writes the reconstructed weights,
+  // registers the trained factors as aliases of their target in `groups` and the frozen rows
+  // this rank holds (by `split`) with each target's Osft optimizer. comm may be null.
+  OsftReparam(model::Gpt& gpt, optim::OptimizerSet& groups, comm::Communicator* comm,
+              optim::RowSplit split);
+
+  const std::vector<Target>& targets() const { return targets_; }
+  std::vector<Factor>& factors() { return factors_; }
+  const std::vector<Factor>& factors() const { return factors_; }
+  bool is_target(const std::string& param) const;
+
+  // Writes the dense weights of the targets of `layer` into the model (all layers: write_all).
+  void write_dense(int layer);
+  void write_all();
+  // Adds the chain-rule gradients of the targets of `layer` from the model's dense gradients.
+  void map_grads(int layer);
+  // Zeroes the trained factors' gradients.
+  void zero_grads();
+
+  // The full factors of target i (views of the factor tensors).
+  optim::OsftFactors full(size_t i) const;
+
+ private:
+  model::Gpt& gpt_;
+  std::vector<Target> targets_;
+  std::vector<Factor> factors_;  // six per target, in optim::kOsftFactorNames order
+};
+
+}  // namespace engine
