@@ -16,6 +16,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -64,11 +65,36 @@ class CommStats {
   void record(Collective kind, int64_t bytes);
   int64_t total_calls() const;
   int64_t total_bytes() const;
-  void reset() { per_kind_ = {}; }
+  // Time this rank spent blocked on collectives: a blocking call from start to end, an async one
+  // only inside Work::wait() (not the time it was in flight behind other work).
+  void add_wait(double ms) { wait_ms_ += ms; }
+  double wait_ms() const { return wait_ms_; }
+  void reset() {
+    per_kind_ = {};
+    wait_ms_ = 0;
+  }
   std::string str() const;  // "all_reduce 3 calls 1.2 MB, reduce_scatter ..."
 
  private:
   std::array<CollectiveStats, kNumCollectives> per_kind_{};
+  double wait_ms_ = 0;
+};
+
+// Adds the time from construction to destruction to stats.add_wait (a blocking collective).
+class ScopedWait {
+ public:
+  explicit ScopedWait(CommStats& stats) : stats_(stats), start_(std::chrono::steady_clock::now()) {}
+  ~ScopedWait() {
+    stats_.add_wait(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_)
+            .count());
+  }
+  ScopedWait(const ScopedWait&) = delete;
+  ScopedWait& operator=(const ScopedWait&) = delete;
+
+ private:
+  CommStats& stats_;
+  std::chrono::steady_clock::time_point start_;
 };
 
 class Communicator {

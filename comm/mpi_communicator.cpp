@@ -45,7 +45,7 @@ MPI_Op to_mpi_op(ReduceOp op) {
 // and displacement arrays MPI reads during the operation live here until completion.
 class MpiWork final : public Work {
  public:
-  MpiWork(int rank, const char* what) : rank_(rank), what_(what) {}
+  MpiWork(int rank, const char* what, CommStats& stats) : rank_(rank), what_(what), stats_(stats) {}
   ~MpiWork() override {
     if (done_) return;
     try {
@@ -57,6 +57,7 @@ class MpiWork final : public Work {
 
   void wait() override {
     if (done_) return;
+    ScopedWait timer(stats_);
     check_mpi(MPI_Wait(&request_, MPI_STATUS_IGNORE), what_, rank_);
     finish();
   }
@@ -84,6 +85,7 @@ class MpiWork final : public Work {
 
   int rank_;
   const char* what_;
+  CommStats& stats_;
   bool done_ = false;
 };
 
@@ -123,7 +125,7 @@ std::string MpiCommunicator::name() const {
 }
 
 std::unique_ptr<Work> MpiCommunicator::all_reduce_async(float* buf, int64_t count, ReduceOp op) {
-  auto work = std::make_unique<MpiWork>(rank(), "MPI_Iallreduce");
+  auto work = std::make_unique<MpiWork>(rank(), "MPI_Iallreduce", stats_);
   int n = to_int(count, "all_reduce", rank());
   stats_.record(Collective::AllReduce, count * static_cast<int64_t>(sizeof(float)));
   check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buf, n, MPI_FLOAT, to_mpi_op(op), comm_, &work->request_),
@@ -137,6 +139,7 @@ std::unique_ptr<Work> MpiCommunicator::all_reduce_async(float* buf, int64_t coun
 }
 
 void MpiCommunicator::all_reduce(float* buf, int64_t count, ReduceOp op) {
+  ScopedWait timer(stats_);
   int n = to_int(count, "all_reduce", rank());
   stats_.record(Collective::AllReduce, count * static_cast<int64_t>(sizeof(float)));
   check_mpi(MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_FLOAT, to_mpi_op(op), comm_), "MPI_Allreduce",
@@ -151,6 +154,7 @@ void MpiCommunicator::scale(float* buf, int64_t count) const {
 }
 
 void MpiCommunicator::all_reduce(double* buf, int64_t count, ReduceOp op) {
+  ScopedWait timer(stats_);
   int n = to_int(count, "all_reduce(double)", rank());
   stats_.record(Collective::AllReduce, count * static_cast<int64_t>(sizeof(double)));
   check_mpi(MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, to_mpi_op(op), comm_),
@@ -162,6 +166,7 @@ void MpiCommunicator::all_reduce(double* buf, int64_t count, ReduceOp op) {
 }
 
 void MpiCommunicator::all_reduce(int64_t* buf, int64_t count, ReduceOp op) {
+  ScopedWait timer(stats_);
   ENGINE_CHECK(op != ReduceOp::Avg, "all_reduce(int64) on rank " + std::to_string(rank()) +
                                         ": Avg is not defined for integers (use Sum)");
   int n = to_int(count, "all_reduce(int64)", rank());
@@ -192,10 +197,11 @@ std::unique_ptr<Work> MpiCommunicator::reduce_scatter_async(const float* send, f
                                                             ReduceOp op) {
   Layout l = layout("reduce_scatter", counts);
   stats_.record(Collective::ReduceScatter, int64_t{l.total()} * sizeof(float));
-  auto work = std::make_unique<MpiWork>(rank(), "MPI_Ireduce_scatter");
+  auto work = std::make_unique<MpiWork>(rank(), "MPI_Ireduce_scatter", stats_);
   if (use_ring(l)) {
     // Done at once: faster than the library's nonblocking form even without overlap, and Open
     // MPI only progresses that inside MPI calls anyway. The returned work is already complete.
+    ScopedWait timer(stats_);
     ring_reduce_scatter(send, recv, l, op);
     if (op == ReduceOp::Avg) scale(recv, counts[rank()]);
     return work;
@@ -221,6 +227,7 @@ std::unique_ptr<Work> MpiCommunicator::reduce_scatter_async(const float* send, f
 void MpiCommunicator::reduce_scatter(const float* send, float* recv,
                                      std::span<const int64_t> counts, ReduceOp op) {
   Layout l = layout("reduce_scatter", counts);
+  ScopedWait timer(stats_);
   stats_.record(Collective::ReduceScatter, int64_t{l.total()} * sizeof(float));
   if (use_ring(l)) {
     ring_reduce_scatter(send, recv, l, op);
@@ -289,7 +296,7 @@ std::unique_ptr<Work> MpiCommunicator::all_gather_async(const float* send, float
   // A send block already in place inside recv is MPI_IN_PLACE (e.g. a dim-0 shard that is a view
   // of the full parameter).
   const void* send_arg = send == recv + l.displs[rank()] ? MPI_IN_PLACE : send;
-  auto work = std::make_unique<MpiWork>(rank(), "MPI_Iallgatherv");
+  auto work = std::make_unique<MpiWork>(rank(), "MPI_Iallgatherv", stats_);
   if (l.equal) {
     check_mpi(MPI_Iallgather(send_arg, l.counts[0], MPI_FLOAT, recv, l.counts[0], MPI_FLOAT, comm_,
                              &work->request_),
@@ -306,6 +313,7 @@ std::unique_ptr<Work> MpiCommunicator::all_gather_async(const float* send, float
 }
 
 void MpiCommunicator::all_gather(const float* send, float* recv, std::span<const int64_t> counts) {
+  ScopedWait timer(stats_);
   Layout l = layout("all_gather", counts);
   stats_.record(Collective::AllGather, counts[rank()] * static_cast<int64_t>(sizeof(float)));
   const void* send_arg = send == recv + l.displs[rank()] ? MPI_IN_PLACE : send;
@@ -322,7 +330,7 @@ void MpiCommunicator::all_gather(const float* send, float* recv, std::span<const
 std::unique_ptr<Work> MpiCommunicator::broadcast_async(float* buf, int64_t count, int root) {
   check_root("broadcast", root);
   int n = to_int(count, "broadcast", rank());
-  auto work = std::make_unique<MpiWork>(rank(), "MPI_Ibcast");
+  auto work = std::make_unique<MpiWork>(rank(), "MPI_Ibcast", stats_);
   stats_.record(Collective::Broadcast,
                 rank() == root ? count * static_cast<int64_t>(sizeof(float)) : 0);
   check_mpi(MPI_Ibcast(buf, n, MPI_FLOAT, root, comm_, &work->request_), "MPI_Ibcast", rank());
@@ -330,6 +338,7 @@ std::unique_ptr<Work> MpiCommunicator::broadcast_async(float* buf, int64_t count
 }
 
 void MpiCommunicator::broadcast(double* buf, int64_t count, int root) {
+  ScopedWait timer(stats_);
   check_root("broadcast(double)", root);
   int n = to_int(count, "broadcast(double)", rank());
   stats_.record(Collective::Broadcast,
@@ -338,6 +347,7 @@ void MpiCommunicator::broadcast(double* buf, int64_t count, int root) {
 }
 
 void MpiCommunicator::broadcast_bytes(void* buf, int64_t bytes, int root) {
+  ScopedWait timer(stats_);
   check_root("broadcast_bytes", root);
   int n = to_int(bytes, "broadcast_bytes", rank());
   stats_.record(Collective::Broadcast, rank() == root ? bytes : 0);
@@ -345,6 +355,7 @@ void MpiCommunicator::broadcast_bytes(void* buf, int64_t bytes, int root) {
 }
 
 void MpiCommunicator::barrier() {
+  ScopedWait timer(stats_);
   stats_.record(Collective::Barrier, 0);
   check_mpi(MPI_Barrier(comm_), "MPI_Barrier", rank());
 }

@@ -58,7 +58,12 @@ class NcclWork final : public Work {
   void wait() override { check_cuda(cudaEventSynchronize(event_), "cudaEventSynchronize", rank_); }
   bool test() override {
     cudaError_t rc = cudaEventQuery(event_);
-    if (rc == cudaErrorNotReady) return false;
+    if (rc == cudaErrorNotReady) {
+      // Not an error: clear it from the last-error slot (only if it is what sits there) so the
+      // next checked launch does not report it.
+      if (cudaPeekAtLastError() == cudaErrorNotReady) cudaGetLastError();
+      return false;
+    }
     check_cuda(rc, "cudaEventQuery", rank_);
     return true;
   }

@@ -20,10 +20,9 @@ struct Geometry {
 
 Geometry geometry(const ShardingPlan& plan, size_t i) {
   const core::Shape& shape = plan.param(i).shape;
-  const Placement& pl = plan.placement(i);
   Geometry g;
   if (shape.empty()) return g;
-  const int dim = pl.is_shard() ? pl.dim : 0;
+  const int dim = plan.local_slice(i).dim;
   for (int d = 0; d < dim; ++d)
     g.outer *= shape[d];
   g.extent = shape[dim];

@@ -83,20 +83,25 @@ size_t ShardingPlan::index(const std::string& name) const {
   ENGINE_FAIL("ShardingPlan: no parameter named " + name);
 }
 
-Range ShardingPlan::range(size_t i, int r) const {
-  ENGINE_CHECK(r >= 0 && r < world_size_, "ShardingPlan::range: rank " + std::to_string(r));
+ShardingPlan::LocalSlice ShardingPlan::local_slice(size_t i, int r) const {
+  ENGINE_CHECK(r >= 0 && r < world_size_, "ShardingPlan::local_slice: rank " + std::to_string(r));
   const ParamInfo& p = params_.at(i);
   const Placement& pl = placements_[i];
-  const int64_t extent = p.shape.empty() ? 1 : p.shape[pl.is_shard() ? pl.dim : 0];
+  LocalSlice s;
+  s.dim = pl.is_shard() ? pl.dim : 0;
+  const int64_t extent = p.shape.empty() ? 1 : p.shape[s.dim];
   switch (pl.kind) {
     case Placement::Kind::Replicate:
-      return {0, extent};
+      s.range = {0, extent};
+      break;
     case Placement::Kind::Shard:
-      return shard_range(extent, world_size_, r);
+      s.range = shard_range(extent, world_size_, r);
+      break;
     case Placement::Kind::Owned:
-      return r == pl.owner ? Range{0, extent} : Range{0, 0};
+      s.range = r == pl.owner ? Range{0, extent} : Range{0, 0};
+      break;
   }
-  return {};
+  return s;
 }
 
 core::Shape ShardingPlan::local_shape(size_t i, int r) const {
@@ -105,7 +110,8 @@ core::Shape ShardingPlan::local_shape(size_t i, int r) const {
   core::Shape shape = p.shape;
   if (pl.is_replicate()) return shape;
   if (shape.empty()) return r == pl.owner ? shape : core::Shape{0};  // Owned scalar
-  shape[pl.is_shard() ? pl.dim : 0] = range(i, r).size();
+  const LocalSlice s = local_slice(i, r);
+  shape[s.dim] = s.range.size();
   return shape;
 }
 

@@ -44,9 +44,17 @@ class ShardingPlan {
   // Index of a parameter by name; throws naming the parameter when absent.
   size_t index(const std::string& name) const;
 
-  // Rank r's range along the placement's split dimension (dim 0 for Owned/Replicate): the shard
-  // range for Shard, the whole dimension or nothing for Owned, the whole dimension for Replicate.
-  Range range(size_t i, int r) const;
+  // Where rank r's local part of parameter i lies in the full tensor: indices `range` along
+  // dimension `dim`, every other dimension whole. dim is the Shard dimension (0 for Owned and
+  // Replicate); range is the shard range for Shard, the whole dimension or nothing for Owned,
+  // the whole dimension for Replicate. A scalar counts as one index along dim 0.
+  struct LocalSlice {
+    int dim = 0;
+    Range range;
+  };
+  LocalSlice local_slice(size_t i, int r) const;
+  LocalSlice local_slice(size_t i) const { return local_slice(i, rank_); }
+  Range range(size_t i, int r) const { return local_slice(i, r).range; }
   core::Shape local_shape(size_t i, int r) const;
   core::Shape local_shape(size_t i) const { return local_shape(i, rank_); }
   int64_t local_numel(size_t i, int r) const { return counts_.at(i).at(r); }

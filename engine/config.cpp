@@ -324,6 +324,15 @@ void apply_override(Config& config, const std::string& assignment) {
   }
   const FieldInfo* field = find_field(key);
   if (field == nullptr) config_error(at, "unknown key '" + key + "'" + did_you_mean(key));
+  // A list or map is refused as in a YAML file (it used to become a literal string).
+  YAML::Node parsed;
+  try {
+    parsed = YAML::Load(text);
+  } catch (const YAML::Exception&) {  // not YAML: the text itself is the value
+  }
+  if (parsed.IsSequence() || parsed.IsMap())
+    config_error(at, "key '" + key + "' has the wrong type: expected " + field->type + ", got a " +
+                         (parsed.IsMap() ? "map" : "list"));
   std::string why = assign(field->get(config), text);
   if (!why.empty()) config_error(at, "key '" + key + "' has the wrong type: " + why);
 }

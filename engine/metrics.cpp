@@ -62,6 +62,7 @@ std::string to_json(const StepRecord& r) {
     s += json_string(r.comm_bytes[i].first) + ":" + std::to_string(r.comm_bytes[i].second);
   }
   s += "}";
+  if (r.comm_wait_ms) s += ",\"comm_wait_ms\":" + json_number(*r.comm_wait_ms);
   if (!r.phase_ms.empty()) {
     s += ",\"phase_ms\":{";
     for (size_t i = 0; i < r.phase_ms.size(); ++i) {

@@ -23,7 +23,10 @@ struct StepRecord {
   double tokens_per_s = 0;
   double gflops = 0;  // achieved model FLOP rate of this step, all ranks together
   std::vector<std::pair<std::string, int64_t>> comm_bytes;  // per collective kind, this step
-  std::vector<std::pair<std::string, double>> phase_ms;     // wall time of each step phase
+  // Time this step spent blocked waiting for collectives (not the time they were in flight
+  // behind computation): the exposed communication.
+  std::optional<double> comm_wait_ms;
+  std::vector<std::pair<std::string, double>> phase_ms;  // wall time of each step phase
   // CPU allocator bytes on this rank (the writer's: rank 0): the peak live during the step and
   // the live at its end.
   std::optional<int64_t> peak_mem_bytes;

@@ -8,11 +8,12 @@
 #include <filesystem>
 #include <fstream>
 
-#include "comm/shard_ops.h"
 #include "engine/checkpoint.h"
 #include "engine/core/check.h"
 #include "engine/data/data_loader.h"
 #include "engine/data/val_loader.h"
+#include "engine/sharded_state.h"
+#include "engine/trainable.h"
 
 namespace engine {
 
@@ -45,15 +46,6 @@ std::string state_value(const Manifest& m, const std::string& key, const std::st
                "checkpoint " + dir + ": the manifest has no state '" + key + "'");
   return it->second;
 }
-
-// "<param>/<slot>" -> "<param>".
-std::string param_of_state_key(const std::string& key) {
-  return key.substr(0, key.rfind('/'));
-}
-
-constexpr const char* kParamPrefix = "param/";
-constexpr const char* kOptimPrefix = "optim/";
-constexpr const char* kCounterPrefix = "counter/";
 
 }  // namespace
 
@@ -110,10 +102,11 @@ Trainer::Trainer(Config config, comm::Communicator& comm, bool with_train_data, 
   gpt_->init_weights();
   const model::ParamTable& table = gpt_->table();
 
-  // Optimizer groups decide each parameter's placement; the plan resolves it for this world.
+  // Optimizer groups decide each trainable's placement; the plan resolves it for this world.
+  std::vector<Trainable> trainables = model_trainables(*gpt_);
   std::vector<optim::ParamSpec> specs;
-  for (const auto& p : table.params())
-    specs.push_back({p.name, p.shape});
+  for (const Trainable& t : trainables)
+    specs.push_back({t.name, t.shape});
   YAML::Node groups(YAML::NodeType::Sequence);
   for (const auto& g : config_.optim)
     groups.push_back(g.node);
@@ -124,43 +117,18 @@ Trainer::Trainer(Config config, comm::Communicator& comm, bool with_train_data, 
     throw core::Error("config error: " + file + ": optim: " + e.what());
   }
   std::vector<comm::ParamInfo> infos;
-  for (const auto& p : table.params())
-    infos.push_back({p.name, p.shape, optim_->placement(p.name), p.layer});
+  for (Trainable& t : trainables) {
+    t.placement = optim_->placement(t.name);
+    infos.push_back({t.name, t.shape, t.placement, t.layer});
+  }
   plan_ =
       std::make_unique<comm::ShardingPlan>(infos, W, rank, static_cast<int>(config_.zero.stage));
-
-  // Local parts: views into the full parameters where the part is a contiguous block, own
-  // buffers otherwise; gradients always in their own buffers (reduce-scatter must not read and
-  // write one buffer).
-  local_value_.resize(table.size());
-  local_grad_.resize(table.size());
-  for (size_t i = 0; i < table.size(); ++i) {
-    if (plan_->local_numel(i) == 0) continue;
-    const comm::Placement& pl = plan_->placement(i);
-    const comm::Range r = plan_->range(i, rank);
-    if (pl.is_shard() && pl.dim == 0)
-      local_value_[i] = gpt_->param(i).slice(0, r.begin, r.size());
-    else if (pl.is_shard())
-      local_value_[i] = core::Tensor::empty(plan_->local_shape(i));
-    else
-      local_value_[i] = gpt_->param(i);
-    local_grad_[i] = core::Tensor::zeros(plan_->local_shape(i));
-  }
-  if (plan_->stage() == 3 && with_train_data) {
-    // Parameters rest as own copies of the local parts; the full model is freed.
-    gatherer_ = std::make_unique<comm::LayerGatherer>(comm_, *plan_, gpt_->backend().allocator());
-    for (size_t i = 0; i < table.size(); ++i) {
-      if (local_value_[i].defined()) {
-        core::Tensor own = core::Tensor::empty(plan_->local_shape(i));
-        comm::copy_local_part(comm_, *plan_, i, gpt_->param(i), own);
-        local_value_[i] = own;
-      }
-      gatherer_->set_local(i, local_value_[i]);
-    }
-    gpt_->release_storage();
-    gpt_->set_layer_hook(
-        [this](model::Gpt::LayerEvent event, int layer) { layer_hook(event, layer); });
-  }
+  ZeroOptions zo;
+  zo.training = with_train_data;
+  zo.release_full_storage = [this] { gpt_->release_storage(); };
+  zero_ = ZeroState::create(comm_, *plan_, std::move(trainables), gpt_->backend(), zo);
+  gpt_->set_layer_hook(
+      [this](model::Gpt::LayerEvent event, int layer) { on_layer_event(event, layer); });
 
   if (with_train_data) {
     data::LoaderOptions lo;
@@ -202,101 +170,30 @@ Trainer::Trainer(Config config, comm::Communicator& comm, bool with_train_data, 
 
 Trainer::~Trainer() = default;
 
-void Trainer::scale_grads(double factor) {
-  if (factor == 1.0) return;
-  if (gatherer_) {
-    for (const core::Tensor& t : local_grad_)
-      if (t.defined())
-        gpt_->backend().scale(t.data<float>(), static_cast<float>(factor), t.numel());
-    return;
-  }
-  gpt_->backend().scale(gpt_->grads().data<float>(), static_cast<float>(factor),
-                        gpt_->grads().numel());
-}
-
-void Trainer::zero_grads() {
-  if (!gatherer_) {
-    gpt_->zero_grad();
-    return;
-  }
-  for (const core::Tensor& t : local_grad_)
-    if (t.defined()) gpt_->backend().fill_zero(t.raw_data(), t.nbytes());
-  first_micro_ = true;
-}
-
-void Trainer::model_backward() {
-  if (gatherer_) bind_layer_grads(-1);  // the head's backward runs before any layer event
+void Trainer::backward(bool last) {
+  zero_->begin_backward(last);
   gpt_->backward();
-  if (gatherer_) first_micro_ = false;
+  zero_->end_backward();
 }
 
-void Trainer::layer_hook(model::Gpt::LayerEvent event, int layer) {
+void Trainer::on_layer_event(model::Gpt::LayerEvent event, int layer) {
   using Event = model::Gpt::LayerEvent;
   switch (event) {
     case Event::kBeforeForward:
-      // Block l-1 is done once block l starts; layer -1 stays until the end of backward.
-      if (layer >= 1 && gatherer_->is_gathered(layer - 1)) release_layer(layer - 1);
-      if (!gatherer_->is_gathered(layer)) gather_layer(layer);
+      zero_->before_forward(layer);
       break;
     case Event::kBeforeBackward:
-      if (!gatherer_->is_gathered(layer)) gather_layer(layer);  // the last block still is
-      bind_layer_grads(layer);
+      zero_->before_backward(layer);
       break;
     case Event::kAfterBackward:
-      reduce_layer_grads(layer);
-      release_layer(layer);
+      zero_->after_backward(layer);
       break;
   }
-}
-
-void Trainer::gather_layer(int layer) {
-  gatherer_->gather(layer);
-  for (size_t i : plan_->layer_params(layer))
-    gpt_->bind_param(i, gatherer_->full(i));
-}
-
-void Trainer::release_layer(int layer) {
-  for (size_t i : plan_->layer_params(layer)) {
-    gpt_->bind_param(i, core::Tensor());
-    gpt_->bind_grad(i, core::Tensor());
-  }
-  gatherer_->release(layer);
-}
-
-void Trainer::release_all_layers() {
-  for (int layer : plan_->layers())
-    if (gatherer_->is_gathered(layer)) release_layer(layer);
-}
-
-void Trainer::bind_layer_grads(int layer) {
-  for (size_t i : plan_->layer_params(layer))
-    gpt_->bind_grad(i, core::Tensor::zeros(plan_->param(i).shape, core::DType::F32,
-                                           gpt_->backend().allocator()));
-}
-
-void Trainer::reduce_layer_grads(int layer) {
-  // The first micro-step reduces straight into the local parts, later ones add to them.
-  std::vector<std::unique_ptr<comm::Work>> works;
-  std::vector<std::pair<size_t, core::Tensor>> partial;
-  for (size_t i : plan_->layer_params(layer)) {
-    core::Tensor target = local_grad_[i];
-    if (!first_micro_ && target.defined()) {
-      target = core::Tensor::empty(plan_->local_shape(i));
-      partial.emplace_back(i, target);
-    }
-    works.push_back(comm::reduce_grad_async(comm_, *plan_, i, gpt_->grad(i), target));
-  }
-  for (auto& w : works)
-    w->wait();
-  for (const auto& [i, t] : partial)
-    gpt_->backend().add(local_grad_[i].data<float>(), local_grad_[i].data<float>(), t.data<float>(),
-                        t.numel());
 }
 
 StepRecord Trainer::train_step() {
   const auto t0 = Clock::now();
   const comm::CommStats before = comm_.stats();
-  core::Backend& be = gpt_->backend();
   const int64_t T = config_.model.seq_len;
 
   std::vector<std::pair<std::string, double>> phases;
@@ -307,81 +204,44 @@ StepRecord Trainer::train_step() {
   };
 
   // Forward and backward over the micro-batches; the gradient of the mean loss over the global
-  // batch is the mean over micro-steps (1/A here) and over ranks (Avg in the reduction).
+  // batch is the mean over micro-steps (the scale 1/A) and over ranks (in the reduction).
   core::cpu_allocator().reset_peak();
-  zero_grads();
+  zero_->begin_step();
   data::Batch batch;
   double loss_sum = 0;
   for (int64_t m = 0; m < grad_accum_; ++m) {
     loader_->load(step_, m, batch);
     loss_sum += gpt_->forward(batch.inputs.data(), batch.targets.data(),
                               static_cast<int>(batch.rows), static_cast<int>(T));
-    model_backward();
+    backward(m == grad_accum_ - 1);
   }
-  scale_grads(1.0 / static_cast<double>(grad_accum_));
   double loss = loss_sum / static_cast<double>(grad_accum_);
   comm_.all_reduce(&loss, 1, comm::ReduceOp::Sum);
   loss /= comm_.size();
   end_phase("forward_backward");
 
-  // Gradients to their placements, all in flight at once.
-  const size_t n = plan_->num_params();
-  if (!gatherer_) {  // stage 3 reduced each layer's gradients in its backward
-    std::vector<std::unique_ptr<comm::Work>> works;
-    for (size_t i = 0; i < n; ++i)
-      works.push_back(comm::reduce_grad_async(comm_, *plan_, i, gpt_->grad(i), local_grad_[i]));
-    for (auto& w : works)
-      w->wait();
-  }
+  zero_->finish_grads(1.0 / static_cast<double>(grad_accum_));
   end_phase("reduce_grads");
 
-  // Global norm: each element once (Replicate parts are whole on every rank: rank 0 counts them).
-  double sq = 0;
-  for (size_t i = 0; i < n; ++i) {
-    if (!local_grad_[i].defined()) continue;
-    if (plan_->placement(i).is_replicate() && comm_.rank() != 0) continue;
-    sq += be.sum_squares(local_grad_[i].data<float>(), local_grad_[i].numel());
-  }
-  comm_.all_reduce(&sq, 1, comm::ReduceOp::Sum);
-  const double grad_norm = std::sqrt(sq);
+  const double grad_norm = zero_->grad_norm();
   if (!std::isfinite(loss) || !std::isfinite(grad_norm))
     ENGINE_FAIL("step " + std::to_string(step_ + 1) + ": the training loss is " +
                 double_text(loss) + " and the gradient norm " + double_text(grad_norm) +
                 ": stopping (no checkpoint is written for this step; the last good one is kept)");
-  if (config_.train.grad_clip > 0 && grad_norm > config_.train.grad_clip) {
-    const float factor = static_cast<float>(config_.train.grad_clip / (grad_norm + 1e-6));
-    for (size_t i = 0; i < n; ++i)
-      if (local_grad_[i].defined())
-        be.scale(local_grad_[i].data<float>(), factor, local_grad_[i].numel());
-  }
-
+  if (config_.train.grad_clip > 0 && grad_norm > config_.train.grad_clip)
+    zero_->scale_grads(static_cast<float>(config_.train.grad_clip / (grad_norm + 1e-6)));
   end_phase("clip");
 
-  // Optimizer step on the local parts, then the full parameters back on every rank.
+  // Optimizer step on the local parts, then the parameters back where the model reads them.
   const double lr_scale = schedule_.multiplier(step_);
-  std::vector<optim::ParamShard> shards;
-  for (size_t i = 0; i < n; ++i) {
-    if (!local_value_[i].defined()) continue;
-    const comm::Placement& pl = plan_->placement(i);
-    shards.push_back({plan_->param(i).name, plan_->param(i).shape,
-                      pl.is_shard() ? plan_->range(i, comm_.rank()).begin : 0, local_value_[i],
-                      local_grad_[i]});
-  }
   optim::StepContext ctx;
   ctx.step = step_ + 1;
   ctx.total_steps = config_.train.steps;
   ctx.lr_scale = lr_scale;
-  ctx.backend = &be;
-  optim_->step(shards, ctx);
+  ctx.backend = &gpt_->backend();
+  optim_->step(zero_->optimizer_shards(), ctx);
   end_phase("optimizer");
-  if (!gatherer_) {  // stage 3 gathers each layer when it is next used
-    std::vector<std::unique_ptr<comm::Work>> works;
-    for (size_t i = 0; i < n; ++i)
-      works.push_back(
-          comm::all_gather_param_async(comm_, *plan_, i, local_value_[i], gpt_->param(i)));
-    for (auto& w : works)
-      w->wait();
-  }
+  zero_->publish_params();
   end_phase("gather_params");
 
   ++step_;
@@ -406,11 +266,8 @@ StepRecord Trainer::train_step() {
     if (kind != comm::Collective::Barrier)
       r.comm_bytes.emplace_back(comm::collective_name(kind), bytes);
   }
+  r.comm_wait_ms = after.wait_ms() - before.wait_ms();
   r.phase_ms = std::move(phases);
-  if (gatherer_)
-    for (int layer : plan_->layers())
-      ENGINE_CHECK(!gatherer_->is_gathered(layer),
-                   "stage 3: layer " + std::to_string(layer) + " is still gathered after a step");
   r.peak_mem_bytes = static_cast<int64_t>(core::cpu_allocator().peak_bytes());
   r.live_mem_bytes = static_cast<int64_t>(core::cpu_allocator().live_bytes());
   return r;
@@ -424,7 +281,7 @@ double Trainer::evaluate() {
     val_loader_->load(s, batch);
     sum += gpt_->eval_loss(batch.inputs.data(), batch.targets.data(), static_cast<int>(batch.rows),
                            static_cast<int>(config_.model.seq_len));
-    if (gatherer_) release_all_layers();  // no backward events release them
+    zero_->end_forward();  // no backward events release what the forward gathered
   }
   // Every rank and step averages the same number of tokens: the mean of means is the mean.
   comm_.all_reduce(&sum, 1, comm::ReduceOp::Sum);
@@ -437,37 +294,8 @@ std::string Trainer::save_checkpoint() {
   if (rank == 0) prepare_staging(root, step_);
   comm_.barrier();
 
-  std::vector<SavedSlice> slices;
-  std::map<std::string, int64_t> counters;
-  const optim::OptimizerState state = optim_->state();
-  for (size_t i = 0; i < plan_->num_params(); ++i) {
-    const comm::Placement& pl = plan_->placement(i);
-    if (!local_value_[i].defined() || (pl.is_replicate() && rank != 0)) continue;
-    const std::string& name = plan_->param(i).name;
-    const int dim = pl.is_shard() ? pl.dim : 0;
-    const int64_t begin = pl.is_shard() ? plan_->range(i, rank).begin : 0;
-    if (pl.is_shard() && pl.dim != 0 && !gatherer_)
-      comm::copy_local_part(comm_, *plan_, i, gpt_->param(i), local_value_[i]);
-    slices.push_back({kParamPrefix + name, plan_->param(i).shape, dim, begin, local_value_[i]});
-  }
-  for (const auto& [key, t] : state.tensors) {
-    const size_t i = plan_->index(param_of_state_key(key));
-    const comm::Placement& pl = plan_->placement(i);
-    if (pl.is_replicate() && rank != 0) continue;
-    if (t.shape() == plan_->local_shape(i)) {
-      slices.push_back({kOptimPrefix + key, plan_->param(i).shape, pl.is_shard() ? pl.dim : 0,
-                        pl.is_shard() ? plan_->range(i, rank).begin : 0, t});
-    } else {
-      ENGINE_CHECK(!pl.is_shard(), "checkpoint: optimizer state " + key + " of shape " +
-                                       core::shape_str(t.shape()) +
-                                       " is not shaped like its parameter's local part " +
-                                       core::shape_str(plan_->local_shape(i)));
-      slices.push_back({kOptimPrefix + key, t.shape(), 0, 0, t});
-    }
-  }
-  for (const auto& [key, v] : state.counters)
-    counters[kCounterPrefix + key] = v;
-  write_rank_file(staging_path(root, step_), rank, slices, counters);
+  const RankState state = sharded_rank_state(*plan_, zero_->local_values(), optim_->state());
+  write_rank_file(staging_path(root, step_), rank, state.slices, state.counters);
   comm_.barrier();
 
   std::string dir;
@@ -489,48 +317,10 @@ std::string Trainer::save_checkpoint() {
 void Trainer::load_checkpoint(const std::string& dir, bool params_only) {
   CheckpointReader reader(dir);
   const Manifest& m = reader.manifest();
-  const int rank = comm_.rank();
-  for (size_t i = 0; i < plan_->num_params(); ++i) {
-    const std::string key = kParamPrefix + plan_->param(i).name;
-    ENGINE_CHECK(reader.has(key),
-                 "checkpoint " + dir + " has no parameter " + plan_->param(i).name);
-    ENGINE_CHECK(reader.global_shape(key) == plan_->param(i).shape,
-                 "checkpoint " + dir + ": parameter " + plan_->param(i).name + " has shape " +
-                     core::shape_str(reader.global_shape(key)) + ", the model expects " +
-                     core::shape_str(plan_->param(i).shape));
-    const comm::Placement& pl = plan_->placement(i);
-    if (gatherer_) {  // stage 3: only the local part is resident
-      if (local_value_[i].defined())
-        comm::copy_local_part(comm_, *plan_, i, reader.read_full(key), local_value_[i]);
-      continue;
-    }
-    gpt_->param(i).copy_from(reader.read_full(key));
-    if (pl.is_shard() && pl.dim != 0 && local_value_[i].defined())
-      comm::copy_local_part(comm_, *plan_, i, gpt_->param(i), local_value_[i]);
-  }
+  read_local_params(reader, *plan_, zero_->local_values());
+  zero_->publish_params();
   if (params_only) return;
-
-  optim::OptimizerState state;
-  for (const auto& s : m.slices) {
-    if (s.name.rfind(kOptimPrefix, 0) != 0 || state.tensors.count(s.name.substr(6))) continue;
-    const std::string key = s.name.substr(6);
-    const size_t i = plan_->index(param_of_state_key(key));
-    if (!local_value_[i].defined()) continue;
-    const comm::Placement& pl = plan_->placement(i);
-    if (reader.global_shape(s.name) == plan_->param(i).shape) {
-      core::Tensor t = core::Tensor::empty(plan_->local_shape(i));
-      reader.read(s.name, pl.is_shard() ? pl.dim : 0,
-                  pl.is_shard() ? plan_->range(i, rank).begin : 0, t);
-      state.tensors[key] = t;
-    } else {
-      state.tensors[key] = reader.read_full(s.name);
-    }
-  }
-  for (const auto& [name, v] : m.counters) {
-    const std::string key = name.substr(std::string(kCounterPrefix).size());
-    if (local_value_[plan_->index(param_of_state_key(key))].defined()) state.counters[key] = v;
-  }
-  optim_->load_state(state);
+  optim_->load_state(read_optimizer_state(reader, *plan_, zero_->local_values()));
 
   ENGINE_CHECK(std::stoll(state_value(m, "data.seed", dir)) == config_.train.seed,
                "checkpoint " + dir + " was trained with train.seed " +
@@ -553,12 +343,7 @@ void Trainer::print_banner() const {
   spdlog::info("parameters: {} ({:.2f} M) | ZeRO stage {} | optimizer state elements on rank 0: {}",
                gpt_->table().total_numel(), gpt_->table().total_numel() / 1e6, plan_->stage(),
                plan_->state_numel(0));
-  if (gatherer_) {
-    int64_t resting = 0;
-    for (const core::Tensor& t : local_value_)
-      if (t.defined()) resting += t.numel();
-    spdlog::info("ZeRO stage 3: resting parameter elements on this rank: {}", resting);
-  }
+  spdlog::info("{}", zero_->describe());
   spdlog::info("batch: {} tokens per step = {} ranks x {} micro-steps x {} rows x {} tokens",
                config_.train.batch_tokens, comm_.size(), grad_accum_, micro_rows_,
                config_.model.seq_len);
@@ -575,9 +360,9 @@ void Trainer::warm_up() {
   for (int64_t i = 0; i < config_.train.warmup_steps; ++i) {
     gpt_->forward(batch.inputs.data(), batch.targets.data(), static_cast<int>(batch.rows),
                   static_cast<int>(config_.model.seq_len));
-    model_backward();
+    backward(false);
   }
-  zero_grads();
+  zero_->begin_step();
   comm_.barrier();
 }
 

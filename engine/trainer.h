@@ -1,19 +1,13 @@
 // The trainer: wires the model, the sharding plan, the optimizer groups, the data loaders and
 // the checkpoints together, and runs the training loop.
 //
-// One step, as named phases:
-//   zero grads -> micro-batch loop (forward, backward; A = rows per rank / micro rows
-//   micro-steps) -> scale by 1/A -> reduce every gradient to its placement (mean over ranks)
-//   -> global grad norm over the local parts (each element counted once) and clipping -> check
-//   loss and norm are finite (the same global values on every rank) -> optimizer step on the
-//   local parts -> all-gather the updated parameters -> metrics.
-// ZeRO stage 3 (training runs): the model's flat buffers are freed after initialisation and
-// parameters rest only as this rank's local parts. The model's layer hook all-gathers a layer's
-// full parameters into allocator buffers just before its forward (layer -1, the embeddings,
-// ln_f and head, from the start of forward to the end of backward; block l until block l+1
-// starts, and again for its backward), gives it a zeroed full gradient buffer for its backward,
-// and after that backward reduce-scatters the gradient into the local part and frees both.
-// Trainers without training data (export, sample) keep the full model at every stage.
+// One step, as named phases (train_step): forward and backward over the micro-batches (A = rows
+// per rank / micro rows micro-steps; the model's layer events go to the ZeRO state) -> the
+// gradients to their placements, the mean over ranks and micro-steps -> global grad norm and
+// clipping -> check loss and norm are finite (the same global values on every rank) -> optimizer
+// step on the local parts -> the updated parameters published -> metrics.
+// Where values and gradients live between these phases, and the communication that moves them,
+// is the ZeRO state's (engine/zero_state.h); checkpoints map it through engine/sharded_state.h.
 // The global batch is train.batch_tokens whatever the world size, so np 1, 2, 4 take the same
 // steps up to floating-point summation order.
 #pragma once
@@ -25,11 +19,11 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "comm/layer_gatherer.h"
 #include "comm/sharding_plan.h"
 #include "engine/config.h"
 #include "engine/lr_schedule.h"
 #include "engine/metrics.h"
+#include "engine/zero_state.h"
 #include "model/gpt.h"
 #include "optim/optimizer_set.h"
 
@@ -83,17 +77,9 @@ class Trainer {
  private:
   void print_banner() const;
   void warm_up();
-  void scale_grads(double factor);
-  void zero_grads();
-  // The model's backward; at stage 3 first binds layer -1's gradient buffers.
-  void model_backward();
-  // Stage 3 residency (layer_hook is the model's hook; see the header comment).
-  void layer_hook(model::Gpt::LayerEvent event, int layer);
-  void gather_layer(int layer);
-  void release_layer(int layer);
-  void bind_layer_grads(int layer);
-  void reduce_layer_grads(int layer);
-  void release_all_layers();
+  // One micro-step's backward; `last` marks the step's last micro-step.
+  void backward(bool last);
+  void on_layer_event(model::Gpt::LayerEvent event, int layer);
 
   Config config_;
   comm::Communicator& comm_;
@@ -103,11 +89,7 @@ class Trainer {
   std::unique_ptr<data::DataLoader> loader_;
   std::unique_ptr<data::ValLoader> val_loader_;
   LrSchedule schedule_;
-  std::vector<core::Tensor> local_value_;
-  std::vector<core::Tensor> local_grad_;
-  // Stage 3: parameters rest as local_value_; full tensors only while a layer is gathered.
-  std::unique_ptr<comm::LayerGatherer> gatherer_;
-  bool first_micro_ = true;  // stage 3: the next reduction overwrites local_grad_
+  std::unique_ptr<ZeroState> zero_;
   int64_t micro_rows_ = 0;
   int64_t grad_accum_ = 1;
   int64_t val_rows_ = 0;  // validation rows per rank per forward

@@ -24,7 +24,7 @@ AdamWConfig AdamWConfig::from_yaml(HyperReader& r) {
   if (wd_mode != "decoupled" && wd_mode != "cautious")
     r.fail("weight_decay_mode", "must be 'decoupled' or 'cautious'");
   c.cautious_wd = wd_mode == "cautious";
-  if (c.lr < 0) r.fail("lr", "must be >= 0");
+  if (!(c.lr >= 0)) r.fail("lr", "must be >= 0");  // also refuses NaN
   if (!(c.beta1 >= 0 && c.beta1 < 1)) r.fail("betas", "beta1 must be in [0, 1)");
   if (!(c.beta2 >= 0 && c.beta2 < 1)) r.fail("betas", "beta2 must be in [0, 1)");
   if (!(c.eps >= 0)) r.fail("eps", "must be >= 0");

@@ -1,5 +1,7 @@
 #include "optim/hyper_reader.h"
 
+#include <cmath>
+
 #include "engine/core/check.h"
 
 namespace optim {
@@ -37,6 +39,8 @@ double HyperReader::number(const std::string& key, double fallback) {
   double x = 0;
   if (!v.IsScalar() || !YAML::convert<double>::decode(v, x))
     fail(key, "must be a number, got '" + (v.IsScalar() ? v.Scalar() : std::string("...")) + "'");
+  // YAML reads .nan and .inf as numbers; no hyperparameter has a meaning for them.
+  if (!std::isfinite(x)) fail(key, "must be a finite number, got '" + v.Scalar() + "'");
   return x;
 }
 
@@ -76,6 +80,8 @@ std::vector<double> HyperReader::numbers(const std::string& key,
     double x = 0;
     if (!item.IsScalar() || !YAML::convert<double>::decode(item, x))
       fail(key, "must be a list of numbers");
+    if (!std::isfinite(x))
+      fail(key, "must be a list of finite numbers, got '" + item.Scalar() + "'");
     out.push_back(x);
   }
   return out;

@@ -5,6 +5,7 @@
 
 #include "comm/shard_ops.h"
 #include "engine/core/check.h"
+#include "engine/core/compare.h"
 #include "optim/newton_schulz.h"
 
 namespace replay {
@@ -277,14 +278,10 @@ std::vector<Difference> Replayer::step(int64_t t) {
     comm::all_gather_param(comm_, *plan_, i, local_[i], full_[i]);
     const std::string& name = golden_.params[i].name;
     const core::Tensor ref = golden_.file->read("param/" + std::to_string(t) + "/" + name);
-    const float* a = full_[i].data<float>();
-    const float* b = ref.data<float>();
-    double max_abs = 0, max_ref = 0;
-    for (int64_t k = 0; k < ref.numel(); ++k) {
-      max_abs = std::max(max_abs, std::abs(static_cast<double>(a[k]) - b[k]));
-      max_ref = std::max(max_ref, std::abs(static_cast<double>(b[k])));
-    }
-    out.push_back({t, name, max_abs, max_ref > 0 ? max_abs / max_ref : max_abs});
+    // NaN-proof: a non-finite parameter makes both measures +infinity.
+    const core::Difference d =
+        core::compare(full_[i].data<float>(), ref.data<float>(), ref.numel());
+    out.push_back({t, name, d.max_abs(), d.max_rel()});
   }
   return out;
 }
@@ -296,6 +293,17 @@ std::vector<Difference> Replayer::run() {
     all.insert(all.end(), d.begin(), d.end());
   }
   return all;
+}
+
+Difference worst_difference(const std::vector<Difference>& diffs) {
+  Difference worst = diffs.empty() ? Difference{} : diffs.front();
+  for (const Difference& d : diffs)
+    if (d.max_abs > worst.max_abs) worst = d;
+  return worst;
+}
+
+bool passes(const Difference& worst, double atol) {
+  return core::within(worst.max_abs, atol);
 }
 
 // ---- state files ------------------------------------------------------------------------------

@@ -42,9 +42,14 @@ GoldenCase load_golden(const std::string& path, const std::string& optimizer = "
 struct Difference {
   int64_t step = 0;
   std::string param;
-  double max_abs = 0;  // max |ours - reference|
-  double max_rel = 0;  // max_abs / max |reference|
+  double max_abs = 0;  // max |ours - reference|; +infinity when a value is not finite
+  double max_rel = 0;  // max_abs / max |reference|; +infinity when a value is not finite
 };
+
+// The largest difference of a replay (the first of equal ones; +infinity, i.e. a non-finite
+// parameter, beats everything) and the pass rule: worst.max_abs <= atol, false for infinity.
+Difference worst_difference(const std::vector<Difference>& diffs);
+bool passes(const Difference& worst, double atol);
 
 // Replays a case over `comm` (every rank calls every method).
 class Replayer {

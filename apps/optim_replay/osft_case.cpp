@@ -7,6 +7,7 @@
 #include <map>
 
 #include "engine/core/check.h"
+#include "engine/core/compare.h"
 #include "engine/core/safetensors.h"
 #include "optim/osft.h"
 #include "optim/osft_factors.h"
@@ -61,15 +62,11 @@ core::Tensor gather_rows(const core::Tensor& local, const core::Shape& full_shap
   return full;
 }
 
+// NaN-proof (core::compare): a non-finite value makes the difference +infinity.
 double max_abs_diff(const core::Tensor& a, const core::Tensor& b, const std::string& key) {
   ENGINE_CHECK(a.numel() == b.numel(), "osft replay: '" + key + "' has " + b.str() +
                                            " in the file but we computed " + a.str());
-  const float* x = a.data<float>();
-  const float* y = b.data<float>();
-  double worst = 0;
-  for (int64_t i = 0; i < a.numel(); ++i)
-    worst = std::max(worst, std::abs(static_cast<double>(x[i]) - y[i]));
-  return worst;
+  return core::compare(a.data<float>(), b.data<float>(), a.numel()).max_abs();
 }
 
 class OsftReplay {
@@ -303,19 +300,23 @@ std::vector<OsftCheck> replay_osft(const std::string& path, comm::Communicator& 
 int osft_main(const std::string& path, const std::vector<std::string>& sets, bool json, bool quiet,
               comm::Communicator& comm) {
   const std::vector<OsftCheck> checks = replay_osft(path, comm, sets);
-  // The worst check relative to its own tolerance decides.
+  // The worst check relative to its own tolerance decides (an infinite one, from a non-finite
+  // value, first).
   const OsftCheck* worst = &checks.front();
   for (const OsftCheck& c : checks)
-    if (c.max_abs / c.atol > worst->max_abs / worst->atol) worst = &c;
+    if (!(c.max_abs / c.atol <= worst->max_abs / worst->atol)) worst = &c;
   const bool pass = worst->max_abs <= worst->atol;
   if (comm.rank() != 0) return pass ? 0 : 1;
   if (json) {
-    for (const OsftCheck& c : checks)
+    for (const OsftCheck& c : checks) {
+      char max_abs[32] = "null";  // JSON has no infinity
+      if (std::isfinite(c.max_abs)) std::snprintf(max_abs, sizeof max_abs, "%.6e", c.max_abs);
       std::printf(
-          "{\"file\":\"%s\",\"np\":%d,\"step\":%lld,\"key\":\"%s\",\"max_abs\":%.6e,"
+          "{\"file\":\"%s\",\"np\":%d,\"step\":%lld,\"key\":\"%s\",\"max_abs\":%s,"
           "\"atol\":%.1e}\n",
-          path.c_str(), comm.size(), static_cast<long long>(c.step), c.key.c_str(), c.max_abs,
+          path.c_str(), comm.size(), static_cast<long long>(c.step), c.key.c_str(), max_abs,
           c.atol);
+    }
   } else if (!quiet) {
     std::printf("%-5s %-60s %-12s %-8s\n", "step", "key", "max_abs", "atol");
     for (const OsftCheck& c : checks)

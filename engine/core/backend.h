@@ -36,6 +36,11 @@ struct GemmArgs {
   int64_t stride_a = 0, stride_b = 0, stride_c = 0;  // elements between batch members
 };
 
+// GemmArgs with the packed leading dimensions filled in, after checking that every dimension,
+// leading dimension and stride is consistent (errors name the call's sizes). Both backends
+// resolve their arguments here, so they accept and refuse the same calls.
+GemmArgs resolve_gemm_args(const GemmArgs& args);
+
 // An odd matrix polynomial iteration X <- a X + (b A + c A^2) X with A = X X^T, one (a, b, c)
 // per iteration, after X <- X / (norm_scale * ||X||_F + norm_eps). Quintic NS5 is five copies of
 // (3.4445, -4.7750, 2.0315) with scale 1 and eps 1e-7; Polar Express has its own table.

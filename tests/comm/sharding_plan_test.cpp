@@ -58,6 +58,15 @@ TEST(ShardingPlan, LocalShapesOfShardOwnedAndReplicate) {
   EXPECT_EQ(plan.placement(2).str(), "Owned(2)");
   EXPECT_EQ(plan.index("ln_f.weight"), 3u);
   EXPECT_EQ(plan.layers(), (std::vector<int>{0, 1, 2}));
+  // The local slice: the split dimension (0 unless Shard) and this rank's range along it.
+  EXPECT_EQ(plan.local_slice(0).dim, 0);
+  EXPECT_EQ(plan.local_slice(0).range, (Range{16768, 33536}));
+  EXPECT_EQ(plan.local_slice(1, 2).dim, 1);
+  EXPECT_EQ(plan.local_slice(1, 2).range, (Range{6, 10}));
+  EXPECT_EQ(plan.local_slice(2, 1).range, (Range{0, 0}));
+  EXPECT_EQ(plan.local_slice(2, 2).range, (Range{0, 8}));
+  EXPECT_EQ(plan.local_slice(3, 0).dim, 0);
+  EXPECT_EQ(plan.local_slice(3, 0).range, (Range{0, 8}));
   EXPECT_EQ(plan.layer_params(1), (std::vector<size_t>{1, 2}));
   EXPECT_NE(plan.describe().find("blocks.0.mlp.fc.weight [32, 10] Shard(1) local [32, 3]"),
             std::string::npos)

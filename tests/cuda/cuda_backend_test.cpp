@@ -241,6 +241,47 @@ TEST_F(CudaVsCpu, GemmLeadingDimensionsAndBatches) {
              60);
 }
 
+TEST_F(CudaVsCpu, GemmWithEmptyInnerDimensionScalesC) {
+  // k = 0: C = beta C on both backends (cuBLAS refuses lda = 0; the shared resolver makes it 1).
+  check_gemm(cpu(), gpu(), dev(), {.m = 5, .n = 7, .k = 0, .beta = 0.5f}, 70);
+  check_gemm(cpu(), gpu(), dev(), {.m = 3, .n = 4, .k = 0, .ldc = 6, .batch = 2}, 80);
+  // beta 0 clears C even where it held NaN.
+  std::vector<float> nan_c(12, std::nanf(""));
+  float* dc = dev().upload(nan_c);
+  gpu().gemm({.m = 3, .n = 4, .k = 0}, dev().alloc<float>(1), dev().alloc<float>(1), dc);
+  EXPECT_EQ(dev().download(dc, 12), std::vector<float>(12, 0.0f));
+}
+
+TEST_F(CudaVsCpu, GemmRefusesABatchWritingOneOutput) {
+  float* x = dev().alloc<float>(64);
+  const GemmArgs racing{.m = 2, .n = 2, .k = 2, .batch = 3, .stride_a = 4, .stride_b = 4};
+  EXPECT_THROW(gpu().gemm(racing, x, x, x + 32), Error);
+  std::vector<float> h(64);
+  EXPECT_THROW(cpu().gemm(racing, h.data(), h.data(), h.data() + 32), Error);
+}
+
+TEST_F(CudaVsCpu, CopyOfOverlappingRangesIsAMemmove) {
+  auto host = random_vector(100, 90);
+  for (int shift : {7, -7}) {
+    float* d = dev().upload(host);
+    std::vector<float> want = host;
+    float* dst = shift > 0 ? d + shift : d;
+    const float* src = shift > 0 ? d : d - shift;
+    float* hdst = shift > 0 ? want.data() + shift : want.data();
+    const float* hsrc = shift > 0 ? want.data() : want.data() - shift;
+    cpu().copy(hdst, hsrc, 90 * sizeof(float));
+    gpu().copy(dst, src, 90 * sizeof(float));
+    EXPECT_EQ(dev().download(d, 100), want) << "shift " << shift;
+  }
+}
+
+TEST_F(CudaVsCpu, ABadDeviceIndexLeavesNoErrorBehind) {
+  // The constructor must refuse the index before anything touches the device, so the next
+  // checked call on a good backend does not report the stale error.
+  EXPECT_THROW(make_cuda_backend(1 << 20), Error);
+  check_gemm(cpu(), gpu(), dev(), {.m = 7, .n = 5, .k = 3}, 100);
+}
+
 // ---- elementwise --------------------------------------------------------------------------------
 
 TEST_F(CudaVsCpu, Elementwise) {

@@ -190,6 +190,49 @@ TEST_F(LoaderTest, OrderIsAPureFunctionOfSeedAndStep) {
   EXPECT_NO_THROW(f.restore(data::LoaderState{1234, 2, 0, s.fingerprint}));
 }
 
+// Resume on another world size, batch by batch through next(): a state saved by rank 0 of a
+// world-2 run (grad_accum 3) restored on 3 ranks (grad_accum 1) and on 1 rank (grad_accum 6)
+// reads, at every later step, the global batch the world-2 run reads, in the same order.
+TEST_F(LoaderTest, RestoredAtAnotherWorldSizeReadsTheSameBatches) {
+  const int64_t rows = 6;
+  // The global batches of `steps` steps after `state`, rank-major then micro-step order.
+  auto global_batches = [&](int world, int64_t accum, const data::LoaderState& state, int steps) {
+    std::vector<std::vector<int64_t>> out(steps);
+    for (int rank = 0; rank < world; ++rank) {
+      data::DataLoader loader(options(rows, rank, world, true, accum));
+      loader.restore(state);
+      for (int step = 0; step < steps; ++step) {
+        for (int64_t m = 0; m < accum; ++m) {
+          data::Batch b;
+          loader.next(b);
+          out[step].insert(out[step].end(), b.sequences.begin(), b.sequences.end());
+        }
+      }
+    }
+    return out;
+  };
+  data::DataLoader saved(options(rows, 0, 2, true, 3));
+  for (int i = 0; i < 3 * 4; ++i) {  // four steps
+    data::Batch b;
+    saved.next(b);
+  }
+  const data::LoaderState state = saved.state();
+  ASSERT_EQ(state.step, 4);
+  const auto two = global_batches(2, 3, state, 6);
+  for (auto [world, accum] : {std::pair<int, int64_t>{3, 1}, {1, 6}, {2, 1}}) {
+    const auto other = global_batches(world, accum, state, 6);
+    for (int step = 0; step < 6; ++step) {
+      ASSERT_EQ(other[step].size(), static_cast<size_t>(rows));
+      EXPECT_EQ(other[step], two[step]) << "world " << world << " step " << 4 + step;
+    }
+  }
+  // And it is the one-rank reference order, not just any consistent one.
+  data::DataLoader reference(options(rows, 0, 1, true));
+  for (int step = 0; step < 6; ++step)
+    for (int64_t r = 0; r < rows; ++r)
+      EXPECT_EQ(two[step][r], reference.sequence_at(4 + step, r));
+}
+
 TEST_F(LoaderTest, BadConfigurationsAreRefused) {
   EXPECT_THROW(data::DataLoader(options(5, 0, 2, false)), core::Error);     // 5 % 2
   EXPECT_THROW(data::DataLoader(options(4, 2, 2, false)), core::Error);     // rank >= world

@@ -19,7 +19,7 @@ import time
 
 # Measurements rather than results: left out of the bit-identity comparisons.
 TIMING_KEYS = ("elapsed_ms", "step_ms", "tokens_per_s", "gflops", "phase_ms", "peak_mem_bytes",
-               "live_mem_bytes")
+               "live_mem_bytes", "comm_wait_ms")
 
 
 class Failure(Exception):
@@ -83,6 +83,9 @@ def strip_timing(r):
 
 
 def rel(a, b):
+    """|a - b| / |b|; infinite when either is not finite (NaN never passes a tolerance)."""
+    if not (math.isfinite(a) and math.isfinite(b)):
+        return math.inf
     return abs(a - b) / max(abs(b), 1e-30)
 
 
@@ -98,6 +101,15 @@ def compare_losses(a, b, steps, rtol, what, keys=("train_loss", "val_loss")):
                 check(d <= rtol, "%s: step %d %s %.9g vs %.9g (relative %.3g > %.1g)" %
                       (what, s, key, a[s][key], b[s][key], d, rtol))
     return worst
+
+
+def check_bit_identical(a, b, steps, what, keys=("train_loss", "grad_norm", "lr", "val_loss")):
+    for s in steps:
+        for key in keys:
+            if key in b.get(s, {}) or key in a.get(s, {}):
+                check(a.get(s, {}).get(key) == b.get(s, {}).get(key),
+                      "%s: step %d %s %r vs %r" % (what, s, key, a.get(s, {}).get(key),
+                                                   b.get(s, {}).get(key)))
 
 
 # ---- cases -------------------------------------------------------------------------------------
@@ -127,30 +139,54 @@ def case_determinism(env):
     print("%d metric rows identical" % len(ma))
 
 
+# World-size invariance: the same global batch on np 1, 2, 3, 4 differs only by the order of
+# the float reductions. Largest relative differences against np 1 over the 20 steps, measured:
+#   modern, stages 1 / 2 / 3, np 2 and 4:  losses 1.02e-7, global grad norm 1.45e-7
+#   gpt2, np 2 stage 2 and np 3 stage 3:   losses 5.0e-8,  global grad norm 3.1e-7
+#   MoE, np 2 stage 2 and np 3 stage 3:    losses 2.5e-7,  global grad norm 5.5e-6 (top-k
+#                                          routing amplifies the reduction-order differences)
+WORLD_SIZE_LOSS_RTOL = 3e-7
+WORLD_SIZE_NORM_RTOL = 1e-6
+MOE_LOSS_RTOL = 1e-6
+MOE_NORM_RTOL = 2e-5
+
+
 def case_world_size(env, stage):
     sets = ["zero.stage=%d" % stage, "checkpoint.every=0", "checkpoint.at_end=false"]
     runs = {np: metrics(env.run(np, "np%d" % np, sets)[1]) for np in (1, 2, 4)}
     for np in (2, 4):
-        worst = compare_losses(runs[np], runs[1], range(0, 21), 1e-5,
+        worst = compare_losses(runs[np], runs[1], range(0, 21), WORLD_SIZE_LOSS_RTOL,
                                "stage %d np %d vs np 1" % (stage, np))
-        norm = compare_losses(runs[np], runs[1], range(1, 21), 1e-4,
+        norm = compare_losses(runs[np], runs[1], range(1, 21), WORLD_SIZE_NORM_RTOL,
                               "stage %d np %d vs np 1" % (stage, np), keys=("grad_norm",))
         print("stage %d: np %d vs np 1 over 20 steps, largest relative difference: losses %.2e, "
               "global grad norm %.2e" % (stage, np, worst, norm))
 
 
+# Every world size takes the same global batch of 768 tokens (24 sequences: divisible by 1, 2
+# and 3), so np 3 (uneven shards of every parameter, Muon owners spread over three ranks) is
+# compared with np 1 step by step, not just checked for learning.
+SAME_BATCH_768 = ["train.batch_tokens=768", "train.val_tokens=768"]
+
+
 def case_world_size_archs(env):
-    """gpt2 (tied head, biases, LayerNorm) and modern + MoE (3-D expert banks) at stage 2."""
-    for name, sets in (("gpt2", ["model.arch=gpt2"]), ("moe", ["model.moe.experts=4"])):
-        sets = sets + ["zero.stage=2", "checkpoint.every=0", "checkpoint.at_end=false"]
+    """gpt2 (tied head, biases, LayerNorm) and modern + MoE (3-D expert banks): np 2 at stage 2
+    and np 3 at stage 3 (the tied head and the expert banks resting as uneven shards) against
+    np 1 on the same global batch."""
+    for name, sets, loss_rtol, norm_rtol in (
+            ("gpt2", ["model.arch=gpt2"], WORLD_SIZE_LOSS_RTOL, WORLD_SIZE_NORM_RTOL),
+            ("moe", ["model.moe.experts=4"], MOE_LOSS_RTOL, MOE_NORM_RTOL)):
+        sets = sets + SAME_BATCH_768 + ["checkpoint.every=0", "checkpoint.at_end=false"]
         one = metrics(env.run(1, name + "_np1", sets)[1])
-        three = metrics(env.run(3, name + "_np3", sets + ["train.batch_tokens=768",
-                                                            "train.val_tokens=768"])[1])
-        two = metrics(env.run(2, name + "_np2", sets)[1])
-        worst = compare_losses(two, one, range(0, 21), 1e-5, name + " np 2 vs np 1")
-        print("%s: np 2 vs np 1, largest relative loss difference over 20 steps: %.2e" %
-              (name, worst))
-        check(three[20]["train_loss"] < three[1]["train_loss"], name + " np 3 did not learn")
+        for np, stage in ((2, 2), (3, 3)):
+            other = metrics(env.run(np, "%s_np%d" % (name, np), sets + ["zero.stage=%d" % stage])[1])
+            worst = compare_losses(other, one, range(0, 21), loss_rtol,
+                                   "%s np %d stage %d vs np 1" % (name, np, stage))
+            norm = compare_losses(other, one, range(1, 21), norm_rtol,
+                                  "%s np %d stage %d vs np 1" % (name, np, stage),
+                                  keys=("grad_norm",))
+            print("%s: np %d stage %d vs np 1, largest relative difference over 20 steps: losses "
+                  "%.2e, global grad norm %.2e" % (name, np, stage, worst, norm))
 
 
 def case_zero3_memory(env):
@@ -163,7 +199,7 @@ def case_zero3_memory(env):
     p2, d2 = env.run(W, "stage2", sets + ["zero.stage=2"])
     p3, d3 = env.run(W, "stage3", sets + ["zero.stage=3"])
     m2, m3 = metrics(d2), metrics(d3)
-    worst = compare_losses(m3, m2, range(0, 21), 1e-5, "stage 3 vs stage 2")
+    worst = compare_losses(m3, m2, range(0, 21), WORLD_SIZE_LOSS_RTOL, "stage 3 vs stage 2")
     out = p3.stdout + p3.stderr
     params = int(re.search(r"parameters: (\d+)", out).group(1))
     resting = int(re.search(r"resting parameter elements on this rank: (\d+)", out).group(1))
@@ -243,9 +279,36 @@ def case_resume_world_size(env):
     ckpt10 = os.path.join(base, "ckpt", "step_00000010")
     for np in (1, 4):
         _, d = env.run(np, "resume_np%d" % np, ["checkpoint.resume=" + ckpt10])
-        worst = compare_losses(metrics(d), mb, range(11, 21), 1e-5,
+        worst = compare_losses(metrics(d), mb, range(11, 21), WORLD_SIZE_LOSS_RTOL,
                                "resume of an np 2 checkpoint on np %d" % np)
         print("np 2 checkpoint resumed on np %d: largest relative difference %.2e" % (np, worst))
+
+
+def resume_case(env, name, sets, stage, loss_rtol):
+    """A straight np 2 run at `stage` (checkpoints at steps 10 and 20); its step-10 checkpoint
+    resumed on np 2 (same stage: bit-identical steps 11-20) and on np 3 (uneven shards, Muon
+    owners moved to other ranks: within the world-size tolerance)."""
+    sets = sets + SAME_BATCH_768 + ["zero.stage=%d" % stage]
+    _, straight = env.run(2, "straight", sets)
+    ms = metrics(straight)
+    ckpt10 = os.path.join(straight, "ckpt", "step_00000010")
+    _, same = env.run(2, "resume_np2", sets + ["checkpoint.resume=" + ckpt10])
+    check_bit_identical(metrics(same), ms, range(11, 21), "%s stage %d resumed on np 2" %
+                        (name, stage))
+    _, three = env.run(3, "resume_np3", sets + ["checkpoint.resume=" + ckpt10])
+    worst = compare_losses(metrics(three), ms, range(11, 21), loss_rtol,
+                           "%s stage %d resumed on np 3" % (name, stage))
+    check(min(metrics(three)) == 11, "the np 3 run did not start at step 11")
+    print("%s, stage %d: steps 11-20 bit-identical after resume on np 2; resumed on np 3 within "
+          "%.2e of the np 2 run" % (name, stage, worst))
+
+
+def case_resume_stage2_moe(env):
+    resume_case(env, "modern + MoE", ["model.moe.experts=4"], 2, MOE_LOSS_RTOL)
+
+
+def case_resume_stage3_gpt2(env):
+    resume_case(env, "gpt2", ["model.arch=gpt2"], 3, WORLD_SIZE_LOSS_RTOL)
 
 
 def case_bad_configs(env):
@@ -297,21 +360,94 @@ def case_corrupt_checkpoint(env):
     print("corrupt checkpoint refused; older one offered")
 
 
+NAN_STOP = re.compile(r"step (\d+): the training loss is (\S+) and the gradient norm (\S+): "
+                      r"stopping \(no checkpoint is written for this step")
+
+
 def case_nan_stops(env):
+    """A blow-up (lr 1e30) stops the run with the trainer's message naming the step and the
+    non-finite value, before anything is saved for that step; at np 1 stage 1 and at np 2
+    stage 3 (where the parameters rest as shards)."""
     adamw = "optim=[{params: ['*'], optimizer: adamw, lr: %s}]"
-    _, d = env.run(1, "ok", ["train.steps=4", "checkpoint.every=2", adamw % "0.01"])
-    p, _ = env.run(1, "ok", ["train.steps=8", "checkpoint.every=2", "checkpoint.resume=auto",
-                             adamw % "1.0e+30"], expect_ok=False)
-    check("non-finite" in p.stderr or "nan" in p.stderr or "inf" in p.stderr,
-          "no clear message:\n" + p.stderr)
-    ckpts = sorted(os.listdir(os.path.join(d, "ckpt")))
-    check(ckpts[-1] == "step_00000004", "checkpoints after the blow-up: %s" % ckpts)
-    # The good checkpoint is untouched and still loads.
-    env.run(1, "ok", ["train.steps=6", "checkpoint.resume=auto", adamw % "0.01"])
-    print("non-finite loss stopped the run; checkpoints kept: %s" % ckpts)
+    for np, stage in ((1, 1), (2, 3)):
+        name = "np%d_stage%d" % (np, stage)
+        sets = ["zero.stage=%d" % stage, "checkpoint.every=2"]
+        _, d = env.run(np, name, sets + ["train.steps=4", adamw % "0.01"])
+        p, _ = env.run(np, name, sets + ["train.steps=8", "checkpoint.resume=auto",
+                                         adamw % "1.0e+30"], expect_ok=False)
+        m = NAN_STOP.search(p.stderr + p.stdout)
+        check(m is not None, "%s: no non-finite stop message:\n%s" % (name, p.stderr[-3000:]))
+        values = (m.group(2), m.group(3))
+        check(any(v.lower() in ("nan", "-nan", "inf", "-inf") for v in values),
+              "%s: the message names no non-finite value: %s" % (name, m.group(0)))
+        ckpts = sorted(os.listdir(os.path.join(d, "ckpt")))
+        check(ckpts[-1] == "step_00000004",
+              "%s: checkpoints after the blow-up: %s" % (name, ckpts))
+        check(int(m.group(1)) > 4, "%s: stopped at step %s" % (name, m.group(1)))
+        # The good checkpoint is untouched and still loads.
+        env.run(np, name, sets + ["train.steps=6", "checkpoint.resume=auto", adamw % "0.01"])
+        print("%s: %s; checkpoints kept: %s" % (name, m.group(0), ckpts))
+
+
+def read_safetensors(path):
+    """{name: (dtype, shape, raw bytes)} and the metadata of a safetensors file."""
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+        body = f.read()
+    meta = header.pop("__metadata__", {})
+    return {k: (v["dtype"], v["shape"], body[v["data_offsets"][0]:v["data_offsets"][1]])
+            for k, v in header.items()}, meta
+
+
+def checkpoint_params(ckpt):
+    """The full parameters of a checkpoint, reassembled from every rank file's slices (metadata
+    "slice.<tensor>" = "<dim>;<begin>;<global shape>") as float32 bytes."""
+    full = {}
+    for f in sorted(os.listdir(ckpt)):
+        if not f.startswith("rank_"):
+            continue
+        tensors, meta = read_safetensors(os.path.join(ckpt, f))
+        for key, (dtype, shape, data) in tensors.items():
+            if not key.startswith("param/"):
+                continue
+            check(dtype == "F32", "%s: %s is %s" % (f, key, dtype))
+            dim, begin, gshape = meta["slice." + key].split(";")
+            dim, begin = int(dim), int(begin)
+            gshape = [int(x) for x in gshape.split(",")]
+            name = key[len("param/"):]
+            buf = full.setdefault(name, [gshape, bytearray(4 * math.prod(gshape))])[1]
+            inner = 4 * math.prod(gshape[dim + 1:])
+            outer = math.prod(gshape[:dim])
+            local = shape[dim] * inner
+            for o in range(outer):
+                at = (o * gshape[dim] + begin) * inner
+                buf[at:at + local] = data[o * local:(o + 1) * local]
+    return full
+
+
+def gpt2_byte_decoder(tokenizer_dir):
+    """GPT-2's token id -> bytes, from encoder.json and the bytes_to_unicode table of OpenAI's
+    encoder.py (written out here, independently of engine/data)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\u00a1"), ord("\u00ac") + 1)) + \
+        list(range(ord("\u00ae"), ord("\u00ff") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    byte_of = {chr(c): b for b, c in zip(bs, cs)}
+    with open(os.path.join(tokenizer_dir, "encoder.json"), encoding="utf-8") as f:
+        encoder = json.load(f)
+    return {i: bytes(byte_of[ch] for ch in tok) for tok, i in encoder.items()}
 
 
 def case_subcommands(env):
+    """eval reproduces the logged validation loss; export writes exactly the checkpoint's
+    parameters; sample is greedy at temperature 0 (whatever the seed and top-k) and at top-k 1,
+    random but seeded otherwise, and decodes through the GPT-2 tokenizer byte for byte."""
     _, d = env.run(2, "run")
     ckpt = os.path.join(d, "ckpt", "step_00000020")
     val20 = metrics(d)[20]["val_loss"]
@@ -319,24 +455,57 @@ def case_subcommands(env):
                         env.engine, "eval", "--checkpoint", ckpt], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True, timeout=120)
     check(p.returncode == 0, "eval failed:\n" + p.stderr)
-    got = float(p.stdout.split("val_loss:")[1].split()[0])
-    check(abs(got - val20) < 1e-4, "eval gives %.4f, training logged %.4f" % (got, val20))
+    got = float((p.stdout + p.stderr).split("val_loss:")[1].split()[0])
+    # eval prints 4 decimals: the same loss rounds to the same text
+    check("%.4f" % got == "%.4f" % val20, "eval gives %.4f, training logged %.4f" % (got, val20))
+
     out = os.path.join(env.work, "export.safetensors")
     p = subprocess.run([env.engine, "export", "--checkpoint", ckpt, "--out", out],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
     check(p.returncode == 0 and os.path.exists(out), "export failed:\n" + p.stderr)
-    with open(out, "rb") as f:
-        n = int.from_bytes(f.read(8), "little")
-        header = json.loads(f.read(n))
-    check("embed.weight" in header and "blocks.1.mlp.proj.weight" in header,
-          "export names: %s" % sorted(header))
-    p = subprocess.run([env.engine, "sample", "--checkpoint", ckpt, "--tokens", "12",
-                        "--tokenizer", os.path.join(env.work, "none")], stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, text=True, timeout=120)
-    check(p.returncode == 0 and "token ids" in p.stdout, "sample failed:\n" + p.stderr)
-    print("eval %.4f == logged %.4f; export has %d tensors; sample: %s" %
-          (got, val20, len([k for k in header if k != "__metadata__"]),
-           p.stdout.strip().splitlines()[-1]))
+    exported, meta = read_safetensors(out)
+    saved = checkpoint_params(ckpt)
+    check(sorted(exported) == sorted(saved),
+          "export names %s, checkpoint %s" % (sorted(exported), sorted(saved)))
+    for name, (dtype, shape, data) in exported.items():
+        check(dtype == "F32" and shape == saved[name][0], "%s: %s %s" % (name, dtype, shape))
+        check(data == bytes(saved[name][1]), "%s: exported values differ from the checkpoint's"
+              % name)
+    check(meta.get("model.arch") == "modern" and meta.get("model.n_layer") == "2",
+          "export metadata: %s" % meta)
+
+    def sample(*args, tokenizer=None):
+        cmd = [env.engine, "sample", "--checkpoint", ckpt, "--tokens", "24", "--tokenizer",
+               tokenizer or os.path.join(env.work, "none")] + list(args)
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+        check(p.returncode == 0, "sample failed: %s\n%s" % (" ".join(cmd), p.stderr.decode()))
+        if tokenizer:
+            return p.stdout
+        lines = p.stdout.decode().strip().splitlines()
+        check(lines[-2].startswith("(no tokenizer"), "sample output: %s" % lines)
+        return [int(t) for t in lines[-1].replace("|", " ").split()]
+
+    greedy = sample("--temperature", "0", "--seed", "1")
+    check(len(greedy) == 25, "24 new tokens after the start token: %s" % greedy)
+    check(sample("--temperature", "0", "--seed", "2", "--top_k", "5") == greedy,
+          "temperature 0 must be greedy whatever the seed and top-k")
+    check(sample("--temperature", "0.8", "--top_k", "1", "--seed", "3") == greedy,
+          "top-k 1 must pick the most likely token")
+    hot = [sample("--temperature", "2.0", "--top_k", "0", "--seed", str(s)) for s in (1, 1, 2)]
+    check(hot[0] == hot[1], "the same seed must give the same sample")
+    check(hot[0] != hot[2] and hot[0] != greedy,
+          "sampling at temperature 2 over the whole vocabulary looks greedy: %s" % hot)
+    tokenizer = os.path.join(env.repo, "data", "tokenizer")
+    decoded = b""
+    if os.path.exists(os.path.join(tokenizer, "encoder.json")):
+        text = sample("--temperature", "0", tokenizer=tokenizer)
+        decoded = b"".join(gpt2_byte_decoder(tokenizer)[t] for t in greedy)
+        check(text == decoded + b"\n", "decoded %r, expected %r" % (text, decoded))
+    else:
+        raise Failure("no GPT-2 tokenizer in %s (the ctest fixture data_fetch_tokenizer fetches "
+                      "it)" % tokenizer)
+    print("eval %.4f == logged %.4f; export: %d tensors equal to the checkpoint's; greedy sample "
+          "%s decodes to %r" % (got, val20, len(exported), greedy, decoded))
 
 
 def case_target_stop(env):
@@ -349,11 +518,20 @@ def case_target_stop(env):
     print([l for l in p.stdout.splitlines() if "reached target" in l][0])
 
 
+# The stored curve (tests/e2e/reference/tiny_np1.jsonl, written by an earlier build) against
+# this build: largest relative difference 2.5e-7 (val loss, step 10). The spread from machine to
+# machine comes from the GEMM kernels: the same build with OPENBLAS_CORETYPE Haswell, SkylakeX,
+# Zen, Sandybridge, Nehalem differs from the native kernels by at most 7.6e-8 over the 20
+# steps. Same-machine reruns are bit-identical (case determinism).
+LOSS_REGRESSION_RTOL = 1e-6
+
+
 def case_loss_regression(env):
     _, d = env.run(1, "run", ["checkpoint.every=0", "checkpoint.at_end=false"])
     ref = os.path.join(env.repo, "tests/e2e/reference/tiny_np1.jsonl")
     p = subprocess.run([sys.executable, os.path.join(env.repo, "scripts/loss_regression.py"),
-                        os.path.join(d, "metrics.jsonl"), ref, "--rtol", "1e-3"],
+                        os.path.join(d, "metrics.jsonl"), ref, "--rtol",
+                        str(LOSS_REGRESSION_RTOL)],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     print(p.stdout)
     check(p.returncode == 0, "the tiny loss curve drifted from " + ref)
@@ -369,6 +547,8 @@ CASES = {
     "zero3_memory": case_zero3_memory,
     "resume_sigkill": case_resume_sigkill,
     "resume_world_size": case_resume_world_size,
+    "resume_stage2_moe": case_resume_stage2_moe,
+    "resume_stage3_gpt2": case_resume_stage3_gpt2,
     "bad_configs": case_bad_configs,
     "corrupt_checkpoint": case_corrupt_checkpoint,
     "nan_stops": case_nan_stops,

@@ -144,6 +144,15 @@ TEST(Config, OverridesUseTheKeysType) {
   std::string msg = error_of([] { engine::parse_config(kMinimal, "o.yaml", {"train.steps=x"}); });
   EXPECT_NE(msg.find("--set train.steps=x"), std::string::npos) << msg;
   EXPECT_NE(msg.find("expected an integer"), std::string::npos) << msg;
+  // A list value is refused like in a file, not stored as the string "[a.bin, b.bin]" (which
+  // a glob would read as a character class).
+  msg = error_of([] { engine::parse_config(kMinimal, "o.yaml", {"data.train=[a.bin, b.bin]"}); });
+  EXPECT_NE(msg.find("--set data.train=[a.bin, b.bin]: key 'data.train' has the wrong type: "
+                     "expected string, got a list"),
+            std::string::npos)
+      << msg;
+  msg = error_of([] { engine::parse_config(kMinimal, "o.yaml", {"train.steps={a: 1}"}); });
+  EXPECT_NE(msg.find("expected int, got a map"), std::string::npos) << msg;
   msg = error_of([] { engine::parse_config(kMinimal, "o.yaml", {"train.step=3"}); });
   EXPECT_NE(msg.find("did you mean 'train.steps'"), std::string::npos) << msg;
   msg = error_of([] { engine::parse_config(kMinimal, "o.yaml", {"optim=[{params: ["}); });

@@ -39,6 +39,10 @@ TEST(Metrics, JsonObjectPerStep) {
   r.live_mem_bytes = 1024;
   const std::string json = engine::to_json(r);
   EXPECT_EQ(json.substr(json.size() - 45), ",\"peak_mem_bytes\":4096,\"live_mem_bytes\":1024}");
+  r.comm_wait_ms = 2.25;
+  EXPECT_NE(engine::to_json(r).find("\"comm_bytes\":{\"all_reduce\":40,\"all_gather\":8},"
+                                    "\"comm_wait_ms\":2.25,\"phase_ms\""),
+            std::string::npos);
 }
 
 TEST(Metrics, WriterDropsStepsAfterTheResumePoint) {

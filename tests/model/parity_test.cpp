@@ -1,7 +1,8 @@
 // PyTorch parity (llm.c's way of keeping the C honest): random weights and tokens are written
 // to files, apps/model_grad and scripts/torch_reference.py (float64) each compute the loss and
-// every gradient, and the two must agree: loss relative error < 1e-5, each gradient
-// ||engine - torch|| / ||torch|| < 1e-4.
+// every gradient, and the two must agree: loss relative error <= 2e-7 (measured 0: both round
+// to the same float), each gradient ||engine - torch|| / ||torch|| <= 5e-6 (measured 5.7e-7 ..
+// 7.8e-7 over the four cases). Both checks fail on a NaN.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "engine/core/compare.h"
 #include "engine/core/rng.h"
 #include "engine/core/safetensors.h"
 #include "engine/data/token_shard.h"
@@ -100,7 +102,9 @@ void run_case(const std::string& name, const model::ModelConfig& config, int bat
 
   core::SafetensorsReader e(ours), r(ref);
   const float le = e.read("loss").to_vector()[0], lr = r.read("loss").to_vector()[0];
-  EXPECT_LT(std::abs(le - lr) / std::abs(lr), 1e-5) << "loss engine " << le << " torch " << lr;
+  // measured 0 in all four cases (the float64 losses differ by <= 3e-8 relative)
+  EXPECT_TRUE(core::within(std::abs(le - lr) / std::abs(lr), 2e-7))
+      << "loss engine " << le << " torch " << lr;
   const model::ParamTable table(config);
   ASSERT_EQ(e.tensors().size(), table.size() + 2);
   double worst = 0;
@@ -109,14 +113,14 @@ void run_case(const std::string& name, const model::ModelConfig& config, int bat
     const auto ge = e.read("grad/" + p.name).to_vector();
     const auto gr = r.read("grad/" + p.name).to_vector();
     ASSERT_EQ(ge.size(), gr.size()) << p.name;
-    double diff = 0, norm = 0;
-    for (size_t i = 0; i < ge.size(); ++i) {
-      diff += (double(ge[i]) - gr[i]) * (double(ge[i]) - gr[i]);
-      norm += double(gr[i]) * gr[i];
-    }
-    ASSERT_GT(norm, 0.0) << p.name << ": the reference gradient is zero, the test is too weak";
-    EXPECT_LT(std::sqrt(diff / norm), 1e-4) << "grad/" << p.name;
-    if (std::sqrt(diff / norm) > worst) worst = std::sqrt(diff / norm), worst_name = p.name;
+    const core::Difference d = core::compare(ge, gr);
+    double ref_sq = 0;
+    for (float g : gr)
+      ref_sq += double(g) * g;
+    ASSERT_GT(ref_sq, 0.0) << p.name << ": the reference gradient is zero, the test is too weak";
+    // measured 5.7e-7 .. 7.8e-7 (worst parameter of each case)
+    EXPECT_TRUE(core::within(d.norm_rel(), 5e-6)) << "grad/" << p.name << " " << d.norm_rel();
+    if (!(d.norm_rel() <= worst)) worst = d.norm_rel(), worst_name = p.name;
   }
   std::printf("parity %s: loss rel err %.2e, worst gradient rel err %.2e (%s)\n", name.c_str(),
               std::abs(le - lr) / std::abs(lr), worst, worst_name.c_str());

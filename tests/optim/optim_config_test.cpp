@@ -103,6 +103,14 @@ TEST(OptimizerSet, MistypedHyperparametersAreErrors) {
       {"- {params: ['*'], optimizer: adamw, lr: fast}", "'lr' must be a number, got 'fast'"},
       {"- {params: ['*'], optimizer: adamw, betas: [0.9]}", "'betas' must be a list of two"},
       {"- {params: ['*'], optimizer: adamw, betas: 0.9}", "'betas' must be a list of numbers"},
+      // YAML's .nan and .inf parse as numbers; a NaN lr passed "lr < 0" and trained on NaNs.
+      {"- {params: ['*'], optimizer: adamw, lr: .nan}", "'lr' must be a finite number, got '.nan'"},
+      {"- {params: ['*'], optimizer: adamw, eps: .inf}", "'eps' must be a finite number"},
+      {"- {params: ['*'], optimizer: adamw, betas: [0.9, .NaN]}",
+       "'betas' must be a list of finite numbers, got '.NaN'"},
+      {"- {params: ['blocks.*.attn.*'], optimizer: muon, momentum: -.inf}\n"
+       "- {params: ['*'], optimizer: adamw}",
+       "'momentum' must be a finite number"},
       {"- {params: ['*'], optimizer: adamw, eps_mode: numpy}", "'eps_mode' must be 'spec' or"},
       {"- {params: ['blocks.*.attn.*'], optimizer: muon, nesterov: maybe}\n"
        "- {params: ['*'], optimizer: adamw}",

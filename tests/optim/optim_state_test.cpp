@@ -4,8 +4,10 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 
 #include "apps/optim_replay/golden_case.h"
 #include "comm/communicator.h"
@@ -76,8 +78,41 @@ TEST(OptimizerState, ReplayWithinToleranceAtThisWorldSize) {
     const replay::GoldenCase golden = replay::load_golden(std::string(ENGINE_GOLDEN_DIR) + file);
     replay::Replayer r(golden, *g_comm);
     for (const auto& d : r.run())
-      EXPECT_LE(d.max_abs, golden.suggested_atol) << file << d.param;
+      EXPECT_TRUE(replay::passes(d, golden.suggested_atol)) << file << " " << d.param;
   }
+}
+
+// The pass rule fails a NaN and a value just above the tolerance, and passes one at it.
+TEST(ReplayVerdict, NanAndJustAboveToleranceFail) {
+  const double atol = 1e-6;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  auto diff = [](double max_abs) { return replay::Difference{1, "w", max_abs, max_abs}; };
+  EXPECT_TRUE(replay::passes(diff(atol), atol));
+  EXPECT_FALSE(replay::passes(diff(std::nextafter(atol, 1.0)), atol));
+  EXPECT_FALSE(replay::passes(diff(nan), atol));
+  EXPECT_FALSE(replay::passes(diff(std::numeric_limits<double>::infinity()), atol));
+  // The worst of a list is the non-finite one, wherever it is (std::max(x, NaN) kept x).
+  const replay::Difference worst =
+      replay::worst_difference({diff(1e-9), {2, "nan_param", HUGE_VAL, HUGE_VAL}, diff(2e-9)});
+  EXPECT_EQ(worst.param, "nan_param");
+  EXPECT_FALSE(replay::passes(worst, atol));
+}
+
+// A NaN parameter in the middle of a replay is a difference of +infinity, not of zero.
+TEST(ReplayVerdict, NanParameterFailsTheReplay) {
+  const replay::GoldenCase golden =
+      replay::load_golden(std::string(ENGINE_GOLDEN_DIR) + "/adamw/distadam_basic.safetensors");
+  replay::Replayer r(golden, *g_comm);
+  for (const auto& d : r.step(1))
+    EXPECT_TRUE(replay::passes(d, golden.suggested_atol)) << d.param;
+  const std::string& name = golden.params.front().name;
+  core::Tensor poisoned = r.full(name).clone();
+  poisoned.data<float>()[poisoned.numel() / 2] = std::numeric_limits<float>::quiet_NaN();
+  r.set_full(name, poisoned);
+  const replay::Difference worst = replay::worst_difference(r.step(2));
+  EXPECT_EQ(worst.param, name);
+  EXPECT_TRUE(std::isinf(worst.max_abs));
+  EXPECT_FALSE(replay::passes(worst, golden.suggested_atol));
 }
 
 int main(int argc, char** argv) {

@@ -10,12 +10,9 @@
 #include <cblas.h>
 #include <omp.h>
 
-#include <algorithm>
 #include <cstdint>
-#include <string>
 
 #include "engine/core/backend.h"
-#include "engine/core/check.h"
 
 namespace core::cpu {
 
@@ -35,30 +32,6 @@ inline void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double 
               static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
               static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c,
               static_cast<blasint>(ldc));
-}
-
-// GemmArgs with the packed leading dimensions filled in, after checking that every dimension,
-// leading dimension and stride is consistent.
-inline GemmArgs resolve_gemm_args(const GemmArgs& args) {
-  GemmArgs r = args;
-  auto fail = [&](const std::string& what) {
-    ENGINE_FAIL("gemm(m=" + std::to_string(args.m) + ", n=" + std::to_string(args.n) +
-                ", k=" + std::to_string(args.k) + ", trans_a=" + std::to_string(args.trans_a) +
-                ", trans_b=" + std::to_string(args.trans_b) + "): " + what);
-  };
-  if (r.m < 0 || r.n < 0 || r.k < 0 || r.batch < 0) fail("negative size");
-  // Stored widths (row-major): A is [m, k] or, transposed, [k, m].
-  int64_t a_cols = r.trans_a ? r.m : r.k;
-  int64_t b_cols = r.trans_b ? r.k : r.n;
-  // BLAS wants leading dimensions >= 1 even for empty matrices.
-  if (r.lda == 0) r.lda = std::max<int64_t>(1, a_cols);
-  if (r.ldb == 0) r.ldb = std::max<int64_t>(1, b_cols);
-  if (r.ldc == 0) r.ldc = std::max<int64_t>(1, r.n);
-  if (r.lda < a_cols) fail("lda " + std::to_string(r.lda) + " < " + std::to_string(a_cols));
-  if (r.ldb < b_cols) fail("ldb " + std::to_string(r.ldb) + " < " + std::to_string(b_cols));
-  if (r.ldc < r.n) fail("ldc " + std::to_string(r.ldc) + " < " + std::to_string(r.n));
-  if (r.batch > 1 && r.stride_c == 0 && r.m * r.n > 0) fail("batched output needs stride_c");
-  return r;
 }
 
 // C_i = alpha op(A_i) op(B_i) + beta C_i for i < batch. A batch at least as large as the thread

@@ -51,6 +51,14 @@ std::string device_problem(int device_index) {
   return {};
 }
 
+// `device_index` when it names a usable device, else an error saying why. Runs before any member
+// (the allocator) touches the device, so a bad index leaves no error behind in the runtime.
+int usable_device_index(int device_index) {
+  std::string problem = device_problem(device_index);
+  if (!problem.empty()) ENGINE_FAIL("cuda:" + std::to_string(device_index) + ": " + problem);
+  return device_index;
+}
+
 }  // namespace
 
 bool cuda_available() {
@@ -67,9 +75,7 @@ std::unique_ptr<Backend> make_cuda_backend(int device_index) {
 }
 
 CudaBackend::CudaBackend(int device_index, CudaBackendOptions options)
-    : device_index_(device_index), allocator_(device_index) {
-  std::string problem = device_problem(device_index);
-  if (!problem.empty()) ENGINE_FAIL("cuda:" + std::to_string(device_index) + ": " + problem);
+    : device_index_(usable_device_index(device_index)), allocator_(device_index_) {
   // One rank drives one device: the device stays current for this thread from here on.
   ENGINE_CUDA_CALL(cudaSetDevice(device_index));
   cudaDeviceProp prop{};
@@ -174,6 +180,16 @@ void CudaBackend::copy_from_host(void* dst, const void* host_src, size_t bytes) 
 
 void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
   if (bytes == 0 || dst == src) return;
+  const auto* d = static_cast<const char*>(dst);
+  const auto* s = static_cast<const char*>(src);
+  if (d < s + bytes && s < d + bytes) {
+    // cudaMemcpy is undefined for overlapping ranges; the CPU's memmove is not. Go through a
+    // scratch buffer so both backends give the same result.
+    DeviceBuffer<char> scratch(allocator_, static_cast<int64_t>(bytes));
+    ENGINE_CUDA_CALL(cudaMemcpyAsync(scratch.get(), src, bytes, cudaMemcpyDeviceToDevice, stream_));
+    ENGINE_CUDA_CALL(cudaMemcpyAsync(dst, scratch.get(), bytes, cudaMemcpyDeviceToDevice, stream_));
+    return;
+  }
   ENGINE_CUDA_CALL(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
 }
 
@@ -184,18 +200,27 @@ void CudaBackend::fill_zero(void* dst, size_t bytes) {
 
 // ---- GEMM --------------------------------------------------------------------------------------
 
-void CudaBackend::gemm(const GemmArgs& g, const float* a, const float* b, float* c) {
-  ENGINE_CHECK(g.m >= 0 && g.n >= 0 && g.k >= 0 && g.batch >= 0,
-               name_ + ": gemm: negative size m=" + std::to_string(g.m) +
-                   " n=" + std::to_string(g.n) + " k=" + std::to_string(g.k) +
-                   " batch=" + std::to_string(g.batch));
+void CudaBackend::gemm(const GemmArgs& args, const float* a, const float* b, float* c) {
+  const GemmArgs g = resolve_gemm_args(args);
   if (g.m == 0 || g.n == 0 || g.batch == 0) return;
-  int64_t lda = g.lda ? g.lda : (g.trans_a ? g.m : g.k);
-  int64_t ldb = g.ldb ? g.ldb : (g.trans_b ? g.k : g.n);
-  int64_t ldc = g.ldc ? g.ldc : g.n;
   const char* op = "gemm";
   int m = to_int(g.m, "m", op), n = to_int(g.n, "n", op), k = to_int(g.k, "k", op);
-  int ilda = to_int(lda, "lda", op), ildb = to_int(ldb, "ldb", op), ildc = to_int(ldc, "ldc", op);
+  int ilda = to_int(g.lda, "lda", op), ildb = to_int(g.ldb, "ldb", op);
+  int ildc = to_int(g.ldc, "ldc", op);
+  if (k == 0) {  // empty product: C = beta C (beta 0 clears, even NaN), as on the CPU
+    for (int64_t i = 0; i < g.batch; ++i) {
+      float* ci = c + i * g.stride_c;
+      if (g.beta == 0.0f) {
+        ENGINE_CUDA_CALL(
+            cudaMemset2DAsync(ci, g.ldc * sizeof(float), 0, g.n * sizeof(float), g.m, stream_));
+      } else {  // in place: C = beta C + 0 C, column-major [n, m] with leading dimension ldc
+        const float zero = 0.0f;
+        ENGINE_CUDA_CALL(cublasSgeam(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, n, m, &g.beta, ci, ildc,
+                                     &zero, ci, ildc, ci, ildc));
+      }
+    }
+    return;
+  }
   cublasOperation_t op_a = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t op_b = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   // A row-major matrix with leading dimension ld is, read column-major with the same ld, its

@@ -1,0 +1,104 @@
+#include "engine/sharded_state.h"
+
+#include "engine/core/check.h"
+
+namespace engine {
+
+namespace {
+
+constexpr std::string_view kParamPrefix = "param/";
+constexpr std::string_view kOptimPrefix = "optim/";
+constexpr std::string_view kCounterPrefix = "counter/";
+
+// "<param>/<slot>" -> "<param>".
+std::string param_of_state_key(const std::string& key) {
+  return key.substr(0, key.rfind('/'));
+}
+
+std::string strip(const std::string& name, std::string_view prefix) {
+  return name.substr(prefix.size());
+}
+
+bool starts_with(const std::string& name, std::string_view prefix) {
+  return name.rfind(prefix, 0) == 0;
+}
+
+}  // namespace
+
+RankState sharded_rank_state(const comm::ShardingPlan& plan,
+                             std::span<const core::Tensor> local_values,
+                             const optim::OptimizerState& optimizer_state) {
+  const int rank = plan.rank();
+  // Replicate parts are whole on every rank: rank 0 saves them.
+  auto saves = [&](size_t i) { return !plan.placement(i).is_replicate() || rank == 0; };
+  RankState out;
+  for (size_t i = 0; i < plan.num_params(); ++i) {
+    if (!local_values[i].defined() || !saves(i)) continue;
+    const comm::ShardingPlan::LocalSlice s = plan.local_slice(i);
+    out.slices.push_back({std::string(kParamPrefix) + plan.param(i).name, plan.param(i).shape,
+                          s.dim, s.range.begin, local_values[i]});
+  }
+  for (const auto& [key, t] : optimizer_state.tensors) {
+    const size_t i = plan.index(param_of_state_key(key));
+    if (!saves(i)) continue;
+    const std::string name = std::string(kOptimPrefix) + key;
+    if (t.shape() == plan.local_shape(i)) {
+      const comm::ShardingPlan::LocalSlice s = plan.local_slice(i);
+      out.slices.push_back({name, plan.param(i).shape, s.dim, s.range.begin, t});
+    } else {
+      ENGINE_CHECK(!plan.placement(i).is_shard(),
+                   "checkpoint: optimizer state " + key + " of shape " +
+                       core::shape_str(t.shape()) +
+                       " is not shaped like its parameter's local part " +
+                       core::shape_str(plan.local_shape(i)));
+      out.slices.push_back({name, t.shape(), 0, 0, t});
+    }
+  }
+  for (const auto& [key, v] : optimizer_state.counters)
+    out.counters[std::string(kCounterPrefix) + key] = v;
+  return out;
+}
+
+void read_local_params(const CheckpointReader& reader, const comm::ShardingPlan& plan,
+                       std::span<const core::Tensor> local_values) {
+  for (size_t i = 0; i < plan.num_params(); ++i) {
+    const std::string& name = plan.param(i).name;
+    const std::string key = std::string(kParamPrefix) + name;
+    ENGINE_CHECK(reader.has(key), "checkpoint " + reader.dir() + " has no parameter " + name);
+    ENGINE_CHECK(reader.global_shape(key) == plan.param(i).shape,
+                 "checkpoint " + reader.dir() + ": parameter " + name + " has shape " +
+                     core::shape_str(reader.global_shape(key)) + ", the model expects " +
+                     core::shape_str(plan.param(i).shape));
+    if (!local_values[i].defined()) continue;
+    const comm::ShardingPlan::LocalSlice s = plan.local_slice(i);
+    reader.read(key, s.dim, s.range.begin, local_values[i]);
+  }
+}
+
+optim::OptimizerState read_optimizer_state(const CheckpointReader& reader,
+                                           const comm::ShardingPlan& plan,
+                                           std::span<const core::Tensor> local_values) {
+  optim::OptimizerState state;
+  for (const SliceInfo& slice : reader.manifest().slices) {
+    if (!starts_with(slice.name, kOptimPrefix)) continue;
+    const std::string key = strip(slice.name, kOptimPrefix);
+    if (state.tensors.count(key)) continue;  // one entry per saved slice of a tensor
+    const size_t i = plan.index(param_of_state_key(key));
+    if (!local_values[i].defined()) continue;
+    if (reader.global_shape(slice.name) == plan.param(i).shape) {
+      core::Tensor t = core::Tensor::empty(plan.local_shape(i));
+      const comm::ShardingPlan::LocalSlice s = plan.local_slice(i);
+      reader.read(slice.name, s.dim, s.range.begin, t);
+      state.tensors[key] = t;
+    } else {
+      state.tensors[key] = reader.read_full(slice.name);
+    }
+  }
+  for (const auto& [name, v] : reader.manifest().counters) {
+    const std::string key = strip(name, kCounterPrefix);
+    if (local_values[plan.index(param_of_state_key(key))].defined()) state.counters[key] = v;
+  }
+  return state;
+}
+
+}  // namespace engine

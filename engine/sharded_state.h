@@ -1,0 +1,49 @@
+// Sharded state <-> checkpoint: which slices of the parameters and of the optimizer state this
+// rank saves under the sharding plan, and reading them back into the local parts of any plan
+// (any world size or stage: the checkpoint reader assembles a slice from whichever files hold
+// it).
+//
+// Keys: "param/<name>" a parameter; "optim/<name>/<slot>" an optimizer state tensor;
+// "counter/<name>/<counter>" an optimizer integer. A parameter's slice is this rank's local part
+// (plan.local_slice). A state tensor shaped like its parameter's local part is saved as that
+// slice of a tensor shaped like the parameter, so it reshards with it; any other state tensor
+// (a whole-matrix optimizer's own shapes) belongs to an Owned or Replicate parameter and is
+// saved whole by its holder. Replicate parts are saved by rank 0 only.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "comm/sharding_plan.h"
+#include "engine/checkpoint.h"
+#include "engine/core/tensor.h"
+#include "optim/optimizer.h"
+
+namespace engine {
+
+struct RankState {
+  std::vector<SavedSlice> slices;
+  std::map<std::string, int64_t> counters;
+};
+
+// This rank's part of a checkpoint: the local values (one per plan entry, undefined where this
+// rank holds nothing) and the optimizer state of the parameters it holds.
+RankState sharded_rank_state(const comm::ShardingPlan& plan,
+                             std::span<const core::Tensor> local_values,
+                             const optim::OptimizerState& optimizer_state);
+
+// Fills every defined local value from the checkpoint, after checking that it holds every
+// parameter of the plan with the plan's shape (errors name the checkpoint and the parameter).
+void read_local_params(const CheckpointReader& reader, const comm::ShardingPlan& plan,
+                       std::span<const core::Tensor> local_values);
+
+// The optimizer state of the parameters whose local value is defined, shaped like their local
+// parts (or whole, see the header comment).
+optim::OptimizerState read_optimizer_state(const CheckpointReader& reader,
+                                           const comm::ShardingPlan& plan,
+                                           std::span<const core::Tensor> local_values);
+
+}  // namespace engine

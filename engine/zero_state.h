@@ -1,0 +1,100 @@
+// ZeroState: where the trainables' values and gradients live between the phases of a train
+// step, and the communication that moves them (ZeRO, DESIGN.md "Distribution and sharding").
+//
+// The train step calls it by phase:
+//   begin_step                      zero the gradients
+//   per micro-step: begin_backward(last), the model's backward with the layer events
+//                   (before_forward / before_backward / after_backward), end_backward
+//   finish_grads(scale)             every gradient reduced to its placement: the mean over ranks,
+//                                   times `scale`, in local_grad
+//   grad_norm, scale_grads          global norm and clipping over the local parts
+//   optimizer_shards                what the optimizer steps (local values and gradients)
+//   publish_params                  the updated parameters back where the model reads them
+// The stage is a strategy chosen once by create():
+//   stages 1-2 (and every stage without training): the full values and gradients stay resident
+//     in the trainables' tensors; local parts are views of the full value where they are a
+//     contiguous block, own buffers otherwise; gradients are reduced after the last micro-step
+//     (all-reduce at stage 1, reduce-scatter at stage 2, comm/shard_ops.h), updated parameters
+//     all-gathered.
+//   stage 3: values rest as own copies of the local parts; the trainables' owner frees its full
+//     buffers. A layer's full values are all-gathered into allocator buffers and bound into the
+//     consumer just before its forward (layer -1, the embeddings, final norm and head, from the
+//     start of forward to the end of backward; block l until block l+1 starts, and again for its
+//     backward); its backward gets zeroed full gradient buffers, which are reduce-scattered into
+//     the local parts (accumulating over micro-steps) right after that backward, then freed.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "comm/sharding_plan.h"
+#include "engine/core/backend.h"
+#include "engine/trainable.h"
+#include "optim/optimizer.h"
+
+namespace engine {
+
+struct ZeroOptions {
+  // False (export, sample, evaluation-only runs): the full values stay resident at every stage.
+  bool training = true;
+  // Stage 3 calls this once it holds its own copies of the local parts, to free the full
+  // buffers of the trainables' owner (the model's flat buffers).
+  std::function<void()> release_full_storage;
+};
+
+class ZeroState {
+ public:
+  // `plan` has one entry per trainable, in the same order; comm, plan and backend must outlive
+  // the state. The local parts are taken from the trainables' full values.
+  static std::unique_ptr<ZeroState> create(comm::Communicator& comm, const comm::ShardingPlan& plan,
+                                           std::vector<Trainable> trainables,
+                                           core::Backend& backend, const ZeroOptions& options);
+  virtual ~ZeroState();
+  ZeroState(const ZeroState&) = delete;
+  ZeroState& operator=(const ZeroState&) = delete;
+
+  // ---- the phases of a train step (see the header comment) ------------------------------------
+  virtual void begin_step() = 0;
+  // `last`: the last micro-step of the step (gradients are final after each layer's backward).
+  virtual void begin_backward(bool last) = 0;
+  virtual void end_backward() = 0;
+  virtual void before_forward(int layer) = 0;
+  virtual void before_backward(int layer) = 0;
+  virtual void after_backward(int layer) = 0;
+  virtual void finish_grads(double scale) = 0;
+  // Global L2 norm of the reduced gradients, each element counted once (collective).
+  double grad_norm();
+  void scale_grads(float factor);
+  std::vector<optim::ParamShard> optimizer_shards() const;
+  virtual void publish_params() = 0;
+  // After a forward without backward (evaluation): frees the layers it gathered.
+  virtual void end_forward() = 0;
+
+  // ---- state ----------------------------------------------------------------------------------
+  const comm::ShardingPlan& plan() const { return plan_; }
+  const std::vector<Trainable>& trainables() const { return trainables_; }
+  // This rank's local part of trainable i (undefined where it holds nothing). Writing into the
+  // local values and then calling publish_params() sets the parameters (checkpoint loading).
+  const core::Tensor& local_value(size_t i) const { return local_value_.at(i); }
+  const core::Tensor& local_grad(size_t i) const { return local_grad_.at(i); }
+  const std::vector<core::Tensor>& local_values() const { return local_value_; }
+  // One line for the start-up banner: the strategy and what rests on this rank.
+  virtual std::string describe() const = 0;
+
+ protected:
+  ZeroState(comm::Communicator& comm, const comm::ShardingPlan& plan,
+            std::vector<Trainable> trainables, core::Backend& backend);
+
+  comm::Communicator& comm_;
+  const comm::ShardingPlan& plan_;
+  std::vector<Trainable> trainables_;
+  core::Backend& backend_;
+  std::vector<core::Tensor> local_value_;
+  std::vector<core::Tensor> local_grad_;
+};
+
+}  // namespace engine
