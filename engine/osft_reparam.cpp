@@ -4,8 +4,26 @@
 
 namespace engine {
 
+namespace {
+constexpr const char* kFrozenPrefix = "osft/";
+}  // namespace
+
+std::unique_ptr<OsftReparam> OsftReparam::create_if_targeted(model::Gpt& gpt,
+                                                             optim::OptimizerSet& groups,
+                                                             comm::Communicator* comm,
+                                                             comm::Communicator* shard_group,
+                                                             optim::RowSplit split) {
+  bool any = false;
+  for (size_t g = 0; g < groups.num_groups(); ++g)
+    any |= dynamic_cast<optim::Osft*>(&groups.optimizer(g)) != nullptr;
+  if (!any) return nullptr;
+  auto reparam = std::make_unique<OsftReparam>(gpt, groups, comm, shard_group, split);
+  if (reparam->targets().empty()) return nullptr;
+  return reparam;
+}
+
 OsftReparam::OsftReparam(model::Gpt& gpt, optim::OptimizerSet& groups, comm::Communicator* comm,
-                         optim::RowSplit split)
+                         comm::Communicator* shard_group, optim::RowSplit split)
     : gpt_(gpt) {
   const model::ParamTable& table = gpt.table();
   std::vector<optim::OsftTargetWeight> weights;
@@ -15,6 +33,10 @@ OsftReparam::OsftReparam(model::Gpt& gpt, optim::OptimizerSet& groups, comm::Com
     if (osft == nullptr || p.shape.size() != 2) continue;
     const int64_t k = osft->config().k_high_for(p.name, p.shape[0], p.shape[1]);
     if (k == 0) continue;  // trains dense in its group
+    bool first_of_group = true;
+    for (const Target& t : targets_)
+      first_of_group &= t.optimizer != osft;
+    if (first_of_group) osft->set_communicator(shard_group, split);
     ENGINE_CHECK(gpt.param(i).defined() && gpt.param(i).device().is_cpu(),
                  "osft: the model's weight '" + p.name + "' is not resident in host memory");
     targets_.push_back({p.name, i, p.layer, p.shape[0], p.shape[1], k, osft});
@@ -38,7 +60,8 @@ OsftReparam::OsftReparam(model::Gpt& gpt, optim::OptimizerSet& groups, comm::Com
       factors_.push_back(std::move(factor));
     }
     // The frozen rows this rank holds, views of the full factors.
-    const int world = comm ? comm->size() : 1, rank = comm ? comm->rank() : 0;
+    const int world = shard_group ? shard_group->size() : 1;
+    const int rank = shard_group ? shard_group->rank() : 0;
     auto rows = [&](const core::Tensor& x) {
       const comm::Range r = split(x.size(0), world, rank);
       return x.slice(0, r.begin, r.size());
@@ -46,6 +69,19 @@ OsftReparam::OsftReparam(model::Gpt& gpt, optim::OptimizerSet& groups, comm::Com
     target.optimizer->add_target(target.name, target.rows, target.cols, target.k_high,
                                  rows(f.U_high), rows(f.V_high));
   }
+  write_all();
+}
+
+void OsftReparam::redecompose(comm::Communicator* comm) {
+  std::vector<optim::OsftTargetWeight> weights;
+  for (const Target& t : targets_)
+    weights.push_back({t.name, gpt_.param(t.param).clone(), t.k_high});
+  const std::vector<optim::OsftFactors> full = optim::osft_decompose_all(weights, comm);
+  for (size_t i = 0; i < targets_.size(); ++i)
+    for (size_t j = 0; j < 6; ++j)  // in place: the optimizers hold views of the frozen rows
+      factors_[6 * i + j].value.copy_from(
+          optim::factor_by_name(full[i], optim::kOsftFactorNames[j]));
+  zero_grads();
   write_all();
 }
 
@@ -73,10 +109,37 @@ void OsftReparam::write_all() {
     gpt_.param(targets_[i].param).copy_from(optim::osft_reconstruct(full(i)));
 }
 
+std::vector<Trainable> OsftReparam::replace_trainables(std::vector<Trainable> model_trainables) {
+  std::vector<Trainable> out;
+  for (Trainable& t : model_trainables)
+    if (!is_target(t.name)) out.push_back(std::move(t));
+  for (Factor& f : factors_) {
+    if (!f.trained) continue;
+    Trainable t;
+    t.name = f.name;
+    t.shape = f.value.shape();
+    t.layer = f.layer;
+    t.value = f.value;
+    t.grad = f.grad;
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+void OsftReparam::map_all_grads() {
+  for (size_t i = 0; i < targets_.size(); ++i)
+    map_target_grads(i);
+}
+
 void OsftReparam::map_grads(int layer) {
-  for (size_t i = 0; i < targets_.size(); ++i) {
-    if (targets_[i].layer != layer) continue;
-    const optim::OsftLowGrads g = optim::osft_factor_grads(full(i), gpt_.grad(targets_[i].param));
+  for (size_t i = 0; i < targets_.size(); ++i)
+    if (targets_[i].layer == layer) map_target_grads(i);
+}
+
+void OsftReparam::map_target_grads(size_t i) {
+  {  // the dense gradient dL/dW the model accumulated
+    const core::Tensor dense = gpt_.grad(targets_[i].param);
+    const optim::OsftLowGrads g = optim::osft_factor_grads(full(i), dense);
     const core::Tensor* parts[] = {&g.U_low, &g.S_low, &g.V_low};
     for (size_t j = 0; j < 3; ++j) {
       float* dst = factors_[6 * i + 3 + j].grad.data<float>();
@@ -84,6 +147,27 @@ void OsftReparam::map_grads(int layer) {
       for (int64_t e = 0; e < parts[j]->numel(); ++e)
         dst[e] += src[e];
     }
+    dense.fill(0.0f);
+  }
+}
+
+void OsftReparam::save_frozen(std::vector<SavedSlice>& slices, int rank) const {
+  if (rank != 0) return;
+  for (const Factor& f : factors_)
+    if (!f.trained) slices.push_back({kFrozenPrefix + f.name, f.value.shape(), 0, 0, f.value});
+}
+
+void OsftReparam::load_frozen(const CheckpointReader& reader) {
+  for (Factor& f : factors_) {
+    if (f.trained) continue;
+    const std::string key = kFrozenPrefix + f.name;
+    ENGINE_CHECK(reader.has(key), "checkpoint " + reader.dir() + " has no OSFT factor " + f.name +
+                                      " (was it trained without this osft group?)");
+    ENGINE_CHECK(reader.global_shape(key) == f.value.shape(),
+                 "checkpoint " + reader.dir() + ": OSFT factor " + f.name + " has shape " +
+                     core::shape_str(reader.global_shape(key)) + ", this run expects " +
+                     core::shape_str(f.value.shape()));
+    f.value.copy_from(reader.read_full(key));  // in place: the optimizers hold views of it
   }
 }
 

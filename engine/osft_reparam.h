@@ -16,10 +16,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "comm/communicator.h"
+#include "engine/checkpoint.h"
+#include "engine/trainable.h"
 #include "model/gpt.h"
 #include "optim/optimizer_set.h"
 #include "optim/osft.h"
@@ -48,10 +51,25 @@ class OsftReparam {
 
   // Finds the targets in `groups` (built over the model's parameters), decomposes them from the
   // model's current weights (float64 SVDs spread over comm), writes the reconstructed weights,
-  // registers the trained factors as aliases of their target in `groups` and the frozen rows
-  // this rank holds (by `split`) with each target's Osft optimizer. comm may be null.
+  // registers the trained factors as aliases of their target in `groups`, and gives each
+  // target's Osft optimizer the shard group (the ranks the factor rows are split over; comm, or
+  // null when every rank holds whole factors) and the frozen rows this rank holds by `split`.
   OsftReparam(model::Gpt& gpt, optim::OptimizerSet& groups, comm::Communicator* comm,
-              optim::RowSplit split);
+              comm::Communicator* shard_group, optim::RowSplit split);
+  // As above when `groups` has an osft target, else null.
+  static std::unique_ptr<OsftReparam> create_if_targeted(model::Gpt& gpt,
+                                                         optim::OptimizerSet& groups,
+                                                         comm::Communicator* comm,
+                                                         comm::Communicator* shard_group,
+                                                         optim::RowSplit split);
+
+  // The trainables with every target's dense weight replaced by its trained factors (appended
+  // in target order; the model's gradient of a target is mapped, not reduced).
+  std::vector<Trainable> replace_trainables(std::vector<Trainable> model_trainables);
+
+  // Decomposes every target again from the model's current weights (after pretrained weights
+  // were written into the model), overwriting the factors in place; before the first step.
+  void redecompose(comm::Communicator* comm);
 
   const std::vector<Target>& targets() const { return targets_; }
   std::vector<Factor>& factors() { return factors_; }
@@ -61,15 +79,24 @@ class OsftReparam {
   // Writes the dense weights of the targets of `layer` into the model (all layers: write_all).
   void write_dense(int layer);
   void write_all();
-  // Adds the chain-rule gradients of the targets of `layer` from the model's dense gradients.
+  // Adds the chain-rule gradients of the targets of `layer` from the model's dense gradients and
+  // zeroes those (the next micro-step accumulates afresh). map_all_grads: every layer.
   void map_grads(int layer);
+  void map_all_grads();
   // Zeroes the trained factors' gradients.
   void zero_grads();
+
+  // Checkpoints: the frozen factors, whole, saved by rank 0 under "osft/<target>.<factor>"; a
+  // loaded checkpoint must hold every one with the expected shape (errors name the tensor).
+  void save_frozen(std::vector<SavedSlice>& slices, int rank) const;
+  void load_frozen(const CheckpointReader& reader);
 
   // The full factors of target i (views of the factor tensors).
   optim::OsftFactors full(size_t i) const;
 
  private:
+  void map_target_grads(size_t i);
+
   model::Gpt& gpt_;
   std::vector<Target> targets_;
   std::vector<Factor> factors_;  // six per target, in optim::kOsftFactorNames order

@@ -12,6 +12,7 @@
 #include "engine/core/check.h"
 #include "engine/data/data_loader.h"
 #include "engine/data/val_loader.h"
+#include "engine/osft_reparam.h"
 #include "engine/sharded_state.h"
 #include "engine/trainable.h"
 
@@ -116,6 +117,15 @@ Trainer::Trainer(Config config, comm::Communicator& comm, bool with_train_data, 
     const std::string file = config_.optim.empty() ? source : config_.optim.front().file;
     throw core::Error("config error: " + file + ": optim: " + e.what());
   }
+  // OSFT targets train as factors held beside the model (engine/osft_reparam.h), row-sharded
+  // like the plan splits them; they rest whole on every rank, which stage 3 does not provide.
+  osft_ = OsftReparam::create_if_targeted(*gpt_, *optim_, &comm_, &comm_, &comm::shard_range);
+  if (osft_) {
+    ENGINE_CHECK(config_.zero.stage <= 2 || !with_train_data,
+                 "config error: " + source + ": key 'zero.stage' = 3 is not supported with " +
+                     "osft targets (their factors rest whole on every rank); use 1 or 2");
+    trainables = osft_->replace_trainables(std::move(trainables));
+  }
   std::vector<comm::ParamInfo> infos;
   for (Trainable& t : trainables) {
     t.placement = optim_->placement(t.name);
@@ -173,6 +183,7 @@ Trainer::~Trainer() = default;
 void Trainer::backward(bool last) {
   zero_->begin_backward(last);
   gpt_->backward();
+  if (osft_) osft_->map_all_grads();  // dL/dW -> the trained factors, before their reduction
   zero_->end_backward();
 }
 
@@ -242,6 +253,7 @@ StepRecord Trainer::train_step() {
   optim_->step(zero_->optimizer_shards(), ctx);
   end_phase("optimizer");
   zero_->publish_params();
+  if (osft_) osft_->write_all();  // the dense weights the model reads, from the new factors
   end_phase("gather_params");
 
   ++step_;
@@ -294,7 +306,8 @@ std::string Trainer::save_checkpoint() {
   if (rank == 0) prepare_staging(root, step_);
   comm_.barrier();
 
-  const RankState state = sharded_rank_state(*plan_, zero_->local_values(), optim_->state());
+  RankState state = sharded_rank_state(*plan_, zero_->local_values(), optim_->state());
+  if (osft_) osft_->save_frozen(state.slices, rank);
   write_rank_file(staging_path(root, step_), rank, state.slices, state.counters);
   comm_.barrier();
 
@@ -319,6 +332,10 @@ void Trainer::load_checkpoint(const std::string& dir, bool params_only) {
   const Manifest& m = reader.manifest();
   read_local_params(reader, *plan_, zero_->local_values());
   zero_->publish_params();
+  if (osft_) {
+    osft_->load_frozen(reader);
+    osft_->write_all();
+  }
   if (params_only) return;
   optim_->load_state(read_optimizer_state(reader, *plan_, zero_->local_values()));
 

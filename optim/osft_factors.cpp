@@ -80,6 +80,10 @@ core::Tensor& factor_by_name(OsftFactors& f, const std::string& factor) {
   ENGINE_FAIL("osft: unknown factor '" + factor + "'");
 }
 
+const core::Tensor& factor_by_name(const OsftFactors& f, const std::string& factor) {
+  return factor_by_name(const_cast<OsftFactors&>(f), factor);
+}
+
 OsftFactors osft_decompose(const core::Tensor& weight, int64_t k_high) {
   check_matrix(weight, "a decomposed weight");
   const int64_t n = weight.size(0), m = weight.size(1), rank = std::min(n, m);

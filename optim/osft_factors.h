@@ -38,6 +38,7 @@ struct OsftFactors {
 inline constexpr const char* kOsftFactorNames[] = {"U_high", "S_high", "V_high",
                                                    "U_low",  "S_low",  "V_low"};
 core::Tensor& factor_by_name(OsftFactors& f, const std::string& factor);
+const core::Tensor& factor_by_name(const OsftFactors& f, const std::string& factor);
 
 // Thin SVD of W (host f32 [N, M]) in float64, singular values descending, split at k_high
 // (0 < k_high < min(N, M)), cast to f32. Signs are canonical: each pair (u_i, v_i) is flipped

@@ -33,7 +33,8 @@ TEST_P(ShippedConfig, ParsesAndGroupsCoverTheModel) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Configs, ShippedConfig,
-                         ::testing::Values("tiny", "cpu_small", "speedrun_cpu", "gpt2_124m"));
+                         ::testing::Values("tiny", "cpu_small", "speedrun_cpu", "gpt2_124m",
+                                           "osft_tiny"));
 
 // README.md carries the generated reference table; regenerate it with
 // `engine config-reference` when a key changes.

@@ -106,7 +106,7 @@ TEST(OsftReparam, FiftyRealStepsKeepTheInvariants) {
   const float loss0 = run.loss();
 
   optim::OptimizerSet set(groups(0.25), run.specs);
-  engine::OsftReparam reparam(run.gpt, set, nullptr, &comm::shard_range);
+  engine::OsftReparam reparam(run.gpt, set, nullptr, nullptr, &comm::shard_range);
   ASSERT_EQ(reparam.targets().size(), 8u);  // 4 matrices x 2 blocks
   for (const auto& t : reparam.targets()) {
     const double diff =
@@ -131,6 +131,7 @@ TEST(OsftReparam, FiftyRealStepsKeepTheInvariants) {
     reparam.write_all();
   }
   EXPECT_LT(last, first - 0.1f) << "OSFT should still fit the batch";
+  const float tuned_loss = run.loss();
   for (size_t i = 0; i < reparam.targets().size(); ++i) {
     const optim::OsftFactors f = reparam.full(i);
     const MatD uh = mat(f.U_high), vh = mat(f.V_high);
@@ -148,6 +149,16 @@ TEST(OsftReparam, FiftyRealStepsKeepTheInvariants) {
     EXPECT_GT((w - mat(pretrained[reparam.targets()[i].param])).cwiseAbs().maxCoeff(), 1e-3)
         << name;
   }
+
+  // Decomposing again from the tuned weights (what a next fine-tuning phase does) keeps the
+  // model: the factors are a fresh SVD of the weights the model holds.
+  reparam.redecompose(nullptr);
+  EXPECT_NEAR(run.loss(), tuned_loss, 1e-4);
+  for (size_t i = 0; i < reparam.targets().size(); ++i) {
+    const optim::OsftFactors f = reparam.full(i);
+    const MatD uh = mat(f.U_high), ul = mat(f.U_low);
+    EXPECT_LT((uh.transpose() * ul).cwiseAbs().maxCoeff(), 1e-5) << reparam.targets()[i].name;
+  }
 }
 
 // dL/dS_low through the real model (chain rule from the model's dW) against central differences
@@ -156,7 +167,7 @@ TEST(OsftReparam, ChainRuleThroughTheModelMatchesFiniteDifferences) {
   TinyRun run;
   pretrain(run, 5);
   optim::OptimizerSet set(groups(0.5), run.specs);
-  engine::OsftReparam reparam(run.gpt, set, nullptr, &comm::shard_range);
+  engine::OsftReparam reparam(run.gpt, set, nullptr, nullptr, &comm::shard_range);
   reparam.zero_grads();
   run.forward_backward();
   for (int layer = -1; layer < 2; ++layer)

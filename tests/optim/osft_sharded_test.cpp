@@ -103,7 +103,7 @@ TEST(OsftSharded, SpreadDecompositionEqualsLocal) {
     optim::OsftFactors local = optim::osft_decompose(targets[i].weight, targets[i].k_high);
     for (const char* f : optim::kOsftFactorNames) {
       const core::Tensor& a = optim::factor_by_name(local, f);
-      const core::Tensor& b = optim::factor_by_name(const_cast<optim::OsftFactors&>(spread[i]), f);
+      const core::Tensor& b = optim::factor_by_name(spread[i], f);
       EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()), 0) << targets[i].name << f;
     }
   }
