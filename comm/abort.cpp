@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <new>
+#include <string>
 
 namespace comm {
 
@@ -47,6 +49,10 @@ void abort_job(const std::string& message) {
 int run_guarded(const std::function<int()>& fn) {
   try {
     return fn();
+  } catch (const std::bad_alloc& e) {
+    abort_job(std::string("out of memory (") + e.what() +
+              "): the model, batch or data do not fit this machine; lower model sizes, "
+              "train.micro_batch or the number of ranks per machine");
   } catch (const std::exception& e) {
     abort_job(e.what());
   } catch (...) {

@@ -17,7 +17,9 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   MPI_Initialized(&initialized);
   ENGINE_CHECK(!initialized, "MpiSession: MPI is already initialised");
   int provided = 0;
-  int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  // MULTIPLE for the collective watchdog's helper thread (comm/watchdog.h); FUNNELED suffices
+  // otherwise (the watchdog then stays off).
+  int rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
   ENGINE_CHECK(rc == MPI_SUCCESS, "MpiSession: MPI_Init_thread failed");
   ENGINE_CHECK(provided >= MPI_THREAD_FUNNELED, "MpiSession: MPI provides thread level " +
                                                     std::to_string(provided) +

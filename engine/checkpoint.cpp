@@ -1,13 +1,17 @@
 #include "engine/checkpoint.h"
 
+#include <fcntl.h>
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "engine/core/check.h"
@@ -20,6 +24,7 @@ namespace {
 
 constexpr const char* kManifest = "manifest.yaml";
 constexpr const char* kFormat = "engine-checkpoint-1";
+constexpr const char* kChecksumKey = "manifest_fnv1a64";
 
 std::string hex64(uint64_t v) {
   char buf[20];
@@ -61,6 +66,30 @@ int64_t step_of_dir_name(const std::string& name) {
   for (size_t i = 5; i < name.size(); ++i)
     if (name[i] < '0' || name[i] > '9') return -1;
   return std::stoll(name.substr(5));
+}
+
+// Writes `text` to `path` and fsyncs it; a failure (disk full, permission) names the file and
+// the reason.
+void write_file_durably(const std::string& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ENGINE_CHECK(fd >= 0, "checkpoint: cannot create " + path + ": " + std::strerror(errno));
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t w = ::write(fd, text.data() + done, text.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      const std::string reason = w < 0 ? std::strerror(errno) : "nothing written";
+      ::close(fd);
+      ENGINE_FAIL("checkpoint: writing " + path + " failed after " + std::to_string(done) + " of " +
+                  std::to_string(text.size()) + " bytes: " + reason);
+    }
+    done += static_cast<size_t>(w);
+  }
+  const bool synced = ::fsync(fd) == 0;
+  const std::string reason = synced ? "" : std::strerror(errno);
+  const bool closed = ::close(fd) == 0;
+  ENGINE_CHECK(synced && closed, "checkpoint: writing " + path + " failed: " +
+                                     (synced ? std::string(std::strerror(errno)) : reason));
 }
 
 // Elements of `shape` before and after dimension `dim`.
@@ -203,13 +232,11 @@ std::string commit_checkpoint(const std::string& root, Manifest manifest, int ke
   out << YAML::Key << "config" << YAML::Value << YAML::Literal << manifest.config_yaml;
   out << YAML::EndMap;
 
+  // The manifest checksums itself: its last line is the FNV-1a 64 of every byte before it.
+  std::string text = std::string(out.c_str()) + "\n";
+  text += std::string(kChecksumKey) + ": " + hex64(fnv1a64(text.data(), text.size())) + "\n";
   const fs::path manifest_tmp = fs::path(staging) / (std::string(kManifest) + ".tmp");
-  {
-    std::ofstream f(manifest_tmp);
-    f << out.c_str() << "\n";
-    f.flush();
-    ENGINE_CHECK(f.good(), "cannot write " + manifest_tmp.string());
-  }
+  write_file_durably(manifest_tmp.string(), text);
   fs::rename(manifest_tmp, fs::path(staging) / kManifest);
 
   // Replace an older checkpoint of the same step (a resumed run saving again) only once the new
@@ -255,12 +282,72 @@ std::vector<std::string> list_checkpoints(const std::string& root) {
   return dirs;
 }
 
+namespace {
+
+void check_manifest_checksum(const std::string& path, const std::string& text) {
+  const std::string marker = std::string("\n") + kChecksumKey + ": ";
+  const size_t at = text.rfind(marker);
+  ENGINE_CHECK(at != std::string::npos,
+               "checkpoint manifest " + path + " has no " + kChecksumKey +
+                   " line: it is cut short, or was written by an engine without manifest "
+                   "checksums");
+  const size_t body = at + 1;  // the checksum covers every byte before its own line
+  const std::string saved = text.substr(at + marker.size(), 16);
+  const std::string actual = hex64(fnv1a64(text.data(), body));
+  ENGINE_CHECK(saved == actual, "checkpoint manifest " + path +
+                                    " was changed after it was "
+                                    "written: its checksum is " +
+                                    actual + ", its " + kChecksumKey + " line says " + saved);
+}
+
+// The manifest's own numbers must agree with each other and with the folder's name.
+void check_manifest_consistency(const std::string& path, const std::string& folder,
+                                const Manifest& m) {
+  auto refuse = [&](const std::string& what) {
+    ENGINE_FAIL("checkpoint manifest " + path + " is inconsistent: " + what);
+  };
+  if (m.step < 0) refuse("step " + std::to_string(m.step) + " is negative");
+  if (m.world_size < 1) refuse("world_size " + std::to_string(m.world_size) + " is below 1");
+  const int64_t folder_step = step_of_dir_name(folder);
+  if (folder_step >= 0 && folder_step != m.step)
+    refuse("step " + std::to_string(m.step) + " but the folder is " + folder);
+  auto data_step = m.state.find("data.step");
+  if (data_step != m.state.end() && data_step->second != std::to_string(m.step))
+    refuse("step " + std::to_string(m.step) + " but data.step " + data_step->second);
+  // Optimizer step counters advance at most once per training step.
+  for (const auto& [key, value] : m.counters)
+    if (value < 0 || (key.ends_with("/step") && value > m.step))
+      refuse("optimizer counter " + key + " = " + std::to_string(value) + " is outside [0, step " +
+             std::to_string(m.step) + "]");
+}
+
+}  // namespace
+
 Manifest read_manifest(const std::string& dir) {
   const std::string path = (fs::path(dir) / kManifest).string();
-  ENGINE_CHECK(fs::exists(path), "checkpoint " + dir + " is incomplete: " + path + " is missing");
+  std::error_code ec;
+  ENGINE_CHECK(fs::exists(dir, ec), "checkpoint " + dir + " does not exist");
+  ENGINE_CHECK(fs::is_directory(dir, ec),
+               "checkpoint " + dir + " is not a folder (a checkpoint is a step_XXXXXXXX folder)");
+  if (!fs::exists(path)) {
+    // A checkpoint.dir given where one of its checkpoints was meant.
+    const std::vector<std::string> inside = list_checkpoints(dir);
+    ENGINE_CHECK(inside.empty(), "checkpoint " + dir +
+                                     " is a folder of checkpoints, not a checkpoint: give one "
+                                     "of them, e.g. the newest " +
+                                     inside.back());
+    ENGINE_FAIL("checkpoint " + dir + " is incomplete: " + path + " is missing");
+  }
+  std::string text;
+  {
+    std::ifstream in(path, std::ios::binary);
+    ENGINE_CHECK(in.good(), "checkpoint manifest " + path + " cannot be read");
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  check_manifest_checksum(path, text);
   YAML::Node root;
   try {
-    root = YAML::LoadFile(path);
+    root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
     ENGINE_FAIL("checkpoint manifest " + path + " is unreadable: " + e.what());
   }
@@ -295,6 +382,7 @@ Manifest read_manifest(const std::string& dir) {
   } catch (const YAML::Exception& e) {
     ENGINE_FAIL("checkpoint manifest " + path + " is malformed: " + e.what());
   }
+  check_manifest_consistency(path, fs::path(dir).lexically_normal().filename().string(), m);
   return m;
 }
 

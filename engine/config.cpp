@@ -5,8 +5,10 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "engine/core/check.h"
@@ -59,6 +61,7 @@ std::vector<FieldInfo> make_fields() {
   ENGINE_TRAIN_FIELDS(ENGINE_CONFIG_ENTRY)
   ENGINE_ZERO_FIELDS(ENGINE_CONFIG_ENTRY)
   ENGINE_CHECKPOINT_FIELDS(ENGINE_CONFIG_ENTRY)
+  ENGINE_COMM_FIELDS(ENGINE_CONFIG_ENTRY)
   ENGINE_LOG_FIELDS(ENGINE_CONFIG_ENTRY)
 #undef ENGINE_CONFIG_ENTRY
   Config defaults;
@@ -161,8 +164,9 @@ void parse_optim_groups(Config& config, const YAML::Node& node, const std::strin
 void parse_map(Config& config, const YAML::Node& node, const std::string& prefix,
                const std::string& source, std::vector<std::string>& seen) {
   for (auto it = node.begin(); it != node.end(); ++it) {
-    const YAML::Node& key_node = it->first;
-    const YAML::Node& value = it->second;
+    // Copies: it-> is a proxy whose members do not outlive the expression.
+    const YAML::Node key_node = it->first;
+    const YAML::Node value = it->second;
     if (!key_node.IsScalar())
       config_error(where(source, key_node.Mark()), "keys must be plain names");
     std::string key = prefix.empty() ? key_node.Scalar() : prefix + "." + key_node.Scalar();
@@ -202,12 +206,21 @@ void parse_map(Config& config, const YAML::Node& node, const std::string& prefix
 }
 
 YAML::Node load_yaml_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    config_error(path, "is a directory, not a YAML file (give the config file, e.g. " +
+                           (std::filesystem::path(path) / "tiny.yaml").string() + ")");
   std::ifstream in(path);
-  if (!in) config_error(path, "cannot open the file");
+  if (!in)
+    config_error(path,
+                 std::string("cannot open the file: ") +
+                     (std::filesystem::exists(path, ec) ? std::strerror(errno) : "no such file"));
   try {
     return YAML::Load(in);
   } catch (const YAML::ParserException& e) {
     config_error(where(path, e.mark), "YAML syntax error: " + e.msg);
+  } catch (const std::exception& e) {
+    config_error(path, std::string("cannot read the file: ") + e.what());
   }
 }
 
@@ -217,6 +230,13 @@ void parse_optim_groups(Config& config, const YAML::Node& node, const std::strin
   if (node.IsScalar()) {
     std::filesystem::path preset = node.Scalar();
     if (preset.is_relative()) preset = std::filesystem::path(source).parent_path() / preset;
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(preset, ec))
+      config_error(where(source, node.Mark()),
+                   "'optim' is '" + node.Scalar() +
+                       "': expected a list of parameter groups ({params: [globs], optimizer: "
+                       "name, ...}) or the path of a preset file, but there is no file " +
+                       preset.string());
     YAML::Node root = load_yaml_file(preset.string());
     if (!root.IsMap() || !root["optim"])
       config_error(where(source, node.Mark()),
@@ -343,6 +363,16 @@ void validate_config(const Config& c) {
   };
   if (c.model.arch != "gpt2" && c.model.arch != "modern")
     fail("model.arch", "must be gpt2 or modern, got '" + c.model.arch + "'");
+  // The model keeps its sizes in int; a size beyond that is a typo, not a model.
+  for (const auto& [key, value] :
+       {std::pair<const char*, int64_t>{"model.n_layer", c.model.n_layer},
+        {"model.n_head", c.model.n_head},
+        {"model.d_model", c.model.d_model},
+        {"model.seq_len", c.model.seq_len},
+        {"model.moe.experts", c.model.moe_experts},
+        {"model.moe.top_k", c.model.moe_top_k}})
+    if (value > std::numeric_limits<int32_t>::max())
+      fail(key, "is " + std::to_string(value) + ", above the largest model size 2^31 - 1");
   if (c.model.n_layer < 1) fail("model.n_layer", "must be >= 1");
   if (c.model.n_head < 1) fail("model.n_head", "must be >= 1");
   if (c.model.d_model < 1 || c.model.d_model % c.model.n_head != 0)
@@ -377,6 +407,7 @@ void validate_config(const Config& c) {
   if (c.zero.stage < 1 || c.zero.stage > 3) fail("zero.stage", "must be 1, 2 or 3");
   if (c.checkpoint.every < 0) fail("checkpoint.every", "must be >= 0");
   if (c.checkpoint.keep < 1) fail("checkpoint.keep", "must be >= 1");
+  if (c.comm.timeout_s < 0) fail("comm.timeout_s", "must be >= 0 (0 = no watchdog)");
   if (c.log.every < 1) fail("log.every", "must be >= 1");
 }
 
@@ -455,7 +486,8 @@ std::string config_reference_markdown() {
     s += "| `" + f.key + "` | " + f.type + " | " + def + " | " + doc + " |\n";
   }
   s += "| `optim` | list | (required) | parameter groups `{params: [globs], optimizer: name, "
-       "<hyperparameters>}`, first match wins; or the path of a preset file |\n";
+       "<hyperparameters>}`, first match wins; a group naming no parameter is an error unless it "
+       "says `optional: true`; or the path of a preset file |\n";
   return s;
 }
 

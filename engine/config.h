@@ -66,27 +66,43 @@ inline constexpr bool kOptional = false;
   F(train, double, target_val_loss, "target_val_loss", 0.0, kOptional,                             \
     "stop when val_loss <= this and report the time to reach it (0 = off)")                        \
   F(train, int64_t, warmup_steps, "warmup_steps", 0, kOptional,                                    \
-    "untimed warm-up forward/backward passes before step 1 (no update)")
+    "untimed warm-up forward/backward passes before step 1 (no update)")                           \
+  F(train, std::string, init_from, "init_from", "", kOptional,                                     \
+    "start from trained weights (fresh optimizer state, step 0): a checkpoint folder, an engine "  \
+    "export .safetensors or a Hugging Face GPT-2 folder; ignored when resuming")
 
 #define ENGINE_ZERO_FIELDS(F)                                                               \
   F(zero, int64_t, stage, "stage", 1, kOptional,                                            \
     "1 = optimizer state sharded, 2 = + gradients, 3 = + parameters (rest as local parts, " \
     "gathered layer by layer; full gradients exist one layer at a time)")
 
-#define ENGINE_CHECKPOINT_FIELDS(F)                                                    \
-  F(checkpoint, std::string, dir, "dir", "checkpoints", kOptional,                     \
-    "directory holding the step_%08d checkpoint folders")                              \
-  F(checkpoint, int64_t, every, "every", 0, kOptional, "save every N steps (0 = off)") \
-  F(checkpoint, bool, at_end, "at_end", true, kOptional, "save after the last step")   \
-  F(checkpoint, int64_t, keep, "keep", 3, kOptional, "keep the newest K checkpoints")  \
-  F(checkpoint, std::string, resume, "resume", "", kOptional,                          \
-    "empty = fresh start, auto = newest complete checkpoint in dir, or a checkpoint path")
+#define ENGINE_CHECKPOINT_FIELDS(F)                                                        \
+  F(checkpoint, std::string, dir, "dir", "checkpoints", kOptional,                         \
+    "directory holding the step_%08d checkpoint folders")                                  \
+  F(checkpoint, int64_t, every, "every", 0, kOptional, "save every N steps (0 = off)")     \
+  F(checkpoint, bool, at_end, "at_end", true, kOptional, "save after the last step")       \
+  F(checkpoint, int64_t, keep, "keep", 3, kOptional, "keep the newest K checkpoints")      \
+  F(checkpoint, std::string, resume, "resume", "", kOptional,                              \
+    "empty = fresh start, auto = newest complete checkpoint in dir, or a checkpoint path") \
+  F(checkpoint, bool, overwrite, "overwrite", false, kOptional,                            \
+    "a fresh start first deletes an earlier run's step_* checkpoints in dir and "          \
+    "metrics.jsonl in log.dir (false: such a start is refused)")                           \
+  F(checkpoint, bool, on_signal, "on_signal", true, kOptional,                             \
+    "on SIGTERM / SIGINT finish the current step, save a checkpoint, exit 143 / 130")
 
-#define ENGINE_LOG_FIELDS(F)                                                           \
-  F(log, std::string, dir, "dir", "runs/default", kOptional,                           \
-    "run directory for metrics.jsonl and config.yaml")                                 \
-  F(log, int64_t, every, "every", 1, kOptional, "print a training line every N steps") \
-  F(log, bool, metrics, "metrics", true, kOptional, "write metrics.jsonl (rank 0)")
+#define ENGINE_COMM_FIELDS(F)                                                        \
+  F(comm, double, timeout_s, "timeout_s", 300.0, kOptional,                          \
+    "abort the job when a collective waits longer than this for a rank, naming the " \
+    "collective and the ranks that did not arrive (0 = wait forever)")
+
+#define ENGINE_LOG_FIELDS(F)                                                                   \
+  F(log, std::string, dir, "dir", "runs/default", kOptional,                                   \
+    "run directory for metrics.jsonl, log.txt and config.yaml")                                \
+  F(log, int64_t, every, "every", 1, kOptional, "print a training line every N steps")         \
+  F(log, bool, metrics, "metrics", true, kOptional, "write metrics.jsonl (rank 0)")            \
+  F(log, double, peak_gflops, "peak_gflops", 0.0, kOptional,                                   \
+    "peak GFLOP/s of one rank's device, for the console's mfu (0 = the GPU table; unknown on " \
+    "the CPU)")
 
 #define ENGINE_CONFIG_MEMBER(section, type, member, key, def, required, doc) type member = def;
 
@@ -104,6 +120,9 @@ struct ZeroSection {
 };
 struct CheckpointSection {
   ENGINE_CHECKPOINT_FIELDS(ENGINE_CONFIG_MEMBER)
+};
+struct CommSection {
+  ENGINE_COMM_FIELDS(ENGINE_CONFIG_MEMBER)
 };
 struct LogSection {
   ENGINE_LOG_FIELDS(ENGINE_CONFIG_MEMBER)
@@ -126,6 +145,7 @@ struct Config {
   std::vector<OptimGroup> optim;
   ZeroSection zero;
   CheckpointSection checkpoint;
+  CommSection comm;
   LogSection log;
   std::string source;  // the YAML file it came from ("" when built in code)
 };

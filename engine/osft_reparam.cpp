@@ -85,6 +85,12 @@ void OsftReparam::redecompose(comm::Communicator* comm) {
   write_all();
 }
 
+bool OsftReparam::is_factor(const std::string& name) const {
+  for (const Factor& f : factors_)
+    if (f.name == name) return true;
+  return false;
+}
+
 bool OsftReparam::is_target(const std::string& param) const {
   for (const Target& t : targets_)
     if (t.name == param) return true;
@@ -174,6 +180,24 @@ void OsftReparam::load_frozen(const CheckpointReader& reader) {
 void OsftReparam::zero_grads() {
   for (Factor& f : factors_)
     if (f.trained) f.grad.fill(0.0f);
+}
+
+std::map<std::string, core::Tensor> dense_checkpoint_weights(const std::string& dir,
+                                                             const model::ParamTable& table) {
+  const CheckpointReader reader(dir);
+  std::map<std::string, core::Tensor> out;
+  for (const model::ParamInfo& p : table.params()) {
+    const std::string key = "param/" + p.name;
+    ENGINE_CHECK(reader.has(key), "train.init_from: checkpoint " + dir + " has no parameter " +
+                                      p.name + " (an OSFT-trained checkpoint holds factors: " +
+                                      "`engine export` writes its dense weights)");
+    ENGINE_CHECK(reader.global_shape(key) == p.shape,
+                 "train.init_from: checkpoint " + dir + ": parameter " + p.name + " has shape " +
+                     core::shape_str(reader.global_shape(key)) + ", the model expects " +
+                     core::shape_str(p.shape));
+    out[p.name] = reader.read_full(key);
+  }
+  return out;
 }
 
 }  // namespace engine

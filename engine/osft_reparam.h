@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -75,6 +76,7 @@ class OsftReparam {
   std::vector<Factor>& factors() { return factors_; }
   const std::vector<Factor>& factors() const { return factors_; }
   bool is_target(const std::string& param) const;
+  bool is_factor(const std::string& name) const;
 
   // Writes the dense weights of the targets of `layer` into the model (all layers: write_all).
   void write_dense(int layer);
@@ -101,5 +103,11 @@ class OsftReparam {
   std::vector<Target> targets_;
   std::vector<Factor> factors_;  // six per target, in optim::kOsftFactorNames order
 };
+
+// Every model parameter of a checkpoint folder, whole, for train.init_from with OSFT targets
+// (whose factors are computed from the dense weights); a missing parameter or a shape other than
+// the model's is refused, naming the tensor.
+std::map<std::string, core::Tensor> dense_checkpoint_weights(const std::string& dir,
+                                                             const model::ParamTable& table);
 
 }  // namespace engine

@@ -7,14 +7,21 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
+#include "comm/shard_ops.h"
 #include "engine/checkpoint.h"
+#include "engine/console_log.h"
 #include "engine/core/check.h"
 #include "engine/data/data_loader.h"
 #include "engine/data/val_loader.h"
 #include "engine/osft_reparam.h"
+#include "engine/resume_check.h"
 #include "engine/sharded_state.h"
+#include "engine/stop_signal.h"
 #include "engine/trainable.h"
+#include "model/hf_gpt2.h"
+#include "model/weights_io.h"
 
 namespace engine {
 
@@ -250,6 +257,7 @@ StepRecord Trainer::train_step() {
   ctx.total_steps = config_.train.steps;
   ctx.lr_scale = lr_scale;
   ctx.backend = &gpt_->backend();
+  ctx.comm = &comm_;
   optim_->step(zero_->optimizer_shards(), ctx);
   end_phase("optimizer");
   zero_->publish_params();
@@ -321,6 +329,7 @@ std::string Trainer::save_checkpoint() {
     m.state["data.step"] = std::to_string(step_);
     m.state["train.tokens"] = std::to_string(tokens_);
     m.state["train.time_ms"] = double_text(train_time_ms_);
+    if (loader_) record_data_state(m, *loader_);
     dir = commit_checkpoint(root, m, static_cast<int>(config_.checkpoint.keep));
   }
   comm_.barrier();
@@ -330,6 +339,13 @@ std::string Trainer::save_checkpoint() {
 void Trainer::load_checkpoint(const std::string& dir, bool params_only) {
   CheckpointReader reader(dir);
   const Manifest& m = reader.manifest();
+  if (!params_only) {
+    std::vector<std::string> names;
+    for (size_t i = 0; i < plan_->num_params(); ++i)
+      names.push_back(plan_->param(i).name);
+    check_same_optimizers(dir, m, config_, names);
+    if (loader_) check_same_data(dir, m, *loader_);
+  }
   read_local_params(reader, *plan_, zero_->local_values());
   zero_->publish_params();
   if (osft_) {
@@ -346,6 +362,39 @@ void Trainer::load_checkpoint(const std::string& dir, bool params_only) {
   step_ = std::stoll(state_value(m, "data.step", dir));
   tokens_ = std::stoll(state_value(m, "train.tokens", dir));
   train_time_ms_ = std::stod(state_value(m, "train.time_ms", dir));
+}
+
+void Trainer::init_params_from(const std::string& source) {
+  const bool checkpoint = fs::exists(fs::path(source) / "manifest.yaml");
+  if (checkpoint && !osft_) {
+    load_checkpoint(source, /*params_only=*/true);
+    return;
+  }
+  std::map<std::string, core::Tensor> weights;
+  if (checkpoint) {  // OSFT reads the dense weights whole, then decomposes them
+    weights = dense_checkpoint_weights(source, gpt_->table());
+  } else if (model::is_hf_gpt2_dir(source)) {
+    weights = model::read_hf_gpt2(source, model_config_of(config_));
+  } else {
+    ENGINE_CHECK(fs::is_regular_file(source),
+                 "train.init_from: '" + source +
+                     "' is neither a checkpoint folder (manifest.yaml), a Hugging Face GPT-2 "
+                     "folder (config.json, model.safetensors) nor a safetensors file");
+    weights = model::read_weights(source, gpt_->table());
+  }
+  // Every rank holds the whole weights: it keeps its local parts, then publishes them as a
+  // checkpoint load does.
+  for (size_t i = 0; i < plan_->num_params(); ++i) {
+    const core::Tensor& local = zero_->local_value(i);
+    if (local.defined() && !(osft_ && osft_->is_factor(plan_->param(i).name)))
+      comm::copy_local_part(comm_, *plan_, i, weights.at(plan_->param(i).name), local);
+  }
+  zero_->publish_params();
+  if (osft_) {  // the targets' pretrained weights into the model, then their fresh SVDs
+    for (const OsftReparam::Target& t : osft_->targets())
+      gpt_->param(t.param).copy_from(weights.at(t.name));
+    osft_->redecompose(&comm_);
+  }
 }
 
 void Trainer::print_banner() const {
@@ -386,12 +435,25 @@ void Trainer::warm_up() {
 TrainSummary Trainer::run() {
   TrainSummary summary;
   const std::string resume = resolve_resume(config_.checkpoint.dir, config_.checkpoint.resume);
+  std::unique_ptr<LogFile> log_file;  // every console line also in <log.dir>/log.txt
+  if (comm_.rank() == 0)
+    log_file = std::make_unique<LogFile>((fs::path(config_.log.dir) / "log.txt").string(),
+                                         /*append=*/!resume.empty());
   if (!resume.empty()) {
     load_checkpoint(resume);
+    check_steps_left(resume, step_, config_);
     spdlog::info("resumed from {} at step {}", resume, step_);
+  } else if (!config_.train.init_from.empty()) {
+    init_params_from(config_.train.init_from);
+    spdlog::info("initialised the weights from {}", config_.train.init_from);
   }
   print_banner();
   const int64_t total = config_.train.steps;
+  // All ranks' peak, for the console's mfu.
+  std::optional<double> peak_gflops = config_.log.peak_gflops > 0
+                                          ? std::optional<double>(config_.log.peak_gflops)
+                                          : gpu_peak_gflops(gpt_->backend().name());
+  if (peak_gflops) *peak_gflops *= comm_.size();
   std::unique_ptr<MetricsWriter> metrics;
   if (comm_.rank() == 0) {
     fs::create_directories(config_.log.dir);
@@ -420,9 +482,16 @@ TrainSummary Trainer::run() {
   bool stop = false;
   while (step_ < total && !stop) {
     StepRecord r = train_step();
-    if (step_ % config_.log.every == 0 || step_ == total)
-      spdlog::info("{}", format_train_line(step_, total, *r.train_loss, train_time_ms_, r.lr,
-                                           r.tokens_per_s));
+    if (step_ % config_.log.every == 0 || step_ == total) {
+      const double eta_s = (train_time_ms_ / step_) * static_cast<double>(total - step_) / 1e3;
+      spdlog::info(
+          "{} {}",
+          format_train_line(step_, total, *r.train_loss, train_time_ms_, r.lr, r.tokens_per_s),
+          format_progress_fields(
+              eta_s, peak_gflops ? std::optional<double>(r.gflops / *peak_gflops) : std::nullopt));
+      spdlog::info(
+          "{}", format_stats_line(step_, total, r.grad_norm, r.peak_mem_bytes, r.live_mem_bytes));
+    }
     const bool last = step_ == total;
     if (val_loader_ && (last || (eval_every > 0 && step_ % eval_every == 0))) {
       const double val = eval_and_log(r);
@@ -436,9 +505,17 @@ TrainSummary Trainer::run() {
     }
     if (metrics) metrics->write(r);
     const bool periodic = config_.checkpoint.every > 0 && step_ % config_.checkpoint.every == 0;
-    if (periodic || ((last || stop) && config_.checkpoint.at_end)) {
+    const bool saved = periodic || ((last || stop) && config_.checkpoint.at_end);
+    if (saved) {
       summary.last_checkpoint = save_checkpoint();
       spdlog::info("checkpoint saved: {}", summary.last_checkpoint);
+    }
+    if (const int signal = agreed_stop_signal(comm_)) {
+      if (config_.checkpoint.on_signal && !saved) {
+        summary.last_checkpoint = save_checkpoint();
+        spdlog::info("checkpoint saved: {}", summary.last_checkpoint);
+      }
+      throw StoppedBySignal(signal, step_);
     }
   }
   summary.steps_done = step_;

@@ -68,6 +68,11 @@ class Trainer {
   // Restores parameters, optimizer state and the step counter from a checkpoint folder (any
   // world size). Parameters only (no optimizer state) when `params_only`.
   void load_checkpoint(const std::string& dir, bool params_only = false);
+  // Sets the parameters from trained weights (train.init_from): a checkpoint folder, a
+  // safetensors file of `engine export` or a Hugging Face GPT-2 folder. Optimizer state and the
+  // step counter are untouched (a fresh run's). Shapes are checked against the model config; a
+  // mismatch is refused naming the tensor.
+  void init_params_from(const std::string& source);
   // Saves a checkpoint of the current state (collective); returns its folder.
   std::string save_checkpoint();
 

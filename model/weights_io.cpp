@@ -51,15 +51,14 @@ void save_weights(const Gpt& gpt, const std::string& path) {
   writer.write(path);
 }
 
-void load_weights(Gpt& gpt, const std::string& path) {
+std::map<std::string, core::Tensor> read_weights(const std::string& path, const ParamTable& table) {
   core::SafetensorsReader reader(path);
-  const ParamTable& table = gpt.table();
   for (const auto& info : reader.tensors()) {
     ENGINE_CHECK(table.find(info.name).has_value(),
                  path + ": tensor '" + info.name + "' is not a parameter of this model");
   }
-  for (size_t i = 0; i < table.size(); ++i) {
-    const ParamInfo& p = table[i];
+  std::map<std::string, core::Tensor> out;
+  for (const ParamInfo& p : table.params()) {
     ENGINE_CHECK(reader.contains(p.name), path + ": parameter '" + p.name + "' is missing");
     const core::StTensorInfo& info = reader.info(p.name);
     ENGINE_CHECK(info.dtype == core::StDType::F32,
@@ -68,7 +67,15 @@ void load_weights(Gpt& gpt, const std::string& path) {
     ENGINE_CHECK(info.shape == p.shape, path + ": parameter '" + p.name + "' has shape " +
                                             core::shape_str(info.shape) + ", expected " +
                                             core::shape_str(p.shape));
-    core::Tensor host = reader.read(p.name);
+    out.emplace(p.name, reader.read(p.name));
+  }
+  return out;
+}
+
+void load_weights(Gpt& gpt, const std::string& path) {
+  const std::map<std::string, core::Tensor> weights = read_weights(path, gpt.table());
+  for (size_t i = 0; i < gpt.table().size(); ++i) {
+    const core::Tensor& host = weights.at(gpt.table()[i].name);
     gpt.backend().copy_from_host(gpt.param(i).raw_data(), host.raw_data(), host.nbytes());
   }
 }

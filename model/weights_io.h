@@ -6,6 +6,7 @@
 #include <map>
 #include <string>
 
+#include "engine/core/tensor.h"
 #include "model/gpt.h"
 
 namespace model {
@@ -16,8 +17,14 @@ std::map<std::string, std::string> config_metadata(const ModelConfig& config);
 // Writes every parameter (F32, table shapes, table order) and the config metadata.
 void save_weights(const Gpt& gpt, const std::string& path);
 
-// Loads every parameter. Refuses, with an error naming the file and the tensor, a file that
-// lacks a parameter, holds a tensor the model does not have, or has a wrong shape or dtype.
+// Every parameter of `table` from a file written by save_weights (host F32 tensors by name).
+// Refuses, with an error naming the file and the tensor, a file that lacks a parameter, holds a
+// tensor the model does not have, or has a wrong shape or dtype.
+std::map<std::string, core::Tensor> read_weights(const std::string& path, const ParamTable& table);
+
+// Loads every parameter (read_weights into the model). Refuses, with an error naming the file and
+// the tensor, a file that lacks a parameter, holds a tensor the model does not have, or has a wrong
+// shape or dtype.
 void load_weights(Gpt& gpt, const std::string& path);
 
 // Writes the scalar `loss` (the objective), `ce_loss` and `grad/<name>` for every parameter.

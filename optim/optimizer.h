@@ -13,6 +13,7 @@
 #include <span>
 #include <string>
 
+#include "comm/communicator.h"
 #include "comm/placement.h"
 #include "engine/core/backend.h"
 #include "engine/core/tensor.h"
@@ -29,10 +30,11 @@ struct ParamShard {
 };
 
 struct StepContext {
-  int64_t step = 1;                  // 1-based index of the step being taken
-  int64_t total_steps = 0;           // length of the run (momentum cool-down); 0 when unknown
-  double lr_scale = 1.0;             // the learning-rate schedule's multiplier at this step
-  core::Backend* backend = nullptr;  // where value/grad live; nullptr means the CPU backend
+  int64_t step = 1;                    // 1-based index of the step being taken
+  int64_t total_steps = 0;             // length of the run (momentum cool-down); 0 when unknown
+  double lr_scale = 1.0;               // the learning-rate schedule's multiplier at this step
+  core::Backend* backend = nullptr;    // where value/grad live; nullptr means the CPU backend
+  comm::Communicator* comm = nullptr;  // the shard group (optimizers that gather, e.g. tp_rekls)
 };
 
 // Optimizer state by key "<param>/<slot>" (tensors) and "<param>/<counter>" (integers).

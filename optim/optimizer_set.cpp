@@ -18,9 +18,11 @@ OptimizerSet::OptimizerSet(const YAML::Node& groups, std::span<const ParamSpec> 
     group.globs = reader.strings("params");
     const std::string name = reader.string("optimizer", "");
     if (name.empty()) reader.fail("", "missing 'optimizer'");
+    group.optional = reader.boolean("optional", false);
     HyperReader hyper(g, where + " (" + name + ")");
     hyper.skip("params");
     hyper.skip("optimizer");
+    hyper.skip("optional");
     group.optimizer = registry.create(name, hyper);
     groups_.push_back(std::move(group));
   }
@@ -46,6 +48,27 @@ OptimizerSet::OptimizerSet(const YAML::Node& groups, std::span<const ParamSpec> 
                   yaml_line(groups[found]) + "]");
     }
     groups_[found].params.push_back(p.name);
+  }
+  // A group none of whose globs names any parameter is a typo (or a config for another model):
+  // refused rather than silently stepping nothing, unless it says `optional: true` (a preset
+  // group for parameters only some model shapes have, e.g. lm_head.weight with an untied head).
+  // Names claimed by an earlier group count as named.
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    bool any = false;
+    for (const ParamSpec& p : params)
+      for (const std::string& glob : groups_[i].globs)
+        any = any || glob_match(glob, p.name);
+    if (any || groups_[i].optional || params.empty()) continue;
+    std::string globs, examples;
+    for (const auto& g : groups_[i].globs)
+      globs += (globs.empty() ? "'" : ", '") + g + "'";
+    for (size_t k = 0; k < params.size() && k < 4; ++k)
+      examples += (examples.empty() ? "" : ", ") + params[k].name;
+    ENGINE_FAIL("optimizer group " + std::to_string(i) + " (" + yaml_line(groups[i]) +
+                "): params " + globs +
+                " match no parameter of this model (its parameters are "
+                "named like " +
+                examples + ", ...)");
   }
   if (!unmatched.empty()) {
     std::string list;

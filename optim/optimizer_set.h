@@ -5,7 +5,8 @@
 //     optimizer: muon
 //     lr: 0.05            # the optimizer's hyperparameters, lr_mul / wd_mul included
 // Each parameter joins the FIRST group with a matching glob; a parameter matching no group is
-// an error listing all unmatched ones. Steps, placements and state go through the group.
+// an error listing all unmatched ones, and so is a group whose globs name no parameter at all
+// (unless the group says `optional: true`). Steps, placements and state go through the group.
 #pragma once
 
 #include <yaml-cpp/yaml.h>
@@ -59,6 +60,7 @@ class OptimizerSet {
     std::vector<std::string> globs;
     std::unique_ptr<Optimizer> optimizer;
     std::vector<std::string> params;
+    bool optional = false;  // may match no parameter (a preset shared by several model shapes)
   };
   std::vector<Group> groups_;
   std::map<std::string, size_t> group_of_;

@@ -4,6 +4,9 @@
 #include "optim/adamw.h"
 #include "optim/muon.h"
 #include "optim/osft.h"
+#include "optim/rekls.h"
+#include "optim/soap.h"
+#include "optim/tp_rekls.h"
 
 namespace optim {
 
@@ -19,6 +22,20 @@ Registry& Registry::global() {
     r->add("normuon", [](HyperReader& h) -> std::unique_ptr<Optimizer> {
       return std::make_unique<Muon>(MuonConfig::from_yaml(h, MuonConfig::normuon_defaults()),
                                     "normuon");
+    });
+    r->add("soap", [](HyperReader& h) -> std::unique_ptr<Optimizer> {
+      return std::make_unique<Soap>(SoapConfig::from_yaml(h, SoapConfig{}), "soap");
+    });
+    r->add("stacked_soap", [](HyperReader& h) -> std::unique_ptr<Optimizer> {
+      SoapConfig defaults;  // the reference's fixed settings: KL factors, QR refresh
+      defaults.use_kl_shampoo = true;
+      return std::make_unique<Soap>(SoapConfig::from_yaml(h, defaults), "stacked_soap", true);
+    });
+    r->add("rekls", [](HyperReader& h) -> std::unique_ptr<Optimizer> {
+      return std::make_unique<Soap>(rekls_config(h), "rekls");
+    });
+    r->add("tp_rekls", [](HyperReader& h) -> std::unique_ptr<Optimizer> {
+      return std::make_unique<TpRekls>(TpReklsConfig::from_yaml(h));
     });
     r->add("osft", [](HyperReader& h) -> std::unique_ptr<Optimizer> {
       return std::make_unique<Osft>(OsftConfig::from_yaml(h));

@@ -13,6 +13,20 @@
 //   osft     unfreeze_rank_ratio (required), lr (required), k_high ({glob: k}), betas
 //            ([0.9, 0.95]), eps (1e-8), weight_decay (0), project_params (true),
 //            v_high_cache_mb (256)
+//   soap     lr (required), betas ([0.9, 0.95]), shampoo_beta (0.95), eps (1e-8), weight_decay
+//            (0.01), weight_decay_method (decoupled | independent | l2 | palm), nesterov (false),
+//            correct_bias (true), correct_shampoo_beta_bias (= correct_bias), fp32_matmul_prec
+//            (highest), qr_fp32_matmul_prec (high), use_eigh (false), power_iter_steps (1),
+//            max_update_rms (0), use_kl_shampoo (false), precondition_frequency (1),
+//            adam_warmup_steps (0), use_adaptive_criteria (false), adaptive_update_tolerance
+//            (1e-7), qr_sort (after | before), max_precond_dim (10000), precondition_1d (false),
+//            adam_eps (corrected | raw), batched_refresh (true)               [optim/soap.h]
+//   stacked_soap  soap's keys, use_kl_shampoo true by default; 3-D parameters
+//   [optim/stacked_soap.h] rekls    lr, betas, shampoo_beta, eps, weight_decay,
+//   weight_decay_method, max_precond_dim,
+//            batched_refresh (the rest fixed: eigh every step, KL factors)   [optim/rekls.h]
+//   tp_rekls rekls' keys plus fp32_matmul_prec (high), partition_dim (0 | 1 | none),
+//            distributed_eigh (false)                                         [optim/tp_rekls.h]
 #pragma once
 
 #include <functional>

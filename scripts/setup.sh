@@ -5,6 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config git ccache clang-format
+  clang libclang-rt-14-dev
   libeigen3-dev libopenblas-openmp-dev liblapacke-dev
   libyaml-cpp-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev
   openmpi-bin libopenmpi-dev

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""PyTorch reference of the GPT in ../shared/specs/model.md, written independently of the engine.
+"""PyTorch reference of the GPT in docs/specs/model.md, written independently of the engine.
 
 Parity mode: reads the weights (safetensors, F32; the model config travels in the file's
 metadata as model.* keys, as the engine writes it) and B*(T+1) tokens from a token shard

@@ -1,51 +1,172 @@
 // engine: the MPI-launched training executable and its subcommands.
 //
 //   mpirun -np N engine [train] --config C.yaml [--set key=value ...]
-//   mpirun -np N engine eval    (--config C.yaml | --checkpoint DIR) [--set ...]
-//   engine export  (--config C.yaml | --checkpoint DIR) --out model.safetensors
+//   mpirun -np N engine eval    (--config C.yaml | --checkpoint DIR) [--all] [--set ...]
+//   engine export  (--config C.yaml | --checkpoint DIR) --out PATH [--format engine|hf]
 //   engine sample  (--config C.yaml | --checkpoint DIR) [--prompt TEXT] [--tokens N]
 //                  [--temperature X] [--top_k K] [--seed S] [--tokenizer DIR]
 //   engine config-reference            the config keys as a Markdown table
 //   engine --print-config --config C   the effective config, then exit
+//   engine SUBCOMMAND --help           the subcommand's flags and their defaults
+// Usage and config errors found on every rank print once and exit with status 2; a failure on
+// some ranks aborts the job (comm/abort.h).
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <numeric>
+#include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "comm/abort.h"
 #include "comm/communicator.h"
 #include "comm/mpi_session.h"
+#include "comm/watchdog.h"
+#include "comm/watched_communicator.h"
 #include "engine/checkpoint.h"
 #include "engine/config.h"
 #include "engine/core/check.h"
 #include "engine/core/rng.h"
 #include "engine/data/gpt2_tokenizer.h"
+#include "engine/data/shard_set.h"
+#include "engine/preflight.h"
 #include "engine/run_lock.h"
+#include "engine/stop_signal.h"
 #include "engine/trainer.h"
+#include "model/hf_gpt2.h"
 #include "model/weights_io.h"
 
 namespace {
 
+// A command-line error: printed once (rank 0) without the abort banner, exit status 2.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// One flag of a subcommand: its value's name ("" for a switch), default ("" for none) and doc.
+struct Flag {
+  const char* name;
+  const char* value;
+  const char* default_value;
+  const char* doc;
+};
+
+struct Subcommand {
+  const char* name;
+  const char* synopsis;
+  const char* summary;
+  std::vector<Flag> flags;
+};
+
+const std::vector<Flag>& config_flags() {
+  static const std::vector<Flag> flags = {
+      {"--config", "FILE", "", "YAML config (keys: engine config-reference)"},
+      {"--set", "KEY=VALUE", "", "override a config key (repeatable; wins over the file)"},
+  };
+  return flags;
+}
+
+const std::vector<Subcommand>& subcommands() {
+  static const std::vector<Subcommand> table = [] {
+    const Flag checkpoint = {"--checkpoint", "DIR", "",
+                             "checkpoint folder; its saved config is used (--set still applies); "
+                             "without it, --config and checkpoint.resume (default: the newest "
+                             "checkpoint in checkpoint.dir)"};
+    std::vector<Subcommand> t = {
+        {"train",
+         "mpirun -np N engine [train] --config C.yaml [--set KEY=VALUE ...]",
+         "Train per the config: resume, evaluate, checkpoint, log (the default subcommand).",
+         {{"--print-config", "", "", "print the effective config and exit"}}},
+        {"eval",
+         "mpirun -np N engine eval (--config C.yaml | --checkpoint DIR) [--all]",
+         "Validation loss of a checkpoint.",
+         {checkpoint,
+          {"--all", "", "",
+           "evaluate the whole validation split (every whole sequence of data.val) instead of "
+           "train.val_tokens"}}},
+        {"export",
+         "engine export (--config C.yaml | --checkpoint DIR) --out PATH [--format F]",
+         "Write a checkpoint's weights for other tools.",
+         {checkpoint,
+          {"--out", "PATH", "", "output: a .safetensors file (engine) or a folder (hf); required"},
+          {"--format", "F", "engine",
+           "engine (the engine's names, model.* metadata) | hf (Hugging Face GPT2LMHeadModel "
+           "folder: config.json + model.safetensors; arch gpt2 only)"}}},
+        {"sample",
+         "engine sample (--config C.yaml | --checkpoint DIR) [--prompt TEXT] ...",
+         "Generate text from a checkpoint.",
+         {checkpoint,
+          {"--prompt", "TEXT", "", "text to continue (empty: start from <|endoftext|>)"},
+          {"--tokens", "N", "64", "tokens to generate (integer >= 1)"},
+          {"--temperature", "X", "0.8", "softmax temperature (>= 0; 0 = greedy)"},
+          {"--top_k", "K", "40", "sample among the K most likely tokens (>= 0; 0 = all)"},
+          {"--seed", "S", "0", "sampling seed (integer >= 0)"},
+          {"--tokenizer", "DIR", "data/tokenizer",
+           "GPT-2 vocabulary folder (token ids are printed when it is absent)"}}},
+        {"config-reference",
+         "engine config-reference",
+         "Print every config key with its type, default and meaning (Markdown).",
+         {}},
+    };
+    for (Subcommand& c : t) {
+      if (std::string(c.name) == "config-reference") continue;
+      c.flags.insert(c.flags.begin(), config_flags().begin(), config_flags().end());
+    }
+    return t;
+  }();
+  return table;
+}
+
+const Subcommand* find_subcommand(const std::string& name) {
+  for (const Subcommand& c : subcommands())
+    if (name == c.name) return &c;
+  return nullptr;
+}
+
 void print_usage() {
+  std::printf("usage:\n");
+  for (const Subcommand& c : subcommands())
+    std::printf("  %s\n", c.synopsis);
   std::printf(
-      "usage: mpirun -np N engine [train] --config C.yaml [--set key=value ...]\n"
-      "       mpirun -np N engine eval (--config C.yaml | --checkpoint DIR) [--set ...]\n"
-      "       engine export (--config C.yaml | --checkpoint DIR) --out FILE.safetensors\n"
-      "       engine sample (--config C.yaml | --checkpoint DIR) [--prompt TEXT] [--tokens N]\n"
-      "                     [--temperature X] [--top_k K] [--seed S] [--tokenizer DIR]\n"
-      "       engine config-reference\n"
-      "       engine --print-config --config C.yaml [--set ...]\n"
       "\n"
       "Trains a GPT with ZeRO-sharded state (see README.md and `engine config-reference`).\n"
-      "With --config, eval/export/sample use checkpoint.resume (default: the newest checkpoint\n"
-      "in checkpoint.dir); --checkpoint DIR takes the config saved in that checkpoint.\n");
+      "`engine SUBCOMMAND --help` lists a subcommand's flags and their defaults.\n");
+}
+
+void print_subcommand_help(const Subcommand& c) {
+  std::printf("usage: %s\n\n%s\n\nflags:\n", c.synopsis, c.summary);
+  constexpr size_t kIndent = 23, kWidth = 100;
+  const auto print_flag = [&](std::string left, const std::string& doc) {
+    // The doc, word-wrapped into the right-hand column.
+    std::string line = "  " + left;
+    line.resize(std::max(line.size() + 1, kIndent), ' ');
+    std::istringstream words(doc);
+    bool first = true;
+    for (std::string w; words >> w; first = false) {
+      if (!first && line.size() + 1 + w.size() > kWidth) {
+        std::printf("%s\n", line.c_str());
+        line = std::string(kIndent, ' ');
+        first = true;
+      }
+      line += (first ? "" : " ") + w;
+    }
+    std::printf("%s\n", line.c_str());
+  };
+  for (const Flag& f : c.flags) {
+    print_flag(std::string(f.name) + (*f.value ? std::string(" ") + f.value : ""),
+               std::string(f.doc) +
+                   (*f.default_value ? std::string(" (default ") + f.default_value + ")" : ""));
+  }
+  print_flag("--help", "this text");
 }
 
 struct Args {
@@ -53,40 +174,84 @@ struct Args {
   std::string config;
   std::string checkpoint;
   std::vector<std::string> sets;
-  std::map<std::string, std::string> options;  // --out, --prompt, --tokens, ...
+  std::map<std::string, std::string> options;  // the subcommand's other flags, as given
   bool print_config = false;
+  bool help = false;
+
+  // A flag's value, or its default from the table.
+  std::string option(const std::string& name) const {
+    if (auto it = options.find(name); it != options.end()) return it->second;
+    for (const Flag& f : find_subcommand(command)->flags)
+      if (name == f.name) return f.default_value;
+    return "";
+  }
 };
+
+// A flag's value as an integer >= min, or a UsageError naming the flag.
+int64_t integer_flag(const Args& a, const std::string& name, int64_t min) {
+  const std::string v = a.option(name);
+  char* end = nullptr;
+  errno = 0;
+  const long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || errno != 0 || x < min)
+    throw UsageError("engine " + a.command + ": " + name + " '" + v +
+                     "' is not an integer >= " + std::to_string(min));
+  return x;
+}
+
+double number_flag(const Args& a, const std::string& name, double min) {
+  const std::string v = a.option(name);
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || !std::isfinite(x) || x < min)
+    throw UsageError("engine " + a.command + ": " + name + " '" + v +
+                     "' is not a number >= " + fmt::format("{}", min));
+  return x;
+}
 
 Args parse_args(int argc, char** argv) {
   Args a;
   int i = 1;
-  const std::vector<std::string> commands = {"train", "eval", "export", "sample",
-                                             "config-reference"};
-  if (i < argc && std::find(commands.begin(), commands.end(), argv[i]) != commands.end())
-    a.command = argv[i++];
-  const std::vector<std::string> valued = {"--out",   "--prompt", "--tokens",   "--temperature",
-                                           "--top_k", "--seed",   "--tokenizer"};
+  if (i < argc && find_subcommand(argv[i]) != nullptr) a.command = argv[i++];
+  const Subcommand& sub = *find_subcommand(a.command);
   for (; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&]() -> std::string {
-      ENGINE_CHECK(i + 1 < argc, "option " + arg + " needs a value");
+      if (i + 1 >= argc) throw UsageError("engine " + a.command + ": " + arg + " needs a value");
       return argv[++i];
     };
-    if (arg == "--config") {
+    const auto flag = std::find_if(sub.flags.begin(), sub.flags.end(),
+                                   [&](const Flag& f) { return arg == f.name; });
+    if (arg == "--help" || arg == "-h") {
+      a.help = true;
+    } else if (arg.rfind("--set=", 0) == 0 && sub.flags.size() > 0) {
+      a.sets.push_back(arg.substr(6));
+    } else if (flag == sub.flags.end()) {
+      throw UsageError("engine " + a.command + ": unknown argument '" + arg + "' (engine " +
+                       a.command + " --help lists its flags)");
+    } else if (arg == "--config") {
       a.config = value();
     } else if (arg == "--checkpoint") {
       a.checkpoint = value();
     } else if (arg == "--set") {
       a.sets.push_back(value());
-    } else if (arg.rfind("--set=", 0) == 0) {
-      a.sets.push_back(arg.substr(6));
     } else if (arg == "--print-config") {
       a.print_config = true;
-    } else if (std::find(valued.begin(), valued.end(), arg) != valued.end()) {
-      a.options[arg] = value();
     } else {
-      ENGINE_FAIL("unknown argument '" + arg + "' (engine --help lists the options)");
+      a.options[arg] = *flag->value ? value() : "true";
     }
+  }
+  if (a.command == "sample") {  // checked before any work, so a typo costs nothing
+    integer_flag(a, "--tokens", 1);
+    number_flag(a, "--temperature", 0);
+    integer_flag(a, "--top_k", 0);
+    integer_flag(a, "--seed", 0);
+  }
+  if (a.command == "export") {
+    if (!a.options.count("--out")) throw UsageError("engine export needs --out PATH");
+    const std::string format = a.option("--format");
+    if (format != "engine" && format != "hf")
+      throw UsageError("engine export: --format must be engine or hf, got '" + format + "'");
   }
   return a;
 }
@@ -101,8 +266,9 @@ engine::Config command_config(const Args& a, std::string& checkpoint) {
     sets.insert(sets.begin(), "checkpoint.resume=");
     return engine::parse_config(m.config_yaml, a.checkpoint + "/manifest.yaml", sets);
   }
-  ENGINE_CHECK(!a.config.empty(),
-               "engine " + a.command + " needs --config FILE or --checkpoint DIR");
+  if (a.config.empty())
+    throw UsageError("engine " + a.command + " needs --config FILE or --checkpoint DIR (engine " +
+                     a.command + " --help)");
   engine::Config c = engine::load_config(a.config, a.sets);
   if (a.command != "train") {
     const std::string resume = c.checkpoint.resume.empty() ? "auto" : c.checkpoint.resume;
@@ -141,16 +307,12 @@ int32_t pick_token(const std::vector<float>& logits, double temperature, int64_t
 }
 
 int run_sample(engine::Trainer& trainer, const Args& a) {
-  const auto opt = [&](const std::string& key, const std::string& fallback) {
-    auto it = a.options.find(key);
-    return it == a.options.end() ? fallback : it->second;
-  };
-  const std::string tokenizer_dir = opt("--tokenizer", "data/tokenizer");
+  const std::string tokenizer_dir = a.option("--tokenizer");
   std::unique_ptr<data::Gpt2Tokenizer> tokenizer;
   if (std::filesystem::exists(std::filesystem::path(tokenizer_dir) / "encoder.json"))
     tokenizer = std::make_unique<data::Gpt2Tokenizer>(tokenizer_dir);
   std::vector<int32_t> tokens;
-  const std::string prompt = opt("--prompt", "");
+  const std::string prompt = a.option("--prompt");
   if (!prompt.empty()) {
     ENGINE_CHECK(tokenizer != nullptr, "sample: --prompt needs the GPT-2 tokenizer files in " +
                                            tokenizer_dir + " (scripts/prepare_data.sh)");
@@ -164,10 +326,10 @@ int run_sample(engine::Trainer& trainer, const Args& a) {
   if (tokens.empty())
     tokens.push_back(data::Gpt2Tokenizer::kEndOfText %
                      static_cast<int32_t>(trainer.config().model.vocab_size));
-  const int64_t n = std::stoll(opt("--tokens", "64"));
-  const double temperature = std::stod(opt("--temperature", "0.8"));
-  const int64_t top_k = std::stoll(opt("--top_k", "40"));
-  core::Rng rng(std::stoull(opt("--seed", "0")));
+  const int64_t n = integer_flag(a, "--tokens", 1);
+  const double temperature = number_flag(a, "--temperature", 0);
+  const int64_t top_k = integer_flag(a, "--top_k", 0);
+  core::Rng rng(static_cast<uint64_t>(integer_flag(a, "--seed", 0)));
   const size_t prompt_len = tokens.size();
   const size_t T = static_cast<size_t>(trainer.config().model.seq_len);
   for (int64_t i = 0; i < n; ++i) {
@@ -188,19 +350,74 @@ int run_sample(engine::Trainer& trainer, const Args& a) {
   return 0;
 }
 
-int run(int argc, char** argv, comm::Communicator& world) {
-  Args a = parse_args(argc, argv);
-  if (a.command == "config-reference") {
-    if (world.rank() == 0) std::printf("%s", engine::config_reference_markdown().c_str());
-    return 0;
+// Parses the command line and the config. Every rank reads the same arguments and files, so a
+// usage or config error normally shows on every rank: then rank 0 prints it once and every rank
+// exits with 2, without the MPI abort banner. Should only some ranks fail (a file that only some
+// nodes can read), they abort the job as any runtime failure does.
+bool parse_everywhere(int argc, char** argv, comm::Communicator& world, Args& a,
+                      engine::Config& config, std::string& checkpoint) {
+  std::string error;
+  try {
+    a = parse_args(argc, argv);
+    if (a.command != "config-reference") config = command_config(a, checkpoint);
+  } catch (const std::exception& e) {
+    error = e.what();
   }
+  int64_t failed = error.empty() ? 0 : 1;
+  world.all_reduce(&failed, 1, comm::ReduceOp::Sum);
+  if (failed == 0) return true;
+  if (failed < world.size() && !error.empty()) comm::abort_job(error);
+  if (failed == world.size() && world.rank() == 0) std::fprintf(stderr, "%s\n", error.c_str());
+  return false;
+}
+
+// The trainer of a run; on a single process a setup error (data, shapes, batch geometry) is a
+// config error too: printed, exit status 2.
+std::unique_ptr<engine::Trainer> make_trainer(const engine::Config& config,
+                                              comm::Communicator& world, bool with_train_data,
+                                              bool with_val_data) {
+  if (world.size() > 1)
+    return std::make_unique<engine::Trainer>(config, world, with_train_data, with_val_data);
+  try {
+    return std::make_unique<engine::Trainer>(config, world, with_train_data, with_val_data);
+  } catch (const core::Error& e) {
+    throw UsageError(e.what());
+  }
+}
+
+// The largest number of validation tokens the whole split holds: every whole sequence of
+// data.val, rounded down to a multiple of the world size.
+int64_t whole_val_split_tokens(const engine::Config& config, int world_size) {
+  const data::ShardSet shards(config.data.val, config.model.seq_len, config.model.vocab_size);
+  const int64_t sequences = shards.num_sequences() / world_size * world_size;
+  ENGINE_CHECK(sequences > 0, "engine eval --all: '" + config.data.val + "' holds " +
+                                  std::to_string(shards.num_sequences()) +
+                                  " sequences, fewer than the world size");
+  return sequences * config.model.seq_len;
+}
+
+int run(int argc, char** argv, comm::Communicator& world_comm) {
+  Args a;
+  engine::Config config;
   std::string checkpoint;
-  engine::Config config = command_config(a, checkpoint);
-  if (a.print_config) {
-    if (world.rank() == 0) std::printf("%s", engine::config_to_yaml(config).c_str());
+  if (!parse_everywhere(argc, argv, world_comm, a, config, checkpoint)) return 2;
+  if (a.command == "config-reference") {
+    if (world_comm.rank() == 0) std::printf("%s", engine::config_reference_markdown().c_str());
     return 0;
   }
+  if (a.print_config) {
+    if (world_comm.rank() == 0) std::printf("%s", engine::config_to_yaml(config).c_str());
+    return 0;
+  }
+  // Every collective from here on is watched: a rank that does not arrive ends the job.
+  comm::Watchdog watchdog(config.comm.timeout_s);
+  comm::WatchedCommunicator watched(world_comm, watchdog);
+  comm::Communicator& world = watched;
   if (a.command == "train") {
+    engine::install_stop_signals();
+    // A file-size limit then fails the write (EFBIG, reported with the file's name) instead of
+    // killing the rank.
+    std::signal(SIGXFSZ, SIG_IGN);
     // Rank 0 waits (up to 60 s) until no rank of an earlier run on these folders is alive,
     // then every rank holds the lock for the whole run.
     const std::vector<std::string> dirs = {config.log.dir, config.checkpoint.dir};
@@ -208,33 +425,55 @@ int run(int argc, char** argv, comm::Communicator& world) {
     if (world.rank() == 0) {
       lock = std::make_unique<engine::RunLock>(dirs, engine::RunLock::Mode::Exclusive, 60.0);
       lock->downgrade();
+      engine::prepare_fresh_start(config);
     }
     world.barrier();
     if (world.rank() != 0)
       lock = std::make_unique<engine::RunLock>(dirs, engine::RunLock::Mode::Shared, 60.0);
-    engine::Trainer trainer(config, world);
-    trainer.run();
+    engine::check_model_fits_memory(config);
+    std::unique_ptr<engine::Trainer> trainer = make_trainer(config, world, true, true);
+    if (trainer->micro_rows() != config.train.micro_batch)
+      spdlog::warn(
+          "train.micro_batch = {} is not what runs: train.batch_tokens = {} gives {} sequences "
+          "per rank on {} ranks, taken as {} micro-steps of {} sequences (every micro-step "
+          "holds the same number)",
+          config.train.micro_batch, config.train.batch_tokens,
+          trainer->micro_rows() * trainer->grad_accum(), world.size(), trainer->grad_accum(),
+          trainer->micro_rows());
+    try {
+      trainer->run();
+    } catch (const engine::StoppedBySignal& stopped) {
+      spdlog::info("{}: exiting with status {}", stopped.what(), stopped.exit_status());
+      return stopped.exit_status();
+    }
     return 0;
   }
+  engine::check_model_fits_memory(config);
   const bool need_val = a.command == "eval";
-  engine::Trainer trainer(config, world, /*with_train_data=*/false, need_val);
-  trainer.load_checkpoint(checkpoint, /*params_only=*/true);
+  if (need_val && a.options.count("--all"))
+    config.train.val_tokens = whole_val_split_tokens(config, world.size());
+  std::unique_ptr<engine::Trainer> trainer =
+      make_trainer(config, world, /*with_train_data=*/false, need_val);
+  trainer->load_checkpoint(checkpoint, /*params_only=*/true);
   if (a.command == "eval") {
-    const double loss = trainer.evaluate();
-    spdlog::info("checkpoint {} step {}: val_loss:{:.4f} over {} tokens", checkpoint,
-                 engine::read_manifest(checkpoint).step, loss, config.train.val_tokens);
+    const double loss = trainer->evaluate();
+    spdlog::info("checkpoint {} step {}: val_loss:{:.4f} over {} tokens{}", checkpoint,
+                 engine::read_manifest(checkpoint).step, loss, config.train.val_tokens,
+                 a.options.count("--all") ? " (the whole validation split)" : "");
     return 0;
   }
   if (world.rank() != 0) return 0;
   if (a.command == "export") {
-    auto it = a.options.find("--out");
-    ENGINE_CHECK(it != a.options.end(), "engine export needs --out FILE.safetensors");
-    model::save_weights(trainer.model(), it->second);
+    const std::string out = a.option("--out");
+    if (a.option("--format") == "hf")
+      model::save_hf_gpt2(trainer->model(), out);
+    else
+      model::save_weights(trainer->model(), out);
     spdlog::info("exported {} ({} parameters) to {}", checkpoint,
-                 trainer.model().table().total_numel(), it->second);
+                 trainer->model().table().total_numel(), out);
     return 0;
   }
-  return run_sample(trainer, a);
+  return run_sample(*trainer, a);
 }
 
 }  // namespace
@@ -243,9 +482,14 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
-      print_usage();
-      std::printf("\nbackend: %s; CUDA device present: %s\n", core::cpu_backend().name(),
-                  core::cuda_available() ? "yes" : "no");
+      const Subcommand* sub = argc > 1 ? find_subcommand(argv[1]) : nullptr;
+      if (sub != nullptr && i > 1) {
+        print_subcommand_help(*sub);
+      } else {
+        print_usage();
+        std::printf("\nbackend: %s; CUDA device present: %s\n", core::cpu_backend().name(),
+                    core::cuda_available() ? "yes" : "no");
+      }
       return 0;
     }
   }
@@ -255,7 +499,14 @@ int main(int argc, char** argv) {
   int code = 0;
   {
     auto world = comm::make_mpi_world();
-    code = comm::run_guarded([&] { return run(argc, argv, *world); });
+    code = comm::run_guarded([&] {
+      try {
+        return run(argc, argv, *world);
+      } catch (const UsageError& e) {  // single process: see make_trainer
+        std::fprintf(stderr, "%s\n", e.what());
+        return 2;
+      }
+    });
   }
   return code;
 }

@@ -1,5 +1,6 @@
 #include "apps/optim_replay/golden_case.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -32,6 +33,23 @@ constexpr HyperName kHyperparameterMap[] = {
     {"wd_mul", "wd_mul"},
     {"matrix_views", "matrix_views"},
     {"beta2", "beta2"},
+    // SOAP family (docs/specs/soap_family.md): the reference's names are ours.
+    {"shampoo_beta", "shampoo_beta"},
+    {"weight_decay_method", "weight_decay_method"},
+    {"correct_bias", "correct_bias"},
+    {"correct_shampoo_beta_bias", "correct_shampoo_beta_bias"},
+    {"fp32_matmul_prec", "fp32_matmul_prec"},
+    {"qr_fp32_matmul_prec", "qr_fp32_matmul_prec"},
+    {"use_eigh", "use_eigh"},
+    {"power_iter_steps", "power_iter_steps"},
+    {"max_update_rms", "max_update_rms"},
+    {"use_kl_shampoo", "use_kl_shampoo"},
+    {"precondition_frequency", "precondition_frequency"},
+    {"adam_warmup_steps", "adam_warmup_steps"},
+    {"use_adaptive_criteria", "use_adaptive_criteria"},
+    {"adaptive_update_tolerance", "adaptive_update_tolerance"},
+    {"max_precond_dim", "max_precond_dim"},
+    {"precondition_1d", "precondition_1d"},
 };
 
 // Reference optimizer name -> registry name (+ a setting the reference implies), or ->
@@ -46,7 +64,21 @@ constexpr OptimizerName kOptimizerMap[] = {
     {"muon", "muon", ""},
     {"normuon", "normuon", ""},
     {"adam_cwd", "adamw", "weight_decay_mode: cautious"},
+    {"soap", "soap", ""},
+    {"rekls", "rekls", ""},
+    {"stacked_soap", "stacked_soap", ""},
+    {"tp_rekls", "tp_rekls", ""},
 };
+
+// Versions of the SOAP reference that differ from current main in more than their knobs (spec
+// sections 5 and 6), recognised by the shape of their hyperparameters, and the settings that
+// make ours follow them.
+//   amortized (pre-#160, has precondition_frequency): QR path pre-sorts the basis and permutes V.
+//   ReferenceSoap (REF, {defaults, param_groups}): no shampoo-beta bias correction, eps on the
+//   uncorrected sqrt(V) with the bias correction on the step size. Its 1-D parameters without
+//   precondition_1d are plain Adam of that form, which is our adamw (eps_mode spec).
+constexpr const char* kAmortizedSoapImplied = "{qr_sort: before}";
+constexpr const char* kReferenceSoapImplied = "{correct_shampoo_beta_bias: false, adam_eps: raw}";
 constexpr HyperName kOrthogonalizerMap[] = {{"newton_schulz5", "ns5"},
                                             {"polar_express", "polar_express"}};
 
@@ -87,6 +119,65 @@ double metadata_number(const core::SafetensorsReader& f, const std::string& key)
   } catch (const std::exception&) {
     ENGINE_FAIL(f.path() + ": metadata '" + key + "' is not a number: " + v);
   }
+}
+
+// Applies the --set overrides to every group and re-parses the groups from text, so that errors
+// can point at lines of the generated groups.
+GoldenCase& finish_groups(GoldenCase& g, const std::vector<std::string>& sets) {
+  for (const std::string& s : sets) {
+    const size_t eq = s.find('=');
+    ENGINE_CHECK(eq != std::string::npos && eq > 0, "--set expects key=value, got '" + s + "'");
+    YAML::Node value = YAML::Load(s.substr(eq + 1));
+    for (YAML::Node group : g.groups)
+      group[s.substr(0, eq)] = value;
+  }
+  g.groups = YAML::Load(YAML::Dump(g.groups));
+  return g;
+}
+
+// ReferenceSoap's {defaults, param_groups}: one soap group per reference group, except a group
+// of 1-D parameters without precondition_1d, which is plain Adam (adamw).
+YAML::Node reference_soap_groups(const GoldenCase& g, const YAML::Node& hyper) {
+  YAML::Node groups(YAML::NodeType::Sequence);
+  for (const YAML::Node& ref : hyper["param_groups"]) {
+    YAML::Node merged = YAML::Clone(hyper["defaults"]);
+    for (const auto& kv : ref)
+      merged[kv.first.as<std::string>()] = YAML::Clone(kv.second);
+    bool all_1d = true;
+    for (const YAML::Node& name : ref["params"])
+      for (const optim::ParamSpec& p : g.params)
+        if (p.name == name.as<std::string>() && p.shape.size() != 1) all_1d = false;
+    const bool plain_adam = all_1d && !merged["precondition_1d"].as<bool>();
+    YAML::Node group(YAML::NodeType::Map);
+    group["params"] = YAML::Clone(ref["params"]);
+    group["optimizer"] = plain_adam ? "adamw" : "soap";
+    for (const auto& kv : merged) {
+      const std::string key = kv.first.as<std::string>();
+      if (key == "params") continue;
+      if (key == "data_format") {
+        ENGINE_CHECK(kv.second.as<std::string>() == "channels_first",
+                     g.path + ": only data_format channels_first is supported");
+        continue;
+      }
+      if (key == "merge_dims") {
+        ENGINE_CHECK(!kv.second.as<bool>(), g.path + ": merge_dims is not supported");
+        continue;
+      }
+      if (plain_adam) {
+        if (key == "lr" || key == "betas" || key == "eps" || key == "weight_decay")
+          group[key] = YAML::Clone(kv.second);
+        continue;
+      }
+      const char* ours = our_name(key);
+      ENGINE_CHECK(ours, g.path + ": no mapping for reference hyperparameter '" + key + "'");
+      group[ours] = YAML::Clone(kv.second);
+    }
+    if (!plain_adam)
+      for (const auto& kv : YAML::Load(kReferenceSoapImplied))
+        group[kv.first.as<std::string>()] = kv.second;
+    groups.push_back(group);
+  }
+  return groups;
 }
 
 }  // namespace
@@ -143,11 +234,24 @@ GoldenCase load_golden(const std::string& path, const std::string& optimizer,
                                              g.reference_optimizer + "' (pass --optimizer NAME)");
   }
 
+  if (registry_name == "soap" && hyper["defaults"] && hyper["param_groups"]) {
+    g.groups = reference_soap_groups(g, hyper);
+    return finish_groups(g, sets);
+  }
+  if (registry_name == "soap" && hyper["precondition_frequency"]) implied = kAmortizedSoapImplied;
+
   YAML::Node base(YAML::NodeType::Map);
   YAML::Node overrides;
+  YAML::Node partition_dims;
   for (const auto& kv : hyper) {
     const std::string key = kv.first.as<std::string>();
     if (key.ends_with("_rule")) continue;
+    // The registry name implies these (rekls, stacked_soap); null means the reference default.
+    if (key == "_implied_soap_settings" || kv.second.IsNull()) continue;
+    if (key == "partition_dim") {
+      partition_dims = kv.second;
+      continue;
+    }
     if (key == "param_overrides") {
       overrides = kv.second;
     } else if (key == "ns_coefficients") {
@@ -199,17 +303,31 @@ GoldenCase load_golden(const std::string& path, const std::string& optimizer,
       g.groups.push_back(group);
     }
   }
-  g.groups.push_back(make_group("*"));
-  for (const std::string& s : sets) {
-    const size_t eq = s.find('=');
-    ENGINE_CHECK(eq != std::string::npos && eq > 0, "--set expects key=value, got '" + s + "'");
-    YAML::Node value = YAML::Load(s.substr(eq + 1));
-    for (YAML::Node group : g.groups)
-      group[s.substr(0, eq)] = value;
+  if (partition_dims.IsMap()) {
+    // tp_rekls: one group per parameter with its partition_dim (null: replicated).
+    for (const auto& kv : partition_dims) {
+      YAML::Node group = make_group(kv.first.as<std::string>());
+      if (registry_name == "tp_rekls")
+        group["partition_dim"] = kv.second.IsNull() ? std::string("none") : kv.second.Scalar();
+      g.groups.push_back(group);
+    }
+  } else {
+    g.groups.push_back(make_group("*"));
   }
-  // Round trip through text so that errors can point at lines of the generated groups.
-  g.groups = YAML::Load(YAML::Dump(g.groups));
-  return g;
+  return finish_groups(g, sets);
+}
+
+void truncate_steps(GoldenCase& golden, int64_t steps) {
+  if (steps <= 0 || steps >= golden.steps) return;
+  golden.steps = steps;
+  const auto& meta = golden.file->metadata();
+  const auto per_step = meta.find("max_abs_diff_f32_vs_f64_per_step");
+  if (per_step == meta.end()) return;
+  const YAML::Node diffs = YAML::Load(per_step->second);
+  double worst = 0;
+  for (int64_t t = 0; t < steps && t < static_cast<int64_t>(diffs.size()); ++t)
+    worst = std::max(worst, diffs[t].as<double>());
+  golden.suggested_atol = std::max(1e-6, 10 * worst);
 }
 
 // ---- replay -----------------------------------------------------------------------------------
@@ -230,6 +348,21 @@ Replayer::Replayer(const GoldenCase& golden, comm::Communicator& comm)
     full_.push_back(golden.file->read("init/" + golden.params[i].name));
     local_.push_back(core::Tensor::empty(plan_->local_shape(i)));
     comm::copy_local_part(comm_, *plan_, i, full_[i], local_[i]);
+    // tp_rekls files also hold each rank's shard at their world size: a parameter we shard
+    // (or replicate) the same way must have the same local part.
+    const std::string shard =
+        "shard/" + std::to_string(comm.rank()) + "/init/" + golden.params[i].name;
+    const auto& meta = golden.file->metadata();
+    const auto ws = meta.find("world_size");
+    if (ws != meta.end() && ws->second == std::to_string(comm.size()) &&
+        !plan_->placement(i).is_owned() && golden.file->contains(shard)) {
+      const core::Tensor theirs = golden.file->read(shard);
+      ENGINE_CHECK(theirs.shape() == local_[i].shape() &&
+                       std::memcmp(theirs.raw_data(), local_[i].raw_data(), theirs.nbytes()) == 0,
+                   golden.path + ": rank " + std::to_string(comm.rank()) + "'s part of '" +
+                       golden.params[i].name + "' " + local_[i].str() + " is not the file's " +
+                       shard + " " + theirs.str());
+    }
   }
 }
 
@@ -261,6 +394,7 @@ std::vector<Difference> Replayer::step(int64_t t) {
     optim::StepContext ctx;
     ctx.step = t;
     ctx.total_steps = golden_.steps;
+    ctx.comm = &comm_;
     set_->step(parts, ctx);
   } else {
     const core::NewtonSchulzSchedule schedule =

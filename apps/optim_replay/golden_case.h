@@ -39,6 +39,11 @@ struct GoldenCase {
 GoldenCase load_golden(const std::string& path, const std::string& optimizer = "",
                        const std::vector<std::string>& sets = {});
 
+// Keeps only the first `steps` steps (0: all), with the tolerance the golden README defines,
+// max(1e-6, 10 x the float32-vs-float64 difference), over those steps when the file lists it
+// per step (stacked_soap_3d_rect_stack is tight at step 1 only).
+void truncate_steps(GoldenCase& golden, int64_t steps);
+
 struct Difference {
   int64_t step = 0;
   std::string param;

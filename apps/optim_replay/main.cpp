@@ -3,7 +3,8 @@
 // above the file's suggested_atol. Under mpirun every optimizer gets the placement it asks for.
 // --bench instead times one optimizer step of the default CPU model's parameters.
 //
-//   optim_replay GOLDEN.safetensors [--optimizer NAME] [--set key=value]... [--json] [--quiet]
+//   optim_replay GOLDEN.safetensors [--optimizer NAME] [--set key=value]... [--steps N] [--json]
+//                [--quiet]
 //   optim_replay --bench [--preset FILE] [--layers 4] [--d-model 256] [--vocab 50304]
 //                [--repeat 5] [--json]
 #include <mpi.h>
@@ -31,6 +32,7 @@ struct Args {
   bool json = false;
   bool quiet = false;
   bool bench = false;
+  int64_t steps = 0;  // 0: every step of the file
   replay::BenchOptions bench_options;
 };
 
@@ -59,6 +61,8 @@ Args parse_args(int argc, char** argv) {
       a.json = true;
     else if (arg == "--quiet")
       a.quiet = true;
+    else if (arg == "--steps")
+      a.steps = integer(i);
     else if (arg == "--bench")
       a.bench = true;
     else if (arg == "--preset")
@@ -92,11 +96,12 @@ std::string json_number(double x) {
 
 int replay_main(const Args& args, comm::Communicator& comm) {
   if (replay::is_osft_golden(args.file)) {
-    ENGINE_CHECK(args.optimizer.empty(),
-                 "optim_replay: --optimizer does not apply to " + args.file);
+    ENGINE_CHECK(args.optimizer.empty() && args.steps == 0,
+                 "optim_replay: --optimizer and --steps do not apply to " + args.file);
     return replay::osft_main(args.file, args.sets, args.json, args.quiet, comm);
   }
-  const replay::GoldenCase golden = replay::load_golden(args.file, args.optimizer, args.sets);
+  replay::GoldenCase golden = replay::load_golden(args.file, args.optimizer, args.sets);
+  replay::truncate_steps(golden, args.steps);
   replay::Replayer replayer(golden, comm);
   const std::vector<replay::Difference> diffs = replayer.run();
   const replay::Difference worst = replay::worst_difference(diffs);

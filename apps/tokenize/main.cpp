@@ -1,18 +1,30 @@
-// tokenize: GPT-2 BPE from the command line. Text files -> token shards, or stdin text <-> ids.
+// tokenize: GPT-2 BPE from the command line. Text, JSON Lines, directories, globs or stdin ->
+// train/validation token shards on all cores, or stdin text <-> ids.
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cinttypes>
+#include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <exception>
 #include <fstream>
 #include <iostream>
+#include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/core/check.h"
+#include "engine/core/json.h"
 #include "engine/data/gpt2_tokenizer.h"
 #include "engine/data/shard_writer.h"
+#include "engine/data/text_documents.h"
 #include "engine/data/utf8.h"
 
 namespace {
@@ -20,33 +32,38 @@ namespace {
 void print_usage() {
   std::printf(
       "usage:\n"
-      "  tokenize [options] --output PREFIX FILE... [--files-from LIST]\n"
-      "      Each FILE (UTF-8 text) is one document. Writes the token stream\n"
-      "      <|endoftext|> doc1 <|endoftext|> doc2 ... (the separator before each document, as\n"
-      "      llm.c and modded-nanogpt do) into shards PREFIX_000000.bin, PREFIX_000001.bin, ...\n"
-      "      and prints documents, tokens, shards and tokens/s.\n"
+      "  tokenize [options] --output PREFIX INPUT... [--files-from LIST]\n"
+      "      INPUT: a text file (one document), a .jsonl file (one document per line, the string\n"
+      "      under --jsonl-key), a directory (every file below it, sorted), a glob pattern, or -\n"
+      "      (stdin). Writes the token stream <|endoftext|> doc1 <|endoftext|> doc2 ... (the\n"
+      "      separator before each document, as llm.c and modded-nanogpt do) into shards\n"
+      "      PREFIX_000000.bin, PREFIX_000001.bin, ...; with a validation split into\n"
+      "      PREFIX_train_000000.bin ... and PREFIX_val_000000.bin .... Prints documents,\n"
+      "      tokens, shards and tokens/s; progress on stderr while it runs.\n"
       "  tokenize [options] --encode   UTF-8 text on stdin -> ids, space-separated on one line\n"
       "  tokenize [options] --decode   ids on stdin -> text on stdout\n"
       "\n"
       "options:\n"
-      "  --vocab DIR          folder with encoder.json and vocab.bpe (default data/tokenizer)\n"
-      "  --shard-tokens N     tokens per shard (default 100000000)\n"
-      "  --files-from LIST    read more input paths from LIST, one per line\n"
-      "  --replace-invalid    replace invalid UTF-8 with U+FFFD instead of failing\n"
-      "  --json               print the summary as one JSON object\n"
-      "  --help               this text\n");
+      "  --vocab DIR            folder with encoder.json and vocab.bpe (default data/tokenizer)\n"
+      "  --shard-tokens N       tokens per shard (default 100000000)\n"
+      "  --files-from LIST      read more input paths from LIST, one per line\n"
+      "  --jsonl                read every input (stdin too) as JSON Lines\n"
+      "  --jsonl-key KEY        the key of a JSON Lines document's text (default text)\n"
+      "  --val-docs N           the first N documents go to the validation shards\n"
+      "  --val-fraction F       document i goes to validation when floor((i+1) F) > floor(i F),\n"
+      "                         i.e. every (1/F)-th document (0 < F < 1)\n"
+      "  --threads N            encoding threads (default: all cores); the output is the same\n"
+      "                         for any N\n"
+      "  --progress-seconds S   seconds between progress lines on stderr (default 5; 0 = none)\n"
+      "  --replace-invalid      replace invalid UTF-8 with U+FFFD instead of failing\n"
+      "  --json                 print the summary as one JSON object\n"
+      "  --help                 this text\n");
 }
 
 std::string read_stream(std::istream& in) {
   std::ostringstream ss;
   ss << in.rdbuf();
   return ss.str();
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  ENGINE_CHECK(in.good(), "tokenize: cannot open input '" + path + "'");
-  return read_stream(in);
 }
 
 // The text, checked or repaired; `name` is what an error calls it.
@@ -72,56 +89,201 @@ struct Options {
   int64_t shard_tokens = 100000000;
   bool encode = false;
   bool decode = false;
-  bool replace_invalid = false;
   bool json = false;
+  data::TextInputOptions input;
+  int64_t val_docs = 0;
+  double val_fraction = 0;
+  int threads = 0;  // 0: all cores
+  double progress_seconds = 5;
   std::vector<std::string> inputs;
 };
 
-int run_shards(const Options& opt) {
-  ENGINE_CHECK(!opt.inputs.empty(), "tokenize: no input files");
-  data::Gpt2Tokenizer tokenizer(opt.vocab);
-  data::ShardWriter writer(opt.output, opt.shard_tokens);
-  std::vector<int32_t> ids;
-  double encode_seconds = 0;
-  double encode_cpu_seconds = 0;
-  const auto start = std::chrono::steady_clock::now();
-  for (const std::string& path : opt.inputs) {
-    const std::string text = checked_text(read_file(path), path, opt.replace_invalid);
-    ids.assign(1, data::Gpt2Tokenizer::kEndOfText);
-    const auto t0 = std::chrono::steady_clock::now();
-    const double cpu0 = thread_cpu_seconds();
-    tokenizer.encode(text, ids);
-    encode_cpu_seconds += thread_cpu_seconds() - cpu0;
-    encode_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    writer.append(ids);
+// Counters the progress reporter reads while the encoder runs.
+struct Progress {
+  std::atomic<int64_t> documents{0};
+  std::atomic<int64_t> tokens{0};
+  std::atomic<uint64_t> bytes{0};
+  uint64_t total_bytes = 0;  // 0: unknown (stdin)
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+};
+
+std::string duration_text(double seconds) {
+  const auto s = static_cast<int64_t>(seconds + 0.5);
+  char buf[32];
+  if (s >= 3600)
+    std::snprintf(buf, sizeof(buf), "%" PRId64 "h%02" PRId64 "m", s / 3600, s / 60 % 60);
+  else
+    std::snprintf(buf, sizeof(buf), "%" PRId64 "m%02" PRId64 "s", s / 60, s % 60);
+  return buf;
+}
+
+// Prints a progress line to stderr every `every` seconds until stopped.
+class ProgressReporter {
+ public:
+  ProgressReporter(const Progress& p, double every) : p_(p), every_(every) {
+    if (every_ > 0) thread_ = std::thread([this] { loop(); });
   }
-  const int shards = writer.finish();
-  const int64_t tokens = writer.tokens();
-  const double total =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const double rate = encode_seconds > 0 ? static_cast<double>(tokens) / encode_seconds : 0.0;
+  ~ProgressReporter() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+    }
+    wake_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!wake_.wait_for(lock, std::chrono::duration<double>(every_), [this] { return done_; }))
+      print();
+  }
+  void print() const {
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - p_.start).count();
+    const int64_t tokens = p_.tokens.load();
+    const uint64_t bytes = p_.bytes.load();
+    std::string eta = p_.total_bytes > 0 ? "unknown" : "unknown (stdin)";
+    if (p_.total_bytes > 0 && bytes > 0)
+      eta = duration_text(elapsed *
+                          static_cast<double>(p_.total_bytes - std::min(bytes, p_.total_bytes)) /
+                          static_cast<double>(bytes));
+    std::fprintf(stderr,
+                 "tokenize: %" PRId64 " documents, %" PRId64
+                 " tokens, %.0f tokens/s, %.1f%% of the input, elapsed %s, ETA %s\n",
+                 p_.documents.load(), tokens, static_cast<double>(tokens) / elapsed,
+                 p_.total_bytes > 0 ? 100.0 * static_cast<double>(bytes) / p_.total_bytes : 0.0,
+                 duration_text(elapsed).c_str(), eta.c_str());
+  }
+
+  const Progress& p_;
+  double every_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+// Whether document `index` (0-based, input order) belongs to the validation split.
+bool is_val_document(int64_t index, const Options& opt) {
+  if (opt.val_docs > 0) return index < opt.val_docs;
+  if (opt.val_fraction > 0)
+    return std::floor(static_cast<double>(index + 1) * opt.val_fraction) >
+           std::floor(static_cast<double>(index) * opt.val_fraction);
+  return false;
+}
+
+int run_shards(const Options& opt) {
+  const std::vector<std::string> paths = data::expand_text_inputs(opt.inputs);
+  ENGINE_CHECK(!paths.empty(), "tokenize: no input files");
+  const int threads = opt.threads > 0
+                          ? opt.threads
+                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  // One tokenizer per thread: each keeps its own piece cache, so the threads share nothing.
+  std::vector<std::unique_ptr<data::Gpt2Tokenizer>> tokenizers(static_cast<size_t>(threads));
+  {
+    std::vector<std::thread> loading;
+    for (int t = 0; t < threads; ++t)
+      loading.emplace_back(
+          [&, t] { tokenizers[t] = std::make_unique<data::Gpt2Tokenizer>(opt.vocab); });
+    for (std::thread& th : loading)
+      th.join();
+  }
+  const bool split = opt.val_docs > 0 || opt.val_fraction > 0;
+  data::ShardWriter train(split ? opt.output + "_train" : opt.output, opt.shard_tokens);
+  std::unique_ptr<data::ShardWriter> val;
+  if (split) val = std::make_unique<data::ShardWriter>(opt.output + "_val", opt.shard_tokens);
+
+  data::DocumentReader reader(paths, opt.input);
+  Progress progress;
+  progress.total_bytes = reader.total_bytes();
+  std::atomic<double> encode_cpu_seconds{0};
+  int64_t documents = 0, val_documents = 0;
+  {
+    ProgressReporter reporter(progress, opt.progress_seconds);
+    // Batches of documents: read in order, encoded by all threads, written in order, so the
+    // output does not depend on the thread count.
+    constexpr size_t kBatchBytes = 16u << 20;
+    constexpr size_t kBatchDocs = 4096;
+    std::vector<data::RawDocument> docs;
+    std::vector<std::vector<int32_t>> ids;
+    std::vector<std::exception_ptr> errors;
+    for (bool more = true; more;) {
+      size_t count = 0, batch_bytes = 0;
+      while (count < kBatchDocs && batch_bytes < kBatchBytes) {
+        if (docs.size() <= count) docs.emplace_back();
+        if (!(more = reader.next(docs[count]))) break;
+        batch_bytes += docs[count++].bytes.size();
+      }
+      ids.resize(count);
+      errors.assign(count, nullptr);
+      std::atomic<size_t> next{0};
+      // Decoding a JSON line and encoding its text both run on the workers.
+      const auto work = [&](int t) {
+        const double cpu0 = thread_cpu_seconds();
+        for (size_t i; (i = next.fetch_add(1)) < count;) {
+          try {
+            const std::string text = reader.text(std::move(docs[i]));
+            ids[i].assign(1, data::Gpt2Tokenizer::kEndOfText);
+            tokenizers[t]->encode(text, ids[i]);
+          } catch (...) {
+            errors[i] = std::current_exception();
+          }
+          progress.tokens += static_cast<int64_t>(ids[i].size());
+          progress.documents += 1;
+        }
+        encode_cpu_seconds += thread_cpu_seconds() - cpu0;
+      };
+      std::vector<std::thread> pool;
+      for (int t = 1; t < std::min<int>(threads, static_cast<int>(count)); ++t)
+        pool.emplace_back(work, t);
+      work(0);
+      for (std::thread& th : pool)
+        th.join();
+      // The first failing document in input order, whatever the thread count.
+      for (const std::exception_ptr& e : errors)
+        if (e) std::rethrow_exception(e);
+      for (size_t i = 0; i < count; ++i, ++documents) {
+        const bool to_val = split && is_val_document(documents, opt);
+        (to_val ? *val : train).append(ids[i]);
+        val_documents += to_val;
+      }
+      progress.bytes = reader.bytes_read();
+    }
+  }
+  const int train_shards = train.finish();
+  const int val_shards = val ? val->finish() : 0;
+  const int64_t tokens = train.tokens() + (val ? val->tokens() : 0);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - progress.start).count();
+  const double rate = seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0;
   const double cpu_rate =
       encode_cpu_seconds > 0 ? static_cast<double>(tokens) / encode_cpu_seconds : 0.0;
   if (opt.json) {
-    std::printf(
-        "{\"output\":\"%s\",\"documents\":%zu,\"tokens\":%" PRId64
-        ",\"shards\":%d,\"encode_seconds\":%.3f,\"total_seconds\":%.3f,\"tokens_per_s\":%.0f,"
-        "\"tokens_per_cpu_s\":%.0f}\n",
-        opt.output.c_str(), opt.inputs.size(), tokens, shards, encode_seconds, total, rate,
-        cpu_rate);
+    std::printf("{\"output\":%s,\"documents\":%" PRId64 ",\"tokens\":%" PRId64
+                ",\"shards\":%d,\"val_documents\":%" PRId64 ",\"val_tokens\":%" PRId64
+                ",\"val_shards\":%d,\"threads\":%d,\"total_seconds\":%.3f,"
+                "\"tokens_per_s\":%.0f,\"encode_cpu_seconds\":%.3f,\"tokens_per_cpu_s\":%.0f}\n",
+                core::json_escape(opt.output).c_str(), documents, tokens, train_shards + val_shards,
+                val_documents, val ? val->tokens() : 0, val_shards, threads, seconds, rate,
+                encode_cpu_seconds.load(), cpu_rate);
   } else {
-    std::printf("%s: %zu documents, %" PRId64
-                " tokens, %d shard(s); encode %.3f s (%.0f tokens/s), total %.3f s\n",
-                opt.output.c_str(), opt.inputs.size(), tokens, shards, encode_seconds, rate, total);
-    std::printf("encode CPU time %.3f s: %.0f tokens per CPU-second (one thread)\n",
-                encode_cpu_seconds, cpu_rate);
+    std::printf("%s: %" PRId64 " documents, %" PRId64 " tokens, %d shard(s)", opt.output.c_str(),
+                documents, tokens, train_shards + val_shards);
+    if (split)
+      std::printf(" (validation: %" PRId64 " documents, %" PRId64 " tokens, %d shard(s))",
+                  val_documents, val->tokens(), val_shards);
+    std::printf("; %.3f s, %.0f tokens/s on %d thread(s)\n", seconds, rate, threads);
+    std::printf("encode CPU time %.3f s: %.0f tokens per CPU-second\n", encode_cpu_seconds.load(),
+                cpu_rate);
   }
   return 0;
 }
 
 int run_encode(const Options& opt) {
   data::Gpt2Tokenizer tokenizer(opt.vocab);
-  const std::string text = checked_text(read_stream(std::cin), "<stdin>", opt.replace_invalid);
+  const std::string text =
+      checked_text(read_stream(std::cin), "<stdin>", opt.input.replace_invalid);
   const std::vector<int32_t> ids = tokenizer.encode(text);
   std::string line;
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -165,6 +327,14 @@ int main(int argc, char** argv) {
         ENGINE_CHECK(i + 1 < argc, "tokenize: " + a + " needs a value");
         return argv[++i];
       };
+      const auto integer = [&](const std::string& v, int64_t min) {
+        char* end = nullptr;
+        errno = 0;
+        const long long x = std::strtoll(v.c_str(), &end, 10);
+        ENGINE_CHECK(!v.empty() && *end == '\0' && errno == 0 && x >= min,
+                     "tokenize: " + a + " '" + v + "' is not an integer >= " + std::to_string(min));
+        return static_cast<int64_t>(x);
+      };
       if (a == "--help" || a == "-h") {
         print_usage();
         return 0;
@@ -173,7 +343,25 @@ int main(int argc, char** argv) {
       } else if (a == "--decode") {
         opt.decode = true;
       } else if (a == "--replace-invalid") {
-        opt.replace_invalid = true;
+        opt.input.replace_invalid = true;
+      } else if (a == "--jsonl") {
+        opt.input.jsonl = true;
+      } else if (a == "--jsonl-key") {
+        opt.input.jsonl_key = value();
+      } else if (a == "--val-docs") {
+        opt.val_docs = integer(value(), 1);
+      } else if (a == "--threads") {
+        opt.threads = static_cast<int>(integer(value(), 1));
+      } else if (a == "--val-fraction" || a == "--progress-seconds") {
+        const std::string v = value();
+        char* end = nullptr;
+        const double x = std::strtod(v.c_str(), &end);
+        const bool fraction = a == "--val-fraction";
+        ENGINE_CHECK(
+            !v.empty() && *end == '\0' && std::isfinite(x) && (fraction ? x > 0 && x < 1 : x >= 0),
+            "tokenize: " + a + " '" + v + "' is not a number " +
+                (fraction ? "between 0 and 1" : ">= 0"));
+        (fraction ? opt.val_fraction : opt.progress_seconds) = x;
       } else if (a == "--json") {
         opt.json = true;
       } else if (a == "--vocab") {
@@ -181,11 +369,7 @@ int main(int argc, char** argv) {
       } else if (a == "--output") {
         opt.output = value();
       } else if (a == "--shard-tokens") {
-        const std::string v = value();
-        char* end = nullptr;
-        opt.shard_tokens = std::strtoll(v.c_str(), &end, 10);
-        ENGINE_CHECK(*end == '\0' && !v.empty(),
-                     "tokenize: --shard-tokens '" + v + "' is not an integer");
+        opt.shard_tokens = integer(value(), 1);
       } else if (a == "--files-from") {
         const std::string list = value();
         std::ifstream in(list);
@@ -193,7 +377,7 @@ int main(int argc, char** argv) {
         for (std::string line; std::getline(in, line);) {
           if (!line.empty()) opt.inputs.push_back(line);
         }
-      } else if (a.starts_with("--")) {
+      } else if (a.starts_with("--") || (a.starts_with("-") && a != "-")) {
         std::fprintf(stderr, "tokenize: unknown option %s\n", a.c_str());
         print_usage();
         return 2;
@@ -206,6 +390,15 @@ int main(int argc, char** argv) {
       print_usage();
       return 2;
     }
+    if (opt.val_docs > 0 && opt.val_fraction > 0) {
+      std::fprintf(stderr, "tokenize: give --val-docs or --val-fraction, not both\n");
+      return 2;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());  // a usage error
+    return 2;
+  }
+  try {
     if (opt.encode) return run_encode(opt);
     if (opt.decode) return run_decode(opt);
     return run_shards(opt);

@@ -15,6 +15,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "engine/core/allocator.h"
@@ -48,6 +49,24 @@ struct NewtonSchulzSchedule {
   std::vector<std::array<float, 3>> coefficients;
   float norm_scale = 1.0f;
   float norm_eps = 1e-7f;
+};
+
+// One symmetric eigendecomposition of a list solved together (eigh_many): a [n, n] -> w [n]
+// ascending, eigenvectors as the columns of v [n, n], exactly as eigh() lays them out.
+struct EighTask {
+  const float* a = nullptr;
+  float* w = nullptr;
+  float* v = nullptr;
+  int64_t n = 0;
+};
+
+// One thin QR of a list solved together (qr_many): the Q factor q [m, min(m, n)] of a [m, n],
+// bit for bit the q that qr() returns (R is not kept).
+struct QrTask {
+  const float* a = nullptr;
+  float* q = nullptr;
+  int64_t m = 0;
+  int64_t n = 0;
 };
 
 class Backend {
@@ -168,6 +187,15 @@ class Backend {
   // Thin SVD of a [m, n]: u [m, r], s [r] descending, vt [r, n], r = min(m, n).
   virtual void svd(float* u, float* s, float* vt, const float* a, int64_t m, int64_t n,
                    int64_t batch = 1) = 0;
+  // Many independent solves of possibly different sizes, as one phase (the matrix optimizers'
+  // batched eigenbasis refresh). A task's result does not depend on the other tasks of the
+  // list, so batching never changes a trajectory: a list gives bit for bit what the same tasks
+  // give one per call. CPU: the tasks are spread over the threads, largest first, one
+  // single-threaded LAPACK call each (also for a single task, so the bits do not depend on the
+  // thread count either; they may differ from eigh()/qr(), whose one matrix uses threaded
+  // LAPACK). CUDA: one solver call per task in stream order, the same as eigh()/qr().
+  virtual void eigh_many(std::span<const EighTask> tasks) = 0;
+  virtual void qr_many(std::span<const QrTask> tasks) = 0;
   // Orthogonalise x [batch, m, n] in place with the schedule (works on the wide side: a tall
   // matrix is transposed first). Built from gemm, so it runs at the GEMM rate.
   virtual void newton_schulz(float* x, int64_t m, int64_t n, const NewtonSchulzSchedule& schedule,

@@ -3,8 +3,10 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <algorithm>
 #include <array>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <sstream>
@@ -211,6 +213,7 @@ void Gpt2Tokenizer::load_merges(const std::string& path) {
     merge_rank_.insert(a + ',' + b, rank++);
   }
   ENGINE_CHECK(rank > 0, "tokenizer: " + path + " holds no merges");
+  buckets_.resize(static_cast<size_t>(rank));
 }
 
 int32_t Gpt2Tokenizer::rank_of(std::string_view first, std::string_view second) {
@@ -227,69 +230,112 @@ void Gpt2Tokenizer::bpe(std::string_view piece, std::vector<int32_t>& out) {
     out.insert(out.end(), cache_ids_.begin() + offset, cache_ids_.begin() + offset + count);
     return;
   }
-  // Symbols are adjacent byte ranges of the piece: merging two is widening the first.
-  word_.clear();
-  for (size_t i = 0; i < piece.size(); ++i)
-    word_.push_back(piece.substr(i, 1));
-  ranks_.clear();
-  for (size_t i = 0; i + 1 < word_.size(); ++i)
-    ranks_.push_back(rank_of(word_[i], word_[i + 1]));
-  while (word_.size() > 1) {
-    // The pair of lowest rank; among equal ranks the last one, as the reference picks it.
-    int32_t best = kNoRank;
-    size_t at = 0;
-    for (size_t i = 0; i < ranks_.size(); ++i) {
-      if (ranks_[i] <= best && ranks_[i] != kNoRank) {
-        best = ranks_[i];
-        at = i;
-      }
-    }
-    if (best == kNoRank) break;
-    const std::string_view first = word_[at];
-    const std::string_view second = word_[at + 1];
-    // Merge every non-overlapping occurrence of (first, second), left to right.
-    next_word_.clear();
-    source_.clear();
-    for (size_t i = 0; i < word_.size();) {
-      if (i + 1 < word_.size() && word_[i] == first && word_[i + 1] == second) {
-        next_word_.emplace_back(word_[i].data(), word_[i].size() + word_[i + 1].size());
-        source_.push_back(-1);
-        i += 2;
-      } else {
-        next_word_.push_back(word_[i]);
-        source_.push_back(static_cast<int32_t>(i));
-        i += 1;
-      }
-    }
-    // Only pairs touching a merged symbol have a new rank; two unmerged neighbours were
-    // neighbours before, so their rank carries over.
-    next_ranks_.clear();
-    for (size_t w = 0; w + 1 < next_word_.size(); ++w) {
-      next_ranks_.push_back(source_[w] >= 0 && source_[w + 1] >= 0
-                                ? ranks_[source_[w]]
-                                : rank_of(next_word_[w], next_word_[w + 1]));
-    }
-    word_.swap(next_word_);
-    ranks_.swap(next_ranks_);
-  }
-  // Bound the cache on very large corpora; natural text keeps hitting the common pieces.
+  merge_symbols(piece);
+  // Bound the cache on very large corpora; natural text keeps hitting the common pieces, and a
+  // long piece (a line without spaces) hardly ever repeats, so it is not worth its memory.
   if (cache_ids_.size() >= (1u << 24)) {
     cache_.clear();
     cache_spans_.clear();
     cache_ids_.clear();
   }
-  const size_t offset = cache_ids_.size();
-  for (const std::string_view s : word_) {
-    const int32_t id = bytes_to_id_.find(s);
+  const bool cache = piece.size() <= kMaxCachedPiece;
+  const size_t offset = cache ? cache_ids_.size() : out.size();
+  std::vector<int32_t>& ids = cache ? cache_ids_ : out;
+  for (int32_t s = 0; s < static_cast<int32_t>(piece.size()); s = next_[s]) {
+    const int32_t id = bytes_to_id_.find(piece.substr(s, len_[s]));
     ENGINE_CHECK(id != StringIndex::kMissing,
                  "tokenizer: BPE produced a symbol outside the vocabulary (piece of " +
                      std::to_string(piece.size()) + " bytes)");
-    cache_ids_.push_back(id);
+    ids.push_back(id);
   }
+  if (!cache) return;
   out.insert(out.end(), cache_ids_.begin() + static_cast<std::ptrdiff_t>(offset), cache_ids_.end());
   cache_.insert(piece, static_cast<int32_t>(cache_spans_.size()));
   cache_spans_.emplace_back(static_cast<uint32_t>(offset),
                             static_cast<uint32_t>(cache_ids_.size() - offset));
+}
+
+// The reference merges in rounds: find the adjacent pair of lowest rank, then merge every
+// non-overlapping occurrence of that pair, left to right, and start again. Rescanning all pairs
+// each round is quadratic in the piece length (a 1 MB line without spaces took 20 s). Here the
+// symbols are a linked list of byte ranges, the candidate pairs wait in one bucket per rank, and
+// a small min-heap holds the ranks whose bucket is not empty. A round takes the lowest rank's
+// bucket, sorts it by position (the left-to-right rule), merges, and only then adds the pairs the
+// merges created: a new pair may rank below the round's rank, and the reference would still
+// finish the round first. Entries go stale when a neighbour merges; an entry records both
+// symbols' lengths and is dropped when they no longer match. Each merge removes one symbol and
+// adds at most two entries, so a piece of n bytes costs O(n log n).
+void Gpt2Tokenizer::merge_symbols(std::string_view piece) {
+  const auto n = static_cast<int32_t>(piece.size());
+  // Symbol s starts at byte s and spans len_[s] bytes (0: absorbed into its left neighbour);
+  // next_[s] / prev_[s] are the starts of its neighbours (n / -1 at the ends).
+  len_.assign(n, 1);
+  next_.resize(n);
+  prev_.resize(n);
+  for (int32_t s = 0; s < n; ++s) {
+    next_[s] = s + 1;
+    prev_[s] = s - 1;
+  }
+  const auto add_site = [&](int32_t rank, const PairSite& site) {
+    std::vector<PairSite>& bucket = buckets_[rank];
+    if (bucket.empty()) {
+      ranks_.push_back(rank);
+      std::push_heap(ranks_.begin(), ranks_.end(), std::greater<>());
+    }
+    bucket.push_back(site);
+  };
+  const auto add_pair = [&](int32_t left) {
+    const int32_t right = next_[left];
+    if (left < 0 || right >= n) return;
+    const int32_t rank = rank_of(piece.substr(left, len_[left]), piece.substr(right, len_[right]));
+    if (rank != kNoRank) add_site(rank, {left, len_[left], len_[right]});
+  };
+  const auto stale = [&](const PairSite& e) {
+    return len_[e.left] != e.left_len || e.left + e.left_len >= n ||
+           len_[e.left + e.left_len] != e.right_len;
+  };
+  for (int32_t s = 0; s + 1 < n; ++s)
+    add_pair(s);
+  while (!ranks_.empty()) {
+    // This round's occurrences: every current pair of the lowest rank, left to right.
+    std::pop_heap(ranks_.begin(), ranks_.end(), std::greater<>());
+    const int32_t rank = ranks_.back();
+    ranks_.pop_back();
+    round_.clear();
+    round_.swap(buckets_[rank]);
+    round_.erase(std::remove_if(round_.begin(), round_.end(), stale), round_.end());
+    if (round_.empty()) continue;
+    const auto by_position = [](const PairSite& a, const PairSite& b) { return a.left < b.left; };
+    if (!std::is_sorted(round_.begin(), round_.end(), by_position))
+      std::sort(round_.begin(), round_.end(), by_position);
+    // Pairs share a rank only when their "first,second" keys collide (a comma in a symbol); the
+    // reference then merges the pair it saw last, and the others wait for the next round.
+    const PairSite chosen = round_.back();
+    const std::string_view first = piece.substr(chosen.left, chosen.left_len);
+    const std::string_view second = piece.substr(chosen.left + chosen.left_len, chosen.right_len);
+    merged_.clear();
+    for (const PairSite& e : round_) {
+      if (piece.substr(e.left, e.left_len) != first ||
+          piece.substr(e.left + e.left_len, e.right_len) != second) {
+        add_site(rank, e);  // collided key, not merged now: stays a candidate
+        continue;
+      }
+      if (stale(e)) continue;  // its left symbol went into the previous merge
+      const int32_t right = e.left + e.left_len;
+      len_[e.left] += len_[right];
+      len_[right] = 0;
+      next_[e.left] = next_[right];
+      if (next_[right] < n) prev_[next_[right]] = e.left;
+      merged_.push_back(e.left);
+    }
+    // The new pairs; a pair of two merged symbols is added once, by its right member's left.
+    for (size_t i = 0; i < merged_.size(); ++i) {
+      const int32_t m = merged_[i];
+      const int32_t p = prev_[m];
+      if (p >= 0 && (i == 0 || merged_[i - 1] != p)) add_pair(p);
+      add_pair(m);
+    }
+  }
 }
 
 std::vector<std::string_view> Gpt2Tokenizer::split(std::string_view text) {

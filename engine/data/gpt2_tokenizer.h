@@ -3,8 +3,8 @@
 //
 // encode: split the text with GPT-2's pre-tokenising regular expression, map each piece's UTF-8
 // bytes to byte-symbols, then repeatedly merge the adjacent pair of lowest merge rank until no
-// ranked pair is left; each final symbol is a vocabulary entry. Pieces repeat a lot in natural
-// text, so their ids are cached.
+// ranked pair is left (O(n log n) in a piece's length); each final symbol is a vocabulary entry.
+// Pieces repeat a lot in natural text, so their ids are cached.
 //
 // Everything works on raw bytes: GPT-2 stores each byte as a printable code point
 // (bytes_to_unicode), a bijection, so mapping the files back to bytes once at load time changes
@@ -53,6 +53,7 @@ class Gpt2Tokenizer {
   void load_encoder(const std::string& path);
   void load_merges(const std::string& path);
   void bpe(std::string_view piece, std::vector<int32_t>& out);
+  void merge_symbols(std::string_view piece);
   int32_t rank_of(std::string_view first, std::string_view second);
 
   std::unique_ptr<Regex> regex_;
@@ -64,11 +65,17 @@ class Gpt2Tokenizer {
   StringIndex cache_;
   std::vector<std::pair<uint32_t, uint32_t>> cache_spans_;
   std::vector<int32_t> cache_ids_;
-  // Scratch of bpe(), kept to avoid allocations.
+  // Scratch of merge_symbols(), kept to avoid allocations.
+  struct PairSite {
+    int32_t left;  // byte offset of the pair's first symbol in the piece
+    int32_t left_len, right_len;
+  };
+  static constexpr size_t kMaxCachedPiece = 256;
   std::string key_;
-  std::vector<std::string_view> word_, next_word_;
-  std::vector<int32_t> ranks_, next_ranks_;
-  std::vector<int32_t> source_;  // next_word_[w] came unmerged from word_[source_[w]], or -1
+  std::vector<int32_t> len_, next_, prev_, merged_;
+  std::vector<std::vector<PairSite>> buckets_;  // candidate pairs by merge rank
+  std::vector<int32_t> ranks_;                  // min-heap of the ranks with a non-empty bucket
+  std::vector<PairSite> round_;
 };
 
 }  // namespace data

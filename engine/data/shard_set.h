@@ -17,8 +17,8 @@ namespace data {
 
 class ShardSet {
  public:
-  // Every matched file's header and size are validated here (a bad one throws naming it); token
-  // ids are checked against vocab_size as sequences are read.
+  // Every matched file's header, size and token ids (< vocab_size) are checked here, once; a bad
+  // one throws naming the file (and the position and id of the first bad token).
   ShardSet(const std::string& pattern, int64_t seq_len, int64_t vocab_size);
   ~ShardSet();
   ShardSet(const ShardSet&) = delete;
@@ -45,13 +45,13 @@ class ShardSet {
   };
   std::string pattern_;
   int64_t seq_len_;
-  int64_t vocab_size_;
   int64_t num_tokens_ = 0;
   std::vector<Mapped> shards_;
   std::vector<int64_t> seq_begin_;  // prefix sums of sequences per shard, size num_shards + 1
 };
 
-// Files matching a glob, sorted; throws naming the pattern when nothing matches.
+// Files matching a glob, sorted; throws when nothing matches, naming the pattern, the working
+// directory it is relative to, a missing folder, and the commands that write shards.
 std::vector<std::string> glob_files(const std::string& pattern);
 
 }  // namespace data

@@ -61,11 +61,19 @@ ShardHeader read_shard_header(const std::string& path) {
 void check_token_ids(const std::string& path, std::span<const uint16_t> tokens, int64_t first,
                      int64_t vocab_size) {
   if (vocab_size >= kShardMaxVocab) return;
+  // One branch-free pass for the largest id (the compiler vectorises it: a few ms per 100 MB);
+  // the position of the first bad id is looked up only when there is one.
+  uint16_t largest = 0;
+  for (const uint16_t id : tokens)
+    largest = id > largest ? id : largest;
+  if (largest < vocab_size) return;
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] >= vocab_size) {
       ENGINE_FAIL(shard_error(path, "token " + std::to_string(first + static_cast<int64_t>(i)) +
                                         " has id " + std::to_string(tokens[i]) +
-                                        " >= vocabulary size " + std::to_string(vocab_size)));
+                                        " >= vocabulary size " + std::to_string(vocab_size) +
+                                        " (model.vocab_size; the largest id in the shard is " +
+                                        std::to_string(largest) + ")"));
     }
   }
 }

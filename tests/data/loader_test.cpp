@@ -14,6 +14,7 @@
 #include "engine/data/data_loader.h"
 #include "engine/data/token_shard.h"
 #include "engine/data/val_loader.h"
+#include "tests/test_util.h"
 
 namespace {
 
@@ -243,7 +244,25 @@ TEST_F(LoaderTest, BadConfigurationsAreRefused) {
     data::DataLoader loader(none);
     ADD_FAILURE() << "an empty glob must be refused";
   } catch (const core::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("no token shard matches"), std::string::npos);
+    const std::string what = e.what();
+    EXPECT_NE(what.find("no file matches the token-shard pattern '" + none.pattern + "'"),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("make_tiny_data.py"), std::string::npos) << what;
+  }
+  // A missing folder is named, relative patterns say which directory they are relative to.
+  auto missing = options(4, 0, 1, false);
+  missing.pattern = "no_such_folder_xyz/train_*.bin";
+  try {
+    data::DataLoader loader(missing);
+    ADD_FAILURE() << "a pattern in a missing folder must be refused";
+  } catch (const core::Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("the folder no_such_folder_xyz does not exist"), std::string::npos) << what;
+    EXPECT_NE(what.find("relative to the working directory " + fs::current_path().string()),
+              std::string::npos)
+        << what;
+    EXPECT_EQ(what.find("glob error"), std::string::npos) << what;
   }
   // A bad shard among good ones is named.
   { std::ofstream((dir_ / "train_9.bin").string()) << std::string(1500, 'x'); }
@@ -255,19 +274,18 @@ TEST_F(LoaderTest, BadConfigurationsAreRefused) {
   }
 }
 
-TEST_F(LoaderTest, TokenIdsAreCheckedAgainstTheVocabulary) {
+TEST_F(LoaderTest, TokenIdsAreCheckedAgainstTheVocabularyAtLoad) {
+  // Shards 0 and 1 hold positions 0..69 (valid below 100); shard 2 holds 70..102 and its token
+  // 30 (position 100) is the first id >= 100: refused when the loader is built, before any
+  // batch is read.
   auto o = options(4, 0, 1, false);
-  o.vocab_size = 100;  // tokens are positions, most exceed 100
-  data::DataLoader loader(o);
-  data::Batch b;
-  loader.load(0, 0, b);  // positions 0..32: valid ids
-  try {
-    loader.load(2, 0, b);  // shard 2 starts at position 70
-    ADD_FAILURE() << "ids >= vocab_size must be refused";
-  } catch (const core::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("train_2.bin"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find(">= vocabulary size 100"), std::string::npos);
-  }
+  o.vocab_size = 100;
+  const std::string what = test_util::error_of([&] { data::DataLoader loader(o); });
+  EXPECT_NE(what.find("train_2.bin"), std::string::npos) << what;
+  EXPECT_NE(what.find("token 30 has id 100 >= vocabulary size 100"), std::string::npos) << what;
+  EXPECT_NE(what.find("the largest id in the shard is 102"), std::string::npos) << what;
+  o.vocab_size = 50000;
+  EXPECT_NO_THROW(data::DataLoader{o});
 }
 
 TEST_F(LoaderTest, ValidationReadsFixedTokensInFileOrder) {

@@ -1,11 +1,13 @@
 // The tokenize executable: shards of a configurable size, document separators, UTF-8 errors
-// naming file and offset, --replace-invalid, --encode and --decode.
+// naming file and offset, --replace-invalid, --encode and --decode; directories, globs, stdin and
+// JSON Lines inputs, the validation split, threads, progress and usage errors.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -57,6 +59,29 @@ class TokenizeCli : public ::testing::Test {
     const std::string path = (dir_ / name).string();
     std::ofstream(path, std::ios::binary) << text;
     return path;
+  }
+  // The tokens of shards PREFIX_000000.bin, PREFIX_000001.bin, ... concatenated.
+  static std::vector<int32_t> read_tokens(const std::string& prefix) {
+    std::vector<int32_t> got;
+    for (int i = 0; fs::exists(data::ShardWriter::shard_path(prefix, i)); ++i) {
+      const auto t = data::read_shard(data::ShardWriter::shard_path(prefix, i), 50257);
+      got.insert(got.end(), t.begin(), t.end());
+    }
+    return got;
+  }
+  // <|endoftext|> before each document, as tokenize writes them.
+  static std::vector<int32_t> expected_tokens(const std::vector<std::string>& docs) {
+    data::Gpt2Tokenizer tok(kVocab);
+    std::vector<int32_t> ids;
+    for (const std::string& d : docs) {
+      ids.push_back(data::Gpt2Tokenizer::kEndOfText);
+      tok.encode(d, ids);
+    }
+    return ids;
+  }
+  static std::string file_bytes(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
   }
   fs::path dir_;
 };
@@ -117,6 +142,139 @@ TEST_F(TokenizeCli, EncodeAndDecodeThroughStdio) {
   EXPECT_EQ(err.status, 1);
   EXPECT_NE(err.out.find("item 1 '50257'"), std::string::npos) << err.out;
   EXPECT_EQ(run(tokenize_cmd("--encode --decode 2>&1")).status, 2);
+}
+
+// A directory is every file below it in sorted order (it once read as one token); a glob takes
+// the files it matches; "-" is stdin.
+TEST_F(TokenizeCli, DirectoriesGlobsAndStdin) {
+  fs::create_directories(dir_ / "docs" / "sub");
+  write("docs/b.txt", "Second document.");
+  write("docs/a.txt", "First document.");
+  write("docs/sub/c.txt", "Third, below.");
+  write("docs/.hidden", "not a document");
+  const std::string prefix = (dir_ / "d").string();
+  Result r = run(tokenize_cmd("--output " + prefix + " " + (dir_ / "docs").string()));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("3 documents"), std::string::npos) << r.out;
+  EXPECT_EQ(read_tokens(prefix),
+            expected_tokens({"First document.", "Second document.", "Third, below."}));
+
+  r = run(tokenize_cmd("--output " + prefix + " '" + (dir_ / "docs" / "*.txt").string() + "'"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(read_tokens(prefix), expected_tokens({"First document.", "Second document."}));
+
+  r = run("printf 'From stdin.' | " + tokenize_cmd("--output " + prefix + " -"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(read_tokens(prefix), expected_tokens({"From stdin."}));
+
+  r = run(tokenize_cmd("--output " + prefix + " '" + (dir_ / "none*.txt").string() + "' 2>&1"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("matches no file"), std::string::npos) << r.out;
+  fs::create_directories(dir_ / "empty");
+  r = run(tokenize_cmd("--output " + prefix + " " + (dir_ / "empty").string() + " 2>&1"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("directory '" + (dir_ / "empty").string() + "' holds no files"),
+            std::string::npos)
+      << r.out;
+}
+
+// JSON Lines: one document per line under --jsonl-key (blank lines skipped); a line without the
+// key is an error naming the file and line, not JSON syntax tokenized as text.
+TEST_F(TokenizeCli, JsonLinesDocumentsAndTheLineOfABadOne) {
+  const std::string good =
+      write("docs.jsonl", "{\"text\": \"Caf\\u00e9 one\\n\", \"id\": 1}\n\n{\"text\": \"two\"}\n");
+  const std::string prefix = (dir_ / "j").string();
+  Result r = run(tokenize_cmd("--output " + prefix + " " + good));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(read_tokens(prefix), expected_tokens({"Caf\u00e9 one\n", "two"}));
+
+  const std::string keyed = write("body.jsonl", "{\"body\": \"under body\"}\n");
+  r = run(tokenize_cmd("--jsonl-key body --output " + prefix + " " + keyed));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(read_tokens(prefix), expected_tokens({"under body"}));
+
+  r = run("printf '{\"text\": \"piped\"}\\n' | " +
+          tokenize_cmd("--jsonl --output " + prefix + " -"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(read_tokens(prefix), expected_tokens({"piped"}));
+
+  const std::string bad = write("bad.jsonl", "{\"text\": \"ok\"}\n\n{\"txt\": \"typo\"}\n");
+  r = run(tokenize_cmd("--output " + (dir_ / "b").string() + " " + bad + " 2>&1"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find(bad + ":3: expected a JSON object with a string \"text\""),
+            std::string::npos)
+      << r.out;
+  EXPECT_FALSE(fs::exists(data::ShardWriter::shard_path((dir_ / "b").string(), 0)));
+  const std::string broken = write("broken.jsonl", "{\"text\": \"ok\"}\n{\"text\": \n");
+  r = run(tokenize_cmd("--output " + (dir_ / "b").string() + " " + broken + " 2>&1"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find(broken + ":2: invalid JSON"), std::string::npos) << r.out;
+}
+
+// --val-fraction F puts document i into validation when floor((i+1) F) > floor(i F); --val-docs N
+// the first N. The shards are byte-identical for any thread count.
+TEST_F(TokenizeCli, ValidationSplitIsDeterministicAndThreadsDoNotChangeTheOutput) {
+  std::string lines;
+  std::vector<std::string> docs;
+  for (int i = 0; i < 40; ++i) {
+    docs.push_back("Document number " + std::to_string(i) + " says " + std::string(i % 7, 'x') +
+                   ".");
+    lines += "{\"text\": \"" + docs.back() + "\"}\n";
+  }
+  const std::string input = write("many.jsonl", lines);
+  const std::string p1 = (dir_ / "one").string(), p3 = (dir_ / "three").string();
+  Result r = run(tokenize_cmd("--threads 1 --val-fraction 0.25 --shard-tokens 50 --output " + p1 +
+                              " " + input));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("validation: 10 documents"), std::string::npos) << r.out;
+  std::vector<std::string> train, val;
+  for (int i = 0; i < 40; ++i)
+    ((i + 1) % 4 == 0 ? val : train).push_back(docs[i]);
+  EXPECT_EQ(read_tokens(p1 + "_train"), expected_tokens(train));
+  EXPECT_EQ(read_tokens(p1 + "_val"), expected_tokens(val));
+
+  r = run(tokenize_cmd("--threads 3 --val-fraction 0.25 --shard-tokens 50 --output " + p3 + " " +
+                       input));
+  ASSERT_EQ(r.status, 0) << r.out;
+  int shards = 0;
+  for (const std::string split : {"_train", "_val"}) {
+    for (int i = 0; fs::exists(data::ShardWriter::shard_path(p1 + split, i)); ++i, ++shards) {
+      EXPECT_EQ(file_bytes(data::ShardWriter::shard_path(p1 + split, i)),
+                file_bytes(data::ShardWriter::shard_path(p3 + split, i)))
+          << split << " shard " << i;
+    }
+  }
+  EXPECT_GT(shards, 4);
+
+  r = run(tokenize_cmd("--val-docs 2 --output " + p1 + " " + input));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(read_tokens(p1 + "_val"), expected_tokens({docs[0], docs[1]}));
+  EXPECT_EQ(read_tokens(p1 + "_train").size(),
+            expected_tokens(std::vector<std::string>(docs.begin() + 2, docs.end())).size());
+}
+
+// Progress on stderr (documents, tokens, tokens/s, ETA) while it runs; usage errors exit 2.
+TEST_F(TokenizeCli, ProgressLinesAndUsageErrors) {
+  std::string text;
+  for (int i = 0; i < 60000; ++i)
+    text += "word" + std::to_string(i % 997) + " and more text, ";
+  const std::string input = write("long.txt", text);
+  const std::string prefix = (dir_ / "p").string();
+  Result r = run(tokenize_cmd("--threads 1 --progress-seconds 0.02 --output " + prefix + " " +
+                              input + " " + input + " " + input + " 2>&1"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("tokenize: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" tokens/s, "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ETA "), std::string::npos) << r.out;
+
+  EXPECT_EQ(run(tokenize_cmd("--val-docs 2 --val-fraction 0.1 --output x y 2>&1")).status, 2);
+  r = run(tokenize_cmd("--threads 0 --output x y 2>&1"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("--threads '0' is not an integer >= 1"), std::string::npos) << r.out;
+  r = run(tokenize_cmd("--val-fraction 1.5 --output x y 2>&1"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("--val-fraction '1.5' is not a number between 0 and 1"), std::string::npos)
+      << r.out;
 }
 
 }  // namespace

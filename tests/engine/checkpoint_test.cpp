@@ -2,8 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <filesystem>
+
+#include <cstdio>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <numeric>
 
 #include "engine/core/check.h"
@@ -42,11 +47,11 @@ class CheckpointTest : public ::testing::Test {
                             {{"a", {5, 3}, 0, 0, a.slice(0, 0, 2).clone()},
                              {"b", {2, 4}, 1, 0, b.slice(1, 0, 1).clone()},
                              {"c", {3}, 0, 0, c}},
-                            {{"c/step", 12}});
+                            {{"c/step", step}});
     engine::write_rank_file(staging, 1,
                             {{"a", {5, 3}, 0, 2, a.slice(0, 2, 3).clone()},
                              {"b", {2, 4}, 1, 1, b.slice(1, 1, 3).clone()}},
-                            {{"a/step", 3}});
+                            {{"a/step", step}});
     engine::Manifest m;
     m.step = step;
     m.world_size = 2;
@@ -80,7 +85,7 @@ TEST_F(CheckpointTest, ManifestRoundTrip) {
   EXPECT_EQ(m.files[1].file, "rank_00001.safetensors");
   EXPECT_EQ(m.files[1].checksum, engine::fnv1a64_file(dir + "/rank_00001.safetensors"));
   EXPECT_EQ(m.slices.size(), 5u);
-  EXPECT_EQ(m.counters, (std::map<std::string, int64_t>{{"a/step", 3}, {"c/step", 12}}));
+  EXPECT_EQ(m.counters, (std::map<std::string, int64_t>{{"a/step", 7}, {"c/step", 7}}));
   EXPECT_FALSE(fs::exists(engine::staging_path(root_, 7)));
 }
 
@@ -161,6 +166,128 @@ TEST_F(CheckpointTest, TruncatedMissingAndIncompleteRefused) {
   std::ofstream(dir + "/manifest.yaml") << "format: something-else\n";
   msg = error_of([&] { engine::read_manifest(dir); });
   EXPECT_NE(msg.find("manifest.yaml"), std::string::npos) << msg;
+}
+
+// The whole text of a file.
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Checksums of every file of every folder under root: what "nothing saved changed" compares.
+std::map<std::string, uint64_t> tree_checksums(const std::string& root) {
+  std::map<std::string, uint64_t> sums;
+  for (const auto& e : fs::recursive_directory_iterator(root))
+    if (e.is_regular_file()) sums[e.path().string()] = engine::fnv1a64_file(e.path().string());
+  return sums;
+}
+
+// Rewrites a manifest with `from` replaced by `to` and a freshly computed checksum line, as a
+// buggy writer (not a bit flip) would leave it.
+void rewrite_manifest(const std::string& dir, const std::string& from, const std::string& to) {
+  std::string text = slurp(dir + "/manifest.yaml");
+  text = text.substr(0, text.rfind("manifest_fnv1a64: "));
+  const size_t at = text.find(from);
+  ASSERT_NE(at, std::string::npos) << from;
+  text.replace(at, from.size(), to);
+  char sum[32];
+  std::snprintf(sum, sizeof(sum), "%016llx",
+                static_cast<unsigned long long>(engine::fnv1a64(text.data(), text.size())));
+  std::ofstream(dir + "/manifest.yaml", std::ios::trunc)
+      << text << "manifest_fnv1a64: " << sum << "\n";
+}
+
+TEST_F(CheckpointTest, EditedManifestRefusedByItsChecksum) {
+  std::string dir = save(20);
+  const auto before = tree_checksums(root_);
+  std::string text = slurp(dir + "/manifest.yaml");
+  const size_t at = text.find("data.step: 20");
+  ASSERT_NE(at, std::string::npos) << text;
+  text.replace(at, 13, "data.step: 7");
+  std::ofstream(dir + "/manifest.yaml", std::ios::trunc) << text;
+  std::string msg = error_of([&] { engine::resolve_resume(root_, "auto"); });
+  EXPECT_NE(msg.find(dir + "/manifest.yaml was changed after it was written"), std::string::npos)
+      << msg;
+  // A manifest cut short loses its checksum line.
+  std::ofstream(dir + "/manifest.yaml", std::ios::trunc) << text.substr(0, text.size() / 2);
+  msg = error_of([&] { engine::read_manifest(dir); });
+  EXPECT_NE(msg.find("has no manifest_fnv1a64 line"), std::string::npos) << msg;
+  // Nothing but the edited manifest changed.
+  auto after = tree_checksums(root_);
+  after.erase(dir + "/manifest.yaml");
+  auto expected = before;
+  expected.erase(dir + "/manifest.yaml");
+  EXPECT_EQ(after, expected);
+}
+
+TEST_F(CheckpointTest, InconsistentManifestRefusedByName) {
+  std::string dir = save(20);
+  rewrite_manifest(dir, "data.step: 20", "data.step: 7");
+  std::string msg = error_of([&] { engine::verify_checkpoint(dir); });
+  EXPECT_NE(msg.find("is inconsistent: step 20 but data.step 7"), std::string::npos) << msg;
+
+  dir = save(20);
+  rewrite_manifest(dir, "a/step: 20", "a/step: -3");
+  msg = error_of([&] { engine::verify_checkpoint(dir); });
+  EXPECT_NE(msg.find("optimizer counter a/step = -3 is outside [0, step 20]"), std::string::npos)
+      << msg;
+
+  dir = save(20);
+  rewrite_manifest(dir, "step: 20\n", "step: 7\n");
+  msg = error_of([&] { engine::verify_checkpoint(dir); });
+  EXPECT_NE(msg.find("step 7 but the folder is step_00000020"), std::string::npos) << msg;
+
+  dir = save(20);
+  fs::rename(dir, root_ + "/step_00000009");
+  msg = error_of([&] { engine::resolve_resume(root_, "auto"); });
+  EXPECT_NE(msg.find("step 20 but the folder is step_00000009"), std::string::npos) << msg;
+}
+
+TEST_F(CheckpointTest, MissingPathAndFolderOfCheckpointsAreNamed) {
+  std::string msg = error_of([&] { engine::verify_checkpoint(root_ + "/nothing_here"); });
+  EXPECT_NE(msg.find(root_ + "/nothing_here does not exist"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("manifest.yaml is missing"), std::string::npos) << msg;
+  std::string newest = save(8);
+  msg = error_of([&] { engine::verify_checkpoint(root_); });
+  EXPECT_NE(msg.find("is a folder of checkpoints, not a checkpoint: give one of them, e.g. the "
+                     "newest " +
+                     newest),
+            std::string::npos)
+      << msg;
+}
+
+// Disk full while committing: /dev/full stands in for the full disk (every write fails with
+// ENOSPC). The error names the file and the reason; every complete checkpoint is unchanged.
+TEST_F(CheckpointTest, FailedWritesNameTheFileAndKeepCompleteCheckpoints) {
+  save(4);
+  save(8);
+  const auto before = tree_checksums(root_);
+  const std::string staging = prepare_staging(root_, 12);
+  fs::create_symlink("/dev/full", staging + "/manifest.yaml.tmp");
+  core::Tensor a = iota({5, 3}, 0);
+  engine::write_rank_file(staging, 0, {{"a", {5, 3}, 0, 0, a}});
+  engine::Manifest m;
+  m.step = 12;
+  m.world_size = 1;
+  std::string msg = error_of([&] { engine::commit_checkpoint(root_, m, 1); });
+  EXPECT_NE(msg.find("writing " + staging + "/manifest.yaml.tmp failed"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("No space left on device"), std::string::npos) << msg;
+
+  // A rank file: its writer's temporary file is the full disk.
+  prepare_staging(root_, 12);
+  const std::string rank_tmp =
+      staging + "/" + engine::rank_file_name(0) + ".tmp." + std::to_string(::getpid());
+  fs::create_symlink("/dev/full", rank_tmp);
+  msg = error_of([&] { engine::write_rank_file(staging, 0, {{"a", {5, 3}, 0, 0, a}}); });
+  EXPECT_NE(msg.find(rank_tmp), std::string::npos) << msg;
+  EXPECT_NE(msg.find("No space left on device"), std::string::npos) << msg;
+
+  auto after = tree_checksums(root_);
+  for (auto it = after.begin(); it != after.end();)
+    it = it->first.find(".tmp") != std::string::npos ? after.erase(it) : std::next(it);
+  EXPECT_EQ(after, before);
+  EXPECT_EQ(engine::list_checkpoints(root_).size(), 2u);
+  EXPECT_NO_THROW(engine::resolve_resume(root_, "auto"));
 }
 
 }  // namespace

@@ -131,6 +131,33 @@ TEST(Config, FileErrorsNameTheFile) {
   EXPECT_NE(msg.find("YAML syntax error"), std::string::npos) << msg;
 }
 
+TEST(Config, ConfigFolderAndOptimScalarAreNamed) {
+  auto dir = std::filesystem::temp_directory_path() / "engine_config_test_dir";
+  std::filesystem::create_directories(dir);
+  std::string msg = error_of([&] { engine::load_config(dir.string()); });
+  EXPECT_NE(msg.find(dir.string() + ": is a directory, not a YAML file"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("underflow"), std::string::npos) << msg;
+  std::ofstream(dir / "c.yaml") << "data: {train: a, val: b}\noptim: 5\n";
+  msg = error_of([&] { engine::load_config((dir / "c.yaml").string()); });
+  EXPECT_NE(msg.find("c.yaml:2: 'optim' is '5': expected a list of parameter groups"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("there is no file " + (dir / "5").string()), std::string::npos) << msg;
+  msg = error_of([] { engine::parse_config(kMinimal, "o.yaml", {"optim=presets/none.yaml"}); });
+  EXPECT_NE(msg.find("'optim' is 'presets/none.yaml'"), std::string::npos) << msg;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Config, SizesBeyondTheModelsIntAreRefused) {
+  std::string msg =
+      error_of([] { engine::parse_config(kMinimal, "s.yaml", {"model.d_model=4294967296"}); });
+  EXPECT_NE(msg.find("'model.d_model': is 4294967296, above the largest model size"),
+            std::string::npos)
+      << msg;
+  msg = error_of([] { engine::parse_config(kMinimal, "s.yaml", {"comm.timeout_s=-1"}); });
+  EXPECT_NE(msg.find("'comm.timeout_s': must be >= 0"), std::string::npos) << msg;
+}
+
 TEST(Config, OverridesUseTheKeysType) {
   engine::Config c =
       engine::parse_config(kMinimal, "o.yaml",
@@ -207,8 +234,9 @@ TEST(Config, KeyListIsLocked) {
             "data.val data.shuffle train.seed train.steps train.batch_tokens train.micro_batch "
             "train.grad_clip train.lr_schedule train.lr_warmup_steps train.lr_cooldown_frac "
             "train.lr_floor train.eval_every train.val_tokens train.target_val_loss "
-            "train.warmup_steps zero.stage checkpoint.dir checkpoint.every checkpoint.at_end "
-            "checkpoint.keep checkpoint.resume log.dir log.every log.metrics ");
+            "train.warmup_steps train.init_from zero.stage checkpoint.dir checkpoint.every "
+            "checkpoint.at_end checkpoint.keep checkpoint.resume checkpoint.overwrite "
+            "checkpoint.on_signal comm.timeout_s log.dir log.every log.metrics log.peak_gflops ");
 }
 
 TEST(Config, ReferenceTableListsEveryKey) {

@@ -138,6 +138,40 @@ TEST_F(OsftTrainer, ResumeIsBitIdenticalAndALoadOnlyTrainerHoldsTheDenseWeights)
   }
 }
 
+// train.init_from a dense checkpoint: the OSFT run starts from its weights (the targets through
+// their fresh SVDs); a checkpoint of another model shape is refused naming the tensor.
+TEST_F(OsftTrainer, InitFromADenseCheckpointDecomposesItsWeights) {
+  const std::string d = dir_.string();
+  auto dense_config = [&](const std::string& d_model, const std::string& ckpt) {
+    return engine::load_config(
+        std::string(ENGINE_REPO_DIR) + "/configs/tiny.yaml",
+        {"data.train=" + d + "/tiny_train_*.bin", "data.val=" + d + "/tiny_val_*.bin",
+         "train.batch_tokens=768", "train.val_tokens=768", "log.dir=" + d + "/log",
+         "checkpoint.dir=" + d + "/" + ckpt, "log.metrics=false", "model.d_model=" + d_model});
+  };
+  engine::Trainer dense(dense_config("64", "dense"), *world_);
+  for (int step = 1; step <= 3; ++step)
+    dense.train_step();
+  const std::string pretrained = dense.save_checkpoint();
+
+  engine::Trainer tuned(config(1), *world_);
+  tuned.init_params_from(pretrained);
+  for (size_t i = 0; i < dense.model().table().size(); ++i) {
+    const double diff =
+        (mat(tuned.model().param(i)) - mat(dense.model().param(i))).cwiseAbs().maxCoeff();
+    EXPECT_LT(diff, 1e-5) << dense.model().table()[i].name;
+  }
+  tuned.train_step();
+
+  engine::Trainer other(dense_config("32", "other"), *world_);
+  const std::string wrong = other.save_checkpoint();
+  engine::Trainer refused(config(1), *world_);
+  const std::string err = test_util::error_of([&] { refused.init_params_from(wrong); });
+  EXPECT_NE(err.find("parameter embed.weight has shape [256, 32], the model expects [256, 64]"),
+            std::string::npos)
+      << err;
+}
+
 TEST_F(OsftTrainer, StageThreeIsRefusedAtStart) {
   const std::string err = test_util::error_of([&] { engine::Trainer t(config(3), *world_); });
   EXPECT_NE(err.find("'zero.stage' = 3 is not supported with osft targets"), std::string::npos)

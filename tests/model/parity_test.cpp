@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "engine/core/compare.h"
 #include "engine/core/rng.h"
@@ -37,6 +39,8 @@ model::ModelConfig base(model::Arch arch) {
   return c;
 }
 
+// An engine config whose model section is `c` (data and optim are required keys the model does
+// not read).
 std::string yaml_of(const model::ModelConfig& c) {
   std::string y =
       "model:\n  arch: " + std::string(model::arch_name(c.arch)) +
@@ -49,6 +53,9 @@ std::string yaml_of(const model::ModelConfig& c) {
          "\n    top_k: " + std::to_string(c.moe_top_k) +
          "\n    aux_weight: " + std::to_string(c.moe_aux_weight) + "\n";
   }
+  y += "data: {train: unused, val: unused}\ntrain: {batch_tokens: " + std::to_string(c.seq_len) +
+       ", val_tokens: " + std::to_string(c.seq_len) +
+       "}\noptim: [{params: ['*'], optimizer: adamw}]\n";
   return y;
 }
 
@@ -151,6 +158,41 @@ TEST(ModelParity, Gpt2MoeTop1) {
   c.moe_top_k = 1;
   c.moe_aux_weight = 0.05f;
   run_case("gpt2_moe", c, 2);
+}
+
+// model_grad reads the engine's config: --set applies and errors are the engine's messages.
+TEST(ModelGrad, UsesTheEngineConfig) {
+  const std::filesystem::path dir = std::filesystem::path(TEST_WORK_DIR) / "model_grad_config";
+  std::filesystem::create_directories(dir);
+  std::vector<uint16_t> ids(200);
+  for (size_t i = 0; i < ids.size(); ++i)
+    ids[i] = static_cast<uint16_t>(i % 256);
+  data::write_shard((dir / "t.bin").string(), ids);
+  const std::string base = std::string(MODEL_GRAD_EXE) + " --config " + ENGINE_SOURCE_DIR +
+                           "/configs/tiny.yaml --tokens " + (dir / "t.bin").string() +
+                           " --batch 2 --out " + (dir / "g.safetensors").string();
+  auto output = [](const std::string& cmd, int& status) {
+    std::string out;
+    FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+    char buf[512];
+    while (std::fgets(buf, sizeof(buf), p))
+      out += buf;
+    status = pclose(p);
+    return out;
+  };
+  int status = 0;
+  std::string out = output(base + " --set model.n_layer=1", status);
+  ASSERT_EQ(status, 0) << out;
+  core::SafetensorsReader grads((dir / "g.safetensors").string());
+  EXPECT_TRUE(grads.contains("grad/blocks.0.attn.qkv.weight")) << out;
+  EXPECT_FALSE(grads.contains("grad/blocks.1.attn.qkv.weight")) << "--set model.n_layer=1 ignored";
+  out = output(base + " --set model.n_layers=1", status);
+  EXPECT_NE(status, 0);
+  EXPECT_NE(out.find("config error: --set model.n_layers=1: unknown key 'model.n_layers' (did "
+                     "you mean 'model.n_layer'?)"),
+            std::string::npos)
+      << out;
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

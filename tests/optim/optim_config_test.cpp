@@ -82,6 +82,29 @@ TEST(OptimizerSet, UnmatchedParametersAreListed) {
       << err;
 }
 
+TEST(OptimizerSet, GroupMatchingNoParameterIsRefused) {
+  YAML::Node groups = YAML::Load(R"(- params: ["blocks.*.atn.*", "head.weight"]
+  optimizer: muon
+- params: ["*"]
+  optimizer: adamw
+)");
+  const std::string err = error_of([&] { OptimizerSet set(groups, kParams); });
+  EXPECT_NE(err.find("optimizer group 0 (line 1): params 'blocks.*.atn.*', 'head.weight' match no "
+                     "parameter of this model"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("named like embed.weight, blocks.0.attn.qkv.weight"), std::string::npos)
+      << err;
+  // One glob naming something is enough (a config shared by tied and untied heads), even when
+  // an earlier group claimed what it names.
+  YAML::Node shared = YAML::Load(R"(- params: ["*"]
+  optimizer: adamw
+- params: ["embed.weight", "no_such.weight"]
+  optimizer: adamw
+)");
+  EXPECT_NO_THROW(OptimizerSet(shared, kParams));
+}
+
 TEST(OptimizerSet, UnknownHyperparameterNamesKeyAndLine) {
   YAML::Node groups = YAML::Load(R"(- params: ["*"]
   optimizer: adamw
@@ -119,7 +142,8 @@ TEST(OptimizerSet, MistypedHyperparametersAreErrors) {
        "- {params: ['*'], optimizer: adamw}",
        "'ns_steps' must be an integer"},
       {"- {params: ['*'], optimizer: lion}",
-       "unknown optimizer 'lion' (known: adamw, muon, normuon"},
+       "unknown optimizer 'lion' (known: adamw, muon, normuon, osft, rekls, soap, stacked_soap, "
+       "tp_rekls)"},
       {"- {params: ['*'], lr: 1}", "missing 'optimizer'"},
       {"- {optimizer: adamw}", "missing 'params'"},
       {"- {params: ['*'], optimizer: muon}",

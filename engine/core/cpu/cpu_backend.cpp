@@ -206,6 +206,14 @@ void CpuBackend::eigh(float* w, float* v, const float* a, int64_t n, int64_t bat
   cpu::eigh(w, v, a, n, batch);
 }
 
+void CpuBackend::eigh_many(std::span<const EighTask> tasks) {
+  cpu::eigh_many(tasks);
+}
+
+void CpuBackend::qr_many(std::span<const QrTask> tasks) {
+  cpu::qr_many(tasks);
+}
+
 void CpuBackend::svd(float* u, float* s, float* vt, const float* a, int64_t m, int64_t n,
                      int64_t batch) {
   cpu::svd(u, s, vt, a, m, n, batch);

@@ -73,6 +73,8 @@ class CpuBackend final : public Backend {
   void eigh(float* w, float* v, const float* a, int64_t n, int64_t batch) override;
   void svd(float* u, float* s, float* vt, const float* a, int64_t m, int64_t n,
            int64_t batch) override;
+  void eigh_many(std::span<const EighTask> tasks) override;
+  void qr_many(std::span<const QrTask> tasks) override;
   void newton_schulz(float* x, int64_t m, int64_t n, const NewtonSchulzSchedule& schedule,
                      int64_t batch) override;
 };

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 #include <exception>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -108,30 +109,36 @@ inline std::string matrix_name(const char* op, int64_t i, int64_t m, int64_t n) 
 
 // ---- QR ---------------------------------------------------------------------------------------
 
-// Thin QR of a [m, n] into q [m, r], r [r, n], r = min(m, n): geqrf then orgqr, as LAPACK (and
-// torch.linalg.qr) does, so diagonal signs follow the Householder convention.
+// Thin QR of one a [m, n] into q [m, r] and (when r_out is not null) r [r, n], r = min(m, n):
+// geqrf then orgqr, as LAPACK (and torch.linalg.qr) does, so diagonal signs follow the
+// Householder convention.
 template <typename T>
-void qr(T* q, T* r_out, const T* a, int64_t m, int64_t n, int64_t batch) {
-  int64_t r = std::min(m, n);
+void qr_one(T* q, T* r_out, const T* a, int64_t m, int64_t n, const std::string& what) {
+  const int64_t r = std::min(m, n);
   if (r == 0) return;
-  for_each_matrix(batch, [&](int64_t i) {
-    std::string what = matrix_name("qr", i, m, n);
-    const T* ai = a + i * m * n;
-    check_finite(ai, m * n, what);
-    std::vector<T> work(ai, ai + m * n), tau(static_cast<size_t>(r));
-    lapack_int info = lapack_geqrf(m, n, work.data(), n, tau.data());
-    ENGINE_CHECK(info == 0, what + ": geqrf failed, info " + std::to_string(info));
-    T* ri = r_out + i * r * n;
+  check_finite(a, m * n, what);
+  std::vector<T> work(a, a + m * n), tau(static_cast<size_t>(r));
+  lapack_int info = lapack_geqrf(m, n, work.data(), n, tau.data());
+  ENGINE_CHECK(info == 0, what + ": geqrf failed, info " + std::to_string(info));
+  if (r_out) {
     for (int64_t row = 0; row < r; ++row) {
       for (int64_t col = 0; col < n; ++col)
-        ri[row * n + col] = col >= row ? work[row * n + col] : 0;
+        r_out[row * n + col] = col >= row ? work[row * n + col] : 0;
     }
-    info = lapack_orgqr(m, r, r, work.data(), n, tau.data());
-    ENGINE_CHECK(info == 0, what + ": orgqr failed, info " + std::to_string(info));
-    T* qi = q + i * m * r;
-    for (int64_t row = 0; row < m; ++row) {
-      std::copy_n(work.data() + row * n, r, qi + row * r);
-    }
+  }
+  info = lapack_orgqr(m, r, r, work.data(), n, tau.data());
+  ENGINE_CHECK(info == 0, what + ": orgqr failed, info " + std::to_string(info));
+  for (int64_t row = 0; row < m; ++row) {
+    std::copy_n(work.data() + row * n, r, q + row * r);
+  }
+}
+
+template <typename T>
+void qr(T* q, T* r_out, const T* a, int64_t m, int64_t n, int64_t batch) {
+  const int64_t r = std::min(m, n);
+  if (r == 0) return;
+  for_each_matrix(batch, [&](int64_t i) {
+    qr_one(q + i * m * r, r_out + i * r * n, a + i * m * n, m, n, matrix_name("qr", i, m, n));
   });
 }
 
@@ -139,17 +146,65 @@ void qr(T* q, T* r_out, const T* a, int64_t m, int64_t n, int64_t batch) {
 
 // Symmetric eigendecomposition (syevd, lower triangle): w ascending, eigenvectors in columns.
 template <typename T>
+void eigh_one(T* w, T* v, const T* a, int64_t n, const std::string& what) {
+  if (n == 0) return;
+  check_finite(a, n * n, what);
+  std::copy_n(a, n * n, v);
+  lapack_int info = lapack_syevd(n, v, w);
+  ENGINE_CHECK(info == 0, what + ": syevd did not converge, info " + std::to_string(info));
+}
+
+template <typename T>
 void eigh(T* w, T* v, const T* a, int64_t n, int64_t batch) {
   if (n == 0) return;
   for_each_matrix(batch, [&](int64_t i) {
-    std::string what = matrix_name("eigh", i, n, n);
-    const T* ai = a + i * n * n;
-    check_finite(ai, n * n, what);
-    T* vi = v + i * n * n;
-    std::copy_n(ai, n * n, vi);
-    lapack_int info = lapack_syevd(n, vi, w + i * n);
-    ENGINE_CHECK(info == 0, what + ": syevd did not converge, info " + std::to_string(info));
+    eigh_one(w + i * n, v + i * n * n, a + i * n * n, n, matrix_name("eigh", i, n, n));
   });
+}
+
+// ---- many solves of different sizes -----------------------------------------------------------
+
+// Runs fn(task, index) for every task inside one parallel region, largest first, so every
+// LAPACK call is single-threaded (OpenBLAS does not thread inside a parallel region): a task's
+// result then depends neither on the other tasks nor on the thread count, which threaded LAPACK
+// on one matrix does not guarantee (it rounds differently). Errors are rethrown after the loop.
+template <typename Task, typename Size, typename Fn>
+void for_each_task(std::span<const Task> tasks, Size size, Fn fn) {
+  const int64_t count = static_cast<int64_t>(tasks.size());
+  std::vector<size_t> order(tasks.size());
+  for (size_t i = 0; i < order.size(); ++i)
+    order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t x, size_t y) { return size(tasks[x]) > size(tasks[y]); });
+  std::vector<std::string> errors(tasks.size());
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t i = 0; i < count; ++i) {
+    const size_t t = order[static_cast<size_t>(i)];
+    try {
+      fn(tasks[t], t);
+    } catch (const std::exception& e) {
+      errors[t] = e.what();
+    }
+  }
+  for (const std::string& e : errors)
+    if (!e.empty()) throw Error(e);
+}
+
+inline void eigh_many(std::span<const EighTask> tasks) {
+  for_each_task(
+      tasks, [](const EighTask& t) { return t.n; },
+      [](const EighTask& t, size_t i) {
+        eigh_one(t.w, t.v, t.a, t.n, matrix_name("eigh", static_cast<int64_t>(i), t.n, t.n));
+      });
+}
+
+inline void qr_many(std::span<const QrTask> tasks) {
+  for_each_task(
+      tasks, [](const QrTask& t) { return t.m * t.n; },
+      [](const QrTask& t, size_t i) {
+        qr_one<float>(t.q, nullptr, t.a, t.m, t.n,
+                      matrix_name("qr", static_cast<int64_t>(i), t.m, t.n));
+      });
 }
 
 // ---- SVD --------------------------------------------------------------------------------------

@@ -155,6 +155,24 @@ void CudaBackend::eigh(float* w, float* v, const float* a, int64_t n, int64_t ba
 
 // ---- SVD ---------------------------------------------------------------------------------------
 
+// ---- many solves of different sizes -----------------------------------------------------------
+
+// One single-matrix call per task in stream order: each result is then bit for bit the one of
+// eigh()/qr() on that task alone (syevjBatched would round differently from syevd).
+void CudaBackend::eigh_many(std::span<const EighTask> tasks) {
+  for (const EighTask& t : tasks)
+    eigh(t.w, t.v, t.a, t.n, 1);
+}
+
+void CudaBackend::qr_many(std::span<const QrTask> tasks) {
+  int64_t r_size = 0;
+  for (const QrTask& t : tasks)
+    r_size = std::max(r_size, std::min(t.m, t.n) * t.n);
+  DeviceBuffer<float> r(allocator_, std::max<int64_t>(r_size, 1));
+  for (const QrTask& t : tasks)
+    qr(t.q, r.get(), t.a, t.m, t.n, 1);
+}
+
 void CudaBackend::svd(float* u, float* s, float* vt, const float* a, int64_t m, int64_t n,
                       int64_t batch) {
   ENGINE_CHECK(m >= 0 && n >= 0 && batch >= 0, name_ + ": svd: negative size");

@@ -1,0 +1,161 @@
+#include "comm/watchdog.h"
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "comm/abort.h"
+
+namespace comm {
+
+namespace {
+
+constexpr int kQueryTag = 7001;
+constexpr int kAnswerTag = 7002;
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f s", s);
+  return buf;
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s;
+  for (int r : ranks)
+    s += (s.empty() ? "" : ", ") + std::to_string(r);
+  return s;
+}
+
+}  // namespace
+
+Watchdog::Watchdog(double timeout_s, double grace_s) : timeout_s_(timeout_s), grace_s_(grace_s) {
+  since_ns_ = now_ns();
+  int provided = 0;
+  MPI_Query_thread(&provided);
+  if (timeout_s_ <= 0 || provided < MPI_THREAD_MULTIPLE) return;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+  if (size_ > 1) thread_ = std::thread([this] { loop(); });
+}
+
+Watchdog::~Watchdog() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
+}
+
+void Watchdog::enter(const char* what) {
+  what_ = what;
+  since_ns_ = now_ns();
+  seq_.fetch_add(1);
+  inside_ = true;
+}
+
+void Watchdog::leave() {
+  inside_ = false;
+  since_ns_ = now_ns();
+}
+
+Watchdog::Status Watchdog::status() const {
+  Status s;
+  s.inside = inside_ ? 1 : 0;
+  s.seq = seq_;
+  s.elapsed_ms = (now_ns() - since_ns_) / 1000000;
+  return s;
+}
+
+void Watchdog::serve_queries() {
+  for (;;) {
+    int flag = 0;
+    MPI_Status st;
+    MPI_Iprobe(MPI_ANY_SOURCE, kQueryTag, comm_, &flag, &st);
+    if (!flag) return;
+    int64_t their_seq = 0;
+    MPI_Recv(&their_seq, 1, MPI_INT64_T, st.MPI_SOURCE, kQueryTag, comm_, MPI_STATUS_IGNORE);
+    const Status s = status();
+    const int64_t answer[3] = {s.seq, s.inside, s.elapsed_ms};
+    // Small enough to go eagerly: returns without the asker's help.
+    MPI_Send(answer, 3, MPI_INT64_T, st.MPI_SOURCE, kAnswerTag, comm_);
+  }
+}
+
+void Watchdog::loop() {
+  const auto poll = std::chrono::milliseconds(50);
+  while (!stop_) {
+    serve_queries();
+    const Status s = status();
+    if (s.inside && static_cast<double>(s.elapsed_ms) / 1000.0 > timeout_s_) report_and_abort(s);
+    std::this_thread::sleep_for(poll);
+  }
+}
+
+void Watchdog::report_and_abort(const Status& mine) {
+  // Ask every other rank where it is; keep answering their questions while waiting.
+  std::vector<std::array<int64_t, 3>> answers(static_cast<size_t>(size_));
+  std::vector<MPI_Request> recvs(static_cast<size_t>(size_), MPI_REQUEST_NULL);
+  std::vector<MPI_Request> sends(static_cast<size_t>(size_), MPI_REQUEST_NULL);
+  std::vector<bool> answered(static_cast<size_t>(size_), false);
+  const int64_t seq = mine.seq;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    MPI_Irecv(answers[r].data(), 3, MPI_INT64_T, r, kAnswerTag, comm_, &recvs[r]);
+    MPI_Isend(&seq, 1, MPI_INT64_T, r, kQueryTag, comm_, &sends[r]);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace_s_);
+  int pending = size_ - 1;
+  while (pending > 0 && std::chrono::steady_clock::now() < deadline) {
+    serve_queries();
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_ || answered[r]) continue;
+      int flag = 0;
+      MPI_Test(&recvs[r], &flag, MPI_STATUS_IGNORE);
+      if (flag) answered[r] = true, --pending;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::vector<int> silent, behind, waiting = {rank_};
+  std::string details;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    if (!answered[r]) {
+      silent.push_back(r);
+      continue;
+    }
+    const auto& a = answers[r];
+    if (a[0] < seq) {  // still before collective #seq
+      behind.push_back(r);
+      details += "; rank " + std::to_string(r) + " is " +
+                 (a[1] ? "inside collective #" + std::to_string(a[0]) + " for "
+                       : "computing after collective #" + std::to_string(a[0]) + " for ") +
+                 seconds_text(static_cast<double>(a[2]) / 1000.0);
+    } else {
+      waiting.push_back(r);
+    }
+  }
+  std::vector<int> missing = silent;
+  missing.insert(missing.end(), behind.begin(), behind.end());
+  std::string message = "comm watchdog: collective #" + std::to_string(seq) + " (" + what_.load() +
+                        ") has waited " +
+                        seconds_text(static_cast<double>(mine.elapsed_ms) / 1000.0) +
+                        " (comm.timeout_s = " + seconds_text(timeout_s_) + ") for rank(s) " +
+                        (missing.empty() ? std::string("(none identified)") : rank_list(missing)) +
+                        " that did not arrive";
+  if (!silent.empty())
+    message += "; rank(s) " + rank_list(silent) + " did not answer within " +
+               seconds_text(grace_s_) + " (stopped, dead or hung)";
+  message += details;
+  message += "; waiting in it: rank(s) " + rank_list(waiting) + ". Aborting the job.";
+  abort_job(message);
+}
+
+}  // namespace comm

@@ -1,0 +1,63 @@
+// Watchdog: ends a job whose collective waits too long for a rank, naming the collective and
+// the ranks that did not arrive, instead of hanging forever (a rank stopped by SIGSTOP, stuck in
+// a kernel, or blocked on a dead file system).
+//
+// The main thread marks each collective's start and end (enter/leave; WatchedCommunicator does
+// this for every collective of a communicator). A helper thread per rank watches those marks
+// and answers the other ranks' questions over its own duplicate of MPI_COMM_WORLD (hence
+// MPI_THREAD_MULTIPLE). When this rank has been inside collective number k for longer than the
+// timeout, its helper asks every other rank where it is, waits a grace period for the answers
+// (answering the others' questions meanwhile), and aborts the job with one message: ranks that
+// did not answer (stopped, dead, hung outside user code), ranks busy before collective k, and
+// the ranks waiting in it. Collectives are numbered per rank in call order, which is the same
+// on every rank of an SPMD program.
+#pragma once
+
+#include <mpi.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <thread>
+
+namespace comm {
+
+class Watchdog {
+ public:
+  // timeout_s <= 0, or MPI without MPI_THREAD_MULTIPLE: a no-op watchdog (enter/leave still
+  // count). Collective over MPI_COMM_WORLD (duplicates it).
+  explicit Watchdog(double timeout_s, double grace_s = 5.0);
+  ~Watchdog();
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+  bool active() const { return thread_.joinable(); }
+  // Main thread: collective `what` (a string literal) starts / ends.
+  void enter(const char* what);
+  void leave();
+
+ private:
+  struct Status {            // what a rank answers: where it is
+    int64_t seq = 0;         // collectives entered so far
+    int64_t inside = 0;      // 1 while inside collective `seq`
+    int64_t elapsed_ms = 0;  // since it entered (inside) or left (outside) it
+  };
+  Status status() const;
+  void loop();
+  void serve_queries();
+  [[noreturn]] void report_and_abort(const Status& mine);
+
+  double timeout_s_;
+  double grace_s_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+  std::atomic<int64_t> seq_{0};
+  std::atomic<bool> inside_{false};
+  std::atomic<const char*> what_{""};
+  std::atomic<int64_t> since_ns_{0};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace comm

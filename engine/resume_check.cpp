@@ -1,0 +1,102 @@
+#include "engine/resume_check.h"
+
+#include <cinttypes>
+#include <cstdio>
+
+#include "engine/core/check.h"
+#include "engine/data/data_loader.h"
+#include "optim/glob.h"
+
+namespace engine {
+
+namespace {
+
+std::string hex64(uint64_t v) {
+  char buf[20];
+  std::snprintf(buf, sizeof(buf), "%016" PRIx64, v);
+  return buf;
+}
+
+std::string state_or(const Manifest& m, const std::string& key, const std::string& fallback) {
+  auto it = m.state.find(key);
+  return it == m.state.end() ? fallback : it->second;
+}
+
+// "N shards, M tokens of 'pattern', seq_len T, B sequences per step, shuffle on|off".
+std::string describe(const std::string& shards, const std::string& tokens,
+                     const std::string& pattern, const std::string& seq_len,
+                     const std::string& batch_rows, const std::string& shuffle) {
+  return shards + " shard(s) of " + tokens + " tokens ('" + pattern + "'), seq_len " + seq_len +
+         ", " + batch_rows + " sequences per step, shuffle " + shuffle;
+}
+
+// The optimizer name of the first group whose globs match `name` ("" when none does).
+std::string optimizer_of(const std::vector<OptimGroup>& groups, const std::string& name) {
+  for (const auto& g : groups)
+    for (const auto& glob : g.params)
+      if (optim::glob_match(glob, name)) return g.optimizer;
+  return "";
+}
+
+}  // namespace
+
+void record_data_state(Manifest& m, const data::DataLoader& loader) {
+  const data::LoaderOptions& o = loader.options();
+  m.state["data.fingerprint"] = hex64(loader.state().fingerprint);
+  m.state["data.pattern"] = o.pattern;
+  m.state["data.shards"] = std::to_string(loader.shards().num_shards());
+  m.state["data.tokens"] = std::to_string(loader.shards().num_tokens());
+  m.state["data.seq_len"] = std::to_string(o.seq_len);
+  m.state["data.batch_rows"] = std::to_string(o.batch_rows);
+  m.state["data.shuffle"] = o.shuffle ? "on" : "off";
+}
+
+void check_same_data(const std::string& dir, const Manifest& m, const data::DataLoader& loader) {
+  const std::string saved = state_or(m, "data.fingerprint", "");
+  if (saved.empty() || saved == hex64(loader.state().fingerprint)) return;
+  const data::LoaderOptions& o = loader.options();
+  const std::string now = describe(
+      std::to_string(loader.shards().num_shards()), std::to_string(loader.shards().num_tokens()),
+      o.pattern, std::to_string(o.seq_len), std::to_string(o.batch_rows), o.shuffle ? "on" : "off");
+  const std::string then =
+      describe(state_or(m, "data.shards", "?"), state_or(m, "data.tokens", "?"),
+               state_or(m, "data.pattern", "?"), state_or(m, "data.seq_len", "?"),
+               state_or(m, "data.batch_rows", "?"), state_or(m, "data.shuffle", "?"));
+  ENGINE_FAIL("cannot resume from " + dir + ": it was trained on " + then + "; this run reads " +
+              now +
+              ". The data order would differ from the checkpoint's (data.train, "
+              "model.seq_len, train.batch_tokens and data.shuffle must stay as they were)");
+}
+
+void check_same_optimizers(const std::string& dir, const Manifest& m, const Config& config,
+                           const std::vector<std::string>& params) {
+  Config saved;
+  try {
+    saved = parse_config(m.config_yaml, dir + "/manifest.yaml (config)");
+  } catch (const core::Error& e) {
+    ENGINE_FAIL("cannot resume from " + dir + ": its saved config does not parse: " + e.what());
+  }
+  std::string first;
+  int changed = 0;
+  for (const auto& name : params) {
+    const std::string before = optimizer_of(saved.optim, name);
+    const std::string after = optimizer_of(config.optim, name);
+    if (before == after) continue;
+    if (changed++ == 0)
+      first = name + " was trained with " + before + ", this run gives it " + after;
+  }
+  if (changed == 0) return;
+  ENGINE_FAIL("cannot resume from " + dir + ": the optimizer of " + std::to_string(changed) +
+              " parameter(s) changed (" + first +
+              "): its state does not carry over to another optimizer. Resume with the "
+              "checkpoint's optim groups, or start a new run (another checkpoint.dir)");
+}
+
+void check_steps_left(const std::string& dir, int64_t checkpoint_step, const Config& config) {
+  ENGINE_CHECK(config.train.steps >= checkpoint_step,
+               "cannot resume from " + dir + ": it is at step " + std::to_string(checkpoint_step) +
+                   ", beyond train.steps = " + std::to_string(config.train.steps) +
+                   " (raise train.steps to train on from it)");
+}
+
+}  // namespace engine

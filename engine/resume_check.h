@@ -1,0 +1,35 @@
+// What a resume must agree on with the checkpoint it starts from, beyond the tensors: the data
+// the loader reads (shards and batch shape), each parameter's optimizer, and a step count that
+// leaves something to train. Each mismatch is refused naming the checkpoint and the change,
+// before anything is loaded or written.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/checkpoint.h"
+#include "engine/config.h"
+
+namespace data {
+class DataLoader;
+}
+
+namespace engine {
+
+// Adds the loader's fingerprint and what it is made of to the manifest's state.
+void record_data_state(Manifest& manifest, const data::DataLoader& loader);
+// Refuses a loader whose shards or batch shape differ from those of the checkpoint (a
+// checkpoint without a data fingerprint passes).
+void check_same_data(const std::string& dir, const Manifest& manifest,
+                     const data::DataLoader& loader);
+// Refuses a parameter whose optimizer (registry name) differs from the one that saved its state
+// in the checkpoint (e.g. muon -> adamw, muon -> normuon): the state would not carry over.
+// `params` are the model's parameter names.
+void check_same_optimizers(const std::string& dir, const Manifest& manifest, const Config& config,
+                           const std::vector<std::string>& params);
+// Refuses train.steps below the checkpoint's step (there is nothing to train and the summary
+// would misreport the run).
+void check_steps_left(const std::string& dir, int64_t checkpoint_step, const Config& config);
+
+}  // namespace engine

@@ -1,0 +1,209 @@
+#include "model/hf_gpt2.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "engine/core/check.h"
+#include "engine/core/json.h"
+#include "engine/core/safetensors.h"
+
+namespace model {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// How one engine parameter appears in the Hugging Face file.
+struct HfName {
+  std::string hf;  // key without the "transformer." prefix
+  bool transpose;  // a Conv1D weight: [in, out] there, [out, in] here
+};
+
+// The Hugging Face name of every parameter of the gpt2 arch's table.
+HfName hf_name_of(const std::string& name) {
+  static const std::vector<std::pair<std::string, std::string>> kBlockParts = {
+      {"ln1.", "ln_1."},
+      {"ln2.", "ln_2."},
+      {"attn.qkv.", "attn.c_attn."},
+      {"attn.proj.", "attn.c_proj."},
+      {"mlp.fc.", "mlp.c_fc."},
+      {"mlp.proj.", "mlp.c_proj."}};
+  if (name == "embed.weight") return {"wte.weight", false};
+  if (name == "pos_embed.weight") return {"wpe.weight", false};
+  if (name.starts_with("ln_f.")) return {name, false};
+  if (name.starts_with("blocks.")) {
+    const size_t dot = name.find('.', 7);
+    const std::string layer = name.substr(7, dot - 7);
+    const std::string rest = name.substr(dot + 1);
+    for (const auto& [engine_part, hf_part] : kBlockParts) {
+      if (rest.starts_with(engine_part)) {
+        const std::string leaf = rest.substr(engine_part.size());
+        const bool matrix = leaf == "weight" && !engine_part.starts_with("ln");
+        return {"h." + layer + "." + hf_part + leaf, matrix};
+      }
+    }
+  }
+  ENGINE_FAIL("hf_gpt2: parameter '" + name + "' has no Hugging Face GPT-2 counterpart");
+}
+
+core::Tensor transposed(const core::Tensor& t) {
+  const int64_t rows = t.size(0), cols = t.size(1);
+  core::Tensor out = core::Tensor::empty({cols, rows});
+  const float* src = t.data<float>();
+  float* dst = out.data<float>();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      dst[c * rows + r] = src[r * cols + c];
+  return out;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  ENGINE_CHECK(in.good(), "hf_gpt2: cannot open " + path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string config_json(const ModelConfig& c) {
+  std::ostringstream j;
+  j << "{\n"
+    << "  \"architectures\": [\"GPT2LMHeadModel\"],\n"
+    << "  \"model_type\": \"gpt2\",\n"
+    << "  \"vocab_size\": " << c.vocab_size << ",\n"
+    << "  \"n_positions\": " << c.seq_len << ",\n"
+    << "  \"n_ctx\": " << c.seq_len << ",\n"
+    << "  \"n_embd\": " << c.d_model << ",\n"
+    << "  \"n_layer\": " << c.n_layer << ",\n"
+    << "  \"n_head\": " << c.n_head << ",\n"
+    << "  \"n_inner\": null,\n"
+    << "  \"activation_function\": \"gelu_new\",\n"
+    << "  \"layer_norm_epsilon\": 1e-05,\n"
+    << "  \"initializer_range\": 0.02,\n"
+    << "  \"resid_pdrop\": 0.0,\n"
+    << "  \"embd_pdrop\": 0.0,\n"
+    << "  \"attn_pdrop\": 0.0,\n"
+    << "  \"scale_attn_weights\": true,\n"
+    << "  \"tie_word_embeddings\": true,\n"
+    << "  \"bos_token_id\": 50256,\n"
+    << "  \"eos_token_id\": 50256,\n"
+    << "  \"torch_dtype\": \"float32\"\n"
+    << "}\n";
+  return j.str();
+}
+
+}  // namespace
+
+std::string hf_gpt2_incompatibility(const ModelConfig& config) {
+  if (config.arch != Arch::Gpt2)
+    return std::string("arch '") + arch_name(config.arch) +
+           "' (rotary positions, RMSNorm, ReLU^2, untied head) is not GPT-2's network";
+  if (config.moe()) return "a mixture-of-experts MLP has no place in GPT-2's network";
+  if (config.softcap > 0) return "GPT-2 has no logit soft-cap (model.softcap must be 0)";
+  return "";
+}
+
+void save_hf_gpt2(const Gpt& gpt, const std::string& dir) {
+  const ModelConfig& c = gpt.config();
+  const std::string why = hf_gpt2_incompatibility(c);
+  ENGINE_CHECK(why.empty(),
+               "export --format hf: this model has no Hugging Face GPT-2 "
+               "counterpart: " +
+                   why);
+  core::SafetensorsWriter writer;
+  writer.set_metadata("format", "pt");
+  for (size_t i = 0; i < gpt.table().size(); ++i) {
+    const ParamInfo& p = gpt.table()[i];
+    core::Tensor host = core::Tensor::empty(p.shape);
+    gpt.backend().copy_to_host(host.raw_data(), gpt.param(i).raw_data(), host.nbytes());
+    if (p.valid_rows >= 0) host = host.slice(0, 0, p.valid_rows).clone();  // drop padding rows
+    const HfName n = hf_name_of(p.name);
+    writer.add("transformer." + n.hf, n.transpose ? transposed(host) : host);
+  }
+  fs::create_directories(dir);
+  writer.write((fs::path(dir) / "model.safetensors").string());
+  const std::string config_path = (fs::path(dir) / "config.json").string();
+  std::ofstream out(config_path + ".tmp", std::ios::binary);
+  out << config_json(c);
+  out.close();
+  ENGINE_CHECK(out.good(), "hf_gpt2: cannot write " + config_path);
+  fs::rename(config_path + ".tmp", config_path);
+}
+
+bool is_hf_gpt2_dir(const std::string& path) {
+  return fs::is_directory(path) && fs::exists(fs::path(path) / "config.json") &&
+         fs::exists(fs::path(path) / "model.safetensors");
+}
+
+std::map<std::string, core::Tensor> read_hf_gpt2(const std::string& dir,
+                                                 const ModelConfig& config) {
+  const std::string why = hf_gpt2_incompatibility(config);
+  ENGINE_CHECK(why.empty(), "hf_gpt2: " + dir +
+                                " holds a Hugging Face GPT-2, but this model has "
+                                "no counterpart: " +
+                                why);
+  const std::string config_path = (fs::path(dir) / "config.json").string();
+  const core::JsonValue hf = core::parse_json(read_text(config_path), config_path);
+  const auto field = [&](const char* key) -> const core::JsonValue& {
+    const core::JsonValue* v = hf.find(key);
+    ENGINE_CHECK(v != nullptr, config_path + " has no \"" + key + "\"");
+    return *v;
+  };
+  ENGINE_CHECK(field("model_type").as_string(config_path + ": model_type") == "gpt2",
+               config_path + ": model_type is '" + field("model_type").text() + "', not gpt2");
+  const auto expect = [&](const char* key, int64_t want, const std::string& engine_key) {
+    const int64_t got = field(key).as_int64(config_path + ": " + key);
+    ENGINE_CHECK(got == want, config_path + ": " + key + " is " + std::to_string(got) +
+                                  ", the model config has " + engine_key + " " +
+                                  std::to_string(want));
+  };
+  expect("n_layer", config.n_layer, "model.n_layer");
+  expect("n_head", config.n_head, "model.n_head");
+  expect("n_embd", config.d_model, "model.d_model");
+  expect("vocab_size", config.vocab_size, "model.vocab_size");
+  const int64_t positions = field("n_positions").as_int64(config_path + ": n_positions");
+  ENGINE_CHECK(positions >= config.seq_len,
+               config_path + ": n_positions is " + std::to_string(positions) +
+                   ", below the model config's model.seq_len " + std::to_string(config.seq_len));
+
+  const std::string st_path = (fs::path(dir) / "model.safetensors").string();
+  core::SafetensorsReader reader(st_path);
+  const auto key_of = [&](const std::string& hf) {
+    return reader.contains("transformer." + hf) ? "transformer." + hf : hf;
+  };
+  const ParamTable table(config);
+  std::map<std::string, core::Tensor> out;
+  for (const ParamInfo& p : table.params()) {
+    const HfName n = hf_name_of(p.name);
+    const std::string key = key_of(n.hf);
+    ENGINE_CHECK(reader.contains(key),
+                 st_path + ": tensor '" + key + "' (for " + p.name + ") is missing");
+    const core::StTensorInfo& info = reader.info(key);
+    ENGINE_CHECK(info.dtype == core::StDType::F32, st_path + ": tensor '" + key + "' has dtype " +
+                                                       core::st_dtype_name(info.dtype) +
+                                                       ", expected F32");
+    // The shape the file must hold: padding rows and surplus positions are not in it.
+    core::Shape want = p.shape;
+    if (p.valid_rows >= 0) want[0] = p.valid_rows;
+    if (p.name == "pos_embed.weight") want[0] = positions;
+    if (n.transpose) std::swap(want[0], want[1]);
+    ENGINE_CHECK(info.shape == want, st_path + ": tensor '" + key + "' has shape " +
+                                         core::shape_str(info.shape) + ", the model (" + p.name +
+                                         ") expects " + core::shape_str(want));
+    core::Tensor t = reader.read(key);
+    if (n.transpose) t = transposed(t);
+    if (p.valid_rows >= 0 || p.name == "pos_embed.weight") {
+      core::Tensor full = core::Tensor::zeros(p.shape);
+      const int64_t rows = std::min(t.size(0), p.shape[0]);
+      full.slice(0, 0, rows).copy_from(t.slice(0, 0, rows));
+      t = full;
+    }
+    out.emplace(p.name, t);
+  }
+  return out;
+}
+
+}  // namespace model

@@ -1,0 +1,418 @@
+#!/usr/bin/env python3
+"""End-to-end tests of bad input and faults: every case runs the engine executable the way a user
+would and checks the exact message, the exit status, and that nothing already saved changed.
+
+usage: faults.py --engine PATH --repo DIR --work DIR CASE
+
+Shares the tiny-config set-up of e2e.py (Env: token shards generated per case, mpirun command).
+"""
+import argparse
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from e2e import Env, Failure, check, kill_session, metrics  # noqa: E402
+
+
+def tree_sums(root):
+    """sha256 of every file under root, by relative path: 'nothing saved changed' compares these."""
+    sums = {}
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(dirpath, name)
+            with open(path, "rb") as f:
+                sums[os.path.relpath(path, root)] = hashlib.sha256(f.read()).hexdigest()
+    return sums
+
+
+def expect_refused(p, *needles):
+    out = p.stdout + p.stderr
+    check(p.returncode != 0, "the engine exited 0")
+    for needle in needles:
+        check(needle in out, "expected %r in the output, got:\n%s" % (needle, out[-4000:]))
+
+
+def engine_pids(sid):
+    """{world rank: pid} of the engine ranks in session `sid` (Open MPI puts the rank in each
+    process's environment)."""
+    ranks = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.getsid(int(entry)) != sid:
+                continue
+            with open("/proc/%s/environ" % entry, "rb") as f:
+                env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+            with open("/proc/%s/comm" % entry) as f:
+                comm = f.read().strip()
+        except (OSError, ValueError):
+            continue
+        if comm == "engine" and b"OMPI_COMM_WORLD_RANK" in env:
+            ranks[int(env[b"OMPI_COMM_WORLD_RANK"])] = int(entry)
+    return ranks
+
+
+def start(env, np, name, sets, **popen):
+    cmd, run_dir = env.command(np, name, sets)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True, **popen)
+    return p, run_dir
+
+
+def wait_for_line(p, needle, timeout=120):
+    """Reads p's output until a line contains needle; returns the lines read."""
+    lines = []
+    deadline = time.time() + timeout
+    for line in p.stdout:
+        lines.append(line)
+        if needle in line:
+            return lines
+        check(time.time() < deadline, "no line with %r within %d s" % (needle, timeout))
+    raise Failure("the run ended before printing %r:\n%s" % (needle, "".join(lines[-40:])))
+
+
+# ---- cases -------------------------------------------------------------------------------------
+
+def case_user_errors(env):
+    """The first commands a user types, and the weak messages of the issue."""
+    # The tiny config as shipped, from a folder without data/tiny.
+    cwd = os.path.join(env.work, "fresh_clone")
+    os.makedirs(cwd)
+    p = subprocess.run(["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", "1",
+                        env.engine, "--config", env.config, "--set", "log.dir=" + cwd + "/run",
+                        "--set", "checkpoint.dir=" + cwd + "/run/ckpt"],
+                       cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=120)
+    expect_refused(p, "no file matches the token-shard pattern 'data/tiny/tiny_train_*.bin' "
+                   "(relative to the working directory " + cwd + "): the folder data/tiny does "
+                   "not exist", "python3 tests/e2e/make_tiny_data.py data/tiny")
+    check("glob error" not in p.stderr, "the old message is back:\n" + p.stderr)
+
+    bad = os.path.join(env.work, "bad.yaml")
+    with open(env.config) as f:
+        text = f.read()
+    with open(bad, "w") as f:
+        f.write(text.split("optim:")[0] + "optim: 5\n")
+    line = text.split("optim:")[0].count("\n") + 1
+    p, _ = env.run(1, "bad", [], expect_ok=False, config=bad)
+    expect_refused(p, "bad.yaml:%d: 'optim' is '5': expected a list of parameter groups" % line,
+                   "no file " + os.path.join(env.work, "5"))
+
+    p, _ = env.run(1, "bad", ["model.d_model=10000000"], expect_ok=False)
+    expect_refused(p, "model.d_model = 10000000", "parameters: their float32 values and "
+                   "gradients alone need", "more than this machine's")
+    check("bad_alloc" not in p.stderr, "bad_alloc still reported:\n" + p.stderr)
+
+    p, _ = env.run(1, "bad", [], expect_ok=False, config=os.path.join(env.repo, "configs"))
+    expect_refused(p, os.path.join(env.repo, "configs") + ": is a directory, not a YAML file")
+    check("underflow" not in p.stderr, "basic_filebuf message still shown:\n" + p.stderr)
+
+    missing = os.path.join(env.work, "no_such_run", "step_00000020")
+    p = subprocess.run([env.engine, "export", "--checkpoint", missing, "--out",
+                        os.path.join(env.work, "x.safetensors")], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=60)
+    expect_refused(p, "checkpoint " + missing + " does not exist")
+    check("manifest.yaml is missing" not in p.stderr, "still 'manifest missing':\n" + p.stderr)
+
+    p, _ = env.run(1, "bad", ["optim=[{params: ['*'], optimizer: adamw}, "
+                              "{params: ['blocks.*.atn.*'], optimizer: muon}]"], expect_ok=False)
+    expect_refused(p, "optimizer group 1", "params 'blocks.*.atn.*' match no parameter")
+
+    # batch_tokens 512 = 16 sequences on 1 rank; micro_batch 5 does not divide them.
+    p, d = env.run(1, "micro", ["train.micro_batch=5", "train.steps=1", "checkpoint.at_end=false"])
+    out = p.stdout + p.stderr
+    check("train.micro_batch = 5 is not what runs: train.batch_tokens = 512 gives 16 sequences "
+          "per rank on 1 ranks, taken as 4 micro-steps of 4 sequences" in out,
+          "no micro-batch note:\n" + out[-3000:])
+    print("tiny data, optim: 5, d_model, --config dir, missing checkpoint, unmatched group and "
+          "micro-batch messages all as required")
+
+
+def case_oov_at_load(env):
+    """A shard with ids >= model.vocab_size is refused before the first step, naming the file."""
+    data = os.path.join(env.work, "oov")
+    subprocess.run([sys.executable, os.path.join(env.repo, "tests/e2e/make_tiny_data.py"), data,
+                    "--vocab", "300"], check=True)
+    p, d = env.run(1, "run", ["data.train=" + os.path.join(data, "tiny_train_*.bin")],
+                   expect_ok=False)
+    expect_refused(p, "token shard '" + os.path.join(data, "tiny_train_000000.bin") + "': token ",
+                   ">= vocabulary size 256")
+    check("step:1/" not in p.stdout, "training started before the bad shard was found")
+    print([l for l in p.stderr.splitlines() if "vocabulary size" in l][0])
+
+
+def case_fresh_start_refused(env):
+    """The issue's sequence: 20 steps saving every 5, then a fresh start with train.steps=10."""
+    sets = ["checkpoint.every=5"]
+    _, d = env.run(1, "run", sets)
+    before = tree_sums(d)
+    check(len(metrics(d)) == 21, "the first run logged %d metric lines" % len(metrics(d)))
+    p, _ = env.run(1, "run", sets + ["train.steps=10"], expect_ok=False)
+    expect_refused(p, "refusing a fresh start: " + os.path.join(d, "ckpt") + " holds 3 checkpoint "
+                   "folder(s) of an earlier run (step_00000010 ... step_00000020)",
+                   os.path.join(d, "metrics.jsonl") + " holds an earlier run's metrics",
+                   "--set checkpoint.resume=auto", "--set log.dir=", "--set checkpoint.dir=",
+                   "--set checkpoint.overwrite=true")
+    after = tree_sums(d)
+    after.pop("config.yaml", None), before.pop("config.yaml", None)
+    check(after == before, "the refused start changed the run's files")
+    # The explicit overwrite replaces the earlier run entirely.
+    env.run(1, "run", sets + ["train.steps=10", "checkpoint.overwrite=true"])
+    ckpts = sorted(x for x in os.listdir(os.path.join(d, "ckpt")) if x.startswith("step_"))
+    check(ckpts == ["step_00000005", "step_00000010"], "after overwrite: %s" % ckpts)
+    check(sorted(metrics(d)) == list(range(11)), "after overwrite: %s" % sorted(metrics(d)))
+    print("fresh start into a used folder refused, nothing changed; overwrite leaves one run")
+
+
+def case_manifest_edit(env):
+    """Editing data.step in a manifest is caught by its checksum; nothing saved changes."""
+    _, d = env.run(1, "run", ["checkpoint.every=5", "train.eval_every=0"])
+    root = os.path.join(d, "ckpt")
+    manifest = os.path.join(root, "step_00000020", "manifest.yaml")
+    with open(manifest) as f:
+        text = f.read()
+    check("data.step: 20\n" in text, "no data.step in the manifest:\n" + text[:500])
+    with open(manifest, "w") as f:
+        f.write(text.replace("data.step: 20\n", "data.step: 7\n"))
+    before = tree_sums(root)
+    p, _ = env.run(1, "run", ["checkpoint.every=5", "checkpoint.resume=auto"], expect_ok=False)
+    expect_refused(p, manifest + " was changed after it was written",
+                   "the next older checkpoint is " + os.path.join(root, "step_00000015"))
+    check(tree_sums(root) == before, "the refused resume changed a checkpoint")
+    print("edited manifest refused by its checksum; checkpoints unchanged")
+
+
+def case_rank_killed(env):
+    """SIGKILL of one rank (not of mpirun) ends the whole job within 10 s, naming the rank."""
+    p, _ = start(env, 3, "run", ["train.steps=100000", "train.eval_every=0",
+                                  "checkpoint.every=0", "checkpoint.at_end=false",
+                                  "train.batch_tokens=768", "train.val_tokens=768"])
+    try:
+        wait_for_line(p, "step:3/")
+        ranks = engine_pids(p.pid)
+        check(sorted(ranks) == [0, 1, 2], "engine ranks found: %s" % ranks)
+        t0 = time.time()
+        os.kill(ranks[1], signal.SIGKILL)
+        out, _ = p.communicate(timeout=30)
+        took = time.time() - t0
+    finally:
+        kill_session(p.pid)
+    check(p.returncode != 0, "the job exited 0 after a rank was killed")
+    check(took < 10, "the job took %.1f s to end after rank 1 was killed" % took)
+    check("rank 1" in out, "rank 1 not named:\n" + out[-3000:])
+    print("rank 1 killed: the job ended after %.1f s: %s" %
+          (took, [l for l in out.splitlines() if "rank 1" in l][0].strip()))
+
+
+def case_rank_stopped(env):
+    """SIGSTOP of one rank: the watchdog ends the job after comm.timeout_s, naming the rank."""
+    timeout = 3
+    p, _ = start(env, 3, "run", ["train.steps=100000", "train.eval_every=0",
+                                  "checkpoint.every=0", "checkpoint.at_end=false",
+                                  "train.batch_tokens=768", "train.val_tokens=768",
+                                  "comm.timeout_s=%d" % timeout])
+    stopped = None
+    try:
+        wait_for_line(p, "step:3/")
+        ranks = engine_pids(p.pid)
+        check(sorted(ranks) == [0, 1, 2], "engine ranks found: %s" % ranks)
+        stopped = ranks[2]
+        t0 = time.time()
+        os.kill(stopped, signal.SIGSTOP)
+        out, _ = p.communicate(timeout=60)
+        took = time.time() - t0
+    finally:
+        if stopped:
+            try:
+                os.kill(stopped, signal.SIGKILL)
+            except OSError:
+                pass
+        kill_session(p.pid)
+    check(p.returncode != 0, "the job exited 0")
+    check("comm watchdog: collective #" in out, "no watchdog message:\n" + out[-3000:])
+    check("for rank(s) 2 that did not arrive" in out and "rank(s) 2 did not answer" in out,
+          "rank 2 not named:\n" + out[-3000:])
+    check("comm.timeout_s = 3.0 s" in out, "timeout not named:\n" + out[-3000:])
+    check(took < timeout + 5 + 10, "the job took %.1f s to end" % took)
+    print("rank 2 stopped: the job ended after %.1f s: %s" %
+          (took, [l for l in out.splitlines() if "comm watchdog" in l][0].strip()[:300]))
+
+
+def case_checkpoint_write_fails(env):
+    """A checkpoint write that fails (here: the file-size limit, as a full disk would) names the
+    file and the reason, exits non-zero, and leaves every complete checkpoint intact."""
+    _, d = env.run(2, "run", ["train.steps=10", "checkpoint.every=5"])
+    root = os.path.join(d, "ckpt")
+    before = tree_sums(root)
+    size = os.path.getsize(os.path.join(root, "step_00000010", "rank_00000.safetensors"))
+
+    # Once the resumed run's ranks are up, each gets a file-size limit that its metrics lines
+    # fit and its rank file does not: write() fails with EFBIG, as it would with ENOSPC on a
+    # full disk. Validation at every step on more tokens slows the steps down meanwhile.
+    p, _ = start(env, 2, "run", ["train.steps=20", "checkpoint.every=5", "checkpoint.resume=auto",
+                                 "train.eval_every=1", "train.val_tokens=4096"])
+    try:
+        wait_for_line(p, "resumed from")
+        for pid in engine_pids(p.pid).values():
+            subprocess.run(["prlimit", "--pid", str(pid), "--fsize=%d" % (size // 2)], check=True)
+        out, _ = p.communicate(timeout=120)
+    finally:
+        kill_session(p.pid)
+    p.stdout, p.stderr = out, ""
+    expect_refused(p, os.path.join(root, "step_00000015.tmp", "rank_0000"),
+                   "write failed (File too large)")
+    after = tree_sums(root)
+    for k in list(after):
+        if ".tmp" in k:
+            del after[k]
+    check(after == before, "a complete checkpoint changed:\n%s\n%s" % (sorted(before),
+                                                                      sorted(after)))
+    # The kept checkpoint still resumes.
+    env.run(2, "run", ["train.steps=12", "checkpoint.every=0", "checkpoint.resume=auto",
+                       "checkpoint.at_end=false"])
+    print("rank file write failed (%s); complete checkpoints unchanged and resumable" %
+          [l for l in out.splitlines() if "File too large" in l][0].strip()[:200])
+
+
+def case_signal_checkpoint(env):
+    """SIGTERM to the ranks (as a batch scheduler sends it) finishes the current step, saves a
+    checkpoint and exits 143; the run resumes from it bit-identically. SIGINT to mpirun (Ctrl-C)
+    reaches the ranks as SIGTERM: they save and exit; SIGINT to the ranks exits 130; with
+    checkpoint.on_signal=false nothing is saved."""
+    _, straight = env.run(2, "straight", ["checkpoint.every=0", "checkpoint.at_end=false"])
+    slow = ["train.eval_every=1", "train.val_tokens=4096", "checkpoint.every=0"]
+
+    def stop(name, signum, target, sets=()):
+        p, run_dir = start(env, 2, name, slow + list(sets))
+        try:
+            wait_for_line(p, "step:3/")
+            ranks = engine_pids(p.pid)
+            check(sorted(ranks) == [0, 1], "engine ranks found: %s" % ranks)
+            for pid in (ranks.values() if target == "ranks" else [p.pid]):
+                os.kill(pid, signum)
+            out, _ = p.communicate(timeout=120)
+        finally:
+            kill_session(p.pid)
+        return p.returncode, out, run_dir
+
+    rc, out, d = stop("term", signal.SIGTERM, "ranks")
+    check(rc == 143, "exit status %d after SIGTERM, expected 143:\n%s" % (rc, out[-3000:]))
+    line = [l for l in out.splitlines() if "stopped by SIGTERM after step" in l]
+    check(line and "exiting with status 143" in line[0], "no stop line:\n" + out[-3000:])
+    step = int(line[0].split("after step ")[1].split(":")[0])
+    check(3 <= step < 20, "stopped after step %d" % step)
+    ckpt = os.path.join(d, "ckpt", "step_%08d" % step)
+    check(os.path.exists(os.path.join(ckpt, "manifest.yaml")), "no checkpoint " + ckpt)
+    env.run(2, "term", ["checkpoint.resume=auto", "train.eval_every=10"])
+    ms, mt = metrics(straight), metrics(d)
+    for s in range(step + 1, 21):
+        check(ms[s]["train_loss"] == mt[s]["train_loss"],
+              "step %d after the SIGTERM resume: %r vs %r" % (s, mt[s]["train_loss"],
+                                                               ms[s]["train_loss"]))
+
+    rc, out, d = stop("int", signal.SIGINT, "ranks")
+    check(rc == 130, "exit status %d after SIGINT, expected 130:\n%s" % (rc, out[-3000:]))
+    check("exiting with status 130" in out, "the ranks did not stop for SIGINT:\n" + out[-3000:])
+    check([x for x in os.listdir(os.path.join(d, "ckpt")) if x.startswith("step_")],
+          "no checkpoint after SIGINT")
+
+    # mpirun forwards SIGTERM and SIGINT (Ctrl-C) to the ranks as SIGTERM; it then reports
+    # status 1 of its own.
+    rc, out, d = stop("mpirun", signal.SIGINT, "mpirun")
+    check(rc != 0, "mpirun exited 0 after SIGINT")
+    check("exiting with status 143" in out, "the ranks did not stop cleanly:\n" + out[-3000:])
+    check([x for x in os.listdir(os.path.join(d, "ckpt")) if x.startswith("step_")],
+          "no checkpoint after SIGINT to mpirun")
+
+    rc, out, d = stop("off", signal.SIGTERM, "ranks", ["checkpoint.on_signal=false"])
+    check(rc == 143, "exit status %d after SIGTERM with on_signal=false" % rc)
+    check(not [x for x in os.listdir(os.path.join(d, "ckpt")) if x.startswith("step_")],
+          "a checkpoint was written with checkpoint.on_signal=false")
+    print("SIGTERM after step %d: checkpoint, status 143, resumed steps %d-20 bit-identical; "
+          "SIGINT: 130; SIGINT to mpirun: the ranks saved and stopped; on_signal=false saved "
+          "nothing" %
+          (step, step + 1))
+
+
+def case_resume_mismatch(env):
+    """A resume that changes what the checkpoint depends on is refused by name, and leaves the
+    run's files as they were: fewer steps than the checkpoint's, another optimizer for some
+    parameters (muon -> adamw, muon -> normuon), other data, another batch shape."""
+    _, d = env.run(1, "run", ["checkpoint.every=10"])
+    ckpt10 = os.path.join(d, "ckpt", "step_00000010")
+    before = tree_sums(d)
+    before.pop("config.yaml")
+
+    def refused(sets, *needles):
+        p, _ = env.run(1, "run", sets, expect_ok=False)
+        expect_refused(p, *needles)
+        after = tree_sums(d)
+        after.pop("config.yaml")
+        check(after == before, "a refused resume changed the run's files (%s)" % sets)
+
+    refused(["checkpoint.resume=auto", "train.steps=10"],
+            "cannot resume from " + os.path.join(d, "ckpt", "step_00000020") + ": it is at step "
+            "20, beyond train.steps = 10")
+    refused(["checkpoint.resume=" + ckpt10, "optim=[{params: ['*'], optimizer: adamw}]"],
+            "cannot resume from " + ckpt10 + ": the optimizer of 8 parameter(s) changed "
+            "(blocks.0.attn.qkv.weight was trained with muon, this run gives it adamw)")
+    normuon = os.path.join(env.work, "normuon.yaml")
+    with open(env.config) as f:
+        text = f.read()
+    with open(normuon, "w") as f:
+        f.write(text.replace("optimizer: muon", "optimizer: normuon"))
+    p, _ = env.run(1, "run", ["checkpoint.resume=" + ckpt10], expect_ok=False, config=normuon)
+    expect_refused(p, "blocks.0.attn.qkv.weight was trained with muon, this run gives it normuon")
+    other = os.path.join(env.work, "other")
+    subprocess.run([sys.executable, os.path.join(env.repo, "tests/e2e/make_tiny_data.py"), other,
+                    "--train-tokens", "50000"], check=True)
+    train = os.path.join(other, "tiny_train_*.bin")
+    refused(["checkpoint.resume=" + ckpt10, "data.train=" + train],
+            "cannot resume from " + ckpt10 + ": it was trained on 1 shard(s) of 40000 tokens",
+            "this run reads 1 shard(s) of 50000 tokens ('" + train + "')")
+    refused(["checkpoint.resume=" + ckpt10, "train.batch_tokens=1024"],
+            "16 sequences per step", "32 sequences per step")
+    print("steps below the checkpoint, muon -> adamw, muon -> normuon, other data and another "
+          "batch shape refused by name; the run's files unchanged")
+
+
+CASES = {
+    "user_errors": case_user_errors,
+    "oov_at_load": case_oov_at_load,
+    "fresh_start_refused": case_fresh_start_refused,
+    "manifest_edit": case_manifest_edit,
+    "rank_killed": case_rank_killed,
+    "rank_stopped": case_rank_stopped,
+    "checkpoint_write_fails": case_checkpoint_write_fails,
+    "signal_checkpoint": case_signal_checkpoint,
+    "resume_mismatch": case_resume_mismatch,
+}
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--engine", required=True)
+    p.add_argument("--repo", required=True)
+    p.add_argument("--work", required=True)
+    p.add_argument("case", choices=sorted(CASES))
+    args = p.parse_args()
+    t0 = time.time()
+    env = Env(args)
+    try:
+        CASES[args.case](env)
+    except Failure as e:
+        print("FAIL %s: %s" % (args.case, e))
+        return 1
+    print("PASS %s (%.1f s)" % (args.case, time.time() - t0))
+    shutil.rmtree(args.work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+// Preflight: the model-size check and the refusal of a fresh start into another run's folders.
+#include "engine/preflight.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "engine/checkpoint.h"
+#include "tests/test_util.h"
+
+using test_util::error_of;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+engine::Config tiny(const std::vector<std::string>& sets = {}) {
+  return engine::parse_config(
+      "model: {n_layer: 2, d_model: 64, seq_len: 32, vocab_size: 256}\n"
+      "data: {train: a, val: b}\n"
+      "train: {batch_tokens: 256, val_tokens: 64}\n"
+      "optim: [{params: ['*'], optimizer: adamw}]\n",
+      "tiny.yaml", sets);
+}
+
+TEST(Preflight, ModelLargerThanMemoryIsRefusedByItsKeys) {
+  engine::Config c = tiny({"model.d_model=10000000", "model.n_head=4"});
+  EXPECT_GT(engine::estimated_parameters(c), 1e15);
+  const std::string msg = error_of([&] { engine::check_model_fits_memory(c, 64e9); });
+  EXPECT_NE(msg.find("config error: tiny.yaml: the model of model.d_model = 10000000, "
+                     "model.n_layer = 2, model.vocab_size = 256 has about 2.4e+15 parameters"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("more than this machine's 64 GB of memory"), std::string::npos) << msg;
+  EXPECT_NO_THROW(engine::check_model_fits_memory(tiny(), 64e9));
+  EXPECT_NO_THROW(engine::check_model_fits_memory(tiny()));  // this machine
+}
+
+class FreshStart : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() /
+            ("engine_preflight_" +
+             std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    fs::remove_all(root_);
+    fs::create_directories(root_ / "ckpt");
+  }
+  void TearDown() override { fs::remove_all(root_); }
+  engine::Config config(const std::vector<std::string>& extra = {}) const {
+    std::vector<std::string> sets = {"log.dir=" + root_.string(),
+                                     "checkpoint.dir=" + (root_ / "ckpt").string()};
+    sets.insert(sets.end(), extra.begin(), extra.end());
+    return tiny(sets);
+  }
+  fs::path root_;
+};
+
+TEST_F(FreshStart, EmptyFoldersAndResumesPass) {
+  EXPECT_NO_THROW(engine::prepare_fresh_start(config()));
+  std::ofstream(root_ / "config.yaml") << "x\n";  // a config.yaml alone is no run
+  EXPECT_NO_THROW(engine::prepare_fresh_start(config()));
+  fs::create_directories(root_ / "ckpt" / "step_00000005");
+  EXPECT_NO_THROW(engine::prepare_fresh_start(config({"checkpoint.resume=step_00000005"})));
+}
+
+TEST_F(FreshStart, AnotherRunsOutputIsRefusedNamingTheFolderAndChoices) {
+  fs::create_directories(root_ / "ckpt" / "step_00000010");
+  fs::create_directories(root_ / "ckpt" / "step_00000020");
+  std::ofstream(root_ / "metrics.jsonl") << "{\"step\":0}\n";
+  // auto with no complete checkpoint (no manifest) is a fresh start too.
+  for (const std::string resume : {"", "auto"}) {
+    const std::string msg =
+        error_of([&] { engine::prepare_fresh_start(config({"checkpoint.resume=" + resume})); });
+    EXPECT_NE(msg.find("refusing a fresh start: " + (root_ / "ckpt").string() +
+                       " holds 2 checkpoint folder(s) of an earlier run (step_00000010 ... "
+                       "step_00000020) and " +
+                       (root_ / "metrics.jsonl").string() + " holds an earlier run's metrics"),
+              std::string::npos)
+        << msg;
+    for (const char* choice : {"--set checkpoint.resume=auto", "--set log.dir=",
+                               "--set checkpoint.dir=", "--set checkpoint.overwrite=true"})
+      EXPECT_NE(msg.find(choice), std::string::npos) << msg;
+  }
+  EXPECT_TRUE(fs::exists(root_ / "ckpt" / "step_00000010"));
+  EXPECT_TRUE(fs::exists(root_ / "metrics.jsonl"));
+}
+
+TEST_F(FreshStart, OverwriteDeletesOnlyTheEarlierRunsCheckpointsAndMetrics) {
+  fs::create_directories(root_ / "ckpt" / "step_00000010");
+  fs::create_directories(root_ / "ckpt" / "step_00000015.tmp");
+  std::ofstream(root_ / "ckpt" / "notes.txt") << "mine\n";
+  std::ofstream(root_ / "metrics.jsonl") << "{\"step\":0}\n";
+  engine::prepare_fresh_start(config({"checkpoint.overwrite=true"}));
+  EXPECT_FALSE(fs::exists(root_ / "ckpt" / "step_00000010"));
+  EXPECT_FALSE(fs::exists(root_ / "ckpt" / "step_00000015.tmp"));
+  EXPECT_FALSE(fs::exists(root_ / "metrics.jsonl"));
+  EXPECT_TRUE(fs::exists(root_ / "ckpt" / "notes.txt"));
+}
+
+}  // namespace
