@@ -15,6 +15,7 @@
 #include "engine/core/check.h"
 #include "engine/data/data_loader.h"
 #include "engine/data/val_loader.h"
+#include "engine/osft_reparam.h"
 #include "engine/resume_check.h"
 #include "engine/sharded_state.h"
 #include "engine/stop_signal.h"
@@ -123,6 +124,15 @@ Trainer::Trainer(Config config, comm::Communicator& comm, bool with_train_data, 
     const std::string file = config_.optim.empty() ? source : config_.optim.front().file;
     throw core::Error("config error: " + file + ": optim: " + e.what());
   }
+  // OSFT targets train as factors held beside the model (engine/osft_reparam.h), row-sharded
+  // like the plan splits them; they rest whole on every rank, which stage 3 does not provide.
+  osft_ = OsftReparam::create_if_targeted(*gpt_, *optim_, &comm_, &comm_, &comm::shard_range);
+  if (osft_) {
+    ENGINE_CHECK(config_.zero.stage <= 2 || !with_train_data,
+                 "config error: " + source + ": key 'zero.stage' = 3 is not supported with " +
+                     "osft targets (their factors rest whole on every rank); use 1 or 2");
+    trainables = osft_->replace_trainables(std::move(trainables));
+  }
   std::vector<comm::ParamInfo> infos;
   for (Trainable& t : trainables) {
     t.placement = optim_->placement(t.name);
@@ -180,6 +190,7 @@ Trainer::~Trainer() = default;
 void Trainer::backward(bool last) {
   zero_->begin_backward(last);
   gpt_->backward();
+  if (osft_) osft_->map_all_grads();  // dL/dW -> the trained factors, before their reduction
   zero_->end_backward();
 }
 
@@ -250,6 +261,7 @@ StepRecord Trainer::train_step() {
   optim_->step(zero_->optimizer_shards(), ctx);
   end_phase("optimizer");
   zero_->publish_params();
+  if (osft_) osft_->write_all();  // the dense weights the model reads, from the new factors
   end_phase("gather_params");
 
   ++step_;
@@ -302,7 +314,8 @@ std::string Trainer::save_checkpoint() {
   if (rank == 0) prepare_staging(root, step_);
   comm_.barrier();
 
-  const RankState state = sharded_rank_state(*plan_, zero_->local_values(), optim_->state());
+  RankState state = sharded_rank_state(*plan_, zero_->local_values(), optim_->state());
+  if (osft_) osft_->save_frozen(state.slices, rank);
   write_rank_file(staging_path(root, step_), rank, state.slices, state.counters);
   comm_.barrier();
 
@@ -335,6 +348,10 @@ void Trainer::load_checkpoint(const std::string& dir, bool params_only) {
   }
   read_local_params(reader, *plan_, zero_->local_values());
   zero_->publish_params();
+  if (osft_) {
+    osft_->load_frozen(reader);
+    osft_->write_all();
+  }
   if (params_only) return;
   optim_->load_state(read_optimizer_state(reader, *plan_, zero_->local_values()));
 
@@ -348,12 +365,15 @@ void Trainer::load_checkpoint(const std::string& dir, bool params_only) {
 }
 
 void Trainer::init_params_from(const std::string& source) {
-  if (fs::exists(fs::path(source) / "manifest.yaml")) {
+  const bool checkpoint = fs::exists(fs::path(source) / "manifest.yaml");
+  if (checkpoint && !osft_) {
     load_checkpoint(source, /*params_only=*/true);
     return;
   }
   std::map<std::string, core::Tensor> weights;
-  if (model::is_hf_gpt2_dir(source)) {
+  if (checkpoint) {  // OSFT reads the dense weights whole, then decomposes them
+    weights = dense_checkpoint_weights(source, gpt_->table());
+  } else if (model::is_hf_gpt2_dir(source)) {
     weights = model::read_hf_gpt2(source, model_config_of(config_));
   } else {
     ENGINE_CHECK(fs::is_regular_file(source),
@@ -366,10 +386,15 @@ void Trainer::init_params_from(const std::string& source) {
   // checkpoint load does.
   for (size_t i = 0; i < plan_->num_params(); ++i) {
     const core::Tensor& local = zero_->local_value(i);
-    if (local.defined())
+    if (local.defined() && !(osft_ && osft_->is_factor(plan_->param(i).name)))
       comm::copy_local_part(comm_, *plan_, i, weights.at(plan_->param(i).name), local);
   }
   zero_->publish_params();
+  if (osft_) {  // the targets' pretrained weights into the model, then their fresh SVDs
+    for (const OsftReparam::Target& t : osft_->targets())
+      gpt_->param(t.param).copy_from(weights.at(t.name));
+    osft_->redecompose(&comm_);
+  }
 }
 
 void Trainer::print_banner() const {

@@ -34,6 +34,8 @@ class ValLoader;
 
 namespace engine {
 
+class OsftReparam;
+
 // The engine config's model section as the model's own struct.
 model::ModelConfig model_config_of(const Config& config);
 
@@ -57,6 +59,8 @@ class Trainer {
   const Config& config() const { return config_; }
   model::Gpt& model() { return *gpt_; }
   const comm::ShardingPlan& plan() const { return *plan_; }
+  // The OSFT factors held beside the model; null without osft targets.
+  const OsftReparam* osft() const { return osft_.get(); }
   int64_t step() const { return step_; }  // optimizer steps done
   int64_t grad_accum() const { return grad_accum_; }
   int64_t micro_rows() const { return micro_rows_; }
@@ -95,6 +99,7 @@ class Trainer {
   std::unique_ptr<data::ValLoader> val_loader_;
   LrSchedule schedule_;
   std::unique_ptr<ZeroState> zero_;
+  std::unique_ptr<OsftReparam> osft_;  // OSFT factors beside the model (null without targets)
   int64_t micro_rows_ = 0;
   int64_t grad_accum_ = 1;
   int64_t val_rows_ = 0;  // validation rows per rank per forward

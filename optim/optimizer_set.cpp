@@ -79,6 +79,13 @@ OptimizerSet::OptimizerSet(const YAML::Node& groups, std::span<const ParamSpec> 
   }
 }
 
+void OptimizerSet::add_alias(const std::string& alias, const std::string& name) {
+  const size_t group = group_of(name);
+  ENGINE_CHECK(group_of_.emplace(alias, group).second,
+               "optimizer groups: '" + alias + "' is already a parameter");
+  groups_[group].params.push_back(alias);
+}
+
 size_t OptimizerSet::group_of(const std::string& name) const {
   auto it = group_of_.find(name);
   ENGINE_CHECK(it != group_of_.end(), "optimizer groups: unknown parameter '" + name + "'");

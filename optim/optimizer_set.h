@@ -37,6 +37,9 @@ class OptimizerSet {
   const std::vector<std::string>& group_params(size_t group) const {
     return groups_.at(group).params;
   }
+  // Makes `alias` (a tensor a reparametrisation puts in place of parameter `name`, e.g. an OSFT
+  // factor) train in the group of `name`.
+  void add_alias(const std::string& alias, const std::string& name);
   // Index of the group stepping `name`; an unknown name is an error.
   size_t group_of(const std::string& name) const;
   comm::Placement placement(const std::string& name) const {

@@ -3,6 +3,7 @@
 #include "engine/core/check.h"
 #include "optim/adamw.h"
 #include "optim/muon.h"
+#include "optim/osft.h"
 #include "optim/rekls.h"
 #include "optim/soap.h"
 #include "optim/tp_rekls.h"
@@ -35,6 +36,9 @@ Registry& Registry::global() {
     });
     r->add("tp_rekls", [](HyperReader& h) -> std::unique_ptr<Optimizer> {
       return std::make_unique<TpRekls>(TpReklsConfig::from_yaml(h));
+    });
+    r->add("osft", [](HyperReader& h) -> std::unique_ptr<Optimizer> {
+      return std::make_unique<Osft>(OsftConfig::from_yaml(h));
     });
     return r;
   }();

@@ -10,6 +10,9 @@
 //            momentum_end (= momentum_start), momentum_cooldown_steps (0), normalize (false),
 //            beta2 (0.9), matrix_views ({"*.attn.qkv.weight": 3}; a map glob -> k | [k, r, c])
 //   normuon  muon's keys with normalize true, orthogonalizer polar_express, cautious decay
+//   osft     unfreeze_rank_ratio (required), lr (required), k_high ({glob: k}), betas
+//            ([0.9, 0.95]), eps (1e-8), weight_decay (0), project_params (true),
+//            v_high_cache_mb (256)
 //   soap     lr (required), betas ([0.9, 0.95]), shampoo_beta (0.95), eps (1e-8), weight_decay
 //            (0.01), weight_decay_method (decoupled | independent | l2 | palm), nesterov (false),
 //            correct_bias (true), correct_shampoo_beta_bias (= correct_bias), fp32_matmul_prec
@@ -43,7 +46,7 @@ using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(HyperReader&)>
 
 class Registry {
  public:
-  // The process-wide registry holding the built-in optimizers (adamw, muon, normuon).
+  // The process-wide registry holding the built-in optimizers (adamw, muon, normuon, osft).
   static Registry& global();
 
   void add(const std::string& name, OptimizerFactory factory);

@@ -17,6 +17,7 @@
 
 #include "apps/optim_replay/bench.h"
 #include "apps/optim_replay/golden_case.h"
+#include "apps/optim_replay/osft_case.h"
 #include "comm/abort.h"
 #include "comm/communicator.h"
 #include "comm/mpi_session.h"
@@ -94,6 +95,11 @@ std::string json_number(double x) {
 }
 
 int replay_main(const Args& args, comm::Communicator& comm) {
+  if (replay::is_osft_golden(args.file)) {
+    ENGINE_CHECK(args.optimizer.empty() && args.steps == 0,
+                 "optim_replay: --optimizer and --steps do not apply to " + args.file);
+    return replay::osft_main(args.file, args.sets, args.json, args.quiet, comm);
+  }
   replay::GoldenCase golden = replay::load_golden(args.file, args.optimizer, args.sets);
   replay::truncate_steps(golden, args.steps);
   replay::Replayer replayer(golden, comm);

@@ -142,7 +142,7 @@ TEST(OptimizerSet, MistypedHyperparametersAreErrors) {
        "- {params: ['*'], optimizer: adamw}",
        "'ns_steps' must be an integer"},
       {"- {params: ['*'], optimizer: lion}",
-       "unknown optimizer 'lion' (known: adamw, muon, normuon, rekls, soap, stacked_soap, "
+       "unknown optimizer 'lion' (known: adamw, muon, normuon, osft, rekls, soap, stacked_soap, "
        "tp_rekls)"},
       {"- {params: ['*'], lr: 1}", "missing 'optimizer'"},
       {"- {optimizer: adamw}", "missing 'params'"},
