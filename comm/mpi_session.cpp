@@ -17,7 +17,7 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   MPI_Initialized(&initialized);
   ENGINE_CHECK(!initialized, "MpiSession: MPI is already initialised");
   int provided = 0;
-  int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  int rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
   ENGINE_CHECK(rc == MPI_SUCCESS, "MpiSession: MPI_Init_thread failed");
   ENGINE_CHECK(provided >= MPI_THREAD_FUNNELED, "MpiSession: MPI provides thread level " +
                                                     std::to_string(provided) +
@@ -35,6 +35,12 @@ MpiSession::MpiSession(int* argc, char*** argv) {
     omp_set_num_threads(std::max(1, omp_get_num_procs() / node_ranks_));
   }
   threads_ = omp_get_max_threads();
+}
+
+bool mpi_thread_multiple() {
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&provided);
+  return provided >= MPI_THREAD_MULTIPLE;
 }
 
 MpiSession::~MpiSession() {

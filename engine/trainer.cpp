@@ -125,6 +125,10 @@ Trainer::Trainer(Config config, comm::Communicator& comm, bool with_train_data, 
       std::make_unique<comm::ShardingPlan>(infos, W, rank, static_cast<int>(config_.zero.stage));
   ZeroOptions zo;
   zo.training = with_train_data;
+  zo.overlap = config_.zero.overlap;
+  zo.bucket_bytes = static_cast<int64_t>(config_.zero.bucket_mb * (1 << 20));
+  zo.progress_thread = config_.zero.progress == "thread";
+  zo.sparse_rows = config_.zero.sparse_rows;
   zo.release_full_storage = [this] { gpt_->release_storage(); };
   zero_ = ZeroState::create(comm_, *plan_, std::move(trainables), gpt_->backend(), zo);
   gpt_->set_layer_hook(
@@ -220,16 +224,21 @@ StepRecord Trainer::train_step() {
   loss /= comm_.size();
   end_phase("forward_backward");
 
-  zero_->finish_grads(1.0 / static_cast<double>(grad_accum_));
+  zero_->finish_grads();
   end_phase("reduce_grads");
 
-  const double grad_norm = zero_->grad_norm();
+  // The reduced gradients are sums over ranks and micro-steps; one pass scales them to the mean
+  // and clips them together.
+  const double mean = 1.0 / static_cast<double>(grad_accum_ * comm_.size());
+  const double grad_norm = zero_->grad_norm() * mean;
   if (!std::isfinite(loss) || !std::isfinite(grad_norm))
     ENGINE_FAIL("step " + std::to_string(step_ + 1) + ": the training loss is " +
                 double_text(loss) + " and the gradient norm " + double_text(grad_norm) +
                 ": stopping (no checkpoint is written for this step; the last good one is kept)");
+  float clip = 1.0f;
   if (config_.train.grad_clip > 0 && grad_norm > config_.train.grad_clip)
-    zero_->scale_grads(static_cast<float>(config_.train.grad_clip / (grad_norm + 1e-6)));
+    clip = static_cast<float>(config_.train.grad_clip / (grad_norm + 1e-6));
+  zero_->scale_grads(static_cast<float>(mean * clip));
   end_phase("clip");
 
   // Optimizer step on the local parts, then the parameters back where the model reads them.

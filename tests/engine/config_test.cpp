@@ -192,14 +192,16 @@ TEST(Config, KeyListIsLocked) {
   std::string keys;
   for (const auto& f : engine::config_fields())
     keys += f.key + " ";
-  EXPECT_EQ(keys,
-            "model.arch model.n_layer model.n_head model.d_model model.seq_len model.vocab_size "
-            "model.softcap model.moe.experts model.moe.top_k model.moe.aux_weight data.train "
-            "data.val data.shuffle train.seed train.steps train.batch_tokens train.micro_batch "
-            "train.grad_clip train.lr_schedule train.lr_warmup_steps train.lr_cooldown_frac "
-            "train.lr_floor train.eval_every train.val_tokens train.target_val_loss "
-            "train.warmup_steps zero.stage checkpoint.dir checkpoint.every checkpoint.at_end "
-            "checkpoint.keep checkpoint.resume log.dir log.every log.metrics ");
+  EXPECT_EQ(
+      keys,
+      "model.arch model.n_layer model.n_head model.d_model model.seq_len model.vocab_size "
+      "model.softcap model.moe.experts model.moe.top_k model.moe.aux_weight data.train "
+      "data.val data.shuffle train.seed train.steps train.batch_tokens train.micro_batch "
+      "train.grad_clip train.lr_schedule train.lr_warmup_steps train.lr_cooldown_frac "
+      "train.lr_floor train.eval_every train.val_tokens train.target_val_loss "
+      "train.warmup_steps zero.stage zero.overlap zero.bucket_mb zero.progress zero.sparse_rows "
+      "checkpoint.dir checkpoint.every checkpoint.at_end "
+      "checkpoint.keep checkpoint.resume log.dir log.every log.metrics ");
 }
 
 TEST(Config, ReferenceTableListsEveryKey) {
