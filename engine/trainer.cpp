@@ -208,7 +208,7 @@ StepRecord Trainer::train_step() {
   };
 
   // Forward and backward over the micro-batches; the gradient of the mean loss over the global
-  // batch is the mean over micro-steps (the scale 1/A) and over ranks (in the reduction).
+  // batch is the mean over micro-steps and ranks (the sums of finish_grads, scaled below).
   core::cpu_allocator().reset_peak();
   zero_->begin_step();
   data::Batch batch;

@@ -69,6 +69,7 @@ class ResidentParams final : public ZeroState {
   }
 
   void begin_step() override {
+    wait_pending();  // after a backward without finish_grads (warm-up)
     for (const Trainable& t : trainables_)
       backend_.fill_zero(t.grad.raw_data(), t.grad.nbytes());
   }
@@ -217,6 +218,7 @@ class ShardedParams final : public ZeroState {
   }
 
   void begin_step() override {
+    wait_pending();  // after a backward without finish_grads (warm-up)
     for (const core::Tensor& g : local_grad_)
       if (g.defined()) backend_.fill_zero(g.raw_data(), g.nbytes());
     first_micro_ = true;

@@ -31,8 +31,9 @@
 //     the last.
 // Progress of collectives in flight on the CPU (zero.progress): `thread` queues every bucket on
 // a communication thread (comm/comm_stream.h) with its own communicator, which runs MPI's
-// blocking algorithms while the main thread computes; `poll` starts MPI's nonblocking
-// collectives and tests them at every layer event.
+// blocking algorithms while the main thread computes; `poll` (the default: faster on 2 shared
+// cores, apps/bench_zero/RESULTS.md) starts MPI's nonblocking collectives and tests them at
+// every layer event.
 #pragma once
 
 #include <cstdint>
@@ -55,7 +56,7 @@ struct ZeroOptions {
   bool training = true;
   bool overlap = true;             // zero.overlap
   int64_t bucket_bytes = 4 << 20;  // zero.bucket_mb; 0 = one reduction per tensor
-  bool progress_thread = true;     // zero.progress == thread
+  bool progress_thread = false;    // zero.progress == thread
   bool sparse_rows = true;         // zero.sparse_rows
   // Called with "reduce L" when a bucket of layer L's gradients is started (main thread), and
   // "running L" / "reduced L" when the communication thread begins and ends it; for tests and

@@ -100,6 +100,7 @@ class EventLog {
 struct StepSetup {
   int stage = 1;
   int micro = 2;
+  bool warm_up = true;
   engine::ZeroOptions options;
   // Called at every model layer event, before the state handles it.
   std::function<void(model::Gpt::LayerEvent, int)> on_event;
@@ -124,6 +125,15 @@ std::vector<float> reduced_grads(comm::Communicator& comm, const StepSetup& setu
     if (e == model::Gpt::LayerEvent::kBeforeBackward) zero->before_backward(layer);
     if (e == model::Gpt::LayerEvent::kAfterBackward) zero->after_backward(layer);
   });
+  // A warm-up pass as the trainer's (train.warmup_steps): begin_step drops its gradients, also
+  // those still being reduced.
+  if (setup.warm_up) {
+    auto x = tokens(comm.rank(), 99, 0), y = tokens(comm.rank(), 99, 1);
+    gpt.forward(x.data(), y.data(), kRows, kSeq);
+    zero->begin_backward(false);
+    gpt.backward();
+    zero->end_backward();
+  }
   zero->begin_step();
   for (int m = 0; m < setup.micro; ++m) {
     auto x = tokens(comm.rank(), m, 0), y = tokens(comm.rank(), m, 1);
@@ -244,6 +254,8 @@ TEST(ZeroState, ReductionsRunWhileTheFirstLayerIsStillInBackward) {
     StepSetup setup;
     setup.stage = stage;
     setup.micro = 1;  // every event below is of the last micro-step
+    setup.warm_up = false;
+    setup.options.progress_thread = true;
     setup.options.trace = [&log](const std::string& line) { log.add(line); };
     bool head_done_in_time = false;
     setup.on_event = [&](model::Gpt::LayerEvent e, int layer) {
