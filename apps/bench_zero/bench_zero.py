@@ -7,14 +7,17 @@ slows all variants alike, and prints one table of medians over the measured step
 step time, comm_wait_ms (time blocked waiting for collectives, metrics.jsonl), its share of the
 step, the reduce_grads phase, tokens/s, and tokens/s relative to the first variant.
 
-Variants: np 1 x 2 threads; np 2 x 1 thread and np 4 x 1 thread (oversubscribed on 2 cores)
-at ZeRO stages 1, 2, 3 with overlap on and off; np 2 stages 1, 2 with zero.progress=poll.
+Variants (the config's defaults unless named): np 1 x 2 threads; np 2 x 1 thread and np 4 x 1
+thread (oversubscribed on 2 cores) at ZeRO stages 1, 2, 3 with overlap on and off; np 2 stages 1
+and 2 with zero.progress=poll, =thread, and with the embedding reduced dense
+(zero.sparse_rows=false). --only REGEX picks variants by name.
 
     python3 apps/bench_zero/bench_zero.py --engine build/apps/engine/engine --steps 12 --rounds 2
 """
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -33,6 +36,10 @@ def variants(quick):
     for stage in (1, 2):
         out.append(("np2x1 stage%d poll" % stage, 2, 1,
                     ["zero.stage=%d" % stage, "zero.progress=poll"]))
+        out.append(("np2x1 stage%d thread" % stage, 2, 1,
+                    ["zero.stage=%d" % stage, "zero.progress=thread"]))
+        out.append(("np2x1 stage%d dense embedding" % stage, 2, 1,
+                    ["zero.stage=%d" % stage, "zero.sparse_rows=false"]))
     return out
 
 
@@ -58,9 +65,10 @@ def main():
     ap.add_argument("--skip", type=int, default=2, help="first steps left out of the medians")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="np 4 with overlap on only")
+    ap.add_argument("--only", help="run only the variants whose name matches this regex")
     ap.add_argument("--json", help="also write every measured row here")
     args = ap.parse_args()
-    vs = variants(args.quick)
+    vs = [v for v in variants(args.quick) if not args.only or re.search(args.only, v[0])]
     rows = {name: [] for name, *_ in vs}
     with tempfile.TemporaryDirectory() as tmp:
         for rnd in range(args.rounds):
