@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -314,6 +316,22 @@ void check_manifest_consistency(const std::string& path, const std::string& fold
   auto data_step = m.state.find("data.step");
   if (data_step != m.state.end() && data_step->second != std::to_string(m.step))
     refuse("step " + std::to_string(m.step) + " but data.step " + data_step->second);
+  // State the trainer reads back as numbers.
+  for (const char* key : {"data.seed", "data.step", "train.tokens"}) {
+    auto it = m.state.find(key);
+    if (it == m.state.end()) continue;
+    int64_t v = 0;
+    const std::string& text = it->second;
+    const auto r = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (r.ec != std::errc() || r.ptr != text.data() + text.size() || text.empty())
+      refuse(std::string(key) + " is '" + text + "', not an integer");
+  }
+  if (auto it = m.state.find("train.time_ms"); it != m.state.end()) {
+    char* end = nullptr;
+    std::strtod(it->second.c_str(), &end);
+    if (it->second.empty() || *end != '\0')
+      refuse("train.time_ms is '" + it->second + "', not a number");
+  }
   // Optimizer step counters advance at most once per training step.
   for (const auto& [key, value] : m.counters)
     if (value < 0 || (key.ends_with("/step") && value > m.step))
@@ -365,7 +383,12 @@ Manifest read_manifest(const std::string& dir) {
       FileInfo info;
       info.file = f["file"].as<std::string>();
       info.bytes = f["bytes"].as<uint64_t>();
-      info.checksum = std::stoull(f["fnv1a64"].as<std::string>(), nullptr, 16);
+      const std::string hex = f["fnv1a64"].as<std::string>();
+      const auto parsed = std::from_chars(hex.data(), hex.data() + hex.size(), info.checksum, 16);
+      ENGINE_CHECK(
+          parsed.ec == std::errc() && parsed.ptr == hex.data() + hex.size() && !hex.empty(),
+          "checkpoint manifest " + path + " is malformed: the checksum of " + info.file + " is '" +
+              hex + "', not a hexadecimal number");
       m.files.push_back(info);
     }
     for (const auto& s : root["slices"]) {

@@ -237,6 +237,22 @@ TEST_F(CheckpointTest, InconsistentManifestRefusedByName) {
   msg = error_of([&] { engine::verify_checkpoint(dir); });
   EXPECT_NE(msg.find("step 7 but the folder is step_00000020"), std::string::npos) << msg;
 
+  // Found by the manifest fuzzer: text where a number belongs was a std::invalid_argument.
+  dir = save(20);
+  rewrite_manifest(dir, "fnv1a64: ", "fnv1a64: zz");
+  msg = error_of([&] { engine::read_manifest(dir); });
+  EXPECT_NE(msg.find("is malformed: the checksum of rank_00000.safetensors is 'zz"),
+            std::string::npos)
+      << msg;
+  dir = save(20);
+  rewrite_manifest(dir, "data.step: 20", "data.step: twenty");
+  msg = error_of([&] { engine::read_manifest(dir); });
+  EXPECT_NE(msg.find("is inconsistent"), std::string::npos) << msg;
+  dir = save(20);
+  rewrite_manifest(dir, "rng.position: 42", "rng.position: 42\n  train.tokens: many");
+  msg = error_of([&] { engine::read_manifest(dir); });
+  EXPECT_NE(msg.find("train.tokens is 'many', not an integer"), std::string::npos) << msg;
+
   dir = save(20);
   fs::rename(dir, root_ + "/step_00000009");
   msg = error_of([&] { engine::resolve_resume(root_, "auto"); });
