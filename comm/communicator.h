@@ -150,8 +150,9 @@ class Communicator {
   // nonblocking ones (apps/bench_comm). Other backends ignore it.
   void set_blocking_async(bool on) { blocking_async_ = on; }
 
-  const CommStats& stats() const { return stats_; }
-  CommStats& stats() { return stats_; }
+  // Virtual so a wrapper (WatchedCommunicator) can hand out the wrapped communicator's own.
+  virtual const CommStats& stats() const { return stats_; }
+  virtual CommStats& stats() { return stats_; }
 
  protected:
   Communicator(int rank, int size) : rank_(rank), size_(size) {}

@@ -34,18 +34,13 @@ class WatchedWork final : public Work {
 }  // namespace
 
 WatchedCommunicator::WatchedCommunicator(Communicator& inner, Watchdog& watchdog)
-    : Communicator(inner.rank(), inner.size()), inner_(inner), watchdog_(watchdog) {
-  stats_ = inner_.stats();
-}
+    : Communicator(inner.rank(), inner.size()), inner_(inner), watchdog_(watchdog) {}
 
 template <typename Call>
 auto WatchedCommunicator::watched(const char* what, Call&& call) {
   struct Mark {
     WatchedCommunicator& self;
-    ~Mark() {
-      self.watchdog_.leave();
-      self.stats_ = self.inner_.stats();
-    }
+    ~Mark() { self.watchdog_.leave(); }
   };
   watchdog_.enter(what);
   Mark mark{*this};
@@ -54,7 +49,6 @@ auto WatchedCommunicator::watched(const char* what, Call&& call) {
 
 std::unique_ptr<Work> WatchedCommunicator::watch_work(const char* what,
                                                       std::unique_ptr<Work> work) {
-  stats_ = inner_.stats();
   return std::make_unique<WatchedWork>(std::move(work), watchdog_, what);
 }
 

@@ -1,6 +1,6 @@
 // WatchedCommunicator: a Communicator that forwards every call to another one and marks each
 // collective's start and end for a Watchdog (a blocking call around the call, an async one
-// around its Work's wait). Its stats() mirror the wrapped communicator's.
+// around its Work's wait). Its stats() are the wrapped communicator's.
 #pragma once
 
 #include <memory>
@@ -38,8 +38,13 @@ class WatchedCommunicator final : public Communicator {
   std::unique_ptr<Communicator> split(int color, int key) override;
   void copy_local(void* dst, const void* src, size_t bytes) override;
 
+  // One set of counters: what the trainer and the ZeRO state record (comm_wait_ms, a
+  // communication thread's counts) lands beside the wrapped communicator's own records.
+  const CommStats& stats() const override { return inner_.stats(); }
+  CommStats& stats() override { return inner_.stats(); }
+
  private:
-  // Runs `call` marked as collective `what`, then mirrors the stats.
+  // Runs `call` marked as collective `what`.
   template <typename Call>
   auto watched(const char* what, Call&& call);
   std::unique_ptr<Work> watch_work(const char* what, std::unique_ptr<Work> work);
