@@ -43,6 +43,13 @@ void CommStats::record(Collective kind, int64_t bytes) {
   s.bytes += bytes;
 }
 
+void CommStats::add_counts(const CommStats& other) {
+  for (int k = 0; k < kNumCollectives; ++k) {
+    per_kind_[k].calls += other.per_kind_[k].calls;
+    per_kind_[k].bytes += other.per_kind_[k].bytes;
+  }
+}
+
 int64_t CommStats::total_calls() const {
   int64_t total = 0;
   for (const auto& s : per_kind_)

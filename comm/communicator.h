@@ -68,6 +68,8 @@ class CommStats {
   // Time this rank spent blocked on collectives: a blocking call from start to end, an async one
   // only inside Work::wait() (not the time it was in flight behind other work).
   void add_wait(double ms) { wait_ms_ += ms; }
+  // Adds another communicator's calls and bytes (not its wait time) to these.
+  void add_counts(const CommStats& other);
   double wait_ms() const { return wait_ms_; }
   void reset() {
     per_kind_ = {};
@@ -142,6 +144,12 @@ class Communicator {
   // collectives (so sharding code can pack and unpack without knowing the device).
   virtual void copy_local(void* dst, const void* src, size_t bytes) = 0;
 
+  // When set, the async forms of an MPI communicator run the blocking collective and return a
+  // completed Work: for a communicator used only by a communication thread (comm_stream.h),
+  // where blocking is that thread's job and MPI's tuned blocking algorithms beat its
+  // nonblocking ones (apps/bench_comm). Other backends ignore it.
+  void set_blocking_async(bool on) { blocking_async_ = on; }
+
   const CommStats& stats() const { return stats_; }
   CommStats& stats() { return stats_; }
 
@@ -152,6 +160,7 @@ class Communicator {
   void check_root(const char* what, int root) const;
 
   CommStats stats_;
+  bool blocking_async_ = false;
 
  private:
   int rank_;

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/composite_work.h"
 #include "engine/core/check.h"
 
 namespace comm {
@@ -125,6 +126,10 @@ std::string MpiCommunicator::name() const {
 }
 
 std::unique_ptr<Work> MpiCommunicator::all_reduce_async(float* buf, int64_t count, ReduceOp op) {
+  if (blocking_async_) {
+    all_reduce(buf, count, op);
+    return std::make_unique<DoneWork>();
+  }
   auto work = std::make_unique<MpiWork>(rank(), "MPI_Iallreduce", stats_);
   int n = to_int(count, "all_reduce", rank());
   stats_.record(Collective::AllReduce, count * static_cast<int64_t>(sizeof(float)));
@@ -195,6 +200,10 @@ MpiCommunicator::Layout MpiCommunicator::layout(const char* what,
 std::unique_ptr<Work> MpiCommunicator::reduce_scatter_async(const float* send, float* recv,
                                                             std::span<const int64_t> counts,
                                                             ReduceOp op) {
+  if (blocking_async_) {
+    reduce_scatter(send, recv, counts, op);
+    return std::make_unique<DoneWork>();
+  }
   Layout l = layout("reduce_scatter", counts);
   stats_.record(Collective::ReduceScatter, int64_t{l.total()} * sizeof(float));
   auto work = std::make_unique<MpiWork>(rank(), "MPI_Ireduce_scatter", stats_);
@@ -291,6 +300,10 @@ void MpiCommunicator::ring_reduce_scatter(const float* send, float* recv, const 
 
 std::unique_ptr<Work> MpiCommunicator::all_gather_async(const float* send, float* recv,
                                                         std::span<const int64_t> counts) {
+  if (blocking_async_) {
+    all_gather(send, recv, counts);
+    return std::make_unique<DoneWork>();
+  }
   Layout l = layout("all_gather", counts);
   stats_.record(Collective::AllGather, counts[rank()] * static_cast<int64_t>(sizeof(float)));
   // A send block already in place inside recv is MPI_IN_PLACE (e.g. a dim-0 shard that is a view

@@ -2,7 +2,8 @@
 //
 // Async forms use MPI's nonblocking collectives (MPI_Iallreduce, MPI_Ireduce_scatter with uneven
 // counts, MPI_Iallgatherv, MPI_Ibcast; the *_block / MPI_Iallgather forms when counts are
-// equal); blocking forms use the blocking calls, whose tuned algorithms are faster (bench_comm).
+// equal; the blocking calls instead after set_blocking_async); blocking forms use the blocking
+// calls, whose tuned algorithms are faster (bench_comm).
 // Large reduce_scatters use our own ring (see set_ring_min_bytes).
 // Avg is Sum followed by a scale by 1/size on completion. Open MPI
 // progresses nonblocking collectives inside MPI calls, so Work::test() also drives progress.

@@ -17,8 +17,9 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   MPI_Initialized(&initialized);
   ENGINE_CHECK(!initialized, "MpiSession: MPI is already initialised");
   int provided = 0;
-  // MULTIPLE for the collective watchdog's helper thread (comm/watchdog.h); FUNNELED suffices
-  // otherwise (the watchdog then stays off).
+  // MULTIPLE for the collective watchdog's helper thread (comm/watchdog.h) and for
+  // zero.progress: thread (comm/comm_stream.h); FUNNELED suffices otherwise (the watchdog then
+  // stays off).
   int rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
   ENGINE_CHECK(rc == MPI_SUCCESS, "MpiSession: MPI_Init_thread failed");
   ENGINE_CHECK(provided >= MPI_THREAD_FUNNELED, "MpiSession: MPI provides thread level " +
@@ -37,6 +38,12 @@ MpiSession::MpiSession(int* argc, char*** argv) {
     omp_set_num_threads(std::max(1, omp_get_num_procs() / node_ranks_));
   }
   threads_ = omp_get_max_threads();
+}
+
+bool mpi_thread_multiple() {
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&provided);
+  return provided >= MPI_THREAD_MULTIPLE;
 }
 
 MpiSession::~MpiSession() {

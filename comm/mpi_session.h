@@ -1,8 +1,10 @@
 // MpiSession: MPI initialisation and finalisation for one process, plus the failure policy.
 //
-// MPI is initialised with MPI_THREAD_FUNNELED: OpenMP threads compute inside a rank, but only the
-// main thread calls MPI. Constructing a session also installs the terminate handler of abort.h,
-// so an exception escaping anywhere aborts the whole job instead of leaving the others hanging.
+// MPI is initialised asking for MPI_THREAD_MULTIPLE (at least MPI_THREAD_FUNNELED is required):
+// OpenMP threads compute inside a rank without calling MPI; a communication thread
+// (comm/comm_stream.h) may run collectives on its own communicator next to the main thread.
+// Constructing a session also installs the terminate handler of abort.h, so an exception escaping
+// anywhere aborts the whole job instead of leaving the others hanging.
 //
 // Threads per rank: unless OMP_NUM_THREADS is set, the session divides this node's processors
 // among the ranks on it (at least one each). OpenMP and MPI both spin while they wait, so
@@ -30,5 +32,8 @@ class MpiSession {
   int node_ranks_ = 1;
   int threads_ = 1;
 };
+
+// Whether MPI provides MPI_THREAD_MULTIPLE (MPI must be initialised).
+bool mpi_thread_multiple();
 
 }  // namespace comm

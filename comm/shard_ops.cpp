@@ -1,5 +1,6 @@
 #include "comm/shard_ops.h"
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,25 @@ void pack(Communicator& comm, const ShardingPlan& plan, size_t i, float* full, f
   }
 }
 
+// Whether reduce_grad all-reduces parameter i (and keeps its own part) rather than
+// reduce-scattering it.
+bool is_all_reduced(const ShardingPlan& plan, size_t i) {
+  return plan.placement(i).is_replicate() || plan.stage() <= 1;
+}
+
+// After the all-reduce of a full gradient: this rank's part into its local gradient.
+void keep_own_part(Communicator& comm, const ShardingPlan& plan, size_t i, float* full,
+                   float* local) {
+  if (plan.local_numel(i) == 0) return;
+  if (plan.placement(i).is_replicate() || is_blocked(plan, i)) {
+    const Geometry g = geometry(plan, i);
+    const float* own = full + plan.range(i, plan.rank()).begin * g.inner;
+    comm.copy_local(local, own, plan.local_numel(i) * sizeof(float));
+  } else {
+    copy_part(comm, plan, i, plan.rank(), full, local, true);
+  }
+}
+
 core::Tensor scratch_like(const core::Tensor& full) {
   return core::Tensor::empty(full.shape(), core::DType::F32, full.storage()->allocator());
 }
@@ -105,18 +125,11 @@ std::unique_ptr<Work> reduce_grad_async(Communicator& comm, const ShardingPlan& 
   float* full = ptr(full_grad);
   float* local = ptr(local_grad);
 
-  if (plan.placement(i).is_replicate() || plan.stage() <= 1) {
+  if (is_all_reduced(plan, i)) {
     // All-reduce everything, then keep the own part.
     auto work = comm.all_reduce_async(full, numel, op);
     return std::make_unique<ThenWork>(std::move(work), [&comm, &plan, i, full, local] {
-      if (plan.local_numel(i) == 0) return;
-      if (plan.placement(i).is_replicate() || is_blocked(plan, i)) {
-        const Geometry g = geometry(plan, i);
-        const float* own = full + plan.range(i, plan.rank()).begin * g.inner;
-        comm.copy_local(local, own, plan.local_numel(i) * sizeof(float));
-      } else {
-        copy_part(comm, plan, i, plan.rank(), full, local, true);
-      }
+      keep_own_part(comm, plan, i, full, local);
     });
   }
 
@@ -131,6 +144,98 @@ std::unique_ptr<Work> reduce_grad_async(Communicator& comm, const ShardingPlan& 
   pack(comm, plan, i, full, ptr(packed), true);
   auto work = comm.reduce_scatter_async(ptr(packed), local, counts, op);
   return std::make_unique<ThenWork>(std::move(work), [packed] {});
+}
+
+std::unique_ptr<Work> reduce_grads_async(Communicator& comm, const ShardingPlan& plan,
+                                         std::span<const size_t> params,
+                                         std::span<const core::Tensor> full_grads,
+                                         std::span<const core::Tensor> local_grads, ReduceOp op) {
+  auto group = std::make_unique<WorkGroup>();
+  size_t k = 0;
+  while (k < params.size()) {
+    const size_t first = params[k];
+    // The run of all-reduced parameters whose full gradients continue each other in memory.
+    size_t end = k + 1;
+    int64_t count = plan.numel(first);
+    if (is_all_reduced(plan, first)) {
+      while (end < params.size() && is_all_reduced(plan, params[end]) &&
+             full_grads[params[end]].defined() && full_grads[first].defined() &&
+             ptr(full_grads[params[end]]) == ptr(full_grads[first]) + count) {
+        count += plan.numel(params[end]);
+        ++end;
+      }
+    }
+    if (end == k + 1) {
+      group->add(reduce_grad_async(comm, plan, first, full_grads[first], local_grads[first], op));
+      k = end;
+      continue;
+    }
+    std::vector<std::pair<float*, float*>> parts;  // (full, local) of every member
+    for (size_t m = k; m < end; ++m) {
+      const size_t i = params[m];
+      check_tensor(comm, plan, i, "reduce_grads", "full gradient", full_grads[i],
+                   plan.param(i).shape);
+      check_tensor(comm, plan, i, "reduce_grads", "local gradient", local_grads[i],
+                   plan.local_shape(i));
+      parts.emplace_back(ptr(full_grads[i]), ptr(local_grads[i]));
+    }
+    std::vector<size_t> members(params.begin() + k, params.begin() + end);
+    auto work = comm.all_reduce_async(ptr(full_grads[first]), count, op);
+    group->add(std::make_unique<ThenWork>(
+        std::move(work), [&comm, &plan, members = std::move(members), parts = std::move(parts)] {
+          for (size_t m = 0; m < members.size(); ++m)
+            keep_own_part(comm, plan, members[m], parts[m].first, parts[m].second);
+        }));
+    k = end;
+  }
+  return group;
+}
+
+int64_t reduce_sparse_rows(Communicator& comm, const ShardingPlan& plan, size_t i,
+                           const core::Tensor& full_grad, const core::Tensor& local_grad,
+                           ReduceOp op, double max_fraction) {
+  const char* kOp = "reduce_sparse_rows";
+  check_tensor(comm, plan, i, kOp, "full gradient", full_grad, plan.param(i).shape);
+  check_tensor(comm, plan, i, kOp, "local gradient", local_grad, plan.local_shape(i));
+  ENGINE_CHECK(comm.device() == core::Device::cpu(),
+               where(comm, plan, i, kOp) + ": scans host memory; CPU communicators only");
+  ENGINE_CHECK(plan.local_slice(i).dim == 0 && !plan.param(i).shape.empty(),
+               where(comm, plan, i, kOp) + ": needs parts that are blocks of rows (dim 0)");
+  const int64_t rows = plan.param(i).shape[0];
+  const int64_t width = rows == 0 ? 0 : plan.numel(i) / rows;
+  const float* full = ptr(full_grad);
+  // Rows this rank touched, then the union over ranks.
+  std::vector<float> touched(rows, 0.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = full + r * width;
+    for (int64_t c = 0; c < width; ++c)
+      if (row[c] != 0.0f) {
+        touched[r] = 1.0f;
+        break;
+      }
+  }
+  comm.all_reduce(touched.data(), rows, ReduceOp::Max);
+  std::vector<int64_t> union_rows;
+  for (int64_t r = 0; r < rows; ++r)
+    if (touched[r] != 0.0f) union_rows.push_back(r);
+  if (static_cast<double>(union_rows.size()) > max_fraction * static_cast<double>(rows)) {
+    reduce_grad(comm, plan, i, full_grad, local_grad, op);
+    return rows;
+  }
+  const int64_t n = static_cast<int64_t>(union_rows.size());
+  std::vector<float> packed(n * width);
+  for (int64_t k = 0; k < n; ++k)
+    std::memcpy(packed.data() + k * width, full + union_rows[k] * width, width * sizeof(float));
+  comm.all_reduce(packed.data(), n * width, op);
+  if (!local_grad.defined() || local_grad.numel() == 0) return n;
+  const Range own = plan.local_slice(i).range;
+  float* local = ptr(local_grad);
+  std::memset(local, 0, local_grad.nbytes());
+  for (int64_t k = 0; k < n; ++k)
+    if (union_rows[k] >= own.begin && union_rows[k] < own.end)
+      std::memcpy(local + (union_rows[k] - own.begin) * width, packed.data() + k * width,
+                  width * sizeof(float));
+  return n;
 }
 
 void reduce_grad(Communicator& comm, const ShardingPlan& plan, size_t i,

@@ -405,6 +405,9 @@ void validate_config(const Config& c) {
     fail("train.val_tokens", "must be at least model.seq_len = " + std::to_string(c.model.seq_len));
   if (c.train.warmup_steps < 0) fail("train.warmup_steps", "must be >= 0");
   if (c.zero.stage < 1 || c.zero.stage > 3) fail("zero.stage", "must be 1, 2 or 3");
+  if (c.zero.bucket_mb < 0) fail("zero.bucket_mb", "must be >= 0");
+  if (c.zero.progress != "thread" && c.zero.progress != "poll")
+    fail("zero.progress", "must be thread or poll, got '" + c.zero.progress + "'");
   if (c.checkpoint.every < 0) fail("checkpoint.every", "must be >= 0");
   if (c.checkpoint.keep < 1) fail("checkpoint.keep", "must be >= 1");
   if (c.comm.timeout_s < 0) fail("comm.timeout_s", "must be >= 0 (0 = no watchdog)");

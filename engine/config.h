@@ -74,7 +74,21 @@ inline constexpr bool kOptional = false;
 #define ENGINE_ZERO_FIELDS(F)                                                               \
   F(zero, int64_t, stage, "stage", 1, kOptional,                                            \
     "1 = optimizer state sharded, 2 = + gradients, 3 = + parameters (rest as local parts, " \
-    "gathered layer by layer; full gradients exist one layer at a time)")
+    "gathered layer by layer; full gradients exist one layer at a time)")                   \
+  F(zero, bool, overlap, "overlap", true, kOptional,                                        \
+    "reduce gradients while the layers below compute: stages 1-2 start a layer's buckets "  \
+    "when its backward of the last micro-step is done; stage 3 with zero.progress=thread "  \
+    "reduces each layer on the communication thread (false: after the backward)")           \
+  F(zero, double, bucket_mb, "bucket_mb", 4.0, kOptional,                                   \
+    "gradient reduction bucket size in MiB: a layer's gradients are reduced in buckets of " \
+    "at most this size (a larger tensor alone); 0 = one reduction per tensor")              \
+  F(zero, std::string, progress, "progress", "poll", kOptional,                             \
+    "how collectives in flight progress on the CPU: poll (nonblocking MPI collectives, "    \
+    "tested at every layer event; faster on 2 shared cores, apps/bench_zero) or thread (a " \
+    "communication thread runs them)")                                                      \
+  F(zero, bool, sparse_rows, "sparse_rows", true, kOptional,                                \
+    "stages 1-2: reduce the embedding gradient as its nonzero rows only, when they are at " \
+    "most a quarter of its rows (the tokens of a small batch)")
 
 #define ENGINE_CHECKPOINT_FIELDS(F)                                                        \
   F(checkpoint, std::string, dir, "dir", "checkpoints", kOptional,                         \

@@ -132,11 +132,6 @@ std::vector<Trainable> OsftReparam::replace_trainables(std::vector<Trainable> mo
   return out;
 }
 
-void OsftReparam::map_all_grads() {
-  for (size_t i = 0; i < targets_.size(); ++i)
-    map_target_grads(i);
-}
-
 void OsftReparam::map_grads(int layer) {
   for (size_t i = 0; i < targets_.size(); ++i)
     if (targets_[i].layer == layer) map_target_grads(i);

@@ -82,9 +82,9 @@ class OsftReparam {
   void write_dense(int layer);
   void write_all();
   // Adds the chain-rule gradients of the targets of `layer` from the model's dense gradients and
-  // zeroes those (the next micro-step accumulates afresh). map_all_grads: every layer.
+  // zeroes those (the next micro-step accumulates afresh). The trainer calls it right after the
+  // layer's backward, before the ZeRO state may start reducing the factors.
   void map_grads(int layer);
-  void map_all_grads();
   // Zeroes the trained factors' gradients.
   void zero_grads();
 

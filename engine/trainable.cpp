@@ -12,6 +12,7 @@ std::vector<Trainable> model_trainables(model::Gpt& gpt) {
     t.name = table[i].name;
     t.shape = table[i].shape;
     t.layer = table[i].layer;
+    t.sparse_rows = table[i].kind == model::ParamKind::Embedding;
     t.value = gpt.param(i);
     t.grad = gpt.grad(i);
     t.bind_value = [&gpt, i](const core::Tensor& v) { gpt.bind_param(i, v); };

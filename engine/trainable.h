@@ -29,8 +29,11 @@ struct Trainable {
   // the start of forward to the end of backward: embeddings, final norm, head).
   int layer = -1;
   comm::Placement placement;  // as the optimizer requests it
-  core::Tensor value;         // full value (undefined when not resident)
-  core::Tensor grad;          // full gradient, accumulated by the backward
+  // The gradient is zero outside a few rows along dim 0 (an embedding: the rows of the tokens
+  // seen), so reducing only the nonzero rows can move far fewer bytes.
+  bool sparse_rows = false;
+  core::Tensor value;  // full value (undefined when not resident)
+  core::Tensor grad;   // full gradient, accumulated by the backward
   std::function<void(const core::Tensor&)> bind_value;
   std::function<void(const core::Tensor&)> bind_grad;
 };

@@ -142,6 +142,10 @@ Trainer::Trainer(Config config, comm::Communicator& comm, bool with_train_data, 
       std::make_unique<comm::ShardingPlan>(infos, W, rank, static_cast<int>(config_.zero.stage));
   ZeroOptions zo;
   zo.training = with_train_data;
+  zo.overlap = config_.zero.overlap;
+  zo.bucket_bytes = static_cast<int64_t>(config_.zero.bucket_mb * (1 << 20));
+  zo.progress_thread = config_.zero.progress == "thread";
+  zo.sparse_rows = config_.zero.sparse_rows;
   zo.release_full_storage = [this] { gpt_->release_storage(); };
   zero_ = ZeroState::create(comm_, *plan_, std::move(trainables), gpt_->backend(), zo);
   gpt_->set_layer_hook(
@@ -190,7 +194,6 @@ Trainer::~Trainer() = default;
 void Trainer::backward(bool last) {
   zero_->begin_backward(last);
   gpt_->backward();
-  if (osft_) osft_->map_all_grads();  // dL/dW -> the trained factors, before their reduction
   zero_->end_backward();
 }
 
@@ -204,6 +207,9 @@ void Trainer::on_layer_event(model::Gpt::LayerEvent event, int layer) {
       zero_->before_backward(layer);
       break;
     case Event::kAfterBackward:
+      // dL/dW -> the layer's trained OSFT factors, before the ZeRO state may start reducing
+      // them (with zero.overlap, right after this layer's backward).
+      if (osft_) osft_->map_grads(layer);
       zero_->after_backward(layer);
       break;
   }
@@ -222,7 +228,7 @@ StepRecord Trainer::train_step() {
   };
 
   // Forward and backward over the micro-batches; the gradient of the mean loss over the global
-  // batch is the mean over micro-steps (the scale 1/A) and over ranks (in the reduction).
+  // batch is the mean over micro-steps and ranks (the sums of finish_grads, scaled below).
   core::cpu_allocator().reset_peak();
   zero_->begin_step();
   data::Batch batch;
@@ -238,16 +244,21 @@ StepRecord Trainer::train_step() {
   loss /= comm_.size();
   end_phase("forward_backward");
 
-  zero_->finish_grads(1.0 / static_cast<double>(grad_accum_));
+  zero_->finish_grads();
   end_phase("reduce_grads");
 
-  const double grad_norm = zero_->grad_norm();
+  // The reduced gradients are sums over ranks and micro-steps; one pass scales them to the mean
+  // and clips them together.
+  const double mean = 1.0 / static_cast<double>(grad_accum_ * comm_.size());
+  const double grad_norm = zero_->grad_norm() * mean;
   if (!std::isfinite(loss) || !std::isfinite(grad_norm))
     ENGINE_FAIL("step " + std::to_string(step_ + 1) + ": the training loss is " +
                 double_text(loss) + " and the gradient norm " + double_text(grad_norm) +
                 ": stopping (no checkpoint is written for this step; the last good one is kept)");
+  float clip = 1.0f;
   if (config_.train.grad_clip > 0 && grad_norm > config_.train.grad_clip)
-    zero_->scale_grads(static_cast<float>(config_.train.grad_clip / (grad_norm + 1e-6)));
+    clip = static_cast<float>(config_.train.grad_clip / (grad_norm + 1e-6));
+  zero_->scale_grads(static_cast<float>(mean * clip));
   end_phase("clip");
 
   // Optimizer step on the local parts, then the parameters back where the model reads them.

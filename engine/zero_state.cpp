@@ -4,7 +4,10 @@
 #include <map>
 #include <utility>
 
+#include "comm/comm_stream.h"
+#include "comm/composite_work.h"
 #include "comm/layer_gatherer.h"
+#include "comm/mpi_session.h"
 #include "comm/shard_ops.h"
 #include "engine/core/check.h"
 
@@ -18,13 +21,26 @@ void wait_all(std::vector<std::unique_ptr<comm::Work>>& works) {
   works.clear();
 }
 
+// "<what> <layer>", a line of ZeroOptions::trace.
+std::string trace_line(const char* what, int layer) {
+  std::string line = what;
+  line += ' ';
+  line += std::to_string(layer);
+  return line;
+}
+
 // Stages 1-2, and every stage without training: the full values and gradients stay resident.
 class ResidentParams final : public ZeroState {
  public:
   ResidentParams(comm::Communicator& comm, const comm::ShardingPlan& plan,
-                 std::vector<Trainable> trainables, core::Backend& backend)
-      : ZeroState(comm, plan, std::move(trainables), backend) {
+                 std::vector<Trainable> trainables, core::Backend& backend,
+                 const ZeroOptions& options)
+      : ZeroState(comm, plan, std::move(trainables), backend),
+        overlap_(options.overlap),
+        sparse_rows_(options.sparse_rows),
+        trace_(options.trace) {
     for (size_t i = 0; i < trainables_.size(); ++i) {
+      full_grad_.push_back(trainables_[i].grad);
       if (plan_.local_numel(i) == 0) continue;
       const comm::Placement& pl = plan_.placement(i);
       const core::Tensor& full = trainables_[i].value;
@@ -40,44 +56,131 @@ class ResidentParams final : public ZeroState {
       // Own buffers: a reduce-scatter must not read and write one buffer.
       local_grad_[i] = core::Tensor::zeros(plan_.local_shape(i));
     }
+    make_buckets(options.bucket_bytes);
+    if (options.training) start_stream(options);
+  }
+
+  ~ResidentParams() override {
+    try {
+      wait_pending();
+    } catch (const std::exception&) {
+      // A destructor cannot report; the failure already surfaced.
+    }
   }
 
   void begin_step() override {
+    wait_pending();  // after a backward without finish_grads (warm-up)
     for (const Trainable& t : trainables_)
       backend_.fill_zero(t.grad.raw_data(), t.grad.nbytes());
   }
-  void begin_backward(bool) override {}
-  void end_backward() override {}
-  void before_forward(int) override {}
-  void before_backward(int) override {}
-  void after_backward(int) override {}
+  void begin_backward(bool last) override { last_micro_ = last; }
+  void end_backward() override { last_micro_ = false; }
+  void before_forward(int) override { poll_pending(); }
+  void before_backward(int) override { poll_pending(); }
 
-  void finish_grads(double scale) override {
-    if (scale != 1.0)
-      for (const Trainable& t : trainables_)
-        backend_.scale(t.grad.data<float>(), static_cast<float>(scale), t.grad.numel());
-    // Every reduction in flight at once.
-    std::vector<std::unique_ptr<comm::Work>> works;
-    for (size_t i = 0; i < trainables_.size(); ++i)
-      works.push_back(
-          comm::reduce_grad_async(comm_, plan_, i, trainables_[i].grad, local_grad_[i]));
-    wait_all(works);
+  void after_backward(int layer) override {
+    if (overlap_ && last_micro_)
+      for (size_t b : layer_buckets_.at(layer))
+        launch(b);
+    poll_pending();
+  }
+
+  void finish_grads() override {
+    // Layers in the order their backward finishes, as with overlap.
+    for (auto it = layer_buckets_.rbegin(); it != layer_buckets_.rend(); ++it)
+      for (size_t b : it->second)
+        if (!launched_[b]) launch(b);
+    wait_pending();
+    launched_.assign(buckets_.size(), false);
   }
 
   void publish_params() override {
-    std::vector<std::unique_ptr<comm::Work>> works;
-    for (size_t i = 0; i < trainables_.size(); ++i)
-      works.push_back(
-          comm::all_gather_param_async(comm_, plan_, i, local_value_[i], trainables_[i].value));
-    wait_all(works);
+    auto gather_all = [this](comm::Communicator& c) {
+      std::vector<std::unique_ptr<comm::Work>> works;
+      for (size_t i = 0; i < trainables_.size(); ++i)
+        works.push_back(
+            comm::all_gather_param_async(c, plan_, i, local_value_[i], trainables_[i].value));
+      wait_all(works);
+    };
+    submit(gather_all);
+    wait_pending();
   }
 
   void end_forward() override {}
 
   std::string describe() const override {
     return "ZeRO stage " + std::to_string(plan_.stage()) +
-           ": full parameters and gradients resident on every rank";
+           ": full parameters and gradients resident on every rank; " +
+           std::to_string(buckets_.size()) + " gradient buckets, overlap " +
+           (overlap_ ? "on" : "off") + ", progress " + (has_stream() ? "thread" : "poll");
   }
+
+ private:
+  // Each layer's trainables in table order, cut into buckets of at most `bytes` (a larger
+  // tensor alone).
+  void make_buckets(int64_t bytes) {
+    for (int layer : plan_.layers()) {
+      std::vector<size_t> bucket;
+      int64_t size = 0;
+      for (size_t i : plan_.layer_params(layer)) {
+        const int64_t b = plan_.numel(i) * static_cast<int64_t>(sizeof(float));
+        if (!bucket.empty() && (size + b > bytes || is_sparse(i) || is_sparse(bucket.back()))) {
+          layer_buckets_[layer].push_back(buckets_.size());
+          buckets_.push_back(std::move(bucket));
+          bucket.clear();
+          size = 0;
+        }
+        bucket.push_back(i);
+        size += b;
+      }
+      if (!bucket.empty()) {
+        layer_buckets_[layer].push_back(buckets_.size());
+        buckets_.push_back(std::move(bucket));
+      }
+    }
+    launched_.assign(buckets_.size(), false);
+  }
+
+  // A sparse-rows trainable whose parts are blocks of rows: its own bucket, reduced by rows.
+  bool is_sparse(size_t i) const {
+    return sparse_rows_ && trainables_[i].sparse_rows && plan_.local_slice(i).dim == 0 &&
+           !trainables_[i].shape.empty();
+  }
+
+  // Reduces bucket b on communicator c; blocking for a sparse bucket, else started.
+  std::unique_ptr<comm::Work> reduce_bucket(comm::Communicator& c, size_t b) {
+    const std::vector<size_t>& bucket = buckets_[b];
+    if (bucket.size() == 1 && is_sparse(bucket[0])) {
+      const size_t i = bucket[0];
+      comm::reduce_sparse_rows(c, plan_, i, full_grad_[i], local_grad_[i], comm::ReduceOp::Sum);
+      return std::make_unique<comm::DoneWork>();
+    }
+    return comm::reduce_grads_async(c, plan_, bucket, full_grad_, local_grad_, comm::ReduceOp::Sum);
+  }
+
+  void launch(size_t b) {
+    launched_[b] = true;
+    const int layer = plan_.param(buckets_[b].front()).layer;
+    if (trace_) trace_(trace_line("reduce", layer));
+    if (!has_stream()) {
+      add_pending(reduce_bucket(comm_, b));
+      return;
+    }
+    submit([this, b, layer](comm::Communicator& c) {
+      if (trace_) trace_(trace_line("running", layer));
+      reduce_bucket(c, b)->wait();
+      if (trace_) trace_(trace_line("reduced", layer));
+    });
+  }
+
+  bool overlap_;
+  bool sparse_rows_;
+  std::function<void(const std::string&)> trace_;
+  std::vector<core::Tensor> full_grad_;               // the trainables' full gradients
+  std::vector<std::vector<size_t>> buckets_;          // trainable indices
+  std::map<int, std::vector<size_t>> layer_buckets_;  // layer -> bucket indices
+  std::vector<bool> launched_;
+  bool last_micro_ = false;
 };
 
 // Stage 3 while training: values rest as local parts, layers are gathered while in use.
@@ -87,7 +190,9 @@ class ShardedParams final : public ZeroState {
                 std::vector<Trainable> trainables, core::Backend& backend,
                 const ZeroOptions& options)
       : ZeroState(comm, plan, std::move(trainables), backend),
-        gatherer_(comm, plan, backend.allocator()) {
+        gatherer_(comm, plan, backend.allocator()),
+        last_layer_(plan.layers().back()),
+        overlap_(options.overlap) {
     for (size_t i = 0; i < trainables_.size(); ++i) {
       if (plan_.local_numel(i) > 0) {
         local_value_[i] = core::Tensor::empty(plan_.local_shape(i));
@@ -101,9 +206,19 @@ class ShardedParams final : public ZeroState {
       t.grad = core::Tensor();
     }
     if (options.release_full_storage) options.release_full_storage();
+    start_stream(options);
+  }
+
+  ~ShardedParams() override {
+    try {
+      wait_pending();
+    } catch (const std::exception&) {
+      // A destructor cannot report; the failure already surfaced.
+    }
   }
 
   void begin_step() override {
+    wait_pending();  // after a backward without finish_grads (warm-up)
     for (const core::Tensor& g : local_grad_)
       if (g.defined()) backend_.fill_zero(g.raw_data(), g.nbytes());
     first_micro_ = true;
@@ -114,8 +229,10 @@ class ShardedParams final : public ZeroState {
   void end_backward() override { first_micro_ = false; }
 
   void before_forward(int layer) override {
-    // Block l-1 is done once block l starts; layer -1 stays until the end of backward.
-    if (layer >= 1 && gatherer_.is_gathered(layer - 1)) release_layer(layer - 1);
+    // Block l-1 is done once block l starts, except the last block before the head (the next
+    // backward starts there); layer -1 stays until the end of backward.
+    if (layer >= 1 && layer != last_layer_ && gatherer_.is_gathered(layer - 1))
+      release_layer(layer - 1);
     if (!gatherer_.is_gathered(layer)) gather_layer(layer);
   }
 
@@ -124,16 +241,28 @@ class ShardedParams final : public ZeroState {
     bind_layer_grads(layer);
   }
 
+  // The layer's values are freed now; its full gradients go to the reduction, which frees them
+  // when done (on the communication thread, while the layers below compute).
   void after_backward(int layer) override {
-    reduce_layer_grads(layer);
+    std::vector<size_t> params = plan_.layer_params(layer);
+    std::vector<core::Tensor> fulls;
+    for (size_t i : params)
+      fulls.push_back(full_grad_.at(i));
     release_layer(layer);
+    // At most one layer's reduction in flight: its gradient buffers are all the memory overlap
+    // adds.
+    wait_pending();
+    submit([this, params = std::move(params), fulls = std::move(fulls), first = first_micro_](
+               comm::Communicator& c) { reduce_into_local(c, params, fulls, first); });
+    if (!overlap_) wait_pending();  // the same operations, one at a time
+    poll_pending();
   }
 
-  void finish_grads(double scale) override {
+  void finish_grads() override {
+    wait_pending();
     for (int layer : plan_.layers())
       ENGINE_CHECK(!gatherer_.is_gathered(layer),
                    "stage 3: layer " + std::to_string(layer) + " is still gathered after backward");
-    if (scale != 1.0) scale_grads(static_cast<float>(scale));
   }
 
   void publish_params() override {}  // each layer is gathered when it is next used
@@ -147,7 +276,8 @@ class ShardedParams final : public ZeroState {
     int64_t resting = 0;
     for (const core::Tensor& t : local_value_)
       if (t.defined()) resting += t.numel();
-    return "ZeRO stage 3: resting parameter elements on this rank: " + std::to_string(resting);
+    return "ZeRO stage 3: resting parameter elements on this rank: " + std::to_string(resting) +
+           "; gradient reductions " + (has_stream() ? "on a communication thread" : "in place");
   }
 
  private:
@@ -175,17 +305,20 @@ class ShardedParams final : public ZeroState {
     }
   }
 
-  void reduce_layer_grads(int layer) {
-    // The first micro-step reduces straight into the local parts, later ones add to them.
+  // The first micro-step reduces straight into the local parts, later ones add to them (in
+  // order: the reductions of one layer run one after the other).
+  void reduce_into_local(comm::Communicator& c, const std::vector<size_t>& params,
+                         const std::vector<core::Tensor>& fulls, bool first) {
     std::vector<std::unique_ptr<comm::Work>> works;
     std::vector<std::pair<size_t, core::Tensor>> partial;
-    for (size_t i : plan_.layer_params(layer)) {
+    for (size_t k = 0; k < params.size(); ++k) {
+      const size_t i = params[k];
       core::Tensor target = local_grad_[i];
-      if (!first_micro_ && target.defined()) {
+      if (!first && target.defined()) {
         target = core::Tensor::empty(plan_.local_shape(i));
         partial.emplace_back(i, target);
       }
-      works.push_back(comm::reduce_grad_async(comm_, plan_, i, full_grad_.at(i), target));
+      works.push_back(comm::reduce_grad_async(c, plan_, i, fulls[k], target, comm::ReduceOp::Sum));
     }
     wait_all(works);
     for (const auto& [i, t] : partial)
@@ -194,6 +327,8 @@ class ShardedParams final : public ZeroState {
   }
 
   comm::LayerGatherer gatherer_;
+  int last_layer_;  // the head, whose forward follows the last block
+  bool overlap_;
   std::map<size_t, core::Tensor> full_grad_;  // the bound full gradients of gathered layers
   bool first_micro_ = true;                   // the next reduction overwrites local_grad_
 };
@@ -219,13 +354,46 @@ ZeroState::ZeroState(comm::Communicator& comm, const comm::ShardingPlan& plan,
 
 ZeroState::~ZeroState() = default;
 
+void ZeroState::start_stream(const ZeroOptions& options) {
+  if (!options.progress_thread || comm_.size() == 1) return;
+  ENGINE_CHECK(comm::mpi_thread_multiple(),
+               "zero.progress = thread needs MPI_THREAD_MULTIPLE, which this MPI does not "
+               "provide on rank " +
+                   std::to_string(comm_.rank()) + " (use zero.progress = poll)");
+  stream_comm_ = comm_.split(0, comm_.rank());
+  stream_comm_->set_blocking_async(true);
+  stream_ = std::make_unique<comm::CommStream>();
+}
+
+void ZeroState::submit(std::function<void(comm::Communicator&)> op) {
+  if (!stream_) {
+    op(comm_);
+    return;
+  }
+  pending_.push_back(
+      stream_->submit([this, op = std::move(op)] { op(*stream_comm_); }, &comm_.stats()));
+}
+
+void ZeroState::poll_pending() {
+  if (stream_) return;
+  for (auto& w : pending_)
+    w->test();
+}
+
+void ZeroState::wait_pending() {
+  wait_all(pending_);
+  if (!stream_comm_) return;
+  comm_.stats().add_counts(stream_comm_->stats());
+  stream_comm_->stats().reset();
+}
+
 std::unique_ptr<ZeroState> ZeroState::create(comm::Communicator& comm,
                                              const comm::ShardingPlan& plan,
                                              std::vector<Trainable> trainables,
                                              core::Backend& backend, const ZeroOptions& options) {
   if (plan.stage() == 3 && options.training)
     return std::make_unique<ShardedParams>(comm, plan, std::move(trainables), backend, options);
-  return std::make_unique<ResidentParams>(comm, plan, std::move(trainables), backend);
+  return std::make_unique<ResidentParams>(comm, plan, std::move(trainables), backend, options);
 }
 
 double ZeroState::grad_norm() {
@@ -241,6 +409,7 @@ double ZeroState::grad_norm() {
 }
 
 void ZeroState::scale_grads(float factor) {
+  if (factor == 1.0f) return;
   for (const core::Tensor& g : local_grad_)
     if (g.defined()) backend_.scale(g.data<float>(), factor, g.numel());
 }

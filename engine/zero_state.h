@@ -5,23 +5,35 @@
 //   begin_step                      zero the gradients
 //   per micro-step: begin_backward(last), the model's backward with the layer events
 //                   (before_forward / before_backward / after_backward), end_backward
-//   finish_grads(scale)             every gradient reduced to its placement: the mean over ranks,
-//                                   times `scale`, in local_grad
-//   grad_norm, scale_grads          global norm and clipping over the local parts
+//   finish_grads                    every gradient reduced to its placement in local_grad: the
+//                                   SUM over ranks and micro-steps (the trainer's one
+//                                   scale_grads pass applies the mean and the clipping together)
+//   grad_norm, scale_grads          global norm and scaling over the local parts
 //   optimizer_shards                what the optimizer steps (local values and gradients)
 //   publish_params                  the updated parameters back where the model reads them
 // The stage is a strategy chosen once by create():
 //   stages 1-2 (and every stage without training): the full values and gradients stay resident
 //     in the trainables' tensors; local parts are views of the full value where they are a
-//     contiguous block, own buffers otherwise; gradients are reduced after the last micro-step
-//     (all-reduce at stage 1, reduce-scatter at stage 2, comm/shard_ops.h), updated parameters
-//     all-gathered.
+//     contiguous block, own buffers otherwise. A layer's gradients are reduced in buckets of at
+//     most zero.bucket_mb (all-reduce at stage 1, reduce-scatter at stage 2, comm/shard_ops.h);
+//     with overlap, on the last micro-step each layer's buckets start as soon as its backward
+//     is done, while the layers below compute; finish_grads starts the rest and waits. A
+//     sparse-rows trainable (the embedding) is reduced as its nonzero rows only when they are at
+//     most a quarter of its rows (zero.sparse_rows). Updated parameters are all-gathered.
 //   stage 3: values rest as own copies of the local parts; the trainables' owner frees its full
 //     buffers. A layer's full values are all-gathered into allocator buffers and bound into the
-//     consumer just before its forward (layer -1, the embeddings, final norm and head, from the
-//     start of forward to the end of backward; block l until block l+1 starts, and again for its
-//     backward); its backward gets zeroed full gradient buffers, which are reduce-scattered into
-//     the local parts (accumulating over micro-steps) right after that backward, then freed.
+//     consumer just before its forward (layer -1, the embeddings, from the start of forward to
+//     the end of backward; block l until block l+1 starts, the last block until its backward);
+//     its backward gets zeroed full gradient buffers, which are reduce-scattered into the local
+//     parts (accumulating over micro-steps) after that backward, then freed; with overlap and a
+//     communication thread the reduction runs while the next layer below computes (one layer
+//     in flight at a time, so it costs one layer's gradient buffers), finish_grads waits for
+//     the last.
+// Progress of collectives in flight on the CPU (zero.progress): `thread` queues every bucket on
+// a communication thread (comm/comm_stream.h) with its own communicator, which runs MPI's
+// blocking algorithms while the main thread computes; `poll` (the default: faster on 2 shared
+// cores, apps/bench_zero/RESULTS.md) starts MPI's nonblocking collectives and tests them at
+// every layer event.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/comm_stream.h"
 #include "comm/communicator.h"
 #include "comm/sharding_plan.h"
 #include "engine/core/backend.h"
@@ -41,6 +54,14 @@ namespace engine {
 struct ZeroOptions {
   // False (export, sample, evaluation-only runs): the full values stay resident at every stage.
   bool training = true;
+  bool overlap = true;             // zero.overlap
+  int64_t bucket_bytes = 4 << 20;  // zero.bucket_mb; 0 = one reduction per tensor
+  bool progress_thread = false;    // zero.progress == thread
+  bool sparse_rows = true;         // zero.sparse_rows
+  // Called with "reduce L" when a bucket of layer L's gradients is started (main thread), and
+  // "running L" / "reduced L" when the communication thread begins and ends it; for tests and
+  // tracing, may be called from two threads.
+  std::function<void(const std::string&)> trace;
   // Stage 3 calls this once it holds its own copies of the local parts, to free the full
   // buffers of the trainables' owner (the model's flat buffers).
   std::function<void()> release_full_storage;
@@ -65,7 +86,7 @@ class ZeroState {
   virtual void before_forward(int layer) = 0;
   virtual void before_backward(int layer) = 0;
   virtual void after_backward(int layer) = 0;
-  virtual void finish_grads(double scale) = 0;
+  virtual void finish_grads() = 0;
   // Global L2 norm of the reduced gradients, each element counted once (collective).
   double grad_norm();
   void scale_grads(float factor);
@@ -89,12 +110,27 @@ class ZeroState {
   ZeroState(comm::Communicator& comm, const comm::ShardingPlan& plan,
             std::vector<Trainable> trainables, core::Backend& backend);
 
+  // Collectives in flight (see "Progress" in the header comment). start_stream starts the
+  // communication thread when options ask for it and there is more than one rank; submit queues
+  // op on it (op gets the thread's communicator), or runs it here, blocking, without a thread.
+  void start_stream(const ZeroOptions& options);
+  bool has_stream() const { return stream_ != nullptr; }
+  void submit(std::function<void(comm::Communicator&)> op);
+  void add_pending(std::unique_ptr<comm::Work> work) { pending_.push_back(std::move(work)); }
+  void poll_pending();  // without a thread: nonblocking MPI collectives advance in test()
+  void wait_pending();  // every pending one; the thread's calls and bytes count as this rank's
+
   comm::Communicator& comm_;
   const comm::ShardingPlan& plan_;
   std::vector<Trainable> trainables_;
   core::Backend& backend_;
   std::vector<core::Tensor> local_value_;
   std::vector<core::Tensor> local_grad_;
+
+ private:
+  std::vector<std::unique_ptr<comm::Work>> pending_;
+  std::unique_ptr<comm::Communicator> stream_comm_;  // used only by stream_'s thread
+  std::unique_ptr<comm::CommStream> stream_;
 };
 
 }  // namespace engine

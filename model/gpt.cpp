@@ -573,6 +573,7 @@ void Gpt::run_forward(const int32_t* tokens, const int32_t* targets, int B, int 
       mlp_forward(l);
     }
   }
+  notify(LayerEvent::kBeforeForward, config_.n_layer);
   norm_forward(lnf_, lnf_mean_, lnf_rstd_, layers_.back().res_out, lnf_w_, lnf_b_);
   if (!targets) return;
   linear(backend_, logits_, lnf_, w(head_), N, D, Vp);
@@ -627,8 +628,10 @@ void Gpt::backward() {
   const int64_t B = B_, T = T_, N = B * T, D = config_.d_model, Vp = config_.padded_vocab();
   // logits_ holds d loss / d logits (zero in the padded columns, so padded head rows get none).
   backend_.fill_zero(dres_, N * D * sizeof(float));
+  notify(LayerEvent::kBeforeBackward, config_.n_layer);
   linear_backward(backend_, dln_, g(head_), logits_, lnf_, w(head_), N, D, Vp, 0.0f);
   norm_backward(dres_, dln_, layers_.back().res_out, lnf_mean_, lnf_rstd_, lnf_w_, lnf_b_);
+  notify(LayerEvent::kAfterBackward, config_.n_layer);
   for (int l = config_.n_layer - 1; l >= 0; --l) {
     LayerActs& a = layers_[l];
     notify(LayerEvent::kBeforeBackward, l);

@@ -65,8 +65,9 @@ class Gpt {
 
   // Layer events for the sharding layer (ZeRO-3 gathers a block's parameters just before use;
   // gradient reduction starts as soon as a block's gradients are final). `layer` is the block
-  // index, or -1 for the parameters outside the blocks (embeddings, ln_f, head), which are used
-  // from the start of forward until the end of backward.
+  // index; n_layer for the final norm and head (forward after the last block, backward first);
+  // -1 for the embeddings, which are used from the start of forward until the end of backward
+  // (a tied head reads and accumulates into embed.weight during layer n_layer's backward).
   enum class LayerEvent { kBeforeForward, kBeforeBackward, kAfterBackward };
   using LayerHook = std::function<void(LayerEvent event, int layer)>;
   void set_layer_hook(LayerHook hook) { hook_ = std::move(hook); }

@@ -60,11 +60,14 @@ ParamTable::ParamTable(const ModelConfig& c) {
       if (gpt2) add(p + "mlp.proj.bias", {D}, ParamKind::Vector, InitRule::Zero, 0, l);
     }
   }
+  // The final norm and the untied head form layer n_layer: used after the last block, and the
+  // first whose backward is done.
+  const int head = c.n_layer;
   if (gpt2) {
-    add("ln_f.weight", {D}, ParamKind::Vector, InitRule::One, 0, -1);
-    add("ln_f.bias", {D}, ParamKind::Vector, InitRule::Zero, 0, -1);
+    add("ln_f.weight", {D}, ParamKind::Vector, InitRule::One, 0, head);
+    add("ln_f.bias", {D}, ParamKind::Vector, InitRule::Zero, 0, head);
   } else {
-    add("lm_head.weight", {Vp, D}, ParamKind::Head, InitRule::Normal, kStd, -1, c.vocab_size);
+    add("lm_head.weight", {Vp, D}, ParamKind::Head, InitRule::Normal, kStd, head, c.vocab_size);
   }
 }
 

@@ -30,7 +30,7 @@ struct ParamInfo {
   ParamKind kind = ParamKind::Matrix;
   InitRule init = InitRule::Normal;
   float stddev = 0.0f;  // for InitRule::Normal
-  int layer = -1;       // block index; -1 for embeddings, final norm and head
+  int layer = -1;       // block index; -1 the embeddings, n_layer the final norm and head
   int64_t offset = 0;   // element offset in the flat parameter (and gradient) buffer
   int64_t numel = 0;
   // Rows at and beyond this index are vocabulary padding (zero at init, zero gradient);

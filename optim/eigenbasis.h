@@ -50,11 +50,8 @@ struct FactorRefresh {
 class RefreshBatch {
  public:
   void add(const FactorRefresh& refresh) { jobs_.push_back(refresh); }
-  bool empty() const { return jobs_.empty(); }
-  size_t size() const { return jobs_.size(); }
   void run(core::Backend& backend, int power_iter_steps, bool batched,
            comm::Communicator* distribute = nullptr);
-  void clear() { jobs_.clear(); }
 
  private:
   std::vector<FactorRefresh> jobs_;

@@ -7,12 +7,13 @@
 
 namespace optim {
 
+namespace {
+
+// The state slots of a SOAP matrix (a side without a factor has none of its three).
 const std::vector<std::string> kSoapTensorSlots = {
     "exp_avg",    "exp_avg_sq",  "factor_left",      "factor_right",
     "basis_left", "basis_right", "eigenvalues_left", "eigenvalues_right",
 };
-
-namespace {
 
 const char* const kFactorSlot[2] = {"factor_left", "factor_right"};
 const char* const kBasisSlot[2] = {"basis_left", "basis_right"};

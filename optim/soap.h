@@ -137,7 +137,4 @@ class Soap final : public Optimizer {
   StateSlots slots_;
 };
 
-// The state slot names of the SOAP family.
-extern const std::vector<std::string> kSoapTensorSlots;
-
 }  // namespace optim

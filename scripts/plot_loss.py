@@ -2,9 +2,14 @@
 """Draws loss curves from engine metrics files (JSON Lines) to a PNG.
 
 usage: plot_loss.py OUT.png METRICS.jsonl[:LABEL] [METRICS.jsonl[:LABEL] ...]
-                    [--x step|tokens|time] [--title TEXT]
+                    [--smooth A] [--lr] [--title TEXT]
 
-Training loss is a thin line, validation loss markers of the same colour.
+Two panels side by side: loss against steps and against train time (seconds, or minutes for
+runs longer than 10 minutes; validation and checkpointing are not train time). One colour per
+run, named in the legend; the training loss is a thin line (with --smooth A, an exponential
+moving average with weight A on the past, the raw curve faint behind it) and the validation
+losses are marked points on a line of the same colour. --lr adds a panel of the learning rate
+against steps.
 """
 import argparse
 import json
@@ -14,43 +19,88 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-X_KEYS = {"step": ("step", "step"), "tokens": ("tokens", "tokens"),
-          "time": ("elapsed_ms", "train time (ms)")}
-
 
 def load(path):
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
 
 
+def time_unit(max_ms):
+    """(divisor of milliseconds, axis label) for a run whose train time reaches max_ms."""
+    if max_ms > 10 * 60 * 1000:
+        return 60000.0, "train time (min)"
+    return 1000.0, "train time (s)"
+
+
+def ema(values, weight):
+    """Exponential moving average, bias-corrected so the first points are not pulled to 0."""
+    out, avg = [], 0.0
+    for i, v in enumerate(values, 1):
+        avg = weight * avg + (1 - weight) * v
+        out.append(avg / (1 - weight ** i))
+    return out
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out")
-    p.add_argument("runs", nargs="+")
-    p.add_argument("--x", choices=sorted(X_KEYS), default="step")
-    p.add_argument("--title", default="loss")
+    p.add_argument("runs", nargs="+", help="METRICS.jsonl[:LABEL]")
+    p.add_argument("--smooth", type=float, default=0.0,
+                   help="EMA weight on the past for the train curve, in [0, 1) (default 0: raw)")
+    p.add_argument("--lr", action="store_true", help="add a learning-rate panel")
+    p.add_argument("--title", default="")
     a = p.parse_args()
-    key, label = X_KEYS[a.x]
-    fig, ax = plt.subplots(figsize=(8, 5))
+    if not 0 <= a.smooth < 1:
+        p.error("--smooth must be in [0, 1)")
+
+    runs = []
     for run in a.runs:
         path, _, name = run.partition(":")
         rows = load(path)
-        train = [(r[key], r["train_loss"]) for r in rows if r.get("train_loss") is not None]
-        val = [(r[key], r["val_loss"]) for r in rows if r.get("val_loss") is not None]
-        line = None
-        if train:
-            (line,) = ax.plot(*zip(*train), lw=1, label="%s train" % (name or path))
-        if val:
-            ax.plot(*zip(*val), "o-", ms=4, color=line.get_color() if line else None,
-                    label="%s val" % (name or path))
-    ax.set_xlabel(label)
-    ax.set_ylabel("cross-entropy (nats)")
-    ax.set_title(a.title)
-    ax.grid(alpha=0.3)
-    ax.legend()
+        if not rows:
+            p.error("%s holds no metrics" % path)
+        runs.append((name or path, rows))
+    max_ms = max(r.get("elapsed_ms", 0) for _, rows in runs for r in rows)
+    divisor, time_label = time_unit(max_ms)
+
+    panels = 3 if a.lr else 2
+    fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4.5))
+    by_step, by_time = axes[0], axes[1]
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (name, rows) in enumerate(runs):
+        color = colors[i % len(colors)]
+        train = [r for r in rows if r.get("train_loss") is not None]
+        val = [r for r in rows if r.get("val_loss") is not None]
+        for ax, x in ((by_step, lambda r: r["step"]),
+                      (by_time, lambda r: r.get("elapsed_ms", 0) / divisor)):
+            if train:
+                xs = [x(r) for r in train]
+                ys = [r["train_loss"] for r in train]
+                if a.smooth > 0:
+                    ax.plot(xs, ys, lw=0.8, color=color, alpha=0.25)
+                    ys = ema(ys, a.smooth)
+                ax.plot(xs, ys, lw=1.2, color=color, label=name + " train")
+            if val:
+                ax.plot([x(r) for r in val], [r["val_loss"] for r in val], "o--", ms=4, lw=0.8,
+                        color=color, label=name + " val")
+        lr = [r for r in train if "lr" in r]
+        if a.lr and lr:
+            axes[2].plot([r["step"] for r in lr], [r["lr"] for r in lr], color=color, label=name)
+    by_step.set_xlabel("step")
+    by_time.set_xlabel(time_label)
+    for ax in (by_step, by_time):
+        ax.set_ylabel("cross-entropy (nats)")
+        ax.grid(alpha=0.3)
+    by_step.legend(fontsize=8)
+    if a.lr:
+        axes[2].set_xlabel("step")
+        axes[2].set_ylabel("learning rate (first group)")
+        axes[2].grid(alpha=0.3)
+    if a.title:
+        fig.suptitle(a.title)
     fig.tight_layout()
-    fig.savefig(a.out, dpi=120)
-    print("wrote", a.out)
+    fig.savefig(a.out, dpi=110)
+    print("wrote %s (%d runs, time axis in %s)" % (a.out, len(runs), time_label.split("(")[1][:-1]))
 
 
 if __name__ == "__main__":

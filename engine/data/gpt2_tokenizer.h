@@ -11,6 +11,7 @@
 // nothing and saves converting every piece of text.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -54,25 +55,53 @@ class Gpt2Tokenizer {
   void load_merges(const std::string& path);
   void bpe(std::string_view piece, std::vector<int32_t>& out);
   void merge_symbols(std::string_view piece);
-  int32_t rank_of(std::string_view first, std::string_view second);
+
+  // A merge: its rank and the id of the symbol it makes.
+  struct Merge {
+    int32_t rank = 0;
+    int32_t merged = 0;
+  };
+  // (first id, second id) -> Merge, open addressing over packed 64-bit keys: the merge loop's
+  // lookup, one probe on average.
+  class PairIndex {
+   public:
+    void reserve(size_t entries);
+    void insert(int32_t first, int32_t second, Merge merge);  // keeps an existing entry
+    const Merge* find(int32_t first, int32_t second) const {
+      const uint64_t key = pack(first, second);
+      for (size_t i = slot(key);; i = (i + 1) & (keys_.size() - 1)) {
+        if (keys_[i] == key) return &merges_[i];
+        if (keys_[i] == kEmpty) return nullptr;
+      }
+    }
+
+   private:
+    static constexpr uint64_t kEmpty = ~uint64_t{0};
+    static uint64_t pack(int32_t a, int32_t b) {
+      return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+    }
+    size_t slot(uint64_t key) const { return (key * 0x9E3779B97F4A7C15ull) >> shift_; }
+    std::vector<uint64_t> keys_;
+    std::vector<Merge> merges_;
+    int shift_ = 64;
+  };
 
   std::unique_ptr<Regex> regex_;
   std::vector<std::string> id_to_bytes_;
   StringIndex bytes_to_id_;
-  // Keyed by first + ',' + second, as the reference's JavaScript object keys are.
-  StringIndex merge_rank_;
+  std::array<int32_t, 256> byte_id_{};  // the id of each single-byte symbol
+  PairIndex pair_index_;
   // Piece -> index into cache_spans_, each an (offset, count) range of cache_ids_.
   StringIndex cache_;
   std::vector<std::pair<uint32_t, uint32_t>> cache_spans_;
   std::vector<int32_t> cache_ids_;
   // Scratch of merge_symbols(), kept to avoid allocations.
   struct PairSite {
-    int32_t left;  // byte offset of the pair's first symbol in the piece
-    int32_t left_len, right_len;
+    int32_t left;           // byte offset of the pair's first symbol in the piece
+    int32_t first, second;  // the two symbols' ids when the pair was found
   };
   static constexpr size_t kMaxCachedPiece = 256;
-  std::string key_;
-  std::vector<int32_t> len_, next_, prev_, merged_;
+  std::vector<int32_t> id_, next_, prev_, merged_;
   std::vector<std::vector<PairSite>> buckets_;  // candidate pairs by merge rank
   std::vector<int32_t> ranks_;                  // min-heap of the ranks with a non-empty bucket
   std::vector<PairSite> round_;

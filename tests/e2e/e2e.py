@@ -522,18 +522,11 @@ def case_target_stop(env):
     print([l for l in p.stdout.splitlines() if "reached target" in l][0])
 
 
-# The stored curve (tests/e2e/reference/tiny_np1.jsonl, written by an earlier build) against
-# this build: largest relative difference 2.5e-7 (val loss, step 10). The spread from machine to
-# machine comes from the GEMM kernels: the same build with OPENBLAS_CORETYPE Haswell, SkylakeX,
-# Zen, Sandybridge, Nehalem differs from the native kernels by at most 7.6e-8 over the 20
-# steps. Same-machine reruns are bit-identical (case determinism).
-LOSS_REGRESSION_RTOL = 1e-6
-
-
 def case_init_from(env):
     """train.init_from starts a run at step 0 from trained weights: a checkpoint, an engine export
-    and a Hugging Face GPT-2 export of it all give the checkpoint's validation loss at step 0; a
-    shape mismatch is refused naming the tensor; resuming the run itself ignores the key."""
+    and a Hugging Face GPT-2 export of it (at ZeRO stages 1, 2, 3) all give the checkpoint's
+    validation loss at step 0; a shape mismatch is refused naming the tensor; resuming the run
+    itself ignores the key."""
     gpt2 = ["model.arch=gpt2"]
     _, a = env.run(1, "a", gpt2 + ["train.steps=10", "checkpoint.every=0"])
     val10 = metrics(a)[10]["val_loss"]
@@ -546,8 +539,9 @@ def case_init_from(env):
         check(p.returncode == 0, "export %s failed:\n%s" % (args, p.stderr))
     check(os.path.exists(os.path.join(hf, "config.json")), "no config.json in " + hf)
     once = ["checkpoint.every=0", "checkpoint.at_end=false", "train.steps=2"]
-    for name, source in (("checkpoint", ckpt), ("export", exported), ("hf", hf)):
-        _, d = env.run(2, "from_" + name, gpt2 + once + ["train.init_from=" + source])
+    for name, source, stage in (("checkpoint", ckpt, 1), ("export", exported, 2), ("hf", hf, 3)):
+        _, d = env.run(2, "from_" + name, gpt2 + once + ["train.init_from=" + source,
+                                                         "zero.stage=%d" % stage])
         m = metrics(d)
         check(sorted(m) == [0, 1, 2], "init_from %s: steps %s, expected 0, 1, 2" % (name, sorted(m)))
         check(rel(m[0]["val_loss"], val10) < 1e-6, "init_from %s: step-0 val_loss %.7f, the "
@@ -648,6 +642,42 @@ def case_log_file(env):
           (log.count("\n"), [l for l in p1.stdout.splitlines() if "train_loss" in l][-1]))
 
 
+def case_plot(env):
+    """plot_loss.py: loss against steps and train time side by side for several runs, smoothing,
+    the lr panel; the time axis in seconds (minutes past 10 minutes)."""
+    ref = os.path.join(env.repo, "tests/e2e/reference/tiny_np1.jsonl")
+    script = os.path.join(env.repo, "scripts/plot_loss.py")
+    out = os.path.join(env.work, "loss.png")
+    timed = os.path.join(env.work, "timed.jsonl")
+    with open(ref) as f, open(timed, "w") as g:  # the reference has no timing: add 100 s a step
+        for line in f:
+            r = json.loads(line)
+            r["elapsed_ms"] = 100000.0 * r["step"]
+            g.write(json.dumps(r) + "\n")
+    for runs, unit in (([ref + ":a", ref + ":b"], "s"), ([timed + ":long"], "min")):
+        p = subprocess.run(["/usr/bin/python3", script, out] + runs +
+                           ["--smooth", "0.6", "--lr", "--title", "t"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        check(p.returncode == 0 and "time axis in %s" % unit in p.stdout, "plot_loss: " + p.stdout)
+        with open(out, "rb") as f:
+            check(f.read(8) == b"\x89PNG\r\n\x1a\n", "not a PNG")
+    p = subprocess.run(["/usr/bin/python3", "-c",
+                        "import sys; sys.path.insert(0, %r); import plot_loss as p; "
+                        "print(p.ema([2.0, 2.0, 2.0], 0.9), p.time_unit(599999)[1])"
+                        % os.path.dirname(script)],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    check(p.stdout.strip() == "[2.0, 2.0, 2.0] train time (s)", "ema/time_unit: " + p.stdout)
+    print("plot_loss: two panels, legend, smoothing, lr panel; seconds and minutes")
+
+
+# The stored curve (tests/e2e/reference/tiny_np1.jsonl, written by an earlier build) against
+# this build: largest relative difference 2.5e-7 (val loss, step 10). The spread from machine to
+# machine comes from the GEMM kernels: the same build with OPENBLAS_CORETYPE Haswell, SkylakeX,
+# Zen, Sandybridge, Nehalem differs from the native kernels by at most 7.6e-8 over the 20
+# steps. Same-machine reruns are bit-identical (case determinism).
+LOSS_REGRESSION_RTOL = 1e-6
+
+
 def case_loss_regression(env):
     _, d = env.run(1, "run", ["checkpoint.every=0", "checkpoint.at_end=false"])
     ref = os.path.join(env.repo, "tests/e2e/reference/tiny_np1.jsonl")
@@ -710,6 +740,7 @@ CASES = {
     "init_from": case_init_from,
     "cli": case_cli,
     "log_file": case_log_file,
+    "plot": case_plot,
 }
 
 

@@ -33,8 +33,9 @@ TEST_P(ShippedConfig, ParsesAndGroupsCoverTheModel) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Configs, ShippedConfig,
-                         ::testing::Values("tiny", "cpu_small", "speedrun_cpu", "gpt2_124m",
-                                           "osft_tiny", "osft_finetune", "osft_finetune_baseline"));
+                         ::testing::Values("tiny", "cpu_small", "speedrun_cpu", "gpt2_124m", "soap",
+                                           "stacked_soap_moe", "osft_tiny", "osft_finetune",
+                                           "osft_finetune_baseline"));
 
 // README.md carries the generated reference table; regenerate it with
 // `engine config-reference` when a key changes.

@@ -250,7 +250,7 @@ TEST(Gpt, LayerHookOrder) {
   std::vector<int32_t> x(8, 1), y(8, 2);
   gpt.forward(x.data(), y.data(), 1, 8);
   gpt.backward();
-  EXPECT_EQ(log, "F-1 F0 F1 B1 A1 B0 A0 A-1 ");
+  EXPECT_EQ(log, "F-1 F0 F1 F2 B2 A2 B1 A1 B0 A0 A-1 ");
 }
 
 }  // namespace

@@ -41,6 +41,8 @@ TEST(ParamTable, ModernNamesShapesAndOffsets) {
   EXPECT_EQ(t.at("blocks.1.mlp.fc.weight").shape, (core::Shape{32, 8}));
   EXPECT_EQ(t.at("blocks.1.mlp.fc.weight").layer, 1);
   EXPECT_EQ(t.at("lm_head.weight").kind, model::ParamKind::Head);
+  EXPECT_EQ(t.at("lm_head.weight").layer, 2);  // the head unit, after the 2 blocks
+  EXPECT_EQ(t.at("embed.weight").layer, -1);
   EXPECT_EQ(t.at("blocks.0.attn.proj.weight").init, model::InitRule::Zero);
   int64_t offset = 0;
   for (const auto& p : t.params()) {
