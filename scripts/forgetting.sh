@@ -6,7 +6,7 @@
 #   2. fine-tunes it on the imaginative-prose split for FT_STEPS steps from the pretrained weights
 #      (train.init_from): with torch AdamW on every weight (configs/osft_finetune_baseline.yaml)
 #      and with OSFT at each unfreeze_rank_ratio of URRS (configs/osft_finetune.yaml), once per
-#      seed of SEEDS (the seed changes the fine-tuning data order);
+#      seed of SEEDS (the seed draws the fine-tuning data order: data.shuffle on);
 #   3. evaluates the pretrained and every fine-tuned checkpoint on both splits' validation tokens
 #      (engine eval) and writes runs/forgetting/forgetting.{md,json,png}.
 # Knobs (environment): PRETRAIN_STEPS (300), FT_STEPS (150), SEEDS ("1 2"), URRS ("0.5 0.25"),
@@ -56,7 +56,8 @@ finetune() {  # arm config seed
   local dir="$out/$1_seed$3"
   echo "== fine-tuning $1, seed $3 ($ft_steps steps on brown_imaginative)"
   run --config "$2" $(split_sets brown_imaginative) --set "train.init_from=$pretrained" \
-    --set "train.seed=$3" --set "train.steps=$ft_steps" --set checkpoint.every=0 \
+    --set "train.seed=$3" --set data.shuffle=true --set "train.steps=$ft_steps" \
+    --set checkpoint.every=0 \
     --set checkpoint.keep=1 --set "checkpoint.dir=$dir/checkpoints" --set "log.dir=$dir" \
     > "$dir.log" 2>&1
   local ckpt
