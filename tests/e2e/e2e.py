@@ -305,17 +305,18 @@ def resume_case(env, name, sets, stage, loss_rtol):
           "%.2e of the np 2 run" % (name, stage, worst))
 
 
-# tp_rekls on the attention matrices (Shard(0)) and on mlp.fc (Shard(1)): its moments are whole
-# on every rank and its factors sharded by rows, saved in the layout the optimizer gives; SOAP
-# (Owned: whole tensors, owners move with the world size) on mlp.proj. eps 0.01 keeps their
-# updates smooth in the gradient: with a tiny eps the first steps are sign-like and the rounding
-# differences of another world size grow to 1e-2 of the loss within 8 steps.
+# tp_rekls on attn.qkv (Shard(0)), mlp.fc (Shard(1)) and attn.proj (partition_dim none:
+# replicated): its moments are whole on every rank and its factors sharded by rows (whole when
+# replicated), saved in the layout the optimizer gives; SOAP (Owned: whole tensors, owners move
+# with the world size) on mlp.proj. eps 0.01 keeps their updates smooth in the gradient: with a
+# tiny eps the first steps are sign-like and the rounding differences of another world size grow
+# to 1e-2 of the loss within 8 steps.
 SOAP_FAMILY_OPTIM = (
-    "optim=[{params: ['blocks.*.attn.*.weight'], optimizer: tp_rekls, lr: 0.01, eps: 0.01,"
+    "optim=[{params: ['blocks.*.attn.qkv.weight'], optimizer: tp_rekls, lr: 0.01, eps: 0.01,"
     " partition_dim: 0}, {params: ['blocks.*.mlp.fc.weight'], optimizer: tp_rekls, lr: 0.01,"
-    " eps: 0.01, partition_dim: 1}, {params: ['blocks.*.mlp.proj.weight'], optimizer: soap,"
-    " lr: 0.01, eps: 0.01}, {params: ['*'], optimizer: adamw, lr: 0.01}]")
-
+    " eps: 0.01, partition_dim: 1}, {params: ['blocks.*.attn.proj.weight'], optimizer: tp_rekls,"
+    " lr: 0.01, eps: 0.01}, {params: ['blocks.*.mlp.proj.weight'], optimizer: soap, lr: 0.01,"
+    " eps: 0.01}, {params: ['*'], optimizer: adamw, lr: 0.01}]")
 
 def case_resume_soap_family(env):
     """tp_rekls and SOAP state through checkpoints: a straight np 2 run of 8 steps (checkpoints
