@@ -15,6 +15,19 @@ std::string param_of_state_key(const std::string& key) {
   return key.substr(0, key.rfind('/'));
 }
 
+// "<param>/<slot>" -> "<slot>".
+std::string slot_of_state_key(const std::string& key) {
+  return key.substr(key.rfind('/') + 1);
+}
+
+// The layout the optimizer of the key's parameter keeps state tensor `key` in, if its own.
+std::optional<optim::StateLayout> layout_of(const optim::OptimizerSet& optimizers,
+                                            const comm::ShardingPlan& plan, size_t i,
+                                            const std::string& key) {
+  return optimizers.state_layout(plan.param(i).name, slot_of_state_key(key), plan.param(i).shape,
+                                 plan.rank(), plan.world_size());
+}
+
 std::string strip(const std::string& name, std::string_view prefix) {
   return name.substr(prefix.size());
 }
@@ -27,7 +40,7 @@ bool starts_with(const std::string& name, std::string_view prefix) {
 
 RankState sharded_rank_state(const comm::ShardingPlan& plan,
                              std::span<const core::Tensor> local_values,
-                             const optim::OptimizerState& optimizer_state) {
+                             const optim::OptimizerSet& optimizers) {
   const int rank = plan.rank();
   // Replicate parts are whole on every rank: rank 0 saves them.
   auto saves = [&](size_t i) { return !plan.placement(i).is_replicate() || rank == 0; };
@@ -38,10 +51,22 @@ RankState sharded_rank_state(const comm::ShardingPlan& plan,
     out.slices.push_back({std::string(kParamPrefix) + plan.param(i).name, plan.param(i).shape,
                           s.dim, s.range.begin, local_values[i]});
   }
+  const optim::OptimizerState optimizer_state = optimizers.state();
   for (const auto& [key, t] : optimizer_state.tensors) {
     const size_t i = plan.index(param_of_state_key(key));
-    if (!saves(i)) continue;
     const std::string name = std::string(kOptimPrefix) + key;
+    if (const auto layout = layout_of(optimizers, plan, i, key)) {
+      ENGINE_CHECK(t.shape() == layout->local_shape(),
+                   "checkpoint: optimizer state " + key + " has shape " +
+                       core::shape_str(t.shape()) + ", its optimizer's layout says " +
+                       core::shape_str(layout->local_shape()));
+      if (!layout->replicated)
+        out.slices.push_back({name, layout->global_shape, layout->dim, layout->begin, t});
+      else if (rank == 0)
+        out.slices.push_back({name, layout->global_shape, 0, 0, t});
+      continue;
+    }
+    if (!saves(i)) continue;
     if (t.shape() == plan.local_shape(i)) {
       const comm::ShardingPlan::LocalSlice s = plan.local_slice(i);
       out.slices.push_back({name, plan.param(i).shape, s.dim, s.range.begin, t});
@@ -77,7 +102,8 @@ void read_local_params(const CheckpointReader& reader, const comm::ShardingPlan&
 
 optim::OptimizerState read_optimizer_state(const CheckpointReader& reader,
                                            const comm::ShardingPlan& plan,
-                                           std::span<const core::Tensor> local_values) {
+                                           std::span<const core::Tensor> local_values,
+                                           const optim::OptimizerSet& optimizers) {
   optim::OptimizerState state;
   for (const SliceInfo& slice : reader.manifest().slices) {
     if (!starts_with(slice.name, kOptimPrefix)) continue;
@@ -85,7 +111,19 @@ optim::OptimizerState read_optimizer_state(const CheckpointReader& reader,
     if (state.tensors.count(key)) continue;  // one entry per saved slice of a tensor
     const size_t i = plan.index(param_of_state_key(key));
     if (!local_values[i].defined()) continue;
-    if (reader.global_shape(slice.name) == plan.param(i).shape) {
+    if (const auto layout = layout_of(optimizers, plan, i, key)) {
+      ENGINE_CHECK(reader.global_shape(slice.name) == layout->global_shape,
+                   "checkpoint " + reader.dir() + ": optimizer state " + key + " has shape " +
+                       core::shape_str(reader.global_shape(slice.name)) +
+                       ", its optimizer keeps it as " + core::shape_str(layout->global_shape));
+      if (layout->replicated) {
+        state.tensors[key] = reader.read_full(slice.name);
+      } else {
+        core::Tensor t = core::Tensor::empty(layout->local_shape());
+        reader.read(slice.name, layout->dim, layout->begin, t);
+        state.tensors[key] = t;
+      }
+    } else if (reader.global_shape(slice.name) == plan.param(i).shape) {
       core::Tensor t = core::Tensor::empty(plan.local_shape(i));
       const comm::ShardingPlan::LocalSlice s = plan.local_slice(i);
       reader.read(slice.name, s.dim, s.range.begin, t);

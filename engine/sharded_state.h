@@ -8,7 +8,9 @@
 // (plan.local_slice). A state tensor shaped like its parameter's local part is saved as that
 // slice of a tensor shaped like the parameter, so it reshards with it; any other state tensor
 // (a whole-matrix optimizer's own shapes) belongs to an Owned or Replicate parameter and is
-// saved whole by its holder. Replicate parts are saved by rank 0 only.
+// saved whole by its holder. An optimizer that keeps a tensor in its own layout says so
+// (Optimizer::state_layout: rows of a larger tensor, or replicated), and that layout is used
+// instead. Replicate parts are saved by rank 0 only.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +22,7 @@
 #include "comm/sharding_plan.h"
 #include "engine/checkpoint.h"
 #include "engine/core/tensor.h"
-#include "optim/optimizer.h"
+#include "optim/optimizer_set.h"
 
 namespace engine {
 
@@ -30,10 +32,11 @@ struct RankState {
 };
 
 // This rank's part of a checkpoint: the local values (one per plan entry, undefined where this
-// rank holds nothing) and the optimizer state of the parameters it holds.
+// rank holds nothing) and the optimizer state of the parameters it holds (`optimizers` says
+// the layout of each state tensor).
 RankState sharded_rank_state(const comm::ShardingPlan& plan,
                              std::span<const core::Tensor> local_values,
-                             const optim::OptimizerState& optimizer_state);
+                             const optim::OptimizerSet& optimizers);
 
 // Fills every defined local value from the checkpoint, after checking that it holds every
 // parameter of the plan with the plan's shape (errors name the checkpoint and the parameter).
@@ -41,9 +44,11 @@ void read_local_params(const CheckpointReader& reader, const comm::ShardingPlan&
                        std::span<const core::Tensor> local_values);
 
 // The optimizer state of the parameters whose local value is defined, shaped like their local
-// parts (or whole, see the header comment).
+// parts (or whole, or in the layout their optimizer in `optimizers` gives, see the header
+// comment).
 optim::OptimizerState read_optimizer_state(const CheckpointReader& reader,
                                            const comm::ShardingPlan& plan,
-                                           std::span<const core::Tensor> local_values);
+                                           std::span<const core::Tensor> local_values,
+                                           const optim::OptimizerSet& optimizers);
 
 }  // namespace engine

@@ -325,7 +325,7 @@ std::string Trainer::save_checkpoint() {
   if (rank == 0) prepare_staging(root, step_);
   comm_.barrier();
 
-  RankState state = sharded_rank_state(*plan_, zero_->local_values(), optim_->state());
+  RankState state = sharded_rank_state(*plan_, zero_->local_values(), *optim_);
   if (osft_) osft_->save_frozen(state.slices, rank);
   write_rank_file(staging_path(root, step_), rank, state.slices, state.counters);
   comm_.barrier();
@@ -364,7 +364,7 @@ void Trainer::load_checkpoint(const std::string& dir, bool params_only) {
     osft_->write_all();
   }
   if (params_only) return;
-  optim_->load_state(read_optimizer_state(reader, *plan_, zero_->local_values()));
+  optim_->load_state(read_optimizer_state(reader, *plan_, zero_->local_values(), *optim_));
 
   ENGINE_CHECK(std::stoll(state_value(m, "data.seed", dir)) == config_.train.seed,
                "checkpoint " + dir + " was trained with train.seed " +

@@ -4,6 +4,29 @@
 
 namespace optim {
 
+StateLayout StateLayout::whole(core::Shape shape) {
+  StateLayout l;
+  l.size = shape.empty() ? 1 : shape[0];
+  l.global_shape = std::move(shape);
+  l.replicated = true;
+  return l;
+}
+
+StateLayout StateLayout::part(core::Shape shape, int dim, int rank, int world) {
+  StateLayout l;
+  l.dim = dim;
+  l.size = shape.at(static_cast<size_t>(dim)) / world;
+  l.begin = rank * l.size;
+  l.global_shape = std::move(shape);
+  return l;
+}
+
+core::Shape StateLayout::local_shape() const {
+  core::Shape s = global_shape;
+  if (!s.empty()) s[static_cast<size_t>(dim)] = size;
+  return s;
+}
+
 core::Backend& backend_of(const StepContext& ctx) {
   return ctx.backend ? *ctx.backend : core::cpu_backend();
 }

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -43,6 +44,23 @@ struct OptimizerState {
   std::map<std::string, int64_t> counters;
 };
 
+// Where a rank's state tensor lies in the tensor a checkpoint stores: indices [begin, begin +
+// size) of dimension `dim` of `global_shape`, every other dimension whole. A replicated one is
+// the whole tensor, identical on every rank: rank 0 saves it and every rank reads it whole.
+struct StateLayout {
+  core::Shape global_shape;
+  int dim = 0;
+  int64_t begin = 0;
+  int64_t size = 0;
+  bool replicated = false;
+
+  static StateLayout whole(core::Shape shape);
+  // Rank `rank`'s equal part of `shape` along `dim` (shape[dim] divided by `world`).
+  static StateLayout part(core::Shape shape, int dim, int rank, int world);
+  // The shape of the tensor a rank holds.
+  core::Shape local_shape() const;
+};
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
@@ -60,6 +78,16 @@ class Optimizer {
   // optimizer's parameters (OptimizerSet filters them); an unknown slot is an error.
   virtual void save_state(OptimizerState& out) const = 0;
   virtual void load_state(const OptimizerState& in) = 0;
+
+  // The layout of state tensor `slot` of parameter `param` (whole shape `full_shape`) on rank
+  // `rank` of `world`, when the optimizer keeps it in its own layout; nullopt (the default)
+  // means shaped like the parameter's local part, or whole for an Owned/Replicate parameter.
+  virtual std::optional<StateLayout> state_layout(const std::string& /*param*/,
+                                                  const std::string& /*slot*/,
+                                                  const core::Shape& /*full_shape*/, int /*rank*/,
+                                                  int /*world*/) const {
+    return std::nullopt;
+  }
 };
 
 // Helpers shared by the optimizers.

@@ -54,6 +54,12 @@ class OptimizerSet {
   // naming no parameter of this set is an error).
   OptimizerState state() const;
   void load_state(const OptimizerState& state);
+  // The layout the optimizer of `param`'s group keeps `slot` in (Optimizer::state_layout).
+  std::optional<StateLayout> state_layout(const std::string& param, const std::string& slot,
+                                          const core::Shape& full_shape, int rank,
+                                          int world) const {
+    return optimizer(group_of(param)).state_layout(param, slot, full_shape, rank, world);
+  }
 
  private:
   struct Group {

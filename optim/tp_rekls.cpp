@@ -34,6 +34,19 @@ void TpRekls::check_param(const std::string& name, const core::Shape& shape) con
                                       " is not a matrix; route it to adamw");
 }
 
+std::optional<StateLayout> TpRekls::state_layout(const std::string& /*param*/,
+                                                 const std::string& slot,
+                                                 const core::Shape& full_shape, int rank,
+                                                 int world) const {
+  if (full_shape.size() != 2) return std::nullopt;
+  const int64_t m = full_shape[0], n = full_shape[1];
+  if (slot == "exp_avg" || slot == "exp_avg_sq") return StateLayout::whole({m, n});
+  if (slot != "factor_left" && slot != "factor_right") return std::nullopt;
+  const int64_t k = slot == "factor_left" ? m : n;
+  if (config_.partition_dim < 0) return StateLayout::whole({k, k});
+  return StateLayout::part({k, k}, 0, rank, world);
+}
+
 namespace {
 
 // The concatenation along `dim` of every rank's equal part `local` [rows, cols] of a [m, n]

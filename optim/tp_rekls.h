@@ -37,6 +37,11 @@ class TpRekls final : public Optimizer {
   void step(std::span<const ParamShard> params, const StepContext& ctx) override;
   void save_state(OptimizerState& out) const override { slots_.save(out); }
   void load_state(const OptimizerState& in) override { slots_.load(in); }
+  // M and V are whole [m, n] and identical on every rank (replicated); L and R are rows of
+  // [m, m] and [n, n] (whole with partition_dim: none).
+  std::optional<StateLayout> state_layout(const std::string& param, const std::string& slot,
+                                          const core::Shape& full_shape, int rank,
+                                          int world) const override;
 
  private:
   TpReklsConfig config_;

@@ -305,6 +305,40 @@ def resume_case(env, name, sets, stage, loss_rtol):
           "%.2e of the np 2 run" % (name, stage, worst))
 
 
+# tp_rekls on attn.qkv (Shard(0)), mlp.fc (Shard(1)) and attn.proj (partition_dim none:
+# replicated): its moments are whole on every rank and its factors sharded by rows (whole when
+# replicated), saved in the layout the optimizer gives; SOAP (Owned: whole tensors, owners move
+# with the world size) on mlp.proj. eps 0.01 keeps their updates smooth in the gradient: with a
+# tiny eps the first steps are sign-like and the rounding differences of another world size grow
+# to 1e-2 of the loss within 8 steps.
+SOAP_FAMILY_OPTIM = (
+    "optim=[{params: ['blocks.*.attn.qkv.weight'], optimizer: tp_rekls, lr: 0.01, eps: 0.01,"
+    " partition_dim: 0}, {params: ['blocks.*.mlp.fc.weight'], optimizer: tp_rekls, lr: 0.01,"
+    " eps: 0.01, partition_dim: 1}, {params: ['blocks.*.attn.proj.weight'], optimizer: tp_rekls,"
+    " lr: 0.01, eps: 0.01}, {params: ['blocks.*.mlp.proj.weight'], optimizer: soap, lr: 0.01,"
+    " eps: 0.01}, {params: ['*'], optimizer: adamw, lr: 0.01}]")
+
+def case_resume_soap_family(env):
+    """tp_rekls and SOAP state through checkpoints: a straight np 2 run of 8 steps (checkpoints
+    at 4 and 8); its step-4 checkpoint resumed on np 2 (bit-identical steps 5-8) and on np 1 and
+    np 4 (the full REKLS update is the same on every rank, so only the summation order of the
+    gradients differs: within the world-size tolerance; measured 2.1e-8 on np 1, 0 on np 4)."""
+    sets = [SOAP_FAMILY_OPTIM, "train.steps=8", "checkpoint.every=4", "train.eval_every=4"]
+    _, straight = env.run(2, "straight", sets)
+    ms = metrics(straight)
+    ckpt4 = os.path.join(straight, "ckpt", "step_00000004")
+    _, same = env.run(2, "resume_np2", sets + ["checkpoint.resume=" + ckpt4])
+    check_bit_identical(metrics(same), ms, range(5, 9), "tp_rekls + soap resumed on np 2")
+    for np in (1, 4):
+        _, d = env.run(np, "resume_np%d" % np, sets + ["checkpoint.resume=" + ckpt4])
+        check(min(metrics(d)) == 5, "the np %d run did not start at step 5" % np)
+        worst = compare_losses(metrics(d), ms, range(5, 9), WORLD_SIZE_LOSS_RTOL,
+                               "tp_rekls + soap resumed on np %d" % np)
+        print("tp_rekls + soap np 2 checkpoint resumed on np %d: largest relative difference "
+              "%.2e" % (np, worst))
+    print("steps 5-8 bit-identical after resume on np 2")
+
+
 def case_resume_stage2_moe(env):
     resume_case(env, "modern + MoE", ["model.moe.experts=4"], 2, MOE_LOSS_RTOL)
 
@@ -731,6 +765,7 @@ CASES = {
     "resume_world_size": case_resume_world_size,
     "resume_stage2_moe": case_resume_stage2_moe,
     "resume_stage3_gpt2": case_resume_stage3_gpt2,
+    "resume_soap_family": case_resume_soap_family,
     "bad_configs": case_bad_configs,
     "corrupt_checkpoint": case_corrupt_checkpoint,
     "nan_stops": case_nan_stops,
