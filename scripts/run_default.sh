@@ -19,7 +19,10 @@ bash scripts/prepare_data.sh "$build"
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
-mpirun --oversubscribe -np "$np" "$build/apps/engine/engine" --config configs/cpu_small.yaml "$@"
+# Each run of the default job starts afresh in runs/cpu_small (the engine refuses a fresh start
+# over an earlier run unless told to overwrite it); `--set checkpoint.resume=auto` continues it.
+mpirun --oversubscribe -np "$np" "$build/apps/engine/engine" --config configs/cpu_small.yaml \
+  --set checkpoint.overwrite=true "$@"
 
 /usr/bin/python3 scripts/plot_loss.py runs/cpu_small/loss.png runs/cpu_small/metrics.jsonl:cpu_small \
   --title "cpu_small on Brown, $np ranks"

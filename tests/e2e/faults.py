@@ -316,7 +316,10 @@ def case_signal_checkpoint(env):
               "step %d after the SIGTERM resume: %r vs %r" % (s, mt[s]["train_loss"],
                                                                ms[s]["train_loss"]))
 
-    rc, out, d = stop("int", signal.SIGINT, "ranks")
+    # The runs below are long enough that the signal always lands mid-run: on a quiet machine
+    # the 20 tiny steps take about 0.2 s, less than mpirun needs to forward a signal.
+    long_run = ["train.steps=5000"]
+    rc, out, d = stop("int", signal.SIGINT, "ranks", long_run)
     check(rc == 130, "exit status %d after SIGINT, expected 130:\n%s" % (rc, out[-3000:]))
     check("exiting with status 130" in out, "the ranks did not stop for SIGINT:\n" + out[-3000:])
     check([x for x in os.listdir(os.path.join(d, "ckpt")) if x.startswith("step_")],
@@ -324,13 +327,13 @@ def case_signal_checkpoint(env):
 
     # mpirun forwards SIGTERM and SIGINT (Ctrl-C) to the ranks as SIGTERM; it then reports
     # status 1 of its own.
-    rc, out, d = stop("mpirun", signal.SIGINT, "mpirun")
+    rc, out, d = stop("mpirun", signal.SIGINT, "mpirun", long_run)
     check(rc != 0, "mpirun exited 0 after SIGINT")
     check("exiting with status 143" in out, "the ranks did not stop cleanly:\n" + out[-3000:])
     check([x for x in os.listdir(os.path.join(d, "ckpt")) if x.startswith("step_")],
           "no checkpoint after SIGINT to mpirun")
 
-    rc, out, d = stop("off", signal.SIGTERM, "ranks", ["checkpoint.on_signal=false"])
+    rc, out, d = stop("off", signal.SIGTERM, "ranks", long_run + ["checkpoint.on_signal=false"])
     check(rc == 143, "exit status %d after SIGTERM with on_signal=false" % rc)
     check(not [x for x in os.listdir(os.path.join(d, "ckpt")) if x.startswith("step_")],
           "a checkpoint was written with checkpoint.on_signal=false")
