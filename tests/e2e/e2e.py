@@ -779,17 +779,19 @@ CASES = {
 }
 
 
-def main():
+def main(cases=None):
+    """Runs one case of `cases` (default: this file's) named on the command line."""
+    cases = cases or CASES
     p = argparse.ArgumentParser()
     p.add_argument("--engine", required=True)
     p.add_argument("--repo", required=True)
     p.add_argument("--work", required=True)
-    p.add_argument("case", choices=sorted(CASES))
+    p.add_argument("case", choices=sorted(cases))
     args = p.parse_args()
     t0 = time.time()
     env = Env(args)
     try:
-        CASES[args.case](env)
+        cases[args.case](env)
     except Failure as e:
         print("FAIL %s: %s" % (args.case, e))
         return 1

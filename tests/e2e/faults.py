@@ -6,17 +6,16 @@ usage: faults.py --engine PATH --repo DIR --work DIR CASE
 
 Shares the tiny-config set-up of e2e.py (Env: token shards generated per case, mpirun command).
 """
-import argparse
 import hashlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from e2e import Env, Failure, check, kill_session, metrics  # noqa: E402
+import e2e  # noqa: E402
+from e2e import Failure, check, kill_session, metrics  # noqa: E402
 
 
 def tree_sums(root):
@@ -398,24 +397,5 @@ CASES = {
 }
 
 
-def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--engine", required=True)
-    p.add_argument("--repo", required=True)
-    p.add_argument("--work", required=True)
-    p.add_argument("case", choices=sorted(CASES))
-    args = p.parse_args()
-    t0 = time.time()
-    env = Env(args)
-    try:
-        CASES[args.case](env)
-    except Failure as e:
-        print("FAIL %s: %s" % (args.case, e))
-        return 1
-    print("PASS %s (%.1f s)" % (args.case, time.time() - t0))
-    shutil.rmtree(args.work, ignore_errors=True)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(e2e.main(CASES))
