@@ -8,21 +8,25 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <memory>
 
 #include "apps/optim_replay/golden_case.h"
 #include "comm/communicator.h"
-#include "comm/mpi_session.h"
 
 namespace {
 
-comm::Communicator* g_comm = nullptr;
+// The world communicator, made on first use (main is tests/comm/mpi_main.cpp).
+comm::Communicator& world() {
+  static std::unique_ptr<comm::Communicator> w = comm::make_mpi_world();
+  return *w;
+}
 
 bool bitwise_equal(const core::Tensor& a, const core::Tensor& b) {
   return a.shape() == b.shape() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
 }
 
 void check_resume(const std::string& file, int64_t stop_after) {
-  comm::Communicator& comm = *g_comm;
+  comm::Communicator& comm = world();
   const replay::GoldenCase golden = replay::load_golden(std::string(ENGINE_GOLDEN_DIR) + file);
   replay::Replayer whole(golden, comm);
   whole.run();
@@ -76,7 +80,7 @@ TEST(OptimizerState, NorMuonResumeIsBitExact) {
 TEST(OptimizerState, ReplayWithinToleranceAtThisWorldSize) {
   for (const char* file : {"/adamw/distadam_basic.safetensors", "/muon/tall_wide.safetensors"}) {
     const replay::GoldenCase golden = replay::load_golden(std::string(ENGINE_GOLDEN_DIR) + file);
-    replay::Replayer r(golden, *g_comm);
+    replay::Replayer r(golden, world());
     for (const auto& d : r.run())
       EXPECT_TRUE(replay::passes(d, golden.suggested_atol)) << file << " " << d.param;
   }
@@ -102,7 +106,7 @@ TEST(ReplayVerdict, NanAndJustAboveToleranceFail) {
 TEST(ReplayVerdict, NanParameterFailsTheReplay) {
   const replay::GoldenCase golden =
       replay::load_golden(std::string(ENGINE_GOLDEN_DIR) + "/adamw/distadam_basic.safetensors");
-  replay::Replayer r(golden, *g_comm);
+  replay::Replayer r(golden, world());
   for (const auto& d : r.step(1))
     EXPECT_TRUE(replay::passes(d, golden.suggested_atol)) << d.param;
   const std::string& name = golden.params.front().name;
@@ -113,19 +117,4 @@ TEST(ReplayVerdict, NanParameterFailsTheReplay) {
   EXPECT_EQ(worst.param, name);
   EXPECT_TRUE(std::isinf(worst.max_abs));
   EXPECT_FALSE(replay::passes(worst, golden.suggested_atol));
-}
-
-int main(int argc, char** argv) {
-  comm::MpiSession session(&argc, &argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  int rc = 0;
-  {
-    std::unique_ptr<comm::Communicator> world = comm::make_mpi_world();
-    g_comm = world.get();
-    rc = RUN_ALL_TESTS();
-    int64_t worst = rc;
-    world->all_reduce(&worst, 1, comm::ReduceOp::Max);
-    rc = static_cast<int>(worst);
-  }
-  return rc;
 }

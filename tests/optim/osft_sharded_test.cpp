@@ -6,17 +6,21 @@
 #include <mpi.h>
 
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "comm/communicator.h"
-#include "comm/mpi_session.h"
 #include "engine/core/rng.h"
 #include "optim/osft_factors.h"
 #include "optim/osft_projector.h"
 
 namespace {
 
-comm::Communicator* g_comm = nullptr;
+// The world communicator, made on first use (main is tests/comm/mpi_main.cpp).
+comm::Communicator& world() {
+  static std::unique_ptr<comm::Communicator> w = comm::make_mpi_world();
+  return *w;
+}
 
 core::Tensor random(const core::Shape& shape, uint64_t seed) {
   core::Tensor t = core::Tensor::empty(shape);
@@ -38,7 +42,7 @@ core::Tensor rows_of(const core::Tensor& full, comm::Range r) {
 // because the decision comes from global shapes (the reference deadlocks here). Results equal
 // the unsharded projection on every rank's rows, with V_high gathered each pass or cached.
 TEST(OsftSharded, ProjectionEqualsUnshardedForTinyAndEmptyShards) {
-  comm::Communicator& comm = *g_comm;
+  comm::Communicator& comm = world();
   struct Case {
     int64_t rows, cols, k;
   };
@@ -98,7 +102,7 @@ TEST(OsftSharded, SpreadDecompositionEqualsLocal) {
     name += std::to_string(i);
     targets.push_back({name, random({8 + i, 6}, 40 + i), 2 + i % 3});
   }
-  const std::vector<optim::OsftFactors> spread = optim::osft_decompose_all(targets, g_comm);
+  const std::vector<optim::OsftFactors> spread = optim::osft_decompose_all(targets, &world());
   for (size_t i = 0; i < targets.size(); ++i) {
     optim::OsftFactors local = optim::osft_decompose(targets[i].weight, targets[i].k_high);
     for (const char* f : optim::kOsftFactorNames) {
@@ -107,19 +111,4 @@ TEST(OsftSharded, SpreadDecompositionEqualsLocal) {
       EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()), 0) << targets[i].name << f;
     }
   }
-}
-
-int main(int argc, char** argv) {
-  comm::MpiSession session(&argc, &argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  int rc = 0;
-  {
-    std::unique_ptr<comm::Communicator> world = comm::make_mpi_world();
-    g_comm = world.get();
-    rc = RUN_ALL_TESTS();
-    int64_t worst = rc;
-    world->all_reduce(&worst, 1, comm::ReduceOp::Max);
-    rc = static_cast<int>(worst);
-  }
-  return rc;
 }

@@ -7,14 +7,18 @@
 
 #include <cstring>
 #include <filesystem>
+#include <memory>
 
 #include "apps/optim_replay/golden_case.h"
 #include "comm/communicator.h"
-#include "comm/mpi_session.h"
 
 namespace {
 
-comm::Communicator* g_comm = nullptr;
+// The world communicator, made on first use (main is tests/comm/mpi_main.cpp).
+comm::Communicator& world() {
+  static std::unique_ptr<comm::Communicator> w = comm::make_mpi_world();
+  return *w;
+}
 
 bool bitwise_equal(const core::Tensor& a, const core::Tensor& b) {
   return a.shape() == b.shape() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
@@ -28,7 +32,7 @@ replay::GoldenCase with_groups(const std::string& file, const std::string& group
 }
 
 TEST(TpRekls, EqualsReklsBitForBit) {
-  comm::Communicator& comm = *g_comm;
+  comm::Communicator& comm = world();
   const std::string hyper = "lr: 0.01, eps: 0.1, weight_decay: 0.01";
   const replay::GoldenCase rekls = with_groups(
       "/tp_rekls/tp_rekls_ws2.safetensors", "- {params: ['*'], optimizer: rekls, " + hyper + "}");
@@ -54,7 +58,7 @@ TEST(TpRekls, EqualsReklsBitForBit) {
 }
 
 void check_resume(const replay::GoldenCase& golden, int64_t stop_after) {
-  comm::Communicator& comm = *g_comm;
+  comm::Communicator& comm = world();
   replay::Replayer whole(golden, comm);
   whole.run();
   replay::Replayer first(golden, comm);
@@ -94,18 +98,3 @@ TEST(SoapFamilyState, ResumeIsBitExact) {
 }
 
 }  // namespace
-
-int main(int argc, char** argv) {
-  comm::MpiSession session(&argc, &argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  int rc = 0;
-  {
-    std::unique_ptr<comm::Communicator> world = comm::make_mpi_world();
-    g_comm = world.get();
-    rc = RUN_ALL_TESTS();
-    int64_t worst = rc;
-    world->all_reduce(&worst, 1, comm::ReduceOp::Max);
-    rc = static_cast<int>(worst);
-  }
-  return rc;
-}
