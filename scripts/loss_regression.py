@@ -10,25 +10,18 @@ For every step of the reference and every key it holds, the run must have the sa
 differences; exits 1 at drift, printing the first drifting step, 0 otherwise.
 """
 import argparse
-import json
+import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import runlog  # noqa: E402
 
 
 def load(path):
-    rows = {}
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError as e:
-                sys.exit("%s:%d: not JSON (%s)" % (path, n, e))
-            if "step" not in r:
-                sys.exit("%s:%d: no 'step' field" % (path, n))
-            rows[r["step"]] = r
-    return rows
+    try:
+        return runlog.by_step(runlog.read_metrics(path))
+    except runlog.RunLogError as e:
+        sys.exit(str(e))
 
 
 def parse_tolerance(text):

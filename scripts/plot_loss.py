@@ -12,17 +12,16 @@ losses are marked points on a line of the same colour. --lr adds a panel of the 
 against steps.
 """
 import argparse
-import json
+import os
+import sys
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-
-def load(path):
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import runlog  # noqa: E402
 
 
 def time_unit(max_ms):
@@ -56,7 +55,10 @@ def main():
     runs = []
     for run in a.runs:
         path, _, name = run.partition(":")
-        rows = load(path)
+        try:
+            rows = runlog.read_metrics(path)
+        except runlog.RunLogError as e:
+            p.error(str(e))
         if not rows:
             p.error("%s holds no metrics" % path)
         runs.append((name or path, rows))
@@ -69,8 +71,8 @@ def main():
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, (name, rows) in enumerate(runs):
         color = colors[i % len(colors)]
-        train = [r for r in rows if r.get("train_loss") is not None]
-        val = [r for r in rows if r.get("val_loss") is not None]
+        train = runlog.with_key(rows, "train_loss")
+        val = runlog.with_key(rows, "val_loss")
         for ax, x in ((by_step, lambda r: r["step"]),
                       (by_time, lambda r: r.get("elapsed_ms", 0) / divisor)):
             if train:

@@ -1,0 +1,74 @@
+"""Reading what an engine run leaves in its log folder, for the scripts that compare runs.
+
+metrics.jsonl holds one JSON object per logged step (train_loss, val_loss, elapsed_ms = train time
+in ms, excluding validation and checkpoints, ...); log.txt holds the console lines. Shared by
+loss_regression.py, plot_loss.py and speedrun.py, so a run is parsed one way everywhere.
+"""
+import json
+import re
+
+
+class RunLogError(Exception):
+    """A metrics or log file that cannot be read; the message names the file and line."""
+
+
+def read_metrics(path):
+    """The rows of a metrics.jsonl file in file order; every row must be JSON with a 'step'."""
+    rows = []
+    try:
+        f = open(path)
+    except OSError as e:
+        raise RunLogError("%s: cannot read (%s)" % (path, e.strerror))
+    with f:
+        for n, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise RunLogError("%s:%d: not JSON (%s)" % (path, n, e))
+            if not isinstance(row, dict) or "step" not in row:
+                raise RunLogError("%s:%d: no 'step' field" % (path, n))
+            rows.append(row)
+    return rows
+
+
+def by_step(rows):
+    """{step: row}; a step logged twice (a resumed run) keeps its last row."""
+    return {r["step"]: r for r in rows}
+
+
+def with_key(rows, key):
+    """The rows that carry a value for `key` (val_loss rows, train_loss rows, ...)."""
+    return [r for r in rows if r.get(key) is not None]
+
+
+def time_to_target(rows, target):
+    """(step, train time in ms) of the first validation at or below `target`, or None."""
+    for r in with_key(rows, "val_loss"):
+        if r["val_loss"] <= target:
+            return r["step"], r.get("elapsed_ms", 0.0)
+    return None
+
+
+def final_val_loss(rows):
+    """The last validation loss of the run, or None when it never validated."""
+    val = with_key(rows, "val_loss")
+    return val[-1]["val_loss"] if val else None
+
+
+BANNER = re.compile(r"world size (\d+) \| threads per rank (\d+) \| backend (.*)$")
+
+
+def read_banner(path):
+    """{'world': int, 'threads': int, 'backend': str} from the first line of log.txt."""
+    try:
+        with open(path) as f:
+            first = f.readline()
+    except OSError as e:
+        raise RunLogError("%s: cannot read (%s)" % (path, e.strerror))
+    m = BANNER.search(first.strip())
+    if not m:
+        raise RunLogError("%s:1: not an engine banner: %r" % (path, first.strip()[:120]))
+    return {"world": int(m.group(1)), "threads": int(m.group(2)), "backend": m.group(3)}
