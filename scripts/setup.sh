@@ -10,7 +10,7 @@ packages=(
   libyaml-cpp-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev
   openmpi-bin libopenmpi-dev
   libpcre2-dev
-  python3 python3-numpy python3-torch python3-matplotlib
+  python3 python3-numpy python3-torch python3-matplotlib python3-scipy python3-yaml
 )
 
 missing=()
