@@ -9,12 +9,20 @@ backward in float64 (default), writes `loss`, `ce_loss` and `grad/<param>` to sa
 Bench mode (--bench): times forward+backward+AdamW of a seeded float32 model and prints
 tokens/s (one JSON object with --json).
 
+Train mode (--train --config C.yaml --batches DIR --metrics OUT.jsonl [--target LOSS]): trains the
+float32 model the way the engine trains config C with a single AdamW group, for the side-by-side
+time to target (scripts/time_to_target.py): the initial weights, the batches in order and the
+validation rows are those apps/dump_batches wrote to DIR, the learning-rate schedule and the AdamW
+hyperparameters are read from C, and the metrics are written in the engine's metrics.jsonl format
+(train time excludes validation and the untimed warm-up steps, as in the engine).
+
 torch 1.13 has no safetensors package, so the format (u64 LE header length, JSON header, raw
 little-endian data) is parsed and written here with numpy.
 """
 import argparse
 import json
 import math
+import os
 import struct
 import sys
 import time
@@ -272,6 +280,118 @@ def bench(args):
         print(f"pytorch {args.arch} threads={args.threads} step {dt * 1e3:.1f} ms  {tok_s:.0f} tok/s")
 
 
+def lr_multiplier(step, total, warmup, cooldown_frac, floor, shape):
+    """The engine's schedule (engine/lr_schedule.cpp) at 0-based step `step`."""
+    if step < warmup:
+        return (step + 1) / warmup
+    decay_start = total if shape == "constant" else max(warmup,
+                                                        total - int(round(cooldown_frac * total)))
+    if step < decay_start:
+        return 1.0
+    p = min(1.0, (step - decay_start + 1) / (total - decay_start))
+    if shape == "linear":
+        return 1.0 - p * (1.0 - floor)
+    return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * p))
+
+
+def adamw_group(config_path, config):
+    """The one AdamW group of an engine config, refusing anything torch.optim.AdamW is not."""
+    groups = config.get("optim") or []
+    if len(groups) != 1 or groups[0].get("optimizer") != "adamw":
+        raise SystemExit(f"{config_path}: train mode needs exactly one optim group with optimizer "
+                         f"adamw (found {[g.get('optimizer') for g in groups]})")
+    g = groups[0]
+    if g.get("params") not in (["*"], "*"):
+        raise SystemExit(f"{config_path}: the adamw group must cover params: [\"*\"], has {g.get('params')}")
+    if g.get("eps_mode") != "torch":
+        raise SystemExit(f"{config_path}: set eps_mode: torch in the adamw group (torch.optim.AdamW "
+                         "adds eps after the bias correction)")
+    if g.get("weight_decay_mode", "decoupled") != "decoupled" or g.get("lr_mul", 1) != 1 or \
+            g.get("wd_mul", 1) != 1:
+        raise SystemExit(f"{config_path}: train mode supports decoupled weight decay without "
+                         "lr_mul / wd_mul only")
+    betas = g.get("betas", [0.8, 0.95])
+    return dict(lr=float(g["lr"]), betas=(float(betas[0]), float(betas[1])),
+                eps=float(g.get("eps", 1e-10)), weight_decay=float(g.get("weight_decay", 0.0)))
+
+
+def train(args):
+    import yaml
+    torch.set_num_threads(args.threads)
+    with open(args.config) as f:
+        config = yaml.safe_load(f)
+    t = config.get("train", {})
+    hyper = adamw_group(args.config, config)
+    weights, meta = read_safetensors(os.path.join(args.batches, "init.safetensors"))
+    cfg = Config(meta)
+    T = cfg.seq_len
+    p = {k: torch.tensor(v, dtype=torch.float32, requires_grad=True) for k, v in weights.items()}
+    opt = torch.optim.AdamW(p.values(), **hyper)
+    rows_per_step = int(t.get("batch_tokens", 0)) // T
+    train_rows = torch.tensor(read_shard(os.path.join(args.batches, "train.bin"))).view(-1, T + 1)
+    val_rows = torch.tensor(read_shard(os.path.join(args.batches, "val.bin"))).view(-1, T + 1)
+    total = int(t.get("steps", 1))
+    steps = min(total, len(train_rows) // rows_per_step)
+    clip = float(t.get("grad_clip", 0.0))
+    warmup_lr = int(t.get("lr_warmup_steps", 0))
+    schedule = (total, warmup_lr, float(t.get("lr_cooldown_frac", 0.0)),
+                float(t.get("lr_floor", 0.0)), str(t.get("lr_schedule", "linear")))
+    eval_every = int(t.get("eval_every", 0))
+    micro = int(t.get("micro_batch", rows_per_step))
+
+    def evaluate():
+        with torch.no_grad():
+            losses = [model_loss(cfg, p, b[:, :-1], b[:, 1:])[1].item()
+                      for b in val_rows.split(micro)]
+        return sum(losses) / len(losses)
+
+    def step_rows(step):
+        return train_rows[step * rows_per_step:(step + 1) * rows_per_step]
+
+    # Untimed warm-up passes (forward and backward, no update), as the engine's train.warmup_steps.
+    for _ in range(int(t.get("warmup_steps", 0))):
+        rows = step_rows(0)
+        model_loss(cfg, p, rows[:, :-1], rows[:, 1:])[0].backward()
+    out = open(args.metrics, "w")
+    val = evaluate()
+    out.write(json.dumps({"step": 0, "val_loss": val, "elapsed_ms": 0.0}) + "\n")
+    elapsed = 0.0
+    for step in range(steps):
+        t0 = time.perf_counter()
+        lr = hyper["lr"] * lr_multiplier(step, *schedule)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.zero_grad(set_to_none=False)
+        rows = step_rows(step)
+        chunks = rows.split(micro)
+        loss_sum = 0.0
+        for c in chunks:
+            loss, _ = model_loss(cfg, p, c[:, :-1], c[:, 1:])
+            (loss / len(chunks)).backward()
+            loss_sum += loss.item()
+        grad_norm = torch.nn.utils.clip_grad_norm_(
+            p.values(), clip if clip > 0 else float("inf")).item()
+        opt.step()
+        elapsed += (time.perf_counter() - t0) * 1e3
+        row = {"step": step + 1, "train_loss": loss_sum / len(chunks), "lr": lr,
+               "grad_norm": grad_norm, "elapsed_ms": elapsed}
+        reached = False
+        if eval_every > 0 and ((step + 1) % eval_every == 0 or step + 1 == steps):
+            row["val_loss"] = evaluate()
+            reached = args.target is not None and row["val_loss"] <= args.target
+        out.write(json.dumps(row) + "\n")
+        out.flush()
+        if (step + 1) % 10 == 0 or "val_loss" in row:
+            print(f"torch step {step + 1}/{steps} train_loss {row['train_loss']:.4f}"
+                  + (f" val_loss {row['val_loss']:.4f}" if "val_loss" in row else "")
+                  + f" train_time {elapsed:.0f}ms", flush=True)
+        if reached:
+            print(f"torch: reached target val_loss {row['val_loss']:.4f} <= {args.target} at step "
+                  f"{step + 1}: train_time {elapsed:.0f} ms", flush=True)
+            break
+    out.close()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--weights")
@@ -291,8 +411,18 @@ def main():
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--train", action="store_true")
+    ap.add_argument("--config", help="train mode: the engine config to follow")
+    ap.add_argument("--batches", help="train mode: the folder apps/dump_batches wrote")
+    ap.add_argument("--metrics", help="train mode: metrics.jsonl to write")
+    ap.add_argument("--target", type=float, default=None, help="train mode: stop at this val loss")
     args = ap.parse_args()
-    if args.bench:
+    if args.train:
+        for k in ("config", "batches", "metrics"):
+            if getattr(args, k) is None:
+                ap.error(f"--{k} is required with --train")
+        train(args)
+    elif args.bench:
         if not args.seq:
             args.seq = 128
         bench(args)
