@@ -3,7 +3,8 @@
 
 usage: time_to_target.py --target LOSS [--config configs/torch_compare_adamw.yaml]
                          [--recipe configs/torch_compare_recipe.yaml ...] [--np 1] [--threads 2]
-                         [--work DIR] [--engine PATH] [--skip-torch] [--json]
+                         [--work DIR] [--engine PATH] [--skip-torch | --torch-metrics FILE]
+                         [--json]
 
 --config is an engine config with one AdamW group over every parameter; PyTorch
 (scripts/torch_reference.py --train) trains the same model from the same initial weights on the
@@ -12,7 +13,9 @@ same learning-rate schedule, and validates on the same tokens. The engine then t
 itself, and every --recipe (the same model trained the engine's own way, e.g. Muon + AdamW). Each
 run stops at the target; the table gives the train time to it (validation excluded), the step,
 and the ratio to PyTorch's time, plus how far apart the two AdamW curves are over their first
-steps (same model, data and optimizer: they should agree to float32 rounding).
+steps (same model, data and optimizer: they should agree to float32 rounding). PyTorch is the
+slow side: --torch-metrics reads the metrics of an earlier PyTorch run of the same --config
+(WORK/torch/metrics.jsonl) instead of training again.
 """
 import argparse
 import json
@@ -54,6 +57,7 @@ def main():
     ap.add_argument("--engine", default=os.path.join(REPO, "build/apps/engine/engine"))
     ap.add_argument("--dump", default=os.path.join(REPO, "build/apps/dump_batches/dump_batches"))
     ap.add_argument("--skip-torch", action="store_true")
+    ap.add_argument("--torch-metrics", help="an earlier PyTorch run's metrics.jsonl to reuse")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     for exe in (a.engine, a.dump):
@@ -80,7 +84,9 @@ def main():
                         "time_to_target_s": hit[1] / 1e3 if hit else None,
                         "final_val_loss": runlog.final_val_loss(rows), "metrics": metrics_path})
 
-    if not a.skip_torch:
+    if a.torch_metrics:
+        record("pytorch adamw", a.config, a.torch_metrics, 1, a.threads)
+    elif not a.skip_torch:
         torch_metrics = os.path.join(a.work, "torch", "metrics.jsonl")
         os.makedirs(os.path.dirname(torch_metrics), exist_ok=True)
         run(["/usr/bin/python3", os.path.join(REPO, "scripts/torch_reference.py"), "--train",
