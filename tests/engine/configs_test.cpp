@@ -35,7 +35,8 @@ TEST_P(ShippedConfig, ParsesAndGroupsCoverTheModel) {
 INSTANTIATE_TEST_SUITE_P(Configs, ShippedConfig,
                          ::testing::Values("tiny", "cpu_small", "speedrun_cpu", "gpt2_124m", "soap",
                                            "stacked_soap_moe", "osft_tiny", "osft_finetune",
-                                           "osft_finetune_baseline"));
+                                           "osft_finetune_baseline", "torch_compare_adamw",
+                                           "torch_compare_recipe"));
 
 // README.md carries the generated reference table; regenerate it with
 // `engine config-reference` when a key changes.
