@@ -202,11 +202,10 @@ class Backend {
   virtual void newton_schulz(float* x, int64_t m, int64_t n, const NewtonSchulzSchedule& schedule,
                              int64_t batch = 1) = 0;
 
-  // ---- optimizer updates
-  // ------------------------------------------------------------------------- The per-element rules
-  // of the optimizers and the gradient norm, fused so that a training step issues kernels only and
-  // reads back one number (the squared norm). Element math in kernel_math.h (float64 arithmetic,
-  // float storage), shared by both backends.
+  // ---- optimizer updates ---------------------------------------------------------------------
+  // The per-element rules of the optimizers and the gradient norm, fused so that a training step
+  // issues kernels only and reads back one number (the squared norm). Element math in
+  // kernel_math.h (float64 arithmetic, float storage), shared by both backends.
   //
   // Fused AdamW over n elements (kmath::adamw_element): m, v and w updated in place from g.
   virtual void adamw_update(float* w, float* m, float* v, const float* g, int64_t n,

@@ -199,8 +199,7 @@ ENGINE_HD inline T adam_direction(T m, T v, T bc1, T bc2, T eps) {
   return (m / bc1) / (std::sqrt(v / bc2) + eps);
 }
 
-// ---- fused optimizer updates (Backend "optimizer updates")
-// ---------------------------------------
+// ---- fused optimizer updates (Backend "optimizer updates") --------------------------------------
 //
 // The stored values are float, the arithmetic float64: each element's trajectory is the float64
 // one rounded once per step, like the golden files. The operation order below is the order the

@@ -29,8 +29,7 @@ bool bitwise_equal(const FVec& a, const FVec& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-// ---- AdamW
-// ---------------------------------------------------------------------------------------
+// ---- AdamW --------------------------------------------------------------------------------------
 
 struct AdamWMode {
   bool torch_eps;
@@ -133,8 +132,7 @@ TEST(OptimizerOps, AdamWElementFollowsTheFormulas) {
   }
 }
 
-// ---- NorMuon normalisation and the cautious update
-// -------------------------------------------------
+// ---- NorMuon normalisation and the cautious update ----------------------------------------------
 
 // Muon::normalize as optim/muon.cpp ran it on the host (the reference trajectory).
 void normuon_host_loop(float* u, float* s, int64_t count, int64_t r, int64_t c, double b2) {
@@ -251,8 +249,7 @@ TEST(OptimizerOps, CautiousUpdateDecaysOnlyWhereItAgrees) {
   EXPECT_EQ(kmath::cautious_update_element(2.0f, 1.0f, lr, 0.0), 1.5f);         // plain step
 }
 
-// ---- gradient norm
-// ---------------------------------------------------------------------------------
+// ---- gradient norm ------------------------------------------------------------------------------
 
 TEST(OptimizerOps, SumSquaresManyIsTheLoopOverSumSquares) {
   // Sizes around the reduction's 16384-element blocks, an empty tensor among them.

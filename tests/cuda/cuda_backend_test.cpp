@@ -844,10 +844,9 @@ TEST_F(CudaVsCpu, NewtonSchulz) {
   }
 }
 
-// ---- optimizer updates
-// --------------------------------------------------------------------------- The same float64
-// element math on both devices; only FMA contraction and, for the norms, the order of float64
-// additions may differ.
+// ---- optimizer updates --------------------------------------------------------------------------
+// The same float64 element math on both devices; only FMA contraction and, for the norms, the
+// order of float64 additions may differ.
 
 TEST_F(CudaVsCpu, AdamWUpdate) {
   const int64_t n = 70001;
