@@ -101,7 +101,6 @@ class DeviceReplay : public ::testing::TestWithParam<Case> {
       backend_ = cuda_.get();
     }
     golden_ = replay::load_golden(std::string(ENGINE_GOLDEN_DIR) + "/" + file);
-    replay::truncate_steps(golden_, 0);
   }
   void expect_within_tolerance(double worst) const {
     EXPECT_TRUE(core::within(worst, golden_.suggested_atol))
