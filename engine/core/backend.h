@@ -20,6 +20,7 @@
 
 #include "engine/core/allocator.h"
 #include "engine/core/device.h"
+#include "engine/core/kernel_math.h"
 
 namespace core {
 
@@ -200,6 +201,25 @@ class Backend {
   // matrix is transposed first). Built from gemm, so it runs at the GEMM rate.
   virtual void newton_schulz(float* x, int64_t m, int64_t n, const NewtonSchulzSchedule& schedule,
                              int64_t batch = 1) = 0;
+
+  // ---- optimizer updates ---------------------------------------------------------------------
+  // The per-element rules of the optimizers and the gradient norm, fused so that a training step
+  // issues kernels only and reads back one number (the squared norm). Element math in
+  // kernel_math.h (float64 arithmetic, float storage), shared by both backends.
+  //
+  // Fused AdamW over n elements (kmath::adamw_element): m, v and w updated in place from g.
+  virtual void adamw_update(float* w, float* m, float* v, const float* g, int64_t n,
+                            const kmath::AdamWStep& step) = 0;
+  // NorMuon normalisation, in place, of `count` matrices u [count, rows, cols] with their second
+  // moments s [count, max(rows, cols)] (one per row when rows >= cols, else one per column),
+  // updated with beta2 (kmath::normuon_*).
+  virtual void normuon_normalize(float* u, float* second_moment, int64_t count, int64_t rows,
+                                 int64_t cols, double beta2) = 0;
+  // w <- w - lr (wd [u w >= 0] w + u) over n elements (kmath::cautious_update_element).
+  virtual void cautious_update(float* w, const float* u, int64_t n, double lr, double wd) = 0;
+  // The sum over the list of sum_squares(x), added in list order from 0 (so bit for bit the host
+  // loop over sum_squares), with a single read back to the host.
+  virtual double sum_squares_many(std::span<const std::span<const float>> xs) = 0;
 };
 
 // The process-wide CPU backend (OpenMP threads from OMP_NUM_THREADS).

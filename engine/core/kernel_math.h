@@ -199,4 +199,70 @@ ENGINE_HD inline T adam_direction(T m, T v, T bc1, T bc2, T eps) {
   return (m / bc1) / (std::sqrt(v / bc2) + eps);
 }
 
+// ---- fused optimizer updates (Backend "optimizer updates") --------------------------------------
+//
+// The stored values are float, the arithmetic float64: each element's trajectory is the float64
+// one rounded once per step, like the golden files. The operation order below is the order the
+// golden replays were recorded with; changing it changes CPU trajectories bit for bit.
+
+// The scalars of one AdamW step of one tensor, computed on the host from the step count t with
+// bc1 = 1 - b1^t, bc2 = 1 - b2^t:
+//   spec eps:  step_size = lr sqrt(bc2) / bc1, v_scale = 1
+//   torch eps: step_size = lr / bc1,           v_scale = 1 / sqrt(bc2)
+//   decoupled weight decay: decay = 1 - lr wd, cautious = 0
+//   cautious weight decay:  decay = 1,         cautious = lr^2 wd
+struct AdamWStep {
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double step_size = 0;
+  double v_scale = 1;
+  double decay = 1;
+  double cautious = 0;
+};
+
+// One AdamW element: the moments, then u = step_size m / (sqrt(v) v_scale + eps), plus the
+// cautious decay cautious * w only where it agrees in sign with the step (u w > 0), and
+// w <- w decay - u.
+ENGINE_HD inline void adamw_element(float& w, float& m, float& v, float g, const AdamWStep& s) {
+  const double gi = g;
+  double mi = m, vi = v;
+  adam_moments(mi, vi, gi, s.beta1, s.beta2);
+  m = static_cast<float>(mi);
+  v = static_cast<float>(vi);
+  const double wi = w;
+  double u = s.step_size * mi / (std::sqrt(vi) * s.v_scale + s.eps);
+  u += u * wi > 0 ? s.cautious * wi : 0.0;
+  w = static_cast<float>(wi * s.decay - u);
+}
+
+// NorMuon normalisation of one orthogonalised update V [rows, cols]: with one statistic per row
+// (rows >= cols) or per column, q_a the sum of squares of row (column) a over its `count`
+// entries and s_a the stored second moment,
+//   s_a <- b2 s_a + (1 - b2) q_a / count,   scale_a = 1 / sqrt(max(s_a, 1e-10)),
+//   V   <- V * scale (per row or column) * ||V||_F / max(||V * scale||_F, 1e-10),
+// so the update keeps its Frobenius norm and only its distribution over rows (columns) changes.
+ENGINE_HD inline double normuon_second_moment(double s, double q, double count, double beta2) {
+  return beta2 * s + (1.0 - beta2) * (q / count);
+}
+ENGINE_HD inline double normuon_scale(double second_moment) {
+  return 1.0 / std::sqrt(second_moment < 1e-10 ? 1e-10 : second_moment);
+}
+// ||V||_F / max(||V * scale||_F, 1e-10) from the two squared norms.
+ENGINE_HD inline double normuon_keep_norm(double norm2, double scaled2) {
+  const double scaled = std::sqrt(scaled2);
+  return std::sqrt(norm2) / (scaled < 1e-10 ? 1e-10 : scaled);
+}
+ENGINE_HD inline float normuon_apply(float v, double scale, double keep_norm) {
+  return static_cast<float>(v * scale * keep_norm);
+}
+
+// The Muon parameter update with cautious weight decay: w <- w - lr (wd [u w >= 0] w + u); the
+// decay acts only where it agrees in sign with the update (wd = 0: the plain update).
+ENGINE_HD inline float cautious_update_element(float w, float u, double lr, double wd) {
+  const double wi = w, ui = u;
+  const double mask = ui * wi >= 0 ? 1.0 : 0.0;
+  return static_cast<float>(wi - lr * (wd * mask * wi + ui));
+}
+
 }  // namespace core::kmath

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <numeric>
+#include <span>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -841,6 +842,83 @@ TEST_F(CudaVsCpu, NewtonSchulz) {
     gpu().newton_schulz(gx, m, n, ns5, batch);
     EXPECT_CLOSE(dev().download(gx, batch * m * n), want, 1e-4) << "m=" << m << " n=" << n;
   }
+}
+
+// ---- optimizer updates --------------------------------------------------------------------------
+// The same float64 element math on both devices; only FMA contraction and, for the norms, the
+// order of float64 additions may differ.
+
+TEST_F(CudaVsCpu, AdamWUpdate) {
+  const int64_t n = 70001;
+  for (bool torch_eps : {false, true}) {
+    for (bool cautious_wd : {false, true}) {
+      auto w = random_vector(n, 1), m = random_vector(n, 2, 0.1f), g = random_vector(n, 4);
+      auto v = random_vector(n, 3, 0.1f);
+      for (float& x : v)
+        x *= x;  // a second moment is not negative
+      kmath::AdamWStep step;
+      step.beta1 = 0.9, step.beta2 = 0.95, step.eps = 1e-8;
+      const double lr = 3e-3, wd = 0.1, bc1 = 1 - 0.9 * 0.9, bc2 = 1 - 0.95 * 0.95;
+      step.step_size = torch_eps ? lr / bc1 : lr * std::sqrt(bc2) / bc1;
+      step.v_scale = torch_eps ? 1 / std::sqrt(bc2) : 1.0;
+      step.decay = cautious_wd ? 1.0 : 1.0 - lr * wd;
+      step.cautious = cautious_wd ? lr * lr * wd : 0.0;
+      float* gw = dev().upload(w);
+      float* gm = dev().upload(m);
+      float* gv = dev().upload(v);
+      gpu().adamw_update(gw, gm, gv, dev().upload(g), n, step);
+      cpu().adamw_update(w.data(), m.data(), v.data(), g.data(), n, step);
+      EXPECT_CLOSE(dev().download(gw, n), w, 1e-6) << "torch_eps=" << torch_eps;
+      EXPECT_CLOSE(dev().download(gm, n), m, 1e-6);
+      EXPECT_CLOSE(dev().download(gv, n), v, 1e-6);
+    }
+  }
+}
+
+TEST_F(CudaVsCpu, NormuonNormalizeAndCautiousUpdate) {
+  // Tall (per-row statistics), wide (per-column), square, and a 1-row matrix.
+  for (auto [count, rows, cols] :
+       {std::tuple<int64_t, int64_t, int64_t>{2, 300, 40}, {3, 40, 300}, {1, 64, 64}, {2, 1, 9}}) {
+    const int64_t n = count * rows * cols, stats = count * std::max(rows, cols);
+    auto s = random_vector(stats, 5);
+    for (float& x : s)
+      x = 0.01f * x * x;
+    float* gs = dev().upload(s);
+    for (int t = 1; t <= 2; ++t) {  // the second step reads the second moments of the first
+      auto u = random_vector(n, 10 + t);
+      float* gu = dev().upload(u);
+      cpu().normuon_normalize(u.data(), s.data(), count, rows, cols, 0.95);
+      gpu().normuon_normalize(gu, gs, count, rows, cols, 0.95);
+      EXPECT_CLOSE(dev().download(gu, n), u, 1e-5) << rows << "x" << cols << " step " << t;
+      EXPECT_CLOSE(dev().download(gs, stats), s, 1e-6) << rows << "x" << cols << " step " << t;
+    }
+    auto w = random_vector(n, 6), u = random_vector(n, 7);
+    float* gw = dev().upload(w);
+    gpu().cautious_update(gw, dev().upload(u), n, 0.02, 0.1);
+    cpu().cautious_update(w.data(), u.data(), n, 0.02, 0.1);
+    EXPECT_CLOSE(dev().download(gw, n), w, 1e-6);
+  }
+}
+
+TEST_F(CudaVsCpu, SumSquaresMany) {
+  // Sizes with one, several and the maximum number of partial blocks, and an empty tensor.
+  const std::vector<int64_t> sizes = {1537, 0, 300000, 5, (int64_t{1} << 24) + 4097};
+  std::vector<std::vector<float>> host;
+  std::vector<std::span<const float>> cpu_spans, gpu_spans;
+  for (size_t i = 0; i < sizes.size(); ++i)
+    host.push_back(random_vector(sizes[i], 40 + i));
+  for (const auto& x : host) {
+    cpu_spans.emplace_back(x);
+    gpu_spans.emplace_back(dev().upload(x), x.size());
+  }
+  const double want = cpu().sum_squares_many(cpu_spans);
+  EXPECT_NEAR(gpu().sum_squares_many(gpu_spans), want, 1e-12 * want);
+  // On the device too the list gives what the loop over sum_squares gives, bit for bit.
+  double loop = 0;
+  for (std::span<const float> x : gpu_spans)
+    loop += gpu().sum_squares(x.data(), static_cast<int64_t>(x.size()));
+  EXPECT_EQ(gpu().sum_squares_many(gpu_spans), loop);
+  EXPECT_EQ(gpu().sum_squares_many({}), 0.0);
 }
 
 }  // namespace

@@ -224,6 +224,29 @@ void CpuBackend::newton_schulz(float* x, int64_t m, int64_t n, const NewtonSchul
   cpu::newton_schulz(x, m, n, schedule, batch);
 }
 
+// ---- optimizer updates -------------------------------------------------------------------------
+
+void CpuBackend::adamw_update(float* w, float* m, float* v, const float* g, int64_t n,
+                              const kmath::AdamWStep& step) {
+  cpu::adamw_update(w, m, v, g, n, step);
+}
+
+void CpuBackend::normuon_normalize(float* u, float* second_moment, int64_t count, int64_t rows,
+                                   int64_t cols, double beta2) {
+  cpu::normuon_normalize(u, second_moment, count, rows, cols, beta2);
+}
+
+void CpuBackend::cautious_update(float* w, const float* u, int64_t n, double lr, double wd) {
+  cpu::cautious_update(w, u, n, lr, wd);
+}
+
+double CpuBackend::sum_squares_many(std::span<const std::span<const float>> xs) {
+  double total = 0;
+  for (std::span<const float> x : xs)
+    total += cpu::sum_squares(x.data(), static_cast<int64_t>(x.size()));
+  return total;
+}
+
 Backend& cpu_backend() {
   static CpuBackend backend;
   return backend;

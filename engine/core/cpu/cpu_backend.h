@@ -77,6 +77,13 @@ class CpuBackend final : public Backend {
   void qr_many(std::span<const QrTask> tasks) override;
   void newton_schulz(float* x, int64_t m, int64_t n, const NewtonSchulzSchedule& schedule,
                      int64_t batch) override;
+  // optimizer updates
+  void adamw_update(float* w, float* m, float* v, const float* g, int64_t n,
+                    const kmath::AdamWStep& step) override;
+  void normuon_normalize(float* u, float* second_moment, int64_t count, int64_t rows, int64_t cols,
+                         double beta2) override;
+  void cautious_update(float* w, const float* u, int64_t n, double lr, double wd) override;
+  double sum_squares_many(std::span<const std::span<const float>> xs) override;
 };
 
 }  // namespace core

@@ -122,6 +122,14 @@ class CudaBackend final : public Backend {
   void newton_schulz(float* x, int64_t m, int64_t n, const NewtonSchulzSchedule& schedule,
                      int64_t batch) override;
 
+  // optimizer updates (cuda_kernels.cu)
+  void adamw_update(float* w, float* m, float* v, const float* g, int64_t n,
+                    const kmath::AdamWStep& step) override;
+  void normuon_normalize(float* u, float* second_moment, int64_t count, int64_t rows, int64_t cols,
+                         double beta2) override;
+  void cautious_update(float* w, const float* u, int64_t n, double lr, double wd) override;
+  double sum_squares_many(std::span<const std::span<const float>> xs) override;
+
   CUstream_st* stream() const { return stream_; }
 
  private:
@@ -139,7 +147,7 @@ class CudaBackend final : public Backend {
   cublasContext* cublas_ = nullptr;
   cusolverDnContext* cusolver_ = nullptr;
   int* status_ = nullptr;             // device: {code, detail} raised by kernels (cuda_launch.cuh)
-  double* reduce_scratch_ = nullptr;  // device: one double for sum_squares
+  double* reduce_scratch_ = nullptr;  // device: one double for sum_squares(_many)
 };
 
 }  // namespace core
