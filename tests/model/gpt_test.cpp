@@ -108,7 +108,9 @@ TEST_P(GptArch, AccumulatedLossEqualsTheSumOfForwardLosses) {
     auto x = random_tokens(B * T, 64, 20 + m), y = random_tokens(B * T, 64, 30 + m);
     const float objective = a.forward(x.data(), y.data(), B, T);
     EXPECT_EQ(objective, a.ce_loss() + a.aux_loss());
-    if (GetParam() == 2) EXPECT_GT(a.aux_loss(), 0.0f);
+    if (GetParam() == 2) {
+      EXPECT_GT(a.aux_loss(), 0.0f);
+    }
     host_sum += objective;
     a.backward();
     b.forward_accumulate(x.data(), y.data(), B, T);
