@@ -232,14 +232,14 @@ StepRecord Trainer::train_step() {
   core::cpu_allocator().reset_peak();
   zero_->begin_step();
   data::Batch batch;
-  double loss_sum = 0;
   for (int64_t m = 0; m < grad_accum_; ++m) {
     loader_->load(step_, m, batch);
-    loss_sum += gpt_->forward(batch.inputs.data(), batch.targets.data(),
-                              static_cast<int>(batch.rows), static_cast<int>(T));
+    gpt_->forward_accumulate(batch.inputs.data(), batch.targets.data(),
+                             static_cast<int>(batch.rows), static_cast<int>(T));
     backward(m == grad_accum_ - 1);
   }
-  double loss = loss_sum / static_cast<double>(grad_accum_);
+  // The micro-steps' losses were summed on the device; this is the step's one read of them.
+  double loss = gpt_->take_loss_sum() / static_cast<double>(grad_accum_);
   comm_.all_reduce(&loss, 1, comm::ReduceOp::Sum);
   loss /= comm_.size();
   end_phase("forward_backward");

@@ -265,4 +265,82 @@ ENGINE_HD inline float cautious_update_element(float w, float u, double lr, doub
   return static_cast<float>(wi - lr * (wd * mask * wi + ui));
 }
 
+// ---- model: loss reduction, MoE routing ---------------------------------------------------------
+
+// A mean from its float64 sum, rounded once to T (the mean cross-entropy over n rows).
+template <typename T>
+ENGINE_HD inline T mean_from_sum(double sum, int64_t n) {
+  return static_cast<T>(sum / static_cast<double>(n));
+}
+
+// The K most probable of one token's expert probabilities p[E] into chosen[K], most probable
+// first, ties to the lower expert index (the order of a sort by (p descending, index
+// ascending)). Returns the sum of the chosen probabilities, added in slot order. Needs K <= E.
+template <typename T>
+ENGINE_HD inline T moe_top_k(const T* p, int64_t E, int64_t K, int32_t* chosen) {
+  T sum = T(0);
+  for (int64_t s = 0; s < K; ++s) {
+    int32_t best = -1;
+    for (int32_t e = 0; e < static_cast<int32_t>(E); ++e) {
+      bool taken = false;
+      for (int64_t j = 0; j < s; ++j)
+        taken = taken || chosen[j] == e;
+      // Strictly greater: among equal probabilities the first (lowest) index stays.
+      if (!taken && (best < 0 || p[e] > p[best])) best = e;
+    }
+    chosen[s] = best;
+    sum += p[best];
+  }
+  return sum;
+}
+
+// Renormalised gate of a chosen expert: its probability over the sum of the chosen ones.
+template <typename T>
+ENGINE_HD inline T moe_gate(T p, T chosen_sum) {
+  return p / chosen_sum;
+}
+
+// f_e = (tokens routed to e) / N.
+template <typename T>
+ENGINE_HD inline T moe_fraction(int64_t count, int64_t N) {
+  return static_cast<T>(count) / static_cast<T>(N);
+}
+
+// One expert's term of the balance sum_e f_e P_e, in float64: P_e = mass_e / N is the mean
+// probability of e (mass_e its float64 sum over the tokens).
+template <typename T>
+ENGINE_HD inline double moe_balance_term(T frac, double mass, int64_t N) {
+  return static_cast<double>(frac) * (mass / static_cast<double>(N));
+}
+
+// The auxiliary loss aux_weight * E * balance, rounded once to T.
+template <typename T>
+ENGINE_HD inline T moe_aux_loss(T aux_weight, int64_t E, double balance) {
+  return static_cast<T>(aux_weight * static_cast<T>(E) * balance);
+}
+
+// d aux / d p[t, e] = aux_weight * E / N * f_e, with f_e held constant (it is piecewise
+// constant in p); this is the factor of f_e.
+template <typename T>
+ENGINE_HD inline T moe_aux_grad_scale(T aux_weight, int64_t E, int64_t N) {
+  return aux_weight * static_cast<T>(E) / static_cast<T>(N);
+}
+
+// The router gradient of one token, accumulated into its row dp[E] of d objective / d probs:
+// the aux loss's aux_scale * f_e for every expert, then through the gates g_s = p_{c_s} / S
+// (S = sum of the chosen p): d/dp_{c_s} = (dg_s - sum_j dg_j g_j) / S. Slot s of the token
+// has expert chosen[s] and dispatch row slot_row[s]; dgate and gate are indexed by row.
+template <typename T>
+ENGINE_HD inline void moe_router_grad(T* dp, const T* frac, T aux_scale, int64_t E,
+                                      const int32_t* chosen, const int32_t* slot_row,
+                                      const T* dgate, const T* gate, T chosen_sum, int64_t K) {
+  for (int64_t e = 0; e < E; ++e)
+    dp[e] += aux_scale * frac[e];
+  T weighted = T(0);  // sum_s dg_s g_s
+  for (int64_t s = 0; s < K; ++s)
+    weighted += dgate[slot_row[s]] * gate[slot_row[s]];
+  for (int64_t s = 0; s < K; ++s)
+    dp[chosen[s]] += (dgate[slot_row[s]] - weighted) / chosen_sum;
+}
+
 }  // namespace core::kmath

@@ -198,6 +198,26 @@ void CpuBackend::row_dot(float* out, const float* a, const float* b, int64_t n, 
   cpu::row_dot(out, a, b, n, D);
 }
 
+// ---- model: loss reduction, MoE routing ---------------------------------------------------------
+
+void CpuBackend::mean_loss(float* mean, const float* losses, int64_t n) {
+  cpu::mean_loss(mean, losses, n);
+}
+
+void CpuBackend::accumulate_loss(double* acc, const float* terms, int64_t k) {
+  cpu::accumulate_loss(acc, terms, k);
+}
+
+void CpuBackend::moe_route(const MoeRouting& r, float* aux_loss, const float* probs, int64_t N,
+                           int64_t E, int64_t K, float aux_weight) {
+  cpu::moe_route(r, aux_loss, probs, N, E, K, aux_weight);
+}
+
+void CpuBackend::moe_router_backward(float* dprobs, const MoeRouting& r, const float* dgate,
+                                     int64_t N, int64_t E, int64_t K, float aux_weight) {
+  cpu::moe_router_backward(dprobs, r, dgate, N, E, K, aux_weight);
+}
+
 void CpuBackend::qr(float* q, float* r, const float* a, int64_t m, int64_t n, int64_t batch) {
   cpu::qr(q, r, a, m, n, batch);
 }

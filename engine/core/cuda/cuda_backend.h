@@ -113,6 +113,14 @@ class CudaBackend final : public Backend {
                         int64_t n, int64_t D) override;
   void row_dot(float* out, const float* a, const float* b, int64_t n, int64_t D) override;
 
+  // model: loss reduction, MoE routing
+  void mean_loss(float* mean, const float* losses, int64_t n) override;
+  void accumulate_loss(double* acc, const float* terms, int64_t k) override;
+  void moe_route(const MoeRouting& r, float* aux_loss, const float* probs, int64_t N, int64_t E,
+                 int64_t K, float aux_weight) override;
+  void moe_router_backward(float* dprobs, const MoeRouting& r, const float* dgate, int64_t N,
+                           int64_t E, int64_t K, float aux_weight) override;
+
   void qr(float* q, float* r, const float* a, int64_t m, int64_t n, int64_t batch) override;
   void eigh(float* w, float* v, const float* a, int64_t n, int64_t batch) override;
   void svd(float* u, float* s, float* vt, const float* a, int64_t m, int64_t n,
