@@ -32,11 +32,10 @@ struct RankState {
   std::map<std::string, int64_t> counters;
 };
 
-// ---- device staging
-// ------------------------------------------------------------------------------ Checkpoint files
-// are written and read through host memory whichever device holds the state, so a checkpoint
-// written on GPUs is the same file as one written on CPUs. These copy through the backend's
-// copy_to_host / copy_from_host; a host tensor passes through without a copy.
+// ---- device staging -------------------------------------------------------------------------
+// Checkpoint files are written and read through host memory whichever device holds the state,
+// so a checkpoint written on GPUs is the same file as one written on CPUs. These copy through
+// the backend's copy_to_host / copy_from_host; a host tensor passes through without a copy.
 
 // `t` itself when it is a host tensor, else a host copy of it (contiguous tensors only).
 core::Tensor host_copy(core::Backend& backend, const core::Tensor& t);
