@@ -28,7 +28,10 @@ core::Shape StateLayout::local_shape() const {
 }
 
 core::Backend& backend_of(const StepContext& ctx) {
-  return ctx.backend ? *ctx.backend : core::cpu_backend();
+  // The caller chose the device; an optimizer never picks one on its own.
+  ENGINE_CHECK(ctx.backend != nullptr,
+               "optimizer step " + std::to_string(ctx.step) + ": the StepContext names no backend");
+  return *ctx.backend;
 }
 
 void check_shard(const ParamShard& p, const char* who) {

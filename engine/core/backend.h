@@ -266,6 +266,11 @@ Backend& cpu_backend();
 
 // True when this build has the CUDA backend and a device is present.
 bool cuda_available();
+// True when this build has the CUDA backend (whether or not a device is present).
+bool cuda_built();
+// The number of CUDA devices this process sees (CUDA_VISIBLE_DEVICES applied); 0 without the
+// CUDA backend, a driver or a device.
+int cuda_device_count();
 // The CUDA backend for one device; throws core::Error naming the reason when the build has no
 // CUDA support or no device is present.
 std::unique_ptr<Backend> make_cuda_backend(int device_index);
