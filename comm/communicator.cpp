@@ -116,4 +116,17 @@ void Communicator::check_root(const char* what, int root) const {
                                               std::to_string(size_) + ")");
 }
 
+std::vector<std::string> all_gather_text(Communicator& comm, const std::string& text) {
+  std::vector<std::string> out(static_cast<size_t>(comm.size()));
+  for (int r = 0; r < comm.size(); ++r) {
+    std::string& t = out[static_cast<size_t>(r)];
+    if (r == comm.rank()) t = text;
+    int64_t bytes = static_cast<int64_t>(t.size());
+    comm.broadcast_bytes(&bytes, sizeof(bytes), r);
+    t.resize(static_cast<size_t>(bytes));
+    if (bytes > 0) comm.broadcast_bytes(t.data(), bytes, r);
+  }
+  return out;
+}
+
 }  // namespace comm

@@ -22,6 +22,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "engine/core/device.h"
 
@@ -170,5 +171,9 @@ class Communicator {
 
 // MPI_COMM_WORLD as a Communicator (MPI must be initialised, e.g. by MpiSession).
 std::unique_ptr<Communicator> make_mpi_world();
+
+// Every rank's `text`, in rank order, on every rank (one broadcast_bytes per rank: for start-up
+// reports such as the device each rank uses, not for a training step). Collective.
+std::vector<std::string> all_gather_text(Communicator& comm, const std::string& text);
 
 }  // namespace comm

@@ -32,6 +32,7 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   MPI_Comm node = MPI_COMM_NULL;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
   MPI_Comm_size(node, &node_ranks_);
+  MPI_Comm_rank(node, &node_rank_);  // key 0: ordered by world rank, so GPU r is node rank r's
   MPI_Comm_free(&node);
   const char* env = std::getenv("OMP_NUM_THREADS");
   if (env == nullptr || *env == '\0') {

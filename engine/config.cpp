@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "engine/core/check.h"
+#include "engine/device_select.h"
 
 namespace engine {
 
@@ -56,6 +57,11 @@ std::vector<FieldInfo> make_fields() {
 #define ENGINE_CONFIG_ENTRY(section, type, member, key, def, required, doc)          \
   fields.push_back(FieldInfo{#section "." key, type_name<type>(), "", required, doc, \
                              [](Config& c) -> FieldValue { return &c.section.member; }});
+#define ENGINE_CONFIG_TOP_ENTRY(section, type, member, key, def, required, doc) \
+  fields.push_back(FieldInfo{key, type_name<type>(), "", required, doc,         \
+                             [](Config& c) -> FieldValue { return &c.member; }});
+  ENGINE_TOP_FIELDS(ENGINE_CONFIG_TOP_ENTRY)
+#undef ENGINE_CONFIG_TOP_ENTRY
   ENGINE_MODEL_FIELDS(ENGINE_CONFIG_ENTRY)
   ENGINE_DATA_FIELDS(ENGINE_CONFIG_ENTRY)
   ENGINE_TRAIN_FIELDS(ENGINE_CONFIG_ENTRY)
@@ -361,6 +367,8 @@ void validate_config(const Config& c) {
   auto fail = [&](const std::string& key, const std::string& message) {
     config_error(c.source.empty() ? "config" : c.source, "key '" + key + "': " + message);
   };
+  if (!is_device_mode(c.device))
+    fail("device", "must be auto, cpu or cuda, got '" + c.device + "'");
   if (c.model.arch != "gpt2" && c.model.arch != "modern")
     fail("model.arch", "must be gpt2 or modern, got '" + c.model.arch + "'");
   // The model keeps its sizes in int; a size beyond that is a typo, not a model.
@@ -468,7 +476,10 @@ std::string config_to_yaml(const Config& config) {
   out << YAML::BeginMap;
   for (size_t i = 0; i < items.size();) {
     out << YAML::Key << items[i].first[0] << YAML::Value;
-    i = emit_fields(out, items, i, 1);
+    if (items[i].first.size() == 1)  // a top-level key
+      out << items[i++].second;
+    else
+      i = emit_fields(out, items, i, 1);
   }
   YAML::Node optim(YAML::NodeType::Sequence);
   for (const auto& g : config.optim)

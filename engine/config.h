@@ -20,6 +20,12 @@ namespace engine {
 inline constexpr bool kRequired = true;
 inline constexpr bool kOptional = false;
 
+// Top-level keys (no section): F(top, type, member, "key", default, required, "doc").
+#define ENGINE_TOP_FIELDS(F)                                                                  \
+  F(top, std::string, device, "device", "auto", kOptional,                                    \
+    "auto (cuda when the build has it and the rank sees a GPU, else cpu) | cpu | cuda (rank " \
+    "r of a node drives its GPU r; refused without a CUDA build or GPU)")
+
 // Each section's fields: F(section, type, member, "key.in.section", default, required, "doc").
 #define ENGINE_MODEL_FIELDS(F)                                                                 \
   F(model, std::string, arch, "arch", "modern", kOptional,                                     \
@@ -153,6 +159,7 @@ struct OptimGroup {
 };
 
 struct Config {
+  ENGINE_TOP_FIELDS(ENGINE_CONFIG_MEMBER)
   ModelSection model;
   DataSection data;
   TrainSection train;

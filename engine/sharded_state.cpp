@@ -38,6 +38,29 @@ bool starts_with(const std::string& name, std::string_view prefix) {
 
 }  // namespace
 
+core::Tensor host_copy(core::Backend& backend, const core::Tensor& t) {
+  if (!t.defined() || t.device().is_cpu()) return t;
+  ENGINE_CHECK(t.is_contiguous(), "host_copy: " + t.str() + " is not contiguous");
+  core::Tensor host = core::Tensor::empty(t.shape(), t.dtype());
+  backend.copy_to_host(host.raw_data(), t.raw_data(), t.nbytes());
+  return host;
+}
+
+void stage_to_host(RankState& state, core::Backend& backend) {
+  for (SavedSlice& s : state.slices)
+    s.local = host_copy(backend, s.local);
+}
+
+core::Tensor like_device(core::Backend& backend, const core::Tensor& host,
+                         const core::Tensor& like) {
+  if (like.device().is_cpu()) return host;
+  ENGINE_CHECK(host.device().is_cpu() && host.is_contiguous(),
+               "like_device: " + host.str() + " is not a contiguous host tensor");
+  core::Tensor t = core::Tensor::empty(host.shape(), host.dtype(), like.storage()->allocator());
+  backend.copy_from_host(t.raw_data(), host.raw_data(), host.nbytes());
+  return t;
+}
+
 RankState sharded_rank_state(const comm::ShardingPlan& plan,
                              std::span<const core::Tensor> local_values,
                              const optim::OptimizerSet& optimizers) {
@@ -85,7 +108,7 @@ RankState sharded_rank_state(const comm::ShardingPlan& plan,
 }
 
 void read_local_params(const CheckpointReader& reader, const comm::ShardingPlan& plan,
-                       std::span<const core::Tensor> local_values) {
+                       std::span<const core::Tensor> local_values, core::Backend& backend) {
   for (size_t i = 0; i < plan.num_params(); ++i) {
     const std::string& name = plan.param(i).name;
     const std::string key = std::string(kParamPrefix) + name;
@@ -96,14 +119,24 @@ void read_local_params(const CheckpointReader& reader, const comm::ShardingPlan&
                      core::shape_str(plan.param(i).shape));
     if (!local_values[i].defined()) continue;
     const comm::ShardingPlan::LocalSlice s = plan.local_slice(i);
-    reader.read(key, s.dim, s.range.begin, local_values[i]);
+    const core::Tensor& local = local_values[i];
+    if (local.device().is_cpu()) {
+      reader.read(key, s.dim, s.range.begin, local);
+    } else {
+      ENGINE_CHECK(local.is_contiguous(), "checkpoint " + reader.dir() + ": the local part of " +
+                                              name + " is not contiguous");
+      core::Tensor host = core::Tensor::empty(local.shape());
+      reader.read(key, s.dim, s.range.begin, host);
+      backend.copy_from_host(local.raw_data(), host.raw_data(), host.nbytes());
+    }
   }
 }
 
 optim::OptimizerState read_optimizer_state(const CheckpointReader& reader,
                                            const comm::ShardingPlan& plan,
                                            std::span<const core::Tensor> local_values,
-                                           const optim::OptimizerSet& optimizers) {
+                                           const optim::OptimizerSet& optimizers,
+                                           core::Backend& backend) {
   optim::OptimizerState state;
   for (const SliceInfo& slice : reader.manifest().slices) {
     if (!starts_with(slice.name, kOptimPrefix)) continue;
@@ -132,6 +165,9 @@ optim::OptimizerState read_optimizer_state(const CheckpointReader& reader,
       state.tensors[key] = reader.read_full(slice.name);
     }
   }
+  // Read on the host, then to the device of the parameter's local value.
+  for (auto& [key, t] : state.tensors)
+    t = like_device(backend, t, local_values[plan.index(param_of_state_key(key))]);
   for (const auto& [name, v] : reader.manifest().counters) {
     const std::string key = strip(name, kCounterPrefix);
     if (local_values[plan.index(param_of_state_key(key))].defined()) state.counters[key] = v;

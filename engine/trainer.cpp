@@ -2,6 +2,7 @@
 
 #include <omp.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -74,15 +75,30 @@ model::ModelConfig model_config_of(const Config& c) {
   return m;
 }
 
-Trainer::Trainer(Config config, comm::Communicator& comm, bool with_train_data, bool with_val_data)
+Trainer::Trainer(Config config, comm::Communicator& control, comm::Communicator& tensors,
+                 core::Backend& backend, bool with_train_data, bool with_val_data)
     : config_(std::move(config)),
-      comm_(comm),
+      comm_(control),
+      tensors_(tensors),
+      backend_(backend),
       schedule_(config_.train.steps, config_.train.lr_warmup_steps, config_.train.lr_cooldown_frac,
                 config_.train.lr_floor, parse_decay_shape(config_.train.lr_schedule)) {
   const int W = comm_.size();
   const int rank = comm_.rank();
   const int64_t T = config_.model.seq_len;
   const std::string source = config_.source.empty() ? "config" : config_.source;
+  ENGINE_CHECK(tensors_.size() == W && tensors_.rank() == rank,
+               "trainer: the tensor communicator " + tensors_.name() +
+                   " does not match the control communicator " + comm_.name());
+  ENGINE_CHECK(tensors_.device() == backend_.device(),
+               "trainer: rank " + std::to_string(rank) + " computes on " + backend_.device().str() +
+                   " but its tensor communicator " + tensors_.name() + " moves buffers on " +
+                   tensors_.device().str());
+  // zero.progress = thread drives MPI's blocking collectives from a thread; NCCL progresses on
+  // its own stream.
+  ENGINE_CHECK(config_.zero.progress != "thread" || tensors_.device().is_cpu(),
+               "config error: " + source + ": key 'zero.progress' = thread is for the CPU (MPI); " +
+                   "on " + backend_.device().str() + " use poll");
 
   // Batch geometry: the global batch is fixed; each rank takes rows_per_rank of it in
   // grad_accum micro-steps of micro_rows rows.
@@ -106,7 +122,7 @@ Trainer::Trainer(Config config, comm::Communicator& comm, bool with_train_data, 
   val_rows_ = largest_divisor_at_most(val_seqs / W, micro_rows_);
 
   // Model: every rank initialises the same full parameters from the seed.
-  gpt_ = std::make_unique<model::Gpt>(model_config_of(config_), core::cpu_backend());
+  gpt_ = std::make_unique<model::Gpt>(model_config_of(config_), backend_);
   gpt_->init_weights();
   const model::ParamTable& table = gpt_->table();
 
@@ -126,7 +142,7 @@ Trainer::Trainer(Config config, comm::Communicator& comm, bool with_train_data, 
   }
   // OSFT targets train as factors held beside the model (engine/osft_reparam.h), row-sharded
   // like the plan splits them; they rest whole on every rank, which stage 3 does not provide.
-  osft_ = OsftReparam::create_if_targeted(*gpt_, *optim_, &comm_, &comm_, &comm::shard_range);
+  osft_ = OsftReparam::create_if_targeted(*gpt_, *optim_, &tensors_, &tensors_, &comm::shard_range);
   if (osft_) {
     ENGINE_CHECK(config_.zero.stage <= 2 || !with_train_data,
                  "config error: " + source + ": key 'zero.stage' = 3 is not supported with " +
@@ -145,9 +161,9 @@ Trainer::Trainer(Config config, comm::Communicator& comm, bool with_train_data, 
   zo.overlap = config_.zero.overlap;
   zo.bucket_bytes = static_cast<int64_t>(config_.zero.bucket_mb * (1 << 20));
   zo.progress_thread = config_.zero.progress == "thread";
-  zo.sparse_rows = config_.zero.sparse_rows;
+  zo.sparse_rows = config_.zero.sparse_rows && tensors_.device().is_cpu();  // a host scan
   zo.release_full_storage = [this] { gpt_->release_storage(); };
-  zero_ = ZeroState::create(comm_, *plan_, std::move(trainables), gpt_->backend(), zo);
+  zero_ = ZeroState::create(tensors_, *plan_, std::move(trainables), backend_, zo);
   gpt_->set_layer_hook(
       [this](model::Gpt::LayerEvent event, int layer) { on_layer_event(event, layer); });
 
@@ -217,7 +233,7 @@ void Trainer::on_layer_event(model::Gpt::LayerEvent event, int layer) {
 
 StepRecord Trainer::train_step() {
   const auto t0 = Clock::now();
-  const comm::CommStats before = comm_.stats();
+  const comm::CommStats before = tensors_.stats();
   const int64_t T = config_.model.seq_len;
 
   std::vector<std::pair<std::string, double>> phases;
@@ -229,17 +245,17 @@ StepRecord Trainer::train_step() {
 
   // Forward and backward over the micro-batches; the gradient of the mean loss over the global
   // batch is the mean over micro-steps and ranks (the sums of finish_grads, scaled below).
-  core::cpu_allocator().reset_peak();
+  backend_.allocator().reset_peak();
   zero_->begin_step();
   data::Batch batch;
-  double loss_sum = 0;
   for (int64_t m = 0; m < grad_accum_; ++m) {
     loader_->load(step_, m, batch);
-    loss_sum += gpt_->forward(batch.inputs.data(), batch.targets.data(),
-                              static_cast<int>(batch.rows), static_cast<int>(T));
+    gpt_->forward_accumulate(batch.inputs.data(), batch.targets.data(),
+                             static_cast<int>(batch.rows), static_cast<int>(T));
     backward(m == grad_accum_ - 1);
   }
-  double loss = loss_sum / static_cast<double>(grad_accum_);
+  // The micro-steps' losses were summed on the device; this is the step's one read of them.
+  double loss = gpt_->take_loss_sum() / static_cast<double>(grad_accum_);
   comm_.all_reduce(&loss, 1, comm::ReduceOp::Sum);
   loss /= comm_.size();
   end_phase("forward_backward");
@@ -267,8 +283,8 @@ StepRecord Trainer::train_step() {
   ctx.step = step_ + 1;
   ctx.total_steps = config_.train.steps;
   ctx.lr_scale = lr_scale;
-  ctx.backend = &gpt_->backend();
-  ctx.comm = &comm_;
+  ctx.backend = &backend_;
+  ctx.comm = &tensors_;
   optim_->step(zero_->optimizer_shards(), ctx);
   end_phase("optimizer");
   zero_->publish_params();
@@ -290,7 +306,7 @@ StepRecord Trainer::train_step() {
   r.step_ms = step_ms;
   r.tokens_per_s = static_cast<double>(config_.train.batch_tokens) / (step_ms / 1000.0);
   r.gflops = flops_per_token_ * r.tokens_per_s / 1e9;
-  const comm::CommStats& after = comm_.stats();
+  const comm::CommStats& after = tensors_.stats();
   for (int k = 0; k < comm::kNumCollectives; ++k) {
     auto kind = static_cast<comm::Collective>(k);
     int64_t bytes = after[kind].bytes - before[kind].bytes;
@@ -299,8 +315,8 @@ StepRecord Trainer::train_step() {
   }
   r.comm_wait_ms = after.wait_ms() - before.wait_ms();
   r.phase_ms = std::move(phases);
-  r.peak_mem_bytes = static_cast<int64_t>(core::cpu_allocator().peak_bytes());
-  r.live_mem_bytes = static_cast<int64_t>(core::cpu_allocator().live_bytes());
+  r.peak_mem_bytes = static_cast<int64_t>(backend_.allocator().peak_bytes());
+  r.live_mem_bytes = static_cast<int64_t>(backend_.allocator().live_bytes());
   return r;
 }
 
@@ -327,6 +343,7 @@ std::string Trainer::save_checkpoint() {
 
   RankState state = sharded_rank_state(*plan_, zero_->local_values(), *optim_);
   if (osft_) osft_->save_frozen(state.slices, rank);
+  stage_to_host(state, backend_);
   write_rank_file(staging_path(root, step_), rank, state.slices, state.counters);
   comm_.barrier();
 
@@ -357,14 +374,15 @@ void Trainer::load_checkpoint(const std::string& dir, bool params_only) {
     check_same_optimizers(dir, m, config_, names);
     if (loader_) check_same_data(dir, m, *loader_);
   }
-  read_local_params(reader, *plan_, zero_->local_values());
+  read_local_params(reader, *plan_, zero_->local_values(), backend_);
   zero_->publish_params();
   if (osft_) {
     osft_->load_frozen(reader);
     osft_->write_all();
   }
   if (params_only) return;
-  optim_->load_state(read_optimizer_state(reader, *plan_, zero_->local_values(), *optim_));
+  optim_->load_state(
+      read_optimizer_state(reader, *plan_, zero_->local_values(), *optim_, backend_));
 
   ENGINE_CHECK(std::stoll(state_value(m, "data.seed", dir)) == config_.train.seed,
                "checkpoint " + dir + " was trained with train.seed " +
@@ -398,7 +416,8 @@ void Trainer::init_params_from(const std::string& source) {
   for (size_t i = 0; i < plan_->num_params(); ++i) {
     const core::Tensor& local = zero_->local_value(i);
     if (local.defined() && !(osft_ && osft_->is_factor(plan_->param(i).name)))
-      comm::copy_local_part(comm_, *plan_, i, weights.at(plan_->param(i).name), local);
+      comm::copy_local_part(tensors_, *plan_, i,
+                            like_device(backend_, weights.at(plan_->param(i).name), local), local);
   }
   zero_->publish_params();
   if (osft_) {  // the targets' pretrained weights into the model, then their fresh SVDs
@@ -408,11 +427,21 @@ void Trainer::init_params_from(const std::string& source) {
   }
 }
 
+void log_rank_devices(comm::Communicator& comm, core::Backend& backend) {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  const std::vector<std::string> devices =
+      comm::all_gather_text(comm, std::string(backend.name()) + " on " + host);
+  for (size_t r = 0; r < devices.size(); ++r)
+    spdlog::info("rank {}: {}", r, devices[r]);
+}
+
 void Trainer::print_banner() const {
   const model::ModelConfig mc = model_config_of(config_);
   spdlog::info("engine: config {} | world size {} | threads per rank {} | backend {}",
                config_.source.empty() ? "(built in code)" : config_.source, comm_.size(),
                omp_get_max_threads(), gpt_->backend().name());
+  log_rank_devices(comm_, backend_);
   spdlog::info("model: {} {} layers, d_model {}, {} heads, seq_len {}, vocab {} (padded {}){}",
                model::arch_name(mc.arch), mc.n_layer, mc.d_model, mc.n_head, mc.seq_len,
                mc.vocab_size, mc.padded_vocab(),

@@ -48,12 +48,18 @@ struct TrainSummary {
   std::string last_checkpoint;
 };
 
+// One line per rank on rank 0's log: its backend (device) and host (collective, start-up only).
+void log_rank_devices(comm::Communicator& comm, core::Backend& backend);
+
 class Trainer {
  public:
-  // Builds everything; `with_train_data` false skips the training loader (eval, export, sample
-  // only need the model and, for eval, the validation loader).
-  Trainer(Config config, comm::Communicator& comm, bool with_train_data = true,
-          bool with_val_data = true);
+  // Builds everything on `backend` (the device the engine chose, engine/device_select.h);
+  // `with_train_data` false skips the training loader (eval, export, sample only need the model
+  // and, for eval, the validation loader). `control` carries scalars, barriers and the
+  // checkpoint protocol (host buffers, MPI); `tensors` moves parameters and gradients (buffers
+  // of the backend's device: NCCL on a GPU). On the CPU both are the same MPI communicator.
+  Trainer(Config config, comm::Communicator& control, comm::Communicator& tensors,
+          core::Backend& backend, bool with_train_data = true, bool with_val_data = true);
   ~Trainer();
 
   const Config& config() const { return config_; }
@@ -91,7 +97,9 @@ class Trainer {
   void on_layer_event(model::Gpt::LayerEvent event, int layer);
 
   Config config_;
-  comm::Communicator& comm_;
+  comm::Communicator& comm_;     // control: host scalars, barriers, checkpoints
+  comm::Communicator& tensors_;  // parameters and gradients on the backend's device
+  core::Backend& backend_;
   std::unique_ptr<model::Gpt> gpt_;
   std::unique_ptr<optim::OptimizerSet> optim_;
   std::unique_ptr<comm::ShardingPlan> plan_;

@@ -397,13 +397,15 @@ std::unique_ptr<ZeroState> ZeroState::create(comm::Communicator& comm,
 }
 
 double ZeroState::grad_norm() {
-  // Replicate parts are whole on every rank: rank 0 counts them.
-  double sq = 0;
+  // Replicate parts are whole on every rank: rank 0 counts them. One backend call over all the
+  // local parts, so a device reads back a single number per step.
+  std::vector<std::span<const float>> parts;
   for (size_t i = 0; i < local_grad_.size(); ++i) {
     const core::Tensor& g = local_grad_[i];
     if (!g.defined() || (plan_.placement(i).is_replicate() && comm_.rank() != 0)) continue;
-    sq += backend_.sum_squares(g.data<float>(), g.numel());
+    parts.emplace_back(g.data<float>(), static_cast<size_t>(g.numel()));
   }
+  double sq = backend_.sum_squares_many(parts);
   comm_.all_reduce(&sq, 1, comm::ReduceOp::Sum);
   return std::sqrt(sq);
 }

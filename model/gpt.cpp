@@ -1,9 +1,9 @@
 #include "model/gpt.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
-#include <numeric>
 
 #include "engine/core/check.h"
 
@@ -46,26 +46,20 @@ struct Gpt::LayerActs {
   float *q_rstd = nullptr, *k_rstd = nullptr, *qr = nullptr, *kr = nullptr;  // modern only
   float *att = nullptr, *atty = nullptr, *merged = nullptr, *res_mid = nullptr;
   float *ln2 = nullptr, *ln2_mean = nullptr, *ln2_rstd = nullptr;
-  float *pre = nullptr, *act = nullptr;  // MLP hidden [N, F], or MoE [N*k, F]
-  float *probs = nullptr, *xe = nullptr, *ye = nullptr, *gate = nullptr;  // MoE
-  int32_t* rows = nullptr;                                                // MoE: token of row
+  float *pre = nullptr, *act = nullptr;                  // MLP hidden [N, F], or MoE [N*k, F]
+  float *probs = nullptr, *xe = nullptr, *ye = nullptr;  // MoE
+  core::MoeRouting route;                                // MoE: top-k, gates, dispatch rows
+  std::vector<int32_t> expert_rows;                      // MoE: host copy of route.offset
   float* res_out = nullptr;
-};
-
-// Host bookkeeping of one MoE layer's routing, kept for the backward.
-struct Gpt::Routing {
-  std::vector<float> probs;        // [N, E]
-  std::vector<int32_t> chosen;     // [N, k] expert of each slot
-  std::vector<int32_t> slot_row;   // [N, k] dispatch row of each slot
-  std::vector<int32_t> row_token;  // [N*k] token of each dispatch row (sorted by expert)
-  std::vector<float> row_gate;     // [N*k] renormalised weight of each row
-  std::vector<int64_t> offset;     // [E + 1] first row of each expert
-  std::vector<float> sel_sum;      // [N] sum of the chosen probabilities
-  std::vector<float> frac;         // [E] fraction of tokens routed to e
 };
 
 Gpt::Gpt(const ModelConfig& config, core::Backend& backend)
     : config_(config), table_(config), backend_(backend) {
+  // Loss scalars on the device: the step's float64 loss sum, then cross-entropy and aux loss.
+  loss_state_ = core::Tensor::empty({4}, core::DType::F32, backend_.allocator());
+  backend_.fill_zero(loss_state_.raw_data(), loss_state_.nbytes());
+  loss_sum_ = reinterpret_cast<double*>(loss_state_.data<float>());
+  losses_now_ = loss_state_.data<float>() + 2;
   params_ = core::Tensor::empty({table_.total_numel()}, core::DType::F32, backend_.allocator());
   grads_ = core::Tensor::empty({table_.total_numel()}, core::DType::F32, backend_.allocator());
   backend_.fill_zero(params_.raw_data(), params_.nbytes());
@@ -222,8 +216,15 @@ void Gpt::plan(int B, int T) {
         a.pre = take(M * F);
         a.act = take(M * F);
         a.ye = take(M * D);
-        a.gate = take(M);
-        a.rows = reinterpret_cast<int32_t*>(take(M));
+        core::MoeRouting& r = a.route;
+        r.chosen = reinterpret_cast<int32_t*>(take(M));
+        r.slot_row = reinterpret_cast<int32_t*>(take(M));
+        r.row_token = reinterpret_cast<int32_t*>(take(M));
+        r.row_gate = take(M);
+        r.sel_sum = take(N);
+        r.frac = take(E);
+        r.offset = reinterpret_cast<int32_t*>(take(E + 1));
+        r.mass = reinterpret_cast<double*>(take(2 * E));
       } else {
         a.pre = take(N * F);
         a.act = take(N * F);
@@ -272,8 +273,6 @@ void Gpt::plan(int B, int T) {
   }
   base = acts_.data<float>();
   layout();
-  routing_.assign(config_.moe() ? config_.n_layer : 0, Routing{});
-  host_losses_.assign(N, 0.0f);
   B_ = B;
   T_ = T;
 }
@@ -408,79 +407,35 @@ void Gpt::moe_forward(int l) {
                 E = config_.moe_experts, K = config_.moe_top_k, M = N * K;
   LayerActs& a = layers_[l];
   const LayerParams& p = lp_[l];
-  Routing& r = routing_[l];
+  const core::MoeRouting& r = a.route;
 
-  // Router probabilities; the top-k choice and dispatch order are bookkeeping on the host.
+  // Router probabilities, then top-k, gates, dispatch rows and the aux loss on the device.
   linear(backend_, a.probs, a.ln2, w(p.router_w), N, D, E);
   backend_.softmax_forward(a.probs, a.probs, N, E);
-  r.probs.resize(N * E);
-  backend_.copy_to_host(r.probs.data(), a.probs, N * E * sizeof(float));
-  r.chosen.resize(N * K);
-  r.slot_row.resize(N * K);
-  r.sel_sum.resize(N);
-  std::vector<int64_t> count(E, 0);
-  std::vector<int32_t> order(E);
-  for (int64_t t = 0; t < N; ++t) {
-    const float* pt = &r.probs[t * E];
-    std::iota(order.begin(), order.end(), 0);
-    // k largest; ties go to the lower expert index.
-    std::partial_sort(order.begin(), order.begin() + K, order.end(), [pt](int32_t x, int32_t y) {
-      return pt[x] > pt[y] || (pt[x] == pt[y] && x < y);
-    });
-    float sum = 0.0f;
-    for (int64_t s = 0; s < K; ++s) {
-      r.chosen[t * K + s] = order[s];
-      sum += pt[order[s]];
-      ++count[order[s]];
-    }
-    r.sel_sum[t] = sum;
-  }
-  r.offset.assign(E + 1, 0);
-  for (int64_t e = 0; e < E; ++e)
-    r.offset[e + 1] = r.offset[e] + count[e];
-  std::vector<int64_t> fill(r.offset.begin(), r.offset.end() - 1);
-  r.row_token.resize(M);
-  r.row_gate.resize(M);
-  for (int64_t t = 0; t < N; ++t) {
-    for (int64_t s = 0; s < K; ++s) {
-      const int32_t e = r.chosen[t * K + s];
-      const int64_t row = fill[e]++;
-      r.slot_row[t * K + s] = static_cast<int32_t>(row);
-      r.row_token[row] = static_cast<int32_t>(t);
-      r.row_gate[row] = r.probs[t * E + e] / r.sel_sum[t];
-    }
-  }
-  // aux = E * sum_e f_e P_e with f_e = (tokens routed to e) / N and P_e the mean probability.
-  r.frac.resize(E);
-  double aux = 0.0;
-  for (int64_t e = 0; e < E; ++e) {
-    double pe = 0.0;
-    for (int64_t t = 0; t < N; ++t)
-      pe += r.probs[t * E + e];
-    r.frac[e] = static_cast<float>(count[e]) / static_cast<float>(N);
-    aux += double(r.frac[e]) * (pe / double(N));
-  }
-  aux_loss_ += static_cast<float>(config_.moe_aux_weight * E * aux);
-  backend_.copy_from_host(a.rows, r.row_token.data(), M * sizeof(int32_t));
-  backend_.copy_from_host(a.gate, r.row_gate.data(), M * sizeof(float));
+  backend_.moe_route(r, losses_now_ + 1, a.probs, N, E, K, config_.moe_aux_weight);
+  // The per-expert GEMMs take their row counts on the host: the one read of a layer's routing
+  // (E + 1 offsets), kept for the backward.
+  a.expert_rows.resize(E + 1);
+  backend_.copy_to_host(a.expert_rows.data(), r.offset, (E + 1) * sizeof(int32_t));
 
   // Dispatch, one pair of GEMMs per expert over its contiguous rows, combine.
-  backend_.gather_rows(a.xe, a.ln2, a.rows, nullptr, M, D);
+  backend_.gather_rows(a.xe, a.ln2, r.row_token, nullptr, M, D);
   const float* fc = w(p.efc_w);
   const float* proj = w(p.eproj_w);
+  const std::vector<int32_t>& offset = a.expert_rows;
   for (int64_t e = 0; e < E; ++e) {
-    const int64_t r0 = r.offset[e], c = r.offset[e + 1] - r0;
+    const int64_t r0 = offset[e], c = offset[e + 1] - r0;
     if (c == 0) continue;
     linear(backend_, a.pre + r0 * F, a.xe + r0 * D, fc + e * F * D, c, D, F);
   }
   act_forward(a.act, a.pre, M * F);
   for (int64_t e = 0; e < E; ++e) {
-    const int64_t r0 = r.offset[e], c = r.offset[e + 1] - r0;
+    const int64_t r0 = offset[e], c = offset[e + 1] - r0;
     if (c == 0) continue;
     linear(backend_, a.ye + r0 * D, a.act + r0 * F, proj + e * D * F, c, F, D);
   }
   backend_.copy(a.res_out, a.res_mid, N * D * sizeof(float));
-  backend_.scatter_add_rows(a.res_out, a.ye, a.rows, a.gate, M, D);
+  backend_.scatter_add_rows(a.res_out, a.ye, r.row_token, r.row_gate, M, D);
 }
 
 void Gpt::moe_backward(int l) {
@@ -488,18 +443,19 @@ void Gpt::moe_backward(int l) {
                 E = config_.moe_experts, K = config_.moe_top_k, M = N * K;
   LayerActs& a = layers_[l];
   const LayerParams& p = lp_[l];
-  Routing& r = routing_[l];
+  const core::MoeRouting& r = a.route;
+  const std::vector<int32_t>& offset = a.expert_rows;
 
   // d gate of each row = <dout[token], y_row>; d y_row = gate * dout[token].
-  backend_.gather_rows(dxe_raw_, dres_, a.rows, nullptr, M, D);
+  backend_.gather_rows(dxe_raw_, dres_, r.row_token, nullptr, M, D);
   backend_.row_dot(dgate_, dxe_raw_, a.ye, M, D);
-  backend_.gather_rows(dye_, dres_, a.rows, a.gate, M, D);
+  backend_.gather_rows(dye_, dres_, r.row_token, r.row_gate, M, D);
   const float* fc = w(p.efc_w);
   const float* proj = w(p.eproj_w);
   float* dfc = g(p.efc_w);
   float* dproj = g(p.eproj_w);
   for (int64_t e = 0; e < E; ++e) {
-    const int64_t r0 = r.offset[e], c = r.offset[e + 1] - r0;
+    const int64_t r0 = offset[e], c = offset[e + 1] - r0;
     if (c == 0) continue;
     linear_backward(backend_, dact_ + r0 * F, dproj + e * D * F, dye_ + r0 * D, a.act + r0 * F,
                     proj + e * D * F, c, F, D, 0.0f);
@@ -507,35 +463,17 @@ void Gpt::moe_backward(int l) {
   backend_.fill_zero(dpre_, M * F * sizeof(float));
   act_backward(dpre_, a.pre, dact_, M * F);
   for (int64_t e = 0; e < E; ++e) {
-    const int64_t r0 = r.offset[e], c = r.offset[e + 1] - r0;
+    const int64_t r0 = offset[e], c = offset[e + 1] - r0;
     if (c == 0) continue;
     linear_backward(backend_, dxe_ + r0 * D, dfc + e * F * D, dpre_ + r0 * F, a.xe + r0 * D,
                     fc + e * F * D, c, D, F, 0.0f);
   }
   backend_.fill_zero(dln_, N * D * sizeof(float));
-  backend_.scatter_add_rows(dln_, dxe_, a.rows, nullptr, M, D);
+  backend_.scatter_add_rows(dln_, dxe_, r.row_token, nullptr, M, D);
 
-  // Router: through the renormalisation g_s = p_s / S (S = sum of chosen p), then the aux loss
-  // (f_e held constant): d aux / d p[t, e] = aux_weight * E * f_e / N.
-  std::vector<float> dgate(M);
-  backend_.copy_to_host(dgate.data(), dgate_, M * sizeof(float));
-  std::vector<float> dprobs(N * E, 0.0f);
-  const float aux_scale = config_.moe_aux_weight * static_cast<float>(E) / static_cast<float>(N);
-  for (int64_t t = 0; t < N; ++t) {
-    float* dp = &dprobs[t * E];
-    for (int64_t e = 0; e < E; ++e)
-      dp[e] = aux_scale * r.frac[e];
-    float weighted = 0.0f;  // sum_s dg_s g_s
-    for (int64_t s = 0; s < K; ++s) {
-      const int32_t row = r.slot_row[t * K + s];
-      weighted += dgate[row] * r.row_gate[row];
-    }
-    for (int64_t s = 0; s < K; ++s) {
-      const int32_t row = r.slot_row[t * K + s];
-      dp[r.chosen[t * K + s]] += (dgate[row] - weighted) / r.sel_sum[t];
-    }
-  }
-  backend_.copy_from_host(dprobs_, dprobs.data(), N * E * sizeof(float));
+  // Router: through the renormalised gates and the aux loss into d probs, then the softmax.
+  backend_.fill_zero(dprobs_, N * E * sizeof(float));
+  backend_.moe_router_backward(dprobs_, r, dgate_, N, E, K, config_.moe_aux_weight);
   backend_.fill_zero(drouter_, N * E * sizeof(float));
   backend_.softmax_backward(drouter_, dprobs_, a.probs, N, E);
   linear_backward(backend_, dln_, g(p.router_w), drouter_, a.ln2, w(p.router_w), N, D, E, 1.0f);
@@ -558,7 +496,7 @@ void Gpt::run_forward(const int32_t* tokens, const int32_t* targets, int B, int 
   backend_.copy_from_host(tokens_, tokens, N * sizeof(int32_t));
   if (targets) backend_.copy_from_host(targets_, targets, N * sizeof(int32_t));
   have_grad_state_ = false;
-  aux_loss_ = 0.0f;
+  backend_.fill_zero(losses_now_, 2 * sizeof(float));  // cross-entropy, aux loss
 
   notify(LayerEvent::kBeforeForward, -1);
   backend_.embedding_forward(encoded_, tokens_, w(embed_), w(pos_), B, T, D);
@@ -580,24 +518,48 @@ void Gpt::run_forward(const int32_t* tokens, const int32_t* targets, int B, int 
   // With want_grad the fused loss also overwrites the logits with d loss / d logits.
   backend_.cross_entropy(losses_, want_grad ? logits_ : nullptr, logits_, targets_, N, V, Vp,
                          config_.softcap, 1.0f / static_cast<float>(N));
-  backend_.copy_to_host(host_losses_.data(), losses_, N * sizeof(float));
-  double sum = 0.0;
-  for (float x : host_losses_)
-    sum += x;
-  ce_loss_ = static_cast<float>(sum / static_cast<double>(N));
+  backend_.mean_loss(losses_now_, losses_, N);
   have_grad_state_ = want_grad;
+}
+
+std::array<float, 2> Gpt::read_losses() const {
+  std::array<float, 2> host{};
+  backend_.copy_to_host(host.data(), losses_now_, sizeof(host));
+  return host;
+}
+
+float Gpt::ce_loss() const {
+  return read_losses()[0];
+}
+
+float Gpt::aux_loss() const {
+  return read_losses()[1];
 }
 
 float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T) {
   ENGINE_CHECK(targets != nullptr, "model: forward needs targets (last_logits() samples)");
   run_forward(tokens, targets, B, T, true);
-  return ce_loss_ + aux_loss_;
+  const std::array<float, 2> losses = read_losses();
+  return losses[0] + losses[1];
+}
+
+void Gpt::forward_accumulate(const int32_t* tokens, const int32_t* targets, int B, int T) {
+  ENGINE_CHECK(targets != nullptr, "model: forward_accumulate needs targets");
+  run_forward(tokens, targets, B, T, true);
+  backend_.accumulate_loss(loss_sum_, losses_now_, 2);
+}
+
+double Gpt::take_loss_sum() {
+  double sum = 0.0;
+  backend_.copy_to_host(&sum, loss_sum_, sizeof(double));
+  backend_.fill_zero(loss_sum_, sizeof(double));
+  return sum;
 }
 
 float Gpt::eval_loss(const int32_t* tokens, const int32_t* targets, int B, int T) {
   ENGINE_CHECK(targets != nullptr, "model: eval_loss needs targets");
   run_forward(tokens, targets, B, T, false);
-  return ce_loss_;
+  return read_losses()[0];
 }
 
 std::vector<float> Gpt::last_logits(const int32_t* tokens, int B, int T) {

@@ -5,6 +5,7 @@
 // allocates nothing on the device.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -54,7 +55,14 @@ class Gpt {
   // Training forward. tokens and targets are host arrays [B, T] (row-major), ids in [0, V).
   // Returns the objective that backward() differentiates: mean cross-entropy plus the MoE
   // auxiliary losses (ce_loss() and aux_loss() separately). T may be below model.seq_len.
+  // The losses are computed on the device; returning the objective reads it (one small copy).
   float forward(const int32_t* tokens, const int32_t* targets, int B, int T);
+  // The same forward without reading the loss back: the objective is added (in float64) to a
+  // loss sum that stays on the device, so a step of many micro-batches reads its loss once.
+  void forward_accumulate(const int32_t* tokens, const int32_t* targets, int B, int T);
+  // The sum of the objectives of the forward_accumulate() calls since the last take (one
+  // device read); resets the sum to zero.
+  double take_loss_sum();
   // Accumulates d objective / d params into grads(); needs a forward() with targets first.
   void backward();
   // Loss-only evaluation: the mean cross-entropy, no gradient bookkeeping.
@@ -72,19 +80,21 @@ class Gpt {
   using LayerHook = std::function<void(LayerEvent event, int layer)>;
   void set_layer_hook(LayerHook hook) { hook_ = std::move(hook); }
 
-  float ce_loss() const { return ce_loss_; }
-  float aux_loss() const { return aux_loss_; }
+  // The last forward's mean cross-entropy and MoE auxiliary loss (each a device read).
+  float ce_loss() const;
+  float aux_loss() const;
   // Bytes of the planned activation buffer (0 before the first forward).
   size_t activation_bytes() const;
 
  private:
   struct LayerActs;
-  struct Routing;
   size_t index(const std::string& name) const;
   const float* w(size_t i) const;
   float* g(size_t i) const;
   void plan(int B, int T);
   void run_forward(const int32_t* tokens, const int32_t* targets, int B, int T, bool want_grad);
+  // {cross-entropy, aux loss} of the last forward, copied from the device.
+  std::array<float, 2> read_losses() const;
   void mlp_forward(int l);
   void moe_forward(int l);
   void mlp_backward(int l);
@@ -122,7 +132,6 @@ class Gpt {
   int B_ = 0, T_ = 0;
   core::Tensor acts_;
   std::vector<LayerActs> layers_;
-  std::vector<Routing> routing_;
   float* encoded_ = nullptr;
   float *lnf_ = nullptr, *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr;
   float* logits_ = nullptr;
@@ -139,11 +148,14 @@ class Gpt {
   float *dxe_raw_ = nullptr, *dye_ = nullptr, *dxe_ = nullptr, *dgate_ = nullptr,
         *dprobs_ = nullptr, *drouter_ = nullptr;
 
+  // Device loss scalars (one small buffer that outlives re-plans): the float64 loss sum of
+  // forward_accumulate(), then the last forward's {cross-entropy, aux loss}.
+  core::Tensor loss_state_;
+  double* loss_sum_ = nullptr;
+  float* losses_now_ = nullptr;
+
   LayerHook hook_;
   bool have_grad_state_ = false;
-  float ce_loss_ = 0.0f;
-  float aux_loss_ = 0.0f;
-  std::vector<float> host_losses_;
 };
 
 }  // namespace model

@@ -39,42 +39,25 @@ void AdamW::check_param(const std::string& name, const core::Shape& shape) const
 
 void AdamW::step(std::span<const ParamShard> params, const StepContext& ctx) {
   core::Backend& backend = backend_of(ctx);
-  ENGINE_CHECK(backend.device().is_cpu(),
-               "adamw: the elementwise update runs on host tensors only (backend " +
-                   std::string(backend.name()) + ")");
   const double lr = config_.lr * ctx.lr_scale * config_.lr_mul;
-  // Each element is updated in double and stored in float: the stored trajectory is then the
-  // float64 one rounded once per step, like the golden files.
   const double wd = config_.weight_decay * config_.wd_mul;
-  const double decay = config_.cautious_wd ? 1.0 : 1.0 - lr * wd;
-  const double cautious = config_.cautious_wd ? lr * lr * wd : 0.0;
-  const double b1 = config_.beta1, b2 = config_.beta2, eps = config_.eps;
-  const bool torch_eps = config_.torch_eps;
+  core::kmath::AdamWStep s;
+  s.beta1 = config_.beta1;
+  s.beta2 = config_.beta2;
+  s.eps = config_.eps;
+  s.decay = config_.cautious_wd ? 1.0 : 1.0 - lr * wd;
+  s.cautious = config_.cautious_wd ? lr * lr * wd : 0.0;
   for (const ParamShard& p : params) {
     check_shard(p, "adamw");
     float* m = state_tensor(slots_, p.name, "exp_avg", p.value, backend).data<float>();
     float* v = state_tensor(slots_, p.name, "exp_avg_sq", p.value, backend).data<float>();
     const int64_t t = ++steps_[p.name + "/step"];
-    const double bc1 = 1.0 - std::pow(b1, static_cast<double>(t));
-    const double bc2 = 1.0 - std::pow(b2, static_cast<double>(t));
+    const double bc1 = 1.0 - std::pow(s.beta1, static_cast<double>(t));
+    const double bc2 = 1.0 - std::pow(s.beta2, static_cast<double>(t));
     // spec: lr sqrt(bc2) / bc1 * m / (sqrt(v) + eps); torch: lr / bc1 * m / (sqrt(v / bc2) + eps)
-    const double step_size = torch_eps ? lr / bc1 : lr * std::sqrt(bc2) / bc1;
-    const double v_scale = torch_eps ? 1.0 / std::sqrt(bc2) : 1.0;
-    float* w = p.value.data<float>();
-    const float* g = p.grad.data<float>();
-    const int64_t n = p.value.numel();
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      const double gi = g[i];
-      const double mi = b1 * m[i] + (1.0 - b1) * gi;
-      const double vi = b2 * v[i] + (1.0 - b2) * gi * gi;
-      m[i] = static_cast<float>(mi);
-      v[i] = static_cast<float>(vi);
-      const double wi = w[i];
-      double u = step_size * mi / (std::sqrt(vi) * v_scale + eps);
-      u += u * wi > 0 ? cautious * wi : 0.0;  // cautious decay only where it agrees with the step
-      w[i] = static_cast<float>(wi * decay - u);
-    }
+    s.step_size = config_.torch_eps ? lr / bc1 : lr * std::sqrt(bc2) / bc1;
+    s.v_scale = config_.torch_eps ? 1.0 / std::sqrt(bc2) : 1.0;
+    backend.adamw_update(p.value.data<float>(), m, v, p.grad.data<float>(), p.value.numel(), s);
   }
 }
 

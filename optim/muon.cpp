@@ -178,55 +178,13 @@ void Muon::step(std::span<const ParamShard> params, const StepContext& ctx) {
       backend.axpby(w, static_cast<float>(-lr_eff), u, 1.0f, n);
       continue;
     }
-    ENGINE_CHECK(
-        backend.device().is_cpu(),
-        std::string(kind_) + ": normalisation and cautious decay run on host tensors only");
     if (config_.normalize) {
       const int64_t per_matrix = view.rows >= view.cols ? view.rows : view.cols;
       core::Tensor like = core::Tensor::empty({view.count * per_matrix});
-      normalize(u, state_tensor(slots_, p.name, "second_moment", like, backend).data<float>(),
-                view);
+      float* s = state_tensor(slots_, p.name, "second_moment", like, backend).data<float>();
+      backend.normuon_normalize(u, s, view.count, view.rows, view.cols, config_.beta2);
     }
-    const double wd_eff = config_.cautious_wd ? wd : 0.0;
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      const double wi = w[i], ui = u[i];
-      const double mask = ui * wi >= 0 ? 1.0 : 0.0;
-      w[i] = static_cast<float>(wi - lr_eff * (wd_eff * mask * wi + ui));
-    }
-  }
-}
-
-void Muon::normalize(float* u, float* s, const MatrixView& view) const {
-  const int64_t r = view.rows, c = view.cols;
-  const bool per_row = r >= c;
-  const int64_t stats = per_row ? r : c;
-  const double b2 = config_.beta2;
-  std::vector<double> q(static_cast<size_t>(stats));
-  for (int64_t k = 0; k < view.count; ++k) {
-    float* v = u + k * r * c;
-    float* sk = s + k * stats;
-    std::fill(q.begin(), q.end(), 0.0);
-    double norm2 = 0;
-    for (int64_t i = 0; i < r; ++i)
-      for (int64_t j = 0; j < c; ++j) {
-        const double x = v[i * c + j];
-        q[per_row ? i : j] += x * x;
-        norm2 += x * x;
-      }
-    const double count = static_cast<double>(per_row ? c : r);
-    std::vector<double> scale(static_cast<size_t>(stats));
-    double scaled2 = 0;
-    for (int64_t a = 0; a < stats; ++a) {
-      const double sa = b2 * sk[a] + (1.0 - b2) * (q[a] / count);
-      sk[a] = static_cast<float>(sa);
-      scale[a] = 1.0 / std::sqrt(std::max(sa, 1e-10));
-      scaled2 += q[a] * scale[a] * scale[a];  // ||V * s||^2 summed per row or column
-    }
-    const double keep_norm = std::sqrt(norm2) / std::max(std::sqrt(scaled2), 1e-10);
-    for (int64_t i = 0; i < r; ++i)
-      for (int64_t j = 0; j < c; ++j)
-        v[i * c + j] = static_cast<float>(v[i * c + j] * scale[per_row ? i : j] * keep_norm);
+    backend.cautious_update(w, u, n, lr_eff, config_.cautious_wd ? wd : 0.0);
   }
 }
 

@@ -92,9 +92,6 @@ class Muon final : public Optimizer {
   MatrixView view_of(const std::string& name, const core::Shape& shape) const;
 
  private:
-  // NorMuon: normalises the orthogonalised u [count, rows, cols] in place with state s.
-  void normalize(float* u, float* s, const MatrixView& view) const;
-
   MuonConfig config_;
   const char* kind_;
   core::NewtonSchulzSchedule schedule_;

@@ -28,7 +28,10 @@ core::Shape StateLayout::local_shape() const {
 }
 
 core::Backend& backend_of(const StepContext& ctx) {
-  return ctx.backend ? *ctx.backend : core::cpu_backend();
+  // The caller chose the device; an optimizer never picks one on its own.
+  ENGINE_CHECK(ctx.backend != nullptr,
+               "optimizer step " + std::to_string(ctx.step) + ": the StepContext names no backend");
+  return *ctx.backend;
 }
 
 void check_shard(const ParamShard& p, const char* who) {
@@ -54,7 +57,18 @@ core::Tensor& state_tensor(std::map<std::string, core::Tensor>& slots, const std
                "optimizer state '" + key + "' has shape " + core::shape_str(it->second.shape()) +
                    " but the local part of the parameter is " + core::shape_str(like.shape()) +
                    " (was it saved with another world size or placement?)");
+  on_backend(it->second, key, backend);
   return it->second;
+}
+
+void on_backend(core::Tensor& state, const std::string& key, core::Backend& backend) {
+  if (state.device() == backend.device()) return;
+  ENGINE_CHECK(state.device().is_cpu(), "optimizer state '" + key + "' lives on " +
+                                            state.device().str() + " but the step runs on " +
+                                            backend.name());
+  core::Tensor moved = core::Tensor::empty(state.shape(), state.dtype(), backend.allocator());
+  backend.copy_from_host(moved.raw_data(), state.raw_data(), state.nbytes());
+  state = std::move(moved);
 }
 
 }  // namespace optim

@@ -96,7 +96,12 @@ core::Backend& backend_of(const StepContext& ctx);
 void check_shard(const ParamShard& p, const char* who);
 // The state tensor `slot` of `name`: created zero-filled with `like`'s shape on first use; an
 // existing (e.g. loaded) one must have that shape, else an error names the parameter.
+// A state tensor held elsewhere than `backend`'s memory is moved there (host state read from a
+// checkpoint, stepped on a device).
 core::Tensor& state_tensor(std::map<std::string, core::Tensor>& slots, const std::string& name,
                            const char* slot, const core::Tensor& like, core::Backend& backend);
+// Moves host `state` (key `key`, for errors) into `backend`'s memory unless it is there already;
+// state on another device is an error.
+void on_backend(core::Tensor& state, const std::string& key, core::Backend& backend);
 
 }  // namespace optim

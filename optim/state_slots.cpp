@@ -27,6 +27,7 @@ core::Tensor& StateSlots::tensor(const std::string& param, const std::string& sl
                owner_ + ": optimizer state '" + key + "' has shape " +
                    core::shape_str(it->second.shape()) + " but " + core::shape_str(shape) +
                    " is needed (was it saved with another world size, placement or setting?)");
+  on_backend(it->second, key, backend);
   return it->second;
 }
 

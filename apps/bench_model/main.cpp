@@ -4,6 +4,12 @@
 // OMP_NUM_THREADS set, so OpenBLAS and our OpenMP loops use exactly that many threads.
 //
 //   bench_model [--json] [--steps N] [--threads 1,2] [--models gpt2,modern] [--no-torch]
+//   bench_model --device cuda [--json] [--steps N] [--models gpt2_124m]
+//
+// --device cuda times forward + backward on GPU 0 in this process (no PyTorch, no optimizer:
+// the fused device AdamW is not part of this benchmark), f32 with TF32 off, and reports the
+// achieved TFLOP/s and the MFU against the GPU's f32 peak (engine/console_log.h). gpt2_124m is
+// the size of configs/gpt2_124m.yaml (12 layers, d_model 768, seq_len 1024, batch 8).
 //
 // FLOPs are counted as llm.c does: 6 N per token for the N weights that enter a matmul (the
 // head included, the embedding lookup not; MoE counts the top_k active experts) plus 6 L D T
@@ -16,10 +22,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "engine/console_log.h"
 #include "engine/core/backend.h"
 #include "engine/core/check.h"
 #include "engine/core/json.h"
@@ -43,11 +52,17 @@ Spec spec_of(const std::string& name) {
   if (name == "gpt2") {
     c.arch = model::Arch::Gpt2;
     c.seq_len = 128;
+  } else if (name == "gpt2_124m") {
+    c.arch = model::Arch::Gpt2;
+    c.n_layer = 12;
+    c.d_model = 768;
+    c.n_head = 12;
+    c.seq_len = 1024;
   } else if (name == "modern") {
     c.arch = model::Arch::Modern;
     c.seq_len = 256;
   } else {
-    ENGINE_FAIL("bench_model: unknown model '" + name + "' (gpt2 or modern)");
+    ENGINE_FAIL("bench_model: unknown model '" + name + "' (gpt2, modern or gpt2_124m)");
   }
   return {name, c, 8};
 }
@@ -64,6 +79,48 @@ double flops_per_token(const model::Gpt& gpt) {
     }
   }
   return 6.0 * n + 6.0 * c.n_layer * c.d_model * c.seq_len;
+}
+
+// Forward + backward of one model on a GPU, in this process: prints one JSON object.
+int cuda_measurement(const std::string& name, int steps) {
+  const Spec s = spec_of(name);
+  const int B = s.batch, T = s.config.seq_len;
+  std::unique_ptr<core::Backend> backend = core::make_cuda_backend(0);
+  double fb = 0;
+  double flops = 0;
+  int64_t n = 0;
+  {
+    model::Gpt gpt(s.config, *backend);
+    gpt.init_weights();
+    flops = flops_per_token(gpt);
+    n = gpt.table().total_numel();
+    core::Rng rng(7);
+    std::vector<int32_t> x(size_t(B) * T), y(size_t(B) * T);
+    for (auto& t : x)
+      t = static_cast<int32_t>(rng.next_below(s.config.vocab_size));
+    for (auto& t : y)
+      t = static_cast<int32_t>(rng.next_below(s.config.vocab_size));
+    using clock = std::chrono::steady_clock;
+    for (int i = 0; i < steps + 1; ++i) {  // the first step is warm-up
+      backend->synchronize();
+      const auto t0 = clock::now();
+      gpt.zero_grad();
+      gpt.forward(x.data(), y.data(), B, T);
+      gpt.backward();
+      backend->synchronize();
+      if (i > 0) fb += std::chrono::duration<double>(clock::now() - t0).count();
+    }
+  }
+  fb /= steps;
+  const double tokens = double(B) * T, tflops = flops * tokens / fb / 1e12;
+  const std::optional<double> peak = engine::gpu_peak_gflops(backend->name());
+  std::printf(
+      "{\"impl\": \"engine\", \"arch\": \"%s\", \"device\": \"%s\", \"batch\": %d, "
+      "\"seq_len\": %d, \"fwd_bwd_ms\": %.2f, \"tokens_per_s\": %.1f, \"tflops\": %.3f, "
+      "\"peak_tflops\": %.1f, \"mfu\": %.4f, \"flops_per_token\": %.0f, \"params\": %lld}\n",
+      name.c_str(), backend->name(), B, T, fb * 1e3, tokens / fb, tflops, peak ? *peak / 1e3 : 0.0,
+      peak ? tflops / (*peak / 1e3) : 0.0, flops, static_cast<long long>(n));
+  return 0;
 }
 
 // One measurement in this process: prints one JSON object.
@@ -160,6 +217,7 @@ int run(int argc, char** argv) {
   bool json = false, torch = true;
   int steps = 3;
   std::string threads = "1,2", models = "gpt2,modern", child_model, script = TORCH_REFERENCE;
+  std::string device = "cpu";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() {
@@ -178,6 +236,8 @@ int run(int argc, char** argv) {
       models = value();
     } else if (a == "--torch-script") {
       script = value();
+    } else if (a == "--device") {
+      device = value();
     } else if (a == "--child") {
       child_model = value();
     } else {
@@ -185,7 +245,24 @@ int run(int argc, char** argv) {
     }
   }
   ENGINE_CHECK(steps > 0, "bench_model: --steps must be positive");
+  ENGINE_CHECK(device == "cpu" || device == "cuda",
+               "bench_model: --device must be cpu or cuda, got '" + device + "'");
   if (!child_model.empty()) return child(child_model, steps);
+  if (device == "cuda") {
+    ENGINE_CHECK(core::cuda_built(), "bench_model --device cuda: this build has no CUDA backend");
+    ENGINE_CHECK(core::cuda_device_count() > 0,
+                 "bench_model --device cuda: this machine shows no GPU");
+    if (!json)
+      std::printf(
+          "bench_model --device cuda: forward + backward, f32 (TF32 off), mean of %d "
+          "steps after one warm-up; MFU against the GPU's f32 peak\n",
+          steps);
+    for (const auto& name : split(models)) {  // one JSON object per model
+      cuda_measurement(name, steps);
+      std::fflush(stdout);
+    }
+    return 0;
+  }
 
   const std::string self = "/proc/self/exe";
   char exe[4096];

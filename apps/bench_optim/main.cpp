@@ -149,6 +149,7 @@ void bench_step(const Options& o, comm::Communicator& comm, const std::string& w
         shards.push_back({params[i].name, params[i].shape, plan.range(i, comm.rank()).begin,
                           values[i], grads[i]});
     optim::StepContext ctx;
+    ctx.backend = &core::cpu_backend();
     ctx.step = ++t;
     ctx.comm = &comm;
     set.step(shards, ctx);

@@ -29,14 +29,17 @@
 #include "comm/abort.h"
 #include "comm/communicator.h"
 #include "comm/mpi_session.h"
+#include "comm/nccl_communicator.h"
 #include "comm/watchdog.h"
 #include "comm/watched_communicator.h"
 #include "engine/checkpoint.h"
 #include "engine/config.h"
+#include "engine/core/backend.h"
 #include "engine/core/check.h"
 #include "engine/core/rng.h"
 #include "engine/data/gpt2_tokenizer.h"
 #include "engine/data/shard_set.h"
+#include "engine/device_select.h"
 #include "engine/preflight.h"
 #include "engine/run_lock.h"
 #include "engine/stop_signal.h"
@@ -350,6 +353,17 @@ int run_sample(engine::Trainer& trainer, const Args& a) {
   return 0;
 }
 
+// True when no rank has an error; else false after rank 0 printed it (every rank has it) or
+// the job was aborted (only some ranks have one).
+bool agreed_ok(comm::Communicator& world, const std::string& error) {
+  int64_t failed = error.empty() ? 0 : 1;
+  world.all_reduce(&failed, 1, comm::ReduceOp::Sum);
+  if (failed == 0) return true;
+  if (failed < world.size() && !error.empty()) comm::abort_job(error);
+  if (failed == world.size() && world.rank() == 0) std::fprintf(stderr, "%s\n", error.c_str());
+  return false;
+}
+
 // Parses the command line and the config. Every rank reads the same arguments and files, so a
 // usage or config error normally shows on every rank: then rank 0 prints it once and every rank
 // exits with 2, without the MPI abort banner. Should only some ranks fail (a file that only some
@@ -363,23 +377,55 @@ bool parse_everywhere(int argc, char** argv, comm::Communicator& world, Args& a,
   } catch (const std::exception& e) {
     error = e.what();
   }
-  int64_t failed = error.empty() ? 0 : 1;
-  world.all_reduce(&failed, 1, comm::ReduceOp::Sum);
-  if (failed == 0) return true;
-  if (failed < world.size() && !error.empty()) comm::abort_job(error);
-  if (failed == world.size() && world.rank() == 0) std::fprintf(stderr, "%s\n", error.c_str());
-  return false;
+  return agreed_ok(world, error);
+}
+
+// Where this rank computes and what moves its tensors: on a GPU its own CUDA backend and an
+// NCCL communicator over the world (scalars and control stay on MPI); on the CPU the CPU
+// backend and the world communicator itself.
+struct RankDevice {
+  std::unique_ptr<core::Backend> cuda;       // null on the CPU
+  std::unique_ptr<comm::Communicator> nccl;  // null on the CPU
+  core::Backend* backend = nullptr;
+  comm::Communicator* tensors = nullptr;
+};
+
+// Chooses the device per the config's `device` key (engine/device_select.h) and builds it.
+// A refusal on every rank (device: cuda without CUDA or GPU, more ranks than GPUs) is printed
+// once, exit status 2, like a config error.
+bool make_rank_device(const engine::Config& config, const comm::MpiSession& session,
+                      comm::Communicator& mpi_world, comm::Communicator& world, RankDevice& out) {
+  engine::DeviceFacts facts;
+  facts.cuda_built = core::cuda_built();
+  facts.visible_gpus = core::cuda_device_count();
+  facts.local_rank = session.node_rank();
+  facts.local_size = session.node_ranks();
+  const engine::DeviceSelection chosen = engine::select_device(config.device, facts);
+  if (!agreed_ok(world, chosen.error)) return false;
+  if (chosen.device.is_cpu()) {
+    out.backend = &core::cpu_backend();
+    out.tensors = &world;
+    return true;
+  }
+  out.cuda = core::make_cuda_backend(chosen.device.index);
+  out.nccl = comm::make_nccl(mpi_world, chosen.device.index);
+  out.backend = out.cuda.get();
+  out.tensors = out.nccl.get();
+  return true;
 }
 
 // The trainer of a run; on a single process a setup error (data, shapes, batch geometry) is a
 // config error too: printed, exit status 2.
 std::unique_ptr<engine::Trainer> make_trainer(const engine::Config& config,
-                                              comm::Communicator& world, bool with_train_data,
-                                              bool with_val_data) {
-  if (world.size() > 1)
-    return std::make_unique<engine::Trainer>(config, world, with_train_data, with_val_data);
+                                              comm::Communicator& world, const RankDevice& device,
+                                              bool with_train_data, bool with_val_data) {
+  auto make = [&] {
+    return std::make_unique<engine::Trainer>(config, world, *device.tensors, *device.backend,
+                                             with_train_data, with_val_data);
+  };
+  if (world.size() > 1) return make();
   try {
-    return std::make_unique<engine::Trainer>(config, world, with_train_data, with_val_data);
+    return make();
   } catch (const core::Error& e) {
     throw UsageError(e.what());
   }
@@ -396,7 +442,7 @@ int64_t whole_val_split_tokens(const engine::Config& config, int world_size) {
   return sequences * config.model.seq_len;
 }
 
-int run(int argc, char** argv, comm::Communicator& world_comm) {
+int run(int argc, char** argv, const comm::MpiSession& session, comm::Communicator& world_comm) {
   Args a;
   engine::Config config;
   std::string checkpoint;
@@ -413,6 +459,8 @@ int run(int argc, char** argv, comm::Communicator& world_comm) {
   comm::Watchdog watchdog(config.comm.timeout_s);
   comm::WatchedCommunicator watched(world_comm, watchdog);
   comm::Communicator& world = watched;
+  RankDevice device;  // outlives the trainer: its tensors live on this backend
+  if (!make_rank_device(config, session, world_comm, world, device)) return 2;
   if (a.command == "train") {
     engine::install_stop_signals();
     // A file-size limit then fails the write (EFBIG, reported with the file's name) instead of
@@ -431,7 +479,7 @@ int run(int argc, char** argv, comm::Communicator& world_comm) {
     if (world.rank() != 0)
       lock = std::make_unique<engine::RunLock>(dirs, engine::RunLock::Mode::Shared, 60.0);
     engine::check_model_fits_memory(config);
-    std::unique_ptr<engine::Trainer> trainer = make_trainer(config, world, true, true);
+    std::unique_ptr<engine::Trainer> trainer = make_trainer(config, world, device, true, true);
     if (trainer->micro_rows() != config.train.micro_batch)
       spdlog::warn(
           "train.micro_batch = {} is not what runs: train.batch_tokens = {} gives {} sequences "
@@ -453,7 +501,8 @@ int run(int argc, char** argv, comm::Communicator& world_comm) {
   if (need_val && a.options.count("--all"))
     config.train.val_tokens = whole_val_split_tokens(config, world.size());
   std::unique_ptr<engine::Trainer> trainer =
-      make_trainer(config, world, /*with_train_data=*/false, need_val);
+      make_trainer(config, world, device, /*with_train_data=*/false, need_val);
+  engine::log_rank_devices(world, *device.backend);
   trainer->load_checkpoint(checkpoint, /*params_only=*/true);
   if (a.command == "eval") {
     const double loss = trainer->evaluate();
@@ -487,8 +536,9 @@ int main(int argc, char** argv) {
         print_subcommand_help(*sub);
       } else {
         print_usage();
-        std::printf("\nbackend: %s; CUDA device present: %s\n", core::cpu_backend().name(),
-                    core::cuda_available() ? "yes" : "no");
+        std::printf("\nCPU backend: %s; CUDA backend built: %s; CUDA devices visible: %d\n",
+                    core::cpu_backend().name(), core::cuda_built() ? "yes" : "no",
+                    core::cuda_device_count());
       }
       return 0;
     }
@@ -501,7 +551,7 @@ int main(int argc, char** argv) {
     auto world = comm::make_mpi_world();
     code = comm::run_guarded([&] {
       try {
-        return run(argc, argv, *world);
+        return run(argc, argv, session, *world);
       } catch (const UsageError& e) {  // single process: see make_trainer
         std::fprintf(stderr, "%s\n", e.what());
         return 2;

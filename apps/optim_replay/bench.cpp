@@ -110,6 +110,7 @@ int bench_main(const BenchOptions& o, bool json, comm::Communicator& comm) {
     for (const auto& p : parts)
       elements += p.value.numel();
     optim::StepContext ctx;
+    ctx.backend = &core::cpu_backend();
     ctx.step = ++step;
     set.step(parts, ctx);  // warm-up: allocates state
     double best = 1e30;
@@ -148,6 +149,7 @@ int bench_main(const BenchOptions& o, bool json, comm::Communicator& comm) {
   double whole = 1e30;
   for (int r = 0; r < o.repeat; ++r) {
     optim::StepContext ctx;
+    ctx.backend = &core::cpu_backend();
     ctx.step = ++step;
     whole = std::min(whole, timed(comm, [&] {
                        for (size_t i = 0; i < params.size(); ++i)

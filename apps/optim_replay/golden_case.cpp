@@ -392,6 +392,7 @@ std::vector<Difference> Replayer::step(int64_t t) {
                        local_[i], grads[i]});
     }
     optim::StepContext ctx;
+    ctx.backend = &core::cpu_backend();
     ctx.step = t;
     ctx.total_steps = golden_.steps;
     ctx.comm = &comm_;

@@ -240,6 +240,7 @@ class OsftReplay {
         osft_->project_gradients(non_empty(parts(ours)));
     check_parts(t, "projected/" + ts, projected, true, kTrajectoryAtol);
     optim::StepContext ctx;
+    ctx.backend = &core::cpu_backend();
     ctx.step = t;
     ctx.total_steps = steps_;
     osft_->adamw_step(projected, ctx);

@@ -20,6 +20,7 @@
 
 #include "engine/core/allocator.h"
 #include "engine/core/device.h"
+#include "engine/core/kernel_math.h"
 
 namespace core {
 
@@ -68,6 +69,23 @@ struct QrTask {
   int64_t m = 0;
   int64_t n = 0;
 };
+
+// The device arrays of one MoE layer's routing (N tokens, E experts, K experts per token):
+// written by Backend::moe_route, read by the dispatch (row_token, row_gate, offset) and by
+// Backend::moe_router_backward. The caller owns the memory. The backends use the float
+// instance; the CPU kernel tests also run the double one.
+template <typename T>
+struct MoeRoutingOf {
+  int32_t* chosen = nullptr;     // [N, K] experts of each token, most probable first
+  int32_t* slot_row = nullptr;   // [N, K] dispatch row of each (token, slot)
+  int32_t* row_token = nullptr;  // [N*K] token of each row (by expert, then by token)
+  T* row_gate = nullptr;         // [N*K] renormalised gate of each row
+  T* sel_sum = nullptr;          // [N] sum of each token's chosen probabilities
+  T* frac = nullptr;             // [E] fraction of the tokens routed to each expert
+  int32_t* offset = nullptr;     // [E + 1] first row of each expert; offset[E] = N*K
+  double* mass = nullptr;        // [E] scratch: sum over tokens of each expert's probability
+};
+using MoeRouting = MoeRoutingOf<float>;
 
 class Backend {
  public:
@@ -126,6 +144,7 @@ class Backend {
   virtual void embedding_forward(float* out, const int32_t* tokens, const float* wte,
                                  const float* wpe, int64_t B, int64_t T, int64_t D) = 0;
   // dwte[tokens[b, t], :] += dout[b, t, :]; dwpe[t, :] += sum_b dout[b, t, :] when dwpe not null.
+  // A repeated token's rows add in position order on both backends (deterministic).
   virtual void embedding_backward(float* dwte, float* dwpe, const float* dout,
                                   const int32_t* tokens, int64_t B, int64_t T, int64_t D) = 0;
 
@@ -172,11 +191,32 @@ class Backend {
   // out[i, :] = src[index[i], :] * (weight ? weight[i] : 1) for i < n.
   virtual void gather_rows(float* out, const float* src, const int32_t* index, const float* weight,
                            int64_t n, int64_t D) = 0;
-  // dst[index[i], :] += src[i, :] * (weight ? weight[i] : 1).
+  // dst[index[i], :] += src[i, :] * (weight ? weight[i] : 1); repeated indices add in the order
+  // of i on both backends, so the result is the same from run to run.
   virtual void scatter_add_rows(float* dst, const float* src, const int32_t* index,
                                 const float* weight, int64_t n, int64_t D) = 0;
   // out[i] = dot(a[i, :], b[i, :]) for i < n (the gradient of a per-row weight).
   virtual void row_dot(float* out, const float* a, const float* b, int64_t n, int64_t D) = 0;
+
+  // ---- model: loss reduction, MoE routing -------------------------------------------------------
+  // mean[0] = float(sum_i losses[i] / n) with the sum in float64: in index order on the CPU, in a
+  // fixed tree order on CUDA (deterministic, equal to the CPU up to float64 rounding).
+  virtual void mean_loss(float* mean, const float* losses, int64_t n) = 0;
+  // acc[0] += double(terms[0] + ... + terms[k - 1]), the terms added in float in order: one
+  // micro-step's objective (cross-entropy + auxiliary loss) into the step's float64 loss sum,
+  // which stays on the device until the step reads it once.
+  virtual void accumulate_loss(double* acc, const float* terms, int64_t k) = 0;
+  // Top-k routing of probs [N, E] (softmax rows) into r: each token's K most probable experts
+  // (ties to the lower expert index), gates renormalised over them (p / sum of the chosen p),
+  // the dispatch order (rows grouped by expert, tokens ascending within an expert) and the
+  // expert offsets. Adds the load-balancing loss aux_weight * E * sum_e f_e P_e (f_e: fraction
+  // of the tokens routed to e, P_e: mean probability of e) to aux_loss[0].
+  virtual void moe_route(const MoeRouting& r, float* aux_loss, const float* probs, int64_t N,
+                         int64_t E, int64_t K, float aux_weight) = 0;
+  // dprobs [N, E] += the gradient through the renormalised gates, from dgate [N*K] (one value
+  // per dispatch row), plus the aux loss's aux_weight * E * f_e / N (f_e held constant).
+  virtual void moe_router_backward(float* dprobs, const MoeRouting& r, const float* dgate,
+                                   int64_t N, int64_t E, int64_t K, float aux_weight) = 0;
 
   // ---- linear algebra for the matrix optimizers (one matrix, or `batch` of equal shape) ---------
   // Thin QR of a [m, n]: q [m, r], r [r, n], r = min(m, n); Householder (LAPACK geqrf order).
@@ -200,6 +240,25 @@ class Backend {
   // matrix is transposed first). Built from gemm, so it runs at the GEMM rate.
   virtual void newton_schulz(float* x, int64_t m, int64_t n, const NewtonSchulzSchedule& schedule,
                              int64_t batch = 1) = 0;
+
+  // ---- optimizer updates ---------------------------------------------------------------------
+  // The per-element rules of the optimizers and the gradient norm, fused so that a training step
+  // issues kernels only and reads back one number (the squared norm). Element math in
+  // kernel_math.h (float64 arithmetic, float storage), shared by both backends.
+  //
+  // Fused AdamW over n elements (kmath::adamw_element): m, v and w updated in place from g.
+  virtual void adamw_update(float* w, float* m, float* v, const float* g, int64_t n,
+                            const kmath::AdamWStep& step) = 0;
+  // NorMuon normalisation, in place, of `count` matrices u [count, rows, cols] with their second
+  // moments s [count, max(rows, cols)] (one per row when rows >= cols, else one per column),
+  // updated with beta2 (kmath::normuon_*).
+  virtual void normuon_normalize(float* u, float* second_moment, int64_t count, int64_t rows,
+                                 int64_t cols, double beta2) = 0;
+  // w <- w - lr (wd [u w >= 0] w + u) over n elements (kmath::cautious_update_element).
+  virtual void cautious_update(float* w, const float* u, int64_t n, double lr, double wd) = 0;
+  // The sum over the list of sum_squares(x), added in list order from 0 (so bit for bit the host
+  // loop over sum_squares), with a single read back to the host.
+  virtual double sum_squares_many(std::span<const std::span<const float>> xs) = 0;
 };
 
 // The process-wide CPU backend (OpenMP threads from OMP_NUM_THREADS).
@@ -207,6 +266,11 @@ Backend& cpu_backend();
 
 // True when this build has the CUDA backend and a device is present.
 bool cuda_available();
+// True when this build has the CUDA backend (whether or not a device is present).
+bool cuda_built();
+// The number of CUDA devices this process sees (CUDA_VISIBLE_DEVICES applied); 0 without the
+// CUDA backend, a driver or a device.
+int cuda_device_count();
 // The CUDA backend for one device; throws core::Error naming the reason when the build has no
 // CUDA support or no device is present.
 std::unique_ptr<Backend> make_cuda_backend(int device_index);

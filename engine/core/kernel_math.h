@@ -199,4 +199,148 @@ ENGINE_HD inline T adam_direction(T m, T v, T bc1, T bc2, T eps) {
   return (m / bc1) / (std::sqrt(v / bc2) + eps);
 }
 
+// ---- fused optimizer updates (Backend "optimizer updates") --------------------------------------
+//
+// The stored values are float, the arithmetic float64: each element's trajectory is the float64
+// one rounded once per step, like the golden files. The operation order below is the order the
+// golden replays were recorded with; changing it changes CPU trajectories bit for bit.
+
+// The scalars of one AdamW step of one tensor, computed on the host from the step count t with
+// bc1 = 1 - b1^t, bc2 = 1 - b2^t:
+//   spec eps:  step_size = lr sqrt(bc2) / bc1, v_scale = 1
+//   torch eps: step_size = lr / bc1,           v_scale = 1 / sqrt(bc2)
+//   decoupled weight decay: decay = 1 - lr wd, cautious = 0
+//   cautious weight decay:  decay = 1,         cautious = lr^2 wd
+struct AdamWStep {
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double step_size = 0;
+  double v_scale = 1;
+  double decay = 1;
+  double cautious = 0;
+};
+
+// One AdamW element: the moments, then u = step_size m / (sqrt(v) v_scale + eps), plus the
+// cautious decay cautious * w only where it agrees in sign with the step (u w > 0), and
+// w <- w decay - u.
+ENGINE_HD inline void adamw_element(float& w, float& m, float& v, float g, const AdamWStep& s) {
+  const double gi = g;
+  double mi = m, vi = v;
+  adam_moments(mi, vi, gi, s.beta1, s.beta2);
+  m = static_cast<float>(mi);
+  v = static_cast<float>(vi);
+  const double wi = w;
+  double u = s.step_size * mi / (std::sqrt(vi) * s.v_scale + s.eps);
+  u += u * wi > 0 ? s.cautious * wi : 0.0;
+  w = static_cast<float>(wi * s.decay - u);
+}
+
+// NorMuon normalisation of one orthogonalised update V [rows, cols]: with one statistic per row
+// (rows >= cols) or per column, q_a the sum of squares of row (column) a over its `count`
+// entries and s_a the stored second moment,
+//   s_a <- b2 s_a + (1 - b2) q_a / count,   scale_a = 1 / sqrt(max(s_a, 1e-10)),
+//   V   <- V * scale (per row or column) * ||V||_F / max(||V * scale||_F, 1e-10),
+// so the update keeps its Frobenius norm and only its distribution over rows (columns) changes.
+ENGINE_HD inline double normuon_second_moment(double s, double q, double count, double beta2) {
+  return beta2 * s + (1.0 - beta2) * (q / count);
+}
+ENGINE_HD inline double normuon_scale(double second_moment) {
+  return 1.0 / std::sqrt(second_moment < 1e-10 ? 1e-10 : second_moment);
+}
+// ||V||_F / max(||V * scale||_F, 1e-10) from the two squared norms.
+ENGINE_HD inline double normuon_keep_norm(double norm2, double scaled2) {
+  const double scaled = std::sqrt(scaled2);
+  return std::sqrt(norm2) / (scaled < 1e-10 ? 1e-10 : scaled);
+}
+ENGINE_HD inline float normuon_apply(float v, double scale, double keep_norm) {
+  return static_cast<float>(v * scale * keep_norm);
+}
+
+// The Muon parameter update with cautious weight decay: w <- w - lr (wd [u w >= 0] w + u); the
+// decay acts only where it agrees in sign with the update (wd = 0: the plain update).
+ENGINE_HD inline float cautious_update_element(float w, float u, double lr, double wd) {
+  const double wi = w, ui = u;
+  const double mask = ui * wi >= 0 ? 1.0 : 0.0;
+  return static_cast<float>(wi - lr * (wd * mask * wi + ui));
+}
+
+// ---- model: loss reduction, MoE routing ---------------------------------------------------------
+
+// A mean from its float64 sum, rounded once to T (the mean cross-entropy over n rows).
+template <typename T>
+ENGINE_HD inline T mean_from_sum(double sum, int64_t n) {
+  return static_cast<T>(sum / static_cast<double>(n));
+}
+
+// The K most probable of one token's expert probabilities p[E] into chosen[K], most probable
+// first, ties to the lower expert index (the order of a sort by (p descending, index
+// ascending)). Returns the sum of the chosen probabilities, added in slot order. Needs K <= E.
+template <typename T>
+ENGINE_HD inline T moe_top_k(const T* p, int64_t E, int64_t K, int32_t* chosen) {
+  T sum = T(0);
+  for (int64_t s = 0; s < K; ++s) {
+    int32_t best = -1;
+    for (int32_t e = 0; e < static_cast<int32_t>(E); ++e) {
+      bool taken = false;
+      for (int64_t j = 0; j < s; ++j)
+        taken = taken || chosen[j] == e;
+      // Strictly greater: among equal probabilities the first (lowest) index stays.
+      if (!taken && (best < 0 || p[e] > p[best])) best = e;
+    }
+    chosen[s] = best;
+    sum += p[best];
+  }
+  return sum;
+}
+
+// Renormalised gate of a chosen expert: its probability over the sum of the chosen ones.
+template <typename T>
+ENGINE_HD inline T moe_gate(T p, T chosen_sum) {
+  return p / chosen_sum;
+}
+
+// f_e = (tokens routed to e) / N.
+template <typename T>
+ENGINE_HD inline T moe_fraction(int64_t count, int64_t N) {
+  return static_cast<T>(count) / static_cast<T>(N);
+}
+
+// One expert's term of the balance sum_e f_e P_e, in float64: P_e = mass_e / N is the mean
+// probability of e (mass_e its float64 sum over the tokens).
+template <typename T>
+ENGINE_HD inline double moe_balance_term(T frac, double mass, int64_t N) {
+  return static_cast<double>(frac) * (mass / static_cast<double>(N));
+}
+
+// The auxiliary loss aux_weight * E * balance, rounded once to T.
+template <typename T>
+ENGINE_HD inline T moe_aux_loss(T aux_weight, int64_t E, double balance) {
+  return static_cast<T>(aux_weight * static_cast<T>(E) * balance);
+}
+
+// d aux / d p[t, e] = aux_weight * E / N * f_e, with f_e held constant (it is piecewise
+// constant in p); this is the factor of f_e.
+template <typename T>
+ENGINE_HD inline T moe_aux_grad_scale(T aux_weight, int64_t E, int64_t N) {
+  return aux_weight * static_cast<T>(E) / static_cast<T>(N);
+}
+
+// The router gradient of one token, accumulated into its row dp[E] of d objective / d probs:
+// the aux loss's aux_scale * f_e for every expert, then through the gates g_s = p_{c_s} / S
+// (S = sum of the chosen p): d/dp_{c_s} = (dg_s - sum_j dg_j g_j) / S. Slot s of the token
+// has expert chosen[s] and dispatch row slot_row[s]; dgate and gate are indexed by row.
+template <typename T>
+ENGINE_HD inline void moe_router_grad(T* dp, const T* frac, T aux_scale, int64_t E,
+                                      const int32_t* chosen, const int32_t* slot_row,
+                                      const T* dgate, const T* gate, T chosen_sum, int64_t K) {
+  for (int64_t e = 0; e < E; ++e)
+    dp[e] += aux_scale * frac[e];
+  T weighted = T(0);  // sum_s dg_s g_s
+  for (int64_t s = 0; s < K; ++s)
+    weighted += dgate[slot_row[s]] * gate[slot_row[s]];
+  for (int64_t s = 0; s < K; ++s)
+    dp[chosen[s]] += (dgate[slot_row[s]] - weighted) / chosen_sum;
+}
+
 }  // namespace core::kmath

@@ -8,6 +8,7 @@
 #include <limits>
 #include <memory>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -227,6 +228,16 @@ TEST(Collectives, BroadcastFromEveryRoot) {
     c.broadcast_bytes(text, sizeof(text), root);
     EXPECT_STREQ(text, "from the root");
   }
+}
+
+// Texts of different lengths (one empty) arrive in rank order on every rank.
+TEST(Collectives, AllGatherTextInRankOrder) {
+  Communicator& c = world();
+  auto text_of = [](int r) { return r == 1 ? std::string() : "rank " + std::string(r + 1, 'x'); };
+  const std::vector<std::string> all = comm::all_gather_text(c, text_of(c.rank()));
+  ASSERT_EQ(static_cast<int>(all.size()), c.size());
+  for (int r = 0; r < c.size(); ++r)
+    EXPECT_EQ(all[static_cast<size_t>(r)], text_of(r)) << "from rank " << r;
 }
 
 TEST(Collectives, ManyOutstandingAsyncWaitedInAnyOrder) {

@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <numeric>
+#include <span>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -840,6 +842,194 @@ TEST_F(CudaVsCpu, NewtonSchulz) {
     float* gx = dev().upload(x);
     gpu().newton_schulz(gx, m, n, ns5, batch);
     EXPECT_CLOSE(dev().download(gx, batch * m * n), want, 1e-4) << "m=" << m << " n=" << n;
+  }
+}
+
+// ---- optimizer updates --------------------------------------------------------------------------
+// The same float64 element math on both devices; only FMA contraction and, for the norms, the
+// order of float64 additions may differ.
+
+TEST_F(CudaVsCpu, AdamWUpdate) {
+  const int64_t n = 70001;
+  for (bool torch_eps : {false, true}) {
+    for (bool cautious_wd : {false, true}) {
+      auto w = random_vector(n, 1), m = random_vector(n, 2, 0.1f), g = random_vector(n, 4);
+      auto v = random_vector(n, 3, 0.1f);
+      for (float& x : v)
+        x *= x;  // a second moment is not negative
+      kmath::AdamWStep step;
+      step.beta1 = 0.9, step.beta2 = 0.95, step.eps = 1e-8;
+      const double lr = 3e-3, wd = 0.1, bc1 = 1 - 0.9 * 0.9, bc2 = 1 - 0.95 * 0.95;
+      step.step_size = torch_eps ? lr / bc1 : lr * std::sqrt(bc2) / bc1;
+      step.v_scale = torch_eps ? 1 / std::sqrt(bc2) : 1.0;
+      step.decay = cautious_wd ? 1.0 : 1.0 - lr * wd;
+      step.cautious = cautious_wd ? lr * lr * wd : 0.0;
+      float* gw = dev().upload(w);
+      float* gm = dev().upload(m);
+      float* gv = dev().upload(v);
+      gpu().adamw_update(gw, gm, gv, dev().upload(g), n, step);
+      cpu().adamw_update(w.data(), m.data(), v.data(), g.data(), n, step);
+      EXPECT_CLOSE(dev().download(gw, n), w, 1e-6) << "torch_eps=" << torch_eps;
+      EXPECT_CLOSE(dev().download(gm, n), m, 1e-6);
+      EXPECT_CLOSE(dev().download(gv, n), v, 1e-6);
+    }
+  }
+}
+
+TEST_F(CudaVsCpu, NormuonNormalizeAndCautiousUpdate) {
+  // Tall (per-row statistics), wide (per-column), square, and a 1-row matrix.
+  for (auto [count, rows, cols] :
+       {std::tuple<int64_t, int64_t, int64_t>{2, 300, 40}, {3, 40, 300}, {1, 64, 64}, {2, 1, 9}}) {
+    const int64_t n = count * rows * cols, stats = count * std::max(rows, cols);
+    auto s = random_vector(stats, 5);
+    for (float& x : s)
+      x = 0.01f * x * x;
+    float* gs = dev().upload(s);
+    for (int t = 1; t <= 2; ++t) {  // the second step reads the second moments of the first
+      auto u = random_vector(n, 10 + t);
+      float* gu = dev().upload(u);
+      cpu().normuon_normalize(u.data(), s.data(), count, rows, cols, 0.95);
+      gpu().normuon_normalize(gu, gs, count, rows, cols, 0.95);
+      EXPECT_CLOSE(dev().download(gu, n), u, 1e-5) << rows << "x" << cols << " step " << t;
+      EXPECT_CLOSE(dev().download(gs, stats), s, 1e-6) << rows << "x" << cols << " step " << t;
+    }
+    auto w = random_vector(n, 6), u = random_vector(n, 7);
+    float* gw = dev().upload(w);
+    gpu().cautious_update(gw, dev().upload(u), n, 0.02, 0.1);
+    cpu().cautious_update(w.data(), u.data(), n, 0.02, 0.1);
+    EXPECT_CLOSE(dev().download(gw, n), w, 1e-6);
+  }
+}
+
+TEST_F(CudaVsCpu, SumSquaresMany) {
+  // Sizes with one, several and the maximum number of partial blocks, and an empty tensor.
+  const std::vector<int64_t> sizes = {1537, 0, 300000, 5, (int64_t{1} << 24) + 4097};
+  std::vector<std::vector<float>> host;
+  std::vector<std::span<const float>> cpu_spans, gpu_spans;
+  for (size_t i = 0; i < sizes.size(); ++i)
+    host.push_back(random_vector(sizes[i], 40 + i));
+  for (const auto& x : host) {
+    cpu_spans.emplace_back(x);
+    gpu_spans.emplace_back(dev().upload(x), x.size());
+  }
+  const double want = cpu().sum_squares_many(cpu_spans);
+  EXPECT_NEAR(gpu().sum_squares_many(gpu_spans), want, 1e-12 * want);
+  // On the device too the list gives what the loop over sum_squares gives, bit for bit.
+  double loop = 0;
+  for (std::span<const float> x : gpu_spans)
+    loop += gpu().sum_squares(x.data(), static_cast<int64_t>(x.size()));
+  EXPECT_EQ(gpu().sum_squares_many(gpu_spans), loop);
+  EXPECT_EQ(gpu().sum_squares_many({}), 0.0);
+}
+
+// ---- model: loss reduction, MoE routing, rows added in order -------------------------------
+
+TEST_F(CudaVsCpu, LossReduction) {
+  const int64_t n = 5000;
+  auto losses = random_vector(n, 1, 3.0f);
+  for (float& x : losses)
+    x = std::abs(x);
+  float mean = 0.0f;
+  cpu().mean_loss(&mean, losses.data(), n);
+  float* gmean = dev().alloc<float>(1);
+  gpu().mean_loss(gmean, dev().upload(losses), n);
+  EXPECT_CLOSE(dev().download(gmean, 1), std::vector<float>{mean}, 1e-7);
+
+  std::vector<float> terms = {2.5f, 0.0125f};
+  double acc = 0.75;
+  cpu().accumulate_loss(&acc, terms.data(), 2);
+  double* gacc = dev().upload(std::vector<double>{0.75});
+  gpu().accumulate_loss(gacc, dev().upload(terms), 2);
+  EXPECT_EQ(dev().download(gacc, 1)[0], acc);  // one float add and one double add: exact
+}
+
+TEST_F(CudaVsCpu, MoeRouteAndRouterBackward) {
+  for (auto [N, E, K] : {std::tuple<int64_t, int64_t, int64_t>{300, 8, 2}, {37, 5, 3}, {9, 4, 4}}) {
+    auto logits = random_vector(N * E, 1, 2.0f);
+    logits[E + 1] = logits[E];  // a tie between experts 0 and 1 of token 1
+    std::vector<float> probs(N * E);
+    cpu().softmax_forward(probs.data(), logits.data(), N, E);
+    struct Host {
+      std::vector<int32_t> chosen, slot_row, row_token, offset;
+      std::vector<float> row_gate, sel_sum, frac;
+      std::vector<double> mass;
+    } h{std::vector<int32_t>(N * K), std::vector<int32_t>(N * K), std::vector<int32_t>(N * K),
+        std::vector<int32_t>(E + 1), std::vector<float>(N * K),   std::vector<float>(N),
+        std::vector<float>(E),       std::vector<double>(E)};
+    MoeRouting cr{h.chosen.data(),  h.slot_row.data(), h.row_token.data(), h.row_gate.data(),
+                  h.sel_sum.data(), h.frac.data(),     h.offset.data(),    h.mass.data()};
+    MoeRouting gr{dev().alloc<int32_t>(N * K), dev().alloc<int32_t>(N * K),
+                  dev().alloc<int32_t>(N * K), dev().alloc<float>(N * K),
+                  dev().alloc<float>(N),       dev().alloc<float>(E),
+                  dev().alloc<int32_t>(E + 1), dev().alloc<double>(E)};
+    const float aux_weight = 0.01f;
+    float aux = 0.25f;
+    cpu().moe_route(cr, &aux, probs.data(), N, E, K, aux_weight);
+    float* gaux = dev().upload(std::vector<float>{0.25f});
+    float* gprobs = dev().upload(probs);
+    gpu().moe_route(gr, gaux, gprobs, N, E, K, aux_weight);
+    EXPECT_EQ(dev().download(gr.chosen, N * K), h.chosen);
+    EXPECT_EQ(dev().download(gr.slot_row, N * K), h.slot_row);
+    EXPECT_EQ(dev().download(gr.row_token, N * K), h.row_token);
+    EXPECT_EQ(dev().download(gr.offset, E + 1), h.offset);
+    EXPECT_CLOSE(dev().download(gr.row_gate, N * K), h.row_gate, 1e-6);
+    EXPECT_CLOSE(dev().download(gr.sel_sum, N), h.sel_sum, 1e-6);
+    EXPECT_CLOSE(dev().download(gr.frac, E), h.frac, 1e-7);
+    EXPECT_CLOSE(dev().download(gaux, 1), std::vector<float>{aux}, 1e-6);
+
+    auto dgate = random_vector(N * K, 2);
+    auto dprobs0 = random_vector(N * E, 3);
+    auto dprobs = dprobs0;
+    cpu().moe_router_backward(dprobs.data(), cr, dgate.data(), N, E, K, aux_weight);
+    float* gdprobs = dev().upload(dprobs0);
+    gpu().moe_router_backward(gdprobs, gr, dev().upload(dgate), N, E, K, aux_weight);
+    EXPECT_CLOSE(dev().download(gdprobs, N * E), dprobs, 1e-5) << "N=" << N << " E=" << E;
+  }
+}
+
+// Many rows onto few destinations: without atomics the sums are the same on every run, and each
+// destination adds its rows in position order as the CPU does.
+TEST_F(CudaVsCpu, ScatterAndEmbeddingBackwardAreRunToRunIdentical) {
+  const int64_t n = 4096, D = 40, rows = 3;
+  auto src = random_vector(n * D, 1), weight = random_vector(n, 2);
+  auto index = random_ids(n, rows, 3);
+  auto dst0 = random_vector(rows * D, 4);
+  auto want = dst0;
+  cpu().scatter_add_rows(want.data(), src.data(), index.data(), weight.data(), n, D);
+  float *gsrc = dev().upload(src), *gw = dev().upload(weight);
+  int32_t* gi = dev().upload(index);
+  std::vector<float> first;
+  for (int run = 0; run < 3; ++run) {
+    float* gdst = dev().upload(dst0);
+    gpu().scatter_add_rows(gdst, gsrc, gi, gw, n, D);
+    auto got = dev().download(gdst, rows * D);
+    EXPECT_CLOSE(got, want, 1e-5);
+    if (run == 0) first = got;
+    EXPECT_EQ(std::memcmp(got.data(), first.data(), got.size() * sizeof(float)), 0) << run;
+  }
+  const int64_t B = 8, T = 512, V = 5;
+  auto tokens = random_ids(B * T, V, 5);
+  auto dout = random_vector(B * T * D, 6);
+  std::vector<float> dwte(V * D, 0.0f);
+  cpu().embedding_backward(dwte.data(), nullptr, dout.data(), tokens.data(), B, T, D);
+  int32_t* gt = dev().upload(tokens);
+  float* gdout = dev().upload(dout);
+  std::vector<float> first_dwte;
+  for (int run = 0; run < 3; ++run) {
+    float* gdwte = dev().upload(std::vector<float>(V * D, 0.0f));
+    gpu().embedding_backward(gdwte, nullptr, gdout, gt, B, T, D);
+    auto got = dev().download(gdwte, V * D);
+    EXPECT_CLOSE(got, dwte, 1e-5);
+    if (run == 0) first_dwte = got;
+    EXPECT_EQ(std::memcmp(got.data(), first_dwte.data(), got.size() * sizeof(float)), 0) << run;
+  }
+  std::vector<int32_t> bad = {2, -1, 0};
+  gpu().scatter_add_rows(dev().upload(dst0), gsrc, dev().upload(bad), nullptr, 3, D);
+  try {
+    gpu().synchronize();
+    FAIL() << "a negative row index was not reported";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("position 1"), std::string::npos) << e.what();
   }
 }
 

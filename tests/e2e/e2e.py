@@ -382,6 +382,37 @@ def case_bad_configs(env):
     print("every bad config was refused with its message")
 
 
+def case_device(env):
+    """The `device` key: cpu and auto run and say which device each rank uses; cuda is refused
+    before any work, once, naming the reason (no CUDA build or no GPU), where it cannot run; a
+    device that is no choice is a config error."""
+    help_text = subprocess.run([env.engine, "--help"], stdout=subprocess.PIPE, text=True,
+                               check=True).stdout
+    found = re.search(r"CUDA backend built: (yes|no); CUDA devices visible: (\d+)", help_text)
+    check(found, "engine --help does not say what CUDA it sees:\n" + help_text)
+    built, gpus = found.group(1) == "yes", int(found.group(2))
+    short = ["train.steps=2", "train.eval_every=0", "checkpoint.at_end=false"]
+    for mode in ("cpu", "auto"):
+        np = 1 if mode == "auto" and gpus == 1 else 2  # auto on GPUs: one rank per GPU
+        p, _ = env.run(np, "run_" + mode, short + ["device=" + mode])
+        for rank in range(np):
+            expect = "rank %d: cpu" % rank if mode == "cpu" or gpus == 0 else "rank %d: cuda:" % rank
+            check(expect in p.stdout, "device=%s: no line %r in:\n%s" % (mode, expect, p.stdout))
+    if gpus == 0:
+        reason = "this machine shows no GPU" if built else "this build has no CUDA backend"
+        for np in (1, 2):
+            p, _ = env.run(np, "cuda", short + ["device=cuda"], expect_ok=False)
+            check(p.returncode == 2, "device=cuda exited %d, expected 2" % p.returncode)
+            check(p.stderr.count("device: cuda was asked for, but " + reason) == 1,
+                  "np %d: expected the reason once (%r), got:\n%s" % (np, reason, p.stderr))
+            check("step" not in p.stdout, "device=cuda did work before refusing:\n" + p.stdout)
+    p, _ = env.run(1, "gpu", ["device=gpu"], expect_ok=False)
+    check("key 'device': must be auto, cpu or cuda, got 'gpu'" in p.stderr,
+          "device=gpu not refused by name:\n" + p.stderr)
+    print("device: cpu and auto run (CUDA built: %s, GPUs: %d); cuda refused or run as expected" %
+          (built, gpus))
+
+
 def case_corrupt_checkpoint(env):
     _, d = env.run(2, "run")
     root = os.path.join(d, "ckpt")
@@ -767,6 +798,7 @@ CASES = {
     "resume_stage3_gpt2": case_resume_stage3_gpt2,
     "resume_soap_family": case_resume_soap_family,
     "bad_configs": case_bad_configs,
+    "device": case_device,
     "corrupt_checkpoint": case_corrupt_checkpoint,
     "nan_stops": case_nan_stops,
     "subcommands": case_subcommands,

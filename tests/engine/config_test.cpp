@@ -228,16 +228,40 @@ TEST(Config, KeyListIsLocked) {
   std::string keys;
   for (const auto& f : engine::config_fields())
     keys += f.key + " ";
-  EXPECT_EQ(keys,
-            "model.arch model.n_layer model.n_head model.d_model model.seq_len model.vocab_size "
-            "model.softcap model.moe.experts model.moe.top_k model.moe.aux_weight data.train "
-            "data.val data.shuffle train.seed train.steps train.batch_tokens train.micro_batch "
-            "train.grad_clip train.lr_schedule train.lr_warmup_steps train.lr_cooldown_frac "
-            "train.lr_floor train.eval_every train.val_tokens train.target_val_loss "
-            "train.warmup_steps train.init_from zero.stage zero.overlap zero.bucket_mb "
-            "zero.progress zero.sparse_rows checkpoint.dir checkpoint.every checkpoint.at_end "
-            "checkpoint.keep checkpoint.resume checkpoint.overwrite checkpoint.on_signal "
-            "comm.timeout_s log.dir log.every log.metrics log.peak_gflops ");
+  EXPECT_EQ(
+      keys,
+      "device model.arch model.n_layer model.n_head model.d_model model.seq_len model.vocab_size "
+      "model.softcap model.moe.experts model.moe.top_k model.moe.aux_weight data.train "
+      "data.val data.shuffle train.seed train.steps train.batch_tokens train.micro_batch "
+      "train.grad_clip train.lr_schedule train.lr_warmup_steps train.lr_cooldown_frac "
+      "train.lr_floor train.eval_every train.val_tokens train.target_val_loss "
+      "train.warmup_steps train.init_from zero.stage zero.overlap zero.bucket_mb "
+      "zero.progress zero.sparse_rows checkpoint.dir checkpoint.every checkpoint.at_end "
+      "checkpoint.keep checkpoint.resume checkpoint.overwrite checkpoint.on_signal "
+      "comm.timeout_s log.dir log.every log.metrics log.peak_gflops ");
+}
+
+// The top-level `device` key: from YAML and --set, refused outside its choices, and printed as a
+// top-level scalar that parses back.
+TEST(Config, DeviceKeyIsTopLevel) {
+  EXPECT_EQ(engine::Config().device, "auto");
+  const std::string yaml =
+      "device: cpu\ndata: {train: a, val: b}\noptim: [{params: ['*'], optimizer: adamw}]\n";
+  engine::Config c = engine::parse_config(yaml, "t.yaml");
+  EXPECT_EQ(c.device, "cpu");
+  c = engine::parse_config(yaml, "t.yaml", {"device=cuda"});
+  EXPECT_EQ(c.device, "cuda");
+  const std::string text = engine::config_to_yaml(c);
+  EXPECT_EQ(text.rfind("device: cuda\n", 0), 0u) << text;
+  EXPECT_EQ(engine::parse_config(text, "back.yaml").device, "cuda");
+  try {
+    engine::parse_config(yaml, "t.yaml", {"device=gpu"});
+    ADD_FAILURE() << "device=gpu was accepted";
+  } catch (const core::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("key 'device': must be auto, cpu or cuda, got 'gpu'"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Config, ReferenceTableListsEveryKey) {

@@ -90,6 +90,7 @@ void pretrain(TinyRun& run, int steps) {
   for (int t = 1; t <= steps; ++t) {
     run.forward_backward();
     optim::StepContext ctx;
+    ctx.backend = &core::cpu_backend();
     ctx.step = t;
     adam.step(run.dense_parts(nullptr), ctx);
   }
@@ -126,6 +127,7 @@ TEST(OsftReparam, FiftyRealStepsKeepTheInvariants) {
     for (engine::OsftReparam::Factor& f : reparam.factors())
       if (f.trained) parts.push_back({f.name, f.value.shape(), 0, f.value, f.grad});
     optim::StepContext ctx;
+    ctx.backend = &core::cpu_backend();
     ctx.step = t;
     set.step(parts, ctx);
     reparam.write_all();

@@ -84,7 +84,7 @@ class OsftTrainer : public ::testing::Test {
 
 TEST_F(OsftTrainer, FiftyStepsKeepTheInvariantsAtStagesOneAndTwo) {
   for (int stage : {1, 2}) {
-    engine::Trainer trainer(config(stage), *world_);
+    engine::Trainer trainer(config(stage), *world_, *world_, core::cpu_backend());
     const engine::OsftReparam* osft = trainer.osft();
     ASSERT_NE(osft, nullptr);
     ASSERT_EQ(osft->targets().size(), 8u);
@@ -110,13 +110,13 @@ TEST_F(OsftTrainer, FiftyStepsKeepTheInvariantsAtStagesOneAndTwo) {
 
 TEST_F(OsftTrainer, ResumeIsBitIdenticalAndALoadOnlyTrainerHoldsTheDenseWeights) {
   for (int stage : {1, 2}) {
-    engine::Trainer whole(config(stage), *world_);
+    engine::Trainer whole(config(stage), *world_, *world_, core::cpu_backend());
     std::string checkpoint;
     for (int step = 1; step <= 6; ++step) {
       whole.train_step();
       if (step == 3) checkpoint = whole.save_checkpoint();
     }
-    engine::Trainer resumed(config(stage), *world_);
+    engine::Trainer resumed(config(stage), *world_, *world_, core::cpu_backend());
     resumed.load_checkpoint(checkpoint);
     for (int step = 4; step <= 6; ++step)
       resumed.train_step();
@@ -130,7 +130,7 @@ TEST_F(OsftTrainer, ResumeIsBitIdenticalAndALoadOnlyTrainerHoldsTheDenseWeights)
     // What `engine export` does: a trainer without data loads the parameters only; the model
     // then holds the dense weights W = U_high S_high V_high + U_low S_low V_low by their names.
     const std::string last = whole.save_checkpoint();
-    engine::Trainer exporter(config(stage), *world_, false, false);
+    engine::Trainer exporter(config(stage), *world_, *world_, core::cpu_backend(), false, false);
     exporter.load_checkpoint(last, true);
     for (size_t i = 0; i < whole.model().table().size(); ++i)
       EXPECT_TRUE(same_bytes(whole.model().param(i), exporter.model().param(i)))
@@ -149,12 +149,12 @@ TEST_F(OsftTrainer, InitFromADenseCheckpointDecomposesItsWeights) {
          "train.batch_tokens=768", "train.val_tokens=768", "log.dir=" + d + "/log",
          "checkpoint.dir=" + d + "/" + ckpt, "log.metrics=false", "model.d_model=" + d_model});
   };
-  engine::Trainer dense(dense_config("64", "dense"), *world_);
+  engine::Trainer dense(dense_config("64", "dense"), *world_, *world_, core::cpu_backend());
   for (int step = 1; step <= 3; ++step)
     dense.train_step();
   const std::string pretrained = dense.save_checkpoint();
 
-  engine::Trainer tuned(config(1), *world_);
+  engine::Trainer tuned(config(1), *world_, *world_, core::cpu_backend());
   tuned.init_params_from(pretrained);
   for (size_t i = 0; i < dense.model().table().size(); ++i) {
     const double diff =
@@ -163,9 +163,9 @@ TEST_F(OsftTrainer, InitFromADenseCheckpointDecomposesItsWeights) {
   }
   tuned.train_step();
 
-  engine::Trainer other(dense_config("32", "other"), *world_);
+  engine::Trainer other(dense_config("32", "other"), *world_, *world_, core::cpu_backend());
   const std::string wrong = other.save_checkpoint();
-  engine::Trainer refused(config(1), *world_);
+  engine::Trainer refused(config(1), *world_, *world_, core::cpu_backend());
   const std::string err = test_util::error_of([&] { refused.init_params_from(wrong); });
   EXPECT_NE(err.find("parameter embed.weight has shape [256, 32], the model expects [256, 64]"),
             std::string::npos)
@@ -173,7 +173,8 @@ TEST_F(OsftTrainer, InitFromADenseCheckpointDecomposesItsWeights) {
 }
 
 TEST_F(OsftTrainer, StageThreeIsRefusedAtStart) {
-  const std::string err = test_util::error_of([&] { engine::Trainer t(config(3), *world_); });
+  const std::string err = test_util::error_of(
+      [&] { engine::Trainer t(config(3), *world_, *world_, core::cpu_backend()); });
   EXPECT_NE(err.find("'zero.stage' = 3 is not supported with osft targets"), std::string::npos)
       << err;
 }

@@ -92,6 +92,38 @@ TEST_P(GptArch, BackwardAccumulatesAndStepAllocatesNothing) {
   EXPECT_FLOAT_EQ(gpt.eval_loss(x.data(), y.data(), B, T), gpt.ce_loss());
 }
 
+// The step's loss stays on the device: forward_accumulate() adds each micro-step's objective
+// (cross-entropy plus aux loss, the value forward() returns) into a float64 sum that
+// take_loss_sum() reads once and resets; the sum is the host loop's bit for bit, and the
+// gradients are forward()'s.
+TEST_P(GptArch, AccumulatedLossEqualsTheSumOfForwardLosses) {
+  model::Gpt a(config(64), core::cpu_backend()), b(config(64), core::cpu_backend());
+  a.init_weights();
+  b.init_weights();
+  const int B = 2, T = 8;
+  double host_sum = 0.0;
+  a.zero_grad();
+  b.zero_grad();
+  for (uint64_t m = 0; m < 3; ++m) {
+    auto x = random_tokens(B * T, 64, 20 + m), y = random_tokens(B * T, 64, 30 + m);
+    const float objective = a.forward(x.data(), y.data(), B, T);
+    EXPECT_EQ(objective, a.ce_loss() + a.aux_loss());
+    if (GetParam() == 2) {
+      EXPECT_GT(a.aux_loss(), 0.0f);
+    }
+    host_sum += objective;
+    a.backward();
+    b.forward_accumulate(x.data(), y.data(), B, T);
+    b.backward();
+    EXPECT_EQ(b.ce_loss(), a.ce_loss());
+  }
+  EXPECT_EQ(b.take_loss_sum(), host_sum);
+  EXPECT_EQ(b.take_loss_sum(), 0.0);  // taking resets
+  const auto ga = a.grads().to_vector(), gb = b.grads().to_vector();
+  for (size_t i = 0; i < ga.size(); ++i)
+    ASSERT_EQ(ga[i], gb[i]) << i;
+}
+
 // ZeRO-3 style: storage released, each layer bound just before use from its own buffers (here
 // copies of a flat model's parameters) and unbound after its backward; the numbers are the
 // flat model's exactly and nothing stays resident.

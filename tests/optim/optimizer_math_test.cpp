@@ -52,6 +52,7 @@ TEST(AdamW, MatchesHandComputedStepsInBothEpsModes) {
       g.at({0}) = static_cast<float>(G);
       optim::ParamShard p{"x", {1}, 0, w, g};
       optim::StepContext ctx;
+      ctx.backend = &core::cpu_backend();
       ctx.step = t;
       ctx.lr_scale = 0.5;
       adam.step({&p, 1}, ctx);
@@ -82,6 +83,7 @@ TEST(AdamW, StateRoundTripAndErrors) {
   Tensor w2 = w.clone();
   optim::ParamShard p2{"v", {3}, 0, w2, g};
   optim::StepContext ctx;
+  ctx.backend = &core::cpu_backend();
   ctx.step = 2;
   a.step({&p, 1}, ctx);
   b.step({&p2, 1}, ctx);

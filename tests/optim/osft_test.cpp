@@ -59,6 +59,7 @@ struct FactorRun {
                                                   {"w.S_low", ss, 0, f.S_low, g.S_low},
                                                   {"w.V_low", sv, 0, f.V_low, g.V_low}};
     optim::StepContext ctx;
+    ctx.backend = &core::cpu_backend();
     ctx.step = t;
     osft.step(parts, ctx);
   }

@@ -59,6 +59,7 @@ Trajectory run(const std::string& yaml, int steps, const std::vector<ParamSpec>&
       shards.push_back({params[i].name, params[i].shape, 0, out.values[i], grads[i]});
     }
     optim::StepContext ctx;
+    ctx.backend = &core::cpu_backend();
     ctx.step = t;
     set.step(shards, ctx);
   }

@@ -198,6 +198,26 @@ void CpuBackend::row_dot(float* out, const float* a, const float* b, int64_t n, 
   cpu::row_dot(out, a, b, n, D);
 }
 
+// ---- model: loss reduction, MoE routing ---------------------------------------------------------
+
+void CpuBackend::mean_loss(float* mean, const float* losses, int64_t n) {
+  cpu::mean_loss(mean, losses, n);
+}
+
+void CpuBackend::accumulate_loss(double* acc, const float* terms, int64_t k) {
+  cpu::accumulate_loss(acc, terms, k);
+}
+
+void CpuBackend::moe_route(const MoeRouting& r, float* aux_loss, const float* probs, int64_t N,
+                           int64_t E, int64_t K, float aux_weight) {
+  cpu::moe_route(r, aux_loss, probs, N, E, K, aux_weight);
+}
+
+void CpuBackend::moe_router_backward(float* dprobs, const MoeRouting& r, const float* dgate,
+                                     int64_t N, int64_t E, int64_t K, float aux_weight) {
+  cpu::moe_router_backward(dprobs, r, dgate, N, E, K, aux_weight);
+}
+
 void CpuBackend::qr(float* q, float* r, const float* a, int64_t m, int64_t n, int64_t batch) {
   cpu::qr(q, r, a, m, n, batch);
 }
@@ -222,6 +242,29 @@ void CpuBackend::svd(float* u, float* s, float* vt, const float* a, int64_t m, i
 void CpuBackend::newton_schulz(float* x, int64_t m, int64_t n, const NewtonSchulzSchedule& schedule,
                                int64_t batch) {
   cpu::newton_schulz(x, m, n, schedule, batch);
+}
+
+// ---- optimizer updates -------------------------------------------------------------------------
+
+void CpuBackend::adamw_update(float* w, float* m, float* v, const float* g, int64_t n,
+                              const kmath::AdamWStep& step) {
+  cpu::adamw_update(w, m, v, g, n, step);
+}
+
+void CpuBackend::normuon_normalize(float* u, float* second_moment, int64_t count, int64_t rows,
+                                   int64_t cols, double beta2) {
+  cpu::normuon_normalize(u, second_moment, count, rows, cols, beta2);
+}
+
+void CpuBackend::cautious_update(float* w, const float* u, int64_t n, double lr, double wd) {
+  cpu::cautious_update(w, u, n, lr, wd);
+}
+
+double CpuBackend::sum_squares_many(std::span<const std::span<const float>> xs) {
+  double total = 0;
+  for (std::span<const float> x : xs)
+    total += cpu::sum_squares(x.data(), static_cast<int64_t>(x.size()));
+  return total;
 }
 
 Backend& cpu_backend() {

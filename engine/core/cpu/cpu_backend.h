@@ -69,6 +69,13 @@ class CpuBackend final : public Backend {
   void scatter_add_rows(float* dst, const float* src, const int32_t* index, const float* weight,
                         int64_t n, int64_t D) override;
   void row_dot(float* out, const float* a, const float* b, int64_t n, int64_t D) override;
+  // model: loss reduction, MoE routing
+  void mean_loss(float* mean, const float* losses, int64_t n) override;
+  void accumulate_loss(double* acc, const float* terms, int64_t k) override;
+  void moe_route(const MoeRouting& r, float* aux_loss, const float* probs, int64_t N, int64_t E,
+                 int64_t K, float aux_weight) override;
+  void moe_router_backward(float* dprobs, const MoeRouting& r, const float* dgate, int64_t N,
+                           int64_t E, int64_t K, float aux_weight) override;
   void qr(float* q, float* r, const float* a, int64_t m, int64_t n, int64_t batch) override;
   void eigh(float* w, float* v, const float* a, int64_t n, int64_t batch) override;
   void svd(float* u, float* s, float* vt, const float* a, int64_t m, int64_t n,
@@ -77,6 +84,13 @@ class CpuBackend final : public Backend {
   void qr_many(std::span<const QrTask> tasks) override;
   void newton_schulz(float* x, int64_t m, int64_t n, const NewtonSchulzSchedule& schedule,
                      int64_t batch) override;
+  // optimizer updates
+  void adamw_update(float* w, float* m, float* v, const float* g, int64_t n,
+                    const kmath::AdamWStep& step) override;
+  void normuon_normalize(float* u, float* second_moment, int64_t count, int64_t rows, int64_t cols,
+                         double beta2) override;
+  void cautious_update(float* w, const float* u, int64_t n, double lr, double wd) override;
+  double sum_squares_many(std::span<const std::span<const float>> xs) override;
 };
 
 }  // namespace core

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/backend.h"
 #include "engine/core/check.h"
 #include "engine/core/cpu/cpu_gemm.h"
 #include "engine/core/cpu/fast_math.h"
@@ -657,6 +658,131 @@ void row_dot(T* out, const T* a, const T* b, int64_t n, int64_t D) {
       s += a[i * D + d] * b[i * D + d];
     out[i] = s;
   }
+}
+
+// ---- optimizer updates -----------------------------------------------------------------------
+// Float storage with float64 arithmetic (kernel_math.h), so these are not templated.
+
+inline void adamw_update(float* w, float* m, float* v, const float* g, int64_t n,
+                         const kmath::AdamWStep& step) {
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i)
+    kmath::adamw_element(w[i], m[i], v[i], g[i], step);
+}
+
+// One matrix after the other; within a matrix the squared norms are added in row-major order.
+inline void normuon_normalize(float* u, float* second_moment, int64_t count, int64_t rows,
+                              int64_t cols, double beta2) {
+  const int64_t r = rows, c = cols;
+  const bool per_row = r >= c;
+  const int64_t stats = per_row ? r : c;
+  const double entries = static_cast<double>(per_row ? c : r);
+  std::vector<double> q(static_cast<size_t>(stats));
+  std::vector<double> scale(static_cast<size_t>(stats));
+  for (int64_t k = 0; k < count; ++k) {
+    float* x = u + k * r * c;
+    float* s = second_moment + k * stats;
+    std::fill(q.begin(), q.end(), 0.0);
+    double norm2 = 0;
+    for (int64_t i = 0; i < r; ++i)
+      for (int64_t j = 0; j < c; ++j) {
+        const double xi = x[i * c + j];
+        q[per_row ? i : j] += xi * xi;
+        norm2 += xi * xi;
+      }
+    double scaled2 = 0;
+    for (int64_t a = 0; a < stats; ++a) {
+      const double sa = kmath::normuon_second_moment(s[a], q[a], entries, beta2);
+      s[a] = static_cast<float>(sa);
+      scale[a] = kmath::normuon_scale(sa);
+      scaled2 += q[a] * scale[a] * scale[a];  // ||V * scale||^2 summed per row or column
+    }
+    const double keep_norm = kmath::normuon_keep_norm(norm2, scaled2);
+    for (int64_t i = 0; i < r; ++i)
+      for (int64_t j = 0; j < c; ++j)
+        x[i * c + j] = kmath::normuon_apply(x[i * c + j], scale[per_row ? i : j], keep_norm);
+  }
+}
+
+inline void cautious_update(float* w, const float* u, int64_t n, double lr, double wd) {
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i)
+    w[i] = kmath::cautious_update_element(w[i], u[i], lr, wd);
+}
+
+// ---- model: loss reduction, MoE routing ---------------------------------------------------------
+
+// The float64 sum in index order, one rounding to T at the end.
+template <typename T>
+void mean_loss(T* mean, const T* losses, int64_t n) {
+  ENGINE_CHECK(n > 0, "mean_loss: no rows to average");
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i)
+    sum += losses[i];
+  mean[0] = kmath::mean_from_sum<T>(sum, n);
+}
+
+template <typename T>
+void accumulate_loss(double* acc, const T* terms, int64_t k) {
+  T total = T(0);
+  for (int64_t i = 0; i < k; ++i)
+    total += terms[i];
+  acc[0] += static_cast<double>(total);
+}
+
+inline void check_moe_sizes(const char* op, int64_t N, int64_t E, int64_t K) {
+  ENGINE_CHECK(N > 0 && K >= 1 && K <= E && E <= INT32_MAX && N * K <= INT32_MAX,
+               std::string(op) +
+                   ": need N > 0 tokens and 1 <= K <= E experts (rows fit int32), got N=" +
+                   std::to_string(N) + " E=" + std::to_string(E) + " K=" + std::to_string(K));
+}
+
+// Top-k per token in parallel; counts, offsets, dispatch rows and the aux loss in order.
+template <typename T>
+void moe_route(const MoeRoutingOf<T>& r, T* aux_loss, const T* probs, int64_t N, int64_t E,
+               int64_t K, T aux_weight) {
+  check_moe_sizes("moe_route", N, E, K);
+#pragma omp parallel for schedule(static) if (N * E * K > kParallelMin)
+  for (int64_t t = 0; t < N; ++t)
+    r.sel_sum[t] = kmath::moe_top_k(probs + t * E, E, K, r.chosen + t * K);
+  std::vector<int64_t> count(static_cast<size_t>(E), 0);
+  for (int64_t i = 0; i < N * K; ++i)
+    ++count[r.chosen[i]];
+  r.offset[0] = 0;
+  for (int64_t e = 0; e < E; ++e)
+    r.offset[e + 1] = r.offset[e] + static_cast<int32_t>(count[e]);
+  // Rows of an expert in token order: the next free row of the expert, token by token.
+  std::vector<int32_t> fill(r.offset, r.offset + E);
+  for (int64_t t = 0; t < N; ++t) {
+    for (int64_t s = 0; s < K; ++s) {
+      const int32_t e = r.chosen[t * K + s];
+      const int32_t row = fill[e]++;
+      r.slot_row[t * K + s] = row;
+      r.row_token[row] = static_cast<int32_t>(t);
+      r.row_gate[row] = kmath::moe_gate(probs[t * E + e], r.sel_sum[t]);
+    }
+  }
+  double balance = 0.0;
+  for (int64_t e = 0; e < E; ++e) {
+    double mass = 0.0;
+    for (int64_t t = 0; t < N; ++t)
+      mass += probs[t * E + e];
+    r.mass[e] = mass;
+    r.frac[e] = kmath::moe_fraction<T>(count[e], N);
+    balance += kmath::moe_balance_term(r.frac[e], mass, N);
+  }
+  aux_loss[0] += kmath::moe_aux_loss(aux_weight, E, balance);
+}
+
+template <typename T>
+void moe_router_backward(T* dprobs, const MoeRoutingOf<T>& r, const T* dgate, int64_t N, int64_t E,
+                         int64_t K, T aux_weight) {
+  check_moe_sizes("moe_router_backward", N, E, K);
+  const T aux_scale = kmath::moe_aux_grad_scale(aux_weight, E, N);
+#pragma omp parallel for schedule(static) if (N * E > kParallelMin)
+  for (int64_t t = 0; t < N; ++t)
+    kmath::moe_router_grad(dprobs + t * E, r.frac, aux_scale, E, r.chosen + t * K,
+                           r.slot_row + t * K, dgate, r.row_gate, r.sel_sum[t], K);
 }
 
 }  // namespace core::cpu

@@ -62,12 +62,20 @@ int usable_device_index(int device_index) {
 }  // namespace
 
 bool cuda_available() {
+  return cuda_device_count() > 0;
+}
+
+bool cuda_built() {
+  return true;
+}
+
+int cuda_device_count() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
+    cudaGetLastError();  // no driver or no device: not an error for the next checked call
+    return 0;
   }
-  return count > 0;
+  return count;
 }
 
 std::unique_ptr<Backend> make_cuda_backend(int device_index) {

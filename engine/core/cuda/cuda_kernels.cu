@@ -3,10 +3,14 @@
 //
 // Layout conventions as in backend.h: row-major, one block per row for row-wise ops, grid-stride
 // loops for elementwise ops. Column sums (bias and LayerNorm parameter gradients) use a fixed
-// reduction order, so they are deterministic; only the embedding and scatter backward use
-// atomics (several rows may hit the same destination row).
+// reduction order, so they are deterministic; so are the embedding and row scatter backward,
+// which sort their rows by destination instead of using atomics (see scatter_rows_in_order).
 #include <cuda_runtime.h>
+#include <cub/block/block_scan.cuh>
+#include <cub/device/device_radix_sort.cuh>
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
 #include <string>
 
@@ -323,20 +327,6 @@ __global__ void embedding_forward_kernel(float* out, const int32_t* tokens, cons
   }
 }
 
-// Repeated tokens hit the same row of dwte: atomics.
-__global__ void embedding_backward_wte_kernel(float* dwte, const float* dout, const int32_t* tokens,
-                                              int64_t D, int64_t total, int* status) {
-  for (int64_t i = first_index(); i < total; i += grid_stride()) {
-    const int64_t bt = i / D;
-    const int32_t token = tokens[bt];
-    if (token < 0) {
-      cuda_detail::raise_status(status, cuda_detail::kStatusNegativeTokenId, bt);
-      continue;
-    }
-    atomicAdd(&dwte[static_cast<int64_t>(token) * D + i % D], dout[i]);
-  }
-}
-
 // dwpe[t, d] += sum over b of dout[b, t, d]: one thread per (t, d), no atomics needed.
 __global__ void embedding_backward_wpe_kernel(float* dwpe, const float* dout, int64_t B, int64_t T,
                                               int64_t D) {
@@ -506,22 +496,6 @@ __global__ void gather_rows_kernel(float* out, const float* src, const int32_t* 
   }
 }
 
-// Several rows may target the same destination row: atomics.
-__global__ void scatter_add_rows_kernel(float* dst, const float* src, const int32_t* index,
-                                        const float* weight, int64_t D, int64_t total,
-                                        int* status) {
-  for (int64_t i = first_index(); i < total; i += grid_stride()) {
-    const int64_t r = i / D;
-    const int32_t to = index[r];
-    if (to < 0) {
-      cuda_detail::raise_status(status, cuda_detail::kStatusNegativeRowIndex, r);
-      continue;
-    }
-    const float w = weight != nullptr ? weight[r] : 1.0f;
-    atomicAdd(&dst[static_cast<int64_t>(to) * D + i % D], src[i] * w);
-  }
-}
-
 __global__ void row_dot_kernel(float* out, const float* a, const float* b, int64_t D) {
   const int64_t row = blockIdx.x;
   Sum<float> s;
@@ -593,6 +567,200 @@ void column_sums(Allocator& allocator, cudaStream_t stream, ColumnTargets target
 }
 
 }  // namespace
+
+// ---- model: loss reduction, MoE routing; rows scattered in order --------------------------------
+
+namespace {
+
+__global__ void iota_kernel(int32_t* out, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    out[i] = static_cast<int32_t>(i);
+}
+
+// One block per sorted position; the block at the first position of a destination row adds that
+// row's sources in position order (order[] is ascending within a group), so the sum has the
+// CPU's order and does not depend on scheduling. The other blocks return at once.
+__global__ void scatter_sorted_rows_kernel(float* dst, const float* src, const int32_t* sorted_to,
+                                           const int32_t* order, const float* weight, int64_t n,
+                                           int64_t D, int negative_code, int* status) {
+  const int64_t i = blockIdx.x;
+  const int32_t to = sorted_to[i];
+  if (i > 0 && sorted_to[i - 1] == to) return;
+  if (to < 0) {
+    if (threadIdx.x == 0) cuda_detail::raise_status(status, negative_code, order[i]);
+    return;
+  }
+  float* out = dst + static_cast<int64_t>(to) * D;
+  for (int64_t c = threadIdx.x; c < D; c += blockDim.x) {
+    float acc = out[c];
+    for (int64_t j = i; j < n && sorted_to[j] == to; ++j) {
+      const int64_t r = order[j];
+      acc += src[r * D + c] * (weight != nullptr ? weight[r] : 1.0f);
+    }
+    out[c] = acc;
+  }
+}
+
+// dst[index[i], :] += src[i, :] * weight[i] without atomics: a stable radix sort of the
+// positions by destination groups the rows, then each destination row is summed in position
+// order (as llm.c's deterministic embedding backward). A negative index raises negative_code.
+void scatter_rows_in_order(Allocator& allocator, cudaStream_t stream, float* dst, const float* src,
+                           const int32_t* index, const float* weight, int64_t n, int64_t D,
+                           int negative_code, int* status, const char* op) {
+  const int count = cuda_detail::to_int(n, "rows", op);
+  DeviceBuffer<int32_t> sorted_to(allocator, n), positions(allocator, n), order(allocator, n);
+  iota_kernel<<<grid_for(n), kThreads, 0, stream>>>(positions.get(), n);
+  ENGINE_CUDA_LAUNCHED();
+  size_t temp_bytes = 0;
+  ENGINE_CUDA_CALL(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, index, sorted_to.get(),
+                                                   positions.get(), order.get(), count, 0,
+                                                   int(8 * sizeof(int32_t)), stream));
+  DeviceBuffer<unsigned char> temp(allocator,
+                                   static_cast<int64_t>(std::max<size_t>(temp_bytes, 1)));
+  ENGINE_CUDA_CALL(cub::DeviceRadixSort::SortPairs(temp.get(), temp_bytes, index, sorted_to.get(),
+                                                   positions.get(), order.get(), count, 0,
+                                                   int(8 * sizeof(int32_t)), stream));
+  scatter_sorted_rows_kernel<<<grid_rows(n, op), kThreads, 0, stream>>>(
+      dst, src, sorted_to.get(), order.get(), weight, n, D, negative_code, status);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+// One block: the float64 sum in a fixed tree order.
+__global__ void mean_loss_kernel(float* mean, const float* losses, int64_t n) {
+  Sum<double> s;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    s.value += losses[i];
+  s = block_allreduce(s);
+  if (threadIdx.x == 0) mean[0] = kmath::mean_from_sum<float>(s.value, n);
+}
+
+__global__ void accumulate_loss_kernel(double* acc, const float* terms, int64_t k) {
+  float total = 0.0f;
+  for (int64_t i = 0; i < k; ++i)
+    total += terms[i];
+  acc[0] += static_cast<double>(total);
+}
+
+// One thread per token.
+__global__ void moe_top_k_kernel(int32_t* chosen, float* sel_sum, const float* probs, int64_t N,
+                                 int64_t E, int64_t K) {
+  for (int64_t t = first_index(); t < N; t += grid_stride())
+    sel_sum[t] = kmath::moe_top_k(probs + t * E, E, K, chosen + t * K);
+}
+
+// One block per expert: how many tokens chose it (into offset[e + 1], made a prefix sum by
+// moe_route_finish_kernel) and the float64 sum of its probability over the tokens.
+__global__ void moe_expert_stats_kernel(int32_t* offset, double* mass, const int32_t* chosen,
+                                        const float* probs, int64_t N, int64_t E, int64_t K) {
+  const int32_t e = static_cast<int32_t>(blockIdx.x);
+  Sum2<double> s;  // a: count (exact in float64), b: probability mass
+  for (int64_t t = threadIdx.x; t < N; t += blockDim.x) {
+    for (int64_t j = 0; j < K; ++j)
+      s.a += chosen[t * K + j] == e ? 1.0 : 0.0;
+    s.b += probs[t * E + e];
+  }
+  s = block_allreduce(s);
+  if (threadIdx.x == 0) {
+    offset[e + 1] = static_cast<int32_t>(s.a);
+    mass[e] = s.b;
+  }
+}
+
+// One thread: expert offsets, fractions f_e and the aux loss, experts in order.
+__global__ void moe_route_finish_kernel(int32_t* offset, float* frac, float* aux_loss,
+                                        const double* mass, int64_t N, int64_t E,
+                                        float aux_weight) {
+  offset[0] = 0;
+  double balance = 0.0;
+  for (int64_t e = 0; e < E; ++e) {
+    const int32_t count = offset[e + 1];
+    frac[e] = kmath::moe_fraction<float>(count, N);
+    balance += kmath::moe_balance_term(frac[e], mass[e], N);
+    offset[e + 1] = offset[e] + count;
+  }
+  aux_loss[0] += kmath::moe_aux_loss(aux_weight, E, balance);
+}
+
+// One block per expert: its rows in token order, numbered by a block-wide prefix count over
+// the tokens that chose it (a token chooses an expert at most once).
+__global__ void moe_dispatch_kernel(MoeRouting r, const float* probs, int64_t N, int64_t E,
+                                    int64_t K) {
+  using Scan = cub::BlockScan<int, kThreads>;
+  __shared__ typename Scan::TempStorage scan_storage;
+  const int32_t e = static_cast<int32_t>(blockIdx.x);
+  int next_row = r.offset[e];
+  for (int64_t t0 = 0; t0 < N; t0 += kThreads) {
+    const int64_t t = t0 + threadIdx.x;
+    int64_t slot = -1;
+    if (t < N) {
+      for (int64_t j = 0; j < K; ++j)
+        if (r.chosen[t * K + j] == e) slot = j;
+    }
+    int before = 0, chunk_total = 0;
+    Scan(scan_storage).ExclusiveSum(slot >= 0 ? 1 : 0, before, chunk_total);
+    if (slot >= 0) {
+      const int row = next_row + before;
+      r.slot_row[t * K + slot] = row;
+      r.row_token[row] = static_cast<int32_t>(t);
+      r.row_gate[row] = kmath::moe_gate(probs[t * E + e], r.sel_sum[t]);
+    }
+    next_row += chunk_total;
+    __syncthreads();  // scan_storage is reused by the next chunk
+  }
+}
+
+// One thread per token.
+__global__ void moe_router_backward_kernel(float* dprobs, MoeRouting r, const float* dgate,
+                                           int64_t N, int64_t E, int64_t K, float aux_scale) {
+  for (int64_t t = first_index(); t < N; t += grid_stride())
+    kmath::moe_router_grad(dprobs + t * E, r.frac, aux_scale, E, r.chosen + t * K,
+                           r.slot_row + t * K, dgate, r.row_gate, r.sel_sum[t], K);
+}
+
+void check_moe_sizes(const std::string& where, int64_t N, int64_t E, int64_t K) {
+  ENGINE_CHECK(N > 0 && K >= 1 && K <= E && E <= INT32_MAX && N * K <= INT32_MAX,
+               where + ": need N > 0 tokens and 1 <= K <= E experts (rows fit int32), got N=" +
+                   std::to_string(N) + " E=" + std::to_string(E) + " K=" + std::to_string(K));
+}
+
+}  // namespace
+
+void CudaBackend::mean_loss(float* mean, const float* losses, int64_t n) {
+  ENGINE_CHECK(n > 0, name_ + ": mean_loss: no rows to average");
+  mean_loss_kernel<<<1, 1024, 0, stream_>>>(mean, losses, n);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::accumulate_loss(double* acc, const float* terms, int64_t k) {
+  check_sizes(name_ + ": accumulate_loss", {k});
+  accumulate_loss_kernel<<<1, 1, 0, stream_>>>(acc, terms, k);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::moe_route(const MoeRouting& r, float* aux_loss, const float* probs, int64_t N,
+                            int64_t E, int64_t K, float aux_weight) {
+  check_moe_sizes(name_ + ": moe_route", N, E, K);
+  const unsigned experts = grid_rows(E, "moe_route");
+  moe_top_k_kernel<<<grid_for(N), kThreads, 0, stream_>>>(r.chosen, r.sel_sum, probs, N, E, K);
+  ENGINE_CUDA_LAUNCHED();
+  moe_expert_stats_kernel<<<experts, kThreads, 0, stream_>>>(r.offset, r.mass, r.chosen, probs, N,
+                                                             E, K);
+  ENGINE_CUDA_LAUNCHED();
+  moe_route_finish_kernel<<<1, 1, 0, stream_>>>(r.offset, r.frac, aux_loss, r.mass, N, E,
+                                                aux_weight);
+  ENGINE_CUDA_LAUNCHED();
+  moe_dispatch_kernel<<<experts, kThreads, 0, stream_>>>(r, probs, N, E, K);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::moe_router_backward(float* dprobs, const MoeRouting& r, const float* dgate,
+                                      int64_t N, int64_t E, int64_t K, float aux_weight) {
+  check_moe_sizes(name_ + ": moe_router_backward", N, E, K);
+  const float aux_scale = kmath::moe_aux_grad_scale(aux_weight, E, N);
+  moe_router_backward_kernel<<<grid_for(N), kThreads, 0, stream_>>>(dprobs, r, dgate, N, E, K,
+                                                                    aux_scale);
+  ENGINE_CUDA_LAUNCHED();
+}
 
 // ---- Backend methods ---------------------------------------------------------------------------
 
@@ -745,9 +913,8 @@ void CudaBackend::embedding_backward(float* dwte, float* dwpe, const float* dout
   const int64_t total = B * T * D;
   if (total == 0) return;
   if (dwte != nullptr) {
-    embedding_backward_wte_kernel<<<grid_for(total), kThreads, 0, stream_>>>(dwte, dout, tokens, D,
-                                                                             total, status_);
-    ENGINE_CUDA_LAUNCHED();
+    scatter_rows_in_order(allocator_, stream_, dwte, dout, tokens, nullptr, B * T, D,
+                          cuda_detail::kStatusNegativeTokenId, status_, "embedding_backward");
   }
   if (dwpe != nullptr) {
     embedding_backward_wpe_kernel<<<grid_for(T * D), kThreads, 0, stream_>>>(dwpe, dout, B, T, D);
@@ -925,9 +1092,8 @@ void CudaBackend::scatter_add_rows(float* dst, const float* src, const int32_t* 
   check_sizes(name_ + ": scatter_add_rows", {n, D});
   const int64_t total = n * D;
   if (total == 0) return;
-  scatter_add_rows_kernel<<<grid_for(total), kThreads, 0, stream_>>>(dst, src, index, weight, D,
-                                                                     total, status_);
-  ENGINE_CUDA_LAUNCHED();
+  scatter_rows_in_order(allocator_, stream_, dst, src, index, weight, n, D,
+                        cuda_detail::kStatusNegativeRowIndex, status_, "scatter_add_rows");
 }
 
 void CudaBackend::row_dot(float* out, const float* a, const float* b, int64_t n, int64_t D) {
@@ -935,6 +1101,155 @@ void CudaBackend::row_dot(float* out, const float* a, const float* b, int64_t n,
   if (n == 0) return;
   row_dot_kernel<<<grid_rows(n, "row_dot"), kThreads, 0, stream_>>>(out, a, b, D);
   ENGINE_CUDA_LAUNCHED();
+}
+
+// ---- optimizer updates -------------------------------------------------------------------------
+// Per-element math from kernel_math.h (float64 arithmetic on float storage), as on the CPU.
+
+namespace {
+
+__global__ void adamw_update_kernel(float* w, float* m, float* v, const float* g, int64_t n,
+                                    kmath::AdamWStep step) {
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    kmath::adamw_element(w[i], m[i], v[i], g[i], step);
+}
+
+__global__ void cautious_update_kernel(float* w, const float* u, int64_t n, double lr, double wd) {
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    w[i] = kmath::cautious_update_element(w[i], u[i], lr, wd);
+}
+
+// NorMuon row statistics: q[k * rows + i] = sum of squares of row i of matrix k (one block each).
+__global__ void normuon_row_sums_kernel(double* q, const float* u, int64_t cols) {
+  const float* x = u + static_cast<int64_t>(blockIdx.x) * cols;
+  Sum<double> s;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+    const double xj = x[j];
+    s.value += xj * xj;
+  }
+  s = block_allreduce(s);
+  if (threadIdx.x == 0) q[blockIdx.x] = s.value;
+}
+
+// NorMuon column statistics: q[k * cols + j] = sum of squares of column j of matrix k, one thread
+// per column walking down the rows (neighbouring threads read neighbouring columns).
+__global__ void normuon_col_sums_kernel(double* q, const float* u, int64_t rows, int64_t cols,
+                                        int64_t total) {
+  for (int64_t t = first_index(); t < total; t += grid_stride()) {
+    const int64_t k = t / cols, j = t % cols;
+    const float* x = u + k * rows * cols + j;
+    double s = 0;
+    for (int64_t i = 0; i < rows; ++i) {
+      const double xi = x[i * cols];
+      s += xi * xi;
+    }
+    q[t] = s;
+  }
+}
+
+// One block per matrix: updates the second moments from q, replaces q by the scales and writes
+// the matrix's norm-keeping factor to keep[k].
+__global__ void normuon_scales_kernel(double* q, double* keep, float* second_moment, int64_t stats,
+                                      double entries, double beta2) {
+  double* qk = q + static_cast<int64_t>(blockIdx.x) * stats;
+  float* sk = second_moment + static_cast<int64_t>(blockIdx.x) * stats;
+  Sum2<double> norms;  // a: ||V||^2, b: ||V * scale||^2
+  for (int64_t a = threadIdx.x; a < stats; a += blockDim.x) {
+    const double qa = qk[a];
+    const double sa = kmath::normuon_second_moment(sk[a], qa, entries, beta2);
+    sk[a] = static_cast<float>(sa);
+    const double scale = kmath::normuon_scale(sa);
+    qk[a] = scale;
+    norms.a += qa;
+    norms.b += qa * scale * scale;
+  }
+  norms = block_allreduce(norms);
+  if (threadIdx.x == 0) keep[blockIdx.x] = kmath::normuon_keep_norm(norms.a, norms.b);
+}
+
+__global__ void normuon_apply_kernel(float* u, const double* scale, const double* keep,
+                                     int64_t rows, int64_t cols, bool per_row, int64_t total) {
+  const int64_t stats = per_row ? rows : cols;
+  for (int64_t i = first_index(); i < total; i += grid_stride()) {
+    const int64_t k = i / (rows * cols), e = i % (rows * cols);
+    const int64_t a = per_row ? e / cols : e % cols;
+    u[i] = kmath::normuon_apply(u[i], scale[k * stats + a], keep[k]);
+  }
+}
+
+// *out = 0 + x[0] + x[1] + ... in this order (one thread: the order is the host loop's).
+__global__ void sum_in_order_kernel(double* out, const double* x, int64_t count) {
+  double total = 0;
+  for (int64_t i = 0; i < count; ++i)
+    total += x[i];
+  *out = total;
+}
+
+}  // namespace
+
+void CudaBackend::adamw_update(float* w, float* m, float* v, const float* g, int64_t n,
+                               const kmath::AdamWStep& step) {
+  if (n <= 0) return;
+  adamw_update_kernel<<<grid_for(n), kThreads, 0, stream_>>>(w, m, v, g, n, step);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::normuon_normalize(float* u, float* second_moment, int64_t count, int64_t rows,
+                                    int64_t cols, double beta2) {
+  check_sizes(name_ + ": normuon_normalize", {count, rows, cols});
+  if (count == 0 || rows == 0 || cols == 0) return;
+  const bool per_row = rows >= cols;
+  const int64_t stats = per_row ? rows : cols;
+  DeviceBuffer<double> q(allocator_, count * stats);  // sums of squares, then scales
+  DeviceBuffer<double> keep(allocator_, count);
+  if (per_row) {
+    normuon_row_sums_kernel<<<grid_rows(count * rows, "normuon_normalize"), kThreads, 0, stream_>>>(
+        q.get(), u, cols);
+  } else {
+    normuon_col_sums_kernel<<<grid_for(count * cols), kThreads, 0, stream_>>>(q.get(), u, rows,
+                                                                              cols, count * cols);
+  }
+  ENGINE_CUDA_LAUNCHED();
+  normuon_scales_kernel<<<grid_rows(count, "normuon_normalize"), kThreads, 0, stream_>>>(
+      q.get(), keep.get(), second_moment, stats, static_cast<double>(per_row ? cols : rows), beta2);
+  ENGINE_CUDA_LAUNCHED();
+  const int64_t total = count * rows * cols;
+  normuon_apply_kernel<<<grid_for(total), kThreads, 0, stream_>>>(u, q.get(), keep.get(), rows,
+                                                                  cols, per_row, total);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::cautious_update(float* w, const float* u, int64_t n, double lr, double wd) {
+  if (n <= 0) return;
+  cautious_update_kernel<<<grid_for(n), kThreads, 0, stream_>>>(w, u, n, lr, wd);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+double CudaBackend::sum_squares_many(std::span<const std::span<const float>> xs) {
+  if (xs.empty()) return 0.0;
+  unsigned max_blocks = 1;
+  for (std::span<const float> x : xs)
+    max_blocks = std::max(max_blocks, grid_for(static_cast<int64_t>(x.size())));
+  // Each tensor's sum exactly as sum_squares() forms it, kept on the device; the partials buffer
+  // is reused in stream order.
+  DeviceBuffer<double> partial(allocator_, max_blocks);
+  DeviceBuffer<double> sums(allocator_, static_cast<int64_t>(xs.size()));
+  fill_zero(sums.get(), xs.size() * sizeof(double));
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const int64_t n = static_cast<int64_t>(xs[i].size());
+    if (n == 0) continue;
+    const unsigned blocks = grid_for(n);
+    sum_squares_partial_kernel<<<blocks, kThreads, 0, stream_>>>(partial.get(), xs[i].data(), n);
+    ENGINE_CUDA_LAUNCHED();
+    sum_partials_kernel<<<1, 1024, 0, stream_>>>(sums.get() + i, partial.get(), blocks);
+    ENGINE_CUDA_LAUNCHED();
+  }
+  sum_in_order_kernel<<<1, 1, 0, stream_>>>(reduce_scratch_, sums.get(),
+                                            static_cast<int64_t>(xs.size()));
+  ENGINE_CUDA_LAUNCHED();
+  double result = 0.0;
+  copy_to_host(&result, reduce_scratch_, sizeof(double));
+  return result;
 }
 
 }  // namespace core

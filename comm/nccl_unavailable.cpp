@@ -1,0 +1,16 @@
+// Built without the CUDA toolkit: the NCCL communicator exists only as a clear error.
+#include <string>
+
+#include "comm/nccl_communicator.h"
+#include "engine/core/check.h"
+
+namespace comm {
+
+std::unique_ptr<Communicator> make_nccl(Communicator& host, int cuda_device) {
+  ENGINE_FAIL("rank " + std::to_string(host.rank()) +
+              ": NCCL on cuda:" + std::to_string(cuda_device) +
+              " requested, but this build has no CUDA backend (cmake -DENGINE_CUDA=ON on a "
+              "machine with the CUDA toolkit and NCCL)");
+}
+
+}  // namespace comm

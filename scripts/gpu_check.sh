@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# One command for a machine with an NVIDIA GPU: installs what the project needs, builds with the
+# CUDA backend, runs the GPU tests (they must run, not skip), trains a GPT-2 124M-sized model on
+# GPU 0 for a few dozen steps on synthetic tokens, evaluates its checkpoint on the GPU and on the
+# CPU, samples from it on the GPU, times forward + backward with bench_model --device cuda, and
+# prints one summary table. Sized for about 10 minutes on one H100.
+#
+#   scripts/gpu_check.sh            build in build-gpu/ (BUILD_DIR to change), work in it too
+#
+# Stops at once, before installing or building anything, where no GPU is seen.
+# Exits non-zero when any check fails; the table says which.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+# ---- a GPU, a driver and the CUDA toolkit, or stop here ---------------------------------------
+if ! command -v nvidia-smi >/dev/null 2>&1; then
+  echo "gpu_check: no GPU: nvidia-smi is not installed (no NVIDIA driver on this machine)" >&2
+  exit 1
+fi
+if ! gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null) || [ -z "$gpus" ]; then
+  echo "gpu_check: no GPU: nvidia-smi lists no device ($(nvidia-smi -L 2>&1 | head -1))" >&2
+  exit 1
+fi
+if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+  echo "gpu_check: the CUDA toolkit (nvcc, cuBLAS, cuSOLVER, NCCL) is not installed" >&2
+  exit 1
+fi
+export PATH="$PATH:/usr/local/cuda/bin"
+num_gpus=$(echo "$gpus" | wc -l)
+gpu_name=$(echo "$gpus" | head -1)
+echo "gpu_check: $num_gpus GPU(s): $gpu_name"
+
+build=${BUILD_DIR:-build-gpu}
+work="$build/gpu_check"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mpirun=(mpirun --oversubscribe --allow-run-as-root)
+
+rows=()
+failed=0
+t_start=$(date +%s)
+# record NAME STATUS DETAIL: one row of the summary table.
+record() {
+  rows+=("$(printf '%-26s %-5s %s' "$1" "$2" "$3")")
+  [ "$2" = "ok" ] || failed=1
+}
+summary() {
+  echo
+  echo "==== gpu_check summary: $gpu_name x $num_gpus, $(($(date +%s) - t_start)) s ===="
+  printf '%-26s %-5s %s\n' "check" "state" "detail"
+  for r in "${rows[@]}"; do echo "$r"; done
+}
+trap summary EXIT
+
+# ---- install and build --------------------------------------------------------------------------
+if bash scripts/setup.sh >"$build.setup.log" 2>&1; then
+  record "setup" ok "scripts/setup.sh"
+else
+  record "setup" FAIL "see $build.setup.log"
+  exit 1
+fi
+t0=$(date +%s)
+if cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DENGINE_CUDA=ON \
+  >"$build.cmake.log" 2>&1 && cmake --build "$build" --parallel "$(nproc)" >"$build.build.log" 2>&1; then
+  record "build (ENGINE_CUDA=ON)" ok "$(($(date +%s) - t0)) s"
+else
+  tail -30 "$build.build.log" "$build.cmake.log" 2>/dev/null
+  record "build (ENGINE_CUDA=ON)" FAIL "see $build.build.log"
+  exit 1
+fi
+mkdir -p "$work"
+
+# ---- GPU tests: they must run here --------------------------------------------------------------
+# Any skip means a test saw no device: a failure on a GPU machine (the np 2 runs, which need two
+# GPUs, are only run where there are two).
+gpu_tests='^(cuda_backend_tests|comm_nccl_tests_np1|engine_gpu_training_tests_np1|e2e_device)$'
+[ "$num_gpus" -ge 2 ] &&
+  gpu_tests='^(cuda_backend_tests|comm_nccl_tests_np[12]|engine_gpu_training_tests_np[12]|e2e_device)$'
+t0=$(date +%s)
+ctest --test-dir "$build" -R "$gpu_tests" -V --timeout 300 >"$work/ctest.log" 2>&1
+ctest_status=$?
+# Skips that are right on a GPU machine: the no-device check, and the np 2 ZeRO test at np 1.
+expected_skips='CudaAvailability\.NoDeviceMeansAClearError|GpuTraining\.ZeroStagesOverNcclEqualTheCpu'
+skipped=$(grep -E '\[  SKIPPED \] [A-Za-z]+\.[A-Za-z]' "$work/ctest.log" | grep -vcE "$expected_skips" || true)
+passed=$(grep -cE '^\[ +OK \]|\[       OK \]' "$work/ctest.log" || true)
+if [ "$ctest_status" -ne 0 ]; then
+  record "ctest GPU tests" FAIL "see $work/ctest.log"
+elif [ "$skipped" -ne 0 ]; then
+  grep -B2 -E '\[  SKIPPED \]' "$work/ctest.log" | grep -vE "$expected_skips" | head -20
+  record "ctest GPU tests" FAIL "$skipped skipped on a GPU machine (see $work/ctest.log)"
+else
+  record "ctest GPU tests" ok "$passed gtest cases passed, 0 skipped, $(($(date +%s) - t0)) s"
+fi
+
+# ---- a GPT-2 124M-sized run on GPU 0 ------------------------------------------------------------
+# Synthetic tokens (tests/e2e/make_tiny_data.py, ids < 50257); 64 Ki tokens per step.
+python3 tests/e2e/make_tiny_data.py "$work/data" --train-tokens 2500000 --val-tokens 20000 \
+  --vocab 50257 >/dev/null
+run_dir="$work/run124m"
+sets=(--set device=cuda --set "data.train=$work/data/tiny_train_*.bin"
+  --set "data.val=$work/data/tiny_val_*.bin" --set "log.dir=$run_dir"
+  --set "checkpoint.dir=$run_dir/ckpt" --set checkpoint.overwrite=true --set checkpoint.every=0
+  --set train.steps=30 --set train.batch_tokens=65536 --set train.micro_batch=8
+  --set train.val_tokens=8192 --set train.eval_every=0 --set train.warmup_steps=2
+  --set train.target_val_loss=0 --set log.every=5 --set zero.stage=1)
+t0=$(date +%s)
+if "${mpirun[@]}" -np 1 "$build/apps/engine/engine" --config configs/gpt2_124m.yaml "${sets[@]}" \
+  >"$work/train.log" 2>&1; then
+  last=$(grep -E '^step:30/30' "$work/train.log" | head -1)
+  record "train 124M, 30 steps" ok "$(($(date +%s) - t0)) s; ${last:0:110}"
+else
+  tail -20 "$work/train.log"
+  record "train 124M, 30 steps" FAIL "see $work/train.log"
+fi
+grep -q "rank 0: cuda:0" "$work/train.log" && record "banner names cuda:0" ok "" ||
+  record "banner names cuda:0" FAIL "no 'rank 0: cuda:0' line in $work/train.log"
+
+# ---- the checkpoint on both devices: eval on cuda and on cpu, sample on cuda --------------------
+ckpt=$(ls -d "$run_dir"/ckpt/step_* 2>/dev/null | tail -1)
+if [ -n "$ckpt" ]; then
+  val() { grep -oE 'val_loss:[0-9.]+' "$1" | head -1 | cut -d: -f2; }
+  "${mpirun[@]}" -np 1 "$build/apps/engine/engine" eval --checkpoint "$ckpt" --set device=cuda \
+    >"$work/eval_cuda.log" 2>&1
+  "${mpirun[@]}" -np 1 "$build/apps/engine/engine" eval --checkpoint "$ckpt" --set device=cpu \
+    >"$work/eval_cpu.log" 2>&1
+  vg=$(val "$work/eval_cuda.log")
+  vc=$(val "$work/eval_cpu.log")
+  if [ -n "$vg" ] && [ -n "$vc" ] &&
+    python3 -c "import sys; g, c = map(float, sys.argv[1:]); sys.exit(abs(g - c) > 1e-3 * abs(c))" "$vg" "$vc"; then
+    record "eval checkpoint cuda/cpu" ok "val_loss cuda $vg, cpu $vc"
+  else
+    record "eval checkpoint cuda/cpu" FAIL "val_loss cuda '$vg', cpu '$vc' (logs in $work)"
+  fi
+  if "${mpirun[@]}" -np 1 "$build/apps/engine/engine" sample --checkpoint "$ckpt" --set device=cuda \
+    --tokens 16 >"$work/sample.log" 2>&1; then
+    record "sample on cuda" ok "16 tokens"
+  else
+    record "sample on cuda" FAIL "see $work/sample.log"
+  fi
+else
+  record "eval checkpoint cuda/cpu" FAIL "no checkpoint in $run_dir/ckpt"
+fi
+
+# ---- forward + backward throughput --------------------------------------------------------------
+if "$build/apps/bench_model/bench_model" --device cuda --json --steps 5 --models gpt2_124m \
+  >"$work/bench.json" 2>"$work/bench.err"; then
+  record "bench_model --device cuda" ok "$(python3 -c '
+import json, sys
+r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+print("gpt2_124m B=%d T=%d: %.0f tok/s, %.1f TFLOP/s, MFU %.1f%% of %.1f TFLOP/s f32" % (
+    r["batch"], r["seq_len"], r["tokens_per_s"], r["tflops"], 100 * r["mfu"], r["peak_tflops"]))
+' "$work/bench.json")"
+else
+  record "bench_model --device cuda" FAIL "see $work/bench.err"
+fi
+
+exit "$failed"
