@@ -502,7 +502,8 @@ int run(int argc, char** argv, const comm::MpiSession& session, comm::Communicat
     config.train.val_tokens = whole_val_split_tokens(config, world.size());
   std::unique_ptr<engine::Trainer> trainer =
       make_trainer(config, world, device, /*with_train_data=*/false, need_val);
-  engine::log_rank_devices(world, *device.backend);
+  // sample's standard output is the text alone.
+  if (a.command != "sample") engine::log_rank_devices(world, *device.backend);
   trainer->load_checkpoint(checkpoint, /*params_only=*/true);
   if (a.command == "eval") {
     const double loss = trainer->evaluate();

@@ -12,6 +12,7 @@
 
 #include "comm/communicator.h"
 #include "engine/config.h"
+#include "engine/core/backend.h"
 #include "engine/core/rng.h"
 #include "engine/data/token_shard.h"
 #include "engine/trainer.h"
@@ -72,7 +73,7 @@ class Replicas : public ::testing::Test {
 
 TEST_F(Replicas, FullParametersAreBitIdenticalOnEveryRankAfterEveryStep) {
   for (int stage : {1, 2}) {
-    engine::Trainer trainer(config(stage), *world_);
+    engine::Trainer trainer(config(stage), *world_, *world_, core::cpu_backend());
     EXPECT_EQ(differing_from_rank0(trainer.model(), *world_), std::vector<std::string>{})
         << "stage " << stage << " at initialisation, rank " << world_->rank();
     for (int step = 1; step <= 4; ++step) {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "engine/core/backend.h"
 #include "engine/core/check.h"
 #include "engine/core/compare.h"
 #include "engine/core/rng.h"
@@ -19,6 +20,13 @@ using test_util::error_of;
 using core::Tensor;
 
 namespace {
+
+// A step context on the CPU backend (a context without a backend is refused).
+optim::StepContext cpu_context() {
+  optim::StepContext ctx;
+  ctx.backend = &core::cpu_backend();
+  return ctx;
+}
 
 optim::AdamWConfig adam_config(const std::string& yaml) {
   optim::HyperReader r(YAML::Load(yaml), "test");
@@ -72,7 +80,7 @@ TEST(AdamW, StateRoundTripAndErrors) {
   Tensor w = Tensor::from_vector({3}, std::vector<float>{1, 2, 3});
   Tensor g = Tensor::from_vector({3}, std::vector<float>{0.1f, -0.2f, 0.3f});
   optim::ParamShard p{"v", {3}, 0, w, g};
-  a.step({&p, 1}, {});
+  a.step({&p, 1}, cpu_context());
   optim::OptimizerState s;
   a.save_state(s);
   EXPECT_EQ(s.counters.at("v/step"), 1);
@@ -99,7 +107,7 @@ TEST(AdamW, StateRoundTripAndErrors) {
   other.tensors["v/exp_avg"] = Tensor::zeros({2});
   c.load_state(other);
   EXPECT_NE(error_of([&] {
-              c.step({&p, 1}, {});
+              c.step({&p, 1}, cpu_context());
             }).find("'v/exp_avg' has shape [2]"),
             std::string::npos);
 }
@@ -140,7 +148,7 @@ TEST(Muon, RefusesRowShardsAndUnknownState) {
   Tensor w = Tensor::zeros({4, 8}), g = Tensor::zeros({4, 8});
   optim::ParamShard p{"blocks.0.attn.proj.weight", {8, 8}, 4, w, g};
   EXPECT_NE(error_of([&] {
-              muon.step({&p, 1}, {});
+              muon.step({&p, 1}, cpu_context());
             }).find("must be stepped whole (Owned"),
             std::string::npos);
   optim::OptimizerState s;
@@ -160,15 +168,15 @@ TEST(Muon, MatrixViewsEqualSeparateBlocks) {
   optim::Muon plain(muon_config("{lr: 0.1, matrix_views: {}}"));
   Tensor wv = w.clone();
   optim::ParamShard pv{"qkv", {2 * k, k}, 0, wv, g};
-  viewed.step({&pv, 1}, {});
+  viewed.step({&pv, 1}, cpu_context());
   Tensor tall = w.clone();
   optim::ParamShard pt{"qkv", {2 * k, k}, 0, tall, g};
-  plain.step({&pt, 1}, {});
+  plain.step({&pt, 1}, cpu_context());
   for (int64_t b = 0; b < 2; ++b) {
     Tensor wb = w.slice(0, b * k, k).clone(), gb = g.slice(0, b * k, k).clone();
     optim::ParamShard pb{"block", {k, k}, 0, wb, gb};
     optim::Muon single(muon_config("{lr: 0.1}"));
-    single.step({&pb, 1}, {});
+    single.step({&pb, 1}, cpu_context());
     const auto expect = wb.to_vector(), got = wv.slice(0, b * k, k).clone().to_vector();
     for (size_t i = 0; i < expect.size(); ++i)
       EXPECT_FLOAT_EQ(got[i], expect[i]);

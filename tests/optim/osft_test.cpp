@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "engine/core/backend.h"
 #include "engine/core/rng.h"
 #include "optim/osft.h"
 #include "optim/osft_factors.h"
@@ -18,6 +19,13 @@ using core::Tensor;
 using test_util::error_of;
 
 namespace {
+
+// A step context on the CPU backend (a context without a backend is refused).
+optim::StepContext cpu_context() {
+  optim::StepContext ctx;
+  ctx.backend = &core::cpu_backend();
+  return ctx;
+}
 
 using MatD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
@@ -110,7 +118,7 @@ TEST(OsftRankRule, DenseTargetsAreRefusedVectorsAndUntargetedMatricesStep) {
   auto step = [&](const std::string& name, const core::Shape& shape) {
     const Tensor w = Tensor::zeros(shape), g = Tensor::zeros(shape);
     const optim::ParamShard p{name, shape, 0, w, g};
-    osft.step({&p, 1}, optim::StepContext{});
+    osft.step({&p, 1}, cpu_context());
   };
   const std::string err = error_of([&] { step("blocks.0.mlp.fc.weight", {64, 16}); });
   EXPECT_NE(err.find("'blocks.0.mlp.fc.weight' [64, 16] is an OSFT target (k_high 8)"),
@@ -255,7 +263,7 @@ TEST(Osft, OrdinaryParametersTrainAsTorchAdamW) {
   Tensor w = Tensor::from_vector({1}, std::vector<float>{1.0f});
   Tensor g = Tensor::from_vector({1}, std::vector<float>{0.3f});
   optim::ParamShard p{"ln.bias", {1}, 0, w, g};
-  osft.step({&p, 1}, optim::StepContext{});
+  osft.step({&p, 1}, cpu_context());
   // t = 1: m = 0.03, v = 9e-4, W = 1 (1 - 0.1 * 0.5) - 0.1 (m / 0.1) / (sqrt(v / 0.01) + eps)
   const double expected = 0.95 - 0.1 * 0.3 / (0.3 + 1e-3);
   EXPECT_NEAR(w.at({0}), expected, 1e-6);
