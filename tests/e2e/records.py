@@ -34,7 +34,8 @@ def run(cmd, expect_ok=True, timeout=300):
 
 def case_speedrun(env):
     """Three seeds of the tiny config: one folder per seed with log, metrics and config, a
-    summary whose numbers are those of the metrics files, and a refusal to overwrite a record."""
+    summary whose numbers are those of the metrics files, --rescore against another target, and a
+    refusal to overwrite a record."""
     records = os.path.join(env.work, "records")
     cmd = [os.path.join(env.repo, "scripts/speedrun.sh"), env.config, "--seeds", "3", "--np", "2",
            "--threads", "1", "--name", "tiny", "--target", "4.0", "--records", records,
@@ -66,6 +67,17 @@ def case_speedrun(env):
     check(s["reached"] == 3 and 0 <= s["p_value"] < 0.01, "summary %s" % s)
     check(os.path.isfile(os.path.join(out, "recipe.yaml")), "no recipe.yaml")
     check("time to target:" in p.stdout and "p = " in p.stdout, "no summary printed:\n" + p.stdout)
+    rescored = run([os.path.join(env.repo, "scripts/speedrun.sh"), "--rescore", out,
+                    "--target", "1.0"])
+    s2 = json.load(open(os.path.join(out, "summary.json")))
+    for r, r2 in zip(runs, s2["runs"]):
+        m = e2e.metrics(os.path.join(out, "seed%d" % r["seed"]))
+        hit = [k for k in sorted(m) if m[k].get("val_loss", 99) <= 1.0]
+        check(r2["target_step"] == (hit[0] if hit else None),
+              "rescored seed %d: %s, metrics say %s" % (r["seed"], r2, hit[:1]))
+    check(s2["summary"]["target"] == 1.0 and s2["summary"]["command"].endswith("--target 1"),
+          "rescored summary %s" % s2["summary"])
+    check("target val loss 1.0000" in rescored.stdout, "rescore printed:\n" + rescored.stdout)
     again = run(cmd, expect_ok=False)
     check("exists" in again.stdout and "nothing was overwritten" in again.stdout,
           "second run into the same record: " + again.stdout[-500:])
