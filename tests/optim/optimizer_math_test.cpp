@@ -13,6 +13,7 @@
 #include "optim/adamw.h"
 #include "optim/muon.h"
 #include "optim/newton_schulz.h"
+#include "tests/optim/cpu_context.h"
 #include "tests/test_util.h"
 
 using test_util::error_of;
@@ -20,13 +21,6 @@ using test_util::error_of;
 using core::Tensor;
 
 namespace {
-
-// A step context on the CPU backend (a context without a backend is refused).
-optim::StepContext cpu_context() {
-  optim::StepContext ctx;
-  ctx.backend = &core::cpu_backend();
-  return ctx;
-}
 
 optim::AdamWConfig adam_config(const std::string& yaml) {
   optim::HyperReader r(YAML::Load(yaml), "test");

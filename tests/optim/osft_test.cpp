@@ -13,19 +13,13 @@
 #include "optim/osft.h"
 #include "optim/osft_factors.h"
 #include "optim/registry.h"
+#include "tests/optim/cpu_context.h"
 #include "tests/test_util.h"
 
 using core::Tensor;
 using test_util::error_of;
 
 namespace {
-
-// A step context on the CPU backend (a context without a backend is refused).
-optim::StepContext cpu_context() {
-  optim::StepContext ctx;
-  ctx.backend = &core::cpu_backend();
-  return ctx;
-}
 
 using MatD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
