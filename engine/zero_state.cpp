@@ -50,11 +50,11 @@ class ResidentParams final : public ZeroState {
         const comm::Range r = plan_.local_slice(i).range;
         local_value_[i] = full.slice(0, r.begin, r.size());
       } else {  // not a contiguous block of the full tensor: an own copy
-        local_value_[i] = core::Tensor::empty(plan_.local_shape(i));
+        local_value_[i] = local_tensor(i, false);
         comm::copy_local_part(comm_, plan_, i, full, local_value_[i]);
       }
       // Own buffers: a reduce-scatter must not read and write one buffer.
-      local_grad_[i] = core::Tensor::zeros(plan_.local_shape(i));
+      local_grad_[i] = local_tensor(i, true);
     }
     make_buckets(options.bucket_bytes);
     if (options.training) start_stream(options);
@@ -195,9 +195,9 @@ class ShardedParams final : public ZeroState {
         overlap_(options.overlap) {
     for (size_t i = 0; i < trainables_.size(); ++i) {
       if (plan_.local_numel(i) > 0) {
-        local_value_[i] = core::Tensor::empty(plan_.local_shape(i));
+        local_value_[i] = local_tensor(i, false);
         comm::copy_local_part(comm_, plan_, i, trainables_[i].value, local_value_[i]);
-        local_grad_[i] = core::Tensor::zeros(plan_.local_shape(i));
+        local_grad_[i] = local_tensor(i, true);
       }
       gatherer_.set_local(i, local_value_[i]);
     }
@@ -299,7 +299,8 @@ class ShardedParams final : public ZeroState {
   void bind_layer_grads(int layer) {
     for (size_t i : plan_.layer_params(layer)) {
       core::Tensor g =
-          core::Tensor::zeros(plan_.param(i).shape, core::DType::F32, backend_.allocator());
+          core::Tensor::empty(plan_.param(i).shape, core::DType::F32, backend_.allocator());
+      backend_.fill_zero(g.raw_data(), g.nbytes());
       trainables_[i].bind_grad(g);
       full_grad_[i] = std::move(g);
     }
@@ -315,7 +316,7 @@ class ShardedParams final : public ZeroState {
       const size_t i = params[k];
       core::Tensor target = local_grad_[i];
       if (!first && target.defined()) {
-        target = core::Tensor::empty(plan_.local_shape(i));
+        target = local_tensor(i, false);
         partial.emplace_back(i, target);
       }
       works.push_back(comm::reduce_grad_async(c, plan_, i, fulls[k], target, comm::ReduceOp::Sum));
@@ -353,6 +354,13 @@ ZeroState::ZeroState(comm::Communicator& comm, const comm::ShardingPlan& plan,
 }
 
 ZeroState::~ZeroState() = default;
+
+core::Tensor ZeroState::local_tensor(size_t i, bool zeroed) const {
+  core::Tensor t =
+      core::Tensor::empty(plan_.local_shape(i), core::DType::F32, backend_.allocator());
+  if (zeroed && t.nbytes() > 0) backend_.fill_zero(t.raw_data(), t.nbytes());
+  return t;
+}
 
 void ZeroState::start_stream(const ZeroOptions& options) {
   if (!options.progress_thread || comm_.size() == 1) return;

@@ -119,6 +119,8 @@ class ZeroState {
   void add_pending(std::unique_ptr<comm::Work> work) { pending_.push_back(std::move(work)); }
   void poll_pending();  // without a thread: nonblocking MPI collectives advance in test()
   void wait_pending();  // every pending one; the thread's calls and bytes count as this rank's
+  // A buffer in the backend's memory shaped like parameter i's local part (zero-filled on ask).
+  core::Tensor local_tensor(size_t i, bool zeroed) const;
 
   comm::Communicator& comm_;
   const comm::ShardingPlan& plan_;

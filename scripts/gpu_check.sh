@@ -5,12 +5,22 @@
 # CPU, samples from it on the GPU, times forward + backward with bench_model --device cuda, and
 # prints one summary table. Sized for about 10 minutes on one H100.
 #
-#   scripts/gpu_check.sh            build in build-gpu/ (BUILD_DIR to change), work in it too
+#   scripts/gpu_check.sh             build in build-gpu/ (BUILD_DIR to change), work in it too
+#   scripts/gpu_check.sh --prebuilt  skip the install and the build: BUILD_DIR already holds a
+#                                    CUDA build (for a GPU machine with no package registry)
 #
 # Stops at once, before installing or building anything, where no GPU is seen.
 # Exits non-zero when any check fails; the table says which.
 set -uo pipefail
+export GTEST_COLOR=no
 cd "$(dirname "$0")/.."
+prebuilt=0
+for arg in "$@"; do
+  case "$arg" in
+    --prebuilt) prebuilt=1 ;;
+    *) echo "gpu_check: unknown argument '$arg' (expected --prebuilt)" >&2; exit 2 ;;
+  esac
+done
 
 # ---- a GPU, a driver and the CUDA toolkit, or stop here ---------------------------------------
 if ! command -v nvidia-smi >/dev/null 2>&1; then
@@ -35,6 +45,9 @@ work="$build/gpu_check"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpirun=(mpirun --oversubscribe --allow-run-as-root)
 
+# The GoogleTest binaries that need a GPU; each runs whole (all its cases) under mpirun -np 1.
+gpu_test_binaries=(tests/cuda/cuda_backend_tests tests/optim/optim_device_replay_tests
+  tests/comm/comm_nccl_tests tests/engine/engine_gpu_training_tests)
 rows=()
 failed=0
 t_start=$(date +%s)
@@ -52,43 +65,69 @@ summary() {
 trap summary EXIT
 
 # ---- install and build --------------------------------------------------------------------------
-if bash scripts/setup.sh >"$build.setup.log" 2>&1; then
-  record "setup" ok "scripts/setup.sh"
+if [ "$prebuilt" = 1 ]; then
+  for b in apps/engine/engine apps/bench_model/bench_model "${gpu_test_binaries[@]}"; do
+    [ -x "$build/$b" ] || { echo "gpu_check: --prebuilt, but $build/$b is missing" >&2; exit 1; }
+  done
+  record "build (ENGINE_CUDA=ON)" ok "prebuilt in $build"
 else
-  record "setup" FAIL "see $build.setup.log"
-  exit 1
-fi
-t0=$(date +%s)
-if cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DENGINE_CUDA=ON \
-  >"$build.cmake.log" 2>&1 && cmake --build "$build" --parallel "$(nproc)" >"$build.build.log" 2>&1; then
-  record "build (ENGINE_CUDA=ON)" ok "$(($(date +%s) - t0)) s"
-else
-  tail -30 "$build.build.log" "$build.cmake.log" 2>/dev/null
-  record "build (ENGINE_CUDA=ON)" FAIL "see $build.build.log"
-  exit 1
+  if bash scripts/setup.sh >"$build.setup.log" 2>&1; then
+    record "setup" ok "scripts/setup.sh"
+  else
+    record "setup" FAIL "see $build.setup.log"
+    exit 1
+  fi
+  t0=$(date +%s)
+  if cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DENGINE_CUDA=ON \
+    >"$build.cmake.log" 2>&1 && cmake --build "$build" --parallel "$(nproc)" >"$build.build.log" 2>&1; then
+    record "build (ENGINE_CUDA=ON)" ok "$(($(date +%s) - t0)) s"
+  else
+    tail -30 "$build.build.log" "$build.cmake.log" 2>/dev/null
+    record "build (ENGINE_CUDA=ON)" FAIL "see $build.build.log"
+    exit 1
+  fi
 fi
 mkdir -p "$work"
 
 # ---- GPU tests: they must run here --------------------------------------------------------------
-# Any skip means a test saw no device: a failure on a GPU machine (the np 2 runs, which need two
-# GPUs, are only run where there are two).
-gpu_tests='^(cuda_backend_tests|comm_nccl_tests_np1|engine_gpu_training_tests_np1|e2e_device)$'
-[ "$num_gpus" -ge 2 ] &&
-  gpu_tests='^(cuda_backend_tests|comm_nccl_tests_np[12]|engine_gpu_training_tests_np[12]|e2e_device)$'
-t0=$(date +%s)
-ctest --test-dir "$build" -R "$gpu_tests" -V --timeout 300 >"$work/ctest.log" 2>&1
-ctest_status=$?
-# Skips that are right on a GPU machine: the no-device check, and the np 2 ZeRO test at np 1.
-expected_skips='CudaAvailability\.NoDeviceMeansAClearError|GpuTraining\.ZeroStagesOverNcclEqualTheCpu'
-skipped=$(grep -E '\[  SKIPPED \] [A-Za-z]+\.[A-Za-z]' "$work/ctest.log" | grep -vcE "$expected_skips" || true)
-passed=$(grep -cE '^\[ +OK \]|\[       OK \]' "$work/ctest.log" || true)
-if [ "$ctest_status" -ne 0 ]; then
-  record "ctest GPU tests" FAIL "see $work/ctest.log"
-elif [ "$skipped" -ne 0 ]; then
-  grep -B2 -E '\[  SKIPPED \]' "$work/ctest.log" | grep -vE "$expected_skips" | head -20
-  record "ctest GPU tests" FAIL "$skipped skipped on a GPU machine (see $work/ctest.log)"
+# Any skip means a test saw no device: a failure on a GPU machine. Skips that are right here: the
+# no-device check, and the tests that need two GPUs when there is one.
+expected_skips='CudaAvailability\.NoDeviceMeansAClearError'
+[ "$num_gpus" -ge 2 ] || expected_skips+='|GpuTraining\.ZeroStagesOverNcclEqualTheCpu'
+for b in "${gpu_test_binaries[@]}"; do
+  name=$(basename "$b")
+  log="$work/$name.log"
+  t0=$(date +%s)
+  "${mpirun[@]}" -np 1 "$build/$b" >"$log" 2>&1
+  test_status=$?
+  passed=$(grep -cE '^\[       OK \]' "$log" || true)
+  skipped=$(grep -E '^\[  SKIPPED \] [A-Za-z0-9_]+\.[A-Za-z0-9_]+' "$log" | grep -vcE "$expected_skips" || true)
+  if [ "$test_status" -ne 0 ]; then
+    grep -E '^\[  FAILED  \]|Failure' "$log" | head -10
+    record "$name" FAIL "exit $test_status, $passed passed (see $log)"
+  elif [ "$skipped" -ne 0 ]; then
+    grep -E '^\[  SKIPPED \]' "$log" | grep -vE "$expected_skips" | head -10
+    record "$name" FAIL "$skipped skipped on a GPU machine, $passed passed (see $log)"
+  else
+    record "$name" ok "$passed passed, 0 unexpected skips, $(($(date +%s) - t0)) s"
+  fi
+done
+if [ "$num_gpus" -ge 2 ]; then
+  for b in tests/comm/comm_nccl_tests tests/engine/engine_gpu_training_tests; do
+    log="$work/$(basename "$b")_np2.log"
+    if "${mpirun[@]}" -np 2 "$build/$b" >"$log" 2>&1; then
+      record "$(basename "$b") np 2" ok "$(grep -cE '^\[       OK \]' "$log") passed"
+    else
+      record "$(basename "$b") np 2" FAIL "see $log"
+    fi
+  done
+fi
+if python3 tests/e2e/e2e.py --engine "$build/apps/engine/engine" --repo . --work "$work/e2e_device" \
+  device >"$work/e2e_device.log" 2>&1; then
+  record "e2e device selection" ok "$(tail -1 "$work/e2e_device.log" | cut -c1-90)"
 else
-  record "ctest GPU tests" ok "$passed gtest cases passed, 0 skipped, $(($(date +%s) - t0)) s"
+  tail -5 "$work/e2e_device.log"
+  record "e2e device selection" FAIL "see $work/e2e_device.log"
 fi
 
 # ---- a GPT-2 124M-sized run on GPU 0 ------------------------------------------------------------

@@ -1,6 +1,7 @@
 #include "engine/core/allocator.h"
 
 #include <cstdlib>
+#include <cstring>
 #include <new>
 
 namespace core {
@@ -25,6 +26,10 @@ void CpuAllocator::deallocate(void* ptr, size_t bytes) {
   if (ptr == nullptr) return;
   std::free(ptr);
   count_free(bytes);
+}
+
+void CpuAllocator::copy_within(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0) std::memcpy(dst, src, bytes);
 }
 
 CpuAllocator& cpu_allocator() {

@@ -15,6 +15,9 @@ class Allocator {
   virtual Device device() const = 0;
   virtual void* allocate(size_t bytes) = 0;
   virtual void deallocate(void* ptr, size_t bytes) = 0;
+  // Copies `bytes` between two non-overlapping blocks of this allocator's memory, ordered after
+  // the work already issued on them (Tensor::clone of a device tensor: optimizer state snapshots).
+  virtual void copy_within(void* dst, const void* src, size_t bytes) = 0;
 
   size_t live_bytes() const { return live_bytes_.load(); }
   size_t peak_bytes() const { return peak_bytes_.load(); }
@@ -36,6 +39,7 @@ class CpuAllocator final : public Allocator {
   Device device() const override { return Device::cpu(); }
   void* allocate(size_t bytes) override;
   void deallocate(void* ptr, size_t bytes) override;
+  void copy_within(void* dst, const void* src, size_t bytes) override;
 };
 
 // The process-wide host allocator.

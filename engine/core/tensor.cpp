@@ -176,9 +176,14 @@ static void copy_strided(char* dst, const Shape& dst_strides, const char* src,
 void Tensor::copy_from(const Tensor& src) {
   ENGINE_CHECK(src.shape_ == shape_ && src.dtype_ == dtype_,
                "copy_from(): " + src.str() + " into " + str());
-  ENGINE_CHECK(device().is_cpu() && src.device().is_cpu(),
-               "copy_from(): device copies go through a Backend");
   if (numel() == 0) return;
+  if (!device().is_cpu() && device() == src.device() && is_contiguous() && src.is_contiguous()) {
+    storage_->allocator().copy_within(raw_data(), src.raw_data(), nbytes());
+    return;
+  }
+  ENGINE_CHECK(device().is_cpu() && src.device().is_cpu(),
+               "copy_from(): " + src.str() + " into " + str() +
+                   ": copies between devices, or of strided device tensors, go through a Backend");
   if (is_contiguous() && src.is_contiguous()) {
     std::memcpy(raw_data(), src.raw_data(), nbytes());
   } else {

@@ -34,6 +34,11 @@ class StandInDeviceAllocator final : public core::Allocator {
     count_free(bytes);
     std::free(ptr);
   }
+  void copy_within(void* dst, const void* src, size_t bytes) override {
+    ++copies;
+    std::memcpy(dst, src, bytes);
+  }
+  int copies = 0;
 };
 
 std::vector<float> iota_values(size_t n, float start) {
@@ -136,3 +141,20 @@ TEST_F(DeviceStaging, HostStateMovesToTheDeviceOfItsParameter) {
 }
 
 }  // namespace
+
+// Optimizer state snapshots (save_state) clone device tensors: the copy stays on the device,
+// made by its allocator, and is independent of the original afterwards. A copy between devices
+// is refused by name.
+TEST_F(DeviceStaging, CloneOfADeviceTensorStaysOnTheDevice) {
+  core::Tensor state = device_tensor(device_, {2, 3}, iota_values(6, 1));
+  const core::Tensor snapshot = state.clone();
+  EXPECT_EQ(device_.copies, 1);
+  EXPECT_EQ(&snapshot.storage()->allocator(), &device_);
+  EXPECT_NE(snapshot.storage(), state.storage());
+  core::cpu_backend().fill_zero(state.raw_data(), state.nbytes());
+  EXPECT_EQ(device_values(snapshot), iota_values(6, 1));
+
+  core::Tensor host = core::Tensor::from_vector({2, 3}, iota_values(6, 0));
+  const std::string err = error_of([&] { host.copy_from(state); });
+  EXPECT_NE(err.find("copies between devices"), std::string::npos) << err;
+}

@@ -93,6 +93,12 @@ void CudaAllocator::deallocate(void* ptr, size_t bytes) {
   count_free(bytes);
 }
 
+void CudaAllocator::copy_within(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  DeviceGuard guard(device_index_);
+  ENGINE_CUDA_CALL(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+}
+
 size_t CudaAllocator::cached_bytes() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return cached_bytes_;

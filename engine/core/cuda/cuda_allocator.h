@@ -29,6 +29,8 @@ class CudaAllocator final : public Allocator {
   // back from the driver in freed blocks.
   void* allocate(size_t bytes) override;
   void deallocate(void* ptr, size_t bytes) override;
+  // cudaMemcpy on the legacy default stream: after the backend's kernels, synchronous.
+  void copy_within(void* dst, const void* src, size_t bytes) override;
 
   size_t cached_bytes() const;
   // Returns every cached block to the driver (also done once before reporting out-of-memory).
