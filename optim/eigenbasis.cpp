@@ -1,8 +1,5 @@
 #include "optim/eigenbasis.h"
 
-#include <algorithm>
-#include <numeric>
-
 #include "engine/core/check.h"
 
 namespace optim {
@@ -20,40 +17,34 @@ void matmul(core::Backend& backend, const float* a, bool trans_a, const float* b
   backend.gemm(args, a, b, c);
 }
 
+core::Tensor backend_tensor(core::Backend& backend, const core::Shape& shape) {
+  return core::Tensor::empty(shape, core::DType::F32, backend.allocator());
+}
+
+BackendIndices::BackendIndices(core::Backend& backend, int64_t n)
+    : allocator_(backend.allocator()),
+      bytes_(static_cast<size_t>(n > 0 ? n : 1) * sizeof(int32_t)),
+      data_(static_cast<int32_t*>(allocator_.allocate(bytes_))) {}
+
+BackendIndices::~BackendIndices() {
+  allocator_.deallocate(data_, bytes_);
+}
+
 void rayleigh_quotients(core::Backend& backend, const float* k, const float* q, float* lam,
                         int64_t n) {
-  std::vector<float> kq(static_cast<size_t>(n * n));
-  matmul(backend, k, false, q, false, kq.data(), n, n, n);
-  for (int64_t j = 0; j < n; ++j) {
-    double s = 0;
-    for (int64_t i = 0; i < n; ++i)
-      s += static_cast<double>(q[i * n + j]) * kq[i * n + j];
-    lam[j] = static_cast<float>(s);
-  }
+  core::Tensor kq = backend_tensor(backend, {n, n});
+  matmul(backend, k, false, q, false, kq.data<float>(), n, n, n);
+  backend.column_dots(lam, q, kq.data<float>(), n, n);
 }
 
-std::vector<int64_t> descending_order(const float* lam, int64_t n) {
-  std::vector<int64_t> order(static_cast<size_t>(n));
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int64_t x, int64_t y) { return lam[x] > lam[y]; });
-  return order;
-}
-
-void permute_columns(float* a, int64_t rows, int64_t cols, const std::vector<int64_t>& order) {
-  std::vector<float> row(static_cast<size_t>(cols));
-  for (int64_t i = 0; i < rows; ++i) {
-    float* r = a + i * cols;
-    for (int64_t j = 0; j < cols; ++j)
-      row[j] = r[order[j]];
-    std::copy(row.begin(), row.end(), r);
-  }
-}
-
-void permute_rows(float* a, int64_t rows, int64_t cols, const std::vector<int64_t>& order) {
-  std::vector<float> old(a, a + rows * cols);
-  for (int64_t i = 0; i < rows; ++i)
-    std::copy_n(old.data() + order[i] * cols, cols, a + i * cols);
+void sort_descending(core::Backend& backend, float* q, float* lam, int64_t n, int32_t* order) {
+  backend.argsort_descending(order, lam, n);
+  core::Tensor sorted_q = backend_tensor(backend, {n, n});
+  backend.gather_columns(sorted_q.data<float>(), q, order, n, n);
+  backend.copy(q, sorted_q.data<float>(), sorted_q.nbytes());
+  core::Tensor sorted_lam = backend_tensor(backend, {n});
+  backend.gather_rows(sorted_lam.data<float>(), lam, order, nullptr, n, 1);
+  backend.copy(lam, sorted_lam.data<float>(), sorted_lam.nbytes());
 }
 
 void RefreshBatch::run(core::Backend& backend, int power_iter_steps, bool batched,
@@ -61,18 +52,23 @@ void RefreshBatch::run(core::Backend& backend, int power_iter_steps, bool batche
   // Eigendecompositions: ascending solver output, flipped to descending.
   const int ranks = distribute ? distribute->size() : 1;
   const int rank = distribute ? distribute->rank() : 0;
-  std::vector<std::vector<float>> w, v;
+  ENGINE_CHECK(!distribute || distribute->device() == backend.device(),
+               "distributed eigenbasis refresh: the communicator moves " +
+                   distribute->device().str() + " buffers but the factors are on " +
+                   backend.device().str() + " (backend " + backend.name() + ")");
+  std::vector<core::Tensor> w, v;
   std::vector<core::EighTask> eigh_tasks;
   std::vector<const FactorRefresh*> eigh_jobs;
   for (const FactorRefresh& j : jobs_) {
     if (!j.eigh) continue;
-    w.emplace_back(j.n);
-    v.emplace_back(j.n * j.n);
+    w.push_back(backend_tensor(backend, {j.n}));
+    v.push_back(backend_tensor(backend, {j.n, j.n}));
     eigh_jobs.push_back(&j);
   }
   for (size_t i = 0; i < eigh_jobs.size(); ++i)
     if (static_cast<int>(i % ranks) == rank)
-      eigh_tasks.push_back({eigh_jobs[i]->k, w[i].data(), v[i].data(), eigh_jobs[i]->n});
+      eigh_tasks.push_back(
+          {eigh_jobs[i]->k, w[i].data<float>(), v[i].data<float>(), eigh_jobs[i]->n});
   if (batched) {
     backend.eigh_many(eigh_tasks);
   } else {
@@ -81,14 +77,10 @@ void RefreshBatch::run(core::Backend& backend, int power_iter_steps, bool batche
   }
   for (size_t i = 0; i < eigh_jobs.size(); ++i) {
     const FactorRefresh& j = *eigh_jobs[i];
-    const int64_t n = j.n;
     const int owner = static_cast<int>(i % ranks);
     if (owner != rank) continue;
-    for (int64_t c = 0; c < n; ++c) {
-      j.lam[c] = w[i][n - 1 - c];
-      for (int64_t r = 0; r < n; ++r)
-        j.q[r * n + c] = v[i][r * n + (n - 1 - c)];
-    }
+    backend.reverse_columns(j.lam, w[i].data<float>(), 1, j.n);
+    backend.reverse_columns(j.q, v[i].data<float>(), j.n, j.n);
   }
   if (ranks > 1) {
     std::vector<std::unique_ptr<comm::Work>> pending;
@@ -106,15 +98,15 @@ void RefreshBatch::run(core::Backend& backend, int power_iter_steps, bool batche
   std::vector<const FactorRefresh*> qr_jobs;
   for (const FactorRefresh& j : jobs_)
     if (!j.eigh) qr_jobs.push_back(&j);
-  std::vector<std::vector<float>> kq(qr_jobs.size());
-  for (size_t i = 0; i < qr_jobs.size(); ++i)
-    kq[i].resize(static_cast<size_t>(qr_jobs[i]->n * qr_jobs[i]->n));
+  std::vector<core::Tensor> kq;
+  for (const FactorRefresh* j : qr_jobs)
+    kq.push_back(backend_tensor(backend, {j->n, j->n}));
   for (int round = 0; round < power_iter_steps && !qr_jobs.empty(); ++round) {
     std::vector<core::QrTask> tasks;
     for (size_t i = 0; i < qr_jobs.size(); ++i) {
       const FactorRefresh& j = *qr_jobs[i];
-      matmul(backend, j.k, false, j.q, false, kq[i].data(), j.n, j.n, j.n);
-      tasks.push_back({kq[i].data(), j.q, j.n, j.n});
+      matmul(backend, j.k, false, j.q, false, kq[i].data<float>(), j.n, j.n, j.n);
+      tasks.push_back({kq[i].data<float>(), j.q, j.n, j.n});
     }
     if (batched) {
       backend.qr_many(tasks);
@@ -126,12 +118,8 @@ void RefreshBatch::run(core::Backend& backend, int power_iter_steps, bool batche
   for (const FactorRefresh* j : qr_jobs) {
     if (!j->sort_after) continue;
     rayleigh_quotients(backend, j->k, j->q, j->lam, j->n);
-    const std::vector<int64_t> order = descending_order(j->lam, j->n);
-    permute_columns(j->q, j->n, j->n, order);
-    std::vector<float> sorted(static_cast<size_t>(j->n));
-    for (int64_t c = 0; c < j->n; ++c)
-      sorted[c] = j->lam[order[c]];
-    std::copy(sorted.begin(), sorted.end(), j->lam);
+    BackendIndices order(backend, j->n);
+    sort_descending(backend, j->q, j->lam, j->n, order.get());
   }
 }
 

@@ -17,19 +17,37 @@
 
 namespace optim {
 
+// Every pointer below is in the backend's memory (host memory on the CPU backend, device memory
+// on CUDA); every loop is a backend operation, so a refresh runs on either backend.
+
 // c [m, n] = alpha op(a) op(b) + beta c, op(a) [m, k], op(b) [k, n], packed row-major.
 void matmul(core::Backend& backend, const float* a, bool trans_a, const float* b, bool trans_b,
             float* c, int64_t m, int64_t n, int64_t k, float alpha = 1.0f, float beta = 0.0f);
 
+// An uninitialised f32 tensor in the backend's memory (the scratch of a SOAP-family step).
+core::Tensor backend_tensor(core::Backend& backend, const core::Shape& shape);
+
+// n int32 indices in the backend's memory (an eigenvalue sort's permutation).
+class BackendIndices {
+ public:
+  BackendIndices(core::Backend& backend, int64_t n);
+  ~BackendIndices();
+  BackendIndices(const BackendIndices&) = delete;
+  BackendIndices& operator=(const BackendIndices&) = delete;
+  int32_t* get() const { return data_; }
+
+ private:
+  core::Allocator& allocator_;
+  size_t bytes_;
+  int32_t* data_;
+};
+
 // lam[j] = q_j^T K q_j for the columns q_j of q [n, n] (accumulated in double).
 void rayleigh_quotients(core::Backend& backend, const float* k, const float* q, float* lam,
                         int64_t n);
-// Indices that sort lam in descending order (stable, so ties keep their order).
-std::vector<int64_t> descending_order(const float* lam, int64_t n);
-// Reorders the columns of a [rows, cols] so that new column j is old column order[j].
-void permute_columns(float* a, int64_t rows, int64_t cols, const std::vector<int64_t>& order);
-// Reorders the rows of a [rows, cols] so that new row i is old row order[i].
-void permute_rows(float* a, int64_t rows, int64_t cols, const std::vector<int64_t>& order);
+// Sorts lam [n] in descending order (stable, so ties keep their order) and the columns of
+// q [n, n] with it; order [n] gets the permutation (new column j is old column order[j]).
+void sort_descending(core::Backend& backend, float* q, float* lam, int64_t n, int32_t* order);
 
 // One factor's refresh: writes the new basis and eigenvalues in place.
 struct FactorRefresh {
@@ -46,7 +64,7 @@ struct FactorRefresh {
 // factors followed by one Backend::qr_many call. Unbatched, the same operations run one solver
 // call per factor; the results are bit for bit the same. With `distribute` (every rank holding
 // the same factors), eigendecomposition i runs only on rank i % size, which broadcasts the basis
-// and eigenvalues to the others.
+// and eigenvalues to the others; the communicator must move buffers of the backend's device.
 class RefreshBatch {
  public:
   void add(const FactorRefresh& refresh) { jobs_.push_back(refresh); }

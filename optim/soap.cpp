@@ -19,18 +19,6 @@ const char* const kFactorSlot[2] = {"factor_left", "factor_right"};
 const char* const kBasisSlot[2] = {"basis_left", "basis_right"};
 const char* const kEigenvalueSlot[2] = {"eigenvalues_left", "eigenvalues_right"};
 
-// torch.lerp's two-branch form: a <- a + w (b - a) for w < 0.5, else b - (b - a)(1 - w).
-void lerp_into(float* a, const float* b, float w, int64_t n) {
-  if (w < 0.5f) {
-    for (int64_t i = 0; i < n; ++i)
-      a[i] = a[i] + w * (b[i] - a[i]);
-  } else {
-    const float v = 1.0f - w;
-    for (int64_t i = 0; i < n; ++i)
-      a[i] = b[i] - (b[i] - a[i]) * v;
-  }
-}
-
 void check_choice(HyperReader& r, const char* key, const std::string& value,
                   std::initializer_list<const char*> allowed) {
   std::string list;
@@ -112,45 +100,47 @@ SoapConfig SoapConfig::from_yaml(HyperReader& r, const SoapConfig& d) {
 }
 
 // ---- the update ---------------------------------------------------------------------------------
+//
+// Every array below is in the backend's memory and every loop is a backend operation (gemm, the
+// SOAP-family block of backend.h, eigh_many / qr_many), so a step runs on either backend. The
+// one read back to the host is the adaptive criterion's (meets_criterion), whose outcome decides
+// whether a refresh runs.
 
 void SoapUpdate::rotate_out(const SoapMatrix& x, float* a) {
   const int64_t m = x.m, n = x.n;
-  std::vector<float> tmp(static_cast<size_t>(m * n));
+  core::Tensor tmp = backend_tensor(backend_, {m, n});
   if (x.basis[0]) {
-    matmul(backend_, x.basis[0]->data<float>(), false, a, false, tmp.data(), m, n, m);
-    std::copy(tmp.begin(), tmp.end(), a);
+    matmul(backend_, x.basis[0]->data<float>(), false, a, false, tmp.data<float>(), m, n, m);
+    backend_.copy(a, tmp.data<float>(), tmp.nbytes());
   }
   if (x.basis[1]) {
-    matmul(backend_, a, false, x.basis[1]->data<float>(), true, tmp.data(), m, n, n);
-    std::copy(tmp.begin(), tmp.end(), a);
+    matmul(backend_, a, false, x.basis[1]->data<float>(), true, tmp.data<float>(), m, n, n);
+    backend_.copy(a, tmp.data<float>(), tmp.nbytes());
   }
 }
 
 void SoapUpdate::rotate_in(const SoapMatrix& x, float* a) {
   const int64_t m = x.m, n = x.n;
-  std::vector<float> tmp(static_cast<size_t>(m * n));
+  core::Tensor tmp = backend_tensor(backend_, {m, n});
   if (x.basis[0]) {
-    matmul(backend_, x.basis[0]->data<float>(), true, a, false, tmp.data(), m, n, m);
-    std::copy(tmp.begin(), tmp.end(), a);
+    matmul(backend_, x.basis[0]->data<float>(), true, a, false, tmp.data<float>(), m, n, m);
+    backend_.copy(a, tmp.data<float>(), tmp.nbytes());
   }
   if (x.basis[1]) {
-    matmul(backend_, a, false, x.basis[1]->data<float>(), false, tmp.data(), m, n, n);
-    std::copy(tmp.begin(), tmp.end(), a);
+    matmul(backend_, a, false, x.basis[1]->data<float>(), false, tmp.data<float>(), m, n, n);
+    backend_.copy(a, tmp.data<float>(), tmp.nbytes());
   }
 }
 
-// Met when tol ||K||_F >= ||K||_F - ||diag(Q^T K Q)||_2: the basis nearly diagonalises K.
+// Met when tol ||K||_F >= ||K||_F - ||diag(Q^T K Q)||_2: the basis nearly diagonalises K. The
+// two squared norms are read back to the host: whether to refresh is a data-dependent branch.
 bool SoapUpdate::meets_criterion(const SoapMatrix& x, int side) {
   const core::Tensor& k = *x.factor[side];
   const int64_t d = k.size(0);
-  std::vector<float> lam(static_cast<size_t>(d));
-  rayleigh_quotients(backend_, k.data<float>(), x.basis[side]->data<float>(), lam.data(), d);
-  double k2 = 0, lam2 = 0;
-  const float* kd = k.data<float>();
-  for (int64_t i = 0; i < d * d; ++i)
-    k2 += static_cast<double>(kd[i]) * kd[i];
-  for (float l : lam)
-    lam2 += static_cast<double>(l) * l;
+  core::Tensor lam = backend_tensor(backend_, {d});
+  rayleigh_quotients(backend_, k.data<float>(), x.basis[side]->data<float>(), lam.data<float>(), d);
+  const double k2 = backend_.sum_squares_in_order(k.data<float>(), d * d);
+  const double lam2 = backend_.sum_squares_in_order(lam.data<float>(), d);
   const double knorm = std::sqrt(k2);
   return c_.adaptive_update_tolerance * knorm >= knorm - std::sqrt(lam2);
 }
@@ -167,48 +157,42 @@ void SoapUpdate::collect(SoapMatrix& x, RefreshBatch& batch) {
   // (1) Kronecker factors with the current gradient. KL-Shampoo: L takes G C_R G^T and R takes
   // G^T C_L G, C = Q diag(max(lam, eps)^-1 / dim) Q^T from the stored eigen data; both
   // statistics are formed before either factor changes.
-  std::vector<float> stat[2];
+  core::Tensor stat[2];
   if (c_.use_kl_shampoo) {
     ENGINE_CHECK(x.factor[0] && x.factor[1], "use_kl_shampoo needs both factors of '" + x.name +
                                                  "' (a side exceeds " +
                                                  "max_precond_dim or the parameter is 1-D)");
-    std::vector<float> c[2];
+    core::Tensor c[2];
     for (int s = 0; s < 2; ++s) {
       const int64_t d = dims[s];
       const float* q = x.basis[s]->data<float>();
-      const float* lam = x.eigenvalues[s]->data<float>();
-      std::vector<float> scaled(static_cast<size_t>(d * d));
-      for (int64_t j = 0; j < d; ++j) {
-        const float w =
-            static_cast<float>(1.0 / static_cast<double>(d) /
-                               std::max(static_cast<double>(lam[j]), static_cast<double>(c_.eps)));
-        for (int64_t i = 0; i < d; ++i)
-          scaled[i * d + j] = q[i * d + j] * w;
-      }
-      c[s].resize(static_cast<size_t>(d * d));
-      matmul(backend_, scaled.data(), false, q, true, c[s].data(), d, d, d);
+      core::Tensor scaled = backend_tensor(backend_, {d, d});
+      backend_.kl_weight_columns(scaled.data<float>(), q, x.eigenvalues[s]->data<float>(), d,
+                                 c_.eps);
+      c[s] = backend_tensor(backend_, {d, d});
+      matmul(backend_, scaled.data<float>(), false, q, true, c[s].data<float>(), d, d, d);
     }
-    std::vector<float> tmp(static_cast<size_t>(m * n));
-    stat[0].resize(static_cast<size_t>(m * m));
-    matmul(backend_, g, false, c[1].data(), false, tmp.data(), m, n, n);  // G C_R
-    matmul(backend_, tmp.data(), false, g, true, stat[0].data(), m, m, n);
-    stat[1].resize(static_cast<size_t>(n * n));
-    matmul(backend_, g, true, c[0].data(), false, tmp.data(), n, m, m);  // G^T C_L
-    matmul(backend_, tmp.data(), false, g, false, stat[1].data(), n, n, m);
+    core::Tensor tmp = backend_tensor(backend_, {m, n});
+    stat[0] = backend_tensor(backend_, {m, m});
+    matmul(backend_, g, false, c[1].data<float>(), false, tmp.data<float>(), m, n, n);  // G C_R
+    matmul(backend_, tmp.data<float>(), false, g, true, stat[0].data<float>(), m, m, n);
+    stat[1] = backend_tensor(backend_, {n, n});
+    matmul(backend_, g, true, c[0].data<float>(), false, tmp.data<float>(), n, m, m);  // G^T C_L
+    matmul(backend_, tmp.data<float>(), false, g, false, stat[1].data<float>(), n, n, m);
   } else {
     if (x.factor[0]) {
-      stat[0].resize(static_cast<size_t>(m * m));
-      matmul(backend_, g, false, g, true, stat[0].data(), m, m, n);
+      stat[0] = backend_tensor(backend_, {m, m});
+      matmul(backend_, g, false, g, true, stat[0].data<float>(), m, m, n);
     }
     if (x.factor[1]) {
-      stat[1].resize(static_cast<size_t>(n * n));
-      matmul(backend_, g, true, g, false, stat[1].data(), n, n, m);
+      stat[1] = backend_tensor(backend_, {n, n});
+      matmul(backend_, g, true, g, false, stat[1].data<float>(), n, n, m);
     }
   }
   for (int s = 0; s < 2; ++s)
     if (x.factor[s])
-      lerp_into(x.factor[s]->data<float>(), stat[s].data(), static_cast<float>(1.0 - bs),
-                dims[s] * dims[s]);
+      backend_.lerp(x.factor[s]->data<float>(), stat[s].data<float>(), static_cast<float>(1.0 - bs),
+                    dims[s] * dims[s]);
 
   // (2) Whether and how the eigenbases are refreshed this step.
   const int64_t warmup = c_.adam_warmup_steps;
@@ -235,17 +219,15 @@ void SoapUpdate::collect(SoapMatrix& x, RefreshBatch& batch) {
       // Amortized reference: sort the old basis by Rayleigh quotients with the new factor and
       // permute V along this side with it, then iterate without sorting again.
       rayleigh_quotients(backend_, f.k, f.q, f.lam, d);
-      const std::vector<int64_t> order = descending_order(f.lam, d);
-      permute_columns(f.q, d, d, order);
-      std::vector<float> sorted(static_cast<size_t>(d));
-      for (int64_t j = 0; j < d; ++j)
-        sorted[j] = f.lam[order[j]];
-      std::copy(sorted.begin(), sorted.end(), f.lam);
+      BackendIndices order(backend_, d);
+      sort_descending(backend_, f.q, f.lam, d, order.get());
       float* v = x.exp_avg_sq->data<float>();
+      core::Tensor permuted = backend_tensor(backend_, {m, n});
       if (s == 0)
-        permute_rows(v, m, n, order);
+        backend_.gather_rows(permuted.data<float>(), v, order.get(), nullptr, m, n);
       else
-        permute_columns(v, m, n, order);
+        backend_.gather_columns(permuted.data<float>(), v, order.get(), m, n);
+      backend_.copy(v, permuted.data<float>(), permuted.nbytes());
     } else if (!eigh_now) {
       f.sort_after = true;
     }
@@ -263,68 +245,41 @@ void SoapUpdate::finish(SoapMatrix& x) {
 
   // (3) l2 decay enters the gradient after the factors saw it.
   float* g = x.grad.data<float>();
-  if (c_.weight_decay_method == WeightDecayMethod::L2 && c_.weight_decay != 0) {
-    const float wd = static_cast<float>(c_.weight_decay);
-    for (int64_t i = 0; i < size; ++i)
-      g[i] = g[i] + wd * x.param[i];
-  }
+  if (c_.weight_decay_method == WeightDecayMethod::L2 && c_.weight_decay != 0)
+    backend_.add_scaled(g, static_cast<float>(c_.weight_decay), x.param, size);
 
   // (4) Adam in eigen coordinates (parameter coordinates during the warm-up).
   const bool warm = t < c_.adam_warmup_steps;
   if (!warm) rotate_in(x, g);
-  const float b1 = static_cast<float>(c_.beta1), b2 = static_cast<float>(c_.beta2);
-  if (c_.adam_eps_raw) {
-    for (int64_t i = 0; i < size; ++i) {
-      mom[i] = b1 * mom[i] + (1.0f - b1) * g[i];
-      var[i] = b2 * var[i] + (1.0f - b2) * g[i] * g[i];
-    }
-  } else {
-    std::vector<float> g2(static_cast<size_t>(size));
-    for (int64_t i = 0; i < size; ++i)
-      g2[i] = g[i] * g[i];
-    lerp_into(mom, g, static_cast<float>(1.0 - c_.beta1), size);
-    lerp_into(var, g2.data(), static_cast<float>(1.0 - c_.beta2), size);
+  core::kmath::SoapAdamStep adam;
+  adam.raw = c_.adam_eps_raw;
+  adam.nesterov = c_.nesterov;
+  adam.beta1 = static_cast<float>(c_.beta1);
+  adam.beta2 = static_cast<float>(c_.beta2);
+  adam.w1 = static_cast<float>(1.0 - c_.beta1);
+  adam.w2 = static_cast<float>(1.0 - c_.beta2);
+  adam.eps = static_cast<float>(c_.eps);
+  if (!c_.adam_eps_raw && c_.correct_bias) {
+    adam.c1 = static_cast<float>(1.0 - std::pow(c_.beta1, k));
+    adam.c2 = static_cast<float>(1.0 - std::pow(c_.beta2, k));
+    adam.cn = static_cast<float>(1.0 - std::pow(c_.beta1, k + 1));
   }
-  x.update = core::Tensor::empty({x.m, x.n});
+  x.update = backend_tensor(backend_, {x.m, x.n});
   float* d = x.update.data<float>();
-  const float eps = static_cast<float>(c_.eps);
-  if (c_.adam_eps_raw) {
-    for (int64_t i = 0; i < size; ++i)
-      d[i] = mom[i] / (std::sqrt(var[i]) + eps);
-  } else {
-    const bool cb = c_.correct_bias;
-    const float c1 = cb ? static_cast<float>(1.0 - std::pow(c_.beta1, k)) : 1.0f;
-    const float c2 = cb ? static_cast<float>(1.0 - std::pow(c_.beta2, k)) : 1.0f;
-    const float cn = cb ? static_cast<float>(1.0 - std::pow(c_.beta1, k + 1)) : 1.0f;
-    for (int64_t i = 0; i < size; ++i) {
-      const float num = c_.nesterov ? b1 * mom[i] / cn + (1.0f - b1) * g[i] / c1 : mom[i] / c1;
-      d[i] = num / (std::sqrt(var[i] / c2) + eps);
-    }
-  }
+  backend_.soap_adam(d, mom, var, g, size, adam);
   if (!warm) rotate_out(x, d);
   if (c_.adam_eps_raw && c_.correct_bias) {
     // Bias correction on the step size: sqrt(1 - b2^k) / (1 - b1^k).
     const float s =
         static_cast<float>(std::sqrt(1.0 - std::pow(c_.beta2, k)) / (1.0 - std::pow(c_.beta1, k)));
-    for (int64_t i = 0; i < size; ++i)
-      d[i] *= s;
+    backend_.scale(d, s, size);
   }
-  if (c_.max_update_rms > 0) {
-    double ss = 0;
-    for (int64_t i = 0; i < size; ++i)
-      ss += static_cast<double>(d[i]) * d[i];
-    const double rms = std::sqrt(ss / static_cast<double>(size));
-    const float s = static_cast<float>(std::min(1.0, c_.max_update_rms / (rms + 1e-7)));
-    for (int64_t i = 0; i < size; ++i)
-      d[i] *= s;
-  }
+  if (c_.max_update_rms > 0) backend_.clip_update_rms(d, size, c_.max_update_rms);
   ++*x.step;
 }
 
 void SoapUpdate::apply(SoapMatrix& x, double lr) {
   const int64_t size = x.m * x.n;
-  float* p = x.param;
-  const float* d = x.update.data<float>();
   const double wd = c_.weight_decay;
   if (wd != 0 && c_.weight_decay_method != WeightDecayMethod::L2) {
     // P + alpha P in one fused add, as the reference writes it.
@@ -332,13 +287,9 @@ void SoapUpdate::apply(SoapMatrix& x, double lr) {
                          : c_.weight_decay_method == WeightDecayMethod::Independent
                              ? -wd
                              : -lr * lr * wd;  // palm
-    const float a = static_cast<float>(alpha);
-    for (int64_t i = 0; i < size; ++i)
-      p[i] = p[i] + a * p[i];
+    backend_.add_scaled(x.param, static_cast<float>(alpha), x.param, size);
   }
-  const float step = static_cast<float>(-lr);
-  for (int64_t i = 0; i < size; ++i)
-    p[i] = p[i] + step * d[i];
+  backend_.add_scaled(x.param, static_cast<float>(-lr), x.update.data<float>(), size);
 }
 
 void SoapUpdate::run(std::vector<SoapMatrix>& xs, double lr) {
@@ -389,8 +340,8 @@ SoapMatrix Soap::bind(const std::string& name, int64_t m, int64_t n, float* para
   x.m = m;
   x.n = n;
   x.param = param;
-  x.grad = core::Tensor::empty({m, n});
-  std::copy_n(grad, m * n, x.grad.data<float>());
+  x.grad = backend_tensor(backend, {m, n});
+  backend.copy(x.grad.data<float>(), grad, x.grad.nbytes());
   x.exp_avg = &slots_.tensor(name, "exp_avg", {m, n}, backend);
   x.exp_avg_sq = &slots_.tensor(name, "exp_avg_sq", {m, n}, backend);
   const int64_t dims[2] = {m, n};
@@ -402,11 +353,7 @@ SoapMatrix Soap::bind(const std::string& name, int64_t m, int64_t n, float* para
     x.factor[s] = &slots_.tensor(name, kFactorSlot[s], {d, d}, backend);
     bool created = false;
     x.basis[s] = &slots_.tensor(name, kBasisSlot[s], {d, d}, backend, &created);
-    if (created) {
-      float* q = x.basis[s]->data<float>();
-      for (int64_t i = 0; i < d; ++i)
-        q[i * d + i] = 1.0f;
-    }
+    if (created) backend.set_identity(x.basis[s]->data<float>(), d);
     x.eigenvalues[s] = &slots_.tensor(name, kEigenvalueSlot[s], {d}, backend);
   }
   x.step = &slots_.counter(name, "step");
@@ -415,9 +362,6 @@ SoapMatrix Soap::bind(const std::string& name, int64_t m, int64_t n, float* para
 
 void Soap::step(std::span<const ParamShard> params, const StepContext& ctx) {
   core::Backend& backend = backend_of(ctx);
-  ENGINE_CHECK(backend.device().is_cpu(), std::string(kind_) +
-                                              ": the update runs on host tensors only (backend " +
-                                              backend.name() + ")");
   std::vector<SoapMatrix> xs;
   std::vector<core::Tensor> stacks;  // permuted copies of 3-D parameters, written back after
   std::vector<const ParamShard*> stacked_of;
@@ -430,10 +374,10 @@ void Soap::step(std::span<const ParamShard> params, const StepContext& ctx) {
     check_param(p.name, p.full_shape);
     const auto [m, n] = matrix_shape(p.full_shape);
     if (p.full_shape.size() == 3 && stack_permutes(p.full_shape)) {
-      core::Tensor s = core::Tensor::empty({m, n});
-      core::Tensor g = core::Tensor::empty({m, n});
-      stack(p.value.data<float>(), s.data<float>(), p.full_shape);
-      stack(p.grad.data<float>(), g.data<float>(), p.full_shape);
+      core::Tensor s = backend_tensor(backend, {m, n});
+      core::Tensor g = backend_tensor(backend, {m, n});
+      stack(backend, p.value.data<float>(), s.data<float>(), p.full_shape);
+      stack(backend, p.grad.data<float>(), g.data<float>(), p.full_shape);
       xs.push_back(bind(p.name, m, n, s.data<float>(), g.data<float>(), false, backend));
       stacks.push_back(std::move(s));
       stacked_of.push_back(&p);
@@ -444,7 +388,8 @@ void Soap::step(std::span<const ParamShard> params, const StepContext& ctx) {
   }
   SoapUpdate(config_, backend).run(xs, config_.lr * ctx.lr_scale);
   for (size_t i = 0; i < stacks.size(); ++i)
-    unstack(stacks[i].data<float>(), stacked_of[i]->value.data<float>(), stacked_of[i]->full_shape);
+    unstack(backend, stacks[i].data<float>(), stacked_of[i]->value.data<float>(),
+            stacked_of[i]->full_shape);
 }
 
 }  // namespace optim

@@ -18,6 +18,7 @@
 // A step runs in three phases over all its matrices: collect (factor updates, decisions, M
 // rotated out), one batched refresh of every factor (RefreshBatch), apply (M rotated in, Adam,
 // update). batched_refresh: false solves factor by factor instead; the numbers are the same.
+// Every phase is backend operations, so the family steps on the CPU and the CUDA backend alike.
 #pragma once
 
 #include <string>
@@ -67,8 +68,9 @@ struct SoapConfig {
   static SoapConfig from_yaml(HyperReader& reader, const SoapConfig& defaults);
 };
 
-// One matrix being stepped: its data, gradient and state (null where a side has no factor).
-// Side 0 is the left factor (rows, m), side 1 the right one (columns, n).
+// One matrix being stepped: its data, gradient and state (null where a side has no factor), all
+// in the memory of the backend that steps it. Side 0 is the left factor (rows, m), side 1 the
+// right one (columns, n).
 struct SoapMatrix {
   std::string name;
   int64_t m = 0, n = 0;

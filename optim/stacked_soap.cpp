@@ -1,7 +1,5 @@
 #include "optim/stacked_soap.h"
 
-#include <algorithm>
-
 namespace optim {
 
 std::pair<int64_t, int64_t> stacked_shape(const core::Shape& shape) {
@@ -13,18 +11,17 @@ bool stack_permutes(const core::Shape& shape) {
   return shape[2] <= shape[1];
 }
 
-void stack(const float* x, float* s, const core::Shape& shape) {
+// Column block j of s [m, b n] is matrix j of x [b, m, n].
+void stack(core::Backend& backend, const float* x, float* s, const core::Shape& shape) {
   const int64_t b = shape[0], m = shape[1], n = shape[2];
   for (int64_t j = 0; j < b; ++j)
-    for (int64_t i = 0; i < m; ++i)
-      std::copy_n(x + (j * m + i) * n, n, s + i * b * n + j * n);
+    backend.copy_block_2d(s + j * n, b * n, x + j * m * n, n, m, n);
 }
 
-void unstack(const float* s, float* x, const core::Shape& shape) {
+void unstack(core::Backend& backend, const float* s, float* x, const core::Shape& shape) {
   const int64_t b = shape[0], m = shape[1], n = shape[2];
   for (int64_t j = 0; j < b; ++j)
-    for (int64_t i = 0; i < m; ++i)
-      std::copy_n(s + i * b * n + j * n, n, x + (j * m + i) * n);
+    backend.copy_block_2d(x + j * m * n, n, s + j * n, b * n, m, n);
 }
 
 }  // namespace optim

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "engine/core/backend.h"
 #include "engine/core/tensor.h"
 
 namespace optim {
@@ -19,8 +20,8 @@ namespace optim {
 std::pair<int64_t, int64_t> stacked_shape(const core::Shape& shape);
 // Whether stacking [b, m, n] needs the permuted copy (n <= m) rather than a plain reshape.
 bool stack_permutes(const core::Shape& shape);
-// x [b, m, n] -> s [m, b n] and back (the permuted branch).
-void stack(const float* x, float* s, const core::Shape& shape);
-void unstack(const float* s, float* x, const core::Shape& shape);
+// x [b, m, n] -> s [m, b n] and back (the permuted branch), both in the backend's memory.
+void stack(core::Backend& backend, const float* x, float* s, const core::Shape& shape);
+void unstack(core::Backend& backend, const float* s, float* x, const core::Shape& shape);
 
 }  // namespace optim

@@ -49,45 +49,52 @@ std::optional<StateLayout> TpRekls::state_layout(const std::string& /*param*/,
 
 namespace {
 
+// A copy of t in the backend's memory.
+core::Tensor copy_of(core::Backend& backend, const core::Tensor& t) {
+  core::Tensor c = backend_tensor(backend, t.shape());
+  backend.copy(c.data<float>(), t.data<float>(), t.nbytes());
+  return c;
+}
+
 // The concatenation along `dim` of every rank's equal part `local` [rows, cols] of a [m, n]
 // matrix (dim 0: parts stacked by rows; dim 1: side by side).
-core::Tensor gather_matrix(comm::Communicator& comm, const core::Tensor& local, int dim, int64_t m,
-                           int64_t n) {
+core::Tensor gather_matrix(core::Backend& backend, comm::Communicator& comm,
+                           const core::Tensor& local, int dim, int64_t m, int64_t n) {
   const int ws = comm.size();
   std::vector<int64_t> counts(static_cast<size_t>(ws), local.numel());
-  core::Tensor full = core::Tensor::empty({m, n});
+  core::Tensor full = backend_tensor(backend, {m, n});
   if (dim == 0) {
     comm.all_gather(local.data<float>(), full.data<float>(), counts);
     return full;
   }
-  core::Tensor blocks = core::Tensor::empty({ws * m * (n / ws)});
-  comm.all_gather(local.data<float>(), blocks.data<float>(), counts);
   const int64_t nl = n / ws;
+  core::Tensor blocks = backend_tensor(backend, {ws * m * nl});
+  comm.all_gather(local.data<float>(), blocks.data<float>(), counts);
   for (int r = 0; r < ws; ++r)
-    for (int64_t i = 0; i < m; ++i)
-      std::copy_n(blocks.data<float>() + (r * m + i) * nl, nl, full.data<float>() + i * n + r * nl);
+    backend.copy_block_2d(full.data<float>() + r * nl, n, blocks.data<float>() + r * m * nl, nl, m,
+                          nl);
   return full;
 }
 
-// Rows [row0, row0 + rows) and columns [col0, col0 + cols) of a [., n] matrix.
-void copy_block(const float* src, int64_t n, int64_t row0, int64_t rows, int64_t col0, int64_t cols,
-                float* dst) {
-  for (int64_t i = 0; i < rows; ++i)
-    std::copy_n(src + (row0 + i) * n + col0, cols, dst + i * cols);
+// dst [rows, cols] <- rows [row0, row0 + rows) and columns [col0, col0 + cols) of src [., n].
+void copy_block(core::Backend& backend, const float* src, int64_t n, int64_t row0, int64_t rows,
+                int64_t col0, int64_t cols, float* dst) {
+  backend.copy_block_2d(dst, cols, src + row0 * n + col0, n, rows, cols);
 }
 
 }  // namespace
 
 void TpRekls::step(std::span<const ParamShard> params, const StepContext& ctx) {
   core::Backend& backend = backend_of(ctx);
-  ENGINE_CHECK(backend.device().is_cpu(), std::string("tp_rekls: the update runs on host tensors "
-                                                      "only (backend ") +
-                                              backend.name() + ")");
   const int pd = config_.partition_dim;
   ENGINE_CHECK(pd < 0 || ctx.comm,
                "tp_rekls: a sharded group needs the shard group's "
                "communicator in the step context");
   comm::Communicator* group = pd < 0 ? nullptr : ctx.comm;
+  ENGINE_CHECK(!group || group->device() == backend.device(),
+               "tp_rekls: the shard group's communicator moves " + group->device().str() +
+                   " buffers but the parameters are on " + backend.device().str() + " (backend " +
+                   backend.name() + ")");
   const int ws = group ? group->size() : 1;
   const int rank = group ? group->rank() : 0;
   comm::Communicator* distribute =
@@ -126,39 +133,34 @@ void TpRekls::step(std::span<const ParamShard> params, const StepContext& ctx) {
     Full f{&p, m, n, {}, {}, {}, {}, {}, {}, {}, nullptr, nullptr};
     f.l_local = &slots_.tensor(p.name, "factor_left", {m / ws, m}, backend);
     f.r_local = &slots_.tensor(p.name, "factor_right", {n / ws, n}, backend);
-    core::Tensor g = p.grad.clone();
+    core::Tensor g = copy_of(backend, p.grad);
     float* w = p.value.data<float>();
     const int64_t local = p.value.numel();
     // Weight decay on the local part first (l2 enters the gradient that L and R see).
     if (c.weight_decay != 0) {
       if (c.weight_decay_method == WeightDecayMethod::L2) {
-        const float wd = static_cast<float>(c.weight_decay);
-        float* gd = g.data<float>();
-        for (int64_t i = 0; i < local; ++i)
-          gd[i] = gd[i] + wd * w[i];
+        backend.add_scaled(g.data<float>(), static_cast<float>(c.weight_decay), w, local);
       } else {
         const double alpha =
             c.weight_decay_method == WeightDecayMethod::Decoupled     ? -c.weight_decay * lr
             : c.weight_decay_method == WeightDecayMethod::Independent ? -c.weight_decay
                                                                       : -lr * lr * c.weight_decay;
-        const float a = static_cast<float>(alpha);
-        for (int64_t i = 0; i < local; ++i)
-          w[i] = w[i] + a * w[i];
+        backend.add_scaled(w, static_cast<float>(alpha), w, local);
       }
     }
     if (group) {
-      f.g = gather_matrix(*group, g, pd, m, n);
-      f.lf = gather_matrix(*group, *f.l_local, 0, m, m);
-      f.rf = gather_matrix(*group, *f.r_local, 0, n, n);
+      f.g = gather_matrix(backend, *group, g, pd, m, n);
+      f.lf = gather_matrix(backend, *group, *f.l_local, 0, m, m);
+      f.rf = gather_matrix(backend, *group, *f.r_local, 0, n, n);
     } else {
       f.g = std::move(g);
-      f.lf = f.l_local->clone();
-      f.rf = f.r_local->clone();
+      f.lf = copy_of(backend, *f.l_local);
+      f.rf = copy_of(backend, *f.r_local);
     }
-    f.ql = core::Tensor::empty({m, m});
-    f.lam_l = core::Tensor::empty({m});
-    f.qr = core::Tensor::empty({n, n});
-    f.lam_r = core::Tensor::empty({n});
+    f.ql = backend_tensor(backend, {m, m});
+    f.lam_l = backend_tensor(backend, {m});
+    f.qr = backend_tensor(backend, {n, n});
+    f.lam_r = backend_tensor(backend, {n});
     fs.push_back(std::move(f));
   }
   for (Full& f : fs) {
@@ -196,21 +198,19 @@ void TpRekls::step(std::span<const ParamShard> params, const StepContext& ctx) {
     SoapMatrix& x = xs[i];
     update.finish(x);
     // Keep this rank's rows of L and R, and its part of the update.
-    copy_block(f.lf.data<float>(), f.m, rank * (f.m / ws), f.m / ws, 0, f.m,
+    copy_block(backend, f.lf.data<float>(), f.m, rank * (f.m / ws), f.m / ws, 0, f.m,
                f.l_local->data<float>());
-    copy_block(f.rf.data<float>(), f.n, rank * (f.n / ws), f.n / ws, 0, f.n,
+    copy_block(backend, f.rf.data<float>(), f.n, rank * (f.n / ws), f.n / ws, 0, f.n,
                f.r_local->data<float>());
     const core::Tensor& v = f.p->value;
-    core::Tensor d = core::Tensor::empty(v.shape());
+    core::Tensor d = backend_tensor(backend, v.shape());
     if (pd == 1)
-      copy_block(x.update.data<float>(), f.n, 0, f.m, rank * (f.n / ws), f.n / ws, d.data<float>());
-    else
-      copy_block(x.update.data<float>(), f.n, group ? rank * (f.m / ws) : 0, v.size(0), 0, f.n,
+      copy_block(backend, x.update.data<float>(), f.n, 0, f.m, rank * (f.n / ws), f.n / ws,
                  d.data<float>());
-    float* w = v.data<float>();
-    const float* dd = d.data<float>();
-    for (int64_t k = 0; k < v.numel(); ++k)
-      w[k] = w[k] + step * dd[k];
+    else
+      copy_block(backend, x.update.data<float>(), f.n, group ? rank * (f.m / ws) : 0, v.size(0), 0,
+                 f.n, d.data<float>());
+    backend.add_scaled(v.data<float>(), step, d.data<float>(), v.numel());
   }
 }
 

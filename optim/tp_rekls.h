@@ -10,6 +10,8 @@
 // l2 decay). partition_dim: none keeps the parameter replicated: no collectives.
 // distributed_eigh: true runs each eigendecomposition on one rank of the group (round robin)
 // and broadcasts its basis and eigenvalues instead of every rank solving all of them.
+// Every tensor lives in the step's backend; the shard group's communicator must move buffers of
+// that backend's device (MPI for the CPU, NCCL for CUDA), which the step checks.
 #pragma once
 
 #include "optim/hyper_reader.h"

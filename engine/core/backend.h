@@ -259,6 +259,51 @@ class Backend {
   // The sum over the list of sum_squares(x), added in list order from 0 (so bit for bit the host
   // loop over sum_squares), with a single read back to the host.
   virtual double sum_squares_many(std::span<const std::span<const float>> xs) = 0;
+
+  // ---- SOAP family (optim/soap.cpp, eigenbasis.cpp, tp_rekls.cpp) ----------------------------
+  // The eigenbasis bookkeeping and the Adam-in-eigenbasis update of SOAP, StackedSoap, REKLS and
+  // TpRekls, so that with gemm, eigh_many, qr_many, gather_rows and copy their whole step is
+  // backend operations. Element math in kernel_math.h (the "SOAP family" block), float
+  // arithmetic in the reference's order: the CPU gives the bits the golden replays recorded.
+  //
+  // dst [rows, cols] (row stride dst_ld) <- src [rows, cols] (row stride src_ld): a block of a
+  // matrix, or a matrix into a block (StackedSoap's stack, TpRekls's gathers and local parts).
+  // dst and src must not overlap.
+  virtual void copy_block_2d(float* dst, int64_t dst_ld, const float* src, int64_t src_ld,
+                             int64_t rows, int64_t cols) = 0;
+  // q [n, n] <- the identity (the initial eigenbasis).
+  virtual void set_identity(float* q, int64_t n) = 0;
+  // a <- torch.lerp(a, b, w) over n elements (kmath::soap_lerp).
+  virtual void lerp(float* a, const float* b, float w, int64_t n) = 0;
+  // y <- y + a x over n elements, in float (kmath::soap_add_scaled); x may equal y.
+  virtual void add_scaled(float* y, float a, const float* x, int64_t n) = 0;
+  // out [n, n] = q diag(w), w_j = kmath::kl_inverse_weight(lam[j], eps, n): KL-Shampoo's
+  // C = Q diag(w) Q^T is out q^T.
+  virtual void kl_weight_columns(float* out, const float* q, const float* lam, int64_t n,
+                                 double eps) = 0;
+  // out[j] = sum_i a[i, j] b[i, j] for a, b [rows, cols] (kmath::column_dot: float64, row order);
+  // with a = Q and b = K Q, the Rayleigh quotients q_j^T K q_j.
+  virtual void column_dots(float* out, const float* a, const float* b, int64_t rows,
+                           int64_t cols) = 0;
+  // order [n]: the indices that sort x descending, stably, NaN last
+  // (kmath::sorts_before_descending); order[j] is the old index of new position j.
+  virtual void argsort_descending(int32_t* order, const float* x, int64_t n) = 0;
+  // out[i, j] = src[i, index[j]] for [rows, cols] (out must not alias src).
+  virtual void gather_columns(float* out, const float* src, const int32_t* index, int64_t rows,
+                              int64_t cols) = 0;
+  // out[i, j] = src[i, cols - 1 - j] (the solver's ascending eigen order to descending; out must
+  // not alias src).
+  virtual void reverse_columns(float* out, const float* src, int64_t rows, int64_t cols) = 0;
+  // Adam in the eigenbasis over n elements: m, v updated from g and the direction written to d
+  // (kmath::soap_adam_raw / soap_adam_corrected by step.raw).
+  virtual void soap_adam(float* d, float* m, float* v, const float* g, int64_t n,
+                         const kmath::SoapAdamStep& step) = 0;
+  // d <- d * kmath::soap_rms_clip_scale(sum of d^2, n, max_rms), the sum of squares formed and
+  // used on the device (CPU: float64 in index order; CUDA: float64 in a fixed tree order).
+  virtual void clip_update_rms(float* d, int64_t n, double max_rms) = 0;
+  // The sum of x^2 in float64, read back to the host (the adaptive refresh criterion's norms).
+  // CPU: in index order in one pass; CUDA: in a fixed tree order.
+  virtual double sum_squares_in_order(const float* x, int64_t n) = 0;
 };
 
 // The process-wide CPU backend (OpenMP threads from OMP_NUM_THREADS).

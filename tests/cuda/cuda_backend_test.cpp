@@ -1033,5 +1033,163 @@ TEST_F(CudaVsCpu, ScatterAndEmbeddingBackwardAreRunToRunIdentical) {
   }
 }
 
+// ---- SOAP family --------------------------------------------------------------------------------
+
+TEST_F(CudaVsCpu, SoapBlockCopyIdentityAndColumnOrder) {
+  // A [5, 7] block of a [9, 11] matrix into a [6, 8] one, both at an offset.
+  auto src = random_vector(9 * 11, 1), dst = random_vector(6 * 8, 2);
+  const std::vector<float> before = dst;
+  float* gsrc = dev().upload(src);
+  float* gdst = dev().upload(dst);
+  gpu().copy_block_2d(gdst + 8 + 1, 8, gsrc + 2 * 11 + 3, 11, 5, 7);
+  cpu().copy_block_2d(dst.data() + 8 + 1, 8, src.data() + 2 * 11 + 3, 11, 5, 7);
+  EXPECT_EQ(dev().download(gdst, dst.size()), dst);
+  for (int64_t i = 0; i < 6; ++i)
+    for (int64_t j = 0; j < 8; ++j) {
+      const bool inside = i >= 1 && i < 6 && j >= 1 && j < 8;
+      EXPECT_EQ(dst[i * 8 + j], inside ? src[(i + 1) * 11 + j + 2] : before[i * 8 + j]);
+    }
+
+  const int64_t n = 37;
+  float* gq = dev().upload(random_vector(n * n, 3));
+  gpu().set_identity(gq, n);
+  EXPECT_EQ(dev().download(gq, n * n), identity(n));
+
+  // Columns reversed, and gathered in an arbitrary order (a rotation of the columns).
+  const int64_t rows = 13, cols = 300;
+  auto a = random_vector(rows * cols, 4);
+  float* ga = dev().upload(a);
+  std::vector<float> rev(rows * cols), gathered(rows * cols);
+  float* grev = dev().alloc<float>(rows * cols);
+  float* ggathered = dev().alloc<float>(rows * cols);
+  gpu().reverse_columns(grev, ga, rows, cols);
+  cpu().reverse_columns(rev.data(), a.data(), rows, cols);
+  EXPECT_EQ(dev().download(grev, rev.size()), rev);
+  EXPECT_EQ(rev[2 * cols], a[2 * cols + cols - 1]);
+  std::vector<int32_t> order(cols);
+  for (int64_t j = 0; j < cols; ++j)
+    order[j] = static_cast<int32_t>((j + 17) % cols);
+  gpu().gather_columns(ggathered, ga, dev().upload(order), rows, cols);
+  cpu().gather_columns(gathered.data(), a.data(), order.data(), rows, cols);
+  EXPECT_EQ(dev().download(ggathered, gathered.size()), gathered);
+  EXPECT_EQ(gathered[3 * cols], a[3 * cols + 17]);
+}
+
+TEST_F(CudaVsCpu, SoapGatherColumnsReportsAnIndexOutOfRange) {
+  const int64_t rows = 4, cols = 6;
+  float* a = dev().upload(random_vector(rows * cols, 1));
+  float* out = dev().alloc<float>(rows * cols);
+  const std::vector<int32_t> order = {0, 1, 2, 6, 4, 5};
+  gpu().gather_columns(out, a, dev().upload(order), rows, cols);
+  try {
+    gpu().synchronize();
+    FAIL() << "an index equal to the column count was not reported";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("gather_columns"), std::string::npos) << e.what();
+  }
+  std::vector<float> host(rows * cols);
+  EXPECT_THROW(cpu().gather_columns(host.data(), host.data(), order.data(), rows, cols), Error);
+}
+
+TEST_F(CudaVsCpu, SoapArgsortIsStableDescendingWithNanLast) {
+  // Few distinct values (many ties), a NaN and infinities; sizes below and above one block.
+  for (int64_t n : {1, 7, 256, 1031}) {
+    auto x = random_vector(n, 5 + n);
+    for (float& v : x)
+      v = std::round(4.0f * v) / 4.0f;
+    if (n > 3) {
+      x[1] = std::nanf("");
+      x[2] = INFINITY;
+      x[n - 1] = -INFINITY;
+    }
+    std::vector<int32_t> want(n);
+    int32_t* gorder = dev().alloc<int32_t>(n);
+    gpu().argsort_descending(gorder, dev().upload(x), n);
+    cpu().argsort_descending(want.data(), x.data(), n);
+    EXPECT_EQ(dev().download(gorder, n), want) << "n = " << n;
+  }
+}
+
+TEST_F(CudaVsCpu, SoapRayleighQuotientsAndKlWeights) {
+  const int64_t rows = 300, cols = 257;
+  auto a = random_vector(rows * cols, 6), b = random_vector(rows * cols, 7);
+  std::vector<float> dots(cols);
+  float* gdots = dev().alloc<float>(cols);
+  gpu().column_dots(gdots, dev().upload(a), dev().upload(b), rows, cols);
+  cpu().column_dots(dots.data(), a.data(), b.data(), rows, cols);
+  // Exact float products added in float64 in the same order: the same bits.
+  EXPECT_EQ(dev().download(gdots, cols), dots);
+
+  const int64_t n = 129;
+  auto q = random_vector(n * n, 8), lam = random_vector(n, 9, 1e-3f);
+  lam[0] = 0.0f;  // below eps: the weight uses eps
+  std::vector<float> out(n * n);
+  float* gout = dev().alloc<float>(n * n);
+  gpu().kl_weight_columns(gout, dev().upload(q), dev().upload(lam), n, 1e-4);
+  cpu().kl_weight_columns(out.data(), q.data(), lam.data(), n, 1e-4);
+  EXPECT_EQ(dev().download(gout, out.size()), out);
+  EXPECT_EQ(out[5 * n], q[5 * n] * static_cast<float>(1.0 / n / 1e-4));
+}
+
+TEST_F(CudaVsCpu, SoapLerpAddScaledAndAdam) {
+  const int64_t n = 70001;
+  for (float w : {0.05f, 0.5f, 0.9f}) {  // both branches of torch.lerp
+    auto a = random_vector(n, 10), b = random_vector(n, 11);
+    float* ga = dev().upload(a);
+    gpu().lerp(ga, dev().upload(b), w, n);
+    cpu().lerp(a.data(), b.data(), w, n);
+    EXPECT_CLOSE(dev().download(ga, n), a, 1e-6) << "w = " << w;
+  }
+  auto y = random_vector(n, 12), x = random_vector(n, 13);
+  float* gy = dev().upload(y);
+  gpu().add_scaled(gy, -0.03f, dev().upload(x), n);
+  cpu().add_scaled(y.data(), -0.03f, x.data(), n);
+  EXPECT_CLOSE(dev().download(gy, n), y, 1e-6);
+  gpu().add_scaled(gy, -0.01f, gy, n);  // x aliasing y (decay P + alpha P)
+  cpu().add_scaled(y.data(), -0.01f, y.data(), n);
+  EXPECT_CLOSE(dev().download(gy, n), y, 1e-6);
+
+  for (int mode = 0; mode < 3; ++mode) {  // raw, corrected, corrected with Nesterov
+    kmath::SoapAdamStep step;
+    step.raw = mode == 0;
+    step.nesterov = mode == 2;
+    step.beta1 = 0.9f, step.beta2 = 0.95f;
+    step.w1 = static_cast<float>(1.0 - 0.9), step.w2 = static_cast<float>(1.0 - 0.95);
+    step.eps = 1e-8f;
+    step.c1 = static_cast<float>(1 - 0.9 * 0.9 * 0.9);
+    step.c2 = static_cast<float>(1 - 0.95 * 0.95 * 0.95);
+    step.cn = static_cast<float>(1 - 0.9 * 0.9 * 0.9 * 0.9);
+    auto m = random_vector(n, 14, 0.1f), v = random_vector(n, 15, 0.1f), g = random_vector(n, 16);
+    for (float& e : v)
+      e *= e;
+    std::vector<float> d(n);
+    float* gm = dev().upload(m);
+    float* gv = dev().upload(v);
+    float* gd = dev().alloc<float>(n);
+    gpu().soap_adam(gd, gm, gv, dev().upload(g), n, step);
+    cpu().soap_adam(d.data(), m.data(), v.data(), g.data(), n, step);
+    EXPECT_CLOSE(dev().download(gm, n), m, 1e-6) << "mode " << mode;
+    EXPECT_CLOSE(dev().download(gv, n), v, 1e-6) << "mode " << mode;
+    EXPECT_CLOSE(dev().download(gd, n), d, 1e-5) << "mode " << mode;
+  }
+}
+
+TEST_F(CudaVsCpu, SoapClipAndOrderedSumOfSquares) {
+  for (int64_t n : {int64_t{1}, int64_t{4097}, (int64_t{1} << 20) + 3}) {
+    const double want = cpu().sum_squares_in_order(random_vector(n, 20 + n).data(), n);
+    EXPECT_NEAR(gpu().sum_squares_in_order(dev().upload(random_vector(n, 20 + n)), n), want,
+                1e-12 * want)
+        << "n = " << n;
+    for (double max_rms : {0.5, 10.0}) {  // clipped (rms ~1), and left alone
+      auto d = random_vector(n, 30 + n);
+      float* gd = dev().upload(d);
+      gpu().clip_update_rms(gd, n, max_rms);
+      cpu().clip_update_rms(d.data(), n, max_rms);
+      EXPECT_CLOSE(dev().download(gd, n), d, 1e-6) << "n = " << n << ", max_rms " << max_rms;
+    }
+  }
+  EXPECT_EQ(gpu().sum_squares_in_order(nullptr, 0), 0.0);
+}
+
 }  // namespace
 }  // namespace core

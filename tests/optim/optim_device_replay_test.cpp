@@ -88,7 +88,8 @@ class DeviceRun {
   std::vector<core::Tensor> values_, grads_;
 };
 
-using Case = std::tuple<std::string, std::string>;  // backend, golden file
+// backend, golden file (optionally "FILE|key=value" with a setting applied to every group)
+using Case = std::tuple<std::string, std::string>;
 
 class DeviceReplay : public ::testing::TestWithParam<Case> {
  protected:
@@ -100,7 +101,12 @@ class DeviceReplay : public ::testing::TestWithParam<Case> {
       cuda_ = core::make_cuda_backend(0);
       backend_ = cuda_.get();
     }
-    golden_ = replay::load_golden(std::string(ENGINE_GOLDEN_DIR) + "/" + file);
+    const size_t bar = file.find('|');
+    std::string path = std::string(ENGINE_GOLDEN_DIR) + "/";
+    path.append(file, 0, bar);
+    std::vector<std::string> sets;
+    if (bar != std::string::npos) sets.push_back(file.substr(bar + 1));
+    golden_ = replay::load_golden(path, "", sets);
   }
   void expect_within_tolerance(double worst) const {
     EXPECT_TRUE(core::within(worst, golden_.suggested_atol))
@@ -138,22 +144,34 @@ TEST_P(DeviceReplay, ResumesFromHostState) {
         << golden_.params[i].name;
 }
 
-// Every golden file of the optimizers whose whole step is Backend operations.
+// Every golden file of the optimizers whose whole step is Backend operations. The SOAP family:
+// SOAP by eigh and by QR power iteration, KL-Shampoo with Nesterov, the amortized refresh (warm-up,
+// frequency, qr_sort before, the adaptive criterion), 1-D and max_precond_dim, REKLS with l2
+// decay, StackedSoap's permuted 3-D stack, and TpRekls on one rank (replicated: the sharded
+// groups need a communicator, which the multi-rank replays give them).
 INSTANTIATE_TEST_SUITE_P(
     Optimizers, DeviceReplay,
-    ::testing::Combine(::testing::Values("cpu", "cuda"),
-                       ::testing::Values("adamw/distadam_basic.safetensors",
-                                         "adamw/eps_and_multipliers.safetensors",
-                                         "adam_cwd/mixed.safetensors",
-                                         "muon/split_qkv_multipliers.safetensors",
-                                         "muon/square.safetensors", "muon/tall_wide.safetensors",
-                                         "normuon/split_qkv_multipliers.safetensors",
-                                         "normuon/tall_wide_square.safetensors")),
+    ::testing::Combine(
+        ::testing::Values("cpu", "cuda"),
+        ::testing::Values("adamw/distadam_basic.safetensors",
+                          "adamw/eps_and_multipliers.safetensors", "adam_cwd/mixed.safetensors",
+                          "muon/split_qkv_multipliers.safetensors", "muon/square.safetensors",
+                          "muon/tall_wide.safetensors", "normuon/split_qkv_multipliers.safetensors",
+                          "normuon/tall_wide_square.safetensors", "soap/soap_eigh_2d.safetensors",
+                          "soap/soap_qr_square.safetensors",
+                          "soap/soap_qr_kl_nesterov_pow2.safetensors",
+                          "soap/soap_amortized_freq2_warmup1_qr.safetensors",
+                          "soap/soap_amortized_adaptive_eigh.safetensors",
+                          "soap/soap_reference_maxdim_1d.safetensors", "rekls/rekls_2d.safetensors",
+                          "rekls/rekls_l2_wd.safetensors",
+                          "stacked_soap/stacked_soap_3d_square_stack.safetensors",
+                          "tp_rekls/tp_rekls_ws2.safetensors|partition_dim=none")),
     [](const ::testing::TestParamInfo<Case>& info) {
       std::string name = std::get<0>(info.param) + "_" + std::get<1>(info.param);
       name = name.substr(0, name.rfind('.'));
       for (char& c : name)
         if (c == '/') c = '_';
+      if (name.ends_with("_ws2")) name += "_replicated";
       return name;
     });
 

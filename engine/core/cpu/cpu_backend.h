@@ -91,6 +91,24 @@ class CpuBackend final : public Backend {
                          double beta2) override;
   void cautious_update(float* w, const float* u, int64_t n, double lr, double wd) override;
   double sum_squares_many(std::span<const std::span<const float>> xs) override;
+
+  // SOAP family (cpu_soap_ops.cpp)
+  void copy_block_2d(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows,
+                     int64_t cols) override;
+  void set_identity(float* q, int64_t n) override;
+  void lerp(float* a, const float* b, float w, int64_t n) override;
+  void add_scaled(float* y, float a, const float* x, int64_t n) override;
+  void kl_weight_columns(float* out, const float* q, const float* lam, int64_t n,
+                         double eps) override;
+  void column_dots(float* out, const float* a, const float* b, int64_t rows, int64_t cols) override;
+  void argsort_descending(int32_t* order, const float* x, int64_t n) override;
+  void gather_columns(float* out, const float* src, const int32_t* index, int64_t rows,
+                      int64_t cols) override;
+  void reverse_columns(float* out, const float* src, int64_t rows, int64_t cols) override;
+  void soap_adam(float* d, float* m, float* v, const float* g, int64_t n,
+                 const kmath::SoapAdamStep& step) override;
+  void clip_update_rms(float* d, int64_t n, double max_rms) override;
+  double sum_squares_in_order(const float* x, int64_t n) override;
 };
 
 }  // namespace core

@@ -146,6 +146,9 @@ void CudaBackend::check_status(const char* op) {
     case cuda_detail::kStatusNegativeRowIndex:
       ENGINE_FAIL(name_ + ": gather_rows/scatter_add_rows: negative row index at position " +
                   std::to_string(host[1]));
+    case cuda_detail::kStatusColumnIndexOutOfRange:
+      ENGINE_FAIL(name_ + ": gather_columns: column index out of range at position " +
+                  std::to_string(host[1]));
     case cuda_detail::kStatusNonFiniteInput:
       ENGINE_FAIL(name_ + ": " + (op != nullptr ? op : "linear algebra") +
                   ": input has a non-finite value in batch member " + std::to_string(host[1]));

@@ -79,6 +79,7 @@ constexpr int kStatusTargetOutOfRange = 1;  // cross_entropy; detail: the row
 constexpr int kStatusNegativeTokenId = 2;   // embedding; detail: the position in tokens
 constexpr int kStatusNegativeRowIndex = 3;  // gather/scatter rows; detail: the position in index
 constexpr int kStatusNonFiniteInput = 4;    // qr, eigh, svd; detail: the batch member
+constexpr int kStatusColumnIndexOutOfRange = 5;  // gather_columns; detail: the position in index
 
 __device__ inline void raise_status(int* status, int code, int64_t detail) {
   if (atomicCAS(status, kStatusOk, code) == kStatusOk) {
