@@ -135,7 +135,7 @@ std::vector<ParamShard> Osft::project_gradients(std::span<const ParamShard> para
   for (ParamShard& p : out) {
     check_shard(p, "osft");
     check_not_dense_target(p);
-    if (p.name.ends_with(".U_low") || p.name.ends_with(".V_low")) {
+    if (projector_ && (p.name.ends_with(".U_low") || p.name.ends_with(".V_low"))) {
       // A copy in the factors' memory, projected in place.
       core::Tensor copy =
           core::Tensor::empty(p.grad.shape(), core::DType::F32, backend_->allocator());
@@ -157,7 +157,7 @@ void Osft::project_parameters(std::span<const ParamShard> params) {
 
 void Osft::step(std::span<const ParamShard> params, const StepContext& ctx) {
   const core::Backend& backend = backend_of(ctx);
-  ENGINE_CHECK(backend.device() == backend_->device(),
+  ENGINE_CHECK(!projector_ || backend.device() == backend_->device(),
                std::string("osft: step ") + std::to_string(ctx.step) + " runs on " +
                    backend.name() + " but the factors' projections were set up on " +
                    backend_->name());

@@ -15,7 +15,8 @@
 //   3. project_parameters (project_params, default on): the same projection of U_low and V_low,
 //      since AdamW's elementwise rescaling leaks into the frozen subspaces (reference issue #90).
 // Factor parts are rows of each factor as the split of set_communicator says (the reference's
-// torch.chunk counts by default); S_low is never projected.
+// torch.chunk counts by default); S_low is never projected. Every stage runs as Backend
+// operations on tensors in the memory of the backend set_communicator names.
 #pragma once
 
 #include <memory>

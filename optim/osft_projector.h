@@ -57,7 +57,6 @@ class OsftProjector {
   // This rank's rows of an n-row factor.
   comm::Range rows(int64_t n) const { return split_(n, world_size(), rank()); }
   RowSplit split() const { return split_; }
-  core::Backend& backend() const { return backend_; }
 
   // Projects, for every target i in order, u[i] (this rank's split(N) rows of an [N, r]
   // matrix) and v[i] (its split(r) rows of an [r, M] matrix) in place. A pointer may be

@@ -137,14 +137,12 @@ void CudaBackend::osft_project_left(float* x, const float* u_high, const double*
 
 void CudaBackend::osft_project_right(float* x, const float* v_high, int64_t rows, int64_t k,
                                      int64_t m) {
-  if (rows * m == 0) return;
+  if (rows * m == 0 || k == 0) return;  // no frozen rows: x stays as it is
   // All coefficients first, then the update (x is overwritten in place).
   DeviceBuffer<double> t(allocator_, rows * k);
-  if (k > 0) {
-    osft_right_coefficients_kernel<<<grid_for(rows * k), kThreads, 0, stream_>>>(t.get(), x, v_high,
-                                                                                 rows, k, m);
-    ENGINE_CUDA_LAUNCHED();
-  }
+  osft_right_coefficients_kernel<<<grid_for(rows * k), kThreads, 0, stream_>>>(t.get(), x, v_high,
+                                                                               rows, k, m);
+  ENGINE_CUDA_LAUNCHED();
   osft_project_right_kernel<<<grid_for(rows * m), kThreads, 0, stream_>>>(x, t.get(), v_high, rows,
                                                                           k, m);
   ENGINE_CUDA_LAUNCHED();
