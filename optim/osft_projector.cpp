@@ -15,6 +15,15 @@ double* doubles(const std::unique_ptr<core::Storage>& s) {
 
 }  // namespace
 
+void osft_sum_over_ranks(comm::Communicator& comm, core::Backend& backend, const double* partial,
+                         double* total, double* gathered, int64_t count) {
+  // A double is two floats' worth of bytes; the all-gather copies them without arithmetic.
+  const std::vector<int64_t> counts(static_cast<size_t>(comm.size()), 2 * count);
+  comm.all_gather(reinterpret_cast<const float*>(partial), reinterpret_cast<float*>(gathered),
+                  counts);
+  backend.osft_sum_partials(total, gathered, comm.size(), count);
+}
+
 OsftProjector::OsftProjector(comm::Communicator* comm, int64_t v_high_cache_bytes, RowSplit split,
                              core::Backend& backend)
     : comm_(comm),
@@ -108,20 +117,16 @@ void OsftProjector::gather_v_high() {
 
 void OsftProjector::reduce_coefficients() {
   const size_t bytes = static_cast<size_t>(coefficient_count_) * sizeof(double);
-  backend_.copy(doubles(total_), doubles(partial_), bytes);
   const int world = world_size();
-  if (world == 1) return;
-  if (comm_->device().is_cpu()) {  // host memory: the communicator's float64 all-reduce
-    comm_->all_reduce(doubles(total_), coefficient_count_, comm::ReduceOp::Sum);
+  if (world == 1 || comm_->device().is_cpu()) {  // host memory: the float64 all-reduce
+    backend_.copy(doubles(total_), doubles(partial_), bytes);
+    if (world > 1) comm_->all_reduce(doubles(total_), coefficient_count_, comm::ReduceOp::Sum);
     return;
   }
-  // A device communicator reduces floats only: gather every rank's float64 partial sums bit for
-  // bit (two floats' worth of bytes each) and add them in rank order on the device.
+  // A device communicator reduces floats only: gathered, then added on the device.
   if (!gathered_) gathered_ = std::make_unique<core::Storage>(backend_.allocator(), bytes * world);
-  const std::vector<int64_t> counts(static_cast<size_t>(world), 2 * coefficient_count_);
-  comm_->all_gather(static_cast<const float*>(partial_->data()),
-                    static_cast<float*>(gathered_->data()), counts);
-  backend_.osft_sum_partials(doubles(total_), doubles(gathered_), world, coefficient_count_);
+  osft_sum_over_ranks(*comm_, backend_, doubles(partial_), doubles(total_), doubles(gathered_),
+                      coefficient_count_);
 }
 
 void OsftProjector::project(std::span<float* const> u, std::span<float* const> v) {

@@ -35,6 +35,14 @@ namespace optim {
 // its own balanced split (comm::shard_range). The projection is the same up to summation order.
 using RowSplit = comm::Range (*)(int64_t n, int world_size, int rank);
 
+// The sum over the ranks of `comm` of every rank's float64 vector partial [count], into
+// total [count], both in `backend`'s memory (on the device comm moves buffers on), added in rank
+// order: the partial sums all-gathered bit for bit as 2 * count floats each into
+// gathered [size * count], then added by Backend::osft_sum_partials. The projector's reduction on
+// a device, whose communicator reduces floats only.
+void osft_sum_over_ranks(comm::Communicator& comm, core::Backend& backend, const double* partial,
+                         double* total, double* gathered, int64_t count);
+
 class OsftProjector {
  public:
   // comm may be null (one process). V_high is gathered once and kept (replicated) when all
