@@ -5,7 +5,16 @@
 namespace engine {
 
 namespace {
+
 constexpr const char* kFrozenPrefix = "osft/";
+
+// A host copy of a tensor in `backend`'s memory (the weights the one-time SVDs read).
+core::Tensor to_host(core::Backend& backend, const core::Tensor& t) {
+  core::Tensor host = core::Tensor::empty(t.shape());
+  if (t.numel() > 0) backend.copy_to_host(host.raw_data(), t.raw_data(), t.nbytes());
+  return host;
+}
+
 }  // namespace
 
 std::unique_ptr<OsftReparam> OsftReparam::create_if_targeted(model::Gpt& gpt,
@@ -24,7 +33,7 @@ std::unique_ptr<OsftReparam> OsftReparam::create_if_targeted(model::Gpt& gpt,
 
 OsftReparam::OsftReparam(model::Gpt& gpt, optim::OptimizerSet& groups, comm::Communicator* comm,
                          comm::Communicator* shard_group, optim::RowSplit split)
-    : gpt_(gpt) {
+    : gpt_(gpt), backend_(gpt.backend()) {
   const model::ParamTable& table = gpt.table();
   std::vector<optim::OsftTargetWeight> weights;
   for (size_t i = 0; i < table.size(); ++i) {
@@ -36,13 +45,14 @@ OsftReparam::OsftReparam(model::Gpt& gpt, optim::OptimizerSet& groups, comm::Com
     bool first_of_group = true;
     for (const Target& t : targets_)
       first_of_group &= t.optimizer != osft;
-    if (first_of_group) osft->set_communicator(shard_group, split);
-    ENGINE_CHECK(gpt.param(i).defined() && gpt.param(i).device().is_cpu(),
-                 "osft: the model's weight '" + p.name + "' is not resident in host memory");
+    if (first_of_group) osft->set_communicator(shard_group, split, backend_);
+    ENGINE_CHECK(gpt.param(i).defined() && gpt.param(i).device() == backend_.device(),
+                 "osft: the model's weight '" + p.name + "' is not resident in the memory of " +
+                     backend_.name());
     targets_.push_back({p.name, i, p.layer, p.shape[0], p.shape[1], k, osft});
-    weights.push_back({p.name, gpt.param(i).clone(), k});
+    weights.push_back({p.name, to_host(backend_, gpt.param(i)), k});
   }
-  const std::vector<optim::OsftFactors> full = optim::osft_decompose_all(weights, comm);
+  const std::vector<optim::OsftFactors> full = optim::osft_decompose_all(weights, comm, backend_);
   for (size_t t = 0; t < targets_.size(); ++t) {
     Target& target = targets_[t];
     optim::OsftFactors f = full[t];
@@ -54,7 +64,9 @@ OsftReparam::OsftReparam(model::Gpt& gpt, optim::OptimizerSet& groups, comm::Com
       factor.value = optim::factor_by_name(f, name);
       factor.trained = std::string(name).ends_with("_low");
       if (factor.trained) {
-        factor.grad = core::Tensor::zeros(factor.value.shape());
+        factor.grad =
+            core::Tensor::empty(factor.value.shape(), core::DType::F32, backend_.allocator());
+        backend_.fill_zero(factor.grad.raw_data(), factor.grad.nbytes());
         groups.add_alias(factor.name, target.name);
       }
       factors_.push_back(std::move(factor));
@@ -75,12 +87,16 @@ OsftReparam::OsftReparam(model::Gpt& gpt, optim::OptimizerSet& groups, comm::Com
 void OsftReparam::redecompose(comm::Communicator* comm) {
   std::vector<optim::OsftTargetWeight> weights;
   for (const Target& t : targets_)
-    weights.push_back({t.name, gpt_.param(t.param).clone(), t.k_high});
-  const std::vector<optim::OsftFactors> full = optim::osft_decompose_all(weights, comm);
+    weights.push_back({t.name, to_host(backend_, gpt_.param(t.param)), t.k_high});
+  const std::vector<optim::OsftFactors> full = optim::osft_decompose_all(weights, comm, backend_);
   for (size_t i = 0; i < targets_.size(); ++i)
-    for (size_t j = 0; j < 6; ++j)  // in place: the optimizers hold views of the frozen rows
-      factors_[6 * i + j].value.copy_from(
-          optim::factor_by_name(full[i], optim::kOsftFactorNames[j]));
+    for (size_t j = 0; j < 6; ++j) {  // in place: the optimizers hold views of the frozen rows
+      core::Tensor& value = factors_[6 * i + j].value;
+      if (value.numel() > 0)
+        backend_.copy(value.raw_data(),
+                      optim::factor_by_name(full[i], optim::kOsftFactorNames[j]).raw_data(),
+                      value.nbytes());
+    }
   zero_grads();
   write_all();
 }
@@ -107,12 +123,12 @@ optim::OsftFactors OsftReparam::full(size_t i) const {
 void OsftReparam::write_dense(int layer) {
   for (size_t i = 0; i < targets_.size(); ++i)
     if (targets_[i].layer == layer)
-      gpt_.param(targets_[i].param).copy_from(optim::osft_reconstruct(full(i)));
+      optim::osft_reconstruct_into(backend_, full(i), gpt_.param(targets_[i].param), 0);
 }
 
 void OsftReparam::write_all() {
   for (size_t i = 0; i < targets_.size(); ++i)
-    gpt_.param(targets_[i].param).copy_from(optim::osft_reconstruct(full(i)));
+    optim::osft_reconstruct_into(backend_, full(i), gpt_.param(targets_[i].param), 0);
 }
 
 std::vector<Trainable> OsftReparam::replace_trainables(std::vector<Trainable> model_trainables) {
@@ -138,18 +154,12 @@ void OsftReparam::map_grads(int layer) {
 }
 
 void OsftReparam::map_target_grads(size_t i) {
-  {  // the dense gradient dL/dW the model accumulated
-    const core::Tensor dense = gpt_.grad(targets_[i].param);
-    const optim::OsftLowGrads g = optim::osft_factor_grads(full(i), dense);
-    const core::Tensor* parts[] = {&g.U_low, &g.S_low, &g.V_low};
-    for (size_t j = 0; j < 3; ++j) {
-      float* dst = factors_[6 * i + 3 + j].grad.data<float>();
-      const float* src = parts[j]->data<float>();
-      for (int64_t e = 0; e < parts[j]->numel(); ++e)
-        dst[e] += src[e];
-    }
-    dense.fill(0.0f);
-  }
+  // The dense gradient dL/dW the model accumulated, into the trained factors' gradients.
+  const core::Tensor dense = gpt_.grad(targets_[i].param);
+  const optim::OsftLowGrads grads{factors_[6 * i + 3].grad, factors_[6 * i + 4].grad,
+                                  factors_[6 * i + 5].grad};
+  optim::osft_add_factor_grads(backend_, full(i), dense, grads);
+  backend_.fill_zero(dense.raw_data(), dense.nbytes());
 }
 
 void OsftReparam::save_frozen(std::vector<SavedSlice>& slices, int rank) const {
@@ -168,13 +178,16 @@ void OsftReparam::load_frozen(const CheckpointReader& reader) {
                  "checkpoint " + reader.dir() + ": OSFT factor " + f.name + " has shape " +
                      core::shape_str(reader.global_shape(key)) + ", this run expects " +
                      core::shape_str(f.value.shape()));
-    f.value.copy_from(reader.read_full(key));  // in place: the optimizers hold views of it
+    // In place: the optimizers hold views of it.
+    const core::Tensor host = reader.read_full(key);
+    if (host.numel() > 0)
+      backend_.copy_from_host(f.value.raw_data(), host.raw_data(), host.nbytes());
   }
 }
 
 void OsftReparam::zero_grads() {
   for (Factor& f : factors_)
-    if (f.trained) f.grad.fill(0.0f);
+    if (f.trained) backend_.fill_zero(f.grad.raw_data(), f.grad.nbytes());
 }
 
 std::map<std::string, core::Tensor> dense_checkpoint_weights(const std::string& dir,

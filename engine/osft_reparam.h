@@ -13,6 +13,11 @@
 // factors rest full on every rank (what ZeRO stages 1 and 2 keep resident); each target's group
 // optimizer gets the frozen rows this rank holds under `split`, and the trained factors
 // "<name>.U_low|S_low|V_low" step in that group (OptimizerSet aliases).
+//
+// The factors live in the memory of the model's backend and every per-step product (write_dense,
+// map_grads, the optimizer's projections) is a Backend operation; only the one-time SVDs
+// (construction, redecompose) read the weights on the host. Checkpoints stage through the host
+// (engine/sharded_state.h).
 #pragma once
 
 #include <cstdint>
@@ -100,6 +105,7 @@ class OsftReparam {
   void map_target_grads(size_t i);
 
   model::Gpt& gpt_;
+  core::Backend& backend_;  // the model's: it holds the factors and runs their products
   std::vector<Target> targets_;
   std::vector<Factor> factors_;  // six per target, in optim::kOsftFactorNames order
 };

@@ -421,8 +421,10 @@ void Trainer::init_params_from(const std::string& source) {
   }
   zero_->publish_params();
   if (osft_) {  // the targets' pretrained weights into the model, then their fresh SVDs
-    for (const OsftReparam::Target& t : osft_->targets())
-      gpt_->param(t.param).copy_from(weights.at(t.name));
+    for (const OsftReparam::Target& t : osft_->targets()) {
+      const core::Tensor& w = weights.at(t.name);
+      backend_.copy_from_host(gpt_->param(t.param).raw_data(), w.raw_data(), w.nbytes());
+    }
     osft_->redecompose(&comm_);
   }
 }

@@ -78,10 +78,11 @@ void Osft::check_not_dense_target(const ParamShard& p) const {
                            p.name + "': 0} to train it dense)");
 }
 
-void Osft::set_communicator(comm::Communicator* comm, RowSplit split) {
+void Osft::set_communicator(comm::Communicator* comm, RowSplit split, core::Backend& backend) {
   ENGINE_CHECK(targets_.empty(), "osft: set_communicator after targets were added");
   comm_ = comm;
   split_ = split;
+  backend_ = &backend;
   projector_.reset();
 }
 
@@ -89,7 +90,7 @@ void Osft::add_target(const std::string& name, int64_t rows, int64_t cols, int64
                       core::Tensor U_high_rows, core::Tensor V_high_rows) {
   if (!projector_) {
     const auto budget = static_cast<int64_t>(config_.v_high_cache_mb * 1024.0 * 1024.0);
-    projector_ = std::make_unique<OsftProjector>(comm_, budget, split_);
+    projector_ = std::make_unique<OsftProjector>(comm_, budget, split_, *backend_);
   }
   ENGINE_CHECK(targets_.insert(name).second, "osft: target '" + name + "' added twice");
   projector_->add_target(name, rows, cols, k_high, std::move(U_high_rows), std::move(V_high_rows));
@@ -134,7 +135,13 @@ std::vector<ParamShard> Osft::project_gradients(std::span<const ParamShard> para
   for (ParamShard& p : out) {
     check_shard(p, "osft");
     check_not_dense_target(p);
-    if (p.name.ends_with(".U_low") || p.name.ends_with(".V_low")) p.grad = p.grad.clone();
+    if (projector_ && (p.name.ends_with(".U_low") || p.name.ends_with(".V_low"))) {
+      // A copy in the factors' memory, projected in place.
+      core::Tensor copy =
+          core::Tensor::empty(p.grad.shape(), core::DType::F32, backend_->allocator());
+      if (copy.numel() > 0) backend_->copy(copy.raw_data(), p.grad.raw_data(), copy.nbytes());
+      p.grad = std::move(copy);
+    }
   }
   project(out, true);
   return out;
@@ -149,6 +156,11 @@ void Osft::project_parameters(std::span<const ParamShard> params) {
 }
 
 void Osft::step(std::span<const ParamShard> params, const StepContext& ctx) {
+  const core::Backend& backend = backend_of(ctx);
+  ENGINE_CHECK(!projector_ || backend.device() == backend_->device(),
+               std::string("osft: step ") + std::to_string(ctx.step) + " runs on " +
+                   backend.name() + " but the factors' projections were set up on " +
+                   backend_->name());
   const std::vector<ParamShard> projected = project_gradients(params);
   adamw_step(projected, ctx);
   if (config_.project_params) project_parameters(projected);

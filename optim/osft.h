@@ -15,7 +15,8 @@
 //   3. project_parameters (project_params, default on): the same projection of U_low and V_low,
 //      since AdamW's elementwise rescaling leaks into the frozen subspaces (reference issue #90).
 // Factor parts are rows of each factor as the split of set_communicator says (the reference's
-// torch.chunk counts by default); S_low is never projected.
+// torch.chunk counts by default); S_low is never projected. Every stage runs as Backend
+// operations on tensors in the memory of the backend set_communicator names.
 #pragma once
 
 #include <memory>
@@ -60,11 +61,14 @@ class Osft final : public Optimizer {
 
   const OsftConfig& config() const { return config_; }
 
-  // The shard group the factors are split over (null: one process) and how their rows are
-  // split (null: osft_rows, torch.chunk counts); before add_target.
-  void set_communicator(comm::Communicator* comm, RowSplit split = nullptr);
+  // The shard group the factors are split over (null: one process), how their rows are split
+  // (null: osft_rows, torch.chunk counts) and the backend whose memory holds the factors and
+  // runs the projections (every step must run on it); before add_target. Without this call:
+  // one process on the CPU backend.
+  void set_communicator(comm::Communicator* comm, RowSplit split = nullptr,
+                        core::Backend& backend = core::cpu_backend());
   // Registers a target (every rank, same order): its shape, k_high and this rank's rows of
-  // U_high [N, k] and V_high [k, M].
+  // U_high [N, k] and V_high [k, M], in the backend's memory.
   void add_target(const std::string& name, int64_t rows, int64_t cols, int64_t k_high,
                   core::Tensor U_high_rows, core::Tensor V_high_rows);
   bool has_target(const std::string& name) const { return targets_.count(name) != 0; }
@@ -86,6 +90,7 @@ class Osft final : public Optimizer {
   AdamW adamw_;
   comm::Communicator* comm_ = nullptr;
   RowSplit split_ = nullptr;
+  core::Backend* backend_ = &core::cpu_backend();
   std::unique_ptr<OsftProjector> projector_;
   std::set<std::string> targets_;
   std::vector<std::string> target_order_;

@@ -26,10 +26,6 @@ MatD to_double(const core::Tensor& t, int64_t rows, int64_t cols) {
   return as_matrix(t, rows, cols).cast<double>();
 }
 
-VecD vector_to_double(const core::Tensor& t) {
-  return as_matrix(t, t.numel(), 1).col(0).cast<double>();
-}
-
 core::Tensor to_tensor(const MatD& m) {
   core::Tensor t = core::Tensor::empty({m.rows(), m.cols()});
   as_matrix(t, m.rows(), m.cols()) = m.cast<float>();
@@ -112,61 +108,89 @@ OsftFactors osft_decompose(const core::Tensor& weight, int64_t k_high) {
 }
 
 std::vector<OsftFactors> osft_decompose_all(std::span<const OsftTargetWeight> targets,
-                                            comm::Communicator* comm) {
+                                            comm::Communicator* comm, core::Backend& backend) {
   const int world = comm ? comm->size() : 1, me = comm ? comm->rank() : 0;
+  // A host communicator broadcasts the host factors, which are then copied into the backend's
+  // memory; a device communicator broadcasts them there.
+  const bool host_comm = comm == nullptr || comm->device().is_cpu();
+  ENGINE_CHECK(host_comm || comm->device() == backend.device(),
+               "osft: the factors are decomposed into the memory of " +
+                   std::string(backend.name()) + " but the communicator " + comm->name() +
+                   " moves buffers on " + comm->device().str());
+  auto owner_of = [&](size_t i) { return static_cast<int>(i % static_cast<size_t>(world)); };
+  std::vector<OsftFactors> host(targets.size());
+  for (size_t i = 0; i < targets.size(); ++i)
+    if (owner_of(i) == me) host[i] = osft_decompose(targets[i].weight, targets[i].k_high);
   std::vector<OsftFactors> out(targets.size());
   for (size_t i = 0; i < targets.size(); ++i) {
-    const int owner = static_cast<int>(i % static_cast<size_t>(world));
-    if (owner == me) out[i] = osft_decompose(targets[i].weight, targets[i].k_high);
-  }
-  if (world == 1) return out;
-  for (size_t i = 0; i < targets.size(); ++i) {
-    const int owner = static_cast<int>(i % static_cast<size_t>(world));
     const int64_t n = targets[i].weight.size(0), m = targets[i].weight.size(1);
     const int64_t k = targets[i].k_high, r = std::min(n, m) - k;
-    OsftFactors& f = out[i];
-    if (owner != me) {
-      f.U_high = core::Tensor::empty({n, k});
-      f.S_high = core::Tensor::empty({k});
-      f.V_high = core::Tensor::empty({k, m});
-      f.U_low = core::Tensor::empty({n, r});
-      f.S_low = core::Tensor::empty({r});
-      f.V_low = core::Tensor::empty({r, m});
-    }
-    for (const char* name : kOsftFactorNames) {
-      core::Tensor& t = factor_by_name(f, name);
-      comm->broadcast(t.data<float>(), t.numel(), owner);
+    const core::Shape shapes[] = {{n, k}, {k}, {k, m}, {n, r}, {r}, {r, m}};
+    const bool mine = owner_of(i) == me;
+    for (size_t j = 0; j < 6; ++j) {
+      core::Tensor& h = factor_by_name(host[i], kOsftFactorNames[j]);
+      if (host_comm && world > 1) {
+        if (!mine) h = core::Tensor::empty(shapes[j]);
+        comm->broadcast(h.data<float>(), h.numel(), owner_of(i));
+      }
+      core::Tensor& t = factor_by_name(out[i], kOsftFactorNames[j]);
+      t = core::Tensor::empty(shapes[j], core::DType::F32, backend.allocator());
+      if ((mine || host_comm) && t.numel() > 0)
+        backend.copy_from_host(t.raw_data(), h.raw_data(), t.nbytes());
     }
   }
+  if (host_comm || world == 1) return out;
+  for (size_t i = 0; i < targets.size(); ++i)
+    for (const char* name : kOsftFactorNames) {
+      core::Tensor& t = factor_by_name(out[i], name);
+      comm->broadcast(t.data<float>(), t.numel(), owner_of(i));
+    }
   return out;
 }
 
-core::Tensor osft_reconstruct(const OsftFactors& f, int64_t row_begin, int64_t rows) {
+void osft_reconstruct_into(core::Backend& backend, const OsftFactors& f, const core::Tensor& out,
+                           int64_t row_begin) {
   const int64_t n = f.U_high.size(0), k = f.U_high.size(1), r = f.U_low.size(1);
-  const int64_t m = f.V_high.size(1);
-  ENGINE_CHECK(row_begin >= 0 && rows >= 0 && row_begin + rows <= n,
-               "osft: reconstruct rows out of range");
-  const MatD uh = to_double(f.U_high, n, k).middleRows(row_begin, rows);
-  const MatD ul = to_double(f.U_low, n, r).middleRows(row_begin, rows);
-  const MatD w = uh * vector_to_double(f.S_high).asDiagonal() * to_double(f.V_high, k, m) +
-                 ul * vector_to_double(f.S_low).asDiagonal() * to_double(f.V_low, r, m);
-  return to_tensor(w);
+  const int64_t m = f.V_high.size(1), rows = out.dim() == 2 ? out.size(0) : -1;
+  ENGINE_CHECK(
+      out.dim() == 2 && out.size(1) == m && out.is_contiguous() && out.dtype() == core::DType::F32,
+      "osft: reconstruct into " + out.str() + ", expected contiguous f32 [rows, " +
+          std::to_string(m) + "]");
+  ENGINE_CHECK(row_begin >= 0 && row_begin + rows <= n, "osft: reconstruct rows out of range");
+  backend.osft_reconstruct(out.data<float>(), f.U_high.data<float>() + row_begin * k,
+                           f.S_high.data<float>(), f.V_high.data<float>(),
+                           f.U_low.data<float>() + row_begin * r, f.S_low.data<float>(),
+                           f.V_low.data<float>(), rows, m, k, r);
+}
+
+core::Tensor osft_reconstruct(const OsftFactors& f, int64_t row_begin, int64_t rows) {
+  ENGINE_CHECK(rows >= 0, "osft: reconstruct rows out of range");
+  core::Tensor w = core::Tensor::empty({rows, f.V_high.size(1)});
+  osft_reconstruct_into(core::cpu_backend(), f, w, row_begin);
+  return w;
+}
+
+void osft_add_factor_grads(core::Backend& backend, const OsftFactors& f, const core::Tensor& dW,
+                           const OsftLowGrads& grads) {
+  const int64_t n = f.U_low.size(0), r = f.U_low.size(1), m = f.V_low.size(1);
+  ENGINE_CHECK(dW.dim() == 2 && dW.size(0) == n && dW.size(1) == m && dW.is_contiguous(),
+               "osft: the gradient " + dW.str() + " does not fit the factors [" +
+                   std::to_string(n) + ", " + std::to_string(m) + "]");
+  ENGINE_CHECK(
+      grads.U_low.numel() == n * r && grads.S_low.numel() == r && grads.V_low.numel() == r * m,
+      "osft: factor gradients " + grads.U_low.str() + ", " + grads.S_low.str() + ", " +
+          grads.V_low.str() + " do not fit the factors");
+  backend.osft_factor_grads(grads.U_low.data<float>(), grads.S_low.data<float>(),
+                            grads.V_low.data<float>(), dW.data<float>(), f.U_low.data<float>(),
+                            f.S_low.data<float>(), f.V_low.data<float>(), n, m, r);
 }
 
 OsftLowGrads osft_factor_grads(const OsftFactors& f, const core::Tensor& dW) {
-  const int64_t n = f.U_low.size(0), r = f.U_low.size(1), m = f.V_low.size(1);
-  ENGINE_CHECK(dW.dim() == 2 && dW.size(0) == n && dW.size(1) == m,
-               "osft: the gradient " + dW.str() + " does not fit the factors [" +
-                   std::to_string(n) + ", " + std::to_string(m) + "]");
-  const MatD g = to_double(dW, n, m);
-  const MatD ul = to_double(f.U_low, n, r);
-  const MatD vl = to_double(f.V_low, r, m);
-  const VecD sl = vector_to_double(f.S_low);
-  const MatD gv = g * vl.transpose();  // dW V_low^T  [n, r]
   OsftLowGrads out;
-  out.U_low = to_tensor(MatD(gv * sl.asDiagonal()));
-  out.S_low = to_tensor(VecD(ul.cwiseProduct(gv).colwise().sum().transpose()));
-  out.V_low = to_tensor(MatD(sl.asDiagonal() * (ul.transpose() * g)));
+  out.U_low = core::Tensor::zeros(f.U_low.shape());
+  out.S_low = core::Tensor::zeros(f.S_low.shape());
+  out.V_low = core::Tensor::zeros(f.V_low.shape());
+  osft_add_factor_grads(core::cpu_backend(), f, dW, out);
   return out;
 }
 

@@ -15,6 +15,7 @@
 
 #include "comm/communicator.h"
 #include "comm/placement.h"
+#include "engine/core/backend.h"
 #include "engine/core/tensor.h"
 
 namespace optim {
@@ -47,17 +48,23 @@ const core::Tensor& factor_by_name(const OsftFactors& f, const std::string& fact
 OsftFactors osft_decompose(const core::Tensor& weight, int64_t k_high);
 
 // The SVDs of many targets, spread over the ranks of `comm` (target i is decomposed by rank
-// i mod size, then broadcast from it); every rank passes the same full weights and gets all
-// full factors. comm may be null (one process).
+// i mod size, then broadcast from it); every rank passes the same full weights (host tensors)
+// and gets all full factors in `backend`'s memory (the SVD runs on the host, once per run).
+// comm may be null (one process); else it moves buffers on the backend's device.
 struct OsftTargetWeight {
   std::string name;
-  core::Tensor weight;  // full [N, M], identical on every rank
+  core::Tensor weight;  // full [N, M] on the host, identical on every rank
   int64_t k_high = 0;
 };
 std::vector<OsftFactors> osft_decompose_all(std::span<const OsftTargetWeight> targets,
-                                            comm::Communicator* comm);
+                                            comm::Communicator* comm,
+                                            core::Backend& backend = core::cpu_backend());
 
-// Rows [row_begin, row_begin + rows) of the dense weight from full factors (float64 sums).
+// Rows [row_begin, row_begin + out.size(0)) of the dense weight from full factors, written into
+// `out` [rows, M] (Backend::osft_reconstruct; factors and out in the backend's memory).
+void osft_reconstruct_into(core::Backend& backend, const OsftFactors& full, const core::Tensor& out,
+                           int64_t row_begin);
+// The same on host factors, into a new host tensor.
 core::Tensor osft_reconstruct(const OsftFactors& full, int64_t row_begin, int64_t rows);
 inline core::Tensor osft_reconstruct(const OsftFactors& full) {
   return osft_reconstruct(full, 0, full.U_high.size(0));
@@ -68,6 +75,11 @@ inline core::Tensor osft_reconstruct(const OsftFactors& full) {
 struct OsftLowGrads {
   core::Tensor U_low, S_low, V_low;
 };
+// Adds the three gradients to `grads` (Backend::osft_factor_grads; everything in the backend's
+// memory).
+void osft_add_factor_grads(core::Backend& backend, const OsftFactors& full, const core::Tensor& dW,
+                           const OsftLowGrads& grads);
+// The three gradients of host factors, as new host tensors.
 OsftLowGrads osft_factor_grads(const OsftFactors& full, const core::Tensor& dW);
 
 }  // namespace optim

@@ -1,6 +1,5 @@
 #include "optim/osft_projector.h"
 
-#include <Eigen/Dense>
 #include <algorithm>
 
 #include "engine/core/check.h"
@@ -10,15 +9,32 @@ namespace optim {
 
 namespace {
 
-using MatD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using MapF = Eigen::Map<Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
-using ConstMapF =
-    Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
+double* doubles(const std::unique_ptr<core::Storage>& s) {
+  return s ? static_cast<double*>(s->data()) : nullptr;
+}
 
 }  // namespace
 
-OsftProjector::OsftProjector(comm::Communicator* comm, int64_t v_high_cache_bytes, RowSplit split)
-    : comm_(comm), v_high_cache_bytes_(v_high_cache_bytes), split_(split ? split : osft_rows) {}
+void osft_sum_over_ranks(comm::Communicator& comm, core::Backend& backend, const double* partial,
+                         double* total, double* gathered, int64_t count) {
+  // A double is two floats' worth of bytes; the all-gather copies them without arithmetic.
+  const std::vector<int64_t> counts(static_cast<size_t>(comm.size()), 2 * count);
+  comm.all_gather(reinterpret_cast<const float*>(partial), reinterpret_cast<float*>(gathered),
+                  counts);
+  backend.osft_sum_partials(total, gathered, comm.size(), count);
+}
+
+OsftProjector::OsftProjector(comm::Communicator* comm, int64_t v_high_cache_bytes, RowSplit split,
+                             core::Backend& backend)
+    : comm_(comm),
+      v_high_cache_bytes_(v_high_cache_bytes),
+      split_(split ? split : osft_rows),
+      backend_(backend) {
+  ENGINE_CHECK(comm_ == nullptr || comm_->device() == backend_.device(),
+               "osft: the factors' projection runs on " + std::string(backend_.name()) +
+                   " but its shard group " + comm_->name() + " moves buffers on " +
+                   comm_->device().str());
+}
 
 void OsftProjector::add_target(const std::string& name, int64_t rows, int64_t cols, int64_t k_high,
                                core::Tensor U_high_rows, core::Tensor V_high_rows) {
@@ -40,6 +56,9 @@ void OsftProjector::add_target(const std::string& name, int64_t rows, int64_t co
                  "osft: target '" + name + "': this rank's " + what + " rows are " + x.str() +
                      ", expected [" + std::to_string(r) + ", " + std::to_string(c) + "] (rank " +
                      std::to_string(rank()) + " of " + std::to_string(world_size()) + ")");
+    ENGINE_CHECK(r * c == 0 || x.device() == backend_.device(),
+                 "osft: target '" + name + "': this rank's " + what + " rows " + x.str() +
+                     " are not in the memory of " + backend_.name());
   };
   check(t.U_high_rows, u.size(), k_high, "U_high");
   check(t.V_high_rows, v.size(), cols, "V_high");
@@ -53,12 +72,9 @@ void OsftProjector::add_target(const std::string& name, int64_t rows, int64_t co
 
 void OsftProjector::gather_v_high() {
   const int world = world_size();
-  if (world == 1) {
-    for (size_t i = 0; i < targets_.size(); ++i) {
-      const Target& t = targets_[i];
-      const float* p = t.V_high_rows.numel() ? t.V_high_rows.data<float>() : nullptr;
-      v_full_[i].assign(p, p + t.k_high * t.cols);
-    }
+  if (world == 1) {  // this rank holds every row
+    for (size_t i = 0; i < targets_.size(); ++i)
+      v_full_[i] = targets_[i].V_high_rows;
     return;
   }
   // One all-gather of every target's rows: rank p contributes its rows of each target in
@@ -67,28 +83,50 @@ void OsftProjector::gather_v_high() {
   for (int p = 0; p < world; ++p)
     for (const Target& t : targets_)
       counts[static_cast<size_t>(p)] += split_(t.k_high, world, p).size() * t.cols;
-  std::vector<float> send;
-  send.reserve(static_cast<size_t>(counts[static_cast<size_t>(rank())]));
-  for (const Target& t : targets_) {
-    const float* p = t.V_high_rows.numel() ? t.V_high_rows.data<float>() : nullptr;
-    send.insert(send.end(), p, p + t.V_high_rows.numel());
-  }
   int64_t total = 0;
   for (int64_t c : counts)
     total += c;
-  std::vector<float> recv(static_cast<size_t>(total));
-  comm_->all_gather(send.data(), recv.data(), counts);
+  core::Allocator& memory = backend_.allocator();
+  const core::Tensor send = core::Tensor::empty(
+      {std::max<int64_t>(counts[static_cast<size_t>(rank())], 1)}, core::DType::F32, memory);
+  const core::Tensor recv =
+      core::Tensor::empty({std::max<int64_t>(total, 1)}, core::DType::F32, memory);
+  int64_t offset = 0;
+  for (const Target& t : targets_) {
+    if (t.V_high_rows.numel() > 0)
+      backend_.copy(send.data<float>() + offset, t.V_high_rows.raw_data(), t.V_high_rows.nbytes());
+    offset += t.V_high_rows.numel();
+  }
+  comm_->all_gather(send.data<float>(), recv.data<float>(), counts);
   for (size_t i = 0; i < targets_.size(); ++i)
-    v_full_[i].assign(static_cast<size_t>(targets_[i].k_high * targets_[i].cols), 0.0f);
-  size_t offset = 0;
+    if (!v_full_[i].defined())
+      v_full_[i] =
+          core::Tensor::empty({targets_[i].k_high, targets_[i].cols}, core::DType::F32, memory);
+  offset = 0;
   for (int p = 0; p < world; ++p)
     for (size_t i = 0; i < targets_.size(); ++i) {
       const Target& t = targets_[i];
       const comm::Range rows = split_(t.k_high, world, p);
-      std::copy_n(recv.begin() + static_cast<std::ptrdiff_t>(offset), rows.size() * t.cols,
-                  v_full_[i].begin() + rows.begin * t.cols);
-      offset += static_cast<size_t>(rows.size() * t.cols);
+      const int64_t n = rows.size() * t.cols;
+      if (n > 0)
+        backend_.copy(v_full_[i].data<float>() + rows.begin * t.cols, recv.data<float>() + offset,
+                      static_cast<size_t>(n) * sizeof(float));
+      offset += n;
     }
+}
+
+void OsftProjector::reduce_coefficients() {
+  const size_t bytes = static_cast<size_t>(coefficient_count_) * sizeof(double);
+  const int world = world_size();
+  if (world == 1 || comm_->device().is_cpu()) {  // host memory: the float64 all-reduce
+    backend_.copy(doubles(total_), doubles(partial_), bytes);
+    if (world > 1) comm_->all_reduce(doubles(total_), coefficient_count_, comm::ReduceOp::Sum);
+    return;
+  }
+  // A device communicator reduces floats only: gathered, then added on the device.
+  if (!gathered_) gathered_ = std::make_unique<core::Storage>(backend_.allocator(), bytes * world);
+  osft_sum_over_ranks(*comm_, backend_, doubles(partial_), doubles(total_), doubles(gathered_),
+                      coefficient_count_);
 }
 
 void OsftProjector::project(std::span<float* const> u, std::span<float* const> v) {
@@ -96,53 +134,71 @@ void OsftProjector::project(std::span<float* const> u, std::span<float* const> v
                "osft: project got " + std::to_string(u.size()) + "/" + std::to_string(v.size()) +
                    " parts for " + std::to_string(targets_.size()) + " targets");
   if (!cache_ || !projected_) gather_v_high();
+  if (!projected_) {
+    for (const Target& t : targets_)
+      coefficient_count_ += t.k_high * t.k_low;
+    const size_t bytes =
+        static_cast<size_t>(std::max<int64_t>(coefficient_count_, 1)) * sizeof(double);
+    partial_ = std::make_unique<core::Storage>(backend_.allocator(), bytes);
+    total_ = std::make_unique<core::Storage>(backend_.allocator(), bytes);
+  }
   projected_ = true;
 
   // U: partial coefficients U_high,p^T X_U,p of every target, summed over ranks in one call.
-  size_t total = 0;
-  for (const Target& t : targets_)
-    total += static_cast<size_t>(t.k_high * t.k_low);
-  partial_.assign(total, 0.0);
   std::vector<int64_t> local_rows(targets_.size());
-  size_t offset = 0;
+  int64_t offset = 0;
   for (size_t i = 0; i < targets_.size(); ++i) {
     const Target& t = targets_[i];
     const int64_t n = rows(t.rows).size();
     local_rows[i] = n;
+    double* c = doubles(partial_) + offset;
     if (n > 0) {
       ENGINE_CHECK(u[i] != nullptr, "osft: target '" + t.name + "' has no U part on this rank");
-      const MatD uh = ConstMapF(t.U_high_rows.data<float>(), n, t.k_high).cast<double>();
-      const MatD x = ConstMapF(u[i], n, t.k_low).cast<double>();
-      Eigen::Map<MatD>(partial_.data() + offset, t.k_high, t.k_low) = uh.transpose() * x;
+      backend_.osft_left_coefficients(c, t.U_high_rows.data<float>(), u[i], n, t.k_high, t.k_low);
+    } else {
+      backend_.fill_zero(c, static_cast<size_t>(t.k_high * t.k_low) * sizeof(double));
     }
-    offset += static_cast<size_t>(t.k_high * t.k_low);
+    offset += t.k_high * t.k_low;
   }
-  total_ = partial_;
-  if (world_size() > 1 && total > 0)
-    comm_->all_reduce(total_.data(), static_cast<int64_t>(total), comm::ReduceOp::Sum);
+  reduce_coefficients();
 
   offset = 0;
   for (size_t i = 0; i < targets_.size(); ++i) {
     const Target& t = targets_[i];
     const int64_t n = local_rows[i];
-    if (n > 0) {
-      const MatD uh = ConstMapF(t.U_high_rows.data<float>(), n, t.k_high).cast<double>();
-      MapF x(u[i], n, t.k_low);
-      const Eigen::Map<const MatD> c(total_.data() + offset, t.k_high, t.k_low);
-      x = (x.cast<double>() - uh * c).cast<float>();
-    }
-    offset += static_cast<size_t>(t.k_high * t.k_low);
+    if (n > 0)
+      backend_.osft_project_left(u[i], t.U_high_rows.data<float>(), doubles(total_) + offset, n,
+                                 t.k_high, t.k_low);
+    offset += t.k_high * t.k_low;
 
     // V: rows of X_V need the whole V_high.
     const int64_t rv = rows(t.k_low).size();
     if (rv > 0) {
       ENGINE_CHECK(v[i] != nullptr, "osft: target '" + t.name + "' has no V part on this rank");
-      const MatD vh = ConstMapF(v_full_[i].data(), t.k_high, t.cols).cast<double>();
-      MapF x(v[i], rv, t.cols);
-      const MatD xd = x.cast<double>();
-      x = (xd - (xd * vh.transpose()) * vh).cast<float>();
+      backend_.osft_project_right(v[i], v_full_[i].data<float>(), rv, t.k_high, t.cols);
     }
   }
+}
+
+std::vector<double> OsftProjector::download(const core::Storage* buffer) const {
+  std::vector<double> out(static_cast<size_t>(buffer ? coefficient_count_ : 0));
+  if (!out.empty()) backend_.copy_to_host(out.data(), buffer->data(), out.size() * sizeof(double));
+  return out;
+}
+
+std::vector<double> OsftProjector::last_partial_coefficients() const {
+  return download(partial_.get());
+}
+
+std::vector<double> OsftProjector::last_coefficients() const {
+  return download(total_.get());
+}
+
+std::vector<float> OsftProjector::full_v_high(size_t i) const {
+  const core::Tensor& v = v_full_.at(i);
+  std::vector<float> out(static_cast<size_t>(v.numel()));
+  if (v.numel() > 0) backend_.copy_to_host(out.data(), v.raw_data(), v.nbytes());
+  return out;
 }
 
 }  // namespace optim

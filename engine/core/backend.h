@@ -304,6 +304,39 @@ class Backend {
   // The sum of x^2 in float64, read back to the host (the adaptive refresh criterion's norms).
   // CPU: in index order in one pass; CUDA: in a fixed tree order.
   virtual double sum_squares_in_order(const float* x, int64_t n) = 0;
+  // ---- OSFT (optim/osft*.cpp, engine/osft_reparam.cpp) ----
+  // The per-step products of orthogonal subspace fine-tuning (docs/specs/osft.md). A target
+  // W [n, m] is held as U_high diag(S_high) V_high + U_low diag(S_low) V_low with U_* [n, k|r],
+  // S_* [k|r], V_* [k|r, m] (row-major, packed). Every product is summed in float64 and rounded
+  // once to float (element math kmath::osft_*; the CPU backend forms the same float64 products
+  // with Eigen, so the backends agree up to float64 summation order).
+  //
+  // w [n, m] = the dense weight from the factors (overwritten; n may be a block of rows, with
+  // u_high and u_low pointing at its first row).
+  virtual void osft_reconstruct(float* w, const float* u_high, const float* s_high,
+                                const float* v_high, const float* u_low, const float* s_low,
+                                const float* v_low, int64_t n, int64_t m, int64_t k, int64_t r) = 0;
+  // The chain rule from dw = dL/dW [n, m] to the trained factors, ACCUMULATED (each term rounded
+  // to float, then added): du [n, r] += dW V_low^T diag(S_low), ds [r] += the diagonal of
+  // U_low^T dW V_low^T, dv [r, m] += diag(S_low) U_low^T dW.
+  virtual void osft_factor_grads(float* du, float* ds, float* dv, const float* dw,
+                                 const float* u_low, const float* s_low, const float* v_low,
+                                 int64_t n, int64_t m, int64_t r) = 0;
+  // The projection of x [n, r] out of the span of U_high, in two halves around the sum over the
+  // row shards: coeff [k, r] = U_high^T x over this part's n rows (float64, overwritten), then
+  // x -= U_high coeff with the summed coefficients (in place).
+  virtual void osft_left_coefficients(double* coeff, const float* u_high, const float* x, int64_t n,
+                                      int64_t k, int64_t r) = 0;
+  virtual void osft_project_left(float* x, const float* u_high, const double* coeff, int64_t n,
+                                 int64_t k, int64_t r) = 0;
+  // The projection of the rows of x [rows, m] out of the row space of the whole v_high [k, m],
+  // in place: x <- x - (x V_high^T) V_high.
+  virtual void osft_project_right(float* x, const float* v_high, int64_t rows, int64_t k,
+                                  int64_t m) = 0;
+  // total [count] = the sum of `parts` vectors partial [parts, count], added in part order
+  // (the coefficient all-reduce where the partial sums were all-gathered on a device).
+  virtual void osft_sum_partials(double* total, const double* partial, int64_t parts,
+                                 int64_t count) = 0;
 };
 
 // The process-wide CPU backend (OpenMP threads from OMP_NUM_THREADS).

@@ -1189,6 +1189,127 @@ TEST_F(CudaVsCpu, SoapClipAndOrderedSumOfSquares) {
     }
   }
   EXPECT_EQ(gpu().sum_squares_in_order(nullptr, 0), 0.0);
+// ---- OSFT (the Backend "OSFT" block)
+// -------------------------------------------------------------
+
+// Largest |got - want| / max(1, |want|) of float64 results.
+double max_rel_error_f64(const std::vector<double>& got, const std::vector<double>& want) {
+  EXPECT_EQ(got.size(), want.size());
+  double worst = 0.0;
+  for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
+    const double d = std::abs(got[i] - want[i]) / std::max(1.0, std::abs(want[i]));
+    if (!(d <= worst)) worst = d;  // NaN sticks
+  }
+  return worst;
+}
+
+// Random factors of a target [n, m] with k frozen and r = min(n, m) - k trained directions.
+struct OsftFactorsHost {
+  int64_t n, m, k, r;
+  std::vector<float> u_high, s_high, v_high, u_low, s_low, v_low;
+  OsftFactorsHost(int64_t n_, int64_t m_, int64_t k_, uint64_t seed) : n(n_), m(m_), k(k_) {
+    r = std::min(n, m) - k;
+    u_high = random_vector(n * k, seed, 0.3f);
+    s_high = random_vector(k, seed + 1);
+    v_high = random_vector(k * m, seed + 2, 0.3f);
+    u_low = random_vector(n * r, seed + 3, 0.3f);
+    s_low = random_vector(r, seed + 4);
+    v_low = random_vector(r * m, seed + 5, 0.3f);
+  }
+};
+
+// Square, wide, tall, more rows than a block has threads (the S_low gradient's reduction), k = 1.
+const std::tuple<int64_t, int64_t, int64_t> kOsftShapes[] = {
+    {32, 32, 24}, {24, 64, 12}, {64, 16, 11}, {600, 40, 13}, {7, 300, 1}};
+
+TEST_F(CudaVsCpu, OsftReconstructWholeAndRowBlock) {
+  uint64_t seed = 900;
+  for (auto [n, m, k] : kOsftShapes) {
+    const OsftFactorsHost f(n, m, k, seed += 10);
+    const int64_t r = f.r;
+    std::vector<float> w(n * m);
+    cpu().osft_reconstruct(w.data(), f.u_high.data(), f.s_high.data(), f.v_high.data(),
+                           f.u_low.data(), f.s_low.data(), f.v_low.data(), n, m, k, r);
+    const float* uh = dev().upload(f.u_high);
+    const float* sh = dev().upload(f.s_high);
+    const float* vh = dev().upload(f.v_high);
+    const float* ul = dev().upload(f.u_low);
+    const float* sl = dev().upload(f.s_low);
+    const float* vl = dev().upload(f.v_low);
+    float* gw = dev().alloc<float>(n * m);
+    gpu().osft_reconstruct(gw, uh, sh, vh, ul, sl, vl, n, m, k, r);
+    EXPECT_CLOSE(dev().download(gw, n * m), w, 1e-6) << n << "x" << m;
+    const int64_t begin = n / 3, rows = n - begin - 1;
+    float* block = dev().alloc<float>(rows * m);
+    gpu().osft_reconstruct(block, uh + begin * k, sh, vh, ul + begin * r, sl, vl, rows, m, k, r);
+    EXPECT_CLOSE(dev().download(block, rows * m),
+                 std::vector<float>(w.begin() + begin * m, w.begin() + (begin + rows) * m), 1e-6)
+        << n << "x" << m;
+  }
+}
+
+TEST_F(CudaVsCpu, OsftFactorGradsAccumulate) {
+  uint64_t seed = 1000;
+  for (auto [n, m, k] : kOsftShapes) {
+    const OsftFactorsHost f(n, m, k, seed += 10);
+    const int64_t r = f.r;
+    const auto dw = random_vector(n * m, seed + 7);
+    auto du = random_vector(n * r, seed + 8), ds = random_vector(r, seed + 9);
+    auto dv = random_vector(r * m, seed + 6);
+    float* gdu = dev().upload(du);
+    float* gds = dev().upload(ds);
+    float* gdv = dev().upload(dv);
+    const float* gdw = dev().upload(dw);
+    const float* ul = dev().upload(f.u_low);
+    const float* sl = dev().upload(f.s_low);
+    const float* vl = dev().upload(f.v_low);
+    for (int pass = 0; pass < 2; ++pass) {  // twice: the second adds to the first
+      cpu().osft_factor_grads(du.data(), ds.data(), dv.data(), dw.data(), f.u_low.data(),
+                              f.s_low.data(), f.v_low.data(), n, m, r);
+      gpu().osft_factor_grads(gdu, gds, gdv, gdw, ul, sl, vl, n, m, r);
+    }
+    EXPECT_CLOSE(dev().download(gdu, n * r), du, 1e-6) << n << "x" << m;
+    EXPECT_CLOSE(dev().download(gds, r), ds, 1e-6) << n << "x" << m;
+    EXPECT_CLOSE(dev().download(gdv, r * m), dv, 1e-6) << n << "x" << m;
+  }
+}
+
+TEST_F(CudaVsCpu, OsftProjectionsAndPartialSums) {
+  uint64_t seed = 1100;
+  for (auto [n, m, k] : kOsftShapes) {
+    const OsftFactorsHost f(n, m, k, seed += 10);
+    const int64_t r = f.r;
+    const float* uh = dev().upload(f.u_high);
+    const float* vh = dev().upload(f.v_high);
+    // Left: coefficients, then the update with them (the device's own coefficients, after
+    // checking them, so the update is compared on equal inputs).
+    auto x = random_vector(n * r, seed + 7);
+    float* gx = dev().upload(x);
+    std::vector<double> coeff(k * r);
+    cpu().osft_left_coefficients(coeff.data(), f.u_high.data(), x.data(), n, k, r);
+    double* gc = dev().alloc<double>(k * r);
+    gpu().osft_left_coefficients(gc, uh, gx, n, k, r);
+    EXPECT_LE(max_rel_error_f64(dev().download(gc, k * r), coeff), 1e-12) << n << "x" << m;
+    gpu().copy_from_host(gc, coeff.data(), coeff.size() * sizeof(double));
+    cpu().osft_project_left(x.data(), f.u_high.data(), coeff.data(), n, k, r);
+    gpu().osft_project_left(gx, uh, gc, n, k, r);
+    EXPECT_CLOSE(dev().download(gx, n * r), x, 1e-6) << n << "x" << m;
+    // Right, in place over the rows of [r, m].
+    auto y = random_vector(r * m, seed + 8);
+    float* gy = dev().upload(y);
+    cpu().osft_project_right(y.data(), f.v_high.data(), r, k, m);
+    gpu().osft_project_right(gy, vh, r, k, m);
+    EXPECT_CLOSE(dev().download(gy, r * m), y, 1e-6) << n << "x" << m;
+  }
+  // Partial sums add in part order on both: 1e16 + 1 - 1e16 is 0, not 1.
+  const std::vector<double> partial = {1e16, 1.0, 0.5, 1.0, 2.0, 0.25, -1e16, 3.0, 0.125};
+  std::vector<double> total(3);
+  cpu().osft_sum_partials(total.data(), partial.data(), 3, 3);
+  double* gt = dev().alloc<double>(3);
+  gpu().osft_sum_partials(gt, dev().upload(partial), 3, 3);
+  const std::vector<double> got = dev().download(gt, 3);
+  EXPECT_EQ(got, total);
+  EXPECT_EQ(got[0], 0.0);
 }
 
 }  // namespace

@@ -155,6 +155,21 @@ class CudaBackend final : public Backend {
                  const kmath::SoapAdamStep& step) override;
   void clip_update_rms(float* d, int64_t n, double max_rms) override;
   double sum_squares_in_order(const float* x, int64_t n) override;
+  // OSFT (cuda_osft_ops.cu)
+  void osft_reconstruct(float* w, const float* u_high, const float* s_high, const float* v_high,
+                        const float* u_low, const float* s_low, const float* v_low, int64_t n,
+                        int64_t m, int64_t k, int64_t r) override;
+  void osft_factor_grads(float* du, float* ds, float* dv, const float* dw, const float* u_low,
+                         const float* s_low, const float* v_low, int64_t n, int64_t m,
+                         int64_t r) override;
+  void osft_left_coefficients(double* coeff, const float* u_high, const float* x, int64_t n,
+                              int64_t k, int64_t r) override;
+  void osft_project_left(float* x, const float* u_high, const double* coeff, int64_t n, int64_t k,
+                         int64_t r) override;
+  void osft_project_right(float* x, const float* v_high, int64_t rows, int64_t k,
+                          int64_t m) override;
+  void osft_sum_partials(double* total, const double* partial, int64_t parts,
+                         int64_t count) override;
 
   CUstream_st* stream() const { return stream_; }
 
