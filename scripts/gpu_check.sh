@@ -47,6 +47,7 @@ mpirun=(mpirun --oversubscribe --allow-run-as-root)
 
 # The GoogleTest binaries that need a GPU; each runs whole (all its cases) under mpirun -np 1.
 gpu_test_binaries=(tests/cuda/cuda_backend_tests tests/optim/optim_device_replay_tests
+  tests/optim/osft_device_replay_tests
   tests/comm/comm_nccl_tests tests/engine/engine_gpu_training_tests)
 rows=()
 failed=0

@@ -1189,8 +1189,9 @@ TEST_F(CudaVsCpu, SoapClipAndOrderedSumOfSquares) {
     }
   }
   EXPECT_EQ(gpu().sum_squares_in_order(nullptr, 0), 0.0);
-// ---- OSFT (the Backend "OSFT" block)
-// -------------------------------------------------------------
+}
+
+// ---- OSFT (the Backend "OSFT" block) ----------------------------------------------------------
 
 // Largest |got - want| / max(1, |want|) of float64 results.
 double max_rel_error_f64(const std::vector<double>& got, const std::vector<double>& want) {
