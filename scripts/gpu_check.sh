@@ -181,29 +181,31 @@ else
 fi
 
 # ---- every optimizer family on the GPU against the CPU ------------------------------------------
-# 10 steps of each config on synthetic tokens, on cuda and then on cpu: the step-10 train losses
-# agree to 1e-3 relative (f32 both; reduction orders and the eigen/QR solvers differ).
+# 10 steps of each config on synthetic tokens, on cuda and then on cpu. The step-2 train losses
+# (after one update) agree to 1e-4 relative. Later steps are printed, not compared: SOAP on these
+# configs amplifies rounding differences about 100x per step early on (1 and 2 CPU threads part
+# as far by step 3), so only the first update is a test of the device code.
 python3 tests/e2e/make_tiny_data.py "$work/tiny" --train-tokens 200000 --val-tokens 4096 \
   --vocab 256 >/dev/null
-# family_loss CONFIG DATA_DIR DEVICE: prints the step-10 train loss (nothing when the run fails).
-family_loss() {
+# family_losses CONFIG DATA_DIR DEVICE: prints the step-2 and step-10 train losses.
+family_losses() {
   local dir="$work/family_$(basename "$1" .yaml)_$3"
   "${mpirun[@]}" -np 1 "$build/apps/engine/engine" --config "configs/$1" --set "device=$3" \
     --set "data.train=$2/tiny_train_*.bin" --set "data.val=$2/tiny_val_*.bin" \
     --set "log.dir=$dir" --set checkpoint.every=0 --set checkpoint.at_end=false \
     --set train.steps=10 --set train.eval_every=0 --set train.target_val_loss=0 \
     --set log.every=1 >"$dir.log" 2>&1 &&
-    grep -oE '^step:10/10 train_loss:[0-9.]+' "$dir.log" | cut -d: -f3
+    grep -oE '^step:(2|10)/10 train_loss:[0-9.]+' "$dir.log" | cut -d: -f3 | tr '\n' ' '
 }
 for family in soap.yaml:"$work/data" stacked_soap_moe.yaml:"$work/data" osft_tiny.yaml:"$work/tiny"; do
   cfg=${family%%:*}
-  lg=$(family_loss "$cfg" "${family#*:}" cuda)
-  lc=$(family_loss "$cfg" "${family#*:}" cpu)
-  if [ -n "$lg" ] && [ -n "$lc" ] &&
-    python3 -c "import sys; g, c = map(float, sys.argv[1:]); sys.exit(abs(g - c) > 1e-3 * abs(c))" "$lg" "$lc"; then
-    record "train $cfg cuda = cpu" ok "step-10 train loss cuda $lg, cpu $lc"
+  read -r g2 g10 <<<"$(family_losses "$cfg" "${family#*:}" cuda)"
+  read -r c2 c10 <<<"$(family_losses "$cfg" "${family#*:}" cpu)"
+  if [ -n "${g2:-}" ] && [ -n "${c2:-}" ] &&
+    python3 -c "import sys; g, c = map(float, sys.argv[1:]); sys.exit(abs(g - c) > 1e-4 * abs(c))" "$g2" "$c2"; then
+    record "train $cfg cuda = cpu" ok "step 2: cuda $g2, cpu $c2 (step 10: $g10, $c10)"
   else
-    record "train $cfg cuda = cpu" FAIL "cuda '$lg', cpu '$lc' (logs $work/family_*)"
+    record "train $cfg cuda = cpu" FAIL "step 2: cuda '${g2:-}', cpu '${c2:-}' (logs $work/family_*)"
   fi
 done
 
