@@ -304,6 +304,7 @@ class Backend {
   // The sum of x^2 in float64, read back to the host (the adaptive refresh criterion's norms).
   // CPU: in index order in one pass; CUDA: in a fixed tree order.
   virtual double sum_squares_in_order(const float* x, int64_t n) = 0;
+
   // ---- OSFT (optim/osft*.cpp, engine/osft_reparam.cpp) ----
   // The per-step products of orthogonal subspace fine-tuning (docs/specs/osft.md). A target
   // W [n, m] is held as U_high diag(S_high) V_high + U_low diag(S_low) V_low with U_* [n, k|r],

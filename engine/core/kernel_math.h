@@ -428,13 +428,15 @@ ENGINE_HD inline float soap_rms_clip_scale(double ss, int64_t n, double max_rms)
   const double rms = std::sqrt(ss / static_cast<double>(n));
   const double s = max_rms / (rms + 1e-7);
   return static_cast<float>(s < 1.0 ? s : 1.0);
-// ---- OSFT (optim/osft*.cpp, engine/osft_reparam.cpp)
-// --------------------------------------------- One output element of each OSFT product
-// (docs/specs/osft.md): a target W [n, m] is held as U_high diag(S_high) V_high + U_low diag(S_low)
-// V_low with U_* [n, k|r], S_* [k|r] and V_* [k|r, m], all row-major. Every sum runs in float64
-// over float inputs and is rounded once. The CUDA kernels evaluate these; the CPU backend forms the
-// same float64 products with Eigen's GEMM (so its results stay those of the host code before the
-// backends had OSFT ops) and the CPU tests check these formulas against it.
+}
+
+// ---- OSFT (optim/osft*.cpp, engine/osft_reparam.cpp) -----------------------------------------
+// One output element of each OSFT product (docs/specs/osft.md): a target W [n, m] is held as
+// U_high diag(S_high) V_high + U_low diag(S_low) V_low with U_* [n, k|r], S_* [k|r] and
+// V_* [k|r, m], all row-major. Every sum runs in float64 over float inputs and is rounded once.
+// The CUDA kernels evaluate these; the CPU backend forms the same float64 products with Eigen's
+// GEMM (so its results stay those of the host code before the backends had OSFT ops) and the CPU
+// tests check these formulas against it.
 
 // W[i, j] = sum_l (U_high[i, l] S_high[l]) V_high[l, j] + sum_l (U_low[i, l] S_low[l]) V_low[l, j].
 ENGINE_HD inline float osft_dense_element(const float* u_high, const float* s_high,
