@@ -163,11 +163,21 @@ void TpRekls::step(std::span<const ParamShard> params, const StepContext& ctx) {
     f.lam_r = backend_tensor(backend, {n});
     fs.push_back(std::move(f));
   }
+  const auto canonicalize_bases = [&] {
+    for (Full& f : fs) {
+      backend.canonicalize_column_signs(f.ql.data<float>(), f.m, f.m);
+      backend.canonicalize_column_signs(f.qr.data<float>(), f.n, f.n);
+    }
+  };
   for (Full& f : fs) {
     previous.add({f.lf.data<float>(), f.ql.data<float>(), f.lam_l.data<float>(), f.m, true, false});
     previous.add({f.rf.data<float>(), f.qr.data<float>(), f.lam_r.data<float>(), f.n, true, false});
   }
   previous.run(backend, 1, c.batched_refresh, distribute);
+  // The moments live in the basis of the stored factors, recomputed here every step: one sign per
+  // eigenvector, the same whichever device (LAPACK, cuSOLVER) solved it, so that state saved on
+  // one device resumes on another. A sign flip is exact, so the trajectory is unchanged.
+  canonicalize_bases();
 
   // The REKLS update of the full matrices, identical on every rank.
   SoapUpdate update(update_config_, backend);
@@ -192,6 +202,7 @@ void TpRekls::step(std::span<const ParamShard> params, const StepContext& ctx) {
     update.collect(x, refresh);
   }
   refresh.run(backend, 1, c.batched_refresh, distribute);
+  canonicalize_bases();
   const float step = static_cast<float>(-lr);
   for (size_t i = 0; i < fs.size(); ++i) {
     Full& f = fs[i];

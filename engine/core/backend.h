@@ -294,6 +294,10 @@ class Backend {
   // out[i, j] = src[i, cols - 1 - j] (the solver's ascending eigen order to descending; out must
   // not alias src).
   virtual void reverse_columns(float* out, const float* src, int64_t rows, int64_t cols) = 0;
+  // Negates, in place, every column j of q [rows, cols] whose entry of largest magnitude (the
+  // lowest row on ties) is negative (kmath::column_sign_flips): one sign for each eigenvector,
+  // whichever solver produced it, so a basis recomputed on another device matches (TpRekls).
+  virtual void canonicalize_column_signs(float* q, int64_t rows, int64_t cols) = 0;
   // Adam in the eigenbasis over n elements: m, v updated from g and the direction written to d
   // (kmath::soap_adam_raw / soap_adam_corrected by step.raw).
   virtual void soap_adam(float* d, float* m, float* v, const float* g, int64_t n,

@@ -422,6 +422,21 @@ ENGINE_HD inline float soap_adam_corrected(float& m, float& v, float g, float g2
   return num / (std::sqrt(v / s.c2) + s.eps);
 }
 
+// Whether column j of q [rows, cols] is to be negated for the sign convention: its entry of
+// largest magnitude (the lowest row on ties) is negative.
+ENGINE_HD inline bool column_sign_flips(const float* q, int64_t rows, int64_t cols, int64_t j) {
+  float best = 0.0f, value = 0.0f;
+  for (int64_t i = 0; i < rows; ++i) {
+    const float x = q[i * cols + j];
+    const float a = x < 0.0f ? -x : x;
+    if (a > best) {
+      best = a;
+      value = x;
+    }
+  }
+  return value < 0.0f;
+}
+
 // The max_update_rms clip factor min(1, max_rms / (rms + 1e-7)) of an update of n elements with
 // float64 sum of squares ss, rounded to float.
 ENGINE_HD inline float soap_rms_clip_scale(double ss, int64_t n, double max_rms) {

@@ -117,6 +117,28 @@ TEST(SoapMath, RmsClipScale) {
   EXPECT_EQ(kmath::soap_rms_clip_scale(4.0 * 100, 100, 3.0), 1.0f);  // below the limit: 1
 }
 
+// The eigenvector sign convention: a column is negated when its largest-magnitude entry (the
+// lowest row on ties) is negative; a basis and its sign-flipped copy end up equal.
+TEST(SoapCpuOps, ColumnSignsFollowTheLargestEntry) {
+  // [3, 4]: column 0 largest -3 (flip), 1 largest 2 (keep), 2 tie |-1| and 1 -> the first,
+  // -1 (flip), 3 all zero (keep).
+  std::vector<float> q = {-3, 0.5f, -1, 0, 1, 2, 1, 0, 2, -1, 0.5f, 0};
+  EXPECT_TRUE(kmath::column_sign_flips(q.data(), 3, 4, 0));
+  EXPECT_FALSE(kmath::column_sign_flips(q.data(), 3, 4, 1));
+  EXPECT_TRUE(kmath::column_sign_flips(q.data(), 3, 4, 2));
+  EXPECT_FALSE(kmath::column_sign_flips(q.data(), 3, 4, 3));
+  cpu_backend().canonicalize_column_signs(q.data(), 3, 4);
+  EXPECT_EQ(q, (std::vector<float>{3, 0.5f, 1, 0, -1, 2, -1, 0, -2, -1, -0.5f, 0}));
+
+  std::vector<float> a = random_vector(6 * 5, 7), b(6 * 5);
+  for (int64_t i = 0; i < 6; ++i)
+    for (int64_t j = 0; j < 5; ++j)
+      b[i * 5 + j] = j % 2 ? -a[i * 5 + j] : a[i * 5 + j];
+  cpu_backend().canonicalize_column_signs(a.data(), 6, 5);
+  cpu_backend().canonicalize_column_signs(b.data(), 6, 5);
+  EXPECT_EQ(a, b);
+}
+
 TEST(SoapCpuOps, CopiesIdentityAndColumnPermutations) {
   Backend& cpu = cpu_backend();
   // Matrix j of x [b, m, n] into column block j of s [m, b n], and back (StackedSoap's stack).

@@ -1035,6 +1035,16 @@ TEST_F(CudaVsCpu, ScatterAndEmbeddingBackwardAreRunToRunIdentical) {
 
 // ---- SOAP family --------------------------------------------------------------------------------
 
+TEST_F(CudaVsCpu, SoapColumnSignConvention) {
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{37, 37}, {64, 9}, {5, 300}}) {
+    auto q = random_vector(rows * cols, 40 + rows);
+    float* gq = dev().upload(q);
+    gpu().canonicalize_column_signs(gq, rows, cols);
+    cpu().canonicalize_column_signs(q.data(), rows, cols);
+    EXPECT_EQ(dev().download(gq, q.size()), q) << rows << " x " << cols;
+  }
+}
+
 TEST_F(CudaVsCpu, SoapBlockCopyIdentityAndColumnOrder) {
   // A [5, 7] block of a [9, 11] matrix into a [6, 8] one, both at an offset.
   auto src = random_vector(9 * 11, 1), dst = random_vector(6 * 8, 2);

@@ -81,6 +81,13 @@ void CpuBackend::reverse_columns(float* out, const float* src, int64_t rows, int
       out[i * cols + j] = src[i * cols + (cols - 1 - j)];
 }
 
+void CpuBackend::canonicalize_column_signs(float* q, int64_t rows, int64_t cols) {
+  for (int64_t j = 0; j < cols; ++j)
+    if (kmath::column_sign_flips(q, rows, cols, j))
+      for (int64_t i = 0; i < rows; ++i)
+        q[i * cols + j] = -q[i * cols + j];
+}
+
 void CpuBackend::soap_adam(float* d, float* m, float* v, const float* g, int64_t n,
                            const kmath::SoapAdamStep& step) {
   if (step.raw) {

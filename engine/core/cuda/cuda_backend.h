@@ -151,6 +151,7 @@ class CudaBackend final : public Backend {
   void gather_columns(float* out, const float* src, const int32_t* index, int64_t rows,
                       int64_t cols) override;
   void reverse_columns(float* out, const float* src, int64_t rows, int64_t cols) override;
+  void canonicalize_column_signs(float* q, int64_t rows, int64_t cols) override;
   void soap_adam(float* d, float* m, float* v, const float* g, int64_t n,
                  const kmath::SoapAdamStep& step) override;
   void clip_update_rms(float* d, int64_t n, double max_rms) override;

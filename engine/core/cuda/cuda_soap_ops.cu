@@ -87,6 +87,14 @@ __global__ void reverse_columns_kernel(float* out, const float* src, int64_t row
   }
 }
 
+// One thread per column: it finds the column's sign and negates it.
+__global__ void canonicalize_column_signs_kernel(float* q, int64_t rows, int64_t cols) {
+  for (int64_t j = first_index(); j < cols; j += grid_stride())
+    if (kmath::column_sign_flips(q, rows, cols, j))
+      for (int64_t i = 0; i < rows; ++i)
+        q[i * cols + j] = -q[i * cols + j];
+}
+
 __global__ void soap_adam_kernel(float* d, float* m, float* v, const float* g, int64_t n,
                                  kmath::SoapAdamStep step) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) {
@@ -182,6 +190,12 @@ void CudaBackend::gather_columns(float* out, const float* src, const int32_t* in
 void CudaBackend::reverse_columns(float* out, const float* src, int64_t rows, int64_t cols) {
   if (rows <= 0 || cols <= 0) return;
   reverse_columns_kernel<<<grid_for(rows * cols), kThreads, 0, stream_>>>(out, src, rows, cols);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::canonicalize_column_signs(float* q, int64_t rows, int64_t cols) {
+  if (rows <= 0 || cols <= 0) return;
+  canonicalize_column_signs_kernel<<<grid_for(cols), kThreads, 0, stream_>>>(q, rows, cols);
   ENGINE_CUDA_LAUNCHED();
 }
 
