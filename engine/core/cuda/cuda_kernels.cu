@@ -23,20 +23,15 @@ namespace core {
 
 using cuda_detail::block_allreduce;
 using cuda_detail::DeviceBuffer;
+using cuda_detail::first_index;
 using cuda_detail::grid_for;
 using cuda_detail::grid_rows;
+using cuda_detail::grid_stride;
 using cuda_detail::kThreads;
 using cuda_detail::Sum;
 using cuda_detail::Sum2;
 
 namespace {
-
-__device__ inline int64_t first_index() {
-  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ inline int64_t grid_stride() {
-  return static_cast<int64_t>(blockDim.x) * gridDim.x;
-}
 
 // ---- elementwise -------------------------------------------------------------------------------
 

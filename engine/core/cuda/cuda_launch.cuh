@@ -18,6 +18,14 @@ namespace core::cuda_detail {
 constexpr int kThreads = 256;          // threads per block of elementwise and row kernels
 constexpr int64_t kMaxBlocks = 65536;  // grid-stride loops cover the rest
 
+// The grid-stride loop of a 1-D launch: this thread's first index, and the step to its next.
+__device__ inline int64_t first_index() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ inline int64_t grid_stride() {
+  return static_cast<int64_t>(blockDim.x) * gridDim.x;
+}
+
 // Blocks for a grid-stride loop over n elements.
 inline unsigned grid_for(int64_t n) {
   int64_t blocks = (n + kThreads - 1) / kThreads;

@@ -15,19 +15,14 @@ namespace core {
 
 using cuda_detail::block_allreduce;
 using cuda_detail::DeviceBuffer;
+using cuda_detail::first_index;
 using cuda_detail::grid_for;
 using cuda_detail::grid_rows;
+using cuda_detail::grid_stride;
 using cuda_detail::kThreads;
 using cuda_detail::Sum;
 
 namespace {
-
-__device__ inline int64_t first_index() {
-  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ inline int64_t grid_stride() {
-  return static_cast<int64_t>(blockDim.x) * gridDim.x;
-}
 
 __global__ void osft_reconstruct_kernel(float* w, const float* u_high, const float* s_high,
                                         const float* v_high, const float* u_low, const float* s_low,

@@ -15,20 +15,15 @@
 namespace core {
 
 using cuda_detail::block_allreduce;
+using cuda_detail::first_index;
 using cuda_detail::grid_for;
+using cuda_detail::grid_stride;
 using cuda_detail::kThreads;
 using cuda_detail::Sum;
 
 namespace {
 
 constexpr int kReduceThreads = 1024;  // one block reduces a whole tensor
-
-__device__ inline int64_t first_index() {
-  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ inline int64_t grid_stride() {
-  return static_cast<int64_t>(blockDim.x) * gridDim.x;
-}
 
 __global__ void set_identity_kernel(float* q, int64_t n) {
   for (int64_t k = first_index(); k < n * n; k += grid_stride())
