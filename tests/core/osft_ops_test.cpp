@@ -13,16 +13,12 @@
 #include "engine/core/backend.h"
 #include "engine/core/kernel_math.h"
 #include "engine/core/rng.h"
+#include "tests/backend_test_data.h"
 
 namespace core {
 namespace {
 
-std::vector<float> random_vector(int64_t n, uint64_t seed, float scale = 1.0f) {
-  std::vector<float> v(static_cast<size_t>(n));
-  for (size_t i = 0; i < v.size(); ++i)
-    v[i] = scale * static_cast<float>(rng_normal(seed, i));
-  return v;
-}
+using test_data::random_vector;
 
 // Largest |got - want| / max(1, |want|); a NaN makes it infinite.
 template <typename T>
@@ -40,27 +36,13 @@ double max_rel_error(const std::vector<T>& got, const std::vector<T>& want) {
 // One rounding of a float64 sum, whose order differs between the two: a few float ulps.
 constexpr double kFloatTol = 1e-6;
 
-struct Factors {
-  int64_t n, m, k, r;
-  std::vector<float> u_high, s_high, v_high, u_low, s_low, v_low;
-  Factors(int64_t n_, int64_t m_, int64_t k_, uint64_t seed) : n(n_), m(m_), k(k_) {
-    r = std::min(n, m) - k;
-    u_high = random_vector(n * k, seed, 0.3f);
-    s_high = random_vector(k, seed + 1);
-    v_high = random_vector(k * m, seed + 2, 0.3f);
-    u_low = random_vector(n * r, seed + 3, 0.3f);
-    s_low = random_vector(r, seed + 4);
-    v_low = random_vector(r * m, seed + 5, 0.3f);
-  }
-};
-
 using Shape3 = std::tuple<int64_t, int64_t, int64_t>;  // n, m, k
 const Shape3 kShapes[] = {{32, 32, 24}, {24, 64, 12}, {64, 16, 11}, {300, 20, 7}, {5, 9, 1}};
 
 TEST(OsftOps, ReconstructMatchesTheElementFormula) {
   uint64_t seed = 10;
   for (auto [n, m, k] : kShapes) {
-    const Factors f(n, m, k, seed += 10);
+    const test_data::OsftFactors f(n, m, k, seed += 10);
     std::vector<float> w(static_cast<size_t>(n * m)), want(w.size());
     cpu_backend().osft_reconstruct(w.data(), f.u_high.data(), f.s_high.data(), f.v_high.data(),
                                    f.u_low.data(), f.s_low.data(), f.v_low.data(), n, m, k, f.r);
@@ -84,7 +66,7 @@ TEST(OsftOps, ReconstructMatchesTheElementFormula) {
 TEST(OsftOps, FactorGradsAccumulateTheElementFormulas) {
   uint64_t seed = 100;
   for (auto [n, m, k] : kShapes) {
-    const Factors f(n, m, k, seed += 10);
+    const test_data::OsftFactors f(n, m, k, seed += 10);
     const int64_t r = f.r;
     const std::vector<float> dw = random_vector(n * m, seed + 7);
     // Nonzero starting gradients: the op adds to them.
@@ -118,7 +100,7 @@ TEST(OsftOps, FactorGradsAccumulateTheElementFormulas) {
 TEST(OsftOps, ProjectionsMatchTheElementFormulas) {
   uint64_t seed = 200;
   for (auto [n, m, k] : kShapes) {
-    const Factors f(n, m, k, seed += 10);
+    const test_data::OsftFactors f(n, m, k, seed += 10);
     const int64_t r = f.r;
     // Left: coefficients over the rows, then the update with them.
     const std::vector<float> x0 = random_vector(n * r, seed + 7);

@@ -13,16 +13,12 @@
 #include "engine/core/check.h"
 #include "engine/core/kernel_math.h"
 #include "engine/core/rng.h"
+#include "tests/backend_test_data.h"
 
 namespace core {
 namespace {
 
-std::vector<float> random_vector(size_t n, uint64_t seed, float scale = 1.0f) {
-  std::vector<float> v(n);
-  for (size_t i = 0; i < n; ++i)
-    v[i] = scale * static_cast<float>(rng_normal(seed, i));
-  return v;
-}
+using test_data::random_vector;
 
 TEST(SoapMath, LerpIsTorchsTwoBranchForm) {
   const float a = 1.5f, b = -0.25f;

@@ -19,6 +19,7 @@
 #include "engine/core/backend.h"
 #include "engine/core/check.h"
 #include "engine/core/rng.h"
+#include "tests/backend_test_data.h"
 
 #ifdef ENGINE_HAVE_CUDA
 #include "engine/core/cuda/cuda_allocator.h"
@@ -28,12 +29,7 @@
 namespace core {
 namespace {
 
-std::vector<float> random_vector(size_t n, uint64_t seed, float scale = 1.0f) {
-  std::vector<float> v(n);
-  for (size_t i = 0; i < n; ++i)
-    v[i] = scale * static_cast<float>(rng_normal(seed, i));
-  return v;
-}
+using test_data::random_vector;
 
 std::vector<int32_t> random_ids(size_t n, int32_t limit, uint64_t seed) {
   std::vector<int32_t> v(n);
@@ -1214,21 +1210,6 @@ double max_rel_error_f64(const std::vector<double>& got, const std::vector<doubl
   return worst;
 }
 
-// Random factors of a target [n, m] with k frozen and r = min(n, m) - k trained directions.
-struct OsftFactorsHost {
-  int64_t n, m, k, r;
-  std::vector<float> u_high, s_high, v_high, u_low, s_low, v_low;
-  OsftFactorsHost(int64_t n_, int64_t m_, int64_t k_, uint64_t seed) : n(n_), m(m_), k(k_) {
-    r = std::min(n, m) - k;
-    u_high = random_vector(n * k, seed, 0.3f);
-    s_high = random_vector(k, seed + 1);
-    v_high = random_vector(k * m, seed + 2, 0.3f);
-    u_low = random_vector(n * r, seed + 3, 0.3f);
-    s_low = random_vector(r, seed + 4);
-    v_low = random_vector(r * m, seed + 5, 0.3f);
-  }
-};
-
 // Square, wide, tall, more rows than a block has threads (the S_low gradient's reduction), k = 1.
 const std::tuple<int64_t, int64_t, int64_t> kOsftShapes[] = {
     {32, 32, 24}, {24, 64, 12}, {64, 16, 11}, {600, 40, 13}, {7, 300, 1}};
@@ -1236,7 +1217,7 @@ const std::tuple<int64_t, int64_t, int64_t> kOsftShapes[] = {
 TEST_F(CudaVsCpu, OsftReconstructWholeAndRowBlock) {
   uint64_t seed = 900;
   for (auto [n, m, k] : kOsftShapes) {
-    const OsftFactorsHost f(n, m, k, seed += 10);
+    const test_data::OsftFactors f(n, m, k, seed += 10);
     const int64_t r = f.r;
     std::vector<float> w(n * m);
     cpu().osft_reconstruct(w.data(), f.u_high.data(), f.s_high.data(), f.v_high.data(),
@@ -1262,7 +1243,7 @@ TEST_F(CudaVsCpu, OsftReconstructWholeAndRowBlock) {
 TEST_F(CudaVsCpu, OsftFactorGradsAccumulate) {
   uint64_t seed = 1000;
   for (auto [n, m, k] : kOsftShapes) {
-    const OsftFactorsHost f(n, m, k, seed += 10);
+    const test_data::OsftFactors f(n, m, k, seed += 10);
     const int64_t r = f.r;
     const auto dw = random_vector(n * m, seed + 7);
     auto du = random_vector(n * r, seed + 8), ds = random_vector(r, seed + 9);
@@ -1288,7 +1269,7 @@ TEST_F(CudaVsCpu, OsftFactorGradsAccumulate) {
 TEST_F(CudaVsCpu, OsftProjectionsAndPartialSums) {
   uint64_t seed = 1100;
   for (auto [n, m, k] : kOsftShapes) {
-    const OsftFactorsHost f(n, m, k, seed += 10);
+    const test_data::OsftFactors f(n, m, k, seed += 10);
     const int64_t r = f.r;
     const float* uh = dev().upload(f.u_high);
     const float* vh = dev().upload(f.v_high);
