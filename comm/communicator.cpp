@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <string>
 
-#include "engine/core/check.h"
+#include "core/check.h"
 
 namespace comm {
 

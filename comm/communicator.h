@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/device.h"
+#include "core/device.h"
 
 namespace comm {
 

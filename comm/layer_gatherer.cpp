@@ -4,7 +4,7 @@
 
 #include "comm/composite_work.h"
 #include "comm/shard_ops.h"
-#include "engine/core/check.h"
+#include "core/check.h"
 
 namespace comm {
 

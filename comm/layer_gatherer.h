@@ -10,7 +10,7 @@
 
 #include "comm/communicator.h"
 #include "comm/sharding_plan.h"
-#include "engine/core/tensor.h"
+#include "core/tensor.h"
 
 namespace comm {
 

@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "engine/core/check.h"
+#include "core/check.h"
 
 namespace comm {
 

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "comm/abort.h"
-#include "engine/core/check.h"
+#include "core/check.h"
 
 namespace comm {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <utility>
 
-#include "engine/core/check.h"
+#include "core/check.h"
 
 namespace comm {
 

@@ -2,7 +2,7 @@
 #include <string>
 
 #include "comm/nccl_communicator.h"
-#include "engine/core/check.h"
+#include "core/check.h"
 
 namespace comm {
 

@@ -1,6 +1,6 @@
 #include "comm/placement.h"
 
-#include "engine/core/check.h"
+#include "core/check.h"
 
 namespace comm {
 

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "comm/composite_work.h"
-#include "engine/core/check.h"
+#include "core/check.h"
 
 namespace comm {
 

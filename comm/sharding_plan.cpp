@@ -5,7 +5,7 @@
 #include <set>
 #include <unordered_set>
 
-#include "engine/core/check.h"
+#include "core/check.h"
 
 namespace comm {
 

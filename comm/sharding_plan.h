@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "comm/placement.h"
-#include "engine/core/tensor.h"
+#include "core/tensor.h"
 
 namespace comm {
 

@@ -16,7 +16,7 @@
 #include <iterator>
 #include <sstream>
 
-#include "engine/core/check.h"
+#include "core/check.h"
 
 namespace engine {
 

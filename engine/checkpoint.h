@@ -24,8 +24,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/safetensors.h"
-#include "engine/core/tensor.h"
+#include "core/safetensors.h"
+#include "core/tensor.h"
 
 namespace engine {
 

@@ -11,7 +11,7 @@
 #include <limits>
 #include <sstream>
 
-#include "engine/core/check.h"
+#include "core/check.h"
 #include "engine/device_select.h"
 
 namespace engine {

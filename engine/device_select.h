@@ -11,7 +11,7 @@
 
 #include <string>
 
-#include "engine/core/device.h"
+#include "core/device.h"
 
 namespace engine {
 

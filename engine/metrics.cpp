@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <sstream>
 
-#include "engine/core/check.h"
+#include "core/check.h"
 
 namespace engine {
 

@@ -1,6 +1,6 @@
 #include "engine/osft_reparam.h"
 
-#include "engine/core/check.h"
+#include "core/check.h"
 
 namespace engine {
 

@@ -1,5 +1,5 @@
 // OsftReparam: the OSFT factors of the targeted model matrices, held beside the model
-// (docs/specs/osft.md; DESIGN.md "Trainables").
+// (docs/specs/osft.md; docs/DESIGN.md "Trainables").
 //
 // The model stays dense and knows nothing of OSFT. Before a target's layer runs forward,
 // write_dense(layer) writes W = U_high diag(S_high) V_high + U_low diag(S_low) V_low into the

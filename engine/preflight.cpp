@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "core/check.h"
 #include "engine/checkpoint.h"
-#include "engine/core/check.h"
 
 namespace engine {
 

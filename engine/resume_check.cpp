@@ -3,8 +3,8 @@
 #include <cinttypes>
 #include <cstdio>
 
-#include "engine/core/check.h"
-#include "engine/data/data_loader.h"
+#include "core/check.h"
+#include "data/data_loader.h"
 #include "optim/glob.h"
 
 namespace engine {

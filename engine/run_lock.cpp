@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <thread>
 
-#include "engine/core/check.h"
+#include "core/check.h"
 
 namespace engine {
 

@@ -1,6 +1,6 @@
 #include "engine/sharded_state.h"
 
-#include "engine/core/check.h"
+#include "core/check.h"
 
 namespace engine {
 

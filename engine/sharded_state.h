@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "comm/sharding_plan.h"
+#include "core/backend.h"
+#include "core/tensor.h"
 #include "engine/checkpoint.h"
-#include "engine/core/backend.h"
-#include "engine/core/tensor.h"
 #include "optim/optimizer_set.h"
 
 namespace engine {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "comm/placement.h"
-#include "engine/core/tensor.h"
+#include "core/tensor.h"
 
 namespace model {
 class Gpt;
@@ -23,7 +23,7 @@ class Gpt;
 namespace engine {
 
 struct Trainable {
-  std::string name;  // checkpoint key and optimizer-glob name (DESIGN.md parameter names)
+  std::string name;  // checkpoint key and optimizer-glob name (docs/DESIGN.md parameter names)
   core::Shape shape;
   // The layer whose forward reads it and whose backward finishes its gradient (-1: used from
   // the start of forward to the end of backward: embeddings, final norm, head).

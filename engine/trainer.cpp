@@ -11,11 +11,11 @@
 #include <map>
 
 #include "comm/shard_ops.h"
+#include "core/check.h"
+#include "data/data_loader.h"
+#include "data/val_loader.h"
 #include "engine/checkpoint.h"
 #include "engine/console_log.h"
-#include "engine/core/check.h"
-#include "engine/data/data_loader.h"
-#include "engine/data/val_loader.h"
 #include "engine/osft_reparam.h"
 #include "engine/resume_check.h"
 #include "engine/sharded_state.h"

@@ -9,7 +9,7 @@
 #include "comm/layer_gatherer.h"
 #include "comm/mpi_session.h"
 #include "comm/shard_ops.h"
-#include "engine/core/check.h"
+#include "core/check.h"
 
 namespace engine {
 

@@ -1,5 +1,5 @@
 // ZeroState: where the trainables' values and gradients live between the phases of a train
-// step, and the communication that moves them (ZeRO, DESIGN.md "Distribution and sharding").
+// step, and the communication that moves them (ZeRO, docs/DESIGN.md "Distribution and sharding").
 //
 // The train step calls it by phase:
 //   begin_step                      zero the gradients
@@ -45,7 +45,7 @@
 #include "comm/comm_stream.h"
 #include "comm/communicator.h"
 #include "comm/sharding_plan.h"
-#include "engine/core/backend.h"
+#include "core/backend.h"
 #include "engine/trainable.h"
 #include "optim/optimizer.h"
 

@@ -3,8 +3,8 @@
 // crash or sanitizer report is a bug.
 #include <string>
 
+#include "core/check.h"
 #include "engine/config.h"
-#include "engine/core/check.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

@@ -2,8 +2,8 @@
 // offset); nothing else may escape, crash or trip a sanitizer.
 #include <string>
 
-#include "engine/core/check.h"
-#include "engine/core/json.h"
+#include "core/check.h"
+#include "core/json.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

@@ -5,8 +5,8 @@
 #include <cstdio>
 #include <string>
 
+#include "core/check.h"
 #include "engine/checkpoint.h"
-#include "engine/core/check.h"
 #include "fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

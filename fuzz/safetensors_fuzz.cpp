@@ -1,7 +1,7 @@
 // safetensors files (checkpoint rank files, exported weights): any file is indexed and every
 // tensor read, or it is refused with core::Error.
-#include "engine/core/check.h"
-#include "engine/core/safetensors.h"
+#include "core/check.h"
+#include "core/safetensors.h"
 #include "fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

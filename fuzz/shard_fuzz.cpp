@@ -1,7 +1,7 @@
 // Token-shard files: header and size checks, then the id check against a vocabulary; any
 // file is read or refused with core::Error.
-#include "engine/core/check.h"
-#include "engine/data/token_shard.h"
+#include "core/check.h"
+#include "data/token_shard.h"
 #include "fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

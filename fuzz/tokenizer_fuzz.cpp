@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/check.h"
-#include "engine/data/gpt2_tokenizer.h"
+#include "core/check.h"
+#include "data/gpt2_tokenizer.h"
 #include "fuzz/fuzz_util.h"
 
 namespace {

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 
-#include "engine/core/check.h"
+#include "core/check.h"
 
 namespace model {
 

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/backend.h"
-#include "engine/core/tensor.h"
+#include "core/backend.h"
+#include "core/tensor.h"
 #include "model/model_config.h"
 #include "model/param_table.h"
 

@@ -6,9 +6,9 @@
 #include <sstream>
 #include <vector>
 
-#include "engine/core/check.h"
-#include "engine/core/json.h"
-#include "engine/core/safetensors.h"
+#include "core/check.h"
+#include "core/json.h"
+#include "core/safetensors.h"
 
 namespace model {
 

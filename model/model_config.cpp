@@ -1,6 +1,6 @@
 #include "model/model_config.h"
 
-#include "engine/core/check.h"
+#include "core/check.h"
 
 namespace model {
 

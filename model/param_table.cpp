@@ -2,8 +2,8 @@
 
 #include <cmath>
 
-#include "engine/core/check.h"
-#include "engine/core/rng.h"
+#include "core/check.h"
+#include "core/rng.h"
 
 namespace model {
 

@@ -1,5 +1,5 @@
 // The parameter table: every parameter of the GPT with its name (the checkpoint/optimizer-glob
-// contract of DESIGN.md), shape, kind, init rule, layer and place in the flat buffer. The
+// contract of docs/DESIGN.md), shape, kind, init rule, layer and place in the flat buffer. The
 // trainer, sharding plan, optimizer groups and checkpoints read names only from here.
 #pragma once
 
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/tensor.h"
+#include "core/tensor.h"
 #include "model/model_config.h"
 
 namespace model {

@@ -3,8 +3,8 @@
 #include <set>
 #include <sstream>
 
-#include "engine/core/check.h"
-#include "engine/core/safetensors.h"
+#include "core/check.h"
+#include "core/safetensors.h"
 
 namespace model {
 

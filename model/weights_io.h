@@ -6,7 +6,7 @@
 #include <map>
 #include <string>
 
-#include "engine/core/tensor.h"
+#include "core/tensor.h"
 #include "model/gpt.h"
 
 namespace model {

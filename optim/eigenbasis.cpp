@@ -1,6 +1,6 @@
 #include "optim/eigenbasis.h"
 
-#include "engine/core/check.h"
+#include "core/check.h"
 
 namespace optim {
 

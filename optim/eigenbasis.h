@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "engine/core/backend.h"
-#include "engine/core/tensor.h"
+#include "core/backend.h"
+#include "core/tensor.h"
 
 namespace optim {
 

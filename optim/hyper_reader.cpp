@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "engine/core/check.h"
+#include "core/check.h"
 
 namespace optim {
 

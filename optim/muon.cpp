@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "engine/core/check.h"
+#include "core/check.h"
 #include "optim/glob.h"
 #include "optim/newton_schulz.h"
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "engine/core/check.h"
+#include "core/check.h"
 
 namespace optim {
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/core/backend.h"
+#include "core/backend.h"
 
 namespace optim {
 

@@ -1,6 +1,6 @@
 #include "optim/optimizer.h"
 
-#include "engine/core/check.h"
+#include "core/check.h"
 
 namespace optim {
 

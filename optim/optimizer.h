@@ -16,8 +16,8 @@
 
 #include "comm/communicator.h"
 #include "comm/placement.h"
-#include "engine/core/backend.h"
-#include "engine/core/tensor.h"
+#include "core/backend.h"
+#include "core/tensor.h"
 
 namespace optim {
 

@@ -1,6 +1,6 @@
 #include "optim/optimizer_set.h"
 
-#include "engine/core/check.h"
+#include "core/check.h"
 #include "optim/glob.h"
 #include "optim/hyper_reader.h"
 

@@ -2,7 +2,7 @@
 
 #include <map>
 
-#include "engine/core/check.h"
+#include "core/check.h"
 #include "optim/glob.h"
 #include "optim/osft_factors.h"
 

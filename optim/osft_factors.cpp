@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "engine/core/check.h"
+#include "core/check.h"
 
 namespace optim {
 

@@ -1,6 +1,6 @@
 #include "optim/registry.h"
 
-#include "engine/core/check.h"
+#include "core/check.h"
 #include "optim/adamw.h"
 #include "optim/muon.h"
 #include "optim/osft.h"

@@ -11,8 +11,8 @@
 #include <cstdint>
 #include <utility>
 
-#include "engine/core/backend.h"
-#include "engine/core/tensor.h"
+#include "core/backend.h"
+#include "core/tensor.h"
 
 namespace optim {
 

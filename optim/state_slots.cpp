@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "engine/core/check.h"
+#include "core/check.h"
 
 namespace optim {
 

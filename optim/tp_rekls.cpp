@@ -1,6 +1,6 @@
 #include "optim/tp_rekls.h"
 
-#include "engine/core/check.h"
+#include "core/check.h"
 #include "optim/rekls.h"
 
 namespace optim {

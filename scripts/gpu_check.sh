@@ -46,7 +46,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpirun=(mpirun --oversubscribe --allow-run-as-root)
 
 # The GoogleTest binaries that need a GPU; each runs whole (all its cases) under mpirun -np 1.
-gpu_test_binaries=(tests/cuda/cuda_backend_tests tests/optim/optim_device_replay_tests
+gpu_test_binaries=(tests/core/cuda_backend_tests tests/optim/optim_device_replay_tests
   tests/optim/osft_device_replay_tests
   tests/comm/comm_nccl_tests tests/engine/engine_gpu_training_tests)
 rows=()

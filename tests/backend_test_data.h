@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine/core/rng.h"
+#include "core/rng.h"
 
 namespace test_data {
 

@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "engine/core/check.h"
+#include "core/check.h"
 
 namespace test_util {
 

@@ -28,11 +28,11 @@
 #include <string>
 #include <vector>
 
+#include "core/backend.h"
+#include "core/check.h"
+#include "core/json.h"
+#include "core/rng.h"
 #include "engine/console_log.h"
-#include "engine/core/backend.h"
-#include "engine/core/check.h"
-#include "engine/core/json.h"
-#include "engine/core/rng.h"
 #include "model/gpt.h"
 
 namespace {

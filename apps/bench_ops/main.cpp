@@ -25,10 +25,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/backend.h"
-#include "engine/core/cpu/cpu_kernels.h"
-#include "engine/core/rng.h"
-#include "engine/core/tensor.h"
+#include "core/backend.h"
+#include "core/cpu/cpu_kernels.h"
+#include "core/rng.h"
+#include "core/tensor.h"
 
 namespace {
 

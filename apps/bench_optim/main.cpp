@@ -34,8 +34,8 @@
 #include "comm/mpi_session.h"
 #include "comm/shard_ops.h"
 #include "comm/sharding_plan.h"
-#include "engine/core/check.h"
-#include "engine/core/rng.h"
+#include "core/check.h"
+#include "core/rng.h"
 #include "optim/eigenbasis.h"
 #include "optim/optimizer_set.h"
 

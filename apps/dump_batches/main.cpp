@@ -17,12 +17,12 @@
 #include <string>
 #include <vector>
 
+#include "core/backend.h"
+#include "core/check.h"
+#include "data/data_loader.h"
+#include "data/shard_writer.h"
+#include "data/val_loader.h"
 #include "engine/config.h"
-#include "engine/core/backend.h"
-#include "engine/core/check.h"
-#include "engine/data/data_loader.h"
-#include "engine/data/shard_writer.h"
-#include "engine/data/val_loader.h"
 #include "engine/trainer.h"
 #include "model/gpt.h"
 #include "model/weights_io.h"

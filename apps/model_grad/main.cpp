@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
+#include "core/backend.h"
+#include "core/check.h"
+#include "data/token_shard.h"
 #include "engine/config.h"
-#include "engine/core/backend.h"
-#include "engine/core/check.h"
-#include "engine/data/token_shard.h"
 #include "engine/trainer.h"
 #include "model/gpt.h"
 #include "model/weights_io.h"

@@ -10,8 +10,8 @@
 
 #include "comm/shard_ops.h"
 #include "comm/sharding_plan.h"
-#include "engine/core/check.h"
-#include "engine/core/rng.h"
+#include "core/check.h"
+#include "core/rng.h"
 #include "optim/muon.h"
 #include "optim/newton_schulz.h"
 #include "optim/optimizer_set.h"

@@ -5,8 +5,8 @@
 #include <cstring>
 
 #include "comm/shard_ops.h"
-#include "engine/core/check.h"
-#include "engine/core/compare.h"
+#include "core/check.h"
+#include "core/compare.h"
 #include "optim/newton_schulz.h"
 
 namespace replay {

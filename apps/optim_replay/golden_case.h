@@ -1,5 +1,5 @@
-// A golden optimizer trajectory (tests/golden/<optimizer>/<case>.safetensors) and its replay
-// through the optimizers of the registry, on one rank or many.
+// A golden optimizer trajectory (tests/fixtures/golden/<optimizer>/<case>.safetensors) and its
+// replay through the optimizers of the registry, on one rank or many.
 //
 // The file's metadata names the reference optimizer and its hyperparameters in the reference's
 // terms; kHyperparameterMap (golden_case.cpp) is the one table translating them into optimizer
@@ -16,7 +16,7 @@
 
 #include "comm/communicator.h"
 #include "comm/sharding_plan.h"
-#include "engine/core/safetensors.h"
+#include "core/safetensors.h"
 #include "optim/optimizer_set.h"
 
 namespace replay {

@@ -6,9 +6,9 @@
 #include <cstdio>
 #include <map>
 
-#include "engine/core/check.h"
-#include "engine/core/compare.h"
-#include "engine/core/safetensors.h"
+#include "core/check.h"
+#include "core/compare.h"
+#include "core/safetensors.h"
 #include "optim/osft.h"
 #include "optim/osft_factors.h"
 #include "optim/registry.h"

@@ -1,4 +1,5 @@
-// Replay of an OSFT golden file (tests/golden/osft/, README there): every stage of every step.
+// Replay of an OSFT golden file (tests/fixtures/golden/osft/, README there): every stage of every
+// step.
 //
 // The file holds dense weights and upstream gradients dW; the replay decomposes each weight
 // itself (float64 SVD spread over the ranks, canonical signs), splits every factor by rows with

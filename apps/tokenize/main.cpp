@@ -20,12 +20,12 @@
 #include <thread>
 #include <vector>
 
-#include "engine/core/check.h"
-#include "engine/core/json.h"
-#include "engine/data/gpt2_tokenizer.h"
-#include "engine/data/shard_writer.h"
-#include "engine/data/text_documents.h"
-#include "engine/data/utf8.h"
+#include "core/check.h"
+#include "core/json.h"
+#include "data/gpt2_tokenizer.h"
+#include "data/shard_writer.h"
+#include "data/text_documents.h"
+#include "data/utf8.h"
 
 namespace {
 

@@ -8,7 +8,7 @@
 #include "comm/abort.h"
 #include "comm/communicator.h"
 #include "comm/mpi_session.h"
-#include "engine/core/check.h"
+#include "core/check.h"
 
 namespace {
 

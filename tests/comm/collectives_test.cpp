@@ -14,7 +14,7 @@
 #include "comm/communicator.h"
 #include "comm/mesh.h"
 #include "comm/mpi_communicator.h"
-#include "engine/core/check.h"
+#include "core/check.h"
 #include "test_data.h"
 
 using comm::Collective;

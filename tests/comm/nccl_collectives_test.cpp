@@ -12,8 +12,8 @@
 
 #include "comm/communicator.h"
 #include "comm/nccl_communicator.h"
-#include "engine/core/backend.h"
-#include "engine/core/tensor.h"
+#include "core/backend.h"
+#include "core/tensor.h"
 #include "test_data.h"
 
 using comm::Communicator;

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/check.h"
+#include "core/check.h"
 
 using comm::ParamInfo;
 using comm::Placement;

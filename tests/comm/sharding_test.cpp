@@ -13,8 +13,8 @@
 #include "comm/layer_gatherer.h"
 #include "comm/shard_ops.h"
 #include "comm/sharding_plan.h"
-#include "engine/core/allocator.h"
-#include "engine/core/check.h"
+#include "core/allocator.h"
+#include "core/check.h"
 #include "test_data.h"
 
 using comm::Collective;

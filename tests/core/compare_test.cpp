@@ -1,6 +1,6 @@
-// The NaN-proof difference measures (engine/core/compare.h) and the test helpers built on them
+// The NaN-proof difference measures (core/compare.h) and the test helpers built on them
 // (grad_check.h): a NaN on either side and a value just above the tolerance must fail.
-#include "engine/core/compare.h"
+#include "core/compare.h"
 
 #include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>

@@ -1,7 +1,7 @@
 // The float CPU backend against the float64 kernels (run on the same float-rounded inputs),
 // GEMM against a naive loop for every transpose / leading-dimension / batch case, results that
 // do not depend on the thread count, and clear errors on bad input.
-#include "engine/core/cpu/cpu_backend.h"
+#include "core/cpu/cpu_backend.h"
 
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/check.h"
-#include "engine/core/cpu/cpu_gemm.h"
-#include "engine/core/cpu/cpu_kernels.h"
-#include "engine/core/cpu/fast_math.h"
+#include "core/check.h"
+#include "core/cpu/cpu_gemm.h"
+#include "core/cpu/cpu_kernels.h"
+#include "core/cpu/fast_math.h"
 #include "grad_check.h"
 
 namespace {

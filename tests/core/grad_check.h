@@ -1,5 +1,5 @@
 // Test helpers for the CPU kernels: seeded random buffers, NaN-proof error measures
-// (engine/core/compare.h) and a central finite-difference check in float64.
+// (core/compare.h) and a central finite-difference check in float64.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/compare.h"
-#include "engine/core/rng.h"
+#include "core/compare.h"
+#include "core/rng.h"
 
 namespace core::test {
 

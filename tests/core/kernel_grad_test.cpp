@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine/core/cpu/cpu_gemm.h"
-#include "engine/core/cpu/cpu_kernels.h"
+#include "core/cpu/cpu_gemm.h"
+#include "core/cpu/cpu_kernels.h"
 #include "grad_check.h"
 
 namespace {

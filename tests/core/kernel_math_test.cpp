@@ -1,14 +1,14 @@
 // The shared row-wise helpers of kernel_math.h that the CUDA kernels use and the CPU kernels do
 // not (Welford, online softmax, the per-pair rotary, Adam moments), checked here so that the
 // GPU math is covered on every CPU run.
-#include "engine/core/kernel_math.h"
+#include "core/kernel_math.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
-#include "engine/core/cpu/cpu_kernels.h"
+#include "core/cpu/cpu_kernels.h"
 #include "grad_check.h"
 
 namespace {

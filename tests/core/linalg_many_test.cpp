@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/backend.h"
-#include "engine/core/check.h"
+#include "core/backend.h"
+#include "core/check.h"
 #include "grad_check.h"
 
 namespace {

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/backend.h"
-#include "engine/core/cpu/cpu_linalg.h"
-#include "engine/core/safetensors.h"
+#include "core/backend.h"
+#include "core/cpu/cpu_linalg.h"
+#include "core/safetensors.h"
 #include "grad_check.h"
 
 namespace {

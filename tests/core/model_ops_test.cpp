@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/backend.h"
-#include "engine/core/check.h"
-#include "engine/core/cpu/cpu_kernels.h"
+#include "core/backend.h"
+#include "core/check.h"
+#include "core/cpu/cpu_kernels.h"
 #include "grad_check.h"
 
 namespace {

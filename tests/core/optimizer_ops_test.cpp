@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/backend.h"
-#include "engine/core/kernel_math.h"
+#include "core/backend.h"
+#include "core/kernel_math.h"
 #include "grad_check.h"
 
 namespace {

@@ -10,9 +10,9 @@
 #include <tuple>
 #include <vector>
 
-#include "engine/core/backend.h"
-#include "engine/core/kernel_math.h"
-#include "engine/core/rng.h"
+#include "core/backend.h"
+#include "core/kernel_math.h"
+#include "core/rng.h"
 #include "tests/backend_test_data.h"
 
 namespace core {

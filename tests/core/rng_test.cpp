@@ -1,4 +1,4 @@
-#include "engine/core/rng.h"
+#include "core/rng.h"
 
 #include <gtest/gtest.h>
 

@@ -1,10 +1,10 @@
-#include "engine/core/tensor.h"
+#include "core/tensor.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
 
-#include "engine/core/check.h"
+#include "core/check.h"
 
 using core::Shape;
 using core::Tensor;

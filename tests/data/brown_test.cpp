@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "engine/data/data_loader.h"
-#include "engine/data/gpt2_tokenizer.h"
-#include "engine/data/shard_set.h"
-#include "engine/data/token_shard.h"
-#include "engine/data/val_loader.h"
+#include "data/data_loader.h"
+#include "data/gpt2_tokenizer.h"
+#include "data/shard_set.h"
+#include "data/token_shard.h"
+#include "data/val_loader.h"
 
 namespace {
 

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/check.h"
-#include "engine/data/data_loader.h"
-#include "engine/data/token_shard.h"
-#include "engine/data/val_loader.h"
+#include "core/check.h"
+#include "data/data_loader.h"
+#include "data/token_shard.h"
+#include "data/val_loader.h"
 #include "tests/test_util.h"
 
 namespace {

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/check.h"
-#include "engine/data/shard_writer.h"
-#include "engine/data/token_shard.h"
+#include "core/check.h"
+#include "data/shard_writer.h"
+#include "data/token_shard.h"
 #include "tests/test_util.h"
 
 using test_util::error_of;

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/data/gpt2_tokenizer.h"
-#include "engine/data/shard_writer.h"
-#include "engine/data/token_shard.h"
+#include "data/gpt2_tokenizer.h"
+#include "data/shard_writer.h"
+#include "data/token_shard.h"
 
 namespace {
 

@@ -9,17 +9,17 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/check.h"
-#include "engine/data/gpt2_tokenizer.h"
-#include "engine/data/string_index.h"
-#include "engine/data/utf8.h"
+#include "core/check.h"
+#include "data/gpt2_tokenizer.h"
+#include "data/string_index.h"
+#include "data/utf8.h"
 
 namespace {
 
 const std::string kRepo = ENGINE_REPO_ROOT;
 const std::string kVocab = kRepo + "/data/tokenizer";
-const std::string kGolden = kRepo + "/tests/golden/tokenizer/gpt2_bpe_cases.json";
-const std::string kGoldenLong = kRepo + "/tests/golden/tokenizer/gpt2_bpe_long_cases.json";
+const std::string kGolden = kRepo + "/tests/fixtures/golden/tokenizer/gpt2_bpe_cases.json";
+const std::string kGoldenLong = kRepo + "/tests/fixtures/golden/tokenizer/gpt2_bpe_long_cases.json";
 
 // CPU time of this thread: the tokenizer's cost independent of other load on the machine.
 double thread_cpu_seconds() {

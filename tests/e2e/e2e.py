@@ -497,7 +497,7 @@ def checkpoint_params(ckpt):
 
 def gpt2_byte_decoder(tokenizer_dir):
     """GPT-2's token id -> bytes, from encoder.json and the bytes_to_unicode table of OpenAI's
-    encoder.py (written out here, independently of engine/data)."""
+    encoder.py (written out here, independently of data)."""
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\u00a1"), ord("\u00ac") + 1)) + \
         list(range(ord("\u00ae"), ord("\u00ff") + 1))
     cs = bs[:]

@@ -11,7 +11,7 @@
 #include <map>
 #include <numeric>
 
-#include "engine/core/check.h"
+#include "core/check.h"
 #include "tests/test_util.h"
 
 using test_util::error_of;

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "engine/core/check.h"
+#include "core/check.h"
 #include "tests/test_util.h"
 
 using test_util::error_of;

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "comm/sharding_plan.h"
+#include "core/backend.h"
 #include "engine/checkpoint.h"
-#include "engine/core/backend.h"
 #include "engine/sharded_state.h"
 #include "tests/test_util.h"
 

@@ -11,7 +11,7 @@
 #include <cmath>
 #include <vector>
 
-#include "engine/core/rng.h"
+#include "core/rng.h"
 #include "engine/osft_reparam.h"
 
 namespace {

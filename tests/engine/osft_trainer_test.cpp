@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "core/rng.h"
+#include "data/token_shard.h"
 #include "engine/config.h"
-#include "engine/core/rng.h"
-#include "engine/data/token_shard.h"
 #include "engine/osft_reparam.h"
 #include "engine/trainer.h"
 #include "tests/test_util.h"

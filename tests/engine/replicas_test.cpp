@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "core/backend.h"
+#include "core/rng.h"
+#include "data/token_shard.h"
 #include "engine/config.h"
-#include "engine/core/backend.h"
-#include "engine/core/rng.h"
-#include "engine/data/token_shard.h"
 #include "engine/trainer.h"
 
 namespace {

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <string>
 
-#include "engine/core/check.h"
+#include "core/check.h"
 
 namespace fs = std::filesystem;
 using engine::RunLock;

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "engine/core/rng.h"
+#include "core/rng.h"
 #include "engine/trainable.h"
 #include "model/gpt.h"
 

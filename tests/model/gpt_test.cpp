@@ -5,8 +5,8 @@
 #include <cmath>
 #include <cstdio>
 
-#include "engine/core/check.h"
-#include "engine/core/rng.h"
+#include "core/check.h"
+#include "core/rng.h"
 
 namespace {
 

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "engine/core/check.h"
+#include "core/check.h"
 
 namespace {
 

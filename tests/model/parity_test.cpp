@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/compare.h"
-#include "engine/core/rng.h"
-#include "engine/core/safetensors.h"
-#include "engine/data/token_shard.h"
+#include "core/compare.h"
+#include "core/rng.h"
+#include "core/safetensors.h"
+#include "data/token_shard.h"
 #include "model/gpt.h"
 #include "model/weights_io.h"
 

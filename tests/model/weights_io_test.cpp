@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <functional>
 
-#include "engine/core/check.h"
-#include "engine/core/safetensors.h"
+#include "core/check.h"
+#include "core/safetensors.h"
 
 namespace {
 

@@ -2,7 +2,7 @@
 // backend is refused).
 #pragma once
 
-#include "engine/core/backend.h"
+#include "core/backend.h"
 #include "optim/optimizer.h"
 
 inline optim::StepContext cpu_context() {

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "engine/core/check.h"
+#include "core/check.h"
 #include "optim/adamw.h"
 #include "optim/glob.h"
 #include "optim/muon.h"

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "apps/optim_replay/golden_case.h"
-#include "engine/core/backend.h"
-#include "engine/core/compare.h"
+#include "core/backend.h"
+#include "core/compare.h"
 
 namespace {
 

@@ -6,10 +6,10 @@
 #include <cmath>
 #include <vector>
 
-#include "engine/core/backend.h"
-#include "engine/core/check.h"
-#include "engine/core/compare.h"
-#include "engine/core/rng.h"
+#include "core/backend.h"
+#include "core/check.h"
+#include "core/compare.h"
+#include "core/rng.h"
 #include "optim/adamw.h"
 #include "optim/muon.h"
 #include "optim/newton_schulz.h"

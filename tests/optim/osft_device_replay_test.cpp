@@ -1,5 +1,5 @@
-// The OSFT golden trajectories (tests/golden/osft, one process) replayed with every tensor in a
-// Backend's memory, the way a training step on a device runs them: the SVD split into the
+// The OSFT golden trajectories (tests/fixtures/golden/osft, one process) replayed with every tensor
+// in a Backend's memory, the way a training step on a device runs them: the SVD split into the
 // backend's memory, the chain rule, clipping, the gradient projection, AdamW and the parameter
 // projection as Backend operations, and the dense weight rebuilt from the factors. On the CPU
 // backend here; on the CUDA backend where a device exists (skipped without one).
@@ -15,9 +15,9 @@
 #include <tuple>
 #include <vector>
 
-#include "engine/core/backend.h"
-#include "engine/core/compare.h"
-#include "engine/core/safetensors.h"
+#include "core/backend.h"
+#include "core/compare.h"
+#include "core/safetensors.h"
 #include "optim/hyper_reader.h"
 #include "optim/osft.h"
 #include "optim/osft_factors.h"

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "engine/core/backend.h"
+#include "core/backend.h"
 #include "optim/osft_projector.h"
 
 namespace {

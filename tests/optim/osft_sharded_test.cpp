@@ -10,7 +10,7 @@
 #include <string>
 
 #include "comm/communicator.h"
-#include "engine/core/rng.h"
+#include "core/rng.h"
 #include "optim/osft_factors.h"
 #include "optim/osft_projector.h"
 

@@ -8,8 +8,8 @@
 #include <cstring>
 #include <vector>
 
-#include "engine/core/backend.h"
-#include "engine/core/rng.h"
+#include "core/backend.h"
+#include "core/rng.h"
 #include "optim/osft.h"
 #include "optim/osft_factors.h"
 #include "optim/registry.h"

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/core/rng.h"
+#include "core/rng.h"
 #include "optim/optimizer_set.h"
 #include "tests/test_util.h"
 

@@ -1,0 +1,361 @@
+// The compute floor: coarse, fused operations in the style of llm.c, one implementation per
+// device (cpu/cpu_backend, cuda/cuda_backend). Everything above (model, optimizers) calls these
+// and never touches a device API directly.
+//
+// Conventions
+// - Pointers are device pointers of this backend; matrices are row-major, f32.
+// - Shapes: N rows (N = B*T tokens), C or D columns; attention tensors are [B, H, T, hd]
+//   ("BH" = B*H independent heads); logits are [N, Vp] with only the first V columns real.
+// - Forward ops overwrite their outputs. Backward ops ACCUMULATE (+=) into every gradient they
+//   produce (dinp, dweight, ...), so residual branches and tied weights sum naturally; zero the
+//   gradient buffers once per step. Where an op says "in place allowed", out may equal inp.
+// - Ops run in stream order; synchronize() waits for everything issued.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/allocator.h"
+#include "core/device.h"
+#include "core/kernel_math.h"
+
+namespace core {
+
+// C = alpha * op(A) @ op(B) + beta * C for `batch` matrices at fixed strides.
+// op(A) is [m, k], op(B) is [k, n], C is [m, n]; leading dimensions default to the packed ones
+// (lda = trans_a ? m : k, ldb = trans_b ? k : n, ldc = n) when left at 0.
+struct GemmArgs {
+  bool trans_a = false;
+  bool trans_b = false;
+  int64_t m = 0, n = 0, k = 0;
+  float alpha = 1.0f;
+  float beta = 0.0f;  // 1.0f accumulates into C (gradients)
+  int64_t lda = 0, ldb = 0, ldc = 0;
+  int64_t batch = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;  // elements between batch members
+};
+
+// GemmArgs with the packed leading dimensions filled in, after checking that every dimension,
+// leading dimension and stride is consistent (errors name the call's sizes). Both backends
+// resolve their arguments here, so they accept and refuse the same calls.
+GemmArgs resolve_gemm_args(const GemmArgs& args);
+
+// An odd matrix polynomial iteration X <- a X + (b A + c A^2) X with A = X X^T, one (a, b, c)
+// per iteration, after X <- X / (norm_scale * ||X||_F + norm_eps). Quintic NS5 is five copies of
+// (3.4445, -4.7750, 2.0315) with scale 1 and eps 1e-7; Polar Express has its own table.
+struct NewtonSchulzSchedule {
+  std::vector<std::array<float, 3>> coefficients;
+  float norm_scale = 1.0f;
+  float norm_eps = 1e-7f;
+};
+
+// One symmetric eigendecomposition of a list solved together (eigh_many): a [n, n] -> w [n]
+// ascending, eigenvectors as the columns of v [n, n], exactly as eigh() lays them out.
+struct EighTask {
+  const float* a = nullptr;
+  float* w = nullptr;
+  float* v = nullptr;
+  int64_t n = 0;
+};
+
+// One thin QR of a list solved together (qr_many): the Q factor q [m, min(m, n)] of a [m, n],
+// bit for bit the q that qr() returns (R is not kept).
+struct QrTask {
+  const float* a = nullptr;
+  float* q = nullptr;
+  int64_t m = 0;
+  int64_t n = 0;
+};
+
+// The device arrays of one MoE layer's routing (N tokens, E experts, K experts per token):
+// written by Backend::moe_route, read by the dispatch (row_token, row_gate, offset) and by
+// Backend::moe_router_backward. The caller owns the memory. The backends use the float
+// instance; the CPU kernel tests also run the double one.
+template <typename T>
+struct MoeRoutingOf {
+  int32_t* chosen = nullptr;     // [N, K] experts of each token, most probable first
+  int32_t* slot_row = nullptr;   // [N, K] dispatch row of each (token, slot)
+  int32_t* row_token = nullptr;  // [N*K] token of each row (by expert, then by token)
+  T* row_gate = nullptr;         // [N*K] renormalised gate of each row
+  T* sel_sum = nullptr;          // [N] sum of each token's chosen probabilities
+  T* frac = nullptr;             // [E] fraction of the tokens routed to each expert
+  int32_t* offset = nullptr;     // [E + 1] first row of each expert; offset[E] = N*K
+  double* mass = nullptr;        // [E] scratch: sum over tokens of each expert's probability
+};
+using MoeRouting = MoeRoutingOf<float>;
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual Allocator& allocator() = 0;
+  virtual const char* name() const = 0;  // "cpu (OpenBLAS, 2 threads)", "cuda:0 (H100)"
+  virtual void synchronize() = 0;
+
+  // ---- memory --------------------------------------------------------------------------------
+  virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
+  virtual void copy_from_host(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // device to device
+  virtual void fill_zero(void* dst, size_t bytes) = 0;
+
+  // ---- dense algebra -------------------------------------------------------------------------
+  virtual void gemm(const GemmArgs& args, const float* a, const float* b, float* c) = 0;
+  // out[N, C] += bias[C] broadcast over rows; dbias[C] += column sums of dout[N, C].
+  virtual void add_bias(float* out, const float* bias, int64_t N, int64_t C) = 0;
+  virtual void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) = 0;
+
+  // ---- elementwise -----------------------------------------------------------------------------
+  virtual void add(float* out, const float* a, const float* b, int64_t n) = 0;    // in place ok
+  virtual void accumulate(float* dst, const float* src, int64_t n) = 0;           // dst += src
+  virtual void scale(float* x, float alpha, int64_t n) = 0;                       // x *= alpha
+  virtual void axpby(float* y, float a, const float* x, float b, int64_t n) = 0;  // y = a x + b y
+  // GELU, tanh form: 0.5 u (1 + tanh(sqrt(2/pi) (u + 0.044715 u^3))).
+  virtual void gelu_forward(float* out, const float* inp, int64_t n) = 0;
+  virtual void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) = 0;
+  // ReLU^2: max(u, 0)^2.
+  virtual void relu2_forward(float* out, const float* inp, int64_t n) = 0;
+  virtual void relu2_backward(float* dinp, const float* inp, const float* dout, int64_t n) = 0;
+  // sum of x^2 in float64 (gradient norms, Frobenius norms); returns to the host.
+  virtual double sum_squares(const float* x, int64_t n) = 0;
+
+  // ---- normalisation over the last dimension of [N, C] ------------------------------------------
+  // LayerNorm with weight and bias; saves mean[N], rstd[N] for the backward.
+  virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                                 const float* weight, const float* bias, int64_t N, int64_t C,
+                                 float eps) = 0;
+  virtual void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                  const float* inp, const float* weight, const float* mean,
+                                  const float* rstd, int64_t N, int64_t C) = 0;
+  // RMSNorm without weight: out = inp / sqrt(mean(inp^2) + eps); saves rstd[N].
+  virtual void rmsnorm_forward(float* out, float* rstd, const float* inp, int64_t N, int64_t C,
+                               float eps) = 0;
+  virtual void rmsnorm_backward(float* dinp, const float* dout, const float* inp, const float* rstd,
+                                int64_t N, int64_t C) = 0;
+  // Row softmax of [N, C] (router probabilities); backward from the saved output.
+  virtual void softmax_forward(float* out, const float* inp, int64_t N, int64_t C) = 0;
+  virtual void softmax_backward(float* dinp, const float* dout, const float* out, int64_t N,
+                                int64_t C) = 0;
+
+  // ---- embeddings ------------------------------------------------------------------------------
+  // out[b, t, :] = wte[tokens[b, t], :] (+ wpe[t, :] when wpe is not null).
+  virtual void embedding_forward(float* out, const int32_t* tokens, const float* wte,
+                                 const float* wpe, int64_t B, int64_t T, int64_t D) = 0;
+  // dwte[tokens[b, t], :] += dout[b, t, :]; dwpe[t, :] += sum_b dout[b, t, :] when dwpe not null.
+  // A repeated token's rows add in position order on both backends (deterministic).
+  virtual void embedding_backward(float* dwte, float* dwpe, const float* dout,
+                                  const int32_t* tokens, int64_t B, int64_t T, int64_t D) = 0;
+
+  // ---- attention (causal, multi-head) -----------------------------------------------------------
+  // qkv [B, T, 3, H, hd] (the output of the fused QKV projection) -> q, k, v each [B, H, T, hd].
+  virtual void split_heads(float* q, float* k, float* v, const float* qkv, int64_t B, int64_t T,
+                           int64_t H, int64_t hd) = 0;
+  virtual void split_heads_backward(float* dqkv, const float* dq, const float* dk, const float* dv,
+                                    int64_t B, int64_t T, int64_t H, int64_t hd) = 0;
+  // a [B, H, T, hd] -> out [B, T, H*hd], and back.
+  virtual void merge_heads(float* out, const float* a, int64_t B, int64_t T, int64_t H,
+                           int64_t hd) = 0;
+  virtual void merge_heads_backward(float* da, const float* dout, int64_t B, int64_t T, int64_t H,
+                                    int64_t hd) = 0;
+  // Rotary embedding on x [BH, T, hd], in place allowed: for position t, half = hd/2,
+  // inv_j = base^(-j/half), pairs (x_j, x_{j+half}) rotated by angle t*inv_j:
+  // x_j' = x_j cos + x_{j+half} sin, x_{j+half}' = -x_j sin + x_{j+half} cos.
+  // The backward applies the transposed rotation to dout and accumulates into dinp.
+  virtual void rotary_forward(float* out, const float* inp, int64_t BH, int64_t T, int64_t hd,
+                              float base) = 0;
+  virtual void rotary_backward(float* dinp, const float* dout, int64_t BH, int64_t T, int64_t hd,
+                               float base) = 0;
+  // out = softmax(q k^T * scale + causal mask) v for BH heads of [T, hd]; saves the
+  // probabilities att [BH, T, T] (entries above the diagonal are zero).
+  virtual void attention_forward(float* out, float* att, const float* q, const float* k,
+                                 const float* v, int64_t BH, int64_t T, int64_t hd,
+                                 float scale) = 0;
+  // datt is scratch [BH, T, T]; dq, dk, dv accumulate.
+  virtual void attention_backward(float* dq, float* dk, float* dv, float* datt, const float* dout,
+                                  const float* att, const float* q, const float* k, const float* v,
+                                  int64_t BH, int64_t T, int64_t hd, float scale) = 0;
+
+  // ---- loss ------------------------------------------------------------------------------------
+  // Fused softmax cross-entropy over the first V of Vp columns, with optional logit soft-cap
+  // z' = softcap * tanh(z / softcap) (softcap <= 0: off). losses[N] gets each row's loss.
+  // When dlogits is not null it is OVERWRITTEN (not accumulated) with dloss_scale * d loss_row /
+  // d logits (the chain through the soft-cap included) and zeros in the padded columns; dlogits
+  // may alias logits. dloss_scale is 1/N for a mean loss.
+  virtual void cross_entropy(float* losses, float* dlogits, const float* logits,
+                             const int32_t* targets, int64_t N, int64_t V, int64_t Vp,
+                             float softcap, float dloss_scale) = 0;
+
+  // ---- row gather / scatter (MoE dispatch) ------------------------------------------------------
+  // out[i, :] = src[index[i], :] * (weight ? weight[i] : 1) for i < n.
+  virtual void gather_rows(float* out, const float* src, const int32_t* index, const float* weight,
+                           int64_t n, int64_t D) = 0;
+  // dst[index[i], :] += src[i, :] * (weight ? weight[i] : 1); repeated indices add in the order
+  // of i on both backends, so the result is the same from run to run.
+  virtual void scatter_add_rows(float* dst, const float* src, const int32_t* index,
+                                const float* weight, int64_t n, int64_t D) = 0;
+  // out[i] = dot(a[i, :], b[i, :]) for i < n (the gradient of a per-row weight).
+  virtual void row_dot(float* out, const float* a, const float* b, int64_t n, int64_t D) = 0;
+
+  // ---- model: loss reduction, MoE routing -------------------------------------------------------
+  // mean[0] = float(sum_i losses[i] / n) with the sum in float64: in index order on the CPU, in a
+  // fixed tree order on CUDA (deterministic, equal to the CPU up to float64 rounding).
+  virtual void mean_loss(float* mean, const float* losses, int64_t n) = 0;
+  // acc[0] += double(terms[0] + ... + terms[k - 1]), the terms added in float in order: one
+  // micro-step's objective (cross-entropy + auxiliary loss) into the step's float64 loss sum,
+  // which stays on the device until the step reads it once.
+  virtual void accumulate_loss(double* acc, const float* terms, int64_t k) = 0;
+  // Top-k routing of probs [N, E] (softmax rows) into r: each token's K most probable experts
+  // (ties to the lower expert index), gates renormalised over them (p / sum of the chosen p),
+  // the dispatch order (rows grouped by expert, tokens ascending within an expert) and the
+  // expert offsets. Adds the load-balancing loss aux_weight * E * sum_e f_e P_e (f_e: fraction
+  // of the tokens routed to e, P_e: mean probability of e) to aux_loss[0].
+  virtual void moe_route(const MoeRouting& r, float* aux_loss, const float* probs, int64_t N,
+                         int64_t E, int64_t K, float aux_weight) = 0;
+  // dprobs [N, E] += the gradient through the renormalised gates, from dgate [N*K] (one value
+  // per dispatch row), plus the aux loss's aux_weight * E * f_e / N (f_e held constant).
+  virtual void moe_router_backward(float* dprobs, const MoeRouting& r, const float* dgate,
+                                   int64_t N, int64_t E, int64_t K, float aux_weight) = 0;
+
+  // ---- linear algebra for the matrix optimizers (one matrix, or `batch` of equal shape) ---------
+  // Thin QR of a [m, n]: q [m, r], r [r, n], r = min(m, n); Householder (LAPACK geqrf order).
+  virtual void qr(float* q, float* r, const float* a, int64_t m, int64_t n, int64_t batch = 1) = 0;
+  // Symmetric eigendecomposition of a [n, n]: eigenvalues w [n] ascending, eigenvectors as the
+  // columns of v [n, n] (v[i * n + j] is component i of vector j).
+  virtual void eigh(float* w, float* v, const float* a, int64_t n, int64_t batch = 1) = 0;
+  // Thin SVD of a [m, n]: u [m, r], s [r] descending, vt [r, n], r = min(m, n).
+  virtual void svd(float* u, float* s, float* vt, const float* a, int64_t m, int64_t n,
+                   int64_t batch = 1) = 0;
+  // Many independent solves of possibly different sizes, as one phase (the matrix optimizers'
+  // batched eigenbasis refresh). A task's result does not depend on the other tasks of the
+  // list, so batching never changes a trajectory: a list gives bit for bit what the same tasks
+  // give one per call. CPU: the tasks are spread over the threads, largest first, one
+  // single-threaded LAPACK call each (also for a single task, so the bits do not depend on the
+  // thread count either; they may differ from eigh()/qr(), whose one matrix uses threaded
+  // LAPACK). CUDA: one solver call per task in stream order, the same as eigh()/qr().
+  virtual void eigh_many(std::span<const EighTask> tasks) = 0;
+  virtual void qr_many(std::span<const QrTask> tasks) = 0;
+  // Orthogonalise x [batch, m, n] in place with the schedule (works on the wide side: a tall
+  // matrix is transposed first). Built from gemm, so it runs at the GEMM rate.
+  virtual void newton_schulz(float* x, int64_t m, int64_t n, const NewtonSchulzSchedule& schedule,
+                             int64_t batch = 1) = 0;
+
+  // ---- optimizer updates ---------------------------------------------------------------------
+  // The per-element rules of the optimizers and the gradient norm, fused so that a training step
+  // issues kernels only and reads back one number (the squared norm). Element math in
+  // kernel_math.h (float64 arithmetic, float storage), shared by both backends.
+  //
+  // Fused AdamW over n elements (kmath::adamw_element): m, v and w updated in place from g.
+  virtual void adamw_update(float* w, float* m, float* v, const float* g, int64_t n,
+                            const kmath::AdamWStep& step) = 0;
+  // NorMuon normalisation, in place, of `count` matrices u [count, rows, cols] with their second
+  // moments s [count, max(rows, cols)] (one per row when rows >= cols, else one per column),
+  // updated with beta2 (kmath::normuon_*).
+  virtual void normuon_normalize(float* u, float* second_moment, int64_t count, int64_t rows,
+                                 int64_t cols, double beta2) = 0;
+  // w <- w - lr (wd [u w >= 0] w + u) over n elements (kmath::cautious_update_element).
+  virtual void cautious_update(float* w, const float* u, int64_t n, double lr, double wd) = 0;
+  // The sum over the list of sum_squares(x), added in list order from 0 (so bit for bit the host
+  // loop over sum_squares), with a single read back to the host.
+  virtual double sum_squares_many(std::span<const std::span<const float>> xs) = 0;
+
+  // ---- SOAP family (optim/soap.cpp, eigenbasis.cpp, tp_rekls.cpp) ----------------------------
+  // The eigenbasis bookkeeping and the Adam-in-eigenbasis update of SOAP, StackedSoap, REKLS and
+  // TpRekls, so that with gemm, eigh_many, qr_many, gather_rows and copy their whole step is
+  // backend operations. Element math in kernel_math.h (the "SOAP family" block), float
+  // arithmetic in the reference's order: the CPU gives the bits the golden replays recorded.
+  //
+  // dst [rows, cols] (row stride dst_ld) <- src [rows, cols] (row stride src_ld): a block of a
+  // matrix, or a matrix into a block (StackedSoap's stack, TpRekls's gathers and local parts).
+  // dst and src must not overlap.
+  virtual void copy_block_2d(float* dst, int64_t dst_ld, const float* src, int64_t src_ld,
+                             int64_t rows, int64_t cols) = 0;
+  // q [n, n] <- the identity (the initial eigenbasis).
+  virtual void set_identity(float* q, int64_t n) = 0;
+  // a <- torch.lerp(a, b, w) over n elements (kmath::soap_lerp).
+  virtual void lerp(float* a, const float* b, float w, int64_t n) = 0;
+  // y <- y + a x over n elements, in float (kmath::soap_add_scaled); x may equal y.
+  virtual void add_scaled(float* y, float a, const float* x, int64_t n) = 0;
+  // out [n, n] = q diag(w), w_j = kmath::kl_inverse_weight(lam[j], eps, n): KL-Shampoo's
+  // C = Q diag(w) Q^T is out q^T.
+  virtual void kl_weight_columns(float* out, const float* q, const float* lam, int64_t n,
+                                 double eps) = 0;
+  // out[j] = sum_i a[i, j] b[i, j] for a, b [rows, cols] (kmath::column_dot: float64, row order);
+  // with a = Q and b = K Q, the Rayleigh quotients q_j^T K q_j.
+  virtual void column_dots(float* out, const float* a, const float* b, int64_t rows,
+                           int64_t cols) = 0;
+  // order [n]: the indices that sort x descending, stably, NaN last
+  // (kmath::sorts_before_descending); order[j] is the old index of new position j.
+  virtual void argsort_descending(int32_t* order, const float* x, int64_t n) = 0;
+  // out[i, j] = src[i, index[j]] for [rows, cols] (out must not alias src).
+  virtual void gather_columns(float* out, const float* src, const int32_t* index, int64_t rows,
+                              int64_t cols) = 0;
+  // out[i, j] = src[i, cols - 1 - j] (the solver's ascending eigen order to descending; out must
+  // not alias src).
+  virtual void reverse_columns(float* out, const float* src, int64_t rows, int64_t cols) = 0;
+  // Negates, in place, every column j of q [rows, cols] whose entry of largest magnitude (the
+  // lowest row on ties) is negative (kmath::column_sign_flips): one sign for each eigenvector,
+  // whichever solver produced it, so a basis recomputed on another device matches (TpRekls).
+  virtual void canonicalize_column_signs(float* q, int64_t rows, int64_t cols) = 0;
+  // Adam in the eigenbasis over n elements: m, v updated from g and the direction written to d
+  // (kmath::soap_adam_raw / soap_adam_corrected by step.raw).
+  virtual void soap_adam(float* d, float* m, float* v, const float* g, int64_t n,
+                         const kmath::SoapAdamStep& step) = 0;
+  // d <- d * kmath::soap_rms_clip_scale(sum of d^2, n, max_rms), the sum of squares formed and
+  // used on the device (CPU: float64 in index order; CUDA: float64 in a fixed tree order).
+  virtual void clip_update_rms(float* d, int64_t n, double max_rms) = 0;
+  // The sum of x^2 in float64, read back to the host (the adaptive refresh criterion's norms).
+  // CPU: in index order in one pass; CUDA: in a fixed tree order.
+  virtual double sum_squares_in_order(const float* x, int64_t n) = 0;
+
+  // ---- OSFT (optim/osft*.cpp, engine/osft_reparam.cpp) ----
+  // The per-step products of orthogonal subspace fine-tuning (docs/specs/osft.md). A target
+  // W [n, m] is held as U_high diag(S_high) V_high + U_low diag(S_low) V_low with U_* [n, k|r],
+  // S_* [k|r], V_* [k|r, m] (row-major, packed). Every product is summed in float64 and rounded
+  // once to float (element math kmath::osft_*; the CPU backend forms the same float64 products
+  // with Eigen, so the backends agree up to float64 summation order).
+  //
+  // w [n, m] = the dense weight from the factors (overwritten; n may be a block of rows, with
+  // u_high and u_low pointing at its first row).
+  virtual void osft_reconstruct(float* w, const float* u_high, const float* s_high,
+                                const float* v_high, const float* u_low, const float* s_low,
+                                const float* v_low, int64_t n, int64_t m, int64_t k, int64_t r) = 0;
+  // The chain rule from dw = dL/dW [n, m] to the trained factors, ACCUMULATED (each term rounded
+  // to float, then added): du [n, r] += dW V_low^T diag(S_low), ds [r] += the diagonal of
+  // U_low^T dW V_low^T, dv [r, m] += diag(S_low) U_low^T dW.
+  virtual void osft_factor_grads(float* du, float* ds, float* dv, const float* dw,
+                                 const float* u_low, const float* s_low, const float* v_low,
+                                 int64_t n, int64_t m, int64_t r) = 0;
+  // The projection of x [n, r] out of the span of U_high, in two halves around the sum over the
+  // row shards: coeff [k, r] = U_high^T x over this part's n rows (float64, overwritten), then
+  // x -= U_high coeff with the summed coefficients (in place).
+  virtual void osft_left_coefficients(double* coeff, const float* u_high, const float* x, int64_t n,
+                                      int64_t k, int64_t r) = 0;
+  virtual void osft_project_left(float* x, const float* u_high, const double* coeff, int64_t n,
+                                 int64_t k, int64_t r) = 0;
+  // The projection of the rows of x [rows, m] out of the row space of the whole v_high [k, m],
+  // in place: x <- x - (x V_high^T) V_high.
+  virtual void osft_project_right(float* x, const float* v_high, int64_t rows, int64_t k,
+                                  int64_t m) = 0;
+  // total [count] = the sum of `parts` vectors partial [parts, count], added in part order
+  // (the coefficient all-reduce where the partial sums were all-gathered on a device).
+  virtual void osft_sum_partials(double* total, const double* partial, int64_t parts,
+                                 int64_t count) = 0;
+};
+
+// The process-wide CPU backend (OpenMP threads from OMP_NUM_THREADS).
+Backend& cpu_backend();
+
+// True when this build has the CUDA backend and a device is present.
+bool cuda_available();
+// True when this build has the CUDA backend (whether or not a device is present).
+bool cuda_built();
+// The number of CUDA devices this process sees (CUDA_VISIBLE_DEVICES applied); 0 without the
+// CUDA backend, a driver or a device.
+int cuda_device_count();
+// The CUDA backend for one device; throws core::Error naming the reason when the build has no
+// CUDA support or no device is present.
+std::unique_ptr<Backend> make_cuda_backend(int device_index);
+
+}  // namespace core

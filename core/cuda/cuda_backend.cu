@@ -1,0 +1,321 @@
+#include "core/cuda/cuda_backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cusolverDn.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/check.h"
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/cuda_launch.cuh"
+
+namespace core {
+
+using cuda_detail::DeviceBuffer;
+using cuda_detail::to_int;
+
+namespace {
+
+// Per matrix of x [batch, size]: x *= 1 / (norm_scale * ||x||_F + norm_eps), one block each.
+// The Frobenius norm is accumulated in float64.
+__global__ void normalize_frobenius_kernel(float* x, int64_t size, float norm_scale,
+                                           float norm_eps) {
+  float* mat = x + static_cast<int64_t>(blockIdx.x) * size;
+  cuda_detail::Sum<double> ss;
+  for (int64_t i = threadIdx.x; i < size; i += blockDim.x) {
+    double v = mat[i];
+    ss.value += v * v;
+  }
+  ss = cuda_detail::block_allreduce(ss);
+  float factor = 1.0f / (norm_scale * static_cast<float>(sqrt(ss.value)) + norm_eps);
+  for (int64_t i = threadIdx.x; i < size; i += blockDim.x)
+    mat[i] *= factor;
+}
+
+// Describes why no device can be used, or returns an empty string when `device_index` is usable.
+std::string device_problem(int device_index) {
+  int count = 0;
+  cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    cudaGetLastError();  // reset the runtime's last-error state
+    return std::string("no usable CUDA device (cudaGetDeviceCount: ") + cudaGetErrorName(status) +
+           ", " + cudaGetErrorString(status) + ")";
+  }
+  if (count == 0) return "no CUDA device present";
+  if (device_index < 0 || device_index >= count) {
+    return "device index out of range: " + std::to_string(count) + " device(s) present";
+  }
+  return {};
+}
+
+// `device_index` when it names a usable device, else an error saying why. Runs before any member
+// (the allocator) touches the device, so a bad index leaves no error behind in the runtime.
+int usable_device_index(int device_index) {
+  std::string problem = device_problem(device_index);
+  if (!problem.empty()) ENGINE_FAIL("cuda:" + std::to_string(device_index) + ": " + problem);
+  return device_index;
+}
+
+}  // namespace
+
+bool cuda_available() {
+  return cuda_device_count() > 0;
+}
+
+bool cuda_built() {
+  return true;
+}
+
+int cuda_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // no driver or no device: not an error for the next checked call
+    return 0;
+  }
+  return count;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(int device_index) {
+  return std::make_unique<CudaBackend>(device_index);
+}
+
+CudaBackend::CudaBackend(int device_index, CudaBackendOptions options)
+    : device_index_(usable_device_index(device_index)), allocator_(device_index_) {
+  // One rank drives one device: the device stays current for this thread from here on.
+  ENGINE_CUDA_CALL(cudaSetDevice(device_index));
+  cudaDeviceProp prop{};
+  ENGINE_CUDA_CALL(cudaGetDeviceProperties(&prop, device_index));
+  name_ = "cuda:" + std::to_string(device_index) + " (" + prop.name + ")";
+  stream_ = cudaStreamLegacy;
+  try {
+    ENGINE_CUDA_CALL(cublasCreate(&cublas_));
+    ENGINE_CUDA_CALL(cublasSetStream(cublas_, stream_));
+    // Default math keeps f32 GEMMs in full f32; TF32 only on request.
+    ENGINE_CUDA_CALL(cublasSetMathMode(
+        cublas_, options.allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    ENGINE_CUDA_CALL(cusolverDnCreate(&cusolver_));
+    ENGINE_CUDA_CALL(cusolverDnSetStream(cusolver_, stream_));
+    // Backend bookkeeping memory bypasses the allocator so live_bytes() counts tensors only.
+    ENGINE_CUDA_CALL(cudaMalloc(&status_, 2 * sizeof(int)));
+    ENGINE_CUDA_CALL(cudaMemsetAsync(status_, 0, 2 * sizeof(int), stream_));
+    ENGINE_CUDA_CALL(cudaMalloc(&reduce_scratch_, sizeof(double)));
+    ENGINE_CUDA_CALL(cudaStreamSynchronize(stream_));
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+CudaBackend::~CudaBackend() {
+  release();
+}
+
+void CudaBackend::release() {
+  // Teardown must not throw; errors here have nothing left to protect.
+  if (cublas_ != nullptr) cudaStreamSynchronize(stream_);
+  if (reduce_scratch_ != nullptr) cudaFree(reduce_scratch_);
+  if (status_ != nullptr) cudaFree(status_);
+  if (cusolver_ != nullptr) cusolverDnDestroy(cusolver_);
+  if (cublas_ != nullptr) cublasDestroy(cublas_);
+  reduce_scratch_ = nullptr;
+  status_ = nullptr;
+  cusolver_ = nullptr;
+  cublas_ = nullptr;
+}
+
+void CudaBackend::synchronize() {
+  ENGINE_CUDA_CALL(cudaStreamSynchronize(stream_));
+  check_status();
+}
+
+void CudaBackend::check_status(const char* op) {
+  int host[2] = {0, 0};
+  ENGINE_CUDA_CALL(cudaMemcpyAsync(host, status_, sizeof(host), cudaMemcpyDeviceToHost, stream_));
+  ENGINE_CUDA_CALL(cudaStreamSynchronize(stream_));
+  if (host[0] == cuda_detail::kStatusOk) return;
+  ENGINE_CUDA_CALL(cudaMemsetAsync(status_, 0, 2 * sizeof(int), stream_));
+  switch (host[0]) {
+    case cuda_detail::kStatusTargetOutOfRange:
+      ENGINE_FAIL(name_ + ": cross_entropy: the target of row " + std::to_string(host[1]) +
+                  " is outside [0, V)");
+    case cuda_detail::kStatusNegativeTokenId:
+      ENGINE_FAIL(name_ + ": embedding: negative token id at position " + std::to_string(host[1]));
+    case cuda_detail::kStatusNegativeRowIndex:
+      ENGINE_FAIL(name_ + ": gather_rows/scatter_add_rows: negative row index at position " +
+                  std::to_string(host[1]));
+    case cuda_detail::kStatusColumnIndexOutOfRange:
+      ENGINE_FAIL(name_ + ": gather_columns: column index out of range at position " +
+                  std::to_string(host[1]));
+    case cuda_detail::kStatusNonFiniteInput:
+      ENGINE_FAIL(name_ + ": " + (op != nullptr ? op : "linear algebra") +
+                  ": input has a non-finite value in batch member " + std::to_string(host[1]));
+    default:
+      ENGINE_FAIL(name_ + ": a kernel raised status " + std::to_string(host[0]));
+  }
+}
+
+void CudaBackend::check_solver_info(const int* dev_info, int64_t batch, const char* op) {
+  std::vector<int> info(static_cast<size_t>(batch));
+  ENGINE_CUDA_CALL(cudaMemcpyAsync(info.data(), dev_info, info.size() * sizeof(int),
+                                   cudaMemcpyDeviceToHost, stream_));
+  ENGINE_CUDA_CALL(cudaStreamSynchronize(stream_));
+  check_status(op);  // a non-finite input explains a solver failure better than its info
+  for (int64_t i = 0; i < batch; ++i) {
+    if (info[i] == 0) continue;
+    // LAPACK convention: info < 0 names a bad argument, info > 0 a numerical failure (e.g. an
+    // eigen solver that did not converge).
+    ENGINE_FAIL(name_ + ": " + op + " failed for batch member " + std::to_string(i) +
+                ": devInfo = " + std::to_string(info[i]) +
+                (info[i] < 0 ? " (invalid argument)" : " (did not converge)"));
+  }
+}
+
+// ---- memory ------------------------------------------------------------------------------------
+
+void CudaBackend::copy_to_host(void* host_dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  ENGINE_CUDA_CALL(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  ENGINE_CUDA_CALL(cudaStreamSynchronize(stream_));
+  check_status();
+}
+
+void CudaBackend::copy_from_host(void* dst, const void* host_src, size_t bytes) {
+  if (bytes == 0) return;
+  ENGINE_CUDA_CALL(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_));
+  // The caller may free or reuse its host buffer as soon as this returns.
+  ENGINE_CUDA_CALL(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0 || dst == src) return;
+  const auto* d = static_cast<const char*>(dst);
+  const auto* s = static_cast<const char*>(src);
+  if (d < s + bytes && s < d + bytes) {
+    // cudaMemcpy is undefined for overlapping ranges; the CPU's memmove is not. Go through a
+    // scratch buffer so both backends give the same result.
+    DeviceBuffer<char> scratch(allocator_, static_cast<int64_t>(bytes));
+    ENGINE_CUDA_CALL(cudaMemcpyAsync(scratch.get(), src, bytes, cudaMemcpyDeviceToDevice, stream_));
+    ENGINE_CUDA_CALL(cudaMemcpyAsync(dst, scratch.get(), bytes, cudaMemcpyDeviceToDevice, stream_));
+    return;
+  }
+  ENGINE_CUDA_CALL(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+}
+
+void CudaBackend::fill_zero(void* dst, size_t bytes) {
+  if (bytes == 0) return;
+  ENGINE_CUDA_CALL(cudaMemsetAsync(dst, 0, bytes, stream_));
+}
+
+// ---- GEMM --------------------------------------------------------------------------------------
+
+void CudaBackend::gemm(const GemmArgs& args, const float* a, const float* b, float* c) {
+  const GemmArgs g = resolve_gemm_args(args);
+  if (g.m == 0 || g.n == 0 || g.batch == 0) return;
+  const char* op = "gemm";
+  int m = to_int(g.m, "m", op), n = to_int(g.n, "n", op), k = to_int(g.k, "k", op);
+  int ilda = to_int(g.lda, "lda", op), ildb = to_int(g.ldb, "ldb", op);
+  int ildc = to_int(g.ldc, "ldc", op);
+  if (k == 0) {  // empty product: C = beta C (beta 0 clears, even NaN), as on the CPU
+    for (int64_t i = 0; i < g.batch; ++i) {
+      float* ci = c + i * g.stride_c;
+      if (g.beta == 0.0f) {
+        ENGINE_CUDA_CALL(
+            cudaMemset2DAsync(ci, g.ldc * sizeof(float), 0, g.n * sizeof(float), g.m, stream_));
+      } else {  // in place: C = beta C + 0 C, column-major [n, m] with leading dimension ldc
+        const float zero = 0.0f;
+        ENGINE_CUDA_CALL(cublasSgeam(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, n, m, &g.beta, ci, ildc,
+                                     &zero, ci, ildc, ci, ildc));
+      }
+    }
+    return;
+  }
+  cublasOperation_t op_a = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t op_b = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  // A row-major matrix with leading dimension ld is, read column-major with the same ld, its
+  // transpose. So row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: call cuBLAS
+  // with the operands swapped (B first), n and m swapped, and the same transpose flags.
+  if (g.batch == 1) {
+    ENGINE_CUDA_CALL(
+        cublasSgemm(cublas_, op_b, op_a, n, m, k, &g.alpha, b, ildb, a, ilda, &g.beta, c, ildc));
+  } else {
+    ENGINE_CUDA_CALL(cublasSgemmStridedBatched(cublas_, op_b, op_a, n, m, k, &g.alpha, b, ildb,
+                                               g.stride_b, a, ilda, g.stride_a, &g.beta, c, ildc,
+                                               g.stride_c, to_int(g.batch, "batch", op)));
+  }
+}
+
+// ---- Newton-Schulz -----------------------------------------------------------------------------
+
+void CudaBackend::newton_schulz(float* x, int64_t m, int64_t n,
+                                const NewtonSchulzSchedule& schedule, int64_t batch) {
+  ENGINE_CHECK(m >= 0 && n >= 0 && batch >= 0, name_ + ": newton_schulz: negative size");
+  if (m == 0 || n == 0 || batch == 0) return;
+  // Iterate on the wide orientation X [rows, cols], rows <= cols, so X X^T is the small Gram
+  // matrix; a tall input is transposed in and out.
+  const bool tall = m > n;
+  const int64_t rows = tall ? n : m;
+  const int64_t cols = tall ? m : n;
+  const int64_t size = m * n;
+  DeviceBuffer<float> work_a(allocator_, batch * size);
+  DeviceBuffer<float> work_b(allocator_, batch * size);
+  DeviceBuffer<float> gram(allocator_, batch * rows * rows);
+  DeviceBuffer<float> poly(allocator_, batch * rows * rows);
+  float* cur = work_a.get();
+  float* next = work_b.get();
+  if (tall) {
+    cuda_detail::transpose_batched(cur, x, batch, m, n, size, stream_);
+  } else {
+    copy(cur, x, static_cast<size_t>(batch * size) * sizeof(float));
+  }
+  normalize_frobenius_kernel<<<to_int(batch, "batch", "newton_schulz"), cuda_detail::kThreads, 0,
+                               stream_>>>(cur, size, schedule.norm_scale, schedule.norm_eps);
+  ENGINE_CUDA_LAUNCHED();
+  const int64_t gsize = rows * rows;
+  for (const auto& [ca, cb, cc] : schedule.coefficients) {
+    // gram = X X^T
+    gemm({.trans_b = true,
+          .m = rows,
+          .n = rows,
+          .k = cols,
+          .batch = batch,
+          .stride_a = size,
+          .stride_b = size,
+          .stride_c = gsize},
+         cur, cur, gram.get());
+    // poly = b gram + c gram^2
+    copy(poly.get(), gram.get(), static_cast<size_t>(batch * gsize) * sizeof(float));
+    gemm({.m = rows,
+          .n = rows,
+          .k = rows,
+          .alpha = cc,
+          .beta = cb,
+          .batch = batch,
+          .stride_a = gsize,
+          .stride_b = gsize,
+          .stride_c = gsize},
+         gram.get(), gram.get(), poly.get());
+    // next = a X + poly X
+    copy(next, cur, static_cast<size_t>(batch * size) * sizeof(float));
+    gemm({.m = rows,
+          .n = cols,
+          .k = rows,
+          .alpha = 1.0f,
+          .beta = ca,
+          .batch = batch,
+          .stride_a = gsize,
+          .stride_b = size,
+          .stride_c = size},
+         poly.get(), cur, next);
+    std::swap(cur, next);
+  }
+  if (tall) {
+    cuda_detail::transpose_batched(x, cur, batch, n, m, size, stream_);
+  } else {
+    copy(x, cur, static_cast<size_t>(batch * size) * sizeof(float));
+  }
+}
+
+}  // namespace core

@@ -1,0 +1,153 @@
+// Internal helpers of the CUDA backend: launch geometry, launch checking, scratch buffers and
+// block-wide reductions over any mergeable state (sums, Welford, online softmax).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "core/allocator.h"
+#include "core/check.h"
+#include "core/cuda/cuda_check.h"
+
+namespace core::cuda_detail {
+
+constexpr int kThreads = 256;          // threads per block of elementwise and row kernels
+constexpr int64_t kMaxBlocks = 65536;  // grid-stride loops cover the rest
+
+// The grid-stride loop of a 1-D launch: this thread's first index, and the step to its next.
+__device__ inline int64_t first_index() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ inline int64_t grid_stride() {
+  return static_cast<int64_t>(blockDim.x) * gridDim.x;
+}
+
+// Blocks for a grid-stride loop over n elements.
+inline unsigned grid_for(int64_t n) {
+  int64_t blocks = (n + kThreads - 1) / kThreads;
+  if (blocks < 1) blocks = 1;
+  return static_cast<unsigned>(blocks < kMaxBlocks ? blocks : kMaxBlocks);
+}
+
+// Rows are one block each, so a row count must fit the grid's x dimension.
+inline unsigned grid_rows(int64_t rows, const char* op) {
+  ENGINE_CHECK(rows <= INT_MAX,
+               std::string(op) + ": " + std::to_string(rows) + " rows exceed one launch");
+  return static_cast<unsigned>(rows);
+}
+
+// cuBLAS and cuSOLVER take int sizes.
+inline int to_int(int64_t value, const char* what, const char* op) {
+  ENGINE_CHECK(value >= 0 && value <= INT_MAX, std::string(op) + ": " + what + " = " +
+                                                   std::to_string(value) +
+                                                   " is outside the int range of the library");
+  return static_cast<int>(value);
+}
+
+// A launch error (bad configuration, missing kernel image for this GPU) shows up here.
+#define ENGINE_CUDA_LAUNCHED() ENGINE_CUDA_CALL(cudaGetLastError())
+
+// Scratch memory from the backend's caching allocator, returned to the cache on scope exit.
+// Reuse is safe while kernels still run: all of the backend's work is in one stream's order.
+template <typename T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer(Allocator& allocator, int64_t count)
+      : allocator_(allocator), bytes_(static_cast<size_t>(count) * sizeof(T)) {
+    ptr_ = static_cast<T*>(allocator_.allocate(bytes_));
+  }
+  ~DeviceBuffer() { allocator_.deallocate(ptr_, bytes_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  T* get() const { return ptr_; }
+
+ private:
+  Allocator& allocator_;
+  size_t bytes_;
+  T* ptr_ = nullptr;
+};
+
+// out [batch, cols, rows] = transpose of each in [rows, cols], the inputs `in_stride` elements
+// apart (cuda_kernels.cu).
+void transpose_batched(float* out, const float* in, int64_t batch, int64_t rows, int64_t cols,
+                       int64_t in_stride, cudaStream_t stream);
+
+// Raises kStatusNonFiniteInput (detail: the batch member) when a [batch, size] input holds a
+// NaN or infinity (cuda_kernels.cu).
+void flag_non_finite(const float* a, int64_t size, int64_t batch, int* status, cudaStream_t stream);
+
+// Codes a kernel can raise in the backend's device status word {code, detail}; the first one
+// wins and CudaBackend::synchronize() reports it.
+constexpr int kStatusOk = 0;
+constexpr int kStatusTargetOutOfRange = 1;  // cross_entropy; detail: the row
+constexpr int kStatusNegativeTokenId = 2;   // embedding; detail: the position in tokens
+constexpr int kStatusNegativeRowIndex = 3;  // gather/scatter rows; detail: the position in index
+constexpr int kStatusNonFiniteInput = 4;    // qr, eigh, svd; detail: the batch member
+constexpr int kStatusColumnIndexOutOfRange = 5;  // gather_columns; detail: the position in index
+
+__device__ inline void raise_status(int* status, int code, int64_t detail) {
+  if (atomicCAS(status, kStatusOk, code) == kStatusOk) {
+    status[1] = static_cast<int>(detail < INT_MAX ? detail : INT_MAX);
+  }
+}
+
+// ---- reductions ----------------------------------------------------------------------------
+
+// A plain sum as a mergeable state.
+template <typename T>
+struct Sum {
+  T value = T(0);
+  __device__ void merge(const Sum& o) { value += o.value; }
+};
+
+// Two sums reduced together (LayerNorm backward needs sum(g) and sum(g * xhat)).
+template <typename T>
+struct Sum2 {
+  T a = T(0);
+  T b = T(0);
+  __device__ void merge(const Sum2& o) {
+    a += o.a;
+    b += o.b;
+  }
+};
+
+// Shuffles a trivially copyable state word by word.
+template <typename S>
+__device__ S shfl_xor(const S& v, int mask) {
+  static_assert(sizeof(S) % sizeof(int) == 0, "state must be a whole number of ints");
+  constexpr int kWords = sizeof(S) / sizeof(int);
+  int words[kWords];
+  memcpy(words, &v, sizeof(S));
+#pragma unroll
+  for (int i = 0; i < kWords; ++i)
+    words[i] = __shfl_xor_sync(0xffffffffu, words[i], mask);
+  S out;
+  memcpy(&out, words, sizeof(S));
+  return out;
+}
+
+// Reduces one state per thread over the whole block; every thread returns the same result
+// (lane 0 of each warp publishes, then all threads merge the warp results in warp order, so the
+// result is deterministic). blockDim.x must be a multiple of 32; all threads must call it.
+template <typename S>
+__device__ S block_allreduce(S v) {
+  __shared__ alignas(16) unsigned char raw[32 * sizeof(S)];
+  S* warp_state = reinterpret_cast<S*>(raw);
+  for (int mask = 16; mask > 0; mask >>= 1)
+    v.merge(shfl_xor(v, mask));
+  int warp = threadIdx.x / 32;
+  if (threadIdx.x % 32 == 0) warp_state[warp] = v;
+  __syncthreads();
+  S total = warp_state[0];
+  int warps = blockDim.x / 32;
+  for (int w = 1; w < warps; ++w)
+    total.merge(warp_state[w]);
+  __syncthreads();  // the buffer may be reused by the next reduction of this kernel
+  return total;
+}
+
+}  // namespace core::cuda_detail

@@ -1,0 +1,33 @@
+// resolve_gemm_args (declared in backend.h): the one argument check both backends' GEMMs share.
+#include <algorithm>
+#include <string>
+
+#include "core/backend.h"
+#include "core/check.h"
+
+namespace core {
+
+GemmArgs resolve_gemm_args(const GemmArgs& args) {
+  GemmArgs r = args;
+  auto fail = [&](const std::string& what) {
+    ENGINE_FAIL("gemm(m=" + std::to_string(args.m) + ", n=" + std::to_string(args.n) +
+                ", k=" + std::to_string(args.k) + ", trans_a=" + std::to_string(args.trans_a) +
+                ", trans_b=" + std::to_string(args.trans_b) + "): " + what);
+  };
+  if (r.m < 0 || r.n < 0 || r.k < 0 || r.batch < 0) fail("negative size");
+  // Stored widths (row-major): A is [m, k] or, transposed, [k, m].
+  const int64_t a_cols = r.trans_a ? r.m : r.k;
+  const int64_t b_cols = r.trans_b ? r.k : r.n;
+  // BLAS and cuBLAS want leading dimensions >= 1 even for empty matrices.
+  if (r.lda == 0) r.lda = std::max<int64_t>(1, a_cols);
+  if (r.ldb == 0) r.ldb = std::max<int64_t>(1, b_cols);
+  if (r.ldc == 0) r.ldc = std::max<int64_t>(1, r.n);
+  if (r.lda < a_cols) fail("lda " + std::to_string(r.lda) + " < " + std::to_string(a_cols));
+  if (r.ldb < b_cols) fail("ldb " + std::to_string(r.ldb) + " < " + std::to_string(b_cols));
+  if (r.ldc < r.n) fail("ldc " + std::to_string(r.ldc) + " < " + std::to_string(r.n));
+  // Batch members writing one output would race on a GPU and silently overwrite on the CPU.
+  if (r.batch > 1 && r.stride_c == 0 && r.m * r.n > 0) fail("batched output needs stride_c");
+  return r;
+}
+
+}  // namespace core

@@ -1,0 +1,57 @@
+// The shards matched by a glob, memory-mapped, seen as a list of fixed-length training sequences.
+//
+// Sequence k of a shard is the window of T+1 tokens starting at token k*T of that shard: inputs
+// are its first T tokens, targets its last T (the next-token shift). Windows never cross a shard
+// boundary, so a shard of N tokens holds floor((N-1)/T) sequences; the few tokens left at its end
+// are unused. Sequences are numbered shard by shard in sorted file-name order.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "data/token_shard.h"
+
+namespace data {
+
+class ShardSet {
+ public:
+  // Every matched file's header, size and token ids (< vocab_size) are checked here, once; a bad
+  // one throws naming the file (and the position and id of the first bad token).
+  ShardSet(const std::string& pattern, int64_t seq_len, int64_t vocab_size);
+  ~ShardSet();
+  ShardSet(const ShardSet&) = delete;
+  ShardSet& operator=(const ShardSet&) = delete;
+
+  const std::string& pattern() const { return pattern_; }
+  int64_t seq_len() const { return seq_len_; }
+  int64_t num_shards() const { return static_cast<int64_t>(shards_.size()); }
+  const ShardHeader& shard(int64_t i) const { return shards_[i].header; }
+  int64_t num_tokens() const { return num_tokens_; }
+  int64_t num_sequences() const { return seq_begin_.back(); }
+
+  // Writes sequence `index` as T inputs and T targets (int32, the backend's token type).
+  void read_sequence(int64_t index, int32_t* inputs, int32_t* targets) const;
+  // Where a sequence lives: its shard and the token offset of its first input.
+  std::pair<int64_t, int64_t> locate(int64_t index) const;
+
+ private:
+  struct Mapped {
+    ShardHeader header;
+    const uint16_t* tokens = nullptr;  // mmap of the whole file, past the header
+    void* base = nullptr;
+    size_t bytes = 0;
+  };
+  std::string pattern_;
+  int64_t seq_len_;
+  int64_t num_tokens_ = 0;
+  std::vector<Mapped> shards_;
+  std::vector<int64_t> seq_begin_;  // prefix sums of sequences per shard, size num_shards + 1
+};
+
+// Files matching a glob, sorted; throws when nothing matches, naming the pattern, the working
+// directory it is relative to, a missing folder, and the commands that write shards.
+std::vector<std::string> glob_files(const std::string& pattern);
+
+}  // namespace data

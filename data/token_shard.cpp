@@ -1,0 +1,122 @@
+#include "data/token_shard.h"
+
+#include <unistd.h>
+
+#include <bit>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include "core/check.h"
+
+namespace data {
+
+static_assert(std::endian::native == std::endian::little,
+              "token shards are little-endian; a big-endian host would need byte swaps");
+
+namespace {
+
+std::string shard_error(const std::string& path, const std::string& what) {
+  return "token shard '" + path + "': " + what;
+}
+
+}  // namespace
+
+ShardHeader read_shard_header(const std::string& path) {
+  std::error_code ec;
+  const auto file_size = std::filesystem::file_size(path, ec);
+  ENGINE_CHECK(!ec, shard_error(path, "cannot stat file: " + ec.message()));
+  std::ifstream in(path, std::ios::binary);
+  ENGINE_CHECK(in.good(), shard_error(path, "cannot open file: " + std::string(strerror(errno))));
+  int32_t header[kShardHeaderInts] = {};
+  in.read(reinterpret_cast<char*>(header), kShardHeaderBytes);
+  ENGINE_CHECK(
+      in.gcount() == kShardHeaderBytes,
+      shard_error(path, "truncated header: file has " + std::to_string(file_size) +
+                            " bytes, the header alone needs " + std::to_string(kShardHeaderBytes)));
+  ENGINE_CHECK(header[0] == kShardMagic,
+               shard_error(path, "bad magic " + std::to_string(header[0]) + " (expected " +
+                                     std::to_string(kShardMagic) + "): not a token shard"));
+  ENGINE_CHECK(header[1] == kShardVersion,
+               shard_error(path, "unsupported version " + std::to_string(header[1]) +
+                                     " (expected " + std::to_string(kShardVersion) + ")"));
+  ENGINE_CHECK(header[2] >= 0,
+               shard_error(path, "negative token count " + std::to_string(header[2])));
+  const int64_t n = header[2];
+  const auto expected = static_cast<uintmax_t>(kShardHeaderBytes + 2 * n);
+  ENGINE_CHECK(file_size >= expected,
+               shard_error(path, "truncated: header says " + std::to_string(n) + " tokens (" +
+                                     std::to_string(expected) + " bytes) but the file has " +
+                                     std::to_string(file_size) + " bytes"));
+  ENGINE_CHECK(file_size == expected,
+               shard_error(path, "too long: header says " + std::to_string(n) + " tokens (" +
+                                     std::to_string(expected) + " bytes) but the file has " +
+                                     std::to_string(file_size) + " bytes"));
+  return {path, n};
+}
+
+void check_token_ids(const std::string& path, std::span<const uint16_t> tokens, int64_t first,
+                     int64_t vocab_size) {
+  if (vocab_size >= kShardMaxVocab) return;
+  // One branch-free pass for the largest id (the compiler vectorises it: a few ms per 100 MB);
+  // the position of the first bad id is looked up only when there is one.
+  uint16_t largest = 0;
+  for (const uint16_t id : tokens)
+    largest = id > largest ? id : largest;
+  if (largest < vocab_size) return;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] >= vocab_size) {
+      ENGINE_FAIL(shard_error(path, "token " + std::to_string(first + static_cast<int64_t>(i)) +
+                                        " has id " + std::to_string(tokens[i]) +
+                                        " >= vocabulary size " + std::to_string(vocab_size) +
+                                        " (model.vocab_size; the largest id in the shard is " +
+                                        std::to_string(largest) + ")"));
+    }
+  }
+}
+
+std::vector<uint16_t> read_shard(const std::string& path, int64_t vocab_size) {
+  const ShardHeader header = read_shard_header(path);
+  std::vector<uint16_t> tokens(static_cast<size_t>(header.num_tokens));
+  std::ifstream in(path, std::ios::binary);
+  in.seekg(kShardHeaderBytes);
+  in.read(reinterpret_cast<char*>(tokens.data()),
+          static_cast<std::streamsize>(tokens.size() * sizeof(uint16_t)));
+  ENGINE_CHECK(in.good() || tokens.empty(), shard_error(path, "read failed"));
+  check_token_ids(path, tokens, 0, vocab_size);
+  return tokens;
+}
+
+void write_shard(const std::string& path, std::span<const uint16_t> tokens) {
+  ENGINE_CHECK(tokens.size() <= static_cast<size_t>(std::numeric_limits<int32_t>::max()),
+               shard_error(path, std::to_string(tokens.size()) +
+                                     " tokens do not fit the int32 count of the header"));
+  int32_t header[kShardHeaderInts] = {};
+  header[0] = kShardMagic;
+  header[1] = kShardVersion;
+  header[2] = static_cast<int32_t>(tokens.size());
+  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  ENGINE_CHECK(f != nullptr, shard_error(tmp, "cannot create: " + std::string(strerror(errno))));
+  bool ok = std::fwrite(header, sizeof(header), 1, f) == 1;
+  if (ok && !tokens.empty()) {
+    ok = std::fwrite(tokens.data(), sizeof(uint16_t), tokens.size(), f) == tokens.size();
+  }
+  ok = std::fflush(f) == 0 && ok;
+  ok = fsync(fileno(f)) == 0 && ok;
+  ok = std::fclose(f) == 0 && ok;
+  if (!ok) {
+    std::remove(tmp.c_str());
+    ENGINE_FAIL(shard_error(tmp, "write failed: " + std::string(strerror(errno))));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string reason = strerror(errno);
+    std::remove(tmp.c_str());
+    ENGINE_FAIL(shard_error(path, "cannot rename temporary file into place: " + reason));
+  }
+}
+
+}  // namespace data

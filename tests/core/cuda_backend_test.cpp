@@ -1,0 +1,1308 @@
+// The CUDA backend against the CPU backend (the reference): same random inputs copied to both,
+// results compared. Linear algebra is checked by its defining identities instead, since factors
+// are unique only up to signs. Without a device every device test skips.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <span>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/check.h"
+#include "core/rng.h"
+#include "tests/backend_test_data.h"
+
+#ifdef ENGINE_HAVE_CUDA
+#include "core/cuda/cuda_allocator.h"
+#include "core/cuda/cuda_backend.h"
+#endif
+
+namespace core {
+namespace {
+
+using test_data::random_vector;
+
+std::vector<int32_t> random_ids(size_t n, int32_t limit, uint64_t seed) {
+  std::vector<int32_t> v(n);
+  Rng rng(seed);
+  for (size_t i = 0; i < n; ++i)
+    v[i] = static_cast<int32_t>(rng.next_below(limit));
+  return v;
+}
+
+// Largest |got - want| / max(1, |want|).
+double max_rel_error(const std::vector<float>& got, const std::vector<float>& want) {
+  EXPECT_EQ(got.size(), want.size());
+  double worst = 0.0;
+  for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
+    double d = std::abs(static_cast<double>(got[i]) - want[i]) /
+               std::max(1.0, std::abs(static_cast<double>(want[i])));
+    if (!(d <= worst)) worst = d;  // NaN sticks
+  }
+  return worst;
+}
+
+#define EXPECT_CLOSE(got, want, tol) \
+  EXPECT_LE(max_rel_error((got), (want)), (tol)) << "comparing " #got " with " #want
+
+// Device buffers of one backend, freed together.
+class DeviceScratch {
+ public:
+  explicit DeviceScratch(Backend& backend) : backend_(backend) {}
+  ~DeviceScratch() {
+    try {
+      backend_.synchronize();
+    } catch (const Error& e) {
+      ADD_FAILURE() << "unreported device error: " << e.what();
+    }
+    for (auto [ptr, bytes] : blocks_)
+      backend_.allocator().deallocate(ptr, bytes);
+  }
+  DeviceScratch(const DeviceScratch&) = delete;
+  DeviceScratch& operator=(const DeviceScratch&) = delete;
+
+  template <typename T>
+  T* upload(const std::vector<T>& host) {
+    T* ptr = alloc<T>(host.size());
+    backend_.copy_from_host(ptr, host.data(), host.size() * sizeof(T));
+    return ptr;
+  }
+  template <typename T>
+  T* alloc(size_t count) {
+    size_t bytes = std::max<size_t>(count, 1) * sizeof(T);
+    void* ptr = backend_.allocator().allocate(bytes);
+    blocks_.emplace_back(ptr, bytes);
+    return static_cast<T*>(ptr);
+  }
+  template <typename T>
+  std::vector<T> download(const T* ptr, size_t count) {
+    std::vector<T> host(count);
+    backend_.copy_to_host(host.data(), ptr, count * sizeof(T));
+    return host;
+  }
+
+ private:
+  Backend& backend_;
+  std::vector<std::pair<void*, size_t>> blocks_;
+};
+
+// ---- without a device ---------------------------------------------------------------------------
+
+TEST(CudaAvailability, NoDeviceMeansAClearError) {
+  if (cuda_available()) GTEST_SKIP() << "a CUDA device is present";
+  try {
+    make_cuda_backend(0);
+    FAIL() << "make_cuda_backend(0) succeeded although cuda_available() is false";
+  } catch (const Error& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("cuda:0"), std::string::npos) << what;
+    EXPECT_TRUE(what.find("device") != std::string::npos || what.find("CUDA") != std::string::npos)
+        << what;
+  }
+}
+
+TEST(CudaAvailability, AgreesWithBackendCreation) {
+  if (cuda_available()) {
+    EXPECT_NO_THROW(make_cuda_backend(0));
+  } else {
+    EXPECT_THROW(make_cuda_backend(0), Error);
+  }
+}
+
+TEST(CudaAvailability, RejectsAnIndexOutOfRange) {
+  EXPECT_THROW(make_cuda_backend(1 << 20), Error);
+  EXPECT_THROW(make_cuda_backend(-1), Error);
+}
+
+#ifdef ENGINE_HAVE_CUDA
+TEST(CudaAllocatorBuckets, RoundUpToTheirStep) {
+  EXPECT_EQ(CudaAllocator::bucket_size(1), 512u);
+  EXPECT_EQ(CudaAllocator::bucket_size(512), 512u);
+  EXPECT_EQ(CudaAllocator::bucket_size(513), 1024u);
+  EXPECT_EQ(CudaAllocator::bucket_size(size_t{1} << 20), size_t{1} << 20);
+  EXPECT_EQ(CudaAllocator::bucket_size((size_t{1} << 20) + 1), size_t{2} << 20);
+}
+#endif
+
+// ---- with a device ------------------------------------------------------------------------------
+
+class CudaVsCpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+    gpu_ = make_cuda_backend(0);
+    dev_ = std::make_unique<DeviceScratch>(*gpu_);
+  }
+  void TearDown() override {
+    dev_.reset();
+    gpu_.reset();
+  }
+  Backend& cpu() { return cpu_backend(); }
+  Backend& gpu() { return *gpu_; }
+  DeviceScratch& dev() { return *dev_; }
+
+  std::unique_ptr<Backend> gpu_;
+  std::unique_ptr<DeviceScratch> dev_;
+};
+
+TEST_F(CudaVsCpu, NameAndDevice) {
+  EXPECT_TRUE(gpu().device().is_cuda());
+  EXPECT_EQ(std::string(gpu().name()).rfind("cuda:0", 0), 0u) << gpu().name();
+  EXPECT_TRUE(gpu().allocator().device().is_cuda());
+}
+
+TEST_F(CudaVsCpu, AllocatorCountsAndReusesBlocks) {
+  Allocator& alloc = gpu().allocator();
+  size_t live0 = alloc.live_bytes();
+  void* a = alloc.allocate(1000);
+  EXPECT_EQ(alloc.live_bytes(), live0 + 1000);
+  EXPECT_GE(alloc.peak_bytes(), live0 + 1000);
+  alloc.deallocate(a, 1000);
+  EXPECT_EQ(alloc.live_bytes(), live0);
+  void* b = alloc.allocate(900);  // same 1024-byte bucket: the cached block comes back
+  EXPECT_EQ(a, b);
+  alloc.deallocate(b, 900);
+#ifdef ENGINE_HAVE_CUDA
+  auto& cuda_alloc = static_cast<CudaBackend&>(gpu()).cuda_allocator();
+  EXPECT_GE(cuda_alloc.cached_bytes(), 1024u);
+  cuda_alloc.release_cached();
+  EXPECT_EQ(cuda_alloc.cached_bytes(), 0u);
+#endif
+  EXPECT_EQ(alloc.allocate(0), nullptr);
+}
+
+TEST_F(CudaVsCpu, CopiesAndFill) {
+  auto host = random_vector(1000, 1);
+  float* a = dev().upload(host);
+  float* b = dev().alloc<float>(1000);
+  gpu().copy(b, a, 1000 * sizeof(float));
+  EXPECT_EQ(dev().download(b, 1000), host);
+  gpu().fill_zero(b + 10, 20 * sizeof(float));
+  auto back = dev().download(b, 1000);
+  for (int i = 0; i < 1000; ++i)
+    EXPECT_EQ(back[i], (i >= 10 && i < 30) ? 0.0f : host[i]);
+}
+
+// ---- GEMM ---------------------------------------------------------------------------------------
+
+void check_gemm(Backend& cpu, Backend& gpu, DeviceScratch& dev, GemmArgs g, uint64_t seed) {
+  int64_t lda = g.lda ? g.lda : (g.trans_a ? g.m : g.k);
+  int64_t ldb = g.ldb ? g.ldb : (g.trans_b ? g.k : g.n);
+  int64_t ldc = g.ldc ? g.ldc : g.n;
+  int64_t rows_a = g.trans_a ? g.k : g.m, rows_b = g.trans_b ? g.n : g.k;
+  int64_t batch = g.batch;
+  if (batch > 1 && g.stride_a == 0) g.stride_a = rows_a * lda;
+  if (batch > 1 && g.stride_b == 0) g.stride_b = rows_b * ldb;
+  if (batch > 1 && g.stride_c == 0) g.stride_c = g.m * ldc;
+  auto a = random_vector(g.stride_a * (batch - 1) + rows_a * lda, seed);
+  auto b = random_vector(g.stride_b * (batch - 1) + rows_b * ldb, seed + 1);
+  auto c = random_vector(g.stride_c * (batch - 1) + g.m * ldc, seed + 2);
+  auto c_cpu = c;
+  cpu.gemm(g, a.data(), b.data(), c_cpu.data());
+  float* dc = dev.upload(c);
+  gpu.gemm(g, dev.upload(a), dev.upload(b), dc);
+  EXPECT_CLOSE(dev.download(dc, c.size()), c_cpu, 1e-4)
+      << "trans_a=" << g.trans_a << " trans_b=" << g.trans_b << " m=" << g.m << " n=" << g.n
+      << " k=" << g.k << " batch=" << g.batch;
+}
+
+TEST_F(CudaVsCpu, GemmAllTransposesOddSizes) {
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      check_gemm(cpu(), gpu(), dev(), {.trans_a = ta, .trans_b = tb, .m = 7, .n = 13, .k = 5}, 10);
+      check_gemm(
+          cpu(), gpu(), dev(),
+          {.trans_a = ta, .trans_b = tb, .m = 33, .n = 17, .k = 64, .alpha = 0.5f, .beta = 1.0f},
+          20);
+    }
+  }
+}
+
+TEST_F(CudaVsCpu, GemmLeadingDimensionsAndBatches) {
+  check_gemm(cpu(), gpu(), dev(), {.m = 6, .n = 5, .k = 4, .lda = 9, .ldb = 7, .ldc = 8}, 30);
+  check_gemm(cpu(), gpu(), dev(),
+             {.trans_b = true, .m = 12, .n = 12, .k = 8, .alpha = 0.25f, .batch = 5}, 40);
+  check_gemm(cpu(), gpu(), dev(),
+             {.trans_a = true, .m = 9, .n = 3, .k = 11, .beta = 1.0f, .batch = 3}, 50);
+  // A shared right operand (stride 0), as in a per-expert loop over one input.
+  check_gemm(cpu(), gpu(), dev(),
+             {.m = 4, .n = 6, .k = 5, .batch = 3, .stride_a = 20, .stride_b = 0, .stride_c = 24},
+             60);
+}
+
+TEST_F(CudaVsCpu, GemmWithEmptyInnerDimensionScalesC) {
+  // k = 0: C = beta C on both backends (cuBLAS refuses lda = 0; the shared resolver makes it 1).
+  check_gemm(cpu(), gpu(), dev(), {.m = 5, .n = 7, .k = 0, .beta = 0.5f}, 70);
+  check_gemm(cpu(), gpu(), dev(), {.m = 3, .n = 4, .k = 0, .ldc = 6, .batch = 2}, 80);
+  // beta 0 clears C even where it held NaN.
+  std::vector<float> nan_c(12, std::nanf(""));
+  float* dc = dev().upload(nan_c);
+  gpu().gemm({.m = 3, .n = 4, .k = 0}, dev().alloc<float>(1), dev().alloc<float>(1), dc);
+  EXPECT_EQ(dev().download(dc, 12), std::vector<float>(12, 0.0f));
+}
+
+TEST_F(CudaVsCpu, GemmRefusesABatchWritingOneOutput) {
+  float* x = dev().alloc<float>(64);
+  const GemmArgs racing{.m = 2, .n = 2, .k = 2, .batch = 3, .stride_a = 4, .stride_b = 4};
+  EXPECT_THROW(gpu().gemm(racing, x, x, x + 32), Error);
+  std::vector<float> h(64);
+  EXPECT_THROW(cpu().gemm(racing, h.data(), h.data(), h.data() + 32), Error);
+}
+
+TEST_F(CudaVsCpu, CopyOfOverlappingRangesIsAMemmove) {
+  auto host = random_vector(100, 90);
+  for (int shift : {7, -7}) {
+    float* d = dev().upload(host);
+    std::vector<float> want = host;
+    float* dst = shift > 0 ? d + shift : d;
+    const float* src = shift > 0 ? d : d - shift;
+    float* hdst = shift > 0 ? want.data() + shift : want.data();
+    const float* hsrc = shift > 0 ? want.data() : want.data() - shift;
+    cpu().copy(hdst, hsrc, 90 * sizeof(float));
+    gpu().copy(dst, src, 90 * sizeof(float));
+    EXPECT_EQ(dev().download(d, 100), want) << "shift " << shift;
+  }
+}
+
+TEST_F(CudaVsCpu, ABadDeviceIndexLeavesNoErrorBehind) {
+  // The constructor must refuse the index before anything touches the device, so the next
+  // checked call on a good backend does not report the stale error.
+  EXPECT_THROW(make_cuda_backend(1 << 20), Error);
+  check_gemm(cpu(), gpu(), dev(), {.m = 7, .n = 5, .k = 3}, 100);
+}
+
+// ---- elementwise --------------------------------------------------------------------------------
+
+TEST_F(CudaVsCpu, Elementwise) {
+  const int64_t n = 1537;
+  auto x = random_vector(n, 1), y = random_vector(n, 2), g = random_vector(n, 3);
+  {
+    std::vector<float> want(n);
+    cpu().add(want.data(), x.data(), y.data(), n);
+    float* out = dev().alloc<float>(n);
+    gpu().add(out, dev().upload(x), dev().upload(y), n);
+    EXPECT_CLOSE(dev().download(out, n), want, 1e-6);
+  }
+  {
+    auto want = y;
+    cpu().accumulate(want.data(), x.data(), n);
+    float* d = dev().upload(y);
+    gpu().accumulate(d, dev().upload(x), n);
+    EXPECT_CLOSE(dev().download(d, n), want, 1e-6);
+  }
+  {
+    auto want = x;
+    cpu().scale(want.data(), -1.75f, n);
+    float* d = dev().upload(x);
+    gpu().scale(d, -1.75f, n);
+    EXPECT_CLOSE(dev().download(d, n), want, 1e-6);
+  }
+  {
+    auto want = y;
+    cpu().axpby(want.data(), 0.3f, x.data(), -0.9f, n);
+    float* d = dev().upload(y);
+    gpu().axpby(d, 0.3f, dev().upload(x), -0.9f, n);
+    EXPECT_CLOSE(dev().download(d, n), want, 1e-6);
+  }
+  using Fwd = void (Backend::*)(float*, const float*, int64_t);
+  using Bwd = void (Backend::*)(float*, const float*, const float*, int64_t);
+  const std::pair<Fwd, Bwd> activations[] = {{&Backend::gelu_forward, &Backend::gelu_backward},
+                                             {&Backend::relu2_forward, &Backend::relu2_backward}};
+  for (auto [fwd, bwd] : activations) {
+    std::vector<float> want(n);
+    (cpu().*fwd)(want.data(), x.data(), n);
+    float* out = dev().alloc<float>(n);
+    (gpu().*fwd)(out, dev().upload(x), n);
+    EXPECT_CLOSE(dev().download(out, n), want, 1e-5);
+    auto dwant = y;  // backward accumulates
+    (cpu().*bwd)(dwant.data(), x.data(), g.data(), n);
+    float* din = dev().upload(y);
+    (gpu().*bwd)(din, dev().upload(x), dev().upload(g), n);
+    EXPECT_CLOSE(dev().download(din, n), dwant, 1e-5);
+  }
+  double ss_cpu = cpu().sum_squares(x.data(), n);
+  double ss_gpu = gpu().sum_squares(dev().upload(x), n);
+  EXPECT_NEAR(ss_gpu, ss_cpu, 1e-9 * ss_cpu);
+}
+
+TEST_F(CudaVsCpu, Bias) {
+  for (auto [N, C] : {std::pair<int64_t, int64_t>{37, 70}, {1100, 24}}) {  // 1100: 3 row chunks
+    auto out = random_vector(N * C, 1), bias = random_vector(C, 2), dbias = random_vector(C, 3);
+    auto want = out;
+    cpu().add_bias(want.data(), bias.data(), N, C);
+    float* d = dev().upload(out);
+    gpu().add_bias(d, dev().upload(bias), N, C);
+    EXPECT_CLOSE(dev().download(d, N * C), want, 1e-6);
+    auto dwant = dbias;
+    cpu().bias_backward(dwant.data(), out.data(), N, C);
+    float* db = dev().upload(dbias);
+    gpu().bias_backward(db, dev().upload(out), N, C);
+    EXPECT_CLOSE(dev().download(db, C), dwant, 1e-4);
+  }
+}
+
+// ---- normalisation ------------------------------------------------------------------------------
+
+TEST_F(CudaVsCpu, LayerNorm) {
+  for (auto [N, C] : {std::pair<int64_t, int64_t>{7, 12}, {33, 768}, {3, 1000}, {1100, 20}}) {
+    auto x = random_vector(N * C, 1, 2.0f), w = random_vector(C, 2), b = random_vector(C, 3);
+    auto dy = random_vector(N * C, 4);
+    auto dx0 = random_vector(N * C, 5), dw0 = random_vector(C, 6), db0 = random_vector(C, 7);
+    std::vector<float> y(N * C), mean(N), rstd(N);
+    cpu().layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C,
+                            1e-5f);
+    float *gy = dev().alloc<float>(N * C), *gm = dev().alloc<float>(N), *gr = dev().alloc<float>(N);
+    float *gx = dev().upload(x), *gw = dev().upload(w);
+    gpu().layernorm_forward(gy, gm, gr, gx, gw, dev().upload(b), N, C, 1e-5f);
+    EXPECT_CLOSE(dev().download(gy, N * C), y, 1e-4);
+    EXPECT_CLOSE(dev().download(gm, N), mean, 1e-5);
+    EXPECT_CLOSE(dev().download(gr, N), rstd, 1e-4);
+    auto dx = dx0, dw = dw0, db = db0;
+    cpu().layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(),
+                             mean.data(), rstd.data(), N, C);
+    float *gdx = dev().upload(dx0), *gdw = dev().upload(dw0), *gdb = dev().upload(db0);
+    gpu().layernorm_backward(gdx, gdw, gdb, dev().upload(dy), gx, gw, gm, gr, N, C);
+    EXPECT_CLOSE(dev().download(gdx, N * C), dx, 1e-4);
+    EXPECT_CLOSE(dev().download(gdw, C), dw, 1e-4);
+    EXPECT_CLOSE(dev().download(gdb, C), db, 1e-4);
+  }
+}
+
+TEST_F(CudaVsCpu, RmsNormAndSoftmax) {
+  for (auto [N, C] : {std::pair<int64_t, int64_t>{7, 12}, {33, 768}, {5, 64}}) {
+    auto x = random_vector(N * C, 1, 2.0f), dy = random_vector(N * C, 2);
+    auto dx0 = random_vector(N * C, 3);
+    std::vector<float> y(N * C), rstd(N);
+    cpu().rmsnorm_forward(y.data(), rstd.data(), x.data(), N, C, 1e-6f);
+    float *gy = dev().alloc<float>(N * C), *gr = dev().alloc<float>(N), *gx = dev().upload(x);
+    gpu().rmsnorm_forward(gy, gr, gx, N, C, 1e-6f);
+    EXPECT_CLOSE(dev().download(gy, N * C), y, 1e-4);
+    EXPECT_CLOSE(dev().download(gr, N), rstd, 1e-4);
+    auto dx = dx0;
+    cpu().rmsnorm_backward(dx.data(), dy.data(), x.data(), rstd.data(), N, C);
+    float* gdx = dev().upload(dx0);
+    float* gdy = dev().upload(dy);
+    gpu().rmsnorm_backward(gdx, gdy, gx, gr, N, C);
+    EXPECT_CLOSE(dev().download(gdx, N * C), dx, 1e-4);
+
+    std::vector<float> p(N * C);
+    cpu().softmax_forward(p.data(), x.data(), N, C);
+    float* gp = dev().alloc<float>(N * C);
+    gpu().softmax_forward(gp, gx, N, C);
+    EXPECT_CLOSE(dev().download(gp, N * C), p, 1e-5);
+    auto ds = dx0;
+    cpu().softmax_backward(ds.data(), dy.data(), p.data(), N, C);
+    float* gds = dev().upload(dx0);
+    gpu().softmax_backward(gds, gdy, gp, N, C);
+    EXPECT_CLOSE(dev().download(gds, N * C), ds, 1e-5);
+  }
+}
+
+// ---- embeddings and attention layout ------------------------------------------------------------
+
+TEST_F(CudaVsCpu, Embedding) {
+  const int64_t B = 3, T = 7, D = 12, V = 5;  // V < B*T: tokens repeat, the backward must add up
+  auto tokens = random_ids(B * T, V, 1);
+  auto wte = random_vector(V * D, 2), wpe = random_vector(T * D, 3);
+  auto dout = random_vector(B * T * D, 4);
+  auto dwte0 = random_vector(V * D, 5), dwpe0 = random_vector(T * D, 6);
+  int32_t* gt = dev().upload(tokens);
+  float *gwte = dev().upload(wte), *gwpe = dev().upload(wpe);
+  for (bool with_pos : {false, true}) {
+    std::vector<float> out(B * T * D);
+    cpu().embedding_forward(out.data(), tokens.data(), wte.data(), with_pos ? wpe.data() : nullptr,
+                            B, T, D);
+    float* gout = dev().alloc<float>(B * T * D);
+    gpu().embedding_forward(gout, gt, gwte, with_pos ? gwpe : nullptr, B, T, D);
+    EXPECT_CLOSE(dev().download(gout, B * T * D), out, 1e-6);
+    auto dwte = dwte0, dwpe = dwpe0;
+    cpu().embedding_backward(dwte.data(), with_pos ? dwpe.data() : nullptr, dout.data(),
+                             tokens.data(), B, T, D);
+    float *gdwte = dev().upload(dwte0), *gdwpe = dev().upload(dwpe0);
+    gpu().embedding_backward(gdwte, with_pos ? gdwpe : nullptr, dev().upload(dout), gt, B, T, D);
+    EXPECT_CLOSE(dev().download(gdwte, V * D), dwte, 1e-5);
+    EXPECT_CLOSE(dev().download(gdwpe, T * D), dwpe, 1e-5);
+  }
+}
+
+TEST_F(CudaVsCpu, SplitAndMergeHeads) {
+  const int64_t B = 2, T = 7, H = 3, hd = 4, n = B * T * H * hd;
+  auto qkv = random_vector(3 * n, 1);
+  std::vector<float> q(n), k(n), v(n);
+  cpu().split_heads(q.data(), k.data(), v.data(), qkv.data(), B, T, H, hd);
+  float *gq = dev().alloc<float>(n), *gk = dev().alloc<float>(n), *gv = dev().alloc<float>(n);
+  gpu().split_heads(gq, gk, gv, dev().upload(qkv), B, T, H, hd);
+  EXPECT_CLOSE(dev().download(gq, n), q, 0.0);
+  EXPECT_CLOSE(dev().download(gk, n), k, 0.0);
+  EXPECT_CLOSE(dev().download(gv, n), v, 0.0);
+  auto dqkv0 = random_vector(3 * n, 2);
+  auto dqkv = dqkv0;
+  cpu().split_heads_backward(dqkv.data(), q.data(), k.data(), v.data(), B, T, H, hd);
+  float* gdqkv = dev().upload(dqkv0);
+  gpu().split_heads_backward(gdqkv, gq, gk, gv, B, T, H, hd);
+  EXPECT_CLOSE(dev().download(gdqkv, 3 * n), dqkv, 1e-6);
+
+  std::vector<float> merged(n);
+  cpu().merge_heads(merged.data(), q.data(), B, T, H, hd);
+  float* gm = dev().alloc<float>(n);
+  gpu().merge_heads(gm, gq, B, T, H, hd);
+  EXPECT_CLOSE(dev().download(gm, n), merged, 0.0);
+  auto da0 = random_vector(n, 3);
+  auto da = da0;
+  cpu().merge_heads_backward(da.data(), merged.data(), B, T, H, hd);
+  float* gda = dev().upload(da0);
+  gpu().merge_heads_backward(gda, gm, B, T, H, hd);
+  EXPECT_CLOSE(dev().download(gda, n), da, 1e-6);
+}
+
+TEST_F(CudaVsCpu, Rotary) {
+  const int64_t BH = 6, T = 9, hd = 8, n = BH * T * hd;
+  auto x = random_vector(n, 1), dy = random_vector(n, 2), dx0 = random_vector(n, 3);
+  std::vector<float> y(n);
+  cpu().rotary_forward(y.data(), x.data(), BH, T, hd, 10000.0f);
+  float* gx = dev().upload(x);
+  float* gy = dev().alloc<float>(n);
+  gpu().rotary_forward(gy, gx, BH, T, hd, 10000.0f);
+  EXPECT_CLOSE(dev().download(gy, n), y, 1e-5);
+  gpu().rotary_forward(gx, gx, BH, T, hd, 10000.0f);  // in place
+  EXPECT_CLOSE(dev().download(gx, n), y, 1e-5);
+  auto dx = dx0;
+  cpu().rotary_backward(dx.data(), dy.data(), BH, T, hd, 10000.0f);
+  float* gdx = dev().upload(dx0);
+  gpu().rotary_backward(gdx, dev().upload(dy), BH, T, hd, 10000.0f);
+  EXPECT_CLOSE(dev().download(gdx, n), dx, 1e-5);
+}
+
+TEST_F(CudaVsCpu, Attention) {
+  for (auto [BH, T, hd] : {std::tuple<int64_t, int64_t, int64_t>{6, 7, 4}, {4, 64, 16}}) {
+    const int64_t n = BH * T * hd, na = BH * T * T;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    auto q = random_vector(n, 1), k = random_vector(n, 2), v = random_vector(n, 3);
+    auto dout = random_vector(n, 4);
+    auto dq0 = random_vector(n, 5), dk0 = random_vector(n, 6), dv0 = random_vector(n, 7);
+    std::vector<float> out(n), att(na), datt(na);
+    cpu().attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), BH, T, hd, scale);
+    float *gq = dev().upload(q), *gk = dev().upload(k), *gv = dev().upload(v);
+    float *gout = dev().alloc<float>(n), *gatt = dev().alloc<float>(na);
+    gpu().attention_forward(gout, gatt, gq, gk, gv, BH, T, hd, scale);
+    EXPECT_CLOSE(dev().download(gout, n), out, 1e-4);
+    EXPECT_CLOSE(dev().download(gatt, na), att, 1e-5);
+    auto dq = dq0, dk = dk0, dv = dv0;
+    cpu().attention_backward(dq.data(), dk.data(), dv.data(), datt.data(), dout.data(), att.data(),
+                             q.data(), k.data(), v.data(), BH, T, hd, scale);
+    float *gdq = dev().upload(dq0), *gdk = dev().upload(dk0), *gdv = dev().upload(dv0);
+    gpu().attention_backward(gdq, gdk, gdv, dev().alloc<float>(na), dev().upload(dout), gatt, gq,
+                             gk, gv, BH, T, hd, scale);
+    EXPECT_CLOSE(dev().download(gdq, n), dq, 1e-4);
+    EXPECT_CLOSE(dev().download(gdk, n), dk, 1e-4);
+    EXPECT_CLOSE(dev().download(gdv, n), dv, 1e-4);
+  }
+}
+
+// ---- loss ---------------------------------------------------------------------------------------
+
+TEST_F(CudaVsCpu, CrossEntropyWithPaddingAndSoftcap) {
+  const int64_t N = 9, V = 50, Vp = 64;
+  auto logits = random_vector(N * Vp, 1, 3.0f);
+  auto targets = random_ids(N, V, 2);
+  for (float cap : {0.0f, 15.0f}) {
+    std::vector<float> losses(N), dlogits(N * Vp);
+    cpu().cross_entropy(losses.data(), dlogits.data(), logits.data(), targets.data(), N, V, Vp, cap,
+                        1.0f / N);
+    float* gl = dev().alloc<float>(N);
+    float* gz = dev().upload(logits);
+    float* gd = dev().alloc<float>(N * Vp);
+    int32_t* gt = dev().upload(targets);
+    gpu().cross_entropy(gl, gd, gz, gt, N, V, Vp, cap, 1.0f / N);
+    EXPECT_CLOSE(dev().download(gl, N), losses, 1e-5);
+    EXPECT_CLOSE(dev().download(gd, N * Vp), dlogits, 1e-6);
+    // dlogits may alias logits; losses alone when dlogits is null.
+    gpu().cross_entropy(gl, gz, gz, gt, N, V, Vp, cap, 1.0f / N);
+    EXPECT_CLOSE(dev().download(gl, N), losses, 1e-5);
+    EXPECT_CLOSE(dev().download(gz, N * Vp), dlogits, 1e-6);
+    float* gz2 = dev().upload(logits);
+    gpu().cross_entropy(gl, nullptr, gz2, gt, N, V, Vp, cap, 1.0f / N);
+    EXPECT_CLOSE(dev().download(gl, N), losses, 1e-5);
+  }
+}
+
+TEST_F(CudaVsCpu, CrossEntropyRejectsATargetOutOfRange) {
+  const int64_t N = 4, V = 10, Vp = 16;
+  std::vector<int32_t> targets = {1, 2, 10, 3};  // row 2 is out of [0, V)
+  float* gl = dev().alloc<float>(N);
+  gpu().cross_entropy(gl, nullptr, dev().upload(random_vector(N * Vp, 1)), dev().upload(targets), N,
+                      V, Vp, 0.0f, 1.0f);
+  try {
+    gpu().synchronize();
+    FAIL() << "an out-of-range target was not reported";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("row 2"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(gpu().synchronize());  // reported once, then cleared
+}
+
+TEST_F(CudaVsCpu, NegativeIdsAreReported) {
+  const int64_t B = 1, T = 4, D = 8;
+  std::vector<int32_t> tokens = {0, 1, -3, 2};
+  float* out = dev().alloc<float>(B * T * D);
+  gpu().embedding_forward(out, dev().upload(tokens), dev().upload(random_vector(3 * D, 1)), nullptr,
+                          B, T, D);
+  try {
+    gpu().synchronize();
+    FAIL() << "a negative token id was not reported";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("position 2"), std::string::npos) << e.what();
+  }
+  std::vector<int32_t> index = {1, -1};
+  gpu().gather_rows(out, dev().upload(random_vector(2 * D, 2)), dev().upload(index), nullptr, 2, D);
+  EXPECT_THROW(gpu().synchronize(), Error);
+}
+
+TEST_F(CudaVsCpu, LinearAlgebraRejectsNonFiniteInput) {
+  const int64_t n = 5;
+  auto a = random_vector(2 * n * n, 1);
+  a[n * n + 3] = std::nanf("");  // batch member 1
+  float* ga = dev().upload(a);
+  float *x = dev().alloc<float>(2 * n * n), *y = dev().alloc<float>(2 * n * n);
+  float* s = dev().alloc<float>(2 * n);
+  try {
+    gpu().svd(x, s, y, ga, n, n, 2);
+    FAIL() << "svd accepted a NaN";
+  } catch (const Error& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("svd"), std::string::npos) << what;
+    EXPECT_NE(what.find("batch member 1"), std::string::npos) << what;
+  }
+  EXPECT_THROW(gpu().qr(x, y, ga, n, n, 2), Error);
+}
+
+// ---- rows ---------------------------------------------------------------------------------------
+
+TEST_F(CudaVsCpu, GatherScatterRowDot) {
+  const int64_t rows = 6, n = 11, D = 13;
+  auto src = random_vector(rows * D, 1);
+  auto index = random_ids(n, rows, 2);
+  auto weight = random_vector(n, 3);
+  float *gsrc = dev().upload(src), *gw = dev().upload(weight);
+  int32_t* gi = dev().upload(index);
+  for (bool weighted : {false, true}) {
+    std::vector<float> out(n * D);
+    cpu().gather_rows(out.data(), src.data(), index.data(), weighted ? weight.data() : nullptr, n,
+                      D);
+    float* gout = dev().alloc<float>(n * D);
+    gpu().gather_rows(gout, gsrc, gi, weighted ? gw : nullptr, n, D);
+    EXPECT_CLOSE(dev().download(gout, n * D), out, 1e-6);
+    auto dst0 = random_vector(rows * D, 4);
+    auto dst = dst0;
+    cpu().scatter_add_rows(dst.data(), out.data(), index.data(), weighted ? weight.data() : nullptr,
+                           n, D);
+    float* gdst = dev().upload(dst0);
+    gpu().scatter_add_rows(gdst, gout, gi, weighted ? gw : nullptr, n, D);
+    EXPECT_CLOSE(dev().download(gdst, rows * D), dst, 1e-5);
+  }
+  auto a = random_vector(n * D, 5), b = random_vector(n * D, 6);
+  std::vector<float> dots(n);
+  cpu().row_dot(dots.data(), a.data(), b.data(), n, D);
+  float* gdots = dev().alloc<float>(n);
+  gpu().row_dot(gdots, dev().upload(a), dev().upload(b), n, D);
+  EXPECT_CLOSE(dev().download(gdots, n), dots, 1e-5);
+}
+
+// ---- linear algebra, by identities --------------------------------------------------------------
+
+// Row-major product of x [m, k] and y [k, n] in float64, optionally transposing either.
+std::vector<double> matmul(const float* x, const float* y, int64_t m, int64_t n, int64_t k,
+                           bool tx = false, bool ty = false) {
+  std::vector<double> out(m * n, 0.0);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0.0;
+      for (int64_t l = 0; l < k; ++l) {
+        double xv = tx ? x[l * m + i] : x[i * k + l];
+        double yv = ty ? y[j * k + l] : y[l * n + j];
+        s += xv * yv;
+      }
+      out[i * n + j] = s;
+    }
+  }
+  return out;
+}
+
+double max_abs_diff(const std::vector<double>& x, const float* y) {
+  double worst = 0.0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    double d = std::abs(x[i] - y[i]);
+    if (!(d <= worst)) worst = d;
+  }
+  return worst;
+}
+
+std::vector<float> identity(int64_t n) {
+  std::vector<float> eye(n * n, 0.0f);
+  for (int64_t i = 0; i < n; ++i)
+    eye[i * n + i] = 1.0f;
+  return eye;
+}
+
+TEST_F(CudaVsCpu, QrIdentities) {
+  for (auto [m, n, batch] :
+       {std::tuple<int64_t, int64_t, int64_t>{9, 5, 1}, {5, 9, 1}, {40, 40, 1}, {12, 7, 3}}) {
+    const int64_t r = std::min(m, n);
+    auto a = random_vector(batch * m * n, 1);
+    float *gq = dev().alloc<float>(batch * m * r), *gr = dev().alloc<float>(batch * r * n);
+    gpu().qr(gq, gr, dev().upload(a), m, n, batch);
+    auto q = dev().download(gq, batch * m * r), rr = dev().download(gr, batch * r * n);
+    // geqrf + orgqr on both sides: the same Householder signs, so the factors agree too.
+    std::vector<float> q_cpu(q.size()), r_cpu(rr.size());
+    cpu().qr(q_cpu.data(), r_cpu.data(), a.data(), m, n, batch);
+    EXPECT_CLOSE(q, q_cpu, 1e-3);
+    EXPECT_CLOSE(rr, r_cpu, 1e-3);
+    for (int64_t b = 0; b < batch; ++b) {
+      const float* qb = q.data() + b * m * r;
+      const float* rb = rr.data() + b * r * n;
+      EXPECT_LE(max_abs_diff(matmul(qb, rb, m, n, r), a.data() + b * m * n), 1e-4)
+          << "A = QR, m=" << m << " n=" << n << " b=" << b;
+      EXPECT_LE(max_abs_diff(matmul(qb, qb, r, r, m, true), identity(r).data()), 1e-5)
+          << "Q^T Q = I, m=" << m << " n=" << n << " b=" << b;
+      for (int64_t i = 0; i < r; ++i) {
+        for (int64_t j = 0; j < std::min(i, n); ++j)
+          EXPECT_EQ(rb[i * n + j], 0.0f);
+      }
+    }
+  }
+}
+
+TEST_F(CudaVsCpu, EighIdentities) {
+  // n <= 32 with batch > 1 takes the batched Jacobi path, the others syevd.
+  for (auto [n, batch] : {std::pair<int64_t, int64_t>{7, 1}, {16, 4}, {48, 2}}) {
+    auto x = random_vector(batch * n * n, 1);
+    std::vector<float> a(batch * n * n);
+    for (int64_t b = 0; b < batch; ++b) {  // symmetric: (X + X^T) / 2
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          a[b * n * n + i * n + j] = 0.5f * (x[b * n * n + i * n + j] + x[b * n * n + j * n + i]);
+        }
+      }
+    }
+    float *gw = dev().alloc<float>(batch * n), *gv = dev().alloc<float>(batch * n * n);
+    gpu().eigh(gw, gv, dev().upload(a), n, batch);
+    auto w = dev().download(gw, batch * n), v = dev().download(gv, batch * n * n);
+    std::vector<float> w_cpu(w.size()), v_cpu(v.size());
+    cpu().eigh(w_cpu.data(), v_cpu.data(), a.data(), n, batch);
+    EXPECT_CLOSE(w, w_cpu, 1e-4);
+    for (int64_t b = 0; b < batch; ++b) {
+      const float* vb = v.data() + b * n * n;
+      const float* wb = w.data() + b * n;
+      EXPECT_TRUE(std::is_sorted(wb, wb + n)) << "eigenvalues ascending, n=" << n;
+      auto av = matmul(a.data() + b * n * n, vb, n, n, n);
+      std::vector<float> vw(n * n);
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < n; ++j)
+          vw[i * n + j] = vb[i * n + j] * wb[j];
+      }
+      EXPECT_LE(max_abs_diff(av, vw.data()), 1e-4) << "A V = V diag(w), n=" << n;
+      EXPECT_LE(max_abs_diff(matmul(vb, vb, n, n, n, true), identity(n).data()), 1e-5)
+          << "V^T V = I, n=" << n;
+    }
+  }
+}
+
+// eigh_many / qr_many: a list of mixed sizes gives bit for bit what the same tasks give one per
+// call (the optimizers' batched vs one-at-a-time refresh), and eigenvalues agree with the CPU.
+TEST_F(CudaVsCpu, ManySolvesEqualOneAtATime) {
+  const std::vector<int64_t> sizes = {48, 7, 48, 16};
+  std::vector<std::vector<float>> a;
+  std::vector<float*> ga, gw, gv, gw1, gv1, gq, gq1;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const int64_t n = sizes[i];
+    auto x = random_vector(n * n, 40 + i);
+    std::vector<float> s(n * n);
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t c = 0; c < n; ++c)
+        s[r * n + c] = 0.5f * (x[r * n + c] + x[c * n + r]);
+    a.push_back(s);
+    ga.push_back(dev().upload(s));
+    gw.push_back(dev().alloc<float>(n));
+    gv.push_back(dev().alloc<float>(n * n));
+    gw1.push_back(dev().alloc<float>(n));
+    gv1.push_back(dev().alloc<float>(n * n));
+    gq.push_back(dev().alloc<float>(n * n));
+    gq1.push_back(dev().alloc<float>(n * n));
+  }
+  std::vector<EighTask> eigh_tasks;
+  std::vector<QrTask> qr_tasks;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    eigh_tasks.push_back({ga[i], gw[i], gv[i], sizes[i]});
+    qr_tasks.push_back({ga[i], gq[i], sizes[i], sizes[i]});
+  }
+  gpu().eigh_many(eigh_tasks);
+  gpu().qr_many(qr_tasks);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const int64_t n = sizes[i];
+    const EighTask one{ga[i], gw1[i], gv1[i], n};
+    gpu().eigh_many({&one, 1});
+    const QrTask qr_one{ga[i], gq1[i], n, n};
+    gpu().qr_many({&qr_one, 1});
+    EXPECT_EQ(dev().download(gw[i], n), dev().download(gw1[i], n)) << "eigenvalues, task " << i;
+    EXPECT_EQ(dev().download(gv[i], n * n), dev().download(gv1[i], n * n)) << "task " << i;
+    EXPECT_EQ(dev().download(gq[i], n * n), dev().download(gq1[i], n * n)) << "Q, task " << i;
+    std::vector<float> w_cpu(n), v_cpu(n * n);
+    cpu().eigh(w_cpu.data(), v_cpu.data(), a[i].data(), n, 1);
+    EXPECT_CLOSE(dev().download(gw[i], n), w_cpu, 1e-4);
+  }
+}
+
+TEST_F(CudaVsCpu, SvdIdentities) {
+  // Batched Jacobi for small matrices with batch > 1, gesvdj otherwise; tall and wide.
+  for (auto [m, n, batch] :
+       {std::tuple<int64_t, int64_t, int64_t>{9, 5, 1}, {5, 9, 1}, {12, 20, 3}, {40, 33, 2}}) {
+    const int64_t r = std::min(m, n);
+    auto a = random_vector(batch * m * n, 1);
+    float *gu = dev().alloc<float>(batch * m * r), *gs = dev().alloc<float>(batch * r),
+          *gvt = dev().alloc<float>(batch * r * n);
+    gpu().svd(gu, gs, gvt, dev().upload(a), m, n, batch);
+    auto u = dev().download(gu, batch * m * r), s = dev().download(gs, batch * r),
+         vt = dev().download(gvt, batch * r * n);
+    std::vector<float> u_cpu(u.size()), s_cpu(s.size()), vt_cpu(vt.size());
+    cpu().svd(u_cpu.data(), s_cpu.data(), vt_cpu.data(), a.data(), m, n, batch);
+    EXPECT_CLOSE(s, s_cpu, 1e-4);
+    for (int64_t b = 0; b < batch; ++b) {
+      const float* ub = u.data() + b * m * r;
+      const float* sb = s.data() + b * r;
+      const float* vtb = vt.data() + b * r * n;
+      EXPECT_TRUE(std::is_sorted(sb, sb + r, std::greater<float>())) << "descending";
+      std::vector<float> us(m * r);
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < r; ++j)
+          us[i * r + j] = ub[i * r + j] * sb[j];
+      }
+      EXPECT_LE(max_abs_diff(matmul(us.data(), vtb, m, n, r), a.data() + b * m * n), 1e-4)
+          << "A = U S V^T, m=" << m << " n=" << n;
+      EXPECT_LE(max_abs_diff(matmul(ub, ub, r, r, m, true), identity(r).data()), 1e-5)
+          << "U^T U = I, m=" << m << " n=" << n;
+      EXPECT_LE(max_abs_diff(matmul(vtb, vtb, r, r, n, false, true), identity(r).data()), 1e-5)
+          << "V^T V = I, m=" << m << " n=" << n;
+    }
+  }
+}
+
+// The 10 x 10 Hilbert matrix (condition number ~1e13, beyond float): the factorizations are
+// backward stable, so their identities must still hold to float precision.
+TEST_F(CudaVsCpu, IllConditionedIdentities) {
+  const int64_t n = 10;
+  std::vector<float> h(n * n);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < n; ++j)
+      h[i * n + j] = 1.0f / static_cast<float>(i + j + 1);
+  }
+  float* gh = dev().upload(h);
+  float *x = dev().alloc<float>(n * n), *y = dev().alloc<float>(n * n), *s = dev().alloc<float>(n);
+  gpu().qr(x, y, gh, n, n);
+  auto q = dev().download(x, n * n), r = dev().download(y, n * n);
+  EXPECT_LE(max_abs_diff(matmul(q.data(), r.data(), n, n, n), h.data()), 1e-5);
+  EXPECT_LE(max_abs_diff(matmul(q.data(), q.data(), n, n, n, true), identity(n).data()), 1e-5);
+  gpu().eigh(s, x, gh, n);
+  auto w = dev().download(s, n), v = dev().download(x, n * n);
+  std::vector<float> vw(n * n);
+  for (int64_t i = 0; i < n * n; ++i)
+    vw[i] = v[i] * w[i % n];
+  EXPECT_LE(max_abs_diff(matmul(h.data(), v.data(), n, n, n), vw.data()), 1e-5);
+  EXPECT_LE(max_abs_diff(matmul(v.data(), v.data(), n, n, n, true), identity(n).data()), 1e-5);
+  float* vt = dev().alloc<float>(n * n);
+  gpu().svd(x, s, vt, gh, n, n);
+  auto u = dev().download(x, n * n), sv = dev().download(s, n), vtv = dev().download(vt, n * n);
+  std::vector<float> us(n * n);
+  for (int64_t i = 0; i < n * n; ++i)
+    us[i] = u[i] * sv[i % n];
+  // Only the reconstruction: singular vectors of values at the float noise level are not
+  // determined, and a Jacobi SVD does not promise orthogonal U columns for them.
+  EXPECT_LE(max_abs_diff(matmul(us.data(), vtv.data(), n, n, n), h.data()), 1e-5);
+}
+
+TEST_F(CudaVsCpu, NewtonSchulz) {
+  NewtonSchulzSchedule ns5;
+  ns5.coefficients.assign(5, {3.4445f, -4.7750f, 2.0315f});
+  for (auto [m, n, batch] : {std::tuple<int64_t, int64_t, int64_t>{8, 20, 1}, {20, 8, 2}}) {
+    auto x = random_vector(batch * m * n, 1);
+    auto want = x;
+    cpu().newton_schulz(want.data(), m, n, ns5, batch);
+    float* gx = dev().upload(x);
+    gpu().newton_schulz(gx, m, n, ns5, batch);
+    EXPECT_CLOSE(dev().download(gx, batch * m * n), want, 1e-4) << "m=" << m << " n=" << n;
+  }
+}
+
+// ---- optimizer updates --------------------------------------------------------------------------
+// The same float64 element math on both devices; only FMA contraction and, for the norms, the
+// order of float64 additions may differ.
+
+TEST_F(CudaVsCpu, AdamWUpdate) {
+  const int64_t n = 70001;
+  for (bool torch_eps : {false, true}) {
+    for (bool cautious_wd : {false, true}) {
+      auto w = random_vector(n, 1), m = random_vector(n, 2, 0.1f), g = random_vector(n, 4);
+      auto v = random_vector(n, 3, 0.1f);
+      for (float& x : v)
+        x *= x;  // a second moment is not negative
+      kmath::AdamWStep step;
+      step.beta1 = 0.9, step.beta2 = 0.95, step.eps = 1e-8;
+      const double lr = 3e-3, wd = 0.1, bc1 = 1 - 0.9 * 0.9, bc2 = 1 - 0.95 * 0.95;
+      step.step_size = torch_eps ? lr / bc1 : lr * std::sqrt(bc2) / bc1;
+      step.v_scale = torch_eps ? 1 / std::sqrt(bc2) : 1.0;
+      step.decay = cautious_wd ? 1.0 : 1.0 - lr * wd;
+      step.cautious = cautious_wd ? lr * lr * wd : 0.0;
+      float* gw = dev().upload(w);
+      float* gm = dev().upload(m);
+      float* gv = dev().upload(v);
+      gpu().adamw_update(gw, gm, gv, dev().upload(g), n, step);
+      cpu().adamw_update(w.data(), m.data(), v.data(), g.data(), n, step);
+      EXPECT_CLOSE(dev().download(gw, n), w, 1e-6) << "torch_eps=" << torch_eps;
+      EXPECT_CLOSE(dev().download(gm, n), m, 1e-6);
+      EXPECT_CLOSE(dev().download(gv, n), v, 1e-6);
+    }
+  }
+}
+
+TEST_F(CudaVsCpu, NormuonNormalizeAndCautiousUpdate) {
+  // Tall (per-row statistics), wide (per-column), square, and a 1-row matrix.
+  for (auto [count, rows, cols] :
+       {std::tuple<int64_t, int64_t, int64_t>{2, 300, 40}, {3, 40, 300}, {1, 64, 64}, {2, 1, 9}}) {
+    const int64_t n = count * rows * cols, stats = count * std::max(rows, cols);
+    auto s = random_vector(stats, 5);
+    for (float& x : s)
+      x = 0.01f * x * x;
+    float* gs = dev().upload(s);
+    for (int t = 1; t <= 2; ++t) {  // the second step reads the second moments of the first
+      auto u = random_vector(n, 10 + t);
+      float* gu = dev().upload(u);
+      cpu().normuon_normalize(u.data(), s.data(), count, rows, cols, 0.95);
+      gpu().normuon_normalize(gu, gs, count, rows, cols, 0.95);
+      EXPECT_CLOSE(dev().download(gu, n), u, 1e-5) << rows << "x" << cols << " step " << t;
+      EXPECT_CLOSE(dev().download(gs, stats), s, 1e-6) << rows << "x" << cols << " step " << t;
+    }
+    auto w = random_vector(n, 6), u = random_vector(n, 7);
+    float* gw = dev().upload(w);
+    gpu().cautious_update(gw, dev().upload(u), n, 0.02, 0.1);
+    cpu().cautious_update(w.data(), u.data(), n, 0.02, 0.1);
+    EXPECT_CLOSE(dev().download(gw, n), w, 1e-6);
+  }
+}
+
+TEST_F(CudaVsCpu, SumSquaresMany) {
+  // Sizes with one, several and the maximum number of partial blocks, and an empty tensor.
+  const std::vector<int64_t> sizes = {1537, 0, 300000, 5, (int64_t{1} << 24) + 4097};
+  std::vector<std::vector<float>> host;
+  std::vector<std::span<const float>> cpu_spans, gpu_spans;
+  for (size_t i = 0; i < sizes.size(); ++i)
+    host.push_back(random_vector(sizes[i], 40 + i));
+  for (const auto& x : host) {
+    cpu_spans.emplace_back(x);
+    gpu_spans.emplace_back(dev().upload(x), x.size());
+  }
+  const double want = cpu().sum_squares_many(cpu_spans);
+  EXPECT_NEAR(gpu().sum_squares_many(gpu_spans), want, 1e-12 * want);
+  // On the device too the list gives what the loop over sum_squares gives, bit for bit.
+  double loop = 0;
+  for (std::span<const float> x : gpu_spans)
+    loop += gpu().sum_squares(x.data(), static_cast<int64_t>(x.size()));
+  EXPECT_EQ(gpu().sum_squares_many(gpu_spans), loop);
+  EXPECT_EQ(gpu().sum_squares_many({}), 0.0);
+}
+
+// ---- model: loss reduction, MoE routing, rows added in order -------------------------------
+
+TEST_F(CudaVsCpu, LossReduction) {
+  const int64_t n = 5000;
+  auto losses = random_vector(n, 1, 3.0f);
+  for (float& x : losses)
+    x = std::abs(x);
+  float mean = 0.0f;
+  cpu().mean_loss(&mean, losses.data(), n);
+  float* gmean = dev().alloc<float>(1);
+  gpu().mean_loss(gmean, dev().upload(losses), n);
+  EXPECT_CLOSE(dev().download(gmean, 1), std::vector<float>{mean}, 1e-7);
+
+  std::vector<float> terms = {2.5f, 0.0125f};
+  double acc = 0.75;
+  cpu().accumulate_loss(&acc, terms.data(), 2);
+  double* gacc = dev().upload(std::vector<double>{0.75});
+  gpu().accumulate_loss(gacc, dev().upload(terms), 2);
+  EXPECT_EQ(dev().download(gacc, 1)[0], acc);  // one float add and one double add: exact
+}
+
+TEST_F(CudaVsCpu, MoeRouteAndRouterBackward) {
+  for (auto [N, E, K] : {std::tuple<int64_t, int64_t, int64_t>{300, 8, 2}, {37, 5, 3}, {9, 4, 4}}) {
+    auto logits = random_vector(N * E, 1, 2.0f);
+    logits[E + 1] = logits[E];  // a tie between experts 0 and 1 of token 1
+    std::vector<float> probs(N * E);
+    cpu().softmax_forward(probs.data(), logits.data(), N, E);
+    struct Host {
+      std::vector<int32_t> chosen, slot_row, row_token, offset;
+      std::vector<float> row_gate, sel_sum, frac;
+      std::vector<double> mass;
+    } h{std::vector<int32_t>(N * K), std::vector<int32_t>(N * K), std::vector<int32_t>(N * K),
+        std::vector<int32_t>(E + 1), std::vector<float>(N * K),   std::vector<float>(N),
+        std::vector<float>(E),       std::vector<double>(E)};
+    MoeRouting cr{h.chosen.data(),  h.slot_row.data(), h.row_token.data(), h.row_gate.data(),
+                  h.sel_sum.data(), h.frac.data(),     h.offset.data(),    h.mass.data()};
+    MoeRouting gr{dev().alloc<int32_t>(N * K), dev().alloc<int32_t>(N * K),
+                  dev().alloc<int32_t>(N * K), dev().alloc<float>(N * K),
+                  dev().alloc<float>(N),       dev().alloc<float>(E),
+                  dev().alloc<int32_t>(E + 1), dev().alloc<double>(E)};
+    const float aux_weight = 0.01f;
+    float aux = 0.25f;
+    cpu().moe_route(cr, &aux, probs.data(), N, E, K, aux_weight);
+    float* gaux = dev().upload(std::vector<float>{0.25f});
+    float* gprobs = dev().upload(probs);
+    gpu().moe_route(gr, gaux, gprobs, N, E, K, aux_weight);
+    EXPECT_EQ(dev().download(gr.chosen, N * K), h.chosen);
+    EXPECT_EQ(dev().download(gr.slot_row, N * K), h.slot_row);
+    EXPECT_EQ(dev().download(gr.row_token, N * K), h.row_token);
+    EXPECT_EQ(dev().download(gr.offset, E + 1), h.offset);
+    EXPECT_CLOSE(dev().download(gr.row_gate, N * K), h.row_gate, 1e-6);
+    EXPECT_CLOSE(dev().download(gr.sel_sum, N), h.sel_sum, 1e-6);
+    EXPECT_CLOSE(dev().download(gr.frac, E), h.frac, 1e-7);
+    EXPECT_CLOSE(dev().download(gaux, 1), std::vector<float>{aux}, 1e-6);
+
+    auto dgate = random_vector(N * K, 2);
+    auto dprobs0 = random_vector(N * E, 3);
+    auto dprobs = dprobs0;
+    cpu().moe_router_backward(dprobs.data(), cr, dgate.data(), N, E, K, aux_weight);
+    float* gdprobs = dev().upload(dprobs0);
+    gpu().moe_router_backward(gdprobs, gr, dev().upload(dgate), N, E, K, aux_weight);
+    EXPECT_CLOSE(dev().download(gdprobs, N * E), dprobs, 1e-5) << "N=" << N << " E=" << E;
+  }
+}
+
+// Many rows onto few destinations: without atomics the sums are the same on every run, and each
+// destination adds its rows in position order as the CPU does.
+TEST_F(CudaVsCpu, ScatterAndEmbeddingBackwardAreRunToRunIdentical) {
+  const int64_t n = 4096, D = 40, rows = 3;
+  auto src = random_vector(n * D, 1), weight = random_vector(n, 2);
+  auto index = random_ids(n, rows, 3);
+  auto dst0 = random_vector(rows * D, 4);
+  auto want = dst0;
+  cpu().scatter_add_rows(want.data(), src.data(), index.data(), weight.data(), n, D);
+  float *gsrc = dev().upload(src), *gw = dev().upload(weight);
+  int32_t* gi = dev().upload(index);
+  std::vector<float> first;
+  for (int run = 0; run < 3; ++run) {
+    float* gdst = dev().upload(dst0);
+    gpu().scatter_add_rows(gdst, gsrc, gi, gw, n, D);
+    auto got = dev().download(gdst, rows * D);
+    EXPECT_CLOSE(got, want, 1e-5);
+    if (run == 0) first = got;
+    EXPECT_EQ(std::memcmp(got.data(), first.data(), got.size() * sizeof(float)), 0) << run;
+  }
+  const int64_t B = 8, T = 512, V = 5;
+  auto tokens = random_ids(B * T, V, 5);
+  auto dout = random_vector(B * T * D, 6);
+  std::vector<float> dwte(V * D, 0.0f);
+  cpu().embedding_backward(dwte.data(), nullptr, dout.data(), tokens.data(), B, T, D);
+  int32_t* gt = dev().upload(tokens);
+  float* gdout = dev().upload(dout);
+  std::vector<float> first_dwte;
+  for (int run = 0; run < 3; ++run) {
+    float* gdwte = dev().upload(std::vector<float>(V * D, 0.0f));
+    gpu().embedding_backward(gdwte, nullptr, gdout, gt, B, T, D);
+    auto got = dev().download(gdwte, V * D);
+    EXPECT_CLOSE(got, dwte, 1e-5);
+    if (run == 0) first_dwte = got;
+    EXPECT_EQ(std::memcmp(got.data(), first_dwte.data(), got.size() * sizeof(float)), 0) << run;
+  }
+  std::vector<int32_t> bad = {2, -1, 0};
+  gpu().scatter_add_rows(dev().upload(dst0), gsrc, dev().upload(bad), nullptr, 3, D);
+  try {
+    gpu().synchronize();
+    FAIL() << "a negative row index was not reported";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("position 1"), std::string::npos) << e.what();
+  }
+}
+
+// ---- SOAP family --------------------------------------------------------------------------------
+
+TEST_F(CudaVsCpu, SoapColumnSignConvention) {
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{37, 37}, {64, 9}, {5, 300}}) {
+    auto q = random_vector(rows * cols, 40 + rows);
+    float* gq = dev().upload(q);
+    gpu().canonicalize_column_signs(gq, rows, cols);
+    cpu().canonicalize_column_signs(q.data(), rows, cols);
+    EXPECT_EQ(dev().download(gq, q.size()), q) << rows << " x " << cols;
+  }
+}
+
+TEST_F(CudaVsCpu, SoapBlockCopyIdentityAndColumnOrder) {
+  // A [5, 7] block of a [9, 11] matrix into a [6, 8] one, both at an offset.
+  auto src = random_vector(9 * 11, 1), dst = random_vector(6 * 8, 2);
+  const std::vector<float> before = dst;
+  float* gsrc = dev().upload(src);
+  float* gdst = dev().upload(dst);
+  gpu().copy_block_2d(gdst + 8 + 1, 8, gsrc + 2 * 11 + 3, 11, 5, 7);
+  cpu().copy_block_2d(dst.data() + 8 + 1, 8, src.data() + 2 * 11 + 3, 11, 5, 7);
+  EXPECT_EQ(dev().download(gdst, dst.size()), dst);
+  for (int64_t i = 0; i < 6; ++i)
+    for (int64_t j = 0; j < 8; ++j) {
+      const bool inside = i >= 1 && i < 6 && j >= 1 && j < 8;
+      EXPECT_EQ(dst[i * 8 + j], inside ? src[(i + 1) * 11 + j + 2] : before[i * 8 + j]);
+    }
+
+  const int64_t n = 37;
+  float* gq = dev().upload(random_vector(n * n, 3));
+  gpu().set_identity(gq, n);
+  EXPECT_EQ(dev().download(gq, n * n), identity(n));
+
+  // Columns reversed, and gathered in an arbitrary order (a rotation of the columns).
+  const int64_t rows = 13, cols = 300;
+  auto a = random_vector(rows * cols, 4);
+  float* ga = dev().upload(a);
+  std::vector<float> rev(rows * cols), gathered(rows * cols);
+  float* grev = dev().alloc<float>(rows * cols);
+  float* ggathered = dev().alloc<float>(rows * cols);
+  gpu().reverse_columns(grev, ga, rows, cols);
+  cpu().reverse_columns(rev.data(), a.data(), rows, cols);
+  EXPECT_EQ(dev().download(grev, rev.size()), rev);
+  EXPECT_EQ(rev[2 * cols], a[2 * cols + cols - 1]);
+  std::vector<int32_t> order(cols);
+  for (int64_t j = 0; j < cols; ++j)
+    order[j] = static_cast<int32_t>((j + 17) % cols);
+  gpu().gather_columns(ggathered, ga, dev().upload(order), rows, cols);
+  cpu().gather_columns(gathered.data(), a.data(), order.data(), rows, cols);
+  EXPECT_EQ(dev().download(ggathered, gathered.size()), gathered);
+  EXPECT_EQ(gathered[3 * cols], a[3 * cols + 17]);
+}
+
+TEST_F(CudaVsCpu, SoapGatherColumnsReportsAnIndexOutOfRange) {
+  const int64_t rows = 4, cols = 6;
+  float* a = dev().upload(random_vector(rows * cols, 1));
+  float* out = dev().alloc<float>(rows * cols);
+  const std::vector<int32_t> order = {0, 1, 2, 6, 4, 5};
+  gpu().gather_columns(out, a, dev().upload(order), rows, cols);
+  try {
+    gpu().synchronize();
+    FAIL() << "an index equal to the column count was not reported";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("gather_columns"), std::string::npos) << e.what();
+  }
+  std::vector<float> host(rows * cols);
+  EXPECT_THROW(cpu().gather_columns(host.data(), host.data(), order.data(), rows, cols), Error);
+}
+
+TEST_F(CudaVsCpu, SoapArgsortIsStableDescendingWithNanLast) {
+  // Few distinct values (many ties), a NaN and infinities; sizes below and above one block.
+  for (int64_t n : {1, 7, 256, 1031}) {
+    auto x = random_vector(n, 5 + n);
+    for (float& v : x)
+      v = std::round(4.0f * v) / 4.0f;
+    if (n > 3) {
+      x[1] = std::nanf("");
+      x[2] = INFINITY;
+      x[n - 1] = -INFINITY;
+    }
+    std::vector<int32_t> want(n);
+    int32_t* gorder = dev().alloc<int32_t>(n);
+    gpu().argsort_descending(gorder, dev().upload(x), n);
+    cpu().argsort_descending(want.data(), x.data(), n);
+    EXPECT_EQ(dev().download(gorder, n), want) << "n = " << n;
+  }
+}
+
+TEST_F(CudaVsCpu, SoapRayleighQuotientsAndKlWeights) {
+  const int64_t rows = 300, cols = 257;
+  auto a = random_vector(rows * cols, 6), b = random_vector(rows * cols, 7);
+  std::vector<float> dots(cols);
+  float* gdots = dev().alloc<float>(cols);
+  gpu().column_dots(gdots, dev().upload(a), dev().upload(b), rows, cols);
+  cpu().column_dots(dots.data(), a.data(), b.data(), rows, cols);
+  // Exact float products added in float64 in the same order: the same bits.
+  EXPECT_EQ(dev().download(gdots, cols), dots);
+
+  const int64_t n = 129;
+  auto q = random_vector(n * n, 8), lam = random_vector(n, 9, 1e-3f);
+  lam[0] = 0.0f;  // below eps: the weight uses eps
+  std::vector<float> out(n * n);
+  float* gout = dev().alloc<float>(n * n);
+  gpu().kl_weight_columns(gout, dev().upload(q), dev().upload(lam), n, 1e-4);
+  cpu().kl_weight_columns(out.data(), q.data(), lam.data(), n, 1e-4);
+  EXPECT_EQ(dev().download(gout, out.size()), out);
+  EXPECT_EQ(out[5 * n], q[5 * n] * static_cast<float>(1.0 / n / 1e-4));
+}
+
+TEST_F(CudaVsCpu, SoapLerpAddScaledAndAdam) {
+  const int64_t n = 70001;
+  for (float w : {0.05f, 0.5f, 0.9f}) {  // both branches of torch.lerp
+    auto a = random_vector(n, 10), b = random_vector(n, 11);
+    float* ga = dev().upload(a);
+    gpu().lerp(ga, dev().upload(b), w, n);
+    cpu().lerp(a.data(), b.data(), w, n);
+    EXPECT_CLOSE(dev().download(ga, n), a, 1e-6) << "w = " << w;
+  }
+  auto y = random_vector(n, 12), x = random_vector(n, 13);
+  float* gy = dev().upload(y);
+  gpu().add_scaled(gy, -0.03f, dev().upload(x), n);
+  cpu().add_scaled(y.data(), -0.03f, x.data(), n);
+  EXPECT_CLOSE(dev().download(gy, n), y, 1e-6);
+  gpu().add_scaled(gy, -0.01f, gy, n);  // x aliasing y (decay P + alpha P)
+  cpu().add_scaled(y.data(), -0.01f, y.data(), n);
+  EXPECT_CLOSE(dev().download(gy, n), y, 1e-6);
+
+  for (int mode = 0; mode < 3; ++mode) {  // raw, corrected, corrected with Nesterov
+    kmath::SoapAdamStep step;
+    step.raw = mode == 0;
+    step.nesterov = mode == 2;
+    step.beta1 = 0.9f, step.beta2 = 0.95f;
+    step.w1 = static_cast<float>(1.0 - 0.9), step.w2 = static_cast<float>(1.0 - 0.95);
+    step.eps = 1e-8f;
+    step.c1 = static_cast<float>(1 - 0.9 * 0.9 * 0.9);
+    step.c2 = static_cast<float>(1 - 0.95 * 0.95 * 0.95);
+    step.cn = static_cast<float>(1 - 0.9 * 0.9 * 0.9 * 0.9);
+    auto m = random_vector(n, 14, 0.1f), v = random_vector(n, 15, 0.1f), g = random_vector(n, 16);
+    for (float& e : v)
+      e *= e;
+    std::vector<float> d(n);
+    float* gm = dev().upload(m);
+    float* gv = dev().upload(v);
+    float* gd = dev().alloc<float>(n);
+    gpu().soap_adam(gd, gm, gv, dev().upload(g), n, step);
+    cpu().soap_adam(d.data(), m.data(), v.data(), g.data(), n, step);
+    EXPECT_CLOSE(dev().download(gm, n), m, 1e-6) << "mode " << mode;
+    EXPECT_CLOSE(dev().download(gv, n), v, 1e-6) << "mode " << mode;
+    EXPECT_CLOSE(dev().download(gd, n), d, 1e-5) << "mode " << mode;
+  }
+}
+
+TEST_F(CudaVsCpu, SoapClipAndOrderedSumOfSquares) {
+  for (int64_t n : {int64_t{1}, int64_t{4097}, (int64_t{1} << 20) + 3}) {
+    const double want = cpu().sum_squares_in_order(random_vector(n, 20 + n).data(), n);
+    EXPECT_NEAR(gpu().sum_squares_in_order(dev().upload(random_vector(n, 20 + n)), n), want,
+                1e-12 * want)
+        << "n = " << n;
+    for (double max_rms : {0.5, 10.0}) {  // clipped (rms ~1), and left alone
+      auto d = random_vector(n, 30 + n);
+      float* gd = dev().upload(d);
+      gpu().clip_update_rms(gd, n, max_rms);
+      cpu().clip_update_rms(d.data(), n, max_rms);
+      EXPECT_CLOSE(dev().download(gd, n), d, 1e-6) << "n = " << n << ", max_rms " << max_rms;
+    }
+  }
+  EXPECT_EQ(gpu().sum_squares_in_order(nullptr, 0), 0.0);
+}
+
+// ---- OSFT (the Backend "OSFT" block) ----------------------------------------------------------
+
+// Largest |got - want| / max(1, |want|) of float64 results.
+double max_rel_error_f64(const std::vector<double>& got, const std::vector<double>& want) {
+  EXPECT_EQ(got.size(), want.size());
+  double worst = 0.0;
+  for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
+    const double d = std::abs(got[i] - want[i]) / std::max(1.0, std::abs(want[i]));
+    if (!(d <= worst)) worst = d;  // NaN sticks
+  }
+  return worst;
+}
+
+// Square, wide, tall, more rows than a block has threads (the S_low gradient's reduction), k = 1.
+const std::tuple<int64_t, int64_t, int64_t> kOsftShapes[] = {
+    {32, 32, 24}, {24, 64, 12}, {64, 16, 11}, {600, 40, 13}, {7, 300, 1}};
+
+TEST_F(CudaVsCpu, OsftReconstructWholeAndRowBlock) {
+  uint64_t seed = 900;
+  for (auto [n, m, k] : kOsftShapes) {
+    const test_data::OsftFactors f(n, m, k, seed += 10);
+    const int64_t r = f.r;
+    std::vector<float> w(n * m);
+    cpu().osft_reconstruct(w.data(), f.u_high.data(), f.s_high.data(), f.v_high.data(),
+                           f.u_low.data(), f.s_low.data(), f.v_low.data(), n, m, k, r);
+    const float* uh = dev().upload(f.u_high);
+    const float* sh = dev().upload(f.s_high);
+    const float* vh = dev().upload(f.v_high);
+    const float* ul = dev().upload(f.u_low);
+    const float* sl = dev().upload(f.s_low);
+    const float* vl = dev().upload(f.v_low);
+    float* gw = dev().alloc<float>(n * m);
+    gpu().osft_reconstruct(gw, uh, sh, vh, ul, sl, vl, n, m, k, r);
+    EXPECT_CLOSE(dev().download(gw, n * m), w, 1e-6) << n << "x" << m;
+    const int64_t begin = n / 3, rows = n - begin - 1;
+    float* block = dev().alloc<float>(rows * m);
+    gpu().osft_reconstruct(block, uh + begin * k, sh, vh, ul + begin * r, sl, vl, rows, m, k, r);
+    EXPECT_CLOSE(dev().download(block, rows * m),
+                 std::vector<float>(w.begin() + begin * m, w.begin() + (begin + rows) * m), 1e-6)
+        << n << "x" << m;
+  }
+}
+
+TEST_F(CudaVsCpu, OsftFactorGradsAccumulate) {
+  uint64_t seed = 1000;
+  for (auto [n, m, k] : kOsftShapes) {
+    const test_data::OsftFactors f(n, m, k, seed += 10);
+    const int64_t r = f.r;
+    const auto dw = random_vector(n * m, seed + 7);
+    auto du = random_vector(n * r, seed + 8), ds = random_vector(r, seed + 9);
+    auto dv = random_vector(r * m, seed + 6);
+    float* gdu = dev().upload(du);
+    float* gds = dev().upload(ds);
+    float* gdv = dev().upload(dv);
+    const float* gdw = dev().upload(dw);
+    const float* ul = dev().upload(f.u_low);
+    const float* sl = dev().upload(f.s_low);
+    const float* vl = dev().upload(f.v_low);
+    for (int pass = 0; pass < 2; ++pass) {  // twice: the second adds to the first
+      cpu().osft_factor_grads(du.data(), ds.data(), dv.data(), dw.data(), f.u_low.data(),
+                              f.s_low.data(), f.v_low.data(), n, m, r);
+      gpu().osft_factor_grads(gdu, gds, gdv, gdw, ul, sl, vl, n, m, r);
+    }
+    EXPECT_CLOSE(dev().download(gdu, n * r), du, 1e-6) << n << "x" << m;
+    EXPECT_CLOSE(dev().download(gds, r), ds, 1e-6) << n << "x" << m;
+    EXPECT_CLOSE(dev().download(gdv, r * m), dv, 1e-6) << n << "x" << m;
+  }
+}
+
+TEST_F(CudaVsCpu, OsftProjectionsAndPartialSums) {
+  uint64_t seed = 1100;
+  for (auto [n, m, k] : kOsftShapes) {
+    const test_data::OsftFactors f(n, m, k, seed += 10);
+    const int64_t r = f.r;
+    const float* uh = dev().upload(f.u_high);
+    const float* vh = dev().upload(f.v_high);
+    // Left: coefficients, then the update with them (the device's own coefficients, after
+    // checking them, so the update is compared on equal inputs).
+    auto x = random_vector(n * r, seed + 7);
+    float* gx = dev().upload(x);
+    std::vector<double> coeff(k * r);
+    cpu().osft_left_coefficients(coeff.data(), f.u_high.data(), x.data(), n, k, r);
+    double* gc = dev().alloc<double>(k * r);
+    gpu().osft_left_coefficients(gc, uh, gx, n, k, r);
+    EXPECT_LE(max_rel_error_f64(dev().download(gc, k * r), coeff), 1e-12) << n << "x" << m;
+    gpu().copy_from_host(gc, coeff.data(), coeff.size() * sizeof(double));
+    cpu().osft_project_left(x.data(), f.u_high.data(), coeff.data(), n, k, r);
+    gpu().osft_project_left(gx, uh, gc, n, k, r);
+    EXPECT_CLOSE(dev().download(gx, n * r), x, 1e-6) << n << "x" << m;
+    // Right, in place over the rows of [r, m].
+    auto y = random_vector(r * m, seed + 8);
+    float* gy = dev().upload(y);
+    cpu().osft_project_right(y.data(), f.v_high.data(), r, k, m);
+    gpu().osft_project_right(gy, vh, r, k, m);
+    EXPECT_CLOSE(dev().download(gy, r * m), y, 1e-6) << n << "x" << m;
+  }
+  // Partial sums add in part order on both: 1e16 + 1 - 1e16 is 0, not 1.
+  const std::vector<double> partial = {1e16, 1.0, 0.5, 1.0, 2.0, 0.25, -1e16, 3.0, 0.125};
+  std::vector<double> total(3);
+  cpu().osft_sum_partials(total.data(), partial.data(), 3, 3);
+  double* gt = dev().alloc<double>(3);
+  gpu().osft_sum_partials(gt, dev().upload(partial), 3, 3);
+  const std::vector<double> got = dev().download(gt, 3);
+  EXPECT_EQ(got, total);
+  EXPECT_EQ(got[0], 0.0);
+}
+
+}  // namespace
+}  // namespace core

@@ -1,0 +1,230 @@
+#include "core/safetensors.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "core/check.h"
+#include "tests/test_util.h"
+
+using test_util::error_of;
+
+using core::SafetensorsReader;
+using core::SafetensorsWriter;
+using core::StDType;
+using core::Tensor;
+
+namespace {
+
+class TempDir {
+ public:
+  TempDir() {
+    path_ = std::filesystem::temp_directory_path() /
+            ("st_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  static inline int counter_ = 0;
+  std::filesystem::path path_;
+};
+
+// A raw file: u64 length, header (not padded unless given so), data bytes.
+void write_raw(const std::string& path, const std::string& header, size_t data_bytes) {
+  std::ofstream out(path, std::ios::binary);
+  uint64_t n = header.size();
+  out.write(reinterpret_cast<const char*>(&n), 8);
+  out << header;
+  std::string data(data_bytes, '\0');
+  out << data;
+}
+
+}  // namespace
+
+TEST(Safetensors, RoundTripF32AndBytes) {
+  TempDir dir;
+  Tensor a = Tensor::from_vector({2, 3}, std::vector<float>{1, 2, 3, 4, 5, -6.5f});
+  Tensor b = Tensor::from_vector({4}, std::vector<float>{0.25f, 1e-30f, -0.f, 7});
+  Tensor empty = Tensor::empty({0, 5});
+  std::vector<std::byte> ints(3 * 4);
+  const int32_t iv[3] = {-1, 7, 1 << 30};
+  std::memcpy(ints.data(), iv, sizeof iv);
+
+  SafetensorsWriter w;
+  w.add("blocks.0.w", a);
+  w.add("b", b);
+  w.add("empty", empty);
+  w.add_bytes("ids", StDType::I32, {3}, ints);
+  const std::string path = dir.file("x.safetensors");
+  w.write(path);
+
+  SafetensorsReader r(path);
+  EXPECT_EQ(r.tensors().size(), 4u);
+  EXPECT_EQ(r.data_start() % 8, 0u);
+  EXPECT_EQ(r.read("blocks.0.w").to_vector(), a.to_vector());
+  EXPECT_EQ(r.read("b").to_vector(), b.to_vector());
+  EXPECT_EQ(r.read("empty").shape(), (core::Shape{0, 5}));
+  EXPECT_EQ(r.info("ids").dtype, StDType::I32);
+  EXPECT_EQ(r.read_bytes("ids"), ints);
+  EXPECT_NE(error_of([&] { r.read("ids"); }).find("has dtype I32"), std::string::npos);
+  EXPECT_NE(error_of([&] { r.info("nope"); }).find("no tensor \"nope\""), std::string::npos);
+
+  auto all = core::load_safetensors(path);
+  EXPECT_EQ(all.tensors.size(), 3u);  // the I32 one is bytes only
+  EXPECT_EQ(all.tensors.at("b").to_vector(), b.to_vector());
+  // No temporary file is left behind.
+  int files = 0;
+  for (auto& e : std::filesystem::directory_iterator(std::filesystem::path(path).parent_path())) {
+    (void)e;
+    ++files;
+  }
+  EXPECT_EQ(files, 1);
+}
+
+TEST(Safetensors, OtherDtypesAreRecognised) {
+  TempDir dir;
+  SafetensorsWriter w;
+  w.add_bytes("h", StDType::BF16, {2}, std::vector<std::byte>(4, std::byte{0x3f}));
+  w.add_bytes("d", StDType::F64, {1, 1}, std::vector<std::byte>(8));
+  w.add_bytes("flags", StDType::BOOL, {3}, std::vector<std::byte>(3));
+  const std::string path = dir.file("d.safetensors");
+  w.write(path);
+  SafetensorsReader r(path);
+  Tensor h = r.read("h");
+  EXPECT_EQ(h.dtype(), core::DType::BF16);
+  EXPECT_EQ(h.nbytes(), 4u);
+  EXPECT_EQ(r.info("d").dtype, StDType::F64);
+  EXPECT_EQ(r.info("d").end - r.info("d").begin, 8u);
+  EXPECT_EQ(r.info("flags").dtype, StDType::BOOL);
+  EXPECT_NE(error_of([&] { r.read("d"); }).find("has dtype F64"), std::string::npos);
+}
+
+TEST(Safetensors, MetadataRoundTripWithEscapes) {
+  TempDir dir;
+  SafetensorsWriter w;
+  w.set_metadata("hyperparameters", "{\"lr\": 0.05, \"q\": \"a\\\\b\"}\n\ttab");
+  w.set_metadata("unicode", "caf\xc3\xa9");
+  w.add("x", Tensor::from_vector({1}, std::vector<float>{3}));
+  const std::string path = dir.file("m.safetensors");
+  w.write(path);
+  SafetensorsReader r(path);
+  EXPECT_EQ(r.metadata_value("hyperparameters"), "{\"lr\": 0.05, \"q\": \"a\\\\b\"}\n\ttab");
+  EXPECT_EQ(r.metadata_value("unicode"), "caf\xc3\xa9");
+  EXPECT_NE(error_of([&] { r.metadata_value("missing"); }).find("no __metadata__ key \"missing\""),
+            std::string::npos);
+}
+
+TEST(Safetensors, OverwriteIsAtomicReplace) {
+  TempDir dir;
+  const std::string path = dir.file("o.safetensors");
+  SafetensorsWriter w1;
+  w1.add("x", Tensor::from_vector({1}, std::vector<float>{1}));
+  w1.write(path);
+  SafetensorsWriter w2;
+  w2.add("y", Tensor::from_vector({2}, std::vector<float>{2, 3}));
+  w2.write(path);
+  SafetensorsReader r(path);
+  EXPECT_FALSE(r.contains("x"));
+  EXPECT_EQ(r.read("y").to_vector(), (std::vector<float>{2, 3}));
+}
+
+TEST(Safetensors, WriterRefusesDuplicatesAndWrongSizes) {
+  SafetensorsWriter w;
+  w.add("x", Tensor::zeros({2}));
+  EXPECT_NE(error_of([&] { w.add("x", Tensor::zeros({2})); }).find("added twice"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              w.add_bytes("y", StDType::F64, {2}, std::vector<std::byte>(8));
+            }).find("8 bytes for F64[2]"),
+            std::string::npos);
+}
+
+// Each corruption is refused with a message naming the file and what is wrong.
+struct Corruption {
+  const char* label;
+  std::string header;
+  size_t data_bytes;
+  const char* message;
+};
+
+TEST(Safetensors, CorruptionsAreRefused) {
+  TempDir dir;
+  const std::string ok = R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]})";
+  const std::vector<Corruption> cases = {
+      {"truncated data", "{" + ok + "}", 4, "file truncated"},
+      {"trailing bytes", "{" + ok + "}", 12, "trailing bytes"},
+      {"size mismatch", R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8, "needs 12"},
+      {"overlap",
+       R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+       8, "overlaps"},
+      {"gap",
+       R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+       12, "gap in the data before tensor \"b\""},
+      {"begin after end", R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})", 8,
+       "begin 8 > end 0"},
+      {"unknown dtype", R"({"a":{"dtype":"F31","shape":[2],"data_offsets":[0,8]}})", 8,
+       "unknown dtype \"F31\""},
+      {"negative shape", R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8,
+       "non-negative integer"},
+      {"missing key", R"({"a":{"dtype":"F32","shape":[2]}})", 8, "needs dtype, shape"},
+      {"extra key", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":1}})", 8,
+       "unknown key \"x\""},
+      {"duplicate tensor", "{" + ok + "," + ok + "}", 8, "duplicate key \"a\""},
+      {"bad json", "{" + ok, 8, "invalid JSON header"},
+      {"trailing comma", "{" + ok + ",}", 8, "expected a string key"},
+      {"metadata not string", R"({"__metadata__":{"k":1}})", 0, "value of \"k\" is not a string"},
+      {"not an object", "[1]", 0, "not a JSON object"},
+  };
+  for (const Corruption& c : cases) {
+    const std::string path = dir.file("bad.safetensors");
+    write_raw(path, c.header, c.data_bytes);
+    std::string err = error_of([&] { SafetensorsReader r(path); });
+    EXPECT_NE(err.find(c.message), std::string::npos) << c.label << ": " << err;
+    EXPECT_NE(err.find(path), std::string::npos) << c.label << ": " << err;
+  }
+}
+
+TEST(Safetensors, HeaderLengthPastEndOfFile) {
+  TempDir dir;
+  const std::string path = dir.file("short.safetensors");
+  {
+    std::ofstream out(path, std::ios::binary);
+    uint64_t n = 1000;
+    out.write(reinterpret_cast<const char*>(&n), 8);
+    out << "{}";
+  }
+  EXPECT_NE(error_of([&] { SafetensorsReader r(path); }).find("runs past the end"),
+            std::string::npos);
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << "abc";
+  }
+  EXPECT_NE(error_of([&] { SafetensorsReader r(path); }).find("too short"), std::string::npos);
+  EXPECT_NE(error_of([&] { SafetensorsReader r(dir.file("missing")); }).find("cannot open"),
+            std::string::npos);
+}
+
+TEST(Safetensors, ReadsEveryGoldenOptimizerFile) {
+  const std::filesystem::path root = ENGINE_GOLDEN_DIR;
+  if (!std::filesystem::exists(root)) GTEST_SKIP() << "no golden directory " << root;
+  int files = 0;
+  for (auto& entry : std::filesystem::recursive_directory_iterator(root)) {
+    if (entry.path().extension() != ".safetensors") continue;
+    SafetensorsReader r(entry.path().string());
+    EXPECT_FALSE(r.tensors().empty()) << entry.path();
+    EXPECT_TRUE(r.metadata().count("optimizer") || r.metadata().count("case")) << entry.path();
+    auto all = core::load_safetensors(entry.path().string());
+    EXPECT_EQ(all.tensors.size(), r.tensors().size()) << entry.path();
+    ++files;
+  }
+  EXPECT_GE(files, 20);
+  // A value known from the file's own header.
+  SafetensorsReader sq((root / "muon/square.safetensors").string());
+  EXPECT_EQ(sq.metadata_value("steps"), "5");
+  EXPECT_EQ(sq.read("init/blocks.0.attn.proj.weight").shape(), (core::Shape{64, 64}));
+}

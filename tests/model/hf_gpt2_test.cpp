@@ -1,0 +1,195 @@
+// Hugging Face GPT-2 export and import (model/hf_gpt2): an export loads into an independent
+// PyTorch GPT2LMHeadModel (tests/model/gpt2_hf_reference.py, float64) whose logits match the
+// engine's within 1e-5; that module's random weights import and export again bit for bit; a
+// model or file that does not fit is refused naming why.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/check.h"
+#include "core/rng.h"
+#include "core/safetensors.h"
+#include "model/gpt.h"
+#include "model/hf_gpt2.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+model::ModelConfig small_gpt2() {
+  model::ModelConfig c;
+  c.arch = model::Arch::Gpt2;
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.d_model = 32;
+  c.seq_len = 12;
+  c.vocab_size = 50257;  // GPT-2's: padded to 50304 inside, cut back on export
+  return c;
+}
+
+fs::path work_dir(const std::string& name) {
+  const fs::path d = fs::path(TEST_WORK_DIR) / ("hf_" + name);
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+std::string reference(const std::string& args) {
+  return "/usr/bin/python3 " + std::string(HF_REFERENCE) + " " + args;
+}
+
+// Every parameter random (biases and LayerNorm weights too, so a swapped name shows), the
+// vocabulary padding rows zero as in a trained model.
+void randomize(model::Gpt& gpt, uint64_t seed) {
+  for (size_t i = 0; i < gpt.table().size(); ++i) {
+    const model::ParamInfo& p = gpt.table()[i];
+    core::Tensor host = core::Tensor::zeros(p.shape);
+    const int64_t valid = p.valid_rows >= 0 ? p.valid_rows * p.shape[1] : p.numel;
+    const bool norm = p.name.find("ln") != std::string::npos && p.name.ends_with("weight");
+    for (int64_t k = 0; k < valid; ++k)
+      host.data<float>()[k] =
+          (norm ? 1.0f : 0.0f) + 0.1f * static_cast<float>(core::rng_normal(
+                                            seed, static_cast<uint64_t>(k) + 1000000ull * i));
+    gpt.backend().copy_from_host(gpt.param(i).raw_data(), host.raw_data(), host.nbytes());
+  }
+}
+
+TEST(HfGpt2, ExportLoadsIntoTheHuggingFaceModuleWithTheEnginesLogits) {
+  const model::ModelConfig c = small_gpt2();
+  model::Gpt gpt(c, core::cpu_backend());
+  randomize(gpt, 11);
+  const fs::path dir = work_dir("export");
+  model::save_hf_gpt2(gpt, (dir / "model").string());
+
+  // The module's logits at every position of three rows.
+  const int B = 3, T = c.seq_len;
+  core::Rng rng(5);
+  std::vector<int32_t> tokens(static_cast<size_t>(B * T));
+  std::ofstream tf(dir / "tokens.txt");
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < T; ++t) {
+      tokens[b * T + t] = static_cast<int32_t>(rng.next_u64() % c.vocab_size);
+      tf << tokens[b * T + t] << (t + 1 < T ? " " : "\n");
+    }
+  }
+  tf.close();
+  const std::string cmd =
+      reference("logits --model " + (dir / "model").string() + " --tokens " +
+                (dir / "tokens.txt").string() + " --out " + (dir / "logits.f32").string());
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::vector<float> ref(static_cast<size_t>(B) * T * c.vocab_size);
+  std::ifstream lf(dir / "logits.f32", std::ios::binary);
+  lf.read(reinterpret_cast<char*>(ref.data()), static_cast<std::streamsize>(ref.size() * 4));
+  ASSERT_TRUE(lf.good()) << "short logits file";
+
+  // The engine's: the last position of each prefix.
+  double worst = 0, scale = 0;
+  for (int t = 1; t <= T; ++t) {
+    std::vector<int32_t> prefix;
+    for (int b = 0; b < B; ++b)
+      prefix.insert(prefix.end(), tokens.begin() + b * T, tokens.begin() + b * T + t);
+    const std::vector<float> got = gpt.last_logits(prefix.data(), B, t);
+    ASSERT_EQ(got.size(), static_cast<size_t>(B) * c.vocab_size);
+    for (int b = 0; b < B; ++b) {
+      for (int v = 0; v < c.vocab_size; ++v) {
+        const double r = ref[(static_cast<size_t>(b) * T + t - 1) * c.vocab_size + v];
+        worst = std::max(worst, std::abs(got[static_cast<size_t>(b) * c.vocab_size + v] - r));
+        scale = std::max(scale, std::abs(r));
+      }
+    }
+  }
+  EXPECT_LT(worst, 1e-5) << "largest logit difference " << worst << " (logits up to " << scale
+                         << ")";
+  EXPECT_GT(scale, 0.1);
+  std::printf("engine vs Hugging Face module: largest logit difference %.3g (logits up to %.3g)\n",
+              worst, scale);
+}
+
+TEST(HfGpt2, ImportOfTheModulesWeightsExportsBitExact) {
+  const model::ModelConfig c = small_gpt2();
+  const fs::path dir = work_dir("import");
+  const std::string cmd = reference("random --out " + (dir / "hf").string() +
+                                    " --n_layer 2 --n_head 4 --n_embd 32 --n_positions 12 "
+                                    "--vocab_size 50257 --seed 3");
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  ASSERT_TRUE(model::is_hf_gpt2_dir((dir / "hf").string()));
+  const auto weights = model::read_hf_gpt2((dir / "hf").string(), c);
+  model::Gpt gpt(c, core::cpu_backend());
+  for (size_t i = 0; i < gpt.table().size(); ++i) {
+    const core::Tensor& host = weights.at(gpt.table()[i].name);
+    gpt.backend().copy_from_host(gpt.param(i).raw_data(), host.raw_data(), host.nbytes());
+  }
+  model::save_hf_gpt2(gpt, (dir / "again").string());
+
+  core::SafetensorsReader original((dir / "hf" / "model.safetensors").string());
+  core::SafetensorsReader again((dir / "again" / "model.safetensors").string());
+  EXPECT_EQ(again.metadata().at("format"), "pt");
+  size_t compared = 0;
+  for (const core::StTensorInfo& info : original.tensors()) {
+    if (info.name.ends_with(".attn.bias") && info.shape.size() == 4) continue;  // mask buffer
+    const std::string key = "transformer." + info.name;
+    ASSERT_TRUE(again.contains(key)) << key;
+    EXPECT_EQ(again.info(key).shape, info.shape) << key;
+    EXPECT_TRUE(again.read_bytes(key) == original.read_bytes(info.name)) << key << " differs";
+    ++compared;
+  }
+  EXPECT_EQ(compared, again.tensors().size());
+  EXPECT_EQ(compared, 4u + 12u * 2u);  // wte, wpe, ln_f (2) + 12 per block
+}
+
+TEST(HfGpt2, RefusesWhatHasNoCounterpartOrDoesNotFit) {
+  model::ModelConfig modern = small_gpt2();
+  modern.arch = model::Arch::Modern;
+  model::Gpt gpt(modern, core::cpu_backend());
+  const fs::path dir = work_dir("refuse");
+  try {
+    model::save_hf_gpt2(gpt, (dir / "m").string());
+    ADD_FAILURE() << "a modern model has no Hugging Face GPT-2 counterpart";
+  } catch (const core::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("arch 'modern' (rotary positions, RMSNorm"),
+              std::string::npos)
+        << e.what();
+  }
+  model::ModelConfig moe = small_gpt2();
+  moe.moe_experts = 4;
+  EXPECT_NE(model::hf_gpt2_incompatibility(moe).find("mixture-of-experts"), std::string::npos);
+
+  const std::string cmd = reference("random --out " + (dir / "hf").string() +
+                                    " --n_layer 2 --n_head 4 --n_embd 32 --n_positions 12 "
+                                    "--vocab_size 50257");
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  model::ModelConfig deeper = small_gpt2();
+  deeper.n_layer = 3;
+  try {
+    model::read_hf_gpt2((dir / "hf").string(), deeper);
+    ADD_FAILURE() << "n_layer mismatch accepted";
+  } catch (const core::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("n_layer is 2, the model config has model.n_layer 3"),
+              std::string::npos)
+        << e.what();
+  }
+  model::ModelConfig longer = small_gpt2();
+  longer.seq_len = 16;
+  try {
+    model::read_hf_gpt2((dir / "hf").string(), longer);
+    ADD_FAILURE() << "seq_len beyond n_positions accepted";
+  } catch (const core::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("n_positions is 12, below the model config's "
+                                         "model.seq_len 16"),
+              std::string::npos)
+        << e.what();
+  }
+  // A shorter context takes the first positions.
+  model::ModelConfig shorter = small_gpt2();
+  shorter.seq_len = 8;
+  const auto w = model::read_hf_gpt2((dir / "hf").string(), shorter);
+  EXPECT_EQ(w.at("pos_embed.weight").shape(), (core::Shape{8, 32}));
+}
+
+}  // namespace
