@@ -7,7 +7,9 @@
 #
 #   scripts/gpu_check.sh             build in build-gpu/ (BUILD_DIR to change), work in it too
 #   scripts/gpu_check.sh --prebuilt  skip the install and the build: BUILD_DIR already holds a
-#                                    CUDA build (for a GPU machine with no package registry)
+#                                    CUDA build (for a GPU machine with no package registry:
+#                                    `scripts/bundle.sh OUT` on the build machine, then there
+#                                    `source OUT/env.sh; BUILD_DIR=OUT scripts/gpu_check.sh --prebuilt`)
 #
 # Stops at once, before installing or building anything, where no GPU is seen.
 # Exits non-zero when any check fails; the table says which.
