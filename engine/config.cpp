@@ -419,6 +419,8 @@ void validate_config(const Config& c) {
   if (c.checkpoint.every < 0) fail("checkpoint.every", "must be >= 0");
   if (c.checkpoint.keep < 1) fail("checkpoint.keep", "must be >= 1");
   if (c.comm.timeout_s < 0) fail("comm.timeout_s", "must be >= 0 (0 = no watchdog)");
+  if (c.comm.device_collectives != "nccl" && c.comm.device_collectives != "mpi")
+    fail("comm.device_collectives", "must be nccl or mpi, got '" + c.comm.device_collectives + "'");
   if (c.log.every < 1) fail("log.every", "must be >= 1");
 }
 

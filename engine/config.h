@@ -110,10 +110,13 @@ inline constexpr bool kOptional = false;
   F(checkpoint, bool, on_signal, "on_signal", true, kOptional,                             \
     "on SIGTERM / SIGINT finish the current step, save a checkpoint, exit 143 / 130")
 
-#define ENGINE_COMM_FIELDS(F)                                                        \
-  F(comm, double, timeout_s, "timeout_s", 300.0, kOptional,                          \
-    "abort the job when a collective waits longer than this for a rank, naming the " \
-    "collective and the ranks that did not arrive (0 = wait forever)")
+#define ENGINE_COMM_FIELDS(F)                                                                    \
+  F(comm, double, timeout_s, "timeout_s", 300.0, kOptional,                                      \
+    "abort the job when a collective waits longer than this for a rank, naming the "             \
+    "collective and the ranks that did not arrive (0 = wait forever)")                           \
+  F(comm, std::string, device_collectives, "device_collectives", "nccl", kOptional,              \
+    "how GPU tensors move: nccl | mpi (staged through host buffers over MPI: several ranks may " \
+    "share one GPU; a cluster without NCCL)")
 
 #define ENGINE_LOG_FIELDS(F)                                                                   \
   F(log, std::string, dir, "dir", "runs/default", kOptional,                                   \

@@ -36,14 +36,15 @@ DeviceSelection select_device(const std::string& mode, const DeviceFacts& f) {
         "check nvidia-smi, the driver and CUDA_VISIBLE_DEVICES), or use device: cpu";
     return s;
   }
-  if (f.local_size > f.visible_gpus) {
+  if (f.local_size > f.visible_gpus && !f.share_gpus) {
     s.error = "device: " + mode + ": this node runs " + std::to_string(f.local_size) +
               " ranks but shows " + std::to_string(f.visible_gpus) +
               " GPU(s); one rank drives one GPU, so start at most " +
-              std::to_string(f.visible_gpus) + " ranks per node (or use device: cpu)";
+              std::to_string(f.visible_gpus) +
+              " ranks per node (or comm.device_collectives: mpi to share GPUs, or device: cpu)";
     return s;
   }
-  s.device = core::Device::cuda(f.local_rank);
+  s.device = core::Device::cuda(f.local_rank % f.visible_gpus);
   return s;
 }
 

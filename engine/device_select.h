@@ -4,7 +4,8 @@
 //
 //   cpu    the CPU backend.
 //   cuda   GPU <node-local rank>; refused when the build has no CUDA backend, when the machine
-//          shows no GPU, or when the node runs more ranks than it has GPUs.
+//          shows no GPU, or when the node runs more ranks than it has GPUs; with shared GPUs
+//          (comm.device_collectives: mpi) GPU <node-local rank mod GPUs>.
 //   auto   cuda when the build has it and the rank sees a GPU (with the same refusal when the
 //          node runs more ranks than GPUs), else cpu.
 #pragma once
@@ -24,6 +25,8 @@ struct DeviceFacts {
   int visible_gpus = 0;     // CUDA devices this process sees (CUDA_VISIBLE_DEVICES applied)
   int local_rank = 0;       // this rank's place among the ranks of its node
   int local_size = 1;       // ranks on this node
+  // Several ranks may drive one GPU (their collectives go over MPI: NCCL refuses a GPU twice).
+  bool share_gpus = false;
 };
 
 struct DeviceSelection {

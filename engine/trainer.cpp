@@ -440,9 +440,10 @@ void log_rank_devices(comm::Communicator& comm, core::Backend& backend) {
 
 void Trainer::print_banner() const {
   const model::ModelConfig mc = model_config_of(config_);
-  spdlog::info("engine: config {} | world size {} | threads per rank {} | backend {}",
-               config_.source.empty() ? "(built in code)" : config_.source, comm_.size(),
-               omp_get_max_threads(), gpt_->backend().name());
+  spdlog::info(
+      "engine: config {} | world size {} | threads per rank {} | backend {} | tensors over {}",
+      config_.source.empty() ? "(built in code)" : config_.source, comm_.size(),
+      omp_get_max_threads(), gpt_->backend().name(), tensors_.name());
   log_rank_devices(comm_, backend_);
   spdlog::info("model: {} {} layers, d_model {}, {} heads, seq_len {}, vocab {} (padded {}){}",
                model::arch_name(mc.arch), mc.n_layer, mc.d_model, mc.n_head, mc.seq_len,

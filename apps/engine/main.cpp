@@ -30,6 +30,7 @@
 #include "comm/communicator.h"
 #include "comm/mpi_session.h"
 #include "comm/nccl_communicator.h"
+#include "comm/staged_communicator.h"
 #include "comm/watchdog.h"
 #include "comm/watched_communicator.h"
 #include "core/backend.h"
@@ -381,11 +382,12 @@ bool parse_everywhere(int argc, char** argv, comm::Communicator& world, Args& a,
 }
 
 // Where this rank computes and what moves its tensors: on a GPU its own CUDA backend and an
-// NCCL communicator over the world (scalars and control stay on MPI); on the CPU the CPU
-// backend and the world communicator itself.
+// NCCL communicator over the world, or the world itself through host staging buffers
+// (comm.device_collectives: mpi); scalars and control stay on MPI. On the CPU the CPU backend
+// and the world communicator itself (or staged through copies, with mpi).
 struct RankDevice {
-  std::unique_ptr<core::Backend> cuda;       // null on the CPU
-  std::unique_ptr<comm::Communicator> nccl;  // null on the CPU
+  std::unique_ptr<core::Backend> cuda;              // null on the CPU
+  std::unique_ptr<comm::Communicator> device_comm;  // NCCL or staged; null for plain MPI
   core::Backend* backend = nullptr;
   comm::Communicator* tensors = nullptr;
 };
@@ -400,17 +402,26 @@ bool make_rank_device(const engine::Config& config, const comm::MpiSession& sess
   facts.visible_gpus = core::cuda_device_count();
   facts.local_rank = session.node_rank();
   facts.local_size = session.node_ranks();
+  facts.share_gpus = config.comm.device_collectives == "mpi";
   const engine::DeviceSelection chosen = engine::select_device(config.device, facts);
   if (!agreed_ok(world, chosen.error)) return false;
   if (chosen.device.is_cpu()) {
     out.backend = &core::cpu_backend();
     out.tensors = &world;
+    // On the CPU the staged path only adds copies; it runs there so that its code is tested
+    // through whole training runs (e2e_device_collectives_mpi).
+    if (config.comm.device_collectives == "mpi") {
+      out.device_comm = comm::make_staged(world, *out.backend);
+      out.tensors = out.device_comm.get();
+    }
     return true;
   }
   out.cuda = core::make_cuda_backend(chosen.device.index);
-  out.nccl = comm::make_nccl(mpi_world, chosen.device.index);
+  out.device_comm = config.comm.device_collectives == "mpi"
+                        ? comm::make_staged(world, *out.cuda)
+                        : comm::make_nccl(mpi_world, chosen.device.index);
   out.backend = out.cuda.get();
-  out.tensors = out.nccl.get();
+  out.tensors = out.device_comm.get();
   return true;
 }
 

@@ -87,3 +87,17 @@ TEST(DeviceSelect, UnknownModesAreRefused) {
 }
 
 }  // namespace
+
+TEST(DeviceSelect, SharedGpusTakeTheLocalRankModuloTheGpus) {
+  DeviceFacts f = facts(true, 2, 3, 4);
+  f.share_gpus = true;
+  for (const char* mode : {"auto", "cuda"}) {
+    const auto s = select_device(mode, f);
+    ASSERT_TRUE(s.ok()) << s.error;
+    EXPECT_EQ(s.device, core::Device::cuda(1)) << mode;
+  }
+  f.share_gpus = false;
+  const auto refused = select_device("cuda", f);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(contains(refused.error, "comm.device_collectives: mpi")) << refused.error;
+}
