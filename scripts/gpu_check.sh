@@ -125,6 +125,62 @@ if [ "$num_gpus" -ge 2 ]; then
     fi
   done
 fi
+
+# ---- several ranks on one GPU (comm.device_collectives: mpi) against the CPU --------------------
+# The tiny configs at np 2 and 4, every rank on GPU 0 (or r mod the GPUs), their tensors moved
+# through host buffers over MPI: every ZeRO stage's uneven shards and OSFT's device all-gather on
+# a device. Each step's train loss within 1e-4 relative of the CPU run at the same world size;
+# then the GPU run's step-10 checkpoint resumed on the CPU at another world size.
+python3 tests/e2e/make_tiny_data.py "$work/shared_data" >/dev/null
+# shared_run NAME NP CONFIG DEVICE [--set ...]: 20 steps into $work/shared_NAME.
+shared_run() {
+  local name=$1 np=$2 cfg=$3 device=$4; shift 4
+  "${mpirun[@]}" -np "$np" "$build/apps/engine/engine" --config "configs/$cfg" \
+    --set device="$device" --set comm.device_collectives=mpi \
+    --set "data.train=$work/shared_data/tiny_train_*.bin" \
+    --set "data.val=$work/shared_data/tiny_val_*.bin" --set "log.dir=$work/shared_$name" \
+    --set "checkpoint.dir=$work/shared_$name/ckpt" --set checkpoint.overwrite=true \
+    --set train.steps=20 --set checkpoint.every=10 "$@" >"$work/shared_$name.log" 2>&1
+}
+# same_losses A B [FIRST_STEP]: the train losses of two runs, step by step, within 1e-4 relative.
+same_losses() {
+  python3 - "$work/shared_$1/metrics.jsonl" "$work/shared_$2/metrics.jsonl" "${3:-1}" <<'PY'
+import json, sys
+def losses(path):
+    return {r["step"]: r["train_loss"] for r in map(json.loads, open(path)) if "train_loss" in r}
+a, b, first = losses(sys.argv[1]), losses(sys.argv[2]), int(sys.argv[3])
+steps = [s for s in sorted(b) if s >= first]
+worst = max(abs(a[s] - b[s]) / abs(b[s]) for s in steps) if steps and set(steps) <= set(a) else 1
+print("%d steps, worst relative %.2e" % (len(steps), worst))
+sys.exit(0 if worst <= 1e-4 else 1)
+PY
+}
+for np in 2 4; do
+  for stage in 1 3; do
+    name="np${np}_stage$stage"
+    if shared_run "${name}_cuda" "$np" tiny.yaml cuda --set zero.stage=$stage &&
+      shared_run "${name}_cpu" "$np" tiny.yaml cpu --set zero.stage=$stage &&
+      detail=$(same_losses "${name}_cuda" "${name}_cpu"); then
+      record "one GPU, np $np, ZeRO $stage" ok "cuda = cpu: $detail"
+    else
+      record "one GPU, np $np, ZeRO $stage" FAIL "${detail:-see $work/shared_${name}_*.log}"
+    fi
+  done
+done
+if shared_run osft_cuda 2 osft_tiny.yaml cuda && shared_run osft_cpu 2 osft_tiny.yaml cpu &&
+  detail=$(same_losses osft_cuda osft_cpu); then
+  record "one GPU, np 2, OSFT" ok "cuda = cpu: $detail"
+else
+  record "one GPU, np 2, OSFT" FAIL "${detail:-see $work/shared_osft_*.log}"
+fi
+if shared_run resumed_cpu 4 tiny.yaml cpu --set zero.stage=3 \
+  --set "checkpoint.resume=$work/shared_np2_stage3_cuda/ckpt/step_00000010" &&
+  detail=$(same_losses resumed_cpu np2_stage3_cuda 11); then
+  record "GPU np 2 -> CPU np 4 resume" ok "steps 11-20 against the GPU run: $detail"
+else
+  record "GPU np 2 -> CPU np 4 resume" FAIL "${detail:-see $work/shared_resumed_cpu.log}"
+fi
+
 if python3 tests/e2e/e2e.py --engine "$build/apps/engine/engine" --repo . --work "$work/e2e_device" \
   device >"$work/e2e_device.log" 2>&1; then
   record "e2e device selection" ok "$(tail -1 "$work/e2e_device.log" | cut -c1-90)"
