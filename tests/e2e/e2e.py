@@ -407,6 +407,33 @@ def case_world_size_osft(env):
     print("osft: np 1 checkpoint resumed on np 8 within %.2e" % worst)
 
 
+def case_threads_binding(env):
+    """A rank with 2 OpenMP threads under Open MPI's default binding (one core per rank at np <= 2)
+    prints one warning naming the fix; with --bind-to none its banner lists 2 cores and nothing
+    is said."""
+    check(len(os.sched_getaffinity(0)) >= 2, "this test needs 2 cores")
+    sets = ["train.steps=1", "checkpoint.every=0", "checkpoint.at_end=false"]
+    two_threads = dict(os.environ, OMP_NUM_THREADS="2")
+    for name, extra in (("bound", []), ("unbound", ["--bind-to", "none"])):
+        cmd, _ = env.command(1, name, sets)
+        cmd = cmd[:1] + extra + cmd[1:]
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=120, env=two_threads)
+        check(p.returncode == 0, "%s run failed:\n%s" % (name, p.stdout[-3000:]))
+        warnings = [l for l in p.stdout.splitlines() if "more OpenMP threads than cores" in l]
+        banner = [l for l in p.stdout.splitlines() if l.startswith("rank 0: ")]
+        check(len(banner) == 1, "%s: no rank 0 line in the banner:\n%s" % (name, p.stdout))
+        if name == "bound":
+            check(len(warnings) == 1 and "--bind-to none" in warnings[0] and
+                  "--map-by slot:PE=2" in warnings[0],
+                  "bound: expected one warning naming the fix, got %r" % warnings)
+            check(re.search(r"2 threads on core \d+$", banner[0]), "bound: %r" % banner[0])
+        else:
+            check(not warnings, "--bind-to none still warned: %r" % warnings)
+            check(re.search(r"2 threads on cores \S+$", banner[0]), "unbound: %r" % banner[0])
+        print("%s: %s%s" % (name, banner[0], "".join("\n  " + w for w in warnings)))
+
+
 def case_bad_configs(env):
     bad = os.path.join(env.work, "bad.yaml")
 
@@ -859,6 +886,7 @@ CASES = {
     "resume_stage2_moe": case_resume_stage2_moe,
     "resume_stage3_gpt2": case_resume_stage3_gpt2,
     "resume_soap_family": case_resume_soap_family,
+    "threads_binding": case_threads_binding,
     "bad_configs": case_bad_configs,
     "device": case_device,
     "corrupt_checkpoint": case_corrupt_checkpoint,
