@@ -8,10 +8,13 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
+#include <sstream>
 
 #include "comm/shard_ops.h"
 #include "core/check.h"
+#include "core/cpu_affinity.h"
 #include "data/data_loader.h"
 #include "data/val_loader.h"
 #include "engine/checkpoint.h"
@@ -432,10 +435,27 @@ void Trainer::init_params_from(const std::string& source) {
 void log_rank_devices(comm::Communicator& comm, core::Backend& backend) {
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
-  const std::vector<std::string> devices =
-      comm::all_gather_text(comm, std::string(backend.name()) + " on " + host);
+  const core::RankCpus mine{omp_get_max_threads(), core::affinity_cpus()};
+  const std::vector<std::string> devices = comm::all_gather_text(
+      comm, std::string(backend.name()) + " on " + host + ", " + core::describe(mine));
   for (size_t r = 0; r < devices.size(); ++r)
     spdlog::info("rank {}: {}", r, devices[r]);
+  // Every rank's threads and cores, so that rank 0 says once which ranks share cores.
+  std::string cpus = std::to_string(mine.threads);
+  for (int c : mine.cpus) {
+    cpus += ' ';
+    cpus += std::to_string(c);
+  }
+  std::vector<core::RankCpus> ranks;
+  for (const std::string& text : comm::all_gather_text(comm, cpus)) {
+    std::istringstream in(text);
+    core::RankCpus r;
+    in >> r.threads;
+    r.cpus.assign(std::istream_iterator<int>(in), std::istream_iterator<int>());
+    ranks.push_back(std::move(r));
+  }
+  const std::string warning = core::oversubscription_warning(ranks);
+  if (!warning.empty()) spdlog::warn("{}", warning);
 }
 
 void Trainer::print_banner() const {

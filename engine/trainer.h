@@ -48,7 +48,9 @@ struct TrainSummary {
   std::string last_checkpoint;
 };
 
-// One line per rank on rank 0's log: its backend (device) and host (collective, start-up only).
+// One line per rank on rank 0's log: its backend (device), host, OpenMP threads and the cores it
+// may use; then one warning line if some rank's threads outnumber its cores (collective,
+// start-up only).
 void log_rank_devices(comm::Communicator& comm, core::Backend& backend);
 
 class Trainer {

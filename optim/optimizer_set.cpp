@@ -96,8 +96,11 @@ void OptimizerSet::step(std::span<const ParamShard> local, const StepContext& ct
   std::vector<std::vector<ParamShard>> by_group(groups_.size());
   for (const ParamShard& p : local)
     by_group[group_of(p.name)].push_back(p);
+  // A group steps even where this rank holds none of its parameters: its optimizer may join
+  // collectives that count every rank (the OSFT projection, when a small target's rows leave a
+  // rank out).
   for (size_t i = 0; i < groups_.size(); ++i)
-    if (!by_group[i].empty()) groups_[i].optimizer->step(by_group[i], ctx);
+    if (!groups_[i].params.empty()) groups_[i].optimizer->step(by_group[i], ctx);
 }
 
 OptimizerState OptimizerSet::state() const {

@@ -46,8 +46,9 @@ class OptimizerSet {
     return optimizer(group_of(name)).placement();
   }
 
-  // Steps every given local part through its group's optimizer (one call per group, in group
-  // order, parameters in the order given).
+  // Steps every given local part through its group's optimizer (one call per group with
+  // parameters, in group order, parameters in the order given; a group none of whose parameters
+  // this rank holds steps an empty list).
   void step(std::span<const ParamShard> local, const StepContext& ctx);
 
   // All groups' state; load distributes keys "<param>/<slot>" to the parameter's group (a key

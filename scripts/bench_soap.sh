@@ -3,7 +3,10 @@
 # rendering of the spec (scripts/soap_torch_bench.py) and apps/bench_optim at np 1 (1 and 2
 # threads) and np 2 (1 thread each), then the ratios the issue asks for. Timings on a shared
 # machine are only meaningful as such side-by-side ratios; CPU time (cpu_ms) is steadier than
-# wall time when the machine is oversubscribed.
+# wall time when the machine is oversubscribed. Every rank runs unbound (--bind-to none), as the
+# torch runs do: Open MPI's default at np <= 2 binds a rank to one core, so a 2-thread rank ran its
+# threads on that one core (CPU time equal to wall time) and np 2 x 1 thread compared two cores
+# with one.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="${1:-$repo/runs/bench_soap.jsonl}"
@@ -16,9 +19,9 @@ mkdir -p "$(dirname "$out")"
 : > "$out"
 for t in 1 2; do
   /usr/bin/python3 "$repo/scripts/soap_torch_bench.py" --threads "$t" --repeat 3 --warmup 1 >> "$out"
-  OMP_NUM_THREADS=$t mpirun --oversubscribe -np 1 "$bench" --repeat 3 --warmup 1 --json >> "$out"
+  OMP_NUM_THREADS=$t mpirun --oversubscribe --bind-to none -np 1 "$bench" --repeat 3 --warmup 1 --json >> "$out"
 done
-OMP_NUM_THREADS=1 mpirun --oversubscribe -np 2 "$bench" --repeat 3 --warmup 1 --json >> "$out"
+OMP_NUM_THREADS=1 mpirun --oversubscribe --bind-to none -np 2 "$bench" --repeat 3 --warmup 1 --json >> "$out"
 /usr/bin/python3 - "$out" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]

@@ -23,6 +23,9 @@ seeds="${SEEDS:-1 2}"
 urrs="${URRS:-0.5 0.25}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+# Several threads per rank need as many cores: Open MPI binds each rank to one core at np <= 2.
+bind=()
+if ((OMP_NUM_THREADS > 1)); then bind=(--bind-to none); fi
 engine="$build/apps/engine/engine"
 [[ -x "$engine" ]] || { echo "forgetting.sh: $engine not built (cmake --build $build --target engine)" >&2; exit 2; }
 for split in brown_informative brown_imaginative; do
@@ -31,7 +34,7 @@ for split in brown_informative brown_imaginative; do
 done
 start=$SECONDS
 mkdir -p "$out"
-run() { mpirun --oversubscribe -np "$np" "$engine" "$@"; }
+run() { mpirun --oversubscribe "${bind[@]}" -np "$np" "$engine" "$@"; }
 split_sets() {  # train and val shards of one split
   echo --set "data.train=data/$1/$1_train_*.bin" --set "data.val=data/$1/$1_val_*.bin"
 }

@@ -45,7 +45,8 @@ echo "gpu_check: $num_gpus GPU(s): $gpu_name"
 build=${BUILD_DIR:-build-gpu}
 work="$build/gpu_check"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-mpirun=(mpirun --oversubscribe --allow-run-as-root)
+# Unbound: a rank keeps the OpenMP threads of every core (Open MPI would bind it to one core).
+mpirun=(mpirun --oversubscribe --allow-run-as-root --bind-to none)
 
 # The GoogleTest binaries that need a GPU; each runs whole (all its cases) under mpirun -np 1.
 gpu_test_binaries=(tests/core/cuda_backend_tests tests/optim/optim_device_replay_tests

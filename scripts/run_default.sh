@@ -21,10 +21,13 @@ bash scripts/prepare_data.sh "$build"
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+# Several threads per rank need as many cores: Open MPI binds each rank to one core at np <= 2.
+bind=()
+if ((OMP_NUM_THREADS > 1)); then bind=(--bind-to none); fi
 # Each run of the default job starts afresh in runs/speedrun_cpu (the engine refuses a fresh start
 # over an earlier run unless told to overwrite it); `--set checkpoint.resume=auto` continues it.
 # The record's stop at its target is off: a 240-step schedule does not reach it.
-mpirun --oversubscribe -np "$np" "$build/apps/engine/engine" --config configs/speedrun_cpu.yaml \
+mpirun --oversubscribe "${bind[@]}" -np "$np" "$build/apps/engine/engine" --config configs/speedrun_cpu.yaml \
   --set train.steps=240 --set train.target_val_loss=0 --set checkpoint.every=80 \
   --set checkpoint.at_end=true --set checkpoint.overwrite=true "$@"
 

@@ -169,7 +169,9 @@ def main():
         seed = base_seed + i
         run_dir = os.path.join(out, "seed%d" % seed)
         scratch = os.path.join(out, ".checkpoints")
-        cmd = ["mpirun", "--oversubscribe", "-np", str(a.np), a.engine, "--config", a.config]
+        # Several threads per rank need as many cores (Open MPI binds a rank to one at np <= 2).
+        cmd = ["mpirun", "--oversubscribe"] + (["--bind-to", "none"] if threads > 1 else []) + \
+            ["-np", str(a.np), a.engine, "--config", a.config]
         for s in a.sets + ["train.seed=%d" % seed, "log.dir=" + run_dir,
                            "checkpoint.dir=" + scratch, "checkpoint.every=0",
                            "checkpoint.at_end=false", "checkpoint.overwrite=true"]:

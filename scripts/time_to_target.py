@@ -95,7 +95,9 @@ def main():
         record("pytorch adamw", a.config, torch_metrics, 1, a.threads)
     for i, config in enumerate([a.config] + a.recipe):
         log_dir = os.path.join(a.work, "engine%d" % i)
-        run(["mpirun", "--oversubscribe", "-np", str(a.np), a.engine, "--config", config,
+        # Several threads per rank need as many cores (Open MPI binds a rank to one at np <= 2).
+        bind = ["--bind-to", "none"] if a.threads > 1 else []
+        run(["mpirun", "--oversubscribe"] + bind + ["-np", str(a.np), a.engine, "--config", config,
              "--set", "train.target_val_loss=%g" % a.target, "--set", "log.dir=" + log_dir,
              "--set", "checkpoint.dir=" + os.path.join(log_dir, "ckpt"),
              "--set", "checkpoint.every=0", "--set", "checkpoint.at_end=false",

@@ -46,7 +46,10 @@ def variants(quick):
 def run(args, name, np_, threads, sets, log_dir):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMPI_ALLOW_RUN_AS_ROOT="1",
                OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    cmd = ["mpirun", "--oversubscribe", "-np", str(np_), args.engine, "--config", args.config]
+    # Several threads per rank need as many cores (Open MPI binds a rank to one at np <= 2).
+    bind = ["--bind-to", "none"] if threads > 1 else []
+    cmd = ["mpirun", "--oversubscribe"] + bind + ["-np", str(np_), args.engine, "--config",
+                                                  args.config]
     for s in sets + ["train.steps=%d" % args.steps, "train.eval_every=0", "checkpoint.every=0",
                      "checkpoint.at_end=false", "log.dir=" + log_dir, "log.every=1000"]:
         cmd += ["--set", s]

@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -143,16 +144,30 @@ class OsftReplay {
     checks_.push_back({step, key, max_abs_diff(ours, ref, key), atol});
   }
 
-  // Compares the gathered U_low / S_low / V_low of `parts` (values or grads) with `prefix`.
+  // Compares the gathered U_low / S_low / V_low of `p` (values or grads) with `prefix`. Every
+  // rank gathers every trained factor of every target, in one order, whether it holds rows of
+  // it or not (`p` may leave out its empty parts): a rank that skipped a gather would pair its
+  // next collectives with different calls on the other ranks and read what they sent for those.
   void check_parts(int64_t step, const std::string& prefix, std::span<const optim::ParamShard> p,
                    bool grads, double atol, bool u_v_only = false) {
-    for (const optim::ParamShard& s : p) {
-      if (u_v_only && s.name.ends_with(".S_low")) continue;
-      const std::string key = prefix + s.name;
-      if (!file_.contains(key)) continue;
-      check(step, key, gather_rows(grads ? s.grad : s.value, s.full_shape, comm_), file_.read(key),
-            atol);
-    }
+    for (const Target& t : targets_)
+      for (const char* f : kTrained) {
+        const std::string name = t.name + "." + f;
+        const std::string key = prefix + name;
+        if ((u_v_only && name.ends_with(".S_low")) || !file_.contains(key)) continue;
+        core::Shape full = optim::factor_by_name(t.local, f).shape();
+        full[0] = factor_rows(t, f);
+        const auto part = std::ranges::find(p, name, &optim::ParamShard::name);
+        core::Shape empty = full;
+        empty[0] = 0;
+        const core::Tensor local = part == p.end() ? core::Tensor::empty(empty)
+                                   : grads         ? part->grad
+                                                   : part->value;
+        ENGINE_CHECK(local.size(0) == optim::osft_rows(full[0], comm_.size(), comm_.rank()).size(),
+                     "osft replay: rank " + std::to_string(comm_.rank()) + " holds " + local.str() +
+                         " of '" + name + "'");
+        check(step, key, gather_rows(local, full, comm_), file_.read(key), atol);
+      }
   }
 
   // This rank's parts of every trained factor (empty ones included) with the given gradients.

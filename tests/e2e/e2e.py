@@ -139,12 +139,15 @@ def case_determinism(env):
     print("%d metric rows identical" % len(ma))
 
 
-# World-size invariance: the same global batch on np 1, 2, 3, 4 differs only by the order of
+# World-size invariance: the same global batch on np 1, 2, 3, 4, 8 differs only by the order of
 # the float reductions. Largest relative differences against np 1 over the 20 steps, measured:
 #   modern, stages 1 / 2 / 3, np 2 and 4:  losses 1.02e-7, global grad norm 1.45e-7
 #   gpt2, np 2 stage 2 and np 3 stage 3:   losses 5.0e-8,  global grad norm 3.1e-7
 #   MoE, np 2 stage 2 and np 3 stage 3:    losses 2.5e-7,  global grad norm 5.5e-6 (top-k
 #                                          routing amplifies the reduction-order differences)
+#   np 8 (one sequence per micro-batch):   gpt2 stage 3 losses 2.8e-8, grad norm 1.1e-7; MoE
+#                                          stage 3 2.7e-7, 1.6e-6; modern stages 1-3 below
+#                                          (printed by each case)
 WORLD_SIZE_LOSS_RTOL = 3e-7
 WORLD_SIZE_NORM_RTOL = 1e-6
 MOE_LOSS_RTOL = 1e-6
@@ -153,8 +156,8 @@ MOE_NORM_RTOL = 2e-5
 
 def case_world_size(env, stage):
     sets = ["zero.stage=%d" % stage, "checkpoint.every=0", "checkpoint.at_end=false"]
-    runs = {np: metrics(env.run(np, "np%d" % np, sets)[1]) for np in (1, 2, 4)}
-    for np in (2, 4):
+    runs = {np: metrics(env.run(np, "np%d" % np, sets)[1]) for np in (1, 2, 4, 8)}
+    for np in (2, 4, 8):
         worst = compare_losses(runs[np], runs[1], range(0, 21), WORLD_SIZE_LOSS_RTOL,
                                "stage %d np %d vs np 1" % (stage, np))
         norm = compare_losses(runs[np], runs[1], range(1, 21), WORLD_SIZE_NORM_RTOL,
@@ -163,22 +166,25 @@ def case_world_size(env, stage):
               "global grad norm %.2e" % (stage, np, worst, norm))
 
 
-# Every world size takes the same global batch of 768 tokens (24 sequences: divisible by 1, 2
-# and 3), so np 3 (uneven shards of every parameter, Muon owners spread over three ranks) is
-# compared with np 1 step by step, not just checked for learning.
-SAME_BATCH_768 = ["train.batch_tokens=768", "train.val_tokens=768"]
+# Every world size takes the same global batch of 768 tokens (24 sequences: divisible by 1, 2,
+# 3 and 8), so np 3 (uneven shards of every parameter, Muon owners spread over three ranks) is
+# compared with np 1 step by step, not just checked for learning. One sequence per micro-batch
+# everywhere: MoE's auxiliary loss is taken per micro-batch, so grouping the sequences otherwise
+# (4 to a micro-batch at np 1, 3 at np 8) moved the step-1 loss by 4.6e-6.
+SAME_BATCH_768 = ["train.batch_tokens=768", "train.val_tokens=768", "train.micro_batch=1"]
 
 
 def case_world_size_archs(env):
     """gpt2 (tied head, biases, LayerNorm) and modern + MoE (3-D expert banks): np 2 at stage 2
-    and np 3 at stage 3 (the tied head and the expert banks resting as uneven shards) against
-    np 1 on the same global batch."""
+    and np 3 and 8 at stage 3 (the tied head and the expert banks resting as uneven shards; at
+    np 8 the 4 experts leave ranks without a row of a bank) against np 1 on the same global
+    batch."""
     for name, sets, loss_rtol, norm_rtol in (
             ("gpt2", ["model.arch=gpt2"], WORLD_SIZE_LOSS_RTOL, WORLD_SIZE_NORM_RTOL),
             ("moe", ["model.moe.experts=4"], MOE_LOSS_RTOL, MOE_NORM_RTOL)):
         sets = sets + SAME_BATCH_768 + ["checkpoint.every=0", "checkpoint.at_end=false"]
         one = metrics(env.run(1, name + "_np1", sets)[1])
-        for np, stage in ((2, 2), (3, 3)):
+        for np, stage in ((2, 2), (3, 3), (8, 3)):
             other = metrics(env.run(np, "%s_np%d" % (name, np), sets + ["zero.stage=%d" % stage])[1])
             worst = compare_losses(other, one, range(0, 21), loss_rtol,
                                    "%s np %d stage %d vs np 1" % (name, np, stage))
@@ -274,11 +280,11 @@ def case_resume_sigkill(env):
 
 
 def case_resume_world_size(env):
-    """An np 2 checkpoint resumed on np 1 and np 4 (measured 4.5e-8 from the np 2 run)."""
+    """An np 2 checkpoint resumed on np 1, 4 and 8 (measured 4.5e-8 from the np 2 run)."""
     _, base = env.run(2, "np2")
     mb = metrics(base)
     ckpt10 = os.path.join(base, "ckpt", "step_00000010")
-    for np in (1, 4):
+    for np in (1, 4, 8):
         _, d = env.run(np, "resume_np%d" % np, ["checkpoint.resume=" + ckpt10])
         worst = compare_losses(metrics(d), mb, range(11, 21), WORLD_SIZE_LOSS_RTOL,
                                "resume of an np 2 checkpoint on np %d" % np)
@@ -287,9 +293,9 @@ def case_resume_world_size(env):
 
 def resume_case(env, name, sets, stage, loss_rtol):
     """A straight np 2 run at `stage` (checkpoints at steps 10 and 20); its step-10 checkpoint
-    resumed on np 2 (same stage: bit-identical steps 11-20) and on np 3 (uneven shards, Muon
-    owners moved to other ranks: within the world-size tolerance; measured 4.6e-8 for MoE at
-    stage 2 and 4.8e-8 for gpt2 at stage 3)."""
+    resumed on np 2 (same stage: bit-identical steps 11-20) and on np 3 and 8 (uneven shards,
+    Muon owners moved to other ranks: within the world-size tolerance; measured 4.6e-8 for MoE
+    at stage 2 and 4.8e-8 for gpt2 at stage 3)."""
     sets = sets + SAME_BATCH_768 + ["zero.stage=%d" % stage]
     _, straight = env.run(2, "straight", sets)
     ms = metrics(straight)
@@ -297,12 +303,14 @@ def resume_case(env, name, sets, stage, loss_rtol):
     _, same = env.run(2, "resume_np2", sets + ["checkpoint.resume=" + ckpt10])
     check_bit_identical(metrics(same), ms, range(11, 21), "%s stage %d resumed on np 2" %
                         (name, stage))
-    _, three = env.run(3, "resume_np3", sets + ["checkpoint.resume=" + ckpt10])
-    worst = compare_losses(metrics(three), ms, range(11, 21), loss_rtol,
-                           "%s stage %d resumed on np 3" % (name, stage))
-    check(min(metrics(three)) == 11, "the np 3 run did not start at step 11")
-    print("%s, stage %d: steps 11-20 bit-identical after resume on np 2; resumed on np 3 within "
-          "%.2e of the np 2 run" % (name, stage, worst))
+    print("%s, stage %d: steps 11-20 bit-identical after resume on np 2" % (name, stage))
+    for np in (3, 8):
+        _, other = env.run(np, "resume_np%d" % np, sets + ["checkpoint.resume=" + ckpt10])
+        worst = compare_losses(metrics(other), ms, range(11, 21), loss_rtol,
+                               "%s stage %d resumed on np %d" % (name, stage, np))
+        check(min(metrics(other)) == 11, "the np %d run did not start at step 11" % np)
+        print("%s, stage %d: resumed on np %d within %.2e of the np 2 run" %
+              (name, stage, np, worst))
 
 
 # tp_rekls on attn.qkv (Shard(0)), mlp.fc (Shard(1)) and attn.proj (partition_dim none:
@@ -320,8 +328,8 @@ SOAP_FAMILY_OPTIM = (
 
 def case_resume_soap_family(env):
     """tp_rekls and SOAP state through checkpoints: a straight np 2 run of 8 steps (checkpoints
-    at 4 and 8); its step-4 checkpoint resumed on np 2 (bit-identical steps 5-8) and on np 1 and
-    np 4 (the full REKLS update is the same on every rank, so only the summation order of the
+    at 4 and 8); its step-4 checkpoint resumed on np 2 (bit-identical steps 5-8) and on np 1, 4
+    and 8 (the full REKLS update is the same on every rank, so only the summation order of the
     gradients differs: within the world-size tolerance; measured 2.1e-8 on np 1, 0 on np 4)."""
     sets = [SOAP_FAMILY_OPTIM, "train.steps=8", "checkpoint.every=4", "train.eval_every=4"]
     _, straight = env.run(2, "straight", sets)
@@ -329,7 +337,7 @@ def case_resume_soap_family(env):
     ckpt4 = os.path.join(straight, "ckpt", "step_00000004")
     _, same = env.run(2, "resume_np2", sets + ["checkpoint.resume=" + ckpt4])
     check_bit_identical(metrics(same), ms, range(5, 9), "tp_rekls + soap resumed on np 2")
-    for np in (1, 4):
+    for np in (1, 4, 8):
         _, d = env.run(np, "resume_np%d" % np, sets + ["checkpoint.resume=" + ckpt4])
         check(min(metrics(d)) == 5, "the np %d run did not start at step 5" % np)
         worst = compare_losses(metrics(d), ms, range(5, 9), WORLD_SIZE_LOSS_RTOL,
@@ -345,6 +353,85 @@ def case_resume_stage2_moe(env):
 
 def case_resume_stage3_gpt2(env):
     resume_case(env, "gpt2", ["model.arch=gpt2"], 3, WORLD_SIZE_LOSS_RTOL)
+
+
+# The optimizer families the tiny config and SOAP_FAMILY_OPTIM leave out, on the MoE model:
+# NorMuon, REKLS and SOAP on 2-D matrices, StackedSoap on the 3-D expert banks, AdamW with
+# cautious weight decay. eps 0.01 as in SOAP_FAMILY_OPTIM.
+FAMILIES_OPTIM = (
+    "optim=[{params: ['blocks.*.attn.qkv.weight'], optimizer: normuon, lr: 0.02},"
+    " {params: ['blocks.*.attn.proj.weight'], optimizer: rekls, lr: 0.01, eps: 0.01},"
+    " {params: ['blocks.*.moe.router.weight'], optimizer: soap, lr: 0.01, eps: 0.01},"
+    " {params: ['blocks.*.moe.fc.weight', 'blocks.*.moe.proj.weight'], optimizer: stacked_soap,"
+    " lr: 0.01, eps: 0.01}, {params: ['embed.weight'], optimizer: adamw, lr: 0.01,"
+    " weight_decay: 0.1, weight_decay_mode: cautious}, {params: ['*'], optimizer: adamw, lr: 0.01}]")
+
+
+def case_world_size_optimizers(env):
+    """Those families at np 8 (owners spread over 8 ranks, expert banks of 4 as uneven shards)
+    at stages 2 and 3 against np 1 over 8 steps."""
+    sets = [FAMILIES_OPTIM, "model.moe.experts=4", "train.steps=8", "train.eval_every=4",
+            "train.micro_batch=2", "checkpoint.every=0", "checkpoint.at_end=false"]
+    one = metrics(env.run(1, "np1", sets)[1])
+    for stage in (2, 3):
+        other = metrics(env.run(8, "np8_stage%d" % stage, sets + ["zero.stage=%d" % stage])[1])
+        worst = compare_losses(other, one, range(0, 9), MOE_LOSS_RTOL,
+                               "optimizer families np 8 stage %d vs np 1" % stage)
+        norm = compare_losses(other, one, range(1, 9), MOE_NORM_RTOL,
+                              "optimizer families np 8 stage %d vs np 1" % stage,
+                              keys=("grad_norm",))
+        print("optimizer families: np 8 stage %d vs np 1 over 8 steps, largest relative "
+              "difference: losses %.2e, global grad norm %.2e" % (stage, worst, norm))
+
+
+def case_world_size_osft(env):
+    """OSFT (configs/osft_tiny.yaml) with d_model 8: the trained rank of each matrix is 4, so
+    at np 8 half the ranks hold no row of S_low and V_low. np 4 and 8 at stages 1 and 2 against
+    np 1 over 10 steps, and np 1's step-5 checkpoint resumed on np 8."""
+    config = os.path.join(env.repo, "configs/osft_tiny.yaml")
+    sets = ["model.d_model=8", "train.steps=10", "train.eval_every=5", "checkpoint.every=5"]
+    _, d1 = env.run(1, "np1", sets, config=config)
+    one = metrics(d1)
+    for np, stage in ((4, 1), (8, 1), (8, 2)):
+        other = metrics(env.run(np, "np%d_stage%d" % (np, stage), sets + ["zero.stage=%d" % stage],
+                                config=config)[1])
+        worst = compare_losses(other, one, range(0, 11), WORLD_SIZE_LOSS_RTOL,
+                               "osft np %d stage %d vs np 1" % (np, stage))
+        print("osft: np %d stage %d vs np 1 over 10 steps, largest relative loss difference %.2e"
+              % (np, stage, worst))
+    ckpt5 = os.path.join(d1, "ckpt", "step_00000005")
+    _, d = env.run(8, "resume_np8", sets + ["checkpoint.resume=" + ckpt5], config=config)
+    check(min(metrics(d)) == 6, "the np 8 run did not start at step 6")
+    worst = compare_losses(metrics(d), one, range(6, 11), WORLD_SIZE_LOSS_RTOL,
+                           "osft np 1 checkpoint resumed on np 8")
+    print("osft: np 1 checkpoint resumed on np 8 within %.2e" % worst)
+
+
+def case_threads_binding(env):
+    """A rank with 2 OpenMP threads under Open MPI's default binding (one core per rank at np <= 2)
+    prints one warning naming the fix; with --bind-to none its banner lists 2 cores and nothing
+    is said."""
+    check(len(os.sched_getaffinity(0)) >= 2, "this test needs 2 cores")
+    sets = ["train.steps=1", "checkpoint.every=0", "checkpoint.at_end=false"]
+    two_threads = dict(os.environ, OMP_NUM_THREADS="2")
+    for name, extra in (("bound", []), ("unbound", ["--bind-to", "none"])):
+        cmd, _ = env.command(1, name, sets)
+        cmd = cmd[:1] + extra + cmd[1:]
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=120, env=two_threads)
+        check(p.returncode == 0, "%s run failed:\n%s" % (name, p.stdout[-3000:]))
+        warnings = [l for l in p.stdout.splitlines() if "more OpenMP threads than cores" in l]
+        banner = [l for l in p.stdout.splitlines() if l.startswith("rank 0: ")]
+        check(len(banner) == 1, "%s: no rank 0 line in the banner:\n%s" % (name, p.stdout))
+        if name == "bound":
+            check(len(warnings) == 1 and "--bind-to none" in warnings[0] and
+                  "--map-by slot:PE=2" in warnings[0],
+                  "bound: expected one warning naming the fix, got %r" % warnings)
+            check(re.search(r"2 threads on core \d+$", banner[0]), "bound: %r" % banner[0])
+        else:
+            check(not warnings, "--bind-to none still warned: %r" % warnings)
+            check(re.search(r"2 threads on cores \S+$", banner[0]), "unbound: %r" % banner[0])
+        print("%s: %s%s" % (name, banner[0], "".join("\n  " + w for w in warnings)))
 
 
 def case_bad_configs(env):
@@ -808,12 +895,15 @@ CASES = {
     "world_size_stage2": lambda env: case_world_size(env, 2),
     "world_size_stage3": lambda env: case_world_size(env, 3),
     "world_size_archs": case_world_size_archs,
+    "world_size_optimizers": case_world_size_optimizers,
+    "world_size_osft": case_world_size_osft,
     "zero3_memory": case_zero3_memory,
     "resume_sigkill": case_resume_sigkill,
     "resume_world_size": case_resume_world_size,
     "resume_stage2_moe": case_resume_stage2_moe,
     "resume_stage3_gpt2": case_resume_stage3_gpt2,
     "resume_soap_family": case_resume_soap_family,
+    "threads_binding": case_threads_binding,
     "bad_configs": case_bad_configs,
     "device": case_device,
     "corrupt_checkpoint": case_corrupt_checkpoint,

@@ -1,16 +1,21 @@
 // OSFT over row-sharded factors at the world size ctest runs this with: the projector equals the
 // unsharded projection for gathered and cached V_high and for both row splits, k_high = 1 with
 // more ranks than frozen rows does not deadlock, and the SVDs spread over the ranks equal a
-// local one. (The golden files replay through optim_replay at np 1, 2, 3: tests/optim ctest.)
+// local one; an optimizer group steps on a rank that holds no rows of its factors. (The golden
+// files replay through optim_replay: tests/optim ctest.)
 #include <gtest/gtest.h>
 #include <mpi.h>
+#include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
 
 #include "comm/communicator.h"
 #include "core/rng.h"
+#include "optim/optimizer_set.h"
+#include "optim/osft.h"
 #include "optim/osft_factors.h"
 #include "optim/osft_projector.h"
 
@@ -109,6 +114,65 @@ TEST(OsftSharded, SpreadDecompositionEqualsLocal) {
       const core::Tensor& a = optim::factor_by_name(local, f);
       const core::Tensor& b = optim::factor_by_name(spread[i], f);
       EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()), 0) << targets[i].name << f;
+    }
+  }
+}
+
+// A caller that passes only the factor rows a rank holds (the replay; a user's model sharded
+// torch.chunk-style, whose trailing ranks hold no row of a small target) leaves such a rank with
+// no part of the osft group at all. The group's step must still run there: its projection's
+// collectives count every rank (once, that rank skipped them and the others hung or summed
+// another call's data). Targets [2, 6] (k 1) and [9, 9] (k 4): with torch.chunk rows, rank 3 of
+// 4, rank 5 of 6 and ranks 5-7 of 8 hold no row of either.
+TEST(OsftSharded, GroupStepsOnARankWithoutRows) {
+  comm::Communicator& comm = world();
+  const int p = comm.size(), me = comm.rank();
+  const YAML::Node groups = YAML::Load(R"(
+- params: "*"
+  optimizer: osft
+  unfreeze_rank_ratio: 0.5
+  lr: 0.01
+  weight_decay: 0.01
+)");
+  const std::vector<optim::ParamSpec> params = {{"w", {2, 6}}, {"v", {9, 9}}};
+  for (optim::RowSplit split : {&optim::osft_rows, &comm::shard_range}) {
+    optim::OptimizerSet sharded(groups, params), whole(groups, params);
+    auto& sharded_osft = dynamic_cast<optim::Osft&>(sharded.optimizer(0));
+    sharded_osft.set_communicator(&comm, split);
+    std::vector<optim::ParamShard> mine, all;  // this rank's non-empty rows; everything
+    for (size_t i = 0; i < params.size(); ++i) {
+      const auto& [name, shape] = params[i];
+      const int64_t k = sharded_osft.config().k_high_for(name, shape[0], shape[1]);
+      const optim::OsftFactors f = optim::osft_decompose(random(shape, 300 + i), k);
+      sharded_osft.add_target(name, shape[0], shape[1], k,
+                              rows_of(f.U_high, split(shape[0], p, me)),
+                              rows_of(f.V_high, split(k, p, me)));
+      dynamic_cast<optim::Osft&>(whole.optimizer(0))
+          .add_target(name, shape[0], shape[1], k, f.U_high, f.V_high);
+      for (const char* factor : {"U_low", "S_low", "V_low"}) {
+        const std::string key = name + "." + factor;
+        sharded.add_alias(key, name);
+        whole.add_alias(key, name);
+        const core::Tensor& value = optim::factor_by_name(f, factor);
+        const core::Tensor grad = random(value.shape(), 400 + 3 * i + all.size());
+        all.push_back({key, value.shape(), 0, value.clone(), grad});
+        const comm::Range r = split(value.size(0), p, me);
+        if (r.size() > 0)
+          mine.push_back({key, value.shape(), r.begin, rows_of(value, r), rows_of(grad, r)});
+      }
+    }
+    optim::StepContext ctx;
+    ctx.backend = &core::cpu_backend();
+    for (ctx.step = 1; ctx.step <= 2; ++ctx.step) {
+      sharded.step(mine, ctx);
+      whole.step(all, ctx);
+    }
+    for (const optim::ParamShard& s : mine) {
+      const optim::ParamShard& w = *std::ranges::find(all, s.name, &optim::ParamShard::name);
+      const comm::Range r{s.row_begin, s.row_begin + s.value.size(0)};
+      const std::vector<float> a = s.value.to_vector(), b = rows_of(w.value, r).to_vector();
+      for (size_t j = 0; j < a.size(); ++j)
+        ASSERT_NEAR(a[j], b[j], 1e-6) << s.name << " element " << j;
     }
   }
 }

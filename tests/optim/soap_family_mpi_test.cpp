@@ -38,7 +38,7 @@ TEST(TpRekls, EqualsReklsBitForBit) {
       "/tp_rekls/tp_rekls_ws2.safetensors", "- {params: ['*'], optimizer: rekls, " + hyper + "}");
   for (const char* mode : {"false", "true"}) {
     const std::string tp = "optimizer: tp_rekls, " + hyper + ", distributed_eigh: " + mode;
-    // Sizes that divide 1, 2 and 4 ranks.
+    // Sizes that divide 1, 2, 4 and 8 ranks.
     const replay::GoldenCase tp_case =
         with_groups("/tp_rekls/tp_rekls_ws2.safetensors",
                     "- {params: [col], partition_dim: 0, " + tp + "}\n" +
