@@ -43,15 +43,6 @@ struct GemmArgs {
 // resolve their arguments here, so they accept and refuse the same calls.
 GemmArgs resolve_gemm_args(const GemmArgs& args);
 
-// An odd matrix polynomial iteration X <- a X + (b A + c A^2) X with A = X X^T, one (a, b, c)
-// per iteration, after X <- X / (norm_scale * ||X||_F + norm_eps). Quintic NS5 is five copies of
-// (3.4445, -4.7750, 2.0315) with scale 1 and eps 1e-7; Polar Express has its own table.
-struct NewtonSchulzSchedule {
-  std::vector<std::array<float, 3>> coefficients;
-  float norm_scale = 1.0f;
-  float norm_eps = 1e-7f;
-};
-
 // One symmetric eigendecomposition of a list solved together (eigh_many): a [n, n] -> w [n]
 // ascending, eigenvectors as the columns of v [n, n], exactly as eigh() lays them out.
 struct EighTask {
@@ -109,7 +100,6 @@ class Backend {
 
   // ---- elementwise -----------------------------------------------------------------------------
   virtual void add(float* out, const float* a, const float* b, int64_t n) = 0;    // in place ok
-  virtual void accumulate(float* dst, const float* src, int64_t n) = 0;           // dst += src
   virtual void scale(float* x, float alpha, int64_t n) = 0;                       // x *= alpha
   virtual void axpby(float* y, float a, const float* x, float b, int64_t n) = 0;  // y = a x + b y
   // GELU, tanh form: 0.5 u (1 + tanh(sqrt(2/pi) (u + 0.044715 u^3))).
@@ -236,26 +226,6 @@ class Backend {
   // LAPACK). CUDA: one solver call per task in stream order, the same as eigh()/qr().
   virtual void eigh_many(std::span<const EighTask> tasks) = 0;
   virtual void qr_many(std::span<const QrTask> tasks) = 0;
-  // Orthogonalise x [batch, m, n] in place with the schedule (works on the wide side: a tall
-  // matrix is transposed first). Built from gemm, so it runs at the GEMM rate.
-  virtual void newton_schulz(float* x, int64_t m, int64_t n, const NewtonSchulzSchedule& schedule,
-                             int64_t batch = 1) = 0;
-
-  // ---- optimizer updates ---------------------------------------------------------------------
-  // The per-element rules of the optimizers and the gradient norm, fused so that a training step
-  // issues kernels only and reads back one number (the squared norm). Element math in
-  // kernel_math.h (float64 arithmetic, float storage), shared by both backends.
-  //
-  // Fused AdamW over n elements (kmath::adamw_element): m, v and w updated in place from g.
-  virtual void adamw_update(float* w, float* m, float* v, const float* g, int64_t n,
-                            const kmath::AdamWStep& step) = 0;
-  // NorMuon normalisation, in place, of `count` matrices u [count, rows, cols] with their second
-  // moments s [count, max(rows, cols)] (one per row when rows >= cols, else one per column),
-  // updated with beta2 (kmath::normuon_*).
-  virtual void normuon_normalize(float* u, float* second_moment, int64_t count, int64_t rows,
-                                 int64_t cols, double beta2) = 0;
-  // w <- w - lr (wd [u w >= 0] w + u) over n elements (kmath::cautious_update_element).
-  virtual void cautious_update(float* w, const float* u, int64_t n, double lr, double wd) = 0;
   // The sum over the list of sum_squares(x), added in list order from 0 (so bit for bit the host
   // loop over sum_squares), with a single read back to the host.
   virtual double sum_squares_many(std::span<const std::span<const float>> xs) = 0;
@@ -277,10 +247,6 @@ class Backend {
   virtual void lerp(float* a, const float* b, float w, int64_t n) = 0;
   // y <- y + a x over n elements, in float (kmath::soap_add_scaled); x may equal y.
   virtual void add_scaled(float* y, float a, const float* x, int64_t n) = 0;
-  // out [n, n] = q diag(w), w_j = kmath::kl_inverse_weight(lam[j], eps, n): KL-Shampoo's
-  // C = Q diag(w) Q^T is out q^T.
-  virtual void kl_weight_columns(float* out, const float* q, const float* lam, int64_t n,
-                                 double eps) = 0;
   // out[j] = sum_i a[i, j] b[i, j] for a, b [rows, cols] (kmath::column_dot: float64, row order);
   // with a = Q and b = K Q, the Rayleigh quotients q_j^T K q_j.
   virtual void column_dots(float* out, const float* a, const float* b, int64_t rows,
@@ -298,50 +264,9 @@ class Backend {
   // lowest row on ties) is negative (kmath::column_sign_flips): one sign for each eigenvector,
   // whichever solver produced it, so a basis recomputed on another device matches (TpRekls).
   virtual void canonicalize_column_signs(float* q, int64_t rows, int64_t cols) = 0;
-  // Adam in the eigenbasis over n elements: m, v updated from g and the direction written to d
-  // (kmath::soap_adam_raw / soap_adam_corrected by step.raw).
-  virtual void soap_adam(float* d, float* m, float* v, const float* g, int64_t n,
-                         const kmath::SoapAdamStep& step) = 0;
-  // d <- d * kmath::soap_rms_clip_scale(sum of d^2, n, max_rms), the sum of squares formed and
-  // used on the device (CPU: float64 in index order; CUDA: float64 in a fixed tree order).
-  virtual void clip_update_rms(float* d, int64_t n, double max_rms) = 0;
   // The sum of x^2 in float64, read back to the host (the adaptive refresh criterion's norms).
   // CPU: in index order in one pass; CUDA: in a fixed tree order.
   virtual double sum_squares_in_order(const float* x, int64_t n) = 0;
-
-  // ---- OSFT (optim/osft*.cpp, engine/osft_reparam.cpp) ----
-  // The per-step products of orthogonal subspace fine-tuning (docs/specs/osft.md). A target
-  // W [n, m] is held as U_high diag(S_high) V_high + U_low diag(S_low) V_low with U_* [n, k|r],
-  // S_* [k|r], V_* [k|r, m] (row-major, packed). Every product is summed in float64 and rounded
-  // once to float (element math kmath::osft_*; the CPU backend forms the same float64 products
-  // with Eigen, so the backends agree up to float64 summation order).
-  //
-  // w [n, m] = the dense weight from the factors (overwritten; n may be a block of rows, with
-  // u_high and u_low pointing at its first row).
-  virtual void osft_reconstruct(float* w, const float* u_high, const float* s_high,
-                                const float* v_high, const float* u_low, const float* s_low,
-                                const float* v_low, int64_t n, int64_t m, int64_t k, int64_t r) = 0;
-  // The chain rule from dw = dL/dW [n, m] to the trained factors, ACCUMULATED (each term rounded
-  // to float, then added): du [n, r] += dW V_low^T diag(S_low), ds [r] += the diagonal of
-  // U_low^T dW V_low^T, dv [r, m] += diag(S_low) U_low^T dW.
-  virtual void osft_factor_grads(float* du, float* ds, float* dv, const float* dw,
-                                 const float* u_low, const float* s_low, const float* v_low,
-                                 int64_t n, int64_t m, int64_t r) = 0;
-  // The projection of x [n, r] out of the span of U_high, in two halves around the sum over the
-  // row shards: coeff [k, r] = U_high^T x over this part's n rows (float64, overwritten), then
-  // x -= U_high coeff with the summed coefficients (in place).
-  virtual void osft_left_coefficients(double* coeff, const float* u_high, const float* x, int64_t n,
-                                      int64_t k, int64_t r) = 0;
-  virtual void osft_project_left(float* x, const float* u_high, const double* coeff, int64_t n,
-                                 int64_t k, int64_t r) = 0;
-  // The projection of the rows of x [rows, m] out of the row space of the whole v_high [k, m],
-  // in place: x <- x - (x V_high^T) V_high.
-  virtual void osft_project_right(float* x, const float* v_high, int64_t rows, int64_t k,
-                                  int64_t m) = 0;
-  // total [count] = the sum of `parts` vectors partial [parts, count], added in part order
-  // (the coefficient all-reduce where the partial sums were all-gathered on a device).
-  virtual void osft_sum_partials(double* total, const double* partial, int64_t parts,
-                                 int64_t count) = 0;
 };
 
 // The process-wide CPU backend (OpenMP threads from OMP_NUM_THREADS).

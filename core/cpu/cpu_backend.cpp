@@ -62,10 +62,6 @@ void CpuBackend::add(float* out, const float* a, const float* b, int64_t n) {
   cpu::add(out, a, b, n);
 }
 
-void CpuBackend::accumulate(float* dst, const float* src, int64_t n) {
-  cpu::accumulate(dst, src, n);
-}
-
 void CpuBackend::scale(float* x, float alpha, int64_t n) {
   cpu::scale(x, alpha, n);
 }
@@ -237,27 +233,6 @@ void CpuBackend::qr_many(std::span<const QrTask> tasks) {
 void CpuBackend::svd(float* u, float* s, float* vt, const float* a, int64_t m, int64_t n,
                      int64_t batch) {
   cpu::svd(u, s, vt, a, m, n, batch);
-}
-
-void CpuBackend::newton_schulz(float* x, int64_t m, int64_t n, const NewtonSchulzSchedule& schedule,
-                               int64_t batch) {
-  cpu::newton_schulz(x, m, n, schedule, batch);
-}
-
-// ---- optimizer updates -------------------------------------------------------------------------
-
-void CpuBackend::adamw_update(float* w, float* m, float* v, const float* g, int64_t n,
-                              const kmath::AdamWStep& step) {
-  cpu::adamw_update(w, m, v, g, n, step);
-}
-
-void CpuBackend::normuon_normalize(float* u, float* second_moment, int64_t count, int64_t rows,
-                                   int64_t cols, double beta2) {
-  cpu::normuon_normalize(u, second_moment, count, rows, cols, beta2);
-}
-
-void CpuBackend::cautious_update(float* w, const float* u, int64_t n, double lr, double wd) {
-  cpu::cautious_update(w, u, n, lr, wd);
 }
 
 double CpuBackend::sum_squares_many(std::span<const std::span<const float>> xs) {

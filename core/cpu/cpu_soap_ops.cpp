@@ -32,20 +32,11 @@ void CpuBackend::set_identity(float* q, int64_t n) {
 }
 
 void CpuBackend::lerp(float* a, const float* b, float w, int64_t n) {
-  cpu::elementwise<float>(n, [=](int64_t i) { a[i] = kmath::soap_lerp(a[i], b[i], w); });
+  cpu::elementwise<float>(n, [=](int64_t i) { a[i] = kmath::lerp(a[i], b[i], w); });
 }
 
 void CpuBackend::add_scaled(float* y, float a, const float* x, int64_t n) {
-  cpu::elementwise<float>(n, [=](int64_t i) { y[i] = kmath::soap_add_scaled(y[i], a, x[i]); });
-}
-
-void CpuBackend::kl_weight_columns(float* out, const float* q, const float* lam, int64_t n,
-                                   double eps) {
-  for (int64_t j = 0; j < n; ++j) {
-    const float w = kmath::kl_inverse_weight(lam[j], eps, n);
-    for (int64_t i = 0; i < n; ++i)
-      out[i * n + j] = q[i * n + j] * w;
-  }
+  cpu::elementwise<float>(n, [=](int64_t i) { y[i] = kmath::add_scaled(y[i], a, x[i]); });
 }
 
 void CpuBackend::column_dots(float* out, const float* a, const float* b, int64_t rows,
@@ -86,27 +77,6 @@ void CpuBackend::canonicalize_column_signs(float* q, int64_t rows, int64_t cols)
     if (kmath::column_sign_flips(q, rows, cols, j))
       for (int64_t i = 0; i < rows; ++i)
         q[i * cols + j] = -q[i * cols + j];
-}
-
-void CpuBackend::soap_adam(float* d, float* m, float* v, const float* g, int64_t n,
-                           const kmath::SoapAdamStep& step) {
-  if (step.raw) {
-    cpu::elementwise<float>(
-        n, [=](int64_t i) { d[i] = kmath::soap_adam_raw(m[i], v[i], g[i], step); });
-    return;
-  }
-  // g^2 stored first, as the reference forms it (no fused multiply-add into the lerp).
-  std::vector<float> g2(static_cast<size_t>(n));
-  float* sq = g2.data();
-  cpu::elementwise<float>(n, [=](int64_t i) { sq[i] = g[i] * g[i]; });
-  cpu::elementwise<float>(
-      n, [=](int64_t i) { d[i] = kmath::soap_adam_corrected(m[i], v[i], g[i], sq[i], step); });
-}
-
-void CpuBackend::clip_update_rms(float* d, int64_t n, double max_rms) {
-  if (n <= 0) return;
-  const float s = kmath::soap_rms_clip_scale(sum_squares_in_order(d, n), n, max_rms);
-  cpu::scale(d, s, n);
 }
 
 double CpuBackend::sum_squares_in_order(const float* x, int64_t n) {

@@ -19,22 +19,6 @@ using cuda_detail::to_int;
 
 namespace {
 
-// Per matrix of x [batch, size]: x *= 1 / (norm_scale * ||x||_F + norm_eps), one block each.
-// The Frobenius norm is accumulated in float64.
-__global__ void normalize_frobenius_kernel(float* x, int64_t size, float norm_scale,
-                                           float norm_eps) {
-  float* mat = x + static_cast<int64_t>(blockIdx.x) * size;
-  cuda_detail::Sum<double> ss;
-  for (int64_t i = threadIdx.x; i < size; i += blockDim.x) {
-    double v = mat[i];
-    ss.value += v * v;
-  }
-  ss = cuda_detail::block_allreduce(ss);
-  float factor = 1.0f / (norm_scale * static_cast<float>(sqrt(ss.value)) + norm_eps);
-  for (int64_t i = threadIdx.x; i < size; i += blockDim.x)
-    mat[i] *= factor;
-}
-
 // Describes why no device can be used, or returns an empty string when `device_index` is usable.
 std::string device_problem(int device_index) {
   int count = 0;
@@ -244,77 +228,6 @@ void CudaBackend::gemm(const GemmArgs& args, const float* a, const float* b, flo
     ENGINE_CUDA_CALL(cublasSgemmStridedBatched(cublas_, op_b, op_a, n, m, k, &g.alpha, b, ildb,
                                                g.stride_b, a, ilda, g.stride_a, &g.beta, c, ildc,
                                                g.stride_c, to_int(g.batch, "batch", op)));
-  }
-}
-
-// ---- Newton-Schulz -----------------------------------------------------------------------------
-
-void CudaBackend::newton_schulz(float* x, int64_t m, int64_t n,
-                                const NewtonSchulzSchedule& schedule, int64_t batch) {
-  ENGINE_CHECK(m >= 0 && n >= 0 && batch >= 0, name_ + ": newton_schulz: negative size");
-  if (m == 0 || n == 0 || batch == 0) return;
-  // Iterate on the wide orientation X [rows, cols], rows <= cols, so X X^T is the small Gram
-  // matrix; a tall input is transposed in and out.
-  const bool tall = m > n;
-  const int64_t rows = tall ? n : m;
-  const int64_t cols = tall ? m : n;
-  const int64_t size = m * n;
-  DeviceBuffer<float> work_a(allocator_, batch * size);
-  DeviceBuffer<float> work_b(allocator_, batch * size);
-  DeviceBuffer<float> gram(allocator_, batch * rows * rows);
-  DeviceBuffer<float> poly(allocator_, batch * rows * rows);
-  float* cur = work_a.get();
-  float* next = work_b.get();
-  if (tall) {
-    cuda_detail::transpose_batched(cur, x, batch, m, n, size, stream_);
-  } else {
-    copy(cur, x, static_cast<size_t>(batch * size) * sizeof(float));
-  }
-  normalize_frobenius_kernel<<<to_int(batch, "batch", "newton_schulz"), cuda_detail::kThreads, 0,
-                               stream_>>>(cur, size, schedule.norm_scale, schedule.norm_eps);
-  ENGINE_CUDA_LAUNCHED();
-  const int64_t gsize = rows * rows;
-  for (const auto& [ca, cb, cc] : schedule.coefficients) {
-    // gram = X X^T
-    gemm({.trans_b = true,
-          .m = rows,
-          .n = rows,
-          .k = cols,
-          .batch = batch,
-          .stride_a = size,
-          .stride_b = size,
-          .stride_c = gsize},
-         cur, cur, gram.get());
-    // poly = b gram + c gram^2
-    copy(poly.get(), gram.get(), static_cast<size_t>(batch * gsize) * sizeof(float));
-    gemm({.m = rows,
-          .n = rows,
-          .k = rows,
-          .alpha = cc,
-          .beta = cb,
-          .batch = batch,
-          .stride_a = gsize,
-          .stride_b = gsize,
-          .stride_c = gsize},
-         gram.get(), gram.get(), poly.get());
-    // next = a X + poly X
-    copy(next, cur, static_cast<size_t>(batch * size) * sizeof(float));
-    gemm({.m = rows,
-          .n = cols,
-          .k = rows,
-          .alpha = 1.0f,
-          .beta = ca,
-          .batch = batch,
-          .stride_a = gsize,
-          .stride_b = size,
-          .stride_c = size},
-         poly.get(), cur, next);
-    std::swap(cur, next);
-  }
-  if (tall) {
-    cuda_detail::transpose_batched(x, cur, batch, n, m, size, stream_);
-  } else {
-    copy(x, cur, static_cast<size_t>(batch * size) * sizeof(float));
   }
 }
 

@@ -40,11 +40,6 @@ __global__ void add_kernel(float* out, const float* a, const float* b, int64_t n
     out[i] = a[i] + b[i];
 }
 
-__global__ void accumulate_kernel(float* dst, const float* src, int64_t n) {
-  for (int64_t i = first_index(); i < n; i += grid_stride())
-    dst[i] += src[i];
-}
-
 __global__ void scale_kernel(float* x, float alpha, int64_t n) {
   for (int64_t i = first_index(); i < n; i += grid_stride())
     x[i] *= alpha;
@@ -777,12 +772,6 @@ void CudaBackend::add(float* out, const float* a, const float* b, int64_t n) {
   ENGINE_CUDA_LAUNCHED();
 }
 
-void CudaBackend::accumulate(float* dst, const float* src, int64_t n) {
-  if (n <= 0) return;
-  accumulate_kernel<<<grid_for(n), kThreads, 0, stream_>>>(dst, src, n);
-  ENGINE_CUDA_LAUNCHED();
-}
-
 void CudaBackend::scale(float* x, float alpha, int64_t n) {
   if (n <= 0) return;
   scale_kernel<<<grid_for(n), kThreads, 0, stream_>>>(x, alpha, n);
@@ -1098,79 +1087,9 @@ void CudaBackend::row_dot(float* out, const float* a, const float* b, int64_t n,
   ENGINE_CUDA_LAUNCHED();
 }
 
-// ---- optimizer updates -------------------------------------------------------------------------
-// Per-element math from kernel_math.h (float64 arithmetic on float storage), as on the CPU.
+// ---- sums of squares of many tensors ----------------------------------------------------------
 
 namespace {
-
-__global__ void adamw_update_kernel(float* w, float* m, float* v, const float* g, int64_t n,
-                                    kmath::AdamWStep step) {
-  for (int64_t i = first_index(); i < n; i += grid_stride())
-    kmath::adamw_element(w[i], m[i], v[i], g[i], step);
-}
-
-__global__ void cautious_update_kernel(float* w, const float* u, int64_t n, double lr, double wd) {
-  for (int64_t i = first_index(); i < n; i += grid_stride())
-    w[i] = kmath::cautious_update_element(w[i], u[i], lr, wd);
-}
-
-// NorMuon row statistics: q[k * rows + i] = sum of squares of row i of matrix k (one block each).
-__global__ void normuon_row_sums_kernel(double* q, const float* u, int64_t cols) {
-  const float* x = u + static_cast<int64_t>(blockIdx.x) * cols;
-  Sum<double> s;
-  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-    const double xj = x[j];
-    s.value += xj * xj;
-  }
-  s = block_allreduce(s);
-  if (threadIdx.x == 0) q[blockIdx.x] = s.value;
-}
-
-// NorMuon column statistics: q[k * cols + j] = sum of squares of column j of matrix k, one thread
-// per column walking down the rows (neighbouring threads read neighbouring columns).
-__global__ void normuon_col_sums_kernel(double* q, const float* u, int64_t rows, int64_t cols,
-                                        int64_t total) {
-  for (int64_t t = first_index(); t < total; t += grid_stride()) {
-    const int64_t k = t / cols, j = t % cols;
-    const float* x = u + k * rows * cols + j;
-    double s = 0;
-    for (int64_t i = 0; i < rows; ++i) {
-      const double xi = x[i * cols];
-      s += xi * xi;
-    }
-    q[t] = s;
-  }
-}
-
-// One block per matrix: updates the second moments from q, replaces q by the scales and writes
-// the matrix's norm-keeping factor to keep[k].
-__global__ void normuon_scales_kernel(double* q, double* keep, float* second_moment, int64_t stats,
-                                      double entries, double beta2) {
-  double* qk = q + static_cast<int64_t>(blockIdx.x) * stats;
-  float* sk = second_moment + static_cast<int64_t>(blockIdx.x) * stats;
-  Sum2<double> norms;  // a: ||V||^2, b: ||V * scale||^2
-  for (int64_t a = threadIdx.x; a < stats; a += blockDim.x) {
-    const double qa = qk[a];
-    const double sa = kmath::normuon_second_moment(sk[a], qa, entries, beta2);
-    sk[a] = static_cast<float>(sa);
-    const double scale = kmath::normuon_scale(sa);
-    qk[a] = scale;
-    norms.a += qa;
-    norms.b += qa * scale * scale;
-  }
-  norms = block_allreduce(norms);
-  if (threadIdx.x == 0) keep[blockIdx.x] = kmath::normuon_keep_norm(norms.a, norms.b);
-}
-
-__global__ void normuon_apply_kernel(float* u, const double* scale, const double* keep,
-                                     int64_t rows, int64_t cols, bool per_row, int64_t total) {
-  const int64_t stats = per_row ? rows : cols;
-  for (int64_t i = first_index(); i < total; i += grid_stride()) {
-    const int64_t k = i / (rows * cols), e = i % (rows * cols);
-    const int64_t a = per_row ? e / cols : e % cols;
-    u[i] = kmath::normuon_apply(u[i], scale[k * stats + a], keep[k]);
-  }
-}
 
 // *out = 0 + x[0] + x[1] + ... in this order (one thread: the order is the host loop's).
 __global__ void sum_in_order_kernel(double* out, const double* x, int64_t count) {
@@ -1181,44 +1100,6 @@ __global__ void sum_in_order_kernel(double* out, const double* x, int64_t count)
 }
 
 }  // namespace
-
-void CudaBackend::adamw_update(float* w, float* m, float* v, const float* g, int64_t n,
-                               const kmath::AdamWStep& step) {
-  if (n <= 0) return;
-  adamw_update_kernel<<<grid_for(n), kThreads, 0, stream_>>>(w, m, v, g, n, step);
-  ENGINE_CUDA_LAUNCHED();
-}
-
-void CudaBackend::normuon_normalize(float* u, float* second_moment, int64_t count, int64_t rows,
-                                    int64_t cols, double beta2) {
-  check_sizes(name_ + ": normuon_normalize", {count, rows, cols});
-  if (count == 0 || rows == 0 || cols == 0) return;
-  const bool per_row = rows >= cols;
-  const int64_t stats = per_row ? rows : cols;
-  DeviceBuffer<double> q(allocator_, count * stats);  // sums of squares, then scales
-  DeviceBuffer<double> keep(allocator_, count);
-  if (per_row) {
-    normuon_row_sums_kernel<<<grid_rows(count * rows, "normuon_normalize"), kThreads, 0, stream_>>>(
-        q.get(), u, cols);
-  } else {
-    normuon_col_sums_kernel<<<grid_for(count * cols), kThreads, 0, stream_>>>(q.get(), u, rows,
-                                                                              cols, count * cols);
-  }
-  ENGINE_CUDA_LAUNCHED();
-  normuon_scales_kernel<<<grid_rows(count, "normuon_normalize"), kThreads, 0, stream_>>>(
-      q.get(), keep.get(), second_moment, stats, static_cast<double>(per_row ? cols : rows), beta2);
-  ENGINE_CUDA_LAUNCHED();
-  const int64_t total = count * rows * cols;
-  normuon_apply_kernel<<<grid_for(total), kThreads, 0, stream_>>>(u, q.get(), keep.get(), rows,
-                                                                  cols, per_row, total);
-  ENGINE_CUDA_LAUNCHED();
-}
-
-void CudaBackend::cautious_update(float* w, const float* u, int64_t n, double lr, double wd) {
-  if (n <= 0) return;
-  cautious_update_kernel<<<grid_for(n), kThreads, 0, stream_>>>(w, u, n, lr, wd);
-  ENGINE_CUDA_LAUNCHED();
-}
 
 double CudaBackend::sum_squares_many(std::span<const std::span<const float>> xs) {
   if (xs.empty()) return 0.0;

@@ -32,18 +32,12 @@ __global__ void set_identity_kernel(float* q, int64_t n) {
 
 __global__ void lerp_kernel(float* a, const float* b, float w, int64_t n) {
   for (int64_t i = first_index(); i < n; i += grid_stride())
-    a[i] = kmath::soap_lerp(a[i], b[i], w);
+    a[i] = kmath::lerp(a[i], b[i], w);
 }
 
 __global__ void add_scaled_kernel(float* y, float a, const float* x, int64_t n) {
   for (int64_t i = first_index(); i < n; i += grid_stride())
-    y[i] = kmath::soap_add_scaled(y[i], a, x[i]);
-}
-
-__global__ void kl_weight_columns_kernel(float* out, const float* q, const float* lam, int64_t n,
-                                         double eps) {
-  for (int64_t k = first_index(); k < n * n; k += grid_stride())
-    out[k] = q[k] * kmath::kl_inverse_weight(lam[k % n], eps, n);
+    y[i] = kmath::add_scaled(y[i], a, x[i]);
 }
 
 // One thread per column, walking down the rows in order (neighbouring threads read neighbouring
@@ -90,18 +84,6 @@ __global__ void canonicalize_column_signs_kernel(float* q, int64_t rows, int64_t
         q[i * cols + j] = -q[i * cols + j];
 }
 
-__global__ void soap_adam_kernel(float* d, float* m, float* v, const float* g, int64_t n,
-                                 kmath::SoapAdamStep step) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) {
-    if (step.raw) {
-      d[i] = kmath::soap_adam_raw(m[i], v[i], g[i], step);
-    } else {
-      // g^2 rounded on its own (as the reference stores it), not fused into the lerp.
-      d[i] = kmath::soap_adam_corrected(m[i], v[i], g[i], __fmul_rn(g[i], g[i]), step);
-    }
-  }
-}
-
 // out[0] = sum of x^2 in float64, one block of kReduceThreads.
 __global__ void sum_squares_block_kernel(double* out, const float* x, int64_t n) {
   Sum<double> s;
@@ -111,12 +93,6 @@ __global__ void sum_squares_block_kernel(double* out, const float* x, int64_t n)
   }
   s = block_allreduce(s);
   if (threadIdx.x == 0) out[0] = s.value;
-}
-
-__global__ void clip_rms_kernel(float* d, int64_t n, const double* sum_squares, double max_rms) {
-  const float s = kmath::soap_rms_clip_scale(*sum_squares, n, max_rms);
-  for (int64_t i = first_index(); i < n; i += grid_stride())
-    d[i] *= s;
 }
 
 }  // namespace
@@ -152,13 +128,6 @@ void CudaBackend::add_scaled(float* y, float a, const float* x, int64_t n) {
   ENGINE_CUDA_LAUNCHED();
 }
 
-void CudaBackend::kl_weight_columns(float* out, const float* q, const float* lam, int64_t n,
-                                    double eps) {
-  if (n <= 0) return;
-  kl_weight_columns_kernel<<<grid_for(n * n), kThreads, 0, stream_>>>(out, q, lam, n, eps);
-  ENGINE_CUDA_LAUNCHED();
-}
-
 void CudaBackend::column_dots(float* out, const float* a, const float* b, int64_t rows,
                               int64_t cols) {
   if (cols <= 0) return;
@@ -191,21 +160,6 @@ void CudaBackend::reverse_columns(float* out, const float* src, int64_t rows, in
 void CudaBackend::canonicalize_column_signs(float* q, int64_t rows, int64_t cols) {
   if (rows <= 0 || cols <= 0) return;
   canonicalize_column_signs_kernel<<<grid_for(cols), kThreads, 0, stream_>>>(q, rows, cols);
-  ENGINE_CUDA_LAUNCHED();
-}
-
-void CudaBackend::soap_adam(float* d, float* m, float* v, const float* g, int64_t n,
-                            const kmath::SoapAdamStep& step) {
-  if (n <= 0) return;
-  soap_adam_kernel<<<grid_for(n), kThreads, 0, stream_>>>(d, m, v, g, n, step);
-  ENGINE_CUDA_LAUNCHED();
-}
-
-void CudaBackend::clip_update_rms(float* d, int64_t n, double max_rms) {
-  if (n <= 0) return;
-  sum_squares_block_kernel<<<1, kReduceThreads, 0, stream_>>>(reduce_scratch_, d, n);
-  ENGINE_CUDA_LAUNCHED();
-  clip_rms_kernel<<<grid_for(n), kThreads, 0, stream_>>>(d, n, reduce_scratch_, max_rms);
   ENGINE_CUDA_LAUNCHED();
 }
 

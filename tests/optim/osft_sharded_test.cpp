@@ -11,8 +11,8 @@
 
 #include "comm/communicator.h"
 #include "core/rng.h"
-#include "optim/osft_factors.h"
-#include "optim/osft_projector.h"
+#include "optim/osft/osft_factors.h"
+#include "optim/osft/osft_projector.h"
 
 namespace {
 
