@@ -83,7 +83,7 @@ class CpuBackend final : public Backend {
   void qr_many(std::span<const QrTask> tasks) override;
   double sum_squares_many(std::span<const std::span<const float>> xs) override;
 
-  // SOAP family (cpu_soap_ops.cpp)
+  // copies of blocks, column permutations and signs, float updates (cpu_column_ops.cpp)
   void copy_block_2d(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows,
                      int64_t cols) override;
   void set_identity(float* q, int64_t n) override;

@@ -1,7 +1,7 @@
-// The SOAP family's operations on the CPU backend (backend.h, "SOAP family"): the per-element and
-// per-column math of core/kernel_math.h in plain loops. Sums of squares and column dot
-// products run in index order, so the results are the bits of the host loops the SOAP golden
-// files were first replayed with.
+// The CPU backend's block copies, column permutations and signs, float updates (lerp, add_scaled)
+// and in-order sums: the per-element and per-column math of core/kernel_math.h in plain loops.
+// Sums of squares and column dot products run in index order, so the results are the bits of the
+// host loops the matrix optimizers' golden files were first replayed with.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>

@@ -1,8 +1,8 @@
-// The SOAP family's operations on the CUDA backend (backend.h, "SOAP family"). The per-element and
-// per-column math is kernel_math.h's, the same functions the CPU backend runs; the sums of
-// squares use a fixed reduction tree (deterministic, equal to the CPU's index order up to float64
-// rounding). nvcc contracts a * b + c into fused multiply-adds, so elementwise results may differ
-// from the CPU's in the last float bit.
+// The CUDA backend's block copies, column permutations and signs, float updates (lerp, add_scaled)
+// and in-order sums. The per-element and per-column math is kernel_math.h's, the same functions
+// the CPU backend runs; the sums of squares use a fixed reduction tree (deterministic, equal to
+// the CPU's index order up to float64 rounding). nvcc contracts a * b + c into fused
+// multiply-adds, so elementwise results may differ from the CPU's in the last float bit.
 #include <cuda_runtime.h>
 
 #include <string>
