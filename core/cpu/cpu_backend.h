@@ -68,7 +68,6 @@ class CpuBackend final : public Backend {
   void scatter_add_rows(float* dst, const float* src, const int32_t* index, const float* weight,
                         int64_t n, int64_t D) override;
   void row_dot(float* out, const float* a, const float* b, int64_t n, int64_t D) override;
-  // model: loss reduction, MoE routing
   void mean_loss(float* mean, const float* losses, int64_t n) override;
   void accumulate_loss(double* acc, const float* terms, int64_t k) override;
   void moe_route(const MoeRouting& r, float* aux_loss, const float* probs, int64_t N, int64_t E,
@@ -83,7 +82,6 @@ class CpuBackend final : public Backend {
   void qr_many(std::span<const QrTask> tasks) override;
   double sum_squares_many(std::span<const std::span<const float>> xs) override;
 
-  // copies of blocks, column permutations and signs, float updates (cpu_column_ops.cpp)
   void copy_block_2d(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows,
                      int64_t cols) override;
   void set_identity(float* q, int64_t n) override;
