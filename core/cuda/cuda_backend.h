@@ -9,8 +9,10 @@
 //
 // Tensors allocated from allocator() must be freed before the backend is destroyed.
 //
-// The implementation is split by concern: cuda_backend.cu (device, memory, GEMM, Newton-Schulz),
-// cuda_kernels.cu (fused ops), cuda_linalg.cu (QR, eigh, SVD).
+// The implementation is split by op family, as backend.h groups the ops: cuda_backend.cu (the
+// device, streams, handles, errors), memory.cu, gemm.cu, elementwise.cu, norms.cu, embedding.cu,
+// attention.cu, classifier.cu, moe.cu, reductions.cu, linalg.cu; cuda_reduce.cuh holds the
+// deterministic reductions several families share.
 #pragma once
 
 #include <memory>
@@ -128,7 +130,6 @@ class CudaBackend final : public Backend {
   void qr_many(std::span<const QrTask> tasks) override;
   double sum_squares_many(std::span<const std::span<const float>> xs) override;
 
-  // copies of blocks, column permutations and signs, float updates (cuda_column_ops.cu)
   void copy_block_2d(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows,
                      int64_t cols) override;
   void set_identity(float* q, int64_t n) override;

@@ -14,16 +14,73 @@
 #include "core/cuda/cuda_backend.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_launch.cuh"
+#include "core/kernel_math.h"
 
 namespace core {
 
 using cuda_detail::DeviceBuffer;
+using cuda_detail::first_index;
 using cuda_detail::grid_for;
+using cuda_detail::grid_stride;
 using cuda_detail::kThreads;
 using cuda_detail::to_int;
 using cuda_detail::transpose_batched;
 
 namespace {
+
+__global__ void transpose_kernel(float* out, const float* in, int64_t rows, int64_t cols,
+                                 int64_t in_stride, int64_t total) {
+  for (int64_t o = first_index(); o < total; o += grid_stride()) {
+    // o indexes out [batch, cols, rows] at (b, j, i); read in[b] [rows, cols] at (i, j).
+    const int64_t i = o % rows;
+    const int64_t j = (o / rows) % cols;
+    const int64_t b = o / (rows * cols);
+    out[o] = in[b * in_stride + i * cols + j];
+  }
+}
+
+__global__ void flag_non_finite_kernel(const float* a, int64_t size, int64_t total, int* status) {
+  for (int64_t i = first_index(); i < total; i += grid_stride()) {
+    if (!isfinite(a[i]))
+      cuda_detail::raise_status(status, cuda_detail::kStatusNonFiniteInput, i / size);
+  }
+}
+
+// Every element finds its place in the stable descending order by counting (O(n^2), n is a
+// factor's size).
+__global__ void argsort_descending_kernel(int32_t* order, const float* x, int64_t n) {
+  for (int64_t j = first_index(); j < n; j += grid_stride())
+    order[kmath::descending_rank(x, n, j)] = static_cast<int32_t>(j);
+}
+
+__global__ void gather_columns_kernel(float* out, const float* src, const int32_t* index,
+                                      int64_t rows, int64_t cols, int* status) {
+  for (int64_t k = first_index(); k < rows * cols; k += grid_stride()) {
+    const int64_t i = k / cols, j = k % cols;
+    const int32_t from = index[j];
+    if (from < 0 || from >= cols) {
+      cuda_detail::raise_status(status, cuda_detail::kStatusColumnIndexOutOfRange, j);
+      out[k] = 0.0f;
+      continue;
+    }
+    out[k] = src[i * cols + from];
+  }
+}
+
+__global__ void reverse_columns_kernel(float* out, const float* src, int64_t rows, int64_t cols) {
+  for (int64_t k = first_index(); k < rows * cols; k += grid_stride()) {
+    const int64_t i = k / cols, j = k % cols;
+    out[k] = src[i * cols + (cols - 1 - j)];
+  }
+}
+
+// One thread per column: it finds the column's sign and negates it.
+__global__ void canonicalize_column_signs_kernel(float* q, int64_t rows, int64_t cols) {
+  for (int64_t j = first_index(); j < cols; j += grid_stride())
+    if (kmath::column_sign_flips(q, rows, cols, j))
+      for (int64_t i = 0; i < rows; ++i)
+        q[i * cols + j] = -q[i * cols + j];
+}
 
 // The Jacobi batched solvers (syevjBatched, gesvdjBatched) only take matrices up to 32 x 32.
 constexpr int64_t kJacobiBatchedMax = 32;
@@ -227,6 +284,50 @@ void CudaBackend::svd(float* u, float* s, float* vt, const float* a, int64_t m, 
   }
   transpose_batched(u, vb.get(), batch, r, m, m * r, stream_);
   check_solver_info(info.get(), batch, "svd (gesvdj)");
+}
+
+void cuda_detail::transpose_batched(float* out, const float* in, int64_t batch, int64_t rows,
+                                    int64_t cols, int64_t in_stride, cudaStream_t stream) {
+  const int64_t total = batch * rows * cols;
+  if (total == 0) return;
+  transpose_kernel<<<grid_for(total), kThreads, 0, stream>>>(out, in, rows, cols, in_stride, total);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void cuda_detail::flag_non_finite(const float* a, int64_t size, int64_t batch, int* status,
+                                  cudaStream_t stream) {
+  const int64_t total = size * batch;
+  if (total == 0) return;
+  flag_non_finite_kernel<<<grid_for(total), kThreads, 0, stream>>>(a, size, total, status);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::argsort_descending(int32_t* order, const float* x, int64_t n) {
+  ENGINE_CHECK(n >= 0 && n <= INT32_MAX, name_ + ": argsort_descending: " + std::to_string(n) +
+                                             " elements exceed int32 indices");
+  if (n == 0) return;
+  argsort_descending_kernel<<<grid_for(n), kThreads, 0, stream_>>>(order, x, n);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::gather_columns(float* out, const float* src, const int32_t* index, int64_t rows,
+                                 int64_t cols) {
+  if (rows <= 0 || cols <= 0) return;
+  gather_columns_kernel<<<grid_for(rows * cols), kThreads, 0, stream_>>>(out, src, index, rows,
+                                                                         cols, status_);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::reverse_columns(float* out, const float* src, int64_t rows, int64_t cols) {
+  if (rows <= 0 || cols <= 0) return;
+  reverse_columns_kernel<<<grid_for(rows * cols), kThreads, 0, stream_>>>(out, src, rows, cols);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::canonicalize_column_signs(float* q, int64_t rows, int64_t cols) {
+  if (rows <= 0 || cols <= 0) return;
+  canonicalize_column_signs_kernel<<<grid_for(cols), kThreads, 0, stream_>>>(q, rows, cols);
+  ENGINE_CUDA_LAUNCHED();
 }
 
 }  // namespace core
