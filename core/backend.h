@@ -1,6 +1,8 @@
-// The compute floor: coarse, fused operations in the style of llm.c, one implementation per
-// device (cpu/cpu_backend, cuda/cuda_backend). Everything above (model, optimizers) calls these
-// and never touches a device API directly.
+// The compute floor: coarse, fused operations in the style of llm.c, general ones only, grouped
+// by op family (memory, GEMM, elementwise, norms, embeddings, attention, classifier, MoE routing,
+// reductions, linear algebra); one implementation per device (cpu/cpu_backend, cuda/cuda_backend)
+// with one file per family. Everything above (model, optimizers) calls these and never touches a
+// device API directly; an optimizer's own kernels live in its folder (optim/<family>/).
 //
 // Conventions
 // - Pointers are device pointers of this backend; matrices are row-major, f32.
@@ -12,15 +14,12 @@
 // - Ops run in stream order; synchronize() waits for everything issued.
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
-#include <vector>
 
 #include "core/allocator.h"
 #include "core/device.h"
-#include "core/kernel_math.h"
 
 namespace core {
 
@@ -42,15 +41,6 @@ struct GemmArgs {
 // leading dimension and stride is consistent (errors name the call's sizes). Both backends
 // resolve their arguments here, so they accept and refuse the same calls.
 GemmArgs resolve_gemm_args(const GemmArgs& args);
-
-// An odd matrix polynomial iteration X <- a X + (b A + c A^2) X with A = X X^T, one (a, b, c)
-// per iteration, after X <- X / (norm_scale * ||X||_F + norm_eps). Quintic NS5 is five copies of
-// (3.4445, -4.7750, 2.0315) with scale 1 and eps 1e-7; Polar Express has its own table.
-struct NewtonSchulzSchedule {
-  std::vector<std::array<float, 3>> coefficients;
-  float norm_scale = 1.0f;
-  float norm_eps = 1e-7f;
-};
 
 // One symmetric eigendecomposition of a list solved together (eigh_many): a [n, n] -> w [n]
 // ascending, eigenvectors as the columns of v [n, n], exactly as eigh() lays them out.
@@ -95,33 +85,41 @@ class Backend {
   virtual const char* name() const = 0;  // "cpu (OpenBLAS, 2 threads)", "cuda:0 (H100)"
   virtual void synchronize() = 0;
 
-  // ---- memory --------------------------------------------------------------------------------
+  // ---- memory and copies ------------------------------------------------------------------------
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void copy_from_host(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // device to device
   virtual void fill_zero(void* dst, size_t bytes) = 0;
+  // dst [rows, cols] (row stride dst_ld) <- src [rows, cols] (row stride src_ld): a block of a
+  // matrix, or a matrix into a block (a stack of matrices, a gathered part). dst and src must not
+  // overlap.
+  virtual void copy_block_2d(float* dst, int64_t dst_ld, const float* src, int64_t src_ld,
+                             int64_t rows, int64_t cols) = 0;
+  // q [n, n] <- the identity.
+  virtual void set_identity(float* q, int64_t n) = 0;
 
-  // ---- dense algebra -------------------------------------------------------------------------
+  // ---- GEMM -------------------------------------------------------------------------------------
   virtual void gemm(const GemmArgs& args, const float* a, const float* b, float* c) = 0;
   // out[N, C] += bias[C] broadcast over rows; dbias[C] += column sums of dout[N, C].
   virtual void add_bias(float* out, const float* bias, int64_t N, int64_t C) = 0;
   virtual void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) = 0;
 
-  // ---- elementwise -----------------------------------------------------------------------------
+  // ---- elementwise and activations --------------------------------------------------------------
   virtual void add(float* out, const float* a, const float* b, int64_t n) = 0;    // in place ok
-  virtual void accumulate(float* dst, const float* src, int64_t n) = 0;           // dst += src
   virtual void scale(float* x, float alpha, int64_t n) = 0;                       // x *= alpha
   virtual void axpby(float* y, float a, const float* x, float b, int64_t n) = 0;  // y = a x + b y
+  // a <- torch.lerp(a, b, w) over n elements, in float (kmath::lerp).
+  virtual void lerp(float* a, const float* b, float w, int64_t n) = 0;
+  // y <- y + a x over n elements, in float (kmath::add_scaled); x may equal y.
+  virtual void add_scaled(float* y, float a, const float* x, int64_t n) = 0;
   // GELU, tanh form: 0.5 u (1 + tanh(sqrt(2/pi) (u + 0.044715 u^3))).
   virtual void gelu_forward(float* out, const float* inp, int64_t n) = 0;
   virtual void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) = 0;
   // ReLU^2: max(u, 0)^2.
   virtual void relu2_forward(float* out, const float* inp, int64_t n) = 0;
   virtual void relu2_backward(float* dinp, const float* inp, const float* dout, int64_t n) = 0;
-  // sum of x^2 in float64 (gradient norms, Frobenius norms); returns to the host.
-  virtual double sum_squares(const float* x, int64_t n) = 0;
 
-  // ---- normalisation over the last dimension of [N, C] ------------------------------------------
+  // ---- norms: normalisation over the last dimension of [N, C] -----------------------------------
   // LayerNorm with weight and bias; saves mean[N], rstd[N] for the backward.
   virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                                  const float* weight, const float* bias, int64_t N, int64_t C,
@@ -139,7 +137,7 @@ class Backend {
   virtual void softmax_backward(float* dinp, const float* dout, const float* out, int64_t N,
                                 int64_t C) = 0;
 
-  // ---- embeddings ------------------------------------------------------------------------------
+  // ---- embeddings -------------------------------------------------------------------------------
   // out[b, t, :] = wte[tokens[b, t], :] (+ wpe[t, :] when wpe is not null).
   virtual void embedding_forward(float* out, const int32_t* tokens, const float* wte,
                                  const float* wpe, int64_t B, int64_t T, int64_t D) = 0;
@@ -177,7 +175,7 @@ class Backend {
                                   const float* att, const float* q, const float* k, const float* v,
                                   int64_t BH, int64_t T, int64_t hd, float scale) = 0;
 
-  // ---- loss ------------------------------------------------------------------------------------
+  // ---- classifier and loss ----------------------------------------------------------------------
   // Fused softmax cross-entropy over the first V of Vp columns, with optional logit soft-cap
   // z' = softcap * tanh(z / softcap) (softcap <= 0: off). losses[N] gets each row's loss.
   // When dlogits is not null it is OVERWRITTEN (not accumulated) with dloss_scale * d loss_row /
@@ -186,8 +184,15 @@ class Backend {
   virtual void cross_entropy(float* losses, float* dlogits, const float* logits,
                              const int32_t* targets, int64_t N, int64_t V, int64_t Vp,
                              float softcap, float dloss_scale) = 0;
+  // mean[0] = float(sum_i losses[i] / n) with the sum in float64: in index order on the CPU, in a
+  // fixed tree order on CUDA (deterministic, equal to the CPU up to float64 rounding).
+  virtual void mean_loss(float* mean, const float* losses, int64_t n) = 0;
+  // acc[0] += double(terms[0] + ... + terms[k - 1]), the terms added in float in order: one
+  // micro-step's objective (cross-entropy + auxiliary loss) into the step's float64 loss sum,
+  // which stays on the device until the step reads it once.
+  virtual void accumulate_loss(double* acc, const float* terms, int64_t k) = 0;
 
-  // ---- row gather / scatter (MoE dispatch) ------------------------------------------------------
+  // ---- MoE routing, row gather / scatter --------------------------------------------------------
   // out[i, :] = src[index[i], :] * (weight ? weight[i] : 1) for i < n.
   virtual void gather_rows(float* out, const float* src, const int32_t* index, const float* weight,
                            int64_t n, int64_t D) = 0;
@@ -197,15 +202,6 @@ class Backend {
                                 const float* weight, int64_t n, int64_t D) = 0;
   // out[i] = dot(a[i, :], b[i, :]) for i < n (the gradient of a per-row weight).
   virtual void row_dot(float* out, const float* a, const float* b, int64_t n, int64_t D) = 0;
-
-  // ---- model: loss reduction, MoE routing -------------------------------------------------------
-  // mean[0] = float(sum_i losses[i] / n) with the sum in float64: in index order on the CPU, in a
-  // fixed tree order on CUDA (deterministic, equal to the CPU up to float64 rounding).
-  virtual void mean_loss(float* mean, const float* losses, int64_t n) = 0;
-  // acc[0] += double(terms[0] + ... + terms[k - 1]), the terms added in float in order: one
-  // micro-step's objective (cross-entropy + auxiliary loss) into the step's float64 loss sum,
-  // which stays on the device until the step reads it once.
-  virtual void accumulate_loss(double* acc, const float* terms, int64_t k) = 0;
   // Top-k routing of probs [N, E] (softmax rows) into r: each token's K most probable experts
   // (ties to the lower expert index), gates renormalised over them (p / sum of the chosen p),
   // the dispatch order (rows grouped by expert, tokens ascending within an expert) and the
@@ -218,7 +214,21 @@ class Backend {
   virtual void moe_router_backward(float* dprobs, const MoeRouting& r, const float* dgate,
                                    int64_t N, int64_t E, int64_t K, float aux_weight) = 0;
 
-  // ---- linear algebra for the matrix optimizers (one matrix, or `batch` of equal shape) ---------
+  // ---- reductions (float64 sums) ----------------------------------------------------------------
+  // sum of x^2 in float64 (gradient norms, Frobenius norms); returns to the host.
+  virtual double sum_squares(const float* x, int64_t n) = 0;
+  // The sum over the list of sum_squares(x), added in list order from 0 (so bit for bit the host
+  // loop over sum_squares), with a single read back to the host.
+  virtual double sum_squares_many(std::span<const std::span<const float>> xs) = 0;
+  // The sum of x^2 in float64 in one pass, read back to the host. CPU: in index order (the bits
+  // of a host loop); CUDA: in a fixed tree order.
+  virtual double sum_squares_in_order(const float* x, int64_t n) = 0;
+  // out[j] = sum_i a[i, j] b[i, j] for a, b [rows, cols] (kmath::column_dot: float64, row order);
+  // with a = Q and b = K Q, the Rayleigh quotients q_j^T K q_j.
+  virtual void column_dots(float* out, const float* a, const float* b, int64_t rows,
+                           int64_t cols) = 0;
+
+  // ---- linear algebra (one matrix, or `batch` of equal shape; lists of any shapes) --------------
   // Thin QR of a [m, n]: q [m, r], r [r, n], r = min(m, n); Householder (LAPACK geqrf order).
   virtual void qr(float* q, float* r, const float* a, int64_t m, int64_t n, int64_t batch = 1) = 0;
   // Symmetric eigendecomposition of a [n, n]: eigenvalues w [n] ascending, eigenvectors as the
@@ -227,8 +237,8 @@ class Backend {
   // Thin SVD of a [m, n]: u [m, r], s [r] descending, vt [r, n], r = min(m, n).
   virtual void svd(float* u, float* s, float* vt, const float* a, int64_t m, int64_t n,
                    int64_t batch = 1) = 0;
-  // Many independent solves of possibly different sizes, as one phase (the matrix optimizers'
-  // batched eigenbasis refresh). A task's result does not depend on the other tasks of the
+  // Many independent solves of possibly different sizes, as one phase (a batched refresh of
+  // many eigenbases). A task's result does not depend on the other tasks of the
   // list, so batching never changes a trajectory: a list gives bit for bit what the same tasks
   // give one per call. CPU: the tasks are spread over the threads, largest first, one
   // single-threaded LAPACK call each (also for a single task, so the bits do not depend on the
@@ -236,55 +246,6 @@ class Backend {
   // LAPACK). CUDA: one solver call per task in stream order, the same as eigh()/qr().
   virtual void eigh_many(std::span<const EighTask> tasks) = 0;
   virtual void qr_many(std::span<const QrTask> tasks) = 0;
-  // Orthogonalise x [batch, m, n] in place with the schedule (works on the wide side: a tall
-  // matrix is transposed first). Built from gemm, so it runs at the GEMM rate.
-  virtual void newton_schulz(float* x, int64_t m, int64_t n, const NewtonSchulzSchedule& schedule,
-                             int64_t batch = 1) = 0;
-
-  // ---- optimizer updates ---------------------------------------------------------------------
-  // The per-element rules of the optimizers and the gradient norm, fused so that a training step
-  // issues kernels only and reads back one number (the squared norm). Element math in
-  // kernel_math.h (float64 arithmetic, float storage), shared by both backends.
-  //
-  // Fused AdamW over n elements (kmath::adamw_element): m, v and w updated in place from g.
-  virtual void adamw_update(float* w, float* m, float* v, const float* g, int64_t n,
-                            const kmath::AdamWStep& step) = 0;
-  // NorMuon normalisation, in place, of `count` matrices u [count, rows, cols] with their second
-  // moments s [count, max(rows, cols)] (one per row when rows >= cols, else one per column),
-  // updated with beta2 (kmath::normuon_*).
-  virtual void normuon_normalize(float* u, float* second_moment, int64_t count, int64_t rows,
-                                 int64_t cols, double beta2) = 0;
-  // w <- w - lr (wd [u w >= 0] w + u) over n elements (kmath::cautious_update_element).
-  virtual void cautious_update(float* w, const float* u, int64_t n, double lr, double wd) = 0;
-  // The sum over the list of sum_squares(x), added in list order from 0 (so bit for bit the host
-  // loop over sum_squares), with a single read back to the host.
-  virtual double sum_squares_many(std::span<const std::span<const float>> xs) = 0;
-
-  // ---- SOAP family (optim/soap.cpp, eigenbasis.cpp, tp_rekls.cpp) ----------------------------
-  // The eigenbasis bookkeeping and the Adam-in-eigenbasis update of SOAP, StackedSoap, REKLS and
-  // TpRekls, so that with gemm, eigh_many, qr_many, gather_rows and copy their whole step is
-  // backend operations. Element math in kernel_math.h (the "SOAP family" block), float
-  // arithmetic in the reference's order: the CPU gives the bits the golden replays recorded.
-  //
-  // dst [rows, cols] (row stride dst_ld) <- src [rows, cols] (row stride src_ld): a block of a
-  // matrix, or a matrix into a block (StackedSoap's stack, TpRekls's gathers and local parts).
-  // dst and src must not overlap.
-  virtual void copy_block_2d(float* dst, int64_t dst_ld, const float* src, int64_t src_ld,
-                             int64_t rows, int64_t cols) = 0;
-  // q [n, n] <- the identity (the initial eigenbasis).
-  virtual void set_identity(float* q, int64_t n) = 0;
-  // a <- torch.lerp(a, b, w) over n elements (kmath::soap_lerp).
-  virtual void lerp(float* a, const float* b, float w, int64_t n) = 0;
-  // y <- y + a x over n elements, in float (kmath::soap_add_scaled); x may equal y.
-  virtual void add_scaled(float* y, float a, const float* x, int64_t n) = 0;
-  // out [n, n] = q diag(w), w_j = kmath::kl_inverse_weight(lam[j], eps, n): KL-Shampoo's
-  // C = Q diag(w) Q^T is out q^T.
-  virtual void kl_weight_columns(float* out, const float* q, const float* lam, int64_t n,
-                                 double eps) = 0;
-  // out[j] = sum_i a[i, j] b[i, j] for a, b [rows, cols] (kmath::column_dot: float64, row order);
-  // with a = Q and b = K Q, the Rayleigh quotients q_j^T K q_j.
-  virtual void column_dots(float* out, const float* a, const float* b, int64_t rows,
-                           int64_t cols) = 0;
   // order [n]: the indices that sort x descending, stably, NaN last
   // (kmath::sorts_before_descending); order[j] is the old index of new position j.
   virtual void argsort_descending(int32_t* order, const float* x, int64_t n) = 0;
@@ -296,52 +257,8 @@ class Backend {
   virtual void reverse_columns(float* out, const float* src, int64_t rows, int64_t cols) = 0;
   // Negates, in place, every column j of q [rows, cols] whose entry of largest magnitude (the
   // lowest row on ties) is negative (kmath::column_sign_flips): one sign for each eigenvector,
-  // whichever solver produced it, so a basis recomputed on another device matches (TpRekls).
+  // whichever solver produced it, so a basis recomputed on another device matches.
   virtual void canonicalize_column_signs(float* q, int64_t rows, int64_t cols) = 0;
-  // Adam in the eigenbasis over n elements: m, v updated from g and the direction written to d
-  // (kmath::soap_adam_raw / soap_adam_corrected by step.raw).
-  virtual void soap_adam(float* d, float* m, float* v, const float* g, int64_t n,
-                         const kmath::SoapAdamStep& step) = 0;
-  // d <- d * kmath::soap_rms_clip_scale(sum of d^2, n, max_rms), the sum of squares formed and
-  // used on the device (CPU: float64 in index order; CUDA: float64 in a fixed tree order).
-  virtual void clip_update_rms(float* d, int64_t n, double max_rms) = 0;
-  // The sum of x^2 in float64, read back to the host (the adaptive refresh criterion's norms).
-  // CPU: in index order in one pass; CUDA: in a fixed tree order.
-  virtual double sum_squares_in_order(const float* x, int64_t n) = 0;
-
-  // ---- OSFT (optim/osft*.cpp, engine/osft_reparam.cpp) ----
-  // The per-step products of orthogonal subspace fine-tuning (docs/specs/osft.md). A target
-  // W [n, m] is held as U_high diag(S_high) V_high + U_low diag(S_low) V_low with U_* [n, k|r],
-  // S_* [k|r], V_* [k|r, m] (row-major, packed). Every product is summed in float64 and rounded
-  // once to float (element math kmath::osft_*; the CPU backend forms the same float64 products
-  // with Eigen, so the backends agree up to float64 summation order).
-  //
-  // w [n, m] = the dense weight from the factors (overwritten; n may be a block of rows, with
-  // u_high and u_low pointing at its first row).
-  virtual void osft_reconstruct(float* w, const float* u_high, const float* s_high,
-                                const float* v_high, const float* u_low, const float* s_low,
-                                const float* v_low, int64_t n, int64_t m, int64_t k, int64_t r) = 0;
-  // The chain rule from dw = dL/dW [n, m] to the trained factors, ACCUMULATED (each term rounded
-  // to float, then added): du [n, r] += dW V_low^T diag(S_low), ds [r] += the diagonal of
-  // U_low^T dW V_low^T, dv [r, m] += diag(S_low) U_low^T dW.
-  virtual void osft_factor_grads(float* du, float* ds, float* dv, const float* dw,
-                                 const float* u_low, const float* s_low, const float* v_low,
-                                 int64_t n, int64_t m, int64_t r) = 0;
-  // The projection of x [n, r] out of the span of U_high, in two halves around the sum over the
-  // row shards: coeff [k, r] = U_high^T x over this part's n rows (float64, overwritten), then
-  // x -= U_high coeff with the summed coefficients (in place).
-  virtual void osft_left_coefficients(double* coeff, const float* u_high, const float* x, int64_t n,
-                                      int64_t k, int64_t r) = 0;
-  virtual void osft_project_left(float* x, const float* u_high, const double* coeff, int64_t n,
-                                 int64_t k, int64_t r) = 0;
-  // The projection of the rows of x [rows, m] out of the row space of the whole v_high [k, m],
-  // in place: x <- x - (x V_high^T) V_high.
-  virtual void osft_project_right(float* x, const float* v_high, int64_t rows, int64_t k,
-                                  int64_t m) = 0;
-  // total [count] = the sum of `parts` vectors partial [parts, count], added in part order
-  // (the coefficient all-reduce where the partial sums were all-gathered on a device).
-  virtual void osft_sum_partials(double* total, const double* partial, int64_t parts,
-                                 int64_t count) = 0;
 };
 
 // The process-wide CPU backend (OpenMP threads from OMP_NUM_THREADS).

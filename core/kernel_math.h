@@ -183,88 +183,6 @@ struct OnlineSoftmax {
   ENGINE_HD T log_sum_exp() const { return max + std::log(sum); }
 };
 
-// ---- optimizer helpers -------------------------------------------------------------------------
-
-// Adam moments: m <- b1 m + (1 - b1) g, v <- b2 v + (1 - b2) g^2.
-template <typename T>
-ENGINE_HD inline void adam_moments(T& m, T& v, T g, T beta1, T beta2) {
-  m = beta1 * m + (T(1) - beta1) * g;
-  v = beta2 * v + (T(1) - beta2) * g * g;
-}
-
-// Bias-corrected Adam direction m_hat / (sqrt(v_hat) + eps), with bc1 = 1 - b1^t and
-// bc2 = 1 - b2^t precomputed by the caller.
-template <typename T>
-ENGINE_HD inline T adam_direction(T m, T v, T bc1, T bc2, T eps) {
-  return (m / bc1) / (std::sqrt(v / bc2) + eps);
-}
-
-// ---- fused optimizer updates (Backend "optimizer updates") --------------------------------------
-//
-// The stored values are float, the arithmetic float64: each element's trajectory is the float64
-// one rounded once per step, like the golden files. The operation order below is the order the
-// golden replays were recorded with; changing it changes CPU trajectories bit for bit.
-
-// The scalars of one AdamW step of one tensor, computed on the host from the step count t with
-// bc1 = 1 - b1^t, bc2 = 1 - b2^t:
-//   spec eps:  step_size = lr sqrt(bc2) / bc1, v_scale = 1
-//   torch eps: step_size = lr / bc1,           v_scale = 1 / sqrt(bc2)
-//   decoupled weight decay: decay = 1 - lr wd, cautious = 0
-//   cautious weight decay:  decay = 1,         cautious = lr^2 wd
-struct AdamWStep {
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double step_size = 0;
-  double v_scale = 1;
-  double decay = 1;
-  double cautious = 0;
-};
-
-// One AdamW element: the moments, then u = step_size m / (sqrt(v) v_scale + eps), plus the
-// cautious decay cautious * w only where it agrees in sign with the step (u w > 0), and
-// w <- w decay - u.
-ENGINE_HD inline void adamw_element(float& w, float& m, float& v, float g, const AdamWStep& s) {
-  const double gi = g;
-  double mi = m, vi = v;
-  adam_moments(mi, vi, gi, s.beta1, s.beta2);
-  m = static_cast<float>(mi);
-  v = static_cast<float>(vi);
-  const double wi = w;
-  double u = s.step_size * mi / (std::sqrt(vi) * s.v_scale + s.eps);
-  u += u * wi > 0 ? s.cautious * wi : 0.0;
-  w = static_cast<float>(wi * s.decay - u);
-}
-
-// NorMuon normalisation of one orthogonalised update V [rows, cols]: with one statistic per row
-// (rows >= cols) or per column, q_a the sum of squares of row (column) a over its `count`
-// entries and s_a the stored second moment,
-//   s_a <- b2 s_a + (1 - b2) q_a / count,   scale_a = 1 / sqrt(max(s_a, 1e-10)),
-//   V   <- V * scale (per row or column) * ||V||_F / max(||V * scale||_F, 1e-10),
-// so the update keeps its Frobenius norm and only its distribution over rows (columns) changes.
-ENGINE_HD inline double normuon_second_moment(double s, double q, double count, double beta2) {
-  return beta2 * s + (1.0 - beta2) * (q / count);
-}
-ENGINE_HD inline double normuon_scale(double second_moment) {
-  return 1.0 / std::sqrt(second_moment < 1e-10 ? 1e-10 : second_moment);
-}
-// ||V||_F / max(||V * scale||_F, 1e-10) from the two squared norms.
-ENGINE_HD inline double normuon_keep_norm(double norm2, double scaled2) {
-  const double scaled = std::sqrt(scaled2);
-  return std::sqrt(norm2) / (scaled < 1e-10 ? 1e-10 : scaled);
-}
-ENGINE_HD inline float normuon_apply(float v, double scale, double keep_norm) {
-  return static_cast<float>(v * scale * keep_norm);
-}
-
-// The Muon parameter update with cautious weight decay: w <- w - lr (wd [u w >= 0] w + u); the
-// decay acts only where it agrees in sign with the update (wd = 0: the plain update).
-ENGINE_HD inline float cautious_update_element(float w, float u, double lr, double wd) {
-  const double wi = w, ui = u;
-  const double mask = ui * wi >= 0 ? 1.0 : 0.0;
-  return static_cast<float>(wi - lr * (wd * mask * wi + ui));
-}
-
 // ---- model: loss reduction, MoE routing ---------------------------------------------------------
 
 // A mean from its float64 sum, rounded once to T (the mean cross-entropy over n rows).
@@ -343,27 +261,19 @@ ENGINE_HD inline void moe_router_grad(T* dp, const T* frac, T aux_scale, int64_t
     dp[chosen[s]] += (dgate[slot_row[s]] - weighted) / chosen_sum;
 }
 
-// ---- SOAP family (optim/soap.cpp, eigenbasis.cpp, tp_rekls.cpp) --------------------------------
+// ---- float updates and column math --------------------------------------------------------------
 //
-// Float arithmetic in the operation order of the SOAP reference (and of the host loops the golden
-// files were replayed with before these operations existed): on the CPU the results are those
-// bits. Sums of squares and dot products run in float64.
+// Float arithmetic in a fixed operation order, so the CPU results are reproducible bits; sums of
+// squares and dot products run in float64.
 
 // torch.lerp's two-branch form: a + w (b - a) for w < 0.5, else b - (b - a)(1 - w).
-ENGINE_HD inline float soap_lerp(float a, float b, float w) {
+ENGINE_HD inline float lerp(float a, float b, float w) {
   return w < 0.5f ? a + w * (b - a) : b - (b - a) * (1.0f - w);
 }
 
-// y + a x in float (the reference's fused add: decay P + alpha P, l2 G + wd P, step P - lr D).
-ENGINE_HD inline float soap_add_scaled(float y, float a, float x) {
+// y + a x in float (a decay y + alpha y, an L2 term g + wd p, a step p - lr d).
+ENGINE_HD inline float add_scaled(float y, float a, float x) {
   return y + a * x;
-}
-
-// KL-Shampoo's weight of an eigen direction of a factor of size n: 1 / n / max(lam, eps) in
-// float64, rounded to float (C = Q diag(weights) Q^T). The max is std::max's (a NaN stays).
-ENGINE_HD inline float kl_inverse_weight(float lam, double eps, int64_t n) {
-  const double l = static_cast<double>(lam);
-  return static_cast<float>(1.0 / static_cast<double>(n) / (l < eps ? eps : l));
 }
 
 // sum_i a[i, j] b[i, j] for column j of a, b [rows, cols], in float64 in row order.
@@ -391,37 +301,6 @@ ENGINE_HD inline int64_t descending_rank(const float* x, int64_t n, int64_t j) {
   return rank;
 }
 
-// The scalars of one Adam step in the eigenbasis (spec section 1.2, step k = t + 1):
-//   raw (adam_eps: raw):  m <- b1 m + (1 - b1) g, v <- b2 v + (1 - b2) g^2, d = m / (sqrt(v) + eps)
-//   corrected:            m <- lerp(m, g, w1), v <- lerp(v, g^2, w2),
-//                         d = n / (sqrt(v / c2) + eps), n = m / c1, or with nesterov
-//                         n = b1 m / cn + (1 - b1) g / c1
-// with w1 = float(1 - beta1), w2 = float(1 - beta2) (formed in float64), c1 = 1 - b1^k,
-// c2 = 1 - b2^k, cn = 1 - b1^(k+1) (1 without bias correction).
-struct SoapAdamStep {
-  bool raw = false;
-  bool nesterov = false;
-  float beta1 = 0.9f, beta2 = 0.95f;
-  float w1 = 0.1f, w2 = 0.05f;
-  float eps = 1e-8f;
-  float c1 = 1, c2 = 1, cn = 1;
-};
-
-ENGINE_HD inline float soap_adam_raw(float& m, float& v, float g, const SoapAdamStep& s) {
-  m = s.beta1 * m + (1.0f - s.beta1) * g;
-  v = s.beta2 * v + (1.0f - s.beta2) * g * g;
-  return m / (std::sqrt(v) + s.eps);
-}
-
-// g2 is g * g rounded to float, formed apart from the lerp (as the reference stores it).
-ENGINE_HD inline float soap_adam_corrected(float& m, float& v, float g, float g2,
-                                           const SoapAdamStep& s) {
-  m = soap_lerp(m, g, s.w1);
-  v = soap_lerp(v, g2, s.w2);
-  const float num = s.nesterov ? s.beta1 * m / s.cn + (1.0f - s.beta1) * g / s.c1 : m / s.c1;
-  return num / (std::sqrt(v / s.c2) + s.eps);
-}
-
 // Whether column j of q [rows, cols] is to be negated for the sign convention: its entry of
 // largest magnitude (the lowest row on ties) is negative.
 ENGINE_HD inline bool column_sign_flips(const float* q, int64_t rows, int64_t cols, int64_t j) {
@@ -435,120 +314,6 @@ ENGINE_HD inline bool column_sign_flips(const float* q, int64_t rows, int64_t co
     }
   }
   return value < 0.0f;
-}
-
-// The max_update_rms clip factor min(1, max_rms / (rms + 1e-7)) of an update of n elements with
-// float64 sum of squares ss, rounded to float.
-ENGINE_HD inline float soap_rms_clip_scale(double ss, int64_t n, double max_rms) {
-  const double rms = std::sqrt(ss / static_cast<double>(n));
-  const double s = max_rms / (rms + 1e-7);
-  return static_cast<float>(s < 1.0 ? s : 1.0);
-}
-
-// ---- OSFT (optim/osft*.cpp, engine/osft_reparam.cpp) -----------------------------------------
-// One output element of each OSFT product (docs/specs/osft.md): a target W [n, m] is held as
-// U_high diag(S_high) V_high + U_low diag(S_low) V_low with U_* [n, k|r], S_* [k|r] and
-// V_* [k|r, m], all row-major. Every sum runs in float64 over float inputs and is rounded once.
-// The CUDA kernels evaluate these; the CPU backend forms the same float64 products with Eigen's
-// GEMM (so its results stay those of the host code before the backends had OSFT ops) and the CPU
-// tests check these formulas against it.
-
-// W[i, j] = sum_l (U_high[i, l] S_high[l]) V_high[l, j] + sum_l (U_low[i, l] S_low[l]) V_low[l, j].
-ENGINE_HD inline float osft_dense_element(const float* u_high, const float* s_high,
-                                          const float* v_high, const float* u_low,
-                                          const float* s_low, const float* v_low, int64_t m,
-                                          int64_t k, int64_t r, int64_t i, int64_t j) {
-  double high = 0, low = 0;
-  for (int64_t l = 0; l < k; ++l)
-    high += (static_cast<double>(u_high[i * k + l]) * s_high[l]) * v_high[l * m + j];
-  for (int64_t l = 0; l < r; ++l)
-    low += (static_cast<double>(u_low[i * r + l]) * s_low[l]) * v_low[l * m + j];
-  return static_cast<float>(high + low);
-}
-
-// (dW V_low^T)[i, j] = sum_c dW[i, c] V_low[j, c], the product both U_low's and S_low's chain
-// rule read.
-ENGINE_HD inline double osft_dw_v(const float* dw, const float* v_low, int64_t m, int64_t i,
-                                  int64_t j) {
-  double sum = 0;
-  for (int64_t c = 0; c < m; ++c)
-    sum += static_cast<double>(dw[i * m + c]) * v_low[j * m + c];
-  return sum;
-}
-
-// dU_low[i, j] = (dW V_low^T)[i, j] S_low[j].
-ENGINE_HD inline float osft_grad_u_element(const float* dw, const float* v_low, const float* s_low,
-                                           int64_t m, int64_t i, int64_t j) {
-  return static_cast<float>(osft_dw_v(dw, v_low, m, i, j) * s_low[j]);
-}
-
-// dS_low[j] = sum_i U_low[i, j] (dW V_low^T)[i, j] (u_j^T dW v_j): term i, and the sum of the
-// terms in row order (the CUDA kernel sums the terms of one j in a fixed block order instead).
-ENGINE_HD inline double osft_grad_s_term(const float* dw, const float* u_low, const float* v_low,
-                                         int64_t m, int64_t r, int64_t i, int64_t j) {
-  return static_cast<double>(u_low[i * r + j]) * osft_dw_v(dw, v_low, m, i, j);
-}
-ENGINE_HD inline float osft_grad_s_element(const float* dw, const float* u_low, const float* v_low,
-                                           int64_t n, int64_t m, int64_t r, int64_t j) {
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i)
-    sum += osft_grad_s_term(dw, u_low, v_low, m, r, i, j);
-  return static_cast<float>(sum);
-}
-
-// dV_low[j, c] = S_low[j] sum_i U_low[i, j] dW[i, c].
-ENGINE_HD inline float osft_grad_v_element(const float* dw, const float* u_low, const float* s_low,
-                                           int64_t n, int64_t m, int64_t r, int64_t j, int64_t c) {
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i)
-    sum += static_cast<double>(u_low[i * r + j]) * dw[i * m + c];
-  return static_cast<float>(static_cast<double>(s_low[j]) * sum);
-}
-
-// Left coefficients (U_high^T X)[l, j] = sum_i U_high[i, l] X[i, j] over n rows, X [n, r].
-ENGINE_HD inline double osft_left_coefficient(const float* u_high, const float* x, int64_t n,
-                                              int64_t k, int64_t r, int64_t l, int64_t j) {
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i)
-    sum += static_cast<double>(u_high[i * k + l]) * x[i * r + j];
-  return sum;
-}
-
-// X[i, j] - (U_high coeff)[i, j] with the summed coefficients coeff [k, r].
-ENGINE_HD inline float osft_project_left_element(float x, const float* u_high, const double* coeff,
-                                                 int64_t k, int64_t r, int64_t i, int64_t j) {
-  double sum = 0;
-  for (int64_t l = 0; l < k; ++l)
-    sum += static_cast<double>(u_high[i * k + l]) * coeff[l * r + j];
-  return static_cast<float>(static_cast<double>(x) - sum);
-}
-
-// Right coefficient (x V_high^T)[l] = sum_c x[c] V_high[l, c] of one row x [m].
-ENGINE_HD inline double osft_right_coefficient(const float* x, const float* v_high, int64_t m,
-                                               int64_t l) {
-  double sum = 0;
-  for (int64_t c = 0; c < m; ++c)
-    sum += static_cast<double>(x[c]) * v_high[l * m + c];
-  return sum;
-}
-
-// x[c] - sum_l t[l] V_high[l, c] with the row's right coefficients t [k].
-ENGINE_HD inline float osft_project_right_element(float x, const double* t, const float* v_high,
-                                                  int64_t k, int64_t m, int64_t c) {
-  double sum = 0;
-  for (int64_t l = 0; l < k; ++l)
-    sum += t[l] * v_high[l * m + c];
-  return static_cast<float>(static_cast<double>(x) - sum);
-}
-
-// Element i of the sum of `parts` partial vectors of `count` doubles laid out part by part,
-// added in part order from 0.
-ENGINE_HD inline double osft_sum_partials_element(const double* partial, int64_t parts,
-                                                  int64_t count, int64_t i) {
-  double sum = 0;
-  for (int64_t p = 0; p < parts; ++p)
-    sum += partial[p * count + i];
-  return sum;
 }
 
 }  // namespace core::kmath

@@ -33,7 +33,7 @@ std::unique_ptr<OsftReparam> OsftReparam::create_if_targeted(model::Gpt& gpt,
 
 OsftReparam::OsftReparam(model::Gpt& gpt, optim::OptimizerSet& groups, comm::Communicator* comm,
                          comm::Communicator* shard_group, optim::RowSplit split)
-    : gpt_(gpt), backend_(gpt.backend()) {
+    : gpt_(gpt), backend_(gpt.backend()), ops_(optim::make_osft_ops(backend_)) {
   const model::ParamTable& table = gpt.table();
   std::vector<optim::OsftTargetWeight> weights;
   for (size_t i = 0; i < table.size(); ++i) {
@@ -123,12 +123,12 @@ optim::OsftFactors OsftReparam::full(size_t i) const {
 void OsftReparam::write_dense(int layer) {
   for (size_t i = 0; i < targets_.size(); ++i)
     if (targets_[i].layer == layer)
-      optim::osft_reconstruct_into(backend_, full(i), gpt_.param(targets_[i].param), 0);
+      optim::osft_reconstruct_into(*ops_, full(i), gpt_.param(targets_[i].param), 0);
 }
 
 void OsftReparam::write_all() {
   for (size_t i = 0; i < targets_.size(); ++i)
-    optim::osft_reconstruct_into(backend_, full(i), gpt_.param(targets_[i].param), 0);
+    optim::osft_reconstruct_into(*ops_, full(i), gpt_.param(targets_[i].param), 0);
 }
 
 std::vector<Trainable> OsftReparam::replace_trainables(std::vector<Trainable> model_trainables) {
@@ -158,7 +158,7 @@ void OsftReparam::map_target_grads(size_t i) {
   const core::Tensor dense = gpt_.grad(targets_[i].param);
   const optim::OsftLowGrads grads{factors_[6 * i + 3].grad, factors_[6 * i + 4].grad,
                                   factors_[6 * i + 5].grad};
-  optim::osft_add_factor_grads(backend_, full(i), dense, grads);
+  optim::osft_add_factor_grads(*ops_, full(i), dense, grads);
   backend_.fill_zero(dense.raw_data(), dense.nbytes());
 }
 

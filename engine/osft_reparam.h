@@ -31,8 +31,8 @@
 #include "engine/trainable.h"
 #include "model/gpt.h"
 #include "optim/optimizer_set.h"
-#include "optim/osft.h"
-#include "optim/osft_factors.h"
+#include "optim/osft/osft.h"
+#include "optim/osft/osft_factors.h"
 
 namespace engine {
 
@@ -105,7 +105,8 @@ class OsftReparam {
   void map_target_grads(size_t i);
 
   model::Gpt& gpt_;
-  core::Backend& backend_;  // the model's: it holds the factors and runs their products
+  core::Backend& backend_;               // the model's: it holds the factors
+  std::unique_ptr<optim::OsftOps> ops_;  // their products, on the backend's device
   std::vector<Target> targets_;
   std::vector<Factor> factors_;  // six per target, in optim::kOsftFactorNames order
 };

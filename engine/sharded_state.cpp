@@ -1,6 +1,7 @@
 #include "engine/sharded_state.h"
 
 #include "core/check.h"
+#include "core/transfer.h"
 
 namespace engine {
 
@@ -39,11 +40,7 @@ bool starts_with(const std::string& name, std::string_view prefix) {
 }  // namespace
 
 core::Tensor host_copy(core::Backend& backend, const core::Tensor& t) {
-  if (!t.defined() || t.device().is_cpu()) return t;
-  ENGINE_CHECK(t.is_contiguous(), "host_copy: " + t.str() + " is not contiguous");
-  core::Tensor host = core::Tensor::empty(t.shape(), t.dtype());
-  backend.copy_to_host(host.raw_data(), t.raw_data(), t.nbytes());
-  return host;
+  return core::to_host(backend, t);
 }
 
 void stage_to_host(RankState& state, core::Backend& backend) {

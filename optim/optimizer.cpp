@@ -1,6 +1,7 @@
 #include "optim/optimizer.h"
 
 #include "core/check.h"
+#include "core/transfer.h"
 
 namespace optim {
 
@@ -62,13 +63,11 @@ core::Tensor& state_tensor(std::map<std::string, core::Tensor>& slots, const std
 }
 
 void on_backend(core::Tensor& state, const std::string& key, core::Backend& backend) {
-  if (state.device() == backend.device()) return;
-  ENGINE_CHECK(state.device().is_cpu(), "optimizer state '" + key + "' lives on " +
-                                            state.device().str() + " but the step runs on " +
-                                            backend.name());
-  core::Tensor moved = core::Tensor::empty(state.shape(), state.dtype(), backend.allocator());
-  backend.copy_from_host(moved.raw_data(), state.raw_data(), state.nbytes());
-  state = std::move(moved);
+  try {
+    state = core::to_backend(backend, state);
+  } catch (const core::Error& e) {
+    ENGINE_FAIL("optimizer state '" + key + "': " + e.what());
+  }
 }
 
 }  // namespace optim

@@ -1,12 +1,12 @@
 #include "optim/registry.h"
 
 #include "core/check.h"
-#include "optim/adamw.h"
-#include "optim/muon.h"
-#include "optim/osft.h"
-#include "optim/rekls.h"
-#include "optim/soap.h"
-#include "optim/tp_rekls.h"
+#include "optim/adamw/adamw.h"
+#include "optim/muon/muon.h"
+#include "optim/osft/osft.h"
+#include "optim/soap/rekls.h"
+#include "optim/soap/soap.h"
+#include "optim/soap/tp_rekls.h"
 
 namespace optim {
 

@@ -36,8 +36,8 @@
 #include "comm/sharding_plan.h"
 #include "core/check.h"
 #include "core/rng.h"
-#include "optim/eigenbasis.h"
 #include "optim/optimizer_set.h"
+#include "optim/soap/eigenbasis.h"
 
 namespace {
 

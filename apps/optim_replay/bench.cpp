@@ -12,8 +12,9 @@
 #include "comm/sharding_plan.h"
 #include "core/check.h"
 #include "core/rng.h"
-#include "optim/muon.h"
-#include "optim/newton_schulz.h"
+#include "optim/muon/muon.h"
+#include "optim/muon/muon_ops.h"
+#include "optim/muon/newton_schulz.h"
 #include "optim/optimizer_set.h"
 
 namespace replay {
@@ -164,7 +165,8 @@ int bench_main(const BenchOptions& o, bool json, comm::Communicator& comm) {
 
   // Newton-Schulz alone on the model's matrix shapes, and the GEMM rate for comparison.
   core::Backend& be = core::cpu_backend();
-  const core::NewtonSchulzSchedule ns = optim::ns5_schedule();
+  const optim::NewtonSchulzSchedule ns = optim::ns5_schedule();
+  const std::unique_ptr<optim::MuonOps> muon_ops = optim::make_muon_ops(be);
   struct Shape3 {
     int64_t k, m, n;
   };
@@ -174,8 +176,8 @@ int bench_main(const BenchOptions& o, bool json, comm::Communicator& comm) {
     double best = 1e30;
     for (int r = 0; r < o.repeat; ++r) {
       core::fill_normal(x, 7, 0.0f, 1.0f);
-      best = std::min(best,
-                      timed(comm, [&] { be.newton_schulz(x.data<float>(), s.m, s.n, ns, s.k); }));
+      best = std::min(
+          best, timed(comm, [&] { muon_ops->newton_schulz(x.data<float>(), s.m, s.n, ns, s.k); }));
     }
     const std::string shape =
         std::to_string(s.k) + "x" + std::to_string(s.m) + "x" + std::to_string(s.n);

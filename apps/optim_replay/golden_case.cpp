@@ -7,7 +7,8 @@
 #include "comm/shard_ops.h"
 #include "core/check.h"
 #include "core/compare.h"
-#include "optim/newton_schulz.h"
+#include "optim/muon/muon_ops.h"
+#include "optim/muon/newton_schulz.h"
 
 namespace replay {
 
@@ -93,7 +94,7 @@ bool approx_equal(double a, double b) {
 }
 
 void check_same_triples(const std::string& path, const YAML::Node& given,
-                        const core::NewtonSchulzSchedule& ours) {
+                        const optim::NewtonSchulzSchedule& ours) {
   std::vector<std::array<double, 3>> triples;
   if (given.IsSequence() && given.size() == 3 && given[0].IsScalar()) {
     triples.assign(ours.coefficients.size(),
@@ -212,7 +213,7 @@ GoldenCase load_golden(const std::string& path, const std::string& optimizer,
     ENGINE_CHECK(optimizer.empty() && sets.empty(),
                  path + ": --optimizer and --set do not apply to an orthogonaliser file");
     g.orthogonalizer = o.ours;
-    const core::NewtonSchulzSchedule ours =
+    const optim::NewtonSchulzSchedule ours =
         optim::schedule_by_name(o.ours, hyper["steps"] ? hyper["steps"].as<int>() : 5, path);
     check_same_triples(path, hyper["coefficients"], ours);
     const double scale = 1.0 + (hyper["safety"] ? hyper["safety"].as<double>() : 0.0);
@@ -398,14 +399,15 @@ std::vector<Difference> Replayer::step(int64_t t) {
     ctx.comm = &comm_;
     set_->step(parts, ctx);
   } else {
-    const core::NewtonSchulzSchedule schedule =
+    const optim::NewtonSchulzSchedule schedule =
         optim::schedule_by_name(golden_.orthogonalizer, 5, golden_.path);
+    const std::unique_ptr<optim::MuonOps> ops = optim::make_muon_ops(core::cpu_backend());
     for (size_t i = 0; i < n; ++i) {
       if (local_[i].numel() == 0) continue;
       const core::Shape& s = golden_.params[i].shape;
       const int64_t rows = s[s.size() - 2], cols = s.back();
-      core::cpu_backend().newton_schulz(local_[i].data<float>(), rows, cols, schedule,
-                                        local_[i].numel() / (rows * cols));
+      ops->newton_schulz(local_[i].data<float>(), rows, cols, schedule,
+                         local_[i].numel() / (rows * cols));
     }
   }
   std::vector<Difference> out;

@@ -10,8 +10,8 @@
 #include "core/check.h"
 #include "core/compare.h"
 #include "core/safetensors.h"
-#include "optim/osft.h"
-#include "optim/osft_factors.h"
+#include "optim/osft/osft.h"
+#include "optim/osft/osft_factors.h"
 #include "optim/registry.h"
 
 namespace replay {

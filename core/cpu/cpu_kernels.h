@@ -99,10 +99,6 @@ void add(T* out, const T* a, const T* b, int64_t n) {
   elementwise<T>(n, [=](int64_t i) { out[i] = a[i] + b[i]; });
 }
 template <typename T>
-void accumulate(T* dst, const T* src, int64_t n) {
-  elementwise<T>(n, [=](int64_t i) { dst[i] += src[i]; });
-}
-template <typename T>
 void scale(T* x, T alpha, int64_t n) {
   elementwise<T>(n, [=](int64_t i) { x[i] *= alpha; });
 }
@@ -658,56 +654,6 @@ void row_dot(T* out, const T* a, const T* b, int64_t n, int64_t D) {
       s += a[i * D + d] * b[i * D + d];
     out[i] = s;
   }
-}
-
-// ---- optimizer updates -----------------------------------------------------------------------
-// Float storage with float64 arithmetic (kernel_math.h), so these are not templated.
-
-inline void adamw_update(float* w, float* m, float* v, const float* g, int64_t n,
-                         const kmath::AdamWStep& step) {
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i)
-    kmath::adamw_element(w[i], m[i], v[i], g[i], step);
-}
-
-// One matrix after the other; within a matrix the squared norms are added in row-major order.
-inline void normuon_normalize(float* u, float* second_moment, int64_t count, int64_t rows,
-                              int64_t cols, double beta2) {
-  const int64_t r = rows, c = cols;
-  const bool per_row = r >= c;
-  const int64_t stats = per_row ? r : c;
-  const double entries = static_cast<double>(per_row ? c : r);
-  std::vector<double> q(static_cast<size_t>(stats));
-  std::vector<double> scale(static_cast<size_t>(stats));
-  for (int64_t k = 0; k < count; ++k) {
-    float* x = u + k * r * c;
-    float* s = second_moment + k * stats;
-    std::fill(q.begin(), q.end(), 0.0);
-    double norm2 = 0;
-    for (int64_t i = 0; i < r; ++i)
-      for (int64_t j = 0; j < c; ++j) {
-        const double xi = x[i * c + j];
-        q[per_row ? i : j] += xi * xi;
-        norm2 += xi * xi;
-      }
-    double scaled2 = 0;
-    for (int64_t a = 0; a < stats; ++a) {
-      const double sa = kmath::normuon_second_moment(s[a], q[a], entries, beta2);
-      s[a] = static_cast<float>(sa);
-      scale[a] = kmath::normuon_scale(sa);
-      scaled2 += q[a] * scale[a] * scale[a];  // ||V * scale||^2 summed per row or column
-    }
-    const double keep_norm = kmath::normuon_keep_norm(norm2, scaled2);
-    for (int64_t i = 0; i < r; ++i)
-      for (int64_t j = 0; j < c; ++j)
-        x[i * c + j] = kmath::normuon_apply(x[i * c + j], scale[per_row ? i : j], keep_norm);
-  }
-}
-
-inline void cautious_update(float* w, const float* u, int64_t n, double lr, double wd) {
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i)
-    w[i] = kmath::cautious_update_element(w[i], u[i], lr, wd);
 }
 
 // ---- model: loss reduction, MoE routing ---------------------------------------------------------

@@ -9,8 +9,10 @@
 //
 // Tensors allocated from allocator() must be freed before the backend is destroyed.
 //
-// The implementation is split by concern: cuda_backend.cu (device, memory, GEMM, Newton-Schulz),
-// cuda_kernels.cu (fused ops), cuda_linalg.cu (QR, eigh, SVD).
+// The implementation is split by op family, as backend.h groups the ops: cuda_backend.cu (the
+// device, streams, handles, errors), memory.cu, gemm.cu, elementwise.cu, norms.cu, embedding.cu,
+// attention.cu, classifier.cu, moe.cu, reductions.cu, linalg.cu; cuda_reduce.cuh holds the
+// deterministic reductions several families share.
 #pragma once
 
 #include <memory>
@@ -58,7 +60,6 @@ class CudaBackend final : public Backend {
   void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) override;
 
   void add(float* out, const float* a, const float* b, int64_t n) override;
-  void accumulate(float* dst, const float* src, int64_t n) override;
   void scale(float* x, float alpha, int64_t n) override;
   void axpby(float* y, float a, const float* x, float b, int64_t n) override;
   void gelu_forward(float* out, const float* inp, int64_t n) override;
@@ -127,50 +128,20 @@ class CudaBackend final : public Backend {
            int64_t batch) override;
   void eigh_many(std::span<const EighTask> tasks) override;
   void qr_many(std::span<const QrTask> tasks) override;
-  void newton_schulz(float* x, int64_t m, int64_t n, const NewtonSchulzSchedule& schedule,
-                     int64_t batch) override;
-
-  // optimizer updates (cuda_kernels.cu)
-  void adamw_update(float* w, float* m, float* v, const float* g, int64_t n,
-                    const kmath::AdamWStep& step) override;
-  void normuon_normalize(float* u, float* second_moment, int64_t count, int64_t rows, int64_t cols,
-                         double beta2) override;
-  void cautious_update(float* w, const float* u, int64_t n, double lr, double wd) override;
   double sum_squares_many(std::span<const std::span<const float>> xs) override;
 
-  // SOAP family (cuda_soap_ops.cu)
   void copy_block_2d(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows,
                      int64_t cols) override;
   void set_identity(float* q, int64_t n) override;
   void lerp(float* a, const float* b, float w, int64_t n) override;
   void add_scaled(float* y, float a, const float* x, int64_t n) override;
-  void kl_weight_columns(float* out, const float* q, const float* lam, int64_t n,
-                         double eps) override;
   void column_dots(float* out, const float* a, const float* b, int64_t rows, int64_t cols) override;
   void argsort_descending(int32_t* order, const float* x, int64_t n) override;
   void gather_columns(float* out, const float* src, const int32_t* index, int64_t rows,
                       int64_t cols) override;
   void reverse_columns(float* out, const float* src, int64_t rows, int64_t cols) override;
   void canonicalize_column_signs(float* q, int64_t rows, int64_t cols) override;
-  void soap_adam(float* d, float* m, float* v, const float* g, int64_t n,
-                 const kmath::SoapAdamStep& step) override;
-  void clip_update_rms(float* d, int64_t n, double max_rms) override;
   double sum_squares_in_order(const float* x, int64_t n) override;
-  // OSFT (cuda_osft_ops.cu)
-  void osft_reconstruct(float* w, const float* u_high, const float* s_high, const float* v_high,
-                        const float* u_low, const float* s_low, const float* v_low, int64_t n,
-                        int64_t m, int64_t k, int64_t r) override;
-  void osft_factor_grads(float* du, float* ds, float* dv, const float* dw, const float* u_low,
-                         const float* s_low, const float* v_low, int64_t n, int64_t m,
-                         int64_t r) override;
-  void osft_left_coefficients(double* coeff, const float* u_high, const float* x, int64_t n,
-                              int64_t k, int64_t r) override;
-  void osft_project_left(float* x, const float* u_high, const double* coeff, int64_t n, int64_t k,
-                         int64_t r) override;
-  void osft_project_right(float* x, const float* v_high, int64_t rows, int64_t k,
-                          int64_t m) override;
-  void osft_sum_partials(double* total, const double* partial, int64_t parts,
-                         int64_t count) override;
 
   CUstream_st* stream() const { return stream_; }
 

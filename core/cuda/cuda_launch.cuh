@@ -72,12 +72,12 @@ class DeviceBuffer {
 };
 
 // out [batch, cols, rows] = transpose of each in [rows, cols], the inputs `in_stride` elements
-// apart (cuda_kernels.cu).
+// apart (linalg.cu).
 void transpose_batched(float* out, const float* in, int64_t batch, int64_t rows, int64_t cols,
                        int64_t in_stride, cudaStream_t stream);
 
 // Raises kStatusNonFiniteInput (detail: the batch member) when a [batch, size] input holds a
-// NaN or infinity (cuda_kernels.cu).
+// NaN or infinity (linalg.cu).
 void flag_non_finite(const float* a, int64_t size, int64_t batch, int* status, cudaStream_t stream);
 
 // Codes a kernel can raise in the backend's device status word {code, detail}; the first one

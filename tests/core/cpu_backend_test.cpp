@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -146,10 +148,6 @@ TEST(CpuBackend, ElementwiseOpsMatchFloat64) {
   be().scale(out.data(), 3.0f, n);
   cpu::scale(ref.data(), 3.0, n);
   expect_within("scale, ulp", max_ulp_diff(out, ref), 1.0);  // measured 0.5
-  out = b.f, ref = b.d;
-  be().accumulate(out.data(), g.f.data(), n);
-  cpu::accumulate(ref.data(), g.d.data(), n);
-  expect_within("accumulate, ulp", max_ulp_diff(out, ref), 1.0);  // measured 0.5
   be().relu2_forward(out.data(), a.f.data(), n);
   cpu::relu2_forward(ref.data(), a.d.data(), n);
   expect_within("relu2_forward, ulp", max_ulp_diff(out, ref), 1.0);  // measured 0.5
@@ -450,6 +448,27 @@ TEST(CpuBackend, CrossEntropyPropagatesNan) {
   core::cpu_backend().cross_entropy(loss.data(), nullptr, logits.data(), tgt.data(), 1, 3, 4, 0.0f,
                                     1.0f);
   EXPECT_TRUE(std::isnan(loss[0]));
+}
+
+// The gradient norm of many tensors: one list, the bits of the loop over sum_squares.
+TEST(CpuBackend, SumSquaresManyIsTheLoopOverSumSquares) {
+  // Sizes around the reduction's 16384-element blocks, an empty tensor among them.
+  const std::vector<FVec> xs = {random_vec<float>(16384, 1), random_vec<float>(0, 2),
+                                random_vec<float>(40001, 3, 1e-3), random_vec<float>(7, 4, 1e3)};
+  std::vector<std::span<const float>> spans;
+  double want = 0;
+  for (const FVec& x : xs) {
+    spans.emplace_back(x);
+    want += core::cpu_backend().sum_squares(x.data(), static_cast<int64_t>(x.size()));
+  }
+  const double got = core::cpu_backend().sum_squares_many(spans);
+  EXPECT_EQ(std::memcmp(&got, &want, sizeof got), 0) << got << " vs " << want;
+  EXPECT_EQ(core::cpu_backend().sum_squares_many({}), 0.0);
+  double direct = 0;
+  for (const FVec& x : xs)
+    for (float v : x)
+      direct += static_cast<double>(v) * v;
+  EXPECT_NEAR(got, direct, 1e-12 * direct);
 }
 
 }  // namespace

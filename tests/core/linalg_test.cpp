@@ -6,13 +6,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "core/backend.h"
 #include "core/cpu/cpu_linalg.h"
-#include "core/safetensors.h"
 #include "grad_check.h"
 
 namespace {
@@ -55,9 +53,6 @@ double frob_diff(const DVec& a, const DVec& b) {
   return std::sqrt(s);
 }
 
-DVec to_d(const FVec& v) {
-  return DVec(v.begin(), v.end());
-}
 FVec to_f(const DVec& v) {
   return FVec(v.begin(), v.end());
 }
@@ -285,101 +280,6 @@ TEST(CpuLinalg, RejectsNonFiniteInput) {
     EXPECT_NE(std::string(e.what()).find("non-finite value at element 4"), std::string::npos)
         << e.what();
   }
-}
-
-// ---- Newton-Schulz ------------------------------------------------------------------------------
-
-core::NewtonSchulzSchedule ns5() {
-  core::NewtonSchulzSchedule s;
-  s.coefficients.assign(5, {3.4445f, -4.7750f, 2.0315f});
-  return s;
-}
-
-DVec singular_values(const FVec& x, int64_t m, int64_t n) {
-  int64_t r = std::min(m, n);
-  DVec xd = to_d(x), u(m * r), s(r), vt(r * n);
-  cpu::svd(u.data(), s.data(), vt.data(), xd.data(), m, n, 1);
-  return s;
-}
-
-TEST(CpuLinalg, NewtonSchulzSingularValuesInBand) {
-  for (auto [m, n] : {std::pair<int64_t, int64_t>{64, 32}, {32, 64}, {48, 48}}) {
-    FVec x = random_vec<float>(m * n, 51);
-    be().newton_schulz(x.data(), m, n, ns5(), 1);
-    DVec s = singular_values(x, m, n);
-    EXPECT_GE(s.back(), 0.68) << m << "x" << n;
-    EXPECT_LE(s.front(), 1.21) << m << "x" << n;
-  }
-}
-
-// A tall matrix is orthogonalised through its transpose: NS(X^T) = NS(X)^T exactly; a batch
-// equals its members one by one; float matches float64.
-TEST(CpuLinalg, NewtonSchulzOrientationBatchAndPrecision) {
-  const int64_t m = 40, n = 24, batch = 4;
-  FVec x = random_vec<float>(batch * m * n, 52), xt(batch * m * n);
-  for (int64_t p = 0; p < batch; ++p) {
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t j = 0; j < n; ++j)
-        xt[p * m * n + j * m + i] = x[p * m * n + i * n + j];
-    }
-  }
-  FVec one = x;
-  for (int64_t p = 0; p < batch; ++p)
-    be().newton_schulz(one.data() + p * m * n, m, n, ns5(), 1);
-  DVec ref = to_d(x);
-  cpu::newton_schulz(ref.data(), m, n, ns5(), batch);
-  be().newton_schulz(x.data(), m, n, ns5(), batch);
-  be().newton_schulz(xt.data(), n, m, ns5(), batch);
-  EXPECT_EQ(x, one);  // a batch runs the same GEMMs per member: bit-identical
-  // measured 8.5e-7 (five iterations of float GEMMs)
-  core::test::expect_within("newton_schulz float vs float64, norm-relative",
-                            core::test::norm_rel_diff(x, ref), 4e-6);
-  for (int64_t p = 0; p < batch; ++p) {
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t j = 0; j < n; ++j) {
-        ASSERT_EQ(xt[p * m * n + j * m + i], one[p * m * n + i * n + j]);
-      }
-    }
-  }
-}
-
-// The golden outputs of modded-nanogpt's NS5 and Polar Express (float64 reference) for square,
-// tall, wide, batched, low-rank, tiny, zero and 1-row inputs.
-void check_golden(const std::string& file, const core::NewtonSchulzSchedule& schedule,
-                  double atol) {
-  std::string path = std::string(ENGINE_GOLDEN_DIR) + "/newton_schulz/" + file;
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no golden file " << path;
-  core::SafetensorsReader reader(path);
-  int cases = 0;
-  for (const auto& info : reader.tensors()) {
-    if (info.name.rfind("init/", 0) != 0) continue;
-    std::string name = info.name.substr(5);
-    core::Tensor in = reader.read(info.name), out = reader.read("param/1/" + name);
-    int64_t m = in.size(-2), n = in.size(-1), batch = in.numel() / (m * n);
-    FVec x = in.to_vector(), expect = out.to_vector();
-    be().newton_schulz(x.data(), m, n, schedule, batch);
-    expect_within(file + " " + name + ": max abs", core::compare(x, expect).max_abs(), atol);
-    ++cases;
-  }
-  EXPECT_EQ(cases, 8) << file;
-}
-
-TEST(CpuLinalg, NewtonSchulzMatchesGoldenNs5) {
-  // the file's suggested_atol; measured 5.3e-6 (the rank-4 input), <= 9e-7 elsewhere
-  check_golden("ns5.safetensors", ns5(), 4.8e-5);
-}
-
-TEST(CpuLinalg, NewtonSchulzMatchesGoldenPolarExpress) {
-  core::NewtonSchulzSchedule s;
-  s.coefficients = {{8.156554524902461f, -22.48329292557795f, 15.878769915207462f},
-                    {4.042929935166739f, -2.808917465908714f, 0.5000178451051316f},
-                    {3.8916678022926607f, -2.772484153217685f, 0.5060648178503393f},
-                    {3.285753657755655f, -2.3681294933425376f, 0.46449024233003106f},
-                    {2.3465413258596377f, -1.7097828382687081f, 0.42323551169305323f}};
-  s.norm_scale = 1.02f;
-  s.norm_eps = 1e-6f;
-  // the file's suggested_atol; measured 1.3e-5 (the rank-4 input), <= 5e-6 elsewhere
-  check_golden("polar_express.safetensors", s, 1.3e-4);
 }
 
 }  // namespace

@@ -5,9 +5,9 @@
 #include <string>
 
 #include "core/check.h"
-#include "optim/adamw.h"
+#include "optim/adamw/adamw.h"
 #include "optim/glob.h"
-#include "optim/muon.h"
+#include "optim/muon/muon.h"
 #include "optim/optimizer_set.h"
 #include "tests/test_util.h"
 

@@ -10,9 +10,10 @@
 #include "core/check.h"
 #include "core/compare.h"
 #include "core/rng.h"
-#include "optim/adamw.h"
-#include "optim/muon.h"
-#include "optim/newton_schulz.h"
+#include "optim/adamw/adamw.h"
+#include "optim/muon/muon.h"
+#include "optim/muon/muon_ops.h"
+#include "optim/muon/newton_schulz.h"
 #include "tests/optim/cpu_context.h"
 #include "tests/test_util.h"
 
@@ -127,7 +128,8 @@ TEST(NewtonSchulz, SingularValuesNearOne) {
   core::fill_normal(x, 5, 0.0f, 0.1f);
   for (int64_t i = 0; i < n; ++i)
     x.at({i, i}) += 1.0f;
-  core::cpu_backend().newton_schulz(x.data<float>(), n, n, optim::ns5_schedule());
+  optim::make_muon_ops(core::cpu_backend())
+      ->newton_schulz(x.data<float>(), n, n, optim::ns5_schedule());
   Tensor u = Tensor::empty({n, n}), s = Tensor::empty({n}), vt = Tensor::empty({n, n});
   core::cpu_backend().svd(u.data<float>(), s.data<float>(), vt.data<float>(), x.data<float>(), n,
                           n);

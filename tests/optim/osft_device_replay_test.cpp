@@ -19,8 +19,8 @@
 #include "core/compare.h"
 #include "core/safetensors.h"
 #include "optim/hyper_reader.h"
-#include "optim/osft.h"
-#include "optim/osft_factors.h"
+#include "optim/osft/osft.h"
+#include "optim/osft/osft_factors.h"
 #include "optim/registry.h"
 
 namespace {
@@ -147,7 +147,7 @@ class OsftDeviceRun {
       }
       const core::Tensor dw = file_.read("grad/" + ts + x.name + ".dW");
       backend_.copy_from_host(x.dw.raw_data(), dw.raw_data(), dw.nbytes());
-      optim::osft_add_factor_grads(backend_, full_[i], x.dw, x.grads);
+      optim::osft_add_factor_grads(*optim::make_osft_ops(backend_), full_[i], x.dw, x.grads);
       check(x.grads.U_low, "grad/" + ts + x.name + ".U_low");
       check(x.grads.S_low, "grad/" + ts + x.name + ".S_low");
       check(x.grads.V_low, "grad/" + ts + x.name + ".V_low");
@@ -181,7 +181,7 @@ class OsftDeviceRun {
       Target& x = targets_[i];
       for (const char* f : kTrained)
         check(optim::factor_by_name(full_[i], f), "param/" + ts + x.name + "." + f);
-      optim::osft_reconstruct_into(backend_, full_[i], x.dense, 0);
+      optim::osft_reconstruct_into(*optim::make_osft_ops(backend_), full_[i], x.dense, 0);
       check(x.dense, "param/" + ts + x.name);
     }
   }

@@ -12,7 +12,7 @@
 
 #include "comm/communicator.h"
 #include "core/backend.h"
-#include "optim/osft_projector.h"
+#include "optim/osft/osft_projector.h"
 
 namespace {
 
@@ -38,8 +38,8 @@ TEST(OsftRankSum, GathersEveryRanksPartialsBitForBitAndAddsThemInRankOrder) {
       total(count, -1.0);
   for (int64_t i = 0; i < count; ++i)
     partial[static_cast<size_t>(i)] = partial_of(comm.rank(), i);
-  optim::osft_sum_over_ranks(comm, core::cpu_backend(), partial.data(), total.data(),
-                             gathered.data(), count);
+  optim::osft_sum_over_ranks(comm, *optim::make_osft_ops(core::cpu_backend()), partial.data(),
+                             total.data(), gathered.data(), count);
   for (int p = 0; p < size; ++p)
     for (int64_t i = 0; i < count; ++i) {
       const double want = partial_of(p, i), got = gathered[static_cast<size_t>(p * count + i)];

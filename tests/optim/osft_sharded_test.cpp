@@ -15,9 +15,9 @@
 #include "comm/communicator.h"
 #include "core/rng.h"
 #include "optim/optimizer_set.h"
-#include "optim/osft.h"
-#include "optim/osft_factors.h"
-#include "optim/osft_projector.h"
+#include "optim/osft/osft.h"
+#include "optim/osft/osft_factors.h"
+#include "optim/osft/osft_projector.h"
 
 namespace {
 

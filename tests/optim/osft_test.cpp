@@ -10,8 +10,8 @@
 
 #include "core/backend.h"
 #include "core/rng.h"
-#include "optim/osft.h"
-#include "optim/osft_factors.h"
+#include "optim/osft/osft.h"
+#include "optim/osft/osft_factors.h"
 #include "optim/registry.h"
 #include "tests/optim/cpu_context.h"
 #include "tests/test_util.h"

@@ -1,0 +1,51 @@
+// The CPU backend's attention family (backend.h). Head layout, rotary positions and causal
+// attention, forward and backward (cpu_kernels.h).
+#include "core/cpu/cpu_backend.h"
+#include "core/cpu/cpu_kernels.h"
+
+namespace core {
+
+void CpuBackend::split_heads(float* q, float* k, float* v, const float* qkv, int64_t B, int64_t T,
+                             int64_t H, int64_t hd) {
+  cpu::split_heads(q, k, v, qkv, B, T, H, hd);
+}
+
+void CpuBackend::split_heads_backward(float* dqkv, const float* dq, const float* dk,
+                                      const float* dv, int64_t B, int64_t T, int64_t H,
+                                      int64_t hd) {
+  cpu::split_heads_backward(dqkv, dq, dk, dv, B, T, H, hd);
+}
+
+void CpuBackend::merge_heads(float* out, const float* a, int64_t B, int64_t T, int64_t H,
+                             int64_t hd) {
+  cpu::merge_heads(out, a, B, T, H, hd);
+}
+
+void CpuBackend::merge_heads_backward(float* da, const float* dout, int64_t B, int64_t T, int64_t H,
+                                      int64_t hd) {
+  cpu::merge_heads_backward(da, dout, B, T, H, hd);
+}
+
+void CpuBackend::rotary_forward(float* out, const float* inp, int64_t BH, int64_t T, int64_t hd,
+                                float base) {
+  cpu::rotary_forward(out, inp, BH, T, hd, base);
+}
+
+void CpuBackend::rotary_backward(float* dinp, const float* dout, int64_t BH, int64_t T, int64_t hd,
+                                 float base) {
+  cpu::rotary_backward(dinp, dout, BH, T, hd, base);
+}
+
+void CpuBackend::attention_forward(float* out, float* att, const float* q, const float* k,
+                                   const float* v, int64_t BH, int64_t T, int64_t hd, float scale) {
+  cpu::attention_forward(out, att, q, k, v, BH, T, hd, scale);
+}
+
+void CpuBackend::attention_backward(float* dq, float* dk, float* dv, float* datt, const float* dout,
+                                    const float* att, const float* q, const float* k,
+                                    const float* v, int64_t BH, int64_t T, int64_t hd,
+                                    float scale) {
+  cpu::attention_backward(dq, dk, dv, datt, dout, att, q, k, v, BH, T, hd, scale);
+}
+
+}  // namespace core

@@ -1,0 +1,44 @@
+// The CPU backend's elementwise family (backend.h). Elementwise updates and activations,
+// kernel_math.h per element (cpu_kernels.h).
+#include "core/cpu/cpu_backend.h"
+#include "core/cpu/cpu_kernels.h"
+
+namespace core {
+
+void CpuBackend::add(float* out, const float* a, const float* b, int64_t n) {
+  cpu::add(out, a, b, n);
+}
+
+void CpuBackend::scale(float* x, float alpha, int64_t n) {
+  cpu::scale(x, alpha, n);
+}
+
+void CpuBackend::axpby(float* y, float a, const float* x, float b, int64_t n) {
+  cpu::axpby(y, a, x, b, n);
+}
+
+void CpuBackend::lerp(float* a, const float* b, float w, int64_t n) {
+  cpu::elementwise<float>(n, [=](int64_t i) { a[i] = kmath::lerp(a[i], b[i], w); });
+}
+
+void CpuBackend::add_scaled(float* y, float a, const float* x, int64_t n) {
+  cpu::elementwise<float>(n, [=](int64_t i) { y[i] = kmath::add_scaled(y[i], a, x[i]); });
+}
+
+void CpuBackend::gelu_forward(float* out, const float* inp, int64_t n) {
+  cpu::gelu_forward(out, inp, n);
+}
+
+void CpuBackend::gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
+  cpu::gelu_backward(dinp, inp, dout, n);
+}
+
+void CpuBackend::relu2_forward(float* out, const float* inp, int64_t n) {
+  cpu::relu2_forward(out, inp, n);
+}
+
+void CpuBackend::relu2_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
+  cpu::relu2_backward(dinp, inp, dout, n);
+}
+
+}  // namespace core

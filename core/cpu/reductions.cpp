@@ -1,0 +1,35 @@
+// The CPU backend's reductions family (backend.h). Float64 sums of squares and column dot products.
+// The in-order forms run in index order, so their results are the bits of a host loop.
+#include <span>
+
+#include "core/cpu/cpu_backend.h"
+#include "core/cpu/cpu_kernels.h"
+
+namespace core {
+
+double CpuBackend::sum_squares(const float* x, int64_t n) {
+  return cpu::sum_squares(x, n);
+}
+
+double CpuBackend::sum_squares_many(std::span<const std::span<const float>> xs) {
+  double total = 0;
+  for (std::span<const float> x : xs)
+    total += cpu::sum_squares(x.data(), static_cast<int64_t>(x.size()));
+  return total;
+}
+
+double CpuBackend::sum_squares_in_order(const float* x, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i)
+    s += static_cast<double>(x[i]) * x[i];
+  return s;
+}
+
+void CpuBackend::column_dots(float* out, const float* a, const float* b, int64_t rows,
+                             int64_t cols) {
+#pragma omp parallel for schedule(static) if (rows * cols > cpu::kParallelMin)
+  for (int64_t j = 0; j < cols; ++j)
+    out[j] = kmath::column_dot(a, b, rows, cols, j);
+}
+
+}  // namespace core

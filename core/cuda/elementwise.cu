@@ -1,0 +1,124 @@
+// The CUDA backend's elementwise family (backend.h): kernel_math.h per element in grid-stride
+// loops, the same functions the CPU backend runs.
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "core/check.h"
+#include "core/cuda/cuda_backend.h"
+#include "core/cuda/cuda_launch.cuh"
+#include "core/kernel_math.h"
+
+namespace core {
+
+using cuda_detail::first_index;
+using cuda_detail::grid_for;
+using cuda_detail::grid_stride;
+using cuda_detail::kThreads;
+
+namespace {
+
+__global__ void add_kernel(float* out, const float* a, const float* b, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    out[i] = a[i] + b[i];
+}
+
+__global__ void scale_kernel(float* x, float alpha, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    x[i] *= alpha;
+}
+
+__global__ void axpby_kernel(float* y, float a, const float* x, float b, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    y[i] = a * x[i] + b * y[i];
+}
+
+__global__ void gelu_forward_kernel(float* out, const float* inp, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    out[i] = kmath::gelu_tanh(inp[i]);
+}
+
+__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    dinp[i] += dout[i] * kmath::gelu_tanh_grad(inp[i]);
+  }
+}
+
+__global__ void relu2_forward_kernel(float* out, const float* inp, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    out[i] = kmath::relu2(inp[i]);
+}
+
+__global__ void relu2_backward_kernel(float* dinp, const float* inp, const float* dout, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    dinp[i] += dout[i] * kmath::relu2_grad(inp[i]);
+  }
+}
+
+__global__ void lerp_kernel(float* a, const float* b, float w, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    a[i] = kmath::lerp(a[i], b[i], w);
+}
+
+__global__ void add_scaled_kernel(float* y, float a, const float* x, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    y[i] = kmath::add_scaled(y[i], a, x[i]);
+}
+
+}  // namespace
+
+void CudaBackend::add(float* out, const float* a, const float* b, int64_t n) {
+  if (n <= 0) return;
+  add_kernel<<<grid_for(n), kThreads, 0, stream_>>>(out, a, b, n);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::scale(float* x, float alpha, int64_t n) {
+  if (n <= 0) return;
+  scale_kernel<<<grid_for(n), kThreads, 0, stream_>>>(x, alpha, n);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::axpby(float* y, float a, const float* x, float b, int64_t n) {
+  if (n <= 0) return;
+  axpby_kernel<<<grid_for(n), kThreads, 0, stream_>>>(y, a, x, b, n);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::gelu_forward(float* out, const float* inp, int64_t n) {
+  if (n <= 0) return;
+  gelu_forward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(out, inp, n);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
+  if (n <= 0) return;
+  gelu_backward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(dinp, inp, dout, n);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::relu2_forward(float* out, const float* inp, int64_t n) {
+  if (n <= 0) return;
+  relu2_forward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(out, inp, n);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::relu2_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
+  if (n <= 0) return;
+  relu2_backward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(dinp, inp, dout, n);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::lerp(float* a, const float* b, float w, int64_t n) {
+  if (n <= 0) return;
+  lerp_kernel<<<grid_for(n), kThreads, 0, stream_>>>(a, b, w, n);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::add_scaled(float* y, float a, const float* x, int64_t n) {
+  if (n <= 0) return;
+  add_scaled_kernel<<<grid_for(n), kThreads, 0, stream_>>>(y, a, x, n);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+}  // namespace core

@@ -1,0 +1,81 @@
+// The CUDA backend's embedding family (backend.h): the token and position lookup, and its
+// backward with the rows of a repeated token added in position order (no atomics).
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "core/check.h"
+#include "core/cuda/cuda_backend.h"
+#include "core/cuda/cuda_launch.cuh"
+#include "core/cuda/cuda_reduce.cuh"
+
+namespace core {
+
+using cuda_detail::check_sizes;
+using cuda_detail::first_index;
+using cuda_detail::grid_for;
+using cuda_detail::grid_stride;
+using cuda_detail::kThreads;
+using cuda_detail::scatter_rows_in_order;
+
+namespace {
+
+// ---- embeddings --------------------------------------------------------------------------------
+
+__global__ void embedding_forward_kernel(float* out, const int32_t* tokens, const float* wte,
+                                         const float* wpe, int64_t T, int64_t D, int64_t total,
+                                         int* status) {
+  for (int64_t i = first_index(); i < total; i += grid_stride()) {
+    const int64_t bt = i / D;
+    const int64_t d = i % D;
+    const int32_t token = tokens[bt];
+    if (token < 0) {
+      cuda_detail::raise_status(status, cuda_detail::kStatusNegativeTokenId, bt);
+      out[i] = 0.0f;
+      continue;
+    }
+    float v = wte[static_cast<int64_t>(token) * D + d];
+    if (wpe != nullptr) v += wpe[(bt % T) * D + d];
+    out[i] = v;
+  }
+}
+
+// dwpe[t, d] += sum over b of dout[b, t, d]: one thread per (t, d), no atomics needed.
+__global__ void embedding_backward_wpe_kernel(float* dwpe, const float* dout, int64_t B, int64_t T,
+                                              int64_t D) {
+  for (int64_t i = first_index(); i < T * D; i += grid_stride()) {
+    float s = 0.0f;
+    for (int64_t b = 0; b < B; ++b)
+      s += dout[b * T * D + i];
+    dwpe[i] += s;
+  }
+}
+
+}  // namespace
+
+void CudaBackend::embedding_forward(float* out, const int32_t* tokens, const float* wte,
+                                    const float* wpe, int64_t B, int64_t T, int64_t D) {
+  check_sizes(name_ + ": embedding_forward", {B, T, D});
+  const int64_t total = B * T * D;
+  if (total == 0) return;
+  embedding_forward_kernel<<<grid_for(total), kThreads, 0, stream_>>>(out, tokens, wte, wpe, T, D,
+                                                                      total, status_);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::embedding_backward(float* dwte, float* dwpe, const float* dout,
+                                     const int32_t* tokens, int64_t B, int64_t T, int64_t D) {
+  check_sizes(name_ + ": embedding_backward", {B, T, D});
+  const int64_t total = B * T * D;
+  if (total == 0) return;
+  if (dwte != nullptr) {
+    scatter_rows_in_order(allocator_, stream_, dwte, dout, tokens, nullptr, B * T, D,
+                          cuda_detail::kStatusNegativeTokenId, status_, "embedding_backward");
+  }
+  if (dwpe != nullptr) {
+    embedding_backward_wpe_kernel<<<grid_for(T * D), kThreads, 0, stream_>>>(dwpe, dout, B, T, D);
+    ENGINE_CUDA_LAUNCHED();
+  }
+}
+
+}  // namespace core

@@ -1,0 +1,89 @@
+// The CUDA backend's GEMM family (backend.h): cuBLAS GEMM (row-major through the column-major
+// library by swapping the operands), and the bias add and its gradient (a fixed-order column sum).
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "core/check.h"
+#include "core/cuda/cuda_backend.h"
+#include "core/cuda/cuda_launch.cuh"
+#include "core/cuda/cuda_reduce.cuh"
+
+namespace core {
+
+using cuda_detail::check_sizes;
+using cuda_detail::column_sums;
+using cuda_detail::first_index;
+using cuda_detail::grid_for;
+using cuda_detail::grid_stride;
+using cuda_detail::kThreads;
+using cuda_detail::to_int;
+
+namespace {
+
+__global__ void add_bias_kernel(float* out, const float* bias, int64_t N, int64_t C) {
+  for (int64_t i = first_index(); i < N * C; i += grid_stride())
+    out[i] += bias[i % C];
+}
+
+// Values of bias_backward: dout itself.
+struct BiasGrad {
+  static constexpr int kCount = 1;
+  const float* dout;
+  __device__ void operator()(int64_t r, int64_t c, int64_t C, float* v) const {
+    v[0] = dout[r * C + c];
+  }
+};
+
+}  // namespace
+
+void CudaBackend::gemm(const GemmArgs& args, const float* a, const float* b, float* c) {
+  const GemmArgs g = resolve_gemm_args(args);
+  if (g.m == 0 || g.n == 0 || g.batch == 0) return;
+  const char* op = "gemm";
+  int m = to_int(g.m, "m", op), n = to_int(g.n, "n", op), k = to_int(g.k, "k", op);
+  int ilda = to_int(g.lda, "lda", op), ildb = to_int(g.ldb, "ldb", op);
+  int ildc = to_int(g.ldc, "ldc", op);
+  if (k == 0) {  // empty product: C = beta C (beta 0 clears, even NaN), as on the CPU
+    for (int64_t i = 0; i < g.batch; ++i) {
+      float* ci = c + i * g.stride_c;
+      if (g.beta == 0.0f) {
+        ENGINE_CUDA_CALL(
+            cudaMemset2DAsync(ci, g.ldc * sizeof(float), 0, g.n * sizeof(float), g.m, stream_));
+      } else {  // in place: C = beta C + 0 C, column-major [n, m] with leading dimension ldc
+        const float zero = 0.0f;
+        ENGINE_CUDA_CALL(cublasSgeam(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, n, m, &g.beta, ci, ildc,
+                                     &zero, ci, ildc, ci, ildc));
+      }
+    }
+    return;
+  }
+  cublasOperation_t op_a = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t op_b = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  // A row-major matrix with leading dimension ld is, read column-major with the same ld, its
+  // transpose. So row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: call cuBLAS
+  // with the operands swapped (B first), n and m swapped, and the same transpose flags.
+  if (g.batch == 1) {
+    ENGINE_CUDA_CALL(
+        cublasSgemm(cublas_, op_b, op_a, n, m, k, &g.alpha, b, ildb, a, ilda, &g.beta, c, ildc));
+  } else {
+    ENGINE_CUDA_CALL(cublasSgemmStridedBatched(cublas_, op_b, op_a, n, m, k, &g.alpha, b, ildb,
+                                               g.stride_b, a, ilda, g.stride_a, &g.beta, c, ildc,
+                                               g.stride_c, to_int(g.batch, "batch", op)));
+  }
+}
+
+void CudaBackend::add_bias(float* out, const float* bias, int64_t N, int64_t C) {
+  check_sizes(name_ + ": add_bias", {N, C});
+  if (N * C == 0) return;
+  add_bias_kernel<<<grid_for(N * C), kThreads, 0, stream_>>>(out, bias, N, C);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) {
+  check_sizes(name_ + ": bias_backward", {N, C});
+  column_sums(allocator_, stream_, {{dbias, nullptr}}, BiasGrad{dout}, N, C, "bias_backward");
+}
+
+}  // namespace core

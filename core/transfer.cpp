@@ -1,0 +1,25 @@
+#include "core/transfer.h"
+
+#include "core/check.h"
+
+namespace core {
+
+Tensor to_host(Backend& backend, const Tensor& t) {
+  if (!t.defined() || t.device().is_cpu()) return t;
+  ENGINE_CHECK(t.is_contiguous(), "to_host: " + t.str() + " is not contiguous");
+  Tensor host = Tensor::empty(t.shape(), t.dtype());
+  if (t.nbytes() > 0) backend.copy_to_host(host.raw_data(), t.raw_data(), t.nbytes());
+  return host;
+}
+
+Tensor to_backend(Backend& backend, const Tensor& host) {
+  if (!host.defined() || host.device() == backend.device()) return host;
+  ENGINE_CHECK(host.device().is_cpu() && host.is_contiguous(),
+               "to_backend: " + host.str() + " is not a contiguous host tensor (the step runs on " +
+                   backend.name() + ")");
+  Tensor t = Tensor::empty(host.shape(), host.dtype(), backend.allocator());
+  if (host.nbytes() > 0) backend.copy_from_host(t.raw_data(), host.raw_data(), host.nbytes());
+  return t;
+}
+
+}  // namespace core

@@ -1,0 +1,17 @@
+// Whole tensors between the host and a backend's memory: the one copy path every floor uses, so
+// no code above core branches on the device to move a tensor. A tensor already where it is wanted
+// comes back as it is (the same storage); anything else is copied through the backend.
+#pragma once
+
+#include "core/backend.h"
+#include "core/tensor.h"
+
+namespace core {
+
+// A host tensor with t's contents (t itself when it is on the host, or undefined).
+Tensor to_host(Backend& backend, const Tensor& t);
+// A tensor in `backend`'s memory with host's contents (host itself when it is there already, or
+// undefined); anything else must be a contiguous host tensor.
+Tensor to_backend(Backend& backend, const Tensor& host);
+
+}  // namespace core

@@ -1,0 +1,87 @@
+#include "optim/adamw/adamw.h"
+
+#include <cmath>
+
+#include "core/check.h"
+#include "optim/adamw/adamw_ops.h"
+
+namespace optim {
+
+AdamWConfig AdamWConfig::from_yaml(HyperReader& r) {
+  AdamWConfig c;
+  c.lr = r.number("lr", c.lr);
+  std::vector<double> betas = r.numbers("betas", {c.beta1, c.beta2});
+  if (betas.size() != 2) r.fail("betas", "must be a list of two numbers [beta1, beta2]");
+  c.beta1 = betas[0];
+  c.beta2 = betas[1];
+  c.eps = r.number("eps", c.eps);
+  c.weight_decay = r.number("weight_decay", c.weight_decay);
+  c.lr_mul = r.number("lr_mul", c.lr_mul);
+  c.wd_mul = r.number("wd_mul", c.wd_mul);
+  const std::string mode = r.string("eps_mode", "spec");
+  if (mode != "spec" && mode != "torch") r.fail("eps_mode", "must be 'spec' or 'torch'");
+  c.torch_eps = mode == "torch";
+  const std::string wd_mode = r.string("weight_decay_mode", "decoupled");
+  if (wd_mode != "decoupled" && wd_mode != "cautious")
+    r.fail("weight_decay_mode", "must be 'decoupled' or 'cautious'");
+  c.cautious_wd = wd_mode == "cautious";
+  if (!(c.lr >= 0)) r.fail("lr", "must be >= 0");  // also refuses NaN
+  if (!(c.beta1 >= 0 && c.beta1 < 1)) r.fail("betas", "beta1 must be in [0, 1)");
+  if (!(c.beta2 >= 0 && c.beta2 < 1)) r.fail("betas", "beta2 must be in [0, 1)");
+  if (!(c.eps >= 0)) r.fail("eps", "must be >= 0");
+  return c;
+}
+
+AdamW::AdamW(const AdamWConfig& config) : config_(config) {}
+
+void AdamW::check_param(const std::string& name, const core::Shape& shape) const {
+  ENGINE_CHECK(!shape.empty(), "adamw: parameter '" + name + "' is a scalar; store it as [1]");
+}
+
+void AdamW::step(std::span<const ParamShard> params, const StepContext& ctx) {
+  core::Backend& backend = backend_of(ctx);
+  const std::unique_ptr<AdamWOps> ops = make_adamw_ops(backend);
+  const double lr = config_.lr * ctx.lr_scale * config_.lr_mul;
+  const double wd = config_.weight_decay * config_.wd_mul;
+  kmath::AdamWStep s;
+  s.beta1 = config_.beta1;
+  s.beta2 = config_.beta2;
+  s.eps = config_.eps;
+  s.decay = config_.cautious_wd ? 1.0 : 1.0 - lr * wd;
+  s.cautious = config_.cautious_wd ? lr * lr * wd : 0.0;
+  for (const ParamShard& p : params) {
+    check_shard(p, "adamw");
+    float* m = state_tensor(slots_, p.name, "exp_avg", p.value, backend).data<float>();
+    float* v = state_tensor(slots_, p.name, "exp_avg_sq", p.value, backend).data<float>();
+    const int64_t t = ++steps_[p.name + "/step"];
+    const double bc1 = 1.0 - std::pow(s.beta1, static_cast<double>(t));
+    const double bc2 = 1.0 - std::pow(s.beta2, static_cast<double>(t));
+    // spec: lr sqrt(bc2) / bc1 * m / (sqrt(v) + eps); torch: lr / bc1 * m / (sqrt(v / bc2) + eps)
+    s.step_size = config_.torch_eps ? lr / bc1 : lr * std::sqrt(bc2) / bc1;
+    s.v_scale = config_.torch_eps ? 1.0 / std::sqrt(bc2) : 1.0;
+    ops->update(p.value.data<float>(), m, v, p.grad.data<float>(), p.value.numel(), s);
+  }
+}
+
+void AdamW::save_state(OptimizerState& out) const {
+  for (const auto& [key, t] : slots_)
+    out.tensors[key] = t.clone();
+  for (const auto& [key, n] : steps_)
+    out.counters[key] = n;
+}
+
+void AdamW::load_state(const OptimizerState& in) {
+  slots_.clear();
+  steps_.clear();
+  for (const auto& [key, t] : in.tensors) {
+    const bool known = key.ends_with("/exp_avg") || key.ends_with("/exp_avg_sq");
+    ENGINE_CHECK(known, "adamw: unknown state tensor '" + key + "'");
+    slots_[key] = t.clone();
+  }
+  for (const auto& [key, n] : in.counters) {
+    ENGINE_CHECK(key.ends_with("/step"), "adamw: unknown state counter '" + key + "'");
+    steps_[key] = n;
+  }
+}
+
+}  // namespace optim

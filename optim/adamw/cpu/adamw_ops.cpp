@@ -1,0 +1,31 @@
+// AdamW's op on the CPU: adamw_math.h over the elements, OpenMP threads above the size where a
+// parallel region pays (every element is independent, so the bits do not depend on the threads).
+#include <string>
+
+#include "core/check.h"
+#include "core/cpu/cpu_kernels.h"
+#include "optim/adamw/adamw_ops.h"
+
+namespace optim {
+
+namespace {
+
+class CpuAdamWOps final : public AdamWOps {
+ public:
+  void update(float* w, float* m, float* v, const float* g, int64_t n,
+              const kmath::AdamWStep& step) override {
+#pragma omp parallel for schedule(static) if (n > core::cpu::kParallelMin)
+    for (int64_t i = 0; i < n; ++i)
+      kmath::adamw_element(w[i], m[i], v[i], g[i], step);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<AdamWOps> make_cpu_adamw_ops(core::Backend& backend) {
+  ENGINE_CHECK(backend.device().is_cpu(),
+               std::string("the CPU AdamW ops need the CPU backend, got ") + backend.name());
+  return std::make_unique<CpuAdamWOps>();
+}
+
+}  // namespace optim

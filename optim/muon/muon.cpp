@@ -1,0 +1,210 @@
+#include "optim/muon/muon.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/check.h"
+#include "optim/glob.h"
+#include "optim/muon/muon_ops.h"
+#include "optim/muon/newton_schulz.h"
+
+namespace optim {
+
+MuonConfig MuonConfig::normuon_defaults() {
+  MuonConfig c;
+  c.normalize = true;
+  c.orthogonalizer = "polar_express";
+  c.cautious_wd = true;
+  return c;
+}
+
+MuonConfig MuonConfig::from_yaml(HyperReader& r, const MuonConfig& defaults) {
+  MuonConfig c = defaults;
+  c.lr = r.number("lr", c.lr);
+  c.momentum = r.number("momentum", c.momentum);
+  c.nesterov = r.boolean("nesterov", c.nesterov);
+  c.ns_steps = static_cast<int>(r.integer("ns_steps", c.ns_steps));
+  c.orthogonalizer = r.string("orthogonalizer", c.orthogonalizer);
+  c.weight_decay = r.number("weight_decay", c.weight_decay);
+  c.lr_mul = r.number("lr_mul", c.lr_mul);
+  c.wd_mul = r.number("wd_mul", c.wd_mul);
+  c.momentum_start = r.number("momentum_start", c.momentum);
+  c.momentum_warmup_steps = r.integer("momentum_warmup_steps", 0);
+  c.momentum_end = r.number("momentum_end", c.momentum_start);
+  c.momentum_cooldown_steps = r.integer("momentum_cooldown_steps", 0);
+  c.normalize = r.boolean("normalize", c.normalize);
+  c.beta2 = r.number("beta2", c.beta2);
+  const std::string wd_mode =
+      r.string("weight_decay_mode", c.cautious_wd ? "cautious" : "decoupled");
+  if (wd_mode != "decoupled" && wd_mode != "cautious")
+    r.fail("weight_decay_mode", "must be 'decoupled' or 'cautious'");
+  c.cautious_wd = wd_mode == "cautious";
+  if (!(c.beta2 >= 0 && c.beta2 < 1)) r.fail("beta2", "must be in [0, 1)");
+  if (c.lr < 0) r.fail("lr", "must be >= 0");
+  auto check_momentum = [&](const char* key, double mu) {
+    if (!(mu >= 0 && mu < 1)) r.fail(key, "must be in [0, 1)");
+  };
+  check_momentum("momentum", c.momentum);
+  check_momentum("momentum_start", c.momentum_start);
+  check_momentum("momentum_end", c.momentum_end);
+  if (c.ns_steps < 1) r.fail("ns_steps", "must be >= 1");
+  if (c.momentum_warmup_steps < 0) r.fail("momentum_warmup_steps", "must be >= 0");
+  if (c.momentum_cooldown_steps < 0) r.fail("momentum_cooldown_steps", "must be >= 0");
+  if (c.orthogonalizer != "ns5" && c.orthogonalizer != "polar_express")
+    r.fail("orthogonalizer", "must be ns5 or polar_express");
+  if (r.has("matrix_views")) {
+    YAML::Node views = r.node("matrix_views");
+    if (!views.IsMap()) r.fail("matrix_views", "must be a map {glob: k | [k, r, c]}");
+    c.matrix_views.clear();
+    for (const auto& kv : views) {
+      MatrixViewRule rule;
+      rule.glob = kv.first.as<std::string>();
+      const YAML::Node& v = kv.second;
+      const std::string where =
+          "matrix_views entry '" + rule.glob + "' (line " + std::to_string(v.Mark().line + 1) + ")";
+      if (v.IsScalar()) {
+        if (!YAML::convert<int64_t>::decode(v, rule.blocks) || rule.blocks < 1)
+          ENGINE_FAIL(r.context() + ": " + where + " must be a positive integer or [k, r, c]");
+      } else if (v.IsSequence() && v.size() == 3) {
+        for (const YAML::Node& d : v) {
+          int64_t x = 0;
+          if (!d.IsScalar() || !YAML::convert<int64_t>::decode(d, x) || x < 1)
+            ENGINE_FAIL(r.context() + ": " + where + " must be [k, r, c] of positive integers");
+          rule.shape.push_back(x);
+        }
+        rule.blocks = rule.shape[0];
+      } else {
+        ENGINE_FAIL(r.context() + ": " + where + " must be a positive integer or [k, r, c]");
+      }
+      c.matrix_views.push_back(std::move(rule));
+    }
+  }
+  return c;
+}
+
+double MuonConfig::momentum_at(int64_t step, int64_t total_steps) const {
+  const double t = static_cast<double>(step - 1);  // steps already taken
+  double mu = momentum;
+  if (momentum_warmup_steps > 0) {
+    const double frac = std::min(t / static_cast<double>(momentum_warmup_steps), 1.0);
+    mu = (1.0 - frac) * momentum_start + frac * momentum;
+  }
+  if (momentum_cooldown_steps > 0 && total_steps > 0) {
+    const double start = static_cast<double>(total_steps - momentum_cooldown_steps);
+    if (t > start) {
+      const double frac = std::min((t - start) / static_cast<double>(momentum_cooldown_steps), 1.0);
+      mu = (1.0 - frac) * mu + frac * momentum_end;
+    }
+  }
+  return mu;
+}
+
+Muon::Muon(const MuonConfig& config, const char* kind)
+    : config_(config),
+      kind_(kind),
+      schedule_(schedule_by_name(config.orthogonalizer, config.ns_steps, kind)) {}
+
+MatrixView Muon::view_of(const std::string& name, const core::Shape& shape) const {
+  ENGINE_CHECK(shape.size() >= 2, std::string(kind_) + ": parameter '" + name + "' of shape " +
+                                      core::shape_str(shape) +
+                                      " is not a matrix; give it to an elementwise optimizer");
+  const int64_t numel = core::shape_numel(shape);
+  for (const MatrixViewRule& rule : config_.matrix_views) {
+    if (!glob_match(rule.glob, name)) continue;
+    MatrixView v;
+    if (!rule.shape.empty()) {
+      v = {rule.shape[0], rule.shape[1], rule.shape[2]};
+    } else {
+      ENGINE_CHECK(shape[0] % rule.blocks == 0, std::string(kind_) + ": matrix_views splits '" +
+                                                    name + "' " + core::shape_str(shape) +
+                                                    " into " + std::to_string(rule.blocks) +
+                                                    " row blocks but its rows do not divide");
+      v.count = rule.blocks;
+      v.rows = shape[0] / rule.blocks;
+      v.cols = shape[0] == 0 ? 0 : numel / shape[0];
+    }
+    ENGINE_CHECK(v.count * v.rows * v.cols == numel,
+                 std::string(kind_) + ": matrix view [" + std::to_string(v.count) + ", " +
+                     std::to_string(v.rows) + ", " + std::to_string(v.cols) + "] does not fit '" +
+                     name + "' " + core::shape_str(shape));
+    return v;
+  }
+  MatrixView v;
+  v.rows = shape[shape.size() - 2];
+  v.cols = shape.back();
+  v.count = v.rows * v.cols == 0 ? 0 : numel / (v.rows * v.cols);
+  return v;
+}
+
+void Muon::check_param(const std::string& name, const core::Shape& shape) const {
+  view_of(name, shape);
+}
+
+void Muon::step(std::span<const ParamShard> params, const StepContext& ctx) {
+  core::Backend& backend = backend_of(ctx);
+  const std::unique_ptr<MuonOps> ops = make_muon_ops(backend);
+  const double lr = config_.lr * ctx.lr_scale;
+  const double wd = lr * config_.weight_decay * config_.wd_mul;
+  const float decay = static_cast<float>(config_.cautious_wd ? 1.0 : 1.0 - wd);
+  const double mu_d = config_.momentum_at(ctx.step, ctx.total_steps);
+  const float mu = static_cast<float>(mu_d);
+  const float one_minus_mu = static_cast<float>(1.0 - mu_d);
+  for (const ParamShard& p : params) {
+    check_shard(p, kind_);
+    ENGINE_CHECK(p.row_begin == 0 && p.value.shape() == p.full_shape,
+                 std::string(kind_) + ": '" + p.name +
+                     "' must be stepped whole (Owned placement), got rows from " +
+                     std::to_string(p.row_begin) + " of " + p.value.str());
+    const MatrixView view = view_of(p.name, p.full_shape);
+    const int64_t n = p.value.numel();
+    if (n == 0) continue;
+    float* w = p.value.data<float>();
+    const float* g = p.grad.data<float>();
+    float* b = state_tensor(slots_, p.name, "momentum_buffer", p.value, backend).data<float>();
+    backend.scale(w, decay, n);
+    backend.axpby(b, one_minus_mu, g, mu, n);  // B = (1 - mu) G + mu B
+    core::Tensor update =
+        core::Tensor::empty(p.value.shape(), core::DType::F32, backend.allocator());
+    float* u = update.data<float>();
+    if (config_.nesterov) {
+      backend.copy(u, g, static_cast<size_t>(n) * sizeof(float));
+      backend.axpby(u, mu, b, one_minus_mu, n);  // U = mu B + (1 - mu) G
+    } else {
+      backend.copy(u, b, static_cast<size_t>(n) * sizeof(float));
+    }
+    ops->newton_schulz(u, view.rows, view.cols, schedule_, view.count);
+    const double shape_scale =
+        std::sqrt(std::max(1.0, static_cast<double>(view.rows) / static_cast<double>(view.cols)));
+    const double lr_eff = lr * config_.lr_mul * shape_scale;
+    if (!config_.normalize && !config_.cautious_wd) {
+      backend.axpby(w, static_cast<float>(-lr_eff), u, 1.0f, n);
+      continue;
+    }
+    if (config_.normalize) {
+      const int64_t per_matrix = view.rows >= view.cols ? view.rows : view.cols;
+      core::Tensor like = core::Tensor::empty({view.count * per_matrix});
+      float* s = state_tensor(slots_, p.name, "second_moment", like, backend).data<float>();
+      ops->normuon_normalize(u, s, view.count, view.rows, view.cols, config_.beta2);
+    }
+    ops->cautious_update(w, u, n, lr_eff, config_.cautious_wd ? wd : 0.0);
+  }
+}
+
+void Muon::save_state(OptimizerState& out) const {
+  for (const auto& [key, t] : slots_)
+    out.tensors[key] = t.clone();
+}
+
+void Muon::load_state(const OptimizerState& in) {
+  slots_.clear();
+  for (const auto& [key, t] : in.tensors) {
+    ENGINE_CHECK(key.ends_with("/momentum_buffer") || key.ends_with("/second_moment"),
+                 std::string(kind_) + ": unknown state tensor '" + key + "'");
+    slots_[key] = t.clone();
+  }
+  ENGINE_CHECK(in.counters.empty(),
+               std::string(kind_) + ": unexpected state counter '" +
+                   (in.counters.empty() ? std::string() : in.counters.begin()->first) + "'");
+}
+
+}  // namespace optim

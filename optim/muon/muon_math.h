@@ -1,0 +1,41 @@
+// Muon's element math (NorMuon's normalisation, the cautious update), shared by its CPU and CUDA
+// ops (muon_ops.h). The stored values are float, the arithmetic float64, in the operation order
+// the golden replays were recorded with.
+#pragma once
+
+#include <cmath>
+
+#include "core/kernel_math.h"
+
+namespace optim::kmath {
+
+// NorMuon normalisation of one orthogonalised update V [rows, cols]: with one statistic per row
+// (rows >= cols) or per column, q_a the sum of squares of row (column) a over its `count`
+// entries and s_a the stored second moment,
+//   s_a <- b2 s_a + (1 - b2) q_a / count,   scale_a = 1 / sqrt(max(s_a, 1e-10)),
+//   V   <- V * scale (per row or column) * ||V||_F / max(||V * scale||_F, 1e-10),
+// so the update keeps its Frobenius norm and only its distribution over rows (columns) changes.
+ENGINE_HD inline double normuon_second_moment(double s, double q, double count, double beta2) {
+  return beta2 * s + (1.0 - beta2) * (q / count);
+}
+ENGINE_HD inline double normuon_scale(double second_moment) {
+  return 1.0 / std::sqrt(second_moment < 1e-10 ? 1e-10 : second_moment);
+}
+// ||V||_F / max(||V * scale||_F, 1e-10) from the two squared norms.
+ENGINE_HD inline double normuon_keep_norm(double norm2, double scaled2) {
+  const double scaled = std::sqrt(scaled2);
+  return std::sqrt(norm2) / (scaled < 1e-10 ? 1e-10 : scaled);
+}
+ENGINE_HD inline float normuon_apply(float v, double scale, double keep_norm) {
+  return static_cast<float>(v * scale * keep_norm);
+}
+
+// The Muon parameter update with cautious weight decay: w <- w - lr (wd [u w >= 0] w + u); the
+// decay acts only where it agrees in sign with the update (wd = 0: the plain update).
+ENGINE_HD inline float cautious_update_element(float w, float u, double lr, double wd) {
+  const double wi = w, ui = u;
+  const double mask = ui * wi >= 0 ? 1.0 : 0.0;
+  return static_cast<float>(wi - lr * (wd * mask * wi + ui));
+}
+
+}  // namespace optim::kmath

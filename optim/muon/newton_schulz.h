@@ -1,0 +1,33 @@
+// Schedules of the odd-polynomial orthogonalisers Muon runs through MuonOps::newton_schulz:
+// quintic Newton-Schulz (NS5) and Polar Express. Each iteration (a, b, c) applies
+// p(s) = a s + b s^3 + c s^5 to the singular values of X / (scale ||X||_F + eps).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace optim {
+
+// An odd matrix polynomial iteration X <- a X + (b A + c A^2) X with A = X X^T, one (a, b, c)
+// per iteration, after X <- X / (norm_scale * ||X||_F + norm_eps). Quintic NS5 is five copies of
+// (3.4445, -4.7750, 2.0315) with scale 1 and eps 1e-7; Polar Express has its own table.
+struct NewtonSchulzSchedule {
+  std::vector<std::array<float, 3>> coefficients;
+  float norm_scale = 1.0f;
+  float norm_eps = 1e-7f;
+};
+
+// (3.4445, -4.7750, 2.0315) x steps, scale 1, eps 1e-7 (Keller Jordan's Muon).
+NewtonSchulzSchedule ns5_schedule(int steps = 5);
+// Polar Express (record #38): five tuned triples, scale 1.02, eps 1e-6.
+NewtonSchulzSchedule polar_express_schedule();
+// "ns5" or "polar_express"; anything else is an error naming `context`.
+NewtonSchulzSchedule schedule_by_name(const std::string& name, int ns_steps,
+                                      const std::string& context);
+
+// Floating-point operations of one orthogonalisation of [batch, m, n], for GFLOP/s reports.
+double orthogonalize_flops(int64_t m, int64_t n, int iterations, int64_t batch = 1);
+
+}  // namespace optim

@@ -1,0 +1,60 @@
+// The SOAP family's ops on the CPU: soap_math.h in plain loops. The sum of squares of the clip
+// runs in index order, so the results are the bits of the host loops the SOAP golden files were
+// first replayed with.
+#include <vector>
+
+#include "core/check.h"
+#include "core/cpu/cpu_kernels.h"
+#include "optim/soap/soap_ops.h"
+
+namespace optim {
+
+namespace {
+
+class CpuSoapOps final : public SoapOps {
+ public:
+  explicit CpuSoapOps(core::Backend& backend) : backend_(backend) {}
+
+  void adam(float* d, float* m, float* v, const float* g, int64_t n,
+            const kmath::SoapAdamStep& step) override {
+    if (step.raw) {
+      core::cpu::elementwise<float>(
+          n, [=](int64_t i) { d[i] = kmath::soap_adam_raw(m[i], v[i], g[i], step); });
+      return;
+    }
+    // g^2 stored first, as the reference forms it (no fused multiply-add into the lerp).
+    std::vector<float> g2(static_cast<size_t>(n));
+    float* sq = g2.data();
+    core::cpu::elementwise<float>(n, [=](int64_t i) { sq[i] = g[i] * g[i]; });
+    core::cpu::elementwise<float>(
+        n, [=](int64_t i) { d[i] = kmath::soap_adam_corrected(m[i], v[i], g[i], sq[i], step); });
+  }
+
+  void clip_update_rms(float* d, int64_t n, double max_rms) override {
+    if (n <= 0) return;
+    const float s = kmath::soap_rms_clip_scale(backend_.sum_squares_in_order(d, n), n, max_rms);
+    core::cpu::scale(d, s, n);
+  }
+
+  void kl_weight_columns(float* out, const float* q, const float* lam, int64_t n,
+                         double eps) override {
+    for (int64_t j = 0; j < n; ++j) {
+      const float w = kmath::kl_inverse_weight(lam[j], eps, n);
+      for (int64_t i = 0; i < n; ++i)
+        out[i * n + j] = q[i * n + j] * w;
+    }
+  }
+
+ private:
+  core::Backend& backend_;
+};
+
+}  // namespace
+
+std::unique_ptr<SoapOps> make_cpu_soap_ops(core::Backend& backend) {
+  ENGINE_CHECK(backend.device().is_cpu(),
+               std::string("the CPU SOAP ops need the CPU backend, got ") + backend.name());
+  return std::make_unique<CpuSoapOps>(backend);
+}
+
+}  // namespace optim

@@ -1,0 +1,39 @@
+// The SOAP family's own device ops: the Adam step in the eigenbasis, its RMS clip and KL-Shampoo's
+// weighting of the eigenbasis columns. With the Backend's general ops (gemm, eigh_many, qr_many,
+// the column ops) they make a whole step of SOAP, StackedSoap, REKLS and TpRekls device work.
+// Element math in soap_math.h, shared by the cpu/ and cuda/ implementations; make_soap_ops picks
+// one from the backend's device. Pointers are in that backend's memory.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "core/backend.h"
+#include "optim/soap/soap_math.h"
+
+namespace optim {
+
+class SoapOps {
+ public:
+  virtual ~SoapOps() = default;
+  // Adam in the eigenbasis over n elements: m, v updated from g and the direction written to d
+  // (kmath::soap_adam_raw / soap_adam_corrected by step.raw).
+  virtual void adam(float* d, float* m, float* v, const float* g, int64_t n,
+                    const kmath::SoapAdamStep& step) = 0;
+  // d <- d * kmath::soap_rms_clip_scale(sum of d^2, n, max_rms), the sum of squares formed and
+  // used on the device (CPU: float64 in index order; CUDA: float64 in a fixed tree order).
+  virtual void clip_update_rms(float* d, int64_t n, double max_rms) = 0;
+  // out [n, n] = q diag(w), w_j = kmath::kl_inverse_weight(lam[j], eps, n): KL-Shampoo's
+  // C = Q diag(w) Q^T is out q^T.
+  virtual void kl_weight_columns(float* out, const float* q, const float* lam, int64_t n,
+                                 double eps) = 0;
+};
+
+// The ops for `backend`'s device; they run in its stream order and use its memory.
+std::unique_ptr<SoapOps> make_soap_ops(core::Backend& backend);
+
+// The implementations make_soap_ops chooses from (cpu/soap_ops.cpp, cuda/soap_ops.cu).
+std::unique_ptr<SoapOps> make_cpu_soap_ops(core::Backend& backend);
+std::unique_ptr<SoapOps> make_cuda_soap_ops(core::Backend& backend);
+
+}  // namespace optim

@@ -1,0 +1,266 @@
+// The optimizers' own device ops, CUDA against CPU (the reference): the same random inputs on
+// both, results compared. Without a device every test skips.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#include "optim/adamw/adamw_ops.h"
+#include "optim/muon/muon_ops.h"
+#include "optim/osft/osft_ops.h"
+#include "optim/soap/soap_ops.h"
+#include "tests/backend_test_data.h"
+#include "tests/cuda_vs_cpu.h"
+
+namespace optim {
+namespace {
+
+using core::test::CudaVsCpu;
+using test_data::random_vector;
+
+TEST_F(CudaVsCpu, NewtonSchulz) {
+  const auto cpu_muon = make_muon_ops(cpu()), gpu_muon = make_muon_ops(gpu());
+  NewtonSchulzSchedule ns5;
+  ns5.coefficients.assign(5, {3.4445f, -4.7750f, 2.0315f});
+  for (auto [m, n, batch] : {std::tuple<int64_t, int64_t, int64_t>{8, 20, 1}, {20, 8, 2}}) {
+    auto x = random_vector(batch * m * n, 1);
+    auto want = x;
+    cpu_muon->newton_schulz(want.data(), m, n, ns5, batch);
+    float* gx = dev().upload(x);
+    gpu_muon->newton_schulz(gx, m, n, ns5, batch);
+    EXPECT_CLOSE(dev().download(gx, batch * m * n), want, 1e-4) << "m=" << m << " n=" << n;
+  }
+}
+
+// ---- AdamW and Muon updates ---------------------------------------------------------------------
+// The same float64 element math on both devices; only FMA contraction and, for the norms, the
+// order of float64 additions may differ.
+
+TEST_F(CudaVsCpu, AdamWUpdate) {
+  const auto cpu_adamw = make_adamw_ops(cpu()), gpu_adamw = make_adamw_ops(gpu());
+  const int64_t n = 70001;
+  for (bool torch_eps : {false, true}) {
+    for (bool cautious_wd : {false, true}) {
+      auto w = random_vector(n, 1), m = random_vector(n, 2, 0.1f), g = random_vector(n, 4);
+      auto v = random_vector(n, 3, 0.1f);
+      for (float& x : v)
+        x *= x;  // a second moment is not negative
+      kmath::AdamWStep step;
+      step.beta1 = 0.9, step.beta2 = 0.95, step.eps = 1e-8;
+      const double lr = 3e-3, wd = 0.1, bc1 = 1 - 0.9 * 0.9, bc2 = 1 - 0.95 * 0.95;
+      step.step_size = torch_eps ? lr / bc1 : lr * std::sqrt(bc2) / bc1;
+      step.v_scale = torch_eps ? 1 / std::sqrt(bc2) : 1.0;
+      step.decay = cautious_wd ? 1.0 : 1.0 - lr * wd;
+      step.cautious = cautious_wd ? lr * lr * wd : 0.0;
+      float* gw = dev().upload(w);
+      float* gm = dev().upload(m);
+      float* gv = dev().upload(v);
+      gpu_adamw->update(gw, gm, gv, dev().upload(g), n, step);
+      cpu_adamw->update(w.data(), m.data(), v.data(), g.data(), n, step);
+      EXPECT_CLOSE(dev().download(gw, n), w, 1e-6) << "torch_eps=" << torch_eps;
+      EXPECT_CLOSE(dev().download(gm, n), m, 1e-6);
+      EXPECT_CLOSE(dev().download(gv, n), v, 1e-6);
+    }
+  }
+}
+
+TEST_F(CudaVsCpu, NormuonNormalizeAndCautiousUpdate) {
+  const auto cpu_muon = make_muon_ops(cpu()), gpu_muon = make_muon_ops(gpu());
+  // Tall (per-row statistics), wide (per-column), square, and a 1-row matrix.
+  for (auto [count, rows, cols] :
+       {std::tuple<int64_t, int64_t, int64_t>{2, 300, 40}, {3, 40, 300}, {1, 64, 64}, {2, 1, 9}}) {
+    const int64_t n = count * rows * cols, stats = count * std::max(rows, cols);
+    auto s = random_vector(stats, 5);
+    for (float& x : s)
+      x = 0.01f * x * x;
+    float* gs = dev().upload(s);
+    for (int t = 1; t <= 2; ++t) {  // the second step reads the second moments of the first
+      auto u = random_vector(n, 10 + t);
+      float* gu = dev().upload(u);
+      cpu_muon->normuon_normalize(u.data(), s.data(), count, rows, cols, 0.95);
+      gpu_muon->normuon_normalize(gu, gs, count, rows, cols, 0.95);
+      EXPECT_CLOSE(dev().download(gu, n), u, 1e-5) << rows << "x" << cols << " step " << t;
+      EXPECT_CLOSE(dev().download(gs, stats), s, 1e-6) << rows << "x" << cols << " step " << t;
+    }
+    auto w = random_vector(n, 6), u = random_vector(n, 7);
+    float* gw = dev().upload(w);
+    gpu_muon->cautious_update(gw, dev().upload(u), n, 0.02, 0.1);
+    cpu_muon->cautious_update(w.data(), u.data(), n, 0.02, 0.1);
+    EXPECT_CLOSE(dev().download(gw, n), w, 1e-6);
+  }
+}
+
+// ---- SOAP family
+// ---------------------------------------------------------------------------------
+
+TEST_F(CudaVsCpu, SoapKlWeights) {
+  const auto cpu_soap = make_soap_ops(cpu()), gpu_soap = make_soap_ops(gpu());
+  const int64_t n = 129;
+  auto q = random_vector(n * n, 8), lam = random_vector(n, 9, 1e-3f);
+  lam[0] = 0.0f;  // below eps: the weight uses eps
+  std::vector<float> out(n * n);
+  float* gout = dev().alloc<float>(n * n);
+  gpu_soap->kl_weight_columns(gout, dev().upload(q), dev().upload(lam), n, 1e-4);
+  cpu_soap->kl_weight_columns(out.data(), q.data(), lam.data(), n, 1e-4);
+  EXPECT_EQ(dev().download(gout, out.size()), out);
+  EXPECT_EQ(out[5 * n], q[5 * n] * static_cast<float>(1.0 / n / 1e-4));
+}
+
+TEST_F(CudaVsCpu, SoapAdam) {
+  const auto cpu_soap = make_soap_ops(cpu()), gpu_soap = make_soap_ops(gpu());
+  const int64_t n = 70001;
+  for (int mode = 0; mode < 3; ++mode) {  // raw, corrected, corrected with Nesterov
+    kmath::SoapAdamStep step;
+    step.raw = mode == 0;
+    step.nesterov = mode == 2;
+    step.beta1 = 0.9f, step.beta2 = 0.95f;
+    step.w1 = static_cast<float>(1.0 - 0.9), step.w2 = static_cast<float>(1.0 - 0.95);
+    step.eps = 1e-8f;
+    step.c1 = static_cast<float>(1 - 0.9 * 0.9 * 0.9);
+    step.c2 = static_cast<float>(1 - 0.95 * 0.95 * 0.95);
+    step.cn = static_cast<float>(1 - 0.9 * 0.9 * 0.9 * 0.9);
+    auto m = random_vector(n, 14, 0.1f), v = random_vector(n, 15, 0.1f), g = random_vector(n, 16);
+    for (float& e : v)
+      e *= e;
+    std::vector<float> d(n);
+    float* gm = dev().upload(m);
+    float* gv = dev().upload(v);
+    float* gd = dev().alloc<float>(n);
+    gpu_soap->adam(gd, gm, gv, dev().upload(g), n, step);
+    cpu_soap->adam(d.data(), m.data(), v.data(), g.data(), n, step);
+    EXPECT_CLOSE(dev().download(gm, n), m, 1e-6) << "mode " << mode;
+    EXPECT_CLOSE(dev().download(gv, n), v, 1e-6) << "mode " << mode;
+    EXPECT_CLOSE(dev().download(gd, n), d, 1e-5) << "mode " << mode;
+  }
+}
+
+TEST_F(CudaVsCpu, SoapClip) {
+  const auto cpu_soap = make_soap_ops(cpu()), gpu_soap = make_soap_ops(gpu());
+  for (int64_t n : {int64_t{1}, int64_t{4097}, (int64_t{1} << 20) + 3}) {
+    for (double max_rms : {0.5, 10.0}) {  // clipped (rms ~1), and left alone
+      auto d = random_vector(n, 30 + n);
+      float* gd = dev().upload(d);
+      gpu_soap->clip_update_rms(gd, n, max_rms);
+      cpu_soap->clip_update_rms(d.data(), n, max_rms);
+      EXPECT_CLOSE(dev().download(gd, n), d, 1e-6) << "n = " << n << ", max_rms " << max_rms;
+    }
+  }
+}
+
+// ---- OSFT
+// ----------------------------------------------------------------------------------------
+
+// Largest |got - want| / max(1, |want|) of float64 results.
+double max_rel_error_f64(const std::vector<double>& got, const std::vector<double>& want) {
+  EXPECT_EQ(got.size(), want.size());
+  double worst = 0.0;
+  for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
+    const double d = std::abs(got[i] - want[i]) / std::max(1.0, std::abs(want[i]));
+    if (!(d <= worst)) worst = d;  // NaN sticks
+  }
+  return worst;
+}
+
+// Square, wide, tall, more rows than a block has threads (the S_low gradient's reduction), k = 1.
+const std::tuple<int64_t, int64_t, int64_t> kOsftShapes[] = {
+    {32, 32, 24}, {24, 64, 12}, {64, 16, 11}, {600, 40, 13}, {7, 300, 1}};
+
+TEST_F(CudaVsCpu, OsftReconstructWholeAndRowBlock) {
+  const auto cpu_osft = make_osft_ops(cpu()), gpu_osft = make_osft_ops(gpu());
+  uint64_t seed = 900;
+  for (auto [n, m, k] : kOsftShapes) {
+    const test_data::OsftFactors f(n, m, k, seed += 10);
+    const int64_t r = f.r;
+    std::vector<float> w(n * m);
+    cpu_osft->reconstruct(w.data(), f.u_high.data(), f.s_high.data(), f.v_high.data(),
+                          f.u_low.data(), f.s_low.data(), f.v_low.data(), n, m, k, r);
+    const float* uh = dev().upload(f.u_high);
+    const float* sh = dev().upload(f.s_high);
+    const float* vh = dev().upload(f.v_high);
+    const float* ul = dev().upload(f.u_low);
+    const float* sl = dev().upload(f.s_low);
+    const float* vl = dev().upload(f.v_low);
+    float* gw = dev().alloc<float>(n * m);
+    gpu_osft->reconstruct(gw, uh, sh, vh, ul, sl, vl, n, m, k, r);
+    EXPECT_CLOSE(dev().download(gw, n * m), w, 1e-6) << n << "x" << m;
+    const int64_t begin = n / 3, rows = n - begin - 1;
+    float* block = dev().alloc<float>(rows * m);
+    gpu_osft->reconstruct(block, uh + begin * k, sh, vh, ul + begin * r, sl, vl, rows, m, k, r);
+    EXPECT_CLOSE(dev().download(block, rows * m),
+                 std::vector<float>(w.begin() + begin * m, w.begin() + (begin + rows) * m), 1e-6)
+        << n << "x" << m;
+  }
+}
+
+TEST_F(CudaVsCpu, OsftFactorGradsAccumulate) {
+  const auto cpu_osft = make_osft_ops(cpu()), gpu_osft = make_osft_ops(gpu());
+  uint64_t seed = 1000;
+  for (auto [n, m, k] : kOsftShapes) {
+    const test_data::OsftFactors f(n, m, k, seed += 10);
+    const int64_t r = f.r;
+    const auto dw = random_vector(n * m, seed + 7);
+    auto du = random_vector(n * r, seed + 8), ds = random_vector(r, seed + 9);
+    auto dv = random_vector(r * m, seed + 6);
+    float* gdu = dev().upload(du);
+    float* gds = dev().upload(ds);
+    float* gdv = dev().upload(dv);
+    const float* gdw = dev().upload(dw);
+    const float* ul = dev().upload(f.u_low);
+    const float* sl = dev().upload(f.s_low);
+    const float* vl = dev().upload(f.v_low);
+    for (int pass = 0; pass < 2; ++pass) {  // twice: the second adds to the first
+      cpu_osft->factor_grads(du.data(), ds.data(), dv.data(), dw.data(), f.u_low.data(),
+                             f.s_low.data(), f.v_low.data(), n, m, r);
+      gpu_osft->factor_grads(gdu, gds, gdv, gdw, ul, sl, vl, n, m, r);
+    }
+    EXPECT_CLOSE(dev().download(gdu, n * r), du, 1e-6) << n << "x" << m;
+    EXPECT_CLOSE(dev().download(gds, r), ds, 1e-6) << n << "x" << m;
+    EXPECT_CLOSE(dev().download(gdv, r * m), dv, 1e-6) << n << "x" << m;
+  }
+}
+
+TEST_F(CudaVsCpu, OsftProjectionsAndPartialSums) {
+  const auto cpu_osft = make_osft_ops(cpu()), gpu_osft = make_osft_ops(gpu());
+  uint64_t seed = 1100;
+  for (auto [n, m, k] : kOsftShapes) {
+    const test_data::OsftFactors f(n, m, k, seed += 10);
+    const int64_t r = f.r;
+    const float* uh = dev().upload(f.u_high);
+    const float* vh = dev().upload(f.v_high);
+    // Left: coefficients, then the update with them (the device's own coefficients, after
+    // checking them, so the update is compared on equal inputs).
+    auto x = random_vector(n * r, seed + 7);
+    float* gx = dev().upload(x);
+    std::vector<double> coeff(k * r);
+    cpu_osft->left_coefficients(coeff.data(), f.u_high.data(), x.data(), n, k, r);
+    double* gc = dev().alloc<double>(k * r);
+    gpu_osft->left_coefficients(gc, uh, gx, n, k, r);
+    EXPECT_LE(max_rel_error_f64(dev().download(gc, k * r), coeff), 1e-12) << n << "x" << m;
+    gpu().copy_from_host(gc, coeff.data(), coeff.size() * sizeof(double));
+    cpu_osft->project_left(x.data(), f.u_high.data(), coeff.data(), n, k, r);
+    gpu_osft->project_left(gx, uh, gc, n, k, r);
+    EXPECT_CLOSE(dev().download(gx, n * r), x, 1e-6) << n << "x" << m;
+    // Right, in place over the rows of [r, m].
+    auto y = random_vector(r * m, seed + 8);
+    float* gy = dev().upload(y);
+    cpu_osft->project_right(y.data(), f.v_high.data(), r, k, m);
+    gpu_osft->project_right(gy, vh, r, k, m);
+    EXPECT_CLOSE(dev().download(gy, r * m), y, 1e-6) << n << "x" << m;
+  }
+  // Partial sums add in part order on both: 1e16 + 1 - 1e16 is 0, not 1.
+  const std::vector<double> partial = {1e16, 1.0, 0.5, 1.0, 2.0, 0.25, -1e16, 3.0, 0.125};
+  std::vector<double> total(3);
+  cpu_osft->sum_partials(total.data(), partial.data(), 3, 3);
+  double* gt = dev().alloc<double>(3);
+  gpu_osft->sum_partials(gt, dev().upload(partial), 3, 3);
+  const std::vector<double> got = dev().download(gt, 3);
+  EXPECT_EQ(got, total);
+  EXPECT_EQ(got[0], 0.0);
+}
+
+}  // namespace
+}  // namespace optim
