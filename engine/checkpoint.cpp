@@ -14,6 +14,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include "core/check.h"
@@ -305,6 +307,16 @@ void check_manifest_checksum(const std::string& path, const std::string& text) {
                                     actual + ", its " + kChecksumKey + " line says " + saved);
 }
 
+// Larger than any tensor a checkpoint holds (2^40 elements, 4 TiB in f32); beyond it a
+// shape's element count is refused before any arithmetic on it can overflow.
+constexpr int64_t kMaxTensorElements = int64_t{1} << 40;
+
+// A name that stays inside a folder: not empty, no separator, not "." or "..", no NUL.
+bool is_plain_file_name(const std::string& name) {
+  return !name.empty() && name != "." && name != ".." &&
+         name.find_first_of(std::string("/\\\0", 3)) == std::string::npos;
+}
+
 // The manifest's own numbers must agree with each other and with the folder's name.
 void check_manifest_consistency(const std::string& path, const std::string& folder,
                                 const Manifest& m) {
@@ -340,6 +352,39 @@ void check_manifest_consistency(const std::string& path, const std::string& fold
     if (value < 0 || (key.ends_with("/step") && value > m.step))
       refuse("optimizer counter " + key + " = " + std::to_string(value) + " is outside [0, step " +
              std::to_string(m.step) + "]");
+
+  // A manifest is read from files others share: its file entries may only name files inside
+  // the checkpoint folder, and its slices may only describe ranges inside their tensors, before
+  // anything is opened or copied.
+  std::set<std::string> files;
+  for (const FileInfo& f : m.files) {
+    if (!is_plain_file_name(f.file))
+      refuse("file entry '" + f.file +
+             "' is not a plain file name inside the checkpoint folder (no separators, no '..')");
+    files.insert(f.file);
+  }
+  std::map<std::string, const core::Shape*> shapes;
+  for (const SliceInfo& s : m.slices) {
+    const std::string what = "slice of tensor '" + s.name + "' in '" + s.file + "'";
+    if (!files.count(s.file)) refuse(what + ": the file is not among the manifest's files");
+    const int rank = static_cast<int>(s.global_shape.size());
+    if (s.dim < 0 || s.dim >= std::max(rank, 1))
+      refuse(what + ": dim " + std::to_string(s.dim) + " of a " + std::to_string(rank) +
+             "-dimensional tensor");
+    int64_t numel = 1;
+    for (int64_t d : s.global_shape)
+      if (d < 0 || __builtin_mul_overflow(numel, d, &numel) || numel > kMaxTensorElements)
+        refuse(what + ": shape " + core::shape_str(s.global_shape) + " is not a tensor shape");
+    const int64_t extent = rank == 0 ? 1 : s.global_shape[s.dim];
+    if (s.begin < 0 || s.begin > s.end || s.end > extent)
+      refuse(what + ": range [" + std::to_string(s.begin) + ", " + std::to_string(s.end) +
+             ") along dim " + std::to_string(s.dim) + " is outside [0, " + std::to_string(extent) +
+             ")");
+    auto [it, fresh] = shapes.emplace(s.name, &s.global_shape);
+    if (!fresh && *it->second != s.global_shape)
+      refuse(what + ": shape " + core::shape_str(s.global_shape) + ", another slice says " +
+             core::shape_str(*it->second));
+  }
 }
 
 }  // namespace
@@ -419,7 +464,12 @@ void verify_checkpoint(const std::string& dir) {
                    " files for world size " + std::to_string(m.world_size));
   for (const auto& f : m.files) {
     const std::string path = (fs::path(dir) / f.file).string();
-    ENGINE_CHECK(fs::exists(path), "checkpoint file " + path + " is missing");
+    std::error_code ec;
+    const fs::file_status st = fs::symlink_status(path, ec);
+    ENGINE_CHECK(fs::exists(st), "checkpoint file " + path + " is missing");
+    // A link could lead out of the folder; a FIFO or a device would block or never end.
+    ENGINE_CHECK(fs::is_regular_file(st), "checkpoint " + dir + ": entry '" + f.file +
+                                              "' is not a regular file (a link, FIFO or device)");
     const uint64_t bytes = fs::file_size(path);
     ENGINE_CHECK(bytes == f.bytes, "checkpoint file " + path + " has " + std::to_string(bytes) +
                                        " bytes, the manifest says " + std::to_string(f.bytes));
@@ -513,6 +563,14 @@ void CheckpointReader::read(const std::string& name, int dim, int64_t begin,
                                 [](char c) { return c != 0; }))
       continue;
     core::Tensor src = reader(s->file).read(name);
+    // The tensor in the file must be exactly the slice the manifest describes, before a byte
+    // of it is copied.
+    core::Shape expected = global;
+    if (!expected.empty()) expected[s->dim] = s->end - s->begin;
+    ENGINE_CHECK(src.shape() == expected && src.dtype() == core::DType::F32,
+                 what + ": " + s->file + " holds " + src.str() + " for the slice [" +
+                     std::to_string(s->begin) + ", " + std::to_string(s->end) + ") along dim " +
+                     std::to_string(s->dim) + ", which is " + core::shape_str(expected));
     const float* sp = src.data<float>();
     const int64_t src_rows = s_end - s_begin, dst_rows = end - begin;
     for (int64_t o = 0; o < outer; ++o)

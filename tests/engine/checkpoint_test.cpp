@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 #include <filesystem>
 
@@ -257,6 +258,77 @@ TEST_F(CheckpointTest, InconsistentManifestRefusedByName) {
   fs::rename(dir, root_ + "/step_00000009");
   msg = error_of([&] { engine::resolve_resume(root_, "auto"); });
   EXPECT_NE(msg.find("step 20 but the folder is step_00000009"), std::string::npos) << msg;
+}
+
+// A manifest is untrusted input (checkpoints are shared): its checksum is no signature, so each
+// hostile edit below is re-hashed, and each must be refused before any file is opened or any
+// byte copied, naming the checkpoint and the entry.
+TEST_F(CheckpointTest, ManifestFileEntriesStayInsideTheFolder) {
+  fs::create_directories(root_);
+  std::ofstream(root_ + "/outside.safetensors") << "not a checkpoint";
+  for (const std::string& bad :
+       {std::string("../outside.safetensors"), std::string("../../../outside.safetensors"),
+        root_ + "/outside.safetensors", std::string("sub/rank_00001.safetensors"),
+        std::string("..")}) {
+    const std::string dir = save(20);
+    rewrite_manifest(dir, "file: rank_00001.safetensors", "file: \"" + bad + "\"");
+    const std::string msg = error_of([&] { engine::CheckpointReader reader(dir); });
+    EXPECT_NE(msg.find("file entry '" + bad + "' is not a plain file name"), std::string::npos)
+        << bad << ": " << msg;
+  }
+  // A slice naming a file the manifest does not list.
+  const std::string dir = save(20);
+  rewrite_manifest(dir, "name: b, file: rank_00000.safetensors",
+                   "name: b, file: other.safetensors");
+  const std::string msg = error_of([&] { engine::CheckpointReader reader(dir); });
+  EXPECT_NE(msg.find("slice of tensor 'b' in 'other.safetensors': the file is not among the "
+                     "manifest's files"),
+            std::string::npos)
+      << msg;
+}
+
+TEST_F(CheckpointTest, ManifestSlicesStayInsideTheirTensors) {
+  struct Case {
+    std::string from, to, expect;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"begin: 2, end: 5", "begin: 2, end: 100000",
+            "range [2, 100000) along dim 0 is outside [0, 5)"},
+           {"begin: 2, end: 5", "begin: -100000, end: 5", "range [-100000, 5) along dim 0"},
+           {"begin: 2, end: 5", "begin: 4, end: 3", "range [4, 3) along dim 0"},
+           {"dim: 1, begin: 0, end: 1", "dim: 7, begin: 0, end: 1",
+            "dim 7 of a 2-dimensional tensor"},
+           {"shape: [5, 3]", "shape: [4294967296, 4294967296]", "is not a tensor shape"},
+           {"shape: [5, 3]", "shape: [5, -3]", "is not a tensor shape"},
+           {"shape: [5, 3]", "shape: [6, 3]", "another slice says [6, 3]"}}) {
+    const std::string dir = save(20);
+    rewrite_manifest(dir, c.from, c.to);
+    const std::string msg = error_of([&] { engine::CheckpointReader reader(dir); });
+    EXPECT_NE(msg.find(c.expect), std::string::npos) << c.to << ": " << msg;
+    EXPECT_NE(msg.find(dir), std::string::npos) << msg;
+  }
+  // In range, but not the tensor the file holds: refused before a row is copied.
+  const std::string dir = save(20);
+  rewrite_manifest(dir, "begin: 0, end: 2", "begin: 0, end: 3");
+  engine::CheckpointReader reader(dir);
+  const std::string msg = error_of([&] { reader.read_full("a"); });
+  EXPECT_NE(msg.find("rank_00000.safetensors holds f32[2, 3]"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("which is [3, 3]"), std::string::npos) << msg;
+}
+
+TEST_F(CheckpointTest, RankFileThatIsNoRegularFileIsRefused) {
+  const std::string dir = save(20);
+  const std::string rank_file = dir + "/rank_00001.safetensors";
+  fs::remove(rank_file);
+  ASSERT_EQ(mkfifo(rank_file.c_str(), 0600), 0);
+  std::string msg = error_of([&] { engine::verify_checkpoint(dir); });
+  EXPECT_NE(msg.find("entry 'rank_00001.safetensors' is not a regular file"), std::string::npos)
+      << msg;
+  fs::remove(rank_file);
+  fs::create_symlink("/dev/zero", rank_file);
+  msg = error_of([&] { engine::verify_checkpoint(dir); });
+  EXPECT_NE(msg.find("entry 'rank_00001.safetensors' is not a regular file"), std::string::npos)
+      << msg;
 }
 
 TEST_F(CheckpointTest, MissingPathAndFolderOfCheckpointsAreNamed) {
