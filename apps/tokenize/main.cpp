@@ -182,8 +182,11 @@ int run_shards(const Options& opt) {
   // One tokenizer per thread: each keeps its own piece cache, so the threads share nothing.
   std::vector<std::unique_ptr<data::Gpt2Tokenizer>> tokenizers(static_cast<size_t>(threads));
   {
+    // The first on this thread, so that a missing or bad vocabulary is an error message here,
+    // not an exception ending a loading thread (std::terminate); the rest load in parallel.
+    tokenizers[0] = std::make_unique<data::Gpt2Tokenizer>(opt.vocab);
     std::vector<std::thread> loading;
-    for (int t = 0; t < threads; ++t)
+    for (int t = 1; t < threads; ++t)
       loading.emplace_back(
           [&, t] { tokenizers[t] = std::make_unique<data::Gpt2Tokenizer>(opt.vocab); });
     for (std::thread& th : loading)

@@ -277,4 +277,18 @@ TEST_F(TokenizeCli, ProgressLinesAndUsageErrors) {
       << r.out;
 }
 
+// Run outside the repository root, the default vocabulary (data/tokenizer) is missing: a clear
+// error naming the file and the fix, exit status 1, not an uncaught exception (SIGABRT).
+TEST_F(TokenizeCli, MissingVocabularyIsAnErrorNotAnAbort) {
+  const std::string input = write("doc.txt", "some text");
+  for (const char* threads : {"1", "2"}) {
+    const Result r = run("cd " + dir_.string() + " && " + TOKENIZE_BIN + " --threads " + threads +
+                         " --output " + (dir_ / "p").string() + " " + input + " 2>&1");
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_NE(r.out.find("tokenizer: cannot open 'data/tokenizer/encoder.json'"), std::string::npos)
+        << r.out;
+    EXPECT_EQ(r.out.find("terminate called"), std::string::npos) << r.out;
+  }
+}
+
 }  // namespace
