@@ -29,6 +29,9 @@
 
 namespace engine {
 
+// Micro-steps per optimizer step beyond which a batch plan is refused as absurd.
+constexpr int64_t kMaxMicroSteps = 4096;
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -113,6 +116,16 @@ Trainer::Trainer(Config config, comm::Communicator& control, comm::Communicator&
                                         "world size " + std::to_string(W));
   const int64_t rows_per_rank = batch_rows / W;
   grad_accum_ = (rows_per_rank + config_.train.micro_batch - 1) / config_.train.micro_batch;
+  // A plan this far beyond any real batch is a typo (a step would run for hours with no line
+  // printed): refused at once with its numbers.
+  ENGINE_CHECK(grad_accum_ <= kMaxMicroSteps,
+               "config error: " + source +
+                   ": key 'train.batch_tokens' = " + std::to_string(config_.train.batch_tokens) +
+                   " gives " + std::to_string(rows_per_rank) + " sequences per rank per step, " +
+                   std::to_string(grad_accum_) + " micro-steps of train.micro_batch = " +
+                   std::to_string(config_.train.micro_batch) + " (at most " +
+                   std::to_string(kMaxMicroSteps) +
+                   "): lower train.batch_tokens or raise train.micro_batch");
   while (rows_per_rank % grad_accum_ != 0)
     ++grad_accum_;
   micro_rows_ = rows_per_rank / grad_accum_;
@@ -182,6 +195,13 @@ Trainer::Trainer(Config config, comm::Communicator& control, comm::Communicator&
     lo.shuffle = config_.data.shuffle;
     lo.vocab_size = config_.model.vocab_size;
     loader_ = std::make_unique<data::DataLoader>(lo);
+    // Fewer sequences than one batch: every step would repeat the same data.
+    ENGINE_CHECK(loader_->sequences_per_epoch() >= batch_rows,
+                 "config error: " + source + ": key 'data.train' = " + config_.data.train +
+                     " holds " + std::to_string(loader_->sequences_per_epoch()) + " sequences of " +
+                     std::to_string(T) + " tokens, fewer than one batch of " +
+                     std::to_string(batch_rows) +
+                     " (train.batch_tokens = " + std::to_string(config_.train.batch_tokens) + ")");
   }
   if (with_val_data) {
     data::ValOptions vo;

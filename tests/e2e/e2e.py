@@ -466,6 +466,12 @@ def case_bad_configs(env):
     expect(2, ["train.batch_tokens=96", "model.seq_len=32"], "'train.batch_tokens'",
            "not divisible by the world size 2")
     expect(1, ["data.train=/nonexistent/x_*.bin"], "/nonexistent/x_*.bin")
+    # Plans refused before any work: an absurd batch (it used to plan 7.8e9 micro-steps and sit
+    # silent) and a batch larger than the training data (every step would repeat it).
+    expect(1, ["train.batch_tokens=1000000000000"], "'train.batch_tokens' = 1000000000000",
+           "7812500000 micro-steps", "(at most 4096)")
+    expect(1, ["train.batch_tokens=1024000", "train.micro_batch=64"], "key 'data.train'",
+           "fewer than one batch of 32000")
     print("every bad config was refused with its message")
 
 
