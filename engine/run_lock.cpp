@@ -4,6 +4,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -14,14 +15,33 @@
 
 namespace engine {
 
+namespace {
+
+// The folders as created, each once: two names of one folder (log.dir equal to checkpoint.dir,
+// or a path and its symlink) share one lock file, and a second flock of it from this process
+// would wait on the first.
+std::vector<std::string> distinct_folders(const std::vector<std::string>& dirs) {
+  std::vector<std::string> out;
+  std::vector<std::filesystem::path> seen;
+  for (const auto& dir : dirs) {
+    std::filesystem::create_directories(dir);
+    const std::filesystem::path real = std::filesystem::canonical(dir);
+    if (std::find(seen.begin(), seen.end(), real) != seen.end()) continue;
+    seen.push_back(real);
+    out.push_back(dir);
+  }
+  return out;
+}
+
+}  // namespace
+
 RunLock::RunLock(const std::vector<std::string>& dirs, Mode mode, double wait_seconds)
-    : dirs_(dirs) {
+    : dirs_(distinct_folders(dirs)) {
   const int op = (mode == Mode::Exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB;
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::duration<double>(std::max(wait_seconds, 0.0));
   try {
     for (const auto& dir : dirs_) {
-      std::filesystem::create_directories(dir);
       const std::string path = (std::filesystem::path(dir) / ".engine.lock").string();
       int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
       ENGINE_CHECK(fd >= 0, "cannot open the run lock " + path + ": " + std::strerror(errno));

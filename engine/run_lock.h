@@ -15,8 +15,9 @@ namespace engine {
 class RunLock {
  public:
   enum class Mode { Exclusive, Shared };
-  // Locks each folder (created if missing), waiting up to `wait_seconds` for other holders;
-  // throws core::Error naming the folder when they do not go away.
+  // Locks each folder (created if missing; a folder named twice, e.g. log.dir equal to
+  // checkpoint.dir, is locked once), waiting up to `wait_seconds` for other holders; throws
+  // core::Error naming the folder when they do not go away.
   RunLock(const std::vector<std::string>& dirs, Mode mode, double wait_seconds);
   ~RunLock();
   RunLock(const RunLock&) = delete;

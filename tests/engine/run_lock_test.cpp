@@ -55,3 +55,16 @@ TEST(RunLock, LocksEveryFolderAndCreatesIt) {
   EXPECT_TRUE(fs::is_directory(b));
   EXPECT_THROW(RunLock({b}, RunLock::Mode::Shared, 0.05), core::Error);
 }
+
+// log.dir equal to checkpoint.dir (or one folder under two names) is one folder to lock: the run
+// used to wait on its own lock for 60 s and then blame "another engine run".
+TEST(RunLock, OneFolderNamedTwiceIsLockedOnce) {
+  const std::string a = fresh_dir("same");
+  const auto start = std::chrono::steady_clock::now();
+  {
+    RunLock lock({a, a + "/", a + "/../same"}, RunLock::Mode::Exclusive, 1.0);
+    lock.downgrade();
+    RunLock rank1({a, a}, RunLock::Mode::Shared, 1.0);
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(500));
+}
