@@ -412,6 +412,9 @@ void validate_config(const Config& c) {
   if (c.train.val_tokens < c.model.seq_len)
     fail("train.val_tokens", "must be at least model.seq_len = " + std::to_string(c.model.seq_len));
   if (c.train.warmup_steps < 0) fail("train.warmup_steps", "must be >= 0");
+  if (!(c.train.diverge_loss_factor == 0 || c.train.diverge_loss_factor > 1))
+    fail("train.diverge_loss_factor", "must be 0 (off) or above 1");
+  if (c.train.diverge_zero_grad_steps < 0) fail("train.diverge_zero_grad_steps", "must be >= 0");
   if (c.zero.stage < 1 || c.zero.stage > 3) fail("zero.stage", "must be 1, 2 or 3");
   if (c.zero.bucket_mb < 0) fail("zero.bucket_mb", "must be >= 0");
   if (c.zero.progress != "thread" && c.zero.progress != "poll")

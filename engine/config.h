@@ -71,6 +71,12 @@ inline constexpr bool kOptional = false;
     "validation tokens per evaluation (the first tokens of the val shards)")                       \
   F(train, double, target_val_loss, "target_val_loss", 0.0, kOptional,                             \
     "stop when val_loss <= this and report the time to reach it (0 = off)")                        \
+  F(train, double, diverge_loss_factor, "diverge_loss_factor", 4.0, kOptional,                     \
+    "stop (exit 3, nothing saved) when the train loss exceeds this times the run's lowest "        \
+    "(0 = off)")                                                                                   \
+  F(train, int64_t, diverge_zero_grad_steps, "diverge_zero_grad_steps", 3, kOptional,              \
+    "stop (exit 3, nothing saved) after this many steps in a row with a gradient norm "            \
+    "of exactly 0 (0 = off)")                                                                      \
   F(train, int64_t, warmup_steps, "warmup_steps", 0, kOptional,                                    \
     "untimed warm-up forward/backward passes before step 1 (no update)")                           \
   F(train, std::string, init_from, "init_from", "", kOptional,                                     \

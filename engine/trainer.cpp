@@ -87,6 +87,7 @@ Trainer::Trainer(Config config, comm::Communicator& control, comm::Communicator&
       comm_(control),
       tensors_(tensors),
       backend_(backend),
+      health_(config_.train.diverge_loss_factor, config_.train.diverge_zero_grad_steps),
       schedule_(config_.train.steps, config_.train.lr_warmup_steps, config_.train.lr_cooldown_frac,
                 config_.train.lr_floor, parse_decay_shape(config_.train.lr_schedule)) {
   const int W = comm_.size();
@@ -290,10 +291,7 @@ StepRecord Trainer::train_step() {
   // and clips them together.
   const double mean = 1.0 / static_cast<double>(grad_accum_ * comm_.size());
   const double grad_norm = zero_->grad_norm() * mean;
-  if (!std::isfinite(loss) || !std::isfinite(grad_norm))
-    ENGINE_FAIL("step " + std::to_string(step_ + 1) + ": the training loss is " +
-                double_text(loss) + " and the gradient norm " + double_text(grad_norm) +
-                ": stopping (no checkpoint is written for this step; the last good one is kept)");
+  health_.check(step_ + 1, loss, grad_norm);
   float clip = 1.0f;
   if (config_.train.grad_clip > 0 && grad_norm > config_.train.grad_clip)
     clip = static_cast<float>(config_.train.grad_clip / (grad_norm + 1e-6));
@@ -588,7 +586,13 @@ TrainSummary Trainer::run() {
     }
     if (metrics) metrics->write(r);
     const bool periodic = config_.checkpoint.every > 0 && step_ % config_.checkpoint.every == 0;
-    const bool saved = periodic || ((last || stop) && config_.checkpoint.at_end);
+    bool saved = periodic || ((last || stop) && config_.checkpoint.at_end);
+    // A step whose gradient norm is exactly 0 may be a dead model the health check will stop
+    // in a step or two: it is not saved, so rotation cannot drop good checkpoints for it.
+    if (saved && health_.suspect()) {
+      spdlog::warn("step {}: checkpoint skipped: the gradient norm is exactly 0", step_);
+      saved = false;
+    }
     if (saved) {
       summary.last_checkpoint = save_checkpoint();
       spdlog::info("checkpoint saved: {}", summary.last_checkpoint);

@@ -23,6 +23,7 @@
 #include "engine/config.h"
 #include "engine/lr_schedule.h"
 #include "engine/metrics.h"
+#include "engine/training_health.h"
 #include "engine/zero_state.h"
 #include "model/gpt.h"
 #include "optim/optimizer_set.h"
@@ -107,6 +108,7 @@ class Trainer {
   std::unique_ptr<comm::ShardingPlan> plan_;
   std::unique_ptr<data::DataLoader> loader_;
   std::unique_ptr<data::ValLoader> val_loader_;
+  TrainingHealth health_;
   LrSchedule schedule_;
   std::unique_ptr<ZeroState> zero_;
   std::unique_ptr<OsftReparam> osft_;  // OSFT factors beside the model (null without targets)

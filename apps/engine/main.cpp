@@ -45,6 +45,7 @@
 #include "engine/run_lock.h"
 #include "engine/stop_signal.h"
 #include "engine/trainer.h"
+#include "engine/training_health.h"
 #include "model/hf_gpt2.h"
 #include "model/weights_io.h"
 
@@ -504,6 +505,10 @@ int run(int argc, char** argv, const comm::MpiSession& session, comm::Communicat
     } catch (const engine::StoppedBySignal& stopped) {
       spdlog::info("{}: exiting with status {}", stopped.what(), stopped.exit_status());
       return stopped.exit_status();
+    } catch (const engine::TrainingDiverged& diverged) {
+      // Every rank reached the same verdict from the same global values: one line, no abort.
+      if (world.rank() == 0) spdlog::error("{}", diverged.what());
+      return engine::TrainingDiverged::kExitStatus;
     }
     return 0;
   }

@@ -551,6 +551,28 @@ def case_nan_stops(env):
         print("%s: %s; checkpoints kept: %s" % (name, m.group(0), ckpts))
 
 
+def case_diverged_stops(env):
+    """A model that died (AdamW at lr 1e6) ends the run with exit status 3 and one line naming
+    the step and the key; no step of the dead model is saved, so the good checkpoints stay and
+    rotation never replaces them with dead ones (TrainingHealth.* checks each rule on its own)."""
+    adamw = "optim=[{params: ['*'], optimizer: adamw, lr: %s}]"
+    sets = ["checkpoint.every=2", "checkpoint.keep=2"]
+    _, d = env.run(2, "run", sets + ["train.steps=4", adamw % "0.01"])
+    p, _ = env.run(2, "run", sets + ["train.steps=20", "checkpoint.resume=auto",
+                                     adamw % "1.0e+6"], expect_ok=False)
+    check(p.returncode == 3, "exit status %d, expected 3" % p.returncode)
+    # The update of step 5 kills the model: from step 6 every output is uniform (loss ln 256)
+    # and every gradient exactly 0; step 6 is not saved and step 8 stops the run.
+    out = p.stdout + p.stderr
+    lines = [l for l in out.splitlines() if "train.diverge_" in l]
+    check(len(lines) == 1, "expected one divergence line, got:\n%s" % out[-3000:])
+    check(lines[0].startswith("step 8: the gradient norm has been exactly 0 for 3 steps"), lines[0])
+    check("step 6: checkpoint skipped: the gradient norm is exactly 0" in out, out[-3000:])
+    ckpts = sorted(c for c in os.listdir(os.path.join(d, "ckpt")) if c.startswith("step_"))
+    check(ckpts == ["step_00000002", "step_00000004"], "checkpoints after the stop: %s" % ckpts)
+    print("%s (exit 3); checkpoints kept: %s" % (lines[0], ckpts))
+
+
 def read_safetensors(path):
     """{name: (dtype, shape, raw bytes)} and the metadata of a safetensors file."""
     with open(path, "rb") as f:
@@ -922,6 +944,7 @@ CASES = {
     "log_file": case_log_file,
     "plot": case_plot,
     "device_collectives_mpi": case_device_collectives_mpi,
+    "diverged_stops": case_diverged_stops,
 }
 
 

@@ -235,7 +235,8 @@ TEST(Config, KeyListIsLocked) {
       "data.val data.shuffle train.seed train.steps train.batch_tokens train.micro_batch "
       "train.grad_clip train.lr_schedule train.lr_warmup_steps train.lr_cooldown_frac "
       "train.lr_floor train.eval_every train.val_tokens train.target_val_loss "
-      "train.warmup_steps train.init_from zero.stage zero.overlap zero.bucket_mb "
+      "train.diverge_loss_factor train.diverge_zero_grad_steps train.warmup_steps train.init_from "
+      "zero.stage zero.overlap zero.bucket_mb "
       "zero.progress zero.sparse_rows checkpoint.dir checkpoint.every checkpoint.at_end "
       "checkpoint.keep checkpoint.resume checkpoint.overwrite checkpoint.on_signal "
       "comm.timeout_s comm.device_collectives log.dir log.every log.metrics log.peak_gflops ");
