@@ -1,4 +1,4 @@
-// The CPU backend's attention family (backend.h). Head layout, rotary positions and causal
+// The CPU backend's attention family (core/ops/attention.h). Head layout, rotary positions and causal
 // attention, forward and backward (cpu_kernels.h).
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/cpu_kernels.h"

@@ -1,4 +1,4 @@
-// The CPU backend's classifier family (backend.h). The fused softmax cross-entropy and the loss
+// The CPU backend's classifier family (core/ops/classifier.h). The fused softmax cross-entropy and the loss
 // reductions (cpu_kernels.h).
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/cpu_kernels.h"

@@ -1,4 +1,4 @@
-// The CPU backend's embedding family (backend.h). Token and position embeddings, forward and
+// The CPU backend's embedding family (core/ops/embedding.h). Token and position embeddings, forward and
 // backward (cpu_kernels.h).
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/cpu_kernels.h"

@@ -1,4 +1,4 @@
-// The CPU backend's gemm family (backend.h). GEMM through OpenBLAS (cpu_gemm.h), and the bias add
+// The CPU backend's gemm family (core/ops/gemm.h). GEMM through OpenBLAS (cpu_gemm.h), and the bias add
 // and its gradient.
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/cpu_gemm.h"

@@ -1,4 +1,4 @@
-// The CPU backend's linalg family (backend.h). QR, eigh and SVD through LAPACKE (cpu_linalg.h),
+// The CPU backend's linalg family (core/ops/linalg.h). QR, eigh and SVD through LAPACKE (cpu_linalg.h),
 // single, batched and as lists, and the column permutations and signs of their results
 // (kernel_math.h per column).
 #include <algorithm>

@@ -1,4 +1,4 @@
-// The CPU backend's memory family (backend.h). Host/device copies (plain memcpy on the host),
+// The CPU backend's memory family (core/ops/memory.h). Host/device copies (plain memcpy on the host),
 // fills, block copies and the identity.
 #include <algorithm>
 #include <cstring>

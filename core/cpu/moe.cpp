@@ -1,4 +1,4 @@
-// The CPU backend's moe family (backend.h). MoE routing and the row gather/scatter of its dispatch
+// The CPU backend's moe family (core/ops/moe.h). MoE routing and the row gather/scatter of its dispatch
 // (cpu_kernels.h).
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/cpu_kernels.h"

@@ -1,4 +1,4 @@
-// The CPU backend's norms family (backend.h). LayerNorm, RMSNorm and the row softmax, forward and
+// The CPU backend's norms family (core/ops/norms.h). LayerNorm, RMSNorm and the row softmax, forward and
 // backward (cpu_kernels.h).
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/cpu_kernels.h"

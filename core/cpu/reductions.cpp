@@ -1,4 +1,4 @@
-// The CPU backend's reductions family (backend.h). Float64 sums of squares and column dot products.
+// The CPU backend's reductions family (core/ops/reductions.h). Float64 sums of squares and column dot products.
 // The in-order forms run in index order, so their results are the bits of a host loop.
 #include <span>
 

@@ -9,7 +9,7 @@
 //
 // Tensors allocated from allocator() must be freed before the backend is destroyed.
 //
-// The implementation is split by op family, as backend.h groups the ops: cuda_backend.cu (the
+// The implementation is split by op family, as core/ops/ groups the ops: cuda_backend.cu (the
 // device, streams, handles, errors), memory.cu, gemm.cu, elementwise.cu, norms.cu, embedding.cu,
 // attention.cu, classifier.cu, moe.cu, reductions.cu, linalg.cu; cuda_reduce.cuh holds the
 // deterministic reductions several families share.

@@ -1,4 +1,4 @@
-// The CUDA backend's elementwise family (backend.h): kernel_math.h per element in grid-stride
+// The CUDA backend's elementwise family (core/ops/elementwise.h): kernel_math.h per element in grid-stride
 // loops, the same functions the CPU backend runs.
 #include <cuda_runtime.h>
 

@@ -1,4 +1,4 @@
-// The CUDA backend's GEMM family (backend.h): cuBLAS GEMM (row-major through the column-major
+// The CUDA backend's GEMM family (core/ops/gemm.h): cuBLAS GEMM (row-major through the column-major
 // library by swapping the operands), and the bias add and its gradient (a fixed-order column sum).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>

@@ -1,4 +1,5 @@
-// QR, symmetric eigendecomposition and SVD through cuSOLVER.
+// The CUDA backend's linalg family (core/ops/linalg.h): QR, symmetric eigendecomposition and SVD
+// through cuSOLVER.
 //
 // cuSOLVER is column-major; our matrices are row-major. A row-major [m, n] buffer read as
 // column-major with leading dimension n is the [n, m] matrix A^T. Each op below states which

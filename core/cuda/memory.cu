@@ -1,4 +1,4 @@
-// The CUDA backend's memory family (backend.h): copies between host and device and on the device,
+// The CUDA backend's memory family (core/ops/memory.h): copies between host and device and on the device,
 // fills, block copies and the identity, all in stream order.
 #include <cuda_runtime.h>
 

@@ -1,4 +1,4 @@
-// The CUDA backend's MoE family (backend.h): top-k routing, the router backward, and the row
+// The CUDA backend's MoE family (core/ops/moe.h): top-k routing, the router backward, and the row
 // gather/scatter of the dispatch; scattered rows are added in order (no atomics).
 #include <cuda_runtime.h>
 #include <cub/block/block_scan.cuh>

@@ -1,4 +1,4 @@
-// The CUDA backend's norms family (backend.h): LayerNorm, RMSNorm and the row softmax, one block
+// The CUDA backend's norms family (core/ops/norms.h): LayerNorm, RMSNorm and the row softmax, one block
 // per row; the LayerNorm parameter gradients are fixed-order column sums.
 #include <cuda_runtime.h>
 

@@ -1,9 +1,9 @@
-// resolve_gemm_args (declared in backend.h): the one argument check both backends' GEMMs share.
+// resolve_gemm_args (core/ops/gemm.h): the one argument check both backends' GEMMs share.
 #include <algorithm>
 #include <string>
 
-#include "core/backend.h"
 #include "core/check.h"
+#include "core/ops/gemm.h"
 
 namespace core {
 

@@ -1,0 +1,43 @@
+// Op family: Causal multi-head attention: head split and merge, rotary positions, the attention
+// core. A part of the Backend interface (core/backend.h: the conventions for pointers, shapes and
+// accumulation); implemented per device in core/cpu/attention.cpp and core/cuda/attention.cu.
+#pragma once
+
+#include <cstdint>
+
+namespace core {
+
+class AttentionOps {
+ public:
+  virtual ~AttentionOps() = default;
+
+  // qkv [B, T, 3, H, hd] (the output of the fused QKV projection) -> q, k, v each [B, H, T, hd].
+  virtual void split_heads(float* q, float* k, float* v, const float* qkv, int64_t B, int64_t T,
+                           int64_t H, int64_t hd) = 0;
+  virtual void split_heads_backward(float* dqkv, const float* dq, const float* dk, const float* dv,
+                                    int64_t B, int64_t T, int64_t H, int64_t hd) = 0;
+  // a [B, H, T, hd] -> out [B, T, H*hd], and back.
+  virtual void merge_heads(float* out, const float* a, int64_t B, int64_t T, int64_t H,
+                           int64_t hd) = 0;
+  virtual void merge_heads_backward(float* da, const float* dout, int64_t B, int64_t T, int64_t H,
+                                    int64_t hd) = 0;
+  // Rotary embedding on x [BH, T, hd], in place allowed: for position t, half = hd/2,
+  // inv_j = base^(-j/half), pairs (x_j, x_{j+half}) rotated by angle t*inv_j:
+  // x_j' = x_j cos + x_{j+half} sin, x_{j+half}' = -x_j sin + x_{j+half} cos.
+  // The backward applies the transposed rotation to dout and accumulates into dinp.
+  virtual void rotary_forward(float* out, const float* inp, int64_t BH, int64_t T, int64_t hd,
+                              float base) = 0;
+  virtual void rotary_backward(float* dinp, const float* dout, int64_t BH, int64_t T, int64_t hd,
+                               float base) = 0;
+  // out = softmax(q k^T * scale + causal mask) v for BH heads of [T, hd]; saves the
+  // probabilities att [BH, T, T] (entries above the diagonal are zero).
+  virtual void attention_forward(float* out, float* att, const float* q, const float* k,
+                                 const float* v, int64_t BH, int64_t T, int64_t hd,
+                                 float scale) = 0;
+  // datt is scratch [BH, T, T]; dq, dk, dv accumulate.
+  virtual void attention_backward(float* dq, float* dk, float* dv, float* datt, const float* dout,
+                                  const float* att, const float* q, const float* k, const float* v,
+                                  int64_t BH, int64_t T, int64_t hd, float scale) = 0;
+};
+
+}  // namespace core

@@ -1,0 +1,29 @@
+// Op family: Elementwise arithmetic and activations over n contiguous floats.
+// A part of the Backend interface (core/backend.h: the conventions for pointers, shapes and
+// accumulation); implemented per device in core/cpu/elementwise.cpp and core/cuda/elementwise.cu.
+#pragma once
+
+#include <cstdint>
+
+namespace core {
+
+class ElementwiseOps {
+ public:
+  virtual ~ElementwiseOps() = default;
+
+  virtual void add(float* out, const float* a, const float* b, int64_t n) = 0;    // in place ok
+  virtual void scale(float* x, float alpha, int64_t n) = 0;                       // x *= alpha
+  virtual void axpby(float* y, float a, const float* x, float b, int64_t n) = 0;  // y = a x + b y
+  // a <- torch.lerp(a, b, w) over n elements, in float (kmath::lerp).
+  virtual void lerp(float* a, const float* b, float w, int64_t n) = 0;
+  // y <- y + a x over n elements, in float (kmath::add_scaled); x may equal y.
+  virtual void add_scaled(float* y, float a, const float* x, int64_t n) = 0;
+  // GELU, tanh form: 0.5 u (1 + tanh(sqrt(2/pi) (u + 0.044715 u^3))).
+  virtual void gelu_forward(float* out, const float* inp, int64_t n) = 0;
+  virtual void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) = 0;
+  // ReLU^2: max(u, 0)^2.
+  virtual void relu2_forward(float* out, const float* inp, int64_t n) = 0;
+  virtual void relu2_backward(float* dinp, const float* inp, const float* dout, int64_t n) = 0;
+};
+
+}  // namespace core

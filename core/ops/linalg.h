@@ -1,0 +1,66 @@
+// Op family: Dense linear algebra: thin QR, symmetric eigendecomposition and SVD of one matrix, a
+// batch of equal shape, or a list of any shapes solved together; and the column bookkeeping of
+// eigenbases. A part of the Backend interface (core/backend.h: the conventions for pointers, shapes
+// and accumulation); implemented per device in core/cpu/linalg.cpp and core/cuda/linalg.cu.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace core {
+
+// One symmetric eigendecomposition of a list solved together (eigh_many): a [n, n] -> w [n]
+// ascending, eigenvectors as the columns of v [n, n], exactly as eigh() lays them out.
+struct EighTask {
+  const float* a = nullptr;
+  float* w = nullptr;
+  float* v = nullptr;
+  int64_t n = 0;
+};
+
+// One thin QR of a list solved together (qr_many): the Q factor q [m, min(m, n)] of a [m, n],
+// bit for bit the q that qr() returns (R is not kept).
+struct QrTask {
+  const float* a = nullptr;
+  float* q = nullptr;
+  int64_t m = 0;
+  int64_t n = 0;
+};
+
+class LinalgOps {
+ public:
+  virtual ~LinalgOps() = default;
+
+  // Thin QR of a [m, n]: q [m, r], r [r, n], r = min(m, n); Householder (LAPACK geqrf order).
+  virtual void qr(float* q, float* r, const float* a, int64_t m, int64_t n, int64_t batch = 1) = 0;
+  // Symmetric eigendecomposition of a [n, n]: eigenvalues w [n] ascending, eigenvectors as the
+  // columns of v [n, n] (v[i * n + j] is component i of vector j).
+  virtual void eigh(float* w, float* v, const float* a, int64_t n, int64_t batch = 1) = 0;
+  // Thin SVD of a [m, n]: u [m, r], s [r] descending, vt [r, n], r = min(m, n).
+  virtual void svd(float* u, float* s, float* vt, const float* a, int64_t m, int64_t n,
+                   int64_t batch = 1) = 0;
+  // Many independent solves of possibly different sizes, as one phase (a batched refresh of
+  // many eigenbases). A task's result does not depend on the other tasks of the
+  // list, so batching never changes a trajectory: a list gives bit for bit what the same tasks
+  // give one per call. CPU: the tasks are spread over the threads, largest first, one
+  // single-threaded LAPACK call each (also for a single task, so the bits do not depend on the
+  // thread count either; they may differ from eigh()/qr(), whose one matrix uses threaded
+  // LAPACK). CUDA: one solver call per task in stream order, the same as eigh()/qr().
+  virtual void eigh_many(std::span<const EighTask> tasks) = 0;
+  virtual void qr_many(std::span<const QrTask> tasks) = 0;
+  // order [n]: the indices that sort x descending, stably, NaN last
+  // (kmath::sorts_before_descending); order[j] is the old index of new position j.
+  virtual void argsort_descending(int32_t* order, const float* x, int64_t n) = 0;
+  // out[i, j] = src[i, index[j]] for [rows, cols] (out must not alias src).
+  virtual void gather_columns(float* out, const float* src, const int32_t* index, int64_t rows,
+                              int64_t cols) = 0;
+  // out[i, j] = src[i, cols - 1 - j] (the solver's ascending eigen order to descending; out must
+  // not alias src).
+  virtual void reverse_columns(float* out, const float* src, int64_t rows, int64_t cols) = 0;
+  // Negates, in place, every column j of q [rows, cols] whose entry of largest magnitude (the
+  // lowest row on ties) is negative (kmath::column_sign_flips): one sign for each eigenvector,
+  // whichever solver produced it, so a basis recomputed on another device matches.
+  virtual void canonicalize_column_signs(float* q, int64_t rows, int64_t cols) = 0;
+};
+
+}  // namespace core

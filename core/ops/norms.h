@@ -1,0 +1,32 @@
+// Op family: Normalisation over the last dimension of [N, C]: LayerNorm, RMSNorm, row softmax.
+// A part of the Backend interface (core/backend.h: the conventions for pointers, shapes and
+// accumulation); implemented per device in core/cpu/norms.cpp and core/cuda/norms.cu.
+#pragma once
+
+#include <cstdint>
+
+namespace core {
+
+class NormOps {
+ public:
+  virtual ~NormOps() = default;
+
+  // LayerNorm with weight and bias; saves mean[N], rstd[N] for the backward.
+  virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                                 const float* weight, const float* bias, int64_t N, int64_t C,
+                                 float eps) = 0;
+  virtual void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                  const float* inp, const float* weight, const float* mean,
+                                  const float* rstd, int64_t N, int64_t C) = 0;
+  // RMSNorm without weight: out = inp / sqrt(mean(inp^2) + eps); saves rstd[N].
+  virtual void rmsnorm_forward(float* out, float* rstd, const float* inp, int64_t N, int64_t C,
+                               float eps) = 0;
+  virtual void rmsnorm_backward(float* dinp, const float* dout, const float* inp, const float* rstd,
+                                int64_t N, int64_t C) = 0;
+  // Row softmax of [N, C] (router probabilities); backward from the saved output.
+  virtual void softmax_forward(float* out, const float* inp, int64_t N, int64_t C) = 0;
+  virtual void softmax_backward(float* dinp, const float* dout, const float* out, int64_t N,
+                                int64_t C) = 0;
+};
+
+}  // namespace core

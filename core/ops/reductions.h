@@ -1,0 +1,29 @@
+// Op family: Reductions in float64: sums of squares (gradient and Frobenius norms), column dots.
+// A part of the Backend interface (core/backend.h: the conventions for pointers, shapes and
+// accumulation); implemented per device in core/cpu/reductions.cpp and core/cuda/reductions.cu.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace core {
+
+class ReductionOps {
+ public:
+  virtual ~ReductionOps() = default;
+
+  // sum of x^2 in float64 (gradient norms, Frobenius norms); returns to the host.
+  virtual double sum_squares(const float* x, int64_t n) = 0;
+  // The sum over the list of sum_squares(x), added in list order from 0 (so bit for bit the host
+  // loop over sum_squares), with a single read back to the host.
+  virtual double sum_squares_many(std::span<const std::span<const float>> xs) = 0;
+  // The sum of x^2 in float64 in one pass, read back to the host. CPU: in index order (the bits
+  // of a host loop); CUDA: in a fixed tree order.
+  virtual double sum_squares_in_order(const float* x, int64_t n) = 0;
+  // out[j] = sum_i a[i, j] b[i, j] for a, b [rows, cols] (kmath::column_dot: float64, row order);
+  // with a = Q and b = K Q, the Rayleigh quotients q_j^T K q_j.
+  virtual void column_dots(float* out, const float* a, const float* b, int64_t rows,
+                           int64_t cols) = 0;
+};
+
+}  // namespace core
