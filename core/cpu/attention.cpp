@@ -1,5 +1,5 @@
-// The CPU backend's attention family (core/ops/attention.h). Head layout, rotary positions and causal
-// attention, forward and backward (cpu_kernels.h).
+// The CPU backend's attention family (core/ops/attention.h). Head layout, rotary positions and
+// causal attention, forward and backward (cpu_kernels.h).
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/cpu_kernels.h"
 

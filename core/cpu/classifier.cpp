@@ -1,5 +1,5 @@
-// The CPU backend's classifier family (core/ops/classifier.h). The fused softmax cross-entropy and the loss
-// reductions (cpu_kernels.h).
+// The CPU backend's classifier family (core/ops/classifier.h). The fused softmax cross-entropy and
+// the loss reductions (cpu_kernels.h).
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/cpu_kernels.h"
 

@@ -1,5 +1,5 @@
-// The CPU backend's elementwise family (core/ops/elementwise.h). Elementwise updates and activations,
-// kernel_math.h per element (cpu_kernels.h).
+// The CPU backend's elementwise family (core/ops/elementwise.h). Elementwise updates and
+// activations, kernel_math.h per element (cpu_kernels.h).
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/cpu_kernels.h"
 

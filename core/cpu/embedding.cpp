@@ -1,5 +1,5 @@
-// The CPU backend's embedding family (core/ops/embedding.h). Token and position embeddings, forward and
-// backward (cpu_kernels.h).
+// The CPU backend's embedding family (core/ops/embedding.h). Token and position embeddings, forward
+// and backward (cpu_kernels.h).
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/cpu_kernels.h"
 

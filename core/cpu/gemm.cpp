@@ -1,5 +1,5 @@
-// The CPU backend's gemm family (core/ops/gemm.h). GEMM through OpenBLAS (cpu_gemm.h), and the bias add
-// and its gradient.
+// The CPU backend's gemm family (core/ops/gemm.h). GEMM through OpenBLAS (cpu_gemm.h), and the bias
+// add and its gradient.
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/cpu_gemm.h"
 #include "core/cpu/cpu_kernels.h"

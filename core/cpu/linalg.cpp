@@ -1,6 +1,6 @@
-// The CPU backend's linalg family (core/ops/linalg.h). QR, eigh and SVD through LAPACKE (cpu_linalg.h),
-// single, batched and as lists, and the column permutations and signs of their results
-// (kernel_math.h per column).
+// The CPU backend's linalg family (core/ops/linalg.h). QR, eigh and SVD through LAPACKE
+// (cpu_linalg.h), single, batched and as lists, and the column permutations and signs of their
+// results (kernel_math.h per column).
 #include <algorithm>
 #include <cstdint>
 #include <numeric>

@@ -1,5 +1,5 @@
-// The CPU backend's memory family (core/ops/memory.h). Host/device copies (plain memcpy on the host),
-// fills, block copies and the identity.
+// The CPU backend's memory family (core/ops/memory.h). Host/device copies (plain memcpy on the
+// host), fills, block copies and the identity.
 #include <algorithm>
 #include <cstring>
 #include <string>

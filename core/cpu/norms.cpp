@@ -1,5 +1,5 @@
-// The CPU backend's norms family (core/ops/norms.h). LayerNorm, RMSNorm and the row softmax, forward and
-// backward (cpu_kernels.h).
+// The CPU backend's norms family (core/ops/norms.h). LayerNorm, RMSNorm and the row softmax,
+// forward and backward (cpu_kernels.h).
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/cpu_kernels.h"
 

@@ -1,5 +1,6 @@
-// The CPU backend's reductions family (core/ops/reductions.h). Float64 sums of squares and column dot products.
-// The in-order forms run in index order, so their results are the bits of a host loop.
+// The CPU backend's reductions family (core/ops/reductions.h). Float64 sums of squares and column
+// dot products. The in-order forms run in index order, so their results are the bits of a host
+// loop.
 #include <span>
 
 #include "core/cpu/cpu_backend.h"

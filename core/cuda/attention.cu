@@ -1,5 +1,5 @@
-// The CUDA backend's attention family (core/ops/attention.h): head layout, rotary positions (kernel_math.h)
-// and causal attention as cuBLAS batched GEMMs around a row-wise causal softmax.
+// The CUDA backend's attention family (core/ops/attention.h): head layout, rotary positions
+// (kernel_math.h) and causal attention as cuBLAS batched GEMMs around a row-wise causal softmax.
 #include <cuda_runtime.h>
 
 #include <string>

@@ -1,5 +1,5 @@
-// The CUDA backend's classifier family (core/ops/classifier.h): the fused softmax cross-entropy with
-// vocabulary padding and soft-cap, and the loss reductions (float64, fixed order).
+// The CUDA backend's classifier family (core/ops/classifier.h): the fused softmax cross-entropy
+// with vocabulary padding and soft-cap, and the loss reductions (float64, fixed order).
 #include <cuda_runtime.h>
 
 #include <string>

@@ -1,5 +1,5 @@
-// The CUDA backend's elementwise family (core/ops/elementwise.h): kernel_math.h per element in grid-stride
-// loops, the same functions the CPU backend runs.
+// The CUDA backend's elementwise family (core/ops/elementwise.h): kernel_math.h per element in
+// grid-stride loops, the same functions the CPU backend runs.
 #include <cuda_runtime.h>
 
 #include <string>

@@ -1,5 +1,5 @@
-// The CUDA backend's embedding family (core/ops/embedding.h): the token and position lookup, and its
-// backward with the rows of a repeated token added in position order (no atomics).
+// The CUDA backend's embedding family (core/ops/embedding.h): the token and position lookup, and
+// its backward with the rows of a repeated token added in position order (no atomics).
 #include <cuda_runtime.h>
 
 #include <string>

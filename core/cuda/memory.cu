@@ -1,5 +1,5 @@
-// The CUDA backend's memory family (core/ops/memory.h): copies between host and device and on the device,
-// fills, block copies and the identity, all in stream order.
+// The CUDA backend's memory family (core/ops/memory.h): copies between host and device and on the
+// device, fills, block copies and the identity, all in stream order.
 #include <cuda_runtime.h>
 
 #include <string>

@@ -1,5 +1,5 @@
-// The CUDA backend's norms family (core/ops/norms.h): LayerNorm, RMSNorm and the row softmax, one block
-// per row; the LayerNorm parameter gradients are fixed-order column sums.
+// The CUDA backend's norms family (core/ops/norms.h): LayerNorm, RMSNorm and the row softmax, one
+// block per row; the LayerNorm parameter gradients are fixed-order column sums.
 #include <cuda_runtime.h>
 
 #include <string>

@@ -1,5 +1,6 @@
-// The CUDA backend's reductions family (core/ops/reductions.h): float64 sums of squares in fixed orders
-// (deterministic, equal to the CPU's index order up to float64 rounding) and column dot products.
+// The CUDA backend's reductions family (core/ops/reductions.h): float64 sums of squares in fixed
+// orders (deterministic, equal to the CPU's index order up to float64 rounding) and column dot
+// products.
 #include <cuda_runtime.h>
 
 #include <algorithm>
