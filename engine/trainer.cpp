@@ -543,6 +543,7 @@ TrainSummary Trainer::run() {
       metrics = std::make_unique<MetricsWriter>(
           (fs::path(config_.log.dir) / "metrics.jsonl").string(), resume.empty() ? -1 : step_);
   }
+  started_ = true;
   warm_up();
 
   auto eval_and_log = [&](StepRecord& r) {

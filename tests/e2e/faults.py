@@ -8,6 +8,7 @@ Shares the tiny-config set-up of e2e.py (Env: token shards generated per case, m
 """
 import hashlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -210,17 +211,19 @@ def case_rank_killed(env):
 
 
 def case_rank_stopped(env):
-    """SIGSTOP of one rank: the watchdog ends the job after comm.timeout_s, naming the rank."""
+    """SIGSTOP of one rank of 4: the watchdog ends the job after comm.timeout_s, naming the rank,
+    in one message (the lowest waiting rank reports; each live rank used to, with Open MPI's
+    ORTE_ERROR_LOG lines between)."""
     timeout = 3
-    p, _ = start(env, 3, "run", ["train.steps=100000", "train.eval_every=0",
+    p, _ = start(env, 4, "run", ["train.steps=100000", "train.eval_every=0",
                                   "checkpoint.every=0", "checkpoint.at_end=false",
-                                  "train.batch_tokens=768", "train.val_tokens=768",
+                                  "train.batch_tokens=1024", "train.val_tokens=1024",
                                   "comm.timeout_s=%d" % timeout])
     stopped = None
     try:
         wait_for_line(p, "step:3/")
         ranks = engine_pids(p.pid)
-        check(sorted(ranks) == [0, 1, 2], "engine ranks found: %s" % ranks)
+        check(sorted(ranks) == [0, 1, 2, 3], "engine ranks found: %s" % ranks)
         stopped = ranks[2]
         t0 = time.time()
         os.kill(stopped, signal.SIGSTOP)
@@ -238,6 +241,9 @@ def case_rank_stopped(env):
     check("for rank(s) 2 that did not arrive" in out and "rank(s) 2 did not answer" in out,
           "rank 2 not named:\n" + out[-3000:])
     check("comm.timeout_s = 3.0 s" in out, "timeout not named:\n" + out[-3000:])
+    check(out.count("comm watchdog: collective #") == 1,
+          "%d watchdog messages, expected one:\n%s" % (out.count("comm watchdog:"), out[-3000:]))
+    check("ORTE_ERROR_LOG" not in out, "ORTE_ERROR_LOG noise:\n" + out[-3000:])
     check(took < timeout + 5 + 10, "the job took %.1f s to end" % took)
     print("rank 2 stopped: the job ended after %.1f s: %s" %
           (took, [l for l in out.splitlines() if "comm watchdog" in l][0].strip()[:300]))
@@ -384,7 +390,64 @@ def case_resume_mismatch(env):
           "batch shape refused by name; the run's files unchanged")
 
 
+BANNERS = ("MPI_ABORT was invoked", "ORTE_ERROR_LOG", "terminate called")
+
+
+def case_one_error_one_line(env):
+    """At np 4, an error every rank finds is printed once (by rank 0) and every rank exits with
+    the documented status, without Open MPI's MPI_ABORT banner: a config error, a batch the world
+    size does not divide, init_from problems, refused checkpoints, missing data and a refused fresh
+    start (rank 0's verdict, shared). At np 32 such a line used to come 32 times."""
+    np = 4
+    _, d = env.run(np, "trained", ["train.steps=4", "checkpoint.every=2", "model.arch=gpt2"])
+    ckpt = os.path.join(d, "ckpt", "step_00000004")
+    exported = os.path.join(env.work, "wide.safetensors")
+    _, w = env.run(1, "wide", ["train.steps=1", "model.d_model=128"])
+    p = subprocess.run([env.engine, "export", "--checkpoint",
+                        os.path.join(w, "ckpt", "step_00000001"), "--out", exported],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    check(p.returncode == 0, "export failed:\n" + p.stderr)
+    edited = os.path.join(env.work, "edited")
+    shutil.copytree(os.path.join(d, "ckpt"), edited)
+    manifest = os.path.join(edited, "step_00000004", "manifest.yaml")
+    with open(manifest) as f:
+        text = f.read()
+    with open(manifest, "w") as f:
+        f.write(text.replace("data.step: 4\n", "data.step: 3\n"))
+
+    def once(name, sets, needle, status=2):
+        p, _ = env.run(np, name, sets, expect_ok=False)
+        out = p.stdout + p.stderr
+        check(p.returncode == status, "%s: exit status %d, expected %d:\n%s" %
+              (name, p.returncode, status, out[-3000:]))
+        check(out.count(needle) == 1, "%s: %r printed %d times, expected once:\n%s" %
+              (name, needle, out.count(needle), out[-3000:]))
+        for banner in BANNERS:
+            check(banner not in out, "%s: %r in the output:\n%s" % (name, banner, out[-3000:]))
+        print("%s: once, exit %d: %s" % (name, status, needle))
+
+    once("config", ["zero.stage=5"], "key 'zero.stage': must be 1, 2 or 3")
+    once("batch", ["train.batch_tokens=96", "model.seq_len=32"],
+         "not divisible by the world size 4")
+    once("init_missing", ["train.init_from=/nonexistent/weights"],
+         "train.init_from: '/nonexistent/weights' is neither a checkpoint folder")
+    once("init_shape", ["train.init_from=" + exported],
+         "parameter 'embed.weight' has shape [256, 128], expected [256, 64]")
+    once("steps_left", ["model.arch=gpt2", "checkpoint.resume=" + ckpt, "train.steps=2"],
+         "cannot resume from %s: it is at step 4, beyond train.steps = 2" % ckpt)
+    once("edited", ["model.arch=gpt2", "checkpoint.resume=" + os.path.join(edited, "step_00000004")],
+         manifest + " was changed after it was written")
+    once("no_data", ["data.train=" + os.path.join(env.work, "nowhere", "x_*.bin")],
+         "no file matches the token-shard pattern")
+    p, _ = env.run(np, "trained", ["model.arch=gpt2"], expect_ok=False)
+    out = p.stdout + p.stderr
+    check(p.returncode == 2 and out.count("refusing a fresh start") == 1 and
+          not any(b in out for b in BANNERS), "fresh start at np 4:\n" + out[-3000:])
+    print("fresh start: once, exit 2 (rank 0's verdict shared)")
+
+
 CASES = {
+    "one_error_one_line": case_one_error_one_line,
     "user_errors": case_user_errors,
     "oov_at_load": case_oov_at_load,
     "fresh_start_refused": case_fresh_start_refused,
