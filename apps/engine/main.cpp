@@ -481,6 +481,8 @@ int run(int argc, char** argv, const comm::MpiSession& session, comm::Communicat
   RankDevice device;  // outlives the trainer: its tensors live on this backend
   if (!make_rank_device(config, session, world_comm, world, device)) return kExitRefused;
   if (a.command == "train") {
+    for (const std::string& warning : engine::config_warnings(config))
+      spdlog::warn("{}", warning);  // rank 0's logger only
     engine::install_stop_signals();
     // A file-size limit then fails the write (EFBIG, reported with the file's name) instead of
     // killing the rank.

@@ -426,7 +426,7 @@ def case_one_error_one_line(env):
             check(banner not in out, "%s: %r in the output:\n%s" % (name, banner, out[-3000:]))
         print("%s: once, exit %d: %s" % (name, status, needle))
 
-    once("config", ["zero.stage=5"], "key 'zero.stage': must be 1, 2 or 3")
+    once("config", ["zero.stage=5"], "--set zero.stage=5: key 'zero.stage': must be 1, 2 or 3")
     once("batch", ["train.batch_tokens=96", "model.seq_len=32"],
          "not divisible by the world size 4")
     once("init_missing", ["train.init_from=/nonexistent/weights"],
