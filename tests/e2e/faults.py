@@ -386,8 +386,23 @@ def case_resume_mismatch(env):
             "this run reads 1 shard(s) of 50000 tokens ('" + train + "')")
     refused(["checkpoint.resume=" + ckpt10, "train.batch_tokens=1024"],
             "16 sequences per step", "32 sequences per step")
-    print("steps below the checkpoint, muon -> adamw, muon -> normuon, other data and another "
-          "batch shape refused by name; the run's files unchanged")
+    # The same shard with other tokens at the same size: the counts agree, the content does not.
+    shard = os.path.join(env.data, "tiny_train_000000.bin")
+    with open(shard, "rb") as f:
+        original = f.read()
+    try:
+        with open(shard, "r+b") as f:
+            f.seek(1024 + 2 * 1000)
+            f.write(bytes([(original[1024 + 2 * 1000] + 1) % 256, 0]))
+        refused(["checkpoint.resume=" + ckpt10],
+                "cannot resume from " + ckpt10 + ": the tokens of '" + shard + "' changed since "
+                "it was written (same token count, other tokens; 1 of 1 shard(s)")
+    finally:
+        with open(shard, "wb") as f:
+            f.write(original)
+    print("steps below the checkpoint, muon -> adamw, muon -> normuon, other data, another "
+          "batch shape and a shard edited at the same size refused by name; the run's files "
+          "unchanged")
 
 
 BANNERS = ("MPI_ABORT was invoked", "ORTE_ERROR_LOG", "terminate called")
