@@ -7,6 +7,7 @@ usage: faults.py --engine PATH --repo DIR --work DIR CASE
 Shares the tiny-config set-up of e2e.py (Env: token shards generated per case, mpirun command).
 """
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -405,6 +406,40 @@ def case_resume_mismatch(env):
           "unchanged")
 
 
+def case_log_disk_full(env):
+    """The log files on a full disk (here a file-size limit on rank 0, which writes them: the
+    same failed write() as ENOSPC): each says once which file could not be written, keeps its
+    whole lines (metrics.jsonl stays valid JSON Lines), and the run finishes (exit 0). spdlog's
+    LOG ERROR banner came for every line, and the metrics writer ended the job."""
+    p, d = start(env, 2, "run", ["train.steps=40", "train.eval_every=1", "train.val_tokens=4096",
+                                 "checkpoint.every=0", "checkpoint.at_end=false"])
+    log_txt, jsonl = os.path.join(d, "log.txt"), os.path.join(d, "metrics.jsonl")
+    try:
+        wait_for_line(p, "step:3/")
+        limit = max(os.path.getsize(log_txt), os.path.getsize(jsonl)) + 1500
+        subprocess.run(["prlimit", "--pid", str(engine_pids(p.pid)[0]), "--fsize=%d" % limit],
+                       check=True)
+        out, _ = p.communicate(timeout=240)
+    finally:
+        kill_session(p.pid)
+    check(p.returncode == 0, "exit status %d:\n%s" % (p.returncode, out[-3000:]))
+    for needle in ("cannot write the log file %s (File too large)" % log_txt,
+                   "cannot write the metrics file %s (File too large)" % jsonl):
+        check(out.count(needle) == 1, "%r %d times:\n%s" % (needle, out.count(needle), out[-3000:]))
+    check("LOG ERROR" not in out, "spdlog's banner:\n" + out[-3000:])
+    check("step:40/40" in out, "the run did not finish:\n" + out[-3000:])
+    with open(jsonl) as f:
+        lines = f.read().splitlines()
+    for line in lines:
+        json.loads(line)  # a cut-off line raises
+    with open(log_txt) as f:
+        text = f.read()
+    check(text.endswith("\n") and os.path.getsize(log_txt) <= limit, "log.txt:\n" + text[-500:])
+    check(3 <= len(lines) < 41, "metrics.jsonl holds %d lines" % len(lines))
+    print("full log disk: one warning per file, %d whole metrics lines, the run finished" %
+          len(lines))
+
+
 BANNERS = ("MPI_ABORT was invoked", "ORTE_ERROR_LOG", "terminate called")
 
 
@@ -463,6 +498,7 @@ def case_one_error_one_line(env):
 
 CASES = {
     "one_error_one_line": case_one_error_one_line,
+    "log_disk_full": case_log_disk_full,
     "user_errors": case_user_errors,
     "oov_at_load": case_oov_at_load,
     "fresh_start_refused": case_fresh_start_refused,
