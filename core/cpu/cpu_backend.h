@@ -56,10 +56,10 @@ class CpuBackend final : public Backend {
                       float base) override;
   void rotary_backward(float* dinp, const float* dout, int64_t BH, int64_t T, int64_t hd,
                        float base) override;
-  void attention_forward(float* out, float* att, const float* q, const float* k, const float* v,
+  void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                          int64_t BH, int64_t T, int64_t hd, float scale) override;
-  void attention_backward(float* dq, float* dk, float* dv, float* datt, const float* dout,
-                          const float* att, const float* q, const float* k, const float* v,
+  void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                          const float* lse, const float* q, const float* k, const float* v,
                           int64_t BH, int64_t T, int64_t hd, float scale) override;
   void cross_entropy(float* losses, float* dlogits, const float* logits, const int32_t* targets,
                      int64_t N, int64_t V, int64_t Vp, float softcap, float dloss_scale) override;
