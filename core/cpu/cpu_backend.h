@@ -94,6 +94,9 @@ class CpuBackend final : public Backend {
   void reverse_columns(float* out, const float* src, int64_t rows, int64_t cols) override;
   void canonicalize_column_signs(float* q, int64_t rows, int64_t cols) override;
   double sum_squares_in_order(const float* x, int64_t n) override;
+
+  TimeMark mark() override;
+  double elapsed_ms(const TimeMark& from, const TimeMark& to) override;
 };
 
 }  // namespace core

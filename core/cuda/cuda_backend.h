@@ -148,6 +148,9 @@ class CudaBackend final : public Backend {
   void canonicalize_column_signs(float* q, int64_t rows, int64_t cols) override;
   double sum_squares_in_order(const float* x, int64_t n) override;
 
+  TimeMark mark() override;
+  double elapsed_ms(const TimeMark& from, const TimeMark& to) override;
+
   CUstream_st* stream() const { return stream_; }
 
  private:

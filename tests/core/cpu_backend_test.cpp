@@ -7,11 +7,13 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/check.h"
@@ -51,6 +53,16 @@ TEST(CpuBackend, NameAndDevice) {
 
 // C = alpha op(A) op(B) + beta C against a triple loop, for every transpose combination, with
 // padded leading dimensions and a strided batch of 3.
+// The CPU's marks read the clock: a call's work is done when it returns.
+TEST(CpuBackend, TimeMarksMeasureTheTimeBetweenThem) {
+  const core::TimeMark a = be().mark();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const core::TimeMark b = be().mark();
+  EXPECT_GE(be().elapsed_ms(a, b), 19.0);
+  EXPECT_LT(be().elapsed_ms(a, b), 5000.0);
+  EXPECT_EQ(be().elapsed_ms(a, a), 0.0);
+}
+
 TEST(CpuBackend, GemmAllLayoutsAgainstNaive) {
   const int64_t m = 5, n = 7, k = 9, batch = 3, pad = 3;
   for (bool ta : {false, true}) {

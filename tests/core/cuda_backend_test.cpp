@@ -70,7 +70,6 @@ TEST(CudaAvailability, RejectsAnIndexOutOfRange) {
   EXPECT_THROW(make_cuda_backend(-1), Error);
 }
 
-
 // ---- with a device ------------------------------------------------------------------------------
 
 TEST_F(CudaVsCpu, NameAndDevice) {
@@ -123,6 +122,24 @@ TEST_F(CudaVsCpu, AllocatorStopsReachingTheDriverAfterTheFirstRound) {
   EXPECT_EQ(driver_allocs[2], driver_allocs[0]);
 }
 #endif
+
+// Marks are events on the backend's stream: the time between two covers the work issued
+// between them; a CPU mark is refused.
+TEST_F(CudaVsCpu, TimeMarksMeasureTheWorkBetweenThem) {
+  const int64_t n = 2048;
+  float* a = dev().alloc<float>(n * n);
+  float* c = dev().alloc<float>(n * n);
+  gpu().fill_zero(a, n * n * sizeof(float));
+  const TimeMark before = gpu().mark();
+  GemmArgs g;
+  g.m = n, g.n = n, g.k = n;
+  for (int r = 0; r < 4; ++r)
+    gpu().gemm(g, a, a, c);
+  const TimeMark after = gpu().mark();
+  EXPECT_GT(gpu().elapsed_ms(before, after), 0.0);
+  EXPECT_EQ(gpu().elapsed_ms(after, after), 0.0);
+  EXPECT_THROW(gpu().elapsed_ms(cpu().mark(), after), Error);
+}
 
 TEST_F(CudaVsCpu, CopiesAndFill) {
   auto host = random_vector(1000, 1);
