@@ -165,6 +165,17 @@ __device__ inline void load_rows(float* dst, const float* src, int64_t row0, int
   }
 }
 
+// The key and value rows [c0, c0 + kTile) of a head into shared memory, once every thread is
+// done with the previous tile (and with what it computed from it); visible to all on return.
+template <int HD>
+__device__ inline void next_key_tile(float* sk, float* sv, const float* k, const float* v,
+                                     int64_t c0, int64_t T, int64_t hd) {
+  __syncthreads();
+  load_rows<HD>(sk, k, c0, T, hd);
+  load_rows<HD>(sv, v, c0, T, hd);
+  __syncthreads();
+}
+
 // Rows [row0, row0 + kTile) of a per-row statistic (lse or delta), zero past T.
 __device__ inline void load_stat(float* dst, const float* src, int64_t row0, int64_t T) {
   for (int r = threadIdx.x; r < kTile; r += kTileThreads)
@@ -223,10 +234,7 @@ __global__ void __launch_bounds__(kTileThreads)
   tile_zero(acc);
   const int64_t key_end = kmath::causal_key_end(r0, kTile, T);
   for (int64_t c0 = 0; c0 < key_end; c0 += kTile) {
-    __syncthreads();  // the previous tile's sk, sv, sp are consumed
-    load_rows<HD>(sk, k + off, c0, T, hd);
-    load_rows<HD>(sv, v + off, c0, T, hd);
-    __syncthreads();
+    next_key_tile<HD>(sk, sv, k + off, v + off, c0, T, hd);
     float s[4][4];
     tile_zero(s);
     tile_mma<4, true>(s, sq, ld, sk, ld, HD);
@@ -381,10 +389,7 @@ __global__ void __launch_bounds__(kTileThreads)
   tile_zero(dq_acc);
   const int64_t key_end = kmath::causal_key_end(r0, kTile, T);
   for (int64_t c0 = 0; c0 < key_end; c0 += kTile) {
-    __syncthreads();  // the previous tile's sk, sv, sds are consumed
-    load_rows<HD>(sk, k + off, c0, T, hd);
-    load_rows<HD>(sv, v + off, c0, T, hd);
-    __syncthreads();
+    next_key_tile<HD>(sk, sv, k + off, v + off, c0, T, hd);
     float p[4][4], dp[4][4];
     tile_zero(p);
     tile_zero(dp);
