@@ -132,7 +132,10 @@ inline constexpr bool kOptional = false;
   F(log, bool, metrics, "metrics", true, kOptional, "write metrics.jsonl (rank 0)")            \
   F(log, double, peak_gflops, "peak_gflops", 0.0, kOptional,                                   \
     "peak GFLOP/s of one rank's device, for the console's mfu (0 = the GPU table; unknown on " \
-    "the CPU)")
+    "the CPU)")                                                                                \
+  F(log, bool, device_timing, "device_timing", false, kOptional,                               \
+    "also time the step's phases in the device's order of work (CUDA events on a GPU) into "   \
+    "metrics.jsonl's device_phase_ms; each step then waits for its last phase")
 
 #define ENGINE_CONFIG_MEMBER(section, type, member, key, def, required, doc) type member = def;
 

@@ -83,11 +83,13 @@ std::string to_json(const StepRecord& r) {
   }
   s += "}";
   if (r.comm_wait_ms) s += ",\"comm_wait_ms\":" + json_number(*r.comm_wait_ms);
-  if (!r.phase_ms.empty()) {
-    s += ",\"phase_ms\":{";
-    for (size_t i = 0; i < r.phase_ms.size(); ++i) {
+  for (const auto& [key, phases] :
+       {std::pair{"phase_ms", &r.phase_ms}, std::pair{"device_phase_ms", &r.device_phase_ms}}) {
+    if (phases->empty()) continue;
+    s += ",\"" + std::string(key) + "\":{";
+    for (size_t i = 0; i < phases->size(); ++i) {
       if (i) s += ",";
-      s += json_string(r.phase_ms[i].first) + ":" + json_number(r.phase_ms[i].second);
+      s += json_string((*phases)[i].first) + ":" + json_number((*phases)[i].second);
     }
     s += "}";
   }

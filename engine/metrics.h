@@ -26,6 +26,9 @@ struct StepRecord {
   // behind computation): the exposed communication.
   std::optional<double> comm_wait_ms;
   std::vector<std::pair<std::string, double>> phase_ms;  // wall time of each step phase
+  // With log.device_timing: each phase's time in the device's order of work (CUDA events on a
+  // GPU), the same phases.
+  std::vector<std::pair<std::string, double>> device_phase_ms;
   // CPU allocator bytes on this rank (the writer's: rank 0): the peak live during the step and
   // the live at its end.
   std::optional<int64_t> peak_mem_bytes;

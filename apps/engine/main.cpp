@@ -422,9 +422,8 @@ bool make_rank_device(const engine::Config& config, const comm::MpiSession& sess
     return true;
   }
   out.cuda = core::make_cuda_backend(chosen.device.index);
-  out.device_comm = config.comm.device_collectives == "mpi"
-                        ? comm::make_staged(world, *out.cuda)
-                        : comm::make_nccl(mpi_world, chosen.device.index);
+  out.device_comm = config.comm.device_collectives == "mpi" ? comm::make_staged(world, *out.cuda)
+                                                            : comm::make_nccl(mpi_world, *out.cuda);
   out.backend = out.cuda.get();
   out.tensors = out.device_comm.get();
   return true;

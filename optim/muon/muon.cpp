@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/check.h"
 #include "optim/glob.h"
@@ -153,6 +154,9 @@ void Muon::step(std::span<const ParamShard> params, const StepContext& ctx) {
   const double mu_d = config_.momentum_at(ctx.step, ctx.total_steps);
   const float mu = static_cast<float>(mu_d);
   const float one_minus_mu = static_cast<float>(1.0 - mu_d);
+  // Each parameter's orthogonalised update lives until the one update call for all of them.
+  std::vector<core::Tensor> updates;
+  std::vector<MuonUpdate> steps;
   for (const ParamShard& p : params) {
     check_shard(p, kind_);
     ENGINE_CHECK(p.row_begin == 0 && p.value.shape() == p.full_shape,
@@ -184,14 +188,18 @@ void Muon::step(std::span<const ParamShard> params, const StepContext& ctx) {
       backend.axpby(w, static_cast<float>(-lr_eff), u, 1.0f, n);
       continue;
     }
+    MuonUpdate step{w,         u,         nullptr, view.count,
+                    view.rows, view.cols, lr_eff,  config_.cautious_wd ? wd : 0.0};
     if (config_.normalize) {
       const int64_t per_matrix = view.rows >= view.cols ? view.rows : view.cols;
       core::Tensor like = core::Tensor::empty({view.count * per_matrix});
-      float* s = state_tensor(slots_, p.name, "second_moment", like, backend).data<float>();
-      ops->normuon_normalize(u, s, view.count, view.rows, view.cols, config_.beta2);
+      step.second_moment =
+          state_tensor(slots_, p.name, "second_moment", like, backend).data<float>();
     }
-    ops->cautious_update(w, u, n, lr_eff, config_.cautious_wd ? wd : 0.0);
+    steps.push_back(step);
+    updates.push_back(std::move(update));
   }
+  ops->update(steps, config_.beta2);
 }
 
 void Muon::save_state(OptimizerState& out) const {

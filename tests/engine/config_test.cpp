@@ -300,7 +300,8 @@ TEST(Config, KeyListIsLocked) {
       "zero.stage zero.overlap zero.bucket_mb "
       "zero.progress zero.sparse_rows checkpoint.dir checkpoint.every checkpoint.at_end "
       "checkpoint.keep checkpoint.resume checkpoint.overwrite checkpoint.on_signal "
-      "comm.timeout_s comm.device_collectives log.dir log.every log.metrics log.peak_gflops ");
+      "comm.timeout_s comm.device_collectives log.dir log.every log.metrics log.peak_gflops "
+      "log.device_timing ");
 }
 
 // The top-level `device` key: from YAML and --set, refused outside its choices, and printed as a

@@ -45,6 +45,11 @@ TEST(Metrics, JsonObjectPerStep) {
   EXPECT_NE(engine::to_json(r).find("\"comm_bytes\":{\"all_reduce\":40,\"all_gather\":8},"
                                     "\"comm_wait_ms\":2.25,\"phase_ms\""),
             std::string::npos);
+  r.device_phase_ms = {{"forward_backward", 1.25}, {"clip", 0.5}};
+  EXPECT_NE(engine::to_json(r).find("\"phase_ms\":{\"forward_backward\":1.5},"
+                                    "\"device_phase_ms\":{\"forward_backward\":1.25,\"clip\":0.5},"
+                                    "\"peak_mem_bytes\""),
+            std::string::npos);
 }
 
 TEST(Metrics, WriterDropsStepsAfterTheResumePoint) {
