@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core/check.h"
+#include "core/transfer.h"
 
 namespace comm {
 
@@ -209,7 +210,8 @@ class NcclCommunicator final : public Communicator {
 }  // namespace
 
 std::unique_ptr<Communicator> make_nccl(Communicator& host, int cuda_device) {
-  ENGINE_CHECK(host.device().is_cpu(), "make_nccl: the host communicator must be a CPU one");
+  ENGINE_CHECK(core::is_host_memory(host.device()),
+               "make_nccl: the host communicator must move host memory");
   check_cuda(cudaSetDevice(cuda_device), "cudaSetDevice", host.rank());
   ncclUniqueId id;
   if (host.rank() == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId", host.rank());

@@ -145,7 +145,7 @@ Trainer::Trainer(Config config, comm::Communicator& control, comm::Communicator&
 
   // Optimizer groups decide each trainable's placement; the plan resolves it for this world.
   std::vector<Trainable> trainables = model_trainables(*gpt_);
-  std::vector<optim::ParamSpec> specs;
+  std::vector<comm::ParamDesc> specs;
   for (const Trainable& t : trainables)
     specs.push_back({t.name, t.shape});
   YAML::Node groups(YAML::NodeType::Sequence);
@@ -166,7 +166,7 @@ Trainer::Trainer(Config config, comm::Communicator& control, comm::Communicator&
                      "osft targets (their factors rest whole on every rank); use 1 or 2");
     trainables = osft_->replace_trainables(std::move(trainables));
   }
-  std::vector<comm::ParamInfo> infos;
+  std::vector<comm::ParamDesc> infos;
   for (Trainable& t : trainables) {
     t.placement = optim_->placement(t.name);
     infos.push_back({t.name, t.shape, t.placement, t.layer});

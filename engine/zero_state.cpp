@@ -428,8 +428,9 @@ std::vector<optim::ParamShard> ZeroState::optimizer_shards() const {
   std::vector<optim::ParamShard> shards;
   for (size_t i = 0; i < trainables_.size(); ++i) {
     if (!local_value_[i].defined()) continue;
-    shards.push_back({trainables_[i].name, trainables_[i].shape, plan_.local_slice(i).range.begin,
-                      local_value_[i], local_grad_[i]});
+    const comm::ShardingPlan::LocalSlice s = plan_.local_slice(i);
+    shards.push_back({trainables_[i].name, trainables_[i].shape, s.range.begin, local_value_[i],
+                      local_grad_[i], s.dim});
   }
   return shards;
 }

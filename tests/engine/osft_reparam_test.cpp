@@ -33,7 +33,7 @@ constexpr int kB = 4, kT = 32;
 struct TinyRun {
   model::Gpt gpt;
   std::vector<int32_t> tokens, targets;
-  std::vector<optim::ParamSpec> specs;
+  std::vector<comm::ParamDesc> specs;
 
   TinyRun() : gpt(config(), core::cpu_backend()) {
     gpt.init_weights();
