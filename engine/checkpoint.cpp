@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/transfer.h"
 
 namespace engine {
 
@@ -169,9 +170,9 @@ void write_rank_file(const std::string& staging, int rank, const std::vector<Sav
                               : s.local.size(d) == s.global_shape[d],
                    "checkpoint slice " + s.name + ": local " + core::shape_str(s.local.shape()) +
                        " does not fit global " + core::shape_str(s.global_shape));
-    ENGINE_CHECK(s.local.device().is_cpu(), "checkpoint slice " + s.name + " is on " +
-                                                s.local.device().str() +
-                                                ": stage device tensors to host first");
+    ENGINE_CHECK(core::is_host_memory(s.local.device()),
+                 "checkpoint slice " + s.name + " is on " + s.local.device().str() +
+                     ": stage device tensors to host first");
     writer.add(s.name, s.local);
     writer.set_metadata(slice_key(s.name), std::to_string(s.dim) + ";" + std::to_string(s.begin) +
                                                ";" + shape_text(s.global_shape));
@@ -545,8 +546,9 @@ void CheckpointReader::read(const std::string& name, int dim, int64_t begin,
             " along dim " + std::to_string(dim) + " does not fit global " +
             core::shape_str(global));
   ENGINE_CHECK(out.is_contiguous(), what + ": the output must be contiguous");
-  ENGINE_CHECK(out.device().is_cpu(), what + ": the output is on " + out.device().str() +
-                                          ", read into a host tensor and copy it over");
+  ENGINE_CHECK(core::is_host_memory(out.device()),
+               what + ": the output is on " + out.device().str() +
+                   ", read into a host tensor and copy it over");
   const int64_t end = begin + out.size(dim);
   auto [outer, inner] = outer_inner(global, dim);
   float* dst = out.data<float>();

@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "engine/config.h"
-#include "engine/trainer.h"
+#include "engine/model_loading.h"
 #include "model/param_table.h"
 #include "optim/optimizer_set.h"
 
