@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -180,7 +181,35 @@ void write_rank_file(const std::string& staging, int rank, const std::vector<Sav
   writer.write((fs::path(staging) / rank_file_name(rank)).string());
 }
 
-std::string commit_checkpoint(const std::string& root, Manifest manifest, int keep) {
+namespace {
+
+// Of `dirs` (oldest first), the checkpoint whose manifest records the lowest validation loss (the
+// oldest of equals); "" when none records one. A manifest that cannot be read is passed over:
+// rotation must not fail a save.
+std::string best_checkpoint(const std::vector<std::string>& dirs) {
+  std::string best;
+  double best_loss = 0;
+  for (const std::string& dir : dirs) {
+    try {
+      const Manifest m = read_manifest(dir);
+      const auto it = m.state.find(kValLossKey);
+      if (it == m.state.end()) continue;
+      const double loss = std::stod(it->second);
+      if (std::isfinite(loss) && (best.empty() || loss < best_loss)) {
+        best = dir;
+        best_loss = loss;
+      }
+    } catch (const std::exception&) {
+      continue;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+std::string commit_checkpoint(const std::string& root, Manifest manifest, int keep,
+                              bool keep_best) {
   const std::string staging = staging_path(root, manifest.step);
   manifest.files.clear();
   manifest.slices.clear();
@@ -260,9 +289,10 @@ std::string commit_checkpoint(const std::string& root, Manifest manifest, int ke
     fs::rename(staging, final_dir);
   }
 
-  auto all = list_checkpoints(root);
+  const std::vector<std::string> all = list_checkpoints(root);
+  const std::string best = keep_best ? best_checkpoint(all) : std::string();
   for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i)
-    fs::remove_all(all[i]);
+    if (all[i] != best) fs::remove_all(all[i]);
   // Staging folders of interrupted saves (no save runs while this one commits).
   for (const auto& entry : fs::directory_iterator(root)) {
     const std::string name = entry.path().filename().string();

@@ -34,7 +34,7 @@ Checkpointer::Checkpointer(const Config& config, comm::Communicator& control,
                            core::Backend& backend, CheckpointedState state)
     : config_(config), comm_(control), backend_(backend), state_(state) {}
 
-std::string Checkpointer::save(const RunCounters& counters) {
+std::string Checkpointer::save(const RunCounters& counters, std::optional<double> val_loss) {
   const std::string& root = config_.checkpoint.dir;
   const int rank = comm_.rank();
   if (rank == 0) prepare_staging(root, counters.step);
@@ -57,8 +57,10 @@ std::string Checkpointer::save(const RunCounters& counters) {
     m.state["data.step"] = std::to_string(counters.step);
     m.state["train.tokens"] = std::to_string(counters.tokens);
     m.state["train.time_ms"] = double_text(counters.train_time_ms);
+    if (val_loss) m.state[kValLossKey] = double_text(*val_loss);
     record_data_state(m, state_.loader);
-    dir = commit_checkpoint(root, m, static_cast<int>(config_.checkpoint.keep));
+    dir = commit_checkpoint(root, m, static_cast<int>(config_.checkpoint.keep),
+                            config_.checkpoint.keep_best);
   }
   comm_.barrier();
   return dir.empty() ? (fs::path(root) / checkpoint_dir_name(counters.step)).string() : dir;

@@ -1,12 +1,14 @@
 // Checkpointer: a training run's checkpoints (the files are engine/checkpoint.h's). A save writes
 // every rank's local parameters and optimizer state (engine/sharded_state.h) and the
 // reparametrisations' own tensors, staged through the host, then rank 0 the manifest with the
-// run's counters and data position, and rotates: the newest checkpoint.keep stay. A load checks
+// run's counters, data position and validation loss, and rotates: the newest checkpoint.keep
+// stay, and with checkpoint.keep_best the one with the lowest validation loss too. A load checks
 // that the checkpoint fits this run (engine/resume_check.h) and reads it back at any world size.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,8 +48,9 @@ class Checkpointer {
   Checkpointer(const Config& config, comm::Communicator& control, core::Backend& backend,
                CheckpointedState state);
 
-  // Saves a checkpoint of the state at `counters` (collective); returns its folder.
-  std::string save(const RunCounters& counters);
+  // Saves a checkpoint of the state at `counters` (collective); `val_loss` is the validation
+  // loss measured at this step, if any. Returns its folder.
+  std::string save(const RunCounters& counters, std::optional<double> val_loss);
   // Restores the parameters, the optimizer state and the reparametrisations' tensors from
   // checkpoint folder `dir` (any world size); returns its counters.
   RunCounters load(const std::string& dir);

@@ -248,11 +248,15 @@ StepRecord Trainer::train_step() {
 
 double Trainer::evaluate() {
   // No backward events release what a forward gathered (stage 3).
-  return validation_loss(*gpt_, *val_loader_, comm_, [this] { zero_->end_forward(); });
+  const double val = validation_loss(*gpt_, *val_loader_, comm_, [this] { zero_->end_forward(); });
+  last_val_ = {counters_.step, val};
+  return val;
 }
 
 std::string Trainer::save_checkpoint() {
-  return checkpointer_->save(counters_);
+  std::optional<double> val_loss;
+  if (last_val_ && last_val_->first == counters_.step) val_loss = last_val_->second;
+  return checkpointer_->save(counters_, val_loss);
 }
 
 void Trainer::load_checkpoint(const std::string& dir) {

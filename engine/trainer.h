@@ -82,7 +82,8 @@ class Trainer {
 
   // One optimizer step; returns its record (losses, norm, timing...).
   StepRecord train_step();
-  // Mean validation loss over train.val_tokens tokens (collective).
+  // Mean validation loss over train.val_tokens tokens (collective); a checkpoint saved at this
+  // step records it (checkpoint.keep_best).
   double evaluate();
   // The whole run: resume per checkpoint.resume, warm-up, steps, evals, checkpoints, metrics.
   TrainSummary run();
@@ -116,7 +117,8 @@ class Trainer {
   TrainingHealth health_;
   LrSchedule schedule_;
   RunCounters counters_;
-  double base_lr_ = 0;  // the first group's lr, for the log
+  std::optional<std::pair<int64_t, double>> last_val_;  // (step, validation loss)
+  double base_lr_ = 0;                                  // the first group's lr, for the log
   double flops_per_token_ = 0;
 };
 

@@ -15,6 +15,7 @@
 #include "comm/communicator.h"
 #include "core/rng.h"
 #include "data/token_shard.h"
+#include "engine/checkpoint.h"
 #include "engine/config.h"
 #include "engine/model_loading.h"
 #include "engine/osft_reparam.h"
@@ -182,12 +183,15 @@ TEST_F(OsftTrainer, InitFromADenseCheckpointDecomposesItsWeights) {
 }
 
 // A dense run init_from an OSFT checkpoint takes the dense weights rebuilt from its factors
-// (engine/model_loading.h): bit for bit those the OSFT run's model held.
+// (engine/model_loading.h): bit for bit those the OSFT run's model held. The checkpoint records
+// the validation loss of its step (checkpoint.keep_best).
 TEST_F(OsftTrainer, ADenseRunInitFromAnOsftCheckpointTakesItsDenseWeights) {
   engine::Trainer tuned(config(1), *world_, *world_, core::cpu_backend());
   for (int step = 1; step <= 3; ++step)
     tuned.train_step();
+  const double val_loss = tuned.evaluate();
   const std::string checkpoint = tuned.save_checkpoint();
+  EXPECT_EQ(std::stod(engine::read_manifest(checkpoint).state.at(engine::kValLossKey)), val_loss);
   const std::string d = dir_.string();
   engine::Trainer dense(
       engine::load_config(
