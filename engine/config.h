@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <variant>
 #include <vector>
@@ -181,6 +182,8 @@ struct Config {
   CommSection comm;
   LogSection log;
   std::string source;  // the YAML file it came from ("" when built in code)
+  // Where each key given was set: "file.yaml:LINE" or "--set key=value" (the last one wins).
+  std::map<std::string, std::string> origins;
 };
 
 using FieldValue = std::variant<int64_t*, double*, bool*, std::string*>;
@@ -205,7 +208,14 @@ Config parse_config(const std::string& yaml_text, const std::string& source,
 // Applies one "a.b=c" override to a config.
 void apply_override(Config& config, const std::string& assignment);
 // Cross-field checks (also run by load/parse): choices, positivity, head divisibility...
+// Errors name the key and where it was set (config_origin).
 void validate_config(const Config& config);
+// Where `key` got its value, for messages: "file.yaml:LINE", "--set key=value", or the config
+// file (the key kept its default).
+std::string config_origin(const Config& config, const std::string& key);
+// Settings that are allowed but most likely not meant (e.g. a warmup longer than the run), one
+// line each naming the key; printed at start.
+std::vector<std::string> config_warnings(const Config& config);
 
 // The effective config as YAML (every field, then the optim groups); parses back to itself.
 std::string config_to_yaml(const Config& config);

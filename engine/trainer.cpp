@@ -381,6 +381,7 @@ TrainSummary Trainer::run() {
           std::make_unique<MetricsWriter>((fs::path(config_.log.dir) / "metrics.jsonl").string(),
                                           resume.empty() ? -1 : counters_.step);
   }
+  started_ = true;
   warm_up();
 
   auto eval_and_log = [&](StepRecord& r) {

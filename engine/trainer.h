@@ -87,6 +87,8 @@ class Trainer {
   double evaluate();
   // The whole run: resume per checkpoint.resume, warm-up, steps, evals, checkpoints, metrics.
   TrainSummary run();
+  // Whether run() got past its set-up (resume or init_from, the log files) to the training.
+  bool started() const { return started_; }
 
  private:
   void print_banner() const;
@@ -117,6 +119,7 @@ class Trainer {
   TrainingHealth health_;
   LrSchedule schedule_;
   RunCounters counters_;
+  bool started_ = false;
   std::optional<std::pair<int64_t, double>> last_val_;  // (step, validation loss)
   double base_lr_ = 0;                                  // the first group's lr, for the log
   double flops_per_token_ = 0;

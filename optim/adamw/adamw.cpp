@@ -26,6 +26,10 @@ AdamWConfig AdamWConfig::from_yaml(HyperReader& r) {
   if (!(c.beta1 >= 0 && c.beta1 < 1)) r.fail("betas", "beta1 must be in [0, 1)");
   if (!(c.beta2 >= 0 && c.beta2 < 1)) r.fail("betas", "beta2 must be in [0, 1)");
   if (!(c.eps >= 0)) r.fail("eps", "must be >= 0");
+  // A negative decay grows the weights; a negative multiplier turns the step around.
+  if (!(c.weight_decay >= 0)) r.fail("weight_decay", "must be >= 0");
+  if (!(c.lr_mul >= 0)) r.fail("lr_mul", "must be >= 0");
+  if (!(c.wd_mul >= 0)) r.fail("wd_mul", "must be >= 0");
   return c;
 }
 

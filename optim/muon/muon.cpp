@@ -37,6 +37,10 @@ MuonConfig MuonConfig::from_yaml(HyperReader& r, const MuonConfig& defaults) {
   c.cautious_wd = cautious_weight_decay(r, c.cautious_wd);
   if (!(c.beta2 >= 0 && c.beta2 < 1)) r.fail("beta2", "must be in [0, 1)");
   if (c.lr < 0) r.fail("lr", "must be >= 0");
+  // A negative decay grows the weights; a negative multiplier turns the step around.
+  if (!(c.weight_decay >= 0)) r.fail("weight_decay", "must be >= 0");
+  if (!(c.lr_mul >= 0)) r.fail("lr_mul", "must be >= 0");
+  if (!(c.wd_mul >= 0)) r.fail("wd_mul", "must be >= 0");
   auto check_momentum = [&](const char* key, double mu) {
     if (!(mu >= 0 && mu < 1)) r.fail(key, "must be in [0, 1)");
   };
