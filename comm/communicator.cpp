@@ -50,20 +50,6 @@ void CommStats::add_counts(const CommStats& other) {
   }
 }
 
-int64_t CommStats::total_calls() const {
-  int64_t total = 0;
-  for (const auto& s : per_kind_)
-    total += s.calls;
-  return total;
-}
-
-int64_t CommStats::total_bytes() const {
-  int64_t total = 0;
-  for (const auto& s : per_kind_)
-    total += s.bytes;
-  return total;
-}
-
 std::string CommStats::str() const {
   std::string out;
   for (int k = 0; k < kNumCollectives; ++k) {

@@ -64,8 +64,6 @@ class CommStats {
     return per_kind_[static_cast<int>(kind)];
   }
   void record(Collective kind, int64_t bytes);
-  int64_t total_calls() const;
-  int64_t total_bytes() const;
   // Time this rank spent blocked on collectives: a blocking call from start to end, an async one
   // only inside Work::wait() (not the time it was in flight behind other work).
   void add_wait(double ms) { wait_ms_ += ms; }

@@ -30,7 +30,6 @@ class MpiCommunicator final : public Communicator {
 
   core::Device device() const override { return core::Device::cpu(); }
   std::string name() const override;
-  MPI_Comm mpi_comm() const { return comm_; }
 
   // A reduce_scatter of at least this many bytes (the whole send buffer) runs as a ring over
   // MPI_Sendrecv instead of MPI_[I]reduce_scatter[_block]: 1.1-4x faster from 1 MiB to 64 MiB at

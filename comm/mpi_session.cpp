@@ -38,7 +38,6 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   if (env == nullptr || *env == '\0') {
     omp_set_num_threads(std::max(1, omp_get_num_procs() / node_ranks_));
   }
-  threads_ = omp_get_max_threads();
 }
 
 bool mpi_thread_multiple() {

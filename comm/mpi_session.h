@@ -26,14 +26,12 @@ class MpiSession {
   int world_size() const { return size_; }
   int node_ranks() const { return node_ranks_; }  // ranks sharing this node's memory
   int node_rank() const { return node_rank_; }    // this rank's place among them (0-based)
-  int threads_per_rank() const { return threads_; }
 
  private:
   int rank_ = 0;
   int size_ = 1;
   int node_ranks_ = 1;
   int node_rank_ = 0;
-  int threads_ = 1;
 };
 
 // Whether MPI provides MPI_THREAD_MULTIPLE (MPI must be initialised).

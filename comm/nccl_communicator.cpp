@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "core/cuda/cuda_backend.h"
+#include "core/transfer.h"
 
 namespace comm {
 
@@ -243,7 +244,8 @@ class NcclCommunicator final : public Communicator {
 }  // namespace
 
 std::unique_ptr<Communicator> make_nccl(Communicator& host, core::Backend& backend) {
-  ENGINE_CHECK(host.device().is_cpu(), "make_nccl: the host communicator must be a CPU one");
+  ENGINE_CHECK(core::is_host_memory(host.device()),
+               "make_nccl: the host communicator must move host memory");
   auto* cuda = dynamic_cast<core::CudaBackend*>(&backend);
   ENGINE_CHECK(cuda != nullptr, "rank " + std::to_string(host.rank()) +
                                     ": NCCL needs a CUDA backend, got " + backend.name());

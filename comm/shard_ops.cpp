@@ -270,26 +270,12 @@ void all_gather_param(Communicator& comm, const ShardingPlan& plan, size_t i,
   all_gather_param_async(comm, plan, i, local, full)->wait();
 }
 
-core::Tensor gather_full(Communicator& comm, const ShardingPlan& plan, size_t i,
-                         const core::Tensor& local, core::Allocator& allocator) {
-  core::Tensor full = core::Tensor::empty(plan.param(i).shape, core::DType::F32, allocator);
-  all_gather_param(comm, plan, i, local, full);
-  return full;
-}
-
 void copy_local_part(Communicator& comm, const ShardingPlan& plan, size_t i,
                      const core::Tensor& full, const core::Tensor& local) {
   const char* kOp = "copy_local_part";
   check_tensor(comm, plan, i, kOp, "full tensor", full, plan.param(i).shape);
   check_tensor(comm, plan, i, kOp, "local part", local, plan.local_shape(i));
   copy_part(comm, plan, i, plan.rank(), ptr(full), ptr(local), true);
-}
-
-void scatter_full(Communicator& comm, const ShardingPlan& plan, size_t i, const core::Tensor& full,
-                  const core::Tensor& local, int root) {
-  check_tensor(comm, plan, i, "scatter_full", "full tensor", full, plan.param(i).shape);
-  comm.broadcast(ptr(full), plan.numel(i), root);
-  copy_local_part(comm, plan, i, full, local);
 }
 
 }  // namespace comm

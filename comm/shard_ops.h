@@ -58,16 +58,9 @@ std::unique_ptr<Work> all_gather_param_async(Communicator& comm, const ShardingP
                                              const core::Tensor& local, const core::Tensor& full);
 void all_gather_param(Communicator& comm, const ShardingPlan& plan, size_t i,
                       const core::Tensor& local, const core::Tensor& full);
-// The same into a new tensor from `allocator`.
-core::Tensor gather_full(Communicator& comm, const ShardingPlan& plan, size_t i,
-                         const core::Tensor& local, core::Allocator& allocator);
 
 // Copy this rank's part of a full tensor known on this rank (no communication).
 void copy_local_part(Communicator& comm, const ShardingPlan& plan, size_t i,
                      const core::Tensor& full, const core::Tensor& local);
-// Scatter a full tensor held by `root` to every rank's local part. `full` is a full-shape buffer
-// on every rank; on the others it is overwritten with root's values (one broadcast).
-void scatter_full(Communicator& comm, const ShardingPlan& plan, size_t i, const core::Tensor& full,
-                  const core::Tensor& local, int root);
 
 }  // namespace comm

@@ -9,7 +9,7 @@
 
 namespace comm {
 
-ShardingPlan::ShardingPlan(std::vector<ParamInfo> params, int world_size, int rank, int stage)
+ShardingPlan::ShardingPlan(std::vector<ParamDesc> params, int world_size, int rank, int stage)
     : params_(std::move(params)), world_size_(world_size), rank_(rank), stage_(stage) {
   ENGINE_CHECK(world_size > 0, "ShardingPlan: world size " + std::to_string(world_size));
   ENGINE_CHECK(rank >= 0 && rank < world_size, "ShardingPlan: rank " + std::to_string(rank) +
@@ -25,7 +25,7 @@ ShardingPlan::ShardingPlan(std::vector<ParamInfo> params, int world_size, int ra
   std::vector<size_t> auto_owned;
 
   for (size_t i = 0; i < n; ++i) {
-    const ParamInfo& p = params_[i];
+    const ParamDesc& p = params_[i];
     ENGINE_CHECK(names.insert(p.name).second, "ShardingPlan: parameter " + p.name + " twice");
     for (int64_t d : p.shape) {
       ENGINE_CHECK(d >= 0, "ShardingPlan: parameter " + p.name + " has negative size in " +
@@ -85,7 +85,7 @@ size_t ShardingPlan::index(const std::string& name) const {
 
 ShardingPlan::LocalSlice ShardingPlan::local_slice(size_t i, int r) const {
   ENGINE_CHECK(r >= 0 && r < world_size_, "ShardingPlan::local_slice: rank " + std::to_string(r));
-  const ParamInfo& p = params_.at(i);
+  const ParamDesc& p = params_.at(i);
   const Placement& pl = placements_[i];
   LocalSlice s;
   s.dim = pl.is_shard() ? pl.dim : 0;
@@ -105,7 +105,7 @@ ShardingPlan::LocalSlice ShardingPlan::local_slice(size_t i, int r) const {
 }
 
 core::Shape ShardingPlan::local_shape(size_t i, int r) const {
-  const ParamInfo& p = params_.at(i);
+  const ParamDesc& p = params_.at(i);
   const Placement& pl = placements_[i];
   core::Shape shape = p.shape;
   if (pl.is_replicate()) return shape;
@@ -132,7 +132,7 @@ std::vector<size_t> ShardingPlan::layer_params(int layer) const {
 
 std::vector<int> ShardingPlan::layers() const {
   std::set<int> seen;
-  for (const ParamInfo& p : params_)
+  for (const ParamDesc& p : params_)
     seen.insert(p.layer);
   return {seen.begin(), seen.end()};
 }

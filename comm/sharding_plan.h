@@ -1,7 +1,7 @@
 // ShardingPlan: where every parameter's optimizer state, gradient and (at stage 3) value live.
 //
-// Built from the parameter table (name, shape, requested placement, layer), the shard-group size
-// and the ZeRO stage; identical on every rank (a pure function of its inputs).
+// Built from the parameters' descriptors (name, shape, requested placement, layer), the shard-group
+// size and the ZeRO stage; identical on every rank (a pure function of its inputs).
 //   stage 0  plain data parallel: every placement becomes Replicate (all-reduced gradients).
 //   stage 1  optimizer state only where the placement says; gradients all-reduced, each rank
 //            keeps its part, updated parameters all-gathered.
@@ -18,28 +18,22 @@
 #include <string>
 #include <vector>
 
+#include "comm/param_desc.h"
 #include "comm/placement.h"
 #include "core/tensor.h"
 
 namespace comm {
 
-struct ParamInfo {
-  std::string name;
-  core::Shape shape;
-  Placement placement;  // requested
-  int layer = 0;        // stage-3 gather unit: parameters of one layer are gathered together
-};
-
 class ShardingPlan {
  public:
-  ShardingPlan(std::vector<ParamInfo> params, int world_size, int rank, int stage);
+  ShardingPlan(std::vector<ParamDesc> params, int world_size, int rank, int stage);
 
   int world_size() const { return world_size_; }
   int rank() const { return rank_; }
   int stage() const { return stage_; }
   size_t num_params() const { return params_.size(); }
 
-  const ParamInfo& param(size_t i) const { return params_.at(i); }
+  const ParamDesc& param(size_t i) const { return params_.at(i); }
   const Placement& placement(size_t i) const { return placements_.at(i); }
   // Index of a parameter by name; throws naming the parameter when absent.
   size_t index(const std::string& name) const;
@@ -73,7 +67,7 @@ class ShardingPlan {
   std::string describe() const;
 
  private:
-  std::vector<ParamInfo> params_;
+  std::vector<ParamDesc> params_;
   std::vector<Placement> placements_;         // resolved
   std::vector<std::vector<int64_t>> counts_;  // [param][rank] local elements
   int world_size_;

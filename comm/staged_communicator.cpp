@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/transfer.h"
 
 namespace comm {
 
@@ -52,9 +53,9 @@ class StagedCommunicator final : public Communicator {
         host_(host),
         backend_(backend),
         owned_(std::move(owned)) {
-    ENGINE_CHECK(host.device().is_cpu(), "staged communicator: the host communicator " +
-                                             host.name() + " moves buffers on " +
-                                             host.device().str() + ", not on the host");
+    ENGINE_CHECK(core::is_host_memory(host.device()),
+                 "staged communicator: the host communicator " + host.name() +
+                     " moves buffers on " + host.device().str() + ", not on the host");
   }
 
   core::Device device() const override { return backend_.device(); }

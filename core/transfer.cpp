@@ -4,8 +4,12 @@
 
 namespace core {
 
+bool is_host_memory(const Device& device) {
+  return device.is_cpu();
+}
+
 Tensor to_host(Backend& backend, const Tensor& t) {
-  if (!t.defined() || t.device().is_cpu()) return t;
+  if (!t.defined() || is_host_memory(t.device())) return t;
   ENGINE_CHECK(t.is_contiguous(), "to_host: " + t.str() + " is not contiguous");
   Tensor host = Tensor::empty(t.shape(), t.dtype());
   if (t.nbytes() > 0) backend.copy_to_host(host.raw_data(), t.raw_data(), t.nbytes());
@@ -14,7 +18,7 @@ Tensor to_host(Backend& backend, const Tensor& t) {
 
 Tensor to_backend(Backend& backend, const Tensor& host) {
   if (!host.defined() || host.device() == backend.device()) return host;
-  ENGINE_CHECK(host.device().is_cpu() && host.is_contiguous(),
+  ENGINE_CHECK(is_host_memory(host.device()) && host.is_contiguous(),
                "to_backend: " + host.str() + " is not a contiguous host tensor (the step runs on " +
                    backend.name() + ")");
   Tensor t = Tensor::empty(host.shape(), host.dtype(), backend.allocator());

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -19,6 +20,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/transfer.h"
 
 namespace engine {
 
@@ -169,9 +171,9 @@ void write_rank_file(const std::string& staging, int rank, const std::vector<Sav
                               : s.local.size(d) == s.global_shape[d],
                    "checkpoint slice " + s.name + ": local " + core::shape_str(s.local.shape()) +
                        " does not fit global " + core::shape_str(s.global_shape));
-    ENGINE_CHECK(s.local.device().is_cpu(), "checkpoint slice " + s.name + " is on " +
-                                                s.local.device().str() +
-                                                ": stage device tensors to host first");
+    ENGINE_CHECK(core::is_host_memory(s.local.device()),
+                 "checkpoint slice " + s.name + " is on " + s.local.device().str() +
+                     ": stage device tensors to host first");
     writer.add(s.name, s.local);
     writer.set_metadata(slice_key(s.name), std::to_string(s.dim) + ";" + std::to_string(s.begin) +
                                                ";" + shape_text(s.global_shape));
@@ -179,7 +181,35 @@ void write_rank_file(const std::string& staging, int rank, const std::vector<Sav
   writer.write((fs::path(staging) / rank_file_name(rank)).string());
 }
 
-std::string commit_checkpoint(const std::string& root, Manifest manifest, int keep) {
+namespace {
+
+// Of `dirs` (oldest first), the checkpoint whose manifest records the lowest validation loss (the
+// oldest of equals); "" when none records one. A manifest that cannot be read is passed over:
+// rotation must not fail a save.
+std::string best_checkpoint(const std::vector<std::string>& dirs) {
+  std::string best;
+  double best_loss = 0;
+  for (const std::string& dir : dirs) {
+    try {
+      const Manifest m = read_manifest(dir);
+      const auto it = m.state.find(kValLossKey);
+      if (it == m.state.end()) continue;
+      const double loss = std::stod(it->second);
+      if (std::isfinite(loss) && (best.empty() || loss < best_loss)) {
+        best = dir;
+        best_loss = loss;
+      }
+    } catch (const std::exception&) {
+      continue;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+std::string commit_checkpoint(const std::string& root, Manifest manifest, int keep,
+                              bool keep_best) {
   const std::string staging = staging_path(root, manifest.step);
   manifest.files.clear();
   manifest.slices.clear();
@@ -259,9 +289,10 @@ std::string commit_checkpoint(const std::string& root, Manifest manifest, int ke
     fs::rename(staging, final_dir);
   }
 
-  auto all = list_checkpoints(root);
+  const std::vector<std::string> all = list_checkpoints(root);
+  const std::string best = keep_best ? best_checkpoint(all) : std::string();
   for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i)
-    fs::remove_all(all[i]);
+    if (all[i] != best) fs::remove_all(all[i]);
   // Staging folders of interrupted saves (no save runs while this one commits).
   for (const auto& entry : fs::directory_iterator(root)) {
     const std::string name = entry.path().filename().string();
@@ -545,8 +576,9 @@ void CheckpointReader::read(const std::string& name, int dim, int64_t begin,
             " along dim " + std::to_string(dim) + " does not fit global " +
             core::shape_str(global));
   ENGINE_CHECK(out.is_contiguous(), what + ": the output must be contiguous");
-  ENGINE_CHECK(out.device().is_cpu(), what + ": the output is on " + out.device().str() +
-                                          ", read into a host tensor and copy it over");
+  ENGINE_CHECK(core::is_host_memory(out.device()),
+               what + ": the output is on " + out.device().str() +
+                   ", read into a host tensor and copy it over");
   const int64_t end = begin + out.size(dim);
   auto [outer, inner] = outer_inner(global, dim);
   float* dst = out.data<float>();

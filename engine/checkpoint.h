@@ -10,8 +10,8 @@
 // Writing: rank 0 creates <root>/step_XXXXXXXX.tmp, every rank writes its file there, rank 0
 // checksums them, writes the manifest and renames the folder to its final name; an interrupted
 // write leaves only a .tmp folder, never a half-written step_ folder, and the older checkpoints
-// stay until the new one is complete (then the oldest beyond `keep` and any leftover .tmp
-// folders are removed).
+// stay until the new one is complete (then the oldest beyond `keep`, except with `keep_best` the
+// one with the lowest validation loss, and any leftover .tmp folders are removed).
 //
 // A slice is the index range [begin, end) along one dimension `dim` of a global tensor (Shard
 // placements) or the whole tensor (begin 0, end = the dimension). Reading assembles any range
@@ -59,6 +59,10 @@ struct FileInfo {
   uint64_t checksum = 0;
 };
 
+// The manifest state key of the validation loss measured at the step a checkpoint was saved
+// (absent when that step had no evaluation).
+inline constexpr const char* kValLossKey = "train.val_loss";
+
 struct Manifest {
   int64_t step = 0;
   int world_size = 1;
@@ -82,9 +86,12 @@ void write_rank_file(const std::string& staging, int rank, const std::vector<Sav
                      const std::map<std::string, int64_t>& counters = {});
 // Rank 0, after every rank wrote (a barrier): checksums the files, collects their slices and
 // counters, writes the manifest, renames the folder to its final name (replacing an older
-// checkpoint of the same step) and prunes all but the newest `keep`. `manifest.files` and `.slices`
-// are filled here. Returns the final path.
-std::string commit_checkpoint(const std::string& root, Manifest manifest, int keep);
+// checkpoint of the same step) and prunes all but the newest `keep`; with `keep_best` the
+// checkpoint whose manifest records the lowest validation loss (kValLossKey; the oldest of
+// equals) is kept besides them. `manifest.files` and `.slices` are filled here. Returns the final
+// path.
+std::string commit_checkpoint(const std::string& root, Manifest manifest, int keep,
+                              bool keep_best = false);
 
 // ---- reading ------------------------------------------------------------------------------------
 // Complete checkpoint folders under root (step_XXXXXXXX with a manifest), oldest first.

@@ -109,6 +109,9 @@ inline constexpr bool kOptional = false;
   F(checkpoint, int64_t, every, "every", 0, kOptional, "save every N steps (0 = off)")     \
   F(checkpoint, bool, at_end, "at_end", true, kOptional, "save after the last step")       \
   F(checkpoint, int64_t, keep, "keep", 3, kOptional, "keep the newest K checkpoints")      \
+  F(checkpoint, bool, keep_best, "keep_best", false, kOptional,                            \
+    "also keep the checkpoint with the lowest validation loss (of those saved at a step "  \
+    "with an evaluation) out of the rotation")                                             \
   F(checkpoint, std::string, resume, "resume", "", kOptional,                              \
     "empty = fresh start, auto = newest complete checkpoint in dir, or a checkpoint path") \
   F(checkpoint, bool, overwrite, "overwrite", false, kOptional,                            \

@@ -20,7 +20,6 @@ class LrSchedule {
   // Warmup: (step+1)/warmup. Decay over steps [decay_start, total): progress p in (0, 1] reaches
   // 1 at the last step; linear 1 - p (1 - floor), cosine floor + (1 - floor)(1 + cos(pi p))/2.
   double multiplier(int64_t step) const;
-  int64_t decay_start() const { return decay_start_; }
 
  private:
   int64_t total_;

@@ -1,6 +1,9 @@
 #include "engine/osft_reparam.h"
 
+#include "comm/placement.h"
 #include "core/check.h"
+#include "core/transfer.h"
+#include "engine/sharded_state.h"
 
 namespace engine {
 
@@ -8,49 +11,52 @@ namespace {
 
 constexpr const char* kFrozenPrefix = "osft/";
 
-// A host copy of a tensor in `backend`'s memory (the weights the one-time SVDs read).
-core::Tensor to_host(core::Backend& backend, const core::Tensor& t) {
-  core::Tensor host = core::Tensor::empty(t.shape());
-  if (t.numel() > 0) backend.copy_to_host(host.raw_data(), t.raw_data(), t.nbytes());
-  return host;
-}
-
 }  // namespace
 
-std::unique_ptr<OsftReparam> OsftReparam::create_if_targeted(model::Gpt& gpt,
-                                                             optim::OptimizerSet& groups,
-                                                             comm::Communicator* comm,
-                                                             comm::Communicator* shard_group,
-                                                             optim::RowSplit split) {
-  bool any = false;
-  for (size_t g = 0; g < groups.num_groups(); ++g)
-    any |= dynamic_cast<optim::Osft*>(&groups.optimizer(g)) != nullptr;
-  if (!any) return nullptr;
-  auto reparam = std::make_unique<OsftReparam>(gpt, groups, comm, shard_group, split);
-  if (reparam->targets().empty()) return nullptr;
-  return reparam;
-}
-
-OsftReparam::OsftReparam(model::Gpt& gpt, optim::OptimizerSet& groups, comm::Communicator* comm,
-                         comm::Communicator* shard_group, optim::RowSplit split)
-    : gpt_(gpt), backend_(gpt.backend()), ops_(optim::make_osft_ops(backend_)) {
+std::vector<OsftReparam::Target> OsftReparam::find_targets(const model::Gpt& gpt,
+                                                           optim::OptimizerSet& groups) {
+  std::vector<Target> targets;
   const model::ParamTable& table = gpt.table();
-  std::vector<optim::OsftTargetWeight> weights;
   for (size_t i = 0; i < table.size(); ++i) {
     const model::ParamInfo& p = table[i];
     auto* osft = dynamic_cast<optim::Osft*>(&groups.optimizer(groups.group_of(p.name)));
     if (osft == nullptr || p.shape.size() != 2) continue;
     const int64_t k = osft->config().k_high_for(p.name, p.shape[0], p.shape[1]);
     if (k == 0) continue;  // trains dense in its group
+    targets.push_back({p.name, i, p.layer, p.shape[0], p.shape[1], k, osft});
+  }
+  return targets;
+}
+
+std::unique_ptr<Reparam> OsftReparam::create(const ReparamSetup& setup) {
+  if (find_targets(setup.gpt, setup.optimizers).empty()) return nullptr;
+  const std::string source = setup.config.source.empty() ? "config" : setup.config.source;
+  ENGINE_CHECK(setup.config.zero.stage <= 2,
+               "config error: " + source + ": key 'zero.stage' = 3 is not supported with " +
+                   "osft targets (their factors rest whole on every rank); use 1 or 2");
+  return std::make_unique<OsftReparam>(setup.gpt, setup.optimizers, &setup.tensors, &setup.tensors,
+                                       &comm::shard_range);
+}
+
+OsftReparam::OsftReparam(model::Gpt& gpt, optim::OptimizerSet& groups, comm::Communicator* comm,
+                         comm::Communicator* shard_group, optim::RowSplit split)
+    : gpt_(gpt),
+      backend_(gpt.backend()),
+      comm_(comm),
+      ops_(optim::make_osft_ops(backend_)),
+      targets_(find_targets(gpt, groups)) {
+  std::vector<optim::OsftTargetWeight> weights;
+  for (size_t t = 0; t < targets_.size(); ++t) {
+    const Target& target = targets_[t];
     bool first_of_group = true;
-    for (const Target& t : targets_)
-      first_of_group &= t.optimizer != osft;
-    if (first_of_group) osft->set_communicator(shard_group, split, backend_);
-    ENGINE_CHECK(gpt.param(i).defined() && gpt.param(i).device() == backend_.device(),
-                 "osft: the model's weight '" + p.name + "' is not resident in the memory of " +
-                     backend_.name());
-    targets_.push_back({p.name, i, p.layer, p.shape[0], p.shape[1], k, osft});
-    weights.push_back({p.name, to_host(backend_, gpt.param(i)), k});
+    for (size_t u = 0; u < t; ++u)
+      first_of_group &= targets_[u].optimizer != target.optimizer;
+    if (first_of_group) target.optimizer->set_communicator(shard_group, split, backend_);
+    const core::Tensor w = gpt.param(target.param);
+    ENGINE_CHECK(w.defined() && w.device() == backend_.device(),
+                 "osft: the model's weight '" + target.name +
+                     "' is not resident in the memory of " + backend_.name());
+    weights.push_back({target.name, core::to_host(backend_, w), target.k_high});
   }
   const std::vector<optim::OsftFactors> full = optim::osft_decompose_all(weights, comm, backend_);
   for (size_t t = 0; t < targets_.size(); ++t) {
@@ -87,7 +93,7 @@ OsftReparam::OsftReparam(model::Gpt& gpt, optim::OptimizerSet& groups, comm::Com
 void OsftReparam::redecompose(comm::Communicator* comm) {
   std::vector<optim::OsftTargetWeight> weights;
   for (const Target& t : targets_)
-    weights.push_back({t.name, to_host(backend_, gpt_.param(t.param)), t.k_high});
+    weights.push_back({t.name, core::to_host(backend_, gpt_.param(t.param)), t.k_high});
   const std::vector<optim::OsftFactors> full = optim::osft_decompose_all(weights, comm, backend_);
   for (size_t i = 0; i < targets_.size(); ++i)
     for (size_t j = 0; j < 6; ++j) {  // in place: the optimizers hold views of the frozen rows
@@ -101,7 +107,7 @@ void OsftReparam::redecompose(comm::Communicator* comm) {
   write_all();
 }
 
-bool OsftReparam::is_factor(const std::string& name) const {
+bool OsftReparam::owns(const std::string& name) const {
   for (const Factor& f : factors_)
     if (f.name == name) return true;
   return false;
@@ -118,12 +124,6 @@ optim::OsftFactors OsftReparam::full(size_t i) const {
   for (size_t j = 0; j < 6; ++j)
     optim::factor_by_name(f, optim::kOsftFactorNames[j]) = factors_.at(6 * i + j).value;
   return f;
-}
-
-void OsftReparam::write_dense(int layer) {
-  for (size_t i = 0; i < targets_.size(); ++i)
-    if (targets_[i].layer == layer)
-      optim::osft_reconstruct_into(*ops_, full(i), gpt_.param(targets_[i].param), 0);
 }
 
 void OsftReparam::write_all() {
@@ -190,22 +190,58 @@ void OsftReparam::zero_grads() {
     if (f.trained) backend_.fill_zero(f.grad.raw_data(), f.grad.nbytes());
 }
 
-std::map<std::string, core::Tensor> dense_checkpoint_weights(const std::string& dir,
-                                                             const model::ParamTable& table) {
-  const CheckpointReader reader(dir);
-  std::map<std::string, core::Tensor> out;
-  for (const model::ParamInfo& p : table.params()) {
-    const std::string key = "param/" + p.name;
-    ENGINE_CHECK(reader.has(key), "train.init_from: checkpoint " + dir + " has no parameter " +
-                                      p.name + " (an OSFT-trained checkpoint holds factors: " +
-                                      "`engine export` writes its dense weights)");
-    ENGINE_CHECK(reader.global_shape(key) == p.shape,
-                 "train.init_from: checkpoint " + dir + ": parameter " + p.name + " has shape " +
-                     core::shape_str(reader.global_shape(key)) + ", the model expects " +
-                     core::shape_str(p.shape));
-    out[p.name] = reader.read_full(key);
+void OsftReparam::init_from(const std::map<std::string, core::Tensor>& weights) {
+  for (const Target& t : targets_) {
+    const core::Tensor& w = weights.at(t.name);
+    backend_.copy_from_host(gpt_.param(t.param).raw_data(), w.raw_data(), w.nbytes());
   }
-  return out;
+  redecompose(comm_);
+}
+
+void OsftReparam::load(const CheckpointReader& reader) {
+  load_frozen(reader);
+  write_all();
+}
+
+void OsftReparam::save(std::vector<SavedSlice>& slices, int rank) const {
+  save_frozen(slices, rank);
+}
+
+void OsftReparam::on_layer_event(model::Gpt::LayerEvent event, int layer) {
+  if (event == model::Gpt::LayerEvent::kAfterBackward) map_grads(layer);
+}
+
+void OsftReparam::after_step() {
+  write_all();
+}
+
+core::Tensor OsftReparam::dense_from_checkpoint(const CheckpointReader& reader,
+                                                const std::string& param, const core::Shape& shape,
+                                                core::Backend& backend) {
+  if (shape.size() != 2 || !reader.has(kFrozenPrefix + param + ".U_high")) return {};
+  // The trained factors are trainables ("param/..."), the frozen ones OSFT's own ("osft/...").
+  optim::OsftFactors f;
+  for (const char* name : optim::kOsftFactorNames) {
+    const std::string factor = param + "." + name;
+    const std::string key =
+        std::string(name).ends_with("_low") ? param_key(factor) : kFrozenPrefix + factor;
+    ENGINE_CHECK(reader.has(key), "checkpoint " + reader.dir() + " holds OSFT factors of " + param +
+                                      " but not " + key);
+    optim::factor_by_name(f, name) = core::to_backend(backend, reader.read_full(key));
+  }
+  const int64_t n = shape[0], m = shape[1], k = f.S_high.numel(), r = f.S_low.numel();
+  const std::vector<std::pair<const core::Tensor*, core::Shape>> expected = {
+      {&f.U_high, {n, k}}, {&f.S_high, {k}}, {&f.V_high, {k, m}},
+      {&f.U_low, {n, r}},  {&f.S_low, {r}},  {&f.V_low, {r, m}}};
+  for (const auto& [t, want] : expected)
+    ENGINE_CHECK(t->shape() == want && k + r == std::min(n, m),
+                 "checkpoint " + reader.dir() + ": the OSFT factors of " + param + " (" +
+                     core::shape_str(shape) + ") have shapes " + f.U_high.str() + ", " +
+                     f.S_high.str() + ", " + f.V_high.str() + ", " + f.U_low.str() + ", " +
+                     f.S_low.str() + ", " + f.V_low.str() + ", which do not make it");
+  core::Tensor w = core::Tensor::empty(shape, core::DType::F32, backend.allocator());
+  optim::osft_reconstruct_into(*optim::make_osft_ops(backend), f, w, 0);
+  return core::to_host(backend, w);
 }
 
 }  // namespace engine

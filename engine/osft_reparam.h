@@ -1,23 +1,24 @@
-// OsftReparam: the OSFT factors of the targeted model matrices, held beside the model
-// (docs/specs/osft.md; docs/DESIGN.md "Trainables").
+// OsftReparam: OSFT as a reparametrisation of the trainer (engine/reparam.h; docs/specs/osft.md):
+// the targeted model matrices train as their SVD factors, held beside the model.
 //
-// The model stays dense and knows nothing of OSFT. Before a target's layer runs forward,
-// write_dense(layer) writes W = U_high diag(S_high) V_high + U_low diag(S_low) V_low into the
-// model's parameter (one [N, R] x [R, M] product, R = min(N, M)); after the layer's backward,
+// The model stays dense and knows nothing of OSFT. After every optimizer step (and a load or an
+// init_from) write_all() writes W = U_high diag(S_high) V_high + U_low diag(S_low) V_low into
+// the model's parameter (one [N, R] x [R, M] product, R = min(N, M)); after a layer's backward,
 // map_grads(layer) maps the dense gradient dL/dW the model accumulated to the trained factors by
 // the chain rule (optim::osft_factor_grads) and adds it to their gradients. Since the chain rule
 // is linear, mapping each rank's unreduced dW and then reducing the factor gradients equals
 // mapping the reduced dW.
 //
 // Targets are the 2-D model parameters whose optimizer group is `osft` with k_high > 0. Their
-// factors rest full on every rank (what ZeRO stages 1 and 2 keep resident); each target's group
-// optimizer gets the frozen rows this rank holds under `split`, and the trained factors
-// "<name>.U_low|S_low|V_low" step in that group (OptimizerSet aliases).
+// factors rest full on every rank (what ZeRO stages 1 and 2 keep resident: stage 3 is refused);
+// each target's group optimizer gets the frozen rows this rank holds under `split`, and the
+// trained factors "<name>.U_low|S_low|V_low" step in that group (OptimizerSet aliases) as
+// trainables. Checkpoints hold the trained factors as trainables and the frozen ones whole under
+// "osft/<name>.U_high|S_high|V_high" (saved by rank 0).
 //
-// The factors live in the memory of the model's backend and every per-step product (write_dense,
-// map_grads, the optimizer's projections) is a Backend operation; only the one-time SVDs
-// (construction, redecompose) read the weights on the host. Checkpoints stage through the host
-// (engine/sharded_state.h).
+// The factors live in the memory of the model's backend and every per-step product (write_all,
+// map_grads, the optimizer's projections) runs through the OSFT ops on that device; only the
+// one-time SVDs (construction, redecompose) read the weights on the host.
 #pragma once
 
 #include <cstdint>
@@ -27,16 +28,13 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "engine/checkpoint.h"
-#include "engine/trainable.h"
-#include "model/gpt.h"
-#include "optim/optimizer_set.h"
+#include "engine/reparam.h"
 #include "optim/osft/osft.h"
 #include "optim/osft/osft_factors.h"
 
 namespace engine {
 
-class OsftReparam {
+class OsftReparam final : public Reparam {
  public:
   // One factor tensor: "<target>.<U_high|S_high|V_high|U_low|S_low|V_low>", full on every rank.
   struct Factor {
@@ -62,17 +60,32 @@ class OsftReparam {
   // null when every rank holds whole factors) and the frozen rows this rank holds by `split`.
   OsftReparam(model::Gpt& gpt, optim::OptimizerSet& groups, comm::Communicator* comm,
               comm::Communicator* shard_group, optim::RowSplit split);
-  // As above when `groups` has an osft target, else null.
-  static std::unique_ptr<OsftReparam> create_if_targeted(model::Gpt& gpt,
-                                                         optim::OptimizerSet& groups,
-                                                         comm::Communicator* comm,
-                                                         comm::Communicator* shard_group,
-                                                         optim::RowSplit split);
+  // The trainer's factory (engine/reparam.cpp): the factors of the setup's osft targets, row-
+  // sharded like the plan splits them over the tensor communicator; null without targets. A
+  // config with targets at zero.stage 3 is refused.
+  static std::unique_ptr<Reparam> create(const ReparamSetup& setup);
+  // The dense weight of target `param` from the factors a checkpoint holds (undefined when it
+  // holds none for it); the shapes are checked against [shape], naming the tensor.
+  static core::Tensor dense_from_checkpoint(const CheckpointReader& reader,
+                                            const std::string& param, const core::Shape& shape,
+                                            core::Backend& backend);
 
-  // The trainables with every target's dense weight replaced by its trained factors (appended
-  // in target order; the model's gradient of a target is mapped, not reduced).
-  std::vector<Trainable> replace_trainables(std::vector<Trainable> model_trainables);
+  // ---- Reparam --------------------------------------------------------------------------------
+  // Every target's dense weight replaced by its trained factors (appended in target order; the
+  // model's gradient of a target is mapped, not reduced).
+  std::vector<Trainable> replace_trainables(std::vector<Trainable> model_trainables) override;
+  bool owns(const std::string& name) const override;
+  // The targets' pretrained weights into the model, then their fresh SVDs (redecompose).
+  void init_from(const std::map<std::string, core::Tensor>& weights) override;
+  // The frozen factors (load_frozen), then the dense weights from all of them.
+  void load(const CheckpointReader& reader) override;
+  void save(std::vector<SavedSlice>& slices, int rank) const override;
+  // After a layer's backward: map_grads(layer).
+  void on_layer_event(model::Gpt::LayerEvent event, int layer) override;
+  // write_all(): the dense weights the model reads, from the new factors.
+  void after_step() override;
 
+  // ---- the factors ----------------------------------------------------------------------------
   // Decomposes every target again from the model's current weights (after pretrained weights
   // were written into the model), overwriting the factors in place; before the first step.
   void redecompose(comm::Communicator* comm);
@@ -81,14 +94,11 @@ class OsftReparam {
   std::vector<Factor>& factors() { return factors_; }
   const std::vector<Factor>& factors() const { return factors_; }
   bool is_target(const std::string& param) const;
-  bool is_factor(const std::string& name) const;
 
-  // Writes the dense weights of the targets of `layer` into the model (all layers: write_all).
-  void write_dense(int layer);
+  // Writes the dense weights of every target into the model.
   void write_all();
   // Adds the chain-rule gradients of the targets of `layer` from the model's dense gradients and
-  // zeroes those (the next micro-step accumulates afresh). The trainer calls it right after the
-  // layer's backward, before the ZeRO state may start reducing the factors.
+  // zeroes those (the next micro-step accumulates afresh).
   void map_grads(int layer);
   // Zeroes the trained factors' gradients.
   void zero_grads();
@@ -102,19 +112,16 @@ class OsftReparam {
   optim::OsftFactors full(size_t i) const;
 
  private:
+  // The 2-D parameters of `gpt` that `groups` gives to an osft group with k_high > 0.
+  static std::vector<Target> find_targets(const model::Gpt& gpt, optim::OptimizerSet& groups);
   void map_target_grads(size_t i);
 
   model::Gpt& gpt_;
   core::Backend& backend_;               // the model's: it holds the factors
+  comm::Communicator* comm_;             // the SVDs are spread over it (null: one process)
   std::unique_ptr<optim::OsftOps> ops_;  // their products, on the backend's device
   std::vector<Target> targets_;
   std::vector<Factor> factors_;  // six per target, in optim::kOsftFactorNames order
 };
-
-// Every model parameter of a checkpoint folder, whole, for train.init_from with OSFT targets
-// (whose factors are computed from the dense weights); a missing parameter or a shape other than
-// the model's is refused, naming the tensor.
-std::map<std::string, core::Tensor> dense_checkpoint_weights(const std::string& dir,
-                                                             const model::ParamTable& table);
 
 }  // namespace engine

@@ -39,23 +39,13 @@ bool starts_with(const std::string& name, std::string_view prefix) {
 
 }  // namespace
 
-core::Tensor host_copy(core::Backend& backend, const core::Tensor& t) {
-  return core::to_host(backend, t);
+std::string param_key(const std::string& name) {
+  return std::string(kParamPrefix) + name;
 }
 
 void stage_to_host(RankState& state, core::Backend& backend) {
   for (SavedSlice& s : state.slices)
-    s.local = host_copy(backend, s.local);
-}
-
-core::Tensor like_device(core::Backend& backend, const core::Tensor& host,
-                         const core::Tensor& like) {
-  if (like.device().is_cpu()) return host;
-  ENGINE_CHECK(host.device().is_cpu() && host.is_contiguous(),
-               "like_device: " + host.str() + " is not a contiguous host tensor");
-  core::Tensor t = core::Tensor::empty(host.shape(), host.dtype(), like.storage()->allocator());
-  backend.copy_from_host(t.raw_data(), host.raw_data(), host.nbytes());
-  return t;
+    s.local = core::to_host(backend, s.local);
 }
 
 RankState sharded_rank_state(const comm::ShardingPlan& plan,
@@ -68,8 +58,8 @@ RankState sharded_rank_state(const comm::ShardingPlan& plan,
   for (size_t i = 0; i < plan.num_params(); ++i) {
     if (!local_values[i].defined() || !saves(i)) continue;
     const comm::ShardingPlan::LocalSlice s = plan.local_slice(i);
-    out.slices.push_back({std::string(kParamPrefix) + plan.param(i).name, plan.param(i).shape,
-                          s.dim, s.range.begin, local_values[i]});
+    out.slices.push_back({param_key(plan.param(i).name), plan.param(i).shape, s.dim, s.range.begin,
+                          local_values[i]});
   }
   const optim::OptimizerState optimizer_state = optimizers.state();
   for (const auto& [key, t] : optimizer_state.tensors) {
@@ -108,7 +98,7 @@ void read_local_params(const CheckpointReader& reader, const comm::ShardingPlan&
                        std::span<const core::Tensor> local_values, core::Backend& backend) {
   for (size_t i = 0; i < plan.num_params(); ++i) {
     const std::string& name = plan.param(i).name;
-    const std::string key = std::string(kParamPrefix) + name;
+    const std::string key = param_key(name);
     ENGINE_CHECK(reader.has(key), "checkpoint " + reader.dir() + " has no parameter " + name);
     ENGINE_CHECK(reader.global_shape(key) == plan.param(i).shape,
                  "checkpoint " + reader.dir() + ": parameter " + name + " has shape " +
@@ -117,23 +107,18 @@ void read_local_params(const CheckpointReader& reader, const comm::ShardingPlan&
     if (!local_values[i].defined()) continue;
     const comm::ShardingPlan::LocalSlice s = plan.local_slice(i);
     const core::Tensor& local = local_values[i];
-    if (local.device().is_cpu()) {
-      reader.read(key, s.dim, s.range.begin, local);
-    } else {
-      ENGINE_CHECK(local.is_contiguous(), "checkpoint " + reader.dir() + ": the local part of " +
-                                              name + " is not contiguous");
-      core::Tensor host = core::Tensor::empty(local.shape());
-      reader.read(key, s.dim, s.range.begin, host);
-      backend.copy_from_host(local.raw_data(), host.raw_data(), host.nbytes());
-    }
+    ENGINE_CHECK(local.is_contiguous(), "checkpoint " + reader.dir() + ": the local part of " +
+                                            name + " is not contiguous");
+    core::Tensor host = core::Tensor::empty(local.shape());
+    reader.read(key, s.dim, s.range.begin, host);
+    if (host.nbytes() > 0) backend.copy_from_host(local.raw_data(), host.raw_data(), host.nbytes());
   }
 }
 
 optim::OptimizerState read_optimizer_state(const CheckpointReader& reader,
                                            const comm::ShardingPlan& plan,
                                            std::span<const core::Tensor> local_values,
-                                           const optim::OptimizerSet& optimizers,
-                                           core::Backend& backend) {
+                                           const optim::OptimizerSet& optimizers) {
   optim::OptimizerState state;
   for (const SliceInfo& slice : reader.manifest().slices) {
     if (!starts_with(slice.name, kOptimPrefix)) continue;
@@ -162,9 +147,6 @@ optim::OptimizerState read_optimizer_state(const CheckpointReader& reader,
       state.tensors[key] = reader.read_full(slice.name);
     }
   }
-  // Read on the host, then to the device of the parameter's local value.
-  for (auto& [key, t] : state.tensors)
-    t = like_device(backend, t, local_values[plan.index(param_of_state_key(key))]);
   for (const auto& [name, v] : reader.manifest().counters) {
     const std::string key = strip(name, kCounterPrefix);
     if (local_values[plan.index(param_of_state_key(key))].defined()) state.counters[key] = v;

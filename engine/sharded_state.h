@@ -32,19 +32,13 @@ struct RankState {
   std::map<std::string, int64_t> counters;
 };
 
-// ---- device staging -------------------------------------------------------------------------
-// Checkpoint files are written and read through host memory whichever device holds the state,
-// so a checkpoint written on GPUs is the same file as one written on CPUs. These copy through
-// the backend's copy_to_host / copy_from_host; a host tensor passes through without a copy.
+// The key of parameter `name` in a checkpoint: "param/<name>".
+std::string param_key(const std::string& name);
 
-// `t` itself when it is a host tensor, else a host copy of it (contiguous tensors only).
-core::Tensor host_copy(core::Backend& backend, const core::Tensor& t);
-// Every slice of `state` as a host tensor (host_copy), ready for write_rank_file.
+// Checkpoint files are written and read through host memory whichever device holds the state,
+// so a checkpoint written on GPUs is the same file as one written on CPUs (core/transfer.h).
+// Every slice of `state` as a host tensor, ready for write_rank_file.
 void stage_to_host(RankState& state, core::Backend& backend);
-// A tensor on `like`'s device and allocator holding the host tensor `host` (`host` itself when
-// `like` is a host tensor).
-core::Tensor like_device(core::Backend& backend, const core::Tensor& host,
-                         const core::Tensor& like);
 
 // This rank's part of a checkpoint: the local values (one per plan entry, undefined where this
 // rank holds nothing) and the optimizer state of the parameters it holds (`optimizers` says
@@ -53,19 +47,19 @@ RankState sharded_rank_state(const comm::ShardingPlan& plan,
                              std::span<const core::Tensor> local_values,
                              const optim::OptimizerSet& optimizers);
 
-// Fills every defined local value from the checkpoint (through a host buffer when it lives on
-// a device), after checking that it holds every parameter of the plan with the plan's shape
+// Fills every defined local value from the checkpoint (through a host buffer, copied into the
+// backend's memory), after checking that it holds every parameter of the plan with the plan's shape
 // (errors name the checkpoint and the parameter).
 void read_local_params(const CheckpointReader& reader, const comm::ShardingPlan& plan,
                        std::span<const core::Tensor> local_values, core::Backend& backend);
 
 // The optimizer state of the parameters whose local value is defined, shaped like their local
 // parts (or whole, or in the layout their optimizer in `optimizers` gives, see the header
-// comment), on the device of their parameter's local value.
+// comment), as host tensors: an optimizer moves its state into the memory it steps in on first
+// use (optim::StateSlots).
 optim::OptimizerState read_optimizer_state(const CheckpointReader& reader,
                                            const comm::ShardingPlan& plan,
                                            std::span<const core::Tensor> local_values,
-                                           const optim::OptimizerSet& optimizers,
-                                           core::Backend& backend);
+                                           const optim::OptimizerSet& optimizers);
 
 }  // namespace engine

@@ -1,7 +1,7 @@
 // Trainable: one tensor the optimizers train, as the trainer, the ZeRO state and the checkpoints
-// see it. Today these are the model's parameters; a reparametrisation (OSFT) adds its own
-// tensors to the list (its factors) and writes what the model reads through the model's
-// bind_param before a layer's forward.
+// see it. These are the model's parameters, except where a reparametrisation (engine/reparam.h)
+// puts tensors of its own in their place (OSFT: a matrix's trained factors) and writes what the
+// model reads from them.
 //
 // `value` and `grad` are the full tensors while their owner keeps them resident (the model's
 // flat buffers); at ZeRO stage 3 the owner frees them and the ZeRO state binds gathered full
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/placement.h"
+#include "comm/param_desc.h"
 #include "core/tensor.h"
 
 namespace model {
@@ -22,16 +22,9 @@ class Gpt;
 
 namespace engine {
 
-struct Trainable {
-  std::string name;  // checkpoint key and optimizer-glob name (docs/DESIGN.md parameter names)
-  core::Shape shape;
-  // The layer whose forward reads it and whose backward finishes its gradient (-1: used from
-  // the start of forward to the end of backward: embeddings, final norm, head).
-  int layer = -1;
-  comm::Placement placement;  // as the optimizer requests it
-  // The gradient is zero outside a few rows along dim 0 (an embedding: the rows of the tokens
-  // seen), so reducing only the nonzero rows can move far fewer bytes.
-  bool sparse_rows = false;
+// A trainable is its descriptor (name, shape, placement, layer, sparse rows) plus the live
+// full tensors.
+struct Trainable : comm::ParamDesc {
   core::Tensor value;  // full value (undefined when not resident)
   core::Tensor grad;   // full gradient, accumulated by the backward
   std::function<void(const core::Tensor&)> bind_value;

@@ -15,22 +15,18 @@
 #include "comm/shard_ops.h"
 #include "core/check.h"
 #include "core/cpu_affinity.h"
+#include "core/transfer.h"
 #include "data/data_loader.h"
 #include "data/val_loader.h"
 #include "engine/checkpoint.h"
 #include "engine/console_log.h"
-#include "engine/osft_reparam.h"
+#include "engine/model_loading.h"
 #include "engine/resume_check.h"
-#include "engine/sharded_state.h"
 #include "engine/stop_signal.h"
 #include "engine/trainable.h"
-#include "model/hf_gpt2.h"
-#include "model/weights_io.h"
+#include "engine/validation.h"
 
 namespace engine {
-
-// Micro-steps per optimizer step beyond which a batch plan is refused as absurd.
-constexpr int64_t kMaxMicroSteps = 4096;
 
 namespace fs = std::filesystem;
 
@@ -42,47 +38,10 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-// Largest divisor of n that is <= cap (>= 1).
-int64_t largest_divisor_at_most(int64_t n, int64_t cap) {
-  for (int64_t d = std::min(n, cap); d > 1; --d)
-    if (n % d == 0) return d;
-  return 1;
-}
-
-std::string double_text(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.17g", v);
-  return buf;
-}
-
-std::string state_value(const Manifest& m, const std::string& key, const std::string& dir) {
-  auto it = m.state.find(key);
-  ENGINE_CHECK(it != m.state.end(),
-               "checkpoint " + dir + ": the manifest has no state '" + key + "'");
-  return it->second;
-}
-
 }  // namespace
 
-model::ModelConfig model_config_of(const Config& c) {
-  model::ModelConfig m;
-  m.n_layer = static_cast<int>(c.model.n_layer);
-  m.n_head = static_cast<int>(c.model.n_head);
-  m.d_model = static_cast<int>(c.model.d_model);
-  m.seq_len = static_cast<int>(c.model.seq_len);
-  m.vocab_size = static_cast<int>(c.model.vocab_size);
-  m.arch = model::parse_arch(c.model.arch);
-  m.softcap = static_cast<float>(c.model.softcap);
-  m.moe_experts = static_cast<int>(c.model.moe_experts);
-  m.moe_top_k = static_cast<int>(c.model.moe_top_k);
-  m.moe_aux_weight = static_cast<float>(c.model.moe_aux_weight);
-  m.seed = static_cast<uint64_t>(c.train.seed);
-  m.validate();
-  return m;
-}
-
 Trainer::Trainer(Config config, comm::Communicator& control, comm::Communicator& tensors,
-                 core::Backend& backend, bool with_train_data, bool with_val_data)
+                 core::Backend& backend)
     : config_(std::move(config)),
       comm_(control),
       tensors_(tensors),
@@ -92,7 +51,6 @@ Trainer::Trainer(Config config, comm::Communicator& control, comm::Communicator&
                 config_.train.lr_floor, parse_decay_shape(config_.train.lr_schedule)) {
   const int W = comm_.size();
   const int rank = comm_.rank();
-  const int64_t T = config_.model.seq_len;
   const std::string source = config_.source.empty() ? "config" : config_.source;
   ENGINE_CHECK(tensors_.size() == W && tensors_.rank() == rank,
                "trainer: the tensor communicator " + tensors_.name() +
@@ -101,42 +59,13 @@ Trainer::Trainer(Config config, comm::Communicator& control, comm::Communicator&
                "trainer: rank " + std::to_string(rank) + " computes on " + backend_.device().str() +
                    " but its tensor communicator " + tensors_.name() + " moves buffers on " +
                    tensors_.device().str());
-  // zero.progress = thread drives MPI's blocking collectives from a thread; NCCL progresses on
-  // its own stream.
-  ENGINE_CHECK(config_.zero.progress != "thread" || tensors_.device().is_cpu(),
+  // zero.progress = thread drives MPI's blocking collectives on host buffers from a thread;
+  // NCCL progresses on its own stream.
+  const bool host_tensors = core::is_host_memory(tensors_.device());
+  ENGINE_CHECK(config_.zero.progress != "thread" || host_tensors,
                "config error: " + source + ": key 'zero.progress' = thread is for the CPU (MPI); " +
                    "on " + backend_.device().str() + " use poll");
-
-  // Batch geometry: the global batch is fixed; each rank takes rows_per_rank of it in
-  // grad_accum micro-steps of micro_rows rows.
-  const int64_t batch_rows = config_.train.batch_tokens / T;
-  ENGINE_CHECK(batch_rows % W == 0, "config error: " + source + ": key 'train.batch_tokens' = " +
-                                        std::to_string(config_.train.batch_tokens) + " gives " +
-                                        std::to_string(batch_rows) +
-                                        " sequences per step, not divisible by the " +
-                                        "world size " + std::to_string(W));
-  const int64_t rows_per_rank = batch_rows / W;
-  grad_accum_ = (rows_per_rank + config_.train.micro_batch - 1) / config_.train.micro_batch;
-  // A plan this far beyond any real batch is a typo (a step would run for hours with no line
-  // printed): refused at once with its numbers.
-  ENGINE_CHECK(grad_accum_ <= kMaxMicroSteps,
-               "config error: " + source +
-                   ": key 'train.batch_tokens' = " + std::to_string(config_.train.batch_tokens) +
-                   " gives " + std::to_string(rows_per_rank) + " sequences per rank per step, " +
-                   std::to_string(grad_accum_) + " micro-steps of train.micro_batch = " +
-                   std::to_string(config_.train.micro_batch) + " (at most " +
-                   std::to_string(kMaxMicroSteps) +
-                   "): lower train.batch_tokens or raise train.micro_batch");
-  while (rows_per_rank % grad_accum_ != 0)
-    ++grad_accum_;
-  micro_rows_ = rows_per_rank / grad_accum_;
-
-  const int64_t val_seqs = config_.train.val_tokens / T;
-  ENGINE_CHECK(val_seqs % W == 0,
-               "config error: " + source + ": key 'train.val_tokens' = " +
-                   std::to_string(config_.train.val_tokens) + " gives " + std::to_string(val_seqs) +
-                   " sequences, not divisible by the world size " + std::to_string(W));
-  val_rows_ = largest_divisor_at_most(val_seqs / W, micro_rows_);
+  geometry_ = BatchGeometry::of(config_, W);
 
   // Model: every rank initialises the same full parameters from the seed.
   gpt_ = std::make_unique<model::Gpt>(model_config_of(config_), backend_);
@@ -145,76 +74,38 @@ Trainer::Trainer(Config config, comm::Communicator& control, comm::Communicator&
 
   // Optimizer groups decide each trainable's placement; the plan resolves it for this world.
   std::vector<Trainable> trainables = model_trainables(*gpt_);
-  std::vector<optim::ParamSpec> specs;
-  for (const Trainable& t : trainables)
-    specs.push_back({t.name, t.shape});
   YAML::Node groups(YAML::NodeType::Sequence);
   for (const auto& g : config_.optim)
     groups.push_back(g.node);
   try {
-    optim_ = std::make_unique<optim::OptimizerSet>(groups, specs);
+    const std::vector<comm::ParamDesc> params(trainables.begin(), trainables.end());
+    optim_ = std::make_unique<optim::OptimizerSet>(groups, params);
   } catch (const core::Error& e) {
     const std::string file = config_.optim.empty() ? source : config_.optim.front().file;
     throw core::Error("config error: " + file + ": optim: " + e.what());
   }
-  // OSFT targets train as factors held beside the model (engine/osft_reparam.h), row-sharded
-  // like the plan splits them; they rest whole on every rank, which stage 3 does not provide.
-  osft_ = OsftReparam::create_if_targeted(*gpt_, *optim_, &tensors_, &tensors_, &comm::shard_range);
-  if (osft_) {
-    ENGINE_CHECK(config_.zero.stage <= 2 || !with_train_data,
-                 "config error: " + source + ": key 'zero.stage' = 3 is not supported with " +
-                     "osft targets (their factors rest whole on every rank); use 1 or 2");
-    trainables = osft_->replace_trainables(std::move(trainables));
-  }
-  std::vector<comm::ParamInfo> infos;
-  for (Trainable& t : trainables) {
+  reparams_ = make_reparams({config_, *gpt_, *optim_, tensors_});
+  for (const auto& reparam : reparams_)
+    trainables = reparam->replace_trainables(std::move(trainables));
+  for (Trainable& t : trainables)
     t.placement = optim_->placement(t.name);
-    infos.push_back({t.name, t.shape, t.placement, t.layer});
-  }
-  plan_ =
-      std::make_unique<comm::ShardingPlan>(infos, W, rank, static_cast<int>(config_.zero.stage));
+  plan_ = std::make_unique<comm::ShardingPlan>(
+      std::vector<comm::ParamDesc>(trainables.begin(), trainables.end()), W, rank,
+      static_cast<int>(config_.zero.stage));
   ZeroOptions zo;
-  zo.training = with_train_data;
   zo.overlap = config_.zero.overlap;
   zo.bucket_bytes = static_cast<int64_t>(config_.zero.bucket_mb * (1 << 20));
   zo.progress_thread = config_.zero.progress == "thread";
-  zo.sparse_rows = config_.zero.sparse_rows && tensors_.device().is_cpu();  // a host scan
+  zo.sparse_rows = config_.zero.sparse_rows && host_tensors;  // a host scan
   zo.release_full_storage = [this] { gpt_->release_storage(); };
   zero_ = ZeroState::create(tensors_, *plan_, std::move(trainables), backend_, zo);
   gpt_->set_layer_hook(
       [this](model::Gpt::LayerEvent event, int layer) { on_layer_event(event, layer); });
 
-  if (with_train_data) {
-    data::LoaderOptions lo;
-    lo.pattern = config_.data.train;
-    lo.seq_len = T;
-    lo.batch_rows = batch_rows;
-    lo.grad_accum = grad_accum_;
-    lo.rank = rank;
-    lo.world = W;
-    lo.seed = static_cast<uint64_t>(config_.train.seed);
-    lo.shuffle = config_.data.shuffle;
-    lo.vocab_size = config_.model.vocab_size;
-    loader_ = std::make_unique<data::DataLoader>(lo);
-    // Fewer sequences than one batch: every step would repeat the same data.
-    ENGINE_CHECK(loader_->sequences_per_epoch() >= batch_rows,
-                 "config error: " + source + ": key 'data.train' = " + config_.data.train +
-                     " holds " + std::to_string(loader_->sequences_per_epoch()) + " sequences of " +
-                     std::to_string(T) + " tokens, fewer than one batch of " +
-                     std::to_string(batch_rows) +
-                     " (train.batch_tokens = " + std::to_string(config_.train.batch_tokens) + ")");
-  }
-  if (with_val_data) {
-    data::ValOptions vo;
-    vo.pattern = config_.data.val;
-    vo.seq_len = T;
-    vo.batch_rows = val_rows_ * W;
-    vo.val_tokens = val_seqs * T;
-    vo.rank = rank;
-    vo.world = W;
-    vo.vocab_size = config_.model.vocab_size;
-    val_loader_ = std::make_unique<data::ValLoader>(vo);
-  }
+  loader_ = make_train_loader(config_, geometry_, rank, W);
+  val_loader_ = make_val_loader(config_, geometry_, rank, W);
+  checkpointer_ = std::make_unique<Checkpointer>(
+      config_, comm_, backend_, CheckpointedState{*plan_, *zero_, *optim_, reparams_, *loader_});
 
   if (!config_.optim.empty() && config_.optim.front().node["lr"])
     base_lr_ = config_.optim.front().node["lr"].as<double>();
@@ -225,8 +116,9 @@ Trainer::Trainer(Config config, comm::Communicator& control, comm::Communicator&
   for (const auto& p : table.params())
     if (p.kind != model::ParamKind::Embedding) matmul_weights += p.numel;
   if (!table.find("lm_head.weight")) matmul_weights += table.at("embed.weight").numel;
-  flops_per_token_ = 6.0 * static_cast<double>(matmul_weights) +
-                     6.0 * static_cast<double>(config_.model.n_layer * config_.model.d_model * T);
+  flops_per_token_ =
+      6.0 * static_cast<double>(matmul_weights) +
+      6.0 * static_cast<double>(config_.model.n_layer * config_.model.d_model * geometry_.seq_len);
 }
 
 Trainer::~Trainer() = default;
@@ -247,18 +139,60 @@ void Trainer::on_layer_event(model::Gpt::LayerEvent event, int layer) {
       zero_->before_backward(layer);
       break;
     case Event::kAfterBackward:
-      // dL/dW -> the layer's trained OSFT factors, before the ZeRO state may start reducing
+      // The reparametrisations map their gradients before the ZeRO state may start reducing
       // them (with zero.overlap, right after this layer's backward).
-      if (osft_) osft_->map_grads(layer);
+      for (const auto& reparam : reparams_)
+        reparam->on_layer_event(event, layer);
       zero_->after_backward(layer);
-      break;
+      return;
   }
+  for (const auto& reparam : reparams_)
+    reparam->on_layer_event(event, layer);
+}
+
+double Trainer::forward_backward() {
+  // The gradient of the mean loss over the global batch is the mean over micro-steps and ranks
+  // (the sums of finish_grads, scaled by clip_grads).
+  zero_->begin_step();
+  data::Batch batch;
+  for (int64_t m = 0; m < geometry_.grad_accum; ++m) {
+    loader_->load(counters_.step, m, batch);
+    gpt_->forward_accumulate(batch.inputs.data(), batch.targets.data(),
+                             static_cast<int>(batch.rows), static_cast<int>(geometry_.seq_len));
+    backward(m == geometry_.grad_accum - 1);
+  }
+  // The micro-steps' losses were summed on the device; this is the step's one read of them.
+  double loss = gpt_->take_loss_sum() / static_cast<double>(geometry_.grad_accum);
+  comm_.all_reduce(&loss, 1, comm::ReduceOp::Sum);
+  return loss / comm_.size();
+}
+
+double Trainer::clip_grads(double loss) {
+  // The reduced gradients are sums over ranks and micro-steps; one pass scales them to the mean
+  // and clips them together.
+  const double mean = 1.0 / static_cast<double>(geometry_.grad_accum * comm_.size());
+  const double grad_norm = zero_->grad_norm() * mean;
+  health_.check(counters_.step + 1, loss, grad_norm);
+  float clip = 1.0f;
+  if (config_.train.grad_clip > 0 && grad_norm > config_.train.grad_clip)
+    clip = static_cast<float>(config_.train.grad_clip / (grad_norm + 1e-6));
+  zero_->scale_grads(static_cast<float>(mean * clip));
+  return grad_norm;
+}
+
+void Trainer::optimizer_step(double lr_scale) {
+  optim::StepContext ctx;
+  ctx.step = counters_.step + 1;
+  ctx.total_steps = config_.train.steps;
+  ctx.lr_scale = lr_scale;
+  ctx.backend = &backend_;
+  ctx.comm = &tensors_;
+  optim_->step(zero_->optimizer_shards(), ctx);
 }
 
 StepRecord Trainer::train_step() {
   const auto t0 = Clock::now();
   const comm::CommStats before = tensors_.stats();
-  const int64_t T = config_.model.seq_len;
 
   std::vector<std::pair<std::string, double>> phases;
   auto t_phase = Clock::now();
@@ -271,63 +205,34 @@ StepRecord Trainer::train_step() {
     if (config_.log.device_timing) marks.push_back(backend_.mark());
   };
 
-  // Forward and backward over the micro-batches; the gradient of the mean loss over the global
-  // batch is the mean over micro-steps and ranks (the sums of finish_grads, scaled below).
   backend_.allocator().reset_peak();
-  zero_->begin_step();
-  data::Batch batch;
-  for (int64_t m = 0; m < grad_accum_; ++m) {
-    loader_->load(step_, m, batch);
-    gpt_->forward_accumulate(batch.inputs.data(), batch.targets.data(),
-                             static_cast<int>(batch.rows), static_cast<int>(T));
-    backward(m == grad_accum_ - 1);
-  }
-  // The micro-steps' losses were summed on the device; this is the step's one read of them.
-  double loss = gpt_->take_loss_sum() / static_cast<double>(grad_accum_);
-  comm_.all_reduce(&loss, 1, comm::ReduceOp::Sum);
-  loss /= comm_.size();
+  const double loss = forward_backward();
   end_phase("forward_backward");
-
   zero_->finish_grads();
   end_phase("reduce_grads");
-
-  // The reduced gradients are sums over ranks and micro-steps; one pass scales them to the mean
-  // and clips them together.
-  const double mean = 1.0 / static_cast<double>(grad_accum_ * comm_.size());
-  const double grad_norm = zero_->grad_norm() * mean;
-  health_.check(step_ + 1, loss, grad_norm);
-  float clip = 1.0f;
-  if (config_.train.grad_clip > 0 && grad_norm > config_.train.grad_clip)
-    clip = static_cast<float>(config_.train.grad_clip / (grad_norm + 1e-6));
-  zero_->scale_grads(static_cast<float>(mean * clip));
+  const double grad_norm = clip_grads(loss);
   end_phase("clip");
-
   // Optimizer step on the local parts, then the parameters back where the model reads them.
-  const double lr_scale = schedule_.multiplier(step_);
-  optim::StepContext ctx;
-  ctx.step = step_ + 1;
-  ctx.total_steps = config_.train.steps;
-  ctx.lr_scale = lr_scale;
-  ctx.backend = &backend_;
-  ctx.comm = &tensors_;
-  optim_->step(zero_->optimizer_shards(), ctx);
+  const double lr_scale = schedule_.multiplier(counters_.step);
+  optimizer_step(lr_scale);
   end_phase("optimizer");
   zero_->publish_params();
-  if (osft_) osft_->write_all();  // the dense weights the model reads, from the new factors
+  for (const auto& reparam : reparams_)
+    reparam->after_step();
   end_phase("gather_params");
 
-  ++step_;
+  ++counters_.step;
   const double step_ms = ms_since(t0);
-  train_time_ms_ += step_ms;
-  tokens_ += config_.train.batch_tokens;
+  counters_.train_time_ms += step_ms;
+  counters_.tokens += config_.train.batch_tokens;
 
   StepRecord r;
-  r.step = step_;
+  r.step = counters_.step;
   r.train_loss = loss;
   r.lr = base_lr_ * lr_scale;
   r.grad_norm = grad_norm;
-  r.tokens = tokens_;
-  r.train_time_ms = train_time_ms_;
+  r.tokens = counters_.tokens;
+  r.train_time_ms = counters_.train_time_ms;
   r.step_ms = step_ms;
   r.tokens_per_s = static_cast<double>(config_.train.batch_tokens) / (step_ms / 1000.0);
   r.gflops = flops_per_token_ * r.tokens_per_s / 1e9;
@@ -348,112 +253,44 @@ StepRecord Trainer::train_step() {
 }
 
 double Trainer::evaluate() {
-  ENGINE_CHECK(val_loader_ != nullptr, "evaluate: no validation data was configured");
-  data::Batch batch;
-  double sum = 0;
-  for (int64_t s = 0; s < val_loader_->num_steps(); ++s) {
-    val_loader_->load(s, batch);
-    sum += gpt_->eval_loss(batch.inputs.data(), batch.targets.data(), static_cast<int>(batch.rows),
-                           static_cast<int>(config_.model.seq_len));
-    zero_->end_forward();  // no backward events release what the forward gathered
-  }
-  // Every rank and step averages the same number of tokens: the mean of means is the mean.
-  comm_.all_reduce(&sum, 1, comm::ReduceOp::Sum);
-  return sum / static_cast<double>(val_loader_->num_steps() * comm_.size());
+  // No backward events release what a forward gathered (stage 3).
+  const double val = validation_loss(*gpt_, *val_loader_, comm_, [this] { zero_->end_forward(); });
+  last_val_ = {counters_.step, val};
+  return val;
 }
 
 std::string Trainer::save_checkpoint() {
-  const std::string& root = config_.checkpoint.dir;
-  const int rank = comm_.rank();
-  if (rank == 0) prepare_staging(root, step_);
-  comm_.barrier();
-
-  RankState state = sharded_rank_state(*plan_, zero_->local_values(), *optim_);
-  if (osft_) osft_->save_frozen(state.slices, rank);
-  stage_to_host(state, backend_);
-  write_rank_file(staging_path(root, step_), rank, state.slices, state.counters);
-  comm_.barrier();
-
-  std::string dir;
-  if (rank == 0) {
-    Manifest m;
-    m.step = step_;
-    m.world_size = comm_.size();
-    m.config_yaml = config_to_yaml(config_);
-    m.state["data.seed"] = std::to_string(config_.train.seed);
-    m.state["data.step"] = std::to_string(step_);
-    m.state["train.tokens"] = std::to_string(tokens_);
-    m.state["train.time_ms"] = double_text(train_time_ms_);
-    if (loader_) record_data_state(m, *loader_);
-    dir = commit_checkpoint(root, m, static_cast<int>(config_.checkpoint.keep));
-  }
-  comm_.barrier();
-  return dir.empty() ? (fs::path(root) / checkpoint_dir_name(step_)).string() : dir;
+  std::optional<double> val_loss;
+  if (last_val_ && last_val_->first == counters_.step) val_loss = last_val_->second;
+  return checkpointer_->save(counters_, val_loss);
 }
 
-void Trainer::load_checkpoint(const std::string& dir, bool params_only) {
-  CheckpointReader reader(dir);
-  const Manifest& m = reader.manifest();
-  if (!params_only) {
-    std::vector<std::string> names;
-    for (size_t i = 0; i < plan_->num_params(); ++i)
-      names.push_back(plan_->param(i).name);
-    check_same_optimizers(dir, m, config_, names);
-    if (loader_) check_same_data(dir, m, *loader_);
-  }
-  read_local_params(reader, *plan_, zero_->local_values(), backend_);
-  zero_->publish_params();
-  if (osft_) {
-    osft_->load_frozen(reader);
-    osft_->write_all();
-  }
-  if (params_only) return;
-  optim_->load_state(
-      read_optimizer_state(reader, *plan_, zero_->local_values(), *optim_, backend_));
-
-  ENGINE_CHECK(std::stoll(state_value(m, "data.seed", dir)) == config_.train.seed,
-               "checkpoint " + dir + " was trained with train.seed " +
-                   state_value(m, "data.seed", dir) + ", this run has " +
-                   std::to_string(config_.train.seed) + ": the data order would differ");
-  step_ = std::stoll(state_value(m, "data.step", dir));
-  tokens_ = std::stoll(state_value(m, "train.tokens", dir));
-  train_time_ms_ = std::stod(state_value(m, "train.time_ms", dir));
+void Trainer::load_checkpoint(const std::string& dir) {
+  counters_ = checkpointer_->load(dir);
 }
 
 void Trainer::init_params_from(const std::string& source) {
-  const bool checkpoint = fs::exists(fs::path(source) / "manifest.yaml");
-  if (checkpoint && !osft_) {
-    load_checkpoint(source, /*params_only=*/true);
-    return;
-  }
   std::map<std::string, core::Tensor> weights;
-  if (checkpoint) {  // OSFT reads the dense weights whole, then decomposes them
-    weights = dense_checkpoint_weights(source, gpt_->table());
-  } else if (model::is_hf_gpt2_dir(source)) {
-    weights = model::read_hf_gpt2(source, model_config_of(config_));
-  } else {
-    ENGINE_CHECK(fs::is_regular_file(source),
-                 "train.init_from: '" + source +
-                     "' is neither a checkpoint folder (manifest.yaml), a Hugging Face GPT-2 "
-                     "folder (config.json, model.safetensors) nor a safetensors file");
-    weights = model::read_weights(source, gpt_->table());
+  try {
+    weights = read_model_weights(source, config_, gpt_->table(), backend_);
+  } catch (const core::Error& e) {
+    throw core::Error(std::string("train.init_from: ") + e.what());
   }
-  // Every rank holds the whole weights: it keeps its local parts, then publishes them as a
-  // checkpoint load does.
+  // Every rank holds the whole weights: it keeps its local parts of the model's parameters,
+  // then publishes them as a checkpoint load does; the reparametrisations derive theirs.
   for (size_t i = 0; i < plan_->num_params(); ++i) {
     const core::Tensor& local = zero_->local_value(i);
-    if (local.defined() && !(osft_ && osft_->is_factor(plan_->param(i).name)))
-      comm::copy_local_part(tensors_, *plan_, i,
-                            like_device(backend_, weights.at(plan_->param(i).name), local), local);
+    const std::string& name = plan_->param(i).name;
+    bool reparametrised = false;
+    for (const auto& reparam : reparams_)
+      reparametrised |= reparam->owns(name);
+    if (local.defined() && !reparametrised)
+      comm::copy_local_part(tensors_, *plan_, i, core::to_backend(backend_, weights.at(name)),
+                            local);
   }
   zero_->publish_params();
-  if (osft_) {  // the targets' pretrained weights into the model, then their fresh SVDs
-    for (const OsftReparam::Target& t : osft_->targets()) {
-      const core::Tensor& w = weights.at(t.name);
-      backend_.copy_from_host(gpt_->param(t.param).raw_data(), w.raw_data(), w.nbytes());
-    }
-    osft_->redecompose(&comm_);
-  }
+  for (const auto& reparam : reparams_)
+    reparam->init_from(weights);
 }
 
 void log_rank_devices(comm::Communicator& comm, core::Backend& backend) {
@@ -483,7 +320,7 @@ void log_rank_devices(comm::Communicator& comm, core::Backend& backend) {
 }
 
 void Trainer::print_banner() const {
-  const model::ModelConfig mc = model_config_of(config_);
+  const model::ModelConfig& mc = gpt_->config();
   spdlog::info(
       "engine: config {} | world size {} | threads per rank {} | backend {} | tensors over {}",
       config_.source.empty() ? "(built in code)" : config_.source, comm_.size(),
@@ -498,8 +335,8 @@ void Trainer::print_banner() const {
                plan_->state_numel(0));
   spdlog::info("{}", zero_->describe());
   spdlog::info("batch: {} tokens per step = {} ranks x {} micro-steps x {} rows x {} tokens",
-               config_.train.batch_tokens, comm_.size(), grad_accum_, micro_rows_,
-               config_.model.seq_len);
+               config_.train.batch_tokens, comm_.size(), geometry_.grad_accum, geometry_.micro_rows,
+               geometry_.seq_len);
   for (size_t g = 0; g < optim_->num_groups(); ++g)
     spdlog::info("optim group {}: {} for {} parameters", g, optim_->optimizer(g).kind(),
                  optim_->group_params(g).size());
@@ -507,12 +344,12 @@ void Trainer::print_banner() const {
 }
 
 void Trainer::warm_up() {
-  if (config_.train.warmup_steps <= 0 || loader_ == nullptr) return;
+  if (config_.train.warmup_steps <= 0) return;
   data::Batch batch;
-  loader_->load(step_, 0, batch);
+  loader_->load(counters_.step, 0, batch);
   for (int64_t i = 0; i < config_.train.warmup_steps; ++i) {
     gpt_->forward(batch.inputs.data(), batch.targets.data(), static_cast<int>(batch.rows),
-                  static_cast<int>(config_.model.seq_len));
+                  static_cast<int>(geometry_.seq_len));
     backward(false);
   }
   zero_->begin_step();
@@ -528,8 +365,8 @@ TrainSummary Trainer::run() {
                                          /*append=*/!resume.empty());
   if (!resume.empty()) {
     load_checkpoint(resume);
-    check_steps_left(resume, step_, config_);
-    spdlog::info("resumed from {} at step {}", resume, step_);
+    check_steps_left(resume, counters_.step, config_);
+    spdlog::info("resumed from {} at step {}", resume, counters_.step);
   } else if (!config_.train.init_from.empty()) {
     init_params_from(config_.train.init_from);
     spdlog::info("initialised the weights from {}", config_.train.init_from);
@@ -546,8 +383,9 @@ TrainSummary Trainer::run() {
     fs::create_directories(config_.log.dir);
     std::ofstream(fs::path(config_.log.dir) / "config.yaml") << config_to_yaml(config_);
     if (config_.log.metrics)
-      metrics = std::make_unique<MetricsWriter>(
-          (fs::path(config_.log.dir) / "metrics.jsonl").string(), resume.empty() ? -1 : step_);
+      metrics =
+          std::make_unique<MetricsWriter>((fs::path(config_.log.dir) / "metrics.jsonl").string(),
+                                          resume.empty() ? -1 : counters_.step);
   }
   started_ = true;
   warm_up();
@@ -556,48 +394,51 @@ TrainSummary Trainer::run() {
     const double val = evaluate();
     r.val_loss = val;
     summary.final_val_loss = val;
-    spdlog::info("{}", format_val_line(step_, total, val, train_time_ms_));
+    spdlog::info("{}", format_val_line(counters_.step, total, val, counters_.train_time_ms));
     return val;
   };
 
   const int64_t eval_every = config_.train.eval_every;
-  if (step_ == 0 && eval_every > 0 && val_loader_) {
+  if (counters_.step == 0 && eval_every > 0) {
     StepRecord r;
     r.step = 0;
     eval_and_log(r);
     if (metrics) metrics->write(r);
   }
   bool stop = false;
-  while (step_ < total && !stop) {
+  while (counters_.step < total && !stop) {
     StepRecord r = train_step();
-    if (step_ % config_.log.every == 0 || step_ == total) {
-      const double eta_s = (train_time_ms_ / step_) * static_cast<double>(total - step_) / 1e3;
+    if (counters_.step % config_.log.every == 0 || counters_.step == total) {
+      const double eta_s = (counters_.train_time_ms / counters_.step) *
+                           static_cast<double>(total - counters_.step) / 1e3;
       spdlog::info(
           "{} {}",
-          format_train_line(step_, total, *r.train_loss, train_time_ms_, r.lr, r.tokens_per_s),
+          format_train_line(counters_.step, total, *r.train_loss, counters_.train_time_ms, r.lr,
+                            r.tokens_per_s),
           format_progress_fields(
               eta_s, peak_gflops ? std::optional<double>(r.gflops / *peak_gflops) : std::nullopt));
-      spdlog::info(
-          "{}", format_stats_line(step_, total, r.grad_norm, r.peak_mem_bytes, r.live_mem_bytes));
+      spdlog::info("{}", format_stats_line(counters_.step, total, r.grad_norm, r.peak_mem_bytes,
+                                           r.live_mem_bytes));
     }
-    const bool last = step_ == total;
-    if (val_loader_ && (last || (eval_every > 0 && step_ % eval_every == 0))) {
+    const bool last = counters_.step == total;
+    if (last || (eval_every > 0 && counters_.step % eval_every == 0)) {
       const double val = eval_and_log(r);
       if (config_.train.target_val_loss > 0 && val <= config_.train.target_val_loss) {
-        summary.target_step = step_;
-        summary.target_time_ms = train_time_ms_;
+        summary.target_step = counters_.step;
+        summary.target_time_ms = counters_.train_time_ms;
         spdlog::info("reached target val_loss {:.4f} <= {} at step {}: train_time {:.0f} ms", val,
-                     config_.train.target_val_loss, step_, train_time_ms_);
+                     config_.train.target_val_loss, counters_.step, counters_.train_time_ms);
         stop = true;
       }
     }
     if (metrics) metrics->write(r);
-    const bool periodic = config_.checkpoint.every > 0 && step_ % config_.checkpoint.every == 0;
+    const bool periodic =
+        config_.checkpoint.every > 0 && counters_.step % config_.checkpoint.every == 0;
     bool saved = periodic || ((last || stop) && config_.checkpoint.at_end);
     // A step whose gradient norm is exactly 0 may be a dead model the health check will stop
     // in a step or two: it is not saved, so rotation cannot drop good checkpoints for it.
     if (saved && health_.suspect()) {
-      spdlog::warn("step {}: checkpoint skipped: the gradient norm is exactly 0", step_);
+      spdlog::warn("step {}: checkpoint skipped: the gradient norm is exactly 0", counters_.step);
       saved = false;
     }
     if (saved) {
@@ -609,19 +450,19 @@ TrainSummary Trainer::run() {
         summary.last_checkpoint = save_checkpoint();
         spdlog::info("checkpoint saved: {}", summary.last_checkpoint);
       }
-      throw StoppedBySignal(signal, step_);
+      throw StoppedBySignal(signal, counters_.step);
     }
   }
-  summary.steps_done = step_;
-  summary.train_time_ms = train_time_ms_;
-  spdlog::info("done: {} steps, train_time {:.0f} ms ({:.2f} ms/step){}{}", step_, train_time_ms_,
-               train_time_ms_ / std::max<int64_t>(step_, 1),
-               summary.final_val_loss
-                   ? fmt::format(", final val_loss {:.4f}", *summary.final_val_loss)
-                   : std::string(),
-               summary.target_time_ms ? fmt::format(", target reached at step {} after {:.0f} ms",
-                                                    *summary.target_step, *summary.target_time_ms)
-                                      : std::string());
+  summary.steps_done = counters_.step;
+  summary.train_time_ms = counters_.train_time_ms;
+  spdlog::info(
+      "done: {} steps, train_time {:.0f} ms ({:.2f} ms/step){}{}", counters_.step,
+      counters_.train_time_ms, counters_.train_time_ms / std::max<int64_t>(counters_.step, 1),
+      summary.final_val_loss ? fmt::format(", final val_loss {:.4f}", *summary.final_val_loss)
+                             : std::string(),
+      summary.target_time_ms ? fmt::format(", target reached at step {} after {:.0f} ms",
+                                           *summary.target_step, *summary.target_time_ms)
+                             : std::string());
   return summary;
 }
 

@@ -29,7 +29,7 @@ std::string trace_line(const char* what, int layer) {
   return line;
 }
 
-// Stages 1-2, and every stage without training: the full values and gradients stay resident.
+// Stages 1-2: the full values and gradients stay resident.
 class ResidentParams final : public ZeroState {
  public:
   ResidentParams(comm::Communicator& comm, const comm::ShardingPlan& plan,
@@ -57,7 +57,7 @@ class ResidentParams final : public ZeroState {
       local_grad_[i] = local_tensor(i, true);
     }
     make_buckets(options.bucket_bytes);
-    if (options.training) start_stream(options);
+    start_stream(options);
   }
 
   ~ResidentParams() override {
@@ -183,7 +183,7 @@ class ResidentParams final : public ZeroState {
   bool last_micro_ = false;
 };
 
-// Stage 3 while training: values rest as local parts, layers are gathered while in use.
+// Stage 3: values rest as local parts, layers are gathered while in use.
 class ShardedParams final : public ZeroState {
  public:
   ShardedParams(comm::Communicator& comm, const comm::ShardingPlan& plan,
@@ -399,7 +399,7 @@ std::unique_ptr<ZeroState> ZeroState::create(comm::Communicator& comm,
                                              const comm::ShardingPlan& plan,
                                              std::vector<Trainable> trainables,
                                              core::Backend& backend, const ZeroOptions& options) {
-  if (plan.stage() == 3 && options.training)
+  if (plan.stage() == 3)
     return std::make_unique<ShardedParams>(comm, plan, std::move(trainables), backend, options);
   return std::make_unique<ResidentParams>(comm, plan, std::move(trainables), backend, options);
 }
@@ -428,8 +428,9 @@ std::vector<optim::ParamShard> ZeroState::optimizer_shards() const {
   std::vector<optim::ParamShard> shards;
   for (size_t i = 0; i < trainables_.size(); ++i) {
     if (!local_value_[i].defined()) continue;
-    shards.push_back({trainables_[i].name, trainables_[i].shape, plan_.local_slice(i).range.begin,
-                      local_value_[i], local_grad_[i]});
+    const comm::ShardingPlan::LocalSlice s = plan_.local_slice(i);
+    shards.push_back({trainables_[i].name, trainables_[i].shape, s.range.begin, local_value_[i],
+                      local_grad_[i], s.dim});
   }
   return shards;
 }

@@ -1,5 +1,5 @@
 // ZeroState: where the trainables' values and gradients live between the phases of a train
-// step, and the communication that moves them (ZeRO, docs/DESIGN.md "Distribution and sharding").
+// step, and the communication that moves them (ZeRO, docs/DESIGN.md "One training step").
 //
 // The train step calls it by phase:
 //   begin_step                      zero the gradients
@@ -12,7 +12,7 @@
 //   optimizer_shards                what the optimizer steps (local values and gradients)
 //   publish_params                  the updated parameters back where the model reads them
 // The stage is a strategy chosen once by create():
-//   stages 1-2 (and every stage without training): the full values and gradients stay resident
+//   stages 1-2: the full values and gradients stay resident
 //     in the trainables' tensors; local parts are views of the full value where they are a
 //     contiguous block, own buffers otherwise. A layer's gradients are reduced in buckets of at
 //     most zero.bucket_mb (all-reduce at stage 1, reduce-scatter at stage 2, comm/shard_ops.h);
@@ -52,8 +52,6 @@
 namespace engine {
 
 struct ZeroOptions {
-  // False (export, sample, evaluation-only runs): the full values stay resident at every stage.
-  bool training = true;
   bool overlap = true;             // zero.overlap
   int64_t bucket_bytes = 4 << 20;  // zero.bucket_mb; 0 = one reduction per tensor
   bool progress_thread = false;    // zero.progress == thread

@@ -7,22 +7,6 @@
 
 namespace model {
 
-const char* param_kind_name(ParamKind kind) {
-  switch (kind) {
-    case ParamKind::Matrix:
-      return "matrix";
-    case ParamKind::ExpertMatrix:
-      return "expert_matrix";
-    case ParamKind::Vector:
-      return "vector";
-    case ParamKind::Embedding:
-      return "embedding";
-    case ParamKind::Head:
-      return "head";
-  }
-  return "?";
-}
-
 ParamTable::ParamTable(const ModelConfig& c) {
   c.validate();
   const int64_t D = c.d_model, F = c.d_ff(), Vp = c.padded_vocab(), E = c.moe_experts;

@@ -1,6 +1,7 @@
-// The parameter table: every parameter of the GPT with its name (the checkpoint/optimizer-glob
-// contract of docs/DESIGN.md), shape, kind, init rule, layer and place in the flat buffer. The
-// trainer, sharding plan, optimizer groups and checkpoints read names only from here.
+// The parameter table: every parameter of the GPT with its name (the names checkpoints and
+// optimizer globs use: "embed.weight", "blocks.<l>.attn.qkv.weight", ...), shape, kind, init
+// rule, layer and place in the flat buffer. The trainer, sharding plan, optimizer groups and
+// checkpoints read names only from here.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +21,6 @@ enum class ParamKind {
   Embedding,     // embed.weight [Vp, D], pos_embed.weight [T, D]
   Head,          // lm_head.weight [Vp, D] (untied only)
 };
-const char* param_kind_name(ParamKind kind);
 
 enum class InitRule { Normal, Zero, One };
 

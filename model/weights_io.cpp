@@ -72,12 +72,15 @@ std::map<std::string, core::Tensor> read_weights(const std::string& path, const 
   return out;
 }
 
-void load_weights(Gpt& gpt, const std::string& path) {
-  const std::map<std::string, core::Tensor> weights = read_weights(path, gpt.table());
+void set_weights(Gpt& gpt, const std::map<std::string, core::Tensor>& weights) {
   for (size_t i = 0; i < gpt.table().size(); ++i) {
     const core::Tensor& host = weights.at(gpt.table()[i].name);
     gpt.backend().copy_from_host(gpt.param(i).raw_data(), host.raw_data(), host.nbytes());
   }
+}
+
+void load_weights(Gpt& gpt, const std::string& path) {
+  set_weights(gpt, read_weights(path, gpt.table()));
 }
 
 void save_gradients(const Gpt& gpt, const std::string& path, float loss, float ce_loss) {

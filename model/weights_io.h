@@ -22,9 +22,13 @@ void save_weights(const Gpt& gpt, const std::string& path);
 // tensor the model does not have, or has a wrong shape or dtype.
 std::map<std::string, core::Tensor> read_weights(const std::string& path, const ParamTable& table);
 
-// Loads every parameter (read_weights into the model). Refuses, with an error naming the file and
-// the tensor, a file that lacks a parameter, holds a tensor the model does not have, or has a wrong
-// shape or dtype.
+// Writes host weights (every parameter of the model's table by name, as read_weights returns
+// them) into the model's parameters, which must be resident.
+void set_weights(Gpt& gpt, const std::map<std::string, core::Tensor>& weights);
+
+// Loads every parameter (read_weights, then set_weights). Refuses, with an error naming the file
+// and the tensor, a file that lacks a parameter, holds a tensor the model does not have, or has a
+// wrong shape or dtype.
 void load_weights(Gpt& gpt, const std::string& path);
 
 // Writes the scalar `loss` (the objective), `ce_loss` and `grad/<name>` for every parameter.

@@ -117,4 +117,11 @@ void HyperReader::finish() const {
   }
 }
 
+bool cautious_weight_decay(HyperReader& reader, bool fallback) {
+  const std::string mode = reader.string("weight_decay_mode", fallback ? "cautious" : "decoupled");
+  if (mode != "decoupled" && mode != "cautious")
+    reader.fail("weight_decay_mode", "must be 'decoupled' or 'cautious'");
+  return mode == "cautious";
+}
+
 }  // namespace optim

@@ -48,4 +48,8 @@ class HyperReader {
 // "line N" of a node, for messages.
 std::string yaml_line(const YAML::Node& node);
 
+// The key weight_decay_mode (decoupled | cautious) that AdamW and Muon share: whether it says
+// cautious (`fallback` when absent).
+bool cautious_weight_decay(HyperReader& reader, bool fallback);
+
 }  // namespace optim

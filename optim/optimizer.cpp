@@ -1,7 +1,6 @@
 #include "optim/optimizer.h"
 
 #include "core/check.h"
-#include "core/transfer.h"
 
 namespace optim {
 
@@ -43,31 +42,6 @@ void check_shard(const ParamShard& p, const char* who) {
   ENGINE_CHECK(p.value.is_contiguous() && p.grad.is_contiguous(), what + " must be contiguous");
   ENGINE_CHECK(p.value.shape() == p.grad.shape(),
                what + ": value " + p.value.str() + " and gradient " + p.grad.str() + " differ");
-}
-
-core::Tensor& state_tensor(std::map<std::string, core::Tensor>& slots, const std::string& name,
-                           const char* slot, const core::Tensor& like, core::Backend& backend) {
-  const std::string key = name + "/" + slot;
-  auto it = slots.find(key);
-  if (it == slots.end()) {
-    core::Tensor t = core::Tensor::empty(like.shape(), core::DType::F32, backend.allocator());
-    backend.fill_zero(t.raw_data(), t.nbytes());
-    it = slots.emplace(key, std::move(t)).first;
-  }
-  ENGINE_CHECK(it->second.shape() == like.shape(),
-               "optimizer state '" + key + "' has shape " + core::shape_str(it->second.shape()) +
-                   " but the local part of the parameter is " + core::shape_str(like.shape()) +
-                   " (was it saved with another world size or placement?)");
-  on_backend(it->second, key, backend);
-  return it->second;
-}
-
-void on_backend(core::Tensor& state, const std::string& key, core::Backend& backend) {
-  try {
-    state = core::to_backend(backend, state);
-  } catch (const core::Error& e) {
-    ENGINE_FAIL("optimizer state '" + key + "': " + e.what());
-  }
 }
 
 }  // namespace optim

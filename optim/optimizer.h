@@ -4,8 +4,9 @@
 // elementwise rules (AdamW) ask for Shard(0) and step whatever rows this rank holds, whole-matrix
 // rules (Muon, SOAP, ...) ask for Owned and step the whole tensors this rank owns. Gradients
 // arrive already averaged over ranks and already at that placement. State is kept per parameter
-// name as tensors shaped like the local part, so a checkpoint stores it sharded like the
-// parameters.
+// name in declared slots (optim/state_slots.h) as tensors shaped like the local part, so a
+// checkpoint stores it sharded like the parameters, or in a layout the optimizer states
+// (state_layout).
 #pragma once
 
 #include <cstdint>
@@ -21,20 +22,23 @@
 
 namespace optim {
 
-// The part of one parameter this rank steps.
+// The local part of one parameter this rank steps (a view of its descriptor's whole tensor,
+// comm/param_desc.h): indices [begin, begin + value.size(dim)) along dimension `dim`, every
+// other dimension whole; an Owned or Replicate parameter is whole (begin 0).
 struct ParamShard {
-  std::string name;        // DESIGN parameter name, e.g. "blocks.0.attn.qkv.weight"
+  std::string name;        // parameter name (model/param_table.h), e.g. "blocks.0.attn.qkv.weight"
   core::Shape full_shape;  // shape of the whole parameter
-  int64_t row_begin = 0;   // Shard(0): first row of dim 0 held here; Owned: 0
-  core::Tensor value;      // rows [row_begin, row_begin + value.size(0)) or the whole tensor
+  int64_t begin = 0;       // first index along `dim` held here
+  core::Tensor value;      // this rank's part of the parameter
   core::Tensor grad;       // same shape as value, averaged over ranks
+  int dim = 0;             // the split dimension (Shard(dim))
 };
 
 struct StepContext {
   int64_t step = 1;                    // 1-based index of the step being taken
   int64_t total_steps = 0;             // length of the run (momentum cool-down); 0 when unknown
   double lr_scale = 1.0;               // the learning-rate schedule's multiplier at this step
-  core::Backend* backend = nullptr;    // where value/grad live; nullptr means the CPU backend
+  core::Backend* backend = nullptr;    // where value/grad live (required: backend_of)
   comm::Communicator* comm = nullptr;  // the shard group (optimizers that gather, e.g. tp_rekls)
 };
 
@@ -94,14 +98,5 @@ class Optimizer {
 core::Backend& backend_of(const StepContext& ctx);
 // Checks that value and grad are defined, contiguous f32 with equal shapes; errors name `who`.
 void check_shard(const ParamShard& p, const char* who);
-// The state tensor `slot` of `name`: created zero-filled with `like`'s shape on first use; an
-// existing (e.g. loaded) one must have that shape, else an error names the parameter.
-// A state tensor held elsewhere than `backend`'s memory is moved there (host state read from a
-// checkpoint, stepped on a device).
-core::Tensor& state_tensor(std::map<std::string, core::Tensor>& slots, const std::string& name,
-                           const char* slot, const core::Tensor& like, core::Backend& backend);
-// Moves host `state` (key `key`, for errors) into `backend`'s memory unless it is there already;
-// state on another device is an error.
-void on_backend(core::Tensor& state, const std::string& key, core::Backend& backend);
 
 }  // namespace optim

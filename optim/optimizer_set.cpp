@@ -8,7 +8,7 @@
 
 namespace optim {
 
-OptimizerSet::OptimizerSet(const YAML::Node& groups, std::span<const ParamSpec> params,
+OptimizerSet::OptimizerSet(const YAML::Node& groups, std::span<const comm::ParamDesc> params,
                            const Registry& registry) {
   ENGINE_CHECK(groups.IsSequence(),
                "optimizer groups must be a list of maps (" + yaml_line(groups) + ")");
@@ -29,7 +29,7 @@ OptimizerSet::OptimizerSet(const YAML::Node& groups, std::span<const ParamSpec> 
     groups_.push_back(std::move(group));
   }
   std::vector<std::string> unmatched;
-  for (const ParamSpec& p : params) {
+  for (const comm::ParamDesc& p : params) {
     size_t found = groups_.size();
     for (size_t i = 0; i < groups_.size() && found == groups_.size(); ++i)
       for (const std::string& glob : groups_[i].globs)
@@ -57,7 +57,7 @@ OptimizerSet::OptimizerSet(const YAML::Node& groups, std::span<const ParamSpec> 
   // Names claimed by an earlier group count as named.
   for (size_t i = 0; i < groups_.size(); ++i) {
     bool any = false;
-    for (const ParamSpec& p : params)
+    for (const comm::ParamDesc& p : params)
       for (const std::string& glob : groups_[i].globs)
         any = any || glob_match(glob, p.name);
     if (any || groups_[i].optional || params.empty()) continue;
@@ -81,7 +81,7 @@ OptimizerSet::OptimizerSet(const YAML::Node& groups, std::span<const ParamSpec> 
     if (!groups_[i].params.empty() || groups_[i].optional) continue;
     std::set<size_t> takers;
     std::string example;
-    for (const ParamSpec& p : params)
+    for (const comm::ParamDesc& p : params)
       for (const std::string& glob : groups_[i].globs)
         if (glob_match(glob, p.name)) {
           takers.insert(group_of_.at(p.name));

@@ -18,19 +18,16 @@
 #include <string>
 #include <vector>
 
+#include "comm/param_desc.h"
 #include "optim/optimizer.h"
 #include "optim/registry.h"
 
 namespace optim {
 
-struct ParamSpec {
-  std::string name;
-  core::Shape shape;
-};
-
 class OptimizerSet {
  public:
-  OptimizerSet(const YAML::Node& groups, std::span<const ParamSpec> params,
+  // Groups the parameters (their names and shapes) per `groups`.
+  OptimizerSet(const YAML::Node& groups, std::span<const comm::ParamDesc> params,
                const Registry& registry = Registry::global());
 
   size_t num_groups() const { return groups_.size(); }

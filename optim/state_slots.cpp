@@ -3,8 +3,23 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "core/transfer.h"
 
 namespace optim {
+
+namespace {
+
+// Moves host `state` (key `key`, for errors) into `backend`'s memory unless it is there already
+// (host state read from a checkpoint, stepped on a device); state on another device is an error.
+void on_backend(core::Tensor& state, const std::string& key, core::Backend& backend) {
+  try {
+    state = core::to_backend(backend, state);
+  } catch (const core::Error& e) {
+    ENGINE_FAIL("optimizer state '" + key + "': " + e.what());
+  }
+}
+
+}  // namespace
 
 StateSlots::StateSlots(std::string owner, std::vector<std::string> tensor_slots,
                        std::vector<std::string> counter_slots)

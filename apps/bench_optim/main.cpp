@@ -102,9 +102,9 @@ void row(const Options& o, comm::Communicator& comm, const std::string& part,
   std::fflush(stdout);
 }
 
-std::vector<optim::ParamSpec> hidden_matrices(const Options& o, bool moe) {
+std::vector<comm::ParamDesc> hidden_matrices(const Options& o, bool moe) {
   const int64_t D = o.d_model;
-  std::vector<optim::ParamSpec> p;
+  std::vector<comm::ParamDesc> p;
   for (int64_t l = 0; l < o.layers; ++l) {
     const std::string b = "blocks." + std::to_string(l) + ".";
     p.push_back({b + "attn.qkv.weight", {3 * D, D}});
@@ -124,10 +124,10 @@ std::vector<optim::ParamSpec> hidden_matrices(const Options& o, bool moe) {
 void bench_step(const Options& o, comm::Communicator& comm, const std::string& what,
                 const std::string& group, bool moe) {
   if (!o.only.empty() && what.find(o.only) == std::string::npos) return;
-  const std::vector<optim::ParamSpec> params = hidden_matrices(o, moe);
+  const std::vector<comm::ParamDesc> params = hidden_matrices(o, moe);
   const YAML::Node groups = YAML::Load("- {params: ['*'], " + group + "}");
   optim::OptimizerSet set(groups, params);
-  std::vector<comm::ParamInfo> infos;
+  std::vector<comm::ParamDesc> infos;
   for (const auto& p : params)
     infos.push_back({p.name, p.shape, set.placement(p.name), 0});
   const comm::ShardingPlan plan(infos, comm.size(), comm.rank(), 1);

@@ -23,7 +23,7 @@
 #include "data/shard_writer.h"
 #include "data/val_loader.h"
 #include "engine/config.h"
-#include "engine/trainer.h"
+#include "engine/model_loading.h"
 #include "model/gpt.h"
 #include "model/weights_io.h"
 

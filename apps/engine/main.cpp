@@ -39,16 +39,21 @@
 #include "core/backend.h"
 #include "core/check.h"
 #include "core/rng.h"
+#include "core/transfer.h"
 #include "data/gpt2_tokenizer.h"
 #include "data/shard_set.h"
+#include "data/val_loader.h"
+#include "engine/batch_geometry.h"
 #include "engine/checkpoint.h"
 #include "engine/config.h"
 #include "engine/device_select.h"
+#include "engine/model_loading.h"
 #include "engine/preflight.h"
 #include "engine/run_lock.h"
 #include "engine/stop_signal.h"
 #include "engine/trainer.h"
 #include "engine/training_health.h"
+#include "engine/validation.h"
 #include "model/hf_gpt2.h"
 #include "model/weights_io.h"
 
@@ -326,7 +331,7 @@ int32_t pick_token(const std::vector<float>& logits, double temperature, int64_t
   return order[k - 1];
 }
 
-int run_sample(engine::Trainer& trainer, const Args& a) {
+int run_sample(model::Gpt& model, const Args& a) {
   const std::string tokenizer_dir = a.option("--tokenizer");
   std::unique_ptr<data::Gpt2Tokenizer> tokenizer;
   if (std::filesystem::exists(std::filesystem::path(tokenizer_dir) / "encoder.json"))
@@ -338,25 +343,25 @@ int run_sample(engine::Trainer& trainer, const Args& a) {
                                            tokenizer_dir + " (scripts/prepare_data.sh)");
     tokens = tokenizer->encode(prompt);
     for (int32_t t : tokens)
-      ENGINE_CHECK(t < trainer.config().model.vocab_size,
-                   "sample: the prompt has token id " + std::to_string(t) +
-                       ", outside this model's vocabulary of " +
-                       std::to_string(trainer.config().model.vocab_size));
+      ENGINE_CHECK(t < model.config().vocab_size, "sample: the prompt has token id " +
+                                                      std::to_string(t) +
+                                                      ", outside this model's vocabulary of " +
+                                                      std::to_string(model.config().vocab_size));
   }
   if (tokens.empty())
     tokens.push_back(data::Gpt2Tokenizer::kEndOfText %
-                     static_cast<int32_t>(trainer.config().model.vocab_size));
+                     static_cast<int32_t>(model.config().vocab_size));
   const int64_t n = integer_flag(a, "--tokens", 1);
   const double temperature = number_flag(a, "--temperature", 0);
   const int64_t top_k = integer_flag(a, "--top_k", 0);
   core::Rng rng(static_cast<uint64_t>(integer_flag(a, "--seed", 0)));
   const size_t prompt_len = tokens.size();
-  const size_t T = static_cast<size_t>(trainer.config().model.seq_len);
+  const size_t T = static_cast<size_t>(model.config().seq_len);
   for (int64_t i = 0; i < n; ++i) {
     const size_t start = tokens.size() > T ? tokens.size() - T : 0;
     std::vector<int32_t> context(tokens.begin() + static_cast<std::ptrdiff_t>(start), tokens.end());
     std::vector<float> logits =
-        trainer.model().last_logits(context.data(), 1, static_cast<int>(context.size()));
+        model.last_logits(context.data(), 1, static_cast<int>(context.size()));
     tokens.push_back(pick_token(logits, temperature, top_k, rng));
   }
   if (tokenizer) {
@@ -410,34 +415,23 @@ bool make_rank_device(const engine::Config& config, const comm::MpiSession& sess
   facts.share_gpus = config.comm.device_collectives == "mpi";
   const engine::DeviceSelection chosen = engine::select_device(config.device, facts);
   if (!comm::agree_no_error(chosen.error)) return false;
-  if (chosen.device.is_cpu()) {
+  // The CPU backend serves the host; any other device gets a backend of this rank's own.
+  if (chosen.device == core::cpu_backend().device()) {
     out.backend = &core::cpu_backend();
-    out.tensors = &world;
+  } else {
+    out.cuda = core::make_cuda_backend(chosen.device.index);
+    out.backend = out.cuda.get();
+  }
+  if (config.comm.device_collectives == "mpi") {
     // On the CPU the staged path only adds copies; it runs there so that its code is tested
     // through whole training runs (e2e_device_collectives_mpi).
-    if (config.comm.device_collectives == "mpi") {
-      out.device_comm = comm::make_staged(world, *out.backend);
-      out.tensors = out.device_comm.get();
-    }
-    return true;
+    out.device_comm = comm::make_staged(world, *out.backend);
+  } else if (!core::is_host_memory(out.backend->device())) {
+    out.device_comm = comm::make_nccl(mpi_world, *out.backend);
   }
-  out.cuda = core::make_cuda_backend(chosen.device.index);
-  out.device_comm = config.comm.device_collectives == "mpi" ? comm::make_staged(world, *out.cuda)
-                                                            : comm::make_nccl(mpi_world, *out.cuda);
-  out.backend = out.cuda.get();
-  out.tensors = out.device_comm.get();
+  // MPI moves host memory in place: the world itself carries the tensors of the CPU backend.
+  out.tensors = out.device_comm ? out.device_comm.get() : &world;
   return true;
-}
-
-// The trainer of a run; a setup error (data, shapes, batch geometry) is refused like a config
-// error: exit status 2.
-std::unique_ptr<engine::Trainer> make_trainer(const engine::Config& config,
-                                              comm::Communicator& world, const RankDevice& device,
-                                              bool with_train_data, bool with_val_data) {
-  return refused_on_error([&] {
-    return std::make_unique<engine::Trainer>(config, world, *device.tensors, *device.backend,
-                                             with_train_data, with_val_data);
-  });
 }
 
 // Rank 0's verdict on a step only it runs, shared: every rank learns whether it failed, and rank
@@ -504,15 +498,17 @@ int run(int argc, char** argv, const comm::MpiSession& session, comm::Communicat
     if (world.rank() != 0)
       lock = std::make_unique<engine::RunLock>(dirs, engine::RunLock::Mode::Shared, 60.0);
     refused_on_error([&] { engine::check_model_fits_memory(config); });
-    std::unique_ptr<engine::Trainer> trainer = make_trainer(config, world, device, true, true);
-    if (trainer->micro_rows() != config.train.micro_batch)
+    std::unique_ptr<engine::Trainer> trainer = refused_on_error([&] {
+      return std::make_unique<engine::Trainer>(config, world, *device.tensors, *device.backend);
+    });
+    const engine::BatchGeometry& batch = trainer->geometry();
+    if (batch.micro_rows != config.train.micro_batch)
       spdlog::warn(
           "train.micro_batch = {} is not what runs: train.batch_tokens = {} gives {} sequences "
           "per rank on {} ranks, taken as {} micro-steps of {} sequences (every micro-step "
           "holds the same number)",
-          config.train.micro_batch, config.train.batch_tokens,
-          trainer->micro_rows() * trainer->grad_accum(), world.size(), trainer->grad_accum(),
-          trainer->micro_rows());
+          config.train.micro_batch, config.train.batch_tokens, batch.rows_per_rank, world.size(),
+          batch.grad_accum, batch.micro_rows);
     try {
       trainer->run();
     } catch (const engine::StoppedBySignal& stopped) {
@@ -529,18 +525,25 @@ int run(int argc, char** argv, const comm::MpiSession& session, comm::Communicat
     }
     return 0;
   }
+  // eval, export and sample: the model and its weights (and for eval the validation data),
+  // no optimizers, sharding or training data.
   refused_on_error([&] { engine::check_model_fits_memory(config); });
-  const bool need_val = a.command == "eval";
-  if (need_val && a.options.count("--all"))
+  const bool eval = a.command == "eval";
+  if (eval && a.options.count("--all"))
     config.train.val_tokens =
         refused_on_error([&] { return whole_val_split_tokens(config, world.size()); });
-  std::unique_ptr<engine::Trainer> trainer =
-      make_trainer(config, world, device, /*with_train_data=*/false, need_val);
+  std::unique_ptr<data::ValLoader> val;
+  if (eval)
+    val = refused_on_error([&] {
+      return engine::make_val_loader(config, engine::BatchGeometry::of(config, world.size()),
+                                     world.rank(), world.size());
+    });
   // sample's standard output is the text alone.
   if (a.command != "sample") engine::log_rank_devices(world, *device.backend);
-  refused_on_error([&] { trainer->load_checkpoint(checkpoint, /*params_only=*/true); });
-  if (a.command == "eval") {
-    const double loss = trainer->evaluate();
+  std::unique_ptr<model::Gpt> model =
+      refused_on_error([&] { return engine::load_model(config, checkpoint, *device.backend); });
+  if (eval) {
+    const double loss = engine::validation_loss(*model, *val, world);
     spdlog::info("checkpoint {} step {}: val_loss:{:.4f} over {} tokens{}", checkpoint,
                  engine::read_manifest(checkpoint).step, loss, config.train.val_tokens,
                  a.options.count("--all") ? " (the whole validation split)" : "");
@@ -550,14 +553,14 @@ int run(int argc, char** argv, const comm::MpiSession& session, comm::Communicat
   if (a.command == "export") {
     const std::string out = a.option("--out");
     if (a.option("--format") == "hf")
-      model::save_hf_gpt2(trainer->model(), out);
+      model::save_hf_gpt2(*model, out);
     else
-      model::save_weights(trainer->model(), out);
-    spdlog::info("exported {} ({} parameters) to {}", checkpoint,
-                 trainer->model().table().total_numel(), out);
+      model::save_weights(*model, out);
+    spdlog::info("exported {} ({} parameters) to {}", checkpoint, model->table().total_numel(),
+                 out);
     return 0;
   }
-  return run_sample(*trainer, a);
+  return run_sample(*model, a);
 }
 
 }  // namespace

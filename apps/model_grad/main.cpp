@@ -19,7 +19,7 @@
 #include "core/check.h"
 #include "data/token_shard.h"
 #include "engine/config.h"
-#include "engine/trainer.h"
+#include "engine/model_loading.h"
 #include "model/gpt.h"
 #include "model/weights_io.h"
 

@@ -50,7 +50,7 @@ void row(bool json, int np, const std::string& part, const std::string& detail, 
 
 int bench_main(const BenchOptions& o, bool json, comm::Communicator& comm) {
   const int64_t D = o.d_model, V = o.vocab;
-  std::vector<optim::ParamSpec> params = {{"embed.weight", {V, D}}};
+  std::vector<comm::ParamDesc> params = {{"embed.weight", {V, D}}};
   for (int64_t l = 0; l < o.layers; ++l) {
     const std::string b = "blocks." + std::to_string(l) + ".";
     params.push_back({b + "attn.qkv.weight", {3 * D, D}});
@@ -72,7 +72,7 @@ int bench_main(const BenchOptions& o, bool json, comm::Communicator& comm) {
   ENGINE_CHECK(config["optim"] && config["optim"]["groups"], preset + ": needs optim.groups");
   optim::OptimizerSet set(config["optim"]["groups"], params);
 
-  std::vector<comm::ParamInfo> infos;
+  std::vector<comm::ParamDesc> infos;
   for (const auto& p : params)
     infos.push_back({p.name, p.shape, set.placement(p.name), 0});
   comm::ShardingPlan plan(infos, comm.size(), comm.rank(), 2);

@@ -146,7 +146,7 @@ YAML::Node reference_soap_groups(const GoldenCase& g, const YAML::Node& hyper) {
       merged[kv.first.as<std::string>()] = YAML::Clone(kv.second);
     bool all_1d = true;
     for (const YAML::Node& name : ref["params"])
-      for (const optim::ParamSpec& p : g.params)
+      for (const comm::ParamDesc& p : g.params)
         if (p.name == name.as<std::string>() && p.shape.size() != 1) all_1d = false;
     const bool plain_adam = all_1d && !merged["precondition_1d"].as<bool>();
     YAML::Node group(YAML::NodeType::Map);
@@ -195,7 +195,7 @@ GoldenCase load_golden(const std::string& path, const std::string& optimizer,
   for (const core::StTensorInfo& t : f.tensors())
     if (t.name.starts_with("init/")) g.params.push_back({t.name.substr(5), t.shape});
   ENGINE_CHECK(!g.params.empty(), path + ": no init/* tensors");
-  for (const optim::ParamSpec& p : g.params)
+  for (const comm::ParamDesc& p : g.params)
     for (int64_t t = 1; t <= g.steps; ++t)
       ENGINE_CHECK(f.contains("param/" + std::to_string(t) + "/" + p.name),
                    path + ": missing param/" + std::to_string(t) + "/" + p.name);
@@ -335,13 +335,13 @@ void truncate_steps(GoldenCase& golden, int64_t steps) {
 
 Replayer::Replayer(const GoldenCase& golden, comm::Communicator& comm)
     : golden_(golden), comm_(comm) {
-  std::vector<comm::ParamInfo> infos;
+  std::vector<comm::ParamDesc> infos;
   if (golden.orthogonalizer.empty()) {
     set_ = std::make_unique<optim::OptimizerSet>(golden.groups, golden.params);
-    for (const optim::ParamSpec& p : golden.params)
+    for (const comm::ParamDesc& p : golden.params)
       infos.push_back({p.name, p.shape, set_->placement(p.name), 0});
   } else {
-    for (const optim::ParamSpec& p : golden.params)
+    for (const comm::ParamDesc& p : golden.params)
       infos.push_back({p.name, p.shape, comm::Placement::owned(), 0});
   }
   plan_ = std::make_unique<comm::ShardingPlan>(infos, comm.size(), comm.rank(), 2);

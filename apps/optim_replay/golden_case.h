@@ -26,7 +26,7 @@ struct GoldenCase {
   std::string reference_optimizer;  // metadata "optimizer"
   int64_t steps = 0;
   double suggested_atol = 0;
-  std::vector<optim::ParamSpec> params;  // from init/*, in file order
+  std::vector<comm::ParamDesc> params;  // from init/*, in file order
   // Optimizer runs: the groups for OptimizerSet. Orthogonaliser files: the orthogonaliser
   // ("ns5" | "polar_express") applied once to each init/* tensor.
   YAML::Node groups;

@@ -96,7 +96,7 @@ class OsftReplay {
     reader.skip("optimizer");
     owned_ = optim::Registry::global().create("osft", reader);
     osft_ = dynamic_cast<optim::Osft*>(owned_.get());
-    osft_->set_communicator(&comm_);
+    osft_->set_communicator(&comm_, nullptr, core::cpu_backend());
 
     // Targets as the file lists them; k_high by our rule must equal the file's.
     std::vector<optim::OsftTargetWeight> weights;
@@ -112,7 +112,8 @@ class OsftReplay {
       weights.push_back({t.name, file_.read("init/" + t.name), t.k_high});
       targets_.push_back(std::move(t));
     }
-    const std::vector<optim::OsftFactors> full = optim::osft_decompose_all(weights, &comm_);
+    const std::vector<optim::OsftFactors> full =
+        optim::osft_decompose_all(weights, &comm_, core::cpu_backend());
     for (size_t i = 0; i < targets_.size(); ++i) {
       Target& t = targets_[i];
       t.full = full[i];

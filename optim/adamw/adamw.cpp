@@ -22,10 +22,7 @@ AdamWConfig AdamWConfig::from_yaml(HyperReader& r) {
   const std::string mode = r.string("eps_mode", "spec");
   if (mode != "spec" && mode != "torch") r.fail("eps_mode", "must be 'spec' or 'torch'");
   c.torch_eps = mode == "torch";
-  const std::string wd_mode = r.string("weight_decay_mode", "decoupled");
-  if (wd_mode != "decoupled" && wd_mode != "cautious")
-    r.fail("weight_decay_mode", "must be 'decoupled' or 'cautious'");
-  c.cautious_wd = wd_mode == "cautious";
+  c.cautious_wd = cautious_weight_decay(r, c.cautious_wd);
   if (!(c.lr >= 0)) r.fail("lr", "must be >= 0");  // also refuses NaN
   if (!(c.beta1 >= 0 && c.beta1 < 1)) r.fail("betas", "beta1 must be in [0, 1)");
   if (!(c.beta2 >= 0 && c.beta2 < 1)) r.fail("betas", "beta2 must be in [0, 1)");
@@ -57,9 +54,9 @@ void AdamW::step(std::span<const ParamShard> params, const StepContext& ctx) {
   std::vector<AdamWTensor> tensors;
   for (const ParamShard& p : params) {
     check_shard(p, "adamw");
-    float* m = state_tensor(slots_, p.name, "exp_avg", p.value, backend).data<float>();
-    float* v = state_tensor(slots_, p.name, "exp_avg_sq", p.value, backend).data<float>();
-    const int64_t t = ++steps_[p.name + "/step"];
+    float* m = slots_.tensor(p.name, "exp_avg", p.value.shape(), backend).data<float>();
+    float* v = slots_.tensor(p.name, "exp_avg_sq", p.value.shape(), backend).data<float>();
+    const int64_t t = ++slots_.counter(p.name, "step");
     const double bc1 = 1.0 - std::pow(s.beta1, static_cast<double>(t));
     const double bc2 = 1.0 - std::pow(s.beta2, static_cast<double>(t));
     // spec: lr sqrt(bc2) / bc1 * m / (sqrt(v) + eps); torch: lr / bc1 * m / (sqrt(v / bc2) + eps)
@@ -71,24 +68,11 @@ void AdamW::step(std::span<const ParamShard> params, const StepContext& ctx) {
 }
 
 void AdamW::save_state(OptimizerState& out) const {
-  for (const auto& [key, t] : slots_)
-    out.tensors[key] = t.clone();
-  for (const auto& [key, n] : steps_)
-    out.counters[key] = n;
+  slots_.save(out);
 }
 
 void AdamW::load_state(const OptimizerState& in) {
-  slots_.clear();
-  steps_.clear();
-  for (const auto& [key, t] : in.tensors) {
-    const bool known = key.ends_with("/exp_avg") || key.ends_with("/exp_avg_sq");
-    ENGINE_CHECK(known, "adamw: unknown state tensor '" + key + "'");
-    slots_[key] = t.clone();
-  }
-  for (const auto& [key, n] : in.counters) {
-    ENGINE_CHECK(key.ends_with("/step"), "adamw: unknown state counter '" + key + "'");
-    steps_[key] = n;
-  }
+  slots_.load(in);
 }
 
 }  // namespace optim

@@ -17,6 +17,7 @@
 
 #include "optim/hyper_reader.h"
 #include "optim/optimizer.h"
+#include "optim/state_slots.h"
 
 namespace optim {
 
@@ -51,8 +52,7 @@ class AdamW final : public Optimizer {
 
  private:
   AdamWConfig config_;
-  std::map<std::string, core::Tensor> slots_;  // "<param>/exp_avg", "<param>/exp_avg_sq"
-  std::map<std::string, int64_t> steps_;       // "<param>/step"
+  StateSlots slots_{"adamw", {"exp_avg", "exp_avg_sq"}, {"step"}};
 };
 
 }  // namespace optim

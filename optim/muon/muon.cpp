@@ -35,11 +35,7 @@ MuonConfig MuonConfig::from_yaml(HyperReader& r, const MuonConfig& defaults) {
   c.momentum_cooldown_steps = r.integer("momentum_cooldown_steps", 0);
   c.normalize = r.boolean("normalize", c.normalize);
   c.beta2 = r.number("beta2", c.beta2);
-  const std::string wd_mode =
-      r.string("weight_decay_mode", c.cautious_wd ? "cautious" : "decoupled");
-  if (wd_mode != "decoupled" && wd_mode != "cautious")
-    r.fail("weight_decay_mode", "must be 'decoupled' or 'cautious'");
-  c.cautious_wd = wd_mode == "cautious";
+  c.cautious_wd = cautious_weight_decay(r, c.cautious_wd);
   if (!(c.beta2 >= 0 && c.beta2 < 1)) r.fail("beta2", "must be in [0, 1)");
   if (c.lr < 0) r.fail("lr", "must be >= 0");
   // A negative decay grows the weights; a negative multiplier turns the step around.
@@ -107,7 +103,8 @@ double MuonConfig::momentum_at(int64_t step, int64_t total_steps) const {
 Muon::Muon(const MuonConfig& config, const char* kind)
     : config_(config),
       kind_(kind),
-      schedule_(schedule_by_name(config.orthogonalizer, config.ns_steps, kind)) {}
+      schedule_(schedule_by_name(config.orthogonalizer, config.ns_steps, kind)),
+      slots_(kind, {"momentum_buffer", "second_moment"}, {}) {}
 
 MatrixView Muon::view_of(const std::string& name, const core::Shape& shape) const {
   ENGINE_CHECK(shape.size() >= 2, std::string(kind_) + ": parameter '" + name + "' of shape " +
@@ -159,16 +156,16 @@ void Muon::step(std::span<const ParamShard> params, const StepContext& ctx) {
   std::vector<MuonUpdate> steps;
   for (const ParamShard& p : params) {
     check_shard(p, kind_);
-    ENGINE_CHECK(p.row_begin == 0 && p.value.shape() == p.full_shape,
+    ENGINE_CHECK(p.begin == 0 && p.value.shape() == p.full_shape,
                  std::string(kind_) + ": '" + p.name +
                      "' must be stepped whole (Owned placement), got rows from " +
-                     std::to_string(p.row_begin) + " of " + p.value.str());
+                     std::to_string(p.begin) + " of " + p.value.str());
     const MatrixView view = view_of(p.name, p.full_shape);
     const int64_t n = p.value.numel();
     if (n == 0) continue;
     float* w = p.value.data<float>();
     const float* g = p.grad.data<float>();
-    float* b = state_tensor(slots_, p.name, "momentum_buffer", p.value, backend).data<float>();
+    float* b = slots_.tensor(p.name, "momentum_buffer", p.value.shape(), backend).data<float>();
     backend.scale(w, decay, n);
     backend.axpby(b, one_minus_mu, g, mu, n);  // B = (1 - mu) G + mu B
     core::Tensor update =
@@ -192,9 +189,8 @@ void Muon::step(std::span<const ParamShard> params, const StepContext& ctx) {
                     view.rows, view.cols, lr_eff,  config_.cautious_wd ? wd : 0.0};
     if (config_.normalize) {
       const int64_t per_matrix = view.rows >= view.cols ? view.rows : view.cols;
-      core::Tensor like = core::Tensor::empty({view.count * per_matrix});
       step.second_moment =
-          state_tensor(slots_, p.name, "second_moment", like, backend).data<float>();
+          slots_.tensor(p.name, "second_moment", {view.count * per_matrix}, backend).data<float>();
     }
     steps.push_back(step);
     updates.push_back(std::move(update));
@@ -203,20 +199,11 @@ void Muon::step(std::span<const ParamShard> params, const StepContext& ctx) {
 }
 
 void Muon::save_state(OptimizerState& out) const {
-  for (const auto& [key, t] : slots_)
-    out.tensors[key] = t.clone();
+  slots_.save(out);
 }
 
 void Muon::load_state(const OptimizerState& in) {
-  slots_.clear();
-  for (const auto& [key, t] : in.tensors) {
-    ENGINE_CHECK(key.ends_with("/momentum_buffer") || key.ends_with("/second_moment"),
-                 std::string(kind_) + ": unknown state tensor '" + key + "'");
-    slots_[key] = t.clone();
-  }
-  ENGINE_CHECK(in.counters.empty(),
-               std::string(kind_) + ": unexpected state counter '" +
-                   (in.counters.empty() ? std::string() : in.counters.begin()->first) + "'");
+  slots_.load(in);
 }
 
 }  // namespace optim

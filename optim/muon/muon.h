@@ -28,6 +28,7 @@
 #include "optim/hyper_reader.h"
 #include "optim/muon/newton_schulz.h"
 #include "optim/optimizer.h"
+#include "optim/state_slots.h"
 
 namespace optim {
 
@@ -96,8 +97,7 @@ class Muon final : public Optimizer {
   MuonConfig config_;
   const char* kind_;
   NewtonSchulzSchedule schedule_;
-  // "<param>/momentum_buffer" and, for NorMuon, "<param>/second_moment"
-  std::map<std::string, core::Tensor> slots_;
+  StateSlots slots_;  // momentum_buffer and, for NorMuon, second_moment
 };
 
 }  // namespace optim

@@ -89,6 +89,8 @@ void Osft::set_communicator(comm::Communicator* comm, RowSplit split, core::Back
 
 void Osft::add_target(const std::string& name, int64_t rows, int64_t cols, int64_t k_high,
                       core::Tensor U_high_rows, core::Tensor V_high_rows) {
+  ENGINE_CHECK(backend_ != nullptr,
+               "osft: target '" + name + "' added before set_communicator named its backend");
   if (!projector_) {
     const auto budget = static_cast<int64_t>(config_.v_high_cache_mb * 1024.0 * 1024.0);
     projector_ = std::make_unique<OsftProjector>(comm_, budget, split_, *backend_);
@@ -116,9 +118,9 @@ void Osft::project(std::span<const ParamShard> params, bool grads) {
       if (it == by_name.end()) return nullptr;
       const ParamShard& p = *it->second;
       const comm::Range want = projector_->rows(full_rows);
-      ENGINE_CHECK(p.row_begin == want.begin && p.value.numel() == want.size() * width,
+      ENGINE_CHECK(p.begin == want.begin && p.value.numel() == want.size() * width,
                    "osft: '" + key + "' on rank " + std::to_string(rank) + " holds " +
-                       p.value.str() + " from row " + std::to_string(p.row_begin) +
+                       p.value.str() + " from row " + std::to_string(p.begin) +
                        ", expected rows [" + std::to_string(want.begin) + ", " +
                        std::to_string(want.end) + ") of " + std::to_string(full_rows) + " over " +
                        std::to_string(world) + " ranks");

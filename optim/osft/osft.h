@@ -63,15 +63,12 @@ class Osft final : public Optimizer {
 
   // The shard group the factors are split over (null: one process), how their rows are split
   // (null: osft_rows, torch.chunk counts) and the backend whose memory holds the factors and
-  // runs the projections (every step must run on it); before add_target. Without this call:
-  // one process on the CPU backend.
-  void set_communicator(comm::Communicator* comm, RowSplit split = nullptr,
-                        core::Backend& backend = core::cpu_backend());
+  // runs the projections (every step must run on it); before add_target.
+  void set_communicator(comm::Communicator* comm, RowSplit split, core::Backend& backend);
   // Registers a target (every rank, same order): its shape, k_high and this rank's rows of
   // U_high [N, k] and V_high [k, M], in the backend's memory.
   void add_target(const std::string& name, int64_t rows, int64_t cols, int64_t k_high,
                   core::Tensor U_high_rows, core::Tensor V_high_rows);
-  bool has_target(const std::string& name) const { return targets_.count(name) != 0; }
 
   // The three stages of step(). project_gradients returns the parts with projected copies of the
   // U_low and V_low gradients (the given gradients are left as they are).
@@ -90,7 +87,7 @@ class Osft final : public Optimizer {
   AdamW adamw_;
   comm::Communicator* comm_ = nullptr;
   RowSplit split_ = nullptr;
-  core::Backend* backend_ = &core::cpu_backend();
+  core::Backend* backend_ = nullptr;  // set_communicator's
   std::unique_ptr<OsftProjector> projector_;
   std::set<std::string> targets_;
   std::vector<std::string> target_order_;

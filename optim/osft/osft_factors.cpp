@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "core/transfer.h"
 
 namespace optim {
 
@@ -40,7 +41,8 @@ core::Tensor to_tensor(const VecD& v) {
 
 void check_matrix(const core::Tensor& w, const char* what) {
   ENGINE_CHECK(
-      w.dim() == 2 && w.dtype() == core::DType::F32 && w.is_contiguous() && w.device().is_cpu(),
+      w.dim() == 2 && w.dtype() == core::DType::F32 && w.is_contiguous() &&
+          core::is_host_memory(w.device()),
       std::string("osft: ") + what + " must be a contiguous host f32 matrix, got " + w.str());
 }
 
@@ -110,14 +112,13 @@ OsftFactors osft_decompose(const core::Tensor& weight, int64_t k_high) {
 std::vector<OsftFactors> osft_decompose_all(std::span<const OsftTargetWeight> targets,
                                             comm::Communicator* comm, core::Backend& backend) {
   const int world = comm ? comm->size() : 1, me = comm ? comm->rank() : 0;
-  // A host communicator broadcasts the host factors, which are then copied into the backend's
-  // memory; a device communicator broadcasts them there.
-  const bool host_comm = comm == nullptr || comm->device().is_cpu();
-  ENGINE_CHECK(host_comm || comm->device() == backend.device(),
+  ENGINE_CHECK(comm == nullptr || comm->device() == backend.device(),
                "osft: the factors are decomposed into the memory of " +
                    std::string(backend.name()) + " but the communicator " + comm->name() +
                    " moves buffers on " + comm->device().str());
   auto owner_of = [&](size_t i) { return static_cast<int>(i % static_cast<size_t>(world)); };
+  // Every rank decomposes its targets on the host (all at once), copies the factors into the
+  // backend's memory and broadcasts them from there.
   std::vector<OsftFactors> host(targets.size());
   for (size_t i = 0; i < targets.size(); ++i)
     if (owner_of(i) == me) host[i] = osft_decompose(targets[i].weight, targets[i].k_high);
@@ -126,25 +127,15 @@ std::vector<OsftFactors> osft_decompose_all(std::span<const OsftTargetWeight> ta
     const int64_t n = targets[i].weight.size(0), m = targets[i].weight.size(1);
     const int64_t k = targets[i].k_high, r = std::min(n, m) - k;
     const core::Shape shapes[] = {{n, k}, {k}, {k, m}, {n, r}, {r}, {r, m}};
-    const bool mine = owner_of(i) == me;
     for (size_t j = 0; j < 6; ++j) {
-      core::Tensor& h = factor_by_name(host[i], kOsftFactorNames[j]);
-      if (host_comm && world > 1) {
-        if (!mine) h = core::Tensor::empty(shapes[j]);
-        comm->broadcast(h.data<float>(), h.numel(), owner_of(i));
-      }
       core::Tensor& t = factor_by_name(out[i], kOsftFactorNames[j]);
       t = core::Tensor::empty(shapes[j], core::DType::F32, backend.allocator());
-      if ((mine || host_comm) && t.numel() > 0)
+      const core::Tensor& h = factor_by_name(host[i], kOsftFactorNames[j]);
+      if (owner_of(i) == me && t.numel() > 0)
         backend.copy_from_host(t.raw_data(), h.raw_data(), t.nbytes());
+      if (world > 1) comm->broadcast(t.data<float>(), t.numel(), owner_of(i));
     }
   }
-  if (host_comm || world == 1) return out;
-  for (size_t i = 0; i < targets.size(); ++i)
-    for (const char* name : kOsftFactorNames) {
-      core::Tensor& t = factor_by_name(out[i], name);
-      comm->broadcast(t.data<float>(), t.numel(), owner_of(i));
-    }
   return out;
 }
 

@@ -58,8 +58,7 @@ struct OsftTargetWeight {
   int64_t k_high = 0;
 };
 std::vector<OsftFactors> osft_decompose_all(std::span<const OsftTargetWeight> targets,
-                                            comm::Communicator* comm,
-                                            core::Backend& backend = core::cpu_backend());
+                                            comm::Communicator* comm, core::Backend& backend);
 
 // Rows [row_begin, row_begin + out.size(0)) of the dense weight from full factors, written into
 // `out` [rows, M] (OsftOps::reconstruct; factors and out in the memory of the ops' backend).

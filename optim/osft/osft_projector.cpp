@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "core/transfer.h"
 #include "optim/osft/osft_factors.h"
 
 namespace optim {
@@ -119,12 +120,13 @@ void OsftProjector::gather_v_high() {
 void OsftProjector::reduce_coefficients() {
   const size_t bytes = static_cast<size_t>(coefficient_count_) * sizeof(double);
   const int world = world_size();
-  if (world == 1 || comm_->device().is_cpu()) {  // host memory: the float64 all-reduce
+  // In host memory MPI's float64 all-reduce sums the coefficients in place; a device
+  // communicator reduces floats only: they are gathered, then added on the device.
+  if (world == 1 || core::is_host_memory(comm_->device())) {
     backend_.copy(doubles(total_), doubles(partial_), bytes);
     if (world > 1) comm_->all_reduce(doubles(total_), coefficient_count_, comm::ReduceOp::Sum);
     return;
   }
-  // A device communicator reduces floats only: gathered, then added on the device.
   if (!gathered_) gathered_ = std::make_unique<core::Storage>(backend_.allocator(), bytes * world);
   osft_sum_over_ranks(*comm_, *ops_, doubles(partial_), doubles(total_), doubles(gathered_),
                       coefficient_count_);
@@ -193,13 +195,6 @@ std::vector<double> OsftProjector::last_partial_coefficients() const {
 
 std::vector<double> OsftProjector::last_coefficients() const {
   return download(total_.get());
-}
-
-std::vector<float> OsftProjector::full_v_high(size_t i) const {
-  const core::Tensor& v = v_full_.at(i);
-  std::vector<float> out(static_cast<size_t>(v.numel()));
-  if (v.numel() > 0) backend_.copy_to_host(out.data(), v.raw_data(), v.nbytes());
-  return out;
 }
 
 }  // namespace optim

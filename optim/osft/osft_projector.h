@@ -50,8 +50,8 @@ class OsftProjector {
   // targets' V_high together take at most v_high_cache_bytes in f32. `split` (null: osft_rows)
   // says which rows of every factor each rank holds. `backend` runs the products; every tensor
   // and pointer given to this projector lies in its memory, and comm moves buffers on its device.
-  OsftProjector(comm::Communicator* comm, int64_t v_high_cache_bytes, RowSplit split = nullptr,
-                core::Backend& backend = core::cpu_backend());
+  OsftProjector(comm::Communicator* comm, int64_t v_high_cache_bytes, RowSplit split,
+                core::Backend& backend);
 
   // Registers a target; every rank registers the same targets in the same order. U_high_rows
   // holds this rank's split(N) rows of U_high [N, k], V_high_rows its split(k) rows of
@@ -76,9 +76,6 @@ class OsftProjector {
   // (copied to the host; for tests and replays).
   std::vector<double> last_partial_coefficients() const;
   std::vector<double> last_coefficients() const;
-  // The full V_high of target i as this rank sees it (cached, or gathered by the last pass),
-  // copied to the host.
-  std::vector<float> full_v_high(size_t i) const;
 
  private:
   struct Target {

@@ -277,16 +277,26 @@ void SoapUpdate::finish(SoapMatrix& x) {
   ++*x.step;
 }
 
+double SoapConfig::decay_alpha(double lr) const {
+  const double wd = weight_decay;
+  switch (weight_decay_method) {
+    case WeightDecayMethod::Decoupled:
+      return -wd * lr;
+    case WeightDecayMethod::Independent:
+      return -wd;
+    case WeightDecayMethod::Palm:
+      return -lr * lr * wd;
+    case WeightDecayMethod::L2:
+      break;
+  }
+  return 0.0;
+}
+
 void SoapUpdate::apply(SoapMatrix& x, double lr) {
   const int64_t size = x.m * x.n;
-  const double wd = c_.weight_decay;
-  if (wd != 0 && c_.weight_decay_method != WeightDecayMethod::L2) {
+  if (c_.weight_decay != 0 && c_.weight_decay_method != WeightDecayMethod::L2) {
     // P + alpha P in one fused add, as the reference writes it.
-    const double alpha = c_.weight_decay_method == WeightDecayMethod::Decoupled ? -wd * lr
-                         : c_.weight_decay_method == WeightDecayMethod::Independent
-                             ? -wd
-                             : -lr * lr * wd;  // palm
-    backend_.add_scaled(x.param, static_cast<float>(alpha), x.param, size);
+    backend_.add_scaled(x.param, static_cast<float>(c_.decay_alpha(lr)), x.param, size);
   }
   backend_.add_scaled(x.param, static_cast<float>(-lr), x.update.data<float>(), size);
 }
@@ -366,7 +376,7 @@ void Soap::step(std::span<const ParamShard> params, const StepContext& ctx) {
   std::vector<const ParamShard*> stacked_of;
   for (const ParamShard& p : params) {
     check_shard(p, kind_);
-    ENGINE_CHECK(p.row_begin == 0 && p.value.shape() == p.full_shape,
+    ENGINE_CHECK(p.begin == 0 && p.value.shape() == p.full_shape,
                  std::string(kind_) + ": '" + p.name +
                      "' must be stepped whole (Owned placement), got " + p.value.str());
     if (p.value.numel() == 0) continue;

@@ -68,6 +68,9 @@ struct SoapConfig {
 
   // Reads every key above (absent keys keep `defaults`); lr is required. Names the key on error.
   static SoapConfig from_yaml(HyperReader& reader, const SoapConfig& defaults);
+  // The weight decay on P at learning rate lr, as P <- P + alpha P: alpha = -wd lr (decoupled),
+  // -wd (independent), -wd lr^2 (palm); 0 for l2, which enters the gradient instead.
+  double decay_alpha(double lr) const;
 };
 
 // One matrix being stepped: its data, gradient and state (null where a side has no factor), all

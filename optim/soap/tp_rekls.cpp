@@ -123,9 +123,9 @@ void TpRekls::step(std::span<const ParamShard> params, const StepContext& ctx) {
                        " ranks, but both of its dimensions must divide by the group size (L and "
                        "R are sharded by rows)");
       const int64_t part = p.full_shape[pd] / ws;
-      ENGINE_CHECK(p.value.size(pd) == part && p.row_begin == rank * part,
+      ENGINE_CHECK(p.value.size(pd) == part && p.begin == rank * part,
                    what + ": rank " + std::to_string(rank) + " holds " + p.value.str() + " from " +
-                       std::to_string(p.row_begin) + ", not the equal part " +
+                       std::to_string(p.begin) + ", not the equal part " +
                        std::to_string(rank * part));
     } else {
       ENGINE_CHECK(p.value.shape() == p.full_shape, what + " must be whole, got " + p.value.str());
@@ -141,11 +141,7 @@ void TpRekls::step(std::span<const ParamShard> params, const StepContext& ctx) {
       if (c.weight_decay_method == WeightDecayMethod::L2) {
         backend.add_scaled(g.data<float>(), static_cast<float>(c.weight_decay), w, local);
       } else {
-        const double alpha =
-            c.weight_decay_method == WeightDecayMethod::Decoupled     ? -c.weight_decay * lr
-            : c.weight_decay_method == WeightDecayMethod::Independent ? -c.weight_decay
-                                                                      : -lr * lr * c.weight_decay;
-        backend.add_scaled(w, static_cast<float>(alpha), w, local);
+        backend.add_scaled(w, static_cast<float>(c.decay_alpha(lr)), w, local);
       }
     }
     if (group) {

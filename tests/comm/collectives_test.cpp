@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "comm/mesh.h"
 #include "comm/mpi_communicator.h"
 #include "core/check.h"
 #include "test_data.h"
@@ -291,7 +290,7 @@ TEST(Collectives, SplitGroupsReduceOnlyTheirMembers) {
   ASSERT_EQ(sub->size(), static_cast<int>(members.size()));
   ASSERT_EQ(members[sub->rank()], c.rank());
   expect_all_reduce(*sub, members, 61, true);
-  // A shard group of a 2D mesh: consecutive pairs.
+  // Consecutive pairs.
   std::unique_ptr<Communicator> pairs = c.split(c.rank() / 2, c.rank());
   std::vector<int> pair_members;
   for (int r = (c.rank() / 2) * 2; r < std::min(c.size(), (c.rank() / 2) * 2 + 2); ++r) {
@@ -336,7 +335,6 @@ TEST(Collectives, StatsCountCallsAndBytesSent) {
   EXPECT_EQ(s[Collective::Broadcast].calls, 1);
   EXPECT_EQ(s[Collective::Broadcast].bytes, c->rank() == 0 ? 400 : 0);
   EXPECT_EQ(s[Collective::Barrier].calls, 1);
-  EXPECT_EQ(s.total_calls(), 6);
   EXPECT_NE(s.str().find("reduce_scatter 1 calls"), std::string::npos) << s.str();
 }
 
@@ -365,27 +363,4 @@ TEST(Collectives, DISABLED_FailsOnLastRankOnly) {
   Communicator& c = world();
   c.barrier();
   EXPECT_NE(c.rank(), c.size() - 1) << "deliberate failure on the last rank";
-}
-
-TEST(Collectives, Mesh2DGroupsComposeToTheWorldReduction) {
-  Communicator& c = world();
-  for (int shard_size = 1; shard_size <= c.size(); ++shard_size) {
-    if (c.size() % shard_size != 0) {
-      EXPECT_THROW(comm::make_mesh(c, shard_size), core::Error);
-      continue;
-    }
-    comm::Mesh2D mesh = comm::make_mesh(c, shard_size);
-    ASSERT_EQ(mesh.shard->size(), shard_size);
-    ASSERT_EQ(mesh.replicate->size(), c.size() / shard_size);
-    EXPECT_EQ(mesh.shard->rank(), c.rank() % shard_size);
-    EXPECT_EQ(mesh.replicate->rank(), c.rank() / shard_size);
-    // Reduce inside the shard group, then across replicas: the world's sum.
-    std::vector<float> buf = values(71, c.rank(), 999);
-    mesh.shard->all_reduce(buf.data(), 999, ReduceOp::Sum);
-    mesh.replicate->all_reduce(buf.data(), 999, ReduceOp::Sum);
-    int64_t bad = 0;
-    for (int64_t i = 0; i < 999; ++i)
-      bad += buf[i] != reduce_ref(ReduceOp::Sum, 71, all_ranks(c), i);
-    EXPECT_EQ(bad, 0) << "shard size " << shard_size;
-  }
 }

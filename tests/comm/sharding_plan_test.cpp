@@ -10,7 +10,7 @@
 
 #include "core/check.h"
 
-using comm::ParamInfo;
+using comm::ParamDesc;
 using comm::Placement;
 using comm::Range;
 using comm::ShardingPlan;
@@ -40,7 +40,7 @@ TEST(ShardRange, CoversEverythingOnceWithSizesWithinOne) {
 }
 
 TEST(ShardingPlan, LocalShapesOfShardOwnedAndReplicate) {
-  std::vector<ParamInfo> params = {
+  std::vector<ParamDesc> params = {
       {"embed.weight", {50304, 8}, Placement::shard(0), 0},
       {"blocks.0.mlp.fc.weight", {32, 10}, Placement::shard(1), 1},
       {"blocks.0.attn.proj.weight", {8, 8}, Placement::owned(2), 1},
@@ -83,7 +83,7 @@ TEST(ShardingPlan, StageZeroReplicatesEverything) {
 
 TEST(ShardingPlan, AutomaticOwnersBalanceElementsDeterministically) {
   // Twelve matrices of four sizes over four ranks: largest first to the least loaded rank.
-  std::vector<ParamInfo> params;
+  std::vector<ParamDesc> params;
   const int64_t rows[] = {64, 16, 32, 8};
   for (int k = 0; k < 12; ++k) {
     std::string name = "m";
@@ -107,7 +107,7 @@ TEST(ShardingPlan, AutomaticOwnersBalanceElementsDeterministically) {
 }
 
 TEST(ShardingPlan, AutomaticOwnersAccountForShardsAndFixedOwners) {
-  std::vector<ParamInfo> params = {
+  std::vector<ParamDesc> params = {
       {"fixed", {100}, Placement::owned(0), 0},
       {"sharded", {9}, Placement::shard(0), 0},
       {"auto", {50}, Placement::owned(), 0},
@@ -119,7 +119,7 @@ TEST(ShardingPlan, AutomaticOwnersAccountForShardsAndFixedOwners) {
 }
 
 TEST(ShardingPlan, BadRequestsNameTheParameter) {
-  auto message = [](std::vector<ParamInfo> params, int world, int rank, int stage) {
+  auto message = [](std::vector<ParamDesc> params, int world, int rank, int stage) {
     try {
       ShardingPlan plan(std::move(params), world, rank, stage);
     } catch (const core::Error& e) {

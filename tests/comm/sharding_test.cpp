@@ -19,7 +19,7 @@
 
 using comm::Collective;
 using comm::Communicator;
-using comm::ParamInfo;
+using comm::ParamDesc;
 using comm::Placement;
 using comm::ShardingPlan;
 using core::Tensor;
@@ -33,7 +33,7 @@ std::unique_ptr<Communicator> fresh_world() {
 
 // A scaled-down model table: a vocabulary that does not divide by 3 or 4, a column-sharded
 // matrix, owned matrices for a matrix optimizer, tiny and empty tensors, a scalar.
-std::vector<ParamInfo> table() {
+std::vector<ParamDesc> table() {
   return {
       {"embed.weight", {503, 6}, Placement::shard(0), 0},
       {"blocks.0.attn.qkv.weight", {18, 6}, Placement::owned(), 1},
@@ -76,7 +76,8 @@ TEST(Sharding, ShardThenGatherIsBitExactAtEveryStage) {
       Tensor local = Tensor::empty(plan.local_shape(i));
       comm::copy_local_part(*c, plan, i, full, local);
       EXPECT_EQ(local.to_vector(), local_ref(plan, i, c->rank(), full)) << plan.param(i).name;
-      Tensor back = comm::gather_full(*c, plan, i, local, core::cpu_allocator());
+      Tensor back = Tensor::empty(plan.param(i).shape);
+      comm::all_gather_param(*c, plan, i, local, back);
       EXPECT_EQ(back.to_vector(), full.to_vector()) << plan.param(i).name << " stage " << stage;
     }
   }
@@ -90,7 +91,8 @@ TEST(Sharding, ScatterFromRootThenGather) {
     Tensor truth = full_values(plan, i, 2);
     Tensor full = c->rank() == root ? truth.clone() : Tensor::zeros(plan.param(i).shape);
     Tensor local = Tensor::empty(plan.local_shape(i));
-    comm::scatter_full(*c, plan, i, full, local, root);
+    c->broadcast(full.data<float>(), full.numel(), root);
+    comm::copy_local_part(*c, plan, i, full, local);
     EXPECT_EQ(local.to_vector(), local_ref(plan, i, c->rank(), truth)) << plan.param(i).name;
   }
 }
@@ -347,7 +349,8 @@ TEST(Sharding, SgdStepsMatchTheSingleProcessResultAtEveryStage) {
       }
     }
     for (size_t i = 0; i < n; ++i) {
-      Tensor result = comm::gather_full(*c, plan, i, local[i], core::cpu_allocator());
+      Tensor result = Tensor::empty(plan.param(i).shape);
+      comm::all_gather_param(*c, plan, i, local[i], result);
       EXPECT_EQ(result.to_vector(), expected[i].to_vector())
           << plan.param(i).name << " stage " << stage << " on " << W << " ranks";
       if (stage < 3) {

@@ -11,6 +11,7 @@
 #include <iterator>
 #include <map>
 #include <numeric>
+#include <optional>
 
 #include "core/check.h"
 #include "tests/test_util.h"
@@ -39,8 +40,10 @@ class CheckpointTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(root_); }
 
   // Two "ranks": a [5, 3] tensor split along dim 0 as [0, 2) + [2, 5), a [2, 4] tensor split along
-  // dim 1 as [0, 1) + [1, 4), and a whole [3] tensor saved by rank 0 only.
-  std::string save(int64_t step, int keep = 3, float offset = 0) {
+  // dim 1 as [0, 1) + [1, 4), and a whole [3] tensor saved by rank 0 only. `val_loss`: the
+  // validation loss the manifest records (kValLossKey), rotated with `keep_best`.
+  std::string save(int64_t step, int keep = 3, float offset = 0,
+                   std::optional<double> val_loss = std::nullopt, bool keep_best = false) {
     core::Tensor a = iota({5, 3}, offset), b = iota({2, 4}, 100 + offset), c = iota({3}, 200);
     prepare_staging(root_, step);
     std::string staging = engine::staging_path(root_, step);
@@ -58,7 +61,15 @@ class CheckpointTest : public ::testing::Test {
     m.world_size = 2;
     m.config_yaml = "train:\n  steps: 10\n";
     m.state = {{"data.step", std::to_string(step)}, {"rng.position", "42"}};
-    return engine::commit_checkpoint(root_, m, keep);
+    if (val_loss) m.state[engine::kValLossKey] = std::to_string(*val_loss);
+    return engine::commit_checkpoint(root_, m, keep, keep_best);
+  }
+  // The folder names of the complete checkpoints, oldest first.
+  std::vector<std::string> kept() const {
+    std::vector<std::string> names;
+    for (const std::string& dir : engine::list_checkpoints(root_))
+      names.push_back(fs::path(dir).filename().string());
+    return names;
   }
   static std::string prepare_staging(const std::string& root, int64_t step) {
     return engine::prepare_staging(root, step);
@@ -71,6 +82,25 @@ TEST(Fnv1a, KnownValues) {
   EXPECT_EQ(engine::fnv1a64("", 0), 0xcbf29ce484222325ull);
   EXPECT_EQ(engine::fnv1a64("a", 1), 0xaf63dc4c8601ec8cull);
   EXPECT_EQ(engine::fnv1a64("foobar", 6), 0x85944171f73967e8ull);
+}
+
+// checkpoint.keep_best: the checkpoint with the lowest validation loss stays out of the rotation
+// (a step saved without an evaluation is no candidate) until a better one is saved; without it
+// only the newest `keep` stay.
+TEST_F(CheckpointTest, KeepBestKeepsTheLowestValidationLossOutOfTheRotation) {
+  save(1, 2, 0, 3.0, true);
+  save(2, 2, 0, 1.5, true);
+  save(3, 2, 0, std::nullopt, true);
+  save(4, 2, 0, 2.0, true);
+  save(5, 2, 0, 1.7, true);
+  EXPECT_EQ(kept(), (std::vector<std::string>{"step_00000002", "step_00000004", "step_00000005"}));
+  save(6, 2, 0, 1.0, true);
+  EXPECT_EQ(kept(), (std::vector<std::string>{"step_00000005", "step_00000006"}));
+
+  fs::remove_all(root_);
+  save(1, 1, 0, 1.0, false);
+  save(2, 1, 0, 2.0, false);
+  EXPECT_EQ(kept(), (std::vector<std::string>{"step_00000002"}));
 }
 
 TEST_F(CheckpointTest, ManifestRoundTrip) {

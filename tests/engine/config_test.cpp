@@ -299,7 +299,8 @@ TEST(Config, KeyListIsLocked) {
       "train.diverge_loss_factor train.diverge_zero_grad_steps train.warmup_steps train.init_from "
       "zero.stage zero.overlap zero.bucket_mb "
       "zero.progress zero.sparse_rows checkpoint.dir checkpoint.every checkpoint.at_end "
-      "checkpoint.keep checkpoint.resume checkpoint.overwrite checkpoint.on_signal "
+      "checkpoint.keep checkpoint.keep_best checkpoint.resume checkpoint.overwrite "
+      "checkpoint.on_signal "
       "comm.timeout_s comm.device_collectives log.dir log.every log.metrics log.peak_gflops "
       "log.device_timing ");
 }

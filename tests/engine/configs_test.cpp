@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "engine/config.h"
-#include "engine/trainer.h"
+#include "engine/model_loading.h"
 #include "model/param_table.h"
 #include "optim/optimizer_set.h"
 
@@ -18,7 +18,7 @@ TEST_P(ShippedConfig, ParsesAndGroupsCoverTheModel) {
   const std::string path = std::string(ENGINE_REPO_DIR) + "/configs/" + GetParam() + ".yaml";
   engine::Config c = engine::load_config(path);
   model::ParamTable table(engine::model_config_of(c));
-  std::vector<optim::ParamSpec> specs;
+  std::vector<comm::ParamDesc> specs;
   for (const auto& p : table.params())
     specs.push_back({p.name, p.shape});
   YAML::Node groups(YAML::NodeType::Sequence);

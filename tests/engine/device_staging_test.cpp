@@ -1,5 +1,5 @@
-// Checkpoints through host buffers (engine/sharded_state.h "device staging"): tensors of a
-// device are copied with the backend's copy_to_host / copy_from_host, never read in place. A
+// Checkpoints through host buffers (engine/sharded_state.h, core/transfer.h): tensors of a device
+// are copied with the backend's copy_to_host / copy_from_host, never read in place. A
 // stand-in device (host memory that reports cuda:0) shows that every device tensor takes that
 // path and that the checkpoint files refuse anything else; the CUDA resume test does it on a GPU.
 #include <gtest/gtest.h>
@@ -127,17 +127,6 @@ TEST_F(DeviceStaging, LocalPartsOnADeviceAreFilledThroughTheBackend) {
   engine::read_local_params(reader, plan, locals, core::cpu_backend());
   EXPECT_EQ(device_values(local),
             std::vector<float>(full.begin() + s.range.begin * 3, full.begin() + s.range.end * 3));
-}
-
-TEST_F(DeviceStaging, HostStateMovesToTheDeviceOfItsParameter) {
-  const core::Tensor host = core::Tensor::from_vector({2, 2}, iota_values(4, 5));
-  const core::Tensor like_device = device_tensor(device_, {2, 2}, iota_values(4, 0));
-  const core::Tensor moved = engine::like_device(core::cpu_backend(), host, like_device);
-  EXPECT_EQ(moved.device(), core::Device::cuda(0));
-  EXPECT_EQ(&moved.storage()->allocator(), &device_);
-  EXPECT_EQ(device_values(moved), iota_values(4, 5));
-  const core::Tensor like_host = core::Tensor::from_vector({2, 2}, iota_values(4, 0));
-  EXPECT_EQ(engine::like_device(core::cpu_backend(), host, like_host).storage(), host.storage());
 }
 
 }  // namespace

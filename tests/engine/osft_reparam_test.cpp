@@ -3,16 +3,20 @@
 // factors. Checks: the reparametrised model starts from the pretrained weights, the chain rule
 // through the model matches finite differences of the loss, the invariants U_high^T U_low = 0
 // and V_low V_high^T = 0 hold to 1e-6 after 50 steps, the frozen singular triplets remain
-// triplets of the dense weight the model reads, and the loss falls.
+// triplets of the dense weight the model reads, and the loss falls. And the dense weight model
+// loading rebuilds from a checkpoint's factors, whose shapes are checked first.
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
 #include <Eigen/Dense>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <vector>
 
 #include "core/rng.h"
 #include "engine/osft_reparam.h"
+#include "tests/test_util.h"
 
 namespace {
 
@@ -33,7 +37,7 @@ constexpr int kB = 4, kT = 32;
 struct TinyRun {
   model::Gpt gpt;
   std::vector<int32_t> tokens, targets;
-  std::vector<optim::ParamSpec> specs;
+  std::vector<comm::ParamDesc> specs;
 
   TinyRun() : gpt(config(), core::cpu_backend()) {
     gpt.init_weights();
@@ -192,4 +196,50 @@ TEST(OsftReparam, ChainRuleThroughTheModelMatchesFiniteDifferences) {
       EXPECT_NEAR(analytic, fd, 2e-3 + 0.05 * std::abs(fd)) << f.name << "[" << j << "]";
     }
   }
+}
+
+// Model loading rebuilds an OSFT target's dense weight from the factors a checkpoint holds (the
+// trained ones as trainables, the frozen ones under osft/), with the op the trainer writes it
+// with; factors that do not make the model's [N, M] are refused naming the parameter before
+// anything is multiplied; a parameter without factors is no target (undefined).
+TEST(OsftReparam, DenseWeightFromACheckpointsFactors) {
+  const std::string root =
+      (std::filesystem::temp_directory_path() / "engine_osft_dense_from_checkpoint").string();
+  std::filesystem::remove_all(root);
+  core::Rng rng(3);
+  std::vector<float> values(12);
+  for (float& v : values)
+    v = static_cast<float>(rng.next_uniform() - 0.5);
+  const optim::OsftFactors f = optim::osft_decompose(core::Tensor::from_vector({4, 3}, values), 1);
+  std::vector<engine::SavedSlice> slices;
+  for (const char* name : optim::kOsftFactorNames) {
+    const core::Tensor& t = optim::factor_by_name(f, name);
+    const std::string key = std::string(name).ends_with("_low") ? "param/w." : "osft/w.";
+    slices.push_back({key + name, t.shape(), 0, 0, t});
+  }
+  // v: U_low one column too wide for k_high 1 of [4, 3].
+  slices.push_back({"osft/v.U_high", {4, 1}, 0, 0, f.U_high});
+  slices.push_back({"osft/v.S_high", {1}, 0, 0, f.S_high});
+  slices.push_back({"osft/v.V_high", {1, 3}, 0, 0, f.V_high});
+  slices.push_back({"param/v.U_low", {4, 3}, 0, 0, core::Tensor::zeros({4, 3})});
+  slices.push_back({"param/v.S_low", {2}, 0, 0, f.S_low});
+  slices.push_back({"param/v.V_low", {2, 3}, 0, 0, f.V_low});
+  engine::prepare_staging(root, 1);
+  engine::write_rank_file(engine::staging_path(root, 1), 0, slices);
+  engine::Manifest m;
+  m.step = 1;
+  const engine::CheckpointReader reader(engine::commit_checkpoint(root, m, 1));
+
+  const core::Tensor w =
+      engine::OsftReparam::dense_from_checkpoint(reader, "w", {4, 3}, core::cpu_backend());
+  const core::Tensor expected = optim::osft_reconstruct(f);
+  ASSERT_EQ(w.shape(), expected.shape());
+  EXPECT_EQ(std::memcmp(w.raw_data(), expected.raw_data(), w.nbytes()), 0);
+  EXPECT_FALSE(engine::OsftReparam::dense_from_checkpoint(reader, "u", {4, 3}, core::cpu_backend())
+                   .defined());
+  const std::string err = test_util::error_of([&] {
+    engine::OsftReparam::dense_from_checkpoint(reader, "v", {4, 3}, core::cpu_backend());
+  });
+  EXPECT_NE(err.find("the OSFT factors of v ([4, 3])"), std::string::npos) << err;
+  std::filesystem::remove_all(root);
 }

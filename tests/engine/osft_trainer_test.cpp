@@ -1,9 +1,9 @@
 // OSFT through the trainer (configs/osft_tiny.yaml) at the world size ctest runs this with, at
 // ZeRO stages 1 and 2: after 50 real steps the invariants U_high^T U_low = 0 and
 // V_low V_high^T = 0 hold to 1e-6 and the frozen triplets remain triplets of the dense weight
-// the model reads; a run resumed from a checkpoint is bit-identical to an uninterrupted one; a
-// trainer that only loads the checkpoint (as `engine export` does) holds the same dense
-// weights; stage 3 is refused at start.
+// the model reads; a run resumed from a checkpoint is bit-identical to an uninterrupted one; the
+// model `engine export` loads from the checkpoint (engine/model_loading.h, no optimizer) holds
+// the same dense weights; stage 3 is refused at start.
 #include <gtest/gtest.h>
 
 #include <Eigen/Dense>
@@ -15,7 +15,9 @@
 #include "comm/communicator.h"
 #include "core/rng.h"
 #include "data/token_shard.h"
+#include "engine/checkpoint.h"
 #include "engine/config.h"
+#include "engine/model_loading.h"
 #include "engine/osft_reparam.h"
 #include "engine/trainer.h"
 #include "tests/test_util.h"
@@ -33,6 +35,13 @@ MatD mat(const core::Tensor& t) {
   for (int64_t i = 0; i < rows * cols; ++i)
     m.data()[i] = v[static_cast<size_t>(i)];
   return m;
+}
+
+// The trainer's OSFT plug-in (null when it has none).
+const engine::OsftReparam* osft_of(const engine::Trainer& trainer) {
+  for (const auto& reparam : trainer.reparams())
+    if (const auto* osft = dynamic_cast<const engine::OsftReparam*>(reparam.get())) return osft;
+  return nullptr;
 }
 
 bool same_bytes(const core::Tensor& a, const core::Tensor& b) {
@@ -85,7 +94,7 @@ class OsftTrainer : public ::testing::Test {
 TEST_F(OsftTrainer, FiftyStepsKeepTheInvariantsAtStagesOneAndTwo) {
   for (int stage : {1, 2}) {
     engine::Trainer trainer(config(stage), *world_, *world_, core::cpu_backend());
-    const engine::OsftReparam* osft = trainer.osft();
+    const engine::OsftReparam* osft = osft_of(trainer);
     ASSERT_NE(osft, nullptr);
     ASSERT_EQ(osft->targets().size(), 8u);
     const double first_loss = *trainer.train_step().train_loss;
@@ -123,17 +132,18 @@ TEST_F(OsftTrainer, ResumeIsBitIdenticalAndALoadOnlyTrainerHoldsTheDenseWeights)
     for (size_t i = 0; i < whole.model().table().size(); ++i)
       EXPECT_TRUE(same_bytes(whole.model().param(i), resumed.model().param(i)))
           << whole.model().table()[i].name << " stage " << stage;
-    for (size_t j = 0; j < whole.osft()->factors().size(); ++j)
-      EXPECT_TRUE(same_bytes(whole.osft()->factors()[j].value, resumed.osft()->factors()[j].value))
-          << whole.osft()->factors()[j].name << " stage " << stage;
+    for (size_t j = 0; j < osft_of(whole)->factors().size(); ++j)
+      EXPECT_TRUE(
+          same_bytes(osft_of(whole)->factors()[j].value, osft_of(resumed)->factors()[j].value))
+          << osft_of(whole)->factors()[j].name << " stage " << stage;
 
-    // What `engine export` does: a trainer without data loads the parameters only; the model
-    // then holds the dense weights W = U_high S_high V_high + U_low S_low V_low by their names.
+    // What `engine export` does: the model alone, loaded from the checkpoint, holds the dense
+    // weights W = U_high S_high V_high + U_low S_low V_low by their names.
     const std::string last = whole.save_checkpoint();
-    engine::Trainer exporter(config(stage), *world_, *world_, core::cpu_backend(), false, false);
-    exporter.load_checkpoint(last, true);
+    const std::unique_ptr<model::Gpt> exported =
+        engine::load_model(config(stage), last, core::cpu_backend());
     for (size_t i = 0; i < whole.model().table().size(); ++i)
-      EXPECT_TRUE(same_bytes(whole.model().param(i), exporter.model().param(i)))
+      EXPECT_TRUE(same_bytes(whole.model().param(i), exported->param(i)))
           << whole.model().table()[i].name << " stage " << stage;
   }
 }
@@ -170,6 +180,30 @@ TEST_F(OsftTrainer, InitFromADenseCheckpointDecomposesItsWeights) {
   EXPECT_NE(err.find("parameter embed.weight has shape [256, 32], the model expects [256, 64]"),
             std::string::npos)
       << err;
+}
+
+// A dense run init_from an OSFT checkpoint takes the dense weights rebuilt from its factors
+// (engine/model_loading.h): bit for bit those the OSFT run's model held. The checkpoint records
+// the validation loss of its step (checkpoint.keep_best).
+TEST_F(OsftTrainer, ADenseRunInitFromAnOsftCheckpointTakesItsDenseWeights) {
+  engine::Trainer tuned(config(1), *world_, *world_, core::cpu_backend());
+  for (int step = 1; step <= 3; ++step)
+    tuned.train_step();
+  const double val_loss = tuned.evaluate();
+  const std::string checkpoint = tuned.save_checkpoint();
+  EXPECT_EQ(std::stod(engine::read_manifest(checkpoint).state.at(engine::kValLossKey)), val_loss);
+  const std::string d = dir_.string();
+  engine::Trainer dense(
+      engine::load_config(
+          std::string(ENGINE_REPO_DIR) + "/configs/tiny.yaml",
+          {"data.train=" + d + "/tiny_train_*.bin", "data.val=" + d + "/tiny_val_*.bin",
+           "train.batch_tokens=768", "train.val_tokens=768", "log.dir=" + d + "/log",
+           "checkpoint.dir=" + d + "/dense_from_osft", "log.metrics=false"}),
+      *world_, *world_, core::cpu_backend());
+  dense.init_params_from(checkpoint);
+  for (size_t i = 0; i < tuned.model().table().size(); ++i)
+    EXPECT_TRUE(same_bytes(tuned.model().param(i), dense.model().param(i)))
+        << tuned.model().table()[i].name;
 }
 
 TEST_F(OsftTrainer, StageThreeIsRefusedAtStart) {

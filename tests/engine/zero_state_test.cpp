@@ -110,7 +110,7 @@ std::vector<float> reduced_grads(comm::Communicator& comm, const StepSetup& setu
   model::Gpt gpt(tiny(), core::cpu_backend());
   gpt.init_weights();
   std::vector<engine::Trainable> trainables = engine::model_trainables(gpt);
-  std::vector<comm::ParamInfo> infos;
+  std::vector<comm::ParamDesc> infos;
   for (engine::Trainable& t : trainables) {
     t.placement = placement_of(t);
     infos.push_back({t.name, t.shape, t.placement, t.layer});
@@ -165,7 +165,7 @@ std::vector<float> expected_grads(comm::Communicator& comm, int stage, int micro
       gpt.backward();
     }
   std::vector<engine::Trainable> trainables = engine::model_trainables(gpt);
-  std::vector<comm::ParamInfo> infos;
+  std::vector<comm::ParamDesc> infos;
   for (engine::Trainable& t : trainables)
     infos.push_back({t.name, t.shape, placement_of(t), t.layer});
   comm::ShardingPlan plan(infos, comm.size(), comm.rank(), stage);

@@ -13,12 +13,12 @@
 
 using test_util::error_of;
 
+using comm::ParamDesc;
 using optim::OptimizerSet;
-using optim::ParamSpec;
 
 namespace {
 
-const std::vector<ParamSpec> kParams = {
+const std::vector<ParamDesc> kParams = {
     {"embed.weight", {64, 16}},
     {"blocks.0.attn.qkv.weight", {48, 16}},
     {"blocks.0.attn.proj.weight", {16, 16}},
@@ -225,12 +225,12 @@ TEST(OptimizerSet, PresetCoversModernGpt2AndMoeParameterTables) {
   YAML::Node config =
       YAML::LoadFile(std::string(ENGINE_SOURCE_DIR) + "/configs/presets/distadam_muon.yaml");
   const int64_t D = 32, V = 128, F = 128, E = 4, T = 16;
-  std::vector<ParamSpec> modern = {{"embed.weight", {V, D}}, {"lm_head.weight", {V, D}}};
-  std::vector<ParamSpec> gpt2 = {{"embed.weight", {V, D}},
+  std::vector<ParamDesc> modern = {{"embed.weight", {V, D}}, {"lm_head.weight", {V, D}}};
+  std::vector<ParamDesc> gpt2 = {{"embed.weight", {V, D}},
                                  {"pos_embed.weight", {T, D}},
                                  {"ln_f.weight", {D}},
                                  {"ln_f.bias", {D}}};
-  std::vector<ParamSpec> moe = modern;
+  std::vector<ParamDesc> moe = modern;
   for (int l = 0; l < 2; ++l) {
     const std::string b = "blocks." + std::to_string(l) + ".";
     for (auto* table : {&modern, &gpt2, &moe}) {

@@ -33,7 +33,7 @@ class DeviceRun {
  public:
   DeviceRun(core::Backend& backend, const replay::GoldenCase& golden)
       : backend_(backend), golden_(golden), set_(golden.groups, golden.params) {
-    for (const optim::ParamSpec& p : golden.params) {
+    for (const comm::ParamDesc& p : golden.params) {
       values_.push_back(upload(backend, golden.file->read("init/" + p.name)));
       grads_.push_back(core::Tensor::empty(p.shape, core::DType::F32, backend.allocator()));
     }
@@ -47,7 +47,7 @@ class DeviceRun {
     for (int64_t t = first; t <= last; ++t) {
       std::vector<optim::ParamShard> parts;
       for (size_t i = 0; i < golden_.params.size(); ++i) {
-        const optim::ParamSpec& p = golden_.params[i];
+        const comm::ParamDesc& p = golden_.params[i];
         const core::Tensor g = golden_.file->read("grad/" + std::to_string(t) + "/" + p.name);
         backend_.copy_from_host(grads_[i].raw_data(), g.raw_data(), g.nbytes());
         parts.push_back({p.name, p.shape, 0, values_[i], grads_[i]});

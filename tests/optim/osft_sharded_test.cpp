@@ -56,8 +56,8 @@ TEST(OsftSharded, ProjectionEqualsUnshardedForTinyAndEmptyShards) {
   for (const auto& [budget, split] :
        {std::pair{int64_t{0}, &optim::osft_rows}, std::pair{int64_t{1} << 30, &optim::osft_rows},
         std::pair{int64_t{0}, &comm::shard_range}}) {
-    optim::OsftProjector sharded(&comm, budget, split);
-    optim::OsftProjector whole(nullptr, budget);
+    optim::OsftProjector sharded(&comm, budget, split, core::cpu_backend());
+    optim::OsftProjector whole(nullptr, budget, nullptr, core::cpu_backend());
     std::vector<core::Tensor> xu_full, xv_full, xu, xv;
     for (size_t i = 0; i < std::size(cases); ++i) {
       const Case& c = cases[i];
@@ -107,7 +107,8 @@ TEST(OsftSharded, SpreadDecompositionEqualsLocal) {
     name += std::to_string(i);
     targets.push_back({name, random({8 + i, 6}, 40 + i), 2 + i % 3});
   }
-  const std::vector<optim::OsftFactors> spread = optim::osft_decompose_all(targets, &world());
+  const std::vector<optim::OsftFactors> spread =
+      optim::osft_decompose_all(targets, &world(), core::cpu_backend());
   for (size_t i = 0; i < targets.size(); ++i) {
     optim::OsftFactors local = optim::osft_decompose(targets[i].weight, targets[i].k_high);
     for (const char* f : optim::kOsftFactorNames) {
@@ -134,21 +135,23 @@ TEST(OsftSharded, GroupStepsOnARankWithoutRows) {
   lr: 0.01
   weight_decay: 0.01
 )");
-  const std::vector<optim::ParamSpec> params = {{"w", {2, 6}}, {"v", {9, 9}}};
+  const std::vector<comm::ParamDesc> params = {{"w", {2, 6}}, {"v", {9, 9}}};
   for (optim::RowSplit split : {&optim::osft_rows, &comm::shard_range}) {
     optim::OptimizerSet sharded(groups, params), whole(groups, params);
     auto& sharded_osft = dynamic_cast<optim::Osft&>(sharded.optimizer(0));
-    sharded_osft.set_communicator(&comm, split);
+    sharded_osft.set_communicator(&comm, split, core::cpu_backend());
+    auto& whole_osft = dynamic_cast<optim::Osft&>(whole.optimizer(0));
+    whole_osft.set_communicator(nullptr, nullptr, core::cpu_backend());
     std::vector<optim::ParamShard> mine, all;  // this rank's non-empty rows; everything
     for (size_t i = 0; i < params.size(); ++i) {
-      const auto& [name, shape] = params[i];
+      const std::string& name = params[i].name;
+      const core::Shape& shape = params[i].shape;
       const int64_t k = sharded_osft.config().k_high_for(name, shape[0], shape[1]);
       const optim::OsftFactors f = optim::osft_decompose(random(shape, 300 + i), k);
       sharded_osft.add_target(name, shape[0], shape[1], k,
                               rows_of(f.U_high, split(shape[0], p, me)),
                               rows_of(f.V_high, split(k, p, me)));
-      dynamic_cast<optim::Osft&>(whole.optimizer(0))
-          .add_target(name, shape[0], shape[1], k, f.U_high, f.V_high);
+      whole_osft.add_target(name, shape[0], shape[1], k, f.U_high, f.V_high);
       for (const char* factor : {"U_low", "S_low", "V_low"}) {
         const std::string key = name + "." + factor;
         sharded.add_alias(key, name);
@@ -169,7 +172,7 @@ TEST(OsftSharded, GroupStepsOnARankWithoutRows) {
     }
     for (const optim::ParamShard& s : mine) {
       const optim::ParamShard& w = *std::ranges::find(all, s.name, &optim::ParamShard::name);
-      const comm::Range r{s.row_begin, s.row_begin + s.value.size(0)};
+      const comm::Range r{s.begin, s.begin + s.value.size(0)};
       const std::vector<float> a = s.value.to_vector(), b = rows_of(w.value, r).to_vector();
       for (size_t j = 0; j < a.size(); ++j)
         ASSERT_NEAR(a[j], b[j], 1e-6) << s.name << " element " << j;

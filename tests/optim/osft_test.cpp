@@ -52,6 +52,7 @@ struct FactorRun {
   optim::Osft osft;
   FactorRun(const Tensor& w, int64_t k, const optim::OsftConfig& config)
       : f(optim::osft_decompose(w, k)), osft(config) {
+    osft.set_communicator(nullptr, nullptr, core::cpu_backend());
     osft.add_target("w", w.size(0), w.size(1), k, f.U_high, f.V_high);
   }
   void step(int64_t t, const Tensor& dW) {

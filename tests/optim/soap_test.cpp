@@ -16,12 +16,12 @@
 
 namespace {
 
+using comm::ParamDesc;
 using optim::OptimizerSet;
-using optim::ParamSpec;
 using test_util::error_of;
 
 // Equal shapes side by side (batched solves of equal size), rectangular ones, a stack.
-const std::vector<ParamSpec> kParams = {
+const std::vector<ParamDesc> kParams = {
     {"blocks.0.attn.proj.weight", {16, 16}},
     {"blocks.1.attn.proj.weight", {16, 16}},
     {"blocks.0.mlp.fc.weight", {24, 16}},
@@ -36,7 +36,7 @@ struct Trajectory {
   optim::OptimizerState state;
 };
 
-Trajectory run(const std::string& yaml, int steps, const std::vector<ParamSpec>& params = kParams,
+Trajectory run(const std::string& yaml, int steps, const std::vector<ParamDesc>& params = kParams,
                const optim::OptimizerState* resume_from = nullptr, int first_step = 1,
                std::vector<core::Tensor> start = {}) {
   OptimizerSet set(YAML::Load(yaml), params);
@@ -103,7 +103,7 @@ TEST(SoapBatchedRefresh, EqualsOneAtATimeBitForBit) {
     expect_same(batched, single, s);
   }
   // KL factors need two sides: matrices only.
-  const std::vector<ParamSpec> matrices(kParams.begin(), kParams.end() - 1);
+  const std::vector<ParamDesc> matrices(kParams.begin(), kParams.end() - 1);
   for (const std::string s : {"use_eigh: true", "use_eigh: false"}) {
     const std::string kl = s + ", use_kl_shampoo: true";
     expect_same(run(group(kl + ", batched_refresh: true"), 5, matrices),
@@ -130,7 +130,7 @@ TEST(SoapBatchedRefresh, AllFactorsSkippedKeepsMomentInEigenCoordinates) {
 }
 
 TEST(StackedSoap, TwoDimensionalParametersEqualSoap) {
-  const std::vector<ParamSpec> matrices(kParams.begin(), kParams.end() - 1);
+  const std::vector<ParamDesc> matrices(kParams.begin(), kParams.end() - 1);
   const std::string common = "lr: 0.01, eps: 0.1, use_kl_shampoo: true}";
   expect_same(run("- {params: ['*'], optimizer: stacked_soap, " + common, 5, matrices),
               run("- {params: ['*'], optimizer: soap, " + common, 5, matrices),
@@ -138,10 +138,10 @@ TEST(StackedSoap, TwoDimensionalParametersEqualSoap) {
 }
 
 TEST(Soap, SaveLoadResumesBitForBit) {
-  const std::vector<ParamSpec> matrices(kParams.begin(), kParams.end() - 1);
-  std::vector<ParamSpec> with_stack = matrices;
+  const std::vector<ParamDesc> matrices(kParams.begin(), kParams.end() - 1);
+  std::vector<ParamDesc> with_stack = matrices;
   with_stack.push_back({"experts", {3, 8, 4}});
-  const std::pair<const char*, std::vector<ParamSpec>> cases[] = {
+  const std::pair<const char*, std::vector<ParamDesc>> cases[] = {
       {"soap, precondition_1d: true", kParams},
       {"stacked_soap", with_stack},
       {"rekls", matrices},
@@ -197,7 +197,7 @@ TEST(Soap, BadHyperparametersNameGroupAndKey) {
     EXPECT_NE(err.find(c.message), std::string::npos) << c.yaml << "\n -> " << err;
     EXPECT_NE(err.find(c.where), std::string::npos) << c.yaml << "\n -> " << err;
   }
-  const std::vector<ParamSpec> stack = {{"experts", {2, 4, 4}}};
+  const std::vector<ParamDesc> stack = {{"experts", {2, 4, 4}}};
   const std::string err = error_of(
       [&] { OptimizerSet set(YAML::Load("- {params: ['*'], optimizer: soap, lr: 0.1}"), stack); });
   EXPECT_NE(err.find("is 3-D: route it to stacked_soap"), std::string::npos) << err;

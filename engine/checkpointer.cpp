@@ -1,0 +1,95 @@
+#include "engine/checkpointer.h"
+
+#include <cstdio>
+#include <filesystem>
+
+#include "core/check.h"
+#include "data/data_loader.h"
+#include "engine/checkpoint.h"
+#include "engine/resume_check.h"
+#include "engine/sharded_state.h"
+
+namespace engine {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string double_text(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.17g", v);
+  return buf;
+}
+
+std::string state_value(const Manifest& m, const std::string& key, const std::string& dir) {
+  auto it = m.state.find(key);
+  ENGINE_CHECK(it != m.state.end(),
+               "checkpoint " + dir + ": the manifest has no state '" + key + "'");
+  return it->second;
+}
+
+}  // namespace
+
+Checkpointer::Checkpointer(const Config& config, comm::Communicator& control,
+                           core::Backend& backend, CheckpointedState state)
+    : config_(config), comm_(control), backend_(backend), state_(state) {}
+
+std::string Checkpointer::save(const RunCounters& counters, std::optional<double> val_loss) {
+  const std::string& root = config_.checkpoint.dir;
+  const int rank = comm_.rank();
+  if (rank == 0) prepare_staging(root, counters.step);
+  comm_.barrier();
+
+  RankState state = sharded_rank_state(state_.plan, state_.zero.local_values(), state_.optimizers);
+  for (const auto& reparam : state_.reparams)
+    reparam->save(state.slices, rank);
+  stage_to_host(state, backend_);
+  write_rank_file(staging_path(root, counters.step), rank, state.slices, state.counters);
+  comm_.barrier();
+
+  std::string dir;
+  if (rank == 0) {
+    Manifest m;
+    m.step = counters.step;
+    m.world_size = comm_.size();
+    m.config_yaml = config_to_yaml(config_);
+    m.state["data.seed"] = std::to_string(config_.train.seed);
+    m.state["data.step"] = std::to_string(counters.step);
+    m.state["train.tokens"] = std::to_string(counters.tokens);
+    m.state["train.time_ms"] = double_text(counters.train_time_ms);
+    if (val_loss) m.state[kValLossKey] = double_text(*val_loss);
+    record_data_state(m, state_.loader);
+    dir = commit_checkpoint(root, m, static_cast<int>(config_.checkpoint.keep),
+                            config_.checkpoint.keep_best);
+  }
+  comm_.barrier();
+  return dir.empty() ? (fs::path(root) / checkpoint_dir_name(counters.step)).string() : dir;
+}
+
+RunCounters Checkpointer::load(const std::string& dir) {
+  const CheckpointReader reader(dir);
+  const Manifest& m = reader.manifest();
+  std::vector<std::string> names;
+  for (size_t i = 0; i < state_.plan.num_params(); ++i)
+    names.push_back(state_.plan.param(i).name);
+  check_same_optimizers(dir, m, config_, names);
+  check_same_data(dir, m, state_.loader);
+  read_local_params(reader, state_.plan, state_.zero.local_values(), backend_);
+  state_.zero.publish_params();
+  for (const auto& reparam : state_.reparams)
+    reparam->load(reader);
+  state_.optimizers.load_state(
+      read_optimizer_state(reader, state_.plan, state_.zero.local_values(), state_.optimizers));
+
+  ENGINE_CHECK(std::stoll(state_value(m, "data.seed", dir)) == config_.train.seed,
+               "checkpoint " + dir + " was trained with train.seed " +
+                   state_value(m, "data.seed", dir) + ", this run has " +
+                   std::to_string(config_.train.seed) + ": the data order would differ");
+  RunCounters counters;
+  counters.step = std::stoll(state_value(m, "data.step", dir));
+  counters.tokens = std::stoll(state_value(m, "train.tokens", dir));
+  counters.train_time_ms = std::stod(state_value(m, "train.time_ms", dir));
+  return counters;
+}
+
+}  // namespace engine

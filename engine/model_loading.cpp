@@ -1,0 +1,80 @@
+#include "engine/model_loading.h"
+
+#include <filesystem>
+
+#include "core/check.h"
+#include "engine/checkpoint.h"
+#include "engine/reparam.h"
+#include "engine/sharded_state.h"
+#include "model/hf_gpt2.h"
+#include "model/weights_io.h"
+
+namespace engine {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::map<std::string, core::Tensor> read_checkpoint_weights(const std::string& dir,
+                                                            const model::ParamTable& table,
+                                                            core::Backend& backend) {
+  const CheckpointReader reader(dir);
+  std::map<std::string, core::Tensor> out;
+  for (const model::ParamInfo& p : table.params()) {
+    const std::string key = param_key(p.name);
+    if (!reader.has(key)) {
+      core::Tensor dense = dense_weight_from_checkpoint(reader, p.name, p.shape, backend);
+      ENGINE_CHECK(dense.defined(), "checkpoint " + dir + " has no parameter " + p.name);
+      out[p.name] = std::move(dense);
+      continue;
+    }
+    ENGINE_CHECK(reader.global_shape(key) == p.shape,
+                 "checkpoint " + dir + ": parameter " + p.name + " has shape " +
+                     core::shape_str(reader.global_shape(key)) + ", the model expects " +
+                     core::shape_str(p.shape));
+    out[p.name] = reader.read_full(key);
+  }
+  return out;
+}
+
+}  // namespace
+
+model::ModelConfig model_config_of(const Config& c) {
+  model::ModelConfig m;
+  m.n_layer = static_cast<int>(c.model.n_layer);
+  m.n_head = static_cast<int>(c.model.n_head);
+  m.d_model = static_cast<int>(c.model.d_model);
+  m.seq_len = static_cast<int>(c.model.seq_len);
+  m.vocab_size = static_cast<int>(c.model.vocab_size);
+  m.arch = model::parse_arch(c.model.arch);
+  m.softcap = static_cast<float>(c.model.softcap);
+  m.moe_experts = static_cast<int>(c.model.moe_experts);
+  m.moe_top_k = static_cast<int>(c.model.moe_top_k);
+  m.moe_aux_weight = static_cast<float>(c.model.moe_aux_weight);
+  m.seed = static_cast<uint64_t>(c.train.seed);
+  m.validate();
+  return m;
+}
+
+std::map<std::string, core::Tensor> read_model_weights(const std::string& source,
+                                                       const Config& config,
+                                                       const model::ParamTable& table,
+                                                       core::Backend& backend) {
+  if (fs::exists(fs::path(source) / "manifest.yaml"))
+    return read_checkpoint_weights(source, table, backend);
+  if (model::is_hf_gpt2_dir(source)) return model::read_hf_gpt2(source, model_config_of(config));
+  ENGINE_CHECK(fs::is_regular_file(source),
+               "'" + source +
+                   "' is neither a checkpoint folder (manifest.yaml), a Hugging Face GPT-2 "
+                   "folder (config.json, model.safetensors) nor a safetensors file");
+  return model::read_weights(source, table);
+}
+
+std::unique_ptr<model::Gpt> load_model(const Config& config, const std::string& source,
+                                       core::Backend& backend) {
+  auto gpt = std::make_unique<model::Gpt>(model_config_of(config), backend);
+  model::set_weights(*gpt, read_model_weights(source, config, gpt->table(), backend));
+  return gpt;
+}
+
+}  // namespace engine
