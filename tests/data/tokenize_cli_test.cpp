@@ -323,6 +323,11 @@ TEST_F(TokenizeCli, ValidationSplitThatEmptiesASideIsRefused) {
 // (the old code 27x); the bar is 10x of the input above a run on a one-line file. tokenize
 // reports its own peak (VmHWM).
 TEST_F(TokenizeCli, MemoryOfOneLongLineIsBounded) {
+#ifdef __SANITIZE_ADDRESS__
+  // AddressSanitizer's redzones and quarantine put about 20x on every allocation: the bar holds
+  // for the program users run, which this build is not.
+  GTEST_SKIP() << "peak memory is not the program's own under AddressSanitizer";
+#endif
   std::string line(4 << 20, 'a');
   uint64_t x = 88172645463325252ull;
   for (char& ch : line) {
