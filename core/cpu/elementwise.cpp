@@ -17,6 +17,14 @@ void CpuBackend::axpby(float* y, float a, const float* x, float b, int64_t n) {
   cpu::axpby(y, a, x, b, n);
 }
 
+void CpuBackend::f32_to_bf16(bf16* out, const float* in, int64_t n) {
+  cpu::elementwise<float>(n, [=](int64_t i) { out[i] = kmath::bf16_from_float(in[i]); });
+}
+
+void CpuBackend::bf16_to_f32(float* out, const bf16* in, int64_t n) {
+  cpu::elementwise<float>(n, [=](int64_t i) { out[i] = kmath::float_from_bf16(in[i]); });
+}
+
 void CpuBackend::lerp(float* a, const float* b, float w, int64_t n) {
   cpu::elementwise<float>(n, [=](int64_t i) { a[i] = kmath::lerp(a[i], b[i], w); });
 }
