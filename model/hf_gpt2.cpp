@@ -182,9 +182,6 @@ std::map<std::string, core::Tensor> read_hf_gpt2(const std::string& dir,
     ENGINE_CHECK(reader.contains(key),
                  st_path + ": tensor '" + key + "' (for " + p.name + ") is missing");
     const core::StTensorInfo& info = reader.info(key);
-    ENGINE_CHECK(info.dtype == core::StDType::F32, st_path + ": tensor '" + key + "' has dtype " +
-                                                       core::st_dtype_name(info.dtype) +
-                                                       ", expected F32");
     // The shape the file must hold: padding rows and surplus positions are not in it.
     core::Shape want = p.shape;
     if (p.valid_rows >= 0) want[0] = p.valid_rows;
@@ -193,7 +190,7 @@ std::map<std::string, core::Tensor> read_hf_gpt2(const std::string& dir,
     ENGINE_CHECK(info.shape == want, st_path + ": tensor '" + key + "' has shape " +
                                          core::shape_str(info.shape) + ", the model (" + p.name +
                                          ") expects " + core::shape_str(want));
-    core::Tensor t = reader.read(key);
+    core::Tensor t = reader.read_f32(key);  // a checkpoint stored in BF16 or F16 converts exactly
     if (n.transpose) t = transposed(t);
     if (p.valid_rows >= 0 || p.name == "pos_embed.weight") {
       core::Tensor full = core::Tensor::zeros(p.shape);
