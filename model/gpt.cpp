@@ -36,16 +36,20 @@ void Gpt::linear(float* y, Operand x, Operand weight, int64_t N, int64_t in, int
 }
 
 void Gpt::linear_backward(float* dx, float* dweight, const float* dy, Operand x, Operand weight,
-                          int64_t N, int64_t in, int64_t out, float dx_beta) {
+                          int64_t N, int64_t in, int64_t out, float dx_beta,
+                          const core::bf16* dy_rounded) {
   core::GemmArgs a;
   a.m = N, a.n = in, a.k = out, a.beta = dx_beta;
   core::GemmArgs b;
   b.trans_a = true;
   b.m = out, b.n = in, b.k = N, b.beta = 1.0f;
   if (x.bf16 && weight.bf16) {
-    backend_.f32_to_bf16(dy_bf16_, dy, N * out);
-    backend_.gemm(a, dy_bf16_, weight.bf16, dx);
-    backend_.gemm(b, dy_bf16_, x.bf16, dweight);
+    if (!dy_rounded) {
+      backend_.f32_to_bf16(dy_bf16_, dy, N * out);
+      dy_rounded = dy_bf16_;
+    }
+    backend_.gemm(a, dy_rounded, weight.bf16, dx);
+    backend_.gemm(b, dy_rounded, x.bf16, dweight);
   } else {
     a.tf32 = b.tf32 = config_.precision == Precision::Tf32;
     backend_.gemm(a, dy, weight.f32, dx);
@@ -314,7 +318,8 @@ void Gpt::plan(int B, int T) {
     last_hidden_bf16_ = take_bf16(B * D);
     last_logits_ = take(B * Vp);
     const int64_t rows = std::max(N, M);
-    dy_bf16_ = take_bf16(std::max({N * Vp, rows * F, N * 3 * D}));
+    dy_bf16_ = take_bf16(std::max(rows * F, N * 3 * D));
+    dlogits_bf16_ = take_bf16(N * Vp);
     dres_ = take(N * D);
     dln_ = take(N * D);
     dqkv_ = take(N * 3 * D);
@@ -594,9 +599,16 @@ void Gpt::run_forward(const int32_t* tokens, const int32_t* targets, int B, int 
   norm_forward(lnf_, lnf_mean_, lnf_rstd_, layers_.back().res_out, lnf_w_, lnf_b_);
   if (!targets) return;
   linear(logits_, gemm_input(lnf_, lnf_bf16_, N * D), weight(head_), N, D, Vp);
-  // With want_grad the fused loss also overwrites the logits with d loss / d logits.
-  backend_.cross_entropy(losses_, want_grad ? logits_ : nullptr, logits_, targets_, N, V, Vp,
-                         config_.softcap, 1.0f / static_cast<float>(N));
+  // With want_grad the fused loss also overwrites the logits with d loss / d logits (in bf16
+  // precision: writes them rounded to bf16 for the head's GEMMs, the logits kept).
+  const float scale = 1.0f / static_cast<float>(N);
+  if (want_grad && bf16_) {
+    backend_.cross_entropy_bf16(losses_, dlogits_bf16_, logits_, targets_, N, V, Vp,
+                                config_.softcap, scale);
+  } else {
+    backend_.cross_entropy(losses_, want_grad ? logits_ : nullptr, logits_, targets_, N, V, Vp,
+                           config_.softcap, scale);
+  }
   backend_.mean_loss(losses_now_, losses_, N);
   have_grad_state_ = want_grad;
 }
@@ -667,10 +679,12 @@ void Gpt::backward() {
   ENGINE_CHECK(have_grad_state_, "model: backward() needs a forward() with targets before it");
   have_grad_state_ = false;
   const int64_t B = B_, T = T_, N = B * T, D = config_.d_model, Vp = config_.padded_vocab();
-  // logits_ holds d loss / d logits (zero in the padded columns, so padded head rows get none).
+  // logits_ (bf16: dlogits_bf16_) holds d loss / d logits (zero in the padded columns, so padded
+  // head rows get none).
   backend_.fill_zero(dres_, N * D * sizeof(float));
   notify(LayerEvent::kBeforeBackward, config_.n_layer);
-  linear_backward(dln_, g(head_), logits_, {lnf_, lnf_bf16_}, weight(head_), N, D, Vp, 0.0f);
+  linear_backward(dln_, g(head_), logits_, {lnf_, lnf_bf16_}, weight(head_), N, D, Vp, 0.0f,
+                  dlogits_bf16_);
   norm_backward(dres_, dln_, layers_.back().res_out, lnf_mean_, lnf_rstd_, lnf_w_, lnf_b_);
   notify(LayerEvent::kAfterBackward, config_.n_layer);
   for (int l = config_.n_layer - 1; l >= 0; --l) {

@@ -122,9 +122,10 @@ class Gpt {
   void linear(float* y, Operand x, Operand weight, int64_t N, int64_t in, int64_t out,
               float beta = 0.0f);
   // dx[N, in] (+)= dy[N, out] @ W[out, in];  dW[out, in] += dy^T @ x (dy rounded to bf16 for
-  // both when the GEMMs run in bf16).
+  // both when the GEMMs run in bf16, or given rounded: the head's d logits).
   void linear_backward(float* dx, float* dweight, const float* dy, Operand x, Operand weight,
-                       int64_t N, int64_t in, int64_t out, float dx_beta);
+                       int64_t N, int64_t in, int64_t out, float dx_beta,
+                       const core::bf16* dy_rounded = nullptr);
   // LayerNorm (gpt2, with weight and bias parameters) or RMSNorm (modern, none) over [N, D].
   void norm_forward(float* out, float* mean, float* rstd, const float* inp, size_t weight,
                     size_t bias);
@@ -171,9 +172,10 @@ class Gpt {
   int32_t* last_index_ = nullptr;
   float* last_hidden_ = nullptr;
   float* last_logits_ = nullptr;
-  // bf16 precision: the GEMM inputs' bf16 copies (lnf, the last positions) and the backward's
-  // bf16 output gradient, shared by all layers.
-  core::bf16 *lnf_bf16_ = nullptr, *last_hidden_bf16_ = nullptr, *dy_bf16_ = nullptr;
+  // bf16 precision: the GEMM inputs' bf16 copies (lnf, the last positions), the cross-entropy's
+  // d logits and the backward's bf16 output gradient, shared by all layers.
+  core::bf16 *lnf_bf16_ = nullptr, *last_hidden_bf16_ = nullptr, *dlogits_bf16_ = nullptr,
+             *dy_bf16_ = nullptr;
   // Backward scratch, shared by all layers.
   float *dres_ = nullptr, *dln_ = nullptr, *dqkv_ = nullptr, *dq_ = nullptr, *dk_ = nullptr,
         *dv_ = nullptr, *dq2_ = nullptr, *dk2_ = nullptr, *datt_ = nullptr, *datty_ = nullptr,
