@@ -20,6 +20,7 @@
 #include "engine/checkpoint.h"
 #include "engine/console_log.h"
 #include "engine/osft_reparam.h"
+#include "engine/precision.h"
 #include "engine/resume_check.h"
 #include "engine/sharded_state.h"
 #include "engine/stop_signal.h"
@@ -77,6 +78,7 @@ model::ModelConfig model_config_of(const Config& c) {
   m.moe_top_k = static_cast<int>(c.model.moe_top_k);
   m.moe_aux_weight = static_cast<float>(c.model.moe_aux_weight);
   m.seed = static_cast<uint64_t>(c.train.seed);
+  m.precision = model::parse_precision(c.train.precision);
   m.validate();
   return m;
 }
@@ -138,8 +140,13 @@ Trainer::Trainer(Config config, comm::Communicator& control, comm::Communicator&
                    " sequences, not divisible by the world size " + std::to_string(W));
   val_rows_ = largest_divisor_at_most(val_seqs / W, micro_rows_);
 
-  // Model: every rank initialises the same full parameters from the seed.
-  gpt_ = std::make_unique<model::Gpt>(model_config_of(config_), backend_);
+  // Model: every rank initialises the same full parameters from the seed, in the precision
+  // this device makes pay (engine/precision.h).
+  model::ModelConfig model_config = model_config_of(config_);
+  const PrecisionChoice precision = choose_precision(model_config.precision, backend_);
+  if (!precision.warning.empty()) spdlog::warn("{}", precision.warning);
+  model_config.precision = precision.precision;
+  gpt_ = std::make_unique<model::Gpt>(model_config, backend_);
   gpt_->init_weights();
   const model::ParamTable& table = gpt_->table();
 
@@ -310,6 +317,7 @@ StepRecord Trainer::train_step() {
   end_phase("optimizer");
   zero_->publish_params();
   if (osft_) osft_->write_all();  // the dense weights the model reads, from the new factors
+  gpt_->params_updated();         // bf16: the matmul weights' copies follow the new values
   end_phase("gather_params");
 
   ++step_;
