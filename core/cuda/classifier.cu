@@ -86,29 +86,37 @@ __global__ void accumulate_loss_kernel(double* acc, const float* terms, int64_t 
 
 }  // namespace
 
+namespace {
+
+// The checks and the launch both cross-entropies share (G: the d logits' element type).
+template <typename G>
+void launch_cross_entropy(const std::string& name, cudaStream_t stream, int* status, float* losses,
+                          G* dlogits, const float* logits, const int32_t* targets, int64_t N,
+                          int64_t V, int64_t Vp, float softcap, float dloss_scale) {
+  check_sizes(name + ": cross_entropy", {N, V, Vp});
+  ENGINE_CHECK(V >= 1 && V <= Vp, name + ": cross_entropy: V = " + std::to_string(V) +
+                                      " must be in [1, Vp = " + std::to_string(Vp) + "]");
+  if (N == 0) return;
+  cross_entropy_kernel<<<grid_rows(N, "cross_entropy"), kThreads, 0, stream>>>(
+      losses, dlogits, logits, targets, V, Vp, softcap, dloss_scale, status);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+}  // namespace
+
 void CudaBackend::cross_entropy(float* losses, float* dlogits, const float* logits,
                                 const int32_t* targets, int64_t N, int64_t V, int64_t Vp,
                                 float softcap, float dloss_scale) {
-  check_sizes(name_ + ": cross_entropy", {N, V, Vp});
-  ENGINE_CHECK(V >= 1 && V <= Vp, name_ + ": cross_entropy: V = " + std::to_string(V) +
-                                      " must be in [1, Vp = " + std::to_string(Vp) + "]");
-  if (N == 0) return;
-  cross_entropy_kernel<<<grid_rows(N, "cross_entropy"), kThreads, 0, stream_>>>(
-      losses, dlogits, logits, targets, V, Vp, softcap, dloss_scale, status_);
-  ENGINE_CUDA_LAUNCHED();
+  launch_cross_entropy(name_, stream_, status_, losses, dlogits, logits, targets, N, V, Vp, softcap,
+                       dloss_scale);
 }
 
 void CudaBackend::cross_entropy_bf16(float* losses, bf16* dlogits, const float* logits,
                                      const int32_t* targets, int64_t N, int64_t V, int64_t Vp,
                                      float softcap, float dloss_scale) {
-  check_sizes(name_ + ": cross_entropy_bf16", {N, V, Vp});
-  ENGINE_CHECK(V >= 1 && V <= Vp, name_ + ": cross_entropy_bf16: V = " + std::to_string(V) +
-                                      " must be in [1, Vp = " + std::to_string(Vp) + "]");
   ENGINE_CHECK(dlogits != nullptr, name_ + ": cross_entropy_bf16: needs dlogits");
-  if (N == 0) return;
-  cross_entropy_kernel<<<grid_rows(N, "cross_entropy"), kThreads, 0, stream_>>>(
-      losses, dlogits, logits, targets, V, Vp, softcap, dloss_scale, status_);
-  ENGINE_CUDA_LAUNCHED();
+  launch_cross_entropy(name_, stream_, status_, losses, dlogits, logits, targets, N, V, Vp, softcap,
+                       dloss_scale);
 }
 
 void CudaBackend::mean_loss(float* mean, const float* losses, int64_t n) {

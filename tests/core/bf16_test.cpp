@@ -22,6 +22,7 @@
 #include "core/kernel_math.h"
 #include "core/rng.h"
 #include "core/tensor.h"
+#include "tests/core/gemm_bar.h"
 
 namespace {
 
@@ -200,36 +201,13 @@ Operands random_operands(const GemmArgs& r, uint64_t seed) {
   return o;
 }
 
-// The bar for two f32 GEMMs of the same exact products (bf16 x bf16 is exact in f32) that add
-// them in different orders, alpha and beta C included: each result is within
-// gamma_(k+2) (|alpha| sum |a b| + |beta c|) of the exact value (gamma_n = n u / (1 - n u),
-// u = 2^-24, Higham's bound for any summation order), so they differ by at most twice that.
-// Returns the largest difference over that bar (<= 1 passes) across every element.
+// Both f32 accumulations (u = 2^-24) of the same exact products: within twice gamma_(k+2)
+// (tests/core/gemm_bar.h).
 double worst_over_bar(const GemmArgs& r, const Operands& o, const std::vector<float>& got,
                       const std::vector<float>& want) {
-  const double u = 0x1p-24, n = static_cast<double>(r.k + 2);
-  const double gamma = n * u / (1 - n * u);
-  double worst = 0;
-  for (int64_t p = 0; p < r.batch; ++p) {
-    for (int64_t i = 0; i < r.m; ++i) {
-      for (int64_t j = 0; j < r.n; ++j) {
-        double mass = 0;
-        for (int64_t l = 0; l < r.k; ++l) {
-          const float av = kmath::float_from_bf16(
-              o.a[p * r.stride_a + (r.trans_a ? l * r.lda + i : i * r.lda + l)]);
-          const float bv = kmath::float_from_bf16(
-              o.b[p * r.stride_b + (r.trans_b ? j * r.ldb + l : l * r.ldb + j)]);
-          mass += std::fabs(static_cast<double>(av) * bv);
-        }
-        const int64_t at = p * r.stride_c + i * r.ldc + j;
-        const double bar =
-            2 * gamma * (std::fabs(r.alpha) * mass + std::fabs(r.beta * o.c0[at])) + 1e-300;
-        const double d = std::fabs(static_cast<double>(got[at]) - want[at]) / bar;
-        if (!(d <= worst)) worst = d;  // NaN sticks
-      }
-    }
-  }
-  return worst;
+  return core::test::worst_over_gemm_bar<bf16>(r, o.a, o.b, o.c0, got, want,
+                                               &kmath::float_from_bf16,
+                                               2 * core::test::gamma_bound(r.k + 2, 0x1p-24));
 }
 
 // The f32 GEMM (OpenBLAS) of the same bf16 values: the reference both bf16 paths are held to.

@@ -21,6 +21,7 @@
 #include "core/kernel_math.h"
 #include "core/rng.h"
 #include "tests/backend_test_data.h"
+#include "tests/core/gemm_bar.h"
 #include "tests/cuda_vs_cpu.h"
 
 #ifdef ENGINE_HAVE_CUDA
@@ -190,37 +191,11 @@ TEST_F(CudaVsCpu, GemmRefusesABatchWritingOneOutput) {
 // ---- bf16 and TF32 GEMMs (docs/precision.md) -----------------------------------------------
 
 // Both backends multiply the same bf16 values exactly (8 + 8 significant bits fit in f32) and
-// add the products in f32 in their own orders. Each result is then within
-// gamma_(k+2) (|alpha| sum |a b| + |beta c|) of the exact value, gamma_n = n u / (1 - n u); u is
-// 2^-24 on the CPU and 2^-23 on tensor cores, whose additions may truncate rather than round
-// (Fasi, Higham, Mikaitis, Pranesh 2021). Returns the largest |gpu - cpu| over the sum of the two
-// bounds (<= 1 passes). `widen` gives the f32 value of an A (B) element as the GEMM sees it, so
-// the TF32 case passes its rounded inputs' error in `input_rel` (relative error of a product).
-template <typename T>
-double worst_over_gemm_bar(const GemmArgs& g, const std::vector<T>& a, const std::vector<T>& b,
-                           const std::vector<float>& c0, const std::vector<float>& gpu,
-                           const std::vector<float>& cpu, float (*widen)(T),
-                           double input_rel = 0.0) {
-  auto gamma = [&](double u) {
-    const double n = static_cast<double>(g.k + 2);
-    return n * u / (1 - n * u);
-  };
-  const double rel = gamma(0x1p-24) + gamma(0x1p-23) + input_rel;
-  double worst = 0;
-  for (int64_t p = 0; p < g.batch; ++p)
-    for (int64_t i = 0; i < g.m; ++i)
-      for (int64_t j = 0; j < g.n; ++j) {
-        double mass = 0;
-        for (int64_t l = 0; l < g.k; ++l)
-          mass += std::fabs(static_cast<double>(widen(
-                                a[p * g.stride_a + (g.trans_a ? l * g.lda + i : i * g.lda + l)])) *
-                            widen(b[p * g.stride_b + (g.trans_b ? j * g.ldb + l : l * g.ldb + j)]));
-        const int64_t at = p * g.stride_c + i * g.ldc + j;
-        const double bar = rel * (std::fabs(g.alpha) * mass + std::fabs(g.beta * c0[at])) + 1e-30;
-        const double d = std::fabs(static_cast<double>(gpu[at]) - cpu[at]) / bar;
-        if (!(d <= worst)) worst = d;
-      }
-  return worst;
+// add the products in f32 in their own orders: within gamma_(k+2) each of the exact result
+// (tests/core/gemm_bar.h), u = 2^-24 on the CPU and 2^-23 on tensor cores, whose additions may
+// truncate rather than round (Fasi, Higham, Mikaitis, Pranesh 2021).
+double accumulation_bar(const GemmArgs& g) {
+  return test::gamma_bound(g.k + 2, 0x1p-24) + test::gamma_bound(g.k + 2, 0x1p-23);
 }
 
 std::vector<GemmArgs> low_precision_gemm_cases() {
@@ -306,8 +281,9 @@ TEST_F(CudaVsCpu, Bf16GemmWithinTheAccumulationOrderBar) {
     cpu().gemm(g, a.data(), b.data(), c_cpu.data());
     float* dc = dev().upload(c0);
     gpu().gemm(g, dev().upload(a), dev().upload(b), dc);
-    const double w = worst_over_gemm_bar<bf16>(g, a, b, c0, dev().download(dc, c0.size()), c_cpu,
-                                               &kmath::float_from_bf16);
+    const double w =
+        test::worst_over_gemm_bar<bf16>(g, a, b, c0, dev().download(dc, c0.size()), c_cpu,
+                                        &kmath::float_from_bf16, accumulation_bar(g));
     EXPECT_LE(w, 1.0) << "m " << g.m << " n " << g.n << " k " << g.k << " batch " << g.batch;
     worst = std::max(worst, w);
   }
@@ -334,9 +310,9 @@ TEST_F(CudaVsCpu, Tf32GemmWithinItsInputRoundingBar) {
     EXPECT_EQ(c_cpu_tf32, c_cpu) << "the CPU has no TF32";
     float* dc = dev().upload(c0);
     gpu().gemm(t, dev().upload(a), dev().upload(b), dc);
-    const double w = worst_over_gemm_bar<float>(
+    const double w = test::worst_over_gemm_bar<float>(
         g, a, b, c0, dev().download(dc, c0.size()), c_cpu, [](float v) { return v; },
-        0x1p-10 + 0x1p-22);
+        accumulation_bar(g) + 0x1p-10 + 0x1p-22);
     EXPECT_LE(w, 1.0) << "m " << g.m << " n " << g.n << " k " << g.k;
     worst = std::max(worst, w);
   }

@@ -230,23 +230,31 @@ void run_bf16_case(const std::string& name, const model::ModelConfig& config, in
       name.c_str(), loss_ratio, worst, worst_name.c_str(), exact, rounded);
 }
 
-TEST(ModelParity, Gpt2) {
-  run_case("gpt2", base(model::Arch::Gpt2), 3);
-}
-
-TEST(ModelParity, ModernSoftcap) {
+model::ModelConfig modern_softcap() {
   auto c = base(model::Arch::Modern);
   c.softcap = 3.0f;
-  run_case("modern", c, 3);
+  return c;
 }
 
-TEST(ModelParity, ModernMoe) {
+model::ModelConfig modern_moe() {
   auto c = base(model::Arch::Modern);
   c.softcap = 15.0f;
   c.moe_experts = 4;
   c.moe_top_k = 2;
   c.moe_aux_weight = 0.05f;
-  run_case("modern_moe", c, 3);
+  return c;
+}
+
+TEST(ModelParity, Gpt2) {
+  run_case("gpt2", base(model::Arch::Gpt2), 3);
+}
+
+TEST(ModelParity, ModernSoftcap) {
+  run_case("modern", modern_softcap(), 3);
+}
+
+TEST(ModelParity, ModernMoe) {
+  run_case("modern_moe", modern_moe(), 3);
 }
 
 TEST(ModelParity, Gpt2MoeTop1) {
@@ -262,18 +270,11 @@ TEST(ModelParity, Gpt2Bf16) {
 }
 
 TEST(ModelParity, ModernSoftcapBf16) {
-  auto c = base(model::Arch::Modern);
-  c.softcap = 3.0f;
-  run_bf16_case("modern_bf16", c, 3);
+  run_bf16_case("modern_bf16", modern_softcap(), 3);
 }
 
 TEST(ModelParity, ModernMoeBf16) {
-  auto c = base(model::Arch::Modern);
-  c.softcap = 15.0f;
-  c.moe_experts = 4;
-  c.moe_top_k = 2;
-  c.moe_aux_weight = 0.05f;
-  run_bf16_case("modern_moe_bf16", c, 3);
+  run_bf16_case("modern_moe_bf16", modern_moe(), 3);
 }
 
 // model_grad reads the engine's config: --set applies and errors are the engine's messages.
