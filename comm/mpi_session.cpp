@@ -27,7 +27,7 @@ MpiSession::MpiSession(int* argc, char*** argv) {
                                                     ", MPI_THREAD_FUNNELED is needed");
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
-  install_abort_on_terminate();
+  install_failure_policy();
 
   MPI_Comm node = MPI_COMM_NULL;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
@@ -50,7 +50,9 @@ bool mpi_thread_multiple() {
 MpiSession::~MpiSession() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (finalized) return;
+  release_failure_policy();
+  MPI_Finalize();
 }
 
 }  // namespace comm

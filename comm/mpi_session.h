@@ -3,8 +3,9 @@
 // MPI is initialised asking for MPI_THREAD_MULTIPLE (at least MPI_THREAD_FUNNELED is required):
 // OpenMP threads compute inside a rank without calling MPI; a communication thread
 // (comm/comm_stream.h) may run collectives on its own communicator next to the main thread.
-// Constructing a session also installs the terminate handler of abort.h, so an exception escaping
-// anywhere aborts the whole job instead of leaving the others hanging.
+// Constructing a session also installs the failure policy of abort.h (the communicator the ranks
+// agree on errors over, and the terminate handler), so an error anywhere ends the whole job
+// instead of leaving the others hanging.
 //
 // Threads per rank: unless OMP_NUM_THREADS is set, the session divides this node's processors
 // among the ranks on it (at least one each). OpenMP and MPI both spin while they wait, so

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core/check.h"
+#include "core/cuda/cuda_backend.h"
 
 namespace comm {
 
@@ -45,17 +46,24 @@ bool all_equal(std::span<const int64_t> counts) {
   return true;
 }
 
+// A collective issued on the communicator's stream. wait() orders the compute stream after it
+// (the device waits, not the host): every later kernel, copy and host read of the backend sees
+// its result. test() asks whether it is done. Destroying a Work that was neither waited for
+// nor seen done blocks the host until it is (its buffers may be freed next).
 class NcclWork final : public Work {
  public:
-  NcclWork(cudaStream_t stream, int rank) : rank_(rank) {
+  NcclWork(cudaStream_t nccl, cudaStream_t compute, int rank) : compute_(compute), rank_(rank) {
     check_cuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreate", rank_);
-    check_cuda(cudaEventRecord(event_, stream), "cudaEventRecord", rank_);
+    check_cuda(cudaEventRecord(event_, nccl), "cudaEventRecord", rank_);
   }
   ~NcclWork() override {
-    cudaEventSynchronize(event_);
-    cudaEventDestroy(event_);
+    if (!ordered_) cudaEventSynchronize(event_);
+    cudaEventDestroy(event_);  // released once the event completes
   }
-  void wait() override { check_cuda(cudaEventSynchronize(event_), "cudaEventSynchronize", rank_); }
+  void wait() override {
+    check_cuda(cudaStreamWaitEvent(compute_, event_, 0), "cudaStreamWaitEvent", rank_);
+    ordered_ = true;
+  }
   bool test() override {
     cudaError_t rc = cudaEventQuery(event_);
     if (rc == cudaErrorNotReady) {
@@ -65,27 +73,36 @@ class NcclWork final : public Work {
       return false;
     }
     check_cuda(rc, "cudaEventQuery", rank_);
+    ordered_ = true;  // done: whatever the host issues next comes after it
     return true;
   }
 
  private:
   cudaEvent_t event_ = nullptr;
+  cudaStream_t compute_;
   int rank_;
+  bool ordered_ = false;
 };
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(std::unique_ptr<Communicator> host, ncclComm_t comm, int cuda_device)
+  NcclCommunicator(std::unique_ptr<Communicator> host, ncclComm_t comm, int cuda_device,
+                   cudaStream_t compute)
       : Communicator(host->rank(), host->size()),
         host_(std::move(host)),
         comm_(comm),
-        cuda_device_(cuda_device) {
+        cuda_device_(cuda_device),
+        compute_(compute) {
     check_cuda(cudaSetDevice(cuda_device_), "cudaSetDevice", rank());
-    check_cuda(cudaStreamCreate(&stream_), "cudaStreamCreate", rank());
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate",
+               rank());
+    check_cuda(cudaEventCreateWithFlags(&compute_done_, cudaEventDisableTiming), "cudaEventCreate",
+               rank());
   }
   ~NcclCommunicator() override {
     cudaStreamSynchronize(stream_);
     ncclCommDestroy(comm_);
+    cudaEventDestroy(compute_done_);
     cudaStreamDestroy(stream_);
   }
 
@@ -97,10 +114,11 @@ class NcclCommunicator final : public Communicator {
 
   std::unique_ptr<Work> all_reduce_async(float* buf, int64_t count, ReduceOp op) override {
     stats_.record(Collective::AllReduce, count * static_cast<int64_t>(sizeof(float)));
+    after_compute();
     check_nccl(ncclAllReduce(buf, buf, static_cast<size_t>(count), ncclFloat, to_nccl_op(op), comm_,
                              stream_),
                "ncclAllReduce", rank());
-    return std::make_unique<NcclWork>(stream_, rank());
+    return std::make_unique<NcclWork>(stream_, compute_, rank());
   }
   using Communicator::all_reduce;
   void all_reduce(double* buf, int64_t count, ReduceOp op) override {
@@ -117,6 +135,7 @@ class NcclCommunicator final : public Communicator {
                                              ReduceOp op) override {
     int64_t total = check_counts("reduce_scatter", counts);
     stats_.record(Collective::ReduceScatter, total * static_cast<int64_t>(sizeof(float)));
+    after_compute();
     if (all_equal(counts)) {
       check_nccl(ncclReduceScatter(send, recv, static_cast<size_t>(counts[0]), ncclFloat,
                                    to_nccl_op(op), comm_, stream_),
@@ -135,13 +154,14 @@ class NcclCommunicator final : public Communicator {
       }
       check_nccl(ncclGroupEnd(), "ncclGroupEnd", rank());
     }
-    return std::make_unique<NcclWork>(stream_, rank());
+    return std::make_unique<NcclWork>(stream_, compute_, rank());
   }
 
   std::unique_ptr<Work> all_gather_async(const float* send, float* recv,
                                          std::span<const int64_t> counts) override {
     check_counts("all_gather", counts);
     stats_.record(Collective::AllGather, counts[rank()] * static_cast<int64_t>(sizeof(float)));
+    after_compute();
     if (all_equal(counts)) {
       check_nccl(
           ncclAllGather(send, recv, static_cast<size_t>(counts[0]), ncclFloat, comm_, stream_),
@@ -159,16 +179,17 @@ class NcclCommunicator final : public Communicator {
       }
       check_nccl(ncclGroupEnd(), "ncclGroupEnd", rank());
     }
-    return std::make_unique<NcclWork>(stream_, rank());
+    return std::make_unique<NcclWork>(stream_, compute_, rank());
   }
 
   std::unique_ptr<Work> broadcast_async(float* buf, int64_t count, int root) override {
     check_root("broadcast", root);
     stats_.record(Collective::Broadcast,
                   rank() == root ? count * static_cast<int64_t>(sizeof(float)) : 0);
+    after_compute();
     check_nccl(ncclBroadcast(buf, buf, static_cast<size_t>(count), ncclFloat, root, comm_, stream_),
                "ncclBroadcast", rank());
-    return std::make_unique<NcclWork>(stream_, rank());
+    return std::make_unique<NcclWork>(stream_, compute_, rank());
   }
   using Communicator::broadcast;
   void broadcast(double* buf, int64_t count, int root) override {
@@ -182,6 +203,7 @@ class NcclCommunicator final : public Communicator {
   }
   void barrier() override {
     check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize", rank());
+    check_cuda(cudaStreamSynchronize(compute_), "cudaStreamSynchronize", rank());
     host_->barrier();
     stats_.record(Collective::Barrier, 0);
   }
@@ -190,26 +212,42 @@ class NcclCommunicator final : public Communicator {
     std::unique_ptr<Communicator> host = host_->split(color, key);
     ncclComm_t sub = nullptr;
     check_nccl(ncclCommSplit(comm_, color, key, &sub, nullptr), "ncclCommSplit", rank());
-    return std::make_unique<NcclCommunicator>(std::move(host), sub, cuda_device_);
+    return std::make_unique<NcclCommunicator>(std::move(host), sub, cuda_device_, compute_);
   }
 
+  // On the compute stream: packing before a collective is then ordered before it (each
+  // collective waits for the compute stream), unpacking after a waited one after it.
   void copy_local(void* dst, const void* src, size_t bytes) override {
     if (bytes == 0 || dst == src) return;
-    check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_),
+    check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, compute_),
                "cudaMemcpyAsync", rank());
   }
 
  private:
+  // Orders this communicator's stream after everything issued so far on the compute stream
+  // (the buffer a collective reads was written there; a block it writes may have been freed
+  // there).
+  void after_compute() {
+    check_cuda(cudaEventRecord(compute_done_, compute_), "cudaEventRecord", rank());
+    check_cuda(cudaStreamWaitEvent(stream_, compute_done_, 0), "cudaStreamWaitEvent", rank());
+  }
+
   std::unique_ptr<Communicator> host_;
   ncclComm_t comm_;
   int cuda_device_;
-  cudaStream_t stream_ = nullptr;
+  cudaStream_t compute_;                // the backend's stream
+  cudaStream_t stream_ = nullptr;       // the collectives'
+  cudaEvent_t compute_done_ = nullptr;  // after_compute's mark on the compute stream
 };
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_nccl(Communicator& host, int cuda_device) {
+std::unique_ptr<Communicator> make_nccl(Communicator& host, core::Backend& backend) {
   ENGINE_CHECK(host.device().is_cpu(), "make_nccl: the host communicator must be a CPU one");
+  auto* cuda = dynamic_cast<core::CudaBackend*>(&backend);
+  ENGINE_CHECK(cuda != nullptr, "rank " + std::to_string(host.rank()) +
+                                    ": NCCL needs a CUDA backend, got " + backend.name());
+  const int cuda_device = cuda->device().index;
   check_cuda(cudaSetDevice(cuda_device), "cudaSetDevice", host.rank());
   ncclUniqueId id;
   if (host.rank() == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId", host.rank());
@@ -218,7 +256,8 @@ std::unique_ptr<Communicator> make_nccl(Communicator& host, int cuda_device) {
   check_nccl(ncclCommInitRank(&comm, host.size(), id, host.rank()), "ncclCommInitRank",
              host.rank());
   // A private duplicate of the host group for the host-buffer operations.
-  return std::make_unique<NcclCommunicator>(host.split(0, host.rank()), comm, cuda_device);
+  return std::make_unique<NcclCommunicator>(host.split(0, host.rank()), comm, cuda_device,
+                                            cuda->stream());
 }
 
 }  // namespace comm

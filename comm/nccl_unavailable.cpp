@@ -6,9 +6,8 @@
 
 namespace comm {
 
-std::unique_ptr<Communicator> make_nccl(Communicator& host, int cuda_device) {
-  ENGINE_FAIL("rank " + std::to_string(host.rank()) +
-              ": NCCL on cuda:" + std::to_string(cuda_device) +
+std::unique_ptr<Communicator> make_nccl(Communicator& host, core::Backend& backend) {
+  ENGINE_FAIL("rank " + std::to_string(host.rank()) + ": NCCL on " + backend.name() +
               " requested, but this build has no CUDA backend (cmake -DENGINE_CUDA=ON on a "
               "machine with the CUDA toolkit and NCCL)");
 }

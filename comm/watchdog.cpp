@@ -1,5 +1,6 @@
 #include "comm/watchdog.h"
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -94,22 +95,25 @@ void Watchdog::loop() {
   while (!stop_) {
     serve_queries();
     const Status s = status();
-    if (s.inside && static_cast<double>(s.elapsed_ms) / 1000.0 > timeout_s_) report_and_abort(s);
+    if (s.inside && static_cast<double>(s.elapsed_ms) / 1000.0 > timeout_s_ &&
+        now_ns() >= deferred_until_ns_)
+      report_or_defer(s);
     std::this_thread::sleep_for(poll);
   }
 }
 
-void Watchdog::report_and_abort(const Status& mine) {
+void Watchdog::report_or_defer(const Status& mine) {
   // Ask every other rank where it is; keep answering their questions while waiting.
   std::vector<std::array<int64_t, 3>> answers(static_cast<size_t>(size_));
   std::vector<MPI_Request> recvs(static_cast<size_t>(size_), MPI_REQUEST_NULL);
   std::vector<MPI_Request> sends(static_cast<size_t>(size_), MPI_REQUEST_NULL);
   std::vector<bool> answered(static_cast<size_t>(size_), false);
   const int64_t seq = mine.seq;
+  query_seq_ = seq;  // the send buffer outlives this call should it return (deferring)
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
     MPI_Irecv(answers[r].data(), 3, MPI_INT64_T, r, kAnswerTag, comm_, &recvs[r]);
-    MPI_Isend(&seq, 1, MPI_INT64_T, r, kQueryTag, comm_, &sends[r]);
+    MPI_Isend(&query_seq_, 1, MPI_INT64_T, r, kQueryTag, comm_, &sends[r]);
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace_s_);
   int pending = size_ - 1;
@@ -122,6 +126,25 @@ void Watchdog::report_and_abort(const Status& mine) {
       if (flag) answered[r] = true, --pending;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  // One rank reports: the lowest one waiting inside a collective (ranks may wait in different
+  // ones: a rank behind waits in an earlier one). A higher one leaves it to that rank, whose own
+  // timeout may come a little later, and reports itself only if the job is still alive well
+  // after that.
+  for (int r = 0; r < rank_; ++r) {
+    const auto& a = answers[r];
+    if (!answered[r] || a[1] != 1) continue;
+    const double its_wait_s = std::max(0.0, timeout_s_ - static_cast<double>(a[2]) / 1000.0);
+    deferred_until_ns_ = now_ns() + static_cast<int64_t>((its_wait_s + 2 * grace_s_ + 1.0) * 1e9);
+    for (int q = 0; q < size_; ++q) {  // the questions and answers still in flight
+      if (q == rank_) continue;
+      if (!answered[q]) {
+        MPI_Cancel(&recvs[q]);
+        MPI_Wait(&recvs[q], MPI_STATUS_IGNORE);
+      }
+      if (sends[q] != MPI_REQUEST_NULL) MPI_Request_free(&sends[q]);
+    }
+    return;
   }
   std::vector<int> silent, behind, waiting = {rank_};
   std::string details;

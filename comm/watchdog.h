@@ -9,8 +9,9 @@
 // timeout, its helper asks every other rank where it is, waits a grace period for the answers
 // (answering the others' questions meanwhile), and aborts the job with one message: ranks that
 // did not answer (stopped, dead, hung outside user code), ranks busy before collective k, and
-// the ranks waiting in it. Collectives are numbered per rank in call order, which is the same
-// on every rank of an SPMD program.
+// the ranks waiting in it. Only the lowest rank waiting in a collective reports, so the job ends
+// with one message, not one per live rank. Collectives are numbered per rank in call order, which
+// is the same on every rank of an SPMD program.
 #pragma once
 
 #include <mpi.h>
@@ -45,7 +46,9 @@ class Watchdog {
   Status status() const;
   void loop();
   void serve_queries();
-  [[noreturn]] void report_and_abort(const Status& mine);
+  // Aborts the job with the report, unless a lower rank waits in a collective too: then that
+  // rank reports, and this one defers (one message per job).
+  void report_or_defer(const Status& mine);
 
   double timeout_s_;
   double grace_s_;
@@ -57,6 +60,8 @@ class Watchdog {
   std::atomic<const char*> what_{""};
   std::atomic<int64_t> since_ns_{0};
   std::atomic<bool> stop_{false};
+  int64_t deferred_until_ns_ = 0;  // helper thread only
+  int64_t query_seq_ = 0;          // the question sent to the other ranks
   std::thread thread_;
 };
 

@@ -1,6 +1,6 @@
 // The compute floor: coarse, fused operations in the style of llm.c, general ones only. The
 // Backend is the union of the op families, one header each in core/ops/ (memory, gemm,
-// elementwise, norms, embedding, attention, classifier, moe, reductions, linalg), and one
+// elementwise, norms, embedding, attention, classifier, moe, reductions, linalg, timing), and one
 // implementation per device (cpu/cpu_backend, cuda/cuda_backend) with one file per family
 // (cpu/<family>.cpp, cuda/<family>.cu). Everything above (model, optimizers) calls these and never
 // touches a device API directly; an optimizer's own kernels live in its folder (optim/<family>/).
@@ -30,6 +30,7 @@
 #include "core/ops/moe.h"
 #include "core/ops/norms.h"
 #include "core/ops/reductions.h"
+#include "core/ops/timing.h"
 
 namespace core {
 
@@ -42,7 +43,8 @@ class Backend : public MemoryOps,
                 public ClassifierOps,
                 public MoeOps,
                 public ReductionOps,
-                public LinalgOps {
+                public LinalgOps,
+                public TimingOps {
  public:
   ~Backend() override = default;
   virtual Device device() const = 0;

@@ -380,7 +380,17 @@ void Gpt2Tokenizer::encode(std::string_view text, std::vector<int32_t>& out) {
   ENGINE_CHECK(bad == kUtf8Valid, "tokenizer: invalid UTF-8 at byte offset " + std::to_string(bad));
   for (size_t pos = 0; pos < text.size();) {
     const std::string_view piece = regex_->next(text, pos);
-    bpe(piece, out);
+    // The merge scratch takes about 60 bytes per byte of a piece, so a 50 MB line without
+    // spaces (one piece) once needed 1.45 GB: a longer piece is merged in chunks, cut at
+    // character boundaries. Only such pieces (no text has words this long) can differ from the
+    // reference, and only in the tokens at the cuts.
+    for (size_t at = 0; at < piece.size();) {
+      size_t end = std::min(piece.size(), at + kMaxMergedPiece);
+      while (end < piece.size() && (static_cast<uint8_t>(piece[end]) & 0xC0) == 0x80)
+        --end;  // not inside a character
+      bpe(piece.substr(at, end - at), out);
+      at = end;
+    }
     pos += piece.size();
   }
 }

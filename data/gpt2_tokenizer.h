@@ -4,7 +4,9 @@
 // encode: split the text with GPT-2's pre-tokenising regular expression, map each piece's UTF-8
 // bytes to byte-symbols, then repeatedly merge the adjacent pair of lowest merge rank until no
 // ranked pair is left (O(n log n) in a piece's length); each final symbol is a vocabulary entry.
-// Pieces repeat a lot in natural text, so their ids are cached.
+// Pieces repeat a lot in natural text, so their ids are cached. A pre-token longer than 64 KiB
+// (never a word: a line of base64 or of one repeated character) is merged in 64 KiB chunks, so
+// memory stays bounded; its ids may differ from the reference's at the chunk edges.
 //
 // Everything works on raw bytes: GPT-2 stores each byte as a printable code point
 // (bytes_to_unicode), a bijection, so mapping the files back to bytes once at load time changes
@@ -101,6 +103,9 @@ class Gpt2Tokenizer {
     int32_t first, second;  // the two symbols' ids when the pair was found
   };
   static constexpr size_t kMaxCachedPiece = 256;
+  // Longest run of bytes merged at once: a longer pre-token is merged in chunks of at most this
+  // size (encode), which bounds the merge scratch to a few MB per tokenizer.
+  static constexpr size_t kMaxMergedPiece = 64 * 1024;
   std::vector<int32_t> id_, next_, prev_, merged_;
   std::vector<std::vector<PairSite>> buckets_;  // candidate pairs by merge rank
   std::vector<int32_t> ranks_;                  // min-heap of the ranks with a non-empty bucket

@@ -73,6 +73,7 @@ ShardSet::ShardSet(const std::string& pattern, int64_t seq_len, int64_t vocab_si
       // Every id once, now, rather than failing when training reaches a bad one.
       check_token_ids(path, {m.tokens, static_cast<size_t>(m.header.num_tokens)}, 0, vocab_size);
     }
+    m.hash = token_hash({m.tokens, static_cast<size_t>(m.header.num_tokens)});
     const int64_t n = m.header.num_tokens;
     const int64_t seqs = n > seq_len ? (n - 1) / seq_len : 0;
     num_tokens_ += n;

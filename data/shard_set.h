@@ -28,6 +28,8 @@ class ShardSet {
   int64_t seq_len() const { return seq_len_; }
   int64_t num_shards() const { return static_cast<int64_t>(shards_.size()); }
   const ShardHeader& shard(int64_t i) const { return shards_[i].header; }
+  // token_hash of shard i's tokens (computed with the id check, while they are read anyway).
+  uint64_t shard_hash(int64_t i) const { return shards_[i].hash; }
   int64_t num_tokens() const { return num_tokens_; }
   int64_t num_sequences() const { return seq_begin_.back(); }
 
@@ -39,6 +41,7 @@ class ShardSet {
  private:
   struct Mapped {
     ShardHeader header;
+    uint64_t hash = 0;
     const uint16_t* tokens = nullptr;  // mmap of the whole file, past the header
     void* base = nullptr;
     size_t bytes = 0;

@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "core/check.h"
+#include "core/rng.h"
 
 namespace data {
 
@@ -76,6 +77,29 @@ void check_token_ids(const std::string& path, std::span<const uint16_t> tokens, 
                                         std::to_string(largest) + ")"));
     }
   }
+}
+
+uint64_t token_hash(std::span<const uint16_t> tokens) {
+  // Four independent multiply chains over 64-bit words (4 tokens each) keep the multiplier busy;
+  // each step (h ^ w) * odd is a bijection of h, so any one changed word changes the result.
+  constexpr uint64_t kOdd = 0x9E3779B97F4A7C15ull;
+  uint64_t h[4] = {1, 2, 3, 4};
+  const size_t words = tokens.size() / 4;
+  const auto* bytes = reinterpret_cast<const unsigned char*>(tokens.data());
+  size_t i = 0;
+  for (; i + 4 <= words; i += 4)
+    for (size_t lane = 0; lane < 4; ++lane) {
+      uint64_t w;
+      std::memcpy(&w, bytes + 8 * (i + lane), 8);
+      h[lane] = (h[lane] ^ w) * kOdd;
+    }
+  uint64_t tail = core::rng_hash(tokens.size(), 0);
+  for (size_t t = 4 * i; t < tokens.size(); ++t)
+    tail = core::rng_hash(tail, tokens[t]);
+  uint64_t out = tail;
+  for (const uint64_t lane : h)
+    out = core::rng_hash(out, lane);
+  return out;
 }
 
 std::vector<uint16_t> read_shard(const std::string& path, int64_t vocab_size) {

@@ -33,6 +33,11 @@ ShardHeader read_shard_header(const std::string& path);
 void check_token_ids(const std::string& path, std::span<const uint16_t> tokens, int64_t first,
                      int64_t vocab_size);
 
+// A 64-bit hash of token ids, their order included: what a resume compares to find a shard
+// whose tokens changed while its count did not. Not cryptographic (it catches edits and
+// re-tokenised data, not forgery); memory-bound, about as fast as reading the tokens.
+uint64_t token_hash(std::span<const uint16_t> tokens);
+
 // Reads a whole shard (header, size and every id < vocab_size checked).
 std::vector<uint16_t> read_shard(const std::string& path, int64_t vocab_size = kShardMaxVocab);
 

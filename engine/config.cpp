@@ -178,6 +178,7 @@ void parse_map(Config& config, const YAML::Node& node, const std::string& prefix
     std::string key = prefix.empty() ? key_node.Scalar() : prefix + "." + key_node.Scalar();
     if (key == "optim") {
       parse_optim_groups(config, value, source);
+      config.origins[key] = where(source, value.Mark());
       seen.push_back(key);
       continue;
     }
@@ -207,8 +208,20 @@ void parse_map(Config& config, const YAML::Node& node, const std::string& prefix
     std::string why = assign(field->get(config), value.Scalar());
     if (!why.empty())
       config_error(where(source, value.Mark()), "key '" + key + "' has the wrong type: " + why);
+    config.origins[key] = where(source, value.Mark());
     seen.push_back(key);
   }
+}
+
+// The one YAML document of a config. YAML::Load reads only the first, so the keys of a second
+// one (after a `---` line) would be dropped without a word: refused, naming its line.
+YAML::Node single_document(const std::vector<YAML::Node>& docs, const std::string& source) {
+  for (size_t i = 1; i < docs.size(); ++i)
+    if (!docs[i].IsNull())
+      config_error(where(source, docs[i].Mark()),
+                   "a second YAML document (after a '---' line): a config is one document; "
+                   "merge its keys into the first or use another file");
+  return docs.empty() ? YAML::Node() : docs.front();
 }
 
 YAML::Node load_yaml_file(const std::string& path) {
@@ -221,13 +234,15 @@ YAML::Node load_yaml_file(const std::string& path) {
     config_error(path,
                  std::string("cannot open the file: ") +
                      (std::filesystem::exists(path, ec) ? std::strerror(errno) : "no such file"));
+  std::vector<YAML::Node> docs;
   try {
-    return YAML::Load(in);
+    docs = YAML::LoadAll(in);
   } catch (const YAML::ParserException& e) {
     config_error(where(path, e.mark), "YAML syntax error: " + e.msg);
   } catch (const std::exception& e) {
     config_error(path, std::string("cannot read the file: ") + e.what());
   }
+  return single_document(docs, path);
 }
 
 // `optim` is the list of groups, a map {groups: list}, or the path of a YAML file (relative to
@@ -346,6 +361,7 @@ void apply_override(Config& config, const std::string& assignment) {
       config_error(at, "the value is not valid YAML: " + e.msg);
     }
     parse_optim_groups(config, node, "--set optim");
+    config.origins[key] = at;
     return;
   }
   const FieldInfo* field = find_field(key);
@@ -361,11 +377,17 @@ void apply_override(Config& config, const std::string& assignment) {
                          (parsed.IsMap() ? "map" : "list"));
   std::string why = assign(field->get(config), text);
   if (!why.empty()) config_error(at, "key '" + key + "' has the wrong type: " + why);
+  config.origins[key] = at;
+}
+
+std::string config_origin(const Config& config, const std::string& key) {
+  if (auto it = config.origins.find(key); it != config.origins.end()) return it->second;
+  return config.source.empty() ? "config" : config.source;
 }
 
 void validate_config(const Config& c) {
   auto fail = [&](const std::string& key, const std::string& message) {
-    config_error(c.source.empty() ? "config" : c.source, "key '" + key + "': " + message);
+    config_error(config_origin(c, key), "key '" + key + "': " + message);
   };
   if (!is_device_mode(c.device))
     fail("device", "must be auto, cpu or cuda, got '" + c.device + "'");
@@ -415,6 +437,8 @@ void validate_config(const Config& c) {
   if (c.train.val_tokens < c.model.seq_len)
     fail("train.val_tokens", "must be at least model.seq_len = " + std::to_string(c.model.seq_len));
   if (c.train.warmup_steps < 0) fail("train.warmup_steps", "must be >= 0");
+  if (c.train.target_val_loss < 0)
+    fail("train.target_val_loss", "must be >= 0 (0 = off; a loss is never negative)");
   if (!(c.train.diverge_loss_factor == 0 || c.train.diverge_loss_factor > 1))
     fail("train.diverge_loss_factor", "must be 0 (off) or above 1");
   if (c.train.diverge_zero_grad_steps < 0) fail("train.diverge_zero_grad_steps", "must be >= 0");
@@ -428,6 +452,21 @@ void validate_config(const Config& c) {
   if (c.comm.device_collectives != "nccl" && c.comm.device_collectives != "mpi")
     fail("comm.device_collectives", "must be nccl or mpi, got '" + c.comm.device_collectives + "'");
   if (c.log.every < 1) fail("log.every", "must be >= 1");
+  if (c.log.peak_gflops < 0) fail("log.peak_gflops", "must be >= 0 (0 = the GPU table)");
+}
+
+std::vector<std::string> config_warnings(const Config& c) {
+  std::vector<std::string> out;
+  // Allowed (a short trial of a long run's config), but the lr never reaches its peak.
+  if (c.train.lr_warmup_steps > c.train.steps)
+    out.push_back("warning: " + config_origin(c, "train.lr_warmup_steps") +
+                  ": key 'train.lr_warmup_steps' = " + std::to_string(c.train.lr_warmup_steps) +
+                  " is beyond train.steps = " + std::to_string(c.train.steps) +
+                  ": the learning rate never reaches its peak (the last step takes " +
+                  format_double(static_cast<double>(c.train.steps) /
+                                static_cast<double>(c.train.lr_warmup_steps)) +
+                  " of it)");
+  return out;
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
@@ -436,13 +475,13 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 
 Config parse_config(const std::string& yaml_text, const std::string& source,
                     const std::vector<std::string>& overrides) {
-  YAML::Node root;
+  std::vector<YAML::Node> docs;
   try {
-    root = YAML::Load(yaml_text);
+    docs = YAML::LoadAll(yaml_text);
   } catch (const YAML::ParserException& e) {
     config_error(where(source, e.mark), "YAML syntax error: " + e.msg);
   }
-  return parse_root(root, source, overrides);
+  return parse_root(single_document(docs, source), source, overrides);
 }
 
 namespace {

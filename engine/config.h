@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <variant>
 #include <vector>
@@ -135,7 +136,10 @@ inline constexpr bool kOptional = false;
   F(log, bool, metrics, "metrics", true, kOptional, "write metrics.jsonl (rank 0)")            \
   F(log, double, peak_gflops, "peak_gflops", 0.0, kOptional,                                   \
     "peak GFLOP/s of one rank's device, for the console's mfu (0 = the GPU table; unknown on " \
-    "the CPU)")
+    "the CPU)")                                                                                \
+  F(log, bool, device_timing, "device_timing", false, kOptional,                               \
+    "also time the step's phases in the device's order of work (CUDA events on a GPU) into "   \
+    "metrics.jsonl's device_phase_ms; each step then waits for its last phase")
 
 #define ENGINE_CONFIG_MEMBER(section, type, member, key, def, required, doc) type member = def;
 
@@ -182,6 +186,8 @@ struct Config {
   CommSection comm;
   LogSection log;
   std::string source;  // the YAML file it came from ("" when built in code)
+  // Where each key given was set: "file.yaml:LINE" or "--set key=value" (the last one wins).
+  std::map<std::string, std::string> origins;
 };
 
 using FieldValue = std::variant<int64_t*, double*, bool*, std::string*>;
@@ -206,7 +212,14 @@ Config parse_config(const std::string& yaml_text, const std::string& source,
 // Applies one "a.b=c" override to a config.
 void apply_override(Config& config, const std::string& assignment);
 // Cross-field checks (also run by load/parse): choices, positivity, head divisibility...
+// Errors name the key and where it was set (config_origin).
 void validate_config(const Config& config);
+// Where `key` got its value, for messages: "file.yaml:LINE", "--set key=value", or the config
+// file (the key kept its default).
+std::string config_origin(const Config& config, const std::string& key);
+// Settings that are allowed but most likely not meant (e.g. a warmup longer than the run), one
+// line each naming the key; printed at start.
+std::vector<std::string> config_warnings(const Config& config);
 
 // The effective config as YAML (every field, then the optim groups); parses back to itself.
 std::string config_to_yaml(const Config& config);

@@ -1,13 +1,18 @@
 #include "engine/console_log.h"
 
-#include <spdlog/sinks/basic_file_sink.h>
+#include <fcntl.h>
+#include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <mutex>
 
 namespace engine {
 
@@ -71,10 +76,67 @@ std::string format_stats_line(int64_t step, int64_t total, double grad_norm,
          " live_mem:" + mib(live_mem_bytes);
 }
 
+namespace {
+
+// A text file sink that never throws. spdlog's file sink throws on a failed write, and the
+// logger prints its `[*** LOG ERROR ***]` banner for every line after, leaving a cut-off line in
+// the file. This one writes each line with one write(); when that fails (a full disk, a
+// file-size limit) it cuts the file back to its last whole line, prints one warning naming the
+// file and the reason, and writes nothing more: the run and its console go on.
+class LineFileSink : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  LineFileSink(std::string path, bool append) : path_(std::move(path)) {
+    fd_ =
+        ::open(path_.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644);
+    if (fd_ < 0)
+      throw spdlog::spdlog_ex("cannot write the log file " + path_ + ": " + std::strerror(errno));
+    size_ = ::lseek(fd_, 0, SEEK_END);
+  }
+  ~LineFileSink() override {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    if (fd_ < 0) return;
+    spdlog::memory_buf_t line;
+    formatter_->format(msg, line);
+    size_t done = 0;
+    while (done < line.size()) {
+      const ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return stop(n < 0 ? std::strerror(errno) : "no progress");
+      done += static_cast<size_t>(n);
+    }
+    size_ += static_cast<off_t>(line.size());
+  }
+  void flush_() override {}  // every line is written at once
+
+ private:
+  void stop(const std::string& why) {
+    const bool cut = size_ >= 0 && ::ftruncate(fd_, size_) == 0;
+    ::close(fd_);
+    fd_ = -1;
+    // Not through spdlog: this runs inside the logger.
+    std::fprintf(stderr,
+                 "warning: cannot write the log file %s (%s): it %s; the run goes on, the console "
+                 "shows every line\n",
+                 path_.c_str(), why.c_str(),
+                 cut ? "ends with its last whole line" : "may end mid-line");
+    std::fflush(stderr);
+  }
+
+  std::string path_;
+  int fd_ = -1;
+  off_t size_ = 0;  // bytes of whole lines in the file
+};
+
+}  // namespace
+
 LogFile::LogFile(const std::string& path, bool append) {
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent);
-  sink_ = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path, /*truncate=*/!append);
+  sink_ = std::make_shared<LineFileSink>(path, append);
   sink_->set_pattern("%v");
   sink_->set_level(spdlog::level::info);
   spdlog::default_logger()->sinks().push_back(sink_);

@@ -32,7 +32,8 @@ std::string format_stats_line(int64_t step, int64_t total, double grad_norm,
                               std::optional<int64_t> live_mem_bytes);
 
 // Tees spdlog's default logger into a text file while it lives: appended to (a resumed run) or
-// started anew.
+// started anew. A write that fails (a full disk) cuts the file back to its last whole line,
+// warns once on stderr naming the file, and ends the file's lines; the console goes on.
 class LogFile {
  public:
   LogFile(const std::string& path, bool append);

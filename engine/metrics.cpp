@@ -1,10 +1,17 @@
 #include "engine/metrics.h"
 
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include "core/check.h"
@@ -37,6 +44,19 @@ std::string json_string(const std::string& s) {
   return out + "\"";
 }
 
+// Writes all of `bytes` to fd; "" or the reason it could not (strerror).
+std::string write_all(int fd, const std::string& bytes) {
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return std::strerror(errno);
+    if (n == 0) return "no progress";
+    done += static_cast<size_t>(n);
+  }
+  return "";
+}
+
 std::string fmt(const char* format, double v) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), format, v);
@@ -63,11 +83,13 @@ std::string to_json(const StepRecord& r) {
   }
   s += "}";
   if (r.comm_wait_ms) s += ",\"comm_wait_ms\":" + json_number(*r.comm_wait_ms);
-  if (!r.phase_ms.empty()) {
-    s += ",\"phase_ms\":{";
-    for (size_t i = 0; i < r.phase_ms.size(); ++i) {
+  for (const auto& [key, phases] :
+       {std::pair{"phase_ms", &r.phase_ms}, std::pair{"device_phase_ms", &r.device_phase_ms}}) {
+    if (phases->empty()) continue;
+    s += ",\"" + std::string(key) + "\":{";
+    for (size_t i = 0; i < phases->size(); ++i) {
       if (i) s += ",";
-      s += json_string(r.phase_ms[i].first) + ":" + json_number(r.phase_ms[i].second);
+      s += json_string((*phases)[i].first) + ":" + json_number((*phases)[i].second);
     }
     s += "}";
   }
@@ -103,28 +125,50 @@ std::string format_train_line(int64_t step, int64_t total, double train_loss, do
 }
 
 MetricsWriter::MetricsWriter(const std::string& path, int64_t keep_through_step) : path_(path) {
-  std::vector<std::string> kept;
+  std::string kept;
   if (keep_through_step >= 0) {
     std::ifstream in(path);
     std::string line;
     while (std::getline(in, line)) {
-      int64_t step = json_line_step(line);
-      if (step >= 0 && step <= keep_through_step) kept.push_back(line);
+      // A whole record ends its line with '}'; anything else was cut off mid-write.
+      const int64_t step = json_line_step(line);
+      if (step >= 0 && step <= keep_through_step && !line.empty() && line.back() == '}')
+        kept += line + '\n';
     }
   }
   auto parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent);
-  out_.open(path, std::ios::trunc);
-  ENGINE_CHECK(out_.good(), "cannot write the metrics file " + path);
-  for (const auto& line : kept)
-    out_ << line << '\n';
-  out_.flush();
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ENGINE_CHECK(fd_ >= 0, "cannot write the metrics file " + path + ": " + std::strerror(errno));
+  const std::string why = write_all(fd_, kept);
+  if (!why.empty()) {
+    ::close(fd_);
+    fd_ = -1;
+    ENGINE_FAIL("cannot write the metrics file " + path + ": " + why);
+  }
+  size_ = static_cast<int64_t>(kept.size());
+}
+
+MetricsWriter::~MetricsWriter() {
+  if (fd_ >= 0) ::close(fd_);
 }
 
 void MetricsWriter::write(const StepRecord& record) {
-  out_ << to_json(record) << '\n';
-  out_.flush();
-  ENGINE_CHECK(out_.good(), "writing the metrics file " + path_ + " failed");
+  if (fd_ < 0) return;
+  const std::string line = to_json(record) + '\n';
+  const std::string why = write_all(fd_, line);
+  if (why.empty()) {
+    size_ += static_cast<int64_t>(line.size());
+    return;
+  }
+  // Cut back to the last whole line, so that the file stays valid JSON Lines.
+  const bool cut = ::ftruncate(fd_, static_cast<off_t>(size_)) == 0;
+  ::close(fd_);
+  fd_ = -1;
+  spdlog::warn(
+      "warning: cannot write the metrics file {} ({}) at step {}: it {}; the run goes on "
+      "without it (the console shows every step)",
+      path_, why, record.step, cut ? "ends with its last whole line" : "may end mid-line");
 }
 
 }  // namespace engine

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstdint>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <utility>
@@ -27,6 +26,9 @@ struct StepRecord {
   // behind computation): the exposed communication.
   std::optional<double> comm_wait_ms;
   std::vector<std::pair<std::string, double>> phase_ms;  // wall time of each step phase
+  // With log.device_timing: each phase's time in the device's order of work (CUDA events on a
+  // GPU), the same phases.
+  std::vector<std::pair<std::string, double>> device_phase_ms;
   // CPU allocator bytes on this rank (the writer's: rank 0): the peak live during the step and
   // the live at its end.
   std::optional<int64_t> peak_mem_bytes;
@@ -44,18 +46,29 @@ std::string format_val_line(int64_t step, int64_t total, double val_loss, double
 std::string format_train_line(int64_t step, int64_t total, double train_loss, double train_time_ms,
                               double lr, double tokens_per_s);
 
-// Appends records to a JSON Lines file, flushing each line so a killed run keeps what it wrote.
+// Appends records to a JSON Lines file, one write per line so a killed run keeps what it wrote.
 class MetricsWriter {
  public:
   // Opens `path`; lines of an existing file with step > keep_through_step are dropped (a run
-  // resumed from step s repeats the steps after s). keep_through_step < 0 starts a new file.
+  // resumed from step s repeats the steps after s), and so is a line cut off by a crash or a
+  // full disk. keep_through_step < 0 starts a new file. Throws naming the file when it cannot
+  // be written.
   MetricsWriter(const std::string& path, int64_t keep_through_step);
+  ~MetricsWriter();
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+
+  // Appends one line. A write that fails (a full disk, a file-size limit) cuts the file back to
+  // its last whole line, warns once naming the file and the reason, and ends the writing: the
+  // run goes on, the console still shows every step, and a resumed run appends again.
   void write(const StepRecord& record);
   const std::string& path() const { return path_; }
+  bool stopped() const { return fd_ < 0; }
 
  private:
   std::string path_;
-  std::ofstream out_;
+  int fd_ = -1;
+  int64_t size_ = 0;  // bytes of whole lines written
 };
 
 }  // namespace engine

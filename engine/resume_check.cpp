@@ -2,6 +2,8 @@
 
 #include <cinttypes>
 #include <cstdio>
+#include <iterator>
+#include <sstream>
 
 #include "core/check.h"
 #include "data/data_loader.h"
@@ -38,6 +40,16 @@ std::string optimizer_of(const std::vector<OptimGroup>& groups, const std::strin
   return "";
 }
 
+// Every shard's token_hash in shard order, space-separated hex.
+std::string content_hashes(const data::ShardSet& shards) {
+  std::string out;
+  for (int64_t i = 0; i < shards.num_shards(); ++i) {
+    if (i > 0) out += ' ';
+    out += hex64(shards.shard_hash(i));
+  }
+  return out;
+}
+
 }  // namespace
 
 void record_data_state(Manifest& m, const data::DataLoader& loader) {
@@ -49,11 +61,16 @@ void record_data_state(Manifest& m, const data::DataLoader& loader) {
   m.state["data.seq_len"] = std::to_string(o.seq_len);
   m.state["data.batch_rows"] = std::to_string(o.batch_rows);
   m.state["data.shuffle"] = o.shuffle ? "on" : "off";
+  m.state["data.content"] = content_hashes(loader.shards());
 }
 
 void check_same_data(const std::string& dir, const Manifest& m, const data::DataLoader& loader) {
   const std::string saved = state_or(m, "data.fingerprint", "");
-  if (saved.empty() || saved == hex64(loader.state().fingerprint)) return;
+  if (saved.empty()) return;
+  if (saved == hex64(loader.state().fingerprint)) {
+    check_same_content(dir, m, loader.shards());
+    return;
+  }
   const data::LoaderOptions& o = loader.options();
   const std::string now = describe(
       std::to_string(loader.shards().num_shards()), std::to_string(loader.shards().num_tokens()),
@@ -66,6 +83,31 @@ void check_same_data(const std::string& dir, const Manifest& m, const data::Data
               now +
               ". The data order would differ from the checkpoint's (data.train, "
               "model.seq_len, train.batch_tokens and data.shuffle must stay as they were)");
+}
+
+void check_same_content(const std::string& dir, const Manifest& m, const data::ShardSet& shards) {
+  const std::string saved = state_or(m, "data.content", "");
+  if (saved.empty()) return;  // a checkpoint from before the content was recorded
+  std::istringstream in(saved);
+  std::vector<std::string> then{std::istream_iterator<std::string>(in),
+                                std::istream_iterator<std::string>()};
+  std::string first;
+  int64_t changed = 0;
+  for (int64_t i = 0; i < shards.num_shards(); ++i) {
+    const bool same =
+        i < static_cast<int64_t>(then.size()) && then[i] == hex64(shards.shard_hash(i));
+    if (same) continue;
+    if (changed++ == 0) first = shards.shard(i).path;
+  }
+  if (changed == 0 && then.size() == static_cast<size_t>(shards.num_shards())) return;
+  ENGINE_FAIL("cannot resume from " + dir + ": the tokens of " +
+              (first.empty() ? "a shard" : "'" + first + "'") +
+              " changed since it was written (same token count, other tokens; " +
+              std::to_string(changed) + " of " + std::to_string(shards.num_shards()) +
+              " shard(s) of '" + shards.pattern() +
+              "' differ): the run would not see the batches it saw. Restore the data, or start "
+              "a new run from the weights (train.init_from=" +
+              dir + ")");
 }
 
 void check_same_optimizers(const std::string& dir, const Manifest& m, const Config& config,

@@ -13,16 +13,23 @@
 
 namespace data {
 class DataLoader;
-}
+class ShardSet;
+}  // namespace data
 
 namespace engine {
 
-// Adds the loader's fingerprint and what it is made of to the manifest's state.
+// Adds the loader's fingerprint, what it is made of, and each shard's token hash to the
+// manifest's state.
 void record_data_state(Manifest& manifest, const data::DataLoader& loader);
 // Refuses a loader whose shards or batch shape differ from those of the checkpoint (a
-// checkpoint without a data fingerprint passes).
+// checkpoint without a data fingerprint passes), or whose shards' tokens changed
+// (check_same_content).
 void check_same_data(const std::string& dir, const Manifest& manifest,
                      const data::DataLoader& loader);
+// Refuses shards whose tokens changed at the same count (the fingerprint covers counts only),
+// naming the first such shard; a checkpoint without recorded content hashes passes.
+void check_same_content(const std::string& dir, const Manifest& manifest,
+                        const data::ShardSet& shards);
 // Refuses a parameter whose optimizer (registry name) differs from the one that saved its state
 // in the checkpoint (e.g. muon -> adamw, muon -> normuon): the state would not carry over.
 // `params` are the model's parameter names.

@@ -269,9 +269,13 @@ StepRecord Trainer::train_step() {
 
   std::vector<std::pair<std::string, double>> phases;
   auto t_phase = Clock::now();
+  // log.device_timing: a mark in the device's order of work at each phase boundary.
+  std::vector<core::TimeMark> marks;
+  if (config_.log.device_timing) marks.push_back(backend_.mark());
   auto end_phase = [&](const char* name) {
     phases.emplace_back(name, ms_since(t_phase));
     t_phase = Clock::now();
+    if (config_.log.device_timing) marks.push_back(backend_.mark());
   };
 
   // Forward and backward over the micro-batches; the gradient of the mean loss over the global
@@ -343,6 +347,8 @@ StepRecord Trainer::train_step() {
       r.comm_bytes.emplace_back(comm::collective_name(kind), bytes);
   }
   r.comm_wait_ms = after.wait_ms() - before.wait_ms();
+  for (size_t i = 0; i + 1 < marks.size(); ++i)
+    r.device_phase_ms.emplace_back(phases[i].first, backend_.elapsed_ms(marks[i], marks[i + 1]));
   r.phase_ms = std::move(phases);
   r.peak_mem_bytes = static_cast<int64_t>(backend_.allocator().peak_bytes());
   r.live_mem_bytes = static_cast<int64_t>(backend_.allocator().live_bytes());
@@ -551,6 +557,7 @@ TrainSummary Trainer::run() {
       metrics = std::make_unique<MetricsWriter>(
           (fs::path(config_.log.dir) / "metrics.jsonl").string(), resume.empty() ? -1 : step_);
   }
+  started_ = true;
   warm_up();
 
   auto eval_and_log = [&](StepRecord& r) {

@@ -91,6 +91,8 @@ class Trainer {
   double evaluate();
   // The whole run: resume per checkpoint.resume, warm-up, steps, evals, checkpoints, metrics.
   TrainSummary run();
+  // Whether run() got past its set-up (resume or init_from, the log files) to the training.
+  bool started() const { return started_; }
 
  private:
   void print_banner() const;
@@ -116,6 +118,7 @@ class Trainer {
   int64_t grad_accum_ = 1;
   int64_t val_rows_ = 0;  // validation rows per rank per forward
   int64_t step_ = 0;
+  bool started_ = false;
   int64_t tokens_ = 0;
   double train_time_ms_ = 0;
   double base_lr_ = 0;  // the first group's lr, for the log

@@ -84,8 +84,8 @@ struct Gpt::LayerActs {
              *xe_bf16 = nullptr;
   float *ln1 = nullptr, *ln1_mean = nullptr, *ln1_rstd = nullptr;
   float *qkv = nullptr, *q = nullptr, *k = nullptr, *v = nullptr;
-  float *q_rstd = nullptr, *k_rstd = nullptr, *qr = nullptr, *kr = nullptr;  // modern only
-  float *att = nullptr, *atty = nullptr, *merged = nullptr, *res_mid = nullptr;
+  float *q_rstd = nullptr, *k_rstd = nullptr, *qr = nullptr, *kr = nullptr;      // modern only
+  float *lse = nullptr, *atty = nullptr, *merged = nullptr, *res_mid = nullptr;  // lse [B*H, T]
   float *ln2 = nullptr, *ln2_mean = nullptr, *ln2_rstd = nullptr;
   float *pre = nullptr, *act = nullptr;                  // MLP hidden [N, F], or MoE [N*k, F]
   float *probs = nullptr, *xe = nullptr, *ye = nullptr;  // MoE
@@ -272,7 +272,7 @@ void Gpt::plan(int B, int T) {
         a.qr = take(N * D);
         a.kr = take(N * D);
       }
-      a.att = take(B * H * int64_t(T) * T);
+      a.lse = take(B * H * int64_t(T));
       a.atty = take(N * D);
       a.merged = take(N * D);
       a.merged_bf16 = take_bf16(N * D);
@@ -328,7 +328,6 @@ void Gpt::plan(int B, int T) {
     dv_ = take(N * D);
     dq2_ = take(N * D);
     dk2_ = take(N * D);
-    datt_ = take(B * H * int64_t(T) * T);
     datty_ = take(N * D);
     dmerged_ = take(N * D);
     dact_ = take(rows * F);
@@ -413,7 +412,7 @@ void Gpt::attn_forward(int l) {
     k = a.kr;
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  backend_.attention_forward(a.atty, a.att, q, k, a.v, B * H, T, hd, scale);
+  backend_.attention_forward(a.atty, a.lse, q, k, a.v, B * H, T, hd, scale);
   backend_.merge_heads(a.merged, a.atty, B, T, H, hd);
   // res_mid = res_in + merged @ proj^T (+ bias)
   backend_.copy(a.res_mid, res_in, N * D * sizeof(float));
@@ -437,7 +436,7 @@ void Gpt::attn_backward(int l) {
     backend_.fill_zero(d, N * D * sizeof(float));
   const bool modern = config_.arch == Arch::Modern;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  backend_.attention_backward(dq_, dk_, dv_, datt_, datty_, a.att, modern ? a.qr : a.q,
+  backend_.attention_backward(dq_, dk_, dv_, datty_, a.atty, a.lse, modern ? a.qr : a.q,
                               modern ? a.kr : a.k, a.v, B * H, T, hd, scale);
   if (modern) {
     // Undo rotary (into dq2/dk2), then the QK-norm (back into dq/dk).

@@ -1,8 +1,10 @@
 #include "model/hf_gpt2.h"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <vector>
 
@@ -69,6 +71,9 @@ std::string read_text(const std::string& path) {
 }
 
 std::string config_json(const ModelConfig& c) {
+  // GPT-2's <|endoftext|> (50256) starts and ends its texts; a smaller vocabulary has no such
+  // id, and a config naming one past the embedding would make generate() index out of range.
+  const std::string end_of_text = c.vocab_size > 50256 ? "50256" : "null";
   std::ostringstream j;
   j << "{\n"
     << "  \"architectures\": [\"GPT2LMHeadModel\"],\n"
@@ -88,11 +93,55 @@ std::string config_json(const ModelConfig& c) {
     << "  \"attn_pdrop\": 0.0,\n"
     << "  \"scale_attn_weights\": true,\n"
     << "  \"tie_word_embeddings\": true,\n"
-    << "  \"bos_token_id\": 50256,\n"
-    << "  \"eos_token_id\": 50256,\n"
+    << "  \"bos_token_id\": " << end_of_text << ",\n"
+    << "  \"eos_token_id\": " << end_of_text << ",\n"
     << "  \"torch_dtype\": \"float32\"\n"
     << "}\n";
   return j.str();
+}
+
+// The attention-mask buffers that old GPT-2 files carry beside the weights (not parameters).
+bool is_mask_buffer(const std::string& key) {
+  return key.ends_with(".attn.bias") || key.ends_with(".attn.masked_bias");
+}
+
+// Every tensor of the file beyond the model's parameters would be dropped, and the model loaded
+// would not be the file's: refused, naming them. An lm_head.weight is fine when it is wte (a tied
+// head saved twice); one that differs is an untied head, which the gpt2 arch does not have.
+void check_nothing_left(const core::SafetensorsReader& reader, const std::set<std::string>& used,
+                        const core::Tensor& wte) {
+  std::vector<std::string> extra;
+  for (const core::StTensorInfo& info : reader.tensors()) {
+    if (used.count(info.name) || is_mask_buffer(info.name)) continue;
+    if (info.name == "lm_head.weight" || info.name == "transformer.lm_head.weight") {
+      ENGINE_CHECK(info.shape == wte.shape(),
+                   reader.path() + ": tensor '" + info.name + "' has shape " +
+                       core::shape_str(info.shape) + ", not wte's " + core::shape_str(wte.shape()) +
+                       ": an untied head, which the gpt2 arch (head tied to wte) cannot load");
+      const core::Tensor head = reader.read_f32(info.name);  // as wte: F32, BF16 or F16
+      const float* a = head.data<float>();
+      const float* b = wte.data<float>();
+      int64_t differ = 0;
+      for (int64_t i = 0; i < head.numel(); ++i)
+        differ += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+      ENGINE_CHECK(differ == 0, reader.path() + ": tensor '" + info.name +
+                                    "' differs from wte in " + std::to_string(differ) + " of " +
+                                    std::to_string(head.numel()) +
+                                    " values: an untied head, which the gpt2 arch (head tied to "
+                                    "wte) cannot load without changing the model");
+      continue;
+    }
+    extra.push_back(info.name);
+  }
+  if (extra.empty()) return;
+  std::string names;
+  for (size_t i = 0; i < extra.size() && i < 5; ++i)
+    names += (i ? ", '" : "'") + extra[i] + "'";
+  if (extra.size() > 5) names += ", ...";
+  ENGINE_FAIL(reader.path() + ": " + std::to_string(extra.size()) +
+              " tensor(s) that are no parameter of this GPT-2 model (" + names +
+              "): the model loaded would not be the file's (another architecture, or a config "
+              "that does not match it)");
 }
 
 }  // namespace
@@ -176,9 +225,12 @@ std::map<std::string, core::Tensor> read_hf_gpt2(const std::string& dir,
   };
   const ParamTable table(config);
   std::map<std::string, core::Tensor> out;
+  std::set<std::string> used;
+  core::Tensor wte;  // as in the file, for comparing an lm_head.weight with it
   for (const ParamInfo& p : table.params()) {
     const HfName n = hf_name_of(p.name);
     const std::string key = key_of(n.hf);
+    used.insert(key);
     ENGINE_CHECK(reader.contains(key),
                  st_path + ": tensor '" + key + "' (for " + p.name + ") is missing");
     const core::StTensorInfo& info = reader.info(key);
@@ -191,6 +243,7 @@ std::map<std::string, core::Tensor> read_hf_gpt2(const std::string& dir,
                                          core::shape_str(info.shape) + ", the model (" + p.name +
                                          ") expects " + core::shape_str(want));
     core::Tensor t = reader.read_f32(key);  // a checkpoint stored in BF16 or F16 converts exactly
+    if (p.name == "embed.weight") wte = t;
     if (n.transpose) t = transposed(t);
     if (p.valid_rows >= 0 || p.name == "pos_embed.weight") {
       core::Tensor full = core::Tensor::zeros(p.shape);
@@ -200,6 +253,7 @@ std::map<std::string, core::Tensor> read_hf_gpt2(const std::string& dir,
     }
     out.emplace(p.name, t);
   }
+  check_nothing_left(reader, used, wte);
   return out;
 }
 

@@ -23,7 +23,9 @@ namespace model {
 std::string hf_gpt2_incompatibility(const ModelConfig& config);
 
 // Writes DIR/config.json and DIR/model.safetensors (F32, metadata format: pt), so that
-// GPT2LMHeadModel.from_pretrained(DIR) loads the model. Throws for a model without counterpart.
+// GPT2LMHeadModel.from_pretrained(DIR) loads the model. bos_token_id and eos_token_id are
+// <|endoftext|> (50256) when the vocabulary holds it, else null. Throws for a model without
+// counterpart.
 void save_hf_gpt2(const Gpt& gpt, const std::string& dir);
 
 // Whether `path` is a folder holding config.json and model.safetensors.
@@ -33,7 +35,9 @@ bool is_hf_gpt2_dir(const std::string& path);
 // folder, for a model of `config`. config.json must agree with it (model_type gpt2, n_layer,
 // n_head, n_embd, vocab_size, n_positions >= seq_len: the first seq_len positions are taken);
 // every tensor must be present with its shape (keys with or without the "transformer." prefix;
-// the attention mask buffers of old files are skipped). Errors name the file and the tensor.
+// the attention mask buffers of old files are skipped), and nothing else may be: a tensor the
+// model has no place for, or an lm_head.weight that is not wte (an untied head), is refused,
+// since the model loaded would not be the file's. Errors name the file and the tensor.
 std::map<std::string, core::Tensor> read_hf_gpt2(const std::string& dir, const ModelConfig& config);
 
 }  // namespace model

@@ -1,5 +1,7 @@
 #include "optim/optimizer_set.h"
 
+#include <set>
+
 #include "core/check.h"
 #include "optim/glob.h"
 #include "optim/hyper_reader.h"
@@ -69,6 +71,31 @@ OptimizerSet::OptimizerSet(const YAML::Node& groups, std::span<const ParamSpec> 
                 " match no parameter of this model (its parameters are "
                 "named like " +
                 examples + ", ...)");
+  }
+  // A group all of whose parameters went to one earlier group (first match wins) steps
+  // nothing: its optimizer and hyperparameters silently never apply. That is a group listed
+  // after a broader one, e.g. a group for the attention weights after a catch-all '*'. A group
+  // left empty by several earlier groups is the "everything else" group of a config shared by
+  // model shapes (tiny.yaml's '*' gets the biases and norms of gpt2, nothing of modern).
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    if (!groups_[i].params.empty() || groups_[i].optional) continue;
+    std::set<size_t> takers;
+    std::string example;
+    for (const ParamSpec& p : params)
+      for (const std::string& glob : groups_[i].globs)
+        if (glob_match(glob, p.name)) {
+          takers.insert(group_of_.at(p.name));
+          if (example.empty()) example = p.name;
+          break;
+        }
+    if (takers.size() != 1) continue;  // none: refused above (or optional); several: see above
+    const size_t taker = *takers.begin();
+    ENGINE_FAIL("optimizer group " + std::to_string(i) + " (" + yaml_line(groups[i]) +
+                ") is left with no parameter: every parameter its params name (e.g. " + example +
+                ") went to optimizer group " + std::to_string(taker) + " (" +
+                yaml_line(groups[taker]) +
+                ") listed before it, and the first matching group wins. Move it before that "
+                "group, drop it, or mark it optional: true");
   }
   if (!unmatched.empty()) {
     std::string list;

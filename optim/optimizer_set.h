@@ -5,8 +5,9 @@
 //     optimizer: muon
 //     lr: 0.05            # the optimizer's hyperparameters, lr_mul / wd_mul included
 // Each parameter joins the FIRST group with a matching glob; a parameter matching no group is
-// an error listing all unmatched ones, and so is a group whose globs name no parameter at all
-// (unless the group says `optional: true`). Steps, placements and state go through the group.
+// an error listing all unmatched ones, and so is a group whose globs name no parameter at all,
+// or one left with none because a single earlier group took every parameter it names (unless
+// the group says `optional: true`). Steps, placements and state go through the group.
 #pragma once
 
 #include <yaml-cpp/yaml.h>

@@ -2,8 +2,12 @@
 # One command for a machine with an NVIDIA GPU: installs what the project needs, builds with the
 # CUDA backend, runs the GPU tests (they must run, not skip), trains a GPT-2 124M-sized model on
 # GPU 0 for a few dozen steps on synthetic tokens, evaluates its checkpoint on the GPU and on the
-# CPU, samples from it on the GPU, times forward + backward with bench_model --device cuda, and
-# prints one summary table. Sized for about 10 minutes on one H100.
+# CPU, samples from it on the GPU, then measures speed side by side with llm.c: the engine's
+# whole train step of configs/gpt2_124m.yaml (fp32, and tf32 / bf16 where the build has
+# train.precision) and llm.c's train_gpt2cu on the same shards and batch (tokens/s, MFU against
+# the bf16 dense peak, peak GPU memory, the engine's phases timed with CUDA events), and
+# bench_model --device cuda per op group; prints one summary table and the speed table. Sized
+# for at most 10 minutes on one H100 with --prebuilt.
 #
 #   scripts/gpu_check.sh             build in build-gpu/ (BUILD_DIR to change), work in it too
 #   scripts/gpu_check.sh --prebuilt  skip the install and the build: BUILD_DIR already holds a
@@ -58,19 +62,24 @@ t_start=$(date +%s)
 # record NAME STATUS DETAIL: one row of the summary table.
 record() {
   rows+=("$(printf '%-26s %-5s %s' "$1" "$2" "$3")")
-  [ "$2" = "ok" ] || failed=1
+  [ "$2" = "ok" ] || [ "$2" = "skip" ] || failed=1
 }
 summary() {
   echo
   echo "==== gpu_check summary: $gpu_name x $num_gpus, $(($(date +%s) - t_start)) s ===="
   printf '%-26s %-5s %s\n' "check" "state" "detail"
   for r in "${rows[@]}"; do echo "$r"; done
+  if [ -f "$work/speed/table.txt" ]; then
+    echo
+    cat "$work/speed/table.txt"
+  fi
 }
 trap summary EXIT
 
 # ---- install and build --------------------------------------------------------------------------
 if [ "$prebuilt" = 1 ]; then
-  for b in apps/engine/engine apps/bench_model/bench_model "${gpu_test_binaries[@]}"; do
+  for b in apps/engine/engine apps/bench_model/bench_model apps/tokenize/tokenize \
+    "${gpu_test_binaries[@]}"; do
     [ -x "$build/$b" ] || { echo "gpu_check: --prebuilt, but $build/$b is missing" >&2; exit 1; }
   done
   record "build (ENGINE_CUDA=ON)" ok "prebuilt in $build"
@@ -268,17 +277,139 @@ for family in soap.yaml:"$work/data" stacked_soap_moe.yaml:"$work/data" osft_tin
   fi
 done
 
-# ---- forward + backward throughput --------------------------------------------------------------
+# ---- speed, side by side with llm.c (issue 26) --------------------------------------------------
+# GPT-2 124M from a random init, B 8 x T 1024 = 8192 tokens per step (one micro-step) for every
+# row, on the same token shards: the Brown corpus (data/brown/text, with the GPT-2 vocabulary in
+# data/tokenizer, both from scripts/prepare_data.sh and carried to the GPU machine) tokenized
+# here by the engine's tokenize into llm.c's shard format, or synthetic tokens without them.
+# Rows: the engine's whole train step of configs/gpt2_124m.yaml at np 1 (its optimizers: AdamW
+# + Muon) in fp32, and in tf32 and bf16 where the build has train.precision; llm.c's
+# train_gpt2cu (bf16, AdamW) from peers/llmc (a copy of the project's llm.c peer folder, ignored
+# by git: README "Running on GPUs").
+# Each: tokens/s of the median step after the warm-up, MFU against the GPU's bf16 dense peak
+# (the engine's FLOP count, 6 N + 6 L D T per token, for every row), the GPU memory in use at
+# its peak (nvidia-smi every 100 ms, less the idle reading) and, for the engine, its phases
+# timed with CUDA events (log.device_timing). Then bench_model --device cuda: forward +
+# backward, and one step's worth of each op group at the same shapes.
+speed="$work/speed"
+rm -rf "$speed"
+mkdir -p "$speed"
+if [ -d data/brown/text ] && [ -f data/tokenizer/encoder.json ] &&
+  "$build/apps/tokenize/tokenize" --vocab data/tokenizer --val-fraction 0.1 --json \
+    --progress-seconds 0 --output "$speed/brown" data/brown/text >"$speed/tokenize.json" 2>&1; then
+  train_glob="$speed/brown_train_*.bin" val_glob="$speed/brown_val_*.bin"
+  data_note="Brown corpus, $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["tokens"])' "$speed/tokenize.json") tokens from tokenize"
+else
+  python3 tests/e2e/make_tiny_data.py "$speed" --train-tokens 2000000 --val-tokens 100000 \
+    --vocab 50257 >/dev/null
+  train_glob="$speed/tiny_train_*.bin" val_glob="$speed/tiny_val_*.bin"
+  data_note="synthetic tokens (no data/brown/text + data/tokenizer in the checkout)"
+fi
+record "speed data" ok "$data_note"
+idle_mib=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 | head -1)
+# with_peak_mem NAME CMD...: runs CMD with its output in $speed/NAME.log, sampling GPU 0's memory.
+with_peak_mem() {
+  local name=$1; shift
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 -lms 100 \
+    >"$speed/$name.mem" 2>/dev/null &
+  local smi=$!
+  "$@" >"$speed/$name.log" 2>&1
+  local rc=$?
+  kill "$smi" 2>/dev/null
+  wait "$smi" 2>/dev/null
+  return $rc
+}
+speed_steps=40
+precisions=(fp32)
+if "$build/apps/engine/engine" config-reference 2>/dev/null | grep -q 'train\.precision'; then
+  precisions+=(tf32 bf16)
+else
+  record "engine tf32 / bf16" skip "this build has no train.precision"
+fi
+for precision in "${precisions[@]}"; do
+  psets=()
+  [ "$precision" = fp32 ] || psets=(--set "train.precision=$precision")
+  if with_peak_mem "engine_$precision" "${mpirun[@]}" -np 1 "$build/apps/engine/engine" \
+    --config configs/gpt2_124m.yaml --set device=cuda --set "data.train=$train_glob" \
+    --set "data.val=$val_glob" --set "log.dir=$speed/engine_$precision" \
+    --set "checkpoint.dir=$speed/engine_$precision/ckpt" --set checkpoint.every=0 \
+    --set checkpoint.at_end=false --set train.steps=$speed_steps \
+    --set train.batch_tokens=8192 --set train.micro_batch=8 --set train.eval_every=0 \
+    --set train.val_tokens=8192 --set train.target_val_loss=0 --set train.warmup_steps=5 \
+    --set log.every=10 --set log.device_timing=true --set zero.stage=1 "${psets[@]}"; then
+    record "engine $precision 124M speed" ok "$speed_steps steps, see the speed table"
+  else
+    tail -5 "$speed/engine_$precision.log"
+    record "engine $precision 124M speed" FAIL "see $speed/engine_$precision.log"
+  fi
+done
+if [ -x peers/llmc/run_llmc.sh ]; then
+  if with_peak_mem llmc bash peers/llmc/run_llmc.sh "$train_glob" "$val_glob" 60 8 1024; then
+    record "llm.c 124M speed" ok "60 steps, see the speed table"
+  else
+    tail -5 "$speed/llmc.log"
+    record "llm.c 124M speed" FAIL "see $speed/llmc.log"
+  fi
+else
+  record "llm.c 124M speed" FAIL "no peers/llmc in the checkout (README: Running on GPUs)"
+fi
 if "$build/apps/bench_model/bench_model" --device cuda --json --steps 5 --models gpt2_124m \
-  >"$work/bench.json" 2>"$work/bench.err"; then
+  --op-groups >"$work/bench.json" 2>"$work/bench.err"; then
   record "bench_model --device cuda" ok "$(python3 -c '
 import json, sys
-r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+r = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")][0]
 print("gpt2_124m B=%d T=%d: %.0f tok/s, %.1f TFLOP/s, MFU %.1f%% of %.1f TFLOP/s f32" % (
     r["batch"], r["seq_len"], r["tokens_per_s"], r["tflops"], 100 * r["mfu"], r["peak_tflops"]))
 ' "$work/bench.json")"
 else
   record "bench_model --device cuda" FAIL "see $work/bench.err"
 fi
-
+python3 - "$speed" "$gpu_name" "$idle_mib" "$work/bench.json" "${precisions[@]}" \
+  >"$speed/table.txt" <<'PY' || record "speed table" FAIL "see $speed/table.txt"
+import json, os, re, statistics, sys
+speed, gpu, idle, bench, precisions = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4], sys.argv[5:]
+# bf16 dense tensor-core peaks (TFLOP/s) from the data sheets; more specific names first.
+peaks = [("H100 PCIe", 756.0), ("H100 NVL", 835.0), ("H100", 989.4), ("H200", 989.4),
+         ("GH200", 989.4), ("A100", 312.0), ("L40S", 362.0)]
+peak = next((p for name, p in peaks if name in gpu), None)
+def peak_mib(name):
+    try:
+        vals = [float(l) for l in open(os.path.join(speed, name + ".mem")) if l.strip()]
+        return "%.0f" % (max(vals) - idle) if vals else "?"
+    except OSError:
+        return "?"
+rows, flops = [], None
+for p in precisions:
+    path = os.path.join(speed, "engine_" + p, "metrics.jsonl")
+    if not os.path.exists(path):
+        rows.append(("engine " + p, None, peak_mib("engine_" + p), "no metrics"))
+        continue
+    recs = [json.loads(l) for l in open(path)]
+    recs = [r for r in recs if "step_ms" in r and "device_phase_ms" in r]
+    timed = recs[len(recs) // 4:]  # the first quarter is warm-up
+    ms = statistics.median(r["step_ms"] for r in timed)
+    tok = 8192 / ms * 1e3
+    flops = flops or statistics.median(r["gflops"] * 1e9 / r["tokens_per_s"] for r in timed)
+    phases = {k: statistics.median(r["device_phase_ms"][k] for r in timed)
+              for k in timed[0]["device_phase_ms"]}
+    rows.append(("engine " + p, tok, peak_mib("engine_" + p),
+                 ", ".join("%s %.1f" % (k, v) for k, v in phases.items())))
+llmc = os.path.join(speed, "llmc.log")
+if os.path.exists(llmc):
+    last = [l for l in open(llmc) if l.startswith("{")]
+    rows.append(("llm.c bf16 (AdamW)", json.loads(last[-1])["tokens_per_s"] if last else None,
+                 peak_mib("llmc"), "its own step lines in " + llmc))
+print("speed, %s: GPT-2 124M, B 8 x T 1024 per step, median step after warm-up; MFU against "
+      "the bf16 dense peak (%s TFLOP/s), %.3g FLOP per token" % (gpu, peak, flops or 0))
+print("%-20s %10s %7s %12s  %s" % ("run", "tok/s", "MFU", "peak MiB", "device phases (ms)"))
+for name, tok, mib, phases in rows:
+    mfu = "%.1f%%" % (100 * tok * flops / (peak * 1e12)) if tok and flops and peak else "?"
+    print("%-20s %10s %7s %12s  %s" % (name, "%.0f" % tok if tok else "?", mfu, mib, phases))
+groups = [json.loads(l) for l in open(bench) if l.startswith("{") and "group" in l] \
+    if os.path.exists(bench) else []
+if groups:
+    print("\nbench_model --device cuda --op-groups: ms per step (device events)")
+    for g in groups:
+        print("  %-40s %9.2f" % (g["group"], g["ms_per_step"]))
+PY
 exit "$failed"

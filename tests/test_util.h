@@ -1,6 +1,12 @@
 // Helpers shared by the unit tests.
 #pragma once
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <exception>
 #include <string>
 
 #include "core/check.h"
@@ -16,6 +22,36 @@ std::string error_of(Fn&& fn) {
     return e.what();
   }
   return "(no error)";
+}
+
+// How often `needle` occurs in `text`.
+inline int count_of(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1))
+    ++n;
+  return n;
+}
+
+// Runs fn in a child process whose files may not grow beyond `bytes` (a write past it fails with
+// EFBIG, as one on a full disk fails with ENOSPC); returns fn's result as the child's exit status
+// (99 for an escaped exception, -1 when the child did not exit).
+template <typename Fn>
+int run_with_file_size_limit(rlim_t bytes, Fn&& fn) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    std::signal(SIGXFSZ, SIG_IGN);
+    const rlimit limit{bytes, bytes};
+    setrlimit(RLIMIT_FSIZE, &limit);
+    int status = 99;
+    try {
+      status = fn();
+    } catch (const std::exception&) {
+    }
+    _exit(status);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 }  // namespace test_util

@@ -6,11 +6,16 @@
 //   bench_model [--json] [--steps N] [--threads 1,2] [--models gpt2,modern] [--precision fp32,bf16]
 //               [--no-torch]
 //   bench_model --device cuda [--json] [--steps N] [--models gpt2_124m] [--precision fp32,bf16]
+//               [--op-groups]
 //
 // --device cuda times forward + backward on GPU 0 in this process (no PyTorch, no optimizer:
-// the fused device AdamW is not part of this benchmark), f32 with TF32 off, and reports the
-// achieved TFLOP/s and the MFU against the GPU's f32 peak (engine/console_log.h). gpt2_124m is
-// the size of configs/gpt2_124m.yaml (12 layers, d_model 768, seq_len 1024, batch 8).
+// the fused device AdamW is not part of this measurement) in each precision of --precision (fp32:
+// f32 with TF32 off), and reports the achieved TFLOP/s and the MFU against the GPU's f32 peak
+// (engine/console_log.h). gpt2_124m is
+// the size of configs/gpt2_124m.yaml (12 layers, d_model 768, seq_len 1024, batch 8). With
+// --op-groups it then times one step's worth of each op group of the gpt2 architecture at the
+// model's shapes (the matmuls, attention, layernorm, ..., and the multi-tensor AdamW over every
+// parameter) with the backend's device marks (CUDA events), one row each, in f32.
 //
 // --precision takes a list of train.precision values (docs/precision.md); each row runs the model
 // in that precision (bf16 GEMMs through oneDNN where the CPU has AVX512_BF16 or AMX, else as f32
@@ -28,6 +33,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -41,6 +47,7 @@
 #include "core/rng.h"
 #include "engine/console_log.h"
 #include "model/gpt.h"
+#include "optim/adamw/adamw_ops.h"
 
 namespace {
 
@@ -130,6 +137,164 @@ int cuda_measurement(const std::string& name, int steps, const std::string& prec
       name.c_str(), precision.c_str(), backend->name(), B, T, fb * 1e3, tokens / fb, tflops,
       peak ? *peak / 1e3 : 0.0, peak ? tflops / (*peak / 1e3) : 0.0, flops,
       static_cast<long long>(n));
+  return 0;
+}
+
+// Milliseconds of one call of `run` on the device: the mean of `reps` after one warm-up, between
+// two of the backend's marks.
+double device_ms(core::Backend& be, const std::function<void()>& run, int reps) {
+  run();
+  const core::TimeMark from = be.mark();
+  for (int r = 0; r < reps; ++r)
+    run();
+  return be.elapsed_ms(from, be.mark()) / reps;
+}
+
+// One step's worth of each op group of the gpt2 architecture (the calls of model/gpt.cpp for all
+// layers and the head) at the model's shapes, on GPU 0: one JSON object per group, then one for
+// their sum. Buffers are shared between layers (the shapes repeat), so memory stays small.
+int cuda_op_groups(const std::string& name, int reps) {
+  const Spec s = spec_of(name, "fp32");
+  ENGINE_CHECK(
+      s.config.arch == model::Arch::Gpt2 && !s.config.moe(),
+      "bench_model --op-groups: covers the gpt2 architecture without MoE, not '" + name + "'");
+  std::unique_ptr<core::Backend> backend = core::make_cuda_backend(0);
+  core::Backend& be = *backend;
+  const int64_t B = s.batch, T = s.config.seq_len, N = B * T, D = s.config.d_model,
+                H = s.config.n_head, hd = s.config.head_dim(), F = s.config.d_ff(),
+                V = s.config.vocab_size, Vp = s.config.padded_vocab(), L = s.config.n_layer;
+  std::vector<core::Tensor> held;
+  auto buffer = [&](int64_t n) {
+    held.push_back(core::Tensor::zeros({n}, core::DType::F32, be.allocator()));
+    be.fill_zero(held.back().raw_data(), held.back().nbytes());
+    return held.back().data<float>();
+  };
+  float *x = buffer(N * F), *y = buffer(N * F), *dx = buffer(N * F), *dy = buffer(N * F);
+  float *w = buffer(Vp * D), *dw = buffer(Vp * D), *dwpe = buffer(T * D);
+  float *bias = buffer(F), *dbias = buffer(F), *dgain = buffer(F);
+  float *q = buffer(N * D), *k = buffer(N * D), *v = buffer(N * D), *att = buffer(N * D);
+  float *dq = buffer(N * D), *dk = buffer(N * D), *dv = buffer(N * D), *lse = buffer(B * H * T);
+  float *mean = buffer(N), *rstd = buffer(N), *losses = buffer(N), *logits = buffer(N * Vp);
+  float* loss = buffer(1);
+  std::vector<int32_t> ids(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i)
+    ids[i] = static_cast<int32_t>((i * 7919) % V);
+  auto* tokens = reinterpret_cast<int32_t*>(buffer(N));
+  be.copy_from_host(tokens, ids.data(), ids.size() * sizeof(int32_t));
+
+  // y [N, out] = x [N, in] W^T, and its backward dx, dW (model/gpt.cpp's linear layers).
+  auto linear_fwd_bwd = [&](int64_t in, int64_t out) {
+    core::GemmArgs f;
+    f.trans_b = true, f.m = N, f.n = out, f.k = in;
+    be.gemm(f, x, w, y);
+    core::GemmArgs gx;
+    gx.m = N, gx.n = in, gx.k = out;
+    be.gemm(gx, dy, w, dx);
+    core::GemmArgs gw;
+    gw.trans_a = true, gw.m = out, gw.n = in, gw.k = N, gw.beta = 1.0f;
+    be.gemm(gw, dy, x, dw);
+  };
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const std::vector<std::pair<std::string, std::function<void()>>> groups = {
+      {"matmul (linear layers and head)",
+       [&] {
+         for (int64_t l = 0; l < L; ++l) {
+           linear_fwd_bwd(D, 3 * D);
+           linear_fwd_bwd(D, D);
+           linear_fwd_bwd(D, F);
+           linear_fwd_bwd(F, D);
+         }
+         linear_fwd_bwd(D, Vp);
+       }},
+      {"attention",
+       [&] {
+         for (int64_t l = 0; l < L; ++l) {
+           be.attention_forward(att, lse, q, k, v, B * H, T, hd, scale);
+           be.attention_backward(dq, dk, dv, dy, att, lse, q, k, v, B * H, T, hd, scale);
+         }
+       }},
+      {"head split and merge",
+       [&] {
+         for (int64_t l = 0; l < L; ++l) {
+           be.split_heads(q, k, v, x, B, T, H, hd);
+           be.merge_heads(y, att, B, T, H, hd);
+           be.merge_heads_backward(dq, dy, B, T, H, hd);
+           be.split_heads_backward(dx, dq, dk, dv, B, T, H, hd);
+         }
+       }},
+      {"layernorm",
+       [&] {
+         for (int64_t l = 0; l < 2 * L + 1; ++l) {
+           be.layernorm_forward(y, mean, rstd, x, bias, bias, N, D, 1e-5f);
+           be.layernorm_backward(dx, dgain, dbias, dy, x, bias, mean, rstd, N, D);
+         }
+       }},
+      {"gelu",
+       [&] {
+         for (int64_t l = 0; l < L; ++l) {
+           be.gelu_forward(y, x, N * F);
+           be.gelu_backward(dx, x, dy, N * F);
+         }
+       }},
+      {"bias, residual, zeroing",
+       [&] {
+         for (int64_t l = 0; l < L; ++l) {
+           for (int64_t c : {3 * D, D, F, D}) {
+             be.add_bias(y, bias, N, c);
+             be.bias_backward(dbias, dy, N, c);
+           }
+           be.copy(y, x, N * D * sizeof(float));  // the two residual copies
+           be.copy(dx, x, N * D * sizeof(float));
+           be.fill_zero(dq, 4 * N * D * sizeof(float));            // datty, dq, dk, dv
+           be.fill_zero(dx, (3 * N * D + N * F) * sizeof(float));  // dqkv, dpre
+         }
+       }},
+      {"classifier (cross-entropy, dlogits)",
+       [&] {
+         be.cross_entropy(losses, logits, logits, tokens, N, V, Vp, 0.0f, 1.0f / N);
+         be.mean_loss(loss, losses, N);
+       }},
+      {"embedding",
+       [&] {
+         be.embedding_forward(y, tokens, w, w, B, T, D);
+         be.embedding_backward(dw, dwpe, dy, tokens, B, T, D);
+       }},
+  };
+  auto emit = [&](const std::string& group, double ms) {
+    std::printf(
+        "{\"impl\": \"engine\", \"arch\": \"%s\", \"device\": \"%s\", \"batch\": %d, "
+        "\"seq_len\": %d, \"group\": \"%s\", \"ms_per_step\": %.3f}\n",
+        name.c_str(), be.name(), s.batch, s.config.seq_len, group.c_str(), ms);
+    std::fflush(stdout);
+  };
+  double total = 0;
+  for (const auto& [group, run] : groups) {
+    const double ms = device_ms(be, run, reps);
+    total += ms;
+    emit(group, ms);
+  }
+  {
+    // AdamW over every parameter of the model in one multi-tensor launch (its tensors' sizes).
+    model::Gpt gpt(s.config, be);
+    const std::unique_ptr<optim::AdamWOps> adamw = optim::make_adamw_ops(be);
+    std::vector<optim::AdamWTensor> tensors;
+    float* m = buffer(gpt.table().total_numel());
+    float* vv = buffer(gpt.table().total_numel());
+    for (const auto& p : gpt.table().params()) {
+      optim::AdamWTensor t;
+      t.w = gpt.params().data<float>() + p.offset;
+      t.g = gpt.grads().data<float>() + p.offset;
+      t.m = m + p.offset;
+      t.v = vv + p.offset;
+      t.n = p.numel;
+      tensors.push_back(t);
+    }
+    const double ms = device_ms(
+        be, [&] { adamw->update(tensors); }, reps);
+    total += ms;
+    emit("adamw (multi-tensor, every parameter)", ms);
+  }
+  emit("sum of the groups", total);
   return 0;
 }
 
@@ -225,7 +390,7 @@ std::vector<std::string> split(const std::string& s) {
 }
 
 int run(int argc, char** argv) {
-  bool json = false, torch = true;
+  bool json = false, torch = true, op_groups = false;
   int steps = 3;
   std::string threads = "1,2", models = "gpt2,modern", child_model, script = TORCH_REFERENCE;
   std::string precisions = "fp32";
@@ -240,6 +405,8 @@ int run(int argc, char** argv) {
       json = true;
     } else if (a == "--no-torch") {
       torch = false;
+    } else if (a == "--op-groups") {
+      op_groups = true;
     } else if (a == "--steps") {
       steps = std::stoi(value());
     } else if (a == "--threads") {
@@ -261,6 +428,7 @@ int run(int argc, char** argv) {
   ENGINE_CHECK(steps > 0, "bench_model: --steps must be positive");
   ENGINE_CHECK(device == "cpu" || device == "cuda",
                "bench_model: --device must be cpu or cuda, got '" + device + "'");
+  ENGINE_CHECK(!op_groups || device == "cuda", "bench_model: --op-groups needs --device cuda");
   for (const auto& p : split(precisions))
     model::parse_precision(p);  // an unknown name fails here, naming it
   if (!child_model.empty()) return child(child_model, steps, precisions);
@@ -278,6 +446,7 @@ int run(int argc, char** argv) {
         cuda_measurement(name, steps, p);
         std::fflush(stdout);
       }
+      if (op_groups) cuda_op_groups(name, steps);
     }
     return 0;
   }

@@ -190,7 +190,7 @@ double time_attention(core::cpu::HeadParallel mode, int64_t B, int64_t H, int64_
                       int reps) {
   int64_t BH = B * H, n = BH * T * hd;
   std::vector<float> q(n), k(n), v(n), out(n), dout(n), dq(n), dk(n), dv(n);
-  std::vector<float> att(BH * T * T), datt(BH * T * T);
+  std::vector<float> lse(BH * T);
   for (int64_t i = 0; i < n; ++i) {
     q[i] = static_cast<float>(core::rng_normal(3, i));
     k[i] = static_cast<float>(core::rng_normal(4, i));
@@ -199,10 +199,10 @@ double time_attention(core::cpu::HeadParallel mode, int64_t B, int64_t H, int64_
   }
   float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   auto run = [&] {
-    core::cpu::attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), BH, T, hd,
+    core::cpu::attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), BH, T, hd,
                                  scale, mode);
-    core::cpu::attention_backward(dq.data(), dk.data(), dv.data(), datt.data(), dout.data(),
-                                  att.data(), q.data(), k.data(), v.data(), BH, T, hd, scale, mode);
+    core::cpu::attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), out.data(),
+                                  lse.data(), q.data(), k.data(), v.data(), BH, T, hd, scale, mode);
   };
   run();
   double best = 1e30;

@@ -8,8 +8,11 @@
 //   engine config-reference            the config keys as a Markdown table
 //   engine --print-config --config C   the effective config, then exit
 //   engine SUBCOMMAND --help           the subcommand's flags and their defaults
-// Usage and config errors found on every rank print once and exit with status 2; a failure on
-// some ranks aborts the job (comm/abort.h).
+// Exit status: 0 done; 2 refused before any work (a usage, config, data, checkpoint or init_from
+// error: nothing was written); 1 failed while running; 3 the model diverged (engine/
+// training_health.h); 143 / 130 stopped by SIGTERM / SIGINT after saving. An error every rank
+// finds is printed once by rank 0 and every rank exits with its status; an error on only some
+// ranks aborts the job naming them (comm/abort.h).
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -51,11 +54,23 @@
 
 namespace {
 
-// A command-line error: printed once (rank 0) without the abort banner, exit status 2.
-class UsageError : public std::runtime_error {
+// Input refused before any work (usage, config, data, checkpoint, init_from): exit status 2,
+// printed once when every rank has it (comm::run_guarded).
+constexpr int kExitRefused = 2;
+class UsageError : public comm::ExitStatusError {
  public:
-  using std::runtime_error::runtime_error;
+  explicit UsageError(const std::string& message) : comm::ExitStatusError(message, kExitRefused) {}
 };
+
+// Runs a step of the set-up; its errors are refusals (exit status 2), not failures.
+template <typename Fn>
+auto refused_on_error(Fn&& fn) {
+  try {
+    return fn();
+  } catch (const core::Error& e) {
+    throw UsageError(e.what());
+  }
+}
 
 // One flag of a subcommand: its value's name ("" for a switch), default ("" for none) and doc.
 struct Flag {
@@ -355,23 +370,12 @@ int run_sample(engine::Trainer& trainer, const Args& a) {
   return 0;
 }
 
-// True when no rank has an error; else false after rank 0 printed it (every rank has it) or
-// the job was aborted (only some ranks have one).
-bool agreed_ok(comm::Communicator& world, const std::string& error) {
-  int64_t failed = error.empty() ? 0 : 1;
-  world.all_reduce(&failed, 1, comm::ReduceOp::Sum);
-  if (failed == 0) return true;
-  if (failed < world.size() && !error.empty()) comm::abort_job(error);
-  if (failed == world.size() && world.rank() == 0) std::fprintf(stderr, "%s\n", error.c_str());
-  return false;
-}
-
 // Parses the command line and the config. Every rank reads the same arguments and files, so a
 // usage or config error normally shows on every rank: then rank 0 prints it once and every rank
 // exits with 2, without the MPI abort banner. Should only some ranks fail (a file that only some
-// nodes can read), they abort the job as any runtime failure does.
-bool parse_everywhere(int argc, char** argv, comm::Communicator& world, Args& a,
-                      engine::Config& config, std::string& checkpoint) {
+// nodes can read), they abort the job as any runtime failure does (comm::agree_no_error).
+bool parse_everywhere(int argc, char** argv, Args& a, engine::Config& config,
+                      std::string& checkpoint) {
   std::string error;
   try {
     a = parse_args(argc, argv);
@@ -379,7 +383,7 @@ bool parse_everywhere(int argc, char** argv, comm::Communicator& world, Args& a,
   } catch (const std::exception& e) {
     error = e.what();
   }
-  return agreed_ok(world, error);
+  return comm::agree_no_error(error);
 }
 
 // Where this rank computes and what moves its tensors: on a GPU its own CUDA backend and an
@@ -405,7 +409,7 @@ bool make_rank_device(const engine::Config& config, const comm::MpiSession& sess
   facts.local_size = session.node_ranks();
   facts.share_gpus = config.comm.device_collectives == "mpi";
   const engine::DeviceSelection chosen = engine::select_device(config.device, facts);
-  if (!agreed_ok(world, chosen.error)) return false;
+  if (!comm::agree_no_error(chosen.error)) return false;
   if (chosen.device.is_cpu()) {
     out.backend = &core::cpu_backend();
     out.tensors = &world;
@@ -418,29 +422,31 @@ bool make_rank_device(const engine::Config& config, const comm::MpiSession& sess
     return true;
   }
   out.cuda = core::make_cuda_backend(chosen.device.index);
-  out.device_comm = config.comm.device_collectives == "mpi"
-                        ? comm::make_staged(world, *out.cuda)
-                        : comm::make_nccl(mpi_world, chosen.device.index);
+  out.device_comm = config.comm.device_collectives == "mpi" ? comm::make_staged(world, *out.cuda)
+                                                            : comm::make_nccl(mpi_world, *out.cuda);
   out.backend = out.cuda.get();
   out.tensors = out.device_comm.get();
   return true;
 }
 
-// The trainer of a run; on a single process a setup error (data, shapes, batch geometry) is a
-// config error too: printed, exit status 2.
+// The trainer of a run; a setup error (data, shapes, batch geometry) is refused like a config
+// error: exit status 2.
 std::unique_ptr<engine::Trainer> make_trainer(const engine::Config& config,
                                               comm::Communicator& world, const RankDevice& device,
                                               bool with_train_data, bool with_val_data) {
-  auto make = [&] {
+  return refused_on_error([&] {
     return std::make_unique<engine::Trainer>(config, world, *device.tensors, *device.backend,
                                              with_train_data, with_val_data);
-  };
-  if (world.size() > 1) return make();
-  try {
-    return make();
-  } catch (const core::Error& e) {
-    throw UsageError(e.what());
-  }
+  });
+}
+
+// Rank 0's verdict on a step only it runs, shared: every rank learns whether it failed, and rank
+// 0 prints its error once.
+bool rank0_ok(comm::Communicator& world, const std::string& error) {
+  int64_t failed = error.empty() ? 0 : 1;
+  world.all_reduce(&failed, 1, comm::ReduceOp::Max);
+  if (failed != 0 && world.rank() == 0) std::fprintf(stderr, "%s\n", error.c_str());
+  return failed == 0;
 }
 
 // The largest number of validation tokens the whole split holds: every whole sequence of
@@ -458,7 +464,7 @@ int run(int argc, char** argv, const comm::MpiSession& session, comm::Communicat
   Args a;
   engine::Config config;
   std::string checkpoint;
-  if (!parse_everywhere(argc, argv, world_comm, a, config, checkpoint)) return 2;
+  if (!parse_everywhere(argc, argv, a, config, checkpoint)) return kExitRefused;
   if (a.command == "config-reference") {
     if (world_comm.rank() == 0) std::printf("%s", engine::config_reference_markdown().c_str());
     return 0;
@@ -472,8 +478,10 @@ int run(int argc, char** argv, const comm::MpiSession& session, comm::Communicat
   comm::WatchedCommunicator watched(world_comm, watchdog);
   comm::Communicator& world = watched;
   RankDevice device;  // outlives the trainer: its tensors live on this backend
-  if (!make_rank_device(config, session, world_comm, world, device)) return 2;
+  if (!make_rank_device(config, session, world_comm, world, device)) return kExitRefused;
   if (a.command == "train") {
+    for (const std::string& warning : engine::config_warnings(config))
+      spdlog::warn("{}", warning);  // rank 0's logger only
     engine::install_stop_signals();
     // A file-size limit then fails the write (EFBIG, reported with the file's name) instead of
     // killing the rank.
@@ -482,15 +490,20 @@ int run(int argc, char** argv, const comm::MpiSession& session, comm::Communicat
     // then every rank holds the lock for the whole run.
     const std::vector<std::string> dirs = {config.log.dir, config.checkpoint.dir};
     std::unique_ptr<engine::RunLock> lock;
+    std::string refused;
     if (world.rank() == 0) {
-      lock = std::make_unique<engine::RunLock>(dirs, engine::RunLock::Mode::Exclusive, 60.0);
-      lock->downgrade();
-      engine::prepare_fresh_start(config);
+      try {
+        lock = std::make_unique<engine::RunLock>(dirs, engine::RunLock::Mode::Exclusive, 60.0);
+        lock->downgrade();
+        engine::prepare_fresh_start(config);
+      } catch (const core::Error& e) {
+        refused = e.what();
+      }
     }
-    world.barrier();
+    if (!rank0_ok(world, refused)) return kExitRefused;
     if (world.rank() != 0)
       lock = std::make_unique<engine::RunLock>(dirs, engine::RunLock::Mode::Shared, 60.0);
-    engine::check_model_fits_memory(config);
+    refused_on_error([&] { engine::check_model_fits_memory(config); });
     std::unique_ptr<engine::Trainer> trainer = make_trainer(config, world, device, true, true);
     if (trainer->micro_rows() != config.train.micro_batch)
       spdlog::warn(
@@ -509,18 +522,23 @@ int run(int argc, char** argv, const comm::MpiSession& session, comm::Communicat
       // Every rank reached the same verdict from the same global values: one line, no abort.
       if (world.rank() == 0) spdlog::error("{}", diverged.what());
       return engine::TrainingDiverged::kExitStatus;
+    } catch (const core::Error& e) {
+      // Before the first step (resume, init_from): a refusal; after it, a failure.
+      if (!trainer->started()) throw UsageError(e.what());
+      throw;
     }
     return 0;
   }
-  engine::check_model_fits_memory(config);
+  refused_on_error([&] { engine::check_model_fits_memory(config); });
   const bool need_val = a.command == "eval";
   if (need_val && a.options.count("--all"))
-    config.train.val_tokens = whole_val_split_tokens(config, world.size());
+    config.train.val_tokens =
+        refused_on_error([&] { return whole_val_split_tokens(config, world.size()); });
   std::unique_ptr<engine::Trainer> trainer =
       make_trainer(config, world, device, /*with_train_data=*/false, need_val);
   // sample's standard output is the text alone.
   if (a.command != "sample") engine::log_rank_devices(world, *device.backend);
-  trainer->load_checkpoint(checkpoint, /*params_only=*/true);
+  refused_on_error([&] { trainer->load_checkpoint(checkpoint, /*params_only=*/true); });
   if (a.command == "eval") {
     const double loss = trainer->evaluate();
     spdlog::info("checkpoint {} step {}: val_loss:{:.4f} over {} tokens{}", checkpoint,
@@ -566,14 +584,7 @@ int main(int argc, char** argv) {
   int code = 0;
   {
     auto world = comm::make_mpi_world();
-    code = comm::run_guarded([&] {
-      try {
-        return run(argc, argv, session, *world);
-      } catch (const UsageError& e) {  // single process: see make_trainer
-        std::fprintf(stderr, "%s\n", e.what());
-        return 2;
-      }
-    });
+    code = comm::run_guarded([&] { return run(argc, argv, session, *world); });
   }
   return code;
 }

@@ -39,7 +39,7 @@ void print_usage() {
       "      separator before each document, as llm.c and modded-nanogpt do) into shards\n"
       "      PREFIX_000000.bin, PREFIX_000001.bin, ...; with a validation split into\n"
       "      PREFIX_train_000000.bin ... and PREFIX_val_000000.bin .... Prints documents,\n"
-      "      tokens, shards and tokens/s; progress on stderr while it runs.\n"
+      "      tokens, shards, tokens/s and peak memory; progress on stderr while it runs.\n"
       "  tokenize [options] --encode   UTF-8 text on stdin -> ids, space-separated on one line\n"
       "  tokenize [options] --decode   ids on stdin -> text on stdout\n"
       "\n"
@@ -74,6 +74,15 @@ std::string checked_text(std::string text, const std::string& name, bool replace
                                     std::to_string(bad) +
                                     " (--replace-invalid substitutes U+FFFD)");
   return data::replace_invalid_utf8(text);
+}
+
+// This process's peak resident memory in bytes (VmHWM: of this program alone, unlike
+// getrusage's, which counts a parent's pages when it was started by fork and exec); 0 if unknown.
+int64_t peak_memory_bytes() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;  // "N kB"
+  return 0;
 }
 
 // CPU time of this thread: the tokenizer's speed independent of other load on the machine.
@@ -254,6 +263,23 @@ int run_shards(const Options& opt) {
       progress.bytes = reader.bytes_read();
     }
   }
+  if (split && (train.tokens() == 0 || val->tokens() == 0)) {
+    // One side of the split would be empty: no shard file for it (the engine would find no
+    // data there) or stale files of an earlier run under its name.
+    char option[64];
+    if (opt.val_docs > 0)
+      std::snprintf(option, sizeof(option), "--val-docs %" PRId64, opt.val_docs);
+    else
+      std::snprintf(option, sizeof(option), "--val-fraction %g", opt.val_fraction);
+    std::fprintf(stderr,
+                 "tokenize: %s puts %" PRId64 " of the %" PRId64
+                 " documents into validation: the %s split would be empty, so no %s_%s shard "
+                 "is written; give %s\n",
+                 option, val_documents, documents, train.tokens() == 0 ? "training" : "validation",
+                 opt.output.c_str(), train.tokens() == 0 ? "train" : "val",
+                 train.tokens() == 0 ? "fewer validation documents" : "a larger validation share");
+    return 2;
+  }
   const int train_shards = train.finish();
   const int val_shards = val ? val->finish() : 0;
   const int64_t tokens = train.tokens() + (val ? val->tokens() : 0);
@@ -262,14 +288,16 @@ int run_shards(const Options& opt) {
   const double rate = seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0;
   const double cpu_rate =
       encode_cpu_seconds > 0 ? static_cast<double>(tokens) / encode_cpu_seconds : 0.0;
+  const int64_t peak_bytes = peak_memory_bytes();
   if (opt.json) {
     std::printf("{\"output\":%s,\"documents\":%" PRId64 ",\"tokens\":%" PRId64
                 ",\"shards\":%d,\"val_documents\":%" PRId64 ",\"val_tokens\":%" PRId64
                 ",\"val_shards\":%d,\"threads\":%d,\"total_seconds\":%.3f,"
-                "\"tokens_per_s\":%.0f,\"encode_cpu_seconds\":%.3f,\"tokens_per_cpu_s\":%.0f}\n",
+                "\"tokens_per_s\":%.0f,\"encode_cpu_seconds\":%.3f,\"tokens_per_cpu_s\":%.0f,"
+                "\"peak_memory_bytes\":%" PRId64 "}\n",
                 core::json_escape(opt.output).c_str(), documents, tokens, train_shards + val_shards,
                 val_documents, val ? val->tokens() : 0, val_shards, threads, seconds, rate,
-                encode_cpu_seconds.load(), cpu_rate);
+                encode_cpu_seconds.load(), cpu_rate, peak_bytes);
   } else {
     std::printf("%s: %" PRId64 " documents, %" PRId64 " tokens, %d shard(s)", opt.output.c_str(),
                 documents, tokens, train_shards + val_shards);
@@ -277,8 +305,8 @@ int run_shards(const Options& opt) {
       std::printf(" (validation: %" PRId64 " documents, %" PRId64 " tokens, %d shard(s))",
                   val_documents, val->tokens(), val_shards);
     std::printf("; %.3f s, %.0f tokens/s on %d thread(s)\n", seconds, rate, threads);
-    std::printf("encode CPU time %.3f s: %.0f tokens per CPU-second\n", encode_cpu_seconds.load(),
-                cpu_rate);
+    std::printf("encode CPU time %.3f s: %.0f tokens per CPU-second; peak memory %.1f MiB\n",
+                encode_cpu_seconds.load(), cpu_rate, static_cast<double>(peak_bytes) / (1 << 20));
   }
   return 0;
 }

@@ -36,16 +36,16 @@ void CpuBackend::rotary_backward(float* dinp, const float* dout, int64_t BH, int
   cpu::rotary_backward(dinp, dout, BH, T, hd, base);
 }
 
-void CpuBackend::attention_forward(float* out, float* att, const float* q, const float* k,
+void CpuBackend::attention_forward(float* out, float* lse, const float* q, const float* k,
                                    const float* v, int64_t BH, int64_t T, int64_t hd, float scale) {
-  cpu::attention_forward(out, att, q, k, v, BH, T, hd, scale);
+  cpu::attention_forward(out, lse, q, k, v, BH, T, hd, scale);
 }
 
-void CpuBackend::attention_backward(float* dq, float* dk, float* dv, float* datt, const float* dout,
-                                    const float* att, const float* q, const float* k,
-                                    const float* v, int64_t BH, int64_t T, int64_t hd,
-                                    float scale) {
-  cpu::attention_backward(dq, dk, dv, datt, dout, att, q, k, v, BH, T, hd, scale);
+void CpuBackend::attention_backward(float* dq, float* dk, float* dv, const float* dout,
+                                    const float* out, const float* lse, const float* q,
+                                    const float* k, const float* v, int64_t BH, int64_t T,
+                                    int64_t hd, float scale) {
+  cpu::attention_backward(dq, dk, dv, dout, out, lse, q, k, v, BH, T, hd, scale);
 }
 
 }  // namespace core

@@ -62,10 +62,10 @@ class CpuBackend final : public Backend {
                       float base) override;
   void rotary_backward(float* dinp, const float* dout, int64_t BH, int64_t T, int64_t hd,
                        float base) override;
-  void attention_forward(float* out, float* att, const float* q, const float* k, const float* v,
+  void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                          int64_t BH, int64_t T, int64_t hd, float scale) override;
-  void attention_backward(float* dq, float* dk, float* dv, float* datt, const float* dout,
-                          const float* att, const float* q, const float* k, const float* v,
+  void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                          const float* lse, const float* q, const float* k, const float* v,
                           int64_t BH, int64_t T, int64_t hd, float scale) override;
   void cross_entropy(float* losses, float* dlogits, const float* logits, const int32_t* targets,
                      int64_t N, int64_t V, int64_t Vp, float softcap, float dloss_scale) override;
@@ -103,6 +103,9 @@ class CpuBackend final : public Backend {
   void reverse_columns(float* out, const float* src, int64_t rows, int64_t cols) override;
   void canonicalize_column_signs(float* q, int64_t rows, int64_t cols) override;
   double sum_squares_in_order(const float* x, int64_t n) override;
+
+  TimeMark mark() override;
+  double elapsed_ms(const TimeMark& from, const TimeMark& to) override;
 };
 
 }  // namespace core

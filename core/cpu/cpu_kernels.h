@@ -16,6 +16,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/attention_tiles.h"
 #include "core/backend.h"
 #include "core/check.h"
 #include "core/cpu/cpu_gemm.h"
@@ -481,20 +482,40 @@ void for_each_head(int64_t BH, HeadParallel mode, Fn fn) {
 // upper triangle except inside the diagonal block (about (nb + 1) / (2 nb) of the full work).
 inline constexpr int64_t kAttnBlock = 64;
 
-// S = scale Q K^T, P = causal row softmax of S (zero above the diagonal), out = P V.
+// One scratch buffer per OpenMP thread for the score blocks of the head that thread works on:
+// [kAttnBlock, T] each, freed when the call returns (nothing [T, T] outlives a call).
 template <typename T>
-void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, int64_t BH, int64_t T_,
+class PerThreadScratch {
+ public:
+  explicit PerThreadScratch(int64_t count)
+      : count_(count), buffers_(static_cast<size_t>(omp_get_max_threads())) {}
+  T* get() {
+    std::vector<T>& b = buffers_.at(static_cast<size_t>(omp_get_thread_num()));
+    if (b.empty()) b.resize(static_cast<size_t>(count_));
+    return b.data();
+  }
+
+ private:
+  int64_t count_;
+  std::vector<std::vector<T>> buffers_;
+};
+
+// S = scale Q K^T, P = causal row softmax of S, out = P V; lse [BH, T] gets each row's
+// log-sum-exp of its visible scores, from which the backward recomputes P.
+template <typename T>
+void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, int64_t BH, int64_t T_,
                        int64_t hd, T scale, HeadParallel mode = HeadParallel::kAuto) {
+  PerThreadScratch<T> scratch(kAttnBlock * T_);
   for_each_head(BH, mode, [&](int64_t h) {
     const T* qh = q + h * T_ * hd;
     const T* kh = k + h * T_ * hd;
     const T* vh = v + h * T_ * hd;
-    T* p = att + h * T_ * T_;
+    T* p = scratch.get();  // rows x r1 scores, then probabilities, row stride r1
     for (int64_t r0 = 0; r0 < T_; r0 += kAttnBlock) {
       int64_t r1 = std::min(T_, r0 + kAttnBlock), rows = r1 - r0;
-      blas_gemm(false, true, rows, r1, hd, scale, qh + r0 * hd, hd, kh, hd, T(0), p + r0 * T_, T_);
+      blas_gemm(false, true, rows, r1, hd, scale, qh + r0 * hd, hd, kh, hd, T(0), p, r1);
       for (int64_t t = r0; t < r1; ++t) {
-        T* row = p + t * T_;
+        T* row = p + (t - r0) * r1;
         T mx = row_max(row, t + 1);
         T s = T(0);
 #pragma omp simd reduction(+ : s)
@@ -502,49 +523,64 @@ void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, int64
           row[j] = FastMath::exp(row[j] - mx);
           s += row[j];
         }
+        lse[h * T_ + t] = mx + std::log(s);
         T inv = T(1) / s;
         for (int64_t j = 0; j <= t; ++j)
           row[j] *= inv;
-        for (int64_t j = t + 1; j < T_; ++j)
+        for (int64_t j = t + 1; j < r1; ++j)
           row[j] = T(0);
       }
-      blas_gemm(false, false, rows, hd, r1, T(1), p + r0 * T_, T_, vh, hd, T(0),
-                out + (h * T_ + r0) * hd, hd);
+      blas_gemm(false, false, rows, hd, r1, T(1), p, r1, vh, hd, T(0), out + (h * T_ + r0) * hd,
+                hd);
     }
   });
 }
 
-// Per query block [r0, r1) (keys [0, r1)): dV += P^T dO, dP = dO V^T,
-// dS = P (dP - rowsum(P dP)), dQ += scale dS K, dK += scale dS^T Q.
+// Per query block [r0, r1) (keys [0, r1)), from the forward's out and lse: P = exp(scale Q K^T -
+// lse) recomputed, dV += P^T dO, dP = dO V^T, dS = P (dP - delta) with delta_t = dO_t . out_t,
+// dQ += scale dS K, dK += scale dS^T Q.
 template <typename T>
-void attention_backward(T* dq, T* dk, T* dv, T* datt, const T* dout, const T* att, const T* q,
+void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const T* lse, const T* q,
                         const T* k, const T* v, int64_t BH, int64_t T_, int64_t hd, T scale,
                         HeadParallel mode = HeadParallel::kAuto) {
+  PerThreadScratch<T> scratch(2 * kAttnBlock * T_);
   for_each_head(BH, mode, [&](int64_t h) {
     int64_t off = h * T_ * hd;
-    const T* p = att + h * T_ * T_;
-    T* ds = datt + h * T_ * T_;
+    T* p = scratch.get();         // probabilities, row stride r1
+    T* ds = p + kAttnBlock * T_;  // dP, then dS
     for (int64_t r0 = 0; r0 < T_; r0 += kAttnBlock) {
       int64_t r1 = std::min(T_, r0 + kAttnBlock), rows = r1 - r0;
-      const T* pb = p + r0 * T_;
-      T* db = ds + r0 * T_;
       const T* gb = dout + off + r0 * hd;
-      blas_gemm(true, false, r1, hd, rows, T(1), pb, T_, gb, hd, T(1), dv + off, hd);
-      blas_gemm(false, true, rows, r1, hd, T(1), gb, hd, v + off, hd, T(0), db, T_);
+      blas_gemm(false, true, rows, r1, hd, scale, q + off + r0 * hd, hd, k + off, hd, T(0), p, r1);
       for (int64_t t = r0; t < r1; ++t) {
-        const T* prow = p + t * T_;
-        T* drow = ds + t * T_;
-        T dot = T(0);
+        T* row = p + (t - r0) * r1;
+        const T row_lse = lse[h * T_ + t];
+#pragma omp simd
         for (int64_t j = 0; j <= t; ++j)
-          dot += prow[j] * drow[j];
+          row[j] = FastMath::exp(row[j] - row_lse);
+        for (int64_t j = t + 1; j < r1; ++j)
+          row[j] = T(0);
+      }
+      blas_gemm(true, false, r1, hd, rows, T(1), p, r1, gb, hd, T(1), dv + off, hd);
+      blas_gemm(false, true, rows, r1, hd, T(1), gb, hd, v + off, hd, T(0), ds, r1);
+      for (int64_t t = r0; t < r1; ++t) {
+        const T* prow = p + (t - r0) * r1;
+        T* drow = ds + (t - r0) * r1;
+        const T* o = out + off + t * hd;
+        const T* g = dout + off + t * hd;
+        T delta = T(0);
+#pragma omp simd reduction(+ : delta)
+        for (int64_t d = 0; d < hd; ++d)
+          delta += g[d] * o[d];
+#pragma omp simd
         for (int64_t j = 0; j <= t; ++j)
-          drow[j] = prow[j] * (drow[j] - dot);
-        for (int64_t j = t + 1; j < T_; ++j)
+          drow[j] = kmath::attention_dscore(prow[j], drow[j], delta);
+        for (int64_t j = t + 1; j < r1; ++j)
           drow[j] = T(0);
       }
-      blas_gemm(false, false, rows, hd, r1, scale, db, T_, k + off, hd, T(1), dq + off + r0 * hd,
+      blas_gemm(false, false, rows, hd, r1, scale, ds, r1, k + off, hd, T(1), dq + off + r0 * hd,
                 hd);
-      blas_gemm(true, false, r1, hd, rows, scale, db, T_, q + off + r0 * hd, hd, T(1), dk + off,
+      blas_gemm(true, false, r1, hd, rows, scale, ds, r1, q + off + r0 * hd, hd, T(1), dk + off,
                 hd);
     }
   });

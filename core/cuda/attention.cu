@@ -1,9 +1,13 @@
 // The CUDA backend's attention family (core/ops/attention.h): head layout, rotary positions
-// (kernel_math.h) and causal attention as cuBLAS batched GEMMs around a row-wise causal softmax.
+// (kernel_math.h) and causal attention as fused tiled kernels that keep no [T, T] in memory: an
+// online-softmax forward saving each row's log-sum-exp, and a backward that recomputes the
+// probabilities tile by tile (the math and tiling of core/attention_tiles.h).
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <string>
 
+#include "core/attention_tiles.h"
 #include "core/check.h"
 #include "core/cuda/cuda_backend.h"
 #include "core/cuda/cuda_launch.cuh"
@@ -12,14 +16,12 @@
 
 namespace core {
 
-using cuda_detail::block_allreduce;
 using cuda_detail::check_sizes;
+using cuda_detail::DeviceBuffer;
 using cuda_detail::first_index;
 using cuda_detail::grid_for;
-using cuda_detail::grid_rows;
 using cuda_detail::grid_stride;
 using cuda_detail::kThreads;
-using cuda_detail::Sum;
 
 namespace {
 
@@ -94,35 +96,373 @@ __global__ void rotary_kernel(float* out, const float* inp, int64_t T, int64_t h
   }
 }
 
-// Row (bh, i) of the scaled scores att [BH, T, T] -> causal softmax over columns j <= i, zeros
-// above the diagonal. One block per row.
-__global__ void causal_softmax_kernel(float* att, int64_t T) {
-  const int64_t row = blockIdx.x;
-  const int64_t i = row % T;
-  float* p = att + row * T;
-  kmath::OnlineSoftmax<float> norm;
-  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x)
-    norm.add(p[j]);
-  norm = block_allreduce(norm);
-  const float lse = norm.log_sum_exp();
-  for (int64_t j = threadIdx.x; j < T; j += blockDim.x)
-    p[j] = j <= i ? expf(p[j] - lse) : 0.0f;
+// ---- causal attention ---------------------------------------------------------------------------
+//
+// Every kernel works on square tiles of kTile queries by kTile keys of one head with 256 threads
+// as a 16 x 16 grid: thread (ty, tx) owns rows 4 ty .. 4 ty + 3 of a tile and columns tx + 16 j
+// of a tile's score block or of the head dimension. Operands sit in shared memory row-major with
+// one float of padding per row, so both the row-wise and the column-wise reads of tile_mma hit
+// distinct banks. The head dimension is padded with zeros to HD (32, 64 or 128).
+
+constexpr int kTile = 64;
+constexpr int kTileThreads = 256;
+constexpr int kTileLd = kTile + 1;  // row stride of a score tile in shared memory
+
+// Row stride of a [kTile, HD] operand tile in shared memory.
+template <int HD>
+constexpr int head_ld() {
+  return HD + 1;
 }
 
-// In place: datt (gradient w.r.t. the probabilities) -> gradient w.r.t. the scaled scores,
-// d_j = p_j (datt_j - sum_{l <= i} datt_l p_l) for j <= i, 0 above the diagonal.
-__global__ void causal_softmax_backward_kernel(float* datt, const float* att, int64_t T) {
-  const int64_t row = blockIdx.x;
-  const int64_t i = row % T;
-  float* d = datt + row * T;
-  const float* p = att + row * T;
-  Sum<float> s;
-  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x)
-    s.value += d[j] * p[j];
-  s = block_allreduce(s);
-  for (int64_t j = threadIdx.x; j < T; j += blockDim.x) {
-    d[j] = j <= i ? p[j] * (d[j] - s.value) : 0.0f;
+__device__ inline int tile_ty() {
+  return static_cast<int>(threadIdx.x) / 16;
+}
+__device__ inline int tile_tx() {
+  return static_cast<int>(threadIdx.x) % 16;
+}
+
+// acc[i][j] += sum_{x < kk} A(4 ty + i, x) B(x, tx + 16 j), A(r, x) = a[r lda + x] and
+// B(x, c) = b[c ldb + x] when kBT (B stored transposed) else b[x ldb + c].
+template <int NC, bool kBT>
+__device__ inline void tile_mma(float (&acc)[4][NC], const float* a, int lda, const float* b,
+                                int ldb, int kk) {
+  const int r = 4 * tile_ty(), c = tile_tx();
+#pragma unroll 4
+  for (int x = 0; x < kk; ++x) {
+    float av[4], bv[NC];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      av[i] = a[(r + i) * lda + x];
+#pragma unroll
+    for (int j = 0; j < NC; ++j)
+      bv[j] = kBT ? b[(c + 16 * j) * ldb + x] : b[x * ldb + c + 16 * j];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < NC; ++j)
+        acc[i][j] += av[i] * bv[j];
   }
+}
+
+template <int NC>
+__device__ inline void tile_zero(float (&acc)[4][NC]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < NC; ++j)
+      acc[i][j] = 0.0f;
+}
+
+// Rows [row0, row0 + kTile) of a head's [T, hd] tensor into a [kTile, HD] shared tile; rows past
+// T and columns past hd read as zero.
+template <int HD>
+__device__ inline void load_rows(float* dst, const float* src, int64_t row0, int64_t T,
+                                 int64_t hd) {
+  for (int idx = threadIdx.x; idx < kTile * HD; idx += kTileThreads) {
+    const int r = idx / HD, d = idx % HD;
+    const int64_t row = row0 + r;
+    dst[r * head_ld<HD>() + d] = row < T && d < hd ? src[row * hd + d] : 0.0f;
+  }
+}
+
+// The key and value rows [c0, c0 + kTile) of a head into shared memory, once every thread is
+// done with the previous tile (and with what it computed from it); visible to all on return.
+template <int HD>
+__device__ inline void next_key_tile(float* sk, float* sv, const float* k, const float* v,
+                                     int64_t c0, int64_t T, int64_t hd) {
+  __syncthreads();
+  load_rows<HD>(sk, k, c0, T, hd);
+  load_rows<HD>(sv, v, c0, T, hd);
+  __syncthreads();
+}
+
+// Rows [row0, row0 + kTile) of a per-row statistic (lse or delta), zero past T.
+__device__ inline void load_stat(float* dst, const float* src, int64_t row0, int64_t T) {
+  for (int r = threadIdx.x; r < kTile; r += kTileThreads)
+    dst[r] = row0 + r < T ? src[row0 + r] : 0.0f;
+}
+
+// Adds factor * acc (tile rows 4 ty + i, head columns tx + 16 j) into a head's [T, hd] tensor.
+template <int NH>
+__device__ inline void add_rows(float* dst, const float (&acc)[4][NH], int64_t row0, int64_t T,
+                                int64_t hd, float factor) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int64_t row = row0 + 4 * tile_ty() + i;
+    if (row >= T) continue;
+#pragma unroll
+    for (int j = 0; j < NH; ++j) {
+      const int d = tile_tx() + 16 * j;
+      if (d < hd) dst[row * hd + d] += factor * acc[i][j];
+    }
+  }
+}
+
+// The max and the sum of a row over the 16 threads sharing it (lanes of one half-warp); every
+// one of them gets the same bits.
+__device__ inline float row_group_max(float v) {
+#pragma unroll
+  for (int mask = 8; mask > 0; mask >>= 1)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, mask));
+  return v;
+}
+__device__ inline float row_group_sum(float v) {
+#pragma unroll
+  for (int mask = 8; mask > 0; mask >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, mask);
+  return v;
+}
+
+// One block per (head, query tile): scan the key tiles up to the diagonal with an online softmax
+// per row; out = acc / sum and lse = max + log(sum).
+template <int HD>
+__global__ void __launch_bounds__(kTileThreads)
+    flash_forward_kernel(float* out, float* lse, const float* q, const float* k, const float* v,
+                         int64_t T, int64_t hd, float scale) {
+  constexpr int NH = HD / 16, ld = head_ld<HD>();
+  extern __shared__ float smem[];
+  float* sq = smem;
+  float* sk = sq + kTile * ld;
+  float* sv = sk + kTile * ld;
+  float* sp = sv + kTile * ld;  // [kTile, kTileLd] probabilities (unnormalised)
+  const int64_t head = blockIdx.x, r0 = static_cast<int64_t>(blockIdx.y) * kTile;
+  const int64_t off = head * T * hd;
+  const int ty = tile_ty(), tx = tile_tx();
+  load_rows<HD>(sq, q + off, r0, T, hd);
+  kmath::FlashRow<float> row[4];
+  float acc[4][NH];
+  tile_zero(acc);
+  const int64_t key_end = kmath::causal_key_end(r0, kTile, T);
+  for (int64_t c0 = 0; c0 < key_end; c0 += kTile) {
+    next_key_tile<HD>(sk, sv, k + off, v + off, c0, T, hd);
+    float s[4][4];
+    tile_zero(s);
+    tile_mma<4, true>(s, sq, ld, sk, ld, HD);
+    const bool masked = kmath::tile_needs_mask(r0, kTile, c0, kTile, T);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t qi = r0 + 4 * ty + i;
+      float tile_max = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const bool seen = !masked || kmath::causal_visible(qi, c0 + tx + 16 * j, T);
+        s[i][j] = seen ? s[i][j] * scale : -INFINITY;
+        tile_max = fmaxf(tile_max, s[i][j]);
+      }
+      const float alpha = row[i].advance(row_group_max(tile_max));
+#pragma unroll
+      for (int j = 0; j < NH; ++j)
+        acc[i][j] *= alpha;
+      float part = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float p = s[i][j] == -INFINITY ? 0.0f : row[i].weight(s[i][j]);
+        sp[(4 * ty + i) * kTileLd + tx + 16 * j] = p;
+        part += p;
+      }
+      row[i].sum += row_group_sum(part);
+    }
+    __syncthreads();
+    tile_mma<NH, false>(acc, sp, kTileLd, sv, ld, kTile);
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int64_t qi = r0 + 4 * ty + i;
+    if (qi >= T) continue;
+    const float inv = 1.0f / row[i].sum;
+#pragma unroll
+    for (int j = 0; j < NH; ++j) {
+      const int d = tx + 16 * j;
+      if (d < hd) out[off + qi * hd + d] = acc[i][j] * inv;
+    }
+    if (tx == 0) lse[head * T + qi] = row[i].log_sum_exp();
+  }
+}
+
+// delta[row] = dout[row] . out[row], one warp per row of [rows, hd].
+__global__ void attention_delta_kernel(float* delta, const float* dout, const float* out,
+                                       int64_t rows, int64_t hd) {
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+  const int lane = threadIdx.x % 32;
+  for (int64_t row = first_index() / 32; row < rows; row += warps) {
+    float s = 0.0f;
+    for (int64_t d = lane; d < hd; d += 32)
+      s += dout[row * hd + d] * out[row * hd + d];
+    for (int mask = 16; mask > 0; mask >>= 1)
+      s += __shfl_xor_sync(0xffffffffu, s, mask);
+    if (lane == 0) delta[row] = s;
+  }
+}
+
+// One block per (head, key tile): over the query tiles that see it, recompute p^T for its keys,
+// dv += p^T dout, dp^T = v dout^T, ds^T = p^T (dp^T - delta), dk += scale ds^T q.
+template <int HD>
+__global__ void __launch_bounds__(kTileThreads)
+    flash_backward_kv_kernel(float* dk, float* dv, const float* dout, const float* lse,
+                             const float* delta, const float* q, const float* k, const float* v,
+                             int64_t T, int64_t hd, float scale) {
+  constexpr int NH = HD / 16, ld = head_ld<HD>();
+  extern __shared__ float smem[];
+  float* sk = smem;
+  float* sv = sk + kTile * ld;
+  float* sq = sv + kTile * ld;
+  float* sg = sq + kTile * ld;  // dout
+  float* sp = sg + kTile * ld;  // [keys, queries]: p^T, then ds^T
+  float* slse = sp + kTile * kTileLd;
+  float* sdelta = slse + kTile;
+  const int64_t head = blockIdx.x, c0 = static_cast<int64_t>(blockIdx.y) * kTile;
+  const int64_t off = head * T * hd;
+  const int ty = tile_ty(), tx = tile_tx();
+  load_rows<HD>(sk, k + off, c0, T, hd);
+  load_rows<HD>(sv, v + off, c0, T, hd);
+  float dk_acc[4][NH], dv_acc[4][NH];
+  tile_zero(dk_acc);
+  tile_zero(dv_acc);
+  const int64_t query_tiles = (T + kTile - 1) / kTile;
+  for (int64_t tile = kmath::causal_first_query_tile(c0, kTile); tile < query_tiles; ++tile) {
+    const int64_t r0 = tile * kTile;
+    __syncthreads();  // the previous tile's sq, sg, sp are consumed
+    load_rows<HD>(sq, q + off, r0, T, hd);
+    load_rows<HD>(sg, dout + off, r0, T, hd);
+    load_stat(slse, lse + head * T, r0, T);
+    load_stat(sdelta, delta + head * T, r0, T);
+    __syncthreads();
+    float p[4][4];  // p^T: rows are keys, columns queries
+    tile_zero(p);
+    tile_mma<4, true>(p, sk, ld, sq, ld, HD);
+    const bool masked = kmath::tile_needs_mask(r0, kTile, c0, kTile, T);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int qi = tx + 16 * j;
+        const bool seen = !masked || kmath::causal_visible(r0 + qi, c0 + 4 * ty + i, T);
+        p[i][j] = seen ? kmath::attention_prob(p[i][j] * scale, slse[qi]) : 0.0f;
+        sp[(4 * ty + i) * kTileLd + qi] = p[i][j];
+      }
+    }
+    __syncthreads();
+    tile_mma<NH, false>(dv_acc, sp, kTileLd, sg, ld, kTile);
+    float dp[4][4];
+    tile_zero(dp);
+    tile_mma<4, true>(dp, sv, ld, sg, ld, HD);
+    __syncthreads();  // every thread is done reading p^T from sp
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int qi = tx + 16 * j;
+        sp[(4 * ty + i) * kTileLd + qi] = kmath::attention_dscore(p[i][j], dp[i][j], sdelta[qi]);
+      }
+    }
+    __syncthreads();
+    tile_mma<NH, false>(dk_acc, sp, kTileLd, sq, ld, kTile);
+  }
+  add_rows(dk + off, dk_acc, c0, T, hd, scale);
+  add_rows(dv + off, dv_acc, c0, T, hd, 1.0f);
+}
+
+// One block per (head, query tile): over its key tiles, recompute p, dp = dout v^T,
+// ds = p (dp - delta), dq += scale ds k.
+template <int HD>
+__global__ void __launch_bounds__(kTileThreads)
+    flash_backward_q_kernel(float* dq, const float* dout, const float* lse, const float* delta,
+                            const float* q, const float* k, const float* v, int64_t T, int64_t hd,
+                            float scale) {
+  constexpr int NH = HD / 16, ld = head_ld<HD>();
+  extern __shared__ float smem[];
+  float* sq = smem;
+  float* sg = sq + kTile * ld;  // dout
+  float* sk = sg + kTile * ld;
+  float* sv = sk + kTile * ld;
+  float* sds = sv + kTile * ld;  // [queries, keys]
+  float* slse = sds + kTile * kTileLd;
+  float* sdelta = slse + kTile;
+  const int64_t head = blockIdx.x, r0 = static_cast<int64_t>(blockIdx.y) * kTile;
+  const int64_t off = head * T * hd;
+  const int ty = tile_ty(), tx = tile_tx();
+  load_rows<HD>(sq, q + off, r0, T, hd);
+  load_rows<HD>(sg, dout + off, r0, T, hd);
+  load_stat(slse, lse + head * T, r0, T);
+  load_stat(sdelta, delta + head * T, r0, T);
+  float dq_acc[4][NH];
+  tile_zero(dq_acc);
+  const int64_t key_end = kmath::causal_key_end(r0, kTile, T);
+  for (int64_t c0 = 0; c0 < key_end; c0 += kTile) {
+    next_key_tile<HD>(sk, sv, k + off, v + off, c0, T, hd);
+    float p[4][4], dp[4][4];
+    tile_zero(p);
+    tile_zero(dp);
+    tile_mma<4, true>(p, sq, ld, sk, ld, HD);
+    tile_mma<4, true>(dp, sg, ld, sv, ld, HD);
+    const bool masked = kmath::tile_needs_mask(r0, kTile, c0, kTile, T);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = 4 * ty + i;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int c = tx + 16 * j;
+        const bool seen = !masked || kmath::causal_visible(r0 + r, c0 + c, T);
+        const float prob = seen ? kmath::attention_prob(p[i][j] * scale, slse[r]) : 0.0f;
+        sds[r * kTileLd + c] = kmath::attention_dscore(prob, dp[i][j], sdelta[r]);
+      }
+    }
+    __syncthreads();
+    tile_mma<NH, false>(dq_acc, sds, kTileLd, sk, ld, kTile);
+  }
+  add_rows(dq + off, dq_acc, r0, T, hd, scale);
+}
+
+// Shared memory of the three kernels for head dimension HD, in bytes.
+template <int HD>
+constexpr size_t forward_smem() {
+  return sizeof(float) * (3 * kTile * head_ld<HD>() + kTile * kTileLd);
+}
+template <int HD>
+constexpr size_t backward_smem() {
+  return sizeof(float) * (4 * kTile * head_ld<HD>() + kTile * kTileLd + 2 * kTile);
+}
+
+// Launches `kernel` on a (BH, tiles) grid with `smem` bytes of dynamic shared memory.
+template <typename Kernel, typename... Args>
+void launch_tiles(Kernel kernel, size_t smem, int64_t BH, int64_t T, cudaStream_t stream,
+                  Args... args) {
+  ENGINE_CUDA_CALL(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  const dim3 grid(static_cast<unsigned>(BH), static_cast<unsigned>((T + kTile - 1) / kTile));
+  kernel<<<grid, kTileThreads, smem, stream>>>(args...);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+// The padded head dimension the kernels are instantiated for: 32, 64 or 128.
+int padded_head_dim(int64_t hd, const std::string& op) {
+  ENGINE_CHECK(hd >= 1 && hd <= 128, op + ": head dimension " + std::to_string(hd) +
+                                         " is outside the [1, 128] the attention kernels cover");
+  return hd <= 32 ? 32 : hd <= 64 ? 64 : 128;
+}
+
+// The grid's limits: BH in x, the tiles of T in y.
+void check_attention_grid(int64_t BH, int64_t T, const std::string& op) {
+  ENGINE_CHECK(BH <= INT_MAX && (T + kTile - 1) / kTile <= 65535,
+               op + ": " + std::to_string(BH) + " heads of length " + std::to_string(T) +
+                   " exceed one launch");
+}
+
+template <int HD>
+void flash_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                   int64_t BH, int64_t T, int64_t hd, float scale, cudaStream_t stream) {
+  launch_tiles(flash_forward_kernel<HD>, forward_smem<HD>(), BH, T, stream, out, lse, q, k, v, T,
+               hd, scale);
+}
+
+template <int HD>
+void flash_backward(float* dq, float* dk, float* dv, const float* dout, const float* lse,
+                    const float* delta, const float* q, const float* k, const float* v, int64_t BH,
+                    int64_t T, int64_t hd, float scale, cudaStream_t stream) {
+  launch_tiles(flash_backward_kv_kernel<HD>, backward_smem<HD>(), BH, T, stream, dk, dv, dout, lse,
+               delta, q, k, v, T, hd, scale);
+  launch_tiles(flash_backward_q_kernel<HD>, backward_smem<HD>(), BH, T, stream, dq, dout, lse,
+               delta, q, k, v, T, hd, scale);
 }
 
 }  // namespace
@@ -187,87 +527,47 @@ void CudaBackend::rotary_backward(float* dinp, const float* dout, int64_t BH, in
   ENGINE_CUDA_LAUNCHED();
 }
 
-void CudaBackend::attention_forward(float* out, float* att, const float* q, const float* k,
+void CudaBackend::attention_forward(float* out, float* lse, const float* q, const float* k,
                                     const float* v, int64_t BH, int64_t T, int64_t hd,
                                     float scale) {
-  check_sizes(name_ + ": attention_forward", {BH, T, hd});
+  const std::string op = name_ + ": attention_forward";
+  check_sizes(op, {BH, T, hd});
   if (BH == 0 || T == 0) return;
-  // att = scale * q k^T per head: [T, hd] x [hd, T].
-  gemm({.trans_b = true,
-        .m = T,
-        .n = T,
-        .k = hd,
-        .alpha = scale,
-        .batch = BH,
-        .stride_a = T * hd,
-        .stride_b = T * hd,
-        .stride_c = T * T},
-       q, k, att);
-  causal_softmax_kernel<<<grid_rows(BH * T, "attention_forward"), kThreads, 0, stream_>>>(att, T);
-  ENGINE_CUDA_LAUNCHED();
-  // out = att v: [T, T] x [T, hd].
-  gemm({.m = T,
-        .n = hd,
-        .k = T,
-        .batch = BH,
-        .stride_a = T * T,
-        .stride_b = T * hd,
-        .stride_c = T * hd},
-       att, v, out);
+  check_attention_grid(BH, T, op);
+  switch (padded_head_dim(hd, op)) {
+    case 32:
+      return flash_forward<32>(out, lse, q, k, v, BH, T, hd, scale, stream_);
+    case 64:
+      return flash_forward<64>(out, lse, q, k, v, BH, T, hd, scale, stream_);
+    default:
+      return flash_forward<128>(out, lse, q, k, v, BH, T, hd, scale, stream_);
+  }
 }
 
-void CudaBackend::attention_backward(float* dq, float* dk, float* dv, float* datt,
-                                     const float* dout, const float* att, const float* q,
+void CudaBackend::attention_backward(float* dq, float* dk, float* dv, const float* dout,
+                                     const float* out, const float* lse, const float* q,
                                      const float* k, const float* v, int64_t BH, int64_t T,
                                      int64_t hd, float scale) {
-  check_sizes(name_ + ": attention_backward", {BH, T, hd});
+  const std::string op = name_ + ": attention_backward";
+  check_sizes(op, {BH, T, hd});
   if (BH == 0 || T == 0) return;
-  // dv += att^T dout.
-  gemm({.trans_a = true,
-        .m = T,
-        .n = hd,
-        .k = T,
-        .beta = 1.0f,
-        .batch = BH,
-        .stride_a = T * T,
-        .stride_b = T * hd,
-        .stride_c = T * hd},
-       att, dout, dv);
-  // datt = dout v^T, then through the causal softmax to the scaled scores.
-  gemm({.trans_b = true,
-        .m = T,
-        .n = T,
-        .k = hd,
-        .batch = BH,
-        .stride_a = T * hd,
-        .stride_b = T * hd,
-        .stride_c = T * T},
-       dout, v, datt);
-  causal_softmax_backward_kernel<<<grid_rows(BH * T, "attention_backward"), kThreads, 0, stream_>>>(
-      datt, att, T);
+  check_attention_grid(BH, T, op);
+  const int padded = padded_head_dim(hd, op);
+  DeviceBuffer<float> delta(allocator_, BH * T);
+  attention_delta_kernel<<<grid_for(BH * T * 32), kThreads, 0, stream_>>>(delta.get(), dout, out,
+                                                                          BH * T, hd);
   ENGINE_CUDA_LAUNCHED();
-  // scores = scale q k^T: dq += scale dS k, dk += scale dS^T q.
-  gemm({.m = T,
-        .n = hd,
-        .k = T,
-        .alpha = scale,
-        .beta = 1.0f,
-        .batch = BH,
-        .stride_a = T * T,
-        .stride_b = T * hd,
-        .stride_c = T * hd},
-       datt, k, dq);
-  gemm({.trans_a = true,
-        .m = T,
-        .n = hd,
-        .k = T,
-        .alpha = scale,
-        .beta = 1.0f,
-        .batch = BH,
-        .stride_a = T * T,
-        .stride_b = T * hd,
-        .stride_c = T * hd},
-       datt, q, dk);
+  switch (padded) {
+    case 32:
+      return flash_backward<32>(dq, dk, dv, dout, lse, delta.get(), q, k, v, BH, T, hd, scale,
+                                stream_);
+    case 64:
+      return flash_backward<64>(dq, dk, dv, dout, lse, delta.get(), q, k, v, BH, T, hd, scale,
+                                stream_);
+    default:
+      return flash_backward<128>(dq, dk, dv, dout, lse, delta.get(), q, k, v, BH, T, hd, scale,
+                                 stream_);
+  }
 }
 
 }  // namespace core

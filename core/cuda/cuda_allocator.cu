@@ -1,5 +1,7 @@
 #include "core/cuda/cuda_allocator.h"
 
+#include <cuda_runtime.h>
+
 #include <string>
 
 #include "core/check.h"
@@ -38,31 +40,16 @@ CudaAllocator::~CudaAllocator() {
   int previous = 0;
   if (cudaGetDevice(&previous) != cudaSuccess) return;
   cudaSetDevice(device_index_);
-  for (auto& [size, blocks] : free_blocks_) {
-    for (void* ptr : blocks)
-      cudaFree(ptr);
-  }
+  for (auto [ptr, size] : cache_.drain())
+    cudaFree(ptr);
   cudaSetDevice(previous);
-}
-
-size_t CudaAllocator::bucket_size(size_t bytes) {
-  constexpr size_t kSmallStep = 512;
-  constexpr size_t kLargeStep = size_t{1} << 20;
-  size_t step = bytes <= kLargeStep ? kSmallStep : kLargeStep;
-  return (bytes + step - 1) / step * step;
 }
 
 void* CudaAllocator::allocate(size_t bytes) {
   if (bytes == 0) return nullptr;
-  size_t size = bucket_size(bytes);
+  const size_t size = bucket_size(bytes);
   std::lock_guard<std::mutex> lock(mutex_);
-  auto it = free_blocks_.find(size);
-  if (it != free_blocks_.end() && !it->second.empty()) {
-    // Safe without waiting: the backend's work runs on the legacy default stream, ordered after
-    // any earlier work on it or on a blocking stream that used the block (see the header).
-    void* ptr = it->second.back();
-    it->second.pop_back();
-    cached_bytes_ -= size;
+  if (void* ptr = cache_.take(stream_, size)) {
     count_alloc(bytes);
     return ptr;
   }
@@ -78,30 +65,50 @@ void* CudaAllocator::allocate(size_t bytes) {
     cudaGetLastError();
     ENGINE_FAIL("cuda:" + std::to_string(device_index_) + ": cudaMalloc of " +
                 std::to_string(size) + " bytes failed (" + cudaGetErrorString(status) + "); live " +
-                std::to_string(live_bytes()) + " bytes, peak " + std::to_string(peak_bytes()));
+                std::to_string(live_bytes()) + " bytes, peak " + std::to_string(peak_bytes()) +
+                ", held from the driver " + std::to_string(cache_.reserved_bytes()));
   }
+  cache_.count_driver_alloc(size);
   count_alloc(bytes);
   return ptr;
 }
 
 void CudaAllocator::deallocate(void* ptr, size_t bytes) {
   if (ptr == nullptr) return;
-  size_t size = bucket_size(bytes);
   std::lock_guard<std::mutex> lock(mutex_);
-  free_blocks_[size].push_back(ptr);
-  cached_bytes_ += size;
+  cache_.put(stream_, bucket_size(bytes), ptr);
   count_free(bytes);
 }
 
 void CudaAllocator::copy_within(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
   DeviceGuard guard(device_index_);
-  ENGINE_CUDA_CALL(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+  ENGINE_CUDA_CALL(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
 }
 
 size_t CudaAllocator::cached_bytes() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return cached_bytes_;
+  return cache_.cached_bytes();
+}
+
+size_t CudaAllocator::reserved_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return cache_.reserved_bytes();
+}
+
+size_t CudaAllocator::peak_reserved_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return cache_.peak_reserved_bytes();
+}
+
+void CudaAllocator::reset_peak_reserved() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  cache_.reset_peak_reserved();
+}
+
+int64_t CudaAllocator::driver_allocs() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return cache_.driver_allocs();
 }
 
 void CudaAllocator::release_cached() {
@@ -111,12 +118,11 @@ void CudaAllocator::release_cached() {
 
 void CudaAllocator::release_cached_locked() {
   DeviceGuard guard(device_index_);
-  for (auto& [size, blocks] : free_blocks_) {
-    for (void* ptr : blocks)
-      ENGINE_CUDA_CALL(cudaFree(ptr));
+  // cudaFree waits for the device, so blocks still used by queued work are not pulled from it.
+  for (auto [ptr, size] : cache_.drain()) {
+    ENGINE_CUDA_CALL(cudaFree(ptr));
+    cache_.count_driver_free(size);
   }
-  free_blocks_.clear();
-  cached_bytes_ = 0;
 }
 
 }  // namespace core

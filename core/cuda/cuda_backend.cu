@@ -74,8 +74,11 @@ CudaBackend::CudaBackend(int device_index)
   ENGINE_CUDA_CALL(cudaGetDeviceProperties(&prop, device_index));
   name_ = "cuda:" + std::to_string(device_index) + " (" + prop.name + ")";
   compute_capability_ = 10 * prop.major + prop.minor;
-  stream_ = cudaStreamLegacy;
   try {
+    ENGINE_CUDA_CALL(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    allocator_.set_stream(stream_);
+    for (UploadSlot& slot : upload_)
+      ENGINE_CUDA_CALL(cudaEventCreateWithFlags(&slot.copied, cudaEventDisableTiming));
     ENGINE_CUDA_CALL(cublasCreate(&cublas_));
     ENGINE_CUDA_CALL(cublasSetStream(cublas_, stream_));
     // Default math keeps f32 GEMMs in full f32; TF32 per call (GemmArgs::tf32, gemm.cu).
@@ -99,15 +102,28 @@ CudaBackend::~CudaBackend() {
 
 void CudaBackend::release() {
   // Teardown must not throw; errors here have nothing left to protect.
-  if (cublas_ != nullptr) cudaStreamSynchronize(stream_);
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  for (UploadSlot& slot : upload_) {
+    if (slot.copied != nullptr) cudaEventDestroy(slot.copied);
+    if (slot.host != nullptr) cudaFreeHost(slot.host);
+    slot = UploadSlot{};
+  }
   if (reduce_scratch_ != nullptr) cudaFree(reduce_scratch_);
   if (status_ != nullptr) cudaFree(status_);
   if (cusolver_ != nullptr) cusolverDnDestroy(cusolver_);
   if (cublas_ != nullptr) cublasDestroy(cublas_);
+  // Blocks still cached for the stream go back to the driver before the stream does.
+  try {
+    allocator_.release_cached();
+  } catch (const Error&) {
+    // The driver is failing; the allocator's destructor tries once more.
+  }
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
   reduce_scratch_ = nullptr;
   status_ = nullptr;
   cusolver_ = nullptr;
   cublas_ = nullptr;
+  stream_ = nullptr;
 }
 
 void CudaBackend::synchronize() {

@@ -2,11 +2,15 @@
 // linear algebra and hand-written kernels for the fused ops (elementwise and row math from
 // core/kernel_math.h).
 //
-// All work is issued on the legacy default stream (cudaStreamLegacy), and the cuBLAS and
-// cuSOLVER handles are bound to it. The legacy stream is implicitly ordered against every
-// blocking stream, such as the NCCL communicator's (comm/nccl_communicator.h), so kernels and
-// collectives see each other's results without explicit events; the price is that a kernel waits
-// for collectives issued before it (no compute/communication overlap on the GPU yet).
+// All work is issued on one stream the backend creates (non-blocking: not ordered against the
+// legacy default stream), and the cuBLAS and cuSOLVER handles are bound to it; the allocator
+// serves that stream (core/cuda/cuda_allocator.h). Another stream that reads or writes the
+// backend's memory orders itself with events: the NCCL communicator waits for this stream
+// before each collective, and this stream waits for the collective when its Work is waited for
+// (comm/nccl_communicator.h), so collectives overlap the kernels issued after them.
+//
+// Reads to the host wait for the stream; uploads from the host go through pinned staging
+// buffers and return without waiting (the caller's buffer is copied at once).
 //
 // Tensors allocated from allocator() must be freed before the backend is destroyed.
 //
@@ -24,6 +28,7 @@
 
 // Opaque handle types of the CUDA libraries, so this header needs no CUDA include.
 struct CUstream_st;
+struct CUevent_st;
 struct cublasContext;
 struct cusolverDnContext;
 
@@ -99,10 +104,10 @@ class CudaBackend final : public Backend {
                       float base) override;
   void rotary_backward(float* dinp, const float* dout, int64_t BH, int64_t T, int64_t hd,
                        float base) override;
-  void attention_forward(float* out, float* att, const float* q, const float* k, const float* v,
+  void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                          int64_t BH, int64_t T, int64_t hd, float scale) override;
-  void attention_backward(float* dq, float* dk, float* dv, float* datt, const float* dout,
-                          const float* att, const float* q, const float* k, const float* v,
+  void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                          const float* lse, const float* q, const float* k, const float* v,
                           int64_t BH, int64_t T, int64_t hd, float scale) override;
 
   void cross_entropy(float* losses, float* dlogits, const float* logits, const int32_t* targets,
@@ -146,9 +151,21 @@ class CudaBackend final : public Backend {
   void canonicalize_column_signs(float* q, int64_t rows, int64_t cols) override;
   double sum_squares_in_order(const float* x, int64_t n) override;
 
+  TimeMark mark() override;
+  double elapsed_ms(const TimeMark& from, const TimeMark& to) override;
+
   CUstream_st* stream() const { return stream_; }
 
  private:
+  // One pinned host buffer of a copy_from_host, reused once the copy out of it is done.
+  struct UploadSlot {
+    void* host = nullptr;
+    size_t capacity = 0;
+    CUevent_st* copied = nullptr;  // recorded on the stream after the copy out of host
+  };
+  static constexpr int kUploadSlots = 4;
+  static constexpr size_t kMaxStagedUpload = size_t{64} << 20;
+
   void release();
   // Reads the device status word; `op` names the caller for errors raised by linear algebra.
   void check_status(const char* op = nullptr);
@@ -160,7 +177,9 @@ class CudaBackend final : public Backend {
   int compute_capability_ = 0;  // 10 * major + minor
   std::string name_;
   CudaAllocator allocator_;
-  CUstream_st* stream_ = nullptr;  // cudaStreamLegacy once constructed
+  CUstream_st* stream_ = nullptr;  // created by the constructor, non-blocking
+  UploadSlot upload_[kUploadSlots];
+  int next_upload_ = 0;
   cublasContext* cublas_ = nullptr;
   cusolverDnContext* cusolver_ = nullptr;
   int* status_ = nullptr;             // device: {code, detail} raised by kernels (cuda_launch.cuh)

@@ -40,6 +40,23 @@ inline unsigned grid_rows(int64_t rows, const char* op) {
   return static_cast<unsigned>(rows);
 }
 
+// Multi-tensor launches: entries (tensors, matrices) own consecutive runs of a grid's blocks,
+// first_block(i) the first of entry i's run, in entry order. Returns the entry block b works
+// for: the last whose run starts at or before b (an entry with an empty run is never chosen).
+template <typename FirstBlock>
+__device__ inline int owner_of_block(int64_t b, int count, FirstBlock first_block) {
+  int lo = 0, hi = count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (first_block(mid) <= b) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
 // cuBLAS and cuSOLVER take int sizes.
 inline int to_int(int64_t value, const char* what, const char* op) {
   ENGINE_CHECK(value >= 0 && value <= INT_MAX, std::string(op) + ": " + what + " = " +

@@ -2,6 +2,8 @@
 // device, fills, block copies and the identity, all in stream order.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "core/check.h"
@@ -34,9 +36,29 @@ void CudaBackend::copy_to_host(void* host_dst, const void* src, size_t bytes) {
 
 void CudaBackend::copy_from_host(void* dst, const void* host_src, size_t bytes) {
   if (bytes == 0) return;
-  ENGINE_CUDA_CALL(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_));
-  // The caller may free or reuse its host buffer as soon as this returns.
-  ENGINE_CUDA_CALL(cudaStreamSynchronize(stream_));
+  if (bytes > kMaxStagedUpload) {  // weights and checkpoints: once per run, not worth pinning
+    ENGINE_CUDA_CALL(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_));
+    // The caller may free or reuse its host buffer as soon as this returns.
+    ENGINE_CUDA_CALL(cudaStreamSynchronize(stream_));
+    return;
+  }
+  // Through a pinned slot, so the copy is asynchronous and the host runs ahead of the device
+  // (a training step's token uploads). A slot is reused once its last copy is done, which after
+  // kUploadSlots - 1 later uploads normally is long ago.
+  UploadSlot& slot = upload_[next_upload_];
+  next_upload_ = (next_upload_ + 1) % kUploadSlots;
+  ENGINE_CUDA_CALL(cudaEventSynchronize(slot.copied));
+  if (slot.capacity < bytes) {
+    if (slot.host != nullptr) ENGINE_CUDA_CALL(cudaFreeHost(slot.host));
+    slot.host = nullptr;
+    slot.capacity = 0;
+    const size_t capacity = std::max(bytes, size_t{1} << 20);
+    ENGINE_CUDA_CALL(cudaMallocHost(&slot.host, capacity));
+    slot.capacity = capacity;
+  }
+  std::memcpy(slot.host, host_src, bytes);
+  ENGINE_CUDA_CALL(cudaMemcpyAsync(dst, slot.host, bytes, cudaMemcpyHostToDevice, stream_));
+  ENGINE_CUDA_CALL(cudaEventRecord(slot.copied, stream_));
 }
 
 void CudaBackend::copy(void* dst, const void* src, size_t bytes) {

@@ -29,15 +29,17 @@ class AttentionOps {
                               float base) = 0;
   virtual void rotary_backward(float* dinp, const float* dout, int64_t BH, int64_t T, int64_t hd,
                                float base) = 0;
-  // out = softmax(q k^T * scale + causal mask) v for BH heads of [T, hd]; saves the
-  // probabilities att [BH, T, T] (entries above the diagonal are zero).
-  virtual void attention_forward(float* out, float* att, const float* q, const float* k,
+  // out = softmax(q k^T * scale + causal mask) v for BH heads of [T, hd]. Saves lse [BH, T],
+  // each query row's log-sum-exp of its scaled visible scores: the backward recomputes the
+  // probabilities from it, so nothing [T, T] is kept between the two (core/attention_tiles.h).
+  virtual void attention_forward(float* out, float* lse, const float* q, const float* k,
                                  const float* v, int64_t BH, int64_t T, int64_t hd,
                                  float scale) = 0;
-  // datt is scratch [BH, T, T]; dq, dk, dv accumulate.
-  virtual void attention_backward(float* dq, float* dk, float* dv, float* datt, const float* dout,
-                                  const float* att, const float* q, const float* k, const float* v,
-                                  int64_t BH, int64_t T, int64_t hd, float scale) = 0;
+  // From the forward's out and lse; dq, dk, dv accumulate.
+  virtual void attention_backward(float* dq, float* dk, float* dv, const float* dout,
+                                  const float* out, const float* lse, const float* q,
+                                  const float* k, const float* v, int64_t BH, int64_t T, int64_t hd,
+                                  float scale) = 0;
 };
 
 }  // namespace core

@@ -1,6 +1,7 @@
 #include "optim/adamw/adamw.h"
 
 #include <cmath>
+#include <vector>
 
 #include "core/check.h"
 #include "optim/adamw/adamw_ops.h"
@@ -29,6 +30,10 @@ AdamWConfig AdamWConfig::from_yaml(HyperReader& r) {
   if (!(c.beta1 >= 0 && c.beta1 < 1)) r.fail("betas", "beta1 must be in [0, 1)");
   if (!(c.beta2 >= 0 && c.beta2 < 1)) r.fail("betas", "beta2 must be in [0, 1)");
   if (!(c.eps >= 0)) r.fail("eps", "must be >= 0");
+  // A negative decay grows the weights; a negative multiplier turns the step around.
+  if (!(c.weight_decay >= 0)) r.fail("weight_decay", "must be >= 0");
+  if (!(c.lr_mul >= 0)) r.fail("lr_mul", "must be >= 0");
+  if (!(c.wd_mul >= 0)) r.fail("wd_mul", "must be >= 0");
   return c;
 }
 
@@ -49,6 +54,7 @@ void AdamW::step(std::span<const ParamShard> params, const StepContext& ctx) {
   s.eps = config_.eps;
   s.decay = config_.cautious_wd ? 1.0 : 1.0 - lr * wd;
   s.cautious = config_.cautious_wd ? lr * lr * wd : 0.0;
+  std::vector<AdamWTensor> tensors;
   for (const ParamShard& p : params) {
     check_shard(p, "adamw");
     float* m = state_tensor(slots_, p.name, "exp_avg", p.value, backend).data<float>();
@@ -59,8 +65,9 @@ void AdamW::step(std::span<const ParamShard> params, const StepContext& ctx) {
     // spec: lr sqrt(bc2) / bc1 * m / (sqrt(v) + eps); torch: lr / bc1 * m / (sqrt(v / bc2) + eps)
     s.step_size = config_.torch_eps ? lr / bc1 : lr * std::sqrt(bc2) / bc1;
     s.v_scale = config_.torch_eps ? 1.0 / std::sqrt(bc2) : 1.0;
-    ops->update(p.value.data<float>(), m, v, p.grad.data<float>(), p.value.numel(), s);
+    tensors.push_back({p.value.data<float>(), m, v, p.grad.data<float>(), p.value.numel(), s});
   }
+  ops->update(tensors);
 }
 
 void AdamW::save_state(OptimizerState& out) const {

@@ -1,23 +1,34 @@
-// AdamW's own device op: the fused update of one tensor, m, v and w in place from g, so a step
-// issues one kernel per tensor. Element math in adamw_math.h, shared by the cpu/ and cuda/
-// implementations; make_adamw_ops picks one from the backend's device. Pointers are in that
-// backend's memory.
+// AdamW's own device op: the fused update of many tensors, m, v and w in place from g, so a step
+// issues one kernel for all the tensors it updates (multi-tensor apply). Element math in
+// adamw_math.h, shared by the cpu/ and cuda/ implementations; make_adamw_ops picks one from the
+// backend's device. Pointers are in that backend's memory.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "core/backend.h"
 #include "optim/adamw/adamw_math.h"
 
 namespace optim {
 
+// One tensor of an update: n elements of w, m, v and g, and its step's scalars.
+struct AdamWTensor {
+  float* w = nullptr;
+  float* m = nullptr;
+  float* v = nullptr;
+  const float* g = nullptr;
+  int64_t n = 0;
+  kmath::AdamWStep step;
+};
+
 class AdamWOps {
  public:
   virtual ~AdamWOps() = default;
-  // Fused AdamW over n elements (kmath::adamw_element): m, v and w updated in place from g.
-  virtual void update(float* w, float* m, float* v, const float* g, int64_t n,
-                      const kmath::AdamWStep& step) = 0;
+  // Fused AdamW over every tensor (kmath::adamw_element): m, v and w updated in place from g.
+  // The tensors must not overlap.
+  virtual void update(std::span<const AdamWTensor> tensors) = 0;
 };
 
 // The ops for `backend`'s device; they run in its stream order.

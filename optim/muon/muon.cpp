@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/check.h"
 #include "optim/glob.h"
@@ -41,6 +42,10 @@ MuonConfig MuonConfig::from_yaml(HyperReader& r, const MuonConfig& defaults) {
   c.cautious_wd = wd_mode == "cautious";
   if (!(c.beta2 >= 0 && c.beta2 < 1)) r.fail("beta2", "must be in [0, 1)");
   if (c.lr < 0) r.fail("lr", "must be >= 0");
+  // A negative decay grows the weights; a negative multiplier turns the step around.
+  if (!(c.weight_decay >= 0)) r.fail("weight_decay", "must be >= 0");
+  if (!(c.lr_mul >= 0)) r.fail("lr_mul", "must be >= 0");
+  if (!(c.wd_mul >= 0)) r.fail("wd_mul", "must be >= 0");
   auto check_momentum = [&](const char* key, double mu) {
     if (!(mu >= 0 && mu < 1)) r.fail(key, "must be in [0, 1)");
   };
@@ -149,6 +154,9 @@ void Muon::step(std::span<const ParamShard> params, const StepContext& ctx) {
   const double mu_d = config_.momentum_at(ctx.step, ctx.total_steps);
   const float mu = static_cast<float>(mu_d);
   const float one_minus_mu = static_cast<float>(1.0 - mu_d);
+  // Each parameter's orthogonalised update lives until the one update call for all of them.
+  std::vector<core::Tensor> updates;
+  std::vector<MuonUpdate> steps;
   for (const ParamShard& p : params) {
     check_shard(p, kind_);
     ENGINE_CHECK(p.row_begin == 0 && p.value.shape() == p.full_shape,
@@ -180,14 +188,18 @@ void Muon::step(std::span<const ParamShard> params, const StepContext& ctx) {
       backend.axpby(w, static_cast<float>(-lr_eff), u, 1.0f, n);
       continue;
     }
+    MuonUpdate step{w,         u,         nullptr, view.count,
+                    view.rows, view.cols, lr_eff,  config_.cautious_wd ? wd : 0.0};
     if (config_.normalize) {
       const int64_t per_matrix = view.rows >= view.cols ? view.rows : view.cols;
       core::Tensor like = core::Tensor::empty({view.count * per_matrix});
-      float* s = state_tensor(slots_, p.name, "second_moment", like, backend).data<float>();
-      ops->normuon_normalize(u, s, view.count, view.rows, view.cols, config_.beta2);
+      step.second_moment =
+          state_tensor(slots_, p.name, "second_moment", like, backend).data<float>();
     }
-    ops->cautious_update(w, u, n, lr_eff, config_.cautious_wd ? wd : 0.0);
+    steps.push_back(step);
+    updates.push_back(std::move(update));
   }
+  ops->update(steps, config_.beta2);
 }
 
 void Muon::save_state(OptimizerState& out) const {

@@ -1,17 +1,30 @@
-// Muon's own device ops: the Newton-Schulz orthogonalisation (built from GEMM), NorMuon's
-// normalisation and the cautious parameter update. Element math in muon_math.h, shared by the
-// cpu/ and cuda/ implementations; make_muon_ops picks one from the backend's device. Pointers are
-// in that backend's memory.
+// Muon's own device ops: the Newton-Schulz orthogonalisation (built from GEMM), and NorMuon's
+// normalisation with the cautious parameter update for all of a step's parameters at once (on a
+// GPU one launch per stage for all of them). Element math in muon_math.h, shared by the cpu/ and
+// cuda/ implementations; make_muon_ops picks one from the backend's device. Pointers are in that
+// backend's memory.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "core/backend.h"
 #include "optim/muon/muon_math.h"
 #include "optim/muon/newton_schulz.h"
 
 namespace optim {
+
+// One parameter's update after its orthogonalisation: the update u viewed as [count, rows, cols],
+// NorMuon's second moments s [count, max(rows, cols)] (one per row when rows >= cols, else one
+// per column; nullptr: no normalisation), and the step of w with lr and wd.
+struct MuonUpdate {
+  float* w = nullptr;
+  float* u = nullptr;
+  float* second_moment = nullptr;
+  int64_t count = 0, rows = 0, cols = 0;
+  double lr = 0, wd = 0;
+};
 
 class MuonOps {
  public:
@@ -20,13 +33,10 @@ class MuonOps {
   // matrix is transposed first). Built from GEMM, so it runs at the GEMM rate.
   virtual void newton_schulz(float* x, int64_t m, int64_t n, const NewtonSchulzSchedule& schedule,
                              int64_t batch = 1) = 0;
-  // NorMuon normalisation, in place, of `count` matrices u [count, rows, cols] with their second
-  // moments s [count, max(rows, cols)] (one per row when rows >= cols, else one per column),
-  // updated with beta2 (kmath::normuon_*).
-  virtual void normuon_normalize(float* u, float* second_moment, int64_t count, int64_t rows,
-                                 int64_t cols, double beta2) = 0;
-  // w <- w - lr (wd [u w >= 0] w + u) over n elements (kmath::cautious_update_element).
-  virtual void cautious_update(float* w, const float* u, int64_t n, double lr, double wd) = 0;
+  // For every parameter: where second_moment is set, NorMuon's normalisation of u in place with
+  // its second moments updated with beta2 (kmath::normuon_*); then w <- w - lr (wd [u w >= 0] w +
+  // u) (kmath::cautious_update_element). The parameters must not overlap.
+  virtual void update(std::span<const MuonUpdate> params, double beta2) = 0;
 };
 
 // The ops for `backend`'s device; they run in its stream order and use its memory.

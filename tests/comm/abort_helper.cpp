@@ -1,7 +1,10 @@
-// Failure injection for the abort test: rank 2 fails while every other rank blocks in a
-// collective. Mode "guarded": an exception escapes the body run by comm::run_guarded. Mode
-// "terminate": an exception escapes a noexcept function (std::terminate, the session's handler).
-// Either way the job must end with non-zero status, the message and the failing rank.
+// Failure injection for the abort tests. Rank 2 fails while every other rank blocks in a
+// collective: mode "guarded", an exception escapes the body run by comm::run_guarded; mode
+// "terminate", an exception escapes a noexcept function (std::terminate, the session's handler).
+// Either way the job must end with non-zero status, the message and the failing rank. Mode
+// "collective": every rank fails at the same point (as with a config error every rank reads);
+// the job must end with the ExitStatusError's status 5 and the message printed once, by rank 0,
+// without an abort.
 #include <string>
 #include <vector>
 
@@ -25,6 +28,8 @@ int main(int argc, char** argv) {
     auto world = comm::make_mpi_world();
     std::vector<float> buf(1024, 1.0f);
     world->all_reduce(buf.data(), 1024, comm::ReduceOp::Sum);  // everyone is up
+    if (mode == "collective")
+      throw comm::ExitStatusError("injected failure (collective) seen by every rank", 5);
     if (world->rank() == 2 % world->size()) {
       if (mode == "terminate") fail_noexcept();
       ENGINE_FAIL("injected failure (guarded)");

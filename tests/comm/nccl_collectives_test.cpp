@@ -39,7 +39,7 @@ Gpu* gpu() {
     if (core::cuda_device_count() < world().size()) return static_cast<Gpu*>(nullptr);
     auto* made = new Gpu;
     made->backend = core::make_cuda_backend(world().rank());
-    made->nccl = comm::make_nccl(world(), world().rank());
+    made->nccl = comm::make_nccl(world(), *made->backend);
     return made;
   }();
   return g;

@@ -321,6 +321,23 @@ TEST(Bf16Gemm, EmptyInnerDimensionScalesC) {
   }
 }
 
+// TF32 is a GPU format: the CPU's f32 GEMM computes f32 with the flag set, bit for bit.
+TEST(Bf16Gemm, Tf32FlagLeavesTheCpuGemmF32) {
+  GemmArgs g{.trans_b = true, .m = 33, .n = 17, .k = 64, .beta = 0.5f};
+  std::vector<float> a(33 * 64), b(17 * 64), c(33 * 17);
+  for (size_t i = 0; i < a.size(); ++i)
+    a[i] = static_cast<float>(core::rng_normal(1, i));
+  for (size_t i = 0; i < b.size(); ++i)
+    b[i] = static_cast<float>(core::rng_normal(2, i));
+  for (size_t i = 0; i < c.size(); ++i)
+    c[i] = static_cast<float>(core::rng_normal(3, i));
+  std::vector<float> f32 = c, tf32 = c;
+  core::cpu_backend().gemm(g, a.data(), b.data(), f32.data());
+  g.tf32 = true;
+  core::cpu_backend().gemm(g, a.data(), b.data(), tf32.data());
+  EXPECT_EQ(tf32, f32);
+}
+
 TEST(Bf16Gemm, RefusesWhatTheF32GemmRefuses) {
   std::vector<bf16> x(64);
   std::vector<float> c(64);

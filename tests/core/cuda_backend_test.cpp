@@ -72,16 +72,6 @@ TEST(CudaAvailability, RejectsAnIndexOutOfRange) {
   EXPECT_THROW(make_cuda_backend(-1), Error);
 }
 
-#ifdef ENGINE_HAVE_CUDA
-TEST(CudaAllocatorBuckets, RoundUpToTheirStep) {
-  EXPECT_EQ(CudaAllocator::bucket_size(1), 512u);
-  EXPECT_EQ(CudaAllocator::bucket_size(512), 512u);
-  EXPECT_EQ(CudaAllocator::bucket_size(513), 1024u);
-  EXPECT_EQ(CudaAllocator::bucket_size(size_t{1} << 20), size_t{1} << 20);
-  EXPECT_EQ(CudaAllocator::bucket_size((size_t{1} << 20) + 1), size_t{2} << 20);
-}
-#endif
-
 // ---- with a device ------------------------------------------------------------------------------
 
 TEST_F(CudaVsCpu, NameAndDevice) {
@@ -104,10 +94,53 @@ TEST_F(CudaVsCpu, AllocatorCountsAndReusesBlocks) {
 #ifdef ENGINE_HAVE_CUDA
   auto& cuda_alloc = static_cast<CudaBackend&>(gpu()).cuda_allocator();
   EXPECT_GE(cuda_alloc.cached_bytes(), 1024u);
+  EXPECT_GE(cuda_alloc.reserved_bytes(), cuda_alloc.cached_bytes());
   cuda_alloc.release_cached();
   EXPECT_EQ(cuda_alloc.cached_bytes(), 0u);
 #endif
   EXPECT_EQ(alloc.allocate(0), nullptr);
+}
+
+#ifdef ENGINE_HAVE_CUDA
+// A repeated pattern of ops with scratch (attention's backward, a copy through a scratch buffer)
+// reaches the driver on its first round only: later rounds run on cached blocks.
+TEST_F(CudaVsCpu, AllocatorStopsReachingTheDriverAfterTheFirstRound) {
+  auto& cuda_alloc = static_cast<CudaBackend&>(gpu()).cuda_allocator();
+  const int64_t BH = 2, T = 70, hd = 64, n = BH * T * hd;
+  auto x = random_vector(n, 1);
+  std::vector<int64_t> driver_allocs;
+  for (int round = 0; round < 3; ++round) {
+    DeviceScratch scratch(gpu());
+    float *q = scratch.upload(x), *out = scratch.alloc<float>(n),
+          *lse = scratch.alloc<float>(BH * T), *grads = scratch.alloc<float>(3 * n);
+    gpu().attention_forward(out, lse, q, q, q, BH, T, hd, 0.125f);
+    gpu().attention_backward(grads, grads + n, grads + 2 * n, q, out, lse, q, q, q, BH, T, hd,
+                             0.125f);
+    gpu().copy(q + 1, q, (n - 1) * sizeof(float));  // overlapping: through a scratch buffer
+    gpu().synchronize();
+    driver_allocs.push_back(cuda_alloc.driver_allocs());
+  }
+  EXPECT_EQ(driver_allocs[1], driver_allocs[0]);
+  EXPECT_EQ(driver_allocs[2], driver_allocs[0]);
+}
+#endif
+
+// Marks are events on the backend's stream: the time between two covers the work issued
+// between them; a CPU mark is refused.
+TEST_F(CudaVsCpu, TimeMarksMeasureTheWorkBetweenThem) {
+  const int64_t n = 2048;
+  float* a = dev().alloc<float>(n * n);
+  float* c = dev().alloc<float>(n * n);
+  gpu().fill_zero(a, n * n * sizeof(float));
+  const TimeMark before = gpu().mark();
+  GemmArgs g;
+  g.m = n, g.n = n, g.k = n;
+  for (int r = 0; r < 4; ++r)
+    gpu().gemm(g, a, a, c);
+  const TimeMark after = gpu().mark();
+  EXPECT_GT(gpu().elapsed_ms(before, after), 0.0);
+  EXPECT_EQ(gpu().elapsed_ms(after, after), 0.0);
+  EXPECT_THROW(gpu().elapsed_ms(cpu().mark(), after), Error);
 }
 
 TEST_F(CudaVsCpu, CopiesAndFill) {
@@ -536,29 +569,60 @@ TEST_F(CudaVsCpu, Rotary) {
   EXPECT_CLOSE(dev().download(gdx, n), dx, 1e-5);
 }
 
+// The fused kernels (tiles of 64, head dims padded to 32, 64 or 128) against the CPU's blocked
+// attention: T of one element, below, across and not dividing a tile; head dims of the model
+// (64, 128) and ones padded inside the kernels (4, 80). The backward accumulates.
 TEST_F(CudaVsCpu, Attention) {
-  for (auto [BH, T, hd] : {std::tuple<int64_t, int64_t, int64_t>{6, 7, 4}, {4, 64, 16}}) {
-    const int64_t n = BH * T * hd, na = BH * T * T;
+  for (auto [BH, T, hd] : {std::tuple<int64_t, int64_t, int64_t>{3, 1, 64},
+                           {6, 7, 4},
+                           {4, 63, 64},
+                           {2, 65, 128},
+                           {3, 130, 64},
+                           {2, 200, 128},
+                           {2, 97, 80}}) {
+    SCOPED_TRACE("BH " + std::to_string(BH) + " T " + std::to_string(T) + " hd " +
+                 std::to_string(hd));
+    const int64_t n = BH * T * hd;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    auto q = random_vector(n, 1), k = random_vector(n, 2), v = random_vector(n, 3);
+    auto q = random_vector(n, 1, 2.0f), k = random_vector(n, 2, 2.0f), v = random_vector(n, 3);
     auto dout = random_vector(n, 4);
     auto dq0 = random_vector(n, 5), dk0 = random_vector(n, 6), dv0 = random_vector(n, 7);
-    std::vector<float> out(n), att(na), datt(na);
-    cpu().attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), BH, T, hd, scale);
+    std::vector<float> out(n), lse(BH * T);
+    cpu().attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), BH, T, hd, scale);
     float *gq = dev().upload(q), *gk = dev().upload(k), *gv = dev().upload(v);
-    float *gout = dev().alloc<float>(n), *gatt = dev().alloc<float>(na);
-    gpu().attention_forward(gout, gatt, gq, gk, gv, BH, T, hd, scale);
+    float *gout = dev().alloc<float>(n), *glse = dev().alloc<float>(BH * T);
+    gpu().attention_forward(gout, glse, gq, gk, gv, BH, T, hd, scale);
     EXPECT_CLOSE(dev().download(gout, n), out, 1e-4);
-    EXPECT_CLOSE(dev().download(gatt, na), att, 1e-5);
+    EXPECT_CLOSE(dev().download(glse, BH * T), lse, 1e-5);
     auto dq = dq0, dk = dk0, dv = dv0;
-    cpu().attention_backward(dq.data(), dk.data(), dv.data(), datt.data(), dout.data(), att.data(),
+    cpu().attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), out.data(), lse.data(),
                              q.data(), k.data(), v.data(), BH, T, hd, scale);
     float *gdq = dev().upload(dq0), *gdk = dev().upload(dk0), *gdv = dev().upload(dv0);
-    gpu().attention_backward(gdq, gdk, gdv, dev().alloc<float>(na), dev().upload(dout), gatt, gq,
-                             gk, gv, BH, T, hd, scale);
-    EXPECT_CLOSE(dev().download(gdq, n), dq, 1e-4);
-    EXPECT_CLOSE(dev().download(gdk, n), dk, 1e-4);
-    EXPECT_CLOSE(dev().download(gdv, n), dv, 1e-4);
+    float* gdout = dev().upload(dout);
+    gpu().attention_backward(gdq, gdk, gdv, gdout, gout, glse, gq, gk, gv, BH, T, hd, scale);
+    const auto got_dq = dev().download(gdq, n), got_dk = dev().download(gdk, n),
+               got_dv = dev().download(gdv, n);
+    EXPECT_CLOSE(got_dq, dq, 1e-4);
+    EXPECT_CLOSE(got_dk, dk, 1e-4);
+    EXPECT_CLOSE(got_dv, dv, 1e-4);
+    // Each gradient element is summed in one place in a fixed order: run to run identical.
+    float *gdq2 = dev().upload(dq0), *gdk2 = dev().upload(dk0), *gdv2 = dev().upload(dv0);
+    gpu().attention_backward(gdq2, gdk2, gdv2, gdout, gout, glse, gq, gk, gv, BH, T, hd, scale);
+    EXPECT_EQ(dev().download(gdq2, n), got_dq);
+    EXPECT_EQ(dev().download(gdk2, n), got_dk);
+    EXPECT_EQ(dev().download(gdv2, n), got_dv);
+  }
+}
+
+TEST_F(CudaVsCpu, AttentionRefusesAHeadDimAboveTheKernels) {
+  const int64_t BH = 1, T = 2, hd = 130;
+  float* x = dev().alloc<float>(BH * T * hd);
+  float* lse = dev().alloc<float>(BH * T);
+  try {
+    gpu().attention_forward(x, lse, x, x, x, BH, T, hd, 1.0f);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("head dimension 130"), std::string::npos) << e.what();
   }
 }
 

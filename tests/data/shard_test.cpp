@@ -94,6 +94,28 @@ TEST(TokenShard, EachBadFileHasItsOwnMessage) {
 
 namespace {
 
+// The content hash a resume compares: equal tokens hash equal; one changed id, two swapped ids
+// or one more token (in the four-word body or the tail) change it.
+TEST(TokenShard, TokenHashSeesEveryChange) {
+  std::vector<uint16_t> t(1003);
+  for (size_t i = 0; i < t.size(); ++i)
+    t[i] = static_cast<uint16_t>(i * 31 % 50257);
+  const uint64_t h = data::token_hash(t);
+  EXPECT_EQ(data::token_hash(std::vector<uint16_t>(t)), h);
+  for (const size_t at : {size_t{0}, size_t{17}, size_t{500}, size_t{1001}}) {
+    std::vector<uint16_t> changed = t;
+    changed[at] ^= 1;
+    EXPECT_NE(data::token_hash(changed), h) << "token " << at;
+  }
+  std::vector<uint16_t> swapped = t;
+  std::swap(swapped[10], swapped[11]);
+  EXPECT_NE(data::token_hash(swapped), h);
+  std::vector<uint16_t> longer = t;
+  longer.push_back(0);
+  EXPECT_NE(data::token_hash(longer), h);
+  EXPECT_NE(data::token_hash({}), data::token_hash(std::vector<uint16_t>{0}));
+}
+
 TEST(ShardWriter, SplitsIntoNumberedShardsAndRemovesStaleOnes) {
   const fs::path dir = temp_dir();
   const std::string prefix = (dir / "out" / "part").string();

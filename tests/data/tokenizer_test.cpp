@@ -100,6 +100,32 @@ TEST(Gpt2Tokenizer, OneMegabyteLineWithoutSpacesInNearLinearTime) {
   EXPECT_LT(thread_cpu_seconds() - t3, 3.0);
 }
 
+// A pre-token beyond 64 KiB is merged in 64 KiB chunks (bounded memory): "c" then "ab" repeated
+// is cut between an 'a' and its 'b', which a merge of the whole piece joins. The cut goes
+// before a character that would straddle the edge: 65535 letters and then two-byte letters are
+// cut after the letters, not inside the first 'é' (its bytes are one GPT-2 token).
+TEST(Gpt2Tokenizer, PiecesBeyond64KiBAreMergedInChunksCutBetweenCharacters) {
+  data::Gpt2Tokenizer& tok = tokenizer();
+  std::string pairs = "c";
+  for (int i = 0; i < 40000; ++i)
+    pairs += "ab";
+  ASSERT_EQ(tok.split(pairs).size(), 1u);
+  std::vector<int32_t> chunked = tok.encode(pairs.substr(0, 65536));
+  tok.encode(pairs.substr(65536), chunked);
+  EXPECT_EQ(tok.encode(pairs), chunked);
+
+  const std::string letters(65535, 'a');
+  std::string accents;
+  for (int i = 0; i < 100; ++i)
+    accents += "\u00e9";
+  const std::string piece = letters + accents;
+  ASSERT_EQ(tok.split(piece).size(), 1u);
+  std::vector<int32_t> expected = tok.encode(letters);
+  tok.encode(accents, expected);
+  EXPECT_EQ(tok.encode(piece), expected);
+  EXPECT_EQ(tok.decode(expected), piece);
+}
+
 TEST(Gpt2Tokenizer, PreTokenisationFollowsTheGpt2Pattern) {
   data::Gpt2Tokenizer& tok = tokenizer();
   using V = std::vector<std::string_view>;

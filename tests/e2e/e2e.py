@@ -18,8 +18,8 @@ import sys
 import time
 
 # Measurements rather than results: left out of the bit-identity comparisons.
-TIMING_KEYS = ("elapsed_ms", "step_ms", "tokens_per_s", "gflops", "phase_ms", "peak_mem_bytes",
-               "live_mem_bytes", "comm_wait_ms")
+TIMING_KEYS = ("elapsed_ms", "step_ms", "tokens_per_s", "gflops", "phase_ms", "device_phase_ms",
+               "peak_mem_bytes", "live_mem_bytes", "comm_wait_ms")
 
 
 class Failure(Exception):
@@ -800,8 +800,18 @@ def case_cli(env):
 def case_log_file(env):
     """Every console line also goes to <log.dir>/log.txt, appended on resume; the training line
     keeps modded-nanogpt's fields first and adds eta and mfu; a statistics line shows the grad norm
-    and memory."""
-    p1, d = env.run(1, "run", ["train.steps=4", "checkpoint.every=2", "log.peak_gflops=50"])
+    and memory. With log.device_timing, metrics.jsonl also times the step's phases in the
+    device's order of work."""
+    p1, d = env.run(1, "run", ["train.steps=4", "checkpoint.every=2", "log.peak_gflops=50",
+                               "log.device_timing=true"])
+    with open(os.path.join(d, "metrics.jsonl")) as f:
+        timed = [r for r in map(json.loads, f) if "phase_ms" in r]
+    check(len(timed) == 4, "%d records with phase_ms, expected 4" % len(timed))
+    for r in timed:
+        device = r.get("device_phase_ms", {})
+        check(list(device) == list(r["phase_ms"]) and all(v >= 0 for v in device.values()),
+              "step %d: device_phase_ms %s against phase_ms %s" % (r["step"], device,
+                                                                   r["phase_ms"]))
     p2, _ = env.run(1, "run", ["train.steps=6", "checkpoint.resume=" +
                                os.path.join(d, "ckpt", "step_00000002")])
     with open(os.path.join(d, "log.txt")) as f:

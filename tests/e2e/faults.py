@@ -7,7 +7,9 @@ usage: faults.py --engine PATH --repo DIR --work DIR CASE
 Shares the tiny-config set-up of e2e.py (Env: token shards generated per case, mpirun command).
 """
 import hashlib
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -210,17 +212,19 @@ def case_rank_killed(env):
 
 
 def case_rank_stopped(env):
-    """SIGSTOP of one rank: the watchdog ends the job after comm.timeout_s, naming the rank."""
+    """SIGSTOP of one rank of 4: the watchdog ends the job after comm.timeout_s, naming the rank,
+    in one message (the lowest waiting rank reports; each live rank used to, with Open MPI's
+    ORTE_ERROR_LOG lines between)."""
     timeout = 3
-    p, _ = start(env, 3, "run", ["train.steps=100000", "train.eval_every=0",
+    p, _ = start(env, 4, "run", ["train.steps=100000", "train.eval_every=0",
                                   "checkpoint.every=0", "checkpoint.at_end=false",
-                                  "train.batch_tokens=768", "train.val_tokens=768",
+                                  "train.batch_tokens=1024", "train.val_tokens=1024",
                                   "comm.timeout_s=%d" % timeout])
     stopped = None
     try:
         wait_for_line(p, "step:3/")
         ranks = engine_pids(p.pid)
-        check(sorted(ranks) == [0, 1, 2], "engine ranks found: %s" % ranks)
+        check(sorted(ranks) == [0, 1, 2, 3], "engine ranks found: %s" % ranks)
         stopped = ranks[2]
         t0 = time.time()
         os.kill(stopped, signal.SIGSTOP)
@@ -238,6 +242,9 @@ def case_rank_stopped(env):
     check("for rank(s) 2 that did not arrive" in out and "rank(s) 2 did not answer" in out,
           "rank 2 not named:\n" + out[-3000:])
     check("comm.timeout_s = 3.0 s" in out, "timeout not named:\n" + out[-3000:])
+    check(out.count("comm watchdog: collective #") == 1,
+          "%d watchdog messages, expected one:\n%s" % (out.count("comm watchdog:"), out[-3000:]))
+    check("ORTE_ERROR_LOG" not in out, "ORTE_ERROR_LOG noise:\n" + out[-3000:])
     check(took < timeout + 5 + 10, "the job took %.1f s to end" % took)
     print("rank 2 stopped: the job ended after %.1f s: %s" %
           (took, [l for l in out.splitlines() if "comm watchdog" in l][0].strip()[:300]))
@@ -380,11 +387,118 @@ def case_resume_mismatch(env):
             "this run reads 1 shard(s) of 50000 tokens ('" + train + "')")
     refused(["checkpoint.resume=" + ckpt10, "train.batch_tokens=1024"],
             "16 sequences per step", "32 sequences per step")
-    print("steps below the checkpoint, muon -> adamw, muon -> normuon, other data and another "
-          "batch shape refused by name; the run's files unchanged")
+    # The same shard with other tokens at the same size: the counts agree, the content does not.
+    shard = os.path.join(env.data, "tiny_train_000000.bin")
+    with open(shard, "rb") as f:
+        original = f.read()
+    try:
+        with open(shard, "r+b") as f:
+            f.seek(1024 + 2 * 1000)
+            f.write(bytes([(original[1024 + 2 * 1000] + 1) % 256, 0]))
+        refused(["checkpoint.resume=" + ckpt10],
+                "cannot resume from " + ckpt10 + ": the tokens of '" + shard + "' changed since "
+                "it was written (same token count, other tokens; 1 of 1 shard(s)")
+    finally:
+        with open(shard, "wb") as f:
+            f.write(original)
+    print("steps below the checkpoint, muon -> adamw, muon -> normuon, other data, another "
+          "batch shape and a shard edited at the same size refused by name; the run's files "
+          "unchanged")
+
+
+def case_log_disk_full(env):
+    """The log files on a full disk (here a file-size limit on rank 0, which writes them: the
+    same failed write() as ENOSPC): each says once which file could not be written, keeps its
+    whole lines (metrics.jsonl stays valid JSON Lines), and the run finishes (exit 0). spdlog's
+    LOG ERROR banner came for every line, and the metrics writer ended the job."""
+    p, d = start(env, 2, "run", ["train.steps=40", "train.eval_every=1", "train.val_tokens=4096",
+                                 "checkpoint.every=0", "checkpoint.at_end=false"])
+    log_txt, jsonl = os.path.join(d, "log.txt"), os.path.join(d, "metrics.jsonl")
+    try:
+        wait_for_line(p, "step:3/")
+        limit = max(os.path.getsize(log_txt), os.path.getsize(jsonl)) + 1500
+        subprocess.run(["prlimit", "--pid", str(engine_pids(p.pid)[0]), "--fsize=%d" % limit],
+                       check=True)
+        out, _ = p.communicate(timeout=240)
+    finally:
+        kill_session(p.pid)
+    check(p.returncode == 0, "exit status %d:\n%s" % (p.returncode, out[-3000:]))
+    for needle in ("cannot write the log file %s (File too large)" % log_txt,
+                   "cannot write the metrics file %s (File too large)" % jsonl):
+        check(out.count(needle) == 1, "%r %d times:\n%s" % (needle, out.count(needle), out[-3000:]))
+    check("LOG ERROR" not in out, "spdlog's banner:\n" + out[-3000:])
+    check("step:40/40" in out, "the run did not finish:\n" + out[-3000:])
+    with open(jsonl) as f:
+        lines = f.read().splitlines()
+    for line in lines:
+        json.loads(line)  # a cut-off line raises
+    with open(log_txt) as f:
+        text = f.read()
+    check(text.endswith("\n") and os.path.getsize(log_txt) <= limit, "log.txt:\n" + text[-500:])
+    check(3 <= len(lines) < 41, "metrics.jsonl holds %d lines" % len(lines))
+    print("full log disk: one warning per file, %d whole metrics lines, the run finished" %
+          len(lines))
+
+
+BANNERS = ("MPI_ABORT was invoked", "ORTE_ERROR_LOG", "terminate called")
+
+
+def case_one_error_one_line(env):
+    """At np 4, an error every rank finds is printed once (by rank 0) and every rank exits with
+    the documented status, without Open MPI's MPI_ABORT banner: a config error, a batch the world
+    size does not divide, init_from problems, refused checkpoints, missing data and a refused fresh
+    start (rank 0's verdict, shared). At np 32 such a line used to come 32 times."""
+    np = 4
+    _, d = env.run(np, "trained", ["train.steps=4", "checkpoint.every=2", "model.arch=gpt2"])
+    ckpt = os.path.join(d, "ckpt", "step_00000004")
+    exported = os.path.join(env.work, "wide.safetensors")
+    _, w = env.run(1, "wide", ["train.steps=1", "model.d_model=128"])
+    p = subprocess.run([env.engine, "export", "--checkpoint",
+                        os.path.join(w, "ckpt", "step_00000001"), "--out", exported],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    check(p.returncode == 0, "export failed:\n" + p.stderr)
+    edited = os.path.join(env.work, "edited")
+    shutil.copytree(os.path.join(d, "ckpt"), edited)
+    manifest = os.path.join(edited, "step_00000004", "manifest.yaml")
+    with open(manifest) as f:
+        text = f.read()
+    with open(manifest, "w") as f:
+        f.write(text.replace("data.step: 4\n", "data.step: 3\n"))
+
+    def once(name, sets, needle, status=2):
+        p, _ = env.run(np, name, sets, expect_ok=False)
+        out = p.stdout + p.stderr
+        check(p.returncode == status, "%s: exit status %d, expected %d:\n%s" %
+              (name, p.returncode, status, out[-3000:]))
+        check(out.count(needle) == 1, "%s: %r printed %d times, expected once:\n%s" %
+              (name, needle, out.count(needle), out[-3000:]))
+        for banner in BANNERS:
+            check(banner not in out, "%s: %r in the output:\n%s" % (name, banner, out[-3000:]))
+        print("%s: once, exit %d: %s" % (name, status, needle))
+
+    once("config", ["zero.stage=5"], "--set zero.stage=5: key 'zero.stage': must be 1, 2 or 3")
+    once("batch", ["train.batch_tokens=96", "model.seq_len=32"],
+         "not divisible by the world size 4")
+    once("init_missing", ["train.init_from=/nonexistent/weights"],
+         "train.init_from: '/nonexistent/weights' is neither a checkpoint folder")
+    once("init_shape", ["train.init_from=" + exported],
+         "parameter 'embed.weight' has shape [256, 128], expected [256, 64]")
+    once("steps_left", ["model.arch=gpt2", "checkpoint.resume=" + ckpt, "train.steps=2"],
+         "cannot resume from %s: it is at step 4, beyond train.steps = 2" % ckpt)
+    once("edited", ["model.arch=gpt2", "checkpoint.resume=" + os.path.join(edited, "step_00000004")],
+         manifest + " was changed after it was written")
+    once("no_data", ["data.train=" + os.path.join(env.work, "nowhere", "x_*.bin")],
+         "no file matches the token-shard pattern")
+    p, _ = env.run(np, "trained", ["model.arch=gpt2"], expect_ok=False)
+    out = p.stdout + p.stderr
+    check(p.returncode == 2 and out.count("refusing a fresh start") == 1 and
+          not any(b in out for b in BANNERS), "fresh start at np 4:\n" + out[-3000:])
+    print("fresh start: once, exit 2 (rank 0's verdict shared)")
 
 
 CASES = {
+    "one_error_one_line": case_one_error_one_line,
+    "log_disk_full": case_log_disk_full,
     "user_errors": case_user_errors,
     "oov_at_load": case_oov_at_load,
     "fresh_start_refused": case_fresh_start_refused,

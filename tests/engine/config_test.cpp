@@ -214,6 +214,67 @@ TEST(Config, CrossFieldChecksNameTheKey) {
       << msg;
 }
 
+// A range error names where the value came from: the --set argument that gave it (it used to
+// name the YAML file), else the file and line, else the file (a default).
+TEST(Config, RangeErrorsNameWhereTheValueWasSet) {
+  std::string msg = error_of([] { engine::parse_config(kMinimal, "x.yaml", {"zero.stage=4"}); });
+  EXPECT_NE(msg.find("config error: --set zero.stage=4: key 'zero.stage'"), std::string::npos)
+      << msg;
+  msg = error_of([] { engine::parse_config(with("train:\n  lr_floor: 2\n"), "x.yaml"); });
+  EXPECT_NE(msg.find("config error: x.yaml:17: key 'train.lr_floor': must be in [0, 1]"),
+            std::string::npos)
+      << msg;
+  // The last setting wins, and is the one named.
+  msg =
+      error_of([] { engine::parse_config(with("log:\n  every: 3\n"), "x.yaml", {"log.every=0"}); });
+  EXPECT_NE(msg.find("--set log.every=0: key 'log.every'"), std::string::npos) << msg;
+  const engine::Config c = engine::parse_config(kMinimal, "x.yaml", {"train.steps=7"});
+  EXPECT_EQ(engine::config_origin(c, "train.steps"), "--set train.steps=7");
+  EXPECT_EQ(engine::config_origin(c, "model.d_model"), "x.yaml:4");
+  EXPECT_EQ(engine::config_origin(c, "zero.stage"), "x.yaml");
+}
+
+// Values that mean nothing are refused with the key; 0 keeps its meaning (off, the table).
+TEST(Config, NegativeTargetLossAndPeakAreRefused) {
+  std::string msg =
+      error_of([] { engine::parse_config(kMinimal, "x.yaml", {"train.target_val_loss=-1"}); });
+  EXPECT_NE(msg.find("key 'train.target_val_loss': must be >= 0"), std::string::npos) << msg;
+  msg = error_of([] { engine::parse_config(kMinimal, "x.yaml", {"log.peak_gflops=-5"}); });
+  EXPECT_NE(msg.find("key 'log.peak_gflops': must be >= 0"), std::string::npos) << msg;
+  EXPECT_NO_THROW(
+      engine::parse_config(kMinimal, "x.yaml", {"train.target_val_loss=0", "log.peak_gflops=0"}));
+}
+
+// yaml-cpp's Load reads the first document only: the keys after a `---` were dropped silently.
+TEST(Config, SecondYamlDocumentIsRefused) {
+  std::string msg =
+      error_of([] { engine::parse_config(with("---\ntrain:\n  steps: 5\n"), "two.yaml"); });
+  EXPECT_NE(msg.find("two.yaml:17: a second YAML document"), std::string::npos) << msg;
+  const std::string path = testing::TempDir() + "two_docs.yaml";
+  std::ofstream(path) << with("---\ntrain:\n  steps: 5\n");
+  msg = error_of([&] { engine::load_config(path); });
+  EXPECT_NE(msg.find(path + ":17: a second YAML document"), std::string::npos) << msg;
+  // A leading `---` and an end marker `...` are one document.
+  EXPECT_NO_THROW(engine::parse_config("---\n" + std::string(kMinimal) + "...\n", "one.yaml"));
+}
+
+// A warmup longer than the run is allowed (a short trial of a long run's config) but warned
+// about, naming the key and where it was set.
+TEST(Config, WarmupBeyondTheRunIsWarned) {
+  const engine::Config ok =
+      engine::parse_config(kMinimal, "x.yaml", {"train.steps=10", "train.lr_warmup_steps=10"});
+  EXPECT_TRUE(engine::config_warnings(ok).empty());
+  const engine::Config c =
+      engine::parse_config(kMinimal, "x.yaml", {"train.steps=10", "train.lr_warmup_steps=1000"});
+  const std::vector<std::string> w = engine::config_warnings(c);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("--set train.lr_warmup_steps=1000: key 'train.lr_warmup_steps' = 1000 is "
+                      "beyond train.steps = 10"),
+            std::string::npos)
+      << w[0];
+  EXPECT_NE(w[0].find("takes 0.01 of it"), std::string::npos) << w[0];
+}
+
 TEST(Config, EffectiveYamlRoundTrips) {
   engine::Config c = engine::parse_config(
       kMinimal, "rt.yaml", {"train.grad_clip=0.1", "model.softcap=15", "checkpoint.resume=auto"});
@@ -244,7 +305,8 @@ TEST(Config, KeyListIsLocked) {
       "zero.stage zero.overlap zero.bucket_mb "
       "zero.progress zero.sparse_rows checkpoint.dir checkpoint.every checkpoint.at_end "
       "checkpoint.keep checkpoint.resume checkpoint.overwrite checkpoint.on_signal "
-      "comm.timeout_s comm.device_collectives log.dir log.every log.metrics log.peak_gflops ");
+      "comm.timeout_s comm.device_collectives log.dir log.every log.metrics log.peak_gflops "
+      "log.device_timing ");
 }
 
 // The top-level `device` key: from YAML and --set, refused outside its choices, and printed as a

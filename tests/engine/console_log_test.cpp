@@ -9,6 +9,7 @@
 #include <string>
 
 #include "engine/console_log.h"
+#include "tests/test_util.h"
 
 namespace {
 
@@ -52,6 +53,42 @@ TEST(ConsoleLog, LogFileTeesLinesStartsAnewOrAppends) {
   }
   EXPECT_EQ(read_all(path), "fresh run\n");
   std::filesystem::remove_all(dir);
+}
+
+// spdlog's file sink threw on a full disk, and the logger printed its LOG ERROR banner for every
+// line after, leaving a cut-off line in the file. Now: one warning naming the file, then silence;
+// the console goes on.
+TEST(ConsoleLog, LogFileOnAFullDiskWarnsOnceAndStops) {
+  engine::LogFile log("/dev/full", /*append=*/true);
+  testing::internal::CaptureStderr();
+  EXPECT_NO_THROW(spdlog::info("a line the disk has no room for"));
+  EXPECT_NO_THROW(spdlog::info("and another"));
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(test_util::count_of(err,
+                                "cannot write the log file /dev/full (No space left on "
+                                "device)"),
+            1)
+      << err;
+  EXPECT_EQ(err.find("LOG ERROR"), std::string::npos) << err;
+}
+
+// A write cut short by a file-size limit leaves the file at its last whole line.
+TEST(ConsoleLog, LogFileCutShortKeepsWholeLines) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "engine_console_log_full.txt").string();
+  const int status = test_util::run_with_file_size_limit(100, [&] {
+    engine::LogFile log(path, /*append=*/false);
+    for (int i = 0; i < 20; ++i)
+      spdlog::info("line {} of the run", i);
+    return 0;
+  });
+  ASSERT_EQ(status, 0);
+  const std::string text = read_all(path);
+  EXPECT_GT(text.size(), 0u);
+  EXPECT_LE(text.size(), 100u);
+  EXPECT_EQ(text.back(), '\n') << text;
+  EXPECT_EQ(text.find("line 0 of the run\nline 1 of the run\n"), 0u) << text;
+  std::filesystem::remove(path);
 }
 
 }  // namespace

@@ -48,7 +48,7 @@ std::string gpu_shortfall() {
 // One rank's GPU: its CUDA backend and the NCCL communicator over the world (as apps/engine).
 struct Gpu {
   std::unique_ptr<core::Backend> backend = core::make_cuda_backend(world().rank());
-  std::unique_ptr<comm::Communicator> nccl = comm::make_nccl(world(), world().rank());
+  std::unique_ptr<comm::Communicator> nccl = comm::make_nccl(world(), *backend);
 };
 
 class GpuTraining : public ::testing::Test {

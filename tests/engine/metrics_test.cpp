@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/test_util.h"
+
 namespace {
 
 TEST(Metrics, ConsoleLinesInModdedOrder) {
@@ -43,6 +45,11 @@ TEST(Metrics, JsonObjectPerStep) {
   EXPECT_NE(engine::to_json(r).find("\"comm_bytes\":{\"all_reduce\":40,\"all_gather\":8},"
                                     "\"comm_wait_ms\":2.25,\"phase_ms\""),
             std::string::npos);
+  r.device_phase_ms = {{"forward_backward", 1.25}, {"clip", 0.5}};
+  EXPECT_NE(engine::to_json(r).find("\"phase_ms\":{\"forward_backward\":1.5},"
+                                    "\"device_phase_ms\":{\"forward_backward\":1.25,\"clip\":0.5},"
+                                    "\"peak_mem_bytes\""),
+            std::string::npos);
 }
 
 TEST(Metrics, WriterDropsStepsAfterTheResumePoint) {
@@ -67,6 +74,73 @@ TEST(Metrics, WriterDropsStepsAfterTheResumePoint) {
   while (std::getline(in, line))
     steps.push_back(engine::json_line_step(line));
   EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4}));
+  std::filesystem::remove(path);
+}
+
+// A line cut off by a crash or a full disk is dropped when a resumed run reopens the file: it
+// used to be kept (its step parses) and the file stayed invalid JSON Lines for good.
+TEST(Metrics, ResumedWriterDropsACutOffLine) {
+  auto path = (std::filesystem::temp_directory_path() / "engine_metrics_cut.jsonl").string();
+  {
+    std::ofstream out(path);
+    for (int64_t s = 1; s <= 3; ++s) {
+      engine::StepRecord r;
+      r.step = s;
+      out << engine::to_json(r) << '\n';
+    }
+    out << "{\"step\":4,\"train_lo";
+  }
+  { engine::MetricsWriter w(path, 10); }
+  std::ifstream in(path);
+  std::vector<int64_t> steps;
+  for (std::string line; std::getline(in, line);)
+    steps.push_back(engine::json_line_step(line));
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3}));
+  std::filesystem::remove(path);
+}
+
+// A full disk (here /dev/full: every write fails with ENOSPC) no longer ends the run: the writer
+// warns once, naming the file, and stops writing.
+TEST(Metrics, FullDiskStopsTheFileNotTheRun) {
+  engine::MetricsWriter w("/dev/full", -1);
+  engine::StepRecord r;
+  r.step = 1;
+  testing::internal::CaptureStdout();
+  EXPECT_NO_THROW(w.write(r));
+  EXPECT_TRUE(w.stopped());
+  r.step = 2;
+  EXPECT_NO_THROW(w.write(r));
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_EQ(test_util::count_of(out,
+                                "cannot write the metrics file /dev/full (No space left on "
+                                "device) at step 1"),
+            1)
+      << out;
+}
+
+// A write cut short by a file-size limit (as by a full disk) leaves whole lines only: the file is
+// cut back to its last whole line. Run in a child process, whose limit ends with it.
+TEST(Metrics, FailedWriteLeavesWholeLinesOnly) {
+  auto path = (std::filesystem::temp_directory_path() / "engine_metrics_full.jsonl").string();
+  const int status = test_util::run_with_file_size_limit(1000, [&] {
+    engine::MetricsWriter w(path, -1);
+    for (int64_t s = 1; s <= 50 && !w.stopped(); ++s) {
+      engine::StepRecord r;
+      r.step = s;
+      r.train_loss = 1.0 / static_cast<double>(s);
+      w.write(r);
+    }
+    return w.stopped() ? 0 : 3;
+  });
+  ASSERT_EQ(status, 0) << "the child failed (3: the limit was never reached)";
+  std::ifstream in(path);
+  int64_t expected = 1;
+  for (std::string line; std::getline(in, line); ++expected) {
+    EXPECT_EQ(engine::json_line_step(line), expected) << line;
+    EXPECT_EQ(line.back(), '}') << line;
+  }
+  EXPECT_GT(expected, 2);
+  EXPECT_LE(std::filesystem::file_size(path), 1000u);
   std::filesystem::remove(path);
 }
 

@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -17,6 +19,7 @@
 #include "core/safetensors.h"
 #include "model/gpt.h"
 #include "model/hf_gpt2.h"
+#include "tests/test_util.h"
 
 namespace {
 
@@ -225,6 +228,77 @@ TEST(HfGpt2, RefusesWhatHasNoCounterpartOrDoesNotFit) {
   shorter.seq_len = 8;
   const auto w = model::read_hf_gpt2((dir / "hf").string(), shorter);
   EXPECT_EQ(w.at("pos_embed.weight").shape(), (core::Shape{8, 32}));
+}
+
+// The file's tensors plus `extra`, written over it.
+void rewrite_with(const fs::path& file, const std::map<std::string, core::Tensor>& extra) {
+  const core::SafetensorsContents contents = core::load_safetensors(file.string());
+  core::SafetensorsWriter writer;
+  for (const auto& [k, v] : contents.metadata)
+    writer.set_metadata(k, v);
+  for (const auto& [name, t] : contents.tensors)
+    writer.add(name, t);
+  for (const auto& [name, t] : extra)
+    writer.add(name, t);
+  writer.write(file.string());
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Whatever the model has no place for used to be dropped without a word, so the model loaded was
+// not the file's: extra tensors and an untied head (an lm_head.weight other than wte) are refused
+// naming them; the attention-mask buffers of old files and a head saved as a copy of wte pass.
+TEST(HfGpt2, ExtraTensorsAndAnUntiedHeadAreRefused) {
+  model::ModelConfig c = small_gpt2();
+  c.vocab_size = 256;
+  model::Gpt gpt(c, core::cpu_backend());
+  randomize(gpt, 5);
+  const fs::path dir = work_dir("extra");
+  model::save_hf_gpt2(gpt, (dir / "m").string());
+  const fs::path file = dir / "m" / "model.safetensors";
+  const core::Tensor wte = core::SafetensorsReader(file.string()).read("transformer.wte.weight");
+
+  rewrite_with(file, {{"transformer.h.0.attn.bias", core::Tensor::zeros({1, 1, 12, 12})},
+                      {"lm_head.weight", wte.clone()}});
+  EXPECT_NO_THROW(model::read_hf_gpt2((dir / "m").string(), c));
+
+  core::Tensor untied = wte.clone();
+  untied.data<float>()[7] += 0.5f;
+  model::save_hf_gpt2(gpt, (dir / "m").string());
+  rewrite_with(file, {{"lm_head.weight", untied}});
+  std::string msg = test_util::error_of([&] { model::read_hf_gpt2((dir / "m").string(), c); });
+  EXPECT_NE(msg.find("tensor 'lm_head.weight' differs from wte in 1 of 8192 values: an untied "
+                     "head"),
+            std::string::npos)
+      << msg;
+
+  model::save_hf_gpt2(gpt, (dir / "m").string());
+  rewrite_with(file, {{"transformer.h.2.mlp.c_fc.weight", core::Tensor::zeros({32, 128})},
+                      {"score.weight", core::Tensor::zeros({2, 32})}});
+  msg = test_util::error_of([&] { model::read_hf_gpt2((dir / "m").string(), c); });
+  EXPECT_NE(msg.find(file.string() + ": 2 tensor(s) that are no parameter of this GPT-2 model "
+                                     "('score.weight', 'transformer.h.2.mlp.c_fc.weight')"),
+            std::string::npos)
+      << msg;
+}
+
+// GPT-2's <|endoftext|> (50256) is bos and eos only where the vocabulary holds it: a 256-token
+// model exported "bos_token_id": 50256, an id past its embedding.
+TEST(HfGpt2, ExportedConfigNamesEndOfTextOnlyInsideTheVocabulary) {
+  model::ModelConfig c = small_gpt2();
+  c.vocab_size = 256;
+  const fs::path dir = work_dir("bos");
+  model::save_hf_gpt2(model::Gpt(c, core::cpu_backend()), (dir / "small").string());
+  std::string json = read_text(dir / "small" / "config.json");
+  EXPECT_NE(json.find("\"bos_token_id\": null,"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"eos_token_id\": null,"), std::string::npos) << json;
+  model::save_hf_gpt2(model::Gpt(small_gpt2(), core::cpu_backend()), (dir / "full").string());
+  json = read_text(dir / "full" / "config.json");
+  EXPECT_NE(json.find("\"bos_token_id\": 50256,"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"eos_token_id\": 50256,"), std::string::npos) << json;
 }
 
 }  // namespace

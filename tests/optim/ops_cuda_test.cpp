@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -40,57 +41,88 @@ TEST_F(CudaVsCpu, NewtonSchulz) {
 // The same float64 element math on both devices; only FMA contraction and, for the norms, the
 // order of float64 additions may differ.
 
+// One launch for tensors of several sizes (empty, one element, within a chunk, several chunks)
+// and their own step scalars (the eps and weight-decay modes), against the CPU tensor by tensor.
 TEST_F(CudaVsCpu, AdamWUpdate) {
   const auto cpu_adamw = make_adamw_ops(cpu()), gpu_adamw = make_adamw_ops(gpu());
-  const int64_t n = 70001;
-  for (bool torch_eps : {false, true}) {
-    for (bool cautious_wd : {false, true}) {
-      auto w = random_vector(n, 1), m = random_vector(n, 2, 0.1f), g = random_vector(n, 4);
-      auto v = random_vector(n, 3, 0.1f);
-      for (float& x : v)
-        x *= x;  // a second moment is not negative
-      kmath::AdamWStep step;
-      step.beta1 = 0.9, step.beta2 = 0.95, step.eps = 1e-8;
-      const double lr = 3e-3, wd = 0.1, bc1 = 1 - 0.9 * 0.9, bc2 = 1 - 0.95 * 0.95;
-      step.step_size = torch_eps ? lr / bc1 : lr * std::sqrt(bc2) / bc1;
-      step.v_scale = torch_eps ? 1 / std::sqrt(bc2) : 1.0;
-      step.decay = cautious_wd ? 1.0 : 1.0 - lr * wd;
-      step.cautious = cautious_wd ? lr * lr * wd : 0.0;
-      float* gw = dev().upload(w);
-      float* gm = dev().upload(m);
-      float* gv = dev().upload(v);
-      gpu_adamw->update(gw, gm, gv, dev().upload(g), n, step);
-      cpu_adamw->update(w.data(), m.data(), v.data(), g.data(), n, step);
-      EXPECT_CLOSE(dev().download(gw, n), w, 1e-6) << "torch_eps=" << torch_eps;
-      EXPECT_CLOSE(dev().download(gm, n), m, 1e-6);
-      EXPECT_CLOSE(dev().download(gv, n), v, 1e-6);
-    }
+  const std::vector<int64_t> sizes = {70001, 0, 1, 200003, 768, 65536};
+  std::vector<std::vector<float>> w, m, v, g;
+  std::vector<AdamWTensor> host, device;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    const int64_t n = sizes[k];
+    const bool torch_eps = k % 2 == 1, cautious_wd = k % 4 >= 2;
+    w.push_back(random_vector(n, 10 * k + 1));
+    m.push_back(random_vector(n, 10 * k + 2, 0.1f));
+    v.push_back(random_vector(n, 10 * k + 3, 0.1f));
+    g.push_back(random_vector(n, 10 * k + 4));
+    for (float& x : v.back())
+      x *= x;  // a second moment is not negative
+    kmath::AdamWStep step;
+    step.beta1 = 0.9, step.beta2 = 0.95, step.eps = 1e-8;
+    const double lr = 3e-3 * (1 + k), wd = 0.1, bc1 = 1 - 0.9 * 0.9, bc2 = 1 - 0.95 * 0.95;
+    step.step_size = torch_eps ? lr / bc1 : lr * std::sqrt(bc2) / bc1;
+    step.v_scale = torch_eps ? 1 / std::sqrt(bc2) : 1.0;
+    step.decay = cautious_wd ? 1.0 : 1.0 - lr * wd;
+    step.cautious = cautious_wd ? lr * lr * wd : 0.0;
+    device.push_back(
+        {dev().upload(w[k]), dev().upload(m[k]), dev().upload(v[k]), dev().upload(g[k]), n, step});
+    host.push_back({w[k].data(), m[k].data(), v[k].data(), g[k].data(), n, step});
+  }
+  gpu_adamw->update(device);
+  cpu_adamw->update(host);
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    const size_t n = static_cast<size_t>(sizes[k]);
+    EXPECT_CLOSE(dev().download(device[k].w, n), w[k], 1e-6) << "tensor " << k;
+    EXPECT_CLOSE(dev().download(device[k].m, n), m[k], 1e-6) << "tensor " << k;
+    EXPECT_CLOSE(dev().download(device[k].v, n), v[k], 1e-6) << "tensor " << k;
   }
 }
 
-TEST_F(CudaVsCpu, NormuonNormalizeAndCautiousUpdate) {
+// All parameters in one update (three launches on the GPU): tall (per-row statistics), wide
+// (per-column), square and 1-row matrices, and one without normalisation, for two steps (the
+// second reads the second moments of the first).
+TEST_F(CudaVsCpu, MuonUpdateOfManyParameters) {
   const auto cpu_muon = make_muon_ops(cpu()), gpu_muon = make_muon_ops(gpu());
-  // Tall (per-row statistics), wide (per-column), square, and a 1-row matrix.
-  for (auto [count, rows, cols] :
-       {std::tuple<int64_t, int64_t, int64_t>{2, 300, 40}, {3, 40, 300}, {1, 64, 64}, {2, 1, 9}}) {
-    const int64_t n = count * rows * cols, stats = count * std::max(rows, cols);
-    auto s = random_vector(stats, 5);
-    for (float& x : s)
+  struct Shape {
+    int64_t count, rows, cols;
+    bool normalize;
+  };
+  const std::vector<Shape> shapes = {{2, 300, 40, true}, {3, 40, 300, true},   {1, 64, 64, true},
+                                     {2, 1, 9, true},    {1, 700, 300, false}, {1, 400, 200, true}};
+  std::vector<std::vector<float>> w, s;
+  std::vector<float*> gw, gs;
+  for (size_t k = 0; k < shapes.size(); ++k) {
+    const Shape& sh = shapes[k];
+    w.push_back(random_vector(sh.count * sh.rows * sh.cols, 100 + k));
+    s.push_back(random_vector(sh.count * std::max(sh.rows, sh.cols), 200 + k));
+    for (float& x : s.back())
       x = 0.01f * x * x;
-    float* gs = dev().upload(s);
-    for (int t = 1; t <= 2; ++t) {  // the second step reads the second moments of the first
-      auto u = random_vector(n, 10 + t);
-      float* gu = dev().upload(u);
-      cpu_muon->normuon_normalize(u.data(), s.data(), count, rows, cols, 0.95);
-      gpu_muon->normuon_normalize(gu, gs, count, rows, cols, 0.95);
-      EXPECT_CLOSE(dev().download(gu, n), u, 1e-5) << rows << "x" << cols << " step " << t;
-      EXPECT_CLOSE(dev().download(gs, stats), s, 1e-6) << rows << "x" << cols << " step " << t;
+    gw.push_back(dev().upload(w.back()));
+    gs.push_back(dev().upload(s.back()));
+  }
+  for (int t = 1; t <= 2; ++t) {
+    std::vector<std::vector<float>> u;
+    std::vector<float*> gu;
+    std::vector<MuonUpdate> host, device;
+    for (size_t k = 0; k < shapes.size(); ++k) {
+      const Shape& sh = shapes[k];
+      u.push_back(random_vector(sh.count * sh.rows * sh.cols, 10 * t + k));
+      gu.push_back(dev().upload(u.back()));
+      const double lr = 0.02 * (1 + k), wd = k % 2 == 0 ? 0.1 : 0.0;
+      host.push_back({w[k].data(), u[k].data(), sh.normalize ? s[k].data() : nullptr, sh.count,
+                      sh.rows, sh.cols, lr, wd});
+      device.push_back(
+          {gw[k], gu[k], sh.normalize ? gs[k] : nullptr, sh.count, sh.rows, sh.cols, lr, wd});
     }
-    auto w = random_vector(n, 6), u = random_vector(n, 7);
-    float* gw = dev().upload(w);
-    gpu_muon->cautious_update(gw, dev().upload(u), n, 0.02, 0.1);
-    cpu_muon->cautious_update(w.data(), u.data(), n, 0.02, 0.1);
-    EXPECT_CLOSE(dev().download(gw, n), w, 1e-6);
+    cpu_muon->update(host, 0.95);
+    gpu_muon->update(device, 0.95);
+    for (size_t k = 0; k < shapes.size(); ++k) {
+      const std::string where = std::to_string(shapes[k].rows) + "x" +
+                                std::to_string(shapes[k].cols) + " step " + std::to_string(t);
+      EXPECT_CLOSE(dev().download(gu[k], u[k].size()), u[k], 1e-5) << where;
+      EXPECT_CLOSE(dev().download(gs[k], s[k].size()), s[k], 1e-6) << where;
+      EXPECT_CLOSE(dev().download(gw[k], w[k].size()), w[k], 1e-6) << where;
+    }
   }
 }
 

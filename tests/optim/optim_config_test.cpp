@@ -95,14 +95,74 @@ TEST(OptimizerSet, GroupMatchingNoParameterIsRefused) {
       << err;
   EXPECT_NE(err.find("named like embed.weight, blocks.0.attn.qkv.weight"), std::string::npos)
       << err;
-  // One glob naming something is enough (a config shared by tied and untied heads), even when
-  // an earlier group claimed what it names.
-  YAML::Node shared = YAML::Load(R"(- params: ["*"]
+  // One glob naming something is enough (a config shared by tied and untied heads).
+  YAML::Node shared = YAML::Load(R"(- params: ["embed.weight", "no_such.weight"]
   optimizer: adamw
-- params: ["embed.weight", "no_such.weight"]
+- params: ["*"]
   optimizer: adamw
 )");
   EXPECT_NO_THROW(OptimizerSet(shared, kParams));
+}
+
+// A group listed after a broader one that takes all its parameters steps nothing: its optimizer
+// and hyperparameters never applied, without a word (first match wins). Refused, naming both
+// groups; `optional: true` allows it, and so does an "everything else" group that several
+// earlier groups left empty (a config shared by model shapes).
+TEST(OptimizerSet, GroupLeftWithNoParameterIsRefused) {
+  YAML::Node shadowed = YAML::Load(R"(- params: ["*"]
+  optimizer: adamw
+- params: ["blocks.*.attn.*"]
+  optimizer: muon
+)");
+  const std::string err = error_of([&] { OptimizerSet set(shadowed, kParams); });
+  EXPECT_NE(err.find("optimizer group 1 (line 3) is left with no parameter: every parameter its "
+                     "params name (e.g. blocks.0.attn.qkv.weight) went to optimizer group 0 (line "
+                     "1) listed before it"),
+            std::string::npos)
+      << err;
+  YAML::Node optional = YAML::Load(R"(- params: ["*"]
+  optimizer: adamw
+- params: ["blocks.*.attn.*"]
+  optimizer: muon
+  optional: true
+)");
+  EXPECT_NO_THROW(OptimizerSet(optional, kParams));
+  YAML::Node rest = YAML::Load(R"(- params: ["blocks.*.attn.*"]
+  optimizer: muon
+- params: ["embed.weight", "lm_head.weight", "blocks.*.ln1.*"]
+  optimizer: adamw
+- params: ["*"]
+  optimizer: adamw
+)");
+  EXPECT_NO_THROW(OptimizerSet(rest, kParams));
+}
+
+// A negative weight decay grows the weights, a negative lr_mul or wd_mul turns a step around:
+// refused by name for every optimizer that reads them (SOAP's family already was).
+TEST(OptimizerSet, NegativeDecayAndMultipliersAreRefused) {
+  const char* kGroups[] = {
+      "- {params: ['*'], optimizer: adamw, weight_decay: -0.1}",
+      "- {params: ['*'], optimizer: adamw, lr_mul: -1}",
+      "- {params: ['*'], optimizer: adamw, wd_mul: -1}",
+      "- {params: ['blocks.*.attn.*'], optimizer: muon, lr: 0.02, weight_decay: -0.1}\n"
+      "- {params: ['*'], optimizer: adamw}",
+      "- {params: ['blocks.*.attn.*'], optimizer: muon, lr: 0.02, lr_mul: -2}\n"
+      "- {params: ['*'], optimizer: adamw}",
+      "- {params: ['blocks.*.attn.*'], optimizer: normuon, lr: 0.02, wd_mul: -2}\n"
+      "- {params: ['*'], optimizer: adamw}",
+      "- {params: ['blocks.*.attn.*'], optimizer: osft, lr: 0.02, unfreeze_rank_ratio: 0.5, "
+      "weight_decay: -0.1}\n"
+      "- {params: ['*'], optimizer: adamw}",
+      "- {params: ['blocks.*.attn.*'], optimizer: soap, lr: 0.02, weight_decay: -0.1}\n"
+      "- {params: ['*'], optimizer: adamw}",
+  };
+  for (const char* yaml : kGroups) {
+    const std::string err = error_of([&] { OptimizerSet set(YAML::Load(yaml), kParams); });
+    const bool named = err.find("'weight_decay' must be >= 0") != std::string::npos ||
+                       err.find("'lr_mul' must be >= 0") != std::string::npos ||
+                       err.find("'wd_mul' must be >= 0") != std::string::npos;
+    EXPECT_TRUE(named) << yaml << "\n -> " << err;
+  }
 }
 
 TEST(OptimizerSet, UnknownHyperparameterNamesKeyAndLine) {

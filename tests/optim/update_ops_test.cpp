@@ -91,8 +91,9 @@ TEST(UpdateOps, AdamWUpdateIsTheHostLoopBitForBit) {
         // Gradients near 1e-7 too, where the two eps placements differ.
         const FVec g = random_vec<float>(n, 10 + t, t == 2 ? 1e-7 : 1.0);
         adamw_host_loop(w_ref, m_ref, v_ref, g, t, lr, wd, b1, b2, eps, mode);
-        adamw_ops().update(w.data(), m.data(), v.data(), g.data(), n,
-                           adamw_step(t, lr, wd, b1, b2, eps, mode));
+        const optim::AdamWTensor tensor{
+            w.data(), m.data(), v.data(), g.data(), n, adamw_step(t, lr, wd, b1, b2, eps, mode)};
+        adamw_ops().update({&tensor, 1});
         const std::string where =
             "n=" + std::to_string(n) + " torch_eps=" + std::to_string(mode.torch_eps) +
             " cautious=" + std::to_string(mode.cautious_wd) + " step=" + std::to_string(t);
@@ -175,6 +176,22 @@ struct MatrixShape {
   int64_t count, rows, cols;
 };
 
+// NorMuon's normalisation alone, through the update with lr 0 (w stays as it is).
+void normuon_normalize(float* u, float* s, int64_t count, int64_t rows, int64_t cols,
+                       double beta2) {
+  FVec w(static_cast<size_t>(count * rows * cols), 1.0f);
+  const optim::MuonUpdate p{w.data(), u, s, count, rows, cols, 0.0, 0.0};
+  muon_ops().update({&p, 1}, beta2);
+  for (float x : w)
+    ASSERT_EQ(x, 1.0f);
+}
+
+// The cautious step alone: the update without second moments.
+void cautious_update(float* w, float* u, int64_t n, double lr, double wd) {
+  const optim::MuonUpdate p{w, u, nullptr, 1, 1, n, lr, wd};
+  muon_ops().update({&p, 1}, 0.95);
+}
+
 const MatrixShape kShapes[] = {{1, 24, 8}, {3, 8, 24}, {2, 16, 16}, {1, 1, 5}, {2, 5, 1}};
 
 TEST(UpdateOps, NormuonNormalizeIsTheHostLoopBitForBit) {
@@ -185,7 +202,7 @@ TEST(UpdateOps, NormuonNormalizeIsTheHostLoopBitForBit) {
     for (int64_t t = 1; t <= 3; ++t) {
       FVec u = random_vec<float>(n, 20 + t), u_ref = u;
       normuon_host_loop(u_ref.data(), s_ref.data(), sh.count, sh.rows, sh.cols, 0.95);
-      muon_ops().normuon_normalize(u.data(), s.data(), sh.count, sh.rows, sh.cols, 0.95);
+      normuon_normalize(u.data(), s.data(), sh.count, sh.rows, sh.cols, 0.95);
       const std::string where = std::to_string(sh.count) + "x[" + std::to_string(sh.rows) + ", " +
                                 std::to_string(sh.cols) + "] step " + std::to_string(t);
       EXPECT_TRUE(bitwise_equal(u, u_ref)) << where;
@@ -205,7 +222,7 @@ TEST(UpdateOps, NormuonNormalizeEqualisesRowsAndKeepsTheNorm) {
       u[i] *= static_cast<float>(1 + (i / c) % r + 3 * (i % c));
     const FVec before = u;
     FVec s(sh.count * std::max(r, c), 0.0f);
-    muon_ops().normuon_normalize(u.data(), s.data(), sh.count, r, c, 0.0);
+    normuon_normalize(u.data(), s.data(), sh.count, r, c, 0.0);
     for (int64_t k = 0; k < sh.count; ++k) {
       double norm2_before = 0, norm2_after = 0;
       std::vector<double> line2(per_row ? r : c, 0.0), mean_sq(per_row ? r : c, 0.0);
@@ -241,7 +258,7 @@ TEST(UpdateOps, CautiousUpdateIsTheHostLoopBitForBit) {
     for (double wd : {0.0, 0.013}) {
       FVec w = random_vec<float>(n, 3), u = random_vec<float>(n, 4), w_ref = w;
       cautious_host_loop(w_ref, u, 0.02, wd);
-      muon_ops().cautious_update(w.data(), u.data(), n, 0.02, wd);
+      cautious_update(w.data(), u.data(), n, 0.02, wd);
       EXPECT_TRUE(bitwise_equal(w, w_ref)) << "n=" << n << " wd=" << wd;
     }
   }

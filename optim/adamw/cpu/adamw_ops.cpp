@@ -1,5 +1,6 @@
-// AdamW's op on the CPU: adamw_math.h over the elements, OpenMP threads above the size where a
-// parallel region pays (every element is independent, so the bits do not depend on the threads).
+// AdamW's op on the CPU: adamw_math.h over the elements, tensor by tensor, OpenMP threads above the
+// size where a parallel region pays (every element is independent, so the bits do not depend on
+// the threads).
 #include <string>
 
 #include "core/check.h"
@@ -12,11 +13,12 @@ namespace {
 
 class CpuAdamWOps final : public AdamWOps {
  public:
-  void update(float* w, float* m, float* v, const float* g, int64_t n,
-              const kmath::AdamWStep& step) override {
-#pragma omp parallel for schedule(static) if (n > core::cpu::kParallelMin)
-    for (int64_t i = 0; i < n; ++i)
-      kmath::adamw_element(w[i], m[i], v[i], g[i], step);
+  void update(std::span<const AdamWTensor> tensors) override {
+    for (const AdamWTensor& t : tensors) {
+#pragma omp parallel for schedule(static) if (t.n > core::cpu::kParallelMin)
+      for (int64_t i = 0; i < t.n; ++i)
+        kmath::adamw_element(t.w[i], t.m[i], t.v[i], t.g[i], t.step);
+    }
   }
 };
 

@@ -1,8 +1,11 @@
-// AdamW's op on the CUDA backend: adamw_math.h per element (float64 arithmetic on float storage),
-// as on the CPU; nvcc's fused multiply-adds may move the last bit.
+// AdamW's op on the CUDA backend: one launch for all the tensors of a step (a table of them,
+// uploaded with the stream, one block per chunk of a tensor), adamw_math.h per element (float64
+// arithmetic on float storage) as on the CPU; nvcc's fused multiply-adds may move the last bit.
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <string>
+#include <vector>
 
 #include "core/check.h"
 #include "core/cuda/cuda_backend.h"
@@ -13,30 +16,56 @@ namespace optim {
 
 namespace {
 
-using core::cuda_detail::first_index;
-using core::cuda_detail::grid_for;
-using core::cuda_detail::grid_stride;
+using core::cuda_detail::DeviceBuffer;
 using core::cuda_detail::kThreads;
+using core::cuda_detail::owner_of_block;
 
-__global__ void adamw_update_kernel(float* w, float* m, float* v, const float* g, int64_t n,
-                                    kmath::AdamWStep step) {
-  for (int64_t i = first_index(); i < n; i += grid_stride())
-    kmath::adamw_element(w[i], m[i], v[i], g[i], step);
+// Elements per block: a block updates one chunk of one tensor.
+constexpr int64_t kChunk = int64_t{1} << 16;
+
+// A tensor of the launch, with the index of its first chunk among all the tensors' chunks.
+struct ChunkedTensor {
+  AdamWTensor t;
+  int64_t first_chunk;
+};
+
+// Block b updates chunk b of all the tensors' chunks (the table is in chunk order).
+__global__ void adamw_many_kernel(const ChunkedTensor* table, int count) {
+  const int64_t b = blockIdx.x;
+  const int k = owner_of_block(b, count, [table](int i) { return table[i].first_chunk; });
+  const AdamWTensor t = table[k].t;
+  const int64_t begin = (b - table[k].first_chunk) * kChunk;
+  const int64_t end = begin + kChunk < t.n ? begin + kChunk : t.n;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
+    kmath::adamw_element(t.w[i], t.m[i], t.v[i], t.g[i], t.step);
 }
 
 class CudaAdamWOps final : public AdamWOps {
  public:
-  explicit CudaAdamWOps(core::CudaBackend& backend) : stream_(backend.stream()) {}
+  explicit CudaAdamWOps(core::CudaBackend& backend) : backend_(backend) {}
 
-  void update(float* w, float* m, float* v, const float* g, int64_t n,
-              const kmath::AdamWStep& step) override {
-    if (n <= 0) return;
-    adamw_update_kernel<<<grid_for(n), kThreads, 0, stream_>>>(w, m, v, g, n, step);
+  void update(std::span<const AdamWTensor> tensors) override {
+    std::vector<ChunkedTensor> table;
+    int64_t chunks = 0;
+    for (const AdamWTensor& t : tensors) {
+      if (t.n <= 0) continue;
+      table.push_back({t, chunks});
+      chunks += (t.n + kChunk - 1) / kChunk;
+    }
+    if (table.empty()) return;
+    ENGINE_CHECK(chunks <= INT_MAX, std::string(backend_.name()) + ": adamw: " +
+                                        std::to_string(chunks) + " chunks exceed one launch");
+    // The table travels with the stream (an asynchronous upload), so the host does not wait.
+    DeviceBuffer<ChunkedTensor> device_table(backend_.allocator(),
+                                             static_cast<int64_t>(table.size()));
+    backend_.copy_from_host(device_table.get(), table.data(), table.size() * sizeof(ChunkedTensor));
+    adamw_many_kernel<<<static_cast<unsigned>(chunks), kThreads, 0, backend_.stream()>>>(
+        device_table.get(), static_cast<int>(table.size()));
     ENGINE_CUDA_LAUNCHED();
   }
 
  private:
-  CUstream_st* stream_;
+  core::CudaBackend& backend_;
 };
 
 }  // namespace

@@ -1,5 +1,5 @@
 // Muon's ops on the CPU: Newton-Schulz through BLAS (cpu/newton_schulz.h), NorMuon's statistics
-// and the cautious update as loops over muon_math.h.
+// and the cautious update as loops over muon_math.h, one parameter after the other.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -20,9 +20,19 @@ class CpuMuonOps final : public MuonOps {
     cpu::newton_schulz(x, m, n, schedule, batch);
   }
 
+  // Parameter after parameter: the normalisation, then the update.
+  void update(std::span<const MuonUpdate> params, double beta2) override {
+    for (const MuonUpdate& p : params) {
+      if (p.second_moment != nullptr)
+        normuon_normalize(p.u, p.second_moment, p.count, p.rows, p.cols, beta2);
+      cautious_update(p.w, p.u, p.count * p.rows * p.cols, p.lr, p.wd);
+    }
+  }
+
+ private:
   // One matrix after the other; within a matrix the squared norms are added in row-major order.
-  void normuon_normalize(float* u, float* second_moment, int64_t count, int64_t rows, int64_t cols,
-                         double beta2) override {
+  static void normuon_normalize(float* u, float* second_moment, int64_t count, int64_t rows,
+                                int64_t cols, double beta2) {
     const int64_t r = rows, c = cols;
     const bool per_row = r >= c;
     const int64_t stats = per_row ? r : c;
@@ -54,7 +64,7 @@ class CpuMuonOps final : public MuonOps {
     }
   }
 
-  void cautious_update(float* w, const float* u, int64_t n, double lr, double wd) override {
+  static void cautious_update(float* w, const float* u, int64_t n, double lr, double wd) {
 #pragma omp parallel for schedule(static) if (n > core::cpu::kParallelMin)
     for (int64_t i = 0; i < n; ++i)
       w[i] = kmath::cautious_update_element(w[i], u[i], lr, wd);

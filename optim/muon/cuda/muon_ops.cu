@@ -1,9 +1,12 @@
-// Muon's ops on the CUDA backend: Newton-Schulz from the backend's batched GEMM, NorMuon's
-// statistics as block reductions (float64, fixed order), muon_math.h per element as on the CPU.
+// Muon's ops on the CUDA backend: Newton-Schulz from the backend's batched GEMM; NorMuon's
+// statistics as block reductions (float64, fixed order) and the update, muon_math.h per element
+// as on the CPU, for all of a step's parameters in three launches.
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/check.h"
 #include "core/cuda/cuda_backend.h"
@@ -16,10 +19,6 @@ namespace {
 
 using core::cuda_detail::block_allreduce;
 using core::cuda_detail::DeviceBuffer;
-using core::cuda_detail::first_index;
-using core::cuda_detail::grid_for;
-using core::cuda_detail::grid_rows;
-using core::cuda_detail::grid_stride;
 using core::cuda_detail::kThreads;
 using core::cuda_detail::Sum;
 using core::cuda_detail::Sum2;
@@ -41,47 +40,73 @@ __global__ void normalize_frobenius_kernel(float* x, int64_t size, float norm_sc
     mat[i] *= factor;
 }
 
-__global__ void cautious_update_kernel(float* w, const float* u, int64_t n, double lr, double wd) {
-  for (int64_t i = first_index(); i < n; i += grid_stride())
-    w[i] = kmath::cautious_update_element(w[i], u[i], lr, wd);
+// ---- NorMuon and the update, for all parameters at once
+// ------------------------------------------
+//
+// Three launches whatever the number of parameters, each over a table of them in which every
+// parameter owns a run of blocks (owner_of_block): the statistics (a block per row, or a thread
+// per column, as the sums run on one matrix), the scales (a block per matrix), and the update
+// (a chunk of elements per block: the normalisation applied, then the cautious step).
+
+constexpr int64_t kChunk = int64_t{1} << 16;  // elements per block of the update stage
+
+enum Stage { kStats = 0, kScales = 1, kUpdate = 2, kStages = 3 };
+
+struct MuonJob {
+  MuonUpdate p;
+  bool per_row = true;
+  int64_t stats = 0;       // statistics per matrix: rows when per_row, else columns
+  double* q = nullptr;     // [count, stats]: sums of squares, then the scales
+  double* keep = nullptr;  // [count]: the norm-keeping factors
+  int64_t first_block[kStages] = {0, 0, 0};
+};
+
+template <Stage S>
+__device__ inline int job_of_block(const MuonJob* jobs, int count, int64_t& b) {
+  const int j =
+      core::cuda_detail::owner_of_block(b, count, [jobs](int i) { return jobs[i].first_block[S]; });
+  b -= jobs[j].first_block[S];
+  return j;
 }
 
-// NorMuon row statistics: q[k * rows + i] = sum of squares of row i of matrix k (one block each).
-__global__ void normuon_row_sums_kernel(double* q, const float* u, int64_t cols) {
-  const float* x = u + static_cast<int64_t>(blockIdx.x) * cols;
-  Sum<double> s;
-  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-    const double xj = x[j];
-    s.value += xj * xj;
-  }
-  s = block_allreduce(s);
-  if (threadIdx.x == 0) q[blockIdx.x] = s.value;
-}
-
-// NorMuon column statistics: q[k * cols + j] = sum of squares of column j of matrix k, one thread
-// per column walking down the rows (neighbouring threads read neighbouring columns).
-__global__ void normuon_col_sums_kernel(double* q, const float* u, int64_t rows, int64_t cols,
-                                        int64_t total) {
-  for (int64_t t = first_index(); t < total; t += grid_stride()) {
-    const int64_t k = t / cols, j = t % cols;
-    const float* x = u + k * rows * cols + j;
-    double s = 0;
-    for (int64_t i = 0; i < rows; ++i) {
-      const double xi = x[i * cols];
-      s += xi * xi;
+// Row statistics: one block per row (the block's threads stride over its columns); column
+// statistics: one thread per column walking down the rows.
+__global__ void normuon_stats_kernel(const MuonJob* jobs, int count) {
+  int64_t b = blockIdx.x;
+  const MuonJob& job = jobs[job_of_block<kStats>(jobs, count, b)];
+  const int64_t rows = job.p.rows, cols = job.p.cols;
+  if (job.per_row) {
+    const float* x = job.p.u + b * cols;
+    Sum<double> s;
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+      const double xj = x[j];
+      s.value += xj * xj;
     }
-    q[t] = s;
+    s = block_allreduce(s);
+    if (threadIdx.x == 0) job.q[b] = s.value;
+    return;
   }
+  const int64_t t = b * blockDim.x + threadIdx.x;  // matrix k = t / cols, column t % cols
+  if (t >= job.p.count * cols) return;
+  const float* x = job.p.u + (t / cols) * rows * cols + t % cols;
+  double s = 0;
+  for (int64_t i = 0; i < rows; ++i) {
+    const double xi = x[i * cols];
+    s += xi * xi;
+  }
+  job.q[t] = s;
 }
 
-// One block per matrix: updates the second moments from q, replaces q by the scales and writes
-// the matrix's norm-keeping factor to keep[k].
-__global__ void normuon_scales_kernel(double* q, double* keep, float* second_moment, int64_t stats,
-                                      double entries, double beta2) {
-  double* qk = q + static_cast<int64_t>(blockIdx.x) * stats;
-  float* sk = second_moment + static_cast<int64_t>(blockIdx.x) * stats;
+// One block per matrix: the second moments from q, q replaced by the scales, the matrix's
+// norm-keeping factor into keep.
+__global__ void normuon_scales_kernel(const MuonJob* jobs, int count, double beta2) {
+  int64_t k = blockIdx.x;
+  const MuonJob& job = jobs[job_of_block<kScales>(jobs, count, k)];
+  double* qk = job.q + k * job.stats;
+  float* sk = job.p.second_moment + k * job.stats;
+  const double entries = static_cast<double>(job.per_row ? job.p.cols : job.p.rows);
   Sum2<double> norms;  // a: ||V||^2, b: ||V * scale||^2
-  for (int64_t a = threadIdx.x; a < stats; a += blockDim.x) {
+  for (int64_t a = threadIdx.x; a < job.stats; a += blockDim.x) {
     const double qa = qk[a];
     const double sa = kmath::normuon_second_moment(sk[a], qa, entries, beta2);
     sk[a] = static_cast<float>(sa);
@@ -91,16 +116,25 @@ __global__ void normuon_scales_kernel(double* q, double* keep, float* second_mom
     norms.b += qa * scale * scale;
   }
   norms = block_allreduce(norms);
-  if (threadIdx.x == 0) keep[blockIdx.x] = kmath::normuon_keep_norm(norms.a, norms.b);
+  if (threadIdx.x == 0) job.keep[k] = kmath::normuon_keep_norm(norms.a, norms.b);
 }
 
-__global__ void normuon_apply_kernel(float* u, const double* scale, const double* keep,
-                                     int64_t rows, int64_t cols, bool per_row, int64_t total) {
-  const int64_t stats = per_row ? rows : cols;
-  for (int64_t i = first_index(); i < total; i += grid_stride()) {
-    const int64_t k = i / (rows * cols), e = i % (rows * cols);
-    const int64_t a = per_row ? e / cols : e % cols;
-    u[i] = kmath::normuon_apply(u[i], scale[k * stats + a], keep[k]);
+// A chunk of one parameter: u normalised (when it has second moments), then w's cautious step.
+__global__ void muon_update_kernel(const MuonJob* jobs, int count) {
+  int64_t chunk = blockIdx.x;
+  const MuonJob& job = jobs[job_of_block<kUpdate>(jobs, count, chunk)];
+  const int64_t size = job.p.rows * job.p.cols, n = job.p.count * size;
+  const int64_t begin = chunk * kChunk, end = begin + kChunk < n ? begin + kChunk : n;
+  const bool normalize = job.p.second_moment != nullptr;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    float u = job.p.u[i];
+    if (normalize) {
+      const int64_t k = i / size, e = i % size;
+      const int64_t a = job.per_row ? e / job.p.cols : e % job.p.cols;
+      u = kmath::normuon_apply(u, job.q[k * job.stats + a], job.keep[k]);
+      job.p.u[i] = u;
+    }
+    job.p.w[i] = kmath::cautious_update_element(job.p.w[i], u, job.p.lr, job.p.wd);
   }
 }
 
@@ -179,36 +213,56 @@ class CudaMuonOps final : public MuonOps {
     }
   }
 
-  void normuon_normalize(float* u, float* second_moment, int64_t count, int64_t rows, int64_t cols,
-                         double beta2) override {
-    ENGINE_CHECK(count >= 0 && rows >= 0 && cols >= 0,
-                 std::string(backend_.name()) + ": normuon_normalize: negative size");
-    if (count == 0 || rows == 0 || cols == 0) return;
-    const bool per_row = rows >= cols;
-    const int64_t stats = per_row ? rows : cols;
-    DeviceBuffer<double> q(backend_.allocator(), count * stats);  // sums of squares, then scales
-    DeviceBuffer<double> keep(backend_.allocator(), count);
-    if (per_row) {
-      normuon_row_sums_kernel<<<grid_rows(count * rows, "normuon_normalize"), kThreads, 0,
-                                stream_>>>(q.get(), u, cols);
-    } else {
-      normuon_col_sums_kernel<<<grid_for(count * cols), kThreads, 0, stream_>>>(q.get(), u, rows,
-                                                                                cols, count * cols);
+  void update(std::span<const MuonUpdate> params, double beta2) override {
+    std::vector<MuonJob> jobs;
+    int64_t blocks[kStages] = {0, 0, 0};
+    int64_t scratch = 0;  // doubles of q and keep over all jobs
+    for (const MuonUpdate& p : params) {
+      ENGINE_CHECK(p.count >= 0 && p.rows >= 0 && p.cols >= 0,
+                   std::string(backend_.name()) + ": muon update: negative size");
+      const int64_t n = p.count * p.rows * p.cols;
+      if (n == 0) continue;
+      MuonJob job;
+      job.p = p;
+      job.per_row = p.rows >= p.cols;
+      job.stats = job.per_row ? p.rows : p.cols;
+      for (int s = 0; s < kStages; ++s)
+        job.first_block[s] = blocks[s];
+      if (p.second_moment != nullptr) {
+        blocks[kStats] +=
+            job.per_row ? p.count * p.rows : (p.count * p.cols + kThreads - 1) / kThreads;
+        blocks[kScales] += p.count;
+        scratch += p.count * job.stats + p.count;
+      }
+      blocks[kUpdate] += (n + kChunk - 1) / kChunk;
+      jobs.push_back(job);
     }
-    ENGINE_CUDA_LAUNCHED();
-    normuon_scales_kernel<<<grid_rows(count, "normuon_normalize"), kThreads, 0, stream_>>>(
-        q.get(), keep.get(), second_moment, stats, static_cast<double>(per_row ? cols : rows),
-        beta2);
-    ENGINE_CUDA_LAUNCHED();
-    const int64_t total = count * rows * cols;
-    normuon_apply_kernel<<<grid_for(total), kThreads, 0, stream_>>>(u, q.get(), keep.get(), rows,
-                                                                    cols, per_row, total);
-    ENGINE_CUDA_LAUNCHED();
-  }
-
-  void cautious_update(float* w, const float* u, int64_t n, double lr, double wd) override {
-    if (n <= 0) return;
-    cautious_update_kernel<<<grid_for(n), kThreads, 0, stream_>>>(w, u, n, lr, wd);
+    if (jobs.empty()) return;
+    for (int64_t b : blocks)
+      ENGINE_CHECK(b <= INT_MAX, std::string(backend_.name()) + ": muon update: " +
+                                     std::to_string(b) + " blocks exceed one launch");
+    DeviceBuffer<double> stats(backend_.allocator(), scratch);
+    double* next = stats.get();
+    for (MuonJob& job : jobs) {
+      if (job.p.second_moment == nullptr) continue;
+      job.q = next;
+      job.keep = next + job.p.count * job.stats;
+      next = job.keep + job.p.count;
+    }
+    // The table travels with the stream (an asynchronous upload), so the host does not wait.
+    DeviceBuffer<MuonJob> table(backend_.allocator(), static_cast<int64_t>(jobs.size()));
+    backend_.copy_from_host(table.get(), jobs.data(), jobs.size() * sizeof(MuonJob));
+    const int count = static_cast<int>(jobs.size());
+    if (blocks[kStats] > 0) {
+      normuon_stats_kernel<<<static_cast<unsigned>(blocks[kStats]), kThreads, 0, stream_>>>(
+          table.get(), count);
+      ENGINE_CUDA_LAUNCHED();
+      normuon_scales_kernel<<<static_cast<unsigned>(blocks[kScales]), kThreads, 0, stream_>>>(
+          table.get(), count, beta2);
+      ENGINE_CUDA_LAUNCHED();
+    }
+    muon_update_kernel<<<static_cast<unsigned>(blocks[kUpdate]), kThreads, 0, stream_>>>(
+        table.get(), count);
     ENGINE_CUDA_LAUNCHED();
   }
 
