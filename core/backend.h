@@ -6,7 +6,8 @@
 // touches a device API directly; an optimizer's own kernels live in its folder (optim/<family>/).
 //
 // Conventions (every family)
-// - Pointers are device pointers of this backend; matrices are row-major, f32.
+// - Pointers are device pointers of this backend; matrices are row-major, f32 (the GEMM family
+//   also takes bf16 inputs, and the elementwise family converts to and from bf16).
 // - Shapes: N rows (N = B*T tokens), C or D columns; attention tensors are [B, H, T, hd]
 //   ("BH" = B*H independent heads); logits are [N, Vp] with only the first V columns real.
 // - Forward ops overwrite their outputs. Backward ops ACCUMULATE (+=) into every gradient they

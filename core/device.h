@@ -7,12 +7,30 @@
 
 namespace core {
 
-enum class DType : uint8_t { F32, BF16 };
+// Element types. F32 is what every op computes in; BF16 holds the GEMM inputs of
+// train.precision=bf16 (docs/precision.md); F16 and F64 are read from files and converted.
+enum class DType : uint8_t { F32, BF16, F16, F64 };
 
 inline size_t dtype_size(DType dtype) {
-  return dtype == DType::F32 ? 4 : 2;
+  switch (dtype) {
+    case DType::F32:
+      return 4;
+    case DType::BF16:
+    case DType::F16:
+      return 2;
+    case DType::F64:
+      return 8;
+  }
+  return 0;
 }
-const char* dtype_name(DType dtype);
+const char* dtype_name(DType dtype);  // "f32", "bf16", "f16", "f64"
+
+// One bf16 element: the upper half of an IEEE float (sign, 8-bit exponent, 7 mantissa bits).
+// Its conversions are element math (core/kernel_math.h: bf16_from_float, float_from_bf16).
+struct bf16 {
+  uint16_t bits;
+};
+static_assert(sizeof(bf16) == 2);
 
 struct Device {
   enum class Kind : uint8_t { Cpu, Cuda };

@@ -6,6 +6,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+
+#include "core/device.h"
 
 #ifdef __CUDACC__
 #define ENGINE_HD __host__ __device__
@@ -28,6 +31,38 @@ struct StdMath {
     return std::exp(x);
   }
 };
+
+// ---- bf16 ------------------------------------------------------------------------------------
+
+// A float's bits and back; memcpy is the bit cast both compilers accept on host and device.
+ENGINE_HD inline uint32_t float_bits(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof(u));
+  return u;
+}
+ENGINE_HD inline float float_from_bits(uint32_t u) {
+  float x;
+  memcpy(&x, &u, sizeof(x));
+  return x;
+}
+
+// The bf16 nearest to x, ties to even. bf16 is the upper half of a float, so adding 0x7FFF plus
+// the lowest kept bit to x's bits carries into the upper half exactly when the dropped half is
+// above half a unit of the kept part, or exactly half with the kept part odd. The same carry
+// takes a value beyond the largest finite bf16 to infinity, and rounds subnormals correctly
+// (their bits order like their values). NaN is taken apart first (the carry could make it
+// infinity): it stays NaN, quieted, sign kept. No branch, so loops of it vectorise.
+ENGINE_HD inline bf16 bf16_from_float(float x) {
+  const uint32_t u = float_bits(x);
+  const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t quiet_nan = (u >> 16) | 0x0040u;
+  return bf16{static_cast<uint16_t>((u & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : rounded)};
+}
+
+// The float a bf16 stands for (exact).
+ENGINE_HD inline float float_from_bf16(bf16 b) {
+  return float_from_bits(static_cast<uint32_t>(b.bits) << 16);
+}
 
 // ---- activations -------------------------------------------------------------------------------
 

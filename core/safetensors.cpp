@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <optional>
 
 #include "core/check.h"
 #include "core/json.h"
@@ -53,6 +54,35 @@ StDType parse_dtype(const std::string& name, const std::string& what) {
 }
 
 }  // namespace
+
+std::optional<DType> tensor_dtype(StDType dtype) {
+  switch (dtype) {
+    case StDType::F32:
+      return DType::F32;
+    case StDType::BF16:
+      return DType::BF16;
+    case StDType::F16:
+      return DType::F16;
+    case StDType::F64:
+      return DType::F64;
+    default:
+      return std::nullopt;
+  }
+}
+
+StDType file_dtype(DType dtype) {
+  switch (dtype) {
+    case DType::F32:
+      return StDType::F32;
+    case DType::BF16:
+      return StDType::BF16;
+    case DType::F16:
+      return StDType::F16;
+    case DType::F64:
+      return StDType::F64;
+  }
+  return StDType::F32;
+}
 
 const char* st_dtype_name(StDType dtype) {
   for (const auto& d : kDTypes)
@@ -204,13 +234,22 @@ std::vector<std::byte> SafetensorsReader::read_bytes(const std::string& name) co
 
 Tensor SafetensorsReader::read(const std::string& name) const {
   const StTensorInfo& t = info(name);
-  ENGINE_CHECK(t.dtype == StDType::F32 || t.dtype == StDType::BF16,
-               path_ + ": tensor \"" + name + "\" has dtype " + st_dtype_name(t.dtype) +
-                   "; only F32 and BF16 load as tensors");
-  Tensor out = Tensor::empty(t.shape, t.dtype == StDType::F32 ? DType::F32 : DType::BF16);
+  const std::optional<DType> dtype = tensor_dtype(t.dtype);
+  ENGINE_CHECK(dtype.has_value(), path_ + ": tensor \"" + name + "\" has dtype " +
+                                      st_dtype_name(t.dtype) +
+                                      "; only F32, BF16, F16 and F64 load as tensors");
+  Tensor out = Tensor::empty(t.shape, *dtype);
   std::vector<std::byte> bytes = read_bytes(name);
   if (!bytes.empty()) std::memcpy(out.raw_data(), bytes.data(), bytes.size());
   return out;
+}
+
+Tensor SafetensorsReader::read_f32(const std::string& name) const {
+  const StTensorInfo& t = info(name);
+  ENGINE_CHECK(t.dtype == StDType::F32 || t.dtype == StDType::BF16 || t.dtype == StDType::F16,
+               path_ + ": tensor \"" + name + "\" has dtype " + st_dtype_name(t.dtype) +
+                   ", expected F32, BF16 or F16");
+  return read(name).to(DType::F32);
 }
 
 SafetensorsContents load_safetensors(const std::string& path) {
@@ -222,8 +261,9 @@ SafetensorsContents load_safetensors(const std::string& path) {
   ENGINE_CHECK(all.size() >= reader.data_start(), path + ": file changed while reading");
   const uint64_t data_start = reader.data_start();
   for (const StTensorInfo& t : reader.tensors()) {
-    if (t.dtype != StDType::F32 && t.dtype != StDType::BF16) continue;
-    Tensor out = Tensor::empty(t.shape, t.dtype == StDType::F32 ? DType::F32 : DType::BF16);
+    const std::optional<DType> dtype = tensor_dtype(t.dtype);
+    if (!dtype) continue;
+    Tensor out = Tensor::empty(t.shape, *dtype);
     if (t.end > t.begin)
       std::memcpy(out.raw_data(), all.data() + data_start + t.begin, t.end - t.begin);
     contents.tensors.emplace(t.name, std::move(out));
@@ -246,7 +286,7 @@ void SafetensorsWriter::add(const std::string& name, const Tensor& tensor) {
                "safetensors: tensor \"" + name + "\" added twice");
   Entry e;
   e.name = name;
-  e.dtype = tensor.dtype() == DType::F32 ? StDType::F32 : StDType::BF16;
+  e.dtype = file_dtype(tensor.dtype());
   e.shape = tensor.shape();
   e.tensor = tensor.is_contiguous() ? tensor : tensor.clone();
   entries_.push_back(std::move(e));

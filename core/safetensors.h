@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,9 +19,13 @@
 
 namespace core {
 
-// The safetensors dtypes this reader recognises. F32 and BF16 load into Tensors; the others
-// are available as raw bytes.
+// The safetensors dtypes this reader recognises. The float ones (F64, F32, F16, BF16) load into
+// Tensors of that dtype; the others are available as raw bytes.
 enum class StDType : uint8_t { F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL };
+
+// The Tensor dtype of a file dtype (none for the integer ones), and the other way.
+std::optional<DType> tensor_dtype(StDType dtype);
+StDType file_dtype(DType dtype);
 
 const char* st_dtype_name(StDType dtype);  // "F32", ...
 size_t st_dtype_size(StDType dtype);
@@ -48,8 +53,12 @@ class SafetensorsReader {
   bool contains(const std::string& name) const { return index_.count(name) != 0; }
   const StTensorInfo& info(const std::string& name) const;
 
-  // A host tensor (F32 or BF16 only); throws naming the file and tensor otherwise.
+  // A host tensor of the file's float dtype; throws naming the file and tensor otherwise.
   Tensor read(const std::string& name) const;
+  // A host F32 tensor from an F32, BF16 or F16 one (exact conversions: a checkpoint stored in
+  // half precision loads as the floats it stands for); throws naming the file, tensor and dtype
+  // otherwise.
+  Tensor read_f32(const std::string& name) const;
   // The raw little-endian bytes of any tensor.
   std::vector<std::byte> read_bytes(const std::string& name) const;
 
@@ -61,7 +70,7 @@ class SafetensorsReader {
   std::map<std::string, size_t> index_;
 };
 
-// Every tensor of a file (F32/BF16 ones as Tensors) and its metadata.
+// Every tensor of a file (the float ones as Tensors) and its metadata.
 struct SafetensorsContents {
   std::map<std::string, std::string> metadata;
   std::map<std::string, Tensor> tensors;
@@ -73,7 +82,8 @@ SafetensorsContents load_safetensors(const std::string& path);
 class SafetensorsWriter {
  public:
   void set_metadata(const std::string& key, const std::string& value);
-  // A host tensor (F32 or BF16); the writer keeps a reference to its storage until write().
+  // A host tensor (written in its dtype); the writer keeps a reference to its storage until
+  // write().
   void add(const std::string& name, const Tensor& tensor);
   // Raw little-endian bytes of any dtype; the size must be numel(shape) * dtype size.
   void add_bytes(const std::string& name, StDType dtype, const Shape& shape,

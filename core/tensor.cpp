@@ -4,12 +4,42 @@
 #include <stdexcept>
 
 #include "core/check.h"
+#include "core/kernel_math.h"
 
 namespace core {
 
 const char* dtype_name(DType dtype) {
-  return dtype == DType::F32 ? "f32" : "bf16";
+  switch (dtype) {
+    case DType::F32:
+      return "f32";
+    case DType::BF16:
+      return "bf16";
+    case DType::F16:
+      return "f16";
+    case DType::F64:
+      return "f64";
+  }
+  return "?";
 }
+
+namespace {
+
+// The float an IEEE half stands for (exact: every half is a float). Half: sign, 5 exponent bits
+// (bias 15), 10 mantissa bits; float: bias 127, 23 mantissa bits.
+float float_from_f16(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1Fu;
+  const uint32_t mantissa = h & 0x3FFu;
+  if (exponent == 0x1F)  // infinity or NaN (payload kept)
+    return kmath::float_from_bits(sign | 0x7F800000u | (mantissa << 13));
+  if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24, exact in float
+    const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;
+    return sign ? -magnitude : magnitude;
+  }
+  return kmath::float_from_bits(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+}
+
+}  // namespace
 
 std::string Device::str() const {
   return is_cpu() ? std::string("cpu") : "cuda:" + std::to_string(index);
@@ -192,10 +222,41 @@ void Tensor::copy_from(const Tensor& src) {
   }
 }
 
+Tensor Tensor::to(DType dtype) const {
+  Tensor src = Tensor::empty(shape_, dtype_);  // host, contiguous
+  src.copy_from(*this);
+  if (dtype == dtype_) return src;
+  Tensor out = Tensor::empty(shape_, dtype);
+  const int64_t n = numel();
+  if (dtype == DType::F32) {
+    float* o = out.data<float>();
+    for (int64_t i = 0; i < n; ++i) {
+      switch (dtype_) {
+        case DType::BF16:
+          o[i] = kmath::float_from_bf16(src.data<bf16>()[i]);
+          break;
+        case DType::F16:
+          o[i] = float_from_f16(src.data<uint16_t>()[i]);
+          break;
+        case DType::F64:
+          o[i] = static_cast<float>(src.data<double>()[i]);
+          break;
+        case DType::F32:
+          break;
+      }
+    }
+    return out;
+  }
+  ENGINE_CHECK(dtype == DType::BF16 && dtype_ == DType::F32,
+               std::string("to(): no conversion from ") + dtype_name(dtype_) + " to " +
+                   dtype_name(dtype) + " (" + str() + ")");
+  for (int64_t i = 0; i < n; ++i)
+    out.data<bf16>()[i] = kmath::bf16_from_float(src.data<float>()[i]);
+  return out;
+}
+
 std::vector<float> Tensor::to_vector() const {
-  ENGINE_CHECK(dtype_ == DType::F32, "to_vector() needs f32");
-  Tensor host = Tensor::empty(shape_);
-  host.copy_from(*this);
+  const Tensor host = to(DType::F32);
   const float* p = host.data<float>();
   return std::vector<float>(p, p + numel());
 }

@@ -80,9 +80,12 @@ class Tensor {
   Tensor select(int64_t i) const;  // index along dim 0, drops that dim
 
   // Copies.
-  Tensor clone() const;                  // same device and allocator, contiguous
-  void copy_from(const Tensor& src);     // same shape and dtype; host tensors (device: Backend)
-  std::vector<float> to_vector() const;  // host f32, in row-major order
+  Tensor clone() const;               // same device and allocator, contiguous
+  void copy_from(const Tensor& src);  // same shape and dtype; host tensors (device: Backend)
+  // Host copy with the elements converted: any float dtype to F32 (exact from BF16 and F16, the
+  // nearest float from F64), F32 to BF16 (nearest, ties to even); the same dtype is a copy.
+  Tensor to(DType dtype) const;
+  std::vector<float> to_vector() const;  // host f32 (converted as to(F32)), in row-major order
   void fill(float value) const;          // host f32
 
   std::string str() const;  // "f32[3, 4] cpu"

@@ -423,6 +423,9 @@ void validate_config(const Config& c) {
     fail("train.batch_tokens",
          "must be a positive multiple of model.seq_len = " + std::to_string(c.model.seq_len));
   if (c.train.grad_clip < 0) fail("train.grad_clip", "must be >= 0");
+  const auto& precision = c.train.precision;
+  if (precision != "fp32" && precision != "tf32" && precision != "bf16")
+    fail("train.precision", "must be fp32, tf32 or bf16, got '" + precision + "'");
   const auto& s = c.train.lr_schedule;
   if (s != "constant" && s != "linear" && s != "cosine")
     fail("train.lr_schedule", "must be constant, linear or cosine, got '" + s + "'");

@@ -59,6 +59,10 @@ inline constexpr bool kOptional = false;
     "sequences per rank per micro-step (gradient accumulation makes up the rest)")                 \
   F(train, double, grad_clip, "grad_clip", 1.0, kOptional,                                         \
     "clip the global gradient norm to this (0 = off)")                                             \
+  F(train, std::string, precision, "precision", "fp32", kOptional,                                 \
+    "what the matmuls compute in: fp32 | tf32 (TF32 tensor cores; GPUs, the CPU runs fp32) | "     \
+    "bf16 (bf16 GEMM inputs, f32 accumulation; f32 weights, gradients and optimizer state; a "     \
+    "CPU without AVX512_BF16 or AMX runs fp32); docs/precision.md")                                \
   F(train, std::string, lr_schedule, "lr_schedule", "linear", kOptional,                           \
     "decay shape after warmup: constant | linear | cosine (warmup-stable-decay)")                  \
   F(train, int64_t, lr_warmup_steps, "lr_warmup_steps", 0, kOptional,                              \

@@ -52,6 +52,7 @@ model::ModelConfig model_config_of(const Config& c) {
   m.moe_top_k = static_cast<int>(c.model.moe_top_k);
   m.moe_aux_weight = static_cast<float>(c.model.moe_aux_weight);
   m.seed = static_cast<uint64_t>(c.train.seed);
+  m.precision = model::parse_precision(c.train.precision);
   m.validate();
   return m;
 }

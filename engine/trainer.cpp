@@ -21,6 +21,7 @@
 #include "engine/checkpoint.h"
 #include "engine/console_log.h"
 #include "engine/model_loading.h"
+#include "engine/precision.h"
 #include "engine/resume_check.h"
 #include "engine/stop_signal.h"
 #include "engine/trainable.h"
@@ -67,8 +68,13 @@ Trainer::Trainer(Config config, comm::Communicator& control, comm::Communicator&
                    "on " + backend_.device().str() + " use poll");
   geometry_ = BatchGeometry::of(config_, W);
 
-  // Model: every rank initialises the same full parameters from the seed.
-  gpt_ = std::make_unique<model::Gpt>(model_config_of(config_), backend_);
+  // Model: every rank initialises the same full parameters from the seed, in the precision
+  // this device makes pay (engine/precision.h).
+  model::ModelConfig model_config = model_config_of(config_);
+  const PrecisionChoice precision = choose_precision(model_config.precision, backend_);
+  if (!precision.warning.empty()) spdlog::warn("{}", precision.warning);
+  model_config.precision = precision.precision;
+  gpt_ = std::make_unique<model::Gpt>(model_config, backend_);
   gpt_->init_weights();
   const model::ParamTable& table = gpt_->table();
 
@@ -219,6 +225,7 @@ StepRecord Trainer::train_step() {
   zero_->publish_params();
   for (const auto& reparam : reparams_)
     reparam->after_step();
+  gpt_->params_updated();  // bf16: the matmul weights' copies follow the new values
   end_phase("gather_params");
 
   ++counters_.step;
@@ -267,6 +274,7 @@ std::string Trainer::save_checkpoint() {
 
 void Trainer::load_checkpoint(const std::string& dir) {
   counters_ = checkpointer_->load(dir);
+  gpt_->params_updated();
 }
 
 void Trainer::init_params_from(const std::string& source) {
@@ -291,6 +299,7 @@ void Trainer::init_params_from(const std::string& source) {
   zero_->publish_params();
   for (const auto& reparam : reparams_)
     reparam->init_from(weights);
+  gpt_->params_updated();
 }
 
 void log_rank_devices(comm::Communicator& comm, core::Backend& backend) {

@@ -16,31 +16,72 @@ constexpr float kLayerNormEps = 1e-5f;
 constexpr float kRmsNormEps = 1e-6f;
 constexpr float kRotaryBase = 10000.0f;
 
-// y[N, out] (+)= x[N, in] @ W[out, in]^T
-void linear(core::Backend& be, float* y, const float* x, const float* weight, int64_t N, int64_t in,
-            int64_t out, float beta = 0.0f) {
+}  // namespace
+
+Gpt::Operand Gpt::Operand::at(int64_t offset) const {
+  return {f32 + offset, bf16 ? bf16 + offset : nullptr};
+}
+
+void Gpt::linear(float* y, Operand x, Operand weight, int64_t N, int64_t in, int64_t out,
+                 float beta) {
   core::GemmArgs a;
   a.trans_b = true;
   a.m = N, a.n = out, a.k = in, a.beta = beta;
-  be.gemm(a, x, weight, y);
+  if (x.bf16 && weight.bf16) {
+    backend_.gemm(a, x.bf16, weight.bf16, y);
+  } else {
+    a.tf32 = config_.precision == Precision::Tf32;
+    backend_.gemm(a, x.f32, weight.f32, y);
+  }
 }
 
-// dx[N, in] (+)= dy[N, out] @ W[out, in];  dW[out, in] += dy^T @ x.
-void linear_backward(core::Backend& be, float* dx, float* dweight, const float* dy, const float* x,
-                     const float* weight, int64_t N, int64_t in, int64_t out, float dx_beta) {
+void Gpt::linear_backward(float* dx, float* dweight, const float* dy, Operand x, Operand weight,
+                          int64_t N, int64_t in, int64_t out, float dx_beta,
+                          const core::bf16* dy_rounded) {
   core::GemmArgs a;
   a.m = N, a.n = in, a.k = out, a.beta = dx_beta;
-  be.gemm(a, dy, weight, dx);
   core::GemmArgs b;
   b.trans_a = true;
   b.m = out, b.n = in, b.k = N, b.beta = 1.0f;
-  be.gemm(b, dy, x, dweight);
+  if (x.bf16 && weight.bf16) {
+    if (!dy_rounded) {
+      backend_.f32_to_bf16(dy_bf16_, dy, N * out);
+      dy_rounded = dy_bf16_;
+    }
+    backend_.gemm(a, dy_rounded, weight.bf16, dx);
+    backend_.gemm(b, dy_rounded, x.bf16, dweight);
+  } else {
+    a.tf32 = b.tf32 = config_.precision == Precision::Tf32;
+    backend_.gemm(a, dy, weight.f32, dx);
+    backend_.gemm(b, dy, x.f32, dweight);
+  }
 }
 
-}  // namespace
+Gpt::Operand Gpt::weight(size_t i) {
+  if (!bf16_ || !has_bf16_copy_[i]) return {w(i), nullptr};
+  const float* value = w(i);
+  const core::Tensor& p = param_view_[i];
+  core::Tensor& copy = bf16_copy_[i];
+  if (!bf16_copy_fresh_[i]) {
+    if (!copy.defined())
+      copy = core::Tensor::empty(p.shape(), core::DType::BF16, backend_.allocator());
+    backend_.f32_to_bf16(copy.data<core::bf16>(), value, p.numel());
+    bf16_copy_fresh_[i] = true;
+  }
+  return {value, copy.data<core::bf16>()};
+}
+
+Gpt::Operand Gpt::gemm_input(const float* x, core::bf16* xb, int64_t n) {
+  if (!bf16_) return {x, nullptr};
+  backend_.f32_to_bf16(xb, x, n);
+  return {x, xb};
+}
 
 // Saved activations of one block (pointers into acts_).
 struct Gpt::LayerActs {
+  // bf16 precision: the bf16 copies of the GEMM inputs, kept for the weight gradients.
+  core::bf16 *ln1_bf16 = nullptr, *merged_bf16 = nullptr, *ln2_bf16 = nullptr, *act_bf16 = nullptr,
+             *xe_bf16 = nullptr;
   float *ln1 = nullptr, *ln1_mean = nullptr, *ln1_rstd = nullptr;
   float *qkv = nullptr, *q = nullptr, *k = nullptr, *v = nullptr;
   float *q_rstd = nullptr, *k_rstd = nullptr, *qr = nullptr, *kr = nullptr;      // modern only
@@ -54,7 +95,10 @@ struct Gpt::LayerActs {
 };
 
 Gpt::Gpt(const ModelConfig& config, core::Backend& backend)
-    : config_(config), table_(config), backend_(backend) {
+    : config_(config),
+      table_(config),
+      backend_(backend),
+      bf16_(config.precision == Precision::Bf16) {
   // Loss scalars on the device: the step's float64 loss sum, then cross-entropy and aux loss.
   loss_state_ = core::Tensor::empty({4}, core::DType::F32, backend_.allocator());
   backend_.fill_zero(loss_state_.raw_data(), loss_state_.nbytes());
@@ -96,6 +140,15 @@ Gpt::Gpt(const ModelConfig& config, core::Backend& backend)
     q.eproj_w = opt(p + "moe.proj.weight");
     lp_.push_back(q);
   }
+  // The matmul weights get bf16 copies; the router stays f32 (its top-k picks discrete
+  // experts), the embeddings are lookups (gpt2's doubles as the head: that use gets one).
+  has_bf16_copy_.assign(table_.size(), false);
+  for (const LayerParams& q : lp_)
+    for (size_t i : {q.qkv_w, q.proj_w, q.fc_w, q.fcproj_w, q.efc_w, q.eproj_w})
+      if (i != kNone) has_bf16_copy_[i] = true;
+  has_bf16_copy_[head_] = true;
+  bf16_copy_.resize(table_.size());
+  bf16_copy_fresh_.assign(table_.size(), false);
 }
 
 Gpt::~Gpt() = default;
@@ -110,6 +163,8 @@ void Gpt::release_storage() {
   for (size_t i = 0; i < table_.size(); ++i) {
     param_view_[i] = core::Tensor();
     grad_view_[i] = core::Tensor();
+    bf16_copy_[i] = core::Tensor();
+    bf16_copy_fresh_[i] = false;
   }
   params_ = core::Tensor();
   grads_ = core::Tensor();
@@ -119,6 +174,10 @@ void Gpt::bind_param(size_t i, core::Tensor value) {
   ENGINE_CHECK(!value.defined() || value.shape() == table_[i].shape,
                "model: binding " + table_[i].name + " to a tensor of shape " +
                    core::shape_str(value.shape()));
+  // A new binding (ZeRO stage 3 gathers a layer before use) needs a new bf16 copy; an unbound
+  // parameter's copy is freed with it.
+  if (!value.defined()) bf16_copy_.at(i) = core::Tensor();
+  bf16_copy_fresh_.at(i) = false;
   param_view_.at(i) = std::move(value);
 }
 
@@ -150,6 +209,11 @@ void Gpt::init_weights() {
     table_.init_host(i, host.slice(0, p.offset, p.numel), config_.seed);
   }
   backend_.copy_from_host(params_.raw_data(), host.raw_data(), host.nbytes());
+  params_updated();
+}
+
+void Gpt::params_updated() {
+  bf16_copy_fresh_.assign(table_.size(), false);
 }
 
 void Gpt::zero_grad() {
@@ -185,12 +249,17 @@ void Gpt::plan(int B, int T) {
     used += (n + 15) / 16 * 16;
     return p;
   };
+  // bf16 arrays only in bf16 precision (two elements per float of the layout).
+  auto take_bf16 = [&](int64_t n) {
+    return bf16_ ? reinterpret_cast<core::bf16*>(take((n + 1) / 2)) : nullptr;
+  };
   auto layout = [&]() {
     used = 0;
     encoded_ = take(N * D);
     layers_.assign(config_.n_layer, LayerActs{});
     for (auto& a : layers_) {
       a.ln1 = take(N * D);
+      a.ln1_bf16 = take_bf16(N * D);
       a.ln1_mean = take(N);
       a.ln1_rstd = take(N);
       a.qkv = take(N * 3 * D);
@@ -206,15 +275,19 @@ void Gpt::plan(int B, int T) {
       a.lse = take(B * H * int64_t(T));
       a.atty = take(N * D);
       a.merged = take(N * D);
+      a.merged_bf16 = take_bf16(N * D);
       a.res_mid = take(N * D);
       a.ln2 = take(N * D);
+      a.ln2_bf16 = take_bf16(N * D);
       a.ln2_mean = take(N);
       a.ln2_rstd = take(N);
       if (config_.moe()) {
         a.probs = take(N * E);
         a.xe = take(M * D);
+        a.xe_bf16 = take_bf16(M * D);
         a.pre = take(M * F);
         a.act = take(M * F);
+        a.act_bf16 = take_bf16(M * F);
         a.ye = take(M * D);
         core::MoeRouting& r = a.route;
         r.chosen = reinterpret_cast<int32_t*>(take(M));
@@ -228,10 +301,12 @@ void Gpt::plan(int B, int T) {
       } else {
         a.pre = take(N * F);
         a.act = take(N * F);
+        a.act_bf16 = take_bf16(N * F);
       }
       a.res_out = take(N * D);
     }
     lnf_ = take(N * D);
+    lnf_bf16_ = take_bf16(N * D);
     lnf_mean_ = take(N);
     lnf_rstd_ = take(N);
     logits_ = take(N * Vp);
@@ -240,8 +315,11 @@ void Gpt::plan(int B, int T) {
     targets_ = reinterpret_cast<int32_t*>(take(N));
     last_index_ = reinterpret_cast<int32_t*>(take(B));
     last_hidden_ = take(B * D);
+    last_hidden_bf16_ = take_bf16(B * D);
     last_logits_ = take(B * Vp);
     const int64_t rows = std::max(N, M);
+    dy_bf16_ = take_bf16(std::max(rows * F, N * 3 * D));
+    dlogits_bf16_ = take_bf16(N * Vp);
     dres_ = take(N * D);
     dln_ = take(N * D);
     dqkv_ = take(N * 3 * D);
@@ -319,7 +397,7 @@ void Gpt::attn_forward(int l) {
   const LayerParams& p = lp_[l];
   const float* res_in = l == 0 ? encoded_ : layers_[l - 1].res_out;
   norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res_in, p.ln1_w, p.ln1_b);
-  linear(backend_, a.qkv, a.ln1, w(p.qkv_w), N, D, 3 * D);
+  linear(a.qkv, gemm_input(a.ln1, a.ln1_bf16, N * D), weight(p.qkv_w), N, D, 3 * D);
   if (p.qkv_b != kNone) backend_.add_bias(a.qkv, w(p.qkv_b), N, 3 * D);
   backend_.split_heads(a.q, a.k, a.v, a.qkv, B, T, H, hd);
   const float* q = a.q;
@@ -338,7 +416,7 @@ void Gpt::attn_forward(int l) {
   backend_.merge_heads(a.merged, a.atty, B, T, H, hd);
   // res_mid = res_in + merged @ proj^T (+ bias)
   backend_.copy(a.res_mid, res_in, N * D * sizeof(float));
-  linear(backend_, a.res_mid, a.merged, w(p.proj_w), N, D, D, 1.0f);
+  linear(a.res_mid, gemm_input(a.merged, a.merged_bf16, N * D), weight(p.proj_w), N, D, D, 1.0f);
   if (p.proj_b != kNone) backend_.add_bias(a.res_mid, w(p.proj_b), N, D);
 }
 
@@ -350,7 +428,8 @@ void Gpt::attn_backward(int l) {
   const float* res_in = l == 0 ? encoded_ : layers_[l - 1].res_out;
   // dres holds d/d res_mid; the residual path passes it through unchanged.
   if (p.proj_b != kNone) backend_.bias_backward(g(p.proj_b), dres_, N, D);
-  linear_backward(backend_, dmerged_, g(p.proj_w), dres_, a.merged, w(p.proj_w), N, D, D, 0.0f);
+  linear_backward(dmerged_, g(p.proj_w), dres_, {a.merged, a.merged_bf16}, weight(p.proj_w), N, D,
+                  D, 0.0f);
   backend_.fill_zero(datty_, N * D * sizeof(float));
   backend_.merge_heads_backward(datty_, dmerged_, B, T, H, hd);
   for (float* d : {dq_, dk_, dv_})
@@ -373,7 +452,7 @@ void Gpt::attn_backward(int l) {
   backend_.fill_zero(dqkv_, N * 3 * D * sizeof(float));
   backend_.split_heads_backward(dqkv_, dq_, dk_, dv_, B, T, H, hd);
   if (p.qkv_b != kNone) backend_.bias_backward(g(p.qkv_b), dqkv_, N, 3 * D);
-  linear_backward(backend_, dln_, g(p.qkv_w), dqkv_, a.ln1, w(p.qkv_w), N, D, 3 * D, 0.0f);
+  linear_backward(dln_, g(p.qkv_w), dqkv_, {a.ln1, a.ln1_bf16}, weight(p.qkv_w), N, D, 3 * D, 0.0f);
   norm_backward(dres_, dln_, res_in, a.ln1_mean, a.ln1_rstd, p.ln1_w, p.ln1_b);
 }
 
@@ -381,11 +460,11 @@ void Gpt::mlp_forward(int l) {
   const int64_t N = int64_t(B_) * T_, D = config_.d_model, F = config_.d_ff();
   LayerActs& a = layers_[l];
   const LayerParams& p = lp_[l];
-  linear(backend_, a.pre, a.ln2, w(p.fc_w), N, D, F);
+  linear(a.pre, gemm_input(a.ln2, a.ln2_bf16, N * D), weight(p.fc_w), N, D, F);
   if (p.fc_b != kNone) backend_.add_bias(a.pre, w(p.fc_b), N, F);
   act_forward(a.act, a.pre, N * F);
   backend_.copy(a.res_out, a.res_mid, N * D * sizeof(float));
-  linear(backend_, a.res_out, a.act, w(p.fcproj_w), N, F, D, 1.0f);
+  linear(a.res_out, gemm_input(a.act, a.act_bf16, N * F), weight(p.fcproj_w), N, F, D, 1.0f);
   if (p.fcproj_b != kNone) backend_.add_bias(a.res_out, w(p.fcproj_b), N, D);
 }
 
@@ -394,11 +473,12 @@ void Gpt::mlp_backward(int l) {
   LayerActs& a = layers_[l];
   const LayerParams& p = lp_[l];
   if (p.fcproj_b != kNone) backend_.bias_backward(g(p.fcproj_b), dres_, N, D);
-  linear_backward(backend_, dact_, g(p.fcproj_w), dres_, a.act, w(p.fcproj_w), N, F, D, 0.0f);
+  linear_backward(dact_, g(p.fcproj_w), dres_, {a.act, a.act_bf16}, weight(p.fcproj_w), N, F, D,
+                  0.0f);
   backend_.fill_zero(dpre_, N * F * sizeof(float));
   act_backward(dpre_, a.pre, dact_, N * F);
   if (p.fc_b != kNone) backend_.bias_backward(g(p.fc_b), dpre_, N, F);
-  linear_backward(backend_, dln_, g(p.fc_w), dpre_, a.ln2, w(p.fc_w), N, D, F, 0.0f);
+  linear_backward(dln_, g(p.fc_w), dpre_, {a.ln2, a.ln2_bf16}, weight(p.fc_w), N, D, F, 0.0f);
 }
 
 void Gpt::moe_forward(int l) {
@@ -409,7 +489,7 @@ void Gpt::moe_forward(int l) {
   const core::MoeRouting& r = a.route;
 
   // Router probabilities, then top-k, gates, dispatch rows and the aux loss on the device.
-  linear(backend_, a.probs, a.ln2, w(p.router_w), N, D, E);
+  linear(a.probs, {a.ln2, nullptr}, weight(p.router_w), N, D, E);
   backend_.softmax_forward(a.probs, a.probs, N, E);
   backend_.moe_route(r, losses_now_ + 1, a.probs, N, E, K, config_.moe_aux_weight);
   // The per-expert GEMMs take their row counts on the host: the one read of a layer's routing
@@ -419,19 +499,21 @@ void Gpt::moe_forward(int l) {
 
   // Dispatch, one pair of GEMMs per expert over its contiguous rows, combine.
   backend_.gather_rows(a.xe, a.ln2, r.row_token, nullptr, M, D);
-  const float* fc = w(p.efc_w);
-  const float* proj = w(p.eproj_w);
+  const Operand xe = gemm_input(a.xe, a.xe_bf16, M * D);
+  const Operand fc = weight(p.efc_w);
+  const Operand proj = weight(p.eproj_w);
   const std::vector<int32_t>& offset = a.expert_rows;
   for (int64_t e = 0; e < E; ++e) {
     const int64_t r0 = offset[e], c = offset[e + 1] - r0;
     if (c == 0) continue;
-    linear(backend_, a.pre + r0 * F, a.xe + r0 * D, fc + e * F * D, c, D, F);
+    linear(a.pre + r0 * F, xe.at(r0 * D), fc.at(e * F * D), c, D, F);
   }
   act_forward(a.act, a.pre, M * F);
+  const Operand act = gemm_input(a.act, a.act_bf16, M * F);
   for (int64_t e = 0; e < E; ++e) {
     const int64_t r0 = offset[e], c = offset[e + 1] - r0;
     if (c == 0) continue;
-    linear(backend_, a.ye + r0 * D, a.act + r0 * F, proj + e * D * F, c, F, D);
+    linear(a.ye + r0 * D, act.at(r0 * F), proj.at(e * D * F), c, F, D);
   }
   backend_.copy(a.res_out, a.res_mid, N * D * sizeof(float));
   backend_.scatter_add_rows(a.res_out, a.ye, r.row_token, r.row_gate, M, D);
@@ -449,23 +531,24 @@ void Gpt::moe_backward(int l) {
   backend_.gather_rows(dxe_raw_, dres_, r.row_token, nullptr, M, D);
   backend_.row_dot(dgate_, dxe_raw_, a.ye, M, D);
   backend_.gather_rows(dye_, dres_, r.row_token, r.row_gate, M, D);
-  const float* fc = w(p.efc_w);
-  const float* proj = w(p.eproj_w);
+  const Operand fc = weight(p.efc_w);
+  const Operand proj = weight(p.eproj_w);
+  const Operand xe{a.xe, a.xe_bf16}, act{a.act, a.act_bf16};
   float* dfc = g(p.efc_w);
   float* dproj = g(p.eproj_w);
   for (int64_t e = 0; e < E; ++e) {
     const int64_t r0 = offset[e], c = offset[e + 1] - r0;
     if (c == 0) continue;
-    linear_backward(backend_, dact_ + r0 * F, dproj + e * D * F, dye_ + r0 * D, a.act + r0 * F,
-                    proj + e * D * F, c, F, D, 0.0f);
+    linear_backward(dact_ + r0 * F, dproj + e * D * F, dye_ + r0 * D, act.at(r0 * F),
+                    proj.at(e * D * F), c, F, D, 0.0f);
   }
   backend_.fill_zero(dpre_, M * F * sizeof(float));
   act_backward(dpre_, a.pre, dact_, M * F);
   for (int64_t e = 0; e < E; ++e) {
     const int64_t r0 = offset[e], c = offset[e + 1] - r0;
     if (c == 0) continue;
-    linear_backward(backend_, dxe_ + r0 * D, dfc + e * F * D, dpre_ + r0 * F, a.xe + r0 * D,
-                    fc + e * F * D, c, D, F, 0.0f);
+    linear_backward(dxe_ + r0 * D, dfc + e * F * D, dpre_ + r0 * F, xe.at(r0 * D), fc.at(e * F * D),
+                    c, D, F, 0.0f);
   }
   backend_.fill_zero(dln_, N * D * sizeof(float));
   backend_.scatter_add_rows(dln_, dxe_, r.row_token, nullptr, M, D);
@@ -475,7 +558,8 @@ void Gpt::moe_backward(int l) {
   backend_.moe_router_backward(dprobs_, r, dgate_, N, E, K, config_.moe_aux_weight);
   backend_.fill_zero(drouter_, N * E * sizeof(float));
   backend_.softmax_backward(drouter_, dprobs_, a.probs, N, E);
-  linear_backward(backend_, dln_, g(p.router_w), drouter_, a.ln2, w(p.router_w), N, D, E, 1.0f);
+  linear_backward(dln_, g(p.router_w), drouter_, {a.ln2, nullptr}, weight(p.router_w), N, D, E,
+                  1.0f);
 }
 
 void Gpt::run_forward(const int32_t* tokens, const int32_t* targets, int B, int T, bool want_grad) {
@@ -513,10 +597,17 @@ void Gpt::run_forward(const int32_t* tokens, const int32_t* targets, int B, int 
   notify(LayerEvent::kBeforeForward, config_.n_layer);
   norm_forward(lnf_, lnf_mean_, lnf_rstd_, layers_.back().res_out, lnf_w_, lnf_b_);
   if (!targets) return;
-  linear(backend_, logits_, lnf_, w(head_), N, D, Vp);
-  // With want_grad the fused loss also overwrites the logits with d loss / d logits.
-  backend_.cross_entropy(losses_, want_grad ? logits_ : nullptr, logits_, targets_, N, V, Vp,
-                         config_.softcap, 1.0f / static_cast<float>(N));
+  linear(logits_, gemm_input(lnf_, lnf_bf16_, N * D), weight(head_), N, D, Vp);
+  // With want_grad the fused loss also overwrites the logits with d loss / d logits (in bf16
+  // precision: writes them rounded to bf16 for the head's GEMMs, the logits kept).
+  const float scale = 1.0f / static_cast<float>(N);
+  if (want_grad && bf16_) {
+    backend_.cross_entropy_bf16(losses_, dlogits_bf16_, logits_, targets_, N, V, Vp,
+                                config_.softcap, scale);
+  } else {
+    backend_.cross_entropy(losses_, want_grad ? logits_ : nullptr, logits_, targets_, N, V, Vp,
+                           config_.softcap, scale);
+  }
   backend_.mean_loss(losses_now_, losses_, N);
   have_grad_state_ = want_grad;
 }
@@ -569,7 +660,7 @@ std::vector<float> Gpt::last_logits(const int32_t* tokens, int B, int T) {
     last[b] = b * T + T - 1;
   backend_.copy_from_host(last_index_, last.data(), B * sizeof(int32_t));
   backend_.gather_rows(last_hidden_, lnf_, last_index_, nullptr, B, D);
-  linear(backend_, last_logits_, last_hidden_, w(head_), B, D, Vp);
+  linear(last_logits_, gemm_input(last_hidden_, last_hidden_bf16_, B * D), weight(head_), B, D, Vp);
   std::vector<float> padded(B * Vp);
   backend_.copy_to_host(padded.data(), last_logits_, padded.size() * sizeof(float));
   std::vector<float> out(B * V);
@@ -587,10 +678,12 @@ void Gpt::backward() {
   ENGINE_CHECK(have_grad_state_, "model: backward() needs a forward() with targets before it");
   have_grad_state_ = false;
   const int64_t B = B_, T = T_, N = B * T, D = config_.d_model, Vp = config_.padded_vocab();
-  // logits_ holds d loss / d logits (zero in the padded columns, so padded head rows get none).
+  // logits_ (bf16: dlogits_bf16_) holds d loss / d logits (zero in the padded columns, so padded
+  // head rows get none).
   backend_.fill_zero(dres_, N * D * sizeof(float));
   notify(LayerEvent::kBeforeBackward, config_.n_layer);
-  linear_backward(backend_, dln_, g(head_), logits_, lnf_, w(head_), N, D, Vp, 0.0f);
+  linear_backward(dln_, g(head_), logits_, {lnf_, lnf_bf16_}, weight(head_), N, D, Vp, 0.0f,
+                  dlogits_bf16_);
   norm_backward(dres_, dln_, layers_.back().res_out, lnf_mean_, lnf_rstd_, lnf_w_, lnf_b_);
   notify(LayerEvent::kAfterBackward, config_.n_layer);
   for (int l = config_.n_layer - 1; l >= 0; --l) {

@@ -49,6 +49,11 @@ class Gpt {
 
   // Seeded initialisation of every parameter (config().seed, the table's init rules).
   void init_weights();
+  // Says the parameters were written in place (an optimizer step, a load): in bf16 precision
+  // the bf16 copies of the matmul weights are remade from them before their next use. The
+  // trainer calls it once per step, after publishing the updated parameters; bind_param,
+  // release_storage, init_weights and model::load_weights need no call.
+  void params_updated();
   // Zeroes the flat gradient buffer (after release_storage(): every bound gradient).
   void zero_grad();
 
@@ -101,6 +106,26 @@ class Gpt {
   void moe_backward(int l);
   void attn_forward(int l);
   void attn_backward(int l);
+  // One GEMM operand: its f32 values, and in bf16 precision its bf16 copy (null in f32
+  // precision and for operands kept in f32, the MoE router's). A GEMM runs in bf16 when both
+  // of its operands have one.
+  struct Operand {
+    const float* f32 = nullptr;
+    const core::bf16* bf16 = nullptr;
+    Operand at(int64_t offset) const;
+  };
+  // Parameter i as a GEMM operand (its bf16 copy remade first if stale).
+  Operand weight(size_t i);
+  // The activation x [n] as a GEMM input: in bf16 precision it is rounded into xb first.
+  Operand gemm_input(const float* x, core::bf16* xb, int64_t n);
+  // y[N, out] (+)= x[N, in] @ W[out, in]^T.
+  void linear(float* y, Operand x, Operand weight, int64_t N, int64_t in, int64_t out,
+              float beta = 0.0f);
+  // dx[N, in] (+)= dy[N, out] @ W[out, in];  dW[out, in] += dy^T @ x (dy rounded to bf16 for
+  // both when the GEMMs run in bf16, or given rounded: the head's d logits).
+  void linear_backward(float* dx, float* dweight, const float* dy, Operand x, Operand weight,
+                       int64_t N, int64_t in, int64_t out, float dx_beta,
+                       const core::bf16* dy_rounded = nullptr);
   // LayerNorm (gpt2, with weight and bias parameters) or RMSNorm (modern, none) over [N, D].
   void norm_forward(float* out, float* mean, float* rstd, const float* inp, size_t weight,
                     size_t bias);
@@ -119,6 +144,12 @@ class Gpt {
   core::Tensor grads_;
   std::vector<core::Tensor> param_view_;
   std::vector<core::Tensor> grad_view_;
+  // bf16 precision: the bf16 copy of each matmul weight (undefined for the others, and until
+  // first used), and whether it matches the parameter's current values.
+  bool bf16_ = false;
+  std::vector<bool> has_bf16_copy_;
+  std::vector<core::Tensor> bf16_copy_;
+  std::vector<bool> bf16_copy_fresh_;
 
   // Parameter indices per block (SIZE_MAX when the arch lacks that parameter).
   struct LayerParams {
@@ -141,6 +172,10 @@ class Gpt {
   int32_t* last_index_ = nullptr;
   float* last_hidden_ = nullptr;
   float* last_logits_ = nullptr;
+  // bf16 precision: the GEMM inputs' bf16 copies (lnf, the last positions), the cross-entropy's
+  // d logits and the backward's bf16 output gradient, shared by all layers.
+  core::bf16 *lnf_bf16_ = nullptr, *last_hidden_bf16_ = nullptr, *dlogits_bf16_ = nullptr,
+             *dy_bf16_ = nullptr;
   // Backward scratch, shared by all layers.
   float *dres_ = nullptr, *dln_ = nullptr, *dqkv_ = nullptr, *dq_ = nullptr, *dk_ = nullptr,
         *dv_ = nullptr, *dq2_ = nullptr, *dk2_ = nullptr, *datty_ = nullptr, *dmerged_ = nullptr,

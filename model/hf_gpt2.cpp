@@ -114,11 +114,11 @@ void check_nothing_left(const core::SafetensorsReader& reader, const std::set<st
   for (const core::StTensorInfo& info : reader.tensors()) {
     if (used.count(info.name) || is_mask_buffer(info.name)) continue;
     if (info.name == "lm_head.weight" || info.name == "transformer.lm_head.weight") {
-      ENGINE_CHECK(info.shape == wte.shape() && info.dtype == core::StDType::F32,
+      ENGINE_CHECK(info.shape == wte.shape(),
                    reader.path() + ": tensor '" + info.name + "' has shape " +
                        core::shape_str(info.shape) + ", not wte's " + core::shape_str(wte.shape()) +
                        ": an untied head, which the gpt2 arch (head tied to wte) cannot load");
-      const core::Tensor head = reader.read(info.name);
+      const core::Tensor head = reader.read_f32(info.name);  // as wte: F32, BF16 or F16
       const float* a = head.data<float>();
       const float* b = wte.data<float>();
       int64_t differ = 0;
@@ -234,9 +234,6 @@ std::map<std::string, core::Tensor> read_hf_gpt2(const std::string& dir,
     ENGINE_CHECK(reader.contains(key),
                  st_path + ": tensor '" + key + "' (for " + p.name + ") is missing");
     const core::StTensorInfo& info = reader.info(key);
-    ENGINE_CHECK(info.dtype == core::StDType::F32, st_path + ": tensor '" + key + "' has dtype " +
-                                                       core::st_dtype_name(info.dtype) +
-                                                       ", expected F32");
     // The shape the file must hold: padding rows and surplus positions are not in it.
     core::Shape want = p.shape;
     if (p.valid_rows >= 0) want[0] = p.valid_rows;
@@ -245,7 +242,7 @@ std::map<std::string, core::Tensor> read_hf_gpt2(const std::string& dir,
     ENGINE_CHECK(info.shape == want, st_path + ": tensor '" + key + "' has shape " +
                                          core::shape_str(info.shape) + ", the model (" + p.name +
                                          ") expects " + core::shape_str(want));
-    core::Tensor t = reader.read(key);
+    core::Tensor t = reader.read_f32(key);  // a checkpoint stored in BF16 or F16 converts exactly
     if (p.name == "embed.weight") wte = t;
     if (n.transpose) t = transposed(t);
     if (p.valid_rows >= 0 || p.name == "pos_embed.weight") {

@@ -14,6 +14,25 @@ Arch parse_arch(const std::string& name) {
   ENGINE_FAIL("model.arch: unknown architecture '" + name + "' (expected gpt2 or modern)");
 }
 
+const char* precision_name(Precision precision) {
+  switch (precision) {
+    case Precision::Fp32:
+      return "fp32";
+    case Precision::Tf32:
+      return "tf32";
+    case Precision::Bf16:
+      return "bf16";
+  }
+  return "?";
+}
+
+Precision parse_precision(const std::string& name) {
+  if (name == "fp32") return Precision::Fp32;
+  if (name == "tf32") return Precision::Tf32;
+  if (name == "bf16") return Precision::Bf16;
+  ENGINE_FAIL("train.precision: unknown precision '" + name + "' (expected fp32, tf32 or bf16)");
+}
+
 void ModelConfig::validate() const {
   auto positive = [](int value, const char* key) {
     ENGINE_CHECK(value > 0,

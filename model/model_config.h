@@ -11,6 +11,16 @@ enum class Arch { Gpt2, Modern };
 const char* arch_name(Arch arch);
 Arch parse_arch(const std::string& name);  // "gpt2" | "modern"; anything else throws
 
+// What the matmuls compute in (train.precision; docs/precision.md). Fp32: f32 throughout. Tf32:
+// f32 values, GEMMs on TF32 tensor cores (GPUs). Bf16: each matmul weight, the activation it
+// multiplies and, in the backward, the gradient it multiplies, rounded to bf16 for the GEMM;
+// f32 accumulation and outputs; everything else (norms, softmax, loss, gradients, their
+// reduction, the optimizers, the MoE router) f32. The parameters stay f32 in every precision.
+enum class Precision { Fp32, Tf32, Bf16 };
+
+const char* precision_name(Precision precision);
+Precision parse_precision(const std::string& name);  // "fp32" | "tf32" | "bf16"; else throws
+
 struct ModelConfig {
   int n_layer = 2;
   int n_head = 2;
@@ -23,6 +33,7 @@ struct ModelConfig {
   int moe_top_k = 2;
   float moe_aux_weight = 0.01f;
   uint64_t seed = 1337;  // initialisation seed
+  Precision precision = Precision::Fp32;
 
   bool moe() const { return moe_experts > 0; }
   int head_dim() const { return d_model / n_head; }

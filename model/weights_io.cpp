@@ -61,13 +61,10 @@ std::map<std::string, core::Tensor> read_weights(const std::string& path, const 
   for (const ParamInfo& p : table.params()) {
     ENGINE_CHECK(reader.contains(p.name), path + ": parameter '" + p.name + "' is missing");
     const core::StTensorInfo& info = reader.info(p.name);
-    ENGINE_CHECK(info.dtype == core::StDType::F32,
-                 path + ": parameter '" + p.name + "' has dtype " +
-                     core::st_dtype_name(info.dtype) + ", expected F32");
     ENGINE_CHECK(info.shape == p.shape, path + ": parameter '" + p.name + "' has shape " +
                                             core::shape_str(info.shape) + ", expected " +
                                             core::shape_str(p.shape));
-    out.emplace(p.name, reader.read(p.name));
+    out.emplace(p.name, reader.read_f32(p.name));  // BF16 and F16 files convert exactly
   }
   return out;
 }
@@ -77,6 +74,7 @@ void set_weights(Gpt& gpt, const std::map<std::string, core::Tensor>& weights) {
     const core::Tensor& host = weights.at(gpt.table()[i].name);
     gpt.backend().copy_from_host(gpt.param(i).raw_data(), host.raw_data(), host.nbytes());
   }
+  gpt.params_updated();
 }
 
 void load_weights(Gpt& gpt, const std::string& path) {

@@ -2,14 +2,15 @@
 """Draws loss curves from engine metrics files (JSON Lines) to a PNG.
 
 usage: plot_loss.py OUT.png METRICS.jsonl[:LABEL] [METRICS.jsonl[:LABEL] ...]
-                    [--smooth A] [--lr] [--title TEXT]
+                    [--smooth A] [--lr] [--no-time] [--title TEXT]
 
 Two panels side by side: loss against steps and against train time (seconds, or minutes for
 runs longer than 10 minutes; validation and checkpointing are not train time). One colour per
 run, named in the legend; the training loss is a thin line (with --smooth A, an exponential
 moving average with weight A on the past, the raw curve faint behind it) and the validation
 losses are marked points on a line of the same colour. --lr adds a panel of the learning rate
-against steps.
+against steps. --no-time leaves the train-time panel out (runs timed on a machine shared with
+other jobs, whose times say nothing about the runs).
 """
 import argparse
 import os
@@ -47,6 +48,7 @@ def main():
     p.add_argument("--smooth", type=float, default=0.0,
                    help="EMA weight on the past for the train curve, in [0, 1) (default 0: raw)")
     p.add_argument("--lr", action="store_true", help="add a learning-rate panel")
+    p.add_argument("--no-time", action="store_true", help="leave out the train-time panel")
     p.add_argument("--title", default="")
     a = p.parse_args()
     if not 0 <= a.smooth < 1:
@@ -65,9 +67,12 @@ def main():
     max_ms = max(r.get("elapsed_ms", 0) for _, rows in runs for r in rows)
     divisor, time_label = time_unit(max_ms)
 
-    panels = 3 if a.lr else 2
-    fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4.5))
-    by_step, by_time = axes[0], axes[1]
+    panels = 1 + (0 if a.no_time else 1) + (1 if a.lr else 0)
+    fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4.5), squeeze=False)
+    axes = list(axes[0])
+    by_step = axes.pop(0)
+    by_time = None if a.no_time else axes.pop(0)
+    lr_axis = axes.pop(0) if a.lr else None
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, (name, rows) in enumerate(runs):
         color = colors[i % len(colors)]
@@ -75,6 +80,8 @@ def main():
         val = runlog.with_key(rows, "val_loss")
         for ax, x in ((by_step, lambda r: r["step"]),
                       (by_time, lambda r: r.get("elapsed_ms", 0) / divisor)):
+            if ax is None:
+                continue
             if train:
                 xs = [x(r) for r in train]
                 ys = [r["train_loss"] for r in train]
@@ -86,23 +93,29 @@ def main():
                 ax.plot([x(r) for r in val], [r["val_loss"] for r in val], "o--", ms=4, lw=0.8,
                         color=color, label=name + " val")
         lr = [r for r in train if "lr" in r]
-        if a.lr and lr:
-            axes[2].plot([r["step"] for r in lr], [r["lr"] for r in lr], color=color, label=name)
+        if lr_axis and lr:
+            lr_axis.plot([r["step"] for r in lr], [r["lr"] for r in lr], color=color, label=name)
     by_step.set_xlabel("step")
-    by_time.set_xlabel(time_label)
+    if by_time:
+        by_time.set_xlabel(time_label)
     for ax in (by_step, by_time):
-        ax.set_ylabel("cross-entropy (nats)")
-        ax.grid(alpha=0.3)
+        if ax:
+            ax.set_ylabel("cross-entropy (nats)")
+            ax.grid(alpha=0.3)
     by_step.legend(fontsize=8)
-    if a.lr:
-        axes[2].set_xlabel("step")
-        axes[2].set_ylabel("learning rate (first group)")
-        axes[2].grid(alpha=0.3)
+    if lr_axis:
+        lr_axis.set_xlabel("step")
+        lr_axis.set_ylabel("learning rate (first group)")
+        lr_axis.grid(alpha=0.3)
     if a.title:
         fig.suptitle(a.title)
     fig.tight_layout()
     fig.savefig(a.out, dpi=110)
-    print("wrote %s (%d runs, time axis in %s)" % (a.out, len(runs), time_label.split("(")[1][:-1]))
+    if by_time:
+        print("wrote %s (%d runs, time axis in %s)" % (a.out, len(runs),
+                                                      time_label.split("(")[1][:-1]))
+    else:
+        print("wrote %s (%d runs, no time axis)" % (a.out, len(runs)))
 
 
 if __name__ == "__main__":

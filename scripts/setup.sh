@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git ccache clang-format
   clang libclang-rt-14-dev
-  libeigen3-dev libopenblas-openmp-dev liblapacke-dev
+  libeigen3-dev libopenblas-openmp-dev liblapacke-dev libdnnl-dev
   libyaml-cpp-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev
   openmpi-bin libopenmpi-dev
   libpcre2-dev

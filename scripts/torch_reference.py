@@ -6,8 +6,18 @@ metadata as model.* keys, as the engine writes it) and B*(T+1) tokens from a tok
 (row b = tokens [b(T+1), (b+1)(T+1)): inputs the first T, targets the last T), runs forward and
 backward in float64 (default), writes `loss`, `ce_loss` and `grad/<param>` to safetensors.
 
+With --precision bf16 the model rounds where the engine's bf16 precision rounds
+(docs/precision.md): each matmul weight and the activation it multiplies to bf16 (nearest, ties
+to even) in the forward, the output gradient to bf16 in the backward, straight through otherwise;
+the MoE router and attention's own products stay unrounded. --fd K adds K central finite
+differences of the same model with its roundings frozen at the given weights (the function whose
+gradient the straight-through rule computes), along seeded random directions, and writes how far
+the straight-through gradient without the backward's roundings (check/fd_rel_err) and the one
+with them (check/fd_rel_err_rounded) are from them.
+
 Bench mode (--bench): times forward+backward+AdamW of a seeded float32 model and prints
-tokens/s (one JSON object with --json).
+tokens/s (one JSON object with --json); --precision bf16 runs the same model under
+torch.autocast("cpu", dtype=torch.bfloat16), PyTorch's own bf16 mixed precision.
 
 Train mode (--train --config C.yaml --batches DIR --metrics OUT.jsonl [--target LOSS]): trains the
 float32 model the way the engine trains config C with a single AdamW group, for the side-by-side
@@ -119,8 +129,68 @@ def gelu_tanh(u):
     return 0.5 * u * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (u + 0.044715 * u ** 3)))
 
 
-def model_loss(cfg, p, idx, targets):
+def bf16_round(x):
+    """The bf16 nearest to each element of a float64 tensor, ties to even, as float64: 8
+    significant bits, a value in [2^(e-1), 2^e) a multiple of 2^(e-8), the subnormal step 2^-133,
+    infinity beyond the largest finite bf16 (255 * 2^120); NaN and infinity kept."""
+    _, e = torch.frexp(x)
+    q = torch.clamp(e - 8, min=-133)
+    r = torch.ldexp(torch.round(torch.ldexp(x, -q)), q)  # torch.round: half to even
+    r = torch.where(r.abs() > 255.0 * 2.0 ** 120, torch.copysign(torch.full_like(r, math.inf), x), r)
+    return torch.where(torch.isfinite(x), r, x)
+
+
+class Rounding:
+    """Where the bf16 model rounds. mode None: nowhere (fp32). "bf16": each matmul input in the
+    forward, the output gradient in the backward (round_grad), straight through otherwise; the
+    offsets bf16(x) - x of the forward are recorded in call order. "frozen": the recorded offsets
+    added instead (the function the straight-through gradient is the gradient of)."""
+
+    def __init__(self, mode=None, round_grad=True):
+        self.mode, self.round_grad, self.offsets, self.calls = mode, round_grad, [], 0
+
+    def start(self):
+        self.calls = 0
+
+    def value(self, x):
+        if self.mode == "frozen":
+            self.calls += 1
+            return x + self.offsets[self.calls - 1]
+        r = bf16_round(x.detach())
+        self.offsets.append(r - x.detach())
+        return r
+
+    def matmul(self, x, w):
+        """x @ w.T as the model's linear layers compute it."""
+        if self.mode is None:
+            return x @ w.t()
+        if self.mode == "frozen":
+            return self.value(x) @ self.value(w).t()
+        return RoundedMatmul.apply(x, w, self)
+
+
+class RoundedMatmul(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, rounding):
+        xr, wr = rounding.value(x), rounding.value(w)
+        ctx.save_for_backward(xr, wr)
+        ctx.round_grad = rounding.round_grad
+        return xr @ wr.t()
+
+    @staticmethod
+    def backward(ctx, dy):
+        xr, wr = ctx.saved_tensors
+        if ctx.round_grad:
+            dy = bf16_round(dy)
+        return dy @ wr, (dy.reshape(-1, dy.shape[-1]).t() @ xr.reshape(-1, xr.shape[-1])), None
+
+
+NO_ROUNDING = Rounding()
+
+
+def model_loss(cfg, p, idx, targets, rounding=NO_ROUNDING):
     """Returns (objective, cross-entropy); objective = ce + MoE auxiliary losses."""
+    rounding.start()
     B, T = idx.shape
     D, H = cfg.d_model, cfg.n_head
     hd = D // H
@@ -133,7 +203,7 @@ def model_loss(cfg, p, idx, targets):
         return rmsnorm(x)
 
     def lin(x, name, bias=True):
-        y = x @ p[name + ".weight"].t()
+        y = rounding.matmul(x, p[name + ".weight"])
         if gpt2 and bias:
             y = y + p[name + ".bias"]
         return y
@@ -170,7 +240,8 @@ def model_loss(cfg, p, idx, targets):
                 counts[e] = len(tok)
                 if len(tok) == 0:
                     continue
-                y = act(hf[tok] @ p[b + "moe.fc.weight"][e].t()) @ p[b + "moe.proj.weight"][e].t()
+                y = rounding.matmul(act(rounding.matmul(hf[tok], p[b + "moe.fc.weight"][e])),
+                                    p[b + "moe.proj.weight"][e])
                 out = out.index_add(0, tok, y * gate[tok, slot][:, None])
             frac = counts / (B * T)  # not differentiated
             aux_total = aux_total + cfg.aux_weight * E * (frac * probs.mean(0)).sum()
@@ -183,7 +254,7 @@ def model_loss(cfg, p, idx, targets):
     else:
         x = rmsnorm(x)
         head = p["lm_head.weight"]
-    logits = (x @ head.t())[..., :cfg.vocab_size]
+    logits = rounding.matmul(x, head)[..., :cfg.vocab_size]
     if cfg.softcap > 0:
         logits = cfg.softcap * torch.tanh(logits / cfg.softcap)
     ce = F.cross_entropy(logits.reshape(-1, cfg.vocab_size), targets.reshape(-1))
@@ -201,13 +272,52 @@ def parity(args):
     if len(tokens) < need:
         raise SystemExit(f"{args.tokens}: needs {need} tokens for batch {args.batch} x (T+1), has {len(tokens)}")
     rows = torch.tensor(tokens[:need].reshape(args.batch, T + 1))
-    loss, ce = model_loss(cfg, p, rows[:, :-1], rows[:, 1:])
+    x, y = rows[:, :-1], rows[:, 1:]
+    rounding = Rounding("bf16") if args.precision == "bf16" else NO_ROUNDING
+    loss, ce = model_loss(cfg, p, x, y, rounding)
     loss.backward()
     out = {"loss": np.array(loss.item()), "ce_loss": np.array(ce.item())}
     for k, v in p.items():
         out["grad/" + k] = v.grad.detach().numpy()
+    if args.fd:
+        out.update(finite_difference_check(cfg, p, x, y, rounding, args.fd))
     write_safetensors(args.out, out)
     print(f"torch_reference: loss {loss.item():.8f} ce {ce.item():.8f} ({args.out})")
+
+
+def finite_difference_check(cfg, p, x, y, rounding, k):
+    """Directional derivatives of the model with its roundings frozen at p, by central
+    differences in float64 (whatever the parity run's dtype) along k seeded directions, against
+    <g, v> for the straight-through gradient g without the backward's roundings and with them."""
+    if rounding.mode is None:
+        raise SystemExit("--fd checks the rounded model: use it with --precision bf16")
+    p = {k_: v.detach().to(torch.float64).requires_grad_() for k_, v in p.items()}
+    exact = Rounding("bf16", round_grad=False)
+    for v in p.values():
+        v.grad = None
+    model_loss(cfg, p, x, y, exact)[0].backward()
+    straight = {k_: v.grad.detach().clone() for k_, v in p.items()}
+    for v in p.values():
+        v.grad = None
+    model_loss(cfg, p, x, y, rounding)[0].backward()
+    rounded = {k_: v.grad.detach().clone() for k_, v in p.items()}
+    frozen = Rounding("frozen")
+    frozen.offsets = exact.offsets
+    g = torch.Generator().manual_seed(99)
+    fd, dot_exact, dot_rounded = [], [], []
+    eps = 1e-6
+    with torch.no_grad():
+        for _ in range(k):
+            d = {k_: torch.randn(v.shape, generator=g, dtype=v.dtype) for k_, v in p.items()}
+            plus = model_loss(cfg, {k_: v + eps * d[k_] for k_, v in p.items()}, x, y, frozen)[0]
+            minus = model_loss(cfg, {k_: v - eps * d[k_] for k_, v in p.items()}, x, y, frozen)[0]
+            fd.append((plus - minus).item() / (2 * eps))
+            dot_exact.append(sum((straight[k_] * d[k_]).sum().item() for k_ in p))
+            dot_rounded.append(sum((rounded[k_] * d[k_]).sum().item() for k_ in p))
+    fd, dot_exact, dot_rounded = map(np.array, (fd, dot_exact, dot_rounded))
+    scale = np.linalg.norm(fd)
+    return {"check/fd_rel_err": np.array(np.linalg.norm(dot_exact - fd) / scale),
+            "check/fd_rel_err_rounded": np.array(np.linalg.norm(dot_rounded - fd) / scale)}
 
 
 def init_params(cfg, seed):
@@ -261,7 +371,8 @@ def bench(args):
 
     def step():
         opt.zero_grad(set_to_none=False)
-        loss, _ = model_loss(cfg, p, rows[:, :-1], rows[:, 1:])
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+            loss, _ = model_loss(cfg, p, rows[:, :-1], rows[:, 1:])
         loss.backward()
         opt.step()
 
@@ -273,7 +384,7 @@ def bench(args):
     dt = (time.perf_counter() - t0) / args.steps
     tok_s = args.batch * args.seq / dt
     row = {"impl": "pytorch", "arch": args.arch, "threads": args.threads, "step_ms": dt * 1e3,
-           "tokens_per_s": tok_s}
+           "tokens_per_s": tok_s, "precision": args.precision}
     if args.json:
         print(json.dumps(row))
     else:
@@ -400,6 +511,10 @@ def main():
     ap.add_argument("--seq", type=int, default=0, help="sequence length (default: model.seq_len)")
     ap.add_argument("--out")
     ap.add_argument("--float32", action="store_true", help="compute in float32 instead of float64")
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                    help="parity: round as the engine's bf16 precision does; bench: torch.autocast bf16")
+    ap.add_argument("--fd", type=int, default=0,
+                    help="parity with --precision bf16: this many finite-difference directions")
     ap.add_argument("--bench", action="store_true")
     ap.add_argument("--arch", default="modern")
     ap.add_argument("--n_layer", type=int, default=4)

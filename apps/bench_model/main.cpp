@@ -3,16 +3,25 @@
 // threads, for the two models of issue 3. Each measurement runs in its own process with
 // OMP_NUM_THREADS set, so OpenBLAS and our OpenMP loops use exactly that many threads.
 //
-//   bench_model [--json] [--steps N] [--threads 1,2] [--models gpt2,modern] [--no-torch]
-//   bench_model --device cuda [--json] [--steps N] [--models gpt2_124m] [--op-groups]
+//   bench_model [--json] [--steps N] [--threads 1,2] [--models gpt2,modern] [--precision fp32,bf16]
+//               [--no-torch]
+//   bench_model --device cuda [--json] [--steps N] [--models gpt2_124m] [--precision fp32,bf16]
+//               [--op-groups]
 //
 // --device cuda times forward + backward on GPU 0 in this process (no PyTorch, no optimizer:
-// the fused device AdamW is not part of this measurement), f32 with TF32 off, and reports the
-// achieved TFLOP/s and the MFU against the GPU's f32 peak (engine/console_log.h). gpt2_124m is
+// the fused device AdamW is not part of this measurement) in each precision of --precision (fp32:
+// f32 with TF32 off), and reports the achieved TFLOP/s and the MFU against the GPU's f32 peak
+// (engine/console_log.h). gpt2_124m is
 // the size of configs/gpt2_124m.yaml (12 layers, d_model 768, seq_len 1024, batch 8). With
 // --op-groups it then times one step's worth of each op group of the gpt2 architecture at the
 // model's shapes (the matmuls, attention, layernorm, ..., and the multi-tensor AdamW over every
-// parameter) with the backend's device marks (CUDA events), one row each.
+// parameter) with the backend's device marks (CUDA events), one row each, in f32.
+//
+// --precision takes a list of train.precision values (docs/precision.md); each row runs the model
+// in that precision (bf16 GEMMs through oneDNN where the CPU has AVX512_BF16 or AMX, else as f32
+// GEMMs of the bf16 values, which the header says), and PyTorch's column runs the same model under
+// torch.autocast("cpu", dtype=torch.bfloat16) for the bf16 rows. The bf16 step includes
+// remaking the weights' bf16 copies after the update.
 //
 // FLOPs are counted as llm.c does: 6 N per token for the N weights that enter a matmul (the
 // head included, the embedding lookup not; MoE counts the top_k active experts) plus 6 L D T
@@ -48,7 +57,7 @@ struct Spec {
   int batch;
 };
 
-Spec spec_of(const std::string& name) {
+Spec spec_of(const std::string& name, const std::string& precision) {
   model::ModelConfig c;
   c.n_layer = 4;
   c.d_model = 256;
@@ -69,6 +78,7 @@ Spec spec_of(const std::string& name) {
   } else {
     ENGINE_FAIL("bench_model: unknown model '" + name + "' (gpt2, modern or gpt2_124m)");
   }
+  c.precision = model::parse_precision(precision);
   return {name, c, 8};
 }
 
@@ -87,8 +97,8 @@ double flops_per_token(const model::Gpt& gpt) {
 }
 
 // Forward + backward of one model on a GPU, in this process: prints one JSON object.
-int cuda_measurement(const std::string& name, int steps) {
-  const Spec s = spec_of(name);
+int cuda_measurement(const std::string& name, int steps, const std::string& precision) {
+  const Spec s = spec_of(name, precision);
   const int B = s.batch, T = s.config.seq_len;
   std::unique_ptr<core::Backend> backend = core::make_cuda_backend(0);
   double fb = 0;
@@ -120,11 +130,13 @@ int cuda_measurement(const std::string& name, int steps) {
   const double tokens = double(B) * T, tflops = flops * tokens / fb / 1e12;
   const std::optional<double> peak = engine::gpu_peak_gflops(backend->name());
   std::printf(
-      "{\"impl\": \"engine\", \"arch\": \"%s\", \"device\": \"%s\", \"batch\": %d, "
-      "\"seq_len\": %d, \"fwd_bwd_ms\": %.2f, \"tokens_per_s\": %.1f, \"tflops\": %.3f, "
-      "\"peak_tflops\": %.1f, \"mfu\": %.4f, \"flops_per_token\": %.0f, \"params\": %lld}\n",
-      name.c_str(), backend->name(), B, T, fb * 1e3, tokens / fb, tflops, peak ? *peak / 1e3 : 0.0,
-      peak ? tflops / (*peak / 1e3) : 0.0, flops, static_cast<long long>(n));
+      "{\"impl\": \"engine\", \"arch\": \"%s\", \"precision\": \"%s\", \"device\": \"%s\", "
+      "\"batch\": %d, \"seq_len\": %d, \"fwd_bwd_ms\": %.2f, \"tokens_per_s\": %.1f, "
+      "\"tflops\": %.3f, \"peak_tflops\": %.1f, \"mfu\": %.4f, \"flops_per_token\": %.0f, "
+      "\"params\": %lld}\n",
+      name.c_str(), precision.c_str(), backend->name(), B, T, fb * 1e3, tokens / fb, tflops,
+      peak ? *peak / 1e3 : 0.0, peak ? tflops / (*peak / 1e3) : 0.0, flops,
+      static_cast<long long>(n));
   return 0;
 }
 
@@ -142,7 +154,7 @@ double device_ms(core::Backend& be, const std::function<void()>& run, int reps) 
 // layers and the head) at the model's shapes, on GPU 0: one JSON object per group, then one for
 // their sum. Buffers are shared between layers (the shapes repeat), so memory stays small.
 int cuda_op_groups(const std::string& name, int reps) {
-  const Spec s = spec_of(name);
+  const Spec s = spec_of(name, "fp32");
   ENGINE_CHECK(
       s.config.arch == model::Arch::Gpt2 && !s.config.moe(),
       "bench_model --op-groups: covers the gpt2 architecture without MoE, not '" + name + "'");
@@ -287,8 +299,8 @@ int cuda_op_groups(const std::string& name, int reps) {
 }
 
 // One measurement in this process: prints one JSON object.
-int child(const std::string& name, int steps) {
-  Spec s = spec_of(name);
+int child(const std::string& name, int steps, const std::string& precision) {
+  Spec s = spec_of(name, precision);
   const int B = s.batch, T = s.config.seq_len;
   model::Gpt gpt(s.config, core::cpu_backend());
   gpt.init_weights();
@@ -326,6 +338,7 @@ int child(const std::string& name, int steps) {
     gpt.backward();
     auto t1 = clock::now();
     adamw();
+    gpt.params_updated();  // bf16: the weights' copies are remade in the next forward
     auto t2 = clock::now();
     if (i > 0) {
       fb += std::chrono::duration<double>(t1 - t0).count();
@@ -336,12 +349,12 @@ int child(const std::string& name, int steps) {
   opt /= steps;
   const double step = fb + opt, tokens = double(B) * T;
   std::printf(
-      "{\"impl\": \"engine\", \"arch\": \"%s\", \"threads\": %d, \"fwd_bwd_ms\": %.2f, "
-      "\"adamw_ms\": %.2f, \"step_ms\": %.2f, \"tokens_per_s\": %.1f, \"gflops\": %.2f, "
-      "\"flops_per_token\": %.0f, \"params\": %lld, \"activation_mb\": %.1f}\n",
-      name.c_str(), omp_get_max_threads(), fb * 1e3, opt * 1e3, step * 1e3, tokens / step,
-      flops_per_token(gpt) * tokens / step / 1e9, flops_per_token(gpt), static_cast<long long>(n),
-      gpt.activation_bytes() / 1048576.0);
+      "{\"impl\": \"engine\", \"arch\": \"%s\", \"precision\": \"%s\", \"threads\": %d, "
+      "\"fwd_bwd_ms\": %.2f, \"adamw_ms\": %.2f, \"step_ms\": %.2f, \"tokens_per_s\": %.1f, "
+      "\"gflops\": %.2f, \"flops_per_token\": %.0f, \"params\": %lld, \"activation_mb\": %.1f}\n",
+      name.c_str(), precision.c_str(), omp_get_max_threads(), fb * 1e3, opt * 1e3, step * 1e3,
+      tokens / step, flops_per_token(gpt) * tokens / step / 1e9, flops_per_token(gpt),
+      static_cast<long long>(n), gpt.activation_bytes() / 1048576.0);
   return 0;
 }
 
@@ -380,6 +393,7 @@ int run(int argc, char** argv) {
   bool json = false, torch = true, op_groups = false;
   int steps = 3;
   std::string threads = "1,2", models = "gpt2,modern", child_model, script = TORCH_REFERENCE;
+  std::string precisions = "fp32";
   std::string device = "cpu";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -399,6 +413,8 @@ int run(int argc, char** argv) {
       threads = value();
     } else if (a == "--models") {
       models = value();
+    } else if (a == "--precision") {
+      precisions = value();
     } else if (a == "--torch-script") {
       script = value();
     } else if (a == "--device") {
@@ -413,19 +429,23 @@ int run(int argc, char** argv) {
   ENGINE_CHECK(device == "cpu" || device == "cuda",
                "bench_model: --device must be cpu or cuda, got '" + device + "'");
   ENGINE_CHECK(!op_groups || device == "cuda", "bench_model: --op-groups needs --device cuda");
-  if (!child_model.empty()) return child(child_model, steps);
+  for (const auto& p : split(precisions))
+    model::parse_precision(p);  // an unknown name fails here, naming it
+  if (!child_model.empty()) return child(child_model, steps, precisions);
   if (device == "cuda") {
     ENGINE_CHECK(core::cuda_built(), "bench_model --device cuda: this build has no CUDA backend");
     ENGINE_CHECK(core::cuda_device_count() > 0,
                  "bench_model --device cuda: this machine shows no GPU");
     if (!json)
       std::printf(
-          "bench_model --device cuda: forward + backward, f32 (TF32 off), mean of %d "
+          "bench_model --device cuda: forward + backward in each precision, mean of %d "
           "steps after one warm-up; MFU against the GPU's f32 peak\n",
           steps);
-    for (const auto& name : split(models)) {  // one JSON object per model
-      cuda_measurement(name, steps);
-      std::fflush(stdout);
+    for (const auto& name : split(models)) {  // one JSON object per model and precision
+      for (const auto& p : split(precisions)) {
+        cuda_measurement(name, steps, p);
+        std::fflush(stdout);
+      }
       if (op_groups) cuda_op_groups(name, steps);
     }
     return 0;
@@ -442,41 +462,48 @@ int run(int argc, char** argv) {
         "after one warm-up\nFLOPs as llm.c: 6 N per token (N = matmul weights, head "
         "included) + 6 L D T per token (attention)\n",
         steps);
-    std::printf("%-7s %3s %11s %10s %10s %9s %11s %11s %7s\n", "model", "thr", "fwd+bwd ms",
-                "adamw ms", "step ms", "GFLOP/s", "tok/s", "torch tok/s", "ratio");
+    const std::string slow = core::cpu_backend().bf16_gemm_slow_reason();
+    if (precisions.find("bf16") != std::string::npos)
+      std::printf("bf16 GEMMs: %s; PyTorch: torch.autocast(\"cpu\", dtype=torch.bfloat16)\n",
+                  slow.empty() ? "oneDNN on this CPU's bf16 instructions" : slow.c_str());
+    std::printf("%-7s %4s %3s %11s %10s %10s %9s %11s %11s %7s\n", "model", "prec", "thr",
+                "fwd+bwd ms", "adamw ms", "step ms", "GFLOP/s", "tok/s", "torch tok/s", "ratio");
   }
   for (const auto& name : split(models)) {
     for (const auto& th : split(threads)) {
-      const std::string env = "OMP_NUM_THREADS=" + th + " OPENBLAS_NUM_THREADS=" + th + " ";
-      const std::string ours =
-          run_capture(env + exe + " --child " + name + " --steps " + std::to_string(steps));
-      std::string theirs;
-      if (torch) {
-        const Spec s = spec_of(name);
-        theirs =
-            run_capture(env + "/usr/bin/python3 " + script + " --bench --json --arch " + name +
-                        " --n_layer 4 --n_head 4 --d_model 256 --vocab 50257" + " --seq " +
-                        std::to_string(s.config.seq_len) + " --batch " + std::to_string(s.batch) +
-                        " --threads " + th + " --steps " + std::to_string(steps));
-      }
-      const double tok = json_number(ours, "tokens_per_s");
-      const double ttok = torch ? json_number(theirs, "tokens_per_s") : 0.0;
-      if (json) {
-        std::string row = ours.substr(0, ours.rfind('}'));
+      for (const auto& prec : split(precisions)) {
+        const std::string env = "OMP_NUM_THREADS=" + th + " OPENBLAS_NUM_THREADS=" + th + " ";
+        const std::string ours = run_capture(env + exe + " --child " + name + " --steps " +
+                                             std::to_string(steps) + " --precision " + prec);
+        std::string theirs;
         if (torch) {
-          char extra[128];
-          std::snprintf(extra, sizeof extra, ", \"torch_tokens_per_s\": %.1f, \"ratio\": %.2f",
-                        ttok, tok / ttok);
-          row += extra;
+          const Spec s = spec_of(name, prec);
+          theirs =
+              run_capture(env + "/usr/bin/python3 " + script + " --bench --json --arch " + name +
+                          " --n_layer 4 --n_head 4 --d_model 256 --vocab 50257" + " --seq " +
+                          std::to_string(s.config.seq_len) + " --batch " + std::to_string(s.batch) +
+                          " --threads " + th + " --steps " + std::to_string(steps) +
+                          " --precision " + (prec == "bf16" ? "bf16" : "fp32"));
         }
-        std::printf("%s}\n", row.c_str());
-      } else {
-        std::printf("%-7s %3s %11.1f %10.1f %10.1f %9.1f %11.0f %11.0f %7.2f\n", name.c_str(),
-                    th.c_str(), json_number(ours, "fwd_bwd_ms"), json_number(ours, "adamw_ms"),
-                    json_number(ours, "step_ms"), json_number(ours, "gflops"), tok, ttok,
-                    torch ? tok / ttok : 0.0);
+        const double tok = json_number(ours, "tokens_per_s");
+        const double ttok = torch ? json_number(theirs, "tokens_per_s") : 0.0;
+        if (json) {
+          std::string row = ours.substr(0, ours.rfind('}'));
+          if (torch) {
+            char extra[128];
+            std::snprintf(extra, sizeof extra, ", \"torch_tokens_per_s\": %.1f, \"ratio\": %.2f",
+                          ttok, tok / ttok);
+            row += extra;
+          }
+          std::printf("%s}\n", row.c_str());
+        } else {
+          std::printf("%-7s %4s %3s %11.1f %10.1f %10.1f %9.1f %11.0f %11.0f %7.2f\n", name.c_str(),
+                      prec.c_str(), th.c_str(), json_number(ours, "fwd_bwd_ms"),
+                      json_number(ours, "adamw_ms"), json_number(ours, "step_ms"),
+                      json_number(ours, "gflops"), tok, ttok, torch ? tok / ttok : 0.0);
+        }
+        std::fflush(stdout);
       }
-      std::fflush(stdout);
     }
   }
   return 0;

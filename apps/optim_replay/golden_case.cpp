@@ -346,7 +346,7 @@ Replayer::Replayer(const GoldenCase& golden, comm::Communicator& comm)
   }
   plan_ = std::make_unique<comm::ShardingPlan>(infos, comm.size(), comm.rank(), 2);
   for (size_t i = 0; i < golden.params.size(); ++i) {
-    full_.push_back(golden.file->read("init/" + golden.params[i].name));
+    full_.push_back(golden.file->read_f32("init/" + golden.params[i].name));
     local_.push_back(core::Tensor::empty(plan_->local_shape(i)));
     comm::copy_local_part(comm_, *plan_, i, full_[i], local_[i]);
     // tp_rekls files also hold each rank's shard at their world size: a parameter we shard
@@ -357,7 +357,7 @@ Replayer::Replayer(const GoldenCase& golden, comm::Communicator& comm)
     const auto ws = meta.find("world_size");
     if (ws != meta.end() && ws->second == std::to_string(comm.size()) &&
         !plan_->placement(i).is_owned() && golden.file->contains(shard)) {
-      const core::Tensor theirs = golden.file->read(shard);
+      const core::Tensor theirs = golden.file->read_f32(shard);
       ENGINE_CHECK(theirs.shape() == local_[i].shape() &&
                        std::memcmp(theirs.raw_data(), local_[i].raw_data(), theirs.nbytes()) == 0,
                    golden.path + ": rank " + std::to_string(comm.rank()) + "'s part of '" +
@@ -386,7 +386,7 @@ std::vector<Difference> Replayer::step(int64_t t) {
       if (local_[i].numel() == 0) continue;  // nothing of this parameter on this rank
       const std::string& name = golden_.params[i].name;
       // The already-averaged gradient: this rank's part of it, at the requested placement.
-      core::Tensor full_grad = golden_.file->read("grad/" + std::to_string(t) + "/" + name);
+      core::Tensor full_grad = golden_.file->read_f32("grad/" + std::to_string(t) + "/" + name);
       grads[i] = core::Tensor::empty(plan_->local_shape(i));
       comm::copy_local_part(comm_, *plan_, i, full_grad, grads[i]);
       parts.push_back({name, golden_.params[i].shape, plan_->range(i, comm_.rank()).begin,
@@ -414,7 +414,7 @@ std::vector<Difference> Replayer::step(int64_t t) {
   for (size_t i = 0; i < n; ++i) {
     comm::all_gather_param(comm_, *plan_, i, local_[i], full_[i]);
     const std::string& name = golden_.params[i].name;
-    const core::Tensor ref = golden_.file->read("param/" + std::to_string(t) + "/" + name);
+    const core::Tensor ref = golden_.file->read_f32("param/" + std::to_string(t) + "/" + name);
     // NaN-proof: a non-finite parameter makes both measures +infinity.
     const core::Difference d =
         core::compare(full_[i].data<float>(), ref.data<float>(), ref.numel());

@@ -109,7 +109,7 @@ class OsftReplay {
       ENGINE_CHECK(t.k_high == p["k_high"].as<int64_t>(),
                    path + ": k_high of '" + t.name + "' is " + std::to_string(t.k_high) +
                        " by our rule, " + p["k_high"].as<std::string>() + " in the file");
-      weights.push_back({t.name, file_.read("init/" + t.name), t.k_high});
+      weights.push_back({t.name, file_.read_f32("init/" + t.name), t.k_high});
       targets_.push_back(std::move(t));
     }
     const std::vector<optim::OsftFactors> full =
@@ -119,7 +119,7 @@ class OsftReplay {
       t.full = full[i];
       for (const char* f : optim::kOsftFactorNames) {
         const std::string key = "init/" + t.name + "." + f;
-        check(0, key, optim::factor_by_name(t.full, f), file_.read(key), kTrajectoryAtol);
+        check(0, key, optim::factor_by_name(t.full, f), file_.read_f32(key), kTrajectoryAtol);
         optim::factor_by_name(t.local, f) =
             local_rows(optim::factor_by_name(t.full, f), factor_rows(t, f), comm_);
       }
@@ -127,7 +127,7 @@ class OsftReplay {
       const std::string shard_key =
           shard_prefix() + "rank" + std::to_string(comm_.rank()) + "/" + t.name + ".V_high";
       if (file_.contains(shard_key))
-        check(0, shard_key, t.local.V_high, file_.read(shard_key), kTrajectoryAtol);
+        check(0, shard_key, t.local.V_high, file_.read_f32(shard_key), kTrajectoryAtol);
     }
   }
 
@@ -167,7 +167,7 @@ class OsftReplay {
         ENGINE_CHECK(local.size(0) == optim::osft_rows(full[0], comm_.size(), comm_.rank()).size(),
                      "osft replay: rank " + std::to_string(comm_.rank()) + " holds " + local.str() +
                          " of '" + name + "'");
-        check(step, key, gather_rows(local, full, comm_), file_.read(key), atol);
+        check(step, key, gather_rows(local, full, comm_), file_.read_f32(key), atol);
       }
   }
 
@@ -205,13 +205,13 @@ class OsftReplay {
         optim::factor_by_name(x.full, f) = gather_rows(
             optim::factor_by_name(x.local, f), optim::factor_by_name(x.full, f).shape(), comm_);
       const optim::OsftLowGrads g =
-          optim::osft_factor_grads(x.full, file_.read("grad/" + ts + x.name + ".dW"));
+          optim::osft_factor_grads(x.full, file_.read_f32("grad/" + ts + x.name + ".dW"));
       full_grads[x.name + ".U_low"] = g.U_low;
       full_grads[x.name + ".S_low"] = g.S_low;
       full_grads[x.name + ".V_low"] = g.V_low;
     }
     for (auto& [name, g] : full_grads) {
-      check(t, "grad/" + ts + name, g, file_.read("grad/" + ts + name), kTrajectoryAtol);
+      check(t, "grad/" + ts + name, g, file_.read_f32("grad/" + ts + name), kTrajectoryAtol);
       for (float v : g.to_vector())
         norm2 += static_cast<double>(v) * v;
     }
@@ -222,7 +222,7 @@ class OsftReplay {
         float* d = g.data<float>();
         for (int64_t i = 0; i < g.numel(); ++i)
           d[i] *= scale;
-        check(t, "grad_clipped/" + ts + name, g, file_.read("grad_clipped/" + ts + name),
+        check(t, "grad_clipped/" + ts + name, g, file_.read_f32("grad_clipped/" + ts + name),
               kTrajectoryAtol);
       }
     }
@@ -234,7 +234,7 @@ class OsftReplay {
     for (Target& x : targets_)
       for (const char* f : kTrained) {
         const std::string name = x.name + "." + f;
-        stored[name] = local_rows(file_.read(source + ts + name), factor_rows(x, f), comm_);
+        stored[name] = local_rows(file_.read_f32(source + ts + name), factor_rows(x, f), comm_);
         ours[name] = local_rows(full_grads[name], factor_rows(x, f), comm_);
       }
     const std::vector<optim::ParamShard> of_file =
@@ -245,9 +245,9 @@ class OsftReplay {
         shard_prefix() + "rank" + std::to_string(comm_.rank()) + "/u_coeff_batched/" + ts;
     if (file_.contains(rank_coeff.substr(0, rank_coeff.size() - 1))) {
       check(t, rank_coeff, coefficients(osft_->projector().last_partial_coefficients()),
-            file_.read(rank_coeff.substr(0, rank_coeff.size() - 1)), kProjectionAtol);
+            file_.read_f32(rank_coeff.substr(0, rank_coeff.size() - 1)), kProjectionAtol);
       const std::string total = shard_prefix() + "u_coeff_batched/" + std::to_string(t);
-      check(t, total, coefficients(osft_->projector().last_coefficients()), file_.read(total),
+      check(t, total, coefficients(osft_->projector().last_coefficients()), file_.read_f32(total),
             kProjectionAtol);
     }
 
@@ -273,14 +273,15 @@ class OsftReplay {
         core::Tensor local =
             it != state.tensors.end() ? it->second : core::Tensor::empty(s.value.shape());
         const std::string key = "state/" + ts + s.name + "." + slot;
-        check(t, key, gather_rows(local, s.full_shape, comm_), file_.read(key), kTrajectoryAtol);
+        check(t, key, gather_rows(local, s.full_shape, comm_), file_.read_f32(key),
+              kTrajectoryAtol);
       }
     for (Target& x : targets_) {
       for (const char* f : kTrained)
         optim::factor_by_name(x.full, f) = gather_rows(
             optim::factor_by_name(x.local, f), optim::factor_by_name(x.full, f).shape(), comm_);
       check(t, "param/" + ts + x.name, optim::osft_reconstruct(x.full),
-            file_.read("param/" + ts + x.name), kTrajectoryAtol);
+            file_.read_f32("param/" + ts + x.name), kTrajectoryAtol);
     }
   }
 

@@ -11,6 +11,13 @@ void CpuBackend::cross_entropy(float* losses, float* dlogits, const float* logit
   cpu::cross_entropy(losses, dlogits, logits, targets, N, V, Vp, softcap, dloss_scale);
 }
 
+void CpuBackend::cross_entropy_bf16(float* losses, bf16* dlogits, const float* logits,
+                                    const int32_t* targets, int64_t N, int64_t V, int64_t Vp,
+                                    float softcap, float dloss_scale) {
+  ENGINE_CHECK(dlogits != nullptr, "cross_entropy_bf16: needs dlogits");
+  cpu::cross_entropy(losses, dlogits, logits, targets, N, V, Vp, softcap, dloss_scale);
+}
+
 void CpuBackend::mean_loss(float* mean, const float* losses, int64_t n) {
   cpu::mean_loss(mean, losses, n);
 }

@@ -1,5 +1,6 @@
-// CPU backend: OpenBLAS GEMM, LAPACKE (OpenBLAS) linear algebra, OpenMP loops for the fused ops;
-// the kernels are templates in cpu_gemm.h, cpu_kernels.h and cpu_linalg.h, instantiated for float.
+// CPU backend: OpenBLAS GEMM (oneDNN for bf16), LAPACKE (OpenBLAS) linear algebra, OpenMP loops for
+// the fused ops; the kernels are templates in cpu_gemm.h, cpu_kernels.h and cpu_linalg.h,
+// instantiated for float.
 #pragma once
 
 #include "core/backend.h"
@@ -17,11 +18,16 @@ class CpuBackend final : public Backend {
   void copy(void* dst, const void* src, size_t bytes) override;
   void fill_zero(void* dst, size_t bytes) override;
   void gemm(const GemmArgs& args, const float* a, const float* b, float* c) override;
+  void gemm(const GemmArgs& args, const bf16* a, const bf16* b, float* c) override;
+  std::string bf16_gemm_slow_reason() const override;
+  std::string tf32_gemm_slow_reason() const override;
   void add_bias(float* out, const float* bias, int64_t N, int64_t C) override;
   void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) override;
   void add(float* out, const float* a, const float* b, int64_t n) override;
   void scale(float* x, float alpha, int64_t n) override;
   void axpby(float* y, float a, const float* x, float b, int64_t n) override;
+  void f32_to_bf16(bf16* out, const float* in, int64_t n) override;
+  void bf16_to_f32(float* out, const bf16* in, int64_t n) override;
   void gelu_forward(float* out, const float* inp, int64_t n) override;
   void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) override;
   void relu2_forward(float* out, const float* inp, int64_t n) override;
@@ -63,6 +69,9 @@ class CpuBackend final : public Backend {
                           int64_t BH, int64_t T, int64_t hd, float scale) override;
   void cross_entropy(float* losses, float* dlogits, const float* logits, const int32_t* targets,
                      int64_t N, int64_t V, int64_t Vp, float softcap, float dloss_scale) override;
+  void cross_entropy_bf16(float* losses, bf16* dlogits, const float* logits,
+                          const int32_t* targets, int64_t N, int64_t V, int64_t Vp, float softcap,
+                          float dloss_scale) override;
   void gather_rows(float* out, const float* src, const int32_t* index, const float* weight,
                    int64_t n, int64_t D) override;
   void scatter_add_rows(float* dst, const float* src, const int32_t* index, const float* weight,

@@ -1,5 +1,6 @@
 // Strided, batched GEMM on the host through OpenBLAS (cblas_sgemm / cblas_dgemm), templated on
-// the scalar type so the float64 reference kernels of the tests run the same code.
+// the scalar type so the float64 reference kernels of the tests run the same code. The bf16 GEMM
+// is oneDNN's (onednn_gemm.h); core/cpu/gemm.cpp chooses.
 //
 // OpenBLAS rather than Eigen: measured with apps/bench_ops (--threads 1 --clock cpu), OpenBLAS's
 // sgemm ran at 57-120 GFLOP/s and Eigen's GEMM at 0.70-0.96x of it (median 0.84x) at 59 of the
@@ -34,6 +35,19 @@ inline void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double 
               static_cast<blasint>(ldc));
 }
 
+// The empty product (k = 0) of resolved arguments: C = beta C (beta 0 clears, even NaN).
+template <typename T>
+void scale_gemm_output(const GemmArgs& r, T* c) {
+  const T beta = static_cast<T>(r.beta);
+  for (int64_t i = 0; i < r.batch; ++i) {
+    for (int64_t row = 0; row < r.m; ++row) {
+      T* ci = c + i * r.stride_c + row * r.ldc;
+      for (int64_t j = 0; j < r.n; ++j)
+        ci[j] = beta == T(0) ? T(0) : beta * ci[j];
+    }
+  }
+}
+
 // C_i = alpha op(A_i) op(B_i) + beta C_i for i < batch. A batch at least as large as the thread
 // count runs one single-threaded GEMM per thread (OpenBLAS goes single-threaded inside an
 // OpenMP region); otherwise each GEMM uses all threads.
@@ -42,14 +56,8 @@ void gemm(const GemmArgs& args, const T* a, const T* b, T* c) {
   GemmArgs r = resolve_gemm_args(args);
   if (r.batch == 0 || r.m == 0 || r.n == 0) return;
   T alpha = static_cast<T>(r.alpha), beta = static_cast<T>(r.beta);
-  if (r.k == 0) {  // empty product: C = beta C (beta 0 clears, even NaN)
-    for (int64_t i = 0; i < r.batch; ++i) {
-      for (int64_t row = 0; row < r.m; ++row) {
-        T* ci = c + i * r.stride_c + row * r.ldc;
-        for (int64_t j = 0; j < r.n; ++j)
-          ci[j] = beta == T(0) ? T(0) : beta * ci[j];
-      }
-    }
+  if (r.k == 0) {
+    scale_gemm_output(r, c);
     return;
   }
   auto one = [&](int64_t i) {
@@ -65,5 +73,9 @@ void gemm(const GemmArgs& args, const T* a, const T* b, T* c) {
       one(i);
   }
 }
+
+// The bf16 GEMM on a CPU without bf16 dot-product instructions (resolved arguments, k > 0):
+// both operands widened exactly to f32, then the f32 GEMM above (core/cpu/gemm.cpp).
+void gemm_bf16_as_f32(const GemmArgs& resolved, const bf16* a, const bf16* b, float* c);
 
 }  // namespace core::cpu

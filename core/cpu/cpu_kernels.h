@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/attention_tiles.h"
@@ -587,12 +588,23 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const 
 
 // ---- loss ------------------------------------------------------------------------------------
 
+// An element of the d logits output: T itself, or bf16 rounded once (bf16 precision).
+template <typename G, typename T>
+G gradient_as(T g) {
+  if constexpr (std::is_same_v<G, bf16>) {
+    return kmath::bf16_from_float(static_cast<float>(g));
+  } else {
+    return g;
+  }
+}
+
 // Per row: z = softcap(logits[:V]), loss = logsumexp(z) - z[target];
-// dlogits = dloss_scale (softmax(z) - onehot) softcap'(logits), zero in the padded columns.
-// One tanh and one exp per element: z goes to a per-thread row buffer, exp(z - max) to dlogits.
-// dlogits may alias logits: every logit is read (into the buffer) before anything is written.
-template <typename T>
-void cross_entropy(T* losses, T* dlogits, const T* logits, const int32_t* targets, int64_t N,
+// dlogits = dloss_scale (softmax(z) - onehot) softcap'(logits), zero in the padded columns, as
+// T or as bf16 (G). One tanh and one exp per element: z goes to a per-thread row buffer,
+// exp(z - max) to dlogits (T) or a second row buffer (bf16). dlogits may alias logits: every
+// logit is read (into the buffer) before anything is written.
+template <typename T, typename G>
+void cross_entropy(T* losses, G* dlogits, const T* logits, const int32_t* targets, int64_t N,
                    int64_t V, int64_t Vp, T softcap, T dloss_scale) {
   ENGINE_CHECK(V > 0 && V <= Vp, "cross_entropy: need 0 < V <= Vp, got V=" + std::to_string(V) +
                                      " Vp=" + std::to_string(Vp));
@@ -602,9 +614,13 @@ void cross_entropy(T* losses, T* dlogits, const T* logits, const int32_t* target
                   std::to_string(n) + " is outside [0, V=" + std::to_string(V) + ")");
     }
   }
+  // The exponentials are kept in the output row itself when it holds T (it may alias the
+  // logits: each row is read into z first), else in a scratch row.
+  constexpr bool in_place = std::is_same_v<G, T>;
 #pragma omp parallel if (N * V > kParallelMin)
   {
     std::vector<T> z(static_cast<size_t>(V));
+    std::vector<T> scratch(in_place ? 0 : static_cast<size_t>(V));
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < N; ++n) {
       const T* x = logits + n * Vp;
@@ -613,13 +629,19 @@ void cross_entropy(T* losses, T* dlogits, const T* logits, const int32_t* target
         z[j] = kmath::softcap<FastMath>(x[j], softcap);
       T mx = row_max(z.data(), V);
       int64_t target = targets[n];
-      T* g = dlogits ? dlogits + n * Vp : nullptr;
+      G* g = dlogits ? dlogits + n * Vp : nullptr;
+      T* e = nullptr;
+      if constexpr (in_place) {
+        e = g;
+      } else {
+        e = g ? scratch.data() : nullptr;
+      }
       T s = T(0);
-      if (g) {
+      if (e) {
 #pragma omp simd reduction(+ : s)
         for (int64_t j = 0; j < V; ++j) {
-          g[j] = FastMath::exp(z[j] - mx);
-          s += g[j];
+          e[j] = FastMath::exp(z[j] - mx);
+          s += e[j];
         }
       } else {
 #pragma omp simd reduction(+ : s)
@@ -630,16 +652,17 @@ void cross_entropy(T* losses, T* dlogits, const T* logits, const int32_t* target
       if (losses) losses[n] = lse - z[target];
       if (g) {
         T inv = T(1) / s;
-        T p_target = g[target] * inv;
+        T p_target = e[target] * inv;
 #pragma omp simd
         for (int64_t j = 0; j < V; ++j) {
-          g[j] = dloss_scale * g[j] * inv * kmath::softcap_grad_from_output(z[j], softcap);
+          g[j] = gradient_as<G>(dloss_scale * e[j] * inv *
+                                kmath::softcap_grad_from_output(z[j], softcap));
         }
         // (p - 1) for the target, formed before scaling so no cancellation when p is near 1.
-        g[target] =
-            dloss_scale * (p_target - T(1)) * kmath::softcap_grad_from_output(z[target], softcap);
+        g[target] = gradient_as<G>(dloss_scale * (p_target - T(1)) *
+                                   kmath::softcap_grad_from_output(z[target], softcap));
         for (int64_t j = V; j < Vp; ++j)
-          g[j] = T(0);
+          g[j] = gradient_as<G>(T(0));
       }
     }
   }

@@ -17,6 +17,24 @@ void CpuBackend::axpby(float* y, float a, const float* x, float b, int64_t n) {
   cpu::axpby(y, a, x, b, n);
 }
 
+// The conversions as plain loops over restrict pointers: through cpu::elementwise's lambda GCC
+// keeps them scalar (measured 3x slower on 51M elements).
+void CpuBackend::f32_to_bf16(bf16* out, const float* in, int64_t n) {
+  bf16* __restrict o = out;
+  const float* __restrict x = in;
+#pragma omp parallel for simd schedule(static) if (n > cpu::kParallelMin)
+  for (int64_t i = 0; i < n; ++i)
+    o[i] = kmath::bf16_from_float(x[i]);
+}
+
+void CpuBackend::bf16_to_f32(float* out, const bf16* in, int64_t n) {
+  float* __restrict o = out;
+  const bf16* __restrict x = in;
+#pragma omp parallel for simd schedule(static) if (n > cpu::kParallelMin)
+  for (int64_t i = 0; i < n; ++i)
+    o[i] = kmath::float_from_bf16(x[i]);
+}
+
 void CpuBackend::lerp(float* a, const float* b, float w, int64_t n) {
   cpu::elementwise<float>(n, [=](int64_t i) { a[i] = kmath::lerp(a[i], b[i], w); });
 }

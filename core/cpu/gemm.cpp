@@ -1,13 +1,63 @@
-// The CPU backend's gemm family (core/ops/gemm.h). GEMM through OpenBLAS (cpu_gemm.h), and the bias
-// add and its gradient.
+// The CPU backend's gemm family (core/ops/gemm.h). f32 GEMM through OpenBLAS (cpu_gemm.h); bf16
+// GEMM through oneDNN (onednn_gemm.h) on a CPU with bf16 dot-product instructions
+// (cpu_isa.h), else as the f32 GEMM of the bf16 values (the same products, in OpenBLAS's
+// order); the bias add and its gradient.
+#include <vector>
+
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/cpu_gemm.h"
+#include "core/cpu/cpu_isa.h"
 #include "core/cpu/cpu_kernels.h"
+#include "core/cpu/onednn_gemm.h"
+#include "core/kernel_math.h"
 
 namespace core {
 
+namespace {
+
+// Elements from the first to the last one a GEMM operand reads: `batch` matrices `stride`
+// apart, each `rows` stored rows of `cols` at leading dimension ld.
+int64_t operand_span(int64_t batch, int64_t stride, int64_t rows, int64_t cols, int64_t ld) {
+  return (batch - 1) * stride + (rows - 1) * ld + cols;
+}
+
+}  // namespace
+
+void cpu::gemm_bf16_as_f32(const GemmArgs& r, const bf16* a, const bf16* b, float* c) {
+  const int64_t a_span =
+      operand_span(r.batch, r.stride_a, r.trans_a ? r.k : r.m, r.trans_a ? r.m : r.k, r.lda);
+  const int64_t b_span =
+      operand_span(r.batch, r.stride_b, r.trans_b ? r.n : r.k, r.trans_b ? r.k : r.n, r.ldb);
+  std::vector<float> wide(static_cast<size_t>(a_span + b_span));
+  float* wa = wide.data();
+  float* wb = wide.data() + a_span;
+  cpu::elementwise<float>(a_span, [=](int64_t i) { wa[i] = kmath::float_from_bf16(a[i]); });
+  cpu::elementwise<float>(b_span, [=](int64_t i) { wb[i] = kmath::float_from_bf16(b[i]); });
+  cpu::gemm(r, wa, wb, c);
+}
+
 void CpuBackend::gemm(const GemmArgs& args, const float* a, const float* b, float* c) {
   cpu::gemm(args, a, b, c);
+}
+
+void CpuBackend::gemm(const GemmArgs& args, const bf16* a, const bf16* b, float* c) {
+  const GemmArgs r = resolve_gemm_args(args);
+  if (r.batch == 0 || r.m == 0 || r.n == 0) return;
+  if (r.k == 0) {
+    cpu::scale_gemm_output(r, c);
+  } else if (cpu::cpu_bf16_gemm_slow_reason().empty()) {
+    cpu::onednn_gemm(r, a, b, c);
+  } else {
+    cpu::gemm_bf16_as_f32(r, a, b, c);
+  }
+}
+
+std::string CpuBackend::bf16_gemm_slow_reason() const {
+  return cpu::cpu_bf16_gemm_slow_reason();
+}
+
+std::string CpuBackend::tf32_gemm_slow_reason() const {
+  return "TF32 is a GPU tensor-core format; the CPU computes f32";
 }
 
 void CpuBackend::add_bias(float* out, const float* bias, int64_t N, int64_t C) {

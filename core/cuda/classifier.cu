@@ -25,7 +25,16 @@ namespace {
 // One block per row of logits [N, Vp]; the softmax runs over the first V (soft-capped) columns.
 // dlogits may alias logits: every read of a row happens before the barrier that precedes the
 // first write.
-__global__ void cross_entropy_kernel(float* losses, float* dlogits, const float* logits,
+// The d logits element as stored: f32, or bf16 rounded once (bf16 precision).
+__device__ inline void store_gradient(float* dz, float g) {
+  *dz = g;
+}
+__device__ inline void store_gradient(bf16* dz, float g) {
+  *dz = kmath::bf16_from_float(g);
+}
+
+template <typename G>
+__global__ void cross_entropy_kernel(float* losses, G* dlogits, const float* logits,
                                      const int32_t* targets, int64_t V, int64_t Vp, float cap,
                                      float dloss_scale, int* status) {
   const int64_t row = blockIdx.x;
@@ -47,7 +56,7 @@ __global__ void cross_entropy_kernel(float* losses, float* dlogits, const float*
   }
   if (dlogits == nullptr) return;  // uniform across the block: no thread skips a barrier
   __syncthreads();
-  float* dz = dlogits + row * Vp;
+  G* dz = dlogits + row * Vp;
   for (int64_t j = threadIdx.x; j < Vp; j += blockDim.x) {
     float g = 0.0f;
     if (j < V && valid) {
@@ -55,7 +64,7 @@ __global__ void cross_entropy_kernel(float* losses, float* dlogits, const float*
       const float p = expf(kmath::softcap(zj, cap) - lse);
       g = dloss_scale * (p - (j == target ? 1.0f : 0.0f)) * kmath::softcap_grad(zj, cap);
     }
-    dz[j] = g;
+    store_gradient(dz + j, g);
   }
 }
 
@@ -77,16 +86,37 @@ __global__ void accumulate_loss_kernel(double* acc, const float* terms, int64_t 
 
 }  // namespace
 
+namespace {
+
+// The checks and the launch both cross-entropies share (G: the d logits' element type).
+template <typename G>
+void launch_cross_entropy(const std::string& name, cudaStream_t stream, int* status, float* losses,
+                          G* dlogits, const float* logits, const int32_t* targets, int64_t N,
+                          int64_t V, int64_t Vp, float softcap, float dloss_scale) {
+  check_sizes(name + ": cross_entropy", {N, V, Vp});
+  ENGINE_CHECK(V >= 1 && V <= Vp, name + ": cross_entropy: V = " + std::to_string(V) +
+                                      " must be in [1, Vp = " + std::to_string(Vp) + "]");
+  if (N == 0) return;
+  cross_entropy_kernel<<<grid_rows(N, "cross_entropy"), kThreads, 0, stream>>>(
+      losses, dlogits, logits, targets, V, Vp, softcap, dloss_scale, status);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+}  // namespace
+
 void CudaBackend::cross_entropy(float* losses, float* dlogits, const float* logits,
                                 const int32_t* targets, int64_t N, int64_t V, int64_t Vp,
                                 float softcap, float dloss_scale) {
-  check_sizes(name_ + ": cross_entropy", {N, V, Vp});
-  ENGINE_CHECK(V >= 1 && V <= Vp, name_ + ": cross_entropy: V = " + std::to_string(V) +
-                                      " must be in [1, Vp = " + std::to_string(Vp) + "]");
-  if (N == 0) return;
-  cross_entropy_kernel<<<grid_rows(N, "cross_entropy"), kThreads, 0, stream_>>>(
-      losses, dlogits, logits, targets, V, Vp, softcap, dloss_scale, status_);
-  ENGINE_CUDA_LAUNCHED();
+  launch_cross_entropy(name_, stream_, status_, losses, dlogits, logits, targets, N, V, Vp, softcap,
+                       dloss_scale);
+}
+
+void CudaBackend::cross_entropy_bf16(float* losses, bf16* dlogits, const float* logits,
+                                     const int32_t* targets, int64_t N, int64_t V, int64_t Vp,
+                                     float softcap, float dloss_scale) {
+  ENGINE_CHECK(dlogits != nullptr, name_ + ": cross_entropy_bf16: needs dlogits");
+  launch_cross_entropy(name_, stream_, status_, losses, dlogits, logits, targets, N, V, Vp, softcap,
+                       dloss_scale);
 }
 
 void CudaBackend::mean_loss(float* mean, const float* losses, int64_t n) {

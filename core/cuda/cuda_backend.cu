@@ -66,13 +66,14 @@ std::unique_ptr<Backend> make_cuda_backend(int device_index) {
   return std::make_unique<CudaBackend>(device_index);
 }
 
-CudaBackend::CudaBackend(int device_index, CudaBackendOptions options)
+CudaBackend::CudaBackend(int device_index)
     : device_index_(usable_device_index(device_index)), allocator_(device_index_) {
   // One rank drives one device: the device stays current for this thread from here on.
   ENGINE_CUDA_CALL(cudaSetDevice(device_index));
   cudaDeviceProp prop{};
   ENGINE_CUDA_CALL(cudaGetDeviceProperties(&prop, device_index));
   name_ = "cuda:" + std::to_string(device_index) + " (" + prop.name + ")";
+  compute_capability_ = 10 * prop.major + prop.minor;
   try {
     ENGINE_CUDA_CALL(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     allocator_.set_stream(stream_);
@@ -80,9 +81,8 @@ CudaBackend::CudaBackend(int device_index, CudaBackendOptions options)
       ENGINE_CUDA_CALL(cudaEventCreateWithFlags(&slot.copied, cudaEventDisableTiming));
     ENGINE_CUDA_CALL(cublasCreate(&cublas_));
     ENGINE_CUDA_CALL(cublasSetStream(cublas_, stream_));
-    // Default math keeps f32 GEMMs in full f32; TF32 only on request.
-    ENGINE_CUDA_CALL(cublasSetMathMode(
-        cublas_, options.allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    // Default math keeps f32 GEMMs in full f32; TF32 per call (GemmArgs::tf32, gemm.cu).
+    ENGINE_CUDA_CALL(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
     ENGINE_CUDA_CALL(cusolverDnCreate(&cusolver_));
     ENGINE_CUDA_CALL(cusolverDnSetStream(cusolver_, stream_));
     // Backend bookkeeping memory bypasses the allocator so live_bytes() counts tensors only.

@@ -1,5 +1,6 @@
-// CUDA backend for one device: cuBLAS GEMM, cuSOLVER linear algebra and hand-written kernels for
-// the fused ops (elementwise and row math from core/kernel_math.h).
+// CUDA backend for one device: cuBLAS GEMM (f32, TF32 or bf16 inputs, f32 accumulation), cuSOLVER
+// linear algebra and hand-written kernels for the fused ops (elementwise and row math from
+// core/kernel_math.h).
 //
 // All work is issued on one stream the backend creates (non-blocking: not ordered against the
 // legacy default stream), and the cuBLAS and cuSOLVER handles are bound to it; the allocator
@@ -33,16 +34,10 @@ struct cusolverDnContext;
 
 namespace core {
 
-struct CudaBackendOptions {
-  // TF32 tensor-core GEMMs: faster, but ~1e-3 relative error, too coarse for optimizer replays,
-  // so off unless asked for.
-  bool allow_tf32 = false;
-};
-
 class CudaBackend final : public Backend {
  public:
   // Throws core::Error naming the device when it does not exist or cannot be initialised.
-  explicit CudaBackend(int device_index, CudaBackendOptions options = {});
+  explicit CudaBackend(int device_index);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
@@ -61,12 +56,17 @@ class CudaBackend final : public Backend {
   void fill_zero(void* dst, size_t bytes) override;
 
   void gemm(const GemmArgs& args, const float* a, const float* b, float* c) override;
+  void gemm(const GemmArgs& args, const bf16* a, const bf16* b, float* c) override;
+  std::string bf16_gemm_slow_reason() const override;
+  std::string tf32_gemm_slow_reason() const override;
   void add_bias(float* out, const float* bias, int64_t N, int64_t C) override;
   void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) override;
 
   void add(float* out, const float* a, const float* b, int64_t n) override;
   void scale(float* x, float alpha, int64_t n) override;
   void axpby(float* y, float a, const float* x, float b, int64_t n) override;
+  void f32_to_bf16(bf16* out, const float* in, int64_t n) override;
+  void bf16_to_f32(float* out, const bf16* in, int64_t n) override;
   void gelu_forward(float* out, const float* inp, int64_t n) override;
   void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) override;
   void relu2_forward(float* out, const float* inp, int64_t n) override;
@@ -112,6 +112,9 @@ class CudaBackend final : public Backend {
 
   void cross_entropy(float* losses, float* dlogits, const float* logits, const int32_t* targets,
                      int64_t N, int64_t V, int64_t Vp, float softcap, float dloss_scale) override;
+  void cross_entropy_bf16(float* losses, bf16* dlogits, const float* logits, const int32_t* targets,
+                          int64_t N, int64_t V, int64_t Vp, float softcap,
+                          float dloss_scale) override;
 
   void gather_rows(float* out, const float* src, const int32_t* index, const float* weight,
                    int64_t n, int64_t D) override;
@@ -171,6 +174,7 @@ class CudaBackend final : public Backend {
   void check_solver_info(const int* dev_info, int64_t batch, const char* op);
 
   int device_index_;
+  int compute_capability_ = 0;  // 10 * major + minor
   std::string name_;
   CudaAllocator allocator_;
   CUstream_st* stream_ = nullptr;  // created by the constructor, non-blocking

@@ -33,6 +33,16 @@ __global__ void axpby_kernel(float* y, float a, const float* x, float b, int64_t
     y[i] = a * x[i] + b * y[i];
 }
 
+__global__ void f32_to_bf16_kernel(bf16* out, const float* in, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    out[i] = kmath::bf16_from_float(in[i]);
+}
+
+__global__ void bf16_to_f32_kernel(float* out, const bf16* in, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    out[i] = kmath::float_from_bf16(in[i]);
+}
+
 __global__ void gelu_forward_kernel(float* out, const float* inp, int64_t n) {
   for (int64_t i = first_index(); i < n; i += grid_stride())
     out[i] = kmath::gelu_tanh(inp[i]);
@@ -82,6 +92,18 @@ void CudaBackend::scale(float* x, float alpha, int64_t n) {
 void CudaBackend::axpby(float* y, float a, const float* x, float b, int64_t n) {
   if (n <= 0) return;
   axpby_kernel<<<grid_for(n), kThreads, 0, stream_>>>(y, a, x, b, n);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::f32_to_bf16(bf16* out, const float* in, int64_t n) {
+  if (n <= 0) return;
+  f32_to_bf16_kernel<<<grid_for(n), kThreads, 0, stream_>>>(out, in, n);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::bf16_to_f32(float* out, const bf16* in, int64_t n) {
+  if (n <= 0) return;
+  bf16_to_f32_kernel<<<grid_for(n), kThreads, 0, stream_>>>(out, in, n);
   ENGINE_CUDA_LAUNCHED();
 }
 

@@ -1,5 +1,6 @@
 // The CUDA backend's GEMM family (core/ops/gemm.h): cuBLAS GEMM (row-major through the column-major
-// library by swapping the operands), and the bias add and its gradient (a fixed-order column sum).
+// library by swapping the operands) with f32 or bf16 inputs, f32 accumulation and output, TF32
+// tensor cores on request; and the bias add and its gradient (a fixed-order column sum).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -38,8 +39,12 @@ struct BiasGrad {
 
 }  // namespace
 
-void CudaBackend::gemm(const GemmArgs& args, const float* a, const float* b, float* c) {
-  const GemmArgs g = resolve_gemm_args(args);
+namespace {
+
+// One GEMM of resolved arguments with `type` inputs (f32 or bf16), f32 output and f32
+// accumulation (`compute`: exact f32, or TF32 tensor cores).
+void gemm_ex(cublasHandle_t cublas, cudaStream_t stream, const GemmArgs& g, const void* a,
+             const void* b, float* c, cudaDataType type, cublasComputeType_t compute) {
   if (g.m == 0 || g.n == 0 || g.batch == 0) return;
   const char* op = "gemm";
   int m = to_int(g.m, "m", op), n = to_int(g.n, "n", op), k = to_int(g.k, "k", op);
@@ -50,10 +55,10 @@ void CudaBackend::gemm(const GemmArgs& args, const float* a, const float* b, flo
       float* ci = c + i * g.stride_c;
       if (g.beta == 0.0f) {
         ENGINE_CUDA_CALL(
-            cudaMemset2DAsync(ci, g.ldc * sizeof(float), 0, g.n * sizeof(float), g.m, stream_));
+            cudaMemset2DAsync(ci, g.ldc * sizeof(float), 0, g.n * sizeof(float), g.m, stream));
       } else {  // in place: C = beta C + 0 C, column-major [n, m] with leading dimension ldc
         const float zero = 0.0f;
-        ENGINE_CUDA_CALL(cublasSgeam(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, n, m, &g.beta, ci, ildc,
+        ENGINE_CUDA_CALL(cublasSgeam(cublas, CUBLAS_OP_N, CUBLAS_OP_N, n, m, &g.beta, ci, ildc,
                                      &zero, ci, ildc, ci, ildc));
       }
     }
@@ -64,14 +69,53 @@ void CudaBackend::gemm(const GemmArgs& args, const float* a, const float* b, flo
   // A row-major matrix with leading dimension ld is, read column-major with the same ld, its
   // transpose. So row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: call cuBLAS
   // with the operands swapped (B first), n and m swapped, and the same transpose flags.
-  if (g.batch == 1) {
-    ENGINE_CUDA_CALL(
-        cublasSgemm(cublas_, op_b, op_a, n, m, k, &g.alpha, b, ildb, a, ilda, &g.beta, c, ildc));
+  if (type == CUDA_R_32F && compute == CUBLAS_COMPUTE_32F) {  // plain f32: the classic entry
+    if (g.batch == 1) {
+      ENGINE_CUDA_CALL(cublasSgemm(cublas, op_b, op_a, n, m, k, &g.alpha,
+                                   static_cast<const float*>(b), ildb, static_cast<const float*>(a),
+                                   ilda, &g.beta, c, ildc));
+    } else {
+      ENGINE_CUDA_CALL(cublasSgemmStridedBatched(
+          cublas, op_b, op_a, n, m, k, &g.alpha, static_cast<const float*>(b), ildb, g.stride_b,
+          static_cast<const float*>(a), ilda, g.stride_a, &g.beta, c, ildc, g.stride_c,
+          to_int(g.batch, "batch", op)));
+    }
+  } else if (g.batch == 1) {
+    ENGINE_CUDA_CALL(cublasGemmEx(cublas, op_b, op_a, n, m, k, &g.alpha, b, type, ildb, a, type,
+                                  ilda, &g.beta, c, CUDA_R_32F, ildc, compute,
+                                  CUBLAS_GEMM_DEFAULT));
   } else {
-    ENGINE_CUDA_CALL(cublasSgemmStridedBatched(cublas_, op_b, op_a, n, m, k, &g.alpha, b, ildb,
-                                               g.stride_b, a, ilda, g.stride_a, &g.beta, c, ildc,
-                                               g.stride_c, to_int(g.batch, "batch", op)));
+    ENGINE_CUDA_CALL(cublasGemmStridedBatchedEx(
+        cublas, op_b, op_a, n, m, k, &g.alpha, b, type, ildb, g.stride_b, a, type, ilda, g.stride_a,
+        &g.beta, c, CUDA_R_32F, ildc, g.stride_c, to_int(g.batch, "batch", op), compute,
+        CUBLAS_GEMM_DEFAULT));
   }
+}
+
+}  // namespace
+
+void CudaBackend::gemm(const GemmArgs& args, const float* a, const float* b, float* c) {
+  const GemmArgs g = resolve_gemm_args(args);
+  gemm_ex(cublas_, stream_, g, a, b, c, CUDA_R_32F,
+          g.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
+}
+
+void CudaBackend::gemm(const GemmArgs& args, const bf16* a, const bf16* b, float* c) {
+  gemm_ex(cublas_, stream_, resolve_gemm_args(args), a, b, c, CUDA_R_16BF, CUBLAS_COMPUTE_32F);
+}
+
+// bf16 and TF32 tensor-core GEMMs arrived with Ampere (sm_80); earlier devices run them (bf16)
+// or ignore them (TF32) at the f32 rate.
+std::string CudaBackend::bf16_gemm_slow_reason() const {
+  if (compute_capability_ >= 80) return "";
+  return name_ + " (sm_" + std::to_string(compute_capability_) +
+         ") has no bf16 tensor cores (sm_80 and later have)";
+}
+
+std::string CudaBackend::tf32_gemm_slow_reason() const {
+  if (compute_capability_ >= 80) return "";
+  return name_ + " (sm_" + std::to_string(compute_capability_) +
+         ") has no TF32 tensor cores (sm_80 and later have)";
 }
 
 void CudaBackend::add_bias(float* out, const float* bias, int64_t N, int64_t C) {

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "core/device.h"
+
 namespace core {
 
 class ElementwiseOps {
@@ -18,6 +20,10 @@ class ElementwiseOps {
   virtual void lerp(float* a, const float* b, float w, int64_t n) = 0;
   // y <- y + a x over n elements, in float (kmath::add_scaled); x may equal y.
   virtual void add_scaled(float* y, float a, const float* x, int64_t n) = 0;
+  // bf16 <-> f32 over n elements (kmath::bf16_from_float: nearest, ties to even; NaN and
+  // infinity kept; the other way exact).
+  virtual void f32_to_bf16(bf16* out, const float* in, int64_t n) = 0;
+  virtual void bf16_to_f32(float* out, const bf16* in, int64_t n) = 0;
   // GELU, tanh form: 0.5 u (1 + tanh(sqrt(2/pi) (u + 0.044715 u^3))).
   virtual void gelu_forward(float* out, const float* inp, int64_t n) = 0;
   virtual void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) = 0;

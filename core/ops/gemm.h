@@ -1,9 +1,17 @@
-// Op family: GEMM on the backend's BLAS (OpenBLAS, cuBLAS) and the bias forms of a linear layer.
-// A part of the Backend interface (core/backend.h: the conventions for pointers, shapes and
-// accumulation); implemented per device in core/cpu/gemm.cpp and core/cuda/gemm.cu.
+// Op family: GEMM on the backend's libraries (OpenBLAS and oneDNN, cuBLAS) and the bias forms of
+// a linear layer. A part of the Backend interface (core/backend.h: the conventions for pointers,
+// shapes and accumulation); implemented per device in core/cpu/gemm.cpp and core/cuda/gemm.cu.
+//
+// The dtype contract (docs/precision.md): A and B are both f32 or both bf16; the products are
+// accumulated in f32 and C is f32 either way. bf16 products are exact in f32, so a bf16 GEMM
+// equals the f32 GEMM of the bf16 values up to the order of the f32 additions. An f32 GEMM may
+// ask for TF32 tensor cores (GemmArgs::tf32; CUDA only, the CPU computes f32).
 #pragma once
 
 #include <cstdint>
+#include <string>
+
+#include "core/device.h"
 
 namespace core {
 
@@ -19,6 +27,9 @@ struct GemmArgs {
   int64_t lda = 0, ldb = 0, ldc = 0;
   int64_t batch = 1;
   int64_t stride_a = 0, stride_b = 0, stride_c = 0;  // elements between batch members
+  // f32 inputs only: allow TF32 tensor cores (inputs rounded to 10 mantissa bits, f32
+  // accumulation); the CPU has none and computes f32.
+  bool tf32 = false;
 };
 
 // GemmArgs with the packed leading dimensions filled in, after checking that every dimension,
@@ -31,6 +42,13 @@ class GemmOps {
   virtual ~GemmOps() = default;
 
   virtual void gemm(const GemmArgs& args, const float* a, const float* b, float* c) = 0;
+  // bf16 inputs, f32 accumulation and output; the same arguments (args.tf32 is ignored).
+  virtual void gemm(const GemmArgs& args, const bf16* a, const bf16* b, float* c) = 0;
+  // Why bf16 GEMMs (TF32 GEMMs) would not run faster than f32 GEMMs on this device, in one line;
+  // empty when they do. The bf16 GEMM above works everywhere; this tells a caller whether
+  // asking for it pays (engine/precision.h falls back to fp32 and says so when it does not).
+  virtual std::string bf16_gemm_slow_reason() const = 0;
+  virtual std::string tf32_gemm_slow_reason() const = 0;
   // out[N, C] += bias[C] broadcast over rows; dbias[C] += column sums of dout[N, C].
   virtual void add_bias(float* out, const float* bias, int64_t N, int64_t C) = 0;
   virtual void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) = 0;

@@ -123,10 +123,11 @@ TEST(CpuBackend, GemmWithEmptyInnerDimensionScalesByBeta) {
   g.trans_a = true;
   g.m = 2, g.n = 3, g.k = 0, g.beta = 1.0f;
   FVec c = {1, 2, 3, 4, 5, 6}, keep = c;
-  be().gemm(g, nullptr, nullptr, c.data());
+  const float* none = nullptr;
+  be().gemm(g, none, none, c.data());
   EXPECT_EQ(c, keep);
   g.beta = 0.0f;
-  be().gemm(g, nullptr, nullptr, c.data());
+  be().gemm(g, none, none, c.data());
   EXPECT_EQ(c, FVec(6, 0.0f));
 }
 

@@ -18,8 +18,10 @@
 
 #include "core/backend.h"
 #include "core/check.h"
+#include "core/kernel_math.h"
 #include "core/rng.h"
 #include "tests/backend_test_data.h"
+#include "tests/core/gemm_bar.h"
 #include "tests/cuda_vs_cpu.h"
 
 #ifdef ENGINE_HAVE_CUDA
@@ -217,6 +219,137 @@ TEST_F(CudaVsCpu, GemmRefusesABatchWritingOneOutput) {
   EXPECT_THROW(gpu().gemm(racing, x, x, x + 32), Error);
   std::vector<float> h(64);
   EXPECT_THROW(cpu().gemm(racing, h.data(), h.data(), h.data() + 32), Error);
+}
+
+// ---- bf16 and TF32 GEMMs (docs/precision.md) -----------------------------------------------
+
+// Both backends multiply the same bf16 values exactly (8 + 8 significant bits fit in f32) and
+// add the products in f32 in their own orders: within gamma_(k+2) each of the exact result
+// (tests/core/gemm_bar.h), u = 2^-24 on the CPU and 2^-23 on tensor cores, whose additions may
+// truncate rather than round (Fasi, Higham, Mikaitis, Pranesh 2021).
+double accumulation_bar(const GemmArgs& g) {
+  return test::gamma_bound(g.k + 2, 0x1p-24) + test::gamma_bound(g.k + 2, 0x1p-23);
+}
+
+std::vector<GemmArgs> low_precision_gemm_cases() {
+  std::vector<GemmArgs> cases;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      cases.push_back({.trans_a = ta, .trans_b = tb, .m = 33, .n = 17, .k = 64});
+  cases.push_back({.trans_b = true, .m = 256, .n = 192, .k = 128});                // y = x W^T
+  cases.push_back({.trans_a = true, .m = 192, .n = 128, .k = 256, .beta = 1.0f});  // dW += dy^T x
+  cases.push_back({.m = 6, .n = 5, .k = 4, .alpha = 0.5f, .lda = 9, .ldb = 7, .ldc = 8});
+  cases.push_back({.trans_b = true,
+                   .m = 12,
+                   .n = 12,
+                   .k = 8,
+                   .batch = 5,
+                   .stride_a = 96,
+                   .stride_b = 96,
+                   .stride_c = 144});
+  return cases;
+}
+
+TEST_F(CudaVsCpu, Bf16ConversionsAreBitIdentical) {
+  const int64_t n = 4099;
+  std::vector<float> x(n);
+  core::Rng rng(3);
+  for (auto& v : x) {
+    const uint32_t bits = static_cast<uint32_t>(rng.next_u64());
+    std::memcpy(&v, &bits, sizeof(v));  // every kind of float: NaN, infinity, subnormals
+  }
+  std::vector<bf16> want(n);
+  cpu().f32_to_bf16(want.data(), x.data(), n);
+  bf16* d = dev().alloc<bf16>(n);
+  gpu().f32_to_bf16(d, dev().upload(x), n);
+  const std::vector<bf16> got = dev().download(d, n);
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(got[i].bits, want[i].bits) << i;
+  std::vector<float> back_cpu(n);
+  cpu().bf16_to_f32(back_cpu.data(), want.data(), n);
+  float* back = dev().alloc<float>(n);
+  gpu().bf16_to_f32(back, d, n);
+  const std::vector<float> back_gpu = dev().download(back, n);
+  EXPECT_EQ(std::memcmp(back_gpu.data(), back_cpu.data(), n * sizeof(float)), 0);
+}
+
+// The bf16 d logits: the devices compute the f32 gradient in different orders (1e-6 relative
+// apart, as in CrossEntropyWithPaddingAndSoftcap) and round it once, so an element may land on
+// the other bf16 neighbour: within one bf16 unit, 2^-7 relative (plus 2^-133 absolute).
+TEST_F(CudaVsCpu, CrossEntropyBf16GradientWithinOneBf16Unit) {
+  const int64_t N = 19, V = 300, Vp = 320;
+  auto logits = random_vector(N * Vp, 3);
+  std::vector<int32_t> targets = random_ids(N, static_cast<int32_t>(V), 4);
+  std::vector<float> loss(N);
+  std::vector<bf16> want(N * Vp);
+  cpu().cross_entropy_bf16(loss.data(), want.data(), logits.data(), targets.data(), N, V, Vp, 15.0f,
+                           1.0f / N);
+  float* gl = dev().alloc<float>(N);
+  bf16* gd = dev().alloc<bf16>(N * Vp);
+  gpu().cross_entropy_bf16(gl, gd, dev().upload(logits), dev().upload(targets), N, V, Vp, 15.0f,
+                           1.0f / N);
+  const std::vector<bf16> got = dev().download(gd, N * Vp);
+  for (int64_t i = 0; i < N * Vp; ++i) {
+    const float g = kmath::float_from_bf16(got[i]), w = kmath::float_from_bf16(want[i]);
+    ASSERT_LE(std::fabs(g - w), 0x1p-7f * std::fabs(w) + 0x1p-133f) << i;
+  }
+  EXPECT_CLOSE(dev().download(gl, N), loss, 1e-5);
+}
+
+TEST_F(CudaVsCpu, Bf16GemmWithinTheAccumulationOrderBar) {
+  uint64_t seed = 300;
+  double worst = 0;
+  for (const GemmArgs& args : low_precision_gemm_cases()) {
+    const GemmArgs g = resolve_gemm_args(args);
+    auto to_bf16 = [&](const std::vector<float>& v) {
+      std::vector<bf16> out(v.size());
+      cpu().f32_to_bf16(out.data(), v.data(), static_cast<int64_t>(v.size()));
+      return out;
+    };
+    const int64_t rows_a = g.trans_a ? g.k : g.m, rows_b = g.trans_b ? g.n : g.k;
+    const auto a = to_bf16(random_vector(g.stride_a * (g.batch - 1) + rows_a * g.lda, seed++));
+    const auto b = to_bf16(random_vector(g.stride_b * (g.batch - 1) + rows_b * g.ldb, seed++));
+    const auto c0 = random_vector(g.stride_c * (g.batch - 1) + g.m * g.ldc, seed++);
+    auto c_cpu = c0;
+    cpu().gemm(g, a.data(), b.data(), c_cpu.data());
+    float* dc = dev().upload(c0);
+    gpu().gemm(g, dev().upload(a), dev().upload(b), dc);
+    const double w =
+        test::worst_over_gemm_bar<bf16>(g, a, b, c0, dev().download(dc, c0.size()), c_cpu,
+                                        &kmath::float_from_bf16, accumulation_bar(g));
+    EXPECT_LE(w, 1.0) << "m " << g.m << " n " << g.n << " k " << g.k << " batch " << g.batch;
+    worst = std::max(worst, w);
+  }
+  std::printf("[ measured ] bf16 GEMM, gpu vs cpu: %.3g of the accumulation-order bar\n", worst);
+}
+
+// TF32 rounds each f32 input to 10 mantissa bits (unit roundoff 2^-11), so a product moves by at
+// most 2^-10 + 2^-22 relative on top of the accumulation bar; the CPU computes f32 (tf32 is a
+// GPU format) and must ignore the flag.
+TEST_F(CudaVsCpu, Tf32GemmWithinItsInputRoundingBar) {
+  uint64_t seed = 400;
+  double worst = 0;
+  for (GemmArgs args : low_precision_gemm_cases()) {
+    const GemmArgs g = resolve_gemm_args(args);
+    const int64_t rows_a = g.trans_a ? g.k : g.m, rows_b = g.trans_b ? g.n : g.k;
+    const auto a = random_vector(g.stride_a * (g.batch - 1) + rows_a * g.lda, seed++);
+    const auto b = random_vector(g.stride_b * (g.batch - 1) + rows_b * g.ldb, seed++);
+    const auto c0 = random_vector(g.stride_c * (g.batch - 1) + g.m * g.ldc, seed++);
+    GemmArgs t = g;
+    t.tf32 = true;
+    auto c_cpu = c0, c_cpu_tf32 = c0;
+    cpu().gemm(g, a.data(), b.data(), c_cpu.data());
+    cpu().gemm(t, a.data(), b.data(), c_cpu_tf32.data());
+    EXPECT_EQ(c_cpu_tf32, c_cpu) << "the CPU has no TF32";
+    float* dc = dev().upload(c0);
+    gpu().gemm(t, dev().upload(a), dev().upload(b), dc);
+    const double w = test::worst_over_gemm_bar<float>(
+        g, a, b, c0, dev().download(dc, c0.size()), c_cpu, [](float v) { return v; },
+        accumulation_bar(g) + 0x1p-10 + 0x1p-22);
+    EXPECT_LE(w, 1.0) << "m " << g.m << " n " << g.n << " k " << g.k;
+    worst = std::max(worst, w);
+  }
+  std::printf("[ measured ] TF32 GEMM, gpu vs cpu f32: %.3g of the bar\n", worst);
 }
 
 TEST_F(CudaVsCpu, CopyOfOverlappingRangesIsAMemmove) {

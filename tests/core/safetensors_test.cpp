@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "core/check.h"
 #include "tests/test_util.h"
@@ -101,7 +103,51 @@ TEST(Safetensors, OtherDtypesAreRecognised) {
   EXPECT_EQ(r.info("d").dtype, StDType::F64);
   EXPECT_EQ(r.info("d").end - r.info("d").begin, 8u);
   EXPECT_EQ(r.info("flags").dtype, StDType::BOOL);
-  EXPECT_NE(error_of([&] { r.read("d"); }).find("has dtype F64"), std::string::npos);
+  EXPECT_EQ(r.read("d").dtype(), core::DType::F64);
+  EXPECT_NE(error_of([&] { r.read("flags"); }).find("has dtype BOOL"), std::string::npos);
+  EXPECT_NE(error_of([&] { r.read_f32("d"); }).find("has dtype F64, expected F32, BF16 or F16"),
+            std::string::npos);
+}
+
+// Half-precision files (a Hugging Face checkpoint stored in bf16 or f16) read as the floats they
+// stand for, exactly: zeros, subnormals, the extremes, infinity and NaN included.
+TEST(Safetensors, Bf16AndF16ReadAsF32Exactly) {
+  TempDir dir;
+  auto bytes = [](const std::vector<uint16_t>& bits) {
+    std::vector<std::byte> out(bits.size() * 2);
+    std::memcpy(out.data(), bits.data(), out.size());  // little-endian host (safetensors.cpp)
+    return out;
+  };
+  const float inf = std::numeric_limits<float>::infinity();
+  // f16: 1, -2, 65504 (largest), 2^-24 (smallest subnormal), 2^-14 (smallest normal), -0, inf.
+  const std::vector<uint16_t> f16 = {0x3C00, 0xC000, 0x7BFF, 0x0001, 0x0400, 0x8000, 0x7C00};
+  const std::vector<float> f16_values = {1.0f, -2.0f, 65504.0f, 0x1p-24f, 0x1p-14f, -0.0f, inf};
+  // bf16: 1, -0.5, 3.140625 (0x4049), the largest finite, the smallest subnormal, -inf.
+  const std::vector<uint16_t> b16 = {0x3F80, 0xBF00, 0x4049, 0x7F7F, 0x0001, 0xFF80};
+  const std::vector<float> b16_values = {1.0f, -0.5f, 3.140625f, 0x1.FEp127f, 0x1p-133f, -inf};
+  SafetensorsWriter w;
+  w.add_bytes("half", StDType::F16, {7}, bytes(f16));
+  w.add_bytes("brain", StDType::BF16, {2, 3}, bytes(b16));
+  w.add_bytes("nan", StDType::F16, {1}, bytes({0x7E00}));
+  const std::string path = dir.file("half.safetensors");
+  w.write(path);
+  SafetensorsReader r(path);
+  EXPECT_EQ(r.read("half").dtype(), core::DType::F16);
+  const Tensor h = r.read_f32("half"), b = r.read_f32("brain");
+  EXPECT_EQ(h.dtype(), core::DType::F32);
+  EXPECT_EQ(b.shape(), (core::Shape{2, 3}));
+  const std::vector<float> hv = h.to_vector(), bv = b.to_vector();
+  for (size_t i = 0; i < f16_values.size(); ++i) {
+    EXPECT_EQ(hv[i], f16_values[i]) << i;
+    EXPECT_EQ(std::signbit(hv[i]), std::signbit(f16_values[i])) << i;
+  }
+  EXPECT_EQ(bv, b16_values);
+  EXPECT_TRUE(std::isnan(r.read_f32("nan").to_vector()[0]));
+  // Written back as BF16 (a host tensor keeps its dtype) and read again: the same bits.
+  SafetensorsWriter again;
+  again.add("brain", r.read("brain"));
+  again.write(dir.file("again.safetensors"));
+  EXPECT_EQ(SafetensorsReader(dir.file("again.safetensors")).read_bytes("brain"), bytes(b16));
 }
 
 TEST(Safetensors, MetadataRoundTripWithEscapes) {

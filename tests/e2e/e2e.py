@@ -834,7 +834,7 @@ def case_log_file(env):
 
 def case_plot(env):
     """plot_loss.py: loss against steps and train time side by side for several runs, smoothing,
-    the lr panel; the time axis in seconds (minutes past 10 minutes)."""
+    the lr panel; the time axis in seconds (minutes past 10 minutes), or left out (--no-time)."""
     ref = os.path.join(env.repo, "tests/e2e/reference/tiny_np1.jsonl")
     script = os.path.join(env.repo, "scripts/plot_loss.py")
     out = os.path.join(env.work, "loss.png")
@@ -844,11 +844,13 @@ def case_plot(env):
             r = json.loads(line)
             r["elapsed_ms"] = 100000.0 * r["step"]
             g.write(json.dumps(r) + "\n")
-    for runs, unit in (([ref + ":a", ref + ":b"], "s"), ([timed + ":long"], "min")):
+    for runs, unit, extra in (([ref + ":a", ref + ":b"], "time axis in s", []),
+                              ([timed + ":long"], "time axis in min", []),
+                              ([timed + ":untimed"], "no time axis", ["--no-time"])):
         p = subprocess.run(["/usr/bin/python3", script, out] + runs +
-                           ["--smooth", "0.6", "--lr", "--title", "t"],
+                           ["--smooth", "0.6", "--lr", "--title", "t"] + extra,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        check(p.returncode == 0 and "time axis in %s" % unit in p.stdout, "plot_loss: " + p.stdout)
+        check(p.returncode == 0 and unit in p.stdout, "plot_loss: " + p.stdout)
         with open(out, "rb") as f:
             check(f.read(8) == b"\x89PNG\r\n\x1a\n", "not a PNG")
     p = subprocess.run(["/usr/bin/python3", "-c",
@@ -857,7 +859,7 @@ def case_plot(env):
                         % os.path.dirname(script)],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     check(p.stdout.strip() == "[2.0, 2.0, 2.0] train time (s)", "ema/time_unit: " + p.stdout)
-    print("plot_loss: two panels, legend, smoothing, lr panel; seconds and minutes")
+    print("plot_loss: two panels, legend, smoothing, lr panel; seconds and minutes; no time panel")
 
 
 # The stored curve (tests/e2e/reference/tiny_np1.jsonl, written by an earlier build) against

@@ -208,6 +208,10 @@ TEST(Config, CrossFieldChecksNameTheKey) {
   EXPECT_NE(msg.find("'train.lr_schedule'"), std::string::npos) << msg;
   msg = error_of([] { engine::parse_config(kMinimal, "x.yaml", {"model.arch=llama"}); });
   EXPECT_NE(msg.find("'model.arch'"), std::string::npos) << msg;
+  msg = error_of([] { engine::parse_config(kMinimal, "x.yaml", {"train.precision=fp16"}); });
+  EXPECT_NE(msg.find("'train.precision': must be fp32, tf32 or bf16, got 'fp16'"),
+            std::string::npos)
+      << msg;
 }
 
 // A range error names where the value came from: the --set argument that gave it (it used to
@@ -294,7 +298,8 @@ TEST(Config, KeyListIsLocked) {
       "device model.arch model.n_layer model.n_head model.d_model model.seq_len model.vocab_size "
       "model.softcap model.moe.experts model.moe.top_k model.moe.aux_weight data.train "
       "data.val data.shuffle train.seed train.steps train.batch_tokens train.micro_batch "
-      "train.grad_clip train.lr_schedule train.lr_warmup_steps train.lr_cooldown_frac "
+      "train.grad_clip train.precision train.lr_schedule train.lr_warmup_steps "
+      "train.lr_cooldown_frac "
       "train.lr_floor train.eval_every train.val_tokens train.target_val_loss "
       "train.diverge_loss_factor train.diverge_zero_grad_steps train.warmup_steps train.init_from "
       "zero.stage zero.overlap zero.bucket_mb "

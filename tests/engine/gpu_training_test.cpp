@@ -6,7 +6,8 @@
 //   - a checkpoint written on the GPU resumes on the CPU (and the other way round): the same
 //     parameters bit for bit, then the same steps;
 //   - at np >= 2: ZeRO stages 1-3 over NCCL equal the same stages over MPI on the CPU;
-//   - OSFT (configs/osft_tiny.yaml) on the GPU equals the CPU, and its checkpoint resumes there.
+//   - OSFT (configs/osft_tiny.yaml) on the GPU equals the CPU, and its checkpoint resumes there;
+//   - 20 steps in bf16 on the GPU equal the CPU's bf16 within a quarter of bf16's unit roundoff.
 // The device-independent test: the trainer computes on the backend it is given.
 #include <gtest/gtest.h>
 
@@ -144,6 +145,23 @@ TEST_F(GpuTraining, TwentyStepsOnTheGpuEqualTheCpu) {
     ASSERT_EQ(cuda.model().param(0).device(), core::Device::cuda(world().rank()));
     expect_close(train(cuda, 20), want, 1e-4, "cuda vs cpu");
   }
+}
+
+// bf16 (docs/precision.md): both devices round the same f32 values to bf16 and multiply them
+// exactly, so they differ only where an f32 value computed in another order lands on the other
+// side of a bf16 rounding boundary and moves by one bf16 unit, 2^-7 relative, in that element.
+// The bar is a quarter of bf16's unit roundoff u = 2^-8 per step; not yet measured on a GPU.
+TEST_F(GpuTraining, TwentyStepsInBf16OnTheGpuEqualTheCpu) {
+  if (const std::string why = gpu_shortfall(); !why.empty()) GTEST_SKIP() << why;
+  if (const std::string why = core::cpu_backend().bf16_gemm_slow_reason(); !why.empty())
+    GTEST_SKIP() << "the CPU side would run fp32: " << why;
+  engine::Trainer cpu(config("cpu_bf16", {"train.precision=bf16"}), world(), world(),
+                      core::cpu_backend());
+  const std::vector<StepValues> want = train(cpu, 20);
+  Gpu gpu;
+  engine::Trainer cuda(config("cuda_bf16", {"train.precision=bf16"}), world(), *gpu.nccl,
+                       *gpu.backend);
+  expect_close(train(cuda, 20), want, 0x1p-8 / 4, "bf16 cuda vs cpu");
 }
 
 TEST_F(GpuTraining, CheckpointsMoveBetweenTheGpuAndTheCpu) {

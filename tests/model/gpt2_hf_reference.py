@@ -44,11 +44,19 @@ def read_safetensors(path):
     return tensors, meta
 
 
-def write_safetensors(path, tensors, meta):
+def write_safetensors(path, tensors, meta, dtype="F32"):
+    """Float32 arrays written as F32, or rounded to BF16 or F16 (torch's conversions: nearest,
+    ties to even), as Hugging Face checkpoints stored in half precision are."""
     header, blobs, offset = {}, [], 0
     for name, arr in tensors.items():
-        raw = np.ascontiguousarray(arr, dtype="<f4").tobytes()
-        header[name] = {"dtype": "F32", "shape": list(arr.shape),
+        arr = np.ascontiguousarray(arr, dtype="<f4")
+        if dtype == "BF16":
+            raw = torch.from_numpy(arr).to(torch.bfloat16).view(torch.int16).numpy().tobytes()
+        elif dtype == "F16":
+            raw = arr.astype("<f2").tobytes()
+        else:
+            raw = arr.tobytes()
+        header[name] = {"dtype": dtype, "shape": list(arr.shape),
                         "data_offsets": [offset, offset + len(raw)]}
         blobs.append(raw)
         offset += len(raw)
@@ -185,7 +193,8 @@ def cmd_random(args):
         T = args.n_positions
         tensors["h.%d.attn.bias" % i] = np.tril(np.ones((T, T), np.float32)).reshape(1, 1, T, T)
     os.makedirs(args.out, exist_ok=True)
-    write_safetensors(os.path.join(args.out, "model.safetensors"), tensors, {"format": "pt"})
+    write_safetensors(os.path.join(args.out, "model.safetensors"), tensors, {"format": "pt"},
+                      args.dtype)
     with open(os.path.join(args.out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
 
@@ -202,6 +211,7 @@ def main():
     for key in ("n_layer", "n_head", "n_embd", "n_positions", "vocab_size"):
         ra.add_argument("--" + key, type=int, required=True)
     ra.add_argument("--seed", type=int, default=0)
+    ra.add_argument("--dtype", choices=["F32", "BF16", "F16"], default="F32")
     args = ap.parse_args()
     cmd_logits(args) if args.command == "logits" else cmd_random(args)
 

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "core/check.h"
+#include "core/kernel_math.h"
 #include "core/rng.h"
 
 namespace {
@@ -32,11 +33,13 @@ std::vector<int32_t> random_tokens(size_t n, int vocab, uint64_t seed) {
 
 class GptArch : public ::testing::TestWithParam<int> {
  protected:
+  // 0: gpt2, 1: modern with soft-cap, 2: modern with MoE; 3-5: the same in bf16 precision.
+  int arch() const { return GetParam() % 3; }
   model::ModelConfig config(int vocab) const {
-    // 0: gpt2, 1: modern with soft-cap, 2: modern with MoE.
-    auto c = tiny(GetParam() == 0 ? model::Arch::Gpt2 : model::Arch::Modern, vocab,
-                  GetParam() == 2 ? 4 : 0);
-    if (GetParam() == 1) c.softcap = 30.0f;
+    auto c =
+        tiny(arch() == 0 ? model::Arch::Gpt2 : model::Arch::Modern, vocab, arch() == 2 ? 4 : 0);
+    if (arch() == 1) c.softcap = 30.0f;
+    if (GetParam() >= 3) c.precision = model::Precision::Bf16;
     return c;
   }
 };
@@ -108,7 +111,7 @@ TEST_P(GptArch, AccumulatedLossEqualsTheSumOfForwardLosses) {
     auto x = random_tokens(B * T, 64, 20 + m), y = random_tokens(B * T, 64, 30 + m);
     const float objective = a.forward(x.data(), y.data(), B, T);
     EXPECT_EQ(objective, a.ce_loss() + a.aux_loss());
-    if (GetParam() == 2) {
+    if (arch() == 2) {
       EXPECT_GT(a.aux_loss(), 0.0f);
     }
     host_sum += objective;
@@ -239,13 +242,133 @@ TEST_P(GptArch, OverfitsOneShortSequenceWithSgd) {
     gpt.backward();
     // Plain gradient descent: params -= lr * grads.
     gpt.backend().axpby(gpt.params().data<float>(), -0.5f, gpt.grads().data<float>(), 1.0f, n);
+    gpt.params_updated();  // bf16: remake the weights' copies
   }
   EXPECT_LT(gpt.ce_loss(), 0.05f) << "after " << step << " steps, objective " << loss;
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, GptArch, ::testing::Values(0, 1, 2), [](const auto& info) {
-  return std::string(info.param == 0 ? "Gpt2" : info.param == 1 ? "ModernSoftcap" : "ModernMoe");
+INSTANTIATE_TEST_SUITE_P(Archs, GptArch, ::testing::Range(0, 6), [](const auto& info) {
+  const int a = info.param % 3;
+  return std::string(a == 0   ? "Gpt2"
+                     : a == 1 ? "ModernSoftcap"
+                              : "ModernMoe") +
+         (info.param >= 3 ? "Bf16" : "");
 });
+
+// bf16 precision against fp32 on the same weights and tokens. Each bf16 rounding moves a value
+// by at most u = 2^-8 relative (unit roundoff of 8 significant bits); the loss and every
+// gradient are sums over many rounded products whose errors mostly cancel. Bars: the loss within
+// u of fp32's, each gradient within 4u in norm (measured below); and bf16 must differ from fp32
+// at all (the copies and roundings took effect).
+TEST(GptBf16, CloseToFp32OnTheSameWeights) {
+  const double u = 0x1p-8;
+  for (int a = 0; a < 3; ++a) {
+    model::ModelConfig c =
+        tiny(a == 0 ? model::Arch::Gpt2 : model::Arch::Modern, 64, a == 2 ? 4 : 0);
+    c.d_model = 32;
+    model::Gpt f32(c, core::cpu_backend());
+    c.precision = model::Precision::Bf16;
+    model::Gpt b16(c, core::cpu_backend());
+    f32.init_weights();
+    b16.init_weights();
+    const int B = 2, T = 8;
+    auto x = random_tokens(B * T, 64, 40 + a), y = random_tokens(B * T, 64, 50 + a);
+    f32.zero_grad();
+    b16.zero_grad();
+    const float lf = f32.forward(x.data(), y.data(), B, T);
+    const float lb = b16.forward(x.data(), y.data(), B, T);
+    f32.backward();
+    b16.backward();
+    EXPECT_NE(lf, lb);
+    EXPECT_NEAR(lb, lf, u * lf) << "arch " << a;
+    double worst = 0;
+    for (size_t i = 0; i < f32.table().size(); ++i) {
+      const auto gf = f32.grad(i).to_vector(), gb = b16.grad(i).to_vector();
+      double diff = 0, norm = 0;
+      for (size_t e = 0; e < gf.size(); ++e) {
+        diff += (double(gb[e]) - gf[e]) * (double(gb[e]) - gf[e]);
+        norm += double(gf[e]) * gf[e];
+      }
+      if (norm == 0) continue;
+      const double rel = std::sqrt(diff / norm);
+      EXPECT_LE(rel, 4 * u) << f32.table()[i].name;
+      worst = std::max(worst, rel);
+    }
+    std::printf(
+        "[ measured ] arch %d: bf16 loss %.6f vs fp32 %.6f, worst gradient %.3g (bar %.3g)\n", a,
+        lb, lf, worst, 4 * u);
+  }
+}
+
+// In bf16 precision every matmul weight enters the forward and the backward only through its
+// bf16 copy: moving each element halfway towards its bf16 value (which keeps that value) leaves
+// the loss and every gradient bit for bit as they were, while the same move changes the fp32
+// model's loss. The embeddings stay f32 lookups, so gpt2's tied embedding and the router are not
+// moved.
+TEST(GptBf16, MatmulWeightsEnterOnlyAsBf16) {
+  for (int a = 0; a < 3; ++a) {
+    for (model::Precision precision : {model::Precision::Bf16, model::Precision::Fp32}) {
+      model::ModelConfig c =
+          tiny(a == 0 ? model::Arch::Gpt2 : model::Arch::Modern, 64, a == 2 ? 4 : 0);
+      c.precision = precision;
+      model::Gpt gpt(c, core::cpu_backend());
+      gpt.init_weights();
+      const int B = 2, T = 8;
+      auto x = random_tokens(B * T, 64, 70 + a), y = random_tokens(B * T, 64, 80 + a);
+      gpt.zero_grad();
+      const float before = gpt.forward(x.data(), y.data(), B, T);
+      gpt.backward();
+      const std::vector<float> grads = gpt.grads().to_vector();
+      int moved = 0;
+      for (size_t i = 0; i < gpt.table().size(); ++i) {
+        const std::string& name = gpt.table()[i].name;
+        const bool matmul = name.find(".weight") != std::string::npos &&
+                            name.find("ln") == std::string::npos &&
+                            name.find("router") == std::string::npos && name != "embed.weight" &&
+                            name != "pos_embed.weight";
+        if (!matmul) continue;
+        float* w = gpt.param(i).data<float>();
+        for (int64_t e = 0; e < gpt.table()[i].numel; ++e) {
+          const float r = core::kmath::float_from_bf16(core::kmath::bf16_from_float(w[e]));
+          moved += w[e] != r;
+          w[e] = w[e] + (r - w[e]) / 2;
+        }
+      }
+      ASSERT_GT(moved, 1000);
+      gpt.params_updated();
+      gpt.zero_grad();
+      const float after = gpt.forward(x.data(), y.data(), B, T);
+      gpt.backward();
+      if (precision == model::Precision::Bf16) {
+        EXPECT_EQ(after, before) << "arch " << a;
+        EXPECT_EQ(gpt.grads().to_vector(), grads) << "arch " << a;
+      } else {
+        EXPECT_NE(after, before) << "arch " << a << ": the move does not reach the fp32 model";
+      }
+    }
+  }
+}
+
+// The bf16 copies of the matmul weights are made at their first use after params_updated():
+// weights written in place and announced give exactly the loss of a model that never ran
+// before them (its copies are made at its first forward).
+TEST(GptBf16, ParamsUpdatedRemakesTheCopies) {
+  model::ModelConfig c = tiny(model::Arch::Modern, 64);
+  c.precision = model::Precision::Bf16;
+  model::Gpt gpt(c, core::cpu_backend()), fresh(c, core::cpu_backend());
+  gpt.init_weights();
+  fresh.init_weights();
+  const int B = 2, T = 8;
+  auto x = random_tokens(B * T, 64, 60), y = random_tokens(B * T, 64, 61);
+  const float before = gpt.eval_loss(x.data(), y.data(), B, T);
+  const int64_t n = gpt.table().total_numel();
+  for (model::Gpt* m : {&gpt, &fresh})
+    m->backend().scale(m->params().data<float>(), 1.5f, n);
+  gpt.params_updated();
+  const float after = gpt.eval_loss(x.data(), y.data(), B, T);
+  EXPECT_NE(after, before);
+  EXPECT_EQ(after, fresh.eval_loss(x.data(), y.data(), B, T));
+}
 
 TEST(Gpt, RefusesBadInputs) {
   model::Gpt gpt(tiny(model::Arch::Modern, 64), core::cpu_backend());

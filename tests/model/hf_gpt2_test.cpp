@@ -146,6 +146,41 @@ TEST(HfGpt2, ImportOfTheModulesWeightsExportsBitExact) {
   EXPECT_EQ(compared, 4u + 12u * 2u);  // wte, wpe, ln_f (2) + 12 per block
 }
 
+// A checkpoint stored in half precision (many on the Hub are) imports as the floats it stands
+// for: BF16 exactly as the f32 weights rounded to bf16 (torch and the engine both round to
+// nearest, ties to even), F16 within its unit roundoff 2^-11 (2^-25 absolute below its smallest
+// normal).
+TEST(HfGpt2, Bf16AndF16CheckpointsImportConverted) {
+  const model::ModelConfig c = small_gpt2();
+  const fs::path dir = work_dir("half");
+  for (const char* dtype : {"F32", "BF16", "F16"}) {
+    const std::string cmd = reference("random --out " + (dir / dtype).string() +
+                                      " --n_layer 2 --n_head 4 --n_embd 32 --n_positions 12 "
+                                      "--vocab_size 50257 --seed 5 --dtype " +
+                                      dtype);
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  }
+  EXPECT_EQ(core::SafetensorsReader((dir / "BF16" / "model.safetensors").string())
+                .info("wte.weight")
+                .dtype,
+            core::StDType::BF16);
+  const auto f32 = model::read_hf_gpt2((dir / "F32").string(), c);
+  const auto b16 = model::read_hf_gpt2((dir / "BF16").string(), c);
+  const auto f16 = model::read_hf_gpt2((dir / "F16").string(), c);
+  double worst_f16 = 0;
+  for (const auto& [name, t] : f32) {
+    EXPECT_EQ(b16.at(name).dtype(), core::DType::F32);
+    EXPECT_EQ(b16.at(name).to_vector(), t.to(core::DType::BF16).to_vector()) << name;
+    const std::vector<float> want = t.to_vector(), got = f16.at(name).to_vector();
+    for (size_t i = 0; i < want.size(); ++i) {
+      const double err = std::fabs(double(got[i]) - want[i]);
+      ASSERT_LE(err, 0x1p-11 * std::fabs(want[i]) + 0x1p-25) << name << " " << i;
+      worst_f16 = std::max(worst_f16, err / (0x1p-11 * std::fabs(want[i]) + 0x1p-25));
+    }
+  }
+  std::printf("[ measured ] F16 import: at most %.3g of the unit-roundoff bar\n", worst_f16);
+}
+
 TEST(HfGpt2, RefusesWhatHasNoCounterpartOrDoesNotFit) {
   model::ModelConfig modern = small_gpt2();
   modern.arch = model::Arch::Modern;

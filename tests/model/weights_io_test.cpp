@@ -85,7 +85,28 @@ TEST(WeightsIo, RefusesMismatchedFilesNamingTheTensor) {
     }
   }
   w.write(path);
-  expect_error([&] { model::load_weights(gpt, path); }, "'lm_head.weight' has dtype F64");
+  expect_error([&] { model::load_weights(gpt, path); },
+               "tensor \"lm_head.weight\" has dtype F64, expected F32, BF16 or F16");
+}
+
+// Weights stored in bf16 (a half-precision export) load as the floats they stand for.
+TEST(WeightsIo, Bf16FilesLoadConverted) {
+  model::Gpt a(tiny(), core::cpu_backend());
+  a.init_weights();
+  const std::string path = temp_path("model_bf16.safetensors");
+  core::SafetensorsWriter w;
+  for (size_t i = 0; i < a.table().size(); ++i)
+    w.add(a.table()[i].name, a.param(i).to(core::DType::BF16));
+  w.write(path);
+  EXPECT_EQ(core::SafetensorsReader(path).info("embed.weight").dtype, core::StDType::BF16);
+  auto c = tiny();
+  c.seed = 99;
+  model::Gpt b(c, core::cpu_backend());
+  b.init_weights();
+  model::load_weights(b, path);
+  for (size_t i = 0; i < a.table().size(); ++i)
+    EXPECT_EQ(b.param(i).to_vector(), a.param(i).to(core::DType::BF16).to_vector())
+        << a.table()[i].name;
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // Optimizer state save -> load -> continue equals an uninterrupted replay bit for bit, at the
-// world size ctest runs this with (state sharded like the parameters: one file per rank).
+// world size ctest runs this with (state sharded like the parameters: one file per rank); golden
+// files stored in BF16 and F16 replay as their f32 values.
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 
 #include "apps/optim_replay/golden_case.h"
 #include "comm/communicator.h"
+#include "core/safetensors.h"
 
 namespace {
 
@@ -117,4 +119,65 @@ TEST(ReplayVerdict, NanParameterFailsTheReplay) {
   EXPECT_EQ(worst.param, name);
   EXPECT_TRUE(std::isinf(worst.max_abs));
   EXPECT_FALSE(replay::passes(worst, golden.suggested_atol));
+}
+
+// A golden file stored in half precision replays exactly as the f32 file holding the same
+// values: optim_replay reads BF16 and F16 tensors as the floats they stand for. The values are
+// distadam_basic's, rounded to bf16 (8 significant bits, so its inits, all in f16's normal range,
+// are exact in F16 too); the inits are stored as F16, the gradients as BF16.
+TEST(GoldenFiles, Bf16AndF16FilesReplayAsTheirF32Values) {
+  comm::Communicator& comm = world();
+  const std::string dir =
+      std::filesystem::temp_directory_path() / ("golden_half_" + std::to_string(::getppid()));
+  const std::string f32_path = dir + "/f32.safetensors", half_path = dir + "/half.safetensors";
+  if (comm.rank() == 0) {
+    std::filesystem::create_directories(dir);
+    const core::SafetensorsReader in(std::string(ENGINE_GOLDEN_DIR) +
+                                     "/adamw/distadam_basic.safetensors");
+    core::SafetensorsWriter f32, half;
+    for (const auto& [key, value] : in.metadata()) {
+      f32.set_metadata(key, value);
+      half.set_metadata(key, value);
+    }
+    for (const core::StTensorInfo& t : in.tensors()) {
+      const core::Tensor value = in.read_f32(t.name);
+      if (!t.name.starts_with("init/") && !t.name.starts_with("grad/")) {
+        f32.add(t.name, value);
+        half.add(t.name, value);
+        continue;
+      }
+      const core::Tensor b16 = value.to(core::DType::BF16);
+      f32.add(t.name, b16.to(core::DType::F32));
+      if (t.name.starts_with("grad/")) {
+        half.add(t.name, b16);
+        continue;
+      }
+      // The same values as IEEE halves: bf16's 7 mantissa bits fit in f16's 10.
+      std::vector<std::byte> bytes;
+      for (float v : b16.to_vector()) {
+        uint32_t u = 0;
+        std::memcpy(&u, &v, sizeof(u));
+        const int exponent = static_cast<int>((u >> 23) & 0xFF) - 127 + 15;
+        ASSERT_TRUE(exponent >= 1 && exponent <= 30 && (u & 0x1FFF) == 0) << t.name << " " << v;
+        const uint16_t h =
+            static_cast<uint16_t>(((u >> 16) & 0x8000) | (exponent << 10) | ((u >> 13) & 0x3FF));
+        bytes.push_back(static_cast<std::byte>(h & 0xFF));
+        bytes.push_back(static_cast<std::byte>(h >> 8));
+      }
+      half.add_bytes(t.name, core::StDType::F16, t.shape, std::move(bytes));
+    }
+    f32.write(f32_path);
+    half.write(half_path);
+  }
+  comm.barrier();
+  const replay::GoldenCase a = replay::load_golden(f32_path), b = replay::load_golden(half_path);
+  EXPECT_EQ(b.file->info("init/embed.weight").dtype, core::StDType::F16);
+  EXPECT_EQ(b.file->info("grad/1/embed.weight").dtype, core::StDType::BF16);
+  replay::Replayer ra(a, comm), rb(b, comm);
+  ra.run();
+  rb.run();
+  for (const auto& p : a.params)
+    EXPECT_TRUE(bitwise_equal(rb.full(p.name), ra.full(p.name))) << p.name;
+  comm.barrier();
+  if (comm.rank() == 0) std::filesystem::remove_all(dir);
 }

@@ -1,0 +1,60 @@
+#include "core/cpu/cpu_isa.h"
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+namespace core::cpu {
+
+namespace {
+
+#if defined(__x86_64__) || defined(__i386__)
+uint64_t read_xcr0() {
+  uint32_t lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (uint64_t(hi) << 32) | lo;
+}
+#endif
+
+}  // namespace
+
+CpuBf16Isa detect_cpu_bf16_isa() {
+  CpuBf16Isa isa;
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return isa;  // no OSXSAVE: no xgetbv
+  const uint64_t xcr0 = read_xcr0();
+  // SSE, AVX, opmask, upper halves of zmm0-15, zmm16-31; tile config and tile data.
+  const bool os_zmm = (xcr0 & 0xE6) == 0xE6;
+  const bool os_tiles = (xcr0 & (3ull << 17)) == (3ull << 17);
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return isa;
+  const bool avx512_core = (b & (1u << 16)) && (b & (1u << 30)) && (b & (1u << 31));  // F BW VL
+  const bool amx_bf16 = d & (1u << 22);
+  const bool amx_tile = d & (1u << 24);
+  unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
+  const bool avx512_bf16 = __get_cpuid_count(7, 1, &a1, &b1, &c1, &d1) && (a1 & (1u << 5));
+  isa.avx512_bf16 = avx512_core && avx512_bf16 && os_zmm;
+  isa.amx_bf16 = amx_bf16 && amx_tile && os_tiles;
+#endif
+  return isa;
+}
+
+const std::string& cpu_bf16_gemm_slow_reason() {
+  static const std::string reason = [] {
+    const char* env = std::getenv(kNoBf16Env);
+    if (env && std::string(env) == "1")
+      return std::string(kNoBf16Env) + "=1 is set: bf16 GEMMs run as f32 GEMMs of the bf16 values";
+    const CpuBf16Isa isa = detect_cpu_bf16_isa();
+    if (isa.avx512_bf16 || isa.amx_bf16) return std::string();
+    return std::string(
+        "this CPU has neither AVX512_BF16 nor AMX-BF16 (cpuid), so bf16 GEMMs "
+        "would run as f32 GEMMs of the bf16 values");
+  }();
+  return reason;
+}
+
+}  // namespace core::cpu

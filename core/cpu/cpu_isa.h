@@ -1,0 +1,26 @@
+// Which bf16 dot-product instructions this CPU has, read once at start from cpuid and the OS's
+// enabled register state (XCR0). bf16 GEMMs pay only with them: AVX512_BF16 (vdpbf16ps: Intel
+// Cooper Lake and Sapphire Rapids on, AMD Zen 4 on) or AMX-BF16 (Intel Sapphire Rapids on).
+#pragma once
+
+#include <string>
+
+namespace core::cpu {
+
+struct CpuBf16Isa {
+  bool avx512_bf16 = false;  // the instructions, and the OS saves the zmm and mask registers
+  bool amx_bf16 = false;     // the tile instructions, and the OS saves the tile state
+};
+
+// What cpuid and XCR0 report on this CPU.
+CpuBf16Isa detect_cpu_bf16_isa();
+
+// The environment variable that makes the engine treat the CPU as one without bf16 dot-product
+// instructions (tests of the fallback on machines that have them): ENGINE_CPU_NO_BF16=1.
+inline constexpr const char* kNoBf16Env = "ENGINE_CPU_NO_BF16";
+
+// Why bf16 GEMMs do not run on bf16 instructions here, in one line; empty when they do. Decided
+// once per process (the first call), from detect_cpu_bf16_isa() and ENGINE_CPU_NO_BF16.
+const std::string& cpu_bf16_gemm_slow_reason();
+
+}  // namespace core::cpu

@@ -1,0 +1,15 @@
+#include "engine/precision.h"
+
+namespace engine {
+
+PrecisionChoice choose_precision(model::Precision requested, const core::Backend& backend) {
+  std::string reason;
+  if (requested == model::Precision::Bf16) reason = backend.bf16_gemm_slow_reason();
+  if (requested == model::Precision::Tf32) reason = backend.tf32_gemm_slow_reason();
+  if (reason.empty()) return {requested, ""};
+  return {model::Precision::Fp32, std::string("train.precision=") +
+                                      model::precision_name(requested) + ": " + reason +
+                                      "; running fp32"};
+}
+
+}  // namespace engine

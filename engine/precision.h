@@ -1,0 +1,22 @@
+// The precision a run computes in: train.precision where the device makes it pay, otherwise fp32
+// and one line saying why (docs/precision.md). bf16 needs bf16 dot-product instructions on a CPU
+// (AVX512_BF16 or AMX-BF16; ENGINE_CPU_NO_BF16=1 pretends they are absent) or tensor cores on a
+// GPU; tf32 needs a GPU from sm_80. Falling back changes nothing saved: checkpoints hold the f32
+// parameters and optimizer state in every precision.
+#pragma once
+
+#include <string>
+
+#include "core/backend.h"
+#include "model/model_config.h"
+
+namespace engine {
+
+struct PrecisionChoice {
+  model::Precision precision = model::Precision::Fp32;
+  std::string warning;  // empty unless the request was not granted
+};
+
+PrecisionChoice choose_precision(model::Precision requested, const core::Backend& backend);
+
+}  // namespace engine
