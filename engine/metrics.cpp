@@ -95,6 +95,14 @@ std::string to_json(const StepRecord& r) {
   }
   if (r.peak_mem_bytes) s += ",\"peak_mem_bytes\":" + std::to_string(*r.peak_mem_bytes);
   if (r.live_mem_bytes) s += ",\"live_mem_bytes\":" + std::to_string(*r.live_mem_bytes);
+  if (!r.moe_expert_rows.empty()) {
+    s += ",\"moe_expert_rows\":[";
+    for (size_t i = 0; i < r.moe_expert_rows.size(); ++i) {
+      if (i) s += ",";
+      s += std::to_string(r.moe_expert_rows[i]);
+    }
+    s += "]";
+  }
   return s + "}";
 }
 

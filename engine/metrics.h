@@ -33,6 +33,10 @@ struct StepRecord {
   // the live at its end.
   std::optional<int64_t> peak_mem_bytes;
   std::optional<int64_t> live_mem_bytes;
+  // MoE: the step's dispatch rows (token, slot pairs) per expert, over every rank and
+  // micro-step, layer by layer ([n_layer * experts], layer-major); empty without MoE. The load
+  // balance, and where runs of two world sizes route differently.
+  std::vector<int64_t> moe_expert_rows;
 };
 
 // {"step":3,"train_loss":...,...}; absent optionals are left out, non-finite numbers are null.

@@ -160,6 +160,7 @@ double Trainer::forward_backward() {
   // The gradient of the mean loss over the global batch is the mean over micro-steps and ranks
   // (the sums of finish_grads, scaled by clip_grads).
   zero_->begin_step();
+  gpt_->take_expert_rows();  // warm-up and validation forwards route too: this step from 0
   data::Batch batch;
   for (int64_t m = 0; m < geometry_.grad_accum; ++m) {
     loader_->load(counters_.step, m, batch);
@@ -170,6 +171,10 @@ double Trainer::forward_backward() {
   // The micro-steps' losses were summed on the device; this is the step's one read of them.
   double loss = gpt_->take_loss_sum() / static_cast<double>(geometry_.grad_accum);
   comm_.all_reduce(&loss, 1, comm::ReduceOp::Sum);
+  expert_rows_ = gpt_->take_expert_rows();  // MoE: the whole batch's routing, for the metrics
+  if (!expert_rows_.empty())
+    comm_.all_reduce(expert_rows_.data(), static_cast<int64_t>(expert_rows_.size()),
+                     comm::ReduceOp::Sum);
   return loss / comm_.size();
 }
 
@@ -256,6 +261,7 @@ StepRecord Trainer::train_step() {
   r.phase_ms = std::move(phases);
   r.peak_mem_bytes = static_cast<int64_t>(backend_.allocator().peak_bytes());
   r.live_mem_bytes = static_cast<int64_t>(backend_.allocator().live_bytes());
+  r.moe_expert_rows = expert_rows_;
   return r;
 }
 

@@ -121,7 +121,8 @@ class Trainer {
   RunCounters counters_;
   bool started_ = false;
   std::optional<std::pair<int64_t, double>> last_val_;  // (step, validation loss)
-  double base_lr_ = 0;                                  // the first group's lr, for the log
+  std::vector<int64_t> expert_rows_;  // MoE: the last step's rows per expert, over the ranks
+  double base_lr_ = 0;                // the first group's lr, for the log
   double flops_per_token_ = 0;
 };
 

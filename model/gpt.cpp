@@ -496,6 +496,9 @@ void Gpt::moe_forward(int l) {
   // (E + 1 offsets), kept for the backward.
   a.expert_rows.resize(E + 1);
   backend_.copy_to_host(a.expert_rows.data(), r.offset, (E + 1) * sizeof(int32_t));
+  expert_rows_.resize(static_cast<size_t>(config_.n_layer * E));
+  for (int64_t e = 0; e < E; ++e)
+    expert_rows_[l * E + e] += a.expert_rows[e + 1] - a.expert_rows[e];
 
   // Dispatch, one pair of GEMMs per expert over its contiguous rows, combine.
   backend_.gather_rows(a.xe, a.ln2, r.row_token, nullptr, M, D);
@@ -637,6 +640,12 @@ void Gpt::forward_accumulate(const int32_t* tokens, const int32_t* targets, int 
   ENGINE_CHECK(targets != nullptr, "model: forward_accumulate needs targets");
   run_forward(tokens, targets, B, T, true);
   backend_.accumulate_loss(loss_sum_, losses_now_, 2);
+}
+
+std::vector<int64_t> Gpt::take_expert_rows() {
+  std::vector<int64_t> rows = std::move(expert_rows_);
+  expert_rows_.clear();
+  return rows;
 }
 
 double Gpt::take_loss_sum() {

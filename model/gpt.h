@@ -68,6 +68,10 @@ class Gpt {
   // The sum of the objectives of the forward_accumulate() calls since the last take (one
   // device read); resets the sum to zero.
   double take_loss_sum();
+  // MoE: the dispatch rows (token, slot pairs) routed to each expert, [n_layer * experts]
+  // (layer-major), summed over the forwards since the last take; resets the counts. Empty
+  // without MoE. A world-size comparison sees a top-k tie that broke the other way here.
+  std::vector<int64_t> take_expert_rows();
   // Accumulates d objective / d params into grads(); needs a forward() with targets first.
   void backward();
   // Loss-only evaluation: the mean cross-entropy, no gradient bookkeeping.
@@ -187,6 +191,7 @@ class Gpt {
   // forward_accumulate(), then the last forward's {cross-entropy, aux loss}.
   core::Tensor loss_state_;
   double* loss_sum_ = nullptr;
+  std::vector<int64_t> expert_rows_;  // MoE: the counts take_expert_rows() returns
   float* losses_now_ = nullptr;
 
   LayerHook hook_;

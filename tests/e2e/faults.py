@@ -9,6 +9,7 @@ Shares the tiny-config set-up of e2e.py (Env: token shards generated per case, m
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -239,12 +240,20 @@ def case_rank_stopped(env):
         kill_session(p.pid)
     check(p.returncode != 0, "the job exited 0")
     check("comm watchdog: collective #" in out, "no watchdog message:\n" + out[-3000:])
-    check("for rank(s) 2 that did not arrive" in out and "rank(s) 2 did not answer" in out,
-          "rank 2 not named:\n" + out[-3000:])
+    # Rank 2 did not arrive and did not answer; ranks blocked behind it in an earlier
+    # (overlapped) collective may be listed as not arrived too, each with where it waits.
+    missing = re.search(r"for rank\(s\) ([\d, ]+) that did not arrive", out)
+    check(missing is not None and "2" in missing.group(1).split(", ") and
+          "rank(s) 2 did not answer" in out, "rank 2 not named:\n" + out[-3000:])
     check("comm.timeout_s = 3.0 s" in out, "timeout not named:\n" + out[-3000:])
     check(out.count("comm watchdog: collective #") == 1,
           "%d watchdog messages, expected one:\n%s" % (out.count("comm watchdog:"), out[-3000:]))
-    check("ORTE_ERROR_LOG" not in out, "ORTE_ERROR_LOG noise:\n" + out[-3000:])
+    # The ranks add no ORTE_ERROR_LOG line. mpirun itself (daemon [[job,0],0]) sometimes logs one
+    # from show_help.c while it tears the job down on a loaded machine (seen in 2 of 8 runs at
+    # load 10): the launcher's, not the engine's.
+    noise = [l for l in out.splitlines() if "ORTE_ERROR_LOG" in l and
+             not re.search(r"\[\[\d+,0\],0\] ORTE_ERROR_LOG: .*show_help\.c", l)]
+    check(not noise, "ORTE_ERROR_LOG noise:\n" + out[-3000:])
     check(took < timeout + 5 + 10, "the job took %.1f s to end" % took)
     print("rank 2 stopped: the job ended after %.1f s: %s" %
           (took, [l for l in out.splitlines() if "comm watchdog" in l][0].strip()[:300]))

@@ -50,6 +50,9 @@ TEST(Metrics, JsonObjectPerStep) {
                                     "\"device_phase_ms\":{\"forward_backward\":1.25,\"clip\":0.5},"
                                     "\"peak_mem_bytes\""),
             std::string::npos);
+  r.moe_expert_rows = {3, 5, 0, 8};
+  const std::string moe = engine::to_json(r);
+  EXPECT_TRUE(moe.ends_with(",\"moe_expert_rows\":[3,5,0,8]}")) << moe;
 }
 
 TEST(Metrics, WriterDropsStepsAfterTheResumePoint) {

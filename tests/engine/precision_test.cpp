@@ -8,7 +8,7 @@
 
 #include "core/backend.h"
 #include "engine/config.h"
-#include "engine/trainer.h"
+#include "engine/model_loading.h"
 
 namespace {
 

@@ -370,6 +370,33 @@ TEST(GptBf16, ParamsUpdatedRemakesTheCopies) {
   EXPECT_EQ(after, fresh.eval_loss(x.data(), y.data(), B, T));
 }
 
+// Every token takes top_k dispatch rows in every MoE layer: the counts per layer add up to
+// B * T * top_k per forward, over the forwards since the last take, which starts them again.
+TEST(Gpt, ExpertRowsCountEveryTokensSlotsPerLayer) {
+  model::ModelConfig c = tiny(model::Arch::Modern, 64, 4);
+  model::Gpt gpt(c, core::cpu_backend());
+  gpt.init_weights();
+  const int B = 2, T = 8;
+  auto x = random_tokens(B * T, 64, 5), y = random_tokens(B * T, 64, 6);
+  EXPECT_TRUE(gpt.take_expert_rows().empty());
+  gpt.forward_accumulate(x.data(), y.data(), B, T);
+  gpt.forward_accumulate(y.data(), x.data(), B, T);
+  const std::vector<int64_t> rows = gpt.take_expert_rows();
+  ASSERT_EQ(rows.size(), static_cast<size_t>(c.n_layer * c.moe_experts));
+  for (int l = 0; l < c.n_layer; ++l) {
+    int64_t sum = 0;
+    for (int e = 0; e < c.moe_experts; ++e)
+      sum += rows[l * c.moe_experts + e];
+    EXPECT_EQ(sum, 2 * B * T * c.moe_top_k) << "layer " << l;
+  }
+  EXPECT_TRUE(gpt.take_expert_rows().empty());
+  gpt.take_loss_sum();
+  model::Gpt dense(tiny(model::Arch::Modern, 64), core::cpu_backend());
+  dense.init_weights();
+  dense.forward_accumulate(x.data(), y.data(), B, T);
+  EXPECT_TRUE(dense.take_expert_rows().empty());
+}
+
 TEST(Gpt, RefusesBadInputs) {
   model::Gpt gpt(tiny(model::Arch::Modern, 64), core::cpu_backend());
   gpt.init_weights();
