@@ -34,6 +34,10 @@ void CpuBackend::qr_many(std::span<const QrTask> tasks) {
   cpu::qr_many(tasks);
 }
 
+void CpuBackend::gram_many(std::span<const GramTask> tasks) {
+  cpu::gram_many(tasks);
+}
+
 void CpuBackend::argsort_descending(int32_t* order, const float* x, int64_t n) {
   ENGINE_CHECK(n >= 0 && n <= INT32_MAX,
                "argsort_descending: " + std::to_string(n) + " elements exceed int32 indices");

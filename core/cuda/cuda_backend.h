@@ -136,6 +136,7 @@ class CudaBackend final : public Backend {
            int64_t batch) override;
   void eigh_many(std::span<const EighTask> tasks) override;
   void qr_many(std::span<const QrTask> tasks) override;
+  void gram_many(std::span<const GramTask> tasks) override;
   double sum_squares_many(std::span<const std::span<const float>> xs) override;
 
   void copy_block_2d(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows,

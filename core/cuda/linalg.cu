@@ -9,7 +9,11 @@
 #include <cusolverDn.h>
 
 #include <algorithm>
+#include <array>
+#include <climits>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "core/check.h"
 #include "core/cuda/cuda_backend.h"
@@ -19,11 +23,13 @@
 
 namespace core {
 
+using cuda_detail::block_allreduce;
 using cuda_detail::DeviceBuffer;
 using cuda_detail::first_index;
 using cuda_detail::grid_for;
 using cuda_detail::grid_stride;
 using cuda_detail::kThreads;
+using cuda_detail::Sum;
 using cuda_detail::to_int;
 using cuda_detail::transpose_batched;
 
@@ -81,6 +87,62 @@ __global__ void canonicalize_column_signs_kernel(float* q, int64_t rows, int64_t
     if (kmath::column_sign_flips(q, rows, cols, j))
       for (int64_t i = 0; i < rows; ++i)
         q[i * cols + j] = -q[i * cols + j];
+}
+
+// q [m, k] <- q diag(sign(r_jj)) for R r [k, n]: the columns of a Householder Q signed so that R's
+// diagonal is non-negative (qr_many's convention).
+__global__ void sign_columns_by_r_kernel(float* q, const float* r, int64_t m, int64_t k,
+                                         int64_t n) {
+  for (int64_t o = first_index(); o < m * k; o += grid_stride()) {
+    const int64_t j = o % k;
+    if (r[j * n + j] < 0.0f) q[o] = -q[o];
+  }
+}
+
+// Mirrors the upper triangle of each column-major [k, k] matrix (ld k) to the lower one, so that a
+// product computed as a full GEMM is exactly symmetric.
+__global__ void mirror_upper_kernel(float* const* c, int64_t k, int64_t count) {
+  for (int64_t o = first_index(); o < count * k * k; o += grid_stride()) {
+    const int64_t b = o / (k * k), e = o % (k * k);
+    const int64_t i = e % k, j = e / k;  // column-major (i, j)
+    if (i > j) c[b][i + j * k] = c[b][j + i * k];
+  }
+}
+
+// d [count, n] = the diagonal of each column-major [n, n] matrix of g (n * n apart).
+__global__ void diagonals_kernel(float* d, const float* g, int64_t n, int64_t count) {
+  for (int64_t o = first_index(); o < count * n; o += grid_stride()) {
+    const int64_t b = o / n, j = o % n;
+    d[o] = g[b * n * n + j * (n + 1)];
+  }
+}
+
+// After a batched Cholesky factorisation of Gram matrices (the upper factor U in g): clears
+// ok[b] when member b failed (info) or a pivot proves its columns nearly dependent
+// (u_jj * max_condition < sqrt of the Gram's diagonal, saved in length2), as the CPU's
+// cholesky_qr_pass. One block per member.
+__global__ void cholesky_pivots_kernel(int* ok, const int* info, const float* g,
+                                       const float* length2, int64_t n, double max_condition) {
+  const int64_t b = blockIdx.x;
+  int bad = threadIdx.x == 0 && info[b] != 0;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    const double pivot = g[b * n * n + j * (n + 1)];
+    if (!(pivot * max_condition >= sqrt(static_cast<double>(length2[b * n + j])))) bad = 1;
+  }
+  if (__syncthreads_or(bad) && threadIdx.x == 0) ok[b] = 0;
+}
+
+// Clears ok[b] when ||G_b - I||_F > max_deviation for the Gram matrix G_b of a first-pass Q
+// (cholesky_qr2's test before its second pass). One block per member.
+__global__ void orthonormality_kernel(int* ok, const float* g, int64_t n, double max_deviation) {
+  const int64_t b = blockIdx.x;
+  Sum<double> s;
+  for (int64_t e = threadIdx.x; e < n * n; e += blockDim.x) {
+    const double x = static_cast<double>(g[b * n * n + e]) - (e % n == e / n ? 1.0 : 0.0);
+    s.value += x * x;
+  }
+  s = block_allreduce(s);
+  if (threadIdx.x == 0 && !(s.value <= max_deviation * max_deviation)) ok[b] = 0;
 }
 
 // The Jacobi batched solvers (syevjBatched, gesvdjBatched) only take matrices up to 32 x 32.
@@ -215,20 +277,264 @@ void CudaBackend::eigh(float* w, float* v, const float* a, int64_t n, int64_t ba
 
 // ---- many solves of different sizes -----------------------------------------------------------
 
-// One single-matrix call per task in stream order: each result is then bit for bit the one of
-// eigh()/qr() on that task alone (syevjBatched would round differently from syevd).
-void CudaBackend::eigh_many(std::span<const EighTask> tasks) {
-  for (const EighTask& t : tasks)
-    eigh(t.w, t.v, t.a, t.n, 1);
+namespace {
+
+// The limits of the CholeskyQR2 path, as on the CPU (core/cpu/cpu_linalg.h says why).
+constexpr double kCholQrMaxDeviation = 0.5;
+constexpr double kCholQrMaxScaledCondition = 3.0e3;
+// syevBatched takes n * n * batch < 2^31 elements per call; a larger group is split.
+constexpr int64_t kSyevBatchedMaxElements = INT_MAX;
+constexpr int kBlockThreads = 256;
+
+class SolverParams {
+ public:
+  SolverParams() { ENGINE_CUDA_CALL(cusolverDnCreateParams(&params_)); }
+  ~SolverParams() { cusolverDnDestroyParams(params_); }
+  SolverParams(const SolverParams&) = delete;
+  SolverParams& operator=(const SolverParams&) = delete;
+  cusolverDnParams_t get() const { return params_; }
+
+ private:
+  cusolverDnParams_t params_ = nullptr;
+};
+
+// A device array of pointers (the batched cuBLAS and cuSOLVER calls take arrays of matrices).
+template <typename T>
+class DevicePointers {
+ public:
+  DevicePointers(Allocator& allocator, const std::vector<T*>& host, cudaStream_t stream)
+      : buffer_(allocator, std::max<int64_t>(static_cast<int64_t>(host.size()), 1)) {
+    ENGINE_CUDA_CALL(cudaMemcpyAsync(buffer_.get(), host.data(), host.size() * sizeof(T*),
+                                     cudaMemcpyHostToDevice, stream));
+  }
+  T** get() const { return buffer_.get(); }
+
+ private:
+  DeviceBuffer<T*> buffer_;
+};
+
+// Task indices grouped by a key (sizes), in first-seen order of the keys.
+template <typename Task, typename Key>
+std::vector<std::vector<size_t>> group_by(std::span<const Task> tasks, Key key) {
+  std::vector<std::vector<size_t>> groups;
+  std::vector<decltype(key(tasks[0]))> keys;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const auto k = key(tasks[i]);
+    const auto at = std::find(keys.begin(), keys.end(), k);
+    if (at == keys.end()) {
+      keys.push_back(k);
+      groups.push_back({i});
+    } else {
+      groups[static_cast<size_t>(at - keys.begin())].push_back(i);
+    }
+  }
+  return groups;
 }
 
+}  // namespace
+
+// The tasks of each size as one batched solver call on a packed copy: syevjBatched (Jacobi) up
+// to 32, syevBatched (cusolverDnXsyevBatched) above. A task's solver depends only on its size,
+// so a list and the same tasks one per call run the same solver.
+void CudaBackend::eigh_many(std::span<const EighTask> tasks) {
+  const cusolverEigMode_t jobz = CUSOLVER_EIG_MODE_VECTOR;
+  const cublasFillMode_t uplo = CUBLAS_FILL_MODE_UPPER;  // the row-major lower triangle
+  for (const std::vector<size_t>& all : group_by(tasks, [](const EighTask& t) { return t.n; })) {
+    const int64_t n = tasks[all[0]].n;
+    if (n == 0) continue;
+    const int64_t size = n * n;
+    const int64_t per_call = std::max<int64_t>(1, kSyevBatchedMaxElements / size);
+    for (size_t first = 0; first < all.size(); first += static_cast<size_t>(per_call)) {
+      const std::vector<size_t> members(
+          all.begin() + static_cast<int64_t>(first),
+          all.begin() + static_cast<int64_t>(std::min(all.size(), first + per_call)));
+      const int64_t count = static_cast<int64_t>(members.size());
+      DeviceBuffer<float> f(allocator_, count * size), w(allocator_, count * n);
+      DeviceBuffer<int> info(allocator_, count);
+      std::vector<unsigned char> host_work;  // syevBatched's; kept until the info is read
+      for (int64_t b = 0; b < count; ++b)
+        copy(f.get() + b * size, tasks[members[b]].a, static_cast<size_t>(size) * sizeof(float));
+      cuda_detail::flag_non_finite(f.get(), size, count, status_, stream_);
+      const char* op;
+      if (n <= kJacobiBatchedMax) {
+        op = "eigh_many (syevjBatched)";
+        SyevjParams params;
+        const int in = to_int(n, "n", op), ibatch = to_int(count, "batch", op);
+        int lwork = 0;
+        ENGINE_CUDA_CALL(cusolverDnSsyevjBatched_bufferSize(cusolver_, jobz, uplo, in, f.get(), in,
+                                                            w.get(), &lwork, params.get(), ibatch));
+        DeviceBuffer<float> work(allocator_, std::max(lwork, 1));
+        ENGINE_CUDA_CALL(cusolverDnSsyevjBatched(cusolver_, jobz, uplo, in, f.get(), in, w.get(),
+                                                 work.get(), lwork, info.get(), params.get(),
+                                                 ibatch));
+      } else {
+        op = "eigh_many (syevBatched)";
+        SolverParams params;
+        size_t device_bytes = 0, host_bytes = 0;
+        ENGINE_CUDA_CALL(cusolverDnXsyevBatched_bufferSize(
+            cusolver_, params.get(), jobz, uplo, n, CUDA_R_32F, f.get(), n, CUDA_R_32F, w.get(),
+            CUDA_R_32F, &device_bytes, &host_bytes, count));
+        DeviceBuffer<unsigned char> device_work(allocator_,
+                                                std::max<int64_t>(1, int64_t(device_bytes)));
+        host_work.resize(std::max<size_t>(1, host_bytes));
+        ENGINE_CUDA_CALL(cusolverDnXsyevBatched(cusolver_, params.get(), jobz, uplo, n, CUDA_R_32F,
+                                                f.get(), n, CUDA_R_32F, w.get(), CUDA_R_32F,
+                                                device_work.get(), device_bytes, host_work.data(),
+                                                host_bytes, info.get(), count));
+      }
+      // Column-major eigenvectors read row-major are V^T: transposed into each task's v.
+      for (int64_t b = 0; b < count; ++b) {
+        const EighTask& t = tasks[members[b]];
+        copy(t.w, w.get() + b * n, static_cast<size_t>(n) * sizeof(float));
+        transpose_batched(t.v, f.get() + b * size, 1, n, n, size, stream_);
+      }
+      check_solver_info(info.get(), count, op);
+    }
+  }
+}
+
+// Tall and square tasks of each shape as one batched CholeskyQR2 on a packed copy (the products
+// with `left` as one batched GEMM, the Gram matrices as batched GEMMs, potrfBatched and
+// trsmBatched), each member checked as on the CPU; the members it refuses, and wide tasks, by
+// Householder (geqrf, orgqr) with the columns signed so that R's diagonal is non-negative.
 void CudaBackend::qr_many(std::span<const QrTask> tasks) {
-  int64_t r_size = 0;
-  for (const QrTask& t : tasks)
-    r_size = std::max(r_size, std::min(t.m, t.n) * t.n);
+  const char* op = "qr_many";
+  std::vector<size_t> householder;
+  const auto shape = [](const QrTask& t) {
+    return std::array<int64_t, 3>{t.m, t.n, t.left ? 1 : 0};
+  };
+  for (const std::vector<size_t>& members : group_by(tasks, shape)) {
+    const QrTask& first = tasks[members[0]];
+    const int64_t m = first.m, n = first.n, count = static_cast<int64_t>(members.size());
+    if (m == 0 || n == 0) continue;
+    if (m < n) {
+      householder.insert(householder.end(), members.begin(), members.end());
+      continue;
+    }
+    const int im = to_int(m, "m", op), in = to_int(n, "n", op), ibatch = to_int(count, "batch", op);
+    const int64_t size = m * n;
+    // x: each member's matrix row-major [m, n], i.e. column-major X = Q^T [n, m] (ld n).
+    DeviceBuffer<float> x(allocator_, count * size), g(allocator_, count * n * n);
+    DeviceBuffer<float> length2(allocator_, count * n);
+    DeviceBuffer<int> info(allocator_, count), ok(allocator_, count);
+    std::vector<float*> x_ptr, g_ptr;
+    std::vector<const float*> a_ptr, left_ptr;
+    for (int64_t b = 0; b < count; ++b) {
+      const QrTask& t = tasks[members[b]];
+      x_ptr.push_back(x.get() + b * size);
+      g_ptr.push_back(g.get() + b * n * n);
+      a_ptr.push_back(t.a);
+      left_ptr.push_back(t.left);
+    }
+    const DevicePointers<float> xs(allocator_, x_ptr, stream_), gs(allocator_, g_ptr, stream_);
+    const float one = 1.0f, zero = 0.0f;
+    if (first.left) {
+      // X_b = (left_b a_b)^T = a_b^T left_b^T: column-major A^T [n, m] (ld n) times L^T [m, m]
+      // (ld m).
+      const DevicePointers<const float> as(allocator_, a_ptr, stream_);
+      const DevicePointers<const float> lefts(allocator_, left_ptr, stream_);
+      ENGINE_CUDA_CALL(cublasSgemmBatched(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, in, im, im, &one,
+                                          as.get(), in, lefts.get(), im, &zero, xs.get(), in,
+                                          ibatch));
+    } else {
+      for (int64_t b = 0; b < count; ++b)
+        copy(x_ptr[b], a_ptr[b], static_cast<size_t>(size) * sizeof(float));
+    }
+    cuda_detail::flag_non_finite(x.get(), size, count, status_, stream_);
+    ENGINE_CUDA_CALL(cudaMemsetAsync(ok.get(), 0xff, count * sizeof(int), stream_));  // all true
+    for (int pass = 0; pass < 2; ++pass) {
+      // G_b = X_b X_b^T = Q^T Q (column-major [n, n]).
+      ENGINE_CUDA_CALL(cublasSgemmStridedBatched(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, in, in, im,
+                                                 &one, x.get(), in, size, x.get(), in, size, &zero,
+                                                 g.get(), in, n * n, ibatch));
+      if (pass == 1) {
+        orthonormality_kernel<<<count, kBlockThreads, 0, stream_>>>(ok.get(), g.get(), n,
+                                                                    kCholQrMaxDeviation);
+        ENGINE_CUDA_LAUNCHED();
+      }
+      diagonals_kernel<<<grid_for(count * n), kThreads, 0, stream_>>>(length2.get(), g.get(), n,
+                                                                      count);
+      ENGINE_CUDA_LAUNCHED();
+      // G = U^T U, U upper; Q <- Q U^{-1}, i.e. X <- U^{-T} X.
+      ENGINE_CUDA_CALL(cusolverDnSpotrfBatched(cusolver_, CUBLAS_FILL_MODE_UPPER, in, gs.get(), in,
+                                               info.get(), ibatch));
+      cholesky_pivots_kernel<<<count, kBlockThreads, 0, stream_>>>(
+          ok.get(), info.get(), g.get(), length2.get(), n, kCholQrMaxScaledCondition);
+      ENGINE_CUDA_LAUNCHED();
+      ENGINE_CUDA_CALL(cublasStrsmBatched(cublas_, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_UPPER,
+                                          CUBLAS_OP_T, CUBLAS_DIAG_NON_UNIT, in, im, &one, gs.get(),
+                                          in, xs.get(), in, ibatch));
+    }
+    std::vector<int> accepted(static_cast<size_t>(count));
+    ENGINE_CUDA_CALL(cudaMemcpyAsync(accepted.data(), ok.get(), count * sizeof(int),
+                                     cudaMemcpyDeviceToHost, stream_));
+    ENGINE_CUDA_CALL(cudaStreamSynchronize(stream_));
+    check_status(op);  // a non-finite input, before anything is written
+    for (int64_t b = 0; b < count; ++b) {
+      if (accepted[b])
+        copy(tasks[members[b]].q, x_ptr[b], static_cast<size_t>(size) * sizeof(float));
+      else
+        householder.push_back(members[b]);
+    }
+  }
+  // Householder: the product formed first where there is one.
+  int64_t r_size = 0, product_size = 0;
+  for (const size_t i : householder) {
+    r_size = std::max(r_size, std::min(tasks[i].m, tasks[i].n) * tasks[i].n);
+    if (tasks[i].left) product_size = std::max(product_size, tasks[i].m * tasks[i].n);
+  }
   DeviceBuffer<float> r(allocator_, std::max<int64_t>(r_size, 1));
-  for (const QrTask& t : tasks)
-    qr(t.q, r.get(), t.a, t.m, t.n, 1);
+  DeviceBuffer<float> product(allocator_, std::max<int64_t>(product_size, 1));
+  for (const size_t i : householder) {
+    const QrTask& t = tasks[i];
+    const float* a = t.a;
+    if (t.left) {
+      GemmArgs args;
+      args.m = t.m;
+      args.n = t.n;
+      args.k = t.m;
+      gemm(args, t.left, t.a, product.get());
+      a = product.get();
+    }
+    qr(t.q, r.get(), a, t.m, t.n, 1);
+    const int64_t k = std::min(t.m, t.n);
+    sign_columns_by_r_kernel<<<grid_for(t.m * k), kThreads, 0, stream_>>>(t.q, r.get(), t.m, k,
+                                                                          t.n);
+    ENGINE_CUDA_LAUNCHED();
+  }
+}
+
+// Each shape's Gram matrices as one batched GEMM (a row-major [rows, cols] is the column-major
+// X = A^T [cols, rows]: A^T A = X X^T, A A^T = X^T X), mirrored to exact symmetry.
+void CudaBackend::gram_many(std::span<const GramTask> tasks) {
+  const char* op = "gram_many";
+  const auto shape = [](const GramTask& t) {
+    return std::array<int64_t, 3>{t.rows, t.cols, t.outer ? 1 : 0};
+  };
+  for (const std::vector<size_t>& members : group_by(tasks, shape)) {
+    const GramTask& first = tasks[members[0]];
+    const int64_t k = first.outer ? first.rows : first.cols;
+    const int64_t inner = first.outer ? first.cols : first.rows;
+    if (k == 0) continue;
+    std::vector<float*> out_ptr;
+    std::vector<const float*> a_ptr;
+    for (const size_t i : members) {
+      out_ptr.push_back(tasks[i].out);
+      a_ptr.push_back(tasks[i].a);
+    }
+    const int64_t count = static_cast<int64_t>(members.size());
+    const DevicePointers<float> outs(allocator_, out_ptr, stream_);
+    const DevicePointers<const float> as(allocator_, a_ptr, stream_);
+    const float one = 1.0f, zero = 0.0f;
+    const int ik = to_int(k, "size", op), iinner = to_int(inner, "inner size", op);
+    const int ld = to_int(first.cols, "cols", op);
+    ENGINE_CUDA_CALL(cublasSgemmBatched(cublas_, first.outer ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                        first.outer ? CUBLAS_OP_N : CUBLAS_OP_T, ik, ik, iinner,
+                                        &one, as.get(), ld, as.get(), ld, &zero, outs.get(), ik,
+                                        to_int(count, "batch", op)));
+    mirror_upper_kernel<<<grid_for(count * k * k), kThreads, 0, stream_>>>(outs.get(), k, count);
+    ENGINE_CUDA_LAUNCHED();
+  }
 }
 
 void CudaBackend::svd(float* u, float* s, float* vt, const float* a, int64_t m, int64_t n,

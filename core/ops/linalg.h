@@ -18,13 +18,27 @@ struct EighTask {
   int64_t n = 0;
 };
 
-// One thin QR of a list solved together (qr_many): the Q factor q [m, min(m, n)] of a [m, n],
-// bit for bit the q that qr() returns (R is not kept).
+// One thin QR of a list solved together (qr_many): the Q factor q [m, min(m, n)] of a [m, n] (or,
+// with `left`, of the product left [m, m] @ a: one step of orthogonal iteration) with the diagonal
+// of R non-negative (R is not kept). For a full-rank matrix that Q is unique: it equals qr()'s
+// Householder Q up to rounding and the signs of its columns. q may equal a when left is given.
 struct QrTask {
   const float* a = nullptr;
   float* q = nullptr;
   int64_t m = 0;
   int64_t n = 0;
+  const float* left = nullptr;
+};
+
+// One Gram matrix of a list formed together (gram_many): out = a^T a [cols, cols] of a
+// [rows, cols], or with `outer` a a^T [rows, rows]; one triangle is computed and mirrored, so out
+// is exactly symmetric.
+struct GramTask {
+  const float* a = nullptr;
+  float* out = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  bool outer = false;
 };
 
 class LinalgOps {
@@ -42,12 +56,19 @@ class LinalgOps {
   // Many independent solves of possibly different sizes, as one phase (a batched refresh of
   // many eigenbases). A task's result does not depend on the other tasks of the
   // list, so batching never changes a trajectory: a list gives bit for bit what the same tasks
-  // give one per call. CPU: the tasks are spread over the threads, largest first, one
-  // single-threaded LAPACK call each (also for a single task, so the bits do not depend on the
-  // thread count either; they may differ from eigh()/qr(), whose one matrix uses threaded
-  // LAPACK). CUDA: one solver call per task in stream order, the same as eigh()/qr().
+  // give one per call. CPU: the tasks are spread over the threads, largest first, each solved
+  // single-threaded (also for a single task, so the bits do not depend on the thread count
+  // either; they may differ from eigh()/qr(), whose one matrix uses threaded LAPACK): syevd, and
+  // for a tall or square QR CholeskyQR2 (syrk, potrf, trsm), falling back to Householder when
+  // the columns are too close to dependent for it (core/cpu/cpu_linalg.h says how that is told).
+  // CUDA: one solver call per task in stream order, the solver of eigh()/qr() (qr_many's columns
+  // then signed to its convention).
   virtual void eigh_many(std::span<const EighTask> tasks) = 0;
   virtual void qr_many(std::span<const QrTask> tasks) = 0;
+  // The Gram matrices of a list (the Kronecker factors' statistics G G^T, G^T G of many
+  // matrices), as one phase like the solves above: CPU, syrk per task spread over the threads,
+  // each on one thread; CUDA, one batched product per shape.
+  virtual void gram_many(std::span<const GramTask> tasks) = 0;
   // order [n]: the indices that sort x descending, stably, NaN last
   // (kmath::sorts_before_descending); order[j] is the old index of new position j.
   virtual void argsort_descending(int32_t* order, const float* x, int64_t n) = 0;

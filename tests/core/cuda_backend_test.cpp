@@ -834,51 +834,6 @@ TEST_F(CudaVsCpu, EighIdentities) {
   }
 }
 
-// eigh_many / qr_many: a list of mixed sizes gives bit for bit what the same tasks give one per
-// call (the optimizers' batched vs one-at-a-time refresh), and eigenvalues agree with the CPU.
-TEST_F(CudaVsCpu, ManySolvesEqualOneAtATime) {
-  const std::vector<int64_t> sizes = {48, 7, 48, 16};
-  std::vector<std::vector<float>> a;
-  std::vector<float*> ga, gw, gv, gw1, gv1, gq, gq1;
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    const int64_t n = sizes[i];
-    auto x = random_vector(n * n, 40 + i);
-    std::vector<float> s(n * n);
-    for (int64_t r = 0; r < n; ++r)
-      for (int64_t c = 0; c < n; ++c)
-        s[r * n + c] = 0.5f * (x[r * n + c] + x[c * n + r]);
-    a.push_back(s);
-    ga.push_back(dev().upload(s));
-    gw.push_back(dev().alloc<float>(n));
-    gv.push_back(dev().alloc<float>(n * n));
-    gw1.push_back(dev().alloc<float>(n));
-    gv1.push_back(dev().alloc<float>(n * n));
-    gq.push_back(dev().alloc<float>(n * n));
-    gq1.push_back(dev().alloc<float>(n * n));
-  }
-  std::vector<EighTask> eigh_tasks;
-  std::vector<QrTask> qr_tasks;
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    eigh_tasks.push_back({ga[i], gw[i], gv[i], sizes[i]});
-    qr_tasks.push_back({ga[i], gq[i], sizes[i], sizes[i]});
-  }
-  gpu().eigh_many(eigh_tasks);
-  gpu().qr_many(qr_tasks);
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    const int64_t n = sizes[i];
-    const EighTask one{ga[i], gw1[i], gv1[i], n};
-    gpu().eigh_many({&one, 1});
-    const QrTask qr_one{ga[i], gq1[i], n, n};
-    gpu().qr_many({&qr_one, 1});
-    EXPECT_EQ(dev().download(gw[i], n), dev().download(gw1[i], n)) << "eigenvalues, task " << i;
-    EXPECT_EQ(dev().download(gv[i], n * n), dev().download(gv1[i], n * n)) << "task " << i;
-    EXPECT_EQ(dev().download(gq[i], n * n), dev().download(gq1[i], n * n)) << "Q, task " << i;
-    std::vector<float> w_cpu(n), v_cpu(n * n);
-    cpu().eigh(w_cpu.data(), v_cpu.data(), a[i].data(), n, 1);
-    EXPECT_CLOSE(dev().download(gw[i], n), w_cpu, 1e-4);
-  }
-}
-
 TEST_F(CudaVsCpu, SvdIdentities) {
   // Batched Jacobi for small matrices with batch > 1, gesvdj otherwise; tall and wide.
   for (auto [m, n, batch] :
