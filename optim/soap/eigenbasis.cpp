@@ -47,80 +47,117 @@ void sort_descending(core::Backend& backend, float* q, float* lam, int64_t n, in
   backend.copy(lam, sorted_lam.data<float>(), sorted_lam.nbytes());
 }
 
-void RefreshBatch::run(core::Backend& backend, int power_iter_steps, bool batched,
-                       comm::Communicator* distribute) {
+namespace {
+
+// Descending eigen data of one factor from the solver's ascending w [n] and v [n, n].
+void take_descending(core::Backend& backend, const FactorRefresh& j, const float* w,
+                     const float* v) {
+  backend.reverse_columns(j.lam, w, 1, j.n);
+  backend.reverse_columns(j.q, v, j.n, j.n);
+}
+
+// lam <- the Rayleigh quotients of q's columns, then both sorted descending.
+void sort_by_rayleigh_quotients(core::Backend& backend, const FactorRefresh& j) {
+  rayleigh_quotients(backend, j.k, j.q, j.lam, j.n);
+  BackendIndices order(backend, j.n);
+  sort_descending(backend, j.q, j.lam, j.n, order.get());
+}
+
+}  // namespace
+
+void refresh_factor(core::Backend& backend, const FactorRefresh& j, int power_iter_steps,
+                    SoapPhaseTimes* times) {
+  const int64_t n = j.n;
+  if (n == 0) return;
+  if (j.eigh) {
+    core::Tensor w = backend_tensor(backend, {n}), v = backend_tensor(backend, {n, n});
+    {
+      PhaseTimer timer(times, backend, SoapPhase::Solver, true);
+      const core::EighTask task{j.k, w.data<float>(), v.data<float>(), n};
+      backend.eigh_many({&task, 1});
+    }
+    PhaseTimer timer(times, backend, SoapPhase::Sort, true);
+    take_descending(backend, j, w.data<float>(), v.data<float>());
+    return;
+  }
+  {
+    PhaseTimer timer(times, backend, SoapPhase::Solver, true);
+    const core::QrTask task{j.q, j.q, n, n, j.k};  // Q <- qr(K Q).Q
+    for (int round = 0; round < power_iter_steps; ++round)
+      backend.qr_many({&task, 1});
+  }
+  if (!j.sort_after) return;
+  PhaseTimer timer(times, backend, SoapPhase::Sort, true);
+  sort_by_rayleigh_quotients(backend, j);
+}
+
+void refresh_factors_batched(core::Backend& backend, std::span<const FactorRefresh> jobs,
+                             int power_iter_steps, SoapPhaseTimes* times) {
   // Eigendecompositions: ascending solver output, flipped to descending.
+  std::vector<core::Tensor> w, v;
+  std::vector<core::EighTask> eigh_tasks;
+  std::vector<const FactorRefresh*> eigh_jobs, qr_jobs;
+  for (const FactorRefresh& j : jobs) {
+    if (j.n == 0) continue;
+    if (!j.eigh) {
+      qr_jobs.push_back(&j);
+      continue;
+    }
+    w.push_back(backend_tensor(backend, {j.n}));
+    v.push_back(backend_tensor(backend, {j.n, j.n}));
+    eigh_jobs.push_back(&j);
+    eigh_tasks.push_back({j.k, w.back().data<float>(), v.back().data<float>(), j.n});
+  }
+  {
+    PhaseTimer timer(times, backend, SoapPhase::Solver);
+    backend.eigh_many(eigh_tasks);
+  }
+  {
+    PhaseTimer timer(times, backend, SoapPhase::Sort);
+    for (size_t i = 0; i < eigh_jobs.size(); ++i)
+      take_descending(backend, *eigh_jobs[i], w[i].data<float>(), v[i].data<float>());
+  }
+
+  // QR power iteration: each round, every Q <- qr(K Q).Q as one qr_many.
+  {
+    PhaseTimer timer(times, backend, SoapPhase::Solver);
+    std::vector<core::QrTask> tasks;
+    for (const FactorRefresh* j : qr_jobs)
+      tasks.push_back({j->q, j->q, j->n, j->n, j->k});
+    for (int round = 0; round < power_iter_steps && !tasks.empty(); ++round)
+      backend.qr_many(tasks);
+  }
+  PhaseTimer timer(times, backend, SoapPhase::Sort);
+  for (const FactorRefresh* j : qr_jobs)
+    if (j->sort_after) sort_by_rayleigh_quotients(backend, *j);
+}
+
+void RefreshBatch::run(core::Backend& backend, SoapOps& ops, int power_iter_steps, bool batched,
+                       comm::Communicator* distribute, SoapPhaseTimes* times) {
   const int ranks = distribute ? distribute->size() : 1;
   const int rank = distribute ? distribute->rank() : 0;
   ENGINE_CHECK(!distribute || distribute->device() == backend.device(),
                "distributed eigenbasis refresh: the communicator moves " +
                    distribute->device().str() + " buffers but the factors are on " +
                    backend.device().str() + " (backend " + backend.name() + ")");
-  std::vector<core::Tensor> w, v;
-  std::vector<core::EighTask> eigh_tasks;
-  std::vector<const FactorRefresh*> eigh_jobs;
+  // Eigendecomposition i runs on rank i % ranks; every QR-path factor on every rank.
+  std::vector<FactorRefresh> mine;
+  std::vector<std::pair<const FactorRefresh*, int>> shared;  // (job, owner)
+  int64_t eigh_index = 0;
   for (const FactorRefresh& j : jobs_) {
-    if (!j.eigh) continue;
-    w.push_back(backend_tensor(backend, {j.n}));
-    v.push_back(backend_tensor(backend, {j.n, j.n}));
-    eigh_jobs.push_back(&j);
+    const int owner = j.eigh ? static_cast<int>(eigh_index++ % ranks) : rank;
+    if (owner == rank) mine.push_back(j);
+    if (j.eigh && ranks > 1) shared.emplace_back(&j, owner);
   }
-  for (size_t i = 0; i < eigh_jobs.size(); ++i)
-    if (static_cast<int>(i % ranks) == rank)
-      eigh_tasks.push_back(
-          {eigh_jobs[i]->k, w[i].data<float>(), v[i].data<float>(), eigh_jobs[i]->n});
-  if (batched) {
-    backend.eigh_many(eigh_tasks);
-  } else {
-    for (const core::EighTask& t : eigh_tasks)
-      backend.eigh_many({&t, 1});
+  ops.refresh(mine, power_iter_steps, batched, times);
+  if (shared.empty()) return;
+  std::vector<std::unique_ptr<comm::Work>> pending;
+  for (const auto& [j, owner] : shared) {
+    pending.push_back(distribute->broadcast_async(j->q, j->n * j->n, owner));
+    pending.push_back(distribute->broadcast_async(j->lam, j->n, owner));
   }
-  for (size_t i = 0; i < eigh_jobs.size(); ++i) {
-    const FactorRefresh& j = *eigh_jobs[i];
-    const int owner = static_cast<int>(i % ranks);
-    if (owner != rank) continue;
-    backend.reverse_columns(j.lam, w[i].data<float>(), 1, j.n);
-    backend.reverse_columns(j.q, v[i].data<float>(), j.n, j.n);
-  }
-  if (ranks > 1) {
-    std::vector<std::unique_ptr<comm::Work>> pending;
-    for (size_t i = 0; i < eigh_jobs.size(); ++i) {
-      const FactorRefresh& j = *eigh_jobs[i];
-      const int owner = static_cast<int>(i % ranks);
-      pending.push_back(distribute->broadcast_async(j.q, j.n * j.n, owner));
-      pending.push_back(distribute->broadcast_async(j.lam, j.n, owner));
-    }
-    for (auto& work : pending)
-      work->wait();
-  }
-
-  // QR power iteration: each round, all K Q products, then all QRs.
-  std::vector<const FactorRefresh*> qr_jobs;
-  for (const FactorRefresh& j : jobs_)
-    if (!j.eigh) qr_jobs.push_back(&j);
-  std::vector<core::Tensor> kq;
-  for (const FactorRefresh* j : qr_jobs)
-    kq.push_back(backend_tensor(backend, {j->n, j->n}));
-  for (int round = 0; round < power_iter_steps && !qr_jobs.empty(); ++round) {
-    std::vector<core::QrTask> tasks;
-    for (size_t i = 0; i < qr_jobs.size(); ++i) {
-      const FactorRefresh& j = *qr_jobs[i];
-      matmul(backend, j.k, false, j.q, false, kq[i].data<float>(), j.n, j.n, j.n);
-      tasks.push_back({kq[i].data<float>(), j.q, j.n, j.n});
-    }
-    if (batched) {
-      backend.qr_many(tasks);
-    } else {
-      for (const core::QrTask& t : tasks)
-        backend.qr_many({&t, 1});
-    }
-  }
-  for (const FactorRefresh* j : qr_jobs) {
-    if (!j->sort_after) continue;
-    rayleigh_quotients(backend, j->k, j->q, j->lam, j->n);
-    BackendIndices order(backend, j->n);
-    sort_descending(backend, j->q, j->lam, j->n, order.get());
-  }
+  for (auto& work : pending)
+    work->wait();
 }
 
 }  // namespace optim

@@ -3,17 +3,20 @@
 // factors run as one batched phase.
 //
 // A factor K [n, n] has a basis Q [n, n] (columns = eigenvectors) and eigenvalues lam [n], both
-// in descending order of lam. A refresh replaces them either by the symmetric eigendecomposition
-// of K, or by QR power iteration from the previous basis (Q <- qr(K Q).Q, power_iter_steps
-// times), optionally followed by sorting the columns by their Rayleigh quotients q^T K q.
+// in descending order of lam (soap_ops.h: FactorRefresh). A refresh replaces them either by the
+// symmetric eigendecomposition of K, or by QR power iteration from the previous basis
+// (Q <- qr(K Q).Q, power_iter_steps times), optionally followed by sorting the columns by their
+// Rayleigh quotients q^T K q.
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "comm/communicator.h"
 #include "core/backend.h"
 #include "core/tensor.h"
+#include "optim/soap/soap_ops.h"
 
 namespace optim {
 
@@ -49,27 +52,29 @@ void rayleigh_quotients(core::Backend& backend, const float* k, const float* q, 
 // q [n, n] with it; order [n] gets the permutation (new column j is old column order[j]).
 void sort_descending(core::Backend& backend, float* q, float* lam, int64_t n, int32_t* order);
 
-// One factor's refresh: writes the new basis and eigenvalues in place.
-struct FactorRefresh {
-  const float* k = nullptr;  // [n, n]
-  float* q = nullptr;        // [n, n], the previous basis on entry (QR path)
-  float* lam = nullptr;      // [n]
-  int64_t n = 0;
-  bool eigh = false;        // eigendecomposition, else QR power iteration from q
-  bool sort_after = false;  // QR path: sort columns by Rayleigh quotients afterwards, set lam
-};
+// One factor's refresh through the backend's ops, one call each: eigh (the solver's ascending
+// output reversed to descending), or power_iter_steps rounds of Q <- qr(K Q).Q (a qr_many task
+// with K as its left factor; R's diagonal non-negative) followed, with sort_after, by the
+// Rayleigh quotients and the sort.
+// `times` (may be null) gets its solver and sort phases, timed on the calling thread (the CPU
+// runs it inside a parallel region, one factor per thread).
+void refresh_factor(core::Backend& backend, const FactorRefresh& job, int power_iter_steps,
+                    SoapPhaseTimes* times);
+// The same for a list as batched calls: one eigh_many for every eigendecomposition, each
+// power-iteration round as one qr_many, then each sort (the CUDA ops' batched refresh). `times`
+// gets the solver and sort phases.
+void refresh_factors_batched(core::Backend& backend, std::span<const FactorRefresh> jobs,
+                             int power_iter_steps, SoapPhaseTimes* times);
 
-// Collects the refreshes of one optimizer step and runs them together: every eigendecomposition
-// in one Backend::eigh_many call; each power-iteration round as the K Q products of all QR-path
-// factors followed by one Backend::qr_many call. Unbatched, the same operations run one solver
-// call per factor; the results are bit for bit the same. With `distribute` (every rank holding
-// the same factors), eigendecomposition i runs only on rank i % size, which broadcasts the basis
-// and eigenvalues to the others; the communicator must move buffers of the backend's device.
+// Collects the refreshes of one optimizer step and runs them together (SoapOps::refresh),
+// batched or one factor at a time. With `distribute` (every rank holding the same factors),
+// eigendecomposition i runs only on rank i % size, which broadcasts the basis and eigenvalues to
+// the others; the communicator must move buffers of the backend's device.
 class RefreshBatch {
  public:
   void add(const FactorRefresh& refresh) { jobs_.push_back(refresh); }
-  void run(core::Backend& backend, int power_iter_steps, bool batched,
-           comm::Communicator* distribute = nullptr);
+  void run(core::Backend& backend, SoapOps& ops, int power_iter_steps, bool batched,
+           comm::Communicator* distribute = nullptr, SoapPhaseTimes* times = nullptr);
 
  private:
   std::vector<FactorRefresh> jobs_;

@@ -1,6 +1,8 @@
 #include "optim/soap/soap.h"
 
+#include <array>
 #include <cmath>
+#include <optional>
 
 #include "core/check.h"
 #include "optim/soap/stacked_soap.h"
@@ -106,30 +108,26 @@ SoapConfig SoapConfig::from_yaml(HyperReader& r, const SoapConfig& d) {
 // backend. The one read back to the host is the adaptive criterion's (meets_criterion), whose
 // outcome decides whether a refresh runs.
 
+// a <- QL a QR^T (rotate_in: QL^T a QR) through one scratch matrix, a side without a basis
+// skipped.
 void SoapUpdate::rotate_out(const SoapMatrix& x, float* a) {
-  const int64_t m = x.m, n = x.n;
-  core::Tensor tmp = backend_tensor(backend_, {m, n});
-  if (x.basis[0]) {
-    matmul(backend_, x.basis[0]->data<float>(), false, a, false, tmp.data<float>(), m, n, m);
-    backend_.copy(a, tmp.data<float>(), tmp.nbytes());
-  }
-  if (x.basis[1]) {
-    matmul(backend_, a, false, x.basis[1]->data<float>(), true, tmp.data<float>(), m, n, n);
-    backend_.copy(a, tmp.data<float>(), tmp.nbytes());
-  }
+  rotate(x, a, false);
 }
 
 void SoapUpdate::rotate_in(const SoapMatrix& x, float* a) {
+  rotate(x, a, true);
+}
+
+void SoapUpdate::rotate(const SoapMatrix& x, float* a, bool in) {
   const int64_t m = x.m, n = x.n;
+  const float* left = x.basis[0] ? x.basis[0]->data<float>() : nullptr;
+  const float* right = x.basis[1] ? x.basis[1]->data<float>() : nullptr;
+  if (!left && !right) return;
   core::Tensor tmp = backend_tensor(backend_, {m, n});
-  if (x.basis[0]) {
-    matmul(backend_, x.basis[0]->data<float>(), true, a, false, tmp.data<float>(), m, n, m);
-    backend_.copy(a, tmp.data<float>(), tmp.nbytes());
-  }
-  if (x.basis[1]) {
-    matmul(backend_, a, false, x.basis[1]->data<float>(), false, tmp.data<float>(), m, n, n);
-    backend_.copy(a, tmp.data<float>(), tmp.nbytes());
-  }
+  float* t = tmp.data<float>();
+  if (left) matmul(backend_, left, in, a, false, t, m, n, m);
+  if (right) matmul(backend_, left ? t : a, false, right, !in, left ? a : t, m, n, n);
+  if (!left || !right) backend_.copy(a, t, tmp.nbytes());
 }
 
 // Met when tol ||K||_F >= ||K||_F - ||diag(Q^T K Q)||_2: the basis nearly diagonalises K. The
@@ -145,65 +143,91 @@ bool SoapUpdate::meets_criterion(const SoapMatrix& x, int side) {
   return c_.adaptive_update_tolerance * knorm >= knorm - std::sqrt(lam2);
 }
 
-void SoapUpdate::collect(SoapMatrix& x, RefreshBatch& batch) {
-  const int64_t t = *x.step;
-  const int64_t m = x.m, n = x.n;
-  const int64_t dims[2] = {m, n};
-  double bs = c_.shampoo_beta;
-  if (c_.correct_shampoo_beta_bias)
-    bs = 1.0 - (1.0 - bs) / (1.0 - std::pow(bs, static_cast<double>(t + 1)));
-  const float* g = x.grad.data<float>();
-
-  // (1) Kronecker factors with the current gradient. KL-Shampoo: L takes G C_R G^T and R takes
-  // G^T C_L G, C = Q diag(max(lam, eps)^-1 / dim) Q^T from the stored eigen data; both
-  // statistics are formed before either factor changes.
-  core::Tensor stat[2];
-  if (c_.use_kl_shampoo) {
-    ENGINE_CHECK(x.factor[0] && x.factor[1], "use_kl_shampoo needs both factors of '" + x.name +
-                                                 "' (a side exceeds " +
-                                                 "max_precond_dim or the parameter is 1-D)");
-    core::Tensor c[2];
-    for (int s = 0; s < 2; ++s) {
-      const int64_t d = dims[s];
-      const float* q = x.basis[s]->data<float>();
-      core::Tensor scaled = backend_tensor(backend_, {d, d});
-      ops_->kl_weight_columns(scaled.data<float>(), q, x.eigenvalues[s]->data<float>(), d, c_.eps);
-      c[s] = backend_tensor(backend_, {d, d});
-      matmul(backend_, scaled.data<float>(), false, q, true, c[s].data<float>(), d, d, d);
+void SoapUpdate::update_factors(std::span<SoapMatrix> xs) {
+  PhaseTimer timer(times_, backend_, SoapPhase::Factors);
+  // (1) Kronecker factors with the current gradient: every statistic of every matrix as one
+  // gram_many. KL-Shampoo: L takes G C_R G^T and R takes G^T C_L G, C = Q diag(max(lam, eps)^-1 /
+  // dim) Q^T from the stored eigen data; both statistics are formed before either factor changes,
+  // each as the Gram matrix Y Y^T of Y = G B_R or G^T B_L, B = Q diag(max(lam, eps)^-1/2 /
+  // dim^1/2): C = B B^T itself is never formed (an n^3 product less).
+  std::vector<core::GramTask> grams;
+  std::vector<std::array<core::Tensor, 2>> stats(xs.size());
+  std::vector<core::Tensor> ys;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    SoapMatrix& x = xs[i];
+    const int64_t m = x.m, n = x.n;
+    const float* g = x.grad.data<float>();
+    std::array<core::Tensor, 2>& stat = stats[i];
+    if (c_.use_kl_shampoo) {
+      ENGINE_CHECK(x.factor[0] && x.factor[1], "use_kl_shampoo needs both factors of '" + x.name +
+                                                   "' (a side exceeds " +
+                                                   "max_precond_dim or the parameter is 1-D)");
+      const int64_t dims[2] = {m, n};
+      core::Tensor b[2];
+      for (int s = 0; s < 2; ++s) {
+        b[s] = backend_tensor(backend_, {dims[s], dims[s]});
+        ops_->kl_root_weight_columns(b[s].data<float>(), x.basis[s]->data<float>(),
+                                     x.eigenvalues[s]->data<float>(), dims[s], c_.eps);
+      }
+      core::Tensor y0 = backend_tensor(backend_, {m, n}), y1 = backend_tensor(backend_, {n, m});
+      matmul(backend_, g, false, b[1].data<float>(), false, y0.data<float>(), m, n, n);  // G B_R
+      matmul(backend_, g, true, b[0].data<float>(), false, y1.data<float>(), n, m, m);   // G^T B_L
+      stat[0] = backend_tensor(backend_, {m, m});
+      stat[1] = backend_tensor(backend_, {n, n});
+      grams.push_back({y0.data<float>(), stat[0].data<float>(), m, n, true});
+      grams.push_back({y1.data<float>(), stat[1].data<float>(), n, m, true});
+      ys.push_back(std::move(y0));
+      ys.push_back(std::move(y1));
+      continue;
     }
-    core::Tensor tmp = backend_tensor(backend_, {m, n});
-    stat[0] = backend_tensor(backend_, {m, m});
-    matmul(backend_, g, false, c[1].data<float>(), false, tmp.data<float>(), m, n, n);  // G C_R
-    matmul(backend_, tmp.data<float>(), false, g, true, stat[0].data<float>(), m, m, n);
-    stat[1] = backend_tensor(backend_, {n, n});
-    matmul(backend_, g, true, c[0].data<float>(), false, tmp.data<float>(), n, m, m);  // G^T C_L
-    matmul(backend_, tmp.data<float>(), false, g, false, stat[1].data<float>(), n, n, m);
-  } else {
     if (x.factor[0]) {
       stat[0] = backend_tensor(backend_, {m, m});
-      matmul(backend_, g, false, g, true, stat[0].data<float>(), m, m, n);
+      grams.push_back({g, stat[0].data<float>(), m, n, true});  // G G^T
     }
     if (x.factor[1]) {
       stat[1] = backend_tensor(backend_, {n, n});
-      matmul(backend_, g, true, g, false, stat[1].data<float>(), n, n, m);
+      grams.push_back({g, stat[1].data<float>(), m, n, false});  // G^T G
     }
   }
-  for (int s = 0; s < 2; ++s)
-    if (x.factor[s])
-      backend_.lerp(x.factor[s]->data<float>(), stat[s].data<float>(), static_cast<float>(1.0 - bs),
-                    dims[s] * dims[s]);
+  backend_.gram_many(grams);
+  for (size_t i = 0; i < xs.size(); ++i) {
+    SoapMatrix& x = xs[i];
+    double bs = c_.shampoo_beta;
+    if (c_.correct_shampoo_beta_bias)
+      bs = 1.0 - (1.0 - bs) / (1.0 - std::pow(bs, static_cast<double>(*x.step + 1)));
+    const int64_t dims[2] = {x.m, x.n};
+    for (int s = 0; s < 2; ++s)
+      if (x.factor[s])
+        backend_.lerp(x.factor[s]->data<float>(), stats[i][s].data<float>(),
+                      static_cast<float>(1.0 - bs), dims[s] * dims[s]);
+  }
+}
 
+void SoapUpdate::collect(std::span<SoapMatrix> xs, RefreshBatch& batch) {
+  update_factors(xs);
+  for (SoapMatrix& x : xs)
+    plan_refresh(x, batch);
+}
+
+void SoapUpdate::plan_refresh(SoapMatrix& x, RefreshBatch& batch) {
+  const int64_t t = *x.step;
+  const int64_t m = x.m, n = x.n;
+  const int64_t dims[2] = {m, n};
   // (2) Whether and how the eigenbases are refreshed this step.
   const int64_t warmup = c_.adam_warmup_steps;
   x.refresh = (x.factor[0] || x.factor[1]) && t >= warmup && t % c_.precondition_frequency == 0;
   if (x.refresh && c_.use_adaptive_criteria && t > warmup) {
+    PhaseTimer criterion_timer(times_, backend_, SoapPhase::Sort);
     bool all_met = true;
     for (int s = 0; s < 2; ++s)
       if (x.factor[s]) all_met = meets_criterion(x, s) && all_met;
     x.refresh = !all_met;
   }
   if (!x.refresh) return;
+  std::optional<PhaseTimer> timer;
+  timer.emplace(times_, backend_, SoapPhase::Rotate);
   rotate_out(x, x.exp_avg->data<float>());
+  timer.emplace(times_, backend_, SoapPhase::Sort);
   const bool eigh_now = c_.use_eigh || t == warmup;  // the first refresh is an eigh
   for (int s = 0; s < 2; ++s) {
     if (!x.factor[s]) continue;
@@ -240,7 +264,11 @@ void SoapUpdate::finish(SoapMatrix& x) {
   const int64_t size = x.m * x.n;
   float* mom = x.exp_avg->data<float>();
   float* var = x.exp_avg_sq->data<float>();
-  if (x.refresh) rotate_in(x, mom);
+  if (x.refresh) {
+    PhaseTimer timer(times_, backend_, SoapPhase::Rotate);
+    rotate_in(x, mom);
+  }
+  PhaseTimer timer(times_, backend_, SoapPhase::Update);
 
   // (3) l2 decay enters the gradient after the factors saw it.
   float* g = x.grad.data<float>();
@@ -293,6 +321,7 @@ double SoapConfig::decay_alpha(double lr) const {
 }
 
 void SoapUpdate::apply(SoapMatrix& x, double lr) {
+  PhaseTimer timer(times_, backend_, SoapPhase::Update);
   const int64_t size = x.m * x.n;
   if (c_.weight_decay != 0 && c_.weight_decay_method != WeightDecayMethod::L2) {
     // P + alpha P in one fused add, as the reference writes it.
@@ -303,9 +332,8 @@ void SoapUpdate::apply(SoapMatrix& x, double lr) {
 
 void SoapUpdate::run(std::vector<SoapMatrix>& xs, double lr) {
   RefreshBatch batch;
-  for (SoapMatrix& x : xs)
-    collect(x, batch);
-  batch.run(backend_, c_.power_iter_steps, c_.batched_refresh);
+  collect(xs, batch);
+  batch.run(backend_, *ops_, c_.power_iter_steps, c_.batched_refresh, nullptr, times_);
   for (SoapMatrix& x : xs) {
     finish(x);
     apply(x, lr);
@@ -395,7 +423,7 @@ void Soap::step(std::span<const ParamShard> params, const StepContext& ctx) {
                         p.full_shape.size() == 1, backend));
     }
   }
-  SoapUpdate(config_, backend).run(xs, config_.lr * ctx.lr_scale);
+  SoapUpdate(config_, backend, times_).run(xs, config_.lr * ctx.lr_scale);
   for (size_t i = 0; i < stacks.size(); ++i)
     unstack(backend, stacks[i].data<float>(), stacked_of[i]->value.data<float>(),
             stacked_of[i]->full_shape);

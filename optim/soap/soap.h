@@ -22,12 +22,14 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "optim/hyper_reader.h"
 #include "optim/optimizer.h"
 #include "optim/soap/eigenbasis.h"
+#include "optim/soap/phase_times.h"
 #include "optim/soap/soap_ops.h"
 #include "optim/state_slots.h"
 
@@ -96,11 +98,16 @@ struct SoapMatrix {
 // family (TpRekls drives it on gathered full matrices).
 class SoapUpdate {
  public:
-  SoapUpdate(const SoapConfig& config, core::Backend& backend)
-      : c_(config), backend_(backend), ops_(make_soap_ops(backend)) {}
+  // `times` (may be null) gets where the step's time goes (phase_times.h).
+  SoapUpdate(const SoapConfig& config, core::Backend& backend, SoapPhaseTimes* times = nullptr)
+      : c_(config), backend_(backend), ops_(make_soap_ops(backend)), times_(times) {}
 
-  // Factor updates, refresh decisions, M rotated out, refreshes queued.
-  void collect(SoapMatrix& x, RefreshBatch& batch);
+  SoapOps& ops() { return *ops_; }
+  SoapPhaseTimes* phase_times() const { return times_; }
+
+  // Factor updates (every statistic of the list as one gram_many), refresh decisions, M rotated
+  // out, refreshes queued.
+  void collect(std::span<SoapMatrix> xs, RefreshBatch& batch);
   // M rotated in, l2 decay, Adam in eigen coordinates: fills x.update and advances the counter.
   void finish(SoapMatrix& x);
   // P <- decayed P - lr D.
@@ -109,13 +116,17 @@ class SoapUpdate {
   void run(std::vector<SoapMatrix>& xs, double lr);
 
  private:
-  void rotate_out(const SoapMatrix& x, float* a);  // a <- QL a QR^T
-  void rotate_in(const SoapMatrix& x, float* a);   // a <- QL^T a QR
+  void update_factors(std::span<SoapMatrix> xs);          // (1)
+  void plan_refresh(SoapMatrix& x, RefreshBatch& batch);  // (2)
+  void rotate_out(const SoapMatrix& x, float* a);         // a <- QL a QR^T
+  void rotate_in(const SoapMatrix& x, float* a);          // a <- QL^T a QR
+  void rotate(const SoapMatrix& x, float* a, bool in);
   bool meets_criterion(const SoapMatrix& x, int side);
 
   const SoapConfig& c_;
   core::Backend& backend_;
   std::unique_ptr<SoapOps> ops_;
+  SoapPhaseTimes* times_;
 };
 
 // SOAP, and StackedSoap when stack_3d (3-D [b, m, n] parameters preconditioned as one 2-D
@@ -132,6 +143,8 @@ class Soap final : public Optimizer {
   void load_state(const OptimizerState& in) override { slots_.load(in); }
 
   const SoapConfig& config() const { return config_; }
+  // From the next step on, adds where each step's time goes to `times` (null: off).
+  void set_phase_times(SoapPhaseTimes* times) { times_ = times; }
 
  private:
   // The matrix view of a parameter: [m, n] (1-D: [len, 1]; stacked 3-D: the stack).
@@ -144,6 +157,7 @@ class Soap final : public Optimizer {
   const char* kind_;
   bool stack_3d_;
   StateSlots slots_;
+  SoapPhaseTimes* times_ = nullptr;
 };
 
 }  // namespace optim

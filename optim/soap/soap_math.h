@@ -17,6 +17,13 @@ ENGINE_HD inline float kl_inverse_weight(float lam, double eps, int64_t n) {
   return static_cast<float>(1.0 / static_cast<double>(n) / (l < eps ? eps : l));
 }
 
+// Its square root, in float64 and rounded once: with B = Q diag(root weights), C = B B^T, so
+// KL-Shampoo's statistic G C G^T is (G B)(G B)^T and C itself is never formed.
+ENGINE_HD inline float kl_inverse_root_weight(float lam, double eps, int64_t n) {
+  const double l = static_cast<double>(lam);
+  return static_cast<float>(std::sqrt(1.0 / static_cast<double>(n) / (l < eps ? eps : l)));
+}
+
 // The scalars of one Adam step in the eigenbasis (spec section 1.2, step k = t + 1):
 //   raw (adam_eps: raw):  m <- b1 m + (1 - b1) g, v <- b2 v + (1 - b2) g^2, d = m / (sqrt(v) + eps)
 //   corrected:            m <- lerp(m, g, w1), v <- lerp(v, g^2, w2),

@@ -160,23 +160,34 @@ void TpRekls::step(std::span<const ParamShard> params, const StepContext& ctx) {
     fs.push_back(std::move(f));
   }
   const auto canonicalize_bases = [&] {
+    PhaseTimer timer(times_, backend, SoapPhase::Sort);
     for (Full& f : fs) {
       backend.canonicalize_column_signs(f.ql.data<float>(), f.m, f.m);
       backend.canonicalize_column_signs(f.qr.data<float>(), f.n, f.n);
     }
   };
   for (Full& f : fs) {
+    if (slots_.counter(f.p->name, "step") == 0) {
+      // Before the first step the eigen data is REKLS's initial state, identity bases and zero
+      // eigenvalues, not an eigh of the zero factors (which orders the identity's columns
+      // backwards: the KL statistics would add the same terms in another order).
+      backend.set_identity(f.ql.data<float>(), f.m);
+      backend.set_identity(f.qr.data<float>(), f.n);
+      backend.fill_zero(f.lam_l.data<float>(), f.lam_l.nbytes());
+      backend.fill_zero(f.lam_r.data<float>(), f.lam_r.nbytes());
+      continue;
+    }
     previous.add({f.lf.data<float>(), f.ql.data<float>(), f.lam_l.data<float>(), f.m, true, false});
     previous.add({f.rf.data<float>(), f.qr.data<float>(), f.lam_r.data<float>(), f.n, true, false});
   }
-  previous.run(backend, 1, c.batched_refresh, distribute);
+  SoapUpdate update(update_config_, backend, times_);
+  previous.run(backend, update.ops(), 1, c.batched_refresh, distribute, times_);
   // The moments live in the basis of the stored factors, recomputed here every step: one sign per
   // eigenvector, the same whichever device (LAPACK, cuSOLVER) solved it, so that state saved on
   // one device resumes on another. A sign flip is exact, so the trajectory is unchanged.
   canonicalize_bases();
 
   // The REKLS update of the full matrices, identical on every rank.
-  SoapUpdate update(update_config_, backend);
   std::vector<SoapMatrix> xs(fs.size());
   RefreshBatch refresh;
   for (size_t i = 0; i < fs.size(); ++i) {
@@ -195,9 +206,9 @@ void TpRekls::step(std::span<const ParamShard> params, const StepContext& ctx) {
     x.eigenvalues[0] = &f.lam_l;
     x.eigenvalues[1] = &f.lam_r;
     x.step = &slots_.counter(x.name, "step");
-    update.collect(x, refresh);
   }
-  refresh.run(backend, 1, c.batched_refresh, distribute);
+  update.collect(xs, refresh);
+  refresh.run(backend, update.ops(), 1, c.batched_refresh, distribute, times_);
   canonicalize_bases();
   const float step = static_cast<float>(-lr);
   for (size_t i = 0; i < fs.size(); ++i) {

@@ -4,8 +4,8 @@
 // moments M, V are full and identical on every rank. Per step:
 //   weight decay on the local part (l2: g += wd P before the gather, so L and R see it);
 //   all-gather the gradient, L and R; eigh #1 of the gathered factors (what REKLS stored the
-//   step before); the REKLS update on the full matrices (SoapUpdate); keep the local rows of
-//   L and R and the local part of the update.
+//   step before; identity bases before the first step, as REKLS starts); the REKLS update on the
+//   full matrices (SoapUpdate); keep the local rows of L and R and the local part of the update.
 // Every rank computes the same full update, so the result equals REKLS bit for bit (except with
 // l2 decay). partition_dim: none keeps the parameter replicated: no collectives.
 // distributed_eigh: true runs each eigendecomposition on one rank of the group (round robin)
@@ -44,11 +44,14 @@ class TpRekls final : public Optimizer {
   std::optional<StateLayout> state_layout(const std::string& param, const std::string& slot,
                                           const core::Shape& full_shape, int rank,
                                           int world) const override;
+  // From the next step on, adds where each step's time goes to `times` (null: off).
+  void set_phase_times(SoapPhaseTimes* times) { times_ = times; }
 
  private:
   TpReklsConfig config_;
   SoapConfig update_config_;  // config_.soap without weight decay
   StateSlots slots_;
+  SoapPhaseTimes* times_ = nullptr;
 };
 
 }  // namespace optim

@@ -136,10 +136,10 @@ TEST_F(CudaVsCpu, SoapKlWeights) {
   lam[0] = 0.0f;  // below eps: the weight uses eps
   std::vector<float> out(n * n);
   float* gout = dev().alloc<float>(n * n);
-  gpu_soap->kl_weight_columns(gout, dev().upload(q), dev().upload(lam), n, 1e-4);
-  cpu_soap->kl_weight_columns(out.data(), q.data(), lam.data(), n, 1e-4);
+  gpu_soap->kl_root_weight_columns(gout, dev().upload(q), dev().upload(lam), n, 1e-4);
+  cpu_soap->kl_root_weight_columns(out.data(), q.data(), lam.data(), n, 1e-4);
   EXPECT_EQ(dev().download(gout, out.size()), out);
-  EXPECT_EQ(out[5 * n], q[5 * n] * static_cast<float>(1.0 / n / 1e-4));
+  EXPECT_EQ(out[5 * n], q[5 * n] * static_cast<float>(std::sqrt(1.0 / n / 1e-4)));
 }
 
 TEST_F(CudaVsCpu, SoapAdam) {

@@ -1,6 +1,7 @@
 // The SOAP family across ranks: TpRekls (gather-all and distributed eigh) equals REKLS bit for
 // bit at this world size, on the tp_rekls golden data (Shard(0), Shard(1) and replicated
-// parameters); SOAP-family state resumes bit for bit with the state sharded like the parameters.
+// parameters), and equally over the staged device collectives; SOAP-family state resumes bit for
+// bit with the state sharded like the parameters.
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <unistd.h>
@@ -11,6 +12,8 @@
 
 #include "apps/optim_replay/golden_case.h"
 #include "comm/communicator.h"
+#include "comm/staged_communicator.h"
+#include "core/backend.h"
 
 namespace {
 
@@ -31,29 +34,56 @@ replay::GoldenCase with_groups(const std::string& file, const std::string& group
   return g;
 }
 
-TEST(TpRekls, EqualsReklsBitForBit) {
+const char* const kHyper = "lr: 0.01, eps: 0.1, weight_decay: 0.01";
+
+// The tp_rekls golden data stepped by TpRekls with Shard(0), Shard(1) and replicated parameters
+// (sizes that divide 1, 2, 4 and 8 ranks).
+replay::GoldenCase tp_rekls_case(const char* distributed_eigh) {
+  const std::string tp =
+      std::string("optimizer: tp_rekls, ") + kHyper + ", distributed_eigh: " + distributed_eigh;
+  return with_groups("/tp_rekls/tp_rekls_ws2.safetensors",
+                     "- {params: [col], partition_dim: 0, " + tp + "}\n" +
+                         "- {params: [row], partition_dim: 1, " + tp + "}\n" +
+                         "- {params: [rep], partition_dim: none, " + tp + "}");
+}
+
+// Steps a and b through every step of `golden`, expecting the same bits after each.
+void expect_same_trajectory(replay::Replayer& a, replay::Replayer& b,
+                            const replay::GoldenCase& golden, const std::string& what) {
   comm::Communicator& comm = world();
-  const std::string hyper = "lr: 0.01, eps: 0.1, weight_decay: 0.01";
-  const replay::GoldenCase rekls = with_groups(
-      "/tp_rekls/tp_rekls_ws2.safetensors", "- {params: ['*'], optimizer: rekls, " + hyper + "}");
+  for (int64_t t = 1; t <= golden.steps; ++t) {
+    a.step(t);
+    b.step(t);
+    for (const auto& p : golden.params)
+      EXPECT_TRUE(bitwise_equal(a.full(p.name), b.full(p.name)))
+          << what << ", step " << t << ", " << p.name << ", rank " << comm.rank() << " of "
+          << comm.size();
+  }
+}
+
+TEST(TpRekls, EqualsReklsBitForBit) {
+  const replay::GoldenCase rekls =
+      with_groups("/tp_rekls/tp_rekls_ws2.safetensors",
+                  std::string("- {params: ['*'], optimizer: rekls, ") + kHyper + "}");
   for (const char* mode : {"false", "true"}) {
-    const std::string tp = "optimizer: tp_rekls, " + hyper + ", distributed_eigh: " + mode;
-    // Sizes that divide 1, 2, 4 and 8 ranks.
-    const replay::GoldenCase tp_case =
-        with_groups("/tp_rekls/tp_rekls_ws2.safetensors",
-                    "- {params: [col], partition_dim: 0, " + tp + "}\n" +
-                        "- {params: [row], partition_dim: 1, " + tp + "}\n" +
-                        "- {params: [rep], partition_dim: none, " + tp + "}");
-    replay::Replayer a(tp_case, comm);
-    replay::Replayer b(rekls, comm);
-    for (int64_t t = 1; t <= tp_case.steps; ++t) {
-      a.step(t);
-      b.step(t);
-      for (const auto& p : tp_case.params)
-        EXPECT_TRUE(bitwise_equal(a.full(p.name), b.full(p.name)))
-            << "distributed_eigh " << mode << ", step " << t << ", " << p.name << ", rank "
-            << comm.rank() << " of " << comm.size();
-    }
+    const replay::GoldenCase tp_case = tp_rekls_case(mode);
+    replay::Replayer a(tp_case, world());
+    replay::Replayer b(rekls, world());
+    expect_same_trajectory(a, b, tp_case, std::string("distributed_eigh ") + mode);
+  }
+}
+
+// TpRekls over the staged device collectives (comm.device_collectives: mpi, which a GPU run uses
+// to share one GPU between ranks): the gathers and the distributed eigh's broadcasts staged
+// through the backend's copies give the plain MPI communicator's trajectory bit for bit.
+TEST(TpRekls, OverStagedDeviceCollectivesEqualsPlainMpi) {
+  const std::unique_ptr<comm::Communicator> staged =
+      comm::make_staged(world(), core::cpu_backend());
+  for (const char* mode : {"false", "true"}) {
+    const replay::GoldenCase tp_case = tp_rekls_case(mode);
+    replay::Replayer a(tp_case, *staged);
+    replay::Replayer b(tp_case, world());
+    expect_same_trajectory(a, b, tp_case, std::string("staged, distributed_eigh ") + mode);
   }
 }
 

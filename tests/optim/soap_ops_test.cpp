@@ -91,15 +91,24 @@ TEST(SoapCpuOps, ClipScalesBySumOfSquaresInIndexOrder) {
     EXPECT_EQ(d[i], x[i] * s);
 }
 
-TEST(SoapCpuOps, KlWeightColumnsScaleTheBasis) {
+TEST(SoapCpuOps, KlRootWeightColumnsScaleTheBasis) {
   const std::unique_ptr<SoapOps> ops = make_soap_ops(core::cpu_backend());
   const int64_t n = 6;
   auto q = random_vector(n * n, 12), lam = random_vector(n, 13);
   std::vector<float> out(n * n);
-  ops->kl_weight_columns(out.data(), q.data(), lam.data(), n, 1e-3);
+  ops->kl_root_weight_columns(out.data(), q.data(), lam.data(), n, 1e-3);
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < n; ++j)
-      EXPECT_EQ(out[i * n + j], q[i * n + j] * kmath::kl_inverse_weight(lam[j], 1e-3, n));
+      EXPECT_EQ(out[i * n + j], q[i * n + j] * kmath::kl_inverse_root_weight(lam[j], 1e-3, n));
+}
+
+// The root weights square to the weights: (B B^T = C) up to float rounding.
+TEST(SoapMath, KlRootWeightSquaresToTheWeight) {
+  for (const float lam : {0.0f, 1e-6f, 0.37f, 12.5f, 3e4f}) {
+    const float r = kmath::kl_inverse_root_weight(lam, 1e-3, 24);
+    const float w = kmath::kl_inverse_weight(lam, 1e-3, 24);
+    EXPECT_NEAR(static_cast<double>(r) * r, w, 3e-7 * w) << lam;  // three float roundings
+  }
 }
 
 }  // namespace

@@ -1,10 +1,14 @@
 // The SOAP family's ops on the CPU: soap_math.h in plain loops. The sum of squares of the clip
 // runs in index order, so the results are the bits of the host loops the SOAP golden files were
-// first replayed with.
+// first replayed with. The refresh spreads the factors over the OpenMP threads, largest first,
+// and refreshes each on one thread (BLAS and LAPACK run single-threaded inside a parallel
+// region), so its bits depend neither on the thread count nor on batching.
 #include <vector>
 
 #include "core/check.h"
 #include "core/cpu/cpu_kernels.h"
+#include "core/cpu/cpu_linalg.h"
+#include "optim/soap/eigenbasis.h"
 #include "optim/soap/soap_ops.h"
 
 namespace optim {
@@ -36,13 +40,33 @@ class CpuSoapOps final : public SoapOps {
     core::cpu::scale(d, s, n);
   }
 
-  void kl_weight_columns(float* out, const float* q, const float* lam, int64_t n,
-                         double eps) override {
+  void kl_root_weight_columns(float* out, const float* q, const float* lam, int64_t n,
+                              double eps) override {
     for (int64_t j = 0; j < n; ++j) {
-      const float w = kmath::kl_inverse_weight(lam[j], eps, n);
+      const float w = kmath::kl_inverse_root_weight(lam[j], eps, n);
       for (int64_t i = 0; i < n; ++i)
         out[i * n + j] = q[i * n + j] * w;
     }
+  }
+
+  void refresh(std::span<const FactorRefresh> jobs, int power_iter_steps, bool batched,
+               SoapPhaseTimes* times) override {
+    std::vector<SoapPhaseTimes> per_job(jobs.size());
+    const auto size = [](const FactorRefresh& j) { return j.n; };
+    const auto one = [&](const FactorRefresh& j, size_t i) {
+      refresh_factor(backend_, j, power_iter_steps, times ? &per_job[i] : nullptr);
+    };
+    if (batched) {
+      core::cpu::for_each_task(jobs, size, one);
+    } else {
+      // Each factor alone in a parallel region, so it runs on one thread as in the batched case.
+      for (size_t i = 0; i < jobs.size(); ++i)
+        core::cpu::for_each_task(jobs.subspan(i, 1), size,
+                                 [&](const FactorRefresh& j, size_t) { one(j, i); });
+    }
+    if (times)
+      for (const SoapPhaseTimes& t : per_job)
+        times->add(t);
   }
 
  private:

@@ -9,6 +9,7 @@
 #include "core/check.h"
 #include "core/cuda/cuda_backend.h"
 #include "core/cuda/cuda_launch.cuh"
+#include "optim/soap/eigenbasis.h"
 #include "optim/soap/soap_ops.h"
 
 namespace optim {
@@ -54,10 +55,10 @@ __global__ void clip_rms_kernel(float* d, int64_t n, const double* sum_squares, 
     d[i] *= s;
 }
 
-__global__ void kl_weight_columns_kernel(float* out, const float* q, const float* lam, int64_t n,
-                                         double eps) {
+__global__ void kl_root_weight_columns_kernel(float* out, const float* q, const float* lam,
+                                              int64_t n, double eps) {
   for (int64_t k = first_index(); k < n * n; k += grid_stride())
-    out[k] = q[k] * kmath::kl_inverse_weight(lam[k % n], eps, n);
+    out[k] = q[k] * kmath::kl_inverse_root_weight(lam[k % n], eps, n);
 }
 
 class CudaSoapOps final : public SoapOps {
@@ -80,12 +81,24 @@ class CudaSoapOps final : public SoapOps {
     ENGINE_CUDA_LAUNCHED();
   }
 
-  void kl_weight_columns(float* out, const float* q, const float* lam, int64_t n,
-                         double eps) override {
+  void kl_root_weight_columns(float* out, const float* q, const float* lam, int64_t n,
+                              double eps) override {
     if (n <= 0) return;
-    kl_weight_columns_kernel<<<grid_for(n * n), kThreads, 0, backend_.stream()>>>(out, q, lam, n,
-                                                                                  eps);
+    kl_root_weight_columns_kernel<<<grid_for(n * n), kThreads, 0, backend_.stream()>>>(out, q, lam,
+                                                                                       n, eps);
     ENGINE_CUDA_LAUNCHED();
+  }
+
+  // Batched: each step of the refresh is one call for every factor (eigh_many and qr_many run
+  // cuSOLVER's batched solvers). One at a time: a factor's whole refresh after another's.
+  void refresh(std::span<const FactorRefresh> jobs, int power_iter_steps, bool batched,
+               SoapPhaseTimes* times) override {
+    if (batched) {
+      refresh_factors_batched(backend_, jobs, power_iter_steps, times);
+      return;
+    }
+    for (const FactorRefresh& j : jobs)
+      refresh_factor(backend_, j, power_iter_steps, times);
   }
 
  private:
