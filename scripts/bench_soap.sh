@@ -1,54 +1,114 @@
 #!/usr/bin/env bash
-# bench_soap.sh [OUT.jsonl]: the SOAP-family benchmark, side by side in one run: the PyTorch
-# rendering of the spec (scripts/soap_torch_bench.py) and apps/bench_optim at np 1 (1 and 2
-# threads) and np 2 (1 thread each), then the ratios the issue asks for. Timings on a shared
-# machine are only meaningful as such side-by-side ratios; CPU time (cpu_ms) is steadier than
-# wall time when the machine is oversubscribed. Every rank runs unbound (--bind-to none), as the
-# torch runs do: Open MPI's default at np <= 2 binds a rank to one core, so a 2-thread rank ran its
-# threads on that one core (CPU time equal to wall time) and np 2 x 1 thread compared two cores
-# with one.
+# bench_soap.sh: the SOAP family side by side with the reference implementation, in one run.
+#
+#   scripts/bench_soap.sh [--emopt-dir DIR] [--out OUT.jsonl] [--device cpu|cuda]
+#                         [--d-model 128] [--layers 4] [--repeat 5] [--warmup 2] [--threads "1 2"]
+#
+# The reference is NVIDIA-NeMo/Emerging-Optimizers' own SOAP and REKLS (legacy_soap) on PyTorch
+# (scripts/soap_torch_bench.py), from a checkout outside this repository named by --emopt-dir or
+# $EMOPT_DIR (the script says how to get one when it is missing). For each thread count it runs the
+# reference, then apps/bench_optim at np 1 with as many OpenMP threads, then bench_optim at np 2 x
+# 1 thread (TpRekls' distributed eigh); every rank runs unbound (--bind-to none: Open MPI binds a
+# rank to one core at np <= 2 otherwise, and a 2-thread rank then runs on one core). Both sides
+# step the same matrices (cpu_small's 16 hidden matrices by default; --d-model 768 --layers 12 is
+# GPT-2 124M's) with fresh random gradients every step. Rows go to OUT.jsonl (default
+# runs/bench_soap.jsonl), then the tables: step time of each side (wall and CPU ms, CPU / wall =
+# cores kept busy) and reference / engine; where the engine's step time goes; the refresh alone,
+# one at a time / batched. The machine should be quiet: on a loaded one only CPU times mean much.
+# --device cuda runs both sides on the GPU (threads: 1).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-out="${1:-$repo/runs/bench_soap.jsonl}"
-bench="$repo/build/apps/bench_optim/bench_optim"
+out="$repo/runs/bench_soap.jsonl"
+emopt="${EMOPT_DIR:-}"
+device=cpu
+threads="1 2"
+shape=()
+repeat=5
+warmup=2
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --emopt-dir) emopt="$2"; shift 2 ;;
+    --out) out="$2"; shift 2 ;;
+    --device) device="$2"; shift 2 ;;
+    --threads) threads="$2"; shift 2 ;;
+    --d-model|--layers) shape+=("$1" "$2"); shift 2 ;;
+    --repeat) repeat="$2"; shift 2 ;;
+    --warmup) warmup="$2"; shift 2 ;;
+    *) echo "bench_soap.sh: unknown argument '$1' (see the header of $0)" >&2; exit 2 ;;
+  esac
+done
+[ "$device" = cuda ] && threads=1
+bench="${BUILD_DIR:-$repo/build}/apps/bench_optim/bench_optim"
+if [ ! -x "$bench" ]; then
+  echo "bench_soap.sh: $bench is missing: build it (ninja -C build bench_optim)" >&2
+  exit 2
+fi
+# Fails with the instructions when the reference checkout is missing, before anything runs.
+/usr/bin/python3 "$repo/scripts/soap_torch_bench.py" --emopt-dir "$emopt" --check
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# Idle OpenMP threads sleep instead of spinning: on an oversubscribed machine spinning threads
-# of a 2-thread run starve each other (a 2-thread torch run then takes minutes per step).
-export OMP_WAIT_POLICY=PASSIVE
+# Idle OpenMP threads sleep instead of spinning, on both sides (a loaded machine otherwise starves
+# spinning 2-thread runs); set OMP_WAIT_POLICY to override.
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
+common=(--device "$device" --repeat "$repeat" --warmup "$warmup" "${shape[@]}")
 mkdir -p "$(dirname "$out")"
 : > "$out"
-for t in 1 2; do
-  /usr/bin/python3 "$repo/scripts/soap_torch_bench.py" --threads "$t" --repeat 3 --warmup 1 >> "$out"
-  OMP_NUM_THREADS=$t mpirun --oversubscribe --bind-to none -np 1 "$bench" --repeat 3 --warmup 1 --json >> "$out"
+for t in $threads; do
+  OMP_NUM_THREADS=$t /usr/bin/python3 "$repo/scripts/soap_torch_bench.py" --emopt-dir "$emopt" \
+    --threads "$t" "${common[@]}" >> "$out"
+  OMP_NUM_THREADS=$t mpirun --oversubscribe --bind-to none -np 1 "$bench" "${common[@]}" --json \
+    >> "$out"
 done
-OMP_NUM_THREADS=1 mpirun --oversubscribe --bind-to none -np 2 "$bench" --repeat 3 --warmup 1 --json >> "$out"
+OMP_NUM_THREADS=1 mpirun --oversubscribe --bind-to none -np 2 "$bench" "${common[@]}" --json \
+  --only tp_rekls >> "$out"
 /usr/bin/python3 - "$out" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-def get(impl, what, threads, np=1, part=None):
+def get(impl, part, what, threads, np=1):
     for r in rows:
-        if r["impl"] == impl and r["what"] == what and r["threads"] == threads and \
-           r.get("np", 1) == np and (part is None or r.get("part") == part):
+        if (r["impl"], r["part"], r["what"], r["threads"], r["np"]) == (impl, part, what, threads, np):
             return r
     return None
-print("%-58s %10s %10s" % ("ratio (side by side, same run)", "wall", "cpu"))
-def ratio(label, a, b):
-    if a and b:
-        print("%-58s %10.2f %10.2f" % (label, a["ms"] / b["ms"], a["cpu_ms"] / b["cpu_ms"]))
-for t in (1, 2):
-    for w in ("soap qr", "soap eigh", "rekls"):
-        ours = w + " batched" if w.startswith("soap") else w
-        ratio("torch / engine step, %s, %d thread(s)" % (w, t), get("torch", w, t),
-              get("engine", ours, t, part="step"))
-for t in (1, 2):
+threads = sorted({r["threads"] for r in rows if r["np"] == 1})
+def cores(r):
+    return r["cpu_ms"] / r["ms"] if r["ms"] > 0 else float("nan")
+
+print("\nStep, side by side (ms; cores = CPU / wall)")
+print("%-4s %-12s %10s %8s %6s %10s %8s %6s %8s %8s" % ("thr", "optimizer", "ref wall", "ref cpu",
+      "cores", "eng wall", "eng cpu", "cores", "x wall", "x cpu"))
+for t in threads:
+    for what in ("soap qr", "soap eigh", "rekls"):
+        ref, eng = get("reference", "step", what, t), get("engine", "step", what, t)
+        if not (ref and eng):
+            continue
+        print("%-4d %-12s %10.1f %8.1f %6.2f %10.1f %8.1f %6.2f %8.2f %8.2f" % (
+            t, what, ref["ms"], ref["cpu_ms"], cores(ref), eng["ms"], eng["cpu_ms"], cores(eng),
+            ref["ms"] / eng["ms"], ref["cpu_ms"] / eng["cpu_ms"]))
+
+print("\nWhere the engine's step goes (ms; solver and sort sum each factor's time over the threads)")
+phases = ("factors", "solver", "sort", "rotate", "update")
+print("%-4s %-12s" % ("thr", "optimizer") + "".join(" %16s" % p for p in phases))
+for t in threads:
+    for what in ("soap qr", "soap eigh", "rekls"):
+        cells = [get("engine", "phase", "%s: %s" % (what, p), t) for p in phases]
+        if all(cells):
+            print("%-4d %-12s" % (t, what) + "".join(" %7.1f (%6.1f)" % (c["ms"], c["cpu_ms"])
+                                                       for c in cells))
+print("     (wall, and CPU in parentheses)")
+
+print("\nThe refresh alone (ms; cores = CPU / wall)")
+print("%-4s %-40s %10s %8s %6s" % ("thr", "what", "wall", "cpu", "cores"))
+for t in threads:
+    for what in ("eigh batched", "eigh one at a time", "eigh() per matrix", "qr batched",
+                 "qr one at a time", "qr() per matrix"):
+        r = get("engine", "refresh", what, t)
+        if r:
+            print("%-4d %-40s %10.1f %8.1f %6.2f" % (t, what, r["ms"], r["cpu_ms"], cores(r)))
     for k in ("eigh", "qr"):
-        ratio("refresh %s: one at a time / batched, %d thread(s)" % (k, t),
-              get("engine", k + " one at a time", t), get("engine", k + " batched", t))
-        ratio("refresh %s: threaded LAPACK per matrix / batched, %d thr" % (k, t),
-              get("engine", k + " threaded LAPACK per matrix", t), get("engine", k + " batched", t))
-ratio("tp_rekls double eigh: gather-all / distributed, np 2",
-      get("engine", "tp_rekls double eigh gather-all", 1, 2),
-      get("engine", "tp_rekls double eigh distributed_eigh", 1, 2))
-ratio("tp_rekls step: gather-all / distributed, np 2",
-      get("engine", "tp_rekls gather-all", 1, 2), get("engine", "tp_rekls distributed_eigh", 1, 2))
+        a, b = get("engine", "refresh", k + " one at a time", t), get("engine", "refresh", k + " batched", t)
+        if a and b:
+            print("%-4d %-40s %10.2f" % (t, k + ": one at a time / batched", a["ms"] / b["ms"]))
+for what in ("tp_rekls gather-all", "tp_rekls distributed_eigh"):
+    r = get("engine", "step", what, 1, 2)
+    if r:
+        print("np 2 %-40s %10.1f %8.1f %6.2f" % ("step " + what, r["ms"], r["cpu_ms"], cores(r)))
 PY
