@@ -381,13 +381,16 @@ def case_resume_stage3_gpt2(env):
 
 # The optimizer families the tiny config and SOAP_FAMILY_OPTIM leave out, on the MoE model:
 # NorMuon, REKLS and SOAP on 2-D matrices, StackedSoap on the 3-D expert banks, AdamW with
-# cautious weight decay. eps 0.01 as in SOAP_FAMILY_OPTIM.
+# cautious weight decay. eps 0.1, the golden files' value: at 0.01 SOAP's amplification of the
+# world size's rounding differences depended on luck, not on the code under test (a loss moved by
+# 5e-6 once the solvers rounded otherwise, and by 1.2e-4 with StackedSoap left out of this list
+# before that); at 0.1 measured 2e-8, whichever OpenBLAS kernels.
 FAMILIES_OPTIM = (
     "optim=[{params: ['blocks.*.attn.qkv.weight'], optimizer: normuon, lr: 0.02},"
-    " {params: ['blocks.*.attn.proj.weight'], optimizer: rekls, lr: 0.01, eps: 0.01},"
-    " {params: ['blocks.*.moe.router.weight'], optimizer: soap, lr: 0.01, eps: 0.01},"
+    " {params: ['blocks.*.attn.proj.weight'], optimizer: rekls, lr: 0.01, eps: 0.1},"
+    " {params: ['blocks.*.moe.router.weight'], optimizer: soap, lr: 0.01, eps: 0.1},"
     " {params: ['blocks.*.moe.fc.weight', 'blocks.*.moe.proj.weight'], optimizer: stacked_soap,"
-    " lr: 0.01, eps: 0.01}, {params: ['embed.weight'], optimizer: adamw, lr: 0.01,"
+    " lr: 0.01, eps: 0.1}, {params: ['embed.weight'], optimizer: adamw, lr: 0.01,"
     " weight_decay: 0.1, weight_decay_mode: cautious}, {params: ['*'], optimizer: adamw, lr: 0.01}]")
 
 
