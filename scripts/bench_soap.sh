@@ -15,8 +15,10 @@
 # runs/bench_soap.jsonl), then the tables: step time of each side (wall and CPU ms, CPU / wall =
 # cores kept busy) and reference / engine; where the engine's step time goes; the refresh alone,
 # one at a time / batched. The machine should be quiet: on a loaded one only CPU times mean much.
-# --device cuda runs both sides on the GPU (threads: 1).
+# --device cuda runs both sides on the GPU (threads: 1). PYTHON names the interpreter with PyTorch
+# (default /usr/bin/python3, Debian's python3-torch).
 set -euo pipefail
+python="${PYTHON:-/usr/bin/python3}"
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="$repo/runs/bench_soap.jsonl"
 emopt="${EMOPT_DIR:-}"
@@ -44,7 +46,7 @@ if [ ! -x "$bench" ]; then
   exit 2
 fi
 # Fails with the instructions when the reference checkout is missing, before anything runs.
-/usr/bin/python3 "$repo/scripts/soap_torch_bench.py" --emopt-dir "$emopt" --check
+"$python" "$repo/scripts/soap_torch_bench.py" --emopt-dir "$emopt" --check
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # Idle OpenMP threads sleep instead of spinning, on both sides (a loaded machine otherwise starves
 # spinning 2-thread runs); set OMP_WAIT_POLICY to override.
@@ -53,7 +55,7 @@ common=(--device "$device" --repeat "$repeat" --warmup "$warmup" "${shape[@]}")
 mkdir -p "$(dirname "$out")"
 : > "$out"
 for t in $threads; do
-  OMP_NUM_THREADS=$t /usr/bin/python3 "$repo/scripts/soap_torch_bench.py" --emopt-dir "$emopt" \
+  OMP_NUM_THREADS=$t "$python" "$repo/scripts/soap_torch_bench.py" --emopt-dir "$emopt" \
     --threads "$t" "${common[@]}" >> "$out"
   OMP_NUM_THREADS=$t mpirun --oversubscribe --bind-to none -np 1 "$bench" "${common[@]}" --json \
     >> "$out"
