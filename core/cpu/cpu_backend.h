@@ -69,8 +69,8 @@ class CpuBackend final : public Backend {
                           int64_t BH, int64_t T, int64_t hd, float scale) override;
   void cross_entropy(float* losses, float* dlogits, const float* logits, const int32_t* targets,
                      int64_t N, int64_t V, int64_t Vp, float softcap, float dloss_scale) override;
-  void cross_entropy_bf16(float* losses, bf16* dlogits, const float* logits,
-                          const int32_t* targets, int64_t N, int64_t V, int64_t Vp, float softcap,
+  void cross_entropy_bf16(float* losses, bf16* dlogits, const float* logits, const int32_t* targets,
+                          int64_t N, int64_t V, int64_t Vp, float softcap,
                           float dloss_scale) override;
   void gather_rows(float* out, const float* src, const int32_t* index, const float* weight,
                    int64_t n, int64_t D) override;
