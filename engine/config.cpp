@@ -1,5 +1,7 @@
 #include "engine/config.h"
 
+#include <yaml-cpp/eventhandler.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
@@ -9,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 #include "core/check.h"
@@ -213,15 +216,67 @@ void parse_map(Config& config, const YAML::Node& node, const std::string& prefix
   }
 }
 
+// What a scan of one YAML document saw: where it starts and its first value that is not null.
+class DocumentScan : public YAML::EventHandler {
+ public:
+  YAML::Mark start;
+  std::optional<YAML::Mark> content;
+
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    start = mark;
+    content.reset();
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { seen(mark); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                const std::string&) override {
+    seen(mark);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    seen(mark);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {
+    seen(mark);
+  }
+  void OnMapEnd() override {}
+
+ private:
+  void seen(const YAML::Mark& mark) {
+    if (!content) content = mark;
+  }
+};
+
 // The one YAML document of a config. YAML::Load reads only the first, so the keys of a second
-// one (after a `---` line) would be dropped without a word: refused, naming its line.
-YAML::Node single_document(const std::vector<YAML::Node>& docs, const std::string& source) {
-  for (size_t i = 1; i < docs.size(); ++i)
-    if (!docs[i].IsNull())
-      config_error(where(source, docs[i].Mark()),
-                   "a second YAML document (after a '---' line): a config is one document; "
-                   "merge its keys into the first or use another file");
-  return docs.empty() ? YAML::Node() : docs.front();
+// one (after a `---` line) would be dropped without a word: refused, naming its line. The
+// documents are scanned here rather than by YAML::LoadAll, which never returns on a text such as
+// ", a: 1" (yaml-cpp 0.7 hands back an empty document at the stray ',' without consuming it,
+// forever, and the list of documents grows until memory runs out): a document that starts where
+// the one before it started is refused as the syntax error it is.
+YAML::Node single_document(const std::string& text, const std::string& source) {
+  try {
+    std::istringstream in(text);
+    YAML::Parser parser(in);
+    DocumentScan scan;
+    std::optional<YAML::Mark> previous_start;
+    for (int index = 0; parser.HandleNextDocument(scan); ++index) {
+      if (previous_start && previous_start->pos == scan.start.pos)
+        config_error(where(source, scan.start),
+                     "YAML syntax error: the parser cannot get past this point (a stray ',', '}' "
+                     "or ']' outside a flow collection?)");
+      previous_start = scan.start;
+      if (index > 0 && scan.content)
+        config_error(where(source, *scan.content),
+                     "a second YAML document (after a '---' line): a config is one document; "
+                     "merge its keys into the first or use another file");
+    }
+    return YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    config_error(where(source, e.mark), "YAML syntax error: " + e.msg);
+  }
 }
 
 YAML::Node load_yaml_file(const std::string& path) {
@@ -234,15 +289,10 @@ YAML::Node load_yaml_file(const std::string& path) {
     config_error(path,
                  std::string("cannot open the file: ") +
                      (std::filesystem::exists(path, ec) ? std::strerror(errno) : "no such file"));
-  std::vector<YAML::Node> docs;
-  try {
-    docs = YAML::LoadAll(in);
-  } catch (const YAML::ParserException& e) {
-    config_error(where(path, e.mark), "YAML syntax error: " + e.msg);
-  } catch (const std::exception& e) {
-    config_error(path, std::string("cannot read the file: ") + e.what());
-  }
-  return single_document(docs, path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) config_error(path, std::string("cannot read the file: ") + std::strerror(errno));
+  return single_document(text.str(), path);
 }
 
 // `optim` is the list of groups, a map {groups: list}, or the path of a YAML file (relative to
@@ -475,13 +525,7 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 
 Config parse_config(const std::string& yaml_text, const std::string& source,
                     const std::vector<std::string>& overrides) {
-  std::vector<YAML::Node> docs;
-  try {
-    docs = YAML::LoadAll(yaml_text);
-  } catch (const YAML::ParserException& e) {
-    config_error(where(source, e.mark), "YAML syntax error: " + e.msg);
-  }
-  return parse_root(single_document(docs, source), source, overrides);
+  return parse_root(single_document(yaml_text, source), source, overrides);
 }
 
 namespace {

@@ -33,10 +33,16 @@ run_one() {
   local t=$1
   mkdir -p "$build/corpus/$t" "$build/artifacts/$t"
   # -rss_limit_mb: a parser must not need gigabytes for a small input; -timeout (wall clock,
-  # generous for a loaded machine): nor tens of seconds.
-  "$build/${t}_fuzz" "$build/corpus/$t" "fuzz/corpus/$t" -max_total_time="$seconds" \
-    -timeout=30 -rss_limit_mb=2048 -print_final_stats=1 \
-    -artifact_prefix="$build/artifacts/$t/" >"$build/$t.log" 2>&1
+  # generous for a loaded machine): nor tens of seconds. The outer timeout bounds the target
+  # itself: after an out-of-memory report libFuzzer prints AddressSanitizer's heap profile, which
+  # took over 30 minutes for millions of small blocks (the config parser's endless loop).
+  local status=0
+  timeout -k 10 $((seconds + 120)) "$build/${t}_fuzz" "$build/corpus/$t" "fuzz/corpus/$t" \
+    -max_total_time="$seconds" -timeout=30 -rss_limit_mb=2048 -print_final_stats=1 \
+    -artifact_prefix="$build/artifacts/$t/" >"$build/$t.log" 2>&1 || status=$?
+  if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then
+    echo "ERROR: the target ran past $((seconds + 120)) s and was stopped" >>"$build/$t.log"
+  fi
 }
 
 failed=()

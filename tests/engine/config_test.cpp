@@ -258,6 +258,20 @@ TEST(Config, SecondYamlDocumentIsRefused) {
   EXPECT_NO_THROW(engine::parse_config("---\n" + std::string(kMinimal) + "...\n", "one.yaml"));
 }
 
+// yaml-cpp's LoadAll never returned on a stray ',' before any content (an empty document at the
+// same place, forever, until memory ran out; found by the config fuzzer): a syntax error with its
+// line, from a string and from a file.
+TEST(Config, StrayFlowIndicatorIsASyntaxErrorNotAnEndlessLoop) {
+  std::string msg = error_of([] { engine::parse_config(", lr: 0.}\n", "stray.yaml"); });
+  EXPECT_NE(msg.find("stray.yaml:1:"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("YAML syntax error"), std::string::npos) << msg;
+  const std::string path = testing::TempDir() + "stray_comma.yaml";
+  std::ofstream(path) << ", a: 1\n";
+  msg = error_of([&] { engine::load_config(path); });
+  EXPECT_NE(msg.find(path + ":1:"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("YAML syntax error"), std::string::npos) << msg;
+}
+
 // A warmup longer than the run is allowed (a short trial of a long run's config) but warned
 // about, naming the key and where it was set.
 TEST(Config, WarmupBeyondTheRunIsWarned) {
