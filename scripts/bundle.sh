@@ -5,25 +5,30 @@
 # the shared libraries they load that are not part of the C library or the GPU driver, and a
 # relocated Open MPI (mpirun, its plugins and help files, PMIx) with an env.sh that points at it.
 #
-#   scripts/bundle.sh OUT [--build DIR] [--no-cuda-libs]
+#   scripts/bundle.sh OUT [--build DIR] [--no-cuda-libs] [--archive]
 #
 #   --build DIR      the build to pack (default: build)
 #   --no-cuda-libs   leave out the CUDA toolkit's libraries (cudart, cuBLAS, cuSOLVER, NCCL, ...):
 #                    for nodes that have the toolkit; the bundle is then a few hundred MB smaller
+#   --archive        also write OUT.tar.xz (one solid xz stream: every executable carries the same
+#                    engine code and GPU kernels, which the 64 MiB window finds again), for a
+#                    transfer with a size limit; unpack with tar -xJf OUT.tar.xz -C DIR
 #
 # Use it on the other machine (any folder, any environment):
 #   source OUT/env.sh
 #   mpirun -np 2 engine --config configs/tiny.yaml
 set -euo pipefail
 
-usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; }
 out=""
 build=build
 cuda_libs=1
+archive=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build="$2"; shift 2 ;;
     --no-cuda-libs) cuda_libs=0; shift ;;
+    --archive) archive=1; shift ;;
     -h|--help) usage; exit 0 ;;
     -*) echo "bundle: unknown option '$1'" >&2; usage >&2; exit 2 ;;
     *) [ -z "$out" ] || { echo "bundle: one OUT folder, got '$out' and '$1'" >&2; exit 2; }
@@ -120,3 +125,7 @@ EOF
 size=$(du -sh "$out" | cut -f1)
 echo "bundle: $out ($size): ${#executables[@]} executables, ${#copied[@]} libraries$([ "$cuda_libs" = 0 ] && echo ', without the CUDA toolkit libraries'), $(ompi_info --version | head -1)"
 echo "bundle: on the other machine: source $out/env.sh; mpirun -np 2 engine --config configs/tiny.yaml"
+if [ "$archive" = 1 ]; then
+  tar -C "$(dirname "$out")" -cf - "$(basename "$out")" | xz -T0 -9 >"$out.tar.xz"
+  echo "bundle: $out.tar.xz ($(du -sh "$out.tar.xz" | cut -f1))"
+fi
