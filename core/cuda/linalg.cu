@@ -161,29 +161,27 @@ __global__ void extract_r_kernel(float* r, const float* f, int64_t m, int64_t n,
   }
 }
 
-class SyevjParams {
+// A cuSOLVER parameter object (syevjInfo_t, gesvdjInfo_t, cusolverDnParams_t) owned for one
+// scope: created with its defaults, destroyed at the end.
+template <typename Handle, cusolverStatus_t (*Create)(Handle*), cusolverStatus_t (*Destroy)(Handle)>
+class SolverObject {
  public:
-  SyevjParams() { ENGINE_CUDA_CALL(cusolverDnCreateSyevjInfo(&info_)); }
-  ~SyevjParams() { cusolverDnDestroySyevjInfo(info_); }
-  SyevjParams(const SyevjParams&) = delete;
-  SyevjParams& operator=(const SyevjParams&) = delete;
-  syevjInfo_t get() const { return info_; }
+  SolverObject() { ENGINE_CUDA_CALL(Create(&handle_)); }
+  ~SolverObject() { Destroy(handle_); }
+  SolverObject(const SolverObject&) = delete;
+  SolverObject& operator=(const SolverObject&) = delete;
+  Handle get() const { return handle_; }
 
  private:
-  syevjInfo_t info_ = nullptr;
+  Handle handle_ = nullptr;
 };
 
-class GesvdjParams {
- public:
-  GesvdjParams() { ENGINE_CUDA_CALL(cusolverDnCreateGesvdjInfo(&info_)); }
-  ~GesvdjParams() { cusolverDnDestroyGesvdjInfo(info_); }
-  GesvdjParams(const GesvdjParams&) = delete;
-  GesvdjParams& operator=(const GesvdjParams&) = delete;
-  gesvdjInfo_t get() const { return info_; }
-
- private:
-  gesvdjInfo_t info_ = nullptr;
-};
+using SyevjParams =
+    SolverObject<syevjInfo_t, cusolverDnCreateSyevjInfo, cusolverDnDestroySyevjInfo>;
+using GesvdjParams =
+    SolverObject<gesvdjInfo_t, cusolverDnCreateGesvdjInfo, cusolverDnDestroyGesvdjInfo>;
+using SolverParams =
+    SolverObject<cusolverDnParams_t, cusolverDnCreateParams, cusolverDnDestroyParams>;
 
 }  // namespace
 
@@ -285,18 +283,6 @@ constexpr double kCholQrMaxScaledCondition = 3.0e3;
 // syevBatched takes n * n * batch < 2^31 elements per call; a larger group is split.
 constexpr int64_t kSyevBatchedMaxElements = INT_MAX;
 constexpr int kBlockThreads = 256;
-
-class SolverParams {
- public:
-  SolverParams() { ENGINE_CUDA_CALL(cusolverDnCreateParams(&params_)); }
-  ~SolverParams() { cusolverDnDestroyParams(params_); }
-  SolverParams(const SolverParams&) = delete;
-  SolverParams& operator=(const SolverParams&) = delete;
-  cusolverDnParams_t get() const { return params_; }
-
- private:
-  cusolverDnParams_t params_ = nullptr;
-};
 
 // A device array of pointers (the batched cuBLAS and cuSOLVER calls take arrays of matrices).
 template <typename T>
