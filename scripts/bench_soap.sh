@@ -85,15 +85,20 @@ for t in threads:
         print("%-4d %-12s %10.1f %8.1f %6.2f %10.1f %8.1f %6.2f %8.2f %8.2f" % (
             t, what, ref["ms"], ref["cpu_ms"], cores(ref), eng["ms"], eng["cpu_ms"], cores(eng),
             ref["ms"] / eng["ms"], ref["cpu_ms"] / eng["cpu_ms"]))
+    # The amortized pre-sort (qr_sort: before) has no counterpart in the reference at HEAD.
+    eng = get("engine", "step", "soap qr sort before", t)
+    if eng:
+        print("%-4d %-12s %10s %8s %6s %10.1f %8.1f %6.2f   (engine only: qr_sort before)" % (
+            t, "qr before", "", "", "", eng["ms"], eng["cpu_ms"], cores(eng)))
 
 print("\nWhere the engine's step goes (ms; solver and sort sum each factor's time over the threads)")
 phases = ("factors", "solver", "sort", "rotate", "update")
 print("%-4s %-12s" % ("thr", "optimizer") + "".join(" %16s" % p for p in phases))
 for t in threads:
-    for what in ("soap qr", "soap eigh", "rekls"):
+    for what in ("soap qr", "soap qr sort before", "soap eigh", "rekls"):
         cells = [get("engine", "phase", "%s: %s" % (what, p), t) for p in phases]
         if all(cells):
-            print("%-4d %-12s" % (t, what) + "".join(" %7.1f (%6.1f)" % (c["ms"], c["cpu_ms"])
+            print("%-4d %-12s" % (t, what.replace("soap qr sort before", "qr before")) + "".join(" %7.1f (%6.1f)" % (c["ms"], c["cpu_ms"])
                                                        for c in cells))
 print("     (wall, and CPU in parentheses)")
 

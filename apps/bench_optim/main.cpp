@@ -411,6 +411,7 @@ int main(int argc, char** argv) {
     bench_step(b, "muon", "optimizer: muon, lr: 0.02, matrix_views: {}", false);
     bench_step(b, "soap qr", soap, false, true);
     bench_step(b, "soap qr one at a time", soap + ", batched_refresh: false", false);
+    bench_step(b, "soap qr sort before", soap + ", qr_sort: before", false, true);
     bench_step(b, "soap eigh", soap + ", use_eigh: true", false, true);
     bench_step(b, "soap eigh one at a time", soap + ", use_eigh: true, batched_refresh: false",
                false);

@@ -63,6 +63,28 @@ void sort_by_rayleigh_quotients(core::Backend& backend, const FactorRefresh& j) 
   sort_descending(backend, j.q, j.lam, j.n, order.get());
 }
 
+// The amortized pre-sort: P = K Q of the previous basis, lam <- the Rayleigh quotients
+// q_j^T p_j, Q and lam sorted descending by them; returns P with its columns in the new order
+// (K times the sorted basis, the first power round's input).
+core::Tensor presort_by_rayleigh_quotients(core::Backend& backend, const FactorRefresh& j) {
+  const int64_t n = j.n;
+  core::Tensor kq = backend_tensor(backend, {n, n});
+  matmul(backend, j.k, false, j.q, false, kq.data<float>(), n, n, n);
+  backend.column_dots(j.lam, j.q, kq.data<float>(), n, n);
+  sort_descending(backend, j.q, j.lam, n, j.sort_before_order);
+  core::Tensor sorted_kq = backend_tensor(backend, {n, n});
+  backend.gather_columns(sorted_kq.data<float>(), kq.data<float>(), j.sort_before_order, n, n);
+  return sorted_kq;
+}
+
+// Power round `round` of one factor: Q <- qr(K Q).Q, or qr(P).Q in the first round when the
+// pre-sort left P = K Q (`presorted_kq` defined).
+core::QrTask power_round(const FactorRefresh& j, const core::Tensor& presorted_kq, int round) {
+  if (round == 0 && presorted_kq.defined())
+    return {presorted_kq.data<float>(), j.q, j.n, j.n, nullptr};
+  return {j.q, j.q, j.n, j.n, j.k};
+}
+
 }  // namespace
 
 void refresh_factor(core::Backend& backend, const FactorRefresh& j, int power_iter_steps,
@@ -80,11 +102,17 @@ void refresh_factor(core::Backend& backend, const FactorRefresh& j, int power_it
     take_descending(backend, j, w.data<float>(), v.data<float>());
     return;
   }
+  core::Tensor presorted_kq;
+  if (j.sort_before_order) {
+    PhaseTimer timer(times, backend, SoapPhase::Sort, true);
+    presorted_kq = presort_by_rayleigh_quotients(backend, j);
+  }
   {
     PhaseTimer timer(times, backend, SoapPhase::Solver, true);
-    const core::QrTask task{j.q, j.q, n, n, j.k};  // Q <- qr(K Q).Q
-    for (int round = 0; round < power_iter_steps; ++round)
+    for (int round = 0; round < power_iter_steps; ++round) {
+      const core::QrTask task = power_round(j, presorted_kq, round);
       backend.qr_many({&task, 1});
+    }
   }
   if (!j.sort_after) return;
   PhaseTimer timer(times, backend, SoapPhase::Sort, true);
@@ -118,14 +146,22 @@ void refresh_factors_batched(core::Backend& backend, std::span<const FactorRefre
       take_descending(backend, *eigh_jobs[i], w[i].data<float>(), v[i].data<float>());
   }
 
-  // QR power iteration: each round, every Q <- qr(K Q).Q as one qr_many.
+  // QR power iteration: each round, every Q <- qr(K Q).Q as one qr_many (after the pre-sorts).
+  std::vector<core::Tensor> presorted_kq(qr_jobs.size());
+  {
+    PhaseTimer timer(times, backend, SoapPhase::Sort);
+    for (size_t i = 0; i < qr_jobs.size(); ++i)
+      if (qr_jobs[i]->sort_before_order)
+        presorted_kq[i] = presort_by_rayleigh_quotients(backend, *qr_jobs[i]);
+  }
   {
     PhaseTimer timer(times, backend, SoapPhase::Solver);
-    std::vector<core::QrTask> tasks;
-    for (const FactorRefresh* j : qr_jobs)
-      tasks.push_back({j->q, j->q, j->n, j->n, j->k});
-    for (int round = 0; round < power_iter_steps && !tasks.empty(); ++round)
+    for (int round = 0; round < power_iter_steps && !qr_jobs.empty(); ++round) {
+      std::vector<core::QrTask> tasks;
+      for (size_t i = 0; i < qr_jobs.size(); ++i)
+        tasks.push_back(power_round(*qr_jobs[i], presorted_kq[i], round));
       backend.qr_many(tasks);
+    }
   }
   PhaseTimer timer(times, backend, SoapPhase::Sort);
   for (const FactorRefresh* j : qr_jobs)

@@ -55,7 +55,9 @@ void sort_descending(core::Backend& backend, float* q, float* lam, int64_t n, in
 // One factor's refresh through the backend's ops, one call each: eigh (the solver's ascending
 // output reversed to descending), or power_iter_steps rounds of Q <- qr(K Q).Q (a qr_many task
 // with K as its left factor; R's diagonal non-negative) followed, with sort_after, by the
-// Rayleigh quotients and the sort.
+// Rayleigh quotients and the sort. With sort_before_order the previous basis is sorted first by
+// the Rayleigh quotients of P = K Q, and the first round factors P's sorted columns, which are
+// K times the sorted basis: one K Q product per refresh instead of two.
 // `times` (may be null) gets its solver and sort phases, timed on the calling thread (the CPU
 // runs it inside a parallel region, one factor per thread).
 void refresh_factor(core::Backend& backend, const FactorRefresh& job, int power_iter_steps,

@@ -239,22 +239,29 @@ void SoapUpdate::plan_refresh(SoapMatrix& x, RefreshBatch& batch) {
                     eigh_now,
                     false};
     if (!eigh_now && c_.qr_sort_before) {
-      // Amortized reference: sort the old basis by Rayleigh quotients with the new factor and
-      // permute V along this side with it, then iterate without sorting again.
-      rayleigh_quotients(backend_, f.k, f.q, f.lam, d);
-      BackendIndices order(backend_, d);
-      sort_descending(backend_, f.q, f.lam, d, order.get());
-      float* v = x.exp_avg_sq->data<float>();
-      core::Tensor permuted = backend_tensor(backend_, {m, n});
-      if (s == 0)
-        backend_.gather_rows(permuted.data<float>(), v, order.get(), nullptr, m, n);
-      else
-        backend_.gather_columns(permuted.data<float>(), v, order.get(), m, n);
-      backend_.copy(v, permuted.data<float>(), permuted.nbytes());
+      // Amortized reference: the refresh sorts the old basis by Rayleigh quotients with the new
+      // factor before iterating; finish() permutes V along this side the same way.
+      x.sort_order[s] = std::make_unique<BackendIndices>(backend_, d);
+      f.sort_before_order = x.sort_order[s]->get();
     } else if (!eigh_now) {
       f.sort_after = true;
     }
     batch.add(f);
+  }
+}
+
+void SoapUpdate::permute_second_moment(SoapMatrix& x) {
+  for (int s = 0; s < 2; ++s) {
+    if (!x.sort_order[s]) continue;
+    float* v = x.exp_avg_sq->data<float>();
+    const int32_t* order = x.sort_order[s]->get();
+    core::Tensor permuted = backend_tensor(backend_, {x.m, x.n});
+    if (s == 0)
+      backend_.gather_rows(permuted.data<float>(), v, order, nullptr, x.m, x.n);
+    else
+      backend_.gather_columns(permuted.data<float>(), v, order, x.m, x.n);
+    backend_.copy(v, permuted.data<float>(), permuted.nbytes());
+    x.sort_order[s].reset();
   }
 }
 
@@ -265,6 +272,10 @@ void SoapUpdate::finish(SoapMatrix& x) {
   float* mom = x.exp_avg->data<float>();
   float* var = x.exp_avg_sq->data<float>();
   if (x.refresh) {
+    {
+      PhaseTimer timer(times_, backend_, SoapPhase::Sort);
+      permute_second_moment(x);
+    }
     PhaseTimer timer(times_, backend_, SoapPhase::Rotate);
     rotate_in(x, mom);
   }

@@ -91,6 +91,8 @@ struct SoapMatrix {
   int64_t* step = nullptr;
   // Set by the phases.
   bool refresh = false;
+  // qr_sort before: each side's pre-sort permutation, for V (null where the side has none).
+  std::unique_ptr<BackendIndices> sort_order[2];
   core::Tensor update;  // D [m, n]
 };
 
@@ -121,6 +123,7 @@ class SoapUpdate {
   void rotate_out(const SoapMatrix& x, float* a);         // a <- QL a QR^T
   void rotate_in(const SoapMatrix& x, float* a);          // a <- QL^T a QR
   void rotate(const SoapMatrix& x, float* a, bool in);
+  void permute_second_moment(SoapMatrix& x);  // V along each pre-sorted side
   bool meets_criterion(const SoapMatrix& x, int side);
 
   const SoapConfig& c_;

@@ -26,6 +26,10 @@ struct FactorRefresh {
   int64_t n = 0;
   bool eigh = false;        // eigendecomposition, else QR power iteration from q
   bool sort_after = false;  // QR path: sort columns by Rayleigh quotients afterwards, set lam
+  // QR path, the amortized pre-sort instead: sort the previous basis by its Rayleigh quotients
+  // (lam <- them, sorted) before iterating; `order` [n] gets the permutation (new column j is
+  // old column order[j]) for the caller to permute V with.
+  int32_t* sort_before_order = nullptr;
 };
 
 class SoapOps {

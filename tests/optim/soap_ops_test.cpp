@@ -1,13 +1,17 @@
 // The SOAP family's element math (soap_math.h) against float64 formulas, and its CPU ops against
 // direct loops over that math. The CUDA ops run the same functions (CudaVsCpu.Soap* compare them).
+// The amortized pre-sort refresh against the same steps in float64.
 #include "optim/soap/soap_ops.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <numeric>
 #include <vector>
 
+#include "optim/soap/eigenbasis.h"
 #include "tests/backend_test_data.h"
 
 namespace optim {
@@ -108,6 +112,101 @@ TEST(SoapMath, KlRootWeightSquaresToTheWeight) {
     const float r = kmath::kl_inverse_root_weight(lam, 1e-3, 24);
     const float w = kmath::kl_inverse_weight(lam, 1e-3, 24);
     EXPECT_NEAR(static_cast<double>(r) * r, w, 3e-7 * w) << lam;  // three float roundings
+  }
+}
+
+// Q [n, n] <- the Q factor of a [n, n] with R's diagonal positive (modified Gram-Schmidt, float64).
+std::vector<double> orthonormal_columns(std::vector<double> a, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t p = 0; p < j; ++p) {
+      double dot = 0;
+      for (int64_t i = 0; i < n; ++i)
+        dot += a[i * n + p] * a[i * n + j];
+      for (int64_t i = 0; i < n; ++i)
+        a[i * n + j] -= dot * a[i * n + p];
+    }
+    double norm = 0;
+    for (int64_t i = 0; i < n; ++i)
+      norm += a[i * n + j] * a[i * n + j];
+    for (int64_t i = 0; i < n; ++i)
+      a[i * n + j] /= std::sqrt(norm);
+  }
+  return a;
+}
+
+// c [n, n] = a b, float64.
+std::vector<double> product(const std::vector<double>& a, const std::vector<double>& b, int64_t n) {
+  std::vector<double> c(static_cast<size_t>(n * n), 0.0);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t p = 0; p < n; ++p)
+      for (int64_t j = 0; j < n; ++j)
+        c[i * n + j] += a[i * n + p] * b[p * n + j];
+  return c;
+}
+
+// qr_sort before (the amortized reference): the old basis sorted by its Rayleigh quotients with
+// the new factor, then power_iter_steps rounds of Q <- qr(K Q).Q from it, V's permutation
+// returned. The refresh forms K Q once and factors its sorted columns in the first round; this is
+// the reference's order of steps, each in float64.
+TEST(SoapRefresh, PresortSortsTheOldBasisThenIteratesFromIt) {
+  const int64_t n = 24, k = 30;
+  // K = A A^T / k (symmetric positive definite); the old basis an orthonormal Q0.
+  const std::vector<float> a = test_data::random_vector(n * k, 21);
+  std::vector<float> kf(static_cast<size_t>(n * n));
+  std::vector<double> kd(kf.size());
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = 0;
+      for (int64_t p = 0; p < k; ++p)
+        sum += static_cast<double>(a[i * k + p]) * a[j * k + p];
+      kf[i * n + j] = static_cast<float>(sum / k);
+    }
+  for (size_t i = 0; i < kf.size(); ++i)
+    kd[i] = kf[i];
+  const std::vector<float> r = test_data::random_vector(n * n, 22);
+  const std::vector<double> q0 = orthonormal_columns(std::vector<double>(r.begin(), r.end()), n);
+
+  for (const int steps : {1, 2}) {
+    // float64: Rayleigh quotients, their descending order, the sorted basis, the power rounds.
+    std::vector<double> lam(static_cast<size_t>(n), 0.0);
+    const std::vector<double> kq0 = product(kd, q0, n);
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t i = 0; i < n; ++i)
+        lam[j] += q0[i * n + j] * kq0[i * n + j];
+    std::vector<int32_t> order(static_cast<size_t>(n));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int32_t x, int32_t y) { return lam[x] > lam[y]; });
+    std::vector<double> q(q0.size());
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < n; ++j)
+        q[i * n + j] = q0[i * n + order[j]];
+    for (int round = 0; round < steps; ++round)
+      q = orthonormal_columns(product(kd, q, n), n);
+
+    std::vector<float> qf(q0.begin(), q0.end()), lamf(static_cast<size_t>(n));
+    BackendIndices got_order(core::cpu_backend(), n);
+    FactorRefresh job{kf.data(), qf.data(), lamf.data(), n, false, false, got_order.get()};
+    refresh_factor(core::cpu_backend(), job, steps, nullptr);
+
+    for (int64_t j = 0; j < n; ++j) {
+      ASSERT_EQ(got_order.get()[j], order[j]) << "steps " << steps << ", column " << j;
+      EXPECT_NEAR(lamf[j], lam[order[j]], 1e-5 * std::abs(lam[order[j]])) << j;
+    }
+    double worst = 0;
+    for (size_t i = 0; i < q.size(); ++i)
+      worst = std::max(worst, std::abs(qf[i] - q[i]));
+    EXPECT_LT(worst, 2e-5) << "steps " << steps;
+
+    // The batched form (the CUDA ops' refresh, here through the CPU backend) agrees.
+    std::vector<float> qb(q0.begin(), q0.end()), lamb(static_cast<size_t>(n));
+    BackendIndices batched_order(core::cpu_backend(), n);
+    FactorRefresh batched{kf.data(), qb.data(), lamb.data(), n, false, false, batched_order.get()};
+    refresh_factors_batched(core::cpu_backend(), {&batched, 1}, steps, nullptr);
+    for (int64_t j = 0; j < n; ++j)
+      EXPECT_EQ(batched_order.get()[j], order[j]) << j;
+    for (size_t i = 0; i < q.size(); ++i)
+      EXPECT_NEAR(qb[i], qf[i], 2e-5) << i;
   }
 }
 
