@@ -364,7 +364,7 @@ void parse_optim_groups(Config& config, const YAML::Node& node, const std::strin
 }
 
 Config parse_root(const YAML::Node& root, const std::string& source,
-                  const std::vector<std::string>& overrides) {
+                  const std::vector<std::string>& overrides, ConfigUse use) {
   Config config;
   config.source = source;
   std::vector<std::string> seen;
@@ -376,12 +376,14 @@ Config parse_root(const YAML::Node& root, const std::string& source,
     apply_override(config, o);
     seen.push_back(o.substr(0, o.find('=')));
   }
+  const bool training = use == ConfigUse::Training;
   for (const auto& f : config_fields())
-    if (f.required && std::find(seen.begin(), seen.end(), f.key) == seen.end())
+    if (f.required && (training || f.key.starts_with("model.")) &&
+        std::find(seen.begin(), seen.end(), f.key) == seen.end())
       config_error(source, "missing required key '" + f.key + "' (" + f.doc + ")");
-  if (config.optim.empty())
+  if (training && config.optim.empty())
     config_error(source, "missing required key 'optim' (the list of parameter groups)");
-  validate_config(config);
+  validate_config(config, use);
   return config;
 }
 
@@ -435,7 +437,7 @@ std::string config_origin(const Config& config, const std::string& key) {
   return config.source.empty() ? "config" : config.source;
 }
 
-void validate_config(const Config& c) {
+void validate_config(const Config& c, ConfigUse use) {
   auto fail = [&](const std::string& key, const std::string& message) {
     config_error(config_origin(c, key), "key '" + key + "': " + message);
   };
@@ -467,15 +469,17 @@ void validate_config(const Config& c) {
   if (c.model.moe_experts < 0) fail("model.moe.experts", "must be >= 0");
   if (c.model.moe_experts > 0 && (c.model.moe_top_k < 1 || c.model.moe_top_k > c.model.moe_experts))
     fail("model.moe.top_k", "must be in [1, model.moe.experts]");
+  // The model is built in train.precision (model_config_of), so a model-only reader checks it.
+  const auto& precision = c.train.precision;
+  if (precision != "fp32" && precision != "tf32" && precision != "bf16")
+    fail("train.precision", "must be fp32, tf32 or bf16, got '" + precision + "'");
+  if (use == ConfigUse::ModelOnly) return;
   if (c.train.steps < 1) fail("train.steps", "must be >= 1");
   if (c.train.micro_batch < 1) fail("train.micro_batch", "must be >= 1");
   if (c.train.batch_tokens < 1 || c.train.batch_tokens % c.model.seq_len != 0)
     fail("train.batch_tokens",
          "must be a positive multiple of model.seq_len = " + std::to_string(c.model.seq_len));
   if (c.train.grad_clip < 0) fail("train.grad_clip", "must be >= 0");
-  const auto& precision = c.train.precision;
-  if (precision != "fp32" && precision != "tf32" && precision != "bf16")
-    fail("train.precision", "must be fp32, tf32 or bf16, got '" + precision + "'");
   const auto& s = c.train.lr_schedule;
   if (s != "constant" && s != "linear" && s != "cosine")
     fail("train.lr_schedule", "must be constant, linear or cosine, got '" + s + "'");
@@ -519,13 +523,14 @@ std::vector<std::string> config_warnings(const Config& c) {
   return out;
 }
 
-Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
-  return parse_root(load_yaml_file(path), path, overrides);
+Config load_config(const std::string& path, const std::vector<std::string>& overrides,
+                   ConfigUse use) {
+  return parse_root(load_yaml_file(path), path, overrides, use);
 }
 
 Config parse_config(const std::string& yaml_text, const std::string& source,
-                    const std::vector<std::string>& overrides) {
-  return parse_root(single_document(yaml_text, source), source, overrides);
+                    const std::vector<std::string>& overrides, ConfigUse use) {
+  return parse_root(single_document(yaml_text, source), source, overrides, use);
 }
 
 namespace {

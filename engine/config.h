@@ -206,17 +206,27 @@ struct FieldInfo {
 };
 const std::vector<FieldInfo>& config_fields();
 
+// What the reader of a config needs of it: a whole training run (every required key, the optim
+// groups, every rule), or only the model section (a tool that builds a model and nothing else,
+// such as model_grad: the other sections may be present and their keys are checked for name and
+// type, but none of them is required and only the model's rules apply).
+enum class ConfigUse { Training, ModelOnly };
+
 // Reads `path`, applies `overrides` ("a.b=c", parsed with the key's type), checks required keys
-// and cross-field rules. Errors name the key and the file and line (or the --set argument).
-Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// and cross-field rules for `use`. Errors name the key and the file and line (or the --set
+// argument).
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {},
+                   ConfigUse use = ConfigUse::Training);
 // The same from YAML text; `source` names it in messages.
 Config parse_config(const std::string& yaml_text, const std::string& source,
-                    const std::vector<std::string>& overrides = {});
+                    const std::vector<std::string>& overrides = {},
+                    ConfigUse use = ConfigUse::Training);
 // Applies one "a.b=c" override to a config.
 void apply_override(Config& config, const std::string& assignment);
 // Cross-field checks (also run by load/parse): choices, positivity, head divisibility...
-// Errors name the key and where it was set (config_origin).
-void validate_config(const Config& config);
+// (ModelOnly: the device and the model section's). Errors name the key and where it was set
+// (config_origin).
+void validate_config(const Config& config, ConfigUse use = ConfigUse::Training);
 // Where `key` got its value, for messages: "file.yaml:LINE", "--set key=value", or the config
 // file (the key kept its default).
 std::string config_origin(const Config& config, const std::string& key);

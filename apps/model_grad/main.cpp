@@ -4,11 +4,11 @@
 //   model_grad --config C.yaml [--set key=value ...] [--weights W.safetensors] --tokens T.bin
 //              --batch B --out G.safetensors [--save-weights W2.safetensors]
 //
-// The model is the `model:` section of an engine config, read by the engine's own config loader
-// (so --set, the checks and the error messages are the engine's; train.seed seeds the
-// initialisation). Row b of the batch is tokens [b(T+1), (b+1)(T+1)) of the shard, T =
-// model.seq_len: inputs are its first T tokens, targets its last T. Without --weights the
-// seeded initialisation is used.
+// The model is the `model:` section of a config, read by the engine's own config loader (so
+// --set, the checks and the error messages are the engine's; train.seed seeds the
+// initialisation). A file with only `model:` is enough; a whole engine config works too. Row b of
+// the batch is tokens [b(T+1), (b+1)(T+1)) of the shard, T = model.seq_len: inputs are its first T
+// tokens, targets its last T. Without --weights the seeded initialisation is used.
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -43,8 +43,8 @@ int run(int argc, char** argv) {
   for (const char* need : {"--config", "--tokens", "--batch", "--out"}) {
     ENGINE_CHECK(args.count(need), std::string("model_grad: ") + need + " is required");
   }
-  const model::ModelConfig config =
-      engine::model_config_of(engine::load_config(args["--config"], sets));
+  const model::ModelConfig config = engine::model_config_of(
+      engine::load_config(args["--config"], sets, engine::ConfigUse::ModelOnly));
   const int B = std::stoi(args["--batch"]);
   const int T = config.seq_len;
   ENGINE_CHECK(B > 0, "model_grad: --batch must be positive");

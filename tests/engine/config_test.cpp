@@ -89,6 +89,37 @@ TEST(Config, MissingRequiredKeys) {
   EXPECT_NE(msg.find("missing required key 'optim'"), std::string::npos) << msg;
 }
 
+// A tool that builds only a model (model_grad) reads only the model section: no data, train or
+// optim is required, the train rules do not apply (seq_len 1000 against the default batch_tokens
+// 65536 is no multiple), but unknown keys, wrong types and the model's own rules still do.
+TEST(Config, ModelOnlyNeedsOnlyTheModelSection) {
+  using engine::ConfigUse;
+  const std::string model = "model: {n_layer: 1, d_model: 32, n_head: 2, seq_len: 1000}\n";
+  const engine::Config c = engine::parse_config(model, "m.yaml", {}, ConfigUse::ModelOnly);
+  EXPECT_EQ(c.model.seq_len, 1000);
+  EXPECT_TRUE(c.optim.empty());
+  std::string msg = error_of([&] { engine::parse_config(model, "m.yaml"); });
+  EXPECT_NE(msg.find("missing required key 'data.train'"), std::string::npos) << msg;
+  msg = error_of([&] {
+    engine::parse_config(model + "data: {train: a, val: b}\n", "m.yaml", {}, ConfigUse::Training);
+  });
+  EXPECT_NE(msg.find("missing required key 'optim'"), std::string::npos) << msg;
+  // A whole engine config reads as a model-only one.
+  EXPECT_EQ(engine::parse_config(kMinimal, "x.yaml", {}, ConfigUse::ModelOnly).model.d_model, 64);
+  // Names, types and the model's rules are still checked.
+  msg = error_of(
+      [&] { engine::parse_config(model + "trian: {}\n", "m.yaml", {}, ConfigUse::ModelOnly); });
+  EXPECT_NE(msg.find("m.yaml:2"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'trian'"), std::string::npos) << msg;
+  msg = error_of(
+      [&] { engine::parse_config(model, "m.yaml", {"model.n_head=3"}, ConfigUse::ModelOnly); });
+  EXPECT_NE(msg.find("'model.d_model'"), std::string::npos) << msg;
+  msg = error_of([&] {
+    engine::parse_config(model, "m.yaml", {"train.precision=fp16"}, ConfigUse::ModelOnly);
+  });
+  EXPECT_NE(msg.find("'train.precision': must be fp32, tf32 or bf16"), std::string::npos) << msg;
+}
+
 TEST(Config, OptimGroupShape) {
   auto base = std::string("data: {train: a, val: b}\n");
   std::string msg =

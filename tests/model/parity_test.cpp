@@ -41,8 +41,7 @@ model::ModelConfig base(model::Arch arch) {
   return c;
 }
 
-// An engine config whose model section is `c` (data and optim are required keys the model does
-// not read).
+// A config with only a model section, `c` (model_grad needs no data, train or optim section).
 std::string yaml_of(const model::ModelConfig& c) {
   std::string y =
       "model:\n  arch: " + std::string(model::arch_name(c.arch)) +
@@ -55,9 +54,6 @@ std::string yaml_of(const model::ModelConfig& c) {
          "\n    top_k: " + std::to_string(c.moe_top_k) +
          "\n    aux_weight: " + std::to_string(c.moe_aux_weight) + "\n";
   }
-  y += "data: {train: unused, val: unused}\ntrain: {batch_tokens: " + std::to_string(c.seq_len) +
-       ", val_tokens: " + std::to_string(c.seq_len) +
-       "}\noptim: [{params: ['*'], optimizer: adamw}]\n";
   return y;
 }
 
