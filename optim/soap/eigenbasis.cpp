@@ -30,11 +30,12 @@ BackendIndices::~BackendIndices() {
   allocator_.deallocate(data_, bytes_);
 }
 
-void rayleigh_quotients(core::Backend& backend, const float* k, const float* q, float* lam,
-                        int64_t n) {
+core::Tensor rayleigh_quotients(core::Backend& backend, const float* k, const float* q, float* lam,
+                                int64_t n) {
   core::Tensor kq = backend_tensor(backend, {n, n});
   matmul(backend, k, false, q, false, kq.data<float>(), n, n, n);
   backend.column_dots(lam, q, kq.data<float>(), n, n);
+  return kq;
 }
 
 void sort_descending(core::Backend& backend, float* q, float* lam, int64_t n, int32_t* order) {
@@ -68,9 +69,7 @@ void sort_by_rayleigh_quotients(core::Backend& backend, const FactorRefresh& j) 
 // (K times the sorted basis, the first power round's input).
 core::Tensor presort_by_rayleigh_quotients(core::Backend& backend, const FactorRefresh& j) {
   const int64_t n = j.n;
-  core::Tensor kq = backend_tensor(backend, {n, n});
-  matmul(backend, j.k, false, j.q, false, kq.data<float>(), n, n, n);
-  backend.column_dots(j.lam, j.q, kq.data<float>(), n, n);
+  const core::Tensor kq = rayleigh_quotients(backend, j.k, j.q, j.lam, n);
   sort_descending(backend, j.q, j.lam, n, j.sort_before_order);
   core::Tensor sorted_kq = backend_tensor(backend, {n, n});
   backend.gather_columns(sorted_kq.data<float>(), kq.data<float>(), j.sort_before_order, n, n);

@@ -45,9 +45,10 @@ class BackendIndices {
   int32_t* data_;
 };
 
-// lam[j] = q_j^T K q_j for the columns q_j of q [n, n] (accumulated in double).
-void rayleigh_quotients(core::Backend& backend, const float* k, const float* q, float* lam,
-                        int64_t n);
+// lam[j] = q_j^T K q_j for the columns q_j of q [n, n] (accumulated in double); returns the
+// product K q [n, n] they are formed from.
+core::Tensor rayleigh_quotients(core::Backend& backend, const float* k, const float* q, float* lam,
+                                int64_t n);
 // Sorts lam [n] in descending order (stable, so ties keep their order) and the columns of
 // q [n, n] with it; order [n] gets the permutation (new column j is old column order[j]).
 void sort_descending(core::Backend& backend, float* q, float* lam, int64_t n, int32_t* order);

@@ -42,11 +42,13 @@ class CpuSoapOps final : public SoapOps {
 
   void kl_root_weight_columns(float* out, const float* q, const float* lam, int64_t n,
                               double eps) override {
-    for (int64_t j = 0; j < n; ++j) {
-      const float w = kmath::kl_inverse_root_weight(lam[j], eps, n);
-      for (int64_t i = 0; i < n; ++i)
-        out[i * n + j] = q[i * n + j] * w;
-    }
+    // The weights once, then row by row (q and out are row-major).
+    std::vector<float> w(static_cast<size_t>(n));
+    for (int64_t j = 0; j < n; ++j)
+      w[j] = kmath::kl_inverse_root_weight(lam[j], eps, n);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < n; ++j)
+        out[i * n + j] = q[i * n + j] * w[j];
   }
 
   void refresh(std::span<const FactorRefresh> jobs, int power_iter_steps, bool batched,
