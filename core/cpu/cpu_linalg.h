@@ -181,15 +181,6 @@ inline void blas_solve_right_upper(int64_t m, int64_t n, const double* r, double
               static_cast<blasint>(n));
 }
 
-// The limits of the CholeskyQR2 path. A first pass leaves Q1 with Q1^T Q1 = I + E, |E| about
-// kappa^2 u (kappa: the condition number of a with its columns scaled to unit length; the
-// Cholesky factorisation is insensitive to that scaling). The second pass then restores
-// orthonormality to rounding as long as ||E||_2 < 1; it is taken while ||E||_F <= 0.5
-// (kappa up to about 2e3 in float). Before the first solve, a pivot r_jj / ||a_j|| below
-// 1 / kMaxScaledCondition already proves kappa too large (kappa >= ||a_j|| / r_jj).
-constexpr double kCholQrMaxDeviation = 0.5;
-constexpr double kCholQrMaxScaledCondition = 3.0e3;
-
 // Q1 <- Q1 R^{-1} for the Cholesky factor R of the Gram matrix g = Q1^T Q1 (upper, row-major,
 // in place in g). False when the factorisation fails or a pivot proves the columns nearly
 // dependent (g's diagonal holds the squared column lengths on entry).

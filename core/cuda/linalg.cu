@@ -277,9 +277,6 @@ void CudaBackend::eigh(float* w, float* v, const float* a, int64_t n, int64_t ba
 
 namespace {
 
-// The limits of the CholeskyQR2 path, as on the CPU (core/cpu/cpu_linalg.h says why).
-constexpr double kCholQrMaxDeviation = 0.5;
-constexpr double kCholQrMaxScaledCondition = 3.0e3;
 // syevBatched takes n * n * batch < 2^31 elements per call; a larger group is split.
 constexpr int64_t kSyevBatchedMaxElements = INT_MAX;
 constexpr int kBlockThreads = 256;

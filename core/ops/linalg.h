@@ -30,6 +30,16 @@ struct QrTask {
   const float* left = nullptr;
 };
 
+// When qr_many's CholeskyQR2 path is taken, on every device. A first pass leaves Q1 with
+// Q1^T Q1 = I + E, |E| about kappa^2 u (kappa: the condition number of a with its columns scaled
+// to unit length; the Cholesky factorisation is insensitive to that scaling). The second pass
+// then restores orthonormality to rounding as long as ||E||_2 < 1; it is taken while
+// ||E||_F <= kCholQrMaxDeviation (kappa up to about 2e3 in float). Before the first solve, a
+// pivot r_jj / ||a_j|| below 1 / kCholQrMaxScaledCondition already proves kappa too large
+// (kappa >= ||a_j|| / r_jj). Householder takes over where either limit refuses.
+constexpr double kCholQrMaxDeviation = 0.5;
+constexpr double kCholQrMaxScaledCondition = 3.0e3;
+
 // One Gram matrix of a list formed together (gram_many): out = a^T a [cols, cols] of a
 // [rows, cols], or with `outer` a a^T [rows, rows]; one triangle is computed and mirrored, so out
 // is exactly symmetric.
@@ -60,9 +70,11 @@ class LinalgOps {
   // single-threaded (also for a single task, so the bits do not depend on the thread count
   // either; they may differ from eigh()/qr(), whose one matrix uses threaded LAPACK): syevd, and
   // for a tall or square QR CholeskyQR2 (syrk, potrf, trsm), falling back to Householder when
-  // the columns are too close to dependent for it (core/cpu/cpu_linalg.h says how that is told).
-  // CUDA: one solver call per task in stream order, the solver of eigh()/qr() (qr_many's columns
-  // then signed to its convention).
+  // the columns are too close to dependent for it (kCholQrMaxDeviation, kCholQrMaxScaledCondition).
+  // CUDA: the tasks of each size (eigh) or shape (qr) as one batched call: syevjBatched up to
+  // n 32 and cusolverDnXsyevBatched above; CholeskyQR2 as batched GEMMs, potrfBatched and
+  // trsmBatched under the same limits, Householder (geqrf, orgqr, columns signed to the
+  // convention) for the members it refuses and for wide tasks.
   virtual void eigh_many(std::span<const EighTask> tasks) = 0;
   virtual void qr_many(std::span<const QrTask> tasks) = 0;
   // The Gram matrices of a list (the Kronecker factors' statistics G G^T, G^T G of many
