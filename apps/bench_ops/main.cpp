@@ -18,7 +18,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <ctime>
 #include <functional>
 #include <sstream>
 #include <stdexcept>
@@ -26,6 +25,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/clock.h"
 #include "core/cpu/cpu_kernels.h"
 #include "core/rng.h"
 #include "core/tensor.h"
@@ -100,17 +100,11 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-double thread_cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
 double seconds(const std::function<void()>& fn) {
   if (g_cpu_clock) {
-    double t0 = thread_cpu_seconds();
+    double t0 = core::thread_cpu_seconds();
     fn();
-    return thread_cpu_seconds() - t0;
+    return core::thread_cpu_seconds() - t0;
   }
   auto t0 = std::chrono::steady_clock::now();
   fn();

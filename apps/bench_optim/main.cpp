@@ -51,6 +51,7 @@
 #include "comm/sharding_plan.h"
 #include "comm/staged_communicator.h"
 #include "core/check.h"
+#include "core/clock.h"
 #include "core/rng.h"
 #include "optim/optimizer_set.h"
 #include "optim/soap/eigenbasis.h"
@@ -104,10 +105,10 @@ Timing median_ms(Bench& b, int warmup, int repeat, const std::function<void()>& 
     prepare();
     b.backend.synchronize();
     b.world.barrier();
-    const double t0 = optim::wall_seconds(), c0 = optim::process_cpu_seconds();
+    const double t0 = core::wall_seconds(), c0 = core::process_cpu_seconds();
     fn();
     b.backend.synchronize();
-    double dt[2] = {optim::wall_seconds() - t0, optim::process_cpu_seconds() - c0};
+    double dt[2] = {core::wall_seconds() - t0, core::process_cpu_seconds() - c0};
     b.world.all_reduce(dt, 2, comm::ReduceOp::Max);
     wall.push_back(dt[0] * 1e3);
     cpu.push_back(dt[1] * 1e3);

@@ -9,7 +9,6 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <ctime>
 #include <exception>
 #include <fstream>
 #include <iostream>
@@ -21,6 +20,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/clock.h"
 #include "core/json.h"
 #include "data/gpt2_tokenizer.h"
 #include "data/shard_writer.h"
@@ -83,13 +83,6 @@ int64_t peak_memory_bytes() {
   for (std::string line; std::getline(status, line);)
     if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;  // "N kB"
   return 0;
-}
-
-// CPU time of this thread: the tokenizer's speed independent of other load on the machine.
-double thread_cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 struct Options {
@@ -232,7 +225,7 @@ int run_shards(const Options& opt) {
       std::atomic<size_t> next{0};
       // Decoding a JSON line and encoding its text both run on the workers.
       const auto work = [&](int t) {
-        const double cpu0 = thread_cpu_seconds();
+        const double cpu0 = core::thread_cpu_seconds();
         for (size_t i; (i = next.fetch_add(1)) < count;) {
           try {
             const std::string text = reader.text(std::move(docs[i]));
@@ -244,7 +237,7 @@ int run_shards(const Options& opt) {
           progress.tokens += static_cast<int64_t>(ids[i].size());
           progress.documents += 1;
         }
-        encode_cpu_seconds += thread_cpu_seconds() - cpu0;
+        encode_cpu_seconds += core::thread_cpu_seconds() - cpu0;
       };
       std::vector<std::thread> pool;
       for (int t = 1; t < std::min<int>(threads, static_cast<int>(count)); ++t)

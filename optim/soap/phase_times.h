@@ -35,10 +35,6 @@ struct SoapPhaseTimes {
   void add(const SoapPhaseTimes& other);
 };
 
-double wall_seconds();
-double process_cpu_seconds();  // every thread of the process
-double thread_cpu_seconds();   // the calling thread
-
 // Adds the time between construction and destruction to `phase` (nothing when times is null),
 // the backend synchronised first at both ends: wall time, and the CPU time of the process or, for
 // work on one thread of a parallel region (`this_thread`), of the calling thread. The

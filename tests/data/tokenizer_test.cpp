@@ -3,13 +3,13 @@
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
-#include <ctime>
 #include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "core/check.h"
+#include "core/clock.h"
 #include "data/gpt2_tokenizer.h"
 #include "data/string_index.h"
 #include "data/utf8.h"
@@ -20,13 +20,6 @@ const std::string kRepo = ENGINE_REPO_ROOT;
 const std::string kVocab = kRepo + "/data/tokenizer";
 const std::string kGolden = kRepo + "/tests/fixtures/golden/tokenizer/gpt2_bpe_cases.json";
 const std::string kGoldenLong = kRepo + "/tests/fixtures/golden/tokenizer/gpt2_bpe_long_cases.json";
-
-// CPU time of this thread: the tokenizer's cost independent of other load on the machine.
-double thread_cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
 
 data::Gpt2Tokenizer& tokenizer() {
   // The ctest fixture data_fetch_tokenizer fetches the files; say so loudly when they are absent.
@@ -83,11 +76,11 @@ TEST(Gpt2Tokenizer, OneMegabyteLineWithoutSpacesInNearLinearTime) {
   for (char& ch : line)
     ch = static_cast<char>('a' + letter(rng));
   const std::string_view small(line.data(), line.size() / 10);
-  const double t0 = thread_cpu_seconds();
+  const double t0 = core::thread_cpu_seconds();
   const std::vector<int32_t> small_ids = tok.encode(small);
-  const double t1 = thread_cpu_seconds();
+  const double t1 = core::thread_cpu_seconds();
   const std::vector<int32_t> ids = tok.encode(line);
-  const double t2 = thread_cpu_seconds();
+  const double t2 = core::thread_cpu_seconds();
   EXPECT_EQ(tok.decode(ids), line);
   EXPECT_GT(ids.size(), line.size() / 4);
   EXPECT_LT(t2 - t1, 3.0) << "1 MB took " << (t2 - t1) << " s of CPU";
@@ -95,9 +88,9 @@ TEST(Gpt2Tokenizer, OneMegabyteLineWithoutSpacesInNearLinearTime) {
       << "100 KB took " << (t1 - t0) << " s, 1 MB " << (t2 - t1) << " s";
   // Long runs of one character stay as fast.
   const std::string run(1 << 20, 'x');
-  const double t3 = thread_cpu_seconds();
+  const double t3 = core::thread_cpu_seconds();
   EXPECT_EQ(tok.decode(tok.encode(run)), run);
-  EXPECT_LT(thread_cpu_seconds() - t3, 3.0);
+  EXPECT_LT(core::thread_cpu_seconds() - t3, 3.0);
 }
 
 // A pre-token beyond 64 KiB is merged in 64 KiB chunks (bounded memory): "c" then "ab" repeated
