@@ -116,17 +116,72 @@ TEST(LinalgMany, QrManyEqualsQrBitForBit) {
   }
 }
 
-// With a left factor the task is the QR of the product (one step of orthogonal iteration), in
-// place: the same Q as the product formed first, to rounding, and bit for bit batched or not.
+// The Q of the QR of a [n, n] in float64 by modified Gram-Schmidt run twice (R's diagonal
+// positive, as qr_many signs it): the reference for a well-conditioned a.
+std::vector<double> qr_q_f64(std::vector<double> a, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) {
+    for (int pass = 0; pass < 2; ++pass)
+      for (int64_t p = 0; p < j; ++p) {
+        double dot = 0;
+        for (int64_t i = 0; i < n; ++i)
+          dot += a[i * n + p] * a[i * n + j];
+        for (int64_t i = 0; i < n; ++i)
+          a[i * n + j] -= dot * a[i * n + p];
+      }
+    double norm = 0;
+    for (int64_t i = 0; i < n; ++i)
+      norm += a[i * n + j] * a[i * n + j];
+    norm = std::sqrt(norm);
+    for (int64_t i = 0; i < n; ++i)
+      a[i * n + j] /= norm;
+  }
+  return a;
+}
+
+// c = a b for [n, n] matrices in float64.
+std::vector<double> matmul_f64(const std::vector<double>& a, const std::vector<double>& b,
+                               int64_t n) {
+  std::vector<double> c(static_cast<size_t>(n * n), 0.0);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t l = 0; l < n; ++l)
+      for (int64_t j = 0; j < n; ++j)
+        c[i * n + j] += a[i * n + l] * b[l * n + j];
+  return c;
+}
+
+// With a left factor the task is the QR of the product K Q (one step of orthogonal iteration),
+// in place. Its bar follows from the arithmetic, not from two GEMM paths rounding alike (they do
+// not: another BLAS kernel or thread split sums in another order). K = U diag(lambda) U^T has a
+// known spectrum in [1, kappa] and Q is orthonormal, so A = K Q has singular values lambda and
+// ||A^+||_2 = 1. To first order the computed Q differs from the exact one by at most
+// sqrt(2) ||A^+||_2 ||dA||_F (Sun 1991), dA the backward error of forming the product and of the
+// QR: the GEMM's is at most gamma_n |K| |Q| elementwise (gamma_n = n u / (1 - n u), any summation
+// order, u = 2^-24), and a backward-stable QR's (CholeskyQR2 at this conditioning, or the
+// Householder fallback) gamma_n ||A||_F per column, taken as gamma_n ||A||_F in all. Against
+// the QR of the product computed in float64 the bar is that bound, norm-relative (||Q||_F =
+// sqrt(n)); a wrong factor or a stale Q lands orders of magnitude above it (checked below).
 TEST(LinalgMany, QrManyOfAProductInPlace) {
   core::Backend& be = core::cpu_backend();
   const std::vector<int64_t> sizes = {128, 40, 128, 1};
+  const double kappa = 8.0, u = std::ldexp(1.0, -24);
   std::vector<FVec> k, q, q1;
   std::vector<core::QrTask> tasks;
   for (size_t i = 0; i < sizes.size(); ++i) {
     const int64_t n = sizes[i];
-    k.push_back(random_spd(n, 300 + i));
-    q.push_back(random_vec<float>(n * n, 310 + i));
+    const std::vector<double> basis = qr_q_f64(random_vec<double>(n * n, 300 + i), n);
+    std::vector<double> scaled(basis);  // U diag(lambda), lambda log-spaced over [1, kappa]
+    for (int64_t c = 0; c < n; ++c) {
+      const double lambda = std::pow(kappa, n > 1 ? double(c) / double(n - 1) : 0.0);
+      for (int64_t r = 0; r < n; ++r)
+        scaled[r * n + c] *= lambda;
+    }
+    std::vector<double> kd(static_cast<size_t>(n * n), 0.0);
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t c = 0; c < n; ++c)
+        for (int64_t l = 0; l < n; ++l)
+          kd[r * n + c] += scaled[r * n + l] * basis[c * n + l];
+    k.push_back(core::test::to_float(kd));
+    q.push_back(core::test::to_float(qr_q_f64(random_vec<double>(n * n, 310 + i), n)));
     q1.push_back(q.back());
   }
   for (size_t i = 0; i < sizes.size(); ++i)
@@ -134,15 +189,49 @@ TEST(LinalgMany, QrManyOfAProductInPlace) {
   be.qr_many(tasks);
   for (size_t i = 0; i < sizes.size(); ++i) {
     const int64_t n = sizes[i];
+    const std::vector<double> kd = core::test::to_double(k[i]), qd = core::test::to_double(q1[i]);
+    const std::vector<double> want = qr_q_f64(matmul_f64(kd, qd, n), n);
+    // The bar: sqrt(2) (gamma_n || |K| |Q| ||_F + gamma_n ||K Q||_F) / sqrt(n), ||A^+||_2 = 1
+    // (the float rounding of K and Q moves the singular values by about u, left out).
+    std::vector<double> abs_k(kd), abs_q(qd);
+    for (double& x : abs_k)
+      x = std::abs(x);
+    for (double& x : abs_q)
+      x = std::abs(x);
+    const double gamma = double(n) * u / (1.0 - double(n) * u);
+    const auto frobenius = [](const std::vector<double>& m) {
+      double s = 0;
+      for (const double x : m)
+        s += x * x;
+      return std::sqrt(s);
+    };
+    const double bar = std::sqrt(2.0) * gamma *
+                       (frobenius(matmul_f64(abs_k, abs_q, n)) + frobenius(matmul_f64(kd, qd, n))) /
+                       std::sqrt(double(n));
+    const std::string size = " (n " + std::to_string(n) + "), norm-relative";
+    core::test::expect_within("QR of K Q in the task vs float64" + size,
+                              core::test::norm_rel_diff(q[i], want), bar);
+    // The same for the product formed first and handed to qr_many without a left factor.
     FVec product(static_cast<size_t>(n * n)), q2(static_cast<size_t>(n * n));
     core::GemmArgs args;
     args.m = args.n = args.k = n;
     be.gemm(args, k[i].data(), q1[i].data(), product.data());
     const core::QrTask of_product{product.data(), q2.data(), n, n};
     be.qr_many({&of_product, 1});
-    core::test::expect_within("QR of K Q in the task vs of the product formed first (n " +
-                                  std::to_string(n) + "), norm-relative",
-                              core::test::norm_rel_diff(q[i], q2), 1e-6);  // measured 0
+    core::test::expect_within("QR of the product formed first vs float64" + size,
+                              core::test::norm_rel_diff(q2, want), bar);
+    // The bar tells a wrong product: the stale Q (no product) and the other task's factor of
+    // the same size each land far above it.
+    if (n > 1) {
+      const double stale = core::test::norm_rel_diff(q1[i], want);
+      EXPECT_GT(stale, 100 * bar) << "a stale Q would pass, n " << n;
+      const size_t other = i == 0 ? 2 : 0;
+      if (sizes[other] == n && other != i) {
+        const double wrong_factor = core::test::norm_rel_diff(
+            qr_q_f64(matmul_f64(core::test::to_double(k[other]), qd, n), n), want);
+        EXPECT_GT(wrong_factor, 100 * bar) << "another factor's product would pass, n " << n;
+      }
+    }
     const core::QrTask one{q1[i].data(), q1[i].data(), n, n, k[i].data()};
     be.qr_many({&one, 1});
     EXPECT_TRUE(same_bits(q[i], q1[i])) << "batched vs one at a time, task " << i;
