@@ -70,9 +70,13 @@ restore() {
 trap restore EXIT
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-[ "$no_bf16" = 1 ] && export ENGINE_CPU_NO_BF16=1
+bf16="as detected" suffix=""
+if [ "$no_bf16" = 1 ]; then
+  export ENGINE_CPU_NO_BF16=1
+  bf16="forced off" suffix=_nobf16
+fi
 rows=() failed=0
-echo "variant: this CPU's own OpenBLAS kernel is $own; bf16 $([ "$no_bf16" = 1 ] && echo 'forced off' || echo 'as detected')"
+echo "variant: this CPU's own OpenBLAS kernel is $own; bf16 $bf16"
 for kernel in ${coretypes//,/ }; do
   if ! can_run "$kernel"; then
     echo "variant: this CPU cannot execute OpenBLAS's $kernel kernel (no AVX-512 or BF16): refused" >&2
@@ -85,7 +89,7 @@ for kernel in ${coretypes//,/ }; do
   fi
   for t in ${threads//,/ }; do
     cmake -S . -B "$build" -DENGINE_TEST_THREADS="$t" -DENGINE_TEST_RANK_THREADS="$rank_threads" >/dev/null
-    log="$build/Testing/variant_${kernel}_t${t}_r${rank_threads}$([ "$no_bf16" = 1 ] && echo _nobf16).log"
+    log="$build/Testing/variant_${kernel}_t${t}_r${rank_threads}$suffix.log"
     echo "variant: OPENBLAS_CORETYPE=$kernel, $t threads per test, $rank_threads per rank: $log"
     start=$(date +%s)
     rc=0
@@ -93,7 +97,7 @@ for kernel in ${coretypes//,/ }; do
       -j "$(nproc)" "$@" >"$log" 2>&1 || rc=$?
     secs=$(($(date +%s) - start))
     summary=$(grep -E '^[0-9]+% tests passed' "$log" || echo "ctest exit $rc")
-    rows+=("| $kernel | $t | $rank_threads | $summary | ${secs} s |")
+    rows+=("| $kernel | $t | $rank_threads | $bf16 | $summary | ${secs} s |")
     if [ "$rc" != 0 ]; then
       failed=1
       sed -n '/The following tests FAILED/,$p' "$log"
@@ -101,7 +105,7 @@ for kernel in ${coretypes//,/ }; do
   done
 done
 echo
-echo "| OpenBLAS kernel | threads per test | per rank | result | wall |"
-echo "| --- | --- | --- | --- | --- |"
+echo "| OpenBLAS kernel | threads per test | per rank | bf16 | result | wall |"
+echo "| --- | --- | --- | --- | --- | --- |"
 printf '%s\n' "${rows[@]}"
 exit "$failed"

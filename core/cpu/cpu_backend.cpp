@@ -8,6 +8,8 @@
 
 #include <string>
 
+#include "core/cpu/cpu_isa.h"
+
 namespace core {
 
 Device CpuBackend::device() const {
@@ -20,7 +22,8 @@ Allocator& CpuBackend::allocator() {
 
 const char* CpuBackend::name() const {
   thread_local std::string name;
-  name = "cpu (OpenBLAS, " + std::to_string(omp_get_max_threads()) + " threads)";
+  name = "cpu (" + cpu::describe_cpu() + ", " + std::to_string(omp_get_max_threads()) +
+         " threads)";
   return name.c_str();
 }
 

@@ -1,7 +1,10 @@
 #include "core/cpu/cpu_isa.h"
 
+#include <cblas.h>
+
 #include <cstdint>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -55,6 +58,36 @@ const std::string& cpu_bf16_gemm_slow_reason() {
         "would run as f32 GEMMs of the bf16 values");
   }();
   return reason;
+}
+
+const std::string& describe_cpu() {
+  static const std::string description = [] {
+    std::string model = "unknown CPU";
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    for (std::string line; std::getline(cpuinfo, line);)
+      if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
+        model = line.substr(line.find(':') + 1);
+        model.erase(0, model.find_first_not_of(" \t"));
+        break;
+      }
+    std::string vector = "no AVX";
+#if defined(__x86_64__) || defined(__i386__)
+    if (__builtin_cpu_supports("avx512f"))
+      vector = "AVX-512";
+    else if (__builtin_cpu_supports("avx2"))
+      vector = "AVX2";
+    else if (__builtin_cpu_supports("avx"))
+      vector = "AVX";
+#endif
+    const CpuBf16Isa isa = detect_cpu_bf16_isa();
+    std::string bf16 = isa.amx_bf16 ? " with AMX-BF16" : isa.avx512_bf16 ? " with AVX512_BF16" : "";
+    if (bf16.empty())
+      bf16 = ", no bf16 instructions";
+    else if (!cpu_bf16_gemm_slow_reason().empty())
+      bf16 += " (off: " + std::string(kNoBf16Env) + "=1)";
+    return model + ", " + vector + bf16 + ", OpenBLAS " + openblas_get_corename() + " kernels";
+  }();
+  return description;
 }
 
 }  // namespace core::cpu

@@ -23,4 +23,10 @@ inline constexpr const char* kNoBf16Env = "ENGINE_CPU_NO_BF16";
 // once per process (the first call), from detect_cpu_bf16_isa() and ENGINE_CPU_NO_BF16.
 const std::string& cpu_bf16_gemm_slow_reason();
 
+// This CPU in one line, for logs and benchmark tables, whose numbers depend on it: its model name,
+// the widest vector instructions it runs (AVX-512, AVX2, AVX), whether bf16 GEMMs run on bf16
+// instructions, and the OpenBLAS kernel family in use (OPENBLAS_CORETYPE can choose another).
+// "AMD EPYC 9654, AVX-512 with AVX512_BF16, OpenBLAS Cooperlake kernels".
+const std::string& describe_cpu();
+
 }  // namespace core::cpu

@@ -3,6 +3,7 @@
 // values, and the instruction-set detection. bf16_isa_forced_fallback runs the Bf16Isa cases
 // again with ENGINE_CPU_NO_BF16=1 (tests/core/CMakeLists.txt), so the fallback is checked on
 // machines that have the instructions too.
+#include <cblas.h>
 #include <gtest/gtest.h>
 
 #include <cfloat>
@@ -383,6 +384,31 @@ TEST(Bf16Isa, SlowReasonFollowsTheInstructionsAndTheEnvironment) {
   }
   EXPECT_FALSE(core::cpu_backend().tf32_gemm_slow_reason().empty()) << "no TF32 on a CPU";
   std::printf("[ measured ] bf16 GEMMs here: %s\n", reason.empty() ? "fast" : reason.c_str());
+}
+
+// The one-line description that logs and benchmark tables carry: the vector tier and bf16 as
+// /proc/cpuinfo lists them, bf16 marked off where it is forced off, and the OpenBLAS kernel in use.
+TEST(Bf16Isa, DescribeCpuNamesTheInstructionsAndTheBlasKernel) {
+  std::ifstream probe("/proc/cpuinfo");
+  if (!probe) GTEST_SKIP() << "no /proc/cpuinfo";
+  const std::string d = core::cpu::describe_cpu();
+  std::printf("[ measured ] this CPU: %s\n", d.c_str());
+  const std::string vector = cpuinfo_has("avx512f") ? "AVX-512"
+                             : cpuinfo_has("avx2")  ? "AVX2"
+                             : cpuinfo_has("avx")   ? "AVX"
+                                                    : "no AVX";
+  EXPECT_NE(d.find(", " + vector), std::string::npos) << d;
+  const core::cpu::CpuBf16Isa isa = core::cpu::detect_cpu_bf16_isa();
+  const bool has_bf16 = isa.avx512_bf16 || isa.amx_bf16;
+  EXPECT_EQ(d.find("no bf16 instructions") == std::string::npos, has_bf16) << d;
+  const char* env = std::getenv(core::cpu::kNoBf16Env);
+  const bool forced = env && std::string(env) == "1";
+  EXPECT_EQ(d.find("(off: ENGINE_CPU_NO_BF16=1)") != std::string::npos, forced && has_bf16) << d;
+  EXPECT_NE(d.find(std::string("OpenBLAS ") + openblas_get_corename() + " kernels"),
+            std::string::npos)
+      << d;
+  EXPECT_NE(std::string(core::cpu_backend().name()).find(d), std::string::npos)
+      << "the backend's name carries it: " << core::cpu_backend().name();
 }
 
 TEST(Bf16Isa, BackendGemmTakesThePathTheReasonSays) {
