@@ -12,7 +12,8 @@
 #                    SkylakeX, Cooperlake, ...; a kernel this CPU cannot execute is refused.
 #                    Default: Haswell, or Zen where Haswell is this CPU's own.
 #   --threads        OMP_NUM_THREADS of each single-process test, each run in turn (default 3)
-#   --rank-threads   OMP_NUM_THREADS of each rank of a multi-rank test (default 2)
+#   --rank-threads   OMP_NUM_THREADS of each rank of a multi-rank test (default 1, as test.sh;
+#                    2 or more oversubscribes 2 cores at np 4 and 8: 5-10x slower)
 #   --no-bf16        ENGINE_CPU_NO_BF16=1: bf16 falls back as on a CPU without AVX512_BF16
 #   ctest args       which tests, e.g. -L 'core|optim' or -LE heavy (default: all)
 #
@@ -22,14 +23,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
 
-coretypes="" threads=3 rank_threads=2 no_bf16=0
+coretypes="" threads=3 rank_threads=1 no_bf16=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --coretype) coretypes=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --rank-threads) rank_threads=$2; shift 2 ;;
     --no-bf16) no_bf16=1; shift ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) break ;;
   esac
 done
