@@ -26,6 +26,7 @@
 #include "engine/stop_signal.h"
 #include "engine/trainable.h"
 #include "engine/validation.h"
+#include "model/flops.h"
 
 namespace engine {
 
@@ -76,7 +77,6 @@ Trainer::Trainer(Config config, comm::Communicator& control, comm::Communicator&
   model_config.precision = precision.precision;
   gpt_ = std::make_unique<model::Gpt>(model_config, backend_);
   gpt_->init_weights();
-  const model::ParamTable& table = gpt_->table();
 
   // Optimizer groups decide each trainable's placement; the plan resolves it for this world.
   std::vector<Trainable> trainables = model_trainables(*gpt_);
@@ -115,16 +115,7 @@ Trainer::Trainer(Config config, comm::Communicator& control, comm::Communicator&
 
   if (!config_.optim.empty() && config_.optim.front().node["lr"])
     base_lr_ = config_.optim.front().node["lr"].as<double>();
-  // 6 flops per weight per token (forward + backward) for every weight used in a matmul, plus
-  // attention (llm.c's 6 * layers * d_model * seq_len). Embedding lookups are no matmul, unless
-  // the embedding is also the (tied) head.
-  int64_t matmul_weights = 0;
-  for (const auto& p : table.params())
-    if (p.kind != model::ParamKind::Embedding) matmul_weights += p.numel;
-  if (!table.find("lm_head.weight")) matmul_weights += table.at("embed.weight").numel;
-  flops_per_token_ =
-      6.0 * static_cast<double>(matmul_weights) +
-      6.0 * static_cast<double>(config_.model.n_layer * config_.model.d_model * geometry_.seq_len);
+  flops_per_token_ = model::training_flops_per_token(gpt_->config());
 }
 
 Trainer::~Trainer() = default;
