@@ -113,8 +113,6 @@ Trainer::Trainer(Config config, comm::Communicator& control, comm::Communicator&
   checkpointer_ = std::make_unique<Checkpointer>(
       config_, comm_, backend_, CheckpointedState{*plan_, *zero_, *optim_, reparams_, *loader_});
 
-  if (!config_.optim.empty() && config_.optim.front().node["lr"])
-    base_lr_ = config_.optim.front().node["lr"].as<double>();
   flops_per_token_ = model::training_flops_per_token(gpt_->config());
 }
 
@@ -232,7 +230,7 @@ StepRecord Trainer::train_step() {
   StepRecord r;
   r.step = counters_.step;
   r.train_loss = loss;
-  r.lr = base_lr_ * lr_scale;
+  r.lr = optim_->optimizer(0).lr() * lr_scale;  // the first group's, its default included
   r.grad_norm = grad_norm;
   r.tokens = counters_.tokens;
   r.train_time_ms = counters_.train_time_ms;

@@ -122,7 +122,6 @@ class Trainer {
   bool started_ = false;
   std::optional<std::pair<int64_t, double>> last_val_;  // (step, validation loss)
   std::vector<int64_t> expert_rows_;  // MoE: the last step's rows per expert, over the ranks
-  double base_lr_ = 0;                // the first group's lr, for the log
   double flops_per_token_ = 0;
 };
 

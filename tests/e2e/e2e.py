@@ -151,6 +151,26 @@ def case_loss_falls(env):
           (first, last, m[0]["val_loss"], m[20]["val_loss"]))
 
 
+def case_default_lr_logged(env):
+    """The lr logged is the first group's effective one: its optimizer's default where the group
+    gives none (it was logged as 0), and the value of --set optim.0.lr (a list index)."""
+    default = ["optim=[{params: ['*'], optimizer: adamw}]", "train.steps=3"]
+    _, d = env.run(1, "default", default)
+    _, e = env.run(1, "explicit", ["optim=[{params: ['*'], optimizer: adamw, lr: 0.008}]",
+                                   "train.steps=3"])
+    _, h = env.run(1, "half", default + ["optim.0.lr=0.004"])
+    a, b, c = metrics(d), metrics(e), metrics(h)
+    for s in range(1, 4):
+        check(a[s]["lr"] > 0, "step %d: lr %g logged for the default lr" % (s, a[s]["lr"]))
+        check(a[s]["lr"] == b[s]["lr"], "step %d: default lr %g, AdamW's 0.008 gives %g" %
+              (s, a[s]["lr"], b[s]["lr"]))
+        check(a[s]["train_loss"] == b[s]["train_loss"], "step %d: losses differ" % s)
+        check(abs(c[s]["lr"] - a[s]["lr"] / 2) <= 1e-12 * a[s]["lr"],
+              "step %d: --set optim.0.lr=0.004 logs %g, not half of %g" % (s, c[s]["lr"], a[s]["lr"]))
+    print("lr logged at steps 1-3: %s (default), %s (optim.0.lr=0.004)" %
+          ([a[s]["lr"] for s in range(1, 4)], [c[s]["lr"] for s in range(1, 4)]))
+
+
 def case_determinism(env):
     _, a = env.run(2, "a")
     _, b = env.run(2, "b")
@@ -957,6 +977,7 @@ CASES = {
     "comparisons_fail": case_comparisons_fail,
     "loss_falls": case_loss_falls,
     "determinism": case_determinism,
+    "default_lr_logged": case_default_lr_logged,
     "world_size_stage1": lambda env: case_world_size(env, 1),
     "world_size_stage2": lambda env: case_world_size(env, 2),
     "world_size_stage3": lambda env: case_world_size(env, 3),
