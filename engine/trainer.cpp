@@ -381,7 +381,10 @@ TrainSummary Trainer::run() {
   std::optional<double> peak_gflops = config_.log.peak_gflops > 0
                                           ? std::optional<double>(config_.log.peak_gflops)
                                           : gpu_peak_gflops(gpt_->backend().name());
-  if (peak_gflops) *peak_gflops *= comm_.size();
+  if (peak_gflops)
+    *peak_gflops *= comm_.size();
+  else
+    spdlog::info("{}", unknown_peak_note(gpt_->backend().name()));
   std::unique_ptr<MetricsWriter> metrics;
   if (comm_.rank() == 0) {
     fs::create_directories(config_.log.dir);
