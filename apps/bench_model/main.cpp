@@ -375,6 +375,14 @@ std::vector<std::string> split(const std::string& s) {
   return out;
 }
 
+constexpr const char* kUsage =
+    "usage: bench_model [--json] [--steps N] [--threads 1,2] [--models gpt2,modern]\n"
+    "                   [--precision fp32,bf16] [--no-torch] [--torch-script PATH]\n"
+    "       bench_model --device cuda [--json] [--steps N] [--models gpt2_124m]\n"
+    "                   [--precision fp32,bf16] [--op-groups]\n"
+    "One training step (forward, backward, AdamW) of the GPT beside PyTorch's; the header of\n"
+    "apps/bench_model/main.cpp says what each column measures.\n";
+
 int run(int argc, char** argv) {
   bool json = false, torch = true, op_groups = false;
   int steps = 3;
@@ -387,7 +395,10 @@ int run(int argc, char** argv) {
       ENGINE_CHECK(i + 1 < argc, "bench_model: " + a + " needs a value");
       return std::string(argv[++i]);
     };
-    if (a == "--json") {
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (a == "--json") {
       json = true;
     } else if (a == "--no-torch") {
       torch = false;
@@ -408,7 +419,7 @@ int run(int argc, char** argv) {
     } else if (a == "--child") {
       child_model = value();
     } else {
-      ENGINE_FAIL("bench_model: unknown argument '" + a + "'");
+      ENGINE_FAIL("bench_model: unknown argument '" + a + "'\n" + kUsage);
     }
   }
   ENGINE_CHECK(steps > 0, "bench_model: --steps must be positive");

@@ -61,6 +61,13 @@
 
 namespace {
 
+constexpr const char* kUsage =
+    "usage: mpirun -np N bench_optim [--device cpu|cuda] [--layers 4] [--d-model 128]\n"
+    "                                [--experts 4] [--repeat 5] [--warmup 2] [--only SUBSTRING]\n"
+    "                                [--staged] [--json]\n"
+    "Optimizer step time of a GPT's hidden matrices per optimizer, the SOAP family's phases and\n"
+    "the eigenbasis refresh; the header of apps/bench_optim/main.cpp says what each row is.\n";
+
 struct Options {
   int64_t layers = 4;
   int64_t d_model = 128;
@@ -71,6 +78,7 @@ struct Options {
   std::string device = "cpu";
   bool staged = false;
   bool json = false;
+  bool help = false;
 };
 
 // Where the benchmark runs: the backend, the communicator of its tensors and the model's name.
@@ -345,7 +353,9 @@ Options parse(int argc, char** argv) {
         ENGINE_FAIL("bench_optim: " + a + " expects an integer, got '" + v + "'");
       }
     };
-    if (a == "--layers")
+    if (a == "--help" || a == "-h")
+      o.help = true;
+    else if (a == "--layers")
       o.layers = integer();
     else if (a == "--d-model")
       o.d_model = integer();
@@ -364,7 +374,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--json")
       o.json = true;
     else
-      ENGINE_FAIL("bench_optim: unknown argument '" + a + "'");
+      ENGINE_FAIL("bench_optim: unknown argument '" + a + "'\n" + kUsage);
   }
   ENGINE_CHECK(o.repeat >= 1 && o.warmup >= 0 && o.layers >= 1 && o.d_model >= 1,
                "bench_optim: --repeat >= 1, --warmup >= 0, --layers and --d-model >= 1");
@@ -390,6 +400,10 @@ int main(int argc, char** argv) {
   return comm::run_guarded([&] {
     const Options o = parse(argc, argv);
     std::unique_ptr<comm::Communicator> world = comm::make_mpi_world();
+    if (o.help) {
+      if (world->rank() == 0) std::fputs(kUsage, stdout);
+      return 0;
+    }
     std::unique_ptr<core::Backend> cuda;
     if (o.device == "cuda") {
       const int gpus = core::cuda_device_count();
