@@ -1,5 +1,6 @@
 // Muon's ops on the CPU: Newton-Schulz through BLAS (cpu/newton_schulz.h), NorMuon's statistics
 // and the cautious update as loops over muon_math.h, one parameter after the other.
+// Compiled with -fmath-errno, unlike the rest of engine_optim: optim/CMakeLists.txt says why.
 #include <algorithm>
 #include <string>
 #include <vector>

@@ -3,6 +3,7 @@
 // first replayed with. The refresh spreads the factors over the OpenMP threads, largest first,
 // and refreshes each on one thread (BLAS and LAPACK run single-threaded inside a parallel
 // region), so its bits depend neither on the thread count nor on batching.
+// Compiled with -fmath-errno, unlike the rest of engine_optim: optim/CMakeLists.txt says why.
 #include <vector>
 
 #include "core/check.h"
