@@ -53,6 +53,7 @@
 #include "core/check.h"
 #include "core/clock.h"
 #include "core/rng.h"
+#include "core/transfer.h"
 #include "optim/optimizer_set.h"
 #include "optim/soap/eigenbasis.h"
 #include "optim/soap/phase_times.h"
@@ -164,7 +165,7 @@ std::vector<comm::ParamDesc> hidden_matrices(const Options& o, bool moe) {
 // A host tensor's copy in the backend's memory.
 core::Tensor on_backend(core::Backend& backend, const core::Tensor& host) {
   core::Tensor t = core::Tensor::empty(host.shape(), core::DType::F32, backend.allocator());
-  backend.copy_from_host(t.data<float>(), host.data<float>(), host.nbytes());
+  core::write_from_host(backend, t, host);
   return t;
 }
 
@@ -205,8 +206,7 @@ void bench_step(Bench& b, const std::string& what, const std::string& group, boo
     for (size_t i = 0; i < params.size(); ++i) {
       core::fill_normal(full[i], 1000 * static_cast<uint64_t>(t + 1) + i, 0.0f, 1.0f);
       comm::copy_local_part(comm, plan, i, full[i], host_grads[i]);
-      b.backend.copy_from_host(grads[i].data<float>(), host_grads[i].data<float>(),
-                               host_grads[i].nbytes());
+      core::write_from_host(b.backend, grads[i], host_grads[i]);
     }
   };
   const auto step = [&] {
