@@ -45,7 +45,7 @@
 #include "data/shard_set.h"
 #include "data/val_loader.h"
 #include "engine/batch_geometry.h"
-#include "engine/checkpoint.h"
+#include "engine/checkpoint/checkpoint_files.h"
 #include "engine/config.h"
 #include "engine/device_select.h"
 #include "engine/model_loading.h"

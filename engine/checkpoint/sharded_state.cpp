@@ -1,4 +1,4 @@
-#include "engine/sharded_state.h"
+#include "engine/checkpoint/sharded_state.h"
 
 #include "core/check.h"
 #include "core/transfer.h"

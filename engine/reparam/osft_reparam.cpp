@@ -1,9 +1,9 @@
-#include "engine/osft_reparam.h"
+#include "engine/reparam/osft_reparam.h"
 
 #include "comm/placement.h"
 #include "core/check.h"
 #include "core/transfer.h"
-#include "engine/sharded_state.h"
+#include "engine/checkpoint/sharded_state.h"
 
 namespace engine {
 
