@@ -5,7 +5,7 @@
 #include <string>
 
 #include "core/check.h"
-#include "core/cpu/cpu_kernels.h"
+#include "core/cpu/parallel_loops.h"
 #include "optim/adamw/adamw_ops.h"
 
 namespace optim {

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "core/check.h"
-#include "core/cpu/cpu_kernels.h"
+#include "core/cpu/parallel_loops.h"
 #include "optim/muon/cpu/newton_schulz.h"
 #include "optim/muon/muon_ops.h"
 

@@ -7,8 +7,9 @@
 #include <vector>
 
 #include "core/check.h"
-#include "core/cpu/cpu_kernels.h"
 #include "core/cpu/cpu_linalg.h"
+#include "core/cpu/elementwise_kernels.h"
+#include "core/cpu/parallel_loops.h"
 #include "optim/soap/eigenbasis.h"
 #include "optim/soap/soap_ops.h"
 
