@@ -26,4 +26,11 @@ Tensor to_backend(Backend& backend, const Tensor& host) {
   return t;
 }
 
+void write_from_host(Backend& backend, const Tensor& dst, const Tensor& host) {
+  ENGINE_CHECK(is_host_memory(host.device()) && host.is_contiguous() && dst.is_contiguous() &&
+                   host.dtype() == dst.dtype() && host.nbytes() == dst.nbytes(),
+               "write_from_host: " + host.str() + " cannot be written into " + dst.str());
+  if (host.nbytes() > 0) backend.copy_from_host(dst.raw_data(), host.raw_data(), host.nbytes());
+}
+
 }  // namespace core

@@ -14,6 +14,10 @@ Tensor to_host(Backend& backend, const Tensor& t);
 // A tensor in `backend`'s memory with host's contents (host itself when it is there already, or
 // undefined); anything else must be a contiguous host tensor.
 Tensor to_backend(Backend& backend, const Tensor& host);
+// Writes host's contents into `dst` in place, wherever in `backend`'s memory it lives: for
+// storage others hold views of (a model's parameters, an optimizer's factors). Both contiguous,
+// of one dtype and size; `host` in host memory.
+void write_from_host(Backend& backend, const Tensor& dst, const Tensor& host);
 
 // Whether memory of `device` is host memory, which the host reads and writes in place (files,
 // MPI's host collectives, host loops). Code above core checks this where a buffer must be host

@@ -295,6 +295,37 @@ YAML::Node load_yaml_file(const std::string& path) {
   return single_document(text.str(), path);
 }
 
+// One parameter group of the list, the i-th (from 0), read from `source`.
+OptimGroup parse_optim_group(const YAML::Node& g, size_t i, const std::string& source) {
+  std::string at = where(source, g.Mark());
+  std::string name = "optim[" + std::to_string(i) + "]";
+  if (!g.IsMap()) config_error(at, name + " must be a map with 'params' and 'optimizer'");
+  OptimGroup group;
+  group.node = g;
+  group.file = source;
+  group.line = g.Mark().line + 1;
+  const YAML::Node params = g["params"];
+  if (!params) config_error(at, "missing required key '" + name + ".params'");
+  if (params.IsScalar()) {
+    group.params.push_back(params.Scalar());
+  } else if (params.IsSequence() && params.size() > 0) {
+    for (const auto& p : params) {
+      if (!p.IsScalar())
+        config_error(where(source, p.Mark()), name + ".params must be a list of name globs");
+      group.params.push_back(p.Scalar());
+    }
+  } else {
+    config_error(where(source, params.Mark()),
+                 name + ".params must be a glob or a non-empty list of globs");
+  }
+  const YAML::Node opt = g["optimizer"];
+  if (!opt) config_error(at, "missing required key '" + name + ".optimizer'");
+  if (!opt.IsScalar() || opt.Scalar().empty())
+    config_error(where(source, opt.Mark()), name + ".optimizer must be an optimizer name");
+  group.optimizer = opt.Scalar();
+  return group;
+}
+
 // `optim` is the list of groups, a map {groups: list}, or the path of a YAML file (relative to
 // the config's folder) whose `optim` key is one of those, e.g. a preset under configs/presets/.
 void parse_optim_groups(Config& config, const YAML::Node& node, const std::string& source) {
@@ -331,36 +362,43 @@ void parse_optim_groups(Config& config, const YAML::Node& node, const std::strin
                  "'optim' must be a non-empty list of parameter groups "
                  "({params: [globs], optimizer: name, ...}) or the path of a preset file");
   config.optim.clear();
-  for (size_t i = 0; i < node.size(); ++i) {
-    const YAML::Node& g = node[i];
-    std::string at = where(source, g.Mark());
-    std::string name = "optim[" + std::to_string(i) + "]";
-    if (!g.IsMap()) config_error(at, name + " must be a map with 'params' and 'optimizer'");
-    OptimGroup group;
-    group.node = g;
-    group.file = source;
-    group.line = g.Mark().line + 1;
-    const YAML::Node params = g["params"];
-    if (!params) config_error(at, "missing required key '" + name + ".params'");
-    if (params.IsScalar()) {
-      group.params.push_back(params.Scalar());
-    } else if (params.IsSequence() && params.size() > 0) {
-      for (const auto& p : params) {
-        if (!p.IsScalar())
-          config_error(where(source, p.Mark()), name + ".params must be a list of name globs");
-        group.params.push_back(p.Scalar());
-      }
-    } else {
-      config_error(where(source, params.Mark()),
-                   name + ".params must be a glob or a non-empty list of globs");
-    }
-    const YAML::Node opt = g["optimizer"];
-    if (!opt) config_error(at, "missing required key '" + name + ".optimizer'");
-    if (!opt.IsScalar() || opt.Scalar().empty())
-      config_error(where(source, opt.Mark()), name + ".optimizer must be an optimizer name");
-    group.optimizer = opt.Scalar();
-    config.optim.push_back(std::move(group));
+  for (size_t i = 0; i < node.size(); ++i)
+    config.optim.push_back(parse_optim_group(node[i], i, source));
+}
+
+// optim.<i>.<key>=value (a list index, as Hydra and OmegaConf allow): sets one key of parameter
+// group i, counted from 0 (a nested key such as optim.0.matrix_views.qkv too); the group is read
+// again as a whole, so a changed params or optimizer is checked as in a file.
+void set_optim_group_key(Config& config, const std::string& key, const std::string& text,
+                         const std::string& at) {
+  const std::vector<std::string> parts = split_key(key);
+  const std::string index = parts.size() > 1 ? parts[1] : "";
+  if (parts.size() < 3 || index.empty() || index.size() > 9 ||
+      index.find_first_not_of("0123456789") != std::string::npos)
+    config_error(at, "unknown key '" + key +
+                         "': a key of a parameter group is optim.<index>.<key>, the groups "
+                         "counted from 0 (e.g. optim.0.lr=0.01)");
+  const size_t i = std::stoul(index);
+  if (i >= config.optim.size())
+    config_error(at, "there is no parameter group " + index + ": optim has " +
+                         std::to_string(config.optim.size()) + " (optim.0 to optim." +
+                         std::to_string(config.optim.size() - 1) + ")");
+  YAML::Node value;
+  try {
+    value = YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    config_error(at, "the value is not valid YAML: " + e.msg);
   }
+  YAML::Node node = config.optim[i].node;
+  for (size_t k = 2; k + 1 < parts.size(); ++k) {
+    YAML::Node child = node[parts[k]];  // a handle: constructed, never assigned (that would copy)
+    node.reset(child);
+  }
+  node[parts.back()] = value;
+  const OptimGroup& old = config.optim[i];
+  OptimGroup group = parse_optim_group(old.node, i, old.file);
+  group.line = old.line;
+  config.optim[i] = std::move(group);
 }
 
 Config parse_root(const YAML::Node& root, const std::string& source,
@@ -413,6 +451,11 @@ void apply_override(Config& config, const std::string& assignment) {
       config_error(at, "the value is not valid YAML: " + e.msg);
     }
     parse_optim_groups(config, node, "--set optim");
+    config.origins[key] = at;
+    return;
+  }
+  if (key.starts_with("optim.")) {
+    set_optim_group_key(config, key, text, at);
     config.origins[key] = at;
     return;
   }
@@ -595,9 +638,11 @@ std::string config_reference_markdown() {
       doc.replace(p, 1, "\\|");
     s += "| `" + f.key + "` | " + f.type + " | " + def + " | " + doc + " |\n";
   }
-  s += "| `optim` | list | (required) | parameter groups `{params: [globs], optimizer: name, "
-       "<hyperparameters>}`, first match wins; a group naming no parameter is an error unless it "
-       "says `optional: true`; or the path of a preset file |\n";
+  s +=
+      "| `optim` | list | (required) | parameter groups `{params: [globs], optimizer: name, "
+      "<hyperparameters>}`, first match wins; a group naming no parameter is an error unless it "
+      "says `optional: true`; or the path of a preset file. `--set optim.<i>.<key>=value` sets one "
+      "key of group i, the groups counted from 0 (`optim.0.lr=0.01`: the first group's lr) |\n";
   return s;
 }
 

@@ -62,7 +62,13 @@ std::optional<double> gpu_peak_gflops(const std::string& backend_name) {
 
 std::string format_progress_fields(double eta_seconds, std::optional<double> mfu) {
   return "eta:" + format_duration(eta_seconds) +
-         " mfu:" + (mfu ? printf_string("%.1f%%", 100.0 * *mfu) : std::string("unknown"));
+         (mfu ? " mfu:" + printf_string("%.1f%%", 100.0 * *mfu) : std::string());
+}
+
+std::string unknown_peak_note(const std::string& backend_name) {
+  return "mfu: the peak of " + backend_name +
+         " is not known; set log.peak_gflops to one rank's peak GFLOP/s (e.g. --set "
+         "log.peak_gflops=1000) to see it on each training line";
 }
 
 std::string format_stats_line(int64_t step, int64_t total, double grad_norm,

@@ -22,9 +22,12 @@ std::string format_duration(double seconds);
 // unknown device or the CPU.
 std::optional<double> gpu_peak_gflops(const std::string& backend_name);
 
-// The fields the training line gains after modded-nanogpt's: `eta:3m05s mfu:41.2%` (`mfu:unknown`
-// without a peak).
+// The fields the training line gains after modded-nanogpt's: `eta:3m05s mfu:41.2%` (`eta:3m05s`
+// without a peak: unknown_peak_note says once at the start how to give one).
 std::string format_progress_fields(double eta_seconds, std::optional<double> mfu);
+// The line printed once at the start of a run on a device whose peak is not known, instead of an
+// unknown mfu on every line: how to set log.peak_gflops.
+std::string unknown_peak_note(const std::string& backend_name);
 
 // `step:120/2000 grad_norm:0.8123 peak_mem:512.3MiB live_mem:301.0MiB`
 std::string format_stats_line(int64_t step, int64_t total, double grad_norm,

@@ -3,9 +3,9 @@
 #include <filesystem>
 
 #include "core/check.h"
-#include "engine/checkpoint.h"
-#include "engine/reparam.h"
-#include "engine/sharded_state.h"
+#include "engine/checkpoint/checkpoint_files.h"
+#include "engine/checkpoint/sharded_state.h"
+#include "engine/reparam/reparam_kinds.h"
 #include "model/hf_gpt2.h"
 #include "model/weights_io.h"
 

@@ -5,7 +5,7 @@
 //
 // A checkpoint holds each model parameter as "param/<name>", or reparametrised as the tensors of
 // the kind that saved it (an OSFT target as its factors): then that kind rebuilds the dense
-// weight (engine/reparam.h), exactly as the trainer writes it into its model.
+// weight (engine/reparam/reparam.h), exactly as the trainer writes it into its model.
 #pragma once
 
 #include <map>

@@ -7,7 +7,7 @@
 #include <filesystem>
 
 #include "core/check.h"
-#include "engine/checkpoint.h"
+#include "engine/checkpoint/checkpoint_files.h"
 
 namespace engine {
 

@@ -1,7 +1,7 @@
 // Trainable: one tensor the optimizers train, as the trainer, the ZeRO state and the checkpoints
-// see it. These are the model's parameters, except where a reparametrisation (engine/reparam.h)
-// puts tensors of its own in their place (OSFT: a matrix's trained factors) and writes what the
-// model reads from them.
+// see it. These are the model's parameters, except where a reparametrisation
+// (engine/reparam/reparam.h) puts tensors of its own in their place (OSFT: a matrix's trained
+// factors) and writes what the model reads from them.
 //
 // `value` and `grad` are the full tensors while their owner keeps them resident (the model's
 // flat buffers); at ZeRO stage 3 the owner frees them and the ZeRO state binds gathered full

@@ -18,14 +18,16 @@
 #include "core/transfer.h"
 #include "data/data_loader.h"
 #include "data/val_loader.h"
-#include "engine/checkpoint.h"
+#include "engine/checkpoint/checkpoint_files.h"
+#include "engine/checkpoint/resume_check.h"
 #include "engine/console_log.h"
 #include "engine/model_loading.h"
 #include "engine/precision.h"
-#include "engine/resume_check.h"
+#include "engine/reparam/reparam_kinds.h"
 #include "engine/stop_signal.h"
 #include "engine/trainable.h"
 #include "engine/validation.h"
+#include "model/flops.h"
 
 namespace engine {
 
@@ -76,7 +78,6 @@ Trainer::Trainer(Config config, comm::Communicator& control, comm::Communicator&
   model_config.precision = precision.precision;
   gpt_ = std::make_unique<model::Gpt>(model_config, backend_);
   gpt_->init_weights();
-  const model::ParamTable& table = gpt_->table();
 
   // Optimizer groups decide each trainable's placement; the plan resolves it for this world.
   std::vector<Trainable> trainables = model_trainables(*gpt_);
@@ -113,18 +114,7 @@ Trainer::Trainer(Config config, comm::Communicator& control, comm::Communicator&
   checkpointer_ = std::make_unique<Checkpointer>(
       config_, comm_, backend_, CheckpointedState{*plan_, *zero_, *optim_, reparams_, *loader_});
 
-  if (!config_.optim.empty() && config_.optim.front().node["lr"])
-    base_lr_ = config_.optim.front().node["lr"].as<double>();
-  // 6 flops per weight per token (forward + backward) for every weight used in a matmul, plus
-  // attention (llm.c's 6 * layers * d_model * seq_len). Embedding lookups are no matmul, unless
-  // the embedding is also the (tied) head.
-  int64_t matmul_weights = 0;
-  for (const auto& p : table.params())
-    if (p.kind != model::ParamKind::Embedding) matmul_weights += p.numel;
-  if (!table.find("lm_head.weight")) matmul_weights += table.at("embed.weight").numel;
-  flops_per_token_ =
-      6.0 * static_cast<double>(matmul_weights) +
-      6.0 * static_cast<double>(config_.model.n_layer * config_.model.d_model * geometry_.seq_len);
+  flops_per_token_ = model::training_flops_per_token(gpt_->config());
 }
 
 Trainer::~Trainer() = default;
@@ -241,7 +231,7 @@ StepRecord Trainer::train_step() {
   StepRecord r;
   r.step = counters_.step;
   r.train_loss = loss;
-  r.lr = base_lr_ * lr_scale;
+  r.lr = optim_->optimizer(0).lr() * lr_scale;  // the first group's, its default included
   r.grad_norm = grad_norm;
   r.tokens = counters_.tokens;
   r.train_time_ms = counters_.train_time_ms;
@@ -392,7 +382,10 @@ TrainSummary Trainer::run() {
   std::optional<double> peak_gflops = config_.log.peak_gflops > 0
                                           ? std::optional<double>(config_.log.peak_gflops)
                                           : gpu_peak_gflops(gpt_->backend().name());
-  if (peak_gflops) *peak_gflops *= comm_.size();
+  if (peak_gflops)
+    *peak_gflops *= comm_.size();
+  else
+    spdlog::info("{}", unknown_peak_note(gpt_->backend().name()));
   std::unique_ptr<MetricsWriter> metrics;
   if (comm_.rank() == 0) {
     fs::create_directories(config_.log.dir);

@@ -1,7 +1,7 @@
 // The trainer: builds a run from its parts and runs the training loop. The parts: the batch
 // geometry and its loaders (engine/batch_geometry.h), the model, the optimizer groups, the
-// reparametrisations of trainables (engine/reparam.h), the sharding plan and the ZeRO state
-// (engine/zero_state.h), the checkpointer (engine/checkpointer.h).
+// reparametrisations of trainables (engine/reparam/reparam.h), the sharding plan and the ZeRO state
+// (engine/zero_state.h), the checkpointer (engine/checkpoint/checkpointer.h).
 //
 // One step, as named phases (train_step): forward and backward over the micro-batches (the
 // model's layer events go to the ZeRO state and the reparametrisations) -> the gradients to
@@ -21,11 +21,11 @@
 #include "comm/communicator.h"
 #include "comm/sharding_plan.h"
 #include "engine/batch_geometry.h"
-#include "engine/checkpointer.h"
+#include "engine/checkpoint/checkpointer.h"
 #include "engine/config.h"
 #include "engine/lr_schedule.h"
 #include "engine/metrics.h"
-#include "engine/reparam.h"
+#include "engine/reparam/reparam.h"
 #include "engine/training_health.h"
 #include "engine/zero_state.h"
 #include "model/gpt.h"
@@ -66,7 +66,7 @@ class Trainer {
   model::Gpt& model() { return *gpt_; }
   const comm::ShardingPlan& plan() const { return *plan_; }
   const BatchGeometry& geometry() const { return geometry_; }
-  // The reparametrisations of trainables the config asked for (engine/reparam.h).
+  // The reparametrisations of trainables the config asked for (engine/reparam/reparam.h).
   const std::vector<std::unique_ptr<Reparam>>& reparams() const { return reparams_; }
   int64_t step() const { return counters_.step; }  // optimizer steps done
 
@@ -122,7 +122,6 @@ class Trainer {
   bool started_ = false;
   std::optional<std::pair<int64_t, double>> last_val_;  // (step, validation loss)
   std::vector<int64_t> expert_rows_;  // MoE: the last step's rows per expert, over the ranks
-  double base_lr_ = 0;                // the first group's lr, for the log
   double flops_per_token_ = 0;
 };
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "core/check.h"
-#include "engine/checkpoint.h"
+#include "engine/checkpoint/checkpoint_files.h"
 #include "fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/check.h"
+#include "core/transfer.h"
 
 namespace model {
 
@@ -208,7 +209,7 @@ void Gpt::init_weights() {
     const ParamInfo& p = table_[i];
     table_.init_host(i, host.slice(0, p.offset, p.numel), config_.seed);
   }
-  backend_.copy_from_host(params_.raw_data(), host.raw_data(), host.nbytes());
+  core::write_from_host(backend_, params_, host);
   params_updated();
 }
 

@@ -11,6 +11,7 @@
 #include "core/check.h"
 #include "core/json.h"
 #include "core/safetensors.h"
+#include "core/transfer.h"
 
 namespace model {
 
@@ -166,8 +167,7 @@ void save_hf_gpt2(const Gpt& gpt, const std::string& dir) {
   writer.set_metadata("format", "pt");
   for (size_t i = 0; i < gpt.table().size(); ++i) {
     const ParamInfo& p = gpt.table()[i];
-    core::Tensor host = core::Tensor::empty(p.shape);
-    gpt.backend().copy_to_host(host.raw_data(), gpt.param(i).raw_data(), host.nbytes());
+    core::Tensor host = core::to_host(gpt.backend(), gpt.param(i));
     if (p.valid_rows >= 0) host = host.slice(0, 0, p.valid_rows).clone();  // drop padding rows
     const HfName n = hf_name_of(p.name);
     writer.add("transformer." + n.hf, n.transpose ? transposed(host) : host);

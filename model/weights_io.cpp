@@ -5,17 +5,11 @@
 
 #include "core/check.h"
 #include "core/safetensors.h"
+#include "core/transfer.h"
 
 namespace model {
 
 namespace {
-
-// A host copy of a device tensor.
-core::Tensor to_host(core::Backend& backend, const core::Tensor& t) {
-  core::Tensor host = core::Tensor::empty(t.shape());
-  backend.copy_to_host(host.raw_data(), t.raw_data(), t.nbytes());
-  return host;
-}
 
 std::string float_str(float x) {
   std::ostringstream s;
@@ -46,7 +40,7 @@ void save_weights(const Gpt& gpt, const std::string& path) {
   for (const auto& [k, v] : config_metadata(gpt.config()))
     writer.set_metadata(k, v);
   for (size_t i = 0; i < gpt.table().size(); ++i) {
-    writer.add(gpt.table()[i].name, to_host(gpt.backend(), gpt.param(i)));
+    writer.add(gpt.table()[i].name, core::to_host(gpt.backend(), gpt.param(i)));
   }
   writer.write(path);
 }
@@ -71,8 +65,7 @@ std::map<std::string, core::Tensor> read_weights(const std::string& path, const 
 
 void set_weights(Gpt& gpt, const std::map<std::string, core::Tensor>& weights) {
   for (size_t i = 0; i < gpt.table().size(); ++i) {
-    const core::Tensor& host = weights.at(gpt.table()[i].name);
-    gpt.backend().copy_from_host(gpt.param(i).raw_data(), host.raw_data(), host.nbytes());
+    core::write_from_host(gpt.backend(), gpt.param(i), weights.at(gpt.table()[i].name));
   }
   gpt.params_updated();
 }
@@ -88,7 +81,7 @@ void save_gradients(const Gpt& gpt, const std::string& path, float loss, float c
   writer.add("loss", core::Tensor::from_vector({}, std::vector<float>{loss}));
   writer.add("ce_loss", core::Tensor::from_vector({}, std::vector<float>{ce_loss}));
   for (size_t i = 0; i < gpt.table().size(); ++i) {
-    writer.add("grad/" + gpt.table()[i].name, to_host(gpt.backend(), gpt.grad(i)));
+    writer.add("grad/" + gpt.table()[i].name, core::to_host(gpt.backend(), gpt.grad(i)));
   }
   writer.write(path);
 }

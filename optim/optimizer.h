@@ -70,6 +70,9 @@ class Optimizer {
   virtual ~Optimizer() = default;
 
   virtual const char* kind() const = 0;  // registry name: "adamw", "muon"
+  // The step size in effect before the schedule's scale and lr_mul: the config's lr, or the
+  // optimizer's default where the config gives none (what the trainer logs).
+  virtual double lr() const = 0;
   // Placement requested for every parameter of this optimizer: Shard(0) or Owned(auto).
   virtual comm::Placement placement() const = 0;
   // Refuses a parameter this optimizer cannot step (e.g. Muon and a vector), naming it.

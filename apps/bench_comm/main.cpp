@@ -26,11 +26,18 @@
 
 namespace {
 
+constexpr const char* kUsage =
+    "usage: mpirun -np N bench_comm [--min-bytes 4096] [--max-bytes 67108864] [--iters N] "
+    "[--json]\n"
+    "Bus bandwidth of all_reduce, reduce_scatter and all_gather through the engine's\n"
+    "communicator beside plain MPI calls (--iters 0: chosen per size).\n";
+
 struct Options {
   int64_t min_bytes = 4096;
   int64_t max_bytes = 64 << 20;
   int iters = 0;  // 0: chosen per size
   bool json = false;
+  bool help = false;
 };
 
 Options parse(int argc, char** argv) {
@@ -41,7 +48,9 @@ Options parse(int argc, char** argv) {
       ENGINE_CHECK(i + 1 < argc, std::string("bench_comm: ") + name + " needs a value");
       return std::atoll(argv[++i]);
     };
-    if (a == "--json") {
+    if (a == "--help" || a == "-h") {
+      o.help = true;
+    } else if (a == "--json") {
       o.json = true;
     } else if (a == "--min-bytes") {
       o.min_bytes = value("--min-bytes");
@@ -50,8 +59,7 @@ Options parse(int argc, char** argv) {
     } else if (a == "--iters") {
       o.iters = static_cast<int>(value("--iters"));
     } else {
-      ENGINE_FAIL("bench_comm: unknown argument " + a +
-                  " (expected --min-bytes N, --max-bytes N, --iters N, --json)");
+      ENGINE_FAIL("bench_comm: unknown argument '" + a + "'\n" + kUsage);
     }
   }
   ENGINE_CHECK(o.min_bytes >= 4 && o.min_bytes <= o.max_bytes,
@@ -104,6 +112,10 @@ struct Row {
 int run(int argc, char** argv) {
   Options opt = parse(argc, argv);
   auto world = comm::make_mpi_world();
+  if (opt.help) {
+    if (world->rank() == 0) std::fputs(kUsage, stdout);
+    return 0;
+  }
   const int W = world->size(), rank = world->rank();
   const double ar_factor = 2.0 * (W - 1) / W, rs_factor = static_cast<double>(W - 1) / W;
   std::vector<Row> rows;

@@ -23,9 +23,7 @@
 // torch.autocast("cpu", dtype=torch.bfloat16) for the bf16 rows. The bf16 step includes
 // remaking the weights' bf16 copies after the update.
 //
-// FLOPs are counted as llm.c does: 6 N per token for the N weights that enter a matmul (the
-// head included, the embedding lookup not; MoE counts the top_k active experts) plus 6 L D T
-// per token for attention.
+// FLOPs per token are model::training_flops_per_token's (model/flops.h), as the trainer's.
 #include <omp.h>
 #include <unistd.h>
 
@@ -46,6 +44,7 @@
 #include "core/json.h"
 #include "core/rng.h"
 #include "engine/console_log.h"
+#include "model/flops.h"
 #include "model/gpt.h"
 #include "optim/adamw/adamw_ops.h"
 
@@ -82,20 +81,6 @@ Spec spec_of(const std::string& name, const std::string& precision) {
   return {name, c, 8};
 }
 
-double flops_per_token(const model::Gpt& gpt) {
-  const auto& c = gpt.config();
-  double n = 0;
-  for (const auto& p : gpt.table().params()) {
-    const bool head =
-        p.name == "lm_head.weight" || (c.arch == model::Arch::Gpt2 && p.name == "embed.weight");
-    if (p.kind == model::ParamKind::Matrix || head) n += double(p.numel);
-    if (p.kind == model::ParamKind::ExpertMatrix) {
-      n += double(p.numel) / c.moe_experts * c.moe_top_k;
-    }
-  }
-  return 6.0 * n + 6.0 * c.n_layer * c.d_model * c.seq_len;
-}
-
 // Forward + backward of one model on a GPU, in this process: prints one JSON object.
 int cuda_measurement(const std::string& name, int steps, const std::string& precision) {
   const Spec s = spec_of(name, precision);
@@ -107,7 +92,7 @@ int cuda_measurement(const std::string& name, int steps, const std::string& prec
   {
     model::Gpt gpt(s.config, *backend);
     gpt.init_weights();
-    flops = flops_per_token(gpt);
+    flops = model::training_flops_per_token(gpt.config());
     n = gpt.table().total_numel();
     core::Rng rng(7);
     std::vector<int32_t> x(size_t(B) * T), y(size_t(B) * T);
@@ -348,13 +333,14 @@ int child(const std::string& name, int steps, const std::string& precision) {
   fb /= steps;
   opt /= steps;
   const double step = fb + opt, tokens = double(B) * T;
+  const double flops = model::training_flops_per_token(gpt.config());
   std::printf(
       "{\"impl\": \"engine\", \"arch\": \"%s\", \"precision\": \"%s\", \"threads\": %d, "
       "\"fwd_bwd_ms\": %.2f, \"adamw_ms\": %.2f, \"step_ms\": %.2f, \"tokens_per_s\": %.1f, "
       "\"gflops\": %.2f, \"flops_per_token\": %.0f, \"params\": %lld, \"activation_mb\": %.1f}\n",
       name.c_str(), precision.c_str(), omp_get_max_threads(), fb * 1e3, opt * 1e3, step * 1e3,
-      tokens / step, flops_per_token(gpt) * tokens / step / 1e9, flops_per_token(gpt),
-      static_cast<long long>(n), gpt.activation_bytes() / 1048576.0);
+      tokens / step, flops * tokens / step / 1e9, flops, static_cast<long long>(n),
+      gpt.activation_bytes() / 1048576.0);
   return 0;
 }
 
@@ -389,6 +375,14 @@ std::vector<std::string> split(const std::string& s) {
   return out;
 }
 
+constexpr const char* kUsage =
+    "usage: bench_model [--json] [--steps N] [--threads 1,2] [--models gpt2,modern]\n"
+    "                   [--precision fp32,bf16] [--no-torch] [--torch-script PATH]\n"
+    "       bench_model --device cuda [--json] [--steps N] [--models gpt2_124m]\n"
+    "                   [--precision fp32,bf16] [--op-groups]\n"
+    "One training step (forward, backward, AdamW) of the GPT beside PyTorch's; the header of\n"
+    "apps/bench_model/main.cpp says what each column measures.\n";
+
 int run(int argc, char** argv) {
   bool json = false, torch = true, op_groups = false;
   int steps = 3;
@@ -401,7 +395,10 @@ int run(int argc, char** argv) {
       ENGINE_CHECK(i + 1 < argc, "bench_model: " + a + " needs a value");
       return std::string(argv[++i]);
     };
-    if (a == "--json") {
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (a == "--json") {
       json = true;
     } else if (a == "--no-torch") {
       torch = false;
@@ -422,7 +419,7 @@ int run(int argc, char** argv) {
     } else if (a == "--child") {
       child_model = value();
     } else {
-      ENGINE_FAIL("bench_model: unknown argument '" + a + "'");
+      ENGINE_FAIL("bench_model: unknown argument '" + a + "'\n" + kUsage);
     }
   }
   ENGINE_CHECK(steps > 0, "bench_model: --steps must be positive");

@@ -26,7 +26,7 @@
 
 #include "core/backend.h"
 #include "core/clock.h"
-#include "core/cpu/cpu_kernels.h"
+#include "core/cpu/attention_kernels.h"
 #include "core/rng.h"
 #include "core/tensor.h"
 
@@ -46,11 +46,12 @@ struct Options {
 // scheduled, which wall time cannot; it is only meaningful with one thread.
 bool g_cpu_clock = false;
 
+constexpr const char* kUsage =
+    "usage: bench_ops [--threads N] [--json] [--reps R] [--dims 256,384,512,768]\n"
+    "                 [--only gemm|attention|ops] [--clock wall|cpu]\n";
+
 [[noreturn]] void usage(const std::string& error) {
-  std::fprintf(stderr,
-               "bench_ops: %s\nusage: bench_ops [--threads N] [--json] [--reps R] "
-               "[--dims 256,384,512,768] [--only gemm|attention|ops] [--clock wall|cpu]\n",
-               error.c_str());
+  std::fprintf(stderr, "bench_ops: %s\n%s", error.c_str(), kUsage);
   std::exit(2);
 }
 
@@ -73,7 +74,10 @@ Options parse(int argc, char** argv) {
       if (i + 1 >= argc) usage(a + " needs a value");
       return argv[++i];
     };
-    if (a == "--json") {
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (a == "--json") {
       o.json = true;
     } else if (a == "--threads") {
       o.threads = static_cast<int>(parse_int(a, value()));

@@ -53,6 +53,7 @@
 #include "core/check.h"
 #include "core/clock.h"
 #include "core/rng.h"
+#include "core/transfer.h"
 #include "optim/optimizer_set.h"
 #include "optim/soap/eigenbasis.h"
 #include "optim/soap/phase_times.h"
@@ -60,6 +61,13 @@
 #include "optim/soap/tp_rekls.h"
 
 namespace {
+
+constexpr const char* kUsage =
+    "usage: mpirun -np N bench_optim [--device cpu|cuda] [--layers 4] [--d-model 128]\n"
+    "                                [--experts 4] [--repeat 5] [--warmup 2] [--only SUBSTRING]\n"
+    "                                [--staged] [--json]\n"
+    "Optimizer step time of a GPT's hidden matrices per optimizer, the SOAP family's phases and\n"
+    "the eigenbasis refresh; the header of apps/bench_optim/main.cpp says what each row is.\n";
 
 struct Options {
   int64_t layers = 4;
@@ -71,6 +79,7 @@ struct Options {
   std::string device = "cpu";
   bool staged = false;
   bool json = false;
+  bool help = false;
 };
 
 // Where the benchmark runs: the backend, the communicator of its tensors and the model's name.
@@ -156,7 +165,7 @@ std::vector<comm::ParamDesc> hidden_matrices(const Options& o, bool moe) {
 // A host tensor's copy in the backend's memory.
 core::Tensor on_backend(core::Backend& backend, const core::Tensor& host) {
   core::Tensor t = core::Tensor::empty(host.shape(), core::DType::F32, backend.allocator());
-  backend.copy_from_host(t.data<float>(), host.data<float>(), host.nbytes());
+  core::write_from_host(backend, t, host);
   return t;
 }
 
@@ -197,8 +206,7 @@ void bench_step(Bench& b, const std::string& what, const std::string& group, boo
     for (size_t i = 0; i < params.size(); ++i) {
       core::fill_normal(full[i], 1000 * static_cast<uint64_t>(t + 1) + i, 0.0f, 1.0f);
       comm::copy_local_part(comm, plan, i, full[i], host_grads[i]);
-      b.backend.copy_from_host(grads[i].data<float>(), host_grads[i].data<float>(),
-                               host_grads[i].nbytes());
+      core::write_from_host(b.backend, grads[i], host_grads[i]);
     }
   };
   const auto step = [&] {
@@ -345,7 +353,9 @@ Options parse(int argc, char** argv) {
         ENGINE_FAIL("bench_optim: " + a + " expects an integer, got '" + v + "'");
       }
     };
-    if (a == "--layers")
+    if (a == "--help" || a == "-h")
+      o.help = true;
+    else if (a == "--layers")
       o.layers = integer();
     else if (a == "--d-model")
       o.d_model = integer();
@@ -364,7 +374,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--json")
       o.json = true;
     else
-      ENGINE_FAIL("bench_optim: unknown argument '" + a + "'");
+      ENGINE_FAIL("bench_optim: unknown argument '" + a + "'\n" + kUsage);
   }
   ENGINE_CHECK(o.repeat >= 1 && o.warmup >= 0 && o.layers >= 1 && o.d_model >= 1,
                "bench_optim: --repeat >= 1, --warmup >= 0, --layers and --d-model >= 1");
@@ -390,6 +400,10 @@ int main(int argc, char** argv) {
   return comm::run_guarded([&] {
     const Options o = parse(argc, argv);
     std::unique_ptr<comm::Communicator> world = comm::make_mpi_world();
+    if (o.help) {
+      if (world->rank() == 0) std::fputs(kUsage, stdout);
+      return 0;
+    }
     std::unique_ptr<core::Backend> cuda;
     if (o.device == "cuda") {
       const int gpus = core::cuda_device_count();

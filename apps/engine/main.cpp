@@ -37,6 +37,7 @@
 #include "comm/watchdog.h"
 #include "comm/watched_communicator.h"
 #include "core/backend.h"
+#include "core/backend_factory.h"
 #include "core/check.h"
 #include "core/rng.h"
 #include "core/transfer.h"
@@ -44,7 +45,7 @@
 #include "data/shard_set.h"
 #include "data/val_loader.h"
 #include "engine/batch_geometry.h"
-#include "engine/checkpoint.h"
+#include "engine/checkpoint/checkpoint_files.h"
 #include "engine/config.h"
 #include "engine/device_select.h"
 #include "engine/model_loading.h"
@@ -396,9 +397,8 @@ bool parse_everywhere(int argc, char** argv, Args& a, engine::Config& config,
 // (comm.device_collectives: mpi); scalars and control stay on MPI. On the CPU the CPU backend
 // and the world communicator itself (or staged through copies, with mpi).
 struct RankDevice {
-  std::unique_ptr<core::Backend> cuda;              // null on the CPU
+  std::shared_ptr<core::Backend> backend;
   std::unique_ptr<comm::Communicator> device_comm;  // NCCL or staged; null for plain MPI
-  core::Backend* backend = nullptr;
   comm::Communicator* tensors = nullptr;
 };
 
@@ -415,13 +415,7 @@ bool make_rank_device(const engine::Config& config, const comm::MpiSession& sess
   facts.share_gpus = config.comm.device_collectives == "mpi";
   const engine::DeviceSelection chosen = engine::select_device(config.device, facts);
   if (!comm::agree_no_error(chosen.error)) return false;
-  // The CPU backend serves the host; any other device gets a backend of this rank's own.
-  if (chosen.device == core::cpu_backend().device()) {
-    out.backend = &core::cpu_backend();
-  } else {
-    out.cuda = core::make_cuda_backend(chosen.device.index);
-    out.backend = out.cuda.get();
-  }
+  out.backend = core::make_backend(chosen.device);
   if (config.comm.device_collectives == "mpi") {
     // On the CPU the staged path only adds copies; it runs there so that its code is tested
     // through whole training runs (e2e_device_collectives_mpi).

@@ -1,7 +1,7 @@
 // The CPU backend's attention family (core/ops/attention.h). Head layout, rotary positions and
-// causal attention, forward and backward (cpu_kernels.h).
+// causal attention, forward and backward (attention_kernels.h).
+#include "core/cpu/attention_kernels.h"
 #include "core/cpu/cpu_backend.h"
-#include "core/cpu/cpu_kernels.h"
 
 namespace core {
 

@@ -1,7 +1,7 @@
 // The CPU backend's classifier family (core/ops/classifier.h). The fused softmax cross-entropy and
-// the loss reductions (cpu_kernels.h).
+// the loss reductions (classifier_kernels.h).
+#include "core/cpu/classifier_kernels.h"
 #include "core/cpu/cpu_backend.h"
-#include "core/cpu/cpu_kernels.h"
 
 namespace core {
 

@@ -1,7 +1,7 @@
 // The CPU backend: its device, memory and name; the ops are in one file per family (memory.cpp,
 // gemm.cpp, elementwise.cpp, norms.cpp, embedding.cpp, attention.cpp, classifier.cpp, moe.cpp,
 // reductions.cpp, linalg.cpp), each forwarding to the float instantiation of the templated
-// kernels in cpu_kernels.h, cpu_gemm.h and cpu_linalg.h (which the tests also run in float64).
+// kernels in <family>_kernels.h, cpu_gemm.h and cpu_linalg.h (which the tests also run in float64).
 #include "core/cpu/cpu_backend.h"
 
 #include <omp.h>

@@ -1,5 +1,5 @@
 // CPU backend: OpenBLAS GEMM (oneDNN for bf16), LAPACKE (OpenBLAS) linear algebra, OpenMP loops for
-// the fused ops; the kernels are templates in cpu_gemm.h, cpu_kernels.h and cpu_linalg.h,
+// the fused ops; the kernels are templates in cpu_gemm.h, <family>_kernels.h and cpu_linalg.h,
 // instantiated for float.
 #pragma once
 

@@ -1,7 +1,8 @@
 // The CPU backend's elementwise family (core/ops/elementwise.h). Elementwise updates and
-// activations, kernel_math.h per element (cpu_kernels.h).
+// activations, kernel_math.h per element (elementwise_kernels.h).
 #include "core/cpu/cpu_backend.h"
-#include "core/cpu/cpu_kernels.h"
+#include "core/cpu/elementwise_kernels.h"
+#include "core/cpu/parallel_loops.h"
 
 namespace core {
 

@@ -1,7 +1,7 @@
 // The CPU backend's embedding family (core/ops/embedding.h). Token and position embeddings, forward
-// and backward (cpu_kernels.h).
+// and backward (embedding_kernels.h).
 #include "core/cpu/cpu_backend.h"
-#include "core/cpu/cpu_kernels.h"
+#include "core/cpu/embedding_kernels.h"
 
 namespace core {
 

@@ -7,8 +7,9 @@
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/cpu_gemm.h"
 #include "core/cpu/cpu_isa.h"
-#include "core/cpu/cpu_kernels.h"
+#include "core/cpu/gemm_kernels.h"
 #include "core/cpu/onednn_gemm.h"
+#include "core/cpu/parallel_loops.h"
 #include "core/kernel_math.h"
 
 namespace core {

@@ -8,8 +8,8 @@
 
 #include "core/check.h"
 #include "core/cpu/cpu_backend.h"
-#include "core/cpu/cpu_kernels.h"
 #include "core/cpu/cpu_linalg.h"
+#include "core/kernel_math.h"
 
 namespace core {
 

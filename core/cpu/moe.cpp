@@ -1,7 +1,7 @@
 // The CPU backend's moe family (core/ops/moe.h). MoE routing and the row gather/scatter of its
-// dispatch (cpu_kernels.h).
+// dispatch (moe_kernels.h).
 #include "core/cpu/cpu_backend.h"
-#include "core/cpu/cpu_kernels.h"
+#include "core/cpu/moe_kernels.h"
 
 namespace core {
 

@@ -1,7 +1,7 @@
 // The CPU backend's norms family (core/ops/norms.h). LayerNorm, RMSNorm and the row softmax,
-// forward and backward (cpu_kernels.h).
+// forward and backward (norm_kernels.h).
 #include "core/cpu/cpu_backend.h"
-#include "core/cpu/cpu_kernels.h"
+#include "core/cpu/norm_kernels.h"
 
 namespace core {
 

@@ -4,7 +4,9 @@
 #include <span>
 
 #include "core/cpu/cpu_backend.h"
-#include "core/cpu/cpu_kernels.h"
+#include "core/cpu/parallel_loops.h"
+#include "core/cpu/reduction_kernels.h"
+#include "core/kernel_math.h"
 
 namespace core {
 

@@ -42,6 +42,7 @@ class AdamW final : public Optimizer {
   explicit AdamW(const AdamWConfig& config);
 
   const char* kind() const override { return "adamw"; }
+  double lr() const override { return config_.lr; }
   comm::Placement placement() const override { return comm::Placement::shard(0); }
   void check_param(const std::string& name, const core::Shape& shape) const override;
   void step(std::span<const ParamShard> params, const StepContext& ctx) override;

@@ -82,6 +82,7 @@ class Muon final : public Optimizer {
   explicit Muon(const MuonConfig& config, const char* kind = "muon");
 
   const char* kind() const override { return kind_; }
+  double lr() const override { return config_.lr; }
   comm::Placement placement() const override { return comm::Placement::owned(); }
   void check_param(const std::string& name, const core::Shape& shape) const override;
   void step(std::span<const ParamShard> params, const StepContext& ctx) override;

@@ -52,6 +52,7 @@ class Osft final : public Optimizer {
   explicit Osft(const OsftConfig& config);
 
   const char* kind() const override { return "osft"; }
+  double lr() const override { return config_.adamw.lr; }
   comm::Placement placement() const override { return comm::Placement::shard(0); }
   void check_param(const std::string& name, const core::Shape& shape) const override;
   // project_gradients, adamw_step and, when configured, project_parameters.

@@ -131,8 +131,7 @@ std::vector<OsftFactors> osft_decompose_all(std::span<const OsftTargetWeight> ta
       core::Tensor& t = factor_by_name(out[i], kOsftFactorNames[j]);
       t = core::Tensor::empty(shapes[j], core::DType::F32, backend.allocator());
       const core::Tensor& h = factor_by_name(host[i], kOsftFactorNames[j]);
-      if (owner_of(i) == me && t.numel() > 0)
-        backend.copy_from_host(t.raw_data(), h.raw_data(), t.nbytes());
+      if (owner_of(i) == me) core::write_from_host(backend, t, h);
       if (world > 1) comm->broadcast(t.data<float>(), t.numel(), owner_of(i));
     }
   }

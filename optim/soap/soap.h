@@ -139,6 +139,7 @@ class Soap final : public Optimizer {
   Soap(const SoapConfig& config, const char* kind, bool stack_3d = false);
 
   const char* kind() const override { return kind_; }
+  double lr() const override { return config_.lr; }
   comm::Placement placement() const override { return comm::Placement::owned(); }
   void check_param(const std::string& name, const core::Shape& shape) const override;
   void step(std::span<const ParamShard> params, const StepContext& ctx) override;

@@ -34,6 +34,7 @@ class TpRekls final : public Optimizer {
   explicit TpRekls(const TpReklsConfig& config);
 
   const char* kind() const override { return "tp_rekls"; }
+  double lr() const override { return config_.soap.lr; }
   comm::Placement placement() const override;
   void check_param(const std::string& name, const core::Shape& shape) const override;
   void step(std::span<const ParamShard> params, const StepContext& ctx) override;

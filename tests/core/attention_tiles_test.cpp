@@ -1,6 +1,6 @@
 // The tiled online-softmax attention of the CUDA kernels (core/attention_tiles.h), run on the
 // host in float64 with the kernels' loop structure, against the plain CPU attention
-// (cpu_kernels.h): tile sizes that do not divide T, tiles longer than T, T = 1, the causal
+// (attention_kernels.h): tile sizes that do not divide T, tiles longer than T, T = 1, the causal
 // boundary.
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/attention_tiles.h"
-#include "core/cpu/cpu_kernels.h"
+#include "core/cpu/attention_kernels.h"
 #include "grad_check.h"
 
 namespace {

@@ -8,8 +8,14 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/cpu/attention_kernels.h"
+#include "core/cpu/classifier_kernels.h"
 #include "core/cpu/cpu_gemm.h"
-#include "core/cpu/cpu_kernels.h"
+#include "core/cpu/elementwise_kernels.h"
+#include "core/cpu/embedding_kernels.h"
+#include "core/cpu/gemm_kernels.h"
+#include "core/cpu/moe_kernels.h"
+#include "core/cpu/norm_kernels.h"
 #include "grad_check.h"
 
 namespace {

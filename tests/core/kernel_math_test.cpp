@@ -8,7 +8,7 @@
 #include <cmath>
 #include <vector>
 
-#include "core/cpu/cpu_kernels.h"
+#include "core/cpu/attention_kernels.h"
 #include "grad_check.h"
 
 namespace {

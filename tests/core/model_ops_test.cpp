@@ -13,7 +13,8 @@
 
 #include "core/backend.h"
 #include "core/check.h"
-#include "core/cpu/cpu_kernels.h"
+#include "core/cpu/classifier_kernels.h"
+#include "core/cpu/moe_kernels.h"
 #include "grad_check.h"
 
 namespace {

@@ -228,6 +228,39 @@ TEST(Config, OverridesUseTheKeysType) {
   EXPECT_EQ(d.data.val, "b");
 }
 
+// --set optim.<i>.<key>=value: a list index, as Hydra and OmegaConf allow, sets one key of group
+// i (from 0); the group is read again, so a new params or optimizer counts; an index beyond the
+// groups or a key without one is refused naming the groups there are.
+TEST(Config, OverridesIndexTheOptimizerGroups) {
+  const std::string two = with(R"(  - params: ["lm_head.weight"]
+    optimizer: adamw
+    lr: 0.002
+    betas: [0.9, 0.95]
+)");
+  engine::Config c =
+      engine::parse_config(two, "o.yaml",
+                           {"optim.1.lr=0.01", "optim.1.betas=[0.8, 0.9]", "optim.0.optimizer=muon",
+                            "optim.0.params=[blocks.*]", "optim.1.matrix_views.x=3"});
+  ASSERT_EQ(c.optim.size(), 2u);
+  EXPECT_DOUBLE_EQ(c.optim[1].node["lr"].as<double>(), 0.01);
+  EXPECT_EQ(c.optim[1].node["betas"][0].as<double>(), 0.8);
+  EXPECT_EQ(c.optim[1].node["matrix_views"]["x"].as<int>(), 3);
+  EXPECT_DOUBLE_EQ(c.optim[0].node["lr"].as<double>(), 0.001);
+  EXPECT_EQ(c.optim[0].optimizer, "muon");
+  EXPECT_EQ(c.optim[0].params, std::vector<std::string>{"blocks.*"});
+  EXPECT_EQ(c.optim[1].file, "o.yaml");
+  EXPECT_EQ(engine::config_origin(c, "optim.1.lr"), "--set optim.1.lr=0.01");
+  std::string msg = error_of([&] { engine::parse_config(two, "o.yaml", {"optim.2.lr=0.1"}); });
+  EXPECT_NE(msg.find("--set optim.2.lr=0.1: there is no parameter group 2: optim has 2 "
+                     "(optim.0 to optim.1)"),
+            std::string::npos)
+      << msg;
+  msg = error_of([&] { engine::parse_config(two, "o.yaml", {"optim.lr=0.1"}); });
+  EXPECT_NE(msg.find("optim.<index>.<key>"), std::string::npos) << msg;
+  msg = error_of([&] { engine::parse_config(two, "o.yaml", {"optim.0.optimizer=[a, b]"}); });
+  EXPECT_NE(msg.find("optim[0].optimizer must be an optimizer name"), std::string::npos) << msg;
+}
+
 TEST(Config, CrossFieldChecksNameTheKey) {
   std::string msg = error_of([] { engine::parse_config(kMinimal, "x.yaml", {"model.n_head=3"}); });
   EXPECT_NE(msg.find("'model.d_model'"), std::string::npos) << msg;

@@ -28,7 +28,11 @@ TEST(ConsoleLog, DurationsPeaksAndFields) {
   EXPECT_EQ(engine::gpu_peak_gflops("cuda:0 (Some Future GPU)"), std::nullopt);
   EXPECT_EQ(engine::gpu_peak_gflops("cpu (OpenBLAS, 2 threads)"), std::nullopt);
   EXPECT_EQ(engine::format_progress_fields(185, 0.4123), "eta:3m05s mfu:41.2%");
-  EXPECT_EQ(engine::format_progress_fields(5, std::nullopt), "eta:5s mfu:unknown");
+  EXPECT_EQ(engine::format_progress_fields(5, std::nullopt), "eta:5s");
+  EXPECT_EQ(engine::unknown_peak_note("cpu (OpenBLAS, 2 threads)"),
+            "mfu: the peak of cpu (OpenBLAS, 2 threads) is not known; set log.peak_gflops to one "
+            "rank's peak GFLOP/s (e.g. --set log.peak_gflops=1000) to see it on each training "
+            "line");
   EXPECT_EQ(engine::format_stats_line(120, 2000, 0.81234, int64_t{3} << 20, std::nullopt),
             "step:120/2000 grad_norm:0.8123 peak_mem:3.0MiB live_mem:n/a");
 }

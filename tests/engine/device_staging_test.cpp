@@ -1,5 +1,5 @@
-// Checkpoints through host buffers (engine/sharded_state.h, core/transfer.h): tensors of a device
-// are copied with the backend's copy_to_host / copy_from_host, never read in place. A
+// Checkpoints through host buffers (engine/checkpoint/sharded_state.h, core/transfer.h): tensors
+// of a device are copied with the backend's copy_to_host / copy_from_host, never read in place. A
 // stand-in device (host memory that reports cuda:0) shows that every device tensor takes that
 // path and that the checkpoint files refuse anything else; the CUDA resume test does it on a GPU.
 #include <gtest/gtest.h>
@@ -12,8 +12,8 @@
 
 #include "comm/sharding_plan.h"
 #include "core/backend.h"
-#include "engine/checkpoint.h"
-#include "engine/sharded_state.h"
+#include "engine/checkpoint/checkpoint_files.h"
+#include "engine/checkpoint/sharded_state.h"
 #include "tests/test_util.h"
 
 using test_util::error_of;

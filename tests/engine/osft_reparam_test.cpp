@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "engine/osft_reparam.h"
+#include "engine/reparam/osft_reparam.h"
 #include "tests/test_util.h"
 
 namespace {

@@ -15,10 +15,10 @@
 #include "comm/communicator.h"
 #include "core/rng.h"
 #include "data/token_shard.h"
-#include "engine/checkpoint.h"
+#include "engine/checkpoint/checkpoint_files.h"
 #include "engine/config.h"
 #include "engine/model_loading.h"
-#include "engine/osft_reparam.h"
+#include "engine/reparam/osft_reparam.h"
 #include "engine/trainer.h"
 #include "tests/test_util.h"
 

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "engine/checkpoint.h"
+#include "engine/checkpoint/checkpoint_files.h"
 #include "tests/test_util.h"
 
 using test_util::error_of;

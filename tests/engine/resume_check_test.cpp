@@ -1,7 +1,7 @@
 // What a resume must agree on with its checkpoint beyond the tensors: here, the data. The
 // fingerprint covers the shards' token counts; the content hashes catch a shard whose tokens
 // changed at the same count (re-tokenised, edited, replaced by another file of the same size).
-#include "engine/resume_check.h"
+#include "engine/checkpoint/resume_check.h"
 
 #include <gtest/gtest.h>
 

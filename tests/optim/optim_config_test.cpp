@@ -139,6 +139,25 @@ TEST(OptimizerSet, GroupLeftWithNoParameterIsRefused) {
 
 // A negative weight decay grows the weights, a negative lr_mul or wd_mul turns a step around:
 // refused by name for every optimizer that reads them (SOAP's family already was).
+// Each optimizer reports the step size in effect: the config's lr, or its default where the group
+// gives none (the trainer logs the first group's; it used to read the YAML and log 0 then).
+TEST(OptimizerSet, OptimizersReportTheirEffectiveLr) {
+  YAML::Node groups = YAML::Load(R"(- params: ["blocks.*.attn.*"]
+  optimizer: muon
+- params: ["embed.weight"]
+  optimizer: adamw
+  lr: 0.003
+- params: ["*"]
+  optimizer: adamw
+)");
+  OptimizerSet set(groups, kParams);
+  EXPECT_DOUBLE_EQ(set.optimizer(0).lr(), optim::MuonConfig{}.lr);
+  EXPECT_DOUBLE_EQ(set.optimizer(1).lr(), 0.003);
+  EXPECT_DOUBLE_EQ(set.optimizer(2).lr(), optim::AdamWConfig{}.lr);
+  EXPECT_GT(optim::AdamWConfig{}.lr, 0);
+  EXPECT_GT(optim::MuonConfig{}.lr, 0);
+}
+
 TEST(OptimizerSet, NegativeDecayAndMultipliersAreRefused) {
   const char* kGroups[] = {
       "- {params: ['*'], optimizer: adamw, weight_decay: -0.1}",

@@ -1,6 +1,7 @@
 // Optimizer state save -> load -> continue equals an uninterrupted replay bit for bit, at the
 // world size ctest runs this with (state sharded like the parameters: one file per rank); golden
-// files stored in BF16 and F16 replay as their f32 values.
+// files stored in BF16 and F16 replay as their f32 values; a file whose param_overrides name every
+// parameter replays.
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <unistd.h>
@@ -178,6 +179,43 @@ TEST(GoldenFiles, Bf16AndF16FilesReplayAsTheirF32Values) {
   rb.run();
   for (const auto& p : a.params)
     EXPECT_TRUE(bitwise_equal(rb.full(p.name), ra.full(p.name))) << p.name;
+  comm.barrier();
+  if (comm.rank() == 0) std::filesystem::remove_all(dir);
+}
+
+// A golden file whose param_overrides name every one of its parameters leaves the replay's
+// catch-all '*' group with none; that group is optional, so the replay runs (empty groups are
+// refused otherwise). distadam_basic cut to its one parameter embed.weight, overridden with
+// lr_mul 1 (the same trajectory).
+TEST(GoldenFiles, OverridesNamingEveryParameterReplay) {
+  comm::Communicator& comm = world();
+  const std::string dir =
+      std::filesystem::temp_directory_path() / ("golden_overrides_" + std::to_string(::getppid()));
+  const std::string path = dir + "/one_param.safetensors";
+  const std::string name = "embed.weight";
+  if (comm.rank() == 0) {
+    std::filesystem::create_directories(dir);
+    const core::SafetensorsReader in(std::string(ENGINE_GOLDEN_DIR) +
+                                     "/adamw/distadam_basic.safetensors");
+    core::SafetensorsWriter out;
+    for (const auto& [key, value] : in.metadata())
+      out.set_metadata(key, value);
+    YAML::Node hyper = YAML::Load(in.metadata_value("hyperparameters"));
+    hyper["param_overrides"][name]["lr_mul"] = 1.0;
+    YAML::Emitter json;
+    json << YAML::DoubleQuoted << YAML::Flow << hyper;
+    out.set_metadata("hyperparameters", json.c_str());
+    for (const core::StTensorInfo& t : in.tensors())
+      if (t.name.ends_with("/" + name)) out.add(t.name, in.read_f32(t.name));
+    out.write(path);
+  }
+  comm.barrier();
+  const replay::GoldenCase golden = replay::load_golden(path);
+  ASSERT_EQ(golden.params.size(), 1u);
+  replay::Replayer r(golden, comm);
+  const replay::Difference worst = replay::worst_difference(r.run());
+  EXPECT_EQ(worst.param, name);
+  EXPECT_TRUE(replay::passes(worst, golden.suggested_atol)) << worst.max_abs;
   comm.barrier();
   if (comm.rank() == 0) std::filesystem::remove_all(dir);
 }

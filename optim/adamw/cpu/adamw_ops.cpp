@@ -1,10 +1,11 @@
 // AdamW's op on the CPU: adamw_math.h over the elements, tensor by tensor, OpenMP threads above the
 // size where a parallel region pays (every element is independent, so the bits do not depend on
 // the threads).
+// Compiled with -fmath-errno, unlike the rest of engine_optim: optim/CMakeLists.txt says why.
 #include <string>
 
 #include "core/check.h"
-#include "core/cpu/cpu_kernels.h"
+#include "core/cpu/parallel_loops.h"
 #include "optim/adamw/adamw_ops.h"
 
 namespace optim {

@@ -1,11 +1,12 @@
 // Muon's ops on the CPU: Newton-Schulz through BLAS (cpu/newton_schulz.h), NorMuon's statistics
 // and the cautious update as loops over muon_math.h, one parameter after the other.
+// Compiled with -fmath-errno, unlike the rest of engine_optim: optim/CMakeLists.txt says why.
 #include <algorithm>
 #include <string>
 #include <vector>
 
 #include "core/check.h"
-#include "core/cpu/cpu_kernels.h"
+#include "core/cpu/parallel_loops.h"
 #include "optim/muon/cpu/newton_schulz.h"
 #include "optim/muon/muon_ops.h"
 

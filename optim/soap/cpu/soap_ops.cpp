@@ -3,11 +3,13 @@
 // first replayed with. The refresh spreads the factors over the OpenMP threads, largest first,
 // and refreshes each on one thread (BLAS and LAPACK run single-threaded inside a parallel
 // region), so its bits depend neither on the thread count nor on batching.
+// Compiled with -fmath-errno, unlike the rest of engine_optim: optim/CMakeLists.txt says why.
 #include <vector>
 
 #include "core/check.h"
-#include "core/cpu/cpu_kernels.h"
 #include "core/cpu/cpu_linalg.h"
+#include "core/cpu/elementwise_kernels.h"
+#include "core/cpu/parallel_loops.h"
 #include "optim/soap/eigenbasis.h"
 #include "optim/soap/soap_ops.h"
 

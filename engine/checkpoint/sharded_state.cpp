@@ -1,4 +1,4 @@
-#include "engine/sharded_state.h"
+#include "engine/checkpoint/sharded_state.h"
 
 #include "core/check.h"
 #include "core/transfer.h"
@@ -111,7 +111,7 @@ void read_local_params(const CheckpointReader& reader, const comm::ShardingPlan&
                                             name + " is not contiguous");
     core::Tensor host = core::Tensor::empty(local.shape());
     reader.read(key, s.dim, s.range.begin, host);
-    if (host.nbytes() > 0) backend.copy_from_host(local.raw_data(), host.raw_data(), host.nbytes());
+    core::write_from_host(backend, local, host);
   }
 }
 

@@ -1,5 +1,5 @@
-// OsftReparam: OSFT as a reparametrisation of the trainer (engine/reparam.h; docs/specs/osft.md):
-// the targeted model matrices train as their SVD factors, held beside the model.
+// OsftReparam: OSFT as a reparametrisation of the trainer (reparam.h; docs/specs/osft.md): the
+// targeted model matrices train as their SVD factors, held beside the model.
 //
 // The model stays dense and knows nothing of OSFT. After every optimizer step (and a load or an
 // init_from) write_all() writes W = U_high diag(S_high) V_high + U_low diag(S_low) V_low into
@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "engine/reparam.h"
+#include "engine/reparam/reparam.h"
 #include "optim/osft/osft.h"
 #include "optim/osft/osft_factors.h"
 
@@ -60,9 +60,9 @@ class OsftReparam final : public Reparam {
   // null when every rank holds whole factors) and the frozen rows this rank holds by `split`.
   OsftReparam(model::Gpt& gpt, optim::OptimizerSet& groups, comm::Communicator* comm,
               comm::Communicator* shard_group, optim::RowSplit split);
-  // The trainer's factory (engine/reparam.cpp): the factors of the setup's osft targets, row-
-  // sharded like the plan splits them over the tensor communicator; null without targets. A
-  // config with targets at zero.stage 3 is refused.
+  // The trainer's factory (listed in reparam_kinds.cpp): the factors of the setup's osft
+  // targets, row-sharded like the plan splits them over the tensor communicator; null without
+  // targets. A config with targets at zero.stage 3 is refused.
   static std::unique_ptr<Reparam> create(const ReparamSetup& setup);
   // The dense weight of target `param` from the factors a checkpoint holds (undefined when it
   // holds none for it); the shapes are checked against [shape], naming the tensor.

@@ -1,4 +1,4 @@
-#include "engine/resume_check.h"
+#include "engine/checkpoint/resume_check.h"
 
 #include <cinttypes>
 #include <cstdio>

@@ -1,4 +1,4 @@
-#include "engine/checkpoint.h"
+#include "engine/checkpoint/checkpoint_files.h"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -1,11 +1,12 @@
 // Reparam: a reparametrisation of trainables, a plug-in of the trainer (in the spirit of
 // torchtitan's ModelConverter). It puts tensors of its own in place of some model parameters
-// among the trainables (OSFT, engine/osft_reparam.h: a matrix's trained SVD factors), writes the
-// model's parameters from them and maps the model's gradients back to them. The model stays
-// dense and knows nothing of it; the optimizers step its tensors like any other trainable.
+// among the trainables (OSFT, engine/reparam/osft_reparam.h: a matrix's trained SVD factors),
+// writes the model's parameters from them and maps the model's gradients back to them. The model
+// stays dense and knows nothing of it; the optimizers step its tensors like any other trainable.
 //
-// The trainer holds the list make_reparams builds from the config and calls the hooks in its
-// phases; it never names a kind. In the order of a run:
+// The trainer holds the list make_reparams (engine/reparam/reparam_kinds.h, where the kinds are
+// listed) builds from the config and calls the hooks in its phases; it never names a kind, and
+// this interface knows none. In the order of a run:
 //   replace_trainables  once, after the optimizer groups exist: the list the optimizers, the ZeRO
 //                       state and the checkpoints see
 //   init_from           train.init_from: the model's pretrained weights were set; derive its own
@@ -30,7 +31,7 @@
 #include "comm/communicator.h"
 #include "core/backend.h"
 #include "core/tensor.h"
-#include "engine/checkpoint.h"
+#include "engine/checkpoint/checkpoint_files.h"
 #include "engine/config.h"
 #include "engine/trainable.h"
 #include "model/gpt.h"
@@ -67,15 +68,5 @@ struct ReparamSetup {
   optim::OptimizerSet& optimizers;
   comm::Communicator& tensors;
 };
-
-// Every reparametrisation the config asks for, in a fixed order (OSFT: an optimizer group
-// `osft` with targets). Refuses a config one of them cannot serve, naming the key.
-std::vector<std::unique_ptr<Reparam>> make_reparams(const ReparamSetup& setup);
-
-// Model parameter `param` ([shape]) of a checkpoint that holds it reparametrised (as tensors of
-// the kind that saved it): the dense weight, whole, on the host, computed on `backend`;
-// undefined when the checkpoint holds no such tensors for it.
-core::Tensor dense_weight_from_checkpoint(const CheckpointReader& reader, const std::string& param,
-                                          const core::Shape& shape, core::Backend& backend);
 
 }  // namespace engine

@@ -1,9 +1,9 @@
-// Checkpointer: a training run's checkpoints (the files are engine/checkpoint.h's). A save writes
-// every rank's local parameters and optimizer state (engine/sharded_state.h) and the
-// reparametrisations' own tensors, staged through the host, then rank 0 the manifest with the
-// run's counters, data position and validation loss, and rotates: the newest checkpoint.keep
-// stay, and with checkpoint.keep_best the one with the lowest validation loss too. A load checks
-// that the checkpoint fits this run (engine/resume_check.h) and reads it back at any world size.
+// Checkpointer: a training run's checkpoints (the files are checkpoint_files.h's). A save writes
+// every rank's local parameters and optimizer state (sharded_state.h) and the reparametrisations'
+// own tensors, staged through the host, then rank 0 the manifest with the run's counters, data
+// position and validation loss, and rotates: the newest checkpoint.keep stay, and with
+// checkpoint.keep_best the one with the lowest validation loss too. A load checks that the
+// checkpoint fits this run (resume_check.h) and reads it back at any world size.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +16,7 @@
 #include "comm/sharding_plan.h"
 #include "core/backend.h"
 #include "engine/config.h"
-#include "engine/reparam.h"
+#include "engine/reparam/reparam.h"
 #include "engine/zero_state.h"
 #include "optim/optimizer_set.h"
 

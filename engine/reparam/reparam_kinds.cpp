@@ -1,6 +1,6 @@
-#include "engine/reparam.h"
+#include "engine/reparam/reparam_kinds.h"
 
-#include "engine/osft_reparam.h"
+#include "engine/reparam/osft_reparam.h"
 
 namespace engine {
 

@@ -1,13 +1,13 @@
-#include "engine/checkpointer.h"
+#include "engine/checkpoint/checkpointer.h"
 
 #include <cstdio>
 #include <filesystem>
 
 #include "core/check.h"
 #include "data/data_loader.h"
-#include "engine/checkpoint.h"
-#include "engine/resume_check.h"
-#include "engine/sharded_state.h"
+#include "engine/checkpoint/checkpoint_files.h"
+#include "engine/checkpoint/resume_check.h"
+#include "engine/checkpoint/sharded_state.h"
 
 namespace engine {
 

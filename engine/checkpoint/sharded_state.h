@@ -22,7 +22,7 @@
 #include "comm/sharding_plan.h"
 #include "core/backend.h"
 #include "core/tensor.h"
-#include "engine/checkpoint.h"
+#include "engine/checkpoint/checkpoint_files.h"
 #include "optim/optimizer_set.h"
 
 namespace engine {

@@ -1,9 +1,9 @@
-#include "engine/osft_reparam.h"
+#include "engine/reparam/osft_reparam.h"
 
 #include "comm/placement.h"
 #include "core/check.h"
 #include "core/transfer.h"
-#include "engine/sharded_state.h"
+#include "engine/checkpoint/sharded_state.h"
 
 namespace engine {
 
@@ -179,9 +179,7 @@ void OsftReparam::load_frozen(const CheckpointReader& reader) {
                      core::shape_str(reader.global_shape(key)) + ", this run expects " +
                      core::shape_str(f.value.shape()));
     // In place: the optimizers hold views of it.
-    const core::Tensor host = reader.read_full(key);
-    if (host.numel() > 0)
-      backend_.copy_from_host(f.value.raw_data(), host.raw_data(), host.nbytes());
+    core::write_from_host(backend_, f.value, reader.read_full(key));
   }
 }
 
@@ -192,8 +190,7 @@ void OsftReparam::zero_grads() {
 
 void OsftReparam::init_from(const std::map<std::string, core::Tensor>& weights) {
   for (const Target& t : targets_) {
-    const core::Tensor& w = weights.at(t.name);
-    backend_.copy_from_host(gpt_.param(t.param).raw_data(), w.raw_data(), w.nbytes());
+    core::write_from_host(backend_, gpt_.param(t.param), weights.at(t.name));
   }
   redecompose(comm_);
 }

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/checkpoint.h"
+#include "engine/checkpoint/checkpoint_files.h"
 #include "engine/config.h"
 
 namespace data {

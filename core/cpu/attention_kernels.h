@@ -1,0 +1,274 @@
+// The CPU attention kernels: the heads' layout, rotary positions and causal attention, which
+// keeps nothing [T, T] between forward and backward (per query block of kAttnBlock rows on
+// per-thread scratch, the probabilities recomputed from each row's log-sum-exp).
+// Templated on the scalar type: the backend instantiates them for float, the tests also for
+// double (central finite differences); the element math is core/kernel_math.h's.
+#pragma once
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/attention_tiles.h"
+#include "core/check.h"
+#include "core/cpu/cpu_gemm.h"
+#include "core/cpu/fast_math.h"
+#include "core/cpu/parallel_loops.h"
+#include "core/kernel_math.h"
+
+namespace core::cpu {
+
+// ---- attention layout ------------------------------------------------------------------------
+
+// qkv [B, T, 3, H, hd] <-> q, k, v [B, H, T, hd]. `backward` accumulates into qkv instead.
+template <typename T, bool kBackward>
+void split_heads_impl(T* q, T* k, T* v, T* qkv, int64_t B, int64_t T_, int64_t H, int64_t hd) {
+  int64_t D = H * hd;
+#pragma omp parallel for schedule(static) if (B * T_ * 3 * D > kParallelMin)
+  for (int64_t bt = 0; bt < B * T_; ++bt) {
+    int64_t b = bt / T_, t = bt % T_;
+    T* row = qkv + bt * 3 * D;
+    T* dst[3] = {q, k, v};
+    for (int s = 0; s < 3; ++s) {
+      for (int64_t h = 0; h < H; ++h) {
+        T* head = dst[s] + ((b * H + h) * T_ + t) * hd;
+        T* src = row + s * D + h * hd;
+        for (int64_t d = 0; d < hd; ++d) {
+          if constexpr (kBackward) {
+            src[d] += head[d];
+          } else {
+            head[d] = src[d];
+          }
+        }
+      }
+    }
+  }
+}
+
+template <typename T>
+void split_heads(T* q, T* k, T* v, const T* qkv, int64_t B, int64_t T_, int64_t H, int64_t hd) {
+  split_heads_impl<T, false>(q, k, v, const_cast<T*>(qkv), B, T_, H, hd);
+}
+template <typename T>
+void split_heads_backward(T* dqkv, const T* dq, const T* dk, const T* dv, int64_t B, int64_t T_,
+                          int64_t H, int64_t hd) {
+  split_heads_impl<T, true>(const_cast<T*>(dq), const_cast<T*>(dk), const_cast<T*>(dv), dqkv, B, T_,
+                            H, hd);
+}
+
+// a [B, H, T, hd] <-> out [B, T, H*hd]; the backward accumulates into da.
+template <typename T>
+void merge_heads(T* out, const T* a, int64_t B, int64_t T_, int64_t H, int64_t hd) {
+#pragma omp parallel for schedule(static) if (B * T_ * H * hd > kParallelMin)
+  for (int64_t bt = 0; bt < B * T_; ++bt) {
+    int64_t b = bt / T_, t = bt % T_;
+    for (int64_t h = 0; h < H; ++h) {
+      const T* src = a + ((b * H + h) * T_ + t) * hd;
+      T* dst = out + bt * H * hd + h * hd;
+      for (int64_t d = 0; d < hd; ++d)
+        dst[d] = src[d];
+    }
+  }
+}
+template <typename T>
+void merge_heads_backward(T* da, const T* dout, int64_t B, int64_t T_, int64_t H, int64_t hd) {
+#pragma omp parallel for schedule(static) if (B * T_ * H * hd > kParallelMin)
+  for (int64_t bt = 0; bt < B * T_; ++bt) {
+    int64_t b = bt / T_, t = bt % T_;
+    for (int64_t h = 0; h < H; ++h) {
+      const T* src = dout + bt * H * hd + h * hd;
+      T* dst = da + ((b * H + h) * T_ + t) * hd;
+      for (int64_t d = 0; d < hd; ++d)
+        dst[d] += src[d];
+    }
+  }
+}
+
+// ---- rotary ----------------------------------------------------------------------------------
+
+// cos and sin of the rotary angle for every (t, j): two [T, hd/2] tables.
+template <typename T>
+void rotary_tables(std::vector<T>& cos_t, std::vector<T>& sin_t, int64_t T_, int64_t half, T base) {
+  cos_t.resize(static_cast<size_t>(T_ * half));
+  sin_t.resize(static_cast<size_t>(T_ * half));
+  for (int64_t t = 0; t < T_; ++t) {
+    for (int64_t j = 0; j < half; ++j) {
+      T angle = kmath::rotary_angle(t, j, half, base);
+      cos_t[t * half + j] = std::cos(angle);
+      sin_t[t * half + j] = std::sin(angle);
+    }
+  }
+}
+
+// kBackward: dinp += R^T dout; otherwise out = R inp (in place allowed).
+template <typename T, bool kBackward>
+void rotary_impl(T* out, const T* inp, int64_t BH, int64_t T_, int64_t hd, T base) {
+  ENGINE_CHECK(hd % 2 == 0, "rotary: head dim " + std::to_string(hd) + " is odd");
+  int64_t half = hd / 2;
+  std::vector<T> cos_t, sin_t;
+  rotary_tables(cos_t, sin_t, T_, half, base);
+#pragma omp parallel for schedule(static) if (BH * T_ * hd > kParallelMin)
+  for (int64_t row = 0; row < BH * T_; ++row) {
+    int64_t t = row % T_;
+    const T* x = inp + row * hd;
+    T* y = out + row * hd;
+    for (int64_t j = 0; j < half; ++j) {
+      T x0 = x[j], x1 = x[j + half];
+      T c = cos_t[t * half + j], s = sin_t[t * half + j];
+      if constexpr (kBackward) {
+        kmath::rotary_rotate(x0, x1, c, -s);
+        y[j] += x0;
+        y[j + half] += x1;
+      } else {
+        kmath::rotary_rotate(x0, x1, c, s);
+        y[j] = x0;
+        y[j + half] = x1;
+      }
+    }
+  }
+}
+
+template <typename T>
+void rotary_forward(T* out, const T* inp, int64_t BH, int64_t T_, int64_t hd, T base) {
+  rotary_impl<T, false>(out, inp, BH, T_, hd, base);
+}
+template <typename T>
+void rotary_backward(T* dinp, const T* dout, int64_t BH, int64_t T_, int64_t hd, T base) {
+  rotary_impl<T, true>(dinp, dout, BH, T_, hd, base);
+}
+
+// ---- causal attention ------------------------------------------------------------------------
+
+// How attention spreads over threads: one head per thread with single-threaded GEMMs, or the
+// heads one after another with each GEMM using every thread. kAuto picks per head when there
+// are at least as many heads as threads.
+enum class HeadParallel { kAuto, kHeads, kGemm };
+
+template <typename Fn>
+void for_each_head(int64_t BH, HeadParallel mode, Fn fn) {
+  bool heads =
+      mode == HeadParallel::kHeads || (mode == HeadParallel::kAuto && BH >= omp_get_max_threads());
+  if (heads) {
+#pragma omp parallel for schedule(static)
+    for (int64_t h = 0; h < BH; ++h)
+      fn(h);
+  } else {
+    for (int64_t h = 0; h < BH; ++h)
+      fn(h);
+  }
+}
+
+// Query rows per block: block [r0, r1) only sees keys [0, r1), so the GEMMs skip the masked
+// upper triangle except inside the diagonal block (about (nb + 1) / (2 nb) of the full work).
+inline constexpr int64_t kAttnBlock = 64;
+
+// One scratch buffer per OpenMP thread for the score blocks of the head that thread works on:
+// [kAttnBlock, T] each, freed when the call returns (nothing [T, T] outlives a call).
+template <typename T>
+class PerThreadScratch {
+ public:
+  explicit PerThreadScratch(int64_t count)
+      : count_(count), buffers_(static_cast<size_t>(omp_get_max_threads())) {}
+  T* get() {
+    std::vector<T>& b = buffers_.at(static_cast<size_t>(omp_get_thread_num()));
+    if (b.empty()) b.resize(static_cast<size_t>(count_));
+    return b.data();
+  }
+
+ private:
+  int64_t count_;
+  std::vector<std::vector<T>> buffers_;
+};
+
+// S = scale Q K^T, P = causal row softmax of S, out = P V; lse [BH, T] gets each row's
+// log-sum-exp of its visible scores, from which the backward recomputes P.
+template <typename T>
+void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, int64_t BH, int64_t T_,
+                       int64_t hd, T scale, HeadParallel mode = HeadParallel::kAuto) {
+  PerThreadScratch<T> scratch(kAttnBlock * T_);
+  for_each_head(BH, mode, [&](int64_t h) {
+    const T* qh = q + h * T_ * hd;
+    const T* kh = k + h * T_ * hd;
+    const T* vh = v + h * T_ * hd;
+    T* p = scratch.get();  // rows x r1 scores, then probabilities, row stride r1
+    for (int64_t r0 = 0; r0 < T_; r0 += kAttnBlock) {
+      int64_t r1 = std::min(T_, r0 + kAttnBlock), rows = r1 - r0;
+      blas_gemm(false, true, rows, r1, hd, scale, qh + r0 * hd, hd, kh, hd, T(0), p, r1);
+      for (int64_t t = r0; t < r1; ++t) {
+        T* row = p + (t - r0) * r1;
+        T mx = row_max(row, t + 1);
+        T s = T(0);
+#pragma omp simd reduction(+ : s)
+        for (int64_t j = 0; j <= t; ++j) {
+          row[j] = FastMath::exp(row[j] - mx);
+          s += row[j];
+        }
+        lse[h * T_ + t] = mx + std::log(s);
+        T inv = T(1) / s;
+        for (int64_t j = 0; j <= t; ++j)
+          row[j] *= inv;
+        for (int64_t j = t + 1; j < r1; ++j)
+          row[j] = T(0);
+      }
+      blas_gemm(false, false, rows, hd, r1, T(1), p, r1, vh, hd, T(0), out + (h * T_ + r0) * hd,
+                hd);
+    }
+  });
+}
+
+// Per query block [r0, r1) (keys [0, r1)), from the forward's out and lse: P = exp(scale Q K^T -
+// lse) recomputed, dV += P^T dO, dP = dO V^T, dS = P (dP - delta) with delta_t = dO_t . out_t,
+// dQ += scale dS K, dK += scale dS^T Q.
+template <typename T>
+void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const T* lse, const T* q,
+                        const T* k, const T* v, int64_t BH, int64_t T_, int64_t hd, T scale,
+                        HeadParallel mode = HeadParallel::kAuto) {
+  PerThreadScratch<T> scratch(2 * kAttnBlock * T_);
+  for_each_head(BH, mode, [&](int64_t h) {
+    int64_t off = h * T_ * hd;
+    T* p = scratch.get();         // probabilities, row stride r1
+    T* ds = p + kAttnBlock * T_;  // dP, then dS
+    for (int64_t r0 = 0; r0 < T_; r0 += kAttnBlock) {
+      int64_t r1 = std::min(T_, r0 + kAttnBlock), rows = r1 - r0;
+      const T* gb = dout + off + r0 * hd;
+      blas_gemm(false, true, rows, r1, hd, scale, q + off + r0 * hd, hd, k + off, hd, T(0), p, r1);
+      for (int64_t t = r0; t < r1; ++t) {
+        T* row = p + (t - r0) * r1;
+        const T row_lse = lse[h * T_ + t];
+#pragma omp simd
+        for (int64_t j = 0; j <= t; ++j)
+          row[j] = FastMath::exp(row[j] - row_lse);
+        for (int64_t j = t + 1; j < r1; ++j)
+          row[j] = T(0);
+      }
+      blas_gemm(true, false, r1, hd, rows, T(1), p, r1, gb, hd, T(1), dv + off, hd);
+      blas_gemm(false, true, rows, r1, hd, T(1), gb, hd, v + off, hd, T(0), ds, r1);
+      for (int64_t t = r0; t < r1; ++t) {
+        const T* prow = p + (t - r0) * r1;
+        T* drow = ds + (t - r0) * r1;
+        const T* o = out + off + t * hd;
+        const T* g = dout + off + t * hd;
+        T delta = T(0);
+#pragma omp simd reduction(+ : delta)
+        for (int64_t d = 0; d < hd; ++d)
+          delta += g[d] * o[d];
+#pragma omp simd
+        for (int64_t j = 0; j <= t; ++j)
+          drow[j] = kmath::attention_dscore(prow[j], drow[j], delta);
+        for (int64_t j = t + 1; j < r1; ++j)
+          drow[j] = T(0);
+      }
+      blas_gemm(false, false, rows, hd, r1, scale, ds, r1, k + off, hd, T(1), dq + off + r0 * hd,
+                hd);
+      blas_gemm(true, false, r1, hd, rows, scale, ds, r1, q + off + r0 * hd, hd, T(1), dk + off,
+                hd);
+    }
+  });
+}
+
+}  // namespace core::cpu

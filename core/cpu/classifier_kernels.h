@@ -1,0 +1,121 @@
+// The CPU classifier kernels: the soft-capped cross-entropy with its logits' gradient, and the
+// loss reductions in float64.
+// Templated on the scalar type: the backend instantiates them for float, the tests also for
+// double (central finite differences); the element math is core/kernel_math.h's.
+#pragma once
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "core/check.h"
+#include "core/cpu/fast_math.h"
+#include "core/cpu/parallel_loops.h"
+#include "core/device.h"
+#include "core/kernel_math.h"
+
+namespace core::cpu {
+
+// An element of the d logits output: T itself, or bf16 rounded once (bf16 precision).
+template <typename G, typename T>
+G gradient_as(T g) {
+  if constexpr (std::is_same_v<G, bf16>) {
+    return kmath::bf16_from_float(static_cast<float>(g));
+  } else {
+    return g;
+  }
+}
+
+// Per row: z = softcap(logits[:V]), loss = logsumexp(z) - z[target];
+// dlogits = dloss_scale (softmax(z) - onehot) softcap'(logits), zero in the padded columns, as
+// T or as bf16 (G). One tanh and one exp per element: z goes to a per-thread row buffer,
+// exp(z - max) to dlogits (T) or a second row buffer (bf16). dlogits may alias logits: every
+// logit is read (into the buffer) before anything is written.
+template <typename T, typename G>
+void cross_entropy(T* losses, G* dlogits, const T* logits, const int32_t* targets, int64_t N,
+                   int64_t V, int64_t Vp, T softcap, T dloss_scale) {
+  ENGINE_CHECK(V > 0 && V <= Vp, "cross_entropy: need 0 < V <= Vp, got V=" + std::to_string(V) +
+                                     " Vp=" + std::to_string(Vp));
+  for (int64_t n = 0; n < N; ++n) {
+    if (targets[n] < 0 || targets[n] >= V) {
+      ENGINE_FAIL("cross_entropy: target " + std::to_string(targets[n]) + " at row " +
+                  std::to_string(n) + " is outside [0, V=" + std::to_string(V) + ")");
+    }
+  }
+  // The exponentials are kept in the output row itself when it holds T (it may alias the
+  // logits: each row is read into z first), else in a scratch row.
+  constexpr bool in_place = std::is_same_v<G, T>;
+#pragma omp parallel if (N * V > kParallelMin)
+  {
+    std::vector<T> z(static_cast<size_t>(V));
+    std::vector<T> scratch(in_place ? 0 : static_cast<size_t>(V));
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      const T* x = logits + n * Vp;
+#pragma omp simd
+      for (int64_t j = 0; j < V; ++j)
+        z[j] = kmath::softcap<FastMath>(x[j], softcap);
+      T mx = row_max(z.data(), V);
+      int64_t target = targets[n];
+      G* g = dlogits ? dlogits + n * Vp : nullptr;
+      T* e = nullptr;
+      if constexpr (in_place) {
+        e = g;
+      } else {
+        e = g ? scratch.data() : nullptr;
+      }
+      T s = T(0);
+      if (e) {
+#pragma omp simd reduction(+ : s)
+        for (int64_t j = 0; j < V; ++j) {
+          e[j] = FastMath::exp(z[j] - mx);
+          s += e[j];
+        }
+      } else {
+#pragma omp simd reduction(+ : s)
+        for (int64_t j = 0; j < V; ++j)
+          s += FastMath::exp(z[j] - mx);
+      }
+      T lse = mx + std::log(s);
+      if (losses) losses[n] = lse - z[target];
+      if (g) {
+        T inv = T(1) / s;
+        T p_target = e[target] * inv;
+#pragma omp simd
+        for (int64_t j = 0; j < V; ++j) {
+          g[j] = gradient_as<G>(dloss_scale * e[j] * inv *
+                                kmath::softcap_grad_from_output(z[j], softcap));
+        }
+        // (p - 1) for the target, formed before scaling so no cancellation when p is near 1.
+        g[target] = gradient_as<G>(dloss_scale * (p_target - T(1)) *
+                                   kmath::softcap_grad_from_output(z[target], softcap));
+        for (int64_t j = V; j < Vp; ++j)
+          g[j] = gradient_as<G>(T(0));
+      }
+    }
+  }
+}
+
+// The float64 sum in index order, one rounding to T at the end.
+template <typename T>
+void mean_loss(T* mean, const T* losses, int64_t n) {
+  ENGINE_CHECK(n > 0, "mean_loss: no rows to average");
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i)
+    sum += losses[i];
+  mean[0] = kmath::mean_from_sum<T>(sum, n);
+}
+
+template <typename T>
+void accumulate_loss(double* acc, const T* terms, int64_t k) {
+  T total = T(0);
+  for (int64_t i = 0; i < k; ++i)
+    total += terms[i];
+  acc[0] += static_cast<double>(total);
+}
+
+}  // namespace core::cpu
