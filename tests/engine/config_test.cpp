@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "core/check.h"
+#include "engine/batch_geometry.h"
 #include "tests/test_util.h"
 
 using test_util::error_of;
@@ -393,6 +394,27 @@ TEST(Config, LargeButFiniteSetValuesMeetTheKeysRange) {
   const std::string msg =
       error_of([] { engine::parse_config(kMinimal, "x.yaml", {"train.lr_floor=1e308"}); });
   EXPECT_NE(msg.find("--set train.lr_floor=1e308: key 'train.lr_floor': must be in [0, 1]"),
+            std::string::npos)
+      << msg;
+}
+
+// The batch-geometry checks name where their key was set: a --set value was blamed on the file.
+TEST(BatchGeometry, RefusalsNameWhereTheKeyWasSet) {
+  const engine::Config from_set =
+      engine::parse_config(kMinimal, "g.yaml", {"train.batch_tokens=96", "train.val_tokens=96"});
+  std::string msg = error_of([&] { engine::BatchGeometry::of(from_set, 4); });
+  EXPECT_NE(msg.find("config error: --set train.batch_tokens=96: key 'train.batch_tokens' = 96 "
+                     "gives 3 sequences per step, not divisible by the world size 4"),
+            std::string::npos)
+      << msg;
+  const engine::Config from_file = engine::parse_config(kMinimal, "g.yaml");
+  msg = error_of([&] { engine::BatchGeometry::of(from_file, 3); });
+  EXPECT_NE(msg.find("config error: g.yaml:10: key 'train.batch_tokens' = 256"), std::string::npos)
+      << msg;
+  const engine::Config val_from_set =
+      engine::parse_config(kMinimal, "g.yaml", {"train.val_tokens=96"});
+  msg = error_of([&] { engine::BatchGeometry::of(val_from_set, 2); });
+  EXPECT_NE(msg.find("config error: --set train.val_tokens=96: key 'train.val_tokens' = 96"),
             std::string::npos)
       << msg;
 }
