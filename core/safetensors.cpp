@@ -99,6 +99,12 @@ size_t st_dtype_size(StDType dtype) {
 // ---- reader ---------------------------------------------------------------------------------
 
 SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) {
+  // A FIFO would block the open until a writer came, a device file never ends: only a regular
+  // file (a link is followed: download caches are built of links to their blobs).
+  std::error_code ec;
+  const std::filesystem::file_status status = std::filesystem::status(path_, ec);
+  ENGINE_CHECK(ec || status.type() == std::filesystem::file_type::regular,
+               path_ + ": not a regular file");
   std::ifstream in(path_, std::ios::binary);
   ENGINE_CHECK(in, path_ + ": cannot open (" + std::strerror(errno) + ")");
   in.seekg(0, std::ios::end);
@@ -178,6 +184,11 @@ SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) 
     ENGINE_CHECK(info.begin <= info.end, what + ": data_offsets begin " +
                                              std::to_string(info.begin) + " > end " +
                                              std::to_string(info.end));
+    // The byte count can wrap where numel does not: [2^62] F64 "needed" 0 bytes, and a tensor
+    // of 2^62 elements was allocated for data_offsets [0, 0].
+    ENGINE_CHECK(numel <= std::numeric_limits<uint64_t>::max() / st_dtype_size(info.dtype),
+                 what + ": " + st_dtype_name(info.dtype) + shape_str(info.shape) +
+                     " needs more bytes than 64 bits count");
     const uint64_t expect = numel * st_dtype_size(info.dtype);
     ENGINE_CHECK(info.end - info.begin == expect,
                  what + ": data_offsets span " + std::to_string(info.end - info.begin) +

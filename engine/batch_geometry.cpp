@@ -18,19 +18,16 @@ int64_t largest_divisor_at_most(int64_t n, int64_t cap) {
   return 1;
 }
 
-std::string source_of(const Config& config) {
-  return config.source.empty() ? "config" : config.source;
-}
-
 }  // namespace
 
 BatchGeometry BatchGeometry::of(const Config& config, int world) {
-  const std::string source = source_of(config);
+  // Each refusal names where its key was set: the YAML file and line, or the --set argument.
+  const std::string batch_origin = config_origin(config, "train.batch_tokens");
   BatchGeometry g;
   g.seq_len = config.model.seq_len;
   g.batch_rows = config.train.batch_tokens / g.seq_len;
   ENGINE_CHECK(g.batch_rows % world == 0,
-               "config error: " + source + ": key 'train.batch_tokens' = " +
+               "config error: " + batch_origin + ": key 'train.batch_tokens' = " +
                    std::to_string(config.train.batch_tokens) + " gives " +
                    std::to_string(g.batch_rows) + " sequences per step, not divisible by the " +
                    "world size " + std::to_string(world));
@@ -39,7 +36,7 @@ BatchGeometry BatchGeometry::of(const Config& config, int world) {
   // A plan this far beyond any real batch is a typo (a step would run for hours with no line
   // printed): refused at once with its numbers.
   ENGINE_CHECK(g.grad_accum <= kMaxMicroSteps,
-               "config error: " + source +
+               "config error: " + batch_origin +
                    ": key 'train.batch_tokens' = " + std::to_string(config.train.batch_tokens) +
                    " gives " + std::to_string(g.rows_per_rank) + " sequences per rank per step, " +
                    std::to_string(g.grad_accum) + " micro-steps of train.micro_batch = " +
@@ -52,7 +49,7 @@ BatchGeometry BatchGeometry::of(const Config& config, int world) {
 
   g.val_seqs = config.train.val_tokens / g.seq_len;
   ENGINE_CHECK(g.val_seqs % world == 0,
-               "config error: " + source +
+               "config error: " + config_origin(config, "train.val_tokens") +
                    ": key 'train.val_tokens' = " + std::to_string(config.train.val_tokens) +
                    " gives " + std::to_string(g.val_seqs) +
                    " sequences, not divisible by the world size " + std::to_string(world));
@@ -76,10 +73,10 @@ std::unique_ptr<data::DataLoader> make_train_loader(const Config& config,
   auto loader = std::make_unique<data::DataLoader>(lo);
   // Fewer sequences than one batch: every step would repeat the same data.
   ENGINE_CHECK(loader->sequences_per_epoch() >= geometry.batch_rows,
-               "config error: " + source_of(config) + ": key 'data.train' = " + config.data.train +
-                   " holds " + std::to_string(loader->sequences_per_epoch()) + " sequences of " +
-                   std::to_string(geometry.seq_len) + " tokens, fewer than one batch of " +
-                   std::to_string(geometry.batch_rows) +
+               "config error: " + config_origin(config, "data.train") + ": key 'data.train' = " +
+                   config.data.train + " holds " + std::to_string(loader->sequences_per_epoch()) +
+                   " sequences of " + std::to_string(geometry.seq_len) +
+                   " tokens, fewer than one batch of " + std::to_string(geometry.batch_rows) +
                    " (train.batch_tokens = " + std::to_string(config.train.batch_tokens) + ")");
   return loader;
 }

@@ -11,10 +11,12 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <optional>
 #include <sstream>
 
 #include "core/check.h"
+#include "data/utf8.h"
 #include "engine/device_select.h"
 
 namespace engine {
@@ -101,8 +103,28 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
+// A config is small: its text, its nodes once aliases are expanded, and its nesting are bounded,
+// so that a hostile file (an alias bomb, ten thousand nested lists, a disk image) is refused with
+// its limit instead of exhausting memory or the stack. The real configs are a few kB, 200 nodes
+// and 5 levels deep.
+constexpr size_t kMaxConfigBytes = 1 << 20;
+constexpr size_t kMaxConfigNodes = 100'000;
+constexpr size_t kMaxConfigDepth = 64;
+
+// User input echoed in a message, cut to a readable length (an overlong --set value was printed
+// whole, twice, in one line of 200k characters); the cut backs off to a UTF-8 boundary.
+std::string shown(const std::string& text) {
+  constexpr size_t kShown = 80;
+  if (text.size() <= kShown) return text;
+  size_t cut = kShown;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80)
+    --cut;
+  return text.substr(0, cut) + "... (" + std::to_string(text.size()) + " bytes)";
+}
+
 // " (did you mean 'x'?)" for the closest known key, when it is close enough to be a typo.
 std::string did_you_mean(const std::string& key) {
+  if (key.size() > 100) return "";  // no key is this long, and the distances would cost seconds
   std::string best;
   size_t best_d = std::string::npos;
   auto consider = [&](const std::string& candidate) {
@@ -135,14 +157,14 @@ std::string assign(const FieldValue& target, const std::string& text) {
     int64_t v = 0;
     auto res = std::from_chars(text.data(), text.data() + text.size(), v);
     if (res.ec != std::errc() || res.ptr != text.data() + text.size() || text.empty())
-      return "expected an integer, got '" + text + "'";
+      return "expected an integer, got '" + shown(text) + "'";
     **p = v;
   } else if (auto p = std::get_if<double*>(&target)) {
     char* end = nullptr;
     errno = 0;
     double v = std::strtod(text.c_str(), &end);
     if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE || !std::isfinite(v))
-      return "expected a finite number, got '" + text + "'";
+      return "expected a finite number, got '" + shown(text) + "'";
     **p = v;
   } else if (auto p = std::get_if<bool*>(&target)) {
     if (text == "true" || text == "True" || text == "TRUE") {
@@ -150,7 +172,7 @@ std::string assign(const FieldValue& target, const std::string& text) {
     } else if (text == "false" || text == "False" || text == "FALSE") {
       **p = false;
     } else {
-      return "expected true or false, got '" + text + "'";
+      return "expected true or false, got '" + shown(text) + "'";
     }
   } else {
     *std::get<std::string*>(target) = text;
@@ -179,14 +201,14 @@ void parse_map(Config& config, const YAML::Node& node, const std::string& prefix
     if (!key_node.IsScalar())
       config_error(where(source, key_node.Mark()), "keys must be plain names");
     std::string key = prefix.empty() ? key_node.Scalar() : prefix + "." + key_node.Scalar();
+    if (std::find(seen.begin(), seen.end(), key) != seen.end())
+      config_error(where(source, key_node.Mark()), "key '" + shown(key) + "' is given twice");
     if (key == "optim") {
       parse_optim_groups(config, value, source);
       config.origins[key] = where(source, value.Mark());
       seen.push_back(key);
       continue;
     }
-    if (std::find(seen.begin(), seen.end(), key) != seen.end())
-      config_error(where(source, key_node.Mark()), "key '" + key + "' is given twice");
     const FieldInfo* field = find_field(key);
     if (field == nullptr) {
       // A section (or a nested group such as model.moe) is a map of known keys.
@@ -201,7 +223,8 @@ void parse_map(Config& config, const YAML::Node& node, const std::string& prefix
         parse_map(config, value, key, source, seen);
         continue;
       }
-      config_error(where(source, key_node.Mark()), "unknown key '" + key + "'" + did_you_mean(key));
+      config_error(where(source, key_node.Mark()),
+                   "unknown key '" + shown(key) + "'" + did_you_mean(key));
     }
     if (value.IsNull()) config_error(where(source, value.Mark()), "key '" + key + "' has no value");
     if (!value.IsScalar())
@@ -217,38 +240,116 @@ void parse_map(Config& config, const YAML::Node& node, const std::string& prefix
 }
 
 // What a scan of one YAML document saw: where it starts and its first value that is not null.
+// It also counts the nodes the document holds with every alias expanded (an alias stands for
+// all the nodes under its anchor, so nested anchors multiply at each level: the "billion laughs")
+// and its nesting depth, and refuses the document past kMaxConfigNodes or kMaxConfigDepth.
 class DocumentScan : public YAML::EventHandler {
  public:
+  explicit DocumentScan(std::string source) : source_(std::move(source)) {}
+
   YAML::Mark start;
   std::optional<YAML::Mark> content;
 
   void OnDocumentStart(const YAML::Mark& mark) override {
     start = mark;
     content.reset();
+    anchored_.clear();
   }
   void OnDocumentEnd() override {}
-  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { seen(mark); }
-  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t anchor) override { leaf(mark, anchor); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+    seen(mark);
+    const auto it = anchored_.find(anchor);
+    count(mark, it == anchored_.end() ? 1 : it->second);
+  }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
                 const std::string&) override {
     seen(mark);
+    leaf(mark, anchor);
   }
-  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
                        YAML::EmitterStyle::value) override {
     seen(mark);
+    open(mark, anchor);
   }
-  void OnSequenceEnd() override {}
-  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+  void OnSequenceEnd() override { close(); }
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
                   YAML::EmitterStyle::value) override {
     seen(mark);
+    open(mark, anchor);
   }
-  void OnMapEnd() override {}
+  void OnMapEnd() override { close(); }
 
  private:
   void seen(const YAML::Mark& mark) {
     if (!content) content = mark;
   }
+  void count(const YAML::Mark& mark, size_t nodes) {
+    nodes_ += nodes;
+    if (nodes_ > kMaxConfigNodes)
+      config_error(where(source_, mark),
+                   "the document expands to more than " + std::to_string(kMaxConfigNodes) +
+                       " nodes (aliases of nested anchors?): a config is small");
+  }
+  void leaf(const YAML::Mark& mark, YAML::anchor_t anchor) {
+    count(mark, 1);
+    if (anchor != YAML::NullAnchor) anchored_[anchor] = 1;
+  }
+  void open(const YAML::Mark& mark, YAML::anchor_t anchor) {
+    if (open_.size() >= kMaxConfigDepth)
+      config_error(where(source_, mark), "nested more than " + std::to_string(kMaxConfigDepth) +
+                                             " levels deep: a config is small");
+    open_.push_back({anchor, nodes_});
+    count(mark, 1);
+  }
+  void close() {
+    const auto [anchor, nodes_before] = open_.back();
+    open_.pop_back();
+    if (anchor != YAML::NullAnchor) anchored_[anchor] = nodes_ - nodes_before;
+  }
+
+  std::string source_;
+  size_t nodes_ = 0;                                     // over all documents read so far
+  std::vector<std::pair<YAML::anchor_t, size_t>> open_;  // open collections: anchor, nodes_
+  std::map<YAML::anchor_t, size_t> anchored_;            // nodes under each anchor
 };
+
+// The text of a config: bounded in size, and text (a NUL byte cut a quoted value short without
+// a word, and invalid UTF-8 reached the printed config); refusals name the line.
+void check_config_text(const std::string& text, const std::string& source) {
+  if (text.size() > kMaxConfigBytes)
+    config_error(source, "is " + std::to_string(text.size()) + " bytes, more than a config's " +
+                             std::to_string(kMaxConfigBytes) + ": a config is small");
+  const auto line_of = [&](size_t offset) {
+    return source + ":" + std::to_string(1 + std::count(text.begin(), text.begin() + offset, '\n'));
+  };
+  if (const size_t nul = text.find('\0'); nul != std::string::npos)
+    config_error(line_of(nul),
+                 "a NUL byte (at byte " + std::to_string(nul) + "): a config is text");
+  if (const size_t bad = data::find_invalid_utf8(text); bad != data::kUtf8Valid)
+    config_error(line_of(bad), "invalid UTF-8 at byte " + std::to_string(bad));
+}
+
+// The documents of `text`, scanned for the checks of single_document and the bounds of
+// DocumentScan; throws YAML::ParserException for a syntax error.
+void scan_documents(const std::string& text, const std::string& source) {
+  check_config_text(text, source);
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  DocumentScan scan(source);
+  std::optional<YAML::Mark> previous_start;
+  for (int index = 0; parser.HandleNextDocument(scan); ++index) {
+    if (previous_start && previous_start->pos == scan.start.pos)
+      config_error(where(source, scan.start),
+                   "YAML syntax error: the parser cannot get past this point (a stray ',', '}' "
+                   "or ']' outside a flow collection?)");
+    previous_start = scan.start;
+    if (index > 0 && scan.content)
+      config_error(where(source, *scan.content),
+                   "a second YAML document (after a '---' line): a config is one document; "
+                   "merge its keys into the first or use another file");
+  }
+}
 
 // The one YAML document of a config. YAML::Load reads only the first, so the keys of a second
 // one (after a `---` line) would be dropped without a word: refused, naming its line. The
@@ -258,21 +359,7 @@ class DocumentScan : public YAML::EventHandler {
 // the one before it started is refused as the syntax error it is.
 YAML::Node single_document(const std::string& text, const std::string& source) {
   try {
-    std::istringstream in(text);
-    YAML::Parser parser(in);
-    DocumentScan scan;
-    std::optional<YAML::Mark> previous_start;
-    for (int index = 0; parser.HandleNextDocument(scan); ++index) {
-      if (previous_start && previous_start->pos == scan.start.pos)
-        config_error(where(source, scan.start),
-                     "YAML syntax error: the parser cannot get past this point (a stray ',', '}' "
-                     "or ']' outside a flow collection?)");
-      previous_start = scan.start;
-      if (index > 0 && scan.content)
-        config_error(where(source, *scan.content),
-                     "a second YAML document (after a '---' line): a config is one document; "
-                     "merge its keys into the first or use another file");
-    }
+    scan_documents(text, source);
     return YAML::Load(text);
   } catch (const YAML::ParserException& e) {
     config_error(where(source, e.mark), "YAML syntax error: " + e.msg);
@@ -284,15 +371,20 @@ YAML::Node load_yaml_file(const std::string& path) {
   if (std::filesystem::is_directory(path, ec))
     config_error(path, "is a directory, not a YAML file (give the config file, e.g. " +
                            (std::filesystem::path(path) / "tiny.yaml").string() + ")");
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in)
     config_error(path,
                  std::string("cannot open the file: ") +
                      (std::filesystem::exists(path, ec) ? std::strerror(errno) : "no such file"));
-  std::ostringstream text;
-  text << in.rdbuf();
+  // One byte past the limit is enough to refuse (a device such as /dev/zero never ends).
+  std::string text(kMaxConfigBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
   if (in.bad()) config_error(path, std::string("cannot read the file: ") + std::strerror(errno));
-  return single_document(text.str(), path);
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (text.size() > kMaxConfigBytes)
+    config_error(path,
+                 "is more than " + std::to_string(kMaxConfigBytes) + " bytes: a config is small");
+  return single_document(text, path);
 }
 
 // One parameter group of the list, the i-th (from 0), read from `source`.
@@ -437,7 +529,7 @@ std::string field_value_string(const Config& config, const FieldInfo& field) {
 }
 
 void apply_override(Config& config, const std::string& assignment) {
-  std::string at = "--set " + assignment;
+  const std::string at = "--set " + shown(assignment);
   auto eq = assignment.find('=');
   if (eq == std::string::npos || eq == 0)
     config_error(at, "an override has the form key=value, e.g. train.steps=100");
@@ -446,6 +538,7 @@ void apply_override(Config& config, const std::string& assignment) {
   if (key == "optim") {
     YAML::Node node;
     try {
+      scan_documents(text, at);
       node = YAML::Load(text);
     } catch (const YAML::ParserException& e) {
       config_error(at, "the value is not valid YAML: " + e.msg);
@@ -460,7 +553,7 @@ void apply_override(Config& config, const std::string& assignment) {
     return;
   }
   const FieldInfo* field = find_field(key);
-  if (field == nullptr) config_error(at, "unknown key '" + key + "'" + did_you_mean(key));
+  if (field == nullptr) config_error(at, "unknown key '" + shown(key) + "'" + did_you_mean(key));
   // A list or map is refused as in a YAML file (it used to become a literal string).
   YAML::Node parsed;
   try {

@@ -57,6 +57,10 @@ model::ModelConfig model_config_of(const Config& c) {
   return m;
 }
 
+std::string weights_origin(const std::string& source) {
+  return model::is_hf_gpt2_dir(source) ? model::hf_gpt2_weights_origin(source) : source;
+}
+
 std::map<std::string, core::Tensor> read_model_weights(const std::string& source,
                                                        const Config& config,
                                                        const model::ParamTable& table,

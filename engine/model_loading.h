@@ -22,6 +22,10 @@ namespace engine {
 // The engine config's model section as the model's own struct.
 model::ModelConfig model_config_of(const Config& config);
 
+// Where the weights of `source` are read from, for the log: a Hugging Face folder's weights
+// file may be a link out of the folder (model::hf_gpt2_weights_origin).
+std::string weights_origin(const std::string& source);
+
 // Every parameter of `table`, whole, as host tensors by name, from `source` (any of the three
 // kinds above; a reparametrised checkpoint's dense weights are computed on `backend`). A missing
 // parameter or a shape other than the table's is refused, naming the source and the tensor.

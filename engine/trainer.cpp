@@ -374,7 +374,7 @@ TrainSummary Trainer::run() {
     spdlog::info("resumed from {} at step {}", resume, counters_.step);
   } else if (!config_.train.init_from.empty()) {
     init_params_from(config_.train.init_from);
-    spdlog::info("initialised the weights from {}", config_.train.init_from);
+    spdlog::info("initialised the weights from {}", weights_origin(config_.train.init_from));
   }
   print_banner();
   const int64_t total = config_.train.steps;

@@ -63,7 +63,28 @@ core::Tensor transposed(const core::Tensor& t) {
   return out;
 }
 
+// GPT-2's config.json is under 1 kB; anything near this is no model config.
+constexpr uintmax_t kMaxConfigJsonBytes = 1 << 20;
+
+// A file of the folder must be a regular file: a FIFO blocked the open until a writer came and
+// /dev/zero was read until memory ran out. A link is followed (see read_hf_gpt2).
+void check_regular_file(const std::string& path) {
+  std::error_code ec;
+  const fs::file_status status = fs::status(path, ec);
+  ENGINE_CHECK(!ec, "hf_gpt2: cannot stat " + path + ": " + ec.message());
+  if (status.type() == fs::file_type::regular) return;
+  std::string what = "hf_gpt2: " + path + " is not a regular file";
+  if (fs::is_symlink(path, ec)) what += " (a link to " + fs::read_symlink(path, ec).string() + ")";
+  ENGINE_FAIL(what);
+}
+
 std::string read_text(const std::string& path) {
+  check_regular_file(path);
+  std::error_code ec;
+  const uintmax_t size = fs::file_size(path, ec);
+  ENGINE_CHECK(!ec && size <= kMaxConfigJsonBytes,
+               "hf_gpt2: " + path + " is " + std::to_string(size) + " bytes, more than " +
+                   std::to_string(kMaxConfigJsonBytes) + ": no model config");
   std::ifstream in(path, std::ios::binary);
   ENGINE_CHECK(in.good(), "hf_gpt2: cannot open " + path);
   std::ostringstream ss;
@@ -187,6 +208,15 @@ bool is_hf_gpt2_dir(const std::string& path) {
          fs::exists(fs::path(path) / "model.safetensors");
 }
 
+std::string hf_gpt2_weights_origin(const std::string& dir) {
+  const fs::path weights = fs::path(dir) / "model.safetensors";
+  std::error_code ec;
+  const fs::path target = fs::canonical(weights, ec);
+  const fs::path folder = fs::canonical(dir, ec);
+  if (ec || target.parent_path() == folder) return weights.string();
+  return weights.string() + " (a link to " + target.string() + ", outside the folder)";
+}
+
 std::map<std::string, core::Tensor> read_hf_gpt2(const std::string& dir,
                                                  const ModelConfig& config) {
   const std::string why = hf_gpt2_incompatibility(config);
@@ -219,6 +249,7 @@ std::map<std::string, core::Tensor> read_hf_gpt2(const std::string& dir,
                    ", below the model config's model.seq_len " + std::to_string(config.seq_len));
 
   const std::string st_path = (fs::path(dir) / "model.safetensors").string();
+  check_regular_file(st_path);
   core::SafetensorsReader reader(st_path);
   const auto key_of = [&](const std::string& hf) {
     return reader.contains("transformer." + hf) ? "transformer." + hf : hf;

@@ -31,13 +31,20 @@ void save_hf_gpt2(const Gpt& gpt, const std::string& dir);
 // Whether `path` is a folder holding config.json and model.safetensors.
 bool is_hf_gpt2_dir(const std::string& path);
 
+// Where read_hf_gpt2 reads the weights of `dir`: DIR/model.safetensors, followed by the file it
+// links to when that lies outside the folder. Links are followed (the Hugging Face download
+// cache's snapshot folders are links into its blobs folder), so a log line says where the
+// weights came from.
+std::string hf_gpt2_weights_origin(const std::string& dir);
+
 // The engine's parameters (host F32, the table's names and shapes) from a Hugging Face GPT-2
 // folder, for a model of `config`. config.json must agree with it (model_type gpt2, n_layer,
 // n_head, n_embd, vocab_size, n_positions >= seq_len: the first seq_len positions are taken);
 // every tensor must be present with its shape (keys with or without the "transformer." prefix;
 // the attention mask buffers of old files are skipped), and nothing else may be: a tensor the
 // model has no place for, or an lm_head.weight that is not wte (an untied head), is refused,
-// since the model loaded would not be the file's. Errors name the file and the tensor.
+// since the model loaded would not be the file's. config.json (at most 1 MiB) and
+// model.safetensors must be regular files, links followed. Errors name the file and the tensor.
 std::map<std::string, core::Tensor> read_hf_gpt2(const std::string& dir, const ModelConfig& config);
 
 }  // namespace model

@@ -5,10 +5,10 @@
 #   scripts/fuzz.sh [--seconds N] [--jobs J] [target ...]
 #
 # N seconds per target (default 60), J targets at a time (default 2); targets default to all
-# (config json shard safetensors manifest checkpoint tokenizer). New inputs go to build-fuzz/corpus/<target>
-# (the seeds in the repository stay as they are); a crash leaves its input in
-# build-fuzz/artifacts/<target>/ and makes the script exit non-zero, naming the target and the
-# file. Each target's final statistics (runs, coverage) are printed at the end.
+# (config json shard safetensors manifest checkpoint tokenizer tokenizer_files hf_folder). New
+# inputs go to build-fuzz/corpus/<target> (the seeds in the repository stay as they are); a crash
+# leaves its input in build-fuzz/artifacts/<target>/ and makes the script exit non-zero, naming
+# the target and the file. Each target's final statistics (runs, coverage) are printed at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,7 +23,7 @@ while [ $# -gt 0 ]; do
     *) targets+=("$1"); shift ;;
   esac
 done
-[ ${#targets[@]} -gt 0 ] || targets=(config json shard safetensors manifest checkpoint tokenizer)
+[ ${#targets[@]} -gt 0 ] || targets=(config json shard safetensors manifest checkpoint tokenizer tokenizer_files hf_folder)
 
 build=${FUZZ_BUILD_DIR:-build-fuzz}
 cmake -S fuzz -B "$build" -G Ninja -DCMAKE_CXX_COMPILER=clang++ >/dev/null

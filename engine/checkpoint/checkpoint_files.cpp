@@ -540,8 +540,21 @@ std::string resolve_resume(const std::string& root, const std::string& resume) {
 CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir) {
   verify_checkpoint(dir);
   manifest_ = read_manifest(dir);
-  for (const auto& s : manifest_.slices)
+  // Every slice against the tensor its file holds (the headers only), on every rank, before a
+  // byte is copied: checked at the read, only the ranks reading a bad slice refused it, and the
+  // others waited in a collective until Open MPI aborted the job some seconds later.
+  for (const auto& s : manifest_.slices) {
+    const core::StTensorInfo& info = reader(s.file).info(s.name);
+    core::Shape expected = s.global_shape;
+    if (!expected.empty()) expected[s.dim] = s.end - s.begin;
+    ENGINE_CHECK(info.shape == expected && info.dtype == core::StDType::F32,
+                 "checkpoint " + dir_ + " tensor " + s.name + ": " + s.file + " holds " +
+                     core::st_dtype_name(info.dtype) + core::shape_str(info.shape) +
+                     " for the slice [" + std::to_string(s.begin) + ", " + std::to_string(s.end) +
+                     ") along dim " + std::to_string(s.dim) + ", which is F32" +
+                     core::shape_str(expected));
     by_name_[s.name].push_back(&s);
+  }
 }
 
 CheckpointReader::~CheckpointReader() = default;
@@ -594,15 +607,8 @@ void CheckpointReader::read(const std::string& name, int dim, int64_t begin,
     if (lo >= hi || std::all_of(covered.begin() + (lo - begin), covered.begin() + (hi - begin),
                                 [](char c) { return c != 0; }))
       continue;
+    // The constructor checked that the file holds exactly this slice.
     core::Tensor src = reader(s->file).read(name);
-    // The tensor in the file must be exactly the slice the manifest describes, before a byte
-    // of it is copied.
-    core::Shape expected = global;
-    if (!expected.empty()) expected[s->dim] = s->end - s->begin;
-    ENGINE_CHECK(src.shape() == expected && src.dtype() == core::DType::F32,
-                 what + ": " + s->file + " holds " + src.str() + " for the slice [" +
-                     std::to_string(s->begin) + ", " + std::to_string(s->end) + ") along dim " +
-                     std::to_string(s->dim) + ", which is " + core::shape_str(expected));
     const float* sp = src.data<float>();
     const int64_t src_rows = s_end - s_begin, dst_rows = end - begin;
     for (int64_t o = 0; o < outer; ++o)

@@ -1,6 +1,7 @@
 #include "core/safetensors.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -225,6 +226,9 @@ TEST(Safetensors, CorruptionsAreRefused) {
       {"trailing comma", "{" + ok + ",}", 8, "expected a string key"},
       {"metadata not string", R"({"__metadata__":{"k":1}})", 0, "value of \"k\" is not a string"},
       {"not an object", "[1]", 0, "not a JSON object"},
+      {"byte count wraps",
+       R"({"a":{"dtype":"F64","shape":[4611686018427387904],"data_offsets":[0,0]}})", 0,
+       "F64[4611686018427387904] needs more bytes than 64 bits count"},
   };
   for (const Corruption& c : cases) {
     const std::string path = dir.file("bad.safetensors");
@@ -252,6 +256,20 @@ TEST(Safetensors, HeaderLengthPastEndOfFile) {
   }
   EXPECT_NE(error_of([&] { SafetensorsReader r(path); }).find("too short"), std::string::npos);
   EXPECT_NE(error_of([&] { SafetensorsReader r(dir.file("missing")); }).find("cannot open"),
+            std::string::npos);
+}
+
+// What is no regular file is refused before it is opened: opening a FIFO blocked until a writer
+// came, and a device file never ends.
+TEST(Safetensors, NoRegularFileIsRefused) {
+  TempDir dir;
+  const std::string fifo = dir.file("fifo.safetensors");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_NE(error_of([&] { SafetensorsReader r(fifo); }).find(fifo + ": not a regular file"),
+            std::string::npos);
+  const std::string device = dir.file("device.safetensors");
+  std::filesystem::create_symlink("/dev/zero", device);
+  EXPECT_NE(error_of([&] { SafetensorsReader r(device); }).find(device + ": not a regular file"),
             std::string::npos);
 }
 

@@ -1,5 +1,6 @@
 // Token-shard format: round trip, and every malformed file refused with its own message.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -87,6 +88,15 @@ TEST(TokenShard, EachBadFileHasItsOwnMessage) {
 
   write_raw(dir / "vocab.bin", 20240520, 1, 3, {5, 50257, 9});
   expect_error("vocab.bin", "token 1 has id 50257 >= vocabulary size 50257");
+
+  // What is not a file is named as such; file_size() said "Operation not supported" for these,
+  // and opening a FIFO would wait for a writer.
+  ASSERT_EQ(::mkfifo((dir / "fifo.bin").c_str(), 0600), 0);
+  expect_error("fifo.bin", "not a regular file (it is a FIFO)");
+  fs::create_symlink("/dev/zero", dir / "device_link.bin");
+  expect_error("device_link.bin", "not a regular file (it is a character device)");
+  fs::create_directory(dir / "folder.bin");
+  expect_error("folder.bin", "not a regular file (it is a directory)");
   fs::remove_all(dir);
 }
 

@@ -1,9 +1,12 @@
 // GPT-2 BPE: every golden case (made with the npm package's JavaScript) encodes to exactly its ids
 // and decodes back; UTF-8 checking and repair.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -148,6 +151,105 @@ TEST(Gpt2Tokenizer, RoundTripsAndSpecialToken) {
   } catch (const core::Error& e) {
     EXPECT_NE(std::string(e.what()).find("byte offset 2"), std::string::npos) << e.what();
   }
+}
+
+// GPT-2's bytes_to_unicode symbol of byte b, as UTF-8.
+std::string byte_symbol(int b) {
+  int code = b;
+  if (!((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255))) {
+    code = 256;
+    for (int x = 0; x < b; ++x)
+      code += !((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255));
+  }
+  if (code < 0x80) return std::string(1, static_cast<char>(code));
+  return {static_cast<char>(0xC0 | (code >> 6)), static_cast<char>(0x80 | (code & 0x3F))};
+}
+
+// The 256 byte tokens and the tokens "th", "the" as encoder.json's members (no braces), and
+// their merges.
+std::string byte_tokens() {
+  std::string json;
+  for (int b = 0; b < 256; ++b) {
+    std::string symbol = byte_symbol(b);
+    if (symbol == "\"" || symbol == "\\") symbol.insert(0, 1, '\\');
+    json += std::string(b ? ",\"" : "\"") + symbol + "\":" + std::to_string(b);
+  }
+  return json + ",\"th\":256,\"the\":257";
+}
+const std::string kMerges = "#version: 0.2\nt h\nth e\n";
+
+// Hostile vocabulary files, each refused in one line naming the file and what is wrong.
+TEST(Gpt2Tokenizer, HostileVocabularyFilesAreRefusedInOneLine) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("engine_hostile_vocab_" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string good_json = "{" + byte_tokens() + "}";
+  std::ofstream(dir / "encoder.json") << good_json;
+  std::ofstream(dir / "vocab.bpe") << kMerges;
+  EXPECT_NO_THROW(data::Gpt2Tokenizer{dir.string()});
+  struct Case {
+    const char* name;
+    std::string json, bpe;
+    std::string expected;
+  };
+  const std::string json_path = (dir / "encoder.json").string();
+  const std::string bpe_path = (dir / "vocab.bpe").string();
+  const std::vector<Case> cases = {
+      {"empty encoder.json", "", kMerges, json_path},
+      {"empty vocab.bpe", good_json, "", bpe_path + " holds no merges"},
+      {"encoder.json not an object", "[1, 2]", kMerges,
+       json_path + ": expected one JSON object of token -> id"},
+      {"encoder.json cut short", good_json.substr(0, 100), kMerges, json_path},
+      {"duplicate token", "{" + byte_tokens() + ",\"th\":258}", kMerges, "duplicate key"},
+      {"one token twice by escapes", "{" + byte_tokens() + ",\"\\u0074h\":258}", kMerges,
+       json_path + ": invalid JSON: duplicate key \"th\""},
+      {"ids not a permutation", "{" + byte_tokens() + ",\"he\":9999}", kMerges,
+       json_path + ": ids are not a permutation of 0..258 (id 9999)"},
+      {"negative id", "{" + byte_tokens() + ",\"he\":-1}", kMerges,
+       "the id of \"he\" must be a non-negative integer"},
+      {"enormous id", "{" + byte_tokens() + ",\"he\":1e300}", kMerges,
+       "the id of \"he\" must be a non-negative integer"},
+      {"no byte symbol", "{" + byte_tokens() + ",\"\\u4e00\":258}", kMerges,
+       "is not one of GPT-2's byte symbols"},
+      {"missing byte token", "{\"a\":0}", kMerges, json_path + " lacks the single-byte token 0"},
+      {"merge of unknown symbols", good_json, "#version: 0.2\nt h\nth e\nx yz\n",
+       bpe_path + ":4: a merge of a symbol that is not in the vocabulary"},
+      {"merge of an unknown symbol into a token", good_json, "#version: 0.2\nt h\nt he\n",
+       bpe_path + ":3: a merge of a symbol that is not in the vocabulary"},
+      {"merge result unknown", good_json, "#version: 0.2\nt h\nh e\n",
+       bpe_path + ":3: the merge result is not in the vocabulary"},
+      {"merge line of three symbols", good_json, "#version: 0.2\nt h e\n",
+       bpe_path + ":2: expected two symbols separated by one space"},
+      {"merge cut inside a UTF-8 sequence", good_json, "#version: 0.2\nt \xC4\n",
+       bpe_path + ":2: invalid UTF-8 at byte 0"},
+      {"enormous vocab.bpe", good_json, kMerges + std::string(65 << 20, '\n'),
+       "bytes, more than 67108864: no GPT-2 vocabulary file"},
+  };
+  for (const Case& c : cases) {
+    std::ofstream(dir / "encoder.json", std::ios::trunc) << c.json;
+    std::ofstream(dir / "vocab.bpe", std::ios::trunc) << c.bpe;
+    std::string msg = "(no error)";
+    try {
+      data::Gpt2Tokenizer tok(dir.string());
+    } catch (const core::Error& e) {
+      msg = e.what();
+    }
+    EXPECT_NE(msg.find(c.expected), std::string::npos) << c.name << ": " << msg.substr(0, 300);
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << c.name << ": " << msg.substr(0, 300);
+  }
+  // What is no regular file: a FIFO blocked the open until a writer came.
+  std::ofstream(dir / "encoder.json", std::ios::trunc) << good_json;
+  std::filesystem::remove(dir / "vocab.bpe");
+  ASSERT_EQ(::mkfifo(bpe_path.c_str(), 0600), 0);
+  std::string msg = "(no error)";
+  try {
+    data::Gpt2Tokenizer tok(dir.string());
+  } catch (const core::Error& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("'" + bpe_path + "' is not a regular file"), std::string::npos) << msg;
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Utf8, ValidationAndReplacement) {

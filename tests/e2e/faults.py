@@ -505,8 +505,110 @@ def case_one_error_one_line(env):
     print("fresh start: once, exit 2 (rank 0's verdict shared)")
 
 
+def fnv1a64(data):
+    h = 0xcbf29ce484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def case_hostile_inputs(env):
+    """Hostile files and values at np 4 (issue 37): a token shard that is a FIFO or a link to a
+    device, an overlong --set value, a batch geometry from --set, a NUL byte in the YAML, a
+    checkpoint slice longer than the rows its file holds: each refused once, by rank 0, in one
+    line of readable length, exit status 2, without Open MPI's banner. A Hugging Face folder
+    whose weights link out of it loads, and the log says where the weights were read from."""
+    np = 4
+
+    def once(name, sets, needle, config=None):
+        t0 = time.time()
+        p, _ = env.run(np, name, sets, expect_ok=False, config=config)
+        took = time.time() - t0
+        out = p.stdout + p.stderr
+        check(p.returncode == 2, "%s: exit status %d, expected 2:\n%s" %
+              (name, p.returncode, out[-3000:]))
+        check(out.count(needle) == 1, "%s: %r printed %d times, expected once:\n%s" %
+              (name, needle, out.count(needle), out[-3000:]))
+        for banner in BANNERS:
+            check(banner not in out, "%s: %r in the output:\n%s" % (name, banner, out[-3000:]))
+        longest = max(len(line) for line in out.splitlines())
+        check(longest < 1000, "%s: a line of %d characters" % (name, longest))
+        print("%s: once, exit 2, %.1f s: %s" % (name, took, needle[:120]))
+
+    # Token shards that are no regular file, beside a real one.
+    for kind in ("fifo", "device"):
+        folder = os.path.join(env.work, kind)
+        os.makedirs(folder)
+        os.symlink(os.path.join(env.data, "tiny_train_000000.bin"),
+                   os.path.join(folder, "tiny_train_000000.bin"))
+        odd = os.path.join(folder, "tiny_train_000001.bin")
+        if kind == "fifo":
+            os.mkfifo(odd)
+        else:
+            os.symlink("/dev/zero", odd)
+        once("shard_" + kind, ["data.train=" + os.path.join(folder, "tiny_train_*.bin")],
+             "token shard '%s': not a regular file (it is %s)" %
+             (odd, "a FIFO" if kind == "fifo" else "a character device"))
+
+    # 100,000 characters (one argument may hold at most 128 kB): echoed cut, not twice whole.
+    once("long_value", ["train.steps=" + "7" * 100000],
+         "--set train.steps=" + "7" * 68 + "... (100012 bytes): key 'train.steps' has the wrong "
+         "type: expected an integer, got '" + "7" * 80 + "... (100000 bytes)'")
+    once("batch_from_set", ["train.batch_tokens=96", "model.seq_len=32"],
+         "--set train.batch_tokens=96: key 'train.batch_tokens' = 96 gives 3 sequences per step, "
+         "not divisible by the world size 4")
+    nul = os.path.join(env.work, "nul.yaml")
+    with open(env.config) as f:
+        text = f.read()
+    with open(nul, "w") as f:
+        f.write(text + 'log:\n  every: "1\0 0"\n')
+    once("nul_byte", [], nul + ":%d: a NUL byte" % (text.count("\n") + 2), config=nul)
+
+    # A slice inside its tensor but longer than the rows its file holds, the manifest's checksum
+    # made anew as a hostile editor would.
+    _, d = env.run(2, "trained", ["train.steps=2", "checkpoint.every=2"])
+    ckpt = os.path.join(d, "ckpt", "step_00000002")
+    manifest = os.path.join(ckpt, "manifest.yaml")
+    with open(manifest) as f:
+        lines = f.read().splitlines(True)
+    slice_re = re.compile(r"(\{name: (\S+), file: rank_00000\.safetensors, dim: 0, begin: 0, "
+                          r"end: )(\d+)(, shape: \[(\d+))")
+    edited = None
+    for i, line in enumerate(lines):
+        m = slice_re.search(line)
+        if m and int(m.group(3)) < int(m.group(5)):
+            lines[i] = line[:m.start(3)] + str(int(m.group(3)) + 1) + line[m.end(3):]
+            edited = m.group(2)
+            break
+    check(edited is not None, "no slice of rank 0 to lengthen in " + manifest)
+    body = "".join(l for l in lines if not l.startswith("manifest_fnv1a64: "))
+    with open(manifest, "w") as f:
+        f.write(body + "manifest_fnv1a64: %016x\n" % fnv1a64(body.encode()))
+    once("slice_past_its_file", ["train.steps=4", "checkpoint.resume=" + ckpt],
+         "tensor %s: rank_00000.safetensors holds F32[" % edited)
+
+    # A Hugging Face folder whose weights are a link out of it, as in the hub's download cache.
+    _, g = env.run(1, "gpt2", ["model.arch=gpt2", "train.steps=1", "checkpoint.every=0"])
+    hf = os.path.join(env.work, "snapshot")
+    p = subprocess.run([env.engine, "export", "--checkpoint", os.path.join(g, "ckpt",
+                        "step_00000001"), "--format", "hf", "--out", hf],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    check(p.returncode == 0, "export failed:\n" + p.stderr)
+    blob = os.path.join(env.work, "blobs", "0123abcd")
+    os.makedirs(os.path.dirname(blob))
+    os.rename(os.path.join(hf, "model.safetensors"), blob)
+    os.symlink(blob, os.path.join(hf, "model.safetensors"))
+    p, _ = env.run(1, "from_link", ["model.arch=gpt2", "train.steps=1", "checkpoint.every=0",
+                                    "checkpoint.at_end=false", "train.init_from=" + hf])
+    needle = "initialised the weights from %s (a link to %s, outside the folder)" % (
+        os.path.join(hf, "model.safetensors"), os.path.realpath(blob))
+    check(needle in p.stdout + p.stderr, "no origin line:\n" + (p.stdout + p.stderr)[-3000:])
+    print(needle)
+
+
 CASES = {
     "one_error_one_line": case_one_error_one_line,
+    "hostile_inputs": case_hostile_inputs,
     "log_disk_full": case_log_disk_full,
     "user_errors": case_user_errors,
     "oov_at_load": case_oov_at_load,

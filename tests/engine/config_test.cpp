@@ -7,9 +7,11 @@
 #include <fstream>
 
 #include "core/check.h"
+#include "engine/batch_geometry.h"
 #include "tests/test_util.h"
 
 using test_util::error_of;
+using namespace std::string_literals;
 
 namespace {
 
@@ -334,6 +336,120 @@ TEST(Config, StrayFlowIndicatorIsASyntaxErrorNotAnEndlessLoop) {
   msg = error_of([&] { engine::load_config(path); });
   EXPECT_NE(msg.find(path + ":1:"), std::string::npos) << msg;
   EXPECT_NE(msg.find("YAML syntax error"), std::string::npos) << msg;
+}
+
+// Hostile configs, each refused in one readable line naming where: the text is bounded (size,
+// nodes once aliases expand, nesting) and must be text; user input echoed in a message is cut.
+TEST(Config, HostileConfigsAreRefusedInOneLine) {
+  // Nine levels of ten aliases each: 10^9 nodes once expanded (yaml-cpp shares them; a walk over
+  // the tree, a clone or the printed config would not).
+  std::string bomb =
+      "optim:\n  - params: ['*']\n    optimizer: adamw\n    l0: &a0 [x, x, x, x, x, "
+      "x, x, x, x, x]\n";
+  for (int level = 1; level < 9; ++level) {
+    bomb += "    l" + std::to_string(level) + ": &a" + std::to_string(level) + " [";
+    for (int i = 0; i < 10; ++i)
+      bomb += std::string(i ? ", " : "") + "*a" + std::to_string(level - 1);
+    bomb += "]\n";
+  }
+  std::string flow_bomb =
+      "{params: ['*'], optimizer: adamw, l0: &a0 [x, x, x, x, x, x, x, x, x, x]";
+  for (int level = 1; level < 9; ++level) {
+    flow_bomb += ", l" + std::to_string(level) + ": &a" + std::to_string(level) + " [";
+    for (int i = 0; i < 10; ++i)
+      flow_bomb += std::string(i ? ", " : "") + "*a" + std::to_string(level - 1);
+    flow_bomb += "]";
+  }
+  flow_bomb += "}";
+  const std::string deep = "model: " + std::string(10000, '[') + std::string(10000, ']') + "\n";
+  const std::string long_value(200'000, '7');
+  struct Case {
+    const char* what;
+    std::string text;
+    std::vector<std::string> overrides;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {"alias bomb", bomb, {}, "h.yaml:8: the document expands to more than 100000 nodes"},
+      {"alias bomb in --set optim",
+       "data: {train: a, val: b}\n",
+       {"optim=[" + flow_bomb + "]"},
+       "bytes):1: the document expands to more than 100000 nodes"},
+      {"deep nesting", deep, {}, "h.yaml:1: nested more than 64 levels deep: a config is small"},
+      {"enormous file",
+       with("# " + std::string(2 << 20, 'x') + "\n"),
+       {},
+       "bytes, more than a config's 1048576: a config is small"},
+      {"NUL byte in a quoted value",
+       with("log:\n  dir: \"run\0/../etc\"\n"s),
+       {},
+       "h.yaml:17: a NUL byte (at byte"},
+      {"invalid UTF-8", with("log:\n  dir: \"r\xff\xfeun\"\n"), {}, "h.yaml:17: invalid UTF-8"},
+      {"duplicate key",
+       with("train:\n  batch_tokens: 5\n"),
+       {},
+       "h.yaml:17: key 'train.batch_tokens' is given twice"},
+      {"duplicate optim",
+       with("optim: [{params: ['*'], optimizer: muon}]\n"),
+       {},
+       "h.yaml:16: key 'optim' is given twice"},
+      {"--set NaN", kMinimal, {"train.grad_clip=nan"}, "expected a finite number, got 'nan'"},
+      {"--set inf", kMinimal, {"train.grad_clip=-inf"}, "expected a finite number, got '-inf'"},
+      {"--set 1e999", kMinimal, {"train.grad_clip=1e999"}, "expected a finite number"},
+      {"--set 1e308 as an int",
+       kMinimal,
+       {"train.steps=1e308"},
+       "expected an integer, got '1e308'"},
+      {"--set overlong value",
+       kMinimal,
+       {"train.steps=" + long_value},
+       "--set train.steps=" + long_value.substr(0, 68) +
+           "... (200012 bytes): key 'train.steps' "
+           "has the wrong type: expected an integer, got '" +
+           long_value.substr(0, 80) + "... (200000 bytes)'"},
+      {"--set overlong key", kMinimal, {long_value + "=1"}, "... (200002 bytes): unknown key '"},
+  };
+  for (const Case& c : cases) {
+    const std::string msg = error_of([&] { engine::parse_config(c.text, "h.yaml", c.overrides); });
+    EXPECT_NE(msg.find(c.expected), std::string::npos) << c.what << ": " << msg.substr(0, 500);
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << c.what << ": more than one line";
+    EXPECT_LT(msg.size(), 400u) << c.what << ": " << msg.substr(0, 500);
+  }
+  // The file itself: read no further than one byte past the limit (a device never ends).
+  const std::string msg = error_of([] { engine::load_config("/dev/zero"); });
+  EXPECT_NE(msg.find("/dev/zero: is more than 1048576 bytes: a config is small"), std::string::npos)
+      << msg.substr(0, 500);
+}
+
+// --set values are finite where the key is a float; 1e308 is a number and is checked like any
+// other by the key's own range.
+TEST(Config, LargeButFiniteSetValuesMeetTheKeysRange) {
+  const std::string msg =
+      error_of([] { engine::parse_config(kMinimal, "x.yaml", {"train.lr_floor=1e308"}); });
+  EXPECT_NE(msg.find("--set train.lr_floor=1e308: key 'train.lr_floor': must be in [0, 1]"),
+            std::string::npos)
+      << msg;
+}
+
+// The batch-geometry checks name where their key was set: a --set value was blamed on the file.
+TEST(BatchGeometry, RefusalsNameWhereTheKeyWasSet) {
+  const engine::Config from_set =
+      engine::parse_config(kMinimal, "g.yaml", {"train.batch_tokens=96", "train.val_tokens=96"});
+  std::string msg = error_of([&] { engine::BatchGeometry::of(from_set, 4); });
+  EXPECT_NE(msg.find("config error: --set train.batch_tokens=96: key 'train.batch_tokens' = 96 "
+                     "gives 3 sequences per step, not divisible by the world size 4"),
+            std::string::npos)
+      << msg;
+  const engine::Config from_file = engine::parse_config(kMinimal, "g.yaml");
+  msg = error_of([&] { engine::BatchGeometry::of(from_file, 3); });
+  EXPECT_NE(msg.find("config error: g.yaml:10: key 'train.batch_tokens' = 256"), std::string::npos)
+      << msg;
+  const engine::Config val_from_set =
+      engine::parse_config(kMinimal, "g.yaml", {"train.val_tokens=96"});
+  msg = error_of([&] { engine::BatchGeometry::of(val_from_set, 2); });
+  EXPECT_NE(msg.find("config error: --set train.val_tokens=96: key 'train.val_tokens' = 96"),
+            std::string::npos)
+      << msg;
 }
 
 // A warmup longer than the run is allowed (a short trial of a long run's config) but warned

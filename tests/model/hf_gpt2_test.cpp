@@ -3,11 +3,13 @@
 // engine's within 1e-5; that module's random weights import and export again bit for bit; a
 // model or file that does not fit is refused naming why.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <string>
@@ -283,6 +285,118 @@ TEST(HfGpt2, ExtraTensorsAndAnUntiedHeadAreRefused) {
                                      "('score.weight', 'transformer.h.2.mlp.c_fc.weight')"),
             std::string::npos)
       << msg;
+}
+
+// The file with the first `from` of its safetensors header replaced by `to` (the same length, so
+// the header length still holds).
+void patch_header(const fs::path& file, const std::string& from, const std::string& to) {
+  std::string bytes = read_text(file);
+  const size_t at = bytes.find(from);
+  ASSERT_NE(at, std::string::npos) << from;
+  bytes.replace(at, from.size(), to);
+  std::ofstream(file, std::ios::binary) << bytes;
+}
+
+// Hostile Hugging Face folders, as downloaded or sent: each refused in one line naming the file
+// and what is wrong, before any allocation sized by the file's numbers.
+TEST(HfGpt2, HostileFoldersAreRefusedInOneLine) {
+  model::ModelConfig c = small_gpt2();
+  c.vocab_size = 256;
+  model::Gpt gpt(c, core::cpu_backend());
+  const fs::path dir = work_dir("hostile");
+  const fs::path good = dir / "good";
+  model::save_hf_gpt2(gpt, good.string());
+  const std::string config_json = read_text(good / "config.json");
+  const auto with_config = [&](const std::string& key, const std::string& value) {
+    std::string text = config_json;
+    const size_t at = text.find("\"" + key + "\": ");
+    const size_t end = text.find_first_of(",\n}", at);
+    text.replace(at, end - at, "\"" + key + "\": " + value);
+    return text;
+  };
+  struct Case {
+    const char* name;
+    std::function<void(const fs::path&)> make;  // spoils a copy of the good folder
+    std::string expected;                       // after the path of the folder
+  };
+  const auto write = [](const std::string& text) {
+    return [text](const fs::path& d) { std::ofstream(d / "config.json") << text; };
+  };
+  const std::vector<Case> cases = {
+      {"zero layers", write(with_config("n_layer", "0")),
+       "/config.json: n_layer is 0, the model config has model.n_layer 2"},
+      {"negative width", write(with_config("n_embd", "-32")),
+       "/config.json: n_embd is -32, the model config has model.d_model 32"},
+      {"enormous width", write(with_config("n_embd", "1e300")),
+       "/config.json: n_embd must be a 64-bit integer"},
+      {"heads do not divide the width", write(with_config("n_head", "5")),
+       "/config.json: n_head is 5, the model config has model.n_head 4"},
+      {"enormous positions", write(with_config("n_positions", "9223372036854775807")),
+       "tensor 'transformer.wpe.weight' has shape [12, 32], the model (pos_embed.weight) expects "
+       "[9223372036854775807, 32]"},
+      {"empty config.json", write(""), "/config.json"},
+      {"config.json not JSON", write("{\"n_layer\": 2,"), "/config.json"},
+      {"enormous config.json", write(config_json + std::string(2 << 20, ' ')),
+       " bytes, more than 1048576: no model config"},
+      {"config.json a FIFO",
+       [](const fs::path& d) {
+         fs::remove(d / "config.json");
+         ASSERT_EQ(::mkfifo((d / "config.json").c_str(), 0600), 0);
+       },
+       "/config.json is not a regular file"},
+      {"weights a link to a device",
+       [](const fs::path& d) {
+         fs::remove(d / "model.safetensors");
+         fs::create_symlink("/dev/zero", d / "model.safetensors");
+       },
+       "/model.safetensors is not a regular file (a link to /dev/zero)"},
+      {"header length lies",
+       [](const fs::path& d) {
+         std::fstream f(d / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+         const uint64_t huge = 1ull << 40;
+         f.write(reinterpret_cast<const char*>(&huge), 8);
+       },
+       "/model.safetensors: header length 1099511627776 exceeds the limit"},
+      {"offsets lie (file cut short)",
+       [](const fs::path& d) {
+         fs::resize_file(d / "model.safetensors", fs::file_size(d / "model.safetensors") - 4);
+       },
+       "(file truncated)"},
+      {"dtype size does not match the bytes",
+       [](const fs::path& d) { patch_header(d / "model.safetensors", "\"F32\"", "\"F16\""); },
+       "bytes but F16["},
+      {"dtype no float",
+       [](const fs::path& d) { patch_header(d / "model.safetensors", "\"F32\"", "\"I32\""); },
+       "has dtype I32, expected F32, BF16 or F16"},
+      {"shape disagrees with the config",
+       [](const fs::path& d) {
+         patch_header(d / "model.safetensors", "\"shape\":[12,32]", "\"shape\":[32,12]");
+       },
+       "tensor 'transformer.wpe.weight' has shape [32, 12], the model (pos_embed.weight) expects "
+       "[12, 32]"},
+  };
+  for (const Case& k : cases) {
+    const fs::path d = dir / "bad";
+    fs::remove_all(d);
+    fs::copy(good, d);
+    k.make(d);
+    const std::string msg = test_util::error_of([&] { model::read_hf_gpt2(d.string(), c); });
+    EXPECT_NE(msg.find(d.string()), std::string::npos) << k.name << ": " << msg.substr(0, 400);
+    EXPECT_NE(msg.find(k.expected), std::string::npos) << k.name << ": " << msg.substr(0, 400);
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << k.name << ": " << msg.substr(0, 400);
+  }
+
+  // A weights file that links out of the folder loads (the download cache's snapshot folders
+  // are links into its blobs), and the origin names where the weights were read from.
+  const fs::path linked = dir / "linked";
+  fs::copy(good, linked);
+  fs::rename(linked / "model.safetensors", dir / "blob");
+  fs::create_symlink(dir / "blob", linked / "model.safetensors");
+  EXPECT_NO_THROW(model::read_hf_gpt2(linked.string(), c));
+  EXPECT_EQ(model::hf_gpt2_weights_origin(linked.string()),
+            (linked / "model.safetensors").string() + " (a link to " +
+                fs::canonical(dir / "blob").string() + ", outside the folder)");
+  EXPECT_EQ(model::hf_gpt2_weights_origin(good.string()), (good / "model.safetensors").string());
 }
 
 // GPT-2's <|endoftext|> (50256) is bos and eos only where the vocabulary holds it: a 256-token
