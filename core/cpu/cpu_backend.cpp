@@ -22,8 +22,7 @@ Allocator& CpuBackend::allocator() {
 
 const char* CpuBackend::name() const {
   thread_local std::string name;
-  name = "cpu (" + cpu::describe_cpu() + ", " + std::to_string(omp_get_max_threads()) +
-         " threads)";
+  name = "cpu (" + cpu::describe_cpu() + ", " + std::to_string(omp_get_max_threads()) + " threads)";
   return name.c_str();
 }
 

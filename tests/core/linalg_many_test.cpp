@@ -16,10 +16,13 @@
 #include "core/backend.h"
 #include "core/check.h"
 #include "grad_check.h"
+#include "tests/linalg_reference.h"
 
 namespace {
 
 using core::test::random_vec;
+using test_linalg::orthonormal_columns;
+using test_linalg::product;
 using FVec = std::vector<float>;
 
 // A symmetric positive semi-definite [n, n] matrix G G^T from a random G [n, n + 3].
@@ -116,39 +119,6 @@ TEST(LinalgMany, QrManyEqualsQrBitForBit) {
   }
 }
 
-// The Q of the QR of a [n, n] in float64 by modified Gram-Schmidt run twice (R's diagonal
-// positive, as qr_many signs it): the reference for a well-conditioned a.
-std::vector<double> qr_q_f64(std::vector<double> a, int64_t n) {
-  for (int64_t j = 0; j < n; ++j) {
-    for (int pass = 0; pass < 2; ++pass)
-      for (int64_t p = 0; p < j; ++p) {
-        double dot = 0;
-        for (int64_t i = 0; i < n; ++i)
-          dot += a[i * n + p] * a[i * n + j];
-        for (int64_t i = 0; i < n; ++i)
-          a[i * n + j] -= dot * a[i * n + p];
-      }
-    double norm = 0;
-    for (int64_t i = 0; i < n; ++i)
-      norm += a[i * n + j] * a[i * n + j];
-    norm = std::sqrt(norm);
-    for (int64_t i = 0; i < n; ++i)
-      a[i * n + j] /= norm;
-  }
-  return a;
-}
-
-// c = a b for [n, n] matrices in float64.
-std::vector<double> matmul_f64(const std::vector<double>& a, const std::vector<double>& b,
-                               int64_t n) {
-  std::vector<double> c(static_cast<size_t>(n * n), 0.0);
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t l = 0; l < n; ++l)
-      for (int64_t j = 0; j < n; ++j)
-        c[i * n + j] += a[i * n + l] * b[l * n + j];
-  return c;
-}
-
 // With a left factor the task is the QR of the product K Q (one step of orthogonal iteration),
 // in place. Its bar follows from the arithmetic, not from two GEMM paths rounding alike (they do
 // not: another BLAS kernel or thread split sums in another order). K = U diag(lambda) U^T has a
@@ -168,7 +138,7 @@ TEST(LinalgMany, QrManyOfAProductInPlace) {
   std::vector<core::QrTask> tasks;
   for (size_t i = 0; i < sizes.size(); ++i) {
     const int64_t n = sizes[i];
-    const std::vector<double> basis = qr_q_f64(random_vec<double>(n * n, 300 + i), n);
+    const std::vector<double> basis = orthonormal_columns(random_vec<double>(n * n, 300 + i), n);
     std::vector<double> scaled(basis);  // U diag(lambda), lambda log-spaced over [1, kappa]
     for (int64_t c = 0; c < n; ++c) {
       const double lambda = std::pow(kappa, n > 1 ? double(c) / double(n - 1) : 0.0);
@@ -181,7 +151,7 @@ TEST(LinalgMany, QrManyOfAProductInPlace) {
         for (int64_t l = 0; l < n; ++l)
           kd[r * n + c] += scaled[r * n + l] * basis[c * n + l];
     k.push_back(core::test::to_float(kd));
-    q.push_back(core::test::to_float(qr_q_f64(random_vec<double>(n * n, 310 + i), n)));
+    q.push_back(core::test::to_float(orthonormal_columns(random_vec<double>(n * n, 310 + i), n)));
     q1.push_back(q.back());
   }
   for (size_t i = 0; i < sizes.size(); ++i)
@@ -190,7 +160,7 @@ TEST(LinalgMany, QrManyOfAProductInPlace) {
   for (size_t i = 0; i < sizes.size(); ++i) {
     const int64_t n = sizes[i];
     const std::vector<double> kd = core::test::to_double(k[i]), qd = core::test::to_double(q1[i]);
-    const std::vector<double> want = qr_q_f64(matmul_f64(kd, qd, n), n);
+    const std::vector<double> want = orthonormal_columns(product(kd, qd, n), n);
     // The bar: sqrt(2) (gamma_n || |K| |Q| ||_F + gamma_n ||K Q||_F) / sqrt(n), ||A^+||_2 = 1
     // (the float rounding of K and Q moves the singular values by about u, left out).
     std::vector<double> abs_k(kd), abs_q(qd);
@@ -206,17 +176,17 @@ TEST(LinalgMany, QrManyOfAProductInPlace) {
       return std::sqrt(s);
     };
     const double bar = std::sqrt(2.0) * gamma *
-                       (frobenius(matmul_f64(abs_k, abs_q, n)) + frobenius(matmul_f64(kd, qd, n))) /
+                       (frobenius(product(abs_k, abs_q, n)) + frobenius(product(kd, qd, n))) /
                        std::sqrt(double(n));
     const std::string size = " (n " + std::to_string(n) + "), norm-relative";
     core::test::expect_within("QR of K Q in the task vs float64" + size,
                               core::test::norm_rel_diff(q[i], want), bar);
     // The same for the product formed first and handed to qr_many without a left factor.
-    FVec product(static_cast<size_t>(n * n)), q2(static_cast<size_t>(n * n));
+    FVec formed(static_cast<size_t>(n * n)), q2(static_cast<size_t>(n * n));
     core::GemmArgs args;
     args.m = args.n = args.k = n;
-    be.gemm(args, k[i].data(), q1[i].data(), product.data());
-    const core::QrTask of_product{product.data(), q2.data(), n, n};
+    be.gemm(args, k[i].data(), q1[i].data(), formed.data());
+    const core::QrTask of_product{formed.data(), q2.data(), n, n};
     be.qr_many({&of_product, 1});
     core::test::expect_within("QR of the product formed first vs float64" + size,
                               core::test::norm_rel_diff(q2, want), bar);
@@ -228,7 +198,7 @@ TEST(LinalgMany, QrManyOfAProductInPlace) {
       const size_t other = i == 0 ? 2 : 0;
       if (sizes[other] == n && other != i) {
         const double wrong_factor = core::test::norm_rel_diff(
-            qr_q_f64(matmul_f64(core::test::to_double(k[other]), qd, n), n), want);
+            orthonormal_columns(product(core::test::to_double(k[other]), qd, n), n), want);
         EXPECT_GT(wrong_factor, 100 * bar) << "another factor's product would pass, n " << n;
       }
     }

@@ -13,6 +13,7 @@
 
 #include "optim/soap/eigenbasis.h"
 #include "tests/backend_test_data.h"
+#include "tests/linalg_reference.h"
 
 namespace optim {
 namespace {
@@ -115,34 +116,8 @@ TEST(SoapMath, KlRootWeightSquaresToTheWeight) {
   }
 }
 
-// Q [n, n] <- the Q factor of a [n, n] with R's diagonal positive (modified Gram-Schmidt, float64).
-std::vector<double> orthonormal_columns(std::vector<double> a, int64_t n) {
-  for (int64_t j = 0; j < n; ++j) {
-    for (int64_t p = 0; p < j; ++p) {
-      double dot = 0;
-      for (int64_t i = 0; i < n; ++i)
-        dot += a[i * n + p] * a[i * n + j];
-      for (int64_t i = 0; i < n; ++i)
-        a[i * n + j] -= dot * a[i * n + p];
-    }
-    double norm = 0;
-    for (int64_t i = 0; i < n; ++i)
-      norm += a[i * n + j] * a[i * n + j];
-    for (int64_t i = 0; i < n; ++i)
-      a[i * n + j] /= std::sqrt(norm);
-  }
-  return a;
-}
-
-// c [n, n] = a b, float64.
-std::vector<double> product(const std::vector<double>& a, const std::vector<double>& b, int64_t n) {
-  std::vector<double> c(static_cast<size_t>(n * n), 0.0);
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t p = 0; p < n; ++p)
-      for (int64_t j = 0; j < n; ++j)
-        c[i * n + j] += a[i * n + p] * b[p * n + j];
-  return c;
-}
+using test_linalg::orthonormal_columns;
+using test_linalg::product;
 
 // qr_sort before (the amortized reference): the old basis sorted by its Rayleigh quotients with
 // the new factor, then power_iter_steps rounds of Q <- qr(K Q).Q from it, V's permutation
