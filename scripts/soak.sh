@@ -16,8 +16,10 @@
 #
 # The schedule (kind, steps and moment of each kill) follows from the seed; the summary line
 # names it. Exit status 0 only when every check held and the kills and minutes asked for were
-# done; a run that reaches its last step first needs more --steps. Each rank runs 1 OpenMP
-# thread unless OMP_NUM_THREADS says otherwise; mpirun oversubscribes.
+# done; a run that reaches its last step first needs more --steps. The run reads the tiny token
+# shards (generated under --out); --engine must be named `engine` (the ranks are found by that
+# name). Each rank runs 1 OpenMP thread unless OMP_NUM_THREADS says otherwise; mpirun
+# oversubscribes.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 build="$repo/build" engine="" args=()
@@ -29,7 +31,7 @@ while [ $# -gt 0 ]; do
     --kills|--minutes|--seed|--np|--out|--config|--steps|--every|--keep|--max-steps-per-round|--set)
       [ $# -ge 2 ] || { echo "soak: $1 needs a value" >&2; exit 2; }
       args+=("$1" "$2"); shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "soak: unknown argument '$1' (scripts/soak.sh --help)" >&2; exit 2 ;;
   esac
 done

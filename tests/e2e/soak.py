@@ -368,7 +368,7 @@ def main():
     ap.add_argument("--engine", required=True)
     ap.add_argument("--config", required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--kills", type=int, default=0)
+    ap.add_argument("--kills", type=int, default=10)
     ap.add_argument("--minutes", type=float, default=0)
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--np", type=int, default=4)
