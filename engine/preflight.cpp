@@ -93,12 +93,19 @@ void prepare_fresh_start(const Config& c) {
            ")";
   if (old_metrics)
     held += (held.empty() ? "" : " and ") + metrics.string() + " holds an earlier run's metrics";
+  // "Resume it" is a choice only when a complete checkpoint is there: a run stopped before its
+  // first one was saved left nothing to resume, and a restart with checkpoint.resume=auto was
+  // told to give checkpoint.resume=auto.
+  const bool resumable = !list_checkpoints(c.checkpoint.dir).empty();
   throw core::Error(
       "refusing a fresh start: " + held +
-      "; a new run there would mix with it. Choose one: resume it (--set "
-      "checkpoint.resume=auto), write elsewhere (--set log.dir=... --set checkpoint.dir=...), "
-      "or replace it (--set checkpoint.overwrite=true deletes those checkpoints and the "
-      "metrics file)");
+      (resumable ? ""
+                 : ", and no complete checkpoint to resume (the earlier run saved none, or "
+                   "was stopped before its first one was complete)") +
+      "; a new run there would mix with it. Choose one: " +
+      (resumable ? "resume it (--set checkpoint.resume=auto), " : "") +
+      "write elsewhere (--set log.dir=... --set checkpoint.dir=...), or replace it (--set "
+      "checkpoint.overwrite=true deletes those checkpoints and the metrics file)");
 }
 
 }  // namespace engine

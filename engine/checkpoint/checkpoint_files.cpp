@@ -206,6 +206,18 @@ std::string best_checkpoint(const std::vector<std::string>& dirs) {
   return best;
 }
 
+// Removes a checkpoint folder without a moment in which a half-removed one carries a
+// checkpoint's name: it is renamed to step_XXXXXXXX.old first (a name no reader takes; a removal
+// cut short by a kill leaves that, and the next save removes it), then removed. Removed in place,
+// a kill between its files left a step_ folder with some rank files and no manifest, which no
+// rotation or save ever removed.
+void remove_checkpoint_folder(const fs::path& dir) {
+  const fs::path doomed = dir.string() + ".old";
+  fs::remove_all(doomed);
+  fs::rename(dir, doomed);
+  fs::remove_all(doomed);
+}
+
 }  // namespace
 
 std::string commit_checkpoint(const std::string& root, Manifest manifest, int keep,
@@ -292,7 +304,7 @@ std::string commit_checkpoint(const std::string& root, Manifest manifest, int ke
   const std::vector<std::string> all = list_checkpoints(root);
   const std::string best = keep_best ? best_checkpoint(all) : std::string();
   for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i)
-    if (all[i] != best) fs::remove_all(all[i]);
+    if (all[i] != best) remove_checkpoint_folder(all[i]);
   // Staging folders of interrupted saves (no save runs while this one commits).
   for (const auto& entry : fs::directory_iterator(root)) {
     const std::string name = entry.path().filename().string();

@@ -11,7 +11,8 @@
 // checksums them, writes the manifest and renames the folder to its final name; an interrupted
 // write leaves only a .tmp folder, never a half-written step_ folder, and the older checkpoints
 // stay until the new one is complete (then the oldest beyond `keep`, except with `keep_best` the
-// one with the lowest validation loss, and any leftover .tmp folders are removed).
+// one with the lowest validation loss, are renamed to step_XXXXXXXX.old and removed, so a
+// removal cut short leaves no half-removed step_ folder; leftover .tmp and .old folders go too).
 //
 // A slice is the index range [begin, end) along one dimension `dim` of a global tensor (Shard
 // placements) or the whole tensor (begin 0, end = the dimension). Reading assembles any range

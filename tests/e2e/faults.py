@@ -169,7 +169,18 @@ def case_fresh_start_refused(env):
     ckpts = sorted(x for x in os.listdir(os.path.join(d, "ckpt")) if x.startswith("step_"))
     check(ckpts == ["step_00000005", "step_00000010"], "after overwrite: %s" % ckpts)
     check(sorted(metrics(d)) == list(range(11)), "after overwrite: %s" % sorted(metrics(d)))
-    print("fresh start into a used folder refused, nothing changed; overwrite leaves one run")
+    # A run that left metrics but no checkpoint (as one killed before its first save does):
+    # resume=auto has nothing to resume, and the refusal no longer tells it to give resume=auto.
+    none = ["checkpoint.every=0", "checkpoint.at_end=false", "train.steps=2"]
+    _, d = env.run(1, "unsaved", none)
+    p, _ = env.run(1, "unsaved", none + ["checkpoint.resume=auto"], expect_ok=False)
+    expect_refused(p, "refusing a fresh start: " + os.path.join(d, "metrics.jsonl") + " holds an "
+                   "earlier run's metrics, and no complete checkpoint to resume",
+                   "Choose one: write elsewhere")
+    check("checkpoint.resume=auto" not in p.stdout + p.stderr, "resume=auto offered to a run "
+          "that gave it:\n" + (p.stdout + p.stderr)[-3000:])
+    print("fresh start into a used folder refused, nothing changed; overwrite leaves one run; "
+          "resume=auto with no checkpoint refused, offering no resume")
 
 
 def case_manifest_edit(env):

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <filesystem>
@@ -155,6 +156,41 @@ TEST_F(CheckpointTest, KeepsNewestKAndIgnoresStaging) {
   // The next complete save removes the leftover staging folder.
   save(12, 2);
   EXPECT_FALSE(fs::exists(engine::staging_path(root_, 10)));
+}
+
+// The rotation never leaves a half-removed checkpoint under a checkpoint's name. Removed in place,
+// file by file, a kill in between left a step_ folder with a rank file and no manifest, which no
+// later save removed (scripts/soak.sh found one). Watched with inotify: the oldest is renamed
+// before any of its files goes, and the next save removes what a cut-short removal leaves.
+TEST_F(CheckpointTest, RotationRenamesTheOldestBeforeDeletingItsFiles) {
+  save(1, 2);
+  save(2, 2);
+  const int fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_GE(::inotify_add_watch(fd, (root_ + "/step_00000001").c_str(),
+                                IN_DELETE | IN_MOVE_SELF | IN_DELETE_SELF),
+            0);
+  save(3, 2);
+  std::vector<uint32_t> events;
+  alignas(inotify_event) char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof(buf))) > 0;)
+    for (char* p = buf; p < buf + n;) {
+      const auto* e = reinterpret_cast<const inotify_event*>(p);
+      events.push_back(e->mask);
+      p += sizeof(inotify_event) + e->len;
+    }
+  ::close(fd);
+  ASSERT_FALSE(events.empty());
+  EXPECT_TRUE(events.front() & IN_MOVE_SELF)
+      << "a file of step_00000001 was deleted while the folder still had its name";
+  EXPECT_EQ(kept(), (std::vector<std::string>{"step_00000002", "step_00000003"}));
+  EXPECT_FALSE(fs::exists(root_ + "/step_00000001.old"));
+
+  fs::create_directories(root_ + "/step_00000002.old");  // a removal cut short
+  std::ofstream(root_ + "/step_00000002.old/rank_00001.safetensors") << "x";
+  save(4, 2);
+  EXPECT_FALSE(fs::exists(root_ + "/step_00000002.old"));
+  EXPECT_EQ(kept(), (std::vector<std::string>{"step_00000003", "step_00000004"}));
 }
 
 TEST_F(CheckpointTest, SavingAStepAgainReplacesIt) {

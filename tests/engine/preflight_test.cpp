@@ -78,12 +78,26 @@ TEST_F(FreshStart, AnotherRunsOutputIsRefusedNamingTheFolderAndChoices) {
                        (root_ / "metrics.jsonl").string() + " holds an earlier run's metrics"),
               std::string::npos)
         << msg;
-    for (const char* choice : {"--set checkpoint.resume=auto", "--set log.dir=",
-                               "--set checkpoint.dir=", "--set checkpoint.overwrite=true"})
+    for (const char* choice :
+         {"--set log.dir=", "--set checkpoint.dir=", "--set checkpoint.overwrite=true"})
       EXPECT_NE(msg.find(choice), std::string::npos) << msg;
+    // Neither folder is a complete checkpoint (no manifest): there is nothing to resume, and
+    // resume=auto, refused here, is no choice to offer.
+    EXPECT_NE(msg.find(", and no complete checkpoint to resume (the earlier run saved none, or "
+                       "was stopped before its first one was complete)"),
+              std::string::npos)
+        << msg;
+    EXPECT_EQ(msg.find("checkpoint.resume=auto"), std::string::npos) << msg;
   }
   EXPECT_TRUE(fs::exists(root_ / "ckpt" / "step_00000010"));
   EXPECT_TRUE(fs::exists(root_ / "metrics.jsonl"));
+
+  std::ofstream(root_ / "ckpt" / "step_00000020" / "manifest.yaml") << "step: 20\n";
+  const std::string msg = error_of([&] { engine::prepare_fresh_start(config()); });
+  EXPECT_NE(msg.find("Choose one: resume it (--set checkpoint.resume=auto), write elsewhere"),
+            std::string::npos)
+      << msg;
+  EXPECT_EQ(msg.find("no complete checkpoint"), std::string::npos) << msg;
 }
 
 TEST_F(FreshStart, OverwriteDeletesOnlyTheEarlierRunsCheckpointsAndMetrics) {
