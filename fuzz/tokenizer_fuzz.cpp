@@ -53,7 +53,7 @@ std::string small_vocabulary() {
     add(byte_symbol(b));
   const std::string space = byte_symbol(' ');
   const std::vector<std::pair<std::string, std::string>> merges = {
-      {"t", "h"}, {"th", "e"}, {space, "t"}, {space + "t", "he"}, {"i", "n"}, {"e", "r"}};
+      {"t", "h"}, {"th", "e"}, {space, "t"}, {space, "the"}, {"i", "n"}, {"e", "r"}};
   std::string bpe = "#version: 0.2\n";
   for (const auto& [a, b] : merges) {
     add(a + b);
