@@ -3,9 +3,7 @@
 // model::read_hf_gpt2 for a small GPT-2 model.
 // Lying sizes, shapes, dtypes and offsets must be refused with core::Error before anything is
 // allocated from them; fuzz/make_hf_folder_seeds.py writes the seeds.
-#include <algorithm>
 #include <filesystem>
-#include <string_view>
 
 #include "core/check.h"
 #include "fuzz/fuzz_util.h"
@@ -30,12 +28,8 @@ model::ModelConfig small_gpt2() {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::filesystem::path dir = fuzz::scratch() / "hf";
   std::filesystem::create_directories(dir);
-  const std::string_view input(reinterpret_cast<const char*>(data), size);
-  constexpr std::string_view kMarker = "\n@@model.safetensors\n";
-  const size_t split = std::min(input.find(kMarker), input.size());
-  const size_t rest = std::min(split + kMarker.size(), size);
-  fuzz::write_file("hf/config.json", data, split);
-  fuzz::write_file("hf/model.safetensors", data + rest, size - rest);
+  fuzz::write_two_files(data, size, "\n@@model.safetensors\n", "hf/config.json",
+                        "hf/model.safetensors");
   try {
     (void)model::read_hf_gpt2(dir.string(), small_gpt2());
   } catch (const core::Error&) {
