@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Packs a build into one folder that runs on a machine without this project's packages (a
 # compute node, or a GPU machine with no package registry): the executables at their paths in
-# the build tree (so the folder also serves as BUILD_DIR for `scripts/gpu_check.sh --prebuilt`),
+# the build tree (so the folder also serves as BUILD_DIR, and as --bundle of scripts/gpu_run.sh),
 # the shared libraries they load that are not part of the C library or the GPU driver (the
 # engine's own, libengine_*.so, with the GPU kernels, among them), and a
 # relocated Open MPI (mpirun, its plugins and help files, PMIx) with an env.sh that points at it.
 #
-#   scripts/bundle.sh OUT [--build DIR] [--no-cuda-libs] [--archive]
+#   scripts/bundle.sh OUT [--build DIR] [--tests REGEX] [--no-cuda-libs] [--archive]
 #
 #   --build DIR      the build to pack (default: build)
+#   --tests REGEX    only the test executables whose path in the build matches REGEX (default:
+#                    all; the apps always): scripts/gpu_run.sh needs tests/.*(cuda|device|nccl|gpu)
 #   --no-cuda-libs   leave out the CUDA toolkit's libraries (cudart, cuBLAS, cuSOLVER, NCCL, ...):
 #                    for nodes that have the toolkit; the bundle is then a few hundred MB smaller
 #   --archive        also write OUT.tar.xz (one solid xz stream), for a transfer with a size
@@ -24,9 +26,11 @@ out=""
 build=build
 cuda_libs=1
 archive=0
+tests_regex=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build="$2"; shift 2 ;;
+    --tests) tests_regex="$2"; shift 2 ;;
     --no-cuda-libs) cuda_libs=0; shift ;;
     --archive) archive=1; shift ;;
     -h|--help) usage; exit 0 ;;
@@ -42,11 +46,15 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 build=$(cd "$build" && pwd)
 
-# ---- the executables: every app, and the test binaries gpu_check.sh runs ----------------------
+# ---- the executables: every app, and the test binaries -------------------------------------------
+# Test work folders (tests/*/work_*: an earlier bundle among them) are not part of the build.
 executables=()
-while IFS= read -r f; do executables+=("$f"); done < <(
-  cd "$build" && find apps tests -type f -perm -u+x ! -name '*.so*' ! -path '*/CMakeFiles/*' \
-    -exec sh -c 'head -c 4 "$1" | grep -q ELF' _ {} \; -print | sort)
+while IFS= read -r f; do
+  [[ "$f" == tests/* && -n "$tests_regex" && ! "$f" =~ $tests_regex ]] && continue
+  executables+=("$f")
+done < <(
+  cd "$build" && find apps tests -path '*/work_*' -prune -o -type f -perm -u+x ! -name '*.so*' \
+    ! -path '*/CMakeFiles/*' -exec sh -c 'head -c 4 "$1" | grep -q ELF' _ {} \; -print | sort)
 for rel in "${executables[@]}"; do
   mkdir -p "$out/$(dirname "$rel")"
   cp "$build/$rel" "$out/$rel"
@@ -100,6 +108,10 @@ for obj in "${objects[@]}"; do
     copied[$name]=1
   done < <(ldd "$obj" 2>/dev/null | awk '$2 == "=>" {print $1, $3}')
 done
+
+# The source folder the build was configured from: test executables read their fixtures from
+# paths under it, compiled in (scripts/gpu_run.sh links it to the checkout where it is missing).
+sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt" >"$out/build_source_dir"
 
 # ---- env.sh ------------------------------------------------------------------------------------
 # LD_LIBRARY_PATH finds lib/ (the engine's libraries too) before the build tree's RUNPATH.
