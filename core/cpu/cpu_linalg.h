@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 #include <exception>
+#include <limits>
 #include <span>
 #include <string>
 #include <vector>
@@ -45,11 +46,40 @@ inline lapack_int lapack_orgqr(lapack_int m, lapack_int n, lapack_int k, double*
 // Column-major and upper: on a row-major symmetric buffer that is the row-major lower triangle
 // (the one cuSOLVER reads too), with no transposition in or out; the eigenvectors come back as
 // rows. Measured 6-12% faster than the row-major LAPACKE call ('L') at n 384-512.
-inline lapack_int lapack_syevd(lapack_int n, float* a, float* w) {
-  return LAPACKE_ssyevd(LAPACK_COL_MAJOR, 'V', 'U', n, a, n, w);
+inline lapack_int syevd_work(lapack_int n, float* a, float* w, float* work, lapack_int lwork,
+                             lapack_int* iwork, lapack_int liwork) {
+  return LAPACKE_ssyevd_work(LAPACK_COL_MAJOR, 'V', 'U', n, a, n, w, work, lwork, iwork, liwork);
 }
-inline lapack_int lapack_syevd(lapack_int n, double* a, double* w) {
-  return LAPACKE_dsyevd(LAPACK_COL_MAJOR, 'V', 'U', n, a, n, w);
+inline lapack_int syevd_work(lapack_int n, double* a, double* w, double* work, lapack_int lwork,
+                             lapack_int* iwork, lapack_int liwork) {
+  return LAPACKE_dsyevd_work(LAPACK_COL_MAJOR, 'V', 'U', n, a, n, w, work, lwork, iwork, liwork);
+}
+// A workspace size LAPACK reports in a float: past 2^24 it is rounded to the nearest float, down
+// as often as up, and a size one short is an illegal argument (LAPACKE_ssyevd's own query failed
+// so at n 3072, GPT-2 124M's MLP width: "parameter number 8 had an illegal value"). The size is
+// within half a unit in the last place above the report; never below the documented minimum.
+template <typename T>
+lapack_int workspace_size(T reported, int64_t minimum) {
+  const double half_ulp =
+      (static_cast<double>(std::nextafter(reported, std::numeric_limits<T>::infinity())) -
+       static_cast<double>(reported)) /
+      2;
+  const double up = std::floor(static_cast<double>(reported) + half_ulp);
+  return static_cast<lapack_int>(std::max<double>(up, static_cast<double>(minimum)));
+}
+// syevd with the workspace sized here (LAPACK's minimum for jobz 'V': 1 + 6n + 2n^2 reals and
+// 3 + 5n integers).
+template <typename T>
+lapack_int lapack_syevd(lapack_int n, T* a, T* w) {
+  T work_query = 0;
+  lapack_int iwork_query = 0;
+  lapack_int info = syevd_work(n, a, w, &work_query, -1, &iwork_query, -1);
+  if (info != 0) return info;
+  const int64_t nn = n;
+  std::vector<T> work(static_cast<size_t>(workspace_size(work_query, 1 + 6 * nn + 2 * nn * nn)));
+  std::vector<lapack_int> iwork(static_cast<size_t>(std::max<int64_t>(iwork_query, 3 + 5 * nn)));
+  return syevd_work(n, a, w, work.data(), static_cast<lapack_int>(work.size()), iwork.data(),
+                    static_cast<lapack_int>(iwork.size()));
 }
 // The lower triangle (column-major) of the Cholesky factor of a symmetric positive definite a:
 // on a row-major buffer, the upper triangle R with a = R^T R.
@@ -59,15 +89,29 @@ inline lapack_int lapack_potrf(lapack_int n, float* a) {
 inline lapack_int lapack_potrf(lapack_int n, double* a) {
   return LAPACKE_dpotrf(LAPACK_COL_MAJOR, 'L', n, a, n);
 }
-inline lapack_int lapack_gesdd(lapack_int m, lapack_int n, float* a, float* s, float* u,
-                               float* vt) {
-  lapack_int r = std::min(m, n);
-  return LAPACKE_sgesdd(LAPACK_ROW_MAJOR, 'S', m, n, a, n, s, u, r, vt, n);
+inline lapack_int gesdd_work(lapack_int m, lapack_int n, float* a, float* s, float* u, float* vt,
+                             float* work, lapack_int lwork, lapack_int* iwork) {
+  const lapack_int r = std::min(m, n);
+  return LAPACKE_sgesdd_work(LAPACK_ROW_MAJOR, 'S', m, n, a, n, s, u, r, vt, n, work, lwork, iwork);
 }
-inline lapack_int lapack_gesdd(lapack_int m, lapack_int n, double* a, double* s, double* u,
-                               double* vt) {
-  lapack_int r = std::min(m, n);
-  return LAPACKE_dgesdd(LAPACK_ROW_MAJOR, 'S', m, n, a, n, s, u, r, vt, n);
+inline lapack_int gesdd_work(lapack_int m, lapack_int n, double* a, double* s, double* u,
+                             double* vt, double* work, lapack_int lwork, lapack_int* iwork) {
+  const lapack_int r = std::min(m, n);
+  return LAPACKE_dgesdd_work(LAPACK_ROW_MAJOR, 'S', m, n, a, n, s, u, r, vt, n, work, lwork, iwork);
+}
+// Thin SVD (jobz 'S') with the workspace sized here, as syevd: LAPACK's minimum is
+// 3 r^2 + max(max(m, n), 4 r^2 + 4 r) reals and 8 r integers, r = min(m, n).
+template <typename T>
+lapack_int lapack_gesdd(lapack_int m, lapack_int n, T* a, T* s, T* u, T* vt) {
+  T work_query = 0;
+  const int64_t r = std::min(m, n), big = std::max(m, n);
+  std::vector<lapack_int> iwork(static_cast<size_t>(std::max<int64_t>(1, 8 * r)));
+  lapack_int info = gesdd_work(m, n, a, s, u, vt, &work_query, -1, iwork.data());
+  if (info != 0) return info;
+  std::vector<T> work(static_cast<size_t>(
+      workspace_size(work_query, 3 * r * r + std::max(big, 4 * r * r + 4 * r))));
+  return gesdd_work(m, n, a, s, u, vt, work.data(), static_cast<lapack_int>(work.size()),
+                    iwork.data());
 }
 inline lapack_int lapack_gesvd(lapack_int m, lapack_int n, float* a, float* s, float* u, float* vt,
                                float* superb) {

@@ -293,6 +293,36 @@ TEST(CpuLinalg, EighIllConditionedAndRepeated) {
   check_eigh(with_eigenvalues(rep, 31), static_cast<int64_t>(rep.size()), 1, "repeated", rep);
 }
 
+// GPT-2 124M's MLP width: LAPACKE_ssyevd's own workspace query, a float, rounded 1 + 6n + 2n^2 =
+// 18892801 down to 18892800 past 2^24, and LAPACK refused that as an illegal argument (SOAP and
+// bench_optim died at their first eigh of a 3072-wide factor). A diagonal matrix: the eigenvalues
+// are its entries, the eigenvectors unit vectors.
+TEST(CpuLinalg, EighPastTheFloatWorkspaceLimit) {
+  const int64_t n = 3072;
+  FVec a(n * n, 0.0f), w(n), v(n * n);
+  for (int64_t i = 0; i < n; ++i)
+    a[i * n + i] = static_cast<float>((i * 1237) % n) + 1.0f;  // 1..n, shuffled
+  be().eigh(w.data(), v.data(), a.data(), n, 1);
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(w[i], static_cast<float>(i + 1)) << "eigenvalue " << i;
+  for (int64_t j = 0; j < n; j += 97) {  // the column of eigenvalue j + 1 is a unit vector
+    const int64_t row = [&] {
+      for (int64_t i = 0; i < n; ++i)
+        if (a[i * n + i] == w[j]) return i;
+      return int64_t{-1};
+    }();
+    EXPECT_EQ(std::fabs(v[row * n + j]), 1.0f) << "eigenvector " << j;
+  }
+}
+
+TEST(CpuLinalg, WorkspaceSizeRoundsAFloatQueryUpAndKeepsTheMinimum) {
+  const int64_t n = 3072, minimum = 1 + 6 * n + 2 * n * n;
+  EXPECT_LT(static_cast<int64_t>(static_cast<float>(minimum)), minimum);  // the rounding itself
+  EXPECT_GE(core::cpu::workspace_size(static_cast<float>(minimum), 0), minimum);
+  EXPECT_EQ(core::cpu::workspace_size(10.0f, minimum), minimum);
+  EXPECT_EQ(core::cpu::workspace_size(100.0, 10), 100);
+}
+
 // ---- SVD ----------------------------------------------------------------------------------------
 
 void check_svd(const DVec& a, int64_t m, int64_t n, int64_t batch, const std::string& what,
