@@ -13,7 +13,10 @@
 // optimizer gets the placement it asks for; run ranks with several threads --bind-to none.
 //
 //   mpirun -np N bench_optim [--device cpu|cuda] [--layers 4] [--d-model 128] [--experts 4]
-//                            [--repeat 5] [--warmup 2] [--only SUBSTRING] [--staged] [--json]
+//                            [--repeat 5] [--warmup 2] [--only ITEM,...] [--staged] [--json]
+//
+// --only: the rows whose name contains one of the comma-separated items; an item "=NAME" takes
+// the row NAME alone (--only '=soap qr,=rekls'), "refresh" the refresh rows.
 //
 // --device cuda: every tensor on GPU <local rank mod GPUs> (the timings synchronise it); TpRekls
 // then gathers through the staged device collectives (comm.device_collectives: mpi), which
@@ -64,10 +67,12 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: mpirun -np N bench_optim [--device cpu|cuda] [--layers 4] [--d-model 128]\n"
-    "                                [--experts 4] [--repeat 5] [--warmup 2] [--only SUBSTRING]\n"
+    "                                [--experts 4] [--repeat 5] [--warmup 2] [--only ITEM,...]\n"
     "                                [--staged] [--json]\n"
     "Optimizer step time of a GPT's hidden matrices per optimizer, the SOAP family's phases and\n"
-    "the eigenbasis refresh; the header of apps/bench_optim/main.cpp says what each row is.\n";
+    "the eigenbasis refresh. --only: the rows whose name contains an ITEM ('=NAME': that row\n"
+    "alone; 'refresh' for the refresh rows).\n"
+    "The header of apps/bench_optim/main.cpp says what each row is.\n";
 
 struct Options {
   int64_t layers = 4;
@@ -125,8 +130,19 @@ Timing median_ms(Bench& b, int warmup, int repeat, const std::function<void()>& 
   return {median(wall), median(cpu)};
 }
 
+// --only A,B: the rows whose name contains A or B; an item =NAME takes the row NAME alone.
 bool wanted(const Options& o, const std::string& what) {
-  return o.only.empty() || what.find(o.only) != std::string::npos;
+  if (o.only.empty()) return true;
+  size_t start = 0;
+  while (start <= o.only.size()) {
+    const size_t end = std::min(o.only.find(',', start), o.only.size());
+    const std::string item = o.only.substr(start, end - start);
+    if (!item.empty() && item[0] == '=' ? what == item.substr(1)
+                                        : what.find(item) != std::string::npos)
+      return true;
+    start = end + 1;
+  }
+  return false;
 }
 
 void row(const Bench& b, const std::string& part, const std::string& what, const std::string& model,
@@ -268,14 +284,21 @@ Factors dense_factors(Bench& b) {
       std::copy_n(prev.data<float>(), d * d, k.data<float>());
       optim::matmul(cpu, g1.data<float>(), false, g1.data<float>(), true, k.data<float>(), d, d,
                     other, 0.2f, 0.8f);
-      core::Tensor w = core::Tensor::empty({d}), v = core::Tensor::empty({d, d});
-      cpu.eigh(w.data<float>(), v.data<float>(), prev.data<float>(), d, 1);
-      core::Tensor q0 = core::Tensor::empty({d, d});
-      cpu.reverse_columns(q0.data<float>(), v.data<float>(), d, d);
-      f.k.push_back(on_backend(b.backend, k));
-      f.q0.push_back(on_backend(b.backend, q0));
-      f.q.push_back(on_backend(b.backend, q0));
-      f.lam.push_back(on_backend(b.backend, w));
+      // The eigenbasis a step before, on the device (the host's eigh of 96 factors up to 3072
+      // wide took longer than a GPU run's time box).
+      core::Backend& be = b.backend;
+      const core::Tensor prev_on = on_backend(be, prev);
+      core::Tensor w = core::Tensor::empty({d}, core::DType::F32, be.allocator());
+      core::Tensor v = core::Tensor::empty({d, d}, core::DType::F32, be.allocator());
+      be.eigh(w.data<float>(), v.data<float>(), prev_on.data<float>(), d, 1);
+      core::Tensor q0 = core::Tensor::empty({d, d}, core::DType::F32, be.allocator());
+      be.reverse_columns(q0.data<float>(), v.data<float>(), d, d);
+      core::Tensor q = core::Tensor::empty({d, d}, core::DType::F32, be.allocator());
+      be.copy(q.data<float>(), q0.data<float>(), q.nbytes());
+      f.k.push_back(on_backend(be, k));
+      f.q0.push_back(std::move(q0));
+      f.q.push_back(std::move(q));
+      f.lam.push_back(std::move(w));
     }
   return f;
 }
