@@ -40,23 +40,33 @@ std::string format_duration(double seconds) {
   return buf;
 }
 
-std::optional<double> gpu_peak_gflops(const std::string& backend_name) {
-  // FP32 (non-tensor) dense peaks from the vendors' data sheets; more specific names first.
-  static constexpr std::array<std::pair<const char*, double>, 10> kPeaks = {{
-      {"H100 PCIe", 51200},
-      {"H100", 66900},  // SXM
-      {"H200", 66900},
-      {"GH200", 66900},
-      {"A100", 19500},
-      {"A10G", 31200},
-      {"L40S", 91600},
-      {"L4", 30300},
-      {"RTX 4090", 82600},
-      {"V100", 15700},
+std::optional<double> gpu_peak_gflops(const std::string& backend_name,
+                                      const std::string& precision) {
+  // Dense peaks (no sparsity) from the vendors' data sheets, GFLOP/s: f32 on the CUDA cores, TF32
+  // and bf16 (f32 accumulation) on the tensor cores; 0 where this table does not know it. More
+  // specific names first.
+  struct Peaks {
+    const char* name;
+    double fp32, tf32, bf16;
+  };
+  static constexpr std::array<Peaks, 10> kPeaks = {{
+      {"H100 PCIe", 51200, 378000, 756000},
+      {"H100", 66900, 494700, 989400},  // SXM
+      {"H200", 66900, 494700, 989400},
+      {"GH200", 66900, 494700, 989400},
+      {"A100", 19500, 156000, 312000},
+      {"A10G", 31200, 0, 0},
+      {"L40S", 91600, 183000, 362050},
+      {"L4", 30300, 60000, 121000},
+      {"RTX 4090", 82600, 0, 0},
+      {"V100", 15700, 0, 0},
   }};
   if (backend_name.rfind("cuda", 0) != 0) return std::nullopt;
-  for (const auto& [name, peak] : kPeaks)
-    if (backend_name.find(name) != std::string::npos) return peak;
+  for (const Peaks& p : kPeaks) {
+    if (backend_name.find(p.name) == std::string::npos) continue;
+    const double peak = precision == "bf16" ? p.bf16 : precision == "tf32" ? p.tf32 : p.fp32;
+    return peak > 0 ? std::optional<double>(peak) : std::nullopt;
+  }
   return std::nullopt;
 }
 

@@ -17,10 +17,12 @@ namespace engine {
 // "45s", "3m05s", "1h02m".
 std::string format_duration(double seconds);
 
-// Peak dense GFLOP/s of one GPU for the engine's f32 math (CUDA cores, no TF32), looked up by the
-// device name inside a backend name such as "cuda:0 (NVIDIA H100 80GB HBM3)"; nullopt for an
-// unknown device or the CPU.
-std::optional<double> gpu_peak_gflops(const std::string& backend_name);
+// Peak dense GFLOP/s of one GPU for the engine's math in train.precision: "fp32" on the CUDA
+// cores, "tf32" and "bf16" on the tensor cores; looked up by the device name inside a backend
+// name such as "cuda:0 (NVIDIA H100 80GB HBM3)"; nullopt for an unknown device or precision, or
+// the CPU. An MFU is against the peak of the precision the run computes in.
+std::optional<double> gpu_peak_gflops(const std::string& backend_name,
+                                      const std::string& precision = "fp32");
 
 // The fields the training line gains after modded-nanogpt's: `eta:3m05s mfu:41.2%` (`eta:3m05s`
 // without a peak: unknown_peak_note says once at the start how to give one).

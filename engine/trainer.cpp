@@ -379,9 +379,10 @@ TrainSummary Trainer::run() {
   print_banner();
   const int64_t total = config_.train.steps;
   // All ranks' peak, for the console's mfu.
-  std::optional<double> peak_gflops = config_.log.peak_gflops > 0
-                                          ? std::optional<double>(config_.log.peak_gflops)
-                                          : gpu_peak_gflops(gpt_->backend().name());
+  std::optional<double> peak_gflops =
+      config_.log.peak_gflops > 0
+          ? std::optional<double>(config_.log.peak_gflops)
+          : gpu_peak_gflops(gpt_->backend().name(), config_.train.precision);
   if (peak_gflops)
     *peak_gflops *= comm_.size();
   else

@@ -10,8 +10,8 @@
 //
 // --device cuda times forward + backward on GPU 0 in this process (no PyTorch, no optimizer:
 // the fused device AdamW is not part of this measurement) in each precision of --precision (fp32:
-// f32 with TF32 off), and reports the achieved TFLOP/s and the MFU against the GPU's f32 peak
-// (engine/console_log.h). gpt2_124m is
+// f32 with TF32 off), and reports the achieved TFLOP/s and the MFU against the GPU's peak in that
+// precision (engine/console_log.h: CUDA-core f32, tensor-core TF32 or bf16). gpt2_124m is
 // the size of configs/gpt2_124m.yaml (12 layers, d_model 768, seq_len 1024, batch 8). With
 // --op-groups it then times one step's worth of each op group of the gpt2 architecture at the
 // model's shapes (the matmuls, attention, layernorm, ..., and the multi-tensor AdamW over every
@@ -113,7 +113,7 @@ int cuda_measurement(const std::string& name, int steps, const std::string& prec
   }
   fb /= steps;
   const double tokens = double(B) * T, tflops = flops * tokens / fb / 1e12;
-  const std::optional<double> peak = engine::gpu_peak_gflops(backend->name());
+  const std::optional<double> peak = engine::gpu_peak_gflops(backend->name(), precision);
   std::printf(
       "{\"impl\": \"engine\", \"arch\": \"%s\", \"precision\": \"%s\", \"device\": \"%s\", "
       "\"batch\": %d, \"seq_len\": %d, \"fwd_bwd_ms\": %.2f, \"tokens_per_s\": %.1f, "
@@ -150,7 +150,7 @@ int cuda_op_groups(const std::string& name, int reps) {
                 V = s.config.vocab_size, Vp = s.config.padded_vocab(), L = s.config.n_layer;
   std::vector<core::Tensor> held;
   auto buffer = [&](int64_t n) {
-    held.push_back(core::Tensor::zeros({n}, core::DType::F32, be.allocator()));
+    held.push_back(core::Tensor::empty({n}, core::DType::F32, be.allocator()));
     be.fill_zero(held.back().raw_data(), held.back().nbytes());
     return held.back().data<float>();
   };
@@ -161,6 +161,8 @@ int cuda_op_groups(const std::string& name, int reps) {
   float *dq = buffer(N * D), *dk = buffer(N * D), *dv = buffer(N * D), *lse = buffer(B * H * T);
   float *mean = buffer(N), *rstd = buffer(N), *losses = buffer(N), *logits = buffer(N * Vp);
   float* loss = buffer(1);
+  // The gradient buffers the backward zeroes each layer, as one block each (gpt.cpp's layout).
+  float* zeroed = buffer(std::max(4 * N * D, 3 * N * D + N * F));
   std::vector<int32_t> ids(static_cast<size_t>(N));
   for (int64_t i = 0; i < N; ++i)
     ids[i] = static_cast<int32_t>((i * 7919) % V);
@@ -230,8 +232,8 @@ int cuda_op_groups(const std::string& name, int reps) {
            }
            be.copy(y, x, N * D * sizeof(float));  // the two residual copies
            be.copy(dx, x, N * D * sizeof(float));
-           be.fill_zero(dq, 4 * N * D * sizeof(float));            // datty, dq, dk, dv
-           be.fill_zero(dx, (3 * N * D + N * F) * sizeof(float));  // dqkv, dpre
+           be.fill_zero(zeroed, 4 * N * D * sizeof(float));            // datty, dq, dk, dv
+           be.fill_zero(zeroed, (3 * N * D + N * F) * sizeof(float));  // dqkv, dpre
          }
        }},
       {"classifier (cross-entropy, dlogits)",
@@ -436,7 +438,7 @@ int run(int argc, char** argv) {
     if (!json)
       std::printf(
           "bench_model --device cuda: forward + backward in each precision, mean of %d "
-          "steps after one warm-up; MFU against the GPU's f32 peak\n",
+          "steps after one warm-up; MFU against the GPU's peak in that precision\n",
           steps);
     for (const auto& name : split(models)) {  // one JSON object per model and precision
       for (const auto& p : split(precisions)) {

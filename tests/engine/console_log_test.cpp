@@ -25,6 +25,10 @@ TEST(ConsoleLog, DurationsPeaksAndFields) {
   EXPECT_EQ(engine::format_duration(-3), "0s");
   EXPECT_EQ(engine::gpu_peak_gflops("cuda:0 (NVIDIA H100 80GB HBM3)"), 66900.0);
   EXPECT_EQ(engine::gpu_peak_gflops("cuda:1 (NVIDIA H100 PCIe)"), 51200.0);
+  EXPECT_EQ(engine::gpu_peak_gflops("cuda:0 (NVIDIA H200)", "tf32"), 494700.0);
+  EXPECT_EQ(engine::gpu_peak_gflops("cuda:0 (NVIDIA H200)", "bf16"), 989400.0);
+  EXPECT_EQ(engine::gpu_peak_gflops("cuda:0 (NVIDIA A100-SXM4-80GB)", "bf16"), 312000.0);
+  EXPECT_EQ(engine::gpu_peak_gflops("cuda:0 (NVIDIA V100)", "bf16"), std::nullopt);
   EXPECT_EQ(engine::gpu_peak_gflops("cuda:0 (Some Future GPU)"), std::nullopt);
   EXPECT_EQ(engine::gpu_peak_gflops("cpu (OpenBLAS, 2 threads)"), std::nullopt);
   EXPECT_EQ(engine::format_progress_fields(185, 0.4123), "eta:3m05s mfu:41.2%");
