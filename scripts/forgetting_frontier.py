@@ -1,0 +1,195 @@
+#!/usr/bin/python3
+"""The forgetting-versus-gain frontier of scripts/forgetting.sh's grid (issue 38).
+
+    forgetting_frontier.py OUT [--pretrain-steps N] [--finetune-steps N] [--np N] [--elapsed S]
+
+Reads OUT/runs.tsv (one row per fine-tuning run: method, unfreeze_rank_ratio, lr, seed and the
+whole-split validation losses of both splits; a first row for the pretrained model) and writes
+OUT/frontier.json, OUT/frontier.md and OUT/frontier.png.
+
+Per run: gain = the drop of the imaginative validation loss, forgetting = the rise of the
+informative one, both against the pretrained model. A method's frontier is its Pareto set (no
+other run of the method has as much gain and less forgetting) joined by straight lines, forgetting
+as a function of gain. Methods are compared at equal gain by interpolating along their frontiers
+at gains both reach, seed by seed (each seed's runs make its own frontiers), never by one picked
+pair; the table gives the mean over seeds and half their range.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+
+
+def frontier(points):
+    """The Pareto set of (gain, forgetting) points, by increasing gain: each point has more gain
+    than the one before and forgets more (else the one before would not be on it)."""
+    best = []
+    for g, f in sorted(points, key=lambda p: (-p[0], p[1])):  # most gain first
+        if not best or f < best[-1][1]:
+            best.append((g, f))
+    return best[::-1]
+
+
+def at_gain(front, g):
+    """Forgetting interpolated along a frontier at gain g (None outside its gains)."""
+    if not front or g < front[0][0] - 1e-12 or g > front[-1][0] + 1e-12:
+        return None
+    for (g0, f0), (g1, f1) in zip(front, front[1:]):
+        if g0 <= g <= g1:
+            return f0 + (f1 - f0) * (g - g0) / (g1 - g0) if g1 > g0 else min(f0, f1)
+    return front[0][1]
+
+
+def half_range(xs):
+    return (max(xs) - min(xs)) / 2 if xs else float("nan")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--pretrain-steps", type=int, default=0)
+    ap.add_argument("--finetune-steps", type=int, default=0)
+    ap.add_argument("--np", type=int, default=2)
+    ap.add_argument("--elapsed", type=int, default=0)
+    ap.add_argument("--levels", type=int, default=5, help="gains compared along the overlap")
+    a = ap.parse_args()
+    rows = [l.rstrip("\n").split("\t") for l in open(os.path.join(a.out, "runs.tsv"))]
+    rows = [dict(zip(rows[0], r)) for r in rows[1:]]
+    base = next((r for r in rows if r["run"] == "pretrained"), None)
+    if base is None:
+        sys.exit("forgetting_frontier: no pretrained row in runs.tsv")
+    b_inf, b_img = float(base["informative"]), float(base["imaginative"])
+    runs = []
+    for r in rows:
+        if r["run"] == "pretrained":
+            continue
+        arm = "adamw" if r["method"] == "adamw" else "osft urr %s" % r["urr"]
+        runs.append({"run": r["run"], "method": r["method"], "arm": arm, "urr": r["urr"],
+                     "lr": r["lr"], "seed": int(r["seed"]),
+                     "informative": float(r["informative"]), "imaginative": float(r["imaginative"]),
+                     "forgetting": float(r["informative"]) - b_inf,
+                     "gain": b_img - float(r["imaginative"]), "seconds": int(r["seconds"])})
+    seeds = sorted({r["seed"] for r in runs})
+    # A seed counts when both methods have at least two runs in it (a partial grid's last seed
+    # may not).
+    full = [s for s in seeds if all(len([r for r in runs if r["seed"] == s and r["method"] == m]) >= 2
+                                    for m in ("adamw", "osft"))]
+
+    # Every configuration: mean over seeds and half the range.
+    configs = []
+    for key in sorted({(r["arm"], float(r["lr"])) for r in runs}):
+        rs = [r for r in runs if (r["arm"], float(r["lr"])) == key]
+        configs.append({"arm": key[0], "lr": key[1], "seeds": len(rs),
+                        "gain": statistics.mean(r["gain"] for r in rs),
+                        "gain_halfrange": half_range([r["gain"] for r in rs]),
+                        "forgetting": statistics.mean(r["forgetting"] for r in rs),
+                        "forgetting_halfrange": half_range([r["forgetting"] for r in rs]),
+                        "seconds": statistics.mean(r["seconds"] for r in rs)})
+
+    # Equal-gain comparison, seed by seed: OSFT (every ratio and lr) against AdamW, and each
+    # ratio alone against AdamW.
+    def compare(method_of):
+        per_seed = {}
+        for s in full:
+            fa = frontier([(r["gain"], r["forgetting"]) for r in runs if r["seed"] == s and r["method"] == "adamw"])
+            fo = frontier([(r["gain"], r["forgetting"]) for r in runs if r["seed"] == s and method_of(r)])
+            lo, hi = max(fa[0][0], fo[0][0]), min(fa[-1][0], fo[-1][0])
+            per_seed[s] = (fa, fo, lo, hi)
+        if not per_seed:
+            return None
+        lo = max(v[2] for v in per_seed.values())
+        hi = min(v[3] for v in per_seed.values())
+        if hi < lo:
+            return {"overlap": None, "levels": []}
+        levels = []
+        count = a.levels if hi > lo else 1
+        for i in range(count):
+            g = lo + (hi - lo) * i / (count - 1) if count > 1 else lo
+            fa = [at_gain(v[0], g) for v in per_seed.values()]
+            fo = [at_gain(v[1], g) for v in per_seed.values()]
+            d = [o - x for o, x in zip(fo, fa)]
+            ratio = [o / x for o, x in zip(fo, fa) if x > 0]
+            levels.append({"gain": g, "adamw": statistics.mean(fa), "adamw_halfrange": half_range(fa),
+                           "osft": statistics.mean(fo), "osft_halfrange": half_range(fo),
+                           "difference": statistics.mean(d), "difference_halfrange": half_range(d),
+                           "difference_per_seed": d,
+                           "ratio": statistics.mean(ratio) if ratio else None})
+        return {"overlap": [lo, hi], "levels": levels}
+
+    comparisons = {"osft (all ratios)": compare(lambda r: r["method"] == "osft")}
+    for urr in sorted({r["urr"] for r in runs if r["method"] == "osft"}, reverse=True):
+        comparisons["osft urr %s" % urr] = compare(lambda r, u=urr: r["method"] == "osft" and r["urr"] == u)
+    max_gain = {m: max((r["gain"] for r in runs if r["method"] == m), default=None) for m in ("adamw", "osft")}
+
+    doc = {"pretrained": {"informative": b_inf, "imaginative": b_img}, "runs": runs, "configs": configs,
+           "seeds": seeds, "seeds_compared": full, "comparisons": comparisons, "max_gain": max_gain,
+           "np": a.np, "pretrain_steps": a.pretrain_steps, "finetune_steps": a.finetune_steps,
+           "elapsed_s": a.elapsed}
+    json.dump(doc, open(os.path.join(a.out, "frontier.json"), "w"), indent=1)
+
+    L = ["Fine-tuning %d steps on brown_imaginative from cpu_small pretrained %d steps on "
+         "brown_informative (validation loss there %.4f, on brown_imaginative %.4f); np %d; whole "
+         "validation splits; %d runs, %d s of grid and pretraining in all."
+         % (a.finetune_steps, a.pretrain_steps, b_inf, b_img, a.np, len(runs), a.elapsed), "",
+         "Every configuration (mean over seeds ± half the range):", "",
+         "| arm | lr | seeds | gain (−Δ imaginative val) | forgetting (Δ informative val) | s / run |",
+         "|---|---|---|---|---|---|"]
+    for c in configs:
+        L.append("| %s | %g | %d | %.4f ± %.4f | %.4f ± %.4f | %.0f |" % (
+            c["arm"], c["lr"], c["seeds"], c["gain"], c["gain_halfrange"], c["forgetting"],
+            c["forgetting_halfrange"], c["seconds"]))
+    for name, cmp in comparisons.items():
+        L += ["", "At equal gain, %s against full fine-tuning (AdamW), along each seed's frontiers "
+              "(seeds %s):" % (name, ", ".join(map(str, full))), ""]
+        if not cmp or not cmp["levels"]:
+            L.append("no gain both frontiers reach in every seed")
+            continue
+        L += ["| gain | forgetting, AdamW | forgetting, %s | %s − AdamW | %s / AdamW |" % (name, name, name),
+              "|---|---|---|---|---|"]
+        for v in cmp["levels"]:
+            L.append("| %.4f | %.4f ± %.4f | %.4f ± %.4f | %+.4f ± %.4f | %s |" % (
+                v["gain"], v["adamw"], v["adamw_halfrange"], v["osft"], v["osft_halfrange"],
+                v["difference"], v["difference_halfrange"],
+                "%.2f" % v["ratio"] if v["ratio"] is not None else "-"))
+    L += ["", "Largest gain reached: AdamW %s, OSFT %s." % tuple(
+        "%.4f" % max_gain[m] if max_gain[m] is not None else "-" for m in ("adamw", "osft"))]
+    open(os.path.join(a.out, "frontier.md"), "w").write("\n".join(L) + "\n")
+    print("\n".join(L))
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 5))
+    colors = {}
+    markers = ["o", "s", "^", "D"]
+    for c in configs:
+        colors.setdefault(c["arm"], "C%d" % len(colors))
+    for arm, color in colors.items():
+        for i, s in enumerate(seeds):
+            rs = [r for r in runs if r["arm"] == arm and r["seed"] == s]
+            ax.scatter([r["gain"] for r in rs], [r["forgetting"] for r in rs], color=color,
+                       marker=markers[i % len(markers)], s=30, alpha=0.6,
+                       label="%s, seed %d" % (arm, s))
+        cs = [c for c in configs if c["arm"] == arm]
+        for c in cs:
+            ax.annotate("%g" % c["lr"], (c["gain"], c["forgetting"]), fontsize=7, color=color,
+                        xytext=(3, 3), textcoords="offset points")
+    for m, color, style in (("adamw", colors.get("adamw", "C0"), "-"), ("osft", "k", "--")):
+        front = frontier([(c["gain"], c["forgetting"]) for c in configs
+                          if (c["arm"] == "adamw") == (m == "adamw")])
+        if front:
+            ax.plot([p[0] for p in front], [p[1] for p in front], style, color=color,
+                    label="%s frontier (seed means)" % ("AdamW" if m == "adamw" else "OSFT, all ratios"))
+    ax.set_xlabel("gain on brown_imaginative (validation loss drop)")
+    ax.set_ylabel("forgetting of brown_informative (validation loss rise)")
+    ax.set_title("Fine-tuning %d steps after %d pretraining steps (labels: lr)" % (
+        a.finetune_steps, a.pretrain_steps))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(a.out, "frontier.png"), dpi=120)
+
+
+if __name__ == "__main__":
+    main()
