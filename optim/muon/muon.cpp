@@ -151,9 +151,16 @@ void Muon::step(std::span<const ParamShard> params, const StepContext& ctx) {
   const double mu_d = config_.momentum_at(ctx.step, ctx.total_steps);
   const float mu = static_cast<float>(mu_d);
   const float one_minus_mu = static_cast<float>(1.0 - mu_d);
-  // Each parameter's orthogonalised update lives until the one update call for all of them.
+  // Each parameter's update lives until the one update call for all of them; the
+  // orthogonalisations run together between the momentum and the update.
+  struct Pending {
+    float* w;
+    float* second_moment;  // NorMuon's, else nullptr
+    MatrixView view;
+  };
   std::vector<core::Tensor> updates;
-  std::vector<MuonUpdate> steps;
+  std::vector<Pending> pending;
+  std::vector<NewtonSchulzJob> jobs;
   for (const ParamShard& p : params) {
     check_shard(p, kind_);
     ENGINE_CHECK(p.begin == 0 && p.value.shape() == p.full_shape,
@@ -177,7 +184,23 @@ void Muon::step(std::span<const ParamShard> params, const StepContext& ctx) {
     } else {
       backend.copy(u, b, static_cast<size_t>(n) * sizeof(float));
     }
-    ops->newton_schulz(u, view.rows, view.cols, schedule_, view.count);
+    float* second_moment = nullptr;
+    if (config_.normalize) {
+      const int64_t per_matrix = view.rows >= view.cols ? view.rows : view.cols;
+      second_moment =
+          slots_.tensor(p.name, "second_moment", {view.count * per_matrix}, backend).data<float>();
+    }
+    jobs.push_back({u, view.count, view.rows, view.cols});
+    pending.push_back({w, second_moment, view});
+    updates.push_back(std::move(update));
+  }
+  ops->newton_schulz_many(jobs, schedule_);
+  std::vector<MuonUpdate> steps;
+  for (size_t i = 0; i < pending.size(); ++i) {
+    const MatrixView& view = pending[i].view;
+    float* w = pending[i].w;
+    float* u = jobs[i].x;
+    const int64_t n = view.count * view.rows * view.cols;
     const double shape_scale =
         std::sqrt(std::max(1.0, static_cast<double>(view.rows) / static_cast<double>(view.cols)));
     const double lr_eff = lr * config_.lr_mul * shape_scale;
@@ -185,15 +208,8 @@ void Muon::step(std::span<const ParamShard> params, const StepContext& ctx) {
       backend.axpby(w, static_cast<float>(-lr_eff), u, 1.0f, n);
       continue;
     }
-    MuonUpdate step{w,         u,         nullptr, view.count,
-                    view.rows, view.cols, lr_eff,  config_.cautious_wd ? wd : 0.0};
-    if (config_.normalize) {
-      const int64_t per_matrix = view.rows >= view.cols ? view.rows : view.cols;
-      step.second_moment =
-          slots_.tensor(p.name, "second_moment", {view.count * per_matrix}, backend).data<float>();
-    }
-    steps.push_back(step);
-    updates.push_back(std::move(update));
+    steps.push_back({w, u, pending[i].second_moment, view.count, view.rows, view.cols, lr_eff,
+                     config_.cautious_wd ? wd : 0.0});
   }
   ops->update(steps, config_.beta2);
 }

@@ -26,6 +26,12 @@ struct MuonUpdate {
   double lr = 0, wd = 0;
 };
 
+// One orthogonalisation of a step: x [count, rows, cols] in place.
+struct NewtonSchulzJob {
+  float* x = nullptr;
+  int64_t count = 0, rows = 0, cols = 0;
+};
+
 class MuonOps {
  public:
   virtual ~MuonOps() = default;
@@ -33,6 +39,11 @@ class MuonOps {
   // matrix is transposed first). Built from GEMM, so it runs at the GEMM rate.
   virtual void newton_schulz(float* x, int64_t m, int64_t n, const NewtonSchulzSchedule& schedule,
                              int64_t batch = 1) = 0;
+  // All of a step's orthogonalisations (the jobs must not overlap). Here one newton_schulz call
+  // per job; a device packs the jobs of one shape into one batched call, so a GPT's 48 matrices
+  // of two shapes take two rounds of batched GEMMs instead of 48 of small ones.
+  virtual void newton_schulz_many(std::span<const NewtonSchulzJob> jobs,
+                                  const NewtonSchulzSchedule& schedule);
   // For every parameter: where second_moment is set, NorMuon's normalisation of u in place with
   // its second moments updated with beta2 (kmath::normuon_*); then w <- w - lr (wd [u w >= 0] w +
   // u) (kmath::cautious_update_element). The parameters must not overlap.

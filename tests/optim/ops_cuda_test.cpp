@@ -37,6 +37,32 @@ TEST_F(CudaVsCpu, NewtonSchulz) {
   }
 }
 
+// A step's orthogonalisations together: two jobs of one shape packed into one batched call, a
+// tall one, a lone square one and an empty one, against the CPU's one call per job.
+TEST_F(CudaVsCpu, NewtonSchulzManyPacksJobsOfOneShape) {
+  const auto cpu_muon = make_muon_ops(cpu()), gpu_muon = make_muon_ops(gpu());
+  const NewtonSchulzSchedule ns5 = ns5_schedule();
+  const std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes = {
+      {1, 24, 40}, {3, 24, 40}, {2, 40, 24}, {1, 16, 16}, {0, 8, 8}};
+  std::vector<std::vector<float>> x;
+  std::vector<float*> gx;
+  std::vector<NewtonSchulzJob> host, device;
+  for (size_t k = 0; k < shapes.size(); ++k) {
+    const auto [count, m, n] = shapes[k];
+    x.push_back(random_vector(count * m * n, 300 + k));
+    gx.push_back(count > 0 ? dev().upload(x.back()) : nullptr);
+    host.push_back({x.back().data(), count, m, n});
+    device.push_back({gx.back(), count, m, n});
+  }
+  cpu_muon->newton_schulz_many(host, ns5);
+  gpu_muon->newton_schulz_many(device, ns5);
+  for (size_t k = 0; k < shapes.size(); ++k) {
+    if (std::get<0>(shapes[k]) > 0) {
+      EXPECT_CLOSE(dev().download(gx[k], x[k].size()), x[k], 1e-4) << "job " << k;
+    }
+  }
+}
+
 // ---- AdamW and Muon updates ---------------------------------------------------------------------
 // The same float64 element math on both devices; only FMA contraction and, for the norms, the
 // order of float64 additions may differ.

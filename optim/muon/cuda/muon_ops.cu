@@ -213,6 +213,39 @@ class CudaMuonOps final : public MuonOps {
     }
   }
 
+  // The jobs of one shape packed into one buffer and orthogonalised by one batched call: each
+  // matrix's arithmetic is the same as alone (the batched GEMMs compute every member apart).
+  void newton_schulz_many(std::span<const NewtonSchulzJob> jobs,
+                          const NewtonSchulzSchedule& schedule) override {
+    std::map<std::pair<int64_t, int64_t>, std::vector<const NewtonSchulzJob*>> by_shape;
+    for (const NewtonSchulzJob& j : jobs)
+      if (j.count > 0 && j.rows > 0 && j.cols > 0) by_shape[{j.rows, j.cols}].push_back(&j);
+    for (const auto& [shape, group] : by_shape) {
+      const auto [m, n] = shape;
+      if (group.size() == 1) {
+        newton_schulz(group[0]->x, m, n, schedule, group[0]->count);
+        continue;
+      }
+      int64_t count = 0;
+      for (const NewtonSchulzJob* j : group)
+        count += j->count;
+      DeviceBuffer<float> packed(backend_.allocator(), count * m * n);
+      int64_t at = 0;
+      for (const NewtonSchulzJob* j : group) {
+        backend_.copy(packed.get() + at, j->x,
+                      static_cast<size_t>(j->count * m * n) * sizeof(float));
+        at += j->count * m * n;
+      }
+      newton_schulz(packed.get(), m, n, schedule, count);
+      at = 0;
+      for (const NewtonSchulzJob* j : group) {
+        backend_.copy(j->x, packed.get() + at,
+                      static_cast<size_t>(j->count * m * n) * sizeof(float));
+        at += j->count * m * n;
+      }
+    }
+  }
+
   void update(std::span<const MuonUpdate> params, double beta2) override {
     std::vector<MuonJob> jobs;
     int64_t blocks[kStages] = {0, 0, 0};
