@@ -53,6 +53,7 @@ struct MuonConfig {
   bool nesterov = true;
   int ns_steps = 5;
   std::string orthogonalizer = "ns5";  // ns5 | polar_express
+  bool ns_tf32 = false;  // the orthogonaliser's GEMMs on TF32 tensor cores (CUDA; the CPU: f32)
   double weight_decay = 0.0;
   double lr_mul = 1.0;
   double wd_mul = 1.0;
@@ -66,8 +67,8 @@ struct MuonConfig {
   // Default: the merged QKV weight [3D, D] is three [D, D] matrices (modded-nanogpt's layout).
   std::vector<MatrixViewRule> matrix_views = {{"*.attn.qkv.weight", 3, {}}};
 
-  // Reads lr, momentum, nesterov, ns_steps, orthogonalizer, weight_decay, weight_decay_mode,
-  // lr_mul, wd_mul, momentum_start, momentum_warmup_steps, momentum_end,
+  // Reads lr, momentum, nesterov, ns_steps, orthogonalizer, ns_tf32, weight_decay,
+  // weight_decay_mode, lr_mul, wd_mul, momentum_start, momentum_warmup_steps, momentum_end,
   // momentum_cooldown_steps, normalize, beta2, matrix_views (all optional; absent keys keep the
   // values of `defaults`).
   static MuonConfig from_yaml(HyperReader& reader, const MuonConfig& defaults);

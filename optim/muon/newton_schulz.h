@@ -17,6 +17,9 @@ struct NewtonSchulzSchedule {
   std::vector<std::array<float, 3>> coefficients;
   float norm_scale = 1.0f;
   float norm_eps = 1e-7f;
+  // The GEMMs may use TF32 tensor cores (inputs rounded to 10 mantissa bits): CUDA only; the
+  // CPU computes f32. modded-nanogpt runs the iteration in bf16, coarser still.
+  bool tf32 = false;
 };
 
 // (3.4445, -4.7750, 2.0315) x steps, scale 1, eps 1e-7 (Keller Jordan's Muon).

@@ -37,6 +37,24 @@ TEST_F(CudaVsCpu, NewtonSchulz) {
   }
 }
 
+// TF32 GEMMs in the orthogonaliser (Muon's ns_tf32) against the CPU's f32: inputs rounded to 10
+// mantissa bits, so agreement to about 1e-2 of the O(1) entries, not 1e-4; and not f32's result
+// exactly (the flag reaches the GEMMs).
+TEST_F(CudaVsCpu, NewtonSchulzOnTf32) {
+  const auto cpu_muon = make_muon_ops(cpu()), gpu_muon = make_muon_ops(gpu());
+  NewtonSchulzSchedule ns5 = ns5_schedule();
+  const int64_t m = 96, n = 160;
+  auto x = random_vector(m * n, 7);
+  auto want = x;
+  cpu_muon->newton_schulz(want.data(), m, n, ns5);
+  ns5.tf32 = true;
+  float* gx = dev().upload(x);
+  gpu_muon->newton_schulz(gx, m, n, ns5);
+  const auto got = dev().download(gx, m * n);
+  EXPECT_CLOSE(got, want, 2e-2);
+  EXPECT_NE(got, want);
+}
+
 // A step's orthogonalisations together: two jobs of one shape packed into one batched call, a
 // tall one, a lone square one and an empty one, against the CPU's one call per job.
 TEST_F(CudaVsCpu, NewtonSchulzManyPacksJobsOfOneShape) {

@@ -120,6 +120,26 @@ TEST(Muon, MomentumWarmupAndCooldown) {
   EXPECT_DOUBLE_EQ(muon_config("{momentum: 0.9}").momentum_at(1, 10), 0.9);
 }
 
+// ns_tf32 asks the device for TF32 GEMMs in the orthogonaliser; the CPU computes f32 either way,
+// so a step there is the same bit for bit. A value that is not a boolean is refused by name.
+TEST(Muon, NsTf32IsABooleanAndTheCpuComputesF32) {
+  EXPECT_FALSE(muon_config("{}").ns_tf32);
+  EXPECT_TRUE(muon_config("{ns_tf32: true}").ns_tf32);
+  EXPECT_NE(error_of([] { muon_config("{ns_tf32: 3}"); }).find("ns_tf32"), std::string::npos);
+  Tensor w0 = Tensor::empty({8, 12}), g = Tensor::empty({8, 12});
+  core::fill_normal(w0, 1, 0.0f, 0.1f);
+  core::fill_normal(g, 2, 0.0f, 1.0f);
+  std::vector<std::vector<float>> after;
+  for (const char* hyper : {"{}", "{ns_tf32: true}"}) {
+    optim::Muon muon(muon_config(hyper));
+    Tensor w = w0.clone();
+    optim::ParamShard p{"blocks.0.attn.proj.weight", {8, 12}, 0, w, g};
+    muon.step({&p, 1}, cpu_context());
+    after.emplace_back(w.data<float>(), w.data<float>() + w.numel());
+  }
+  EXPECT_EQ(after[0], after[1]);
+}
+
 // Singular values of a well-conditioned input land in the band the spec gives for NS5 (about
 // 0.68 to 1.2; NS5 is deliberately not convergent).
 TEST(NewtonSchulz, SingularValuesNearOne) {

@@ -178,7 +178,8 @@ class CudaMuonOps final : public MuonOps {
                      .batch = batch,
                      .stride_a = size,
                      .stride_b = size,
-                     .stride_c = gsize},
+                     .stride_c = gsize,
+                     .tf32 = schedule.tf32},
                     cur, cur, gram.get());
       // poly = b gram + c gram^2
       backend_.copy(poly.get(), gram.get(), static_cast<size_t>(batch * gsize) * sizeof(float));
@@ -190,7 +191,8 @@ class CudaMuonOps final : public MuonOps {
                      .batch = batch,
                      .stride_a = gsize,
                      .stride_b = gsize,
-                     .stride_c = gsize},
+                     .stride_c = gsize,
+                     .tf32 = schedule.tf32},
                     gram.get(), gram.get(), poly.get());
       // next = a X + poly X
       backend_.copy(next, cur, static_cast<size_t>(batch * size) * sizeof(float));
@@ -202,7 +204,8 @@ class CudaMuonOps final : public MuonOps {
                      .batch = batch,
                      .stride_a = gsize,
                      .stride_b = size,
-                     .stride_c = size},
+                     .stride_c = size,
+                     .tf32 = schedule.tf32},
                     poly.get(), cur, next);
       std::swap(cur, next);
     }
