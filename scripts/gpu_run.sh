@@ -210,10 +210,13 @@ part_speed() {
   # (its lr is tuned for 524288-token steps: at 8192 the loss may climb, so no divergence stop).
   local adamw="optim=[{params: ['*'], optimizer: adamw, lr: 0.0006, betas: [0.9, 0.95], eps: 1.0e-8, weight_decay: 0.0}]"
   local run p rc states=""
-  for run in fp32 tf32 bf16 bf16_muon; do
-    p=${run%_muon}
+  # The Muon row again with its orthogonaliser on TF32 tensor cores (ns_tf32).
+  for run in fp32 tf32 bf16 bf16_muon bf16_muon_tf32; do
+    p=${run%%_*}
     local opt=(--set "$adamw" --set train.steps=$run_steps)
-    [ "$run" = bf16_muon ] && opt=(--set train.diverge_loss_factor=0 --set train.steps=$((run_steps < 40 ? run_steps : 40)))
+    [[ "$run" == bf16_muon* ]] &&
+      opt=(--set train.diverge_loss_factor=0 --set train.steps=$((run_steps < 40 ? run_steps : 40)))
+    [ "$run" = bf16_muon_tf32 ] && opt+=(--set optim.0.ns_tf32=true)
     timeout -k 5 100 "${mpirun[@]}" -np 1 "$engine" --config configs/gpt2_124m.yaml \
       --set device=$device --set "data.train=$train_glob" --set "data.val=$val_glob" \
       --set "log.dir=$dir/engine_$run" --set checkpoint.every=0 --set checkpoint.at_end=false \
@@ -255,7 +258,7 @@ peak = next((p for name, p in peaks if name in gpu), None)
 rows, flops_per_token, ok = [], None, True
 losses = {}
 names = {"fp32": "engine fp32", "tf32": "engine tf32", "bf16": "engine bf16",
-         "bf16_muon": "engine bf16 Muon"}
+         "bf16_muon": "engine bf16 Muon", "bf16_muon_tf32": "engine bf16 Muon tf32"}
 for p in names:
     m = os.path.join(d, "engine_" + p, "metrics.jsonl")
     recs = [json.loads(l) for l in open(m)] if os.path.exists(m) else []
@@ -564,10 +567,10 @@ if speed and speed["data"].get("rows"):
     d = speed["data"]
     lines += ["", "speed, %s: GPT-2 124M, B %s per step, np 1; MFU against the bf16 dense peak (%s TFLOP/s)"
               % (d["gpu"], d["batch"], d["peak_tflops_bf16"]),
-              "%-20s %10s %9s %7s %9s %10s  %s" % ("run", "tok/s", "ms/step", "MFU", "peak MiB", "loss", "device phases (ms)")]
+              "%-22s %10s %9s %7s %9s %10s  %s" % ("run", "tok/s", "ms/step", "MFU", "peak MiB", "loss", "device phases (ms)")]
     for r in d["rows"]:
         mfu = "%.1f%%" % (100 * r["mfu_bf16_peak"]) if "mfu_bf16_peak" in r else "?"
-        lines.append("%-20s %10s %9s %7s %9s %10s  %s" % (r["run"], r.get("tokens_per_s", "?"), r.get("ms_per_step", "?"),
+        lines.append("%-22s %10s %9s %7s %9s %10s  %s" % (r["run"], r.get("tokens_per_s", "?"), r.get("ms_per_step", "?"),
                      mfu, r.get("peak_mib", "?"), r.get("train_loss_last10", ""),
                      ", ".join("%s %s" % kv for kv in r.get("device_phase_ms", {}).items())))
     for k, v in d["ratios"].items():

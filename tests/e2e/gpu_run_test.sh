@@ -29,7 +29,8 @@ assert not missing, "parts missing from the summary: %s" % missing
 assert not bad, "parts not ok: %s" % bad
 assert sys.argv[2] == "0", "gpu_run.sh exited %s with every part ok" % sys.argv[2]
 speed = parts["speed"]["data"]["rows"]
-assert {r["run"] for r in speed} >= {"engine fp32", "engine tf32", "engine bf16", "engine bf16 Muon"}, speed
+assert {r["run"] for r in speed} >= {"engine fp32", "engine tf32", "engine bf16", "engine bf16 Muon",
+                                    "engine bf16 Muon tf32"}, speed
 print("PASS: %d parts in %d s" % (len(parts), s["seconds"]))
 PY
 # (grep reads the whole listing: with -q it would stop early and fail tar under pipefail)
