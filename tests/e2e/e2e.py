@@ -429,6 +429,12 @@ def case_resume_stage3_gpt2(env):
     resume_case(env, "gpt2", ["model.arch=gpt2"], 3, WORLD_SIZE_LOSS_RTOL)
 
 
+def case_resume_recipe(env):
+    """Every record-recipe key (RECIPE_SETS): its scalars and value table saved at stage 3 and
+    resumed on np 2, 3 and 8."""
+    resume_case(env, "recipe", RECIPE_SETS, 3, WORLD_SIZE_LOSS_RTOL)
+
+
 # The optimizer families the tiny config and SOAP_FAMILY_OPTIM leave out, on the MoE model:
 # NorMuon, REKLS and SOAP on 2-D matrices, StackedSoap on the 3-D expert banks, AdamW with
 # cautious weight decay. eps 0.1, the golden files' value: at 0.01 SOAP's amplification of the
@@ -1025,6 +1031,7 @@ CASES = {
     "resume_world_size": case_resume_world_size,
     "resume_stage2_moe": case_resume_stage2_moe,
     "resume_stage3_gpt2": case_resume_stage3_gpt2,
+    "resume_recipe": case_resume_recipe,
     "resume_soap_family": case_resume_soap_family,
     "threads_binding": case_threads_binding,
     "bad_configs": case_bad_configs,
