@@ -45,6 +45,24 @@ ENGINE_HD constexpr bool tile_needs_mask(int64_t r0, int64_t Br, int64_t c0, int
   return c0 + Bc - 1 > r0 || r0 + Br > T || c0 + Bc > T;
 }
 
+// With a mask (core/ops/attention.h's AttentionMask) query i sees keys [begin_i, i]: `begin` is
+// its key_begin (0 without a mask). begin does not decrease along i, so the keys of a query tile
+// start in the key tile of its first row's begin, and a key tile that ends before a query tile's
+// first begin is invisible to it and to every later query tile (they are skipped whole).
+ENGINE_HD constexpr bool masked_visible(int64_t i, int64_t j, int64_t T, int64_t begin) {
+  return causal_visible(i, j, T) && j >= begin;
+}
+// The first key tile (its first key, tiles of Bc) a query tile whose first row begins at
+// first_begin scans.
+ENGINE_HD constexpr int64_t masked_key_start(int64_t first_begin, int64_t Bc) {
+  return first_begin / Bc * Bc;
+}
+// Whether a tile (keys from c0) needs the per-element test because some of its rows' begins
+// (at most last_begin, the begin of its last real row) fall after its first key.
+ENGINE_HD constexpr bool begin_needs_mask(int64_t c0, int64_t last_begin) {
+  return c0 < last_begin;
+}
+
 // One query row's online softmax over the key tiles.
 template <typename T>
 struct FlashRow {

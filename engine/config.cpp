@@ -573,6 +573,29 @@ std::string config_origin(const Config& config, const std::string& key) {
   return config.source.empty() ? "config" : config.source;
 }
 
+std::optional<std::vector<int>> parse_block_list(const std::string& text) {
+  std::vector<int> out;
+  size_t i = 0;
+  auto skip_space = [&] {
+    while (i < text.size() && text[i] == ' ')
+      ++i;
+  };
+  skip_space();
+  if (i == text.size()) return out;
+  while (true) {
+    skip_space();
+    int value = 0;
+    const auto res = std::from_chars(text.data() + i, text.data() + text.size(), value);
+    if (res.ec != std::errc() || value < 0) return std::nullopt;
+    out.push_back(value);
+    i = static_cast<size_t>(res.ptr - text.data());
+    skip_space();
+    if (i == text.size()) return out;
+    if (text[i] != ',') return std::nullopt;
+    ++i;
+  }
+}
+
 void validate_config(const Config& c, ConfigUse use) {
   auto fail = [&](const std::string& key, const std::string& message) {
     config_error(config_origin(c, key), "key '" + key + "': " + message);
@@ -605,6 +628,55 @@ void validate_config(const Config& c, ConfigUse use) {
   if (c.model.moe_experts < 0) fail("model.moe.experts", "must be >= 0");
   if (c.model.moe_experts > 0 && (c.model.moe_top_k < 1 || c.model.moe_top_k > c.model.moe_experts))
     fail("model.moe.top_k", "must be in [1, model.moe.experts]");
+  if (c.model.vocab_pad < 1 || c.model.vocab_pad > 4096)
+    fail("model.vocab_pad", "must be in [1, 4096]");
+  if (c.model.softcap_form != "tanh" && c.model.softcap_form != "sigmoid")
+    fail("model.softcap_form", "must be tanh or sigmoid, got '" + c.model.softcap_form + "'");
+  if (c.model.softcap_form == "sigmoid" && c.model.softcap <= 0)
+    fail("model.softcap", "must be positive with model.softcap_form sigmoid");
+  if (c.model.softcap_form == "sigmoid" && c.model.softcap_scale <= 0)
+    fail("model.softcap_scale", "must be positive with model.softcap_form sigmoid");
+  if (c.model.attn_scale < 0) fail("model.attn_scale", "must be >= 0 (0: 1/sqrt(head size))");
+  const auto no_attn = parse_block_list(c.model.no_attn_layers);
+  if (!no_attn)
+    fail("model.no_attn_layers",
+         "must be a comma list of block indices, got '" + shown(c.model.no_attn_layers) + "'");
+  for (int l : *no_attn)
+    if (l >= c.model.n_layer)
+      fail("model.no_attn_layers",
+           "block " + std::to_string(l) +
+               " is outside [0, model.n_layer = " + std::to_string(c.model.n_layer) + ")");
+  if (c.model.value_embeds < 0 || 2 * c.model.value_embeds > c.model.n_layer)
+    fail("model.value_embeds",
+         "must be in [0, model.n_layer / 2] (the first n and the last n "
+         "blocks use the tables), got " +
+             std::to_string(c.model.value_embeds));
+  // The record's parts are written for the modern block.
+  if (c.model.arch != "modern") {
+    for (const auto& [key, on] :
+         {std::pair<const char*, bool>{"model.attn_scale", c.model.attn_scale > 0},
+          {"model.no_attn_layers", !no_attn->empty()},
+          {"model.value_embeds", c.model.value_embeds > 0},
+          {"model.unet_skips", c.model.unet_skips},
+          {"model.x0_lambdas", c.model.x0_lambdas},
+          {"model.zero_init_head", c.model.zero_init_head},
+          {"model.softcap_form", c.model.softcap_form != "tanh"},
+          {"model.doc_bos", c.model.doc_bos >= 0},
+          {"model.window", c.model.window > 0}})
+      if (on) fail(key, "needs model.arch modern");
+  }
+  if (c.model.doc_bos < -1 || c.model.doc_bos >= c.model.vocab_size)
+    fail("model.doc_bos", "must be -1 (off) or a token id below model.vocab_size");
+  if (c.model.window < 0 || c.model.window > std::numeric_limits<int32_t>::max())
+    fail("model.window", "must be >= 0 (0: no window)");
+  const auto& pattern = c.model.window_pattern;
+  if (!pattern.empty() && c.model.window == 0) fail("model.window_pattern", "needs model.window");
+  if (!pattern.empty() && (static_cast<int64_t>(pattern.size()) != c.model.n_layer ||
+                           pattern.find_first_not_of("LS") != std::string::npos))
+    fail("model.window_pattern",
+         "must be one L or S per block (model.n_layer = " + std::to_string(c.model.n_layer) +
+             "), got '" + shown(pattern) + "'");
+  if (c.model.window_grow && c.model.window == 0) fail("model.window_grow", "needs model.window");
   // The model is built in train.precision (model_config_of), so a model-only reader checks it.
   const auto& precision = c.train.precision;
   if (precision != "fp32" && precision != "tf32" && precision != "bf16")

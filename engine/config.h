@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -28,21 +29,47 @@ inline constexpr bool kOptional = false;
     "r of a node drives its GPU r; refused without a CUDA build or GPU)")
 
 // Each section's fields: F(section, type, member, "key.in.section", default, required, "doc").
-#define ENGINE_MODEL_FIELDS(F)                                                                 \
-  F(model, std::string, arch, "arch", "modern", kOptional,                                     \
-    "gpt2 (learned positions, LayerNorm, GELU, tied head) | modern (rotary, RMSNorm, ReLU^2)") \
-  F(model, int64_t, n_layer, "n_layer", 4, kOptional, "transformer blocks")                    \
-  F(model, int64_t, n_head, "n_head", 4, kOptional, "attention heads (d_model % n_head == 0)") \
-  F(model, int64_t, d_model, "d_model", 256, kOptional, "residual stream width D")             \
-  F(model, int64_t, seq_len, "seq_len", 256, kOptional, "tokens per sequence T")               \
-  F(model, int64_t, vocab_size, "vocab_size", 50257, kOptional,                                \
-    "vocabulary V (padded to a multiple of 64 inside the model)")                              \
-  F(model, double, softcap, "softcap", 0.0, kOptional, "logit soft-cap (0 = off)")             \
-  F(model, int64_t, moe_experts, "moe.experts", 0, kOptional,                                  \
-    "mixture-of-experts MLP with this many experts (0 = dense MLP)")                           \
-  F(model, int64_t, moe_top_k, "moe.top_k", 2, kOptional, "experts per token")                 \
-  F(model, double, moe_aux_weight, "moe.aux_weight", 0.01, kOptional,                          \
-    "weight of the load-balancing loss")
+#define ENGINE_MODEL_FIELDS(F)                                                                  \
+  F(model, std::string, arch, "arch", "modern", kOptional,                                      \
+    "gpt2 (learned positions, LayerNorm, GELU, tied head) | modern (rotary, RMSNorm, ReLU^2)")  \
+  F(model, int64_t, n_layer, "n_layer", 4, kOptional, "transformer blocks")                     \
+  F(model, int64_t, n_head, "n_head", 4, kOptional, "attention heads (d_model % n_head == 0)")  \
+  F(model, int64_t, d_model, "d_model", 256, kOptional, "residual stream width D")              \
+  F(model, int64_t, seq_len, "seq_len", 256, kOptional, "tokens per sequence T")                \
+  F(model, int64_t, vocab_size, "vocab_size", 50257, kOptional,                                 \
+    "vocabulary V (padded to a multiple of 64 inside the model)")                               \
+  F(model, double, softcap, "softcap", 0.0, kOptional, "logit soft-cap (0 = off)")              \
+  F(model, int64_t, moe_experts, "moe.experts", 0, kOptional,                                   \
+    "mixture-of-experts MLP with this many experts (0 = dense MLP)")                            \
+  F(model, int64_t, moe_top_k, "moe.top_k", 2, kOptional, "experts per token")                  \
+  F(model, double, moe_aux_weight, "moe.aux_weight", 0.01, kOptional,                           \
+    "weight of the load-balancing loss")                                                        \
+  F(model, int64_t, vocab_pad, "vocab_pad", 64, kOptional,                                      \
+    "pad the vocabulary to a multiple of this (the record: 128)")                               \
+  F(model, std::string, softcap_form, "softcap_form", "tanh", kOptional,                        \
+    "tanh (softcap tanh(z / softcap)) | sigmoid (softcap sigmoid(z / softcap_scale))")          \
+  F(model, double, softcap_scale, "softcap_scale", 0.0, kOptional,                              \
+    "the sigmoid soft-cap's s (the record: 7.5 sqrt(d_model))")                                 \
+  F(model, double, attn_scale, "attn_scale", 0.0, kOptional,                                    \
+    "attention score scale (0 = 1/sqrt(head size); the record: 0.12; modern only)")             \
+  F(model, std::string, no_attn_layers, "no_attn_layers", "", kOptional,                        \
+    "comma list of blocks without attention, MLP only (the record: \"7\"; modern only)")        \
+  F(model, int64_t, value_embeds, "value_embeds", 0, kOptional,                                 \
+    "value-embedding tables: block i and block n_layer - n + i mix table i into V (modern)")    \
+  F(model, bool, unet_skips, "unet_skips", false, kOptional,                                    \
+    "U-net: the second half's blocks add the mirrored first-half outputs with learned weights") \
+  F(model, bool, x0_lambdas, "x0_lambdas", false, kOptional,                                    \
+    "each block's input is l0 x + l1 x0 (x0 the embedding output; learned, init 1, 0)")         \
+  F(model, bool, zero_init_head, "zero_init_head", false, kOptional,                            \
+    "lm_head starts at zero (modern)")                                                          \
+  F(model, int64_t, doc_bos, "doc_bos", -1, kOptional,                                          \
+    "token that starts a document: attention stays within documents (-1 = off; modern)")        \
+  F(model, int64_t, window, "window", 0, kOptional,                                             \
+    "sliding attention window in tokens of the long blocks, short ones half (0 = off; modern)") \
+  F(model, std::string, window_pattern, "window_pattern", "", kOptional,                        \
+    "one L (long window) or S (short) per block; '' = every block long")                        \
+  F(model, bool, window_grow, "window_grow", false, kOptional,                                  \
+    "grow the long window linearly from 128 to model.window over train.steps, in 128s")
 
 #define ENGINE_DATA_FIELDS(F)                                                                 \
   F(data, std::string, train, "train", "", kRequired, "glob of training token shards (.bin)") \
@@ -223,6 +250,9 @@ Config parse_config(const std::string& yaml_text, const std::string& source,
                     ConfigUse use = ConfigUse::Training);
 // Applies one "a.b=c" override to a config.
 void apply_override(Config& config, const std::string& assignment);
+// model.no_attn_layers' text ("", "7", "3, 7") as block indices; nullopt when it is not a comma
+// list of non-negative integers.
+std::optional<std::vector<int>> parse_block_list(const std::string& text);
 // Cross-field checks (also run by load/parse): choices, positivity, head divisibility...
 // (ModelOnly: the device and the model section's). Errors name the key and where it was set
 // (config_origin).

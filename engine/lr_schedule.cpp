@@ -35,4 +35,11 @@ double LrSchedule::multiplier(int64_t step) const {
   return floor_ + (1.0 - floor_) * 0.5 * (1.0 + std::cos(std::numbers::pi * p));
 }
 
+int64_t window_at(int64_t window, int64_t step, int64_t steps) {
+  constexpr int64_t kBlock = 128;
+  const double blocks = std::ceil(static_cast<double>(window) * static_cast<double>(step) /
+                                  (static_cast<double>(std::max<int64_t>(steps, 1)) * kBlock));
+  return std::min(window, kBlock * std::max<int64_t>(1, static_cast<int64_t>(blocks)));
+}
+
 }  // namespace engine

@@ -29,4 +29,9 @@ class LrSchedule {
   DecayShape shape_;
 };
 
+// The record's sliding-window warmup (docs/specs/modded_nanogpt.md c.1): the long window of
+// step `step` of `steps` grows linearly to `window` in blocks of 128 tokens,
+// min(window, 128 max(1, ceil(window step / (steps 128)))): 128 at the start, `window` at the end.
+int64_t window_at(int64_t window, int64_t step, int64_t steps);
+
 }  // namespace engine

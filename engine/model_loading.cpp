@@ -53,6 +53,19 @@ model::ModelConfig model_config_of(const Config& c) {
   m.moe_aux_weight = static_cast<float>(c.model.moe_aux_weight);
   m.seed = static_cast<uint64_t>(c.train.seed);
   m.precision = model::parse_precision(c.train.precision);
+  m.vocab_pad = static_cast<int>(c.model.vocab_pad);
+  m.softcap_form = model::parse_softcap_form(c.model.softcap_form);
+  m.softcap_scale = static_cast<float>(c.model.softcap_scale);
+  m.attn_scale = static_cast<float>(c.model.attn_scale);
+  m.no_attn_layers = parse_block_list(c.model.no_attn_layers).value_or(std::vector<int>{});
+  m.value_embeds = static_cast<int>(c.model.value_embeds);
+  m.unet_skips = c.model.unet_skips;
+  m.x0_lambdas = c.model.x0_lambdas;
+  m.zero_init_head = c.model.zero_init_head;
+  m.doc_bos = static_cast<int>(c.model.doc_bos);
+  m.window = static_cast<int>(c.model.window);
+  m.window_pattern = c.model.window_pattern;
+  m.window_grow = c.model.window_grow;
   m.validate();
   return m;
 }

@@ -150,6 +150,9 @@ double Trainer::forward_backward() {
   // The gradient of the mean loss over the global batch is the mean over micro-steps and ranks
   // (the sums of finish_grads, scaled by clip_grads).
   zero_->begin_step();
+  if (config_.model.window_grow)
+    gpt_->set_attention_window(
+        static_cast<int>(window_at(config_.model.window, counters_.step, config_.train.steps)));
   gpt_->take_expert_rows();  // warm-up and validation forwards route too: this step from 0
   data::Batch batch;
   for (int64_t m = 0; m < geometry_.grad_accum; ++m) {

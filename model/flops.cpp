@@ -26,8 +26,9 @@ double training_flops_per_token(const ModelConfig& config) {
         break;
     }
   }
-  return 6.0 * matmul_weights +
-         6.0 * static_cast<double>(config.n_layer) * config.d_model * config.seq_len;
+  const double attention_layers =
+      static_cast<double>(config.n_layer) - static_cast<double>(config.no_attn_layers.size());
+  return 6.0 * matmul_weights + 6.0 * attention_layers * config.d_model * config.seq_len;
 }
 
 }  // namespace model

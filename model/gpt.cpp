@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "core/check.h"
 #include "core/transfer.h"
@@ -24,10 +25,10 @@ Gpt::Operand Gpt::Operand::at(int64_t offset) const {
 }
 
 void Gpt::linear(float* y, Operand x, Operand weight, int64_t N, int64_t in, int64_t out,
-                 float beta) {
+                 float beta, float alpha) {
   core::GemmArgs a;
   a.trans_b = true;
-  a.m = N, a.n = out, a.k = in, a.beta = beta;
+  a.m = N, a.n = out, a.k = in, a.beta = beta, a.alpha = alpha;
   if (x.bf16 && weight.bf16) {
     backend_.gemm(a, x.bf16, weight.bf16, y);
   } else {
@@ -85,7 +86,12 @@ struct Gpt::LayerActs {
              *xe_bf16 = nullptr;
   float *ln1 = nullptr, *ln1_mean = nullptr, *ln1_rstd = nullptr;
   float *qkv = nullptr, *q = nullptr, *k = nullptr, *v = nullptr;
-  float *q_rstd = nullptr, *k_rstd = nullptr, *qr = nullptr, *kr = nullptr;      // modern only
+  float *q_rstd = nullptr, *k_rstd = nullptr, *qr = nullptr, *kr = nullptr;  // modern only
+  float* vmix = nullptr;  // value embeddings: v after the mix (a.v keeps the projection's v)
+  // The block's input (the previous output, or the recipe's mixes of it: after the U-net skip,
+  // after the x0 lambdas).
+  const float* input = nullptr;
+  float *skipped = nullptr, *mixed = nullptr;
   float *lse = nullptr, *atty = nullptr, *merged = nullptr, *res_mid = nullptr;  // lse [B*H, T]
   float *ln2 = nullptr, *ln2_mean = nullptr, *ln2_rstd = nullptr;
   float *pre = nullptr, *act = nullptr;                  // MLP hidden [N, F], or MoE [N*k, F]
@@ -99,7 +105,8 @@ Gpt::Gpt(const ModelConfig& config, core::Backend& backend)
     : config_(config),
       table_(config),
       backend_(backend),
-      bf16_(config.precision == Precision::Bf16) {
+      bf16_(config.precision == Precision::Bf16),
+      window_(config.window) {
   // Loss scalars on the device: the step's float64 loss sum, then cross-entropy and aux loss.
   loss_state_ = core::Tensor::empty({4}, core::DType::F32, backend_.allocator());
   backend_.fill_zero(loss_state_.raw_data(), loss_state_.nbytes());
@@ -126,9 +133,9 @@ Gpt::Gpt(const ModelConfig& config, core::Backend& backend)
     LayerParams q;
     q.ln1_w = opt(p + "ln1.weight");
     q.ln1_b = opt(p + "ln1.bias");
-    q.qkv_w = index(p + "attn.qkv.weight");
+    q.qkv_w = opt(p + "attn.qkv.weight");
     q.qkv_b = opt(p + "attn.qkv.bias");
-    q.proj_w = index(p + "attn.proj.weight");
+    q.proj_w = opt(p + "attn.proj.weight");
     q.proj_b = opt(p + "attn.proj.bias");
     q.ln2_w = opt(p + "ln2.weight");
     q.ln2_b = opt(p + "ln2.bias");
@@ -139,8 +146,13 @@ Gpt::Gpt(const ModelConfig& config, core::Backend& backend)
     q.router_w = opt(p + "moe.router.weight");
     q.efc_w = opt(p + "moe.fc.weight");
     q.eproj_w = opt(p + "moe.proj.weight");
+    q.lambdas = opt(p + "lambdas");
+    q.v_lambdas = opt(p + "attn.v_lambdas");
     lp_.push_back(q);
   }
+  skip_w_ = opt("skip_weights");
+  for (int i = 0; i < config_.value_embeds; ++i)
+    value_embed_.push_back(index("value_embeds." + std::to_string(i) + ".weight"));
   // The matmul weights get bf16 copies; the router stays f32 (its top-k picks discrete
   // experts), the embeddings are lookups (gpt2's doubles as the head: that use gets one).
   has_bf16_copy_.assign(table_.size(), false);
@@ -257,8 +269,24 @@ void Gpt::plan(int B, int T) {
   auto layout = [&]() {
     used = 0;
     encoded_ = take(N * D);
+    ve_heads_.clear();
+    dve_heads_.clear();
+    for (int i = 0; i < config_.value_embeds; ++i) {
+      ve_heads_.push_back(take(N * D));
+      dve_heads_.push_back(take(N * D));
+    }
+    ve_rows_ = config_.value_embeds > 0 ? take(N * D) : nullptr;
+    dx0_ = config_.x0_lambdas ? take(N * D) : nullptr;
+    dskip_.clear();
+    for (int i = 0; i < config_.unet_count(); ++i)
+      dskip_.push_back(take(N * D));
+    dmix_ = take(N * D);
     layers_.assign(config_.n_layer, LayerActs{});
-    for (auto& a : layers_) {
+    for (int l = 0; l < config_.n_layer; ++l) {
+      LayerActs& a = layers_[l];
+      if (config_.skip_source(l) >= 0) a.skipped = take(N * D);
+      if (config_.x0_lambdas) a.mixed = take(N * D);
+      if (config_.value_embed_of(l) >= 0) a.vmix = take(N * D);
       a.ln1 = take(N * D);
       a.ln1_bf16 = take_bf16(N * D);
       a.ln1_mean = take(N);
@@ -313,6 +341,10 @@ void Gpt::plan(int B, int T) {
     logits_ = take(N * Vp);
     losses_ = take(N);
     tokens_ = reinterpret_cast<int32_t*>(take(N));
+    if (config_.masked_attention()) {
+      key_begin_long_ = reinterpret_cast<int32_t*>(take(N));
+      key_begin_short_ = reinterpret_cast<int32_t*>(take(N));
+    }
     targets_ = reinterpret_cast<int32_t*>(take(N));
     last_index_ = reinterpret_cast<int32_t*>(take(B));
     last_hidden_ = take(B * D);
@@ -396,7 +428,11 @@ void Gpt::attn_forward(int l) {
                 hd = config_.head_dim();
   LayerActs& a = layers_[l];
   const LayerParams& p = lp_[l];
-  const float* res_in = l == 0 ? encoded_ : layers_[l - 1].res_out;
+  const float* res_in = a.input;
+  if (!config_.has_attention(l)) {
+    backend_.copy(a.res_mid, res_in, N * D * sizeof(float));
+    return;
+  }
   norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res_in, p.ln1_w, p.ln1_b);
   linear(a.qkv, gemm_input(a.ln1, a.ln1_bf16, N * D), weight(p.qkv_w), N, D, 3 * D);
   if (p.qkv_b != kNone) backend_.add_bias(a.qkv, w(p.qkv_b), N, 3 * D);
@@ -412,8 +448,16 @@ void Gpt::attn_forward(int l) {
     q = a.qr;
     k = a.kr;
   }
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  backend_.attention_forward(a.atty, a.lse, q, k, a.v, B * H, T, hd, scale);
+  const float* v = a.v;
+  const int ve = config_.value_embed_of(l);
+  if (ve >= 0) {
+    // v = l0 v + l1 ve with the block's learned pair (init 0.5, 0.5).
+    const float* lam = w(p.v_lambdas);
+    backend_.scalar_mix(a.vmix, lam, a.v, lam + 1, ve_heads_[ve], N * D);
+    v = a.vmix;
+  }
+  backend_.attention_forward(a.atty, a.lse, q, k, v, B * H, T, hd, config_.attention_scale(),
+                             mask_of(l));
   backend_.merge_heads(a.merged, a.atty, B, T, H, hd);
   // res_mid = res_in + merged @ proj^T (+ bias)
   backend_.copy(a.res_mid, res_in, N * D * sizeof(float));
@@ -426,8 +470,10 @@ void Gpt::attn_backward(int l) {
                 hd = config_.head_dim();
   LayerActs& a = layers_[l];
   const LayerParams& p = lp_[l];
-  const float* res_in = l == 0 ? encoded_ : layers_[l - 1].res_out;
-  // dres holds d/d res_mid; the residual path passes it through unchanged.
+  const float* res_in = a.input;
+  // dres holds d/d res_mid; the residual path passes it through unchanged (all of it in a block
+  // without attention).
+  if (!config_.has_attention(l)) return;
   if (p.proj_b != kNone) backend_.bias_backward(g(p.proj_b), dres_, N, D);
   linear_backward(dmerged_, g(p.proj_w), dres_, {a.merged, a.merged_bf16}, weight(p.proj_w), N, D,
                   D, 0.0f);
@@ -436,9 +482,19 @@ void Gpt::attn_backward(int l) {
   for (float* d : {dq_, dk_, dv_})
     backend_.fill_zero(d, N * D * sizeof(float));
   const bool modern = config_.arch == Arch::Modern;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const int ve = config_.value_embed_of(l);
   backend_.attention_backward(dq_, dk_, dv_, datty_, a.atty, a.lse, modern ? a.qr : a.q,
-                              modern ? a.kr : a.k, a.v, B * H, T, hd, scale);
+                              modern ? a.kr : a.k, ve >= 0 ? a.vmix : a.v, B * H, T, hd,
+                              config_.attention_scale(), mask_of(l));
+  if (ve >= 0) {
+    // Through v = l0 v + l1 ve: d v into dmix, which becomes dv.
+    const float* lam = w(p.v_lambdas);
+    float* dlam = g(p.v_lambdas);
+    backend_.fill_zero(dmix_, N * D * sizeof(float));
+    backend_.scalar_mix_backward(dmix_, dve_heads_[ve], dlam, dlam + 1, lam, a.v, lam + 1,
+                                 ve_heads_[ve], dv_, N * D);
+    std::swap(dmix_, dv_);
+  }
   if (modern) {
     // Undo rotary (into dq2/dk2), then the QK-norm (back into dq/dk).
     backend_.fill_zero(dq2_, N * D * sizeof(float));
@@ -455,6 +511,80 @@ void Gpt::attn_backward(int l) {
   if (p.qkv_b != kNone) backend_.bias_backward(g(p.qkv_b), dqkv_, N, 3 * D);
   linear_backward(dln_, g(p.qkv_w), dqkv_, {a.ln1, a.ln1_bf16}, weight(p.qkv_w), N, D, 3 * D, 0.0f);
   norm_backward(dres_, dln_, res_in, a.ln1_mean, a.ln1_rstd, p.ln1_w, p.ln1_b);
+}
+
+void Gpt::set_attention_window(int window) {
+  ENGINE_CHECK(config_.window > 0 && window > 0,
+               "model: set_attention_window needs model.window and a positive window, got " +
+                   std::to_string(window));
+  window_ = window;
+}
+
+void Gpt::set_key_begins(const int32_t* tokens, int B, int T) {
+  // Position t sees keys from max(start of its document, t - w + 1): both only grow with t.
+  std::vector<int32_t> begins[2];
+  const int windows[2] = {window_, window_ > 0 ? std::max(1, window_ / 2) : 0};  // 0: none
+  for (int s = 0; s < 2; ++s) {
+    begins[s].resize(static_cast<size_t>(B) * T);
+    for (int b = 0; b < B; ++b) {
+      int32_t doc = 0;
+      for (int t = 0; t < T; ++t) {
+        if (config_.doc_bos >= 0 && tokens[b * T + t] == config_.doc_bos) doc = t;
+        const int32_t from = windows[s] > 0 ? std::max(0, t - windows[s] + 1) : 0;
+        begins[s][b * T + t] = std::max(doc, from);
+      }
+    }
+  }
+  backend_.copy_from_host(key_begin_long_, begins[0].data(), begins[0].size() * sizeof(int32_t));
+  backend_.copy_from_host(key_begin_short_, begins[1].data(), begins[1].size() * sizeof(int32_t));
+}
+
+core::AttentionMask Gpt::mask_of(int l) const {
+  if (!config_.masked_attention()) return {};
+  return {config_.short_window(l) ? key_begin_short_ : key_begin_long_, config_.n_head};
+}
+
+void Gpt::input_forward(int l) {
+  const int64_t N = int64_t(B_) * T_, D = config_.d_model;
+  LayerActs& a = layers_[l];
+  const float* x = l == 0 ? encoded_ : layers_[l - 1].res_out;
+  const int src = config_.skip_source(l);
+  if (src >= 0) {
+    // x + w_i (output of the mirrored block of the first half)
+    const float* weight = w(skip_w_) + (l - (config_.n_layer - config_.unet_count()));
+    backend_.scalar_mix(a.skipped, nullptr, x, weight, layers_[src].res_out, N * D);
+    x = a.skipped;
+  }
+  if (config_.x0_lambdas) {
+    const float* lam = w(lp_[l].lambdas);
+    backend_.scalar_mix(a.mixed, lam, x, lam + 1, encoded_, N * D);
+    x = a.mixed;
+  }
+  a.input = x;
+}
+
+void Gpt::input_backward(int l) {
+  const int64_t N = int64_t(B_) * T_, D = config_.d_model;
+  LayerActs& a = layers_[l];
+  // dres holds d/d a.input; each mix's backward writes d/d its input into dmix, which becomes
+  // dres.
+  const float* prev = l == 0 ? encoded_ : layers_[l - 1].res_out;
+  const int src = config_.skip_source(l);
+  if (config_.x0_lambdas) {
+    const float* lam = w(lp_[l].lambdas);
+    float* dlam = g(lp_[l].lambdas);
+    backend_.fill_zero(dmix_, N * D * sizeof(float));
+    backend_.scalar_mix_backward(dmix_, dx0_, dlam, dlam + 1, lam, src >= 0 ? a.skipped : prev,
+                                 lam + 1, encoded_, dres_, N * D);
+    std::swap(dmix_, dres_);
+  }
+  if (src >= 0) {
+    const int i = l - (config_.n_layer - config_.unet_count());
+    backend_.fill_zero(dmix_, N * D * sizeof(float));
+    backend_.scalar_mix_backward(dmix_, dskip_[i], nullptr, g(skip_w_) + i, nullptr, prev,
+                                 w(skip_w_) + i, layers_[src].res_out, dres_, N * D);
+    std::swap(dmix_, dres_);
+  }
 }
 
 void Gpt::mlp_forward(int l) {
@@ -581,14 +711,23 @@ void Gpt::run_forward(const int32_t* tokens, const int32_t* targets, int B, int 
                      std::to_string(V) + ")");
   }
   backend_.copy_from_host(tokens_, tokens, N * sizeof(int32_t));
+  if (config_.masked_attention()) set_key_begins(tokens, B, T);
   if (targets) backend_.copy_from_host(targets_, targets, N * sizeof(int32_t));
   have_grad_state_ = false;
   backend_.fill_zero(losses_now_, 2 * sizeof(float));  // cross-entropy, aux loss
 
   notify(LayerEvent::kBeforeForward, -1);
   backend_.embedding_forward(encoded_, tokens_, w(embed_), w(pos_), B, T, D);
+  for (int i = 0; i < config_.value_embeds; ++i) {
+    // Looked up once per forward, kept in the heads' layout of v for the blocks that mix it in.
+    const int64_t H = config_.n_head, hd = config_.head_dim();
+    backend_.embedding_forward(ve_rows_, tokens_, w(value_embed_[i]), nullptr, B, T, D);
+    backend_.fill_zero(ve_heads_[i], N * D * sizeof(float));
+    backend_.merge_heads_backward(ve_heads_[i], ve_rows_, B, T, H, hd);
+  }
   for (int l = 0; l < config_.n_layer; ++l) {
     notify(LayerEvent::kBeforeForward, l);
+    input_forward(l);
     attn_forward(l);
     norm_forward(layers_[l].ln2, layers_[l].ln2_mean, layers_[l].ln2_rstd, layers_[l].res_mid,
                  lp_[l].ln2_w, lp_[l].ln2_b);
@@ -601,16 +740,19 @@ void Gpt::run_forward(const int32_t* tokens, const int32_t* targets, int B, int 
   notify(LayerEvent::kBeforeForward, config_.n_layer);
   norm_forward(lnf_, lnf_mean_, lnf_rstd_, layers_.back().res_out, lnf_w_, lnf_b_);
   if (!targets) return;
-  linear(logits_, gemm_input(lnf_, lnf_bf16_, N * D), weight(head_), N, D, Vp);
+  // The logits enter the loss times logit_gain() (1 but for the sigmoid cap), so d loss / d z
+  // is the gain times the loss kernel's gradient: it goes into the kernel's scale.
+  const float gain = config_.logit_gain();
+  linear(logits_, gemm_input(lnf_, lnf_bf16_, N * D), weight(head_), N, D, Vp, 0.0f, gain);
   // With want_grad the fused loss also overwrites the logits with d loss / d logits (in bf16
   // precision: writes them rounded to bf16 for the head's GEMMs, the logits kept).
-  const float scale = 1.0f / static_cast<float>(N);
+  const float scale = gain / static_cast<float>(N);
   if (want_grad && bf16_) {
     backend_.cross_entropy_bf16(losses_, dlogits_bf16_, logits_, targets_, N, V, Vp,
-                                config_.softcap, scale);
+                                config_.tanh_cap(), scale);
   } else {
     backend_.cross_entropy(losses_, want_grad ? logits_ : nullptr, logits_, targets_, N, V, Vp,
-                           config_.softcap, scale);
+                           config_.tanh_cap(), scale);
   }
   backend_.mean_loss(losses_now_, losses_, N);
   have_grad_state_ = want_grad;
@@ -675,10 +817,15 @@ std::vector<float> Gpt::last_logits(const int32_t* tokens, int B, int T) {
   backend_.copy_to_host(padded.data(), last_logits_, padded.size() * sizeof(float));
   std::vector<float> out(B * V);
   const float cap = config_.softcap;
+  const bool sigmoid = config_.softcap_form == SoftcapForm::Sigmoid;
   for (int b = 0; b < B; ++b) {
     for (int64_t v = 0; v < V; ++v) {
       const float z = padded[b * Vp + v];
-      out[b * V + v] = cap > 0.0f ? cap * std::tanh(z / cap) : z;
+      if (sigmoid) {
+        out[b * V + v] = cap / (1.0f + std::exp(-z / config_.softcap_scale));
+      } else {
+        out[b * V + v] = cap > 0.0f ? cap * std::tanh(z / cap) : z;
+      }
     }
   }
   return out;
@@ -691,6 +838,11 @@ void Gpt::backward() {
   // logits_ (bf16: dlogits_bf16_) holds d loss / d logits (zero in the padded columns, so padded
   // head rows get none).
   backend_.fill_zero(dres_, N * D * sizeof(float));
+  for (float* d : dve_heads_)
+    backend_.fill_zero(d, N * D * sizeof(float));
+  for (float* d : dskip_)
+    backend_.fill_zero(d, N * D * sizeof(float));
+  if (dx0_) backend_.fill_zero(dx0_, N * D * sizeof(float));
   notify(LayerEvent::kBeforeBackward, config_.n_layer);
   linear_backward(dln_, g(head_), logits_, {lnf_, lnf_bf16_}, weight(head_), N, D, Vp, 0.0f,
                   dlogits_bf16_);
@@ -699,6 +851,9 @@ void Gpt::backward() {
   for (int l = config_.n_layer - 1; l >= 0; --l) {
     LayerActs& a = layers_[l];
     notify(LayerEvent::kBeforeBackward, l);
+    // A U-net skip source's output also fed a block of the second half.
+    if (config_.unet_count() > 0 && l < config_.unet_count())
+      backend_.add(dres_, dres_, dskip_[config_.unet_count() - 1 - l], N * D);
     // dres: d/d res_out. MLP branch into dln, then its norm adds into dres (= d/d res_mid).
     if (config_.moe()) {
       moe_backward(l);
@@ -707,9 +862,15 @@ void Gpt::backward() {
     }
     norm_backward(dres_, dln_, a.res_mid, a.ln2_mean, a.ln2_rstd, lp_[l].ln2_w, lp_[l].ln2_b);
     attn_backward(l);
+    input_backward(l);
     notify(LayerEvent::kAfterBackward, l);
   }
+  if (dx0_) backend_.add(dres_, dres_, dx0_, N * D);
   backend_.embedding_backward(g(embed_), g(pos_), dres_, tokens_, B, T, D);
+  for (int i = 0; i < config_.value_embeds; ++i) {
+    backend_.merge_heads(ve_rows_, dve_heads_[i], B, T, config_.n_head, config_.head_dim());
+    backend_.embedding_backward(g(value_embed_[i]), nullptr, ve_rows_, tokens_, B, T, D);
+  }
   notify(LayerEvent::kAfterBackward, -1);
 }
 

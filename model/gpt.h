@@ -89,6 +89,10 @@ class Gpt {
   using LayerHook = std::function<void(LayerEvent event, int layer)>;
   void set_layer_hook(LayerHook hook) { hook_ = std::move(hook); }
 
+  // The long sliding window (model.window) from the next forward on; the short one is half of it.
+  void set_attention_window(int window);
+  int attention_window() const { return window_; }
+
   // The last forward's mean cross-entropy and MoE auxiliary loss (each a device read).
   float ce_loss() const;
   float aux_loss() const;
@@ -110,6 +114,9 @@ class Gpt {
   void moe_backward(int l);
   void attn_forward(int l);
   void attn_backward(int l);
+  // The recipe's block input: the U-net skip and the x0 lambdas applied to the previous output.
+  void input_forward(int l);
+  void input_backward(int l);
   // One GEMM operand: its f32 values, and in bf16 precision its bf16 copy (null in f32
   // precision and for operands kept in f32, the MoE router's). A GEMM runs in bf16 when both
   // of its operands have one.
@@ -124,7 +131,7 @@ class Gpt {
   Operand gemm_input(const float* x, core::bf16* xb, int64_t n);
   // y[N, out] (+)= x[N, in] @ W[out, in]^T.
   void linear(float* y, Operand x, Operand weight, int64_t N, int64_t in, int64_t out,
-              float beta = 0.0f);
+              float beta = 0.0f, float alpha = 1.0f);
   // dx[N, in] (+)= dy[N, out] @ W[out, in];  dW[out, in] += dy^T @ x (dy rounded to bf16 for
   // both when the GEMMs run in bf16, or given rounded: the head's d logits).
   void linear_backward(float* dx, float* dweight, const float* dy, Operand x, Operand weight,
@@ -158,22 +165,38 @@ class Gpt {
   // Parameter indices per block (SIZE_MAX when the arch lacks that parameter).
   struct LayerParams {
     size_t ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b;
-    size_t fc_w, fc_b, fcproj_w, fcproj_b, router_w, efc_w, eproj_w;
+    size_t fc_w, fc_b, fcproj_w, fcproj_b, router_w, efc_w, eproj_w, lambdas, v_lambdas;
   };
   std::vector<LayerParams> lp_;
-  size_t embed_ = 0, pos_ = 0, lnf_w_ = 0, lnf_b_ = 0, head_ = 0;
+  size_t embed_ = 0, pos_ = 0, lnf_w_ = 0, lnf_b_ = 0, head_ = 0, skip_w_ = 0;
+  std::vector<size_t> value_embed_;  // the value-embedding tables
 
   // Activation plan.
   int B_ = 0, T_ = 0;
   core::Tensor acts_;
   std::vector<LayerActs> layers_;
   float* encoded_ = nullptr;
+  // Value embeddings: each table's rows for the tokens in the heads' layout [B, H, T, hd]
+  // (forward) and their gradient (backward), and a [B, T, D] scratch for the lookups.
+  std::vector<float*> ve_heads_, dve_heads_;
+  float* ve_rows_ = nullptr;
+  // Recipe backward: d x0 summed over the blocks, d (block output) of each U-net skip source,
+  // and a scratch that the mixes' backward writes into before it is swapped with dres_ or dv_.
+  float* dx0_ = nullptr;
+  std::vector<float*> dskip_;
+  float* dmix_ = nullptr;
   float *lnf_ = nullptr, *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr;
   float* logits_ = nullptr;
   float* losses_ = nullptr;
   int32_t* tokens_ = nullptr;
   int32_t* targets_ = nullptr;
   int32_t* last_index_ = nullptr;
+  // Masked attention: each position's first visible key for the long and the short window
+  // ([B, T], core::AttentionMask), from the tokens of each forward; window_ the long window.
+  int32_t *key_begin_long_ = nullptr, *key_begin_short_ = nullptr;
+  int window_ = 0;
+  void set_key_begins(const int32_t* tokens, int B, int T);
+  core::AttentionMask mask_of(int l) const;
   float* last_hidden_ = nullptr;
   float* last_logits_ = nullptr;
   // bf16 precision: the GEMM inputs' bf16 copies (lnf, the last positions), the cross-entropy's

@@ -169,6 +169,13 @@ void check_nothing_left(const core::SafetensorsReader& reader, const std::set<st
 }  // namespace
 
 std::string hf_gpt2_incompatibility(const ModelConfig& config) {
+  // The record recipe's parameters, named (before the arch, whose refusal would hide them).
+  if (config.value_embeds > 0)
+    return "value embeddings (value_embeds.*.weight) have no place in GPT-2's network";
+  if (config.unet_skips) return "U-net skips (skip_weights) have no place in GPT-2's network";
+  if (config.x0_lambdas) return "x0 lambdas (blocks.*.lambdas) have no place in GPT-2's network";
+  if (!config.no_attn_layers.empty())
+    return "GPT-2 has attention in every block (model.no_attn_layers must be empty)";
   if (config.arch != Arch::Gpt2)
     return std::string("arch '") + arch_name(config.arch) +
            "' (rotary positions, RMSNorm, ReLU^2, untied head) is not GPT-2's network";

@@ -1,5 +1,8 @@
 #include "model/model_config.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "core/check.h"
 
 namespace model {
@@ -33,6 +36,47 @@ Precision parse_precision(const std::string& name) {
   ENGINE_FAIL("train.precision: unknown precision '" + name + "' (expected fp32, tf32 or bf16)");
 }
 
+const char* softcap_form_name(SoftcapForm form) {
+  return form == SoftcapForm::Tanh ? "tanh" : "sigmoid";
+}
+
+SoftcapForm parse_softcap_form(const std::string& name) {
+  if (name == "tanh") return SoftcapForm::Tanh;
+  if (name == "sigmoid") return SoftcapForm::Sigmoid;
+  ENGINE_FAIL("model.softcap_form: unknown form '" + name + "' (expected tanh or sigmoid)");
+}
+
+bool ModelConfig::has_attention(int layer) const {
+  return std::find(no_attn_layers.begin(), no_attn_layers.end(), layer) == no_attn_layers.end();
+}
+
+int ModelConfig::value_embed_of(int layer) const {
+  if (layer < value_embeds) return layer;
+  if (layer >= n_layer - value_embeds) return layer - (n_layer - value_embeds);
+  return -1;
+}
+
+int ModelConfig::skip_source(int layer) const {
+  const int n = unet_count();
+  return layer >= n_layer - n ? n_layer - 1 - layer : -1;
+}
+
+bool ModelConfig::short_window(int layer) const {
+  return !window_pattern.empty() && window_pattern[static_cast<size_t>(layer)] == 'S';
+}
+
+float ModelConfig::attention_scale() const {
+  return attn_scale > 0.0f ? attn_scale : 1.0f / std::sqrt(static_cast<float>(head_dim()));
+}
+
+float ModelConfig::logit_gain() const {
+  return softcap_form == SoftcapForm::Sigmoid ? softcap / (4.0f * softcap_scale) : 1.0f;
+}
+
+float ModelConfig::tanh_cap() const {
+  return softcap_form == SoftcapForm::Sigmoid ? softcap / 2.0f : softcap;
+}
+
 void ModelConfig::validate() const {
   auto positive = [](int value, const char* key) {
     ENGINE_CHECK(value > 0,
@@ -50,6 +94,36 @@ void ModelConfig::validate() const {
       head_dim() % 2 == 0 || arch != Arch::Modern,
       "model: rotary positions need an even head dimension, got " + std::to_string(head_dim()));
   ENGINE_CHECK(moe_experts >= 0, "model.moe.experts must be >= 0");
+  ENGINE_CHECK(vocab_pad >= 1,
+               "model.vocab_pad must be positive, got " + std::to_string(vocab_pad));
+  if (softcap_form == SoftcapForm::Sigmoid) {
+    ENGINE_CHECK(softcap > 0.0f, "model.softcap must be positive for the sigmoid soft-cap");
+    ENGINE_CHECK(softcap_scale > 0.0f,
+                 "model.softcap_scale must be positive for the sigmoid soft-cap");
+  }
+  const bool recipe = attn_scale > 0.0f || !no_attn_layers.empty() || value_embeds != 0 ||
+                      unet_skips || x0_lambdas || zero_init_head ||
+                      softcap_form != SoftcapForm::Tanh || masked_attention();
+  ENGINE_CHECK(!recipe || arch == Arch::Modern,
+               "model: the record recipe's keys (attn_scale, no_attn_layers, value_embeds, "
+               "unet_skips, x0_lambdas, zero_init_head, softcap_form, doc_bos, window) need arch "
+               "modern");
+  ENGINE_CHECK(doc_bos >= -1 && doc_bos < vocab_size,
+               "model.doc_bos must be -1 (off) or a token id below vocab_size");
+  ENGINE_CHECK(window >= 0, "model.window must be >= 0");
+  ENGINE_CHECK(
+      window_pattern.empty() || (window > 0 && static_cast<int>(window_pattern.size()) == n_layer &&
+                                 window_pattern.find_first_not_of("LS") == std::string::npos),
+      "model.window_pattern must be empty or one L or S per block (with a window), got '" +
+          window_pattern + "'");
+  for (int l : no_attn_layers)
+    ENGINE_CHECK(l >= 0 && l < n_layer, "model.no_attn_layers: block " + std::to_string(l) +
+                                            " is outside [0, n_layer=" + std::to_string(n_layer) +
+                                            ")");
+  ENGINE_CHECK(value_embeds >= 0 && 2 * value_embeds <= n_layer,
+               "model.value_embeds must be in [0, n_layer / 2] (the first and the last blocks "
+               "each use one table), got " +
+                   std::to_string(value_embeds));
   if (moe()) {
     ENGINE_CHECK(moe_top_k >= 1 && moe_top_k <= moe_experts,
                  "model.moe.top_k must be in [1, experts=" + std::to_string(moe_experts) +

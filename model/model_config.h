@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace model {
 
@@ -21,6 +22,13 @@ enum class Precision { Fp32, Tf32, Bf16 };
 const char* precision_name(Precision precision);
 Precision parse_precision(const std::string& name);  // "fp32" | "tf32" | "bf16"; else throws
 
+// The logit cap: cap tanh(z / cap), or cap sigmoid(z / scale) (modded-nanogpt's form, which is
+// a tanh cap of cap/2 on z cap / (4 scale) shifted by cap/2: the softmax does not see the shift).
+enum class SoftcapForm { Tanh, Sigmoid };
+
+const char* softcap_form_name(SoftcapForm form);
+SoftcapForm parse_softcap_form(const std::string& name);  // "tanh" | "sigmoid"; else throws
+
 struct ModelConfig {
   int n_layer = 2;
   int n_head = 2;
@@ -34,12 +42,51 @@ struct ModelConfig {
   float moe_aux_weight = 0.01f;
   uint64_t seed = 1337;  // initialisation seed
   Precision precision = Precision::Fp32;
+  SoftcapForm softcap_form = SoftcapForm::Tanh;
+  float softcap_scale = 0.0f;  // the sigmoid form's s
+
+  // The parts of modded-nanogpt's PR #102-era record (docs/specs/modded_nanogpt.md c.1), arch
+  // modern only, each off by default.
+  float attn_scale = 0.0f;          // attention score scale; <= 0: 1/sqrt(head_dim)
+  std::vector<int> no_attn_layers;  // blocks without attention (MLP only)
+  // Value-embedding tables: block i < n and block n_layer - n + i mix table i into V.
+  int value_embeds = 0;
+  bool unet_skips = false;      // block n_layer - 1 - i adds skip_weights[.] x (block i's output)
+  bool x0_lambdas = false;      // block input = l0 x + l1 x0 (x0 the embedding output)
+  bool zero_init_head = false;  // lm_head starts at zero
+  int vocab_pad = 64;           // the vocabulary is padded to a multiple of this
+  // Attention masks beyond causality: with doc_bos >= 0 a token sees only its own document (the
+  // tokens from the last doc_bos at or before it); with window > 0 a block marked 'L' in
+  // window_pattern ("" : every block) sees at most the last `window` tokens, one marked 'S' the
+  // last window / 2. Gpt::set_attention_window changes the long window (the trainer grows it).
+  int doc_bos = -1;
+  int window = 0;
+  std::string window_pattern;
+  bool window_grow = false;  // the trainer grows the window over training (engine/lr_schedule.h)
+
+  // Recipe queries.
+  bool has_attention(int layer) const;
+  // The value-embedding table block `layer` uses, or -1.
+  int value_embed_of(int layer) const;
+  // U-net: n = n_layer / 2 skips when on (else 0). Block n_layer - n + i first adds
+  // skip_weights[i] times the output of block n - 1 - i (its mirror), for i in [0, n).
+  int unet_count() const { return unet_skips ? n_layer / 2 : 0; }
+  // The block whose output `layer` adds, or -1; its weight is skip_weights[layer - (n_layer - n)].
+  int skip_source(int layer) const;
+  float attention_scale() const;
+  bool masked_attention() const { return doc_bos >= 0 || window > 0; }
+  // Whether block `layer` uses the short window.
+  bool short_window(int layer) const;
+  // The head's logits z enter the loss as tanh_cap() tanh(logit_gain() z / tanh_cap()): gain 1
+  // and cap softcap for the tanh form, gain cap / (4 scale) and cap / 2 for the sigmoid form.
+  float logit_gain() const;
+  float tanh_cap() const;
 
   bool moe() const { return moe_experts > 0; }
   int head_dim() const { return d_model / n_head; }
   int d_ff() const { return 4 * d_model; }
-  // Vocabulary rounded up to a multiple of 64; the padded logits never enter the softmax.
-  int padded_vocab() const { return (vocab_size + 63) / 64 * 64; }
+  // Vocabulary rounded up to a multiple of vocab_pad; the padded logits never enter the softmax.
+  int padded_vocab() const { return (vocab_size + vocab_pad - 1) / vocab_pad * vocab_pad; }
   // Throws core::Error naming the first inconsistent field.
   void validate() const;
 };

@@ -17,19 +17,30 @@ ParamTable::ParamTable(const ModelConfig& c) {
   const InitRule proj_init = gpt2 ? InitRule::Normal : InitRule::Zero;
 
   add("embed.weight", {Vp, D}, ParamKind::Embedding, InitRule::Normal, kStd, -1, c.vocab_size);
+  // The recipe's value embeddings and U-net skip weights serve several blocks: like the
+  // embedding, they are used from the start of forward to the end of backward (layer -1).
+  for (int i = 0; i < c.value_embeds; ++i)
+    add("value_embeds." + std::to_string(i) + ".weight", {Vp, D}, ParamKind::Embedding,
+        InitRule::Normal, kStd, -1, c.vocab_size);
+  if (c.unet_count() > 0)
+    add_values("skip_weights", std::vector<float>(static_cast<size_t>(c.unet_count()), 1.0f), -1);
   if (gpt2)
     add("pos_embed.weight", {c.seq_len, D}, ParamKind::Embedding, InitRule::Normal, kStd, -1);
   for (int l = 0; l < c.n_layer; ++l) {
     const std::string p = "blocks." + std::to_string(l) + ".";
+    if (c.x0_lambdas) add_values(p + "lambdas", {1.0f, 0.0f}, l);  // block input l0 x + l1 x0
     if (gpt2) {
       add(p + "ln1.weight", {D}, ParamKind::Vector, InitRule::One, 0, l);
       add(p + "ln1.bias", {D}, ParamKind::Vector, InitRule::Zero, 0, l);
     }
-    add(p + "attn.qkv.weight", {3 * D, D}, ParamKind::Matrix, InitRule::Normal, kStd, l);
-    if (gpt2) add(p + "attn.qkv.bias", {3 * D}, ParamKind::Vector, InitRule::Zero, 0, l);
-    add(p + "attn.proj.weight", {D, D}, ParamKind::Matrix, proj_init, proj_std, l);
+    if (c.has_attention(l)) {
+      add(p + "attn.qkv.weight", {3 * D, D}, ParamKind::Matrix, InitRule::Normal, kStd, l);
+      if (gpt2) add(p + "attn.qkv.bias", {3 * D}, ParamKind::Vector, InitRule::Zero, 0, l);
+      add(p + "attn.proj.weight", {D, D}, ParamKind::Matrix, proj_init, proj_std, l);
+      if (gpt2) add(p + "attn.proj.bias", {D}, ParamKind::Vector, InitRule::Zero, 0, l);
+      if (c.value_embed_of(l) >= 0) add_values(p + "attn.v_lambdas", {0.5f, 0.5f}, l);  // v mix
+    }
     if (gpt2) {
-      add(p + "attn.proj.bias", {D}, ParamKind::Vector, InitRule::Zero, 0, l);
       add(p + "ln2.weight", {D}, ParamKind::Vector, InitRule::One, 0, l);
       add(p + "ln2.bias", {D}, ParamKind::Vector, InitRule::Zero, 0, l);
     }
@@ -51,7 +62,8 @@ ParamTable::ParamTable(const ModelConfig& c) {
     add("ln_f.weight", {D}, ParamKind::Vector, InitRule::One, 0, head);
     add("ln_f.bias", {D}, ParamKind::Vector, InitRule::Zero, 0, head);
   } else {
-    add("lm_head.weight", {Vp, D}, ParamKind::Head, InitRule::Normal, kStd, head, c.vocab_size);
+    add("lm_head.weight", {Vp, D}, ParamKind::Head,
+        c.zero_init_head ? InitRule::Zero : InitRule::Normal, kStd, head, c.vocab_size);
   }
 }
 
@@ -69,6 +81,12 @@ void ParamTable::add(std::string name, core::Shape shape, ParamKind kind, InitRu
   info.valid_rows = valid_rows;
   total_numel_ += info.numel;
   params_.push_back(std::move(info));
+}
+
+void ParamTable::add_values(std::string name, std::vector<float> values, int layer) {
+  const int64_t n = static_cast<int64_t>(values.size());
+  add(std::move(name), {n}, ParamKind::Vector, InitRule::Values, 0, layer);
+  params_.back().values = std::move(values);
 }
 
 std::optional<size_t> ParamTable::find(const std::string& name) const {
@@ -96,6 +114,10 @@ void ParamTable::init_host(size_t i, const core::Tensor& dst, uint64_t seed, int
       break;
     case InitRule::One:
       dst.fill(1.0f);
+      break;
+    case InitRule::Values:
+      for (int64_t e = 0; e < dst.numel(); ++e)
+        dst.data<float>()[e] = p.values[static_cast<size_t>(first + e)];
       break;
     case InitRule::Normal:
       core::fill_normal(dst, core::rng_hash(seed, i), 0.0f, p.stddev, static_cast<uint64_t>(first));

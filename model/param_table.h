@@ -22,16 +22,17 @@ enum class ParamKind {
   Head,          // lm_head.weight [Vp, D] (untied only)
 };
 
-enum class InitRule { Normal, Zero, One };
+enum class InitRule { Normal, Zero, One, Values };
 
 struct ParamInfo {
   std::string name;
   core::Shape shape;
   ParamKind kind = ParamKind::Matrix;
   InitRule init = InitRule::Normal;
-  float stddev = 0.0f;  // for InitRule::Normal
-  int layer = -1;       // block index; -1 the embeddings, n_layer the final norm and head
-  int64_t offset = 0;   // element offset in the flat parameter (and gradient) buffer
+  float stddev = 0.0f;        // for InitRule::Normal
+  std::vector<float> values;  // for InitRule::Values: one per element
+  int layer = -1;             // block index; -1 the embeddings, n_layer the final norm and head
+  int64_t offset = 0;         // element offset in the flat parameter (and gradient) buffer
   int64_t numel = 0;
   // Rows at and beyond this index are vocabulary padding (zero at init, zero gradient);
   // -1 when the parameter has no padding.
@@ -59,6 +60,8 @@ class ParamTable {
  private:
   void add(std::string name, core::Shape shape, ParamKind kind, InitRule init, float stddev,
            int layer, int64_t valid_rows = -1);
+  // A small vector parameter with fixed initial values (the recipe's learned scalars).
+  void add_values(std::string name, std::vector<float> values, int layer);
 
   std::vector<ParamInfo> params_;
   int64_t total_numel_ = 0;

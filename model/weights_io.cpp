@@ -32,6 +32,28 @@ std::map<std::string, std::string> config_metadata(const ModelConfig& c) {
   m["model.moe.experts"] = std::to_string(c.moe_experts);
   m["model.moe.top_k"] = std::to_string(c.moe_top_k);
   m["model.moe.aux_weight"] = float_str(c.moe_aux_weight);
+  // The record recipe's keys, written only when set (files of other models keep their bytes).
+  const ModelConfig off;
+  if (c.vocab_pad != off.vocab_pad) m["model.vocab_pad"] = std::to_string(c.vocab_pad);
+  if (c.softcap_form != off.softcap_form) {
+    m["model.softcap_form"] = softcap_form_name(c.softcap_form);
+    m["model.softcap_scale"] = float_str(c.softcap_scale);
+  }
+  if (c.attn_scale > 0.0f) m["model.attn_scale"] = float_str(c.attn_scale);
+  if (!c.no_attn_layers.empty()) {
+    std::string list;
+    for (int l : c.no_attn_layers)
+      list += (list.empty() ? "" : ",") + std::to_string(l);
+    m["model.no_attn_layers"] = list;
+  }
+  if (c.value_embeds > 0) m["model.value_embeds"] = std::to_string(c.value_embeds);
+  if (c.unet_skips) m["model.unet_skips"] = "true";
+  if (c.x0_lambdas) m["model.x0_lambdas"] = "true";
+  if (c.doc_bos >= 0) m["model.doc_bos"] = std::to_string(c.doc_bos);
+  if (c.window > 0) {
+    m["model.window"] = std::to_string(c.window);
+    if (!c.window_pattern.empty()) m["model.window_pattern"] = c.window_pattern;
+  }
   return m;
 }
 

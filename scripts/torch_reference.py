@@ -107,7 +107,39 @@ class Config:
         self.experts = int(get("moe.experts", 0))
         self.top_k = int(get("moe.top_k", 2))
         self.aux_weight = float(get("moe.aux_weight", 0.01))
-        self.padded_vocab = (self.vocab_size + 63) // 64 * 64
+        # The record recipe's keys (docs/specs/model.md), all off by default.
+        flag = lambda k: str(get(k, "false")).lower() == "true"
+        self.vocab_pad = int(get("vocab_pad", 64))
+        self.softcap_form = str(get("softcap_form", "tanh"))
+        self.softcap_scale = float(get("softcap_scale", 0.0))
+        self.attn_scale = float(get("attn_scale", 0.0))
+        self.no_attn_layers = [int(t) for t in str(get("no_attn_layers", "")).split(",") if t.strip()]
+        self.value_embeds = int(get("value_embeds", 0))
+        self.unet_skips = flag("unet_skips")
+        self.x0_lambdas = flag("x0_lambdas")
+        self.doc_bos = int(get("doc_bos", -1))
+        self.window = int(get("window", 0))
+        self.window_pattern = str(get("window_pattern", ""))
+        self.padded_vocab = (self.vocab_size + self.vocab_pad - 1) // self.vocab_pad * self.vocab_pad
+
+    def value_embed_of(self, layer):
+        n = self.value_embeds
+        return layer if layer < n else layer - (self.n_layer - n) if layer >= self.n_layer - n else -1
+
+    def attention_mask(self, idx, layer):
+        """[B, 1, T, T] bool: causal, within documents (doc_bos), within the block's window."""
+        B, T = idx.shape
+        i = torch.arange(T)[:, None]
+        j = torch.arange(T)[None, :]
+        mask = (j <= i)[None, None].expand(B, 1, T, T)
+        if self.doc_bos >= 0:
+            doc = (idx == self.doc_bos).long().cumsum(-1)  # a document token starts a new one
+            mask = mask & (doc[:, None, :, None] == doc[:, None, None, :])
+        if self.window > 0:
+            short = self.window_pattern and self.window_pattern[layer] == "S"
+            w = max(1, self.window // 2) if short else self.window
+            mask = mask & (i - j < w)[None, None]
+        return mask
 
 
 def rmsnorm(x, eps=1e-6):
@@ -208,22 +240,33 @@ def model_loss(cfg, p, idx, targets, rounding=NO_ROUNDING):
             y = y + p[name + ".bias"]
         return y
 
-    x = p["embed.weight"][idx]
+    x = x0 = p["embed.weight"][idx]
     if gpt2:
         x = x + p["pos_embed.weight"][:T]
     aux_total = 0.0
-    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    scale = cfg.attn_scale if cfg.attn_scale > 0 else 1.0 / math.sqrt(hd)
+    skips = cfg.n_layer // 2 if cfg.unet_skips else 0
+    outputs = []
     for i in range(cfg.n_layer):
         b = f"blocks.{i}."
-        h = norm(x, b + "ln1")
-        qkv = lin(h, b + "attn.qkv")
-        q, k, v = [t.view(B, T, H, hd).transpose(1, 2) for t in qkv.split(D, dim=-1)]
-        if not gpt2:
-            q, k = rotary(rmsnorm(q)), rotary(rmsnorm(k))
-        s = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
-        s = s.masked_fill(~mask, float("-inf"))
-        a = torch.softmax(s, dim=-1) @ v
-        x = x + lin(a.transpose(1, 2).reshape(B, T, D), b + "attn.proj")
+        if i >= cfg.n_layer - skips:  # U-net: the mirrored first-half output
+            x = x + p["skip_weights"][i - (cfg.n_layer - skips)] * outputs[cfg.n_layer - 1 - i]
+        if cfg.x0_lambdas:
+            x = p[b + "lambdas"][0] * x + p[b + "lambdas"][1] * x0
+        if i not in cfg.no_attn_layers:
+            h = norm(x, b + "ln1")
+            qkv = lin(h, b + "attn.qkv")
+            q, k, v = [t.view(B, T, H, hd).transpose(1, 2) for t in qkv.split(D, dim=-1)]
+            if not gpt2:
+                q, k = rotary(rmsnorm(q)), rotary(rmsnorm(k))
+            ve = cfg.value_embed_of(i)
+            if ve >= 0:
+                ve_heads = p[f"value_embeds.{ve}.weight"][idx].view(B, T, H, hd).transpose(1, 2)
+                v = p[b + "attn.v_lambdas"][0] * v + p[b + "attn.v_lambdas"][1] * ve_heads
+            s = (q @ k.transpose(-1, -2)) * scale
+            s = s.masked_fill(~cfg.attention_mask(idx, i), float("-inf"))
+            a = torch.softmax(s, dim=-1) @ v
+            x = x + lin(a.transpose(1, 2).reshape(B, T, D), b + "attn.proj")
         h = norm(x, b + "ln2")
         if cfg.experts:
             E, K = cfg.experts, cfg.top_k
@@ -248,6 +291,7 @@ def model_loss(cfg, p, idx, targets, rounding=NO_ROUNDING):
             x = x + out.view(B, T, D)
         else:
             x = x + lin(act(lin(h, b + "mlp.fc")), b + "mlp.proj")
+        outputs.append(x)
     if gpt2:
         x = norm(x, "ln_f")
         head = p["embed.weight"]
@@ -255,7 +299,9 @@ def model_loss(cfg, p, idx, targets, rounding=NO_ROUNDING):
         x = rmsnorm(x)
         head = p["lm_head.weight"]
     logits = rounding.matmul(x, head)[..., :cfg.vocab_size]
-    if cfg.softcap > 0:
+    if cfg.softcap > 0 and cfg.softcap_form == "sigmoid":
+        logits = cfg.softcap * torch.sigmoid(logits / cfg.softcap_scale)
+    elif cfg.softcap > 0:
         logits = cfg.softcap * torch.tanh(logits / cfg.softcap)
     ce = F.cross_entropy(logits.reshape(-1, cfg.vocab_size), targets.reshape(-1))
     return ce + aux_total, ce

@@ -37,15 +37,17 @@ void CpuBackend::rotary_backward(float* dinp, const float* dout, int64_t BH, int
 }
 
 void CpuBackend::attention_forward(float* out, float* lse, const float* q, const float* k,
-                                   const float* v, int64_t BH, int64_t T, int64_t hd, float scale) {
-  cpu::attention_forward(out, lse, q, k, v, BH, T, hd, scale);
+                                   const float* v, int64_t BH, int64_t T, int64_t hd, float scale,
+                                   const AttentionMask& mask) {
+  cpu::attention_forward(out, lse, q, k, v, BH, T, hd, scale, cpu::HeadParallel::kAuto, mask);
 }
 
 void CpuBackend::attention_backward(float* dq, float* dk, float* dv, const float* dout,
                                     const float* out, const float* lse, const float* q,
                                     const float* k, const float* v, int64_t BH, int64_t T,
-                                    int64_t hd, float scale) {
-  cpu::attention_backward(dq, dk, dv, dout, out, lse, q, k, v, BH, T, hd, scale);
+                                    int64_t hd, float scale, const AttentionMask& mask) {
+  cpu::attention_backward(dq, dk, dv, dout, out, lse, q, k, v, BH, T, hd, scale,
+                          cpu::HeadParallel::kAuto, mask);
 }
 
 }  // namespace core

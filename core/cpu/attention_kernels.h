@@ -20,6 +20,7 @@
 #include "core/cpu/fast_math.h"
 #include "core/cpu/parallel_loops.h"
 #include "core/kernel_math.h"
+#include "core/ops/attention.h"
 
 namespace core::cpu {
 
@@ -185,72 +186,91 @@ class PerThreadScratch {
   std::vector<std::vector<T>> buffers_;
 };
 
+// The keys query t of head h sees are [first, t]: first = 0 (plain causal) or, with a mask,
+// key_begin[(h / heads) T + t] (core/ops/attention.h's AttentionMask).
+inline int64_t first_key(const AttentionMask& mask, int64_t h, int64_t T_, int64_t t) {
+  return mask.key_begin ? mask.key_begin[(h / mask.heads) * T_ + t] : 0;
+}
+
 // S = scale Q K^T, P = causal row softmax of S, out = P V; lse [BH, T] gets each row's
-// log-sum-exp of its visible scores, from which the backward recomputes P.
+// log-sum-exp of its visible scores, from which the backward recomputes P. With a mask, a query
+// block [r0, r1) computes only the keys [first_key(r0), r1) (first_key does not decrease along t)
+// and each row's keys below its own first key are masked.
 template <typename T>
 void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, int64_t BH, int64_t T_,
-                       int64_t hd, T scale, HeadParallel mode = HeadParallel::kAuto) {
+                       int64_t hd, T scale, HeadParallel mode = HeadParallel::kAuto,
+                       const AttentionMask& mask = {}) {
   PerThreadScratch<T> scratch(kAttnBlock * T_);
   for_each_head(BH, mode, [&](int64_t h) {
     const T* qh = q + h * T_ * hd;
     const T* kh = k + h * T_ * hd;
     const T* vh = v + h * T_ * hd;
-    T* p = scratch.get();  // rows x r1 scores, then probabilities, row stride r1
+    T* p = scratch.get();  // rows x (r1 - c0) scores, then probabilities, row stride w
     for (int64_t r0 = 0; r0 < T_; r0 += kAttnBlock) {
       int64_t r1 = std::min(T_, r0 + kAttnBlock), rows = r1 - r0;
-      blas_gemm(false, true, rows, r1, hd, scale, qh + r0 * hd, hd, kh, hd, T(0), p, r1);
+      const int64_t c0 = first_key(mask, h, T_, r0), w = r1 - c0;
+      blas_gemm(false, true, rows, w, hd, scale, qh + r0 * hd, hd, kh + c0 * hd, hd, T(0), p, w);
       for (int64_t t = r0; t < r1; ++t) {
-        T* row = p + (t - r0) * r1;
-        T mx = row_max(row, t + 1);
+        T* row = p + (t - r0) * w;
+        const int64_t lo = first_key(mask, h, T_, t) - c0, hi = t - c0;  // visible: [lo, hi]
+        T mx = row_max(row + lo, hi - lo + 1);
         T s = T(0);
 #pragma omp simd reduction(+ : s)
-        for (int64_t j = 0; j <= t; ++j) {
+        for (int64_t j = lo; j <= hi; ++j) {
           row[j] = FastMath::exp(row[j] - mx);
           s += row[j];
         }
         lse[h * T_ + t] = mx + std::log(s);
         T inv = T(1) / s;
-        for (int64_t j = 0; j <= t; ++j)
+        for (int64_t j = lo; j <= hi; ++j)
           row[j] *= inv;
-        for (int64_t j = t + 1; j < r1; ++j)
+        for (int64_t j = 0; j < lo; ++j)
+          row[j] = T(0);
+        for (int64_t j = hi + 1; j < w; ++j)
           row[j] = T(0);
       }
-      blas_gemm(false, false, rows, hd, r1, T(1), p, r1, vh, hd, T(0), out + (h * T_ + r0) * hd,
-                hd);
+      blas_gemm(false, false, rows, hd, w, T(1), p, w, vh + c0 * hd, hd, T(0),
+                out + (h * T_ + r0) * hd, hd);
     }
   });
 }
 
-// Per query block [r0, r1) (keys [0, r1)), from the forward's out and lse: P = exp(scale Q K^T -
-// lse) recomputed, dV += P^T dO, dP = dO V^T, dS = P (dP - delta) with delta_t = dO_t . out_t,
-// dQ += scale dS K, dK += scale dS^T Q.
+// Per query block [r0, r1) (keys [c0, r1), c0 = first_key(r0)), from the forward's out and lse:
+// P = exp(scale Q K^T - lse) recomputed, dV += P^T dO, dP = dO V^T, dS = P (dP - delta) with
+// delta_t = dO_t . out_t, dQ += scale dS K, dK += scale dS^T Q.
 template <typename T>
 void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const T* lse, const T* q,
                         const T* k, const T* v, int64_t BH, int64_t T_, int64_t hd, T scale,
-                        HeadParallel mode = HeadParallel::kAuto) {
+                        HeadParallel mode = HeadParallel::kAuto, const AttentionMask& mask = {}) {
   PerThreadScratch<T> scratch(2 * kAttnBlock * T_);
   for_each_head(BH, mode, [&](int64_t h) {
     int64_t off = h * T_ * hd;
-    T* p = scratch.get();         // probabilities, row stride r1
+    T* p = scratch.get();         // probabilities, row stride w
     T* ds = p + kAttnBlock * T_;  // dP, then dS
     for (int64_t r0 = 0; r0 < T_; r0 += kAttnBlock) {
       int64_t r1 = std::min(T_, r0 + kAttnBlock), rows = r1 - r0;
+      const int64_t c0 = first_key(mask, h, T_, r0), w = r1 - c0;
       const T* gb = dout + off + r0 * hd;
-      blas_gemm(false, true, rows, r1, hd, scale, q + off + r0 * hd, hd, k + off, hd, T(0), p, r1);
+      const int64_t koff = off + c0 * hd;
+      blas_gemm(false, true, rows, w, hd, scale, q + off + r0 * hd, hd, k + koff, hd, T(0), p, w);
       for (int64_t t = r0; t < r1; ++t) {
-        T* row = p + (t - r0) * r1;
+        T* row = p + (t - r0) * w;
+        const int64_t lo = first_key(mask, h, T_, t) - c0, hi = t - c0;
         const T row_lse = lse[h * T_ + t];
 #pragma omp simd
-        for (int64_t j = 0; j <= t; ++j)
+        for (int64_t j = lo; j <= hi; ++j)
           row[j] = FastMath::exp(row[j] - row_lse);
-        for (int64_t j = t + 1; j < r1; ++j)
+        for (int64_t j = 0; j < lo; ++j)
+          row[j] = T(0);
+        for (int64_t j = hi + 1; j < w; ++j)
           row[j] = T(0);
       }
-      blas_gemm(true, false, r1, hd, rows, T(1), p, r1, gb, hd, T(1), dv + off, hd);
-      blas_gemm(false, true, rows, r1, hd, T(1), gb, hd, v + off, hd, T(0), ds, r1);
+      blas_gemm(true, false, w, hd, rows, T(1), p, w, gb, hd, T(1), dv + koff, hd);
+      blas_gemm(false, true, rows, w, hd, T(1), gb, hd, v + koff, hd, T(0), ds, w);
       for (int64_t t = r0; t < r1; ++t) {
-        const T* prow = p + (t - r0) * r1;
-        T* drow = ds + (t - r0) * r1;
+        const T* prow = p + (t - r0) * w;
+        T* drow = ds + (t - r0) * w;
+        const int64_t lo = first_key(mask, h, T_, t) - c0, hi = t - c0;
         const T* o = out + off + t * hd;
         const T* g = dout + off + t * hd;
         T delta = T(0);
@@ -258,15 +278,16 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const 
         for (int64_t d = 0; d < hd; ++d)
           delta += g[d] * o[d];
 #pragma omp simd
-        for (int64_t j = 0; j <= t; ++j)
+        for (int64_t j = lo; j <= hi; ++j)
           drow[j] = kmath::attention_dscore(prow[j], drow[j], delta);
-        for (int64_t j = t + 1; j < r1; ++j)
+        for (int64_t j = 0; j < lo; ++j)
+          drow[j] = T(0);
+        for (int64_t j = hi + 1; j < w; ++j)
           drow[j] = T(0);
       }
-      blas_gemm(false, false, rows, hd, r1, scale, ds, r1, k + off, hd, T(1), dq + off + r0 * hd,
+      blas_gemm(false, false, rows, hd, w, scale, ds, w, k + koff, hd, T(1), dq + off + r0 * hd,
                 hd);
-      blas_gemm(true, false, r1, hd, rows, scale, ds, r1, q + off + r0 * hd, hd, T(1), dk + off,
-                hd);
+      blas_gemm(true, false, w, hd, rows, scale, ds, w, q + off + r0 * hd, hd, T(1), dk + koff, hd);
     }
   });
 }

@@ -18,6 +18,17 @@ void CpuBackend::axpby(float* y, float a, const float* x, float b, int64_t n) {
   cpu::axpby(y, a, x, b, n);
 }
 
+void CpuBackend::scalar_mix(float* out, const float* wa, const float* a, const float* wb,
+                            const float* b, int64_t n) {
+  cpu::scalar_mix(out, wa, a, wb, b, n);
+}
+
+void CpuBackend::scalar_mix_backward(float* da, float* db, float* dwa, float* dwb, const float* wa,
+                                     const float* a, const float* wb, const float* b,
+                                     const float* dout, int64_t n) {
+  cpu::scalar_mix_backward(da, db, dwa, dwb, wa, a, wb, b, dout, n);
+}
+
 // The conversions as plain loops over restrict pointers: through cpu::elementwise's lambda GCC
 // keeps them scalar (measured 3x slower on 51M elements).
 void CpuBackend::f32_to_bf16(bf16* out, const float* in, int64_t n) {

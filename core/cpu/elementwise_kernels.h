@@ -1,6 +1,6 @@
-// The CPU elementwise kernels: sums, scalings, GELU and ReLU^2 with their gradients.
-// Templated on the scalar type: the backend instantiates them for float, the tests also for
-// double (central finite differences); the element math is core/kernel_math.h's.
+// The CPU elementwise kernels: sums, scalings, learned-scalar mixes, GELU and ReLU^2 with their
+// gradients. Templated on the scalar type: the backend instantiates them for float, the tests also
+// for double (central finite differences); the element math is core/kernel_math.h's.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +22,29 @@ void scale(T* x, T alpha, int64_t n) {
 template <typename T>
 void axpby(T* y, T a, const T* x, T b, int64_t n) {
   elementwise<T>(n, [=](int64_t i) { y[i] = a * x[i] + b * y[i]; });
+}
+template <typename T>
+void scalar_mix(T* out, const T* wa, const T* a, const T* wb, const T* b, int64_t n) {
+  const T ca = wa ? wa[0] : T(1), cb = wb[0];
+  elementwise<T>(n, [=](int64_t i) { out[i] = ca * a[i] + cb * b[i]; });
+}
+// The weight gradients are float64 sums in index order, before the elementwise part (so the
+// result does not depend on the thread count).
+template <typename T>
+void scalar_mix_backward(T* da, T* db, T* dwa, T* dwb, const T* wa, const T* a, const T* wb,
+                         const T* b, const T* dout, int64_t n) {
+  double sa = 0.0, sb = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (wa) sa += double(dout[i]) * double(a[i]);
+    sb += double(dout[i]) * double(b[i]);
+  }
+  if (wa) dwa[0] += T(sa);
+  dwb[0] += T(sb);
+  const T ca = wa ? wa[0] : T(1), cb = wb[0];
+  elementwise<T>(n, [=](int64_t i) {
+    da[i] += ca * dout[i];
+    db[i] += cb * dout[i];
+  });
 }
 template <typename T>
 void gelu_forward(T* out, const T* inp, int64_t n) {

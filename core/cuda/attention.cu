@@ -213,12 +213,25 @@ __device__ inline float row_group_sum(float v) {
   return v;
 }
 
-// One block per (head, query tile): scan the key tiles up to the diagonal with an online softmax
-// per row; out = acc / sum and lse = max + log(sum).
+// The mask's key_begin row of a head (null without a mask), and the begin of query i (0 past T).
+__device__ inline const int32_t* head_begins(const AttentionMask& mask, int64_t head, int64_t T) {
+  return mask.key_begin ? mask.key_begin + (head / mask.heads) * T : nullptr;
+}
+__device__ inline int64_t begin_of(const int32_t* begins, int64_t i, int64_t T) {
+  return begins && i < T ? begins[i] : 0;
+}
+// The begin of the last real row of the query tile from r0.
+__device__ inline int64_t last_begin(const int32_t* begins, int64_t r0, int64_t T) {
+  return begin_of(begins, (r0 + kTile < T ? r0 + kTile : T) - 1, T);
+}
+
+// One block per (head, query tile): scan the key tiles from the one holding the tile's first
+// begin up to the diagonal with an online softmax per row; out = acc / sum and
+// lse = max + log(sum).
 template <int HD>
 __global__ void __launch_bounds__(kTileThreads)
     flash_forward_kernel(float* out, float* lse, const float* q, const float* k, const float* v,
-                         int64_t T, int64_t hd, float scale) {
+                         int64_t T, int64_t hd, float scale, AttentionMask mask) {
   constexpr int NH = HD / 16, ld = head_ld<HD>();
   extern __shared__ float smem[];
   float* sq = smem;
@@ -232,20 +245,25 @@ __global__ void __launch_bounds__(kTileThreads)
   kmath::FlashRow<float> row[4];
   float acc[4][NH];
   tile_zero(acc);
+  const int32_t* begins = head_begins(mask, head, T);
   const int64_t key_end = kmath::causal_key_end(r0, kTile, T);
-  for (int64_t c0 = 0; c0 < key_end; c0 += kTile) {
+  const int64_t key_start = kmath::masked_key_start(begin_of(begins, r0, T), kTile);
+  const int64_t tile_last_begin = last_begin(begins, r0, T);
+  for (int64_t c0 = key_start; c0 < key_end; c0 += kTile) {
     next_key_tile<HD>(sk, sv, k + off, v + off, c0, T, hd);
     float s[4][4];
     tile_zero(s);
     tile_mma<4, true>(s, sq, ld, sk, ld, HD);
-    const bool masked = kmath::tile_needs_mask(r0, kTile, c0, kTile, T);
+    const bool masked = kmath::tile_needs_mask(r0, kTile, c0, kTile, T) ||
+                        kmath::begin_needs_mask(c0, tile_last_begin);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int64_t qi = r0 + 4 * ty + i;
+      const int64_t qb = begin_of(begins, qi, T);
       float tile_max = -INFINITY;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const bool seen = !masked || kmath::causal_visible(qi, c0 + tx + 16 * j, T);
+        const bool seen = !masked || kmath::masked_visible(qi, c0 + tx + 16 * j, T, qb);
         s[i][j] = seen ? s[i][j] * scale : -INFINITY;
         tile_max = fmaxf(tile_max, s[i][j]);
       }
@@ -294,13 +312,14 @@ __global__ void attention_delta_kernel(float* delta, const float* dout, const fl
   }
 }
 
-// One block per (head, key tile): over the query tiles that see it, recompute p^T for its keys,
-// dv += p^T dout, dp^T = v dout^T, ds^T = p^T (dp^T - delta), dk += scale ds^T q.
+// One block per (head, key tile): over the query tiles that see it (from the diagonal's, until
+// the first whose first begin is past the tile), recompute p^T for its keys, dv += p^T dout,
+// dp^T = v dout^T, ds^T = p^T (dp^T - delta), dk += scale ds^T q.
 template <int HD>
 __global__ void __launch_bounds__(kTileThreads)
     flash_backward_kv_kernel(float* dk, float* dv, const float* dout, const float* lse,
                              const float* delta, const float* q, const float* k, const float* v,
-                             int64_t T, int64_t hd, float scale) {
+                             int64_t T, int64_t hd, float scale, AttentionMask mask) {
   constexpr int NH = HD / 16, ld = head_ld<HD>();
   extern __shared__ float smem[];
   float* sk = smem;
@@ -319,8 +338,11 @@ __global__ void __launch_bounds__(kTileThreads)
   tile_zero(dk_acc);
   tile_zero(dv_acc);
   const int64_t query_tiles = (T + kTile - 1) / kTile;
+  const int32_t* begins = head_begins(mask, head, T);
   for (int64_t tile = kmath::causal_first_query_tile(c0, kTile); tile < query_tiles; ++tile) {
     const int64_t r0 = tile * kTile;
+    if (begin_of(begins, r0, T) >= c0 + kTile) break;  // this and every later tile: keys unseen
+    const int64_t tile_last_begin = last_begin(begins, r0, T);
     __syncthreads();  // the previous tile's sq, sg, sp are consumed
     load_rows<HD>(sq, q + off, r0, T, hd);
     load_rows<HD>(sg, dout + off, r0, T, hd);
@@ -330,13 +352,15 @@ __global__ void __launch_bounds__(kTileThreads)
     float p[4][4];  // p^T: rows are keys, columns queries
     tile_zero(p);
     tile_mma<4, true>(p, sk, ld, sq, ld, HD);
-    const bool masked = kmath::tile_needs_mask(r0, kTile, c0, kTile, T);
+    const bool masked = kmath::tile_needs_mask(r0, kTile, c0, kTile, T) ||
+                        kmath::begin_needs_mask(c0, tile_last_begin);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int qi = tx + 16 * j;
-        const bool seen = !masked || kmath::causal_visible(r0 + qi, c0 + 4 * ty + i, T);
+        const bool seen = !masked || kmath::masked_visible(r0 + qi, c0 + 4 * ty + i, T,
+                                                           begin_of(begins, r0 + qi, T));
         p[i][j] = seen ? kmath::attention_prob(p[i][j] * scale, slse[qi]) : 0.0f;
         sp[(4 * ty + i) * kTileLd + qi] = p[i][j];
       }
@@ -362,13 +386,13 @@ __global__ void __launch_bounds__(kTileThreads)
   add_rows(dv + off, dv_acc, c0, T, hd, 1.0f);
 }
 
-// One block per (head, query tile): over its key tiles, recompute p, dp = dout v^T,
-// ds = p (dp - delta), dq += scale ds k.
+// One block per (head, query tile): over its key tiles (the forward's), recompute p,
+// dp = dout v^T, ds = p (dp - delta), dq += scale ds k.
 template <int HD>
 __global__ void __launch_bounds__(kTileThreads)
     flash_backward_q_kernel(float* dq, const float* dout, const float* lse, const float* delta,
                             const float* q, const float* k, const float* v, int64_t T, int64_t hd,
-                            float scale) {
+                            float scale, AttentionMask mask) {
   constexpr int NH = HD / 16, ld = head_ld<HD>();
   extern __shared__ float smem[];
   float* sq = smem;
@@ -387,22 +411,27 @@ __global__ void __launch_bounds__(kTileThreads)
   load_stat(sdelta, delta + head * T, r0, T);
   float dq_acc[4][NH];
   tile_zero(dq_acc);
+  const int32_t* begins = head_begins(mask, head, T);
   const int64_t key_end = kmath::causal_key_end(r0, kTile, T);
-  for (int64_t c0 = 0; c0 < key_end; c0 += kTile) {
+  const int64_t key_start = kmath::masked_key_start(begin_of(begins, r0, T), kTile);
+  const int64_t tile_last_begin = last_begin(begins, r0, T);
+  for (int64_t c0 = key_start; c0 < key_end; c0 += kTile) {
     next_key_tile<HD>(sk, sv, k + off, v + off, c0, T, hd);
     float p[4][4], dp[4][4];
     tile_zero(p);
     tile_zero(dp);
     tile_mma<4, true>(p, sq, ld, sk, ld, HD);
     tile_mma<4, true>(dp, sg, ld, sv, ld, HD);
-    const bool masked = kmath::tile_needs_mask(r0, kTile, c0, kTile, T);
+    const bool masked = kmath::tile_needs_mask(r0, kTile, c0, kTile, T) ||
+                        kmath::begin_needs_mask(c0, tile_last_begin);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int r = 4 * ty + i;
+      const int64_t rb = begin_of(begins, r0 + r, T);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int c = tx + 16 * j;
-        const bool seen = !masked || kmath::causal_visible(r0 + r, c0 + c, T);
+        const bool seen = !masked || kmath::masked_visible(r0 + r, c0 + c, T, rb);
         const float prob = seen ? kmath::attention_prob(p[i][j] * scale, slse[r]) : 0.0f;
         sds[r * kTileLd + c] = kmath::attention_dscore(prob, dp[i][j], sdelta[r]);
       }
@@ -450,19 +479,21 @@ void check_attention_grid(int64_t BH, int64_t T, const std::string& op) {
 
 template <int HD>
 void flash_forward(float* out, float* lse, const float* q, const float* k, const float* v,
-                   int64_t BH, int64_t T, int64_t hd, float scale, cudaStream_t stream) {
+                   int64_t BH, int64_t T, int64_t hd, float scale, const AttentionMask& mask,
+                   cudaStream_t stream) {
   launch_tiles(flash_forward_kernel<HD>, forward_smem<HD>(), BH, T, stream, out, lse, q, k, v, T,
-               hd, scale);
+               hd, scale, mask);
 }
 
 template <int HD>
 void flash_backward(float* dq, float* dk, float* dv, const float* dout, const float* lse,
                     const float* delta, const float* q, const float* k, const float* v, int64_t BH,
-                    int64_t T, int64_t hd, float scale, cudaStream_t stream) {
+                    int64_t T, int64_t hd, float scale, const AttentionMask& mask,
+                    cudaStream_t stream) {
   launch_tiles(flash_backward_kv_kernel<HD>, backward_smem<HD>(), BH, T, stream, dk, dv, dout, lse,
-               delta, q, k, v, T, hd, scale);
+               delta, q, k, v, T, hd, scale, mask);
   launch_tiles(flash_backward_q_kernel<HD>, backward_smem<HD>(), BH, T, stream, dq, dout, lse,
-               delta, q, k, v, T, hd, scale);
+               delta, q, k, v, T, hd, scale, mask);
 }
 
 }  // namespace
@@ -528,26 +559,26 @@ void CudaBackend::rotary_backward(float* dinp, const float* dout, int64_t BH, in
 }
 
 void CudaBackend::attention_forward(float* out, float* lse, const float* q, const float* k,
-                                    const float* v, int64_t BH, int64_t T, int64_t hd,
-                                    float scale) {
+                                    const float* v, int64_t BH, int64_t T, int64_t hd, float scale,
+                                    const AttentionMask& mask) {
   const std::string op = name_ + ": attention_forward";
   check_sizes(op, {BH, T, hd});
   if (BH == 0 || T == 0) return;
   check_attention_grid(BH, T, op);
   switch (padded_head_dim(hd, op)) {
     case 32:
-      return flash_forward<32>(out, lse, q, k, v, BH, T, hd, scale, stream_);
+      return flash_forward<32>(out, lse, q, k, v, BH, T, hd, scale, mask, stream_);
     case 64:
-      return flash_forward<64>(out, lse, q, k, v, BH, T, hd, scale, stream_);
+      return flash_forward<64>(out, lse, q, k, v, BH, T, hd, scale, mask, stream_);
     default:
-      return flash_forward<128>(out, lse, q, k, v, BH, T, hd, scale, stream_);
+      return flash_forward<128>(out, lse, q, k, v, BH, T, hd, scale, mask, stream_);
   }
 }
 
 void CudaBackend::attention_backward(float* dq, float* dk, float* dv, const float* dout,
                                      const float* out, const float* lse, const float* q,
                                      const float* k, const float* v, int64_t BH, int64_t T,
-                                     int64_t hd, float scale) {
+                                     int64_t hd, float scale, const AttentionMask& mask) {
   const std::string op = name_ + ": attention_backward";
   check_sizes(op, {BH, T, hd});
   if (BH == 0 || T == 0) return;
@@ -559,14 +590,14 @@ void CudaBackend::attention_backward(float* dq, float* dk, float* dv, const floa
   ENGINE_CUDA_LAUNCHED();
   switch (padded) {
     case 32:
-      return flash_backward<32>(dq, dk, dv, dout, lse, delta.get(), q, k, v, BH, T, hd, scale,
+      return flash_backward<32>(dq, dk, dv, dout, lse, delta.get(), q, k, v, BH, T, hd, scale, mask,
                                 stream_);
     case 64:
-      return flash_backward<64>(dq, dk, dv, dout, lse, delta.get(), q, k, v, BH, T, hd, scale,
+      return flash_backward<64>(dq, dk, dv, dout, lse, delta.get(), q, k, v, BH, T, hd, scale, mask,
                                 stream_);
     default:
       return flash_backward<128>(dq, dk, dv, dout, lse, delta.get(), q, k, v, BH, T, hd, scale,
-                                 stream_);
+                                 mask, stream_);
   }
 }
 

@@ -65,6 +65,11 @@ class CudaBackend final : public Backend {
   void add(float* out, const float* a, const float* b, int64_t n) override;
   void scale(float* x, float alpha, int64_t n) override;
   void axpby(float* y, float a, const float* x, float b, int64_t n) override;
+  void scalar_mix(float* out, const float* wa, const float* a, const float* wb, const float* b,
+                  int64_t n) override;
+  void scalar_mix_backward(float* da, float* db, float* dwa, float* dwb, const float* wa,
+                           const float* a, const float* wb, const float* b, const float* dout,
+                           int64_t n) override;
   void f32_to_bf16(bf16* out, const float* in, int64_t n) override;
   void bf16_to_f32(float* out, const bf16* in, int64_t n) override;
   void gelu_forward(float* out, const float* inp, int64_t n) override;
@@ -105,10 +110,12 @@ class CudaBackend final : public Backend {
   void rotary_backward(float* dinp, const float* dout, int64_t BH, int64_t T, int64_t hd,
                        float base) override;
   void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
-                         int64_t BH, int64_t T, int64_t hd, float scale) override;
+                         int64_t BH, int64_t T, int64_t hd, float scale,
+                         const AttentionMask& mask = {}) override;
   void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
                           const float* lse, const float* q, const float* k, const float* v,
-                          int64_t BH, int64_t T, int64_t hd, float scale) override;
+                          int64_t BH, int64_t T, int64_t hd, float scale,
+                          const AttentionMask& mask = {}) override;
 
   void cross_entropy(float* losses, float* dlogits, const float* logits, const int32_t* targets,
                      int64_t N, int64_t V, int64_t Vp, float softcap, float dloss_scale) override;

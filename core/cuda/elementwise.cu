@@ -7,6 +7,7 @@
 #include "core/check.h"
 #include "core/cuda/cuda_backend.h"
 #include "core/cuda/cuda_launch.cuh"
+#include "core/cuda/cuda_reduce.cuh"
 #include "core/kernel_math.h"
 
 namespace core {
@@ -32,6 +33,34 @@ __global__ void axpby_kernel(float* y, float a, const float* x, float b, int64_t
   for (int64_t i = first_index(); i < n; i += grid_stride())
     y[i] = a * x[i] + b * y[i];
 }
+
+__global__ void scalar_mix_kernel(float* out, const float* wa, const float* a, const float* wb,
+                                  const float* b, int64_t n) {
+  const float ca = wa ? wa[0] : 1.0f, cb = wb[0];
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    out[i] = ca * a[i] + cb * b[i];
+}
+
+__global__ void scalar_mix_backward_kernel(float* da, float* db, const float* wa, const float* wb,
+                                           const float* dout, int64_t n) {
+  const float ca = wa ? wa[0] : 1.0f, cb = wb[0];
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    da[i] += ca * dout[i];
+    db[i] += cb * dout[i];
+  }
+}
+
+// The two weight gradients as column sums of one column ([n, 1]): dout a and dout b.
+struct MixDots {
+  static constexpr int kCount = 2;
+  const float* dout;
+  const float* a;
+  const float* b;
+  __device__ void operator()(int64_t r, int64_t, int64_t, float* v) const {
+    v[0] = a ? dout[r] * a[r] : 0.0f;
+    v[1] = dout[r] * b[r];
+  }
+};
 
 __global__ void f32_to_bf16_kernel(bf16* out, const float* in, int64_t n) {
   for (int64_t i = first_index(); i < n; i += grid_stride())
@@ -92,6 +121,24 @@ void CudaBackend::scale(float* x, float alpha, int64_t n) {
 void CudaBackend::axpby(float* y, float a, const float* x, float b, int64_t n) {
   if (n <= 0) return;
   axpby_kernel<<<grid_for(n), kThreads, 0, stream_>>>(y, a, x, b, n);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::scalar_mix(float* out, const float* wa, const float* a, const float* wb,
+                             const float* b, int64_t n) {
+  if (n <= 0) return;
+  scalar_mix_kernel<<<grid_for(n), kThreads, 0, stream_>>>(out, wa, a, wb, b, n);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::scalar_mix_backward(float* da, float* db, float* dwa, float* dwb, const float* wa,
+                                      const float* a, const float* wb, const float* b,
+                                      const float* dout, int64_t n) {
+  if (n <= 0) return;
+  cuda_detail::column_sums(allocator_, stream_,
+                           cuda_detail::ColumnTargets{{wa ? dwa : nullptr, dwb}},
+                           MixDots{dout, wa ? a : nullptr, b}, n, 1, "scalar_mix_backward");
+  scalar_mix_backward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(da, db, wa, wb, dout, n);
   ENGINE_CUDA_LAUNCHED();
 }
 

@@ -7,6 +7,16 @@
 
 namespace core {
 
+// Which keys a query sees: query t of a head of batch row b sees keys [key_begin[b T + t], t]
+// (documents: the position of its document's first token; a sliding window w: at least t - w + 1).
+// key_begin is a device array [B, T] with key_begin[b T + t] <= t, non-decreasing along t (so a
+// tile of queries needs only the keys from its first query's begin on); heads is H, the heads of
+// one batch row (head bh belongs to row bh / H). The default, no array, is plain causal.
+struct AttentionMask {
+  const int32_t* key_begin = nullptr;
+  int64_t heads = 1;
+};
+
 class AttentionOps {
  public:
   virtual ~AttentionOps() = default;
@@ -29,17 +39,18 @@ class AttentionOps {
                               float base) = 0;
   virtual void rotary_backward(float* dinp, const float* dout, int64_t BH, int64_t T, int64_t hd,
                                float base) = 0;
-  // out = softmax(q k^T * scale + causal mask) v for BH heads of [T, hd]. Saves lse [BH, T],
-  // each query row's log-sum-exp of its scaled visible scores: the backward recomputes the
-  // probabilities from it, so nothing [T, T] is kept between the two (core/attention_tiles.h).
+  // out = softmax(q k^T * scale + mask) v for BH heads of [T, hd], the mask causal and `mask`'s.
+  // Saves lse [BH, T], each query row's log-sum-exp of its scaled visible scores: the backward
+  // recomputes the probabilities from it, so nothing [T, T] is kept between the two
+  // (core/attention_tiles.h). Key ranges no query of a tile sees are skipped whole.
   virtual void attention_forward(float* out, float* lse, const float* q, const float* k,
-                                 const float* v, int64_t BH, int64_t T, int64_t hd,
-                                 float scale) = 0;
-  // From the forward's out and lse; dq, dk, dv accumulate.
+                                 const float* v, int64_t BH, int64_t T, int64_t hd, float scale,
+                                 const AttentionMask& mask = {}) = 0;
+  // From the forward's out and lse (with the forward's mask); dq, dk, dv accumulate.
   virtual void attention_backward(float* dq, float* dk, float* dv, const float* dout,
                                   const float* out, const float* lse, const float* q,
                                   const float* k, const float* v, int64_t BH, int64_t T, int64_t hd,
-                                  float scale) = 0;
+                                  float scale, const AttentionMask& mask = {}) = 0;
 };
 
 }  // namespace core

@@ -1,10 +1,11 @@
 // The tiled online-softmax attention of the CUDA kernels (core/attention_tiles.h), run on the
 // host in float64 with the kernels' loop structure, against the plain CPU attention
 // (attention_kernels.h): tile sizes that do not divide T, tiles longer than T, T = 1, the causal
-// boundary.
+// boundary, document and window masks.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -30,6 +31,19 @@ struct Case {
 struct Heads {
   int64_t BH, T, hd;
   double scale;
+  // With a mask (core::AttentionMask, one head per row): query i of head h sees keys from
+  // begins[h T + i] on; empty: plain causal.
+  std::vector<int32_t> begins = {};
+  int64_t begin(int64_t h, int64_t i) const {
+    return begins.empty() || i >= T ? 0 : begins[static_cast<size_t>(h * T + i)];
+  }
+  bool visible(int64_t h, int64_t i, int64_t j) const {
+    return kmath::masked_visible(i, j, T, begin(h, i));
+  }
+  // The begin of the last real row of the query tile from r0 (Br rows).
+  int64_t last_begin(int64_t h, int64_t r0, int64_t Br) const {
+    return begin(h, std::min(r0 + Br, T) - 1);
+  }
   const double* at(const Vec& x, int64_t h, int64_t row) const {
     return x.data() + (h * T + row) * hd;
   }
@@ -41,8 +55,9 @@ struct Heads {
   }
 };
 
-// The forward kernel's steps: per query tile, the key tiles up to causal_key_end, each row's
-// FlashRow advanced by the tile's visible maximum and the accumulator rescaled with it.
+// The forward kernel's steps: per query tile, the key tiles from masked_key_start up to
+// causal_key_end, each row's FlashRow advanced by the tile's visible maximum and the accumulator
+// rescaled with it. Every skipped key must be invisible to the tile.
 void tiled_forward(Vec& out, Vec& lse, const Vec& q, const Vec& k, const Vec& v, const Heads& x,
                    int64_t Br, int64_t Bc) {
   const int64_t T = x.T, hd = x.hd;
@@ -50,15 +65,20 @@ void tiled_forward(Vec& out, Vec& lse, const Vec& q, const Vec& k, const Vec& v,
     for (int64_t r0 = 0; r0 < T; r0 += Br) {
       std::vector<kmath::FlashRow<double>> rows(static_cast<size_t>(Br));
       Vec acc(static_cast<size_t>(Br * hd), 0.0);
-      for (int64_t c0 = 0; c0 < kmath::causal_key_end(r0, Br, T); c0 += Bc) {
-        const bool masked = kmath::tile_needs_mask(r0, Br, c0, Bc, T);
+      const int64_t key_start = kmath::masked_key_start(x.begin(h, r0), Bc);
+      for (int64_t i = r0; i < std::min(r0 + Br, T); ++i)
+        for (int64_t j = 0; j < key_start; ++j)
+          EXPECT_FALSE(x.visible(h, i, j)) << "skipped key " << j << " of query " << i;
+      for (int64_t c0 = key_start; c0 < kmath::causal_key_end(r0, Br, T); c0 += Bc) {
+        const bool masked = kmath::tile_needs_mask(r0, Br, c0, Bc, T) ||
+                            kmath::begin_needs_mask(c0, x.last_begin(h, r0, Br));
         for (int64_t r = 0; r < Br; ++r) {
           const int64_t i = r0 + r;
           Vec s(static_cast<size_t>(Bc));
           double tile_max = -INFINITY;
           for (int64_t c = 0; c < Bc; ++c) {
             const int64_t j = c0 + c;
-            const bool seen = kmath::causal_visible(i, j, T);
+            const bool seen = x.visible(h, i, j);
             EXPECT_TRUE(masked || seen) << "tile (" << r0 << ", " << c0 << ") skipped its mask";
             s[c] = seen ? x.score(q, h, i, k, j) : -INFINITY;
             tile_max = std::max(tile_max, s[c]);
@@ -85,7 +105,8 @@ void tiled_forward(Vec& out, Vec& lse, const Vec& q, const Vec& k, const Vec& v,
 }
 
 // The backward kernels' steps: delta per row; per key tile over the query tiles from
-// causal_first_query_tile (dk, dv); per query tile over its key tiles (dq). Accumulates.
+// causal_first_query_tile until the first whose first begin is past the key tile (dk, dv); per
+// query tile over its key tiles (dq). Accumulates.
 void tiled_backward(Vec& dq, Vec& dk, Vec& dv, const Vec& dout, const Vec& out, const Vec& lse,
                     const Vec& q, const Vec& k, const Vec& v, const Heads& x, int64_t Br,
                     int64_t Bc) {
@@ -109,12 +130,19 @@ void tiled_backward(Vec& dq, Vec& dk, Vec& dv, const Vec& dout, const Vec& out, 
       // Query tiles before the first one must see nothing of this key tile.
       for (int64_t i = 0; i < kmath::causal_first_query_tile(c0, Br) * Br; ++i)
         for (int64_t j = c0; j < std::min(T, c0 + Bc); ++j)
-          EXPECT_FALSE(kmath::causal_visible(i, j, T)) << "query " << i << " key " << j;
+          EXPECT_FALSE(x.visible(h, i, j)) << "query " << i << " key " << j;
       for (int64_t tile = kmath::causal_first_query_tile(c0, Br); tile < query_tiles; ++tile) {
+        if (x.begin(h, tile * Br) >= c0 + Bc) {
+          // This and every later query tile see nothing of the key tile.
+          for (int64_t i = tile * Br; i < T; ++i)
+            for (int64_t j = c0; j < std::min(T, c0 + Bc); ++j)
+              EXPECT_FALSE(x.visible(h, i, j)) << "query " << i << " key " << j;
+          break;
+        }
         for (int64_t c = 0; c < Bc; ++c) {
           for (int64_t r = 0; r < Br; ++r) {
             const int64_t i = tile * Br + r, j = c0 + c;
-            if (!kmath::causal_visible(i, j, T)) continue;
+            if (!x.visible(h, i, j)) continue;
             double p, ds;
             grads(h, i, j, p, ds);
             for (int64_t d = 0; d < hd; ++d) {
@@ -133,10 +161,11 @@ void tiled_backward(Vec& dq, Vec& dk, Vec& dv, const Vec& dout, const Vec& out, 
     }
     for (int64_t r0 = 0; r0 < T; r0 += Br) {
       Vec dq_acc(static_cast<size_t>(Br * hd), 0.0);
-      for (int64_t c0 = 0; c0 < kmath::causal_key_end(r0, Br, T); c0 += Bc) {
+      const int64_t key_start = kmath::masked_key_start(x.begin(h, r0), Bc);
+      for (int64_t c0 = key_start; c0 < kmath::causal_key_end(r0, Br, T); c0 += Bc) {
         for (int64_t r = 0; r < Br; ++r) {
           for (int64_t c = 0; c < Bc; ++c) {
-            if (!kmath::causal_visible(r0 + r, c0 + c, T)) continue;
+            if (!x.visible(h, r0 + r, c0 + c)) continue;
             double p, ds;
             grads(h, r0 + r, c0 + c, p, ds);
             for (int64_t d = 0; d < hd; ++d)
@@ -192,6 +221,43 @@ TEST_P(AttentionTiles, MatchPlainAttentionInFloat64) {
   expect_within("tiled dq, norm-relative", norm_rel_diff(tdq, dq), 1e-13);
   expect_within("tiled dk, norm-relative", norm_rel_diff(tdk, dk), 1e-13);
   expect_within("tiled dv, norm-relative", norm_rel_diff(tdv, dv), 1e-13);
+}
+
+// Documents and sliding windows: the tiled steps with the mask against the CPU's masked
+// attention, for the kernels' tiles and for tiles that do not divide T or the window. Head 0 has
+// documents from 0, 9, 10 (a one-token document), 40 (longer than the window), head 1 the window
+// alone.
+TEST(AttentionTilesMasked, MatchTheCpuMaskedAttentionInFloat64) {
+  for (auto [T, window, Br, Bc] :
+       {std::array<int64_t, 4>{70, 23, 64, 64}, {70, 23, 16, 16}, {61, 7, 5, 3}, {33, 40, 4, 8}}) {
+    SCOPED_TRACE("T " + std::to_string(T) + " window " + std::to_string(window) + " Br " +
+                 std::to_string(Br) + " Bc " + std::to_string(Bc));
+    const int64_t BH = 2, hd = 4, n = BH * T * hd;
+    Heads x{BH, T, hd, 0.4};
+    x.begins.resize(static_cast<size_t>(BH * T));
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t doc = t >= 40 ? 40 : t >= 10 ? 10 : t >= 9 ? 9 : 0;
+      x.begins[t] = static_cast<int32_t>(std::max(doc, t - window + 1));
+      x.begins[T + t] = static_cast<int32_t>(std::max<int64_t>(0, t - window + 1));
+    }
+    const core::AttentionMask mask{x.begins.data(), 1};
+    Vec q = random_vec(n, 11, 2.0), k = random_vec(n, 12, 2.0), v = random_vec(n, 13);
+    Vec dout = random_vec(n, 14);
+    Vec out(n), lse(BH * T), tout(n), tlse(BH * T);
+    core::cpu::attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), BH, T, hd,
+                                 x.scale, core::cpu::HeadParallel::kAuto, mask);
+    tiled_forward(tout, tlse, q, k, v, x, Br, Bc);
+    expect_within("masked tiled out, norm-relative", norm_rel_diff(tout, out), 1e-13);
+    expect_within("masked tiled lse, norm-relative", norm_rel_diff(tlse, lse), 1e-13);
+    Vec dq(n, 0.0), dk(n, 0.0), dv(n, 0.0), tdq(n, 0.0), tdk(n, 0.0), tdv(n, 0.0);
+    core::cpu::attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), out.data(),
+                                  lse.data(), q.data(), k.data(), v.data(), BH, T, hd, x.scale,
+                                  core::cpu::HeadParallel::kAuto, mask);
+    tiled_backward(tdq, tdk, tdv, dout, tout, tlse, q, k, v, x, Br, Bc);
+    expect_within("masked tiled dq, norm-relative", norm_rel_diff(tdq, dq), 1e-13);
+    expect_within("masked tiled dk, norm-relative", norm_rel_diff(tdk, dk), 1e-13);
+    expect_within("masked tiled dv, norm-relative", norm_rel_diff(tdv, dv), 1e-13);
+  }
 }
 
 // tile_needs_mask is false only where every element is visible (so skipping the per-element

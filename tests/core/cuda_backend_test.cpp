@@ -614,6 +614,43 @@ TEST_F(CudaVsCpu, Attention) {
   }
 }
 
+// Document masks and sliding windows (core::AttentionMask) against the CPU's: 2 rows x 2 heads,
+// T across three tiles, a window (100) that divides neither T nor a tile, documents that start
+// inside a tile, a one-token document, and a document longer than the window; the kernels skip
+// the key tiles before each query tile's first begin and stop a key tile's query scan early.
+TEST_F(CudaVsCpu, AttentionWithDocumentAndWindowMask) {
+  const int64_t B = 2, H = 2, BH = B * H, T = 150, hd = 64, n = BH * T * hd, window = 100;
+  std::vector<int32_t> begin(B * T);
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t doc = t >= 70 ? 70 : t >= 31 ? 31 : t >= 30 ? 30 : 0;  // [30, 31): one token
+    begin[t] = static_cast<int32_t>(std::max(doc, t - window + 1));
+    begin[T + t] = static_cast<int32_t>(std::max<int64_t>(0, t - window + 1));
+  }
+  const float scale = 0.12f;
+  auto q = random_vector(n, 11, 2.0f), k = random_vector(n, 12, 2.0f), v = random_vector(n, 13);
+  auto dout = random_vector(n, 14);
+  std::vector<float> out(n), lse(BH * T);
+  cpu().attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), BH, T, hd, scale,
+                          {begin.data(), H});
+  const int32_t* gbegin = dev().upload(begin);
+  float *gq = dev().upload(q), *gk = dev().upload(k), *gv = dev().upload(v);
+  float *gout = dev().alloc<float>(n), *glse = dev().alloc<float>(BH * T);
+  gpu().attention_forward(gout, glse, gq, gk, gv, BH, T, hd, scale, {gbegin, H});
+  EXPECT_CLOSE(dev().download(gout, n), out, 1e-4);
+  EXPECT_CLOSE(dev().download(glse, BH * T), lse, 1e-5);
+  std::vector<float> dq(n, 0.0f), dk(n, 0.0f), dv(n, 0.0f);
+  cpu().attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), out.data(), lse.data(),
+                           q.data(), k.data(), v.data(), BH, T, hd, scale, {begin.data(), H});
+  float *gdq = dev().upload(std::vector<float>(n, 0.0f)),
+        *gdk = dev().upload(std::vector<float>(n, 0.0f)),
+        *gdv = dev().upload(std::vector<float>(n, 0.0f));
+  gpu().attention_backward(gdq, gdk, gdv, dev().upload(dout), gout, glse, gq, gk, gv, BH, T, hd,
+                           scale, {gbegin, H});
+  EXPECT_CLOSE(dev().download(gdq, n), dq, 1e-4);
+  EXPECT_CLOSE(dev().download(gdk, n), dk, 1e-4);
+  EXPECT_CLOSE(dev().download(gdv, n), dv, 1e-4);
+}
+
 TEST_F(CudaVsCpu, AttentionRefusesAHeadDimAboveTheKernels) {
   const int64_t BH = 1, T = 2, hd = 130;
   float* x = dev().alloc<float>(BH * T * hd);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -111,6 +112,35 @@ TEST_P(KernelGrad, Relu2) {
   Vec d0 = random_vec(n, 23), d = d0;
   cpu::relu2_backward(d.data(), x.data(), wy.data(), n);
   expect_gradient("relu2", x, forward, minus(d, d0));
+}
+
+// The recipe's learned-scalar mix out = wa a + wb b (U-net skips, x0 and value lambdas): both
+// inputs and both weights, and the form without wa (out = a + wb b).
+TEST_P(KernelGrad, ScalarMix) {
+  Sizes s = GetParam();
+  int64_t n = s.N() * s.D;
+  Vec a = random_vec(n, 41), b = random_vec(n, 42), wy = random_vec(n, 43);
+  Vec wa = {0.7}, wb = {-1.3};
+  for (bool with_wa : {true, false}) {
+    auto forward = [&] {
+      Vec y(n);
+      cpu::scalar_mix(y.data(), with_wa ? wa.data() : nullptr, a.data(), wb.data(), b.data(), n);
+      return dot(y, wy);
+    };
+    Vec da0 = random_vec(n, 44), db0 = random_vec(n, 45), dwa0 = {0.25}, dwb0 = {-0.5};
+    Vec da = da0, db = db0, dwa = dwa0, dwb = dwb0;
+    cpu::scalar_mix_backward(da.data(), db.data(), dwa.data(), dwb.data(),
+                             with_wa ? wa.data() : nullptr, a.data(), wb.data(), b.data(),
+                             wy.data(), n);
+    expect_gradient("scalar_mix da", a, forward, minus(da, da0));
+    expect_gradient("scalar_mix db", b, forward, minus(db, db0));
+    expect_gradient("scalar_mix dwb", wb, forward, minus(dwb, dwb0));
+    if (with_wa) {
+      expect_gradient("scalar_mix dwa", wa, forward, minus(dwa, dwa0));
+    } else {
+      EXPECT_EQ(dwa, dwa0) << "no wa: its gradient is left alone";
+    }
+  }
 }
 
 TEST_P(KernelGrad, LayerNorm) {
@@ -311,6 +341,75 @@ TEST(KernelGradBlocks, CausalAttentionAcrossQueryBlocks) {
   expect_gradient("attention dk", k, forward, minus(dk, dk0));
   expect_gradient("attention dv", v, forward, minus(dv, dv0));
   expect_lse_normalises(q, k, lse, BH, T, hd, 0.5);
+  omp_set_num_threads(saved);
+}
+
+// Document masking and a sliding window (core::AttentionMask): against a plain masked attention
+// written out from the definition, and the backward against central differences, in float64.
+// T spans three query blocks and the window (37) divides neither T nor the block; row 0 has a
+// one-token document (position 5), a document longer than the window (from 90 on) and one that
+// starts in the middle of a query block; row 1 has a single document (the window alone).
+TEST(KernelGradBlocks, DocumentAndWindowMaskedAttention) {
+  int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const int64_t B = 2, H = 1, BH = B * H, T = 2 * cpu::kAttnBlock + 13, hd = 4, n = BH * T * hd;
+  const int64_t window = 37;
+  const std::vector<int64_t> doc_starts = {0, 5, 6, 90};
+  std::vector<int32_t> begin(B * T);
+  for (int64_t t = 0; t < T; ++t) {
+    int64_t doc = 0;
+    for (int64_t d : doc_starts)
+      if (d <= t) doc = d;
+    begin[t] = static_cast<int32_t>(std::max(doc, t - window + 1));
+    begin[T + t] = static_cast<int32_t>(std::max<int64_t>(0, t - window + 1));
+  }
+  const core::AttentionMask mask{begin.data(), H};
+  const double scale = 0.3;
+  Vec q = random_vec(n, 131), k = random_vec(n, 132), v = random_vec(n, 133),
+      wy = random_vec(n, 134), out(n), lse(BH * T);
+  auto forward = [&] {
+    cpu::attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), BH, T, hd, scale,
+                           cpu::HeadParallel::kAuto, mask);
+    return dot(out, wy);
+  };
+  forward();
+  // The definition: softmax over keys [begin_t, t] of scale q_t . k_j.
+  double worst = 0.0;
+  for (int64_t h = 0; h < BH; ++h) {
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t lo = begin[(h / H) * T + t];
+      std::vector<double> sc;
+      double mx = -1e300;
+      for (int64_t j = lo; j <= t; ++j) {
+        double dotqk = 0.0;
+        for (int64_t d = 0; d < hd; ++d)
+          dotqk += q[(h * T + t) * hd + d] * k[(h * T + j) * hd + d];
+        sc.push_back(scale * dotqk);
+        mx = std::max(mx, sc.back());
+      }
+      double z = 0.0;
+      for (double x : sc)
+        z += std::exp(x - mx);
+      worst = std::max(worst, std::abs(lse[h * T + t] - (mx + std::log(z))));
+      for (int64_t d = 0; d < hd; ++d) {
+        double o = 0.0;
+        for (int64_t j = lo; j <= t; ++j)
+          o += std::exp(sc[j - lo] - mx) / z * v[(h * T + j) * hd + d];
+        worst = std::max(worst, std::abs(out[(h * T + t) * hd + d] - o));
+      }
+    }
+  }
+  core::test::expect_within("masked attention vs the definition, max abs", worst, 1e-12);
+  EXPECT_EQ(begin[5], 5);
+  EXPECT_EQ(begin[6], 6);  // the one-token document [5, 6) sees itself only
+  Vec dq0 = random_vec(n, 135), dk0 = random_vec(n, 136), dv0 = random_vec(n, 137);
+  Vec dq = dq0, dk = dk0, dv = dv0;
+  cpu::attention_backward(dq.data(), dk.data(), dv.data(), wy.data(), out.data(), lse.data(),
+                          q.data(), k.data(), v.data(), BH, T, hd, scale, cpu::HeadParallel::kAuto,
+                          mask);
+  expect_gradient("masked attention dq", q, forward, minus(dq, dq0));
+  expect_gradient("masked attention dk", k, forward, minus(dk, dk0));
+  expect_gradient("masked attention dv", v, forward, minus(dv, dv0));
   omp_set_num_threads(saved);
 }
 

@@ -237,6 +237,36 @@ def case_world_size_archs(env):
                   "%.2e, global grad norm %.2e" % (name, np, stage, worst, norm))
 
 
+# Every key of modded-nanogpt's record recipe (docs/specs/modded_nanogpt.md c.1) on the tiny
+# model, grown to 4 blocks: block 2 MLP only, a value-embedding table (blocks 0 and 3), U-net
+# skips, x0 lambdas, attention scale 0.12, zero-init head, vocabulary padded to 128, the sigmoid
+# cap, documents starting at token 7 and windows 12 (long) / 6 (short) that divide neither the
+# 32-token rows nor each other's blocks. tiny.yaml's "*" group takes the new scalars and tables.
+RECIPE_SETS = ["model.n_layer=4", "model.no_attn_layers=2", "model.value_embeds=1",
+               "model.unet_skips=true", "model.x0_lambdas=true", "model.attn_scale=0.12",
+               "model.zero_init_head=true", "model.vocab_pad=128", "model.softcap=30",
+               "model.softcap_form=sigmoid", "model.softcap_scale=60", "model.doc_bos=7",
+               "model.window=12", "model.window_pattern=LSSL", "model.window_grow=true"]
+
+
+def case_world_size_recipe(env):
+    """The recipe's parameters through the sharding plan: np 2 at stage 2 and np 4 at stage 3
+    (the skip weights, lambdas and value table as uneven shards, gathered per layer) against
+    np 1, within the dense model's bars; and the loss falls."""
+    sets = RECIPE_SETS + ["checkpoint.every=0", "checkpoint.at_end=false"]
+    one = metrics(env.run(1, "recipe_np1", sets)[1])
+    check(one[20]["val_loss"] < one[0]["val_loss"] - 0.5,
+          "recipe: val loss %.4f -> %.4f did not fall" % (one[0]["val_loss"], one[20]["val_loss"]))
+    for np, stage in ((2, 2), (4, 3)):
+        other = metrics(env.run(np, "recipe_np%d" % np, sets + ["zero.stage=%d" % stage])[1])
+        what = "recipe np %d stage %d vs np 1" % (np, stage)
+        worst = compare_losses(other, one, range(0, 21), WORLD_SIZE_LOSS_RTOL, what)
+        norm = compare_losses(other, one, range(1, 21), WORLD_SIZE_NORM_RTOL, what,
+                              keys=("grad_norm",))
+        print("recipe: np %d stage %d vs np 1, largest relative difference over 20 steps: losses "
+              "%.2e, global grad norm %.2e" % (np, stage, worst, norm))
+
+
 def case_zero3_memory(env):
     """Stage 3 residency on a 6-block model at np 2: same losses as stage 2, a peak at least the
     parameter bytes this rank does not own below stage 2's, and after every step the live bytes
@@ -397,6 +427,12 @@ def case_resume_stage2_moe(env):
 
 def case_resume_stage3_gpt2(env):
     resume_case(env, "gpt2", ["model.arch=gpt2"], 3, WORLD_SIZE_LOSS_RTOL)
+
+
+def case_resume_recipe(env):
+    """Every record-recipe key (RECIPE_SETS): its scalars and value table saved at stage 3 and
+    resumed on np 2, 3 and 8."""
+    resume_case(env, "recipe", RECIPE_SETS, 3, WORLD_SIZE_LOSS_RTOL)
 
 
 # The optimizer families the tiny config and SOAP_FAMILY_OPTIM leave out, on the MoE model:
@@ -987,6 +1023,7 @@ CASES = {
     "world_size_stage2": lambda env: case_world_size(env, 2),
     "world_size_stage3": lambda env: case_world_size(env, 3),
     "world_size_archs": case_world_size_archs,
+    "world_size_recipe": case_world_size_recipe,
     "world_size_optimizers": case_world_size_optimizers,
     "world_size_osft": case_world_size_osft,
     "zero3_memory": case_zero3_memory,
@@ -994,6 +1031,7 @@ CASES = {
     "resume_world_size": case_resume_world_size,
     "resume_stage2_moe": case_resume_stage2_moe,
     "resume_stage3_gpt2": case_resume_stage3_gpt2,
+    "resume_recipe": case_resume_recipe,
     "resume_soap_family": case_resume_soap_family,
     "threads_binding": case_threads_binding,
     "bad_configs": case_bad_configs,

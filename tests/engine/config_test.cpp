@@ -280,6 +280,59 @@ TEST(Config, CrossFieldChecksNameTheKey) {
       << msg;
 }
 
+// The record recipe's model keys (docs/specs/modded_nanogpt.md c.1): each bad value is refused
+// naming its key.
+TEST(Config, RecipeKeysAreCheckedByName) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"model.vocab_pad=0"}, "'model.vocab_pad': must be in [1, 4096]"},
+      {{"model.softcap_form=cosine"}, "'model.softcap_form': must be tanh or sigmoid"},
+      {{"model.softcap_form=sigmoid", "model.softcap_scale=10"},
+       "'model.softcap': must be positive"},
+      {{"model.softcap_form=sigmoid", "model.softcap=30"},
+       "'model.softcap_scale': must be positive"},
+      {{"model.attn_scale=-1"}, "'model.attn_scale': must be >= 0"},
+      {{"model.no_attn_layers=1;2"}, "'model.no_attn_layers': must be a comma list"},
+      {{"model.no_attn_layers=-1"}, "'model.no_attn_layers': must be a comma list"},
+      {{"model.no_attn_layers=0, 2"}, "'model.no_attn_layers': block 2 is outside"},
+      {{"model.value_embeds=2"}, "'model.value_embeds': must be in [0, model.n_layer / 2]"},
+      {{"model.arch=gpt2", "model.unet_skips=true"}, "'model.unet_skips': needs model.arch modern"},
+      {{"model.arch=gpt2", "model.x0_lambdas=true"}, "'model.x0_lambdas': needs model.arch modern"},
+      {{"model.arch=gpt2", "model.value_embeds=1"},
+       "'model.value_embeds': needs model.arch modern"},
+      {{"model.arch=gpt2", "model.attn_scale=0.12"}, "'model.attn_scale': needs model.arch modern"},
+      {{"model.arch=gpt2", "model.no_attn_layers=1"},
+       "'model.no_attn_layers': needs model.arch modern"},
+      {{"model.arch=gpt2", "model.zero_init_head=true"},
+       "'model.zero_init_head': needs model.arch modern"},
+      {{"model.doc_bos=50257"}, "'model.doc_bos': must be -1 (off) or a token id"},
+      {{"model.doc_bos=-2"}, "'model.doc_bos': must be -1 (off) or a token id"},
+      {{"model.window=-1"}, "'model.window': must be >= 0"},
+      {{"model.window_pattern=LS"}, "'model.window_pattern': needs model.window"},
+      {{"model.window=64", "model.window_pattern=LSL"}, "'model.window_pattern': must be one L"},
+      {{"model.window=64", "model.window_pattern=LX"}, "'model.window_pattern': must be one L"},
+      {{"model.window_grow=true"}, "'model.window_grow': needs model.window"},
+      {{"model.arch=gpt2", "model.doc_bos=0"}, "'model.doc_bos': needs model.arch modern"},
+      {{"model.arch=gpt2", "model.window=64"}, "'model.window': needs model.arch modern"},
+      {{"model.arch=gpt2", "model.softcap_form=sigmoid", "model.softcap=30",
+        "model.softcap_scale=5"},
+       "'model.softcap_form': needs model.arch modern"},
+  };
+  for (const auto& [sets, want] : cases) {
+    const std::string msg = error_of([&] { engine::parse_config(kMinimal, "x.yaml", sets); });
+    EXPECT_NE(msg.find(want), std::string::npos) << sets.front() << ": " << msg;
+  }
+  // The good forms parse: every key on.
+  const engine::Config c = engine::parse_config(
+      kMinimal, "x.yaml",
+      {"model.vocab_pad=128", "model.softcap_form=sigmoid", "model.softcap=30",
+       "model.softcap_scale=60", "model.attn_scale=0.12", "model.no_attn_layers= 1 ,0",
+       "model.value_embeds=1", "model.unet_skips=true", "model.x0_lambdas=true",
+       "model.zero_init_head=true", "model.doc_bos=50256", "model.window=64",
+       "model.window_pattern=LS", "model.window_grow=true"});
+  EXPECT_EQ(engine::parse_block_list(c.model.no_attn_layers), (std::vector<int>{1, 0}));
+  EXPECT_EQ(engine::parse_block_list(""), std::vector<int>{});
+}
+
 // A range error names where the value came from: the --set argument that gave it (it used to
 // name the YAML file), else the file and line, else the file (a default).
 TEST(Config, RangeErrorsNameWhereTheValueWasSet) {
@@ -490,7 +543,10 @@ TEST(Config, KeyListIsLocked) {
   EXPECT_EQ(
       keys,
       "device model.arch model.n_layer model.n_head model.d_model model.seq_len model.vocab_size "
-      "model.softcap model.moe.experts model.moe.top_k model.moe.aux_weight data.train "
+      "model.softcap model.moe.experts model.moe.top_k model.moe.aux_weight model.vocab_pad "
+      "model.softcap_form model.softcap_scale model.attn_scale model.no_attn_layers "
+      "model.value_embeds model.unet_skips model.x0_lambdas model.zero_init_head model.doc_bos "
+      "model.window model.window_pattern model.window_grow data.train "
       "data.val data.shuffle train.seed train.steps train.batch_tokens train.micro_batch "
       "train.grad_clip train.precision train.lr_schedule train.lr_warmup_steps "
       "train.lr_cooldown_frac "

@@ -49,3 +49,27 @@ TEST(LrSchedule, BadNamesAndArguments) {
 }
 
 }  // namespace
+
+namespace {
+
+// The record's window warmup: 128 at the start, linear in blocks of 128, the full window at the
+// end, never above it (1792 over 1770 steps as record #24; a window that is not a multiple of
+// 128 is reached exactly).
+TEST(WindowSchedule, GrowsIn128BlocksToTheWindow) {
+  EXPECT_EQ(engine::window_at(1792, 0, 1770), 128);
+  EXPECT_EQ(engine::window_at(1792, 1, 1770), 128);
+  EXPECT_EQ(engine::window_at(1792, 885, 1770), 896);
+  EXPECT_EQ(engine::window_at(1792, 1769, 1770), 1792);
+  EXPECT_EQ(engine::window_at(1792, 1770, 1770), 1792);
+  int64_t last = 0;
+  for (int64_t s = 0; s < 1770; ++s) {
+    const int64_t w = engine::window_at(1792, s, 1770);
+    EXPECT_EQ(w % 128, 0);
+    EXPECT_GE(w, last);
+    last = w;
+  }
+  EXPECT_EQ(engine::window_at(100, 0, 10), 100);
+  EXPECT_EQ(engine::window_at(300, 9, 10), 300);
+}
+
+}  // namespace

@@ -45,4 +45,16 @@ TEST(Flops, MoeCountsTheRouterAndTopKExperts) {
                    6 * weights + kAttention);
 }
 
+// The record recipe: an MLP-only block has no attention matrices and no attention term; value
+// tables are lookups and the learned scalars vectors, neither counts.
+TEST(Flops, RecipeCountsNoAttentionInMlpOnlyBlocksAndNoLookups) {
+  auto c = shape(model::Arch::Modern);
+  c.no_attn_layers = {1};
+  c.value_embeds = 1;
+  c.unet_skips = true;
+  c.x0_lambdas = true;
+  const double weights = (L - 1) * (3 * D * D + D * D) + L * 2 * F * D + Vp * D;
+  EXPECT_DOUBLE_EQ(model::training_flops_per_token(c), 6 * weights + 6 * (L - 1) * D * T);
+}
+
 }  // namespace

@@ -196,6 +196,20 @@ TEST(HfGpt2, RefusesWhatHasNoCounterpartOrDoesNotFit) {
               std::string::npos)
         << e.what();
   }
+  // The record recipe's parameters are refused by name.
+  model::ModelConfig recipe = modern;
+  recipe.value_embeds = 1;
+  EXPECT_NE(model::hf_gpt2_incompatibility(recipe).find("value_embeds.*.weight"),
+            std::string::npos);
+  recipe = modern;
+  recipe.unet_skips = true;
+  EXPECT_NE(model::hf_gpt2_incompatibility(recipe).find("skip_weights"), std::string::npos);
+  recipe = modern;
+  recipe.x0_lambdas = true;
+  EXPECT_NE(model::hf_gpt2_incompatibility(recipe).find("blocks.*.lambdas"), std::string::npos);
+  recipe = modern;
+  recipe.no_attn_layers = {0};
+  EXPECT_NE(model::hf_gpt2_incompatibility(recipe).find("no_attn_layers"), std::string::npos);
   model::ModelConfig moe = small_gpt2();
   moe.moe_experts = 4;
   EXPECT_NE(model::hf_gpt2_incompatibility(moe).find("mixture-of-experts"), std::string::npos);

@@ -103,4 +103,53 @@ TEST(ParamTable, RejectsBadConfig) {
   EXPECT_THROW(model::ParamTable{c}, core::Error);
 }
 
+// The recipe's parameters: names the optimizer globs can tell apart, their layers (the tables and
+// the skip weights with the embedding, a block's scalars with the block), no attention weights in
+// an MLP-only block, the vocabulary padded to vocab_pad.
+TEST(ParamTable, RecipeParameters) {
+  model::ModelConfig c;
+  c.n_layer = 6;
+  c.vocab_size = 200;
+  c.vocab_pad = 128;
+  c.no_attn_layers = {3};
+  c.value_embeds = 2;
+  c.unet_skips = true;
+  c.x0_lambdas = true;
+  c.zero_init_head = true;
+  model::ParamTable t(c);
+  EXPECT_EQ(t.at("embed.weight").shape, (core::Shape{256, c.d_model}));
+  EXPECT_EQ(t.at("value_embeds.1.weight").shape, (core::Shape{256, c.d_model}));
+  EXPECT_EQ(t.at("value_embeds.1.weight").kind, model::ParamKind::Embedding);
+  EXPECT_EQ(t.at("value_embeds.1.weight").layer, -1);
+  EXPECT_EQ(t.at("value_embeds.1.weight").valid_rows, 200);
+  EXPECT_EQ(t.at("skip_weights").shape, (core::Shape{3}));
+  EXPECT_EQ(t.at("skip_weights").layer, -1);
+  EXPECT_EQ(t.at("blocks.4.lambdas").layer, 4);
+  EXPECT_EQ(t.at("blocks.4.lambdas").kind, model::ParamKind::Vector);
+  EXPECT_FALSE(t.find("blocks.3.attn.qkv.weight").has_value());
+  EXPECT_FALSE(t.find("blocks.3.attn.proj.weight").has_value());
+  EXPECT_TRUE(t.find("blocks.3.mlp.fc.weight").has_value());
+  // Tables used by blocks 0, 1 and mirrored by 4, 5; the middle blocks mix none in.
+  for (int l : {0, 1, 4, 5})
+    EXPECT_TRUE(t.find("blocks." + std::to_string(l) + ".attn.v_lambdas").has_value()) << l;
+  for (int l : {2, 3})
+    EXPECT_FALSE(t.find("blocks." + std::to_string(l) + ".attn.v_lambdas").has_value()) << l;
+  EXPECT_EQ(c.value_embed_of(4), 0);
+  EXPECT_EQ(c.value_embed_of(5), 1);
+  EXPECT_EQ(c.skip_source(3), 2);
+  EXPECT_EQ(c.skip_source(5), 0);
+  EXPECT_EQ(c.skip_source(2), -1);
+  EXPECT_EQ(t.at("lm_head.weight").init, model::InitRule::Zero);
+  // Bad values are refused naming the field.
+  auto bad = c;
+  bad.value_embeds = 4;
+  EXPECT_THROW(model::ParamTable{bad}, core::Error);
+  bad = c;
+  bad.no_attn_layers = {6};
+  EXPECT_THROW(model::ParamTable{bad}, core::Error);
+  bad = c;
+  bad.arch = model::Arch::Gpt2;
+  EXPECT_THROW(model::ParamTable{bad}, core::Error);
+}
+
 }  // namespace

@@ -49,6 +49,15 @@ std::string yaml_of(const model::ModelConfig& c) {
       "\n  d_model: " + std::to_string(c.d_model) + "\n  seq_len: " + std::to_string(c.seq_len) +
       "\n  vocab_size: " + std::to_string(c.vocab_size) +
       "\n  softcap: " + std::to_string(c.softcap) + "\n";
+  // The record recipe's keys, when set (weights_io.cpp's metadata carries them to the reference).
+  for (const auto& [key, value] : model::config_metadata(c)) {
+    static const char* const kRecipe[] = {
+        "model.vocab_pad",      "model.softcap_form", "model.softcap_scale", "model.attn_scale",
+        "model.no_attn_layers", "model.value_embeds", "model.unet_skips",    "model.x0_lambdas",
+        "model.doc_bos",        "model.window",       "model.window_pattern"};
+    for (const char* k : kRecipe)
+      if (key == k) y += "  " + key.substr(6) + ": " + value + "\n";
+  }
   if (c.moe()) {
     y += "  moe:\n    experts: " + std::to_string(c.moe_experts) +
          "\n    top_k: " + std::to_string(c.moe_top_k) +
@@ -161,8 +170,12 @@ void run_case(const std::string& name, const model::ModelConfig& config, int bat
     for (float g : gr)
       ref_sq += double(g) * g;
     ASSERT_GT(ref_sq, 0.0) << p.name << ": the reference gradient is zero, the test is too weak";
-    // measured 5.7e-7 .. 7.8e-7 (worst parameter of each case)
-    EXPECT_TRUE(core::within(d.norm_rel(), 5e-6)) << "grad/" << p.name << " " << d.norm_rel();
+    // measured 5.7e-7 .. 7.8e-7 (worst parameter of each case). The recipe's learned scalars
+    // (InitRule::Values) each get one dot product over B T D float products that can cancel:
+    // blocks.3.lambdas[0] is -1.5e-3 where its neighbours are ~0.1, and the engine's float
+    // activations move it by 1.1e-7 (measured 7.8e-6 norm-relative): bar 2e-5 for them.
+    const double bar = p.init == model::InitRule::Values ? 2e-5 : 5e-6;
+    EXPECT_TRUE(core::within(d.norm_rel(), bar)) << "grad/" << p.name << " " << d.norm_rel();
     if (!(d.norm_rel() <= worst)) worst = d.norm_rel(), worst_name = p.name;
   }
   std::printf("parity %s: loss rel err %.2e, worst gradient rel err %.2e (%s)\n", name.c_str(),
@@ -232,6 +245,32 @@ model::ModelConfig modern_softcap() {
   return c;
 }
 
+// Every key of the record recipe on 4 blocks (docs/specs/model.md): block 2 MLP only, a value
+// table (blocks 0 and 3), U-net skips, x0 lambdas, scale 0.12, the sigmoid cap, vocabulary padded
+// to 128, documents and windows 5 / 2 that do not divide T = 16. The document token is the one
+// the case's token stream (write_case: Rng(17)) holds at position 7, so documents start inside
+// the rows.
+model::ModelConfig recipe() {
+  auto c = base(model::Arch::Modern);
+  c.n_layer = 4;
+  c.no_attn_layers = {2};
+  c.value_embeds = 1;
+  c.unet_skips = true;
+  c.x0_lambdas = true;
+  c.attn_scale = 0.12f;
+  c.softcap = 30.0f;
+  c.softcap_form = model::SoftcapForm::Sigmoid;
+  c.softcap_scale = 42.0f;
+  c.vocab_pad = 128;
+  core::Rng rng(17);
+  for (int i = 0; i < 7; ++i)
+    rng.next_below(c.vocab_size);
+  c.doc_bos = static_cast<int>(rng.next_below(c.vocab_size));
+  c.window = 5;
+  c.window_pattern = "LSSL";
+  return c;
+}
+
 model::ModelConfig modern_moe() {
   auto c = base(model::Arch::Modern);
   c.softcap = 15.0f;
@@ -247,6 +286,10 @@ TEST(ModelParity, Gpt2) {
 
 TEST(ModelParity, ModernSoftcap) {
   run_case("modern", modern_softcap(), 3);
+}
+
+TEST(ModelParity, Recipe) {
+  run_case("recipe", recipe(), 3);
 }
 
 TEST(ModelParity, ModernMoe) {

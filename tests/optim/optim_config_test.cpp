@@ -284,3 +284,41 @@ TEST(OptimizerSet, PresetCoversModernGpt2AndMoeParameterTables) {
   EXPECT_DOUBLE_EQ(embed.config().lr * embed.config().lr_mul, 0.6);
   EXPECT_DOUBLE_EQ(head.config().lr * head.config().lr_mul, 0.22);
 }
+
+// The record recipe's parameters (model.value_embeds, unet_skips, x0_lambdas) have their groups
+// in the preset: the value tables with the embedding, the learned scalars with the vectors; and a
+// config whose groups miss one is refused naming it.
+TEST(OptimizerSet, PresetCoversTheRecipeParameters) {
+  YAML::Node config =
+      YAML::LoadFile(std::string(ENGINE_SOURCE_DIR) + "/configs/presets/distadam_muon.yaml");
+  const int64_t D = 32, V = 128, F = 128;
+  std::vector<ParamDesc> recipe = {{"embed.weight", {V, D}},
+                                   {"value_embeds.0.weight", {V, D}},
+                                   {"skip_weights", {1}},
+                                   {"lm_head.weight", {V, D}}};
+  for (int l = 0; l < 2; ++l) {
+    const std::string b = "blocks." + std::to_string(l) + ".";
+    recipe.push_back({b + "lambdas", {2}});
+    recipe.push_back({b + "mlp.fc.weight", {F, D}});
+    recipe.push_back({b + "mlp.proj.weight", {D, F}});
+  }
+  recipe.push_back({"blocks.0.attn.qkv.weight", {3 * D, D}});
+  recipe.push_back({"blocks.0.attn.proj.weight", {D, D}});
+  recipe.push_back({"blocks.0.attn.v_lambdas", {2}});  // block 1 is MLP only
+  OptimizerSet set(config["optim"]["groups"], recipe);
+  EXPECT_EQ(set.group_of("value_embeds.0.weight"), set.group_of("embed.weight"));
+  const size_t vectors = set.group_of("skip_weights");
+  EXPECT_EQ(set.group_of("blocks.1.lambdas"), vectors);
+  EXPECT_EQ(set.group_of("blocks.0.attn.v_lambdas"), vectors);
+  auto& scalars = dynamic_cast<optim::AdamW&>(set.optimizer(vectors));
+  EXPECT_DOUBLE_EQ(scalars.config().lr * scalars.config().lr_mul, 0.04);
+  const std::string err = error_of([&] {
+    OptimizerSet missing(YAML::Load(R"(
+- params: ["blocks.*.mlp.*", "blocks.*.attn.*.weight", "embed.weight", "lm_head.weight"]
+  optimizer: adamw
+  lr: 0.01
+)"),
+                         recipe);
+  });
+  EXPECT_NE(err.find("value_embeds.0.weight"), std::string::npos) << err;
+}
