@@ -15,7 +15,7 @@
 #      compared at equal gain along their frontiers, seed by seed.
 # Resumable: the pretraining resumes from its newest checkpoint, and a grid run whose row is in
 # OUT/runs.tsv is not run again (a stopped run resumes from its own checkpoint); run the same
-# command again to go on. Knobs (environment): PRETRAIN_STEPS (2000), FT_STEPS (150),
+# command again to go on. Knobs (environment): PRETRAIN_STEPS (2000), FT_STEPS (100),
 # SEEDS ("1 2"), ADAMW_LRS ("3e-4 1e-3 3e-3 1e-2"), OSFT_URRS ("0.5 0.25"),
 # OSFT_LRS ("1e-3 3e-3 1e-2"), NP (2 ranks, OMP_NUM_THREADS 1 each), BUILD_DIR (build),
 # OUT (runs/frontier).
@@ -26,7 +26,7 @@ build="${BUILD_DIR:-build}"
 out="${OUT:-runs/frontier}"
 np="${NP:-2}"
 pretrain_steps="${PRETRAIN_STEPS:-2000}"
-ft_steps="${FT_STEPS:-150}"
+ft_steps="${FT_STEPS:-100}"
 seeds="${SEEDS:-1 2}"
 adamw_lrs="${ADAMW_LRS:-3e-4 1e-3 3e-3 1e-2}"
 osft_urrs="${OSFT_URRS:-0.5 0.25}"
