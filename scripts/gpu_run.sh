@@ -4,7 +4,7 @@
 # for a GPU machine lent for minutes, with no package registry: nothing is built or installed.
 #
 #   scripts/gpu_run.sh OUT (--bundle DIR | --archive FILE.tar.xz) [--rehearse] [--only P,P]
-#                      [--budget SECONDS] [--steps N]
+#                      [--budget SECONDS] [--steps N] [--recipe-steps N]
 #
 #   --bundle DIR       a folder from scripts/bundle.sh (--no-cuda-libs is fine: the CUDA
 #                      libraries it lacks are then looked for on the machine)
@@ -12,10 +12,11 @@
 #   --rehearse         run every part on the CPU instead (device=cpu, small shapes, two steps where
 #                      a part trains long): the command lines, the bundle and the summary are
 #                      checked on a machine with no GPU; llm.c is located, not run
-#   --only P,P         the parts to run (default: all, in this order): gpu tests speed ranks resume
-#                      families refresh soap ops
+#   --only P,P         the parts to run (default: all, in this order): gpu tests speed recipe ranks
+#                      resume families refresh soap ops
 #   --budget SECONDS   the whole run's time (default 420): each part gets its own box, cut to what
 #                      is left; a part with under 15 s left is not started
+#   --recipe-steps N   steps of the record recipe's run (default 100)
 #   --steps N          steps of each 124M speed run (default 60, the Muon run at most 40; the first
 #                      quarter is warm-up)
 #
@@ -34,10 +35,10 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
 cd "$(dirname "$0")/.."
 repo=$(pwd)
-all_parts="gpu tests speed ranks resume families refresh soap ops"
+all_parts="gpu tests speed recipe ranks resume families refresh soap ops"
 
 usage() { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; }
-out="" bundle="" archive="" rehearse=0 only="$all_parts" budget=420 steps=60
+out="" bundle="" archive="" rehearse=0 only="$all_parts" budget=420 steps=60 recipe_steps=100
 while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) bundle="$2"; shift 2 ;;
@@ -46,6 +47,7 @@ while [ $# -gt 0 ]; do
     --only) only="${2//,/ }"; shift 2 ;;
     --budget) budget="$2"; shift 2 ;;
     --steps) steps="$2"; shift 2 ;;
+    --recipe-steps) recipe_steps="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     -*) echo "gpu_run: unknown option '$1'" >&2; usage >&2; exit 2 ;;
     *) [ -z "$out" ] || { echo "gpu_run: one OUT folder, got '$out' and '$1'" >&2; exit 2; }
@@ -113,7 +115,8 @@ PY
 }
 box_of() {
   case "$1" in
-    gpu) echo 20 ;; tests) echo 150 ;; speed) echo 240 ;; ranks) echo 150 ;; resume) echo 60 ;;
+    gpu) echo 20 ;; tests) echo 150 ;; speed) echo 240 ;; recipe) echo 120 ;; ranks) echo 150 ;;
+    resume) echo 60 ;;
     families) echo 90 ;; refresh) echo 120 ;; soap) echo 120 ;; ops) echo 60 ;;
   esac
 }
@@ -313,6 +316,54 @@ detail = "%s; %s" % (data_note, states) + "; ".join(
 json.dump({"part": "speed", "state": state, "detail": detail,
            "data": {"gpu": gpu, "peak_tflops_bf16": peak, "batch": "8 x 1024", "rows": rows,
                     "ratios": ratios}}, open(path, "w"))
+sys.exit(0 if ok else 1)
+PY
+}
+
+# ---- part recipe: the record recipe (configs/speedrun_gpu.yaml) on the one GPU -------------------
+# One rank's share of the 8-GPU batch (3 rows of 16384 tokens a step), the recipe's keys as
+# written, on the speed part's shards (tokenized there, or synthetic); --recipe-steps steps.
+part_recipe() {
+  local dir="$work/recipe" small=() run_steps=$recipe_steps
+  mkdir -p "$dir"
+  if [ "$rehearse" = 1 ]; then
+    small=(--set model.d_model=64 --set model.n_head=2 --set model.seq_len=256)
+    run_steps=2
+  fi
+  local train_glob="$work/speed/brown_train_*.bin" val_glob="$work/speed/brown_val_*.bin"
+  if ! compgen -G "$train_glob" >/dev/null; then
+    python3 tests/e2e/make_tiny_data.py "$dir" --train-tokens 4000000 --val-tokens 200000 --vocab 50257 >/dev/null
+    train_glob="$dir/tiny_train_*.bin" val_glob="$dir/tiny_val_*.bin"
+  fi
+  local seq=16384
+  [ "$rehearse" = 1 ] && seq=256
+  timeout -k 5 110 "${mpirun[@]}" -np 1 "$engine" --config configs/speedrun_gpu.yaml \
+    --set device=$device --set "data.train=$train_glob" --set "data.val=$val_glob" \
+    --set "log.dir=$dir/run" --set train.steps=$run_steps --set train.batch_tokens=$((3 * seq)) \
+    --set train.eval_every=0 --set train.val_tokens=$((3 * seq)) --set train.target_val_loss=0 \
+    --set train.warmup_steps=3 --set log.device_timing=true "${small[@]}" >"$dir/run.log" 2>&1
+  local rc=$?
+  python3 - "$dir/run/metrics.jsonl" "$work/parts/recipe.json" "$rc" <<'PY'
+import json, os, statistics, sys
+path, out, rc = sys.argv[1], sys.argv[2], sys.argv[3]
+recs = [json.loads(l) for l in open(path)] if os.path.exists(path) else []
+recs = [r for r in recs if "step_ms" in r and r.get("train_loss") is not None]
+data = {}
+if recs:
+    timed = recs[len(recs) // 4:] or recs
+    ms = statistics.median(r["step_ms"] for r in timed)
+    data = {"steps": recs[-1]["step"], "ms_per_step": round(ms, 2),
+            "tokens_per_s": round(statistics.median(r["tokens_per_s"] for r in timed)),
+            "first_loss": recs[0]["train_loss"], "last_loss": recs[-1]["train_loss"],
+            "peak_mib": round(recs[-1].get("peak_mem_bytes", 0) / 2**20)}
+    if "device_phase_ms" in timed[0]:
+        data["device_phase_ms"] = {k: round(statistics.median(r["device_phase_ms"].get(k, 0) for r in timed), 2)
+                                   for k in timed[0]["device_phase_ms"]}
+ok = rc == "0" and bool(recs)
+detail = ("speedrun_gpu.yaml, np 1, 3 rows a step: %s steps, %s ms/step, %s tok/s, loss %.4f -> %.4f, peak %s MiB"
+          % (data["steps"], data["ms_per_step"], data["tokens_per_s"], data["first_loss"], data["last_loss"], data["peak_mib"])
+          if recs else "exit %s, no metrics (recipe/run.log)" % rc)
+json.dump({"part": "recipe", "state": "ok" if ok else "FAIL", "detail": detail, "data": data}, open(out, "w"))
 sys.exit(0 if ok else 1)
 PY
 }
@@ -535,7 +586,7 @@ for p in $only; do
   echo "gpu_run: part $p (box $box s)"
   t0=$SECONDS
   # A part's function runs in a subshell in its own process group; timeout ends the group.
-  timeout -k 5 "$box" bash -c "$(declare -p repo work bundle engine device rehearse steps \
+  timeout -k 5 "$box" bash -c "$(declare -p repo work bundle engine device rehearse steps recipe_steps \
     mpirun found_dirs still_missing 2>/dev/null); $(declare -f); part_$p" >"$work/part_$p.log" 2>&1
   rc=$?
   if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then

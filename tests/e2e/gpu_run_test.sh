@@ -21,7 +21,7 @@ python3 - "$work/out/summary.json" "$status" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))
 parts = {p["part"]: p for p in s["parts"]}
-want = "gpu tests speed ranks resume families refresh soap ops".split()
+want = "gpu tests speed recipe ranks resume families refresh soap ops".split()
 missing = [p for p in want if p not in parts]
 bad = ["%s: %s" % (p, parts[p]["state"]) for p in want if p in parts and parts[p]["state"] not in ("ok", "skip")]
 assert s["rehearsal"], "the summary does not say it was a rehearsal"
