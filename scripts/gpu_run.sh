@@ -248,6 +248,8 @@ part_speed() {
   fi
   python3 - "$dir" "$work/parts/speed.json" "$data_note" "$states" "$rehearse" <<'PY'
 import json, os, statistics, sys
+sys.path.insert(0, "scripts")  # the checkout's root is the working folder
+import runlog
 d, path, data_note, states, rehearse = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5] == "1"
 gpu = "rehearsal"
 try:
@@ -263,21 +265,17 @@ losses = {}
 names = {"fp32": "engine fp32", "tf32": "engine tf32", "bf16": "engine bf16",
          "bf16_muon": "engine bf16 Muon", "bf16_muon_tf32": "engine bf16 Muon tf32"}
 for p in names:
-    m = os.path.join(d, "engine_" + p, "metrics.jsonl")
-    recs = [json.loads(l) for l in open(m)] if os.path.exists(m) else []
-    recs = [r for r in recs if "step_ms" in r and r.get("train_loss") is not None]
+    recs = runlog.step_rows(os.path.join(d, "engine_" + p, "metrics.jsonl"))
     if not recs:
         rows.append({"run": names[p], "error": "no metrics"}); ok = False
         continue
-    timed = recs[len(recs) // 4:] or recs  # the first quarter is warm-up
-    ms = statistics.median(r["step_ms"] for r in timed)
+    ms, phases, timed = runlog.steady_state(recs)
     fpt = statistics.median(r["gflops"] * 1e9 / r["tokens_per_s"] for r in timed if r["tokens_per_s"] > 0)
     flops_per_token = flops_per_token or fpt  # the same model in every row
     row = {"run": names[p], "steps": recs[-1]["step"], "ms_per_step": round(ms, 2),
            "tokens_per_s": round(8192 / ms * 1e3), "flop_per_token": fpt}
-    if "device_phase_ms" in timed[0]:
-        row["device_phase_ms"] = {k: round(statistics.median(r["device_phase_ms"].get(k, 0) for r in timed), 2)
-                                  for k in timed[0]["device_phase_ms"]}
+    if phases:
+        row["device_phase_ms"] = phases
     if "peak_mem_bytes" in recs[-1]:
         row["peak_mib"] = round(recs[-1]["peak_mem_bytes"] / 2**20)
     last = recs[-10:]
@@ -345,20 +343,19 @@ part_recipe() {
   local rc=$?
   python3 - "$dir/run/metrics.jsonl" "$work/parts/recipe.json" "$rc" <<'PY'
 import json, os, statistics, sys
+sys.path.insert(0, "scripts")  # the checkout's root is the working folder
+import runlog
 path, out, rc = sys.argv[1], sys.argv[2], sys.argv[3]
-recs = [json.loads(l) for l in open(path)] if os.path.exists(path) else []
-recs = [r for r in recs if "step_ms" in r and r.get("train_loss") is not None]
+recs = runlog.step_rows(path)
 data = {}
 if recs:
-    timed = recs[len(recs) // 4:] or recs
-    ms = statistics.median(r["step_ms"] for r in timed)
+    ms, phases, timed = runlog.steady_state(recs)
     data = {"steps": recs[-1]["step"], "ms_per_step": round(ms, 2),
             "tokens_per_s": round(statistics.median(r["tokens_per_s"] for r in timed)),
             "first_loss": recs[0]["train_loss"], "last_loss": recs[-1]["train_loss"],
             "peak_mib": round(recs[-1].get("peak_mem_bytes", 0) / 2**20)}
-    if "device_phase_ms" in timed[0]:
-        data["device_phase_ms"] = {k: round(statistics.median(r["device_phase_ms"].get(k, 0) for r in timed), 2)
-                                   for k in timed[0]["device_phase_ms"]}
+    if phases:
+        data["device_phase_ms"] = phases
 ok = rc == "0" and bool(recs)
 detail = ("speedrun_gpu.yaml, np 1, 3 rows a step: %s steps, %s ms/step, %s tok/s, loss %.4f -> %.4f, peak %s MiB"
           % (data["steps"], data["ms_per_step"], data["tokens_per_s"], data["first_loss"], data["last_loss"], data["peak_mib"])

@@ -2,10 +2,11 @@
 
 metrics.jsonl holds one JSON object per logged step (train_loss, val_loss, elapsed_ms = train time
 in ms, excluding validation and checkpoints, ...); log.txt holds the console lines. Shared by
-loss_regression.py, plot_loss.py and speedrun.py, so a run is parsed one way everywhere.
+loss_regression.py, plot_loss.py, speedrun.py and gpu_run.sh, so a run is parsed one way everywhere.
 """
 import json
 import re
+import statistics
 
 
 class RunLogError(Exception):
@@ -72,3 +73,21 @@ def read_banner(path):
     if not m:
         raise RunLogError("%s:1: not an engine banner: %r" % (path, first.strip()[:120]))
     return {"world": int(m.group(1)), "threads": int(m.group(2)), "backend": m.group(3)}
+
+
+def step_rows(path):
+    """The train-step rows (a step time and a train loss) of a metrics.jsonl; [] without the file."""
+    try:
+        rows = read_metrics(path)
+    except RunLogError:
+        return []
+    return [r for r in rows if "step_ms" in r and r.get("train_loss") is not None]
+
+
+def steady_state(steps):
+    """Past the warm-up (the first quarter of the step rows; a short run's all): the median step
+    time in ms, each device phase's median in ms (log.device_timing; {} without), and the rows."""
+    timed = steps[len(steps) // 4:] or steps
+    phases = {k: round(statistics.median(r["device_phase_ms"].get(k, 0) for r in timed), 2)
+              for k in timed[0].get("device_phase_ms", {})}
+    return statistics.median(r["step_ms"] for r in timed), phases, timed
