@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "core/kernel_math.h"
 #include "core/rng.h"
+#include "tests/model/recipe_config.h"
 
 namespace {
 
@@ -23,27 +24,11 @@ model::ModelConfig tiny(model::Arch arch, int vocab, int experts = 0) {
   return c;
 }
 
-// Every key of the record recipe on (docs/specs/modded_nanogpt.md c.1) at a tiny size: 4 blocks,
-// block 2 without attention, one value-embedding table (blocks 0 and 3), two U-net skips
-// (block 2 adds block 1's output, block 3 block 0's), x0 lambdas, attention scale 0.12, the
-// sigmoid logit cap, a vocabulary padded to 128, documents starting at token 1 and a sliding
-// window of 5 (long) and 2 (short: blocks 1 and 2) that does not divide T = 8.
+// Every key of the record recipe (tests/model/recipe_config.h) at a tiny size: documents start
+// at token 1, and the window of 5 does not divide T = 8.
 model::ModelConfig recipe(int vocab) {
-  auto c = tiny(model::Arch::Modern, vocab);
-  c.n_layer = 4;
-  c.no_attn_layers = {2};
-  c.value_embeds = 1;
-  c.unet_skips = true;
-  c.x0_lambdas = true;
-  c.attn_scale = 0.12f;
-  c.softcap = 30.0f;
-  c.softcap_form = model::SoftcapForm::Sigmoid;
-  c.softcap_scale = 7.5f * 4.0f;  // 7.5 sqrt(d_model)
-  c.vocab_pad = 128;
-  c.doc_bos = 1;
-  c.window = 5;
-  c.window_pattern = "LSSL";
-  return c;
+  return test_model::with_recipe_keys(tiny(model::Arch::Modern, vocab), 7.5f * 4.0f,  // 7.5 sqrt(D)
+                                      1);
 }
 
 std::vector<int32_t> random_tokens(size_t n, int vocab, uint64_t seed) {

@@ -21,6 +21,7 @@
 #include "data/token_shard.h"
 #include "model/gpt.h"
 #include "model/weights_io.h"
+#include "tests/model/recipe_config.h"
 
 namespace {
 
@@ -245,30 +246,15 @@ model::ModelConfig modern_softcap() {
   return c;
 }
 
-// Every key of the record recipe on 4 blocks (docs/specs/model.md): block 2 MLP only, a value
-// table (blocks 0 and 3), U-net skips, x0 lambdas, scale 0.12, the sigmoid cap, vocabulary padded
-// to 128, documents and windows 5 / 2 that do not divide T = 16. The document token is the one
-// the case's token stream (write_case: Rng(17)) holds at position 7, so documents start inside
-// the rows.
+// Every key of the record recipe (tests/model/recipe_config.h); the windows 5 / 2 do not divide
+// T = 16. The document token is the one the case's token stream (write_case: Rng(17)) holds at
+// position 7, so documents start inside the rows.
 model::ModelConfig recipe() {
-  auto c = base(model::Arch::Modern);
-  c.n_layer = 4;
-  c.no_attn_layers = {2};
-  c.value_embeds = 1;
-  c.unet_skips = true;
-  c.x0_lambdas = true;
-  c.attn_scale = 0.12f;
-  c.softcap = 30.0f;
-  c.softcap_form = model::SoftcapForm::Sigmoid;
-  c.softcap_scale = 42.0f;
-  c.vocab_pad = 128;
+  const auto c = base(model::Arch::Modern);
   core::Rng rng(17);
   for (int i = 0; i < 7; ++i)
     rng.next_below(c.vocab_size);
-  c.doc_bos = static_cast<int>(rng.next_below(c.vocab_size));
-  c.window = 5;
-  c.window_pattern = "LSSL";
-  return c;
+  return test_model::with_recipe_keys(c, 42.0f, static_cast<int>(rng.next_below(c.vocab_size)));
 }
 
 model::ModelConfig modern_moe() {
