@@ -5,8 +5,19 @@
 //
 //   bench_model [--json] [--steps N] [--threads 1,2] [--models gpt2,modern] [--precision fp32,bf16]
 //               [--no-torch]
+//   bench_model --keys all [--json] [--steps N] [--rounds R] [--threads 1,2]
+//               [--models speedrun_cpu]
 //   bench_model --device cuda [--json] [--steps N] [--models gpt2_124m] [--precision fp32,bf16]
 //               [--op-groups]
+//
+// --keys times the record recipe's model keys (docs/specs/modded_nanogpt.md c.1) one at a time:
+// one row for the model without them ("none"), one per key with only that key on, set as
+// configs/speedrun_cpu_recipe.yaml sets it, and one with all of them ("all"), each with its step
+// time against "none", the median of --rounds rounds over all keys (no PyTorch column:
+// torch_reference.py's bench mode has none of the keys). speedrun_cpu is that config's size (4
+// blocks, d_model 128, 128 tokens, 8 rows: one micro-batch). The tokens are uniform over the
+// vocabulary, so the document token starts a document about once in 50,000 tokens and doc_bos costs
+// its masked-attention path, not a shorter attention.
 //
 // --device cuda times forward + backward on GPU 0 in this process (no PyTorch, no optimizer:
 // the fused device AdamW is not part of this measurement) in each precision of --precision (fp32:
@@ -27,6 +38,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -74,11 +86,61 @@ Spec spec_of(const std::string& name, const std::string& precision) {
   } else if (name == "modern") {
     c.arch = model::Arch::Modern;
     c.seq_len = 256;
+  } else if (name == "speedrun_cpu") {
+    c.arch = model::Arch::Modern;
+    c.d_model = 128;
+    c.seq_len = 128;
+    c.softcap = 15.0f;
   } else {
-    ENGINE_FAIL("bench_model: unknown model '" + name + "' (gpt2, modern or gpt2_124m)");
+    ENGINE_FAIL("bench_model: unknown model '" + name +
+                "' (gpt2, modern, speedrun_cpu or gpt2_124m)");
   }
   c.precision = model::parse_precision(precision);
   return {name, c, 8};
+}
+
+// The record recipe's keys as --keys names them, in configs/speedrun_cpu_recipe.yaml's values.
+const std::vector<std::string> kRecipeKeys = {
+    "attn_scale",     "no_attn_layers", "value_embeds",    "unet_skips", "x0_lambdas",
+    "zero_init_head", "vocab_pad",      "softcap_sigmoid", "doc_bos",    "window"};
+
+void apply_recipe_key(model::ModelConfig& c, const std::string& key) {
+  if (key == "none") return;
+  if (key == "all") {
+    for (const auto& k : kRecipeKeys)
+      apply_recipe_key(c, k);
+    return;
+  }
+  if (key == "attn_scale") {
+    c.attn_scale = 0.12f;
+  } else if (key == "no_attn_layers") {
+    c.no_attn_layers = {c.n_layer / 2};
+  } else if (key == "value_embeds") {
+    c.value_embeds = 1;
+  } else if (key == "unet_skips") {
+    c.unet_skips = true;
+  } else if (key == "x0_lambdas") {
+    c.x0_lambdas = true;
+  } else if (key == "zero_init_head") {
+    c.zero_init_head = true;
+  } else if (key == "vocab_pad") {
+    c.vocab_pad = 128;
+  } else if (key == "softcap_sigmoid") {
+    // speedrun_cpu's tanh cap 15 becomes the record's 30 sigmoid(z / (7.5 sqrt(d_model)))
+    c.softcap = 30.0f;
+    c.softcap_form = model::SoftcapForm::Sigmoid;
+    c.softcap_scale = 7.5f * std::sqrt(static_cast<float>(c.d_model));
+  } else if (key == "doc_bos") {
+    c.doc_bos = c.vocab_size - 1;
+  } else if (key == "window") {  // long window = the row, short = half of it, as L S S L
+    c.window = c.seq_len;
+    c.window_pattern = "LSSL";
+  } else {
+    std::string known = "none, all";
+    for (const auto& k : kRecipeKeys)
+      known += ", " + k;
+    ENGINE_FAIL("bench_model: unknown --keys entry '" + key + "' (" + known + ")");
+  }
 }
 
 // Forward + backward of one model on a GPU, in this process: prints one JSON object.
@@ -286,8 +348,10 @@ int cuda_op_groups(const std::string& name, int reps) {
 }
 
 // One measurement in this process: prints one JSON object.
-int child(const std::string& name, int steps, const std::string& precision) {
+int child(const std::string& name, int steps, const std::string& precision,
+          const std::string& key) {
   Spec s = spec_of(name, precision);
+  apply_recipe_key(s.config, key);
   const int B = s.batch, T = s.config.seq_len;
   model::Gpt gpt(s.config, core::cpu_backend());
   gpt.init_weights();
@@ -337,11 +401,12 @@ int child(const std::string& name, int steps, const std::string& precision) {
   const double step = fb + opt, tokens = double(B) * T;
   const double flops = model::training_flops_per_token(gpt.config());
   std::printf(
-      "{\"impl\": \"engine\", \"arch\": \"%s\", \"precision\": \"%s\", \"threads\": %d, "
-      "\"fwd_bwd_ms\": %.2f, \"adamw_ms\": %.2f, \"step_ms\": %.2f, \"tokens_per_s\": %.1f, "
-      "\"gflops\": %.2f, \"flops_per_token\": %.0f, \"params\": %lld, \"activation_mb\": %.1f}\n",
-      name.c_str(), precision.c_str(), omp_get_max_threads(), fb * 1e3, opt * 1e3, step * 1e3,
-      tokens / step, flops * tokens / step / 1e9, flops, static_cast<long long>(n),
+      "{\"impl\": \"engine\", \"arch\": \"%s\", \"key\": \"%s\", \"precision\": \"%s\", "
+      "\"threads\": %d, \"fwd_bwd_ms\": %.2f, \"adamw_ms\": %.2f, \"step_ms\": %.2f, "
+      "\"tokens_per_s\": %.1f, \"gflops\": %.2f, \"flops_per_token\": %.0f, \"params\": %lld, "
+      "\"activation_mb\": %.1f}\n",
+      name.c_str(), key.c_str(), precision.c_str(), omp_get_max_threads(), fb * 1e3, opt * 1e3,
+      step * 1e3, tokens / step, flops * tokens / step / 1e9, flops, static_cast<long long>(n),
       gpt.activation_bytes() / 1048576.0);
   return 0;
 }
@@ -377,9 +442,55 @@ std::vector<std::string> split(const std::string& s) {
   return out;
 }
 
+// --keys: one child process per model, thread count, precision, key and round; the rounds go
+// over every key in turn, so a drift of the machine's speed reaches all keys alike, and each
+// row is the key's median round, with its step time against the model's "none" row.
+int time_keys(const std::string& exe, const std::string& models, const std::string& threads,
+              const std::string& precisions, const std::string& keys, int steps, int rounds,
+              bool json) {
+  for (const auto& name : split(models)) {
+    for (const auto& th : split(threads)) {
+      for (const auto& prec : split(precisions)) {
+        const std::string env = "OMP_NUM_THREADS=" + th + " OPENBLAS_NUM_THREADS=" + th + " ";
+        std::map<std::string, std::vector<std::string>> outs;  // key -> one child output a round
+        for (int r = 0; r < rounds; ++r)
+          for (const auto& key : split(keys))
+            outs[key].push_back(run_capture(env + exe + " --child " + name + " --key " + key +
+                                            " --steps " + std::to_string(steps) + " --precision " +
+                                            prec));
+        auto median_round = [&](const std::string& key) {
+          std::vector<std::string> v = outs[key];
+          std::sort(v.begin(), v.end(), [](const std::string& a, const std::string& b) {
+            return json_number(a, "step_ms") < json_number(b, "step_ms");
+          });
+          return v[v.size() / 2];
+        };
+        const double none_ms = json_number(median_round("none"), "step_ms");
+        for (const auto& key : split(keys)) {
+          const std::string out = median_round(key);
+          const double step_ms = json_number(out, "step_ms"), rel = step_ms / none_ms;
+          if (json) {
+            std::string row = out.substr(0, out.rfind('}'));
+            std::printf("%s, \"rounds\": %d, \"step_vs_none\": %.3f}\n", row.c_str(), rounds, rel);
+          } else {
+            std::printf("%-12s %-15s %4s %3s %11.1f %10.1f %10.1f %11.0f %9.0f %8.3f\n",
+                        name.c_str(), key.c_str(), prec.c_str(), th.c_str(),
+                        json_number(out, "fwd_bwd_ms"), json_number(out, "adamw_ms"), step_ms,
+                        json_number(out, "tokens_per_s"), json_number(out, "params"), rel);
+          }
+          std::fflush(stdout);
+        }
+      }
+    }
+  }
+  return 0;
+}
+
 constexpr const char* kUsage =
     "usage: bench_model [--json] [--steps N] [--threads 1,2] [--models gpt2,modern]\n"
     "                   [--precision fp32,bf16] [--no-torch] [--torch-script PATH]\n"
+    "       bench_model --keys all|KEY,... [--json] [--steps N] [--rounds R] [--threads 1,2]\n"
+    "                   [--models speedrun_cpu] [--precision fp32]\n"
     "       bench_model --device cuda [--json] [--steps N] [--models gpt2_124m]\n"
     "                   [--precision fp32,bf16] [--op-groups]\n"
     "One training step (forward, backward, AdamW) of the GPT beside PyTorch's; the header of\n"
@@ -387,10 +498,12 @@ constexpr const char* kUsage =
 
 int run(int argc, char** argv) {
   bool json = false, torch = true, op_groups = false;
-  int steps = 3;
+  int steps = 3, rounds = 3;
   std::string threads = "1,2", models = "gpt2,modern", child_model, script = TORCH_REFERENCE;
   std::string precisions = "fp32";
   std::string device = "cpu";
+  std::string keys, child_key = "none";
+  bool models_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() {
@@ -412,6 +525,13 @@ int run(int argc, char** argv) {
       threads = value();
     } else if (a == "--models") {
       models = value();
+      models_given = true;
+    } else if (a == "--keys") {
+      keys = value();
+    } else if (a == "--rounds") {
+      rounds = std::stoi(value());
+    } else if (a == "--key") {
+      child_key = value();
     } else if (a == "--precision") {
       precisions = value();
     } else if (a == "--torch-script") {
@@ -425,12 +545,28 @@ int run(int argc, char** argv) {
     }
   }
   ENGINE_CHECK(steps > 0, "bench_model: --steps must be positive");
+  ENGINE_CHECK(rounds > 0, "bench_model: --rounds must be positive");
   ENGINE_CHECK(device == "cpu" || device == "cuda",
                "bench_model: --device must be cpu or cuda, got '" + device + "'");
   ENGINE_CHECK(!op_groups || device == "cuda", "bench_model: --op-groups needs --device cuda");
   for (const auto& p : split(precisions))
     model::parse_precision(p);  // an unknown name fails here, naming it
-  if (!child_model.empty()) return child(child_model, steps, precisions);
+  if (!child_model.empty()) return child(child_model, steps, precisions, child_key);
+  if (!keys.empty()) {
+    ENGINE_CHECK(device == "cpu", "bench_model: --keys times the CPU step");
+    model::ModelConfig probe;
+    for (const auto& k : split(keys))
+      apply_recipe_key(probe, k);  // an unknown key fails here, naming it
+    if (keys == "all") {           // every key alone, then all of them together
+      keys = "none";
+      for (const auto& k : kRecipeKeys)
+        keys += "," + k;
+      keys += ",all";
+    }
+    if (split(keys).front() != "none") keys = "none," + keys;  // the row the others compare with
+    if (!models_given) models = "speedrun_cpu";
+    torch = false;  // torch_reference.py's bench mode has none of the recipe's keys
+  }
   if (device == "cuda") {
     ENGINE_CHECK(core::cuda_built(), "bench_model --device cuda: this build has no CUDA backend");
     ENGINE_CHECK(core::cuda_device_count() > 0,
@@ -465,9 +601,14 @@ int run(int argc, char** argv) {
     if (precisions.find("bf16") != std::string::npos)
       std::printf("bf16 GEMMs: %s; PyTorch: torch.autocast(\"cpu\", dtype=torch.bfloat16)\n",
                   slow.empty() ? "oneDNN on this CPU's bf16 instructions" : slow.c_str());
-    std::printf("%-7s %4s %3s %11s %10s %10s %9s %11s %11s %7s\n", "model", "prec", "thr",
-                "fwd+bwd ms", "adamw ms", "step ms", "GFLOP/s", "tok/s", "torch tok/s", "ratio");
+    if (keys.empty())
+      std::printf("%-7s %4s %3s %11s %10s %10s %9s %11s %11s %7s\n", "model", "prec", "thr",
+                  "fwd+bwd ms", "adamw ms", "step ms", "GFLOP/s", "tok/s", "torch tok/s", "ratio");
+    else
+      std::printf("%-12s %-15s %4s %3s %11s %10s %10s %11s %9s %8s\n", "model", "key", "prec",
+                  "thr", "fwd+bwd ms", "adamw ms", "step ms", "tok/s", "params", "x none");
   }
+  if (!keys.empty()) return time_keys(exe, models, threads, precisions, keys, steps, rounds, json);
   for (const auto& name : split(models)) {
     for (const auto& th : split(threads)) {
       for (const auto& prec : split(precisions)) {
