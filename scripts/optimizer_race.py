@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Which optimizer wins: each family raced to a target validation loss, tuned fairly (issue 39).
 
-usage: optimizer_race.py [--config C.yaml] [--target LOSS] [--steps N] [--eval-every N]
+usage: optimizer_race.py [--config C.yaml] [--target LOSS|budget] [--steps N] [--eval-every N]
                          [--families adamw,muon,normuon,soap,rekls] [--lr-factors 0.5,1,2]
                          [--seeds 3] [--np 2] [--threads T] [--out DIR] [--set KEY=VALUE ...]
                          [--engine PATH] [--table-only]
@@ -21,6 +21,13 @@ target, mean and spread over seeds, speedups over tuned AdamW, the chosen learni
 race.png (validation loss against steps and against time, the best run of each family). An
 interrupted race resumes at the first run without a result.json; --table-only rewrites the table
 from the results already there. Times are only comparable on a quiet machine.
+
+--target budget races at a fixed budget instead, as Wen et al. (2025) tune: every run trains all
+--steps, each family's best learning rate is the one with the lowest final validation loss, and
+the target is set afterwards to the highest final validation loss among the tuned runs of every
+family (so the slowest family's worst seed reaches it at its last validation); steps and time to
+it are read from each run's validation curve. A schedule with a cooldown makes a run's curve
+depend on --steps, which is why the budget, not the target, is what a family is tuned for.
 """
 import argparse
 import json
@@ -79,10 +86,18 @@ def family_groups(groups, family, lr):
     return out
 
 
+def scored(result, target):
+    """The run's result with its steps, time and val loss at the first validation at or below
+    target (None where it never got there)."""
+    hit = next(((step, ms, v) for step, ms, v in result["val_curve"] if v <= target), None) \
+        if target is not None else None
+    return dict(result, target_step=hit[0] if hit else None, target_ms=hit[1] if hit else None,
+                val_loss_at_target=hit[2] if hit else None)
+
+
 def run_result(run_dir, target):
     """What a finished run's log folder says, as one dict."""
     rows = runlog.read_metrics(os.path.join(run_dir, "metrics.jsonl"))
-    hit = runlog.time_to_target(rows, target)
     tps = sorted(r["tokens_per_s"] for r in rows if r.get("tokens_per_s"))
     peak = max((r.get("peak_mem_bytes", 0) for r in rows), default=0)
     state = None
@@ -90,12 +105,9 @@ def run_result(run_dir, target):
         if "optimizer state elements on rank 0:" in line:
             state = int(line.rsplit(":", 1)[1].split()[0]) * 4  # f32 state
     val = [(r["step"], r.get("elapsed_ms", 0.0), r["val_loss"]) for r in runlog.with_key(rows, "val_loss")]
-    at_target = next((v for step, _, v in val if hit and step == hit[0]), None)
-    return {"target_step": hit[0] if hit else None, "target_ms": hit[1] if hit else None,
-            "val_loss_at_target": at_target,
-            "final_val_loss": runlog.final_val_loss(rows),
-            "tokens_per_s": tps[len(tps) // 2] if tps else None, "peak_mem_bytes": peak or None,
-            "state_bytes_rank0": state, "val_curve": val}
+    return scored({"final_val_loss": runlog.final_val_loss(rows),
+                   "tokens_per_s": tps[len(tps) // 2] if tps else None, "peak_mem_bytes": peak or None,
+                   "state_bytes_rank0": state, "val_curve": val}, target)
 
 
 def better(a, b):
@@ -112,7 +124,8 @@ def better(a, b):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default=os.path.join(REPO, "configs/cpu_small.yaml"))
-    ap.add_argument("--target", type=float, default=None, help="default: train.target_val_loss")
+    ap.add_argument("--target", default=None,
+                    help="a val loss, or 'budget' (see above); default: train.target_val_loss")
     ap.add_argument("--steps", type=int, default=None, help="default: the config's train.steps")
     ap.add_argument("--eval-every", type=int, default=25)
     ap.add_argument("--families", default="adamw,muon,normuon,soap,rekls")
@@ -136,9 +149,14 @@ def main():
     if ((cfg.get("model", {}) or {}).get("moe", {}) or {}).get("experts"):
         ap.error("%s has experts: the race covers dense models (StackedSoap's 3-D banks need a "
                  "group of their own)" % a.config)
-    target = a.target if a.target is not None else (cfg.get("train", {}) or {}).get("target_val_loss")
-    if not target:
-        ap.error("no target: pass --target or set train.target_val_loss in the config")
+    budget = a.target == "budget"
+    try:
+        target = None if budget else float(a.target) if a.target is not None else \
+            (cfg.get("train", {}) or {}).get("target_val_loss")
+    except ValueError:
+        ap.error("--target: a val loss or 'budget', not %r" % a.target)
+    if not budget and not target:
+        ap.error("no target: pass --target (a loss or 'budget') or set train.target_val_loss in the config")
     steps = a.steps or (cfg.get("train", {}) or {}).get("steps")
     name = os.path.splitext(os.path.basename(a.config))[0]
     out = a.out or os.path.join(REPO, "runs", "race", name)
@@ -159,7 +177,8 @@ def main():
         cmd = ["mpirun", "--oversubscribe"] + (["--bind-to", "none"] if a.threads > 1 else []) + \
             ["-np", str(a.np), a.engine, "--config", a.config]
         for s in a.sets + ["optim=" + optim.strip(), "train.seed=%d" % seed, "train.steps=%d" % steps,
-                           "train.eval_every=%d" % a.eval_every, "train.target_val_loss=%g" % target,
+                           "train.eval_every=%d" % a.eval_every,
+                           "train.target_val_loss=%g" % (0 if budget else target),
                            "log.dir=" + run_dir, "checkpoint.dir=" + os.path.join(run_dir, "ckpt"),
                            "checkpoint.every=0", "checkpoint.at_end=false",
                            "checkpoint.overwrite=true"]:
@@ -186,6 +205,13 @@ def main():
                 best = r
         seeds = [best] + [r for r in (run(family, best["lr"], base_seed + i) for i in range(1, a.seeds)) if r]
         results[family] = {"sweep": sweep, "best_lr": best["lr"], "seeds": seeds}
+    if budget and results:  # the slowest family's worst tuned seed reaches it at its last validation
+        target = max(s["final_val_loss"] for r in results.values() for s in r["seeds"])
+        for r in results.values():
+            r["sweep"] = [scored(s, target) for s in r["sweep"]]
+            r["seeds"] = [scored(s, target) for s in r["seeds"]]
+    if not results:
+        sys.exit("race: no results yet")
     write_tables(out, results, target, steps, a)
     return 0
 
@@ -199,27 +225,32 @@ def write_tables(out, results, target, steps, a):
         st = mean_sd([s["target_step"] for s in hit])
         tm = mean_sd([s["target_ms"] / 1e3 for s in hit])
         rows.append({"family": family, "lr": r["best_lr"], "seeds": len(r["seeds"]), "reached": len(hit),
-                     "steps": st, "seconds": tm,
+                     "steps": st, "seconds": tm, "final": mean_sd([s["final_val_loss"] for s in r["seeds"]]),
                      "tokens_per_s": statistics.median(s["tokens_per_s"] for s in r["seeds"] if s["tokens_per_s"]),
                      "peak_mib": max((s["peak_mem_bytes"] or 0) for s in r["seeds"]) / 2**20,
                      "state_mib": (r["seeds"][0]["state_bytes_rank0"] or 0) / 2**20,
-                     "swept": ", ".join("%g%s" % (s["lr"], "" if s["target_step"] is None else " (%d)" % s["target_step"])
+                     "swept": ", ".join("%g: %.3f%s" % (s["lr"], s["final_val_loss"],
+                                                        "" if s["target_step"] is None else " @%d" % s["target_step"])
                                         for s in r["sweep"])})
     ref = next((x for x in rows if x["family"] == "adamw" and x["steps"][0]), None)
-    L = ["Target val loss %g, at most %d steps, np %d x %d thread(s); steps and seconds to the "
-         "target: mean ± standard deviation over the seeds that reached it." % (target, steps, a.np, a.threads), "",
-         "| family | lr (swept: lr (steps to target)) | reached | steps to target | x AdamW (steps) | "
-         "seconds to target | x AdamW (time) | tok/s | peak MiB | state MiB / rank |",
-         "|---|---|---|---|---|---|---|---|---|---|"]
+    how = ("set after the runs to the highest final val loss among the tuned runs (--target budget: "
+           "every run trains all %d steps, learning rates tuned for the lowest final val loss)" % steps
+           if a.target == "budget" else "at most %d steps, a run stops there" % steps)
+    L = ["Target val loss %.4g, %s; np %d x %d thread(s); steps and seconds to the "
+         "target: mean ± standard deviation over the seeds that reached it (the first validation "
+         "at or below it, every %d steps)." % (target, how, a.np, a.threads, a.eval_every), "",
+         "| family | lr (swept, lr: final val loss @ steps to target) | reached | steps to target | x AdamW (steps) | "
+         "seconds to target | x AdamW (time) | final val loss | tok/s | peak MiB | state MiB / rank |",
+         "|---|---|---|---|---|---|---|---|---|---|---|"]
     for x in rows:
         s, t = x["steps"], x["seconds"]
-        L.append("| %s | %g (%s) | %d of %d | %s | %s | %s | %s | %.0f | %.0f | %.1f |" % (
+        L.append("| %s | %g (%s) | %d of %d | %s | %s | %s | %s | %.4f ± %.4f | %.0f | %.0f | %.1f |" % (
             x["family"], x["lr"], x["swept"], x["reached"], x["seeds"],
             "%.0f ± %.0f" % s if s[0] else "-",
             "%.2f" % (ref["steps"][0] / s[0]) if ref and s[0] else "-",
             "%.1f ± %.1f" % t if t[0] else "-",
             "%.2f" % (ref["seconds"][0] / t[0]) if ref and t[0] else "-",
-            x["tokens_per_s"], x["peak_mib"], x["state_mib"]))
+            x["final"][0], x["final"][1], x["tokens_per_s"], x["peak_mib"], x["state_mib"]))
     json.dump({"target": target, "steps": steps, "np": a.np, "threads": a.threads, "rows": rows,
                "results": results}, open(os.path.join(out, "race.json"), "w"), indent=1)
     open(os.path.join(out, "race.md"), "w").write("\n".join(L) + "\n")

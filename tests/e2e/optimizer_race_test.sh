@@ -2,7 +2,7 @@
 # scripts/optimizer_race.py end to end on the tiny config: a two-family race (AdamW, Muon; two
 # learning rates each, two seeds of the best), its table, and its resume: with one run's result
 # removed, a second call trains that run alone; --table-only trains nothing. The plumbing, not
-# the race's conclusions.
+# the race's conclusions. Then a budget race (--target budget): the target is set from the tuned runs.
 #
 #   optimizer_race_test.sh REPO BUILD_DIR WORK
 set -euo pipefail
@@ -33,3 +33,18 @@ cmp -s <(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["rows"]
   { echo "FAIL: the table changed without training"; exit 1; }
 echo "PASS: 6 runs, one resumed, table rewritten"
 sed -n 3,6p "$work/race/race.md"
+# --target budget: every run trains all steps; the target is the highest final val loss among the
+# tuned runs, so every tuned seed reaches it and the worst one does so at its last validation.
+race --target budget --lr-factors 1 --out "$work/budget" >"$work/budget.log"
+[ "$(grep -c '^race: ' "$work/budget.log")" -eq 4 ] || { echo "FAIL: the budget race trained other than 4 runs"; cat "$work/budget.log"; exit 1; }
+python3 - "$work/budget/race.json" <<'PY' || exit 1
+import json, sys
+race = json.load(open(sys.argv[1]))
+tuned = [s for r in race["results"].values() for s in r["seeds"]]
+assert all(len(s["val_curve"]) and s["val_curve"][-1][0] == 8 for s in tuned), "a budget run stopped early"
+assert race["target"] == max(s["final_val_loss"] for s in tuned), "target is not the worst tuned final loss"
+assert all(s["target_step"] is not None for s in tuned), "a tuned run does not reach the budget target"
+worst = max(tuned, key=lambda s: s["final_val_loss"])
+assert worst["target_step"] == 8, "the worst tuned run reaches the target before its last validation"
+print("PASS: budget race, target %.4f" % race["target"])
+PY
