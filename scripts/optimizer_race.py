@@ -2,7 +2,7 @@
 """Which optimizer wins: each family raced to a target validation loss, tuned fairly (issue 39).
 
 usage: optimizer_race.py [--config C.yaml] [--target LOSS|budget] [--steps N] [--eval-every N]
-                         [--families adamw,muon,normuon,soap,rekls] [--lr-factors 0.5,1,2]
+                         [--families adamw,muon,normuon,soap,rekls] [--lr-factors 0.5,1,2] [--extend 2]
                          [--seeds 3] [--np 2] [--threads T] [--out DIR] [--set KEY=VALUE ...]
                          [--engine PATH] [--table-only]
 
@@ -11,7 +11,8 @@ blocks.*.attn.qkv.weight): AdamW, Muon, NorMuon, SOAP and REKLS; every other gro
 head) keeps the config's own AdamW. Dense models only: a config with experts is refused. Each family first
 trains at its documented default learning rate times each of --lr-factors (seed: the config's),
 then its best learning rate (fewest steps to the target; else the lowest final validation loss)
-at --seeds seeds (the sweep's run is the first). Every run is --steps steps with a validation every
+(where that is the smallest or largest swept, the sweep goes on past it by the same ratio, at most
+--extend more runs, until the best is inside) at --seeds seeds (the sweep's run is the first). Every run is --steps steps with a validation every
 --eval-every; a run stops early at the target (train.target_val_loss), and its steps and train
 time to the target, median tokens/s, peak memory and optimizer state bytes per rank are kept.
 
@@ -32,6 +33,7 @@ depend on --steps, which is why the budget, not the target, is what a family is 
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -110,15 +112,12 @@ def run_result(run_dir, target):
                    "state_bytes_rank0": state, "val_curve": val}, target)
 
 
-def better(a, b):
-    """Whether result a beats b: fewer steps to the target (a tie: the lower val loss there),
-    else a lower final val loss."""
-    def key(r):
-        if r["target_step"] is not None:
-            return (0, r["target_step"], r["val_loss_at_target"])
-        return (1, 0, r["final_val_loss"])
-    ka, kb = key(a), key(b)
-    return ka < kb
+def rank(r):
+    """A run's place in its family's sweep, best first: fewer steps to the target (a tie: the
+    lower val loss there), then the runs that missed it by their final val loss."""
+    if r["target_step"] is not None:
+        return (0, r["target_step"], r["val_loss_at_target"])
+    return (1, 0, r["final_val_loss"])
 
 
 def main():
@@ -130,6 +129,8 @@ def main():
     ap.add_argument("--eval-every", type=int, default=25)
     ap.add_argument("--families", default="adamw,muon,normuon,soap,rekls")
     ap.add_argument("--lr-factors", default="0.5,1,2")
+    ap.add_argument("--extend", type=int, default=2,
+                    help="sweep past an edge that holds the best lr at most this many times")
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--np", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)
@@ -173,6 +174,7 @@ def main():
             return json.load(open(done))
         if a.table_only:
             return None
+        shutil.rmtree(run_dir, ignore_errors=True)  # an interrupted run starts over, logs and all
         optim = yaml.safe_dump(family_groups(groups, family, lr), default_flow_style=True, width=1 << 30)
         cmd = ["mpirun", "--oversubscribe"] + (["--bind-to", "none"] if a.threads > 1 else []) + \
             ["-np", str(a.np), a.engine, "--config", a.config]
@@ -199,10 +201,22 @@ def main():
         sweep = [r for r in (run(family, default_lr * f, base_seed) for f in factors) if r]
         if not sweep:
             continue
-        best = sweep[0]
-        for r in sweep[1:]:
-            if better(r, best):
-                best = r
+        best = min(sweep, key=rank)
+        # A best learning rate at an edge of the sweep is not yet tuned: go on past that edge by
+        # the sweep's outer ratio until one is inside, at most --extend times.
+        for _ in range(a.extend if len(sweep) > 1 else 0):
+            lrs = sorted(r["lr"] for r in sweep)
+            if best["lr"] == lrs[0]:
+                lr = lrs[0] * lrs[0] / lrs[1]
+            elif best["lr"] == lrs[-1]:
+                lr = lrs[-1] * lrs[-1] / lrs[-2]
+            else:
+                break
+            r = run(family, lr, base_seed)
+            if not r:
+                break
+            sweep.append(r)
+            best = min(sweep, key=rank)
         seeds = [best] + [r for r in (run(family, best["lr"], base_seed + i) for i in range(1, a.seeds)) if r]
         results[family] = {"sweep": sweep, "best_lr": best["lr"], "seeds": seeds}
     if budget and results:  # the slowest family's worst tuned seed reaches it at its last validation

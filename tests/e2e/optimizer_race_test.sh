@@ -12,7 +12,7 @@ python3 "$repo/tests/e2e/make_tiny_data.py" "$work/data" >/dev/null
 race() {
   /usr/bin/python3 "$repo/scripts/optimizer_race.py" --config "$repo/configs/tiny.yaml" \
     --engine "$build/apps/engine/engine" --target 5.3 --steps 8 --eval-every 2 \
-    --families adamw,muon --lr-factors 1,2 --seeds 2 --np 2 --out "$work/race" \
+    --families adamw,muon --lr-factors 1,2 --extend 0 --seeds 2 --np 2 --out "$work/race" \
     --set "data.train=$work/data/tiny_train_*.bin" --set "data.val=$work/data/tiny_val_*.bin" "$@"
 }
 race >"$work/first.log"
@@ -47,4 +47,16 @@ assert all(s["target_step"] is not None for s in tuned), "a tuned run does not r
 worst = max(tuned, key=lambda s: s["final_val_loss"])
 assert worst["target_step"] == 8, "the worst tuned run reaches the target before its last validation"
 print("PASS: budget race, target %.4f" % race["target"])
+PY
+# --extend: a best learning rate at an edge of a two-point sweep is followed past that edge once.
+race --families adamw --seeds 1 --extend 1 --out "$work/extend" >"$work/extend.log"
+python3 - "$work/extend/race.json" <<'PY' || exit 1
+import json, sys
+sweep = json.load(open(sys.argv[1]))["results"]["adamw"]["sweep"]
+assert len(sweep) == 3, "expected the two swept lrs and one past the edge, got %d runs" % len(sweep)
+rank = lambda s: (s["target_step"] is None, s["target_step"] or 0, s["val_loss_at_target"] or 0, s["final_val_loss"])
+low, high = sorted(sweep[:2], key=lambda s: s["lr"])
+want = low["lr"] / 2 if rank(low) <= rank(high) else high["lr"] * 2
+assert abs(sweep[2]["lr"] - want) < 1e-12, "the extra lr is %g, expected %g" % (sweep[2]["lr"], want)
+print("PASS: the sweep went on past its best edge to lr %g" % want)
 PY
