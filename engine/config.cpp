@@ -563,6 +563,10 @@ void apply_override(Config& config, const std::string& assignment) {
   if (parsed.IsSequence() || parsed.IsMap())
     config_error(at, "key '" + key + "' has the wrong type: expected " + field->type + ", got a " +
                          (parsed.IsMap() ? "map" : "list"));
+  // A quoted value means what it does in a file: model.window_pattern="" is empty (its quotes
+  // used to become the value).
+  if (parsed.IsScalar() && !text.empty() && (text.front() == '"' || text.front() == '\''))
+    text = parsed.Scalar();
   std::string why = assign(field->get(config), text);
   if (!why.empty()) config_error(at, "key '" + key + "' has the wrong type: " + why);
   config.origins[key] = at;

@@ -201,6 +201,13 @@ TEST(Config, OverridesUseTheKeysType) {
   EXPECT_TRUE(c.data.shuffle);
   EXPECT_EQ(c.model.arch, "gpt2");
   EXPECT_EQ(c.model.moe_experts, 4);
+  // Quotes are YAML's, as in a file: an empty string, a path with a space, a quoted number.
+  engine::Config q = engine::parse_config(
+      kMinimal, "o.yaml",
+      {"model.window=64", "model.window_pattern=\"\"", "log.dir='runs/a b'", "train.steps=\"9\""});
+  EXPECT_EQ(q.model.window_pattern, "");
+  EXPECT_EQ(q.log.dir, "runs/a b");
+  EXPECT_EQ(q.train.steps, 9);
   std::string msg = error_of([] { engine::parse_config(kMinimal, "o.yaml", {"train.steps=x"}); });
   EXPECT_NE(msg.find("--set train.steps=x"), std::string::npos) << msg;
   EXPECT_NE(msg.find("expected an integer"), std::string::npos) << msg;
