@@ -456,8 +456,9 @@ void Gpt::attn_forward(int l) {
     backend_.scalar_mix(a.vmix, lam, a.v, lam + 1, ve_heads_[ve], N * D);
     v = a.vmix;
   }
+  // Below fp32 a device may take attention's products to tensor cores too (TF32).
   backend_.attention_forward(a.atty, a.lse, q, k, v, B * H, T, hd, config_.attention_scale(),
-                             mask_of(l));
+                             mask_of(l), config_.precision != Precision::Fp32);
   backend_.merge_heads(a.merged, a.atty, B, T, H, hd);
   // res_mid = res_in + merged @ proj^T (+ bias)
   backend_.copy(a.res_mid, res_in, N * D * sizeof(float));
@@ -485,7 +486,8 @@ void Gpt::attn_backward(int l) {
   const int ve = config_.value_embed_of(l);
   backend_.attention_backward(dq_, dk_, dv_, datty_, a.atty, a.lse, modern ? a.qr : a.q,
                               modern ? a.kr : a.k, ve >= 0 ? a.vmix : a.v, B * H, T, hd,
-                              config_.attention_scale(), mask_of(l));
+                              config_.attention_scale(), mask_of(l),
+                              config_.precision != Precision::Fp32);
   if (ve >= 0) {
     // Through v = l0 v + l1 ve: d v into dmix, which becomes dv.
     const float* lam = w(p.v_lambdas);

@@ -26,7 +26,10 @@
 // the size of configs/gpt2_124m.yaml (12 layers, d_model 768, seq_len 1024, batch 8). With
 // --op-groups it then times one step's worth of each op group of the gpt2 architecture at the
 // model's shapes (the matmuls, attention, layernorm, ..., and the multi-tensor AdamW over every
-// parameter) with the backend's device marks (CUDA events), one row each, in f32.
+// parameter) with the backend's device marks (CUDA events), one row each, in f32; and the
+// matmuls and attention again as bf16 runs take them ("matmul bf16": bf16 GEMMs with their
+// roundings; "attention tf32": batched TF32 GEMMs, core/attention_by_gemm.h), with a second sum
+// for a bf16 run.
 //
 // --precision takes a list of train.precision values (docs/precision.md); each row runs the model
 // in that precision (bf16 GEMMs through oneDNN where the CPU has AVX512_BF16 or AMX, else as f32
@@ -243,6 +246,30 @@ int cuda_op_groups(const std::string& name, int reps) {
     gw.trans_a = true, gw.m = out, gw.n = in, gw.k = N, gw.beta = 1.0f;
     be.gemm(gw, dy, x, dw);
   };
+  // The same layers as bf16 runs take them (model/gpt.cpp's linear and linear_backward): the
+  // input and the output gradient rounded to bf16 each time, the weight once a step, bf16 GEMMs
+  // with f32 accumulation and output.
+  std::vector<core::Tensor> held_bf16;
+  auto buffer_bf16 = [&](int64_t n) {
+    held_bf16.push_back(core::Tensor::empty({n}, core::DType::BF16, be.allocator()));
+    be.fill_zero(held_bf16.back().raw_data(), held_bf16.back().nbytes());
+    return held_bf16.back().data<core::bf16>();
+  };
+  core::bf16 *xb = buffer_bf16(N * F), *wb = buffer_bf16(Vp * D), *dyb = buffer_bf16(N * F);
+  auto linear_fwd_bwd_bf16 = [&](int64_t in, int64_t out) {
+    be.f32_to_bf16(wb, w, out * in);
+    be.f32_to_bf16(xb, x, N * in);
+    core::GemmArgs f;
+    f.trans_b = true, f.m = N, f.n = out, f.k = in;
+    be.gemm(f, xb, wb, y);
+    be.f32_to_bf16(dyb, dy, N * out);
+    core::GemmArgs gx;
+    gx.m = N, gx.n = in, gx.k = out;
+    be.gemm(gx, dyb, wb, dx);
+    core::GemmArgs gw;
+    gw.trans_a = true, gw.m = out, gw.n = in, gw.k = N, gw.beta = 1.0f;
+    be.gemm(gw, dyb, xb, dw);
+  };
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const std::vector<std::pair<std::string, std::function<void()>>> groups = {
       {"matmul (linear layers and head)",
@@ -255,11 +282,30 @@ int cuda_op_groups(const std::string& name, int reps) {
          }
          linear_fwd_bwd(D, Vp);
        }},
+      {"matmul bf16",
+       [&] {
+         for (int64_t l = 0; l < L; ++l) {
+           linear_fwd_bwd_bf16(D, 3 * D);
+           linear_fwd_bwd_bf16(D, D);
+           linear_fwd_bwd_bf16(D, F);
+           linear_fwd_bwd_bf16(F, D);
+         }
+         linear_fwd_bwd_bf16(D, Vp);
+       }},
       {"attention",
        [&] {
          for (int64_t l = 0; l < L; ++l) {
            be.attention_forward(att, lse, q, k, v, B * H, T, hd, scale);
            be.attention_backward(dq, dk, dv, dy, att, lse, q, k, v, B * H, T, hd, scale);
+         }
+       }},
+      // What tf32 and bf16 runs take: on a GPU batched TF32 GEMMs (core/attention_by_gemm.h);
+      // the CPU computes the row above again.
+      {"attention tf32",
+       [&] {
+         for (int64_t l = 0; l < L; ++l) {
+           be.attention_forward(att, lse, q, k, v, B * H, T, hd, scale, {}, true);
+           be.attention_backward(dq, dk, dv, dy, att, lse, q, k, v, B * H, T, hd, scale, {}, true);
          }
        }},
       {"head split and merge",
@@ -316,10 +362,14 @@ int cuda_op_groups(const std::string& name, int reps) {
         name.c_str(), be.name(), s.batch, s.config.seq_len, group.c_str(), ms);
     std::fflush(stdout);
   };
-  double total = 0;
+  // Two sums: an f32 run's groups, and a bf16 run's (its matmuls and attention instead).
+  double total = 0, total_bf16 = 0;
   for (const auto& [group, run] : groups) {
     const double ms = device_ms(be, run, reps);
-    total += ms;
+    const bool bf16_run_only = group == "matmul bf16" || group == "attention tf32";
+    const bool f32_run_only = group.starts_with("matmul (") || group == "attention";
+    if (!bf16_run_only) total += ms;
+    if (!f32_run_only) total_bf16 += ms;
     emit(group, ms);
   }
   {
@@ -341,9 +391,11 @@ int cuda_op_groups(const std::string& name, int reps) {
     const double ms = device_ms(
         be, [&] { adamw->update(tensors); }, reps);
     total += ms;
+    total_bf16 += ms;
     emit("adamw (multi-tensor, every parameter)", ms);
   }
   emit("sum of the groups", total);
+  emit("sum of the groups, bf16 run", total_bf16);
   return 0;
 }
 

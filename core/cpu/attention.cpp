@@ -38,16 +38,28 @@ void CpuBackend::rotary_backward(float* dinp, const float* dout, int64_t BH, int
 
 void CpuBackend::attention_forward(float* out, float* lse, const float* q, const float* k,
                                    const float* v, int64_t BH, int64_t T, int64_t hd, float scale,
-                                   const AttentionMask& mask) {
+                                   const AttentionMask& mask, bool /*tf32: no tensor cores*/) {
   cpu::attention_forward(out, lse, q, k, v, BH, T, hd, scale, cpu::HeadParallel::kAuto, mask);
 }
 
 void CpuBackend::attention_backward(float* dq, float* dk, float* dv, const float* dout,
                                     const float* out, const float* lse, const float* q,
                                     const float* k, const float* v, int64_t BH, int64_t T,
-                                    int64_t hd, float scale, const AttentionMask& mask) {
+                                    int64_t hd, float scale, const AttentionMask& mask,
+                                    bool /*tf32: no tensor cores*/) {
   cpu::attention_backward(dq, dk, dv, dout, out, lse, q, k, v, BH, T, hd, scale,
                           cpu::HeadParallel::kAuto, mask);
+}
+
+void CpuBackend::attention_softmax(float* s, float* lse, int64_t BH, int64_t T,
+                                   const AttentionMask& mask, int64_t head0) {
+  cpu::attention_softmax(s, lse, BH, T, mask, head0);
+}
+
+void CpuBackend::attention_softmax_backward(float* dp, const float* p, const float* dout,
+                                            const float* out, int64_t BH, int64_t T, int64_t hd,
+                                            const AttentionMask& mask, int64_t head0) {
+  cpu::attention_softmax_backward(dp, p, dout, out, BH, T, hd, mask, head0);
 }
 
 }  // namespace core

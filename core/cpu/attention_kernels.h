@@ -292,4 +292,48 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const 
   });
 }
 
+// ---- the row steps of attention as GEMMs (core/attention_by_gemm.h) --------------------------
+
+// s [BH, T, T] (scale q k^T of heads head0 + h) becomes p in place: each row's softmax over the
+// keys [first_key, t] it sees (kmath::FlashRow's statistics over the whole row), 0 at the others;
+// lse [BH, T] the rows' log-sum-exp.
+template <typename T>
+void attention_softmax(T* s, T* lse, int64_t BH, int64_t T_, const AttentionMask& mask,
+                       int64_t head0) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < BH * T_; ++r) {
+    const int64_t t = r % T_, first = first_key(mask, head0 + r / T_, T_, t);
+    T* row = s + r * T_;
+    T row_max = -std::numeric_limits<T>::infinity();
+    for (int64_t j = first; j <= t; ++j)
+      row_max = std::max(row_max, row[j]);
+    kmath::FlashRow<T> stats;
+    stats.advance(row_max);
+    for (int64_t j = first; j <= t; ++j)
+      stats.sum += stats.weight(row[j]);
+    const T l = stats.log_sum_exp();
+    lse[r] = l;
+    for (int64_t j = 0; j < T_; ++j)
+      row[j] = j >= first && j <= t ? kmath::attention_prob(row[j], l) : T(0);
+  }
+}
+
+// dp [BH, T, T] (dout v^T) becomes ds = p (dp - delta) in place where a query sees a key, 0
+// elsewhere; delta_t = dout_t . out_t from dout, out [BH, T, hd] of the same heads.
+template <typename T>
+void attention_softmax_backward(T* dp, const T* p, const T* dout, const T* out, int64_t BH,
+                                int64_t T_, int64_t hd, const AttentionMask& mask, int64_t head0) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < BH * T_; ++r) {
+    const int64_t t = r % T_, first = first_key(mask, head0 + r / T_, T_, t);
+    T delta = 0;
+    for (int64_t d = 0; d < hd; ++d)
+      delta += dout[r * hd + d] * out[r * hd + d];
+    T* row = dp + r * T_;
+    const T* prow = p + r * T_;
+    for (int64_t j = 0; j < T_; ++j)
+      row[j] = j >= first && j <= t ? kmath::attention_dscore(prow[j], row[j], delta) : T(0);
+  }
+}
+
 }  // namespace core::cpu

@@ -69,11 +69,16 @@ class CpuBackend final : public Backend {
                        float base) override;
   void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                          int64_t BH, int64_t T, int64_t hd, float scale,
-                         const AttentionMask& mask = {}) override;
+                         const AttentionMask& mask = {}, bool tf32 = false) override;
   void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
                           const float* lse, const float* q, const float* k, const float* v,
                           int64_t BH, int64_t T, int64_t hd, float scale,
-                          const AttentionMask& mask = {}) override;
+                          const AttentionMask& mask = {}, bool tf32 = false) override;
+  void attention_softmax(float* s, float* lse, int64_t BH, int64_t T, const AttentionMask& mask,
+                         int64_t head0) override;
+  void attention_softmax_backward(float* dp, const float* p, const float* dout, const float* out,
+                                  int64_t BH, int64_t T, int64_t hd, const AttentionMask& mask,
+                                  int64_t head0) override;
   void cross_entropy(float* losses, float* dlogits, const float* logits, const int32_t* targets,
                      int64_t N, int64_t V, int64_t Vp, float softcap, float dloss_scale) override;
   void cross_entropy_bf16(float* losses, bf16* dlogits, const float* logits, const int32_t* targets,

@@ -1,12 +1,15 @@
 // The CUDA backend's attention family (core/ops/attention.h): head layout, rotary positions
 // (kernel_math.h) and causal attention as fused tiled kernels that keep no [T, T] in memory: an
 // online-softmax forward saving each row's log-sum-exp, and a backward that recomputes the
-// probabilities tile by tile (the math and tiling of core/attention_tiles.h).
+// probabilities tile by tile (the math and tiling of core/attention_tiles.h). With tf32 and scores
+// that fit its scratch, attention runs as batched TF32 GEMMs instead (core/attention_by_gemm.h),
+// whose row steps are the softmax kernels here (one warp per score row).
 #include <cuda_runtime.h>
 
 #include <climits>
 #include <string>
 
+#include "core/attention_by_gemm.h"
 #include "core/attention_tiles.h"
 #include "core/check.h"
 #include "core/cuda/cuda_backend.h"
@@ -297,6 +300,72 @@ __global__ void __launch_bounds__(kTileThreads)
   }
 }
 
+// ---- the row steps of attention as GEMMs
+// ---------------------------------------------------------
+
+__device__ inline float warp_max(float x) {
+  for (int mask = 16; mask > 0; mask >>= 1)
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, mask));
+  return x;
+}
+
+__device__ inline float warp_sum(float x) {
+  for (int mask = 16; mask > 0; mask >>= 1)
+    x += __shfl_xor_sync(0xffffffffu, x, mask);
+  return x;
+}
+
+// The first key query t of head h sees (core/ops/attention.h's AttentionMask).
+__device__ inline int64_t mask_first_key(const AttentionMask& mask, int64_t h, int64_t T,
+                                         int64_t t) {
+  return mask.key_begin ? mask.key_begin[(h / mask.heads) * T + t] : 0;
+}
+
+// One warp per score row r of [rows = BH T, T] (head head0 + r / T, query r % T): the row's
+// softmax over the keys it sees, in place, 0 at the others; lse[r] its log-sum-exp.
+__global__ void attention_softmax_kernel(float* s, float* lse, int64_t rows, int64_t T,
+                                         AttentionMask mask, int64_t head0) {
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+  const int lane = threadIdx.x % 32;
+  for (int64_t r = first_index() / 32; r < rows; r += warps) {
+    const int64_t t = r % T, first = mask_first_key(mask, head0 + r / T, T, t);
+    float* row = s + r * T;
+    float row_max = -INFINITY;
+    for (int64_t j = first + lane; j <= t; j += 32)
+      row_max = fmaxf(row_max, row[j]);
+    kmath::FlashRow<float> stats;
+    stats.advance(warp_max(row_max));
+    float sum = 0.0f;
+    for (int64_t j = first + lane; j <= t; j += 32)
+      sum += stats.weight(row[j]);
+    stats.sum = warp_sum(sum);
+    const float l = stats.log_sum_exp();
+    if (lane == 0) lse[r] = l;
+    for (int64_t j = lane; j < T; j += 32)
+      row[j] = j >= first && j <= t ? kmath::attention_prob(row[j], l) : 0.0f;
+  }
+}
+
+// One warp per row of dp [rows, T]: ds = p (dp - delta) where the query sees the key, 0 elsewhere,
+// delta = dout_r . out_r over hd.
+__global__ void attention_softmax_backward_kernel(float* dp, const float* p, const float* dout,
+                                                  const float* out, int64_t rows, int64_t T,
+                                                  int64_t hd, AttentionMask mask, int64_t head0) {
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+  const int lane = threadIdx.x % 32;
+  for (int64_t r = first_index() / 32; r < rows; r += warps) {
+    const int64_t t = r % T, first = mask_first_key(mask, head0 + r / T, T, t);
+    float delta = 0.0f;
+    for (int64_t d = lane; d < hd; d += 32)
+      delta += dout[r * hd + d] * out[r * hd + d];
+    delta = warp_sum(delta);
+    float* row = dp + r * T;
+    const float* prow = p + r * T;
+    for (int64_t j = lane; j < T; j += 32)
+      row[j] = j >= first && j <= t ? kmath::attention_dscore(prow[j], row[j], delta) : 0.0f;
+  }
+}
+
 // delta[row] = dout[row] . out[row], one warp per row of [rows, hd].
 __global__ void attention_delta_kernel(float* delta, const float* dout, const float* out,
                                        int64_t rows, int64_t hd) {
@@ -560,11 +629,13 @@ void CudaBackend::rotary_backward(float* dinp, const float* dout, int64_t BH, in
 
 void CudaBackend::attention_forward(float* out, float* lse, const float* q, const float* k,
                                     const float* v, int64_t BH, int64_t T, int64_t hd, float scale,
-                                    const AttentionMask& mask) {
+                                    const AttentionMask& mask, bool tf32) {
   const std::string op = name_ + ": attention_forward";
   check_sizes(op, {BH, T, hd});
   if (BH == 0 || T == 0) return;
   check_attention_grid(BH, T, op);
+  if (tf32 && attention_by_gemm_fits(T) && hd > 0)
+    return attention_forward_by_gemm(*this, out, lse, q, k, v, BH, T, hd, scale, mask);
   switch (padded_head_dim(hd, op)) {
     case 32:
       return flash_forward<32>(out, lse, q, k, v, BH, T, hd, scale, mask, stream_);
@@ -578,11 +649,15 @@ void CudaBackend::attention_forward(float* out, float* lse, const float* q, cons
 void CudaBackend::attention_backward(float* dq, float* dk, float* dv, const float* dout,
                                      const float* out, const float* lse, const float* q,
                                      const float* k, const float* v, int64_t BH, int64_t T,
-                                     int64_t hd, float scale, const AttentionMask& mask) {
+                                     int64_t hd, float scale, const AttentionMask& mask,
+                                     bool tf32) {
   const std::string op = name_ + ": attention_backward";
   check_sizes(op, {BH, T, hd});
   if (BH == 0 || T == 0) return;
   check_attention_grid(BH, T, op);
+  if (tf32 && attention_by_gemm_fits(T) && hd > 0)
+    return attention_backward_by_gemm(*this, dq, dk, dv, dout, out, q, k, v, BH, T, hd, scale,
+                                      mask);
   const int padded = padded_head_dim(hd, op);
   DeviceBuffer<float> delta(allocator_, BH * T);
   attention_delta_kernel<<<grid_for(BH * T * 32), kThreads, 0, stream_>>>(delta.get(), dout, out,
@@ -599,6 +674,25 @@ void CudaBackend::attention_backward(float* dq, float* dk, float* dv, const floa
       return flash_backward<128>(dq, dk, dv, dout, lse, delta.get(), q, k, v, BH, T, hd, scale,
                                  mask, stream_);
   }
+}
+
+void CudaBackend::attention_softmax(float* s, float* lse, int64_t BH, int64_t T,
+                                    const AttentionMask& mask, int64_t head0) {
+  check_sizes(name_ + ": attention_softmax", {BH, T, head0});
+  if (BH == 0 || T == 0) return;
+  attention_softmax_kernel<<<grid_for(BH * T * 32), kThreads, 0, stream_>>>(s, lse, BH * T, T, mask,
+                                                                            head0);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::attention_softmax_backward(float* dp, const float* p, const float* dout,
+                                             const float* out, int64_t BH, int64_t T, int64_t hd,
+                                             const AttentionMask& mask, int64_t head0) {
+  check_sizes(name_ + ": attention_softmax_backward", {BH, T, hd, head0});
+  if (BH == 0 || T == 0) return;
+  attention_softmax_backward_kernel<<<grid_for(BH * T * 32), kThreads, 0, stream_>>>(
+      dp, p, dout, out, BH * T, T, hd, mask, head0);
+  ENGINE_CUDA_LAUNCHED();
 }
 
 }  // namespace core

@@ -43,14 +43,29 @@ class AttentionOps {
   // Saves lse [BH, T], each query row's log-sum-exp of its scaled visible scores: the backward
   // recomputes the probabilities from it, so nothing [T, T] is kept between the two
   // (core/attention_tiles.h). Key ranges no query of a tile sees are skipped whole.
+  // `tf32` lets a device compute the products on TF32 tensor cores (CUDA: as batched GEMMs over a
+  // scratch of scores, core/attention_by_gemm.h, where they fit it); the CPU computes f32.
   virtual void attention_forward(float* out, float* lse, const float* q, const float* k,
                                  const float* v, int64_t BH, int64_t T, int64_t hd, float scale,
-                                 const AttentionMask& mask = {}) = 0;
-  // From the forward's out and lse (with the forward's mask); dq, dk, dv accumulate.
+                                 const AttentionMask& mask = {}, bool tf32 = false) = 0;
+  // From the forward's out and lse (with the forward's mask and tf32); dq, dk, dv accumulate.
   virtual void attention_backward(float* dq, float* dk, float* dv, const float* dout,
                                   const float* out, const float* lse, const float* q,
                                   const float* k, const float* v, int64_t BH, int64_t T, int64_t hd,
-                                  float scale, const AttentionMask& mask = {}) = 0;
+                                  float scale, const AttentionMask& mask = {},
+                                  bool tf32 = false) = 0;
+
+  // The row steps of attention as GEMMs (core/attention_by_gemm.h) on BH heads' [T, T] scores;
+  // the heads are counted from head0 for the mask (head h's batch row is (head0 + h) / mask.heads).
+  // s = scale q k^T becomes, in place, p: each row's softmax over the keys it sees, 0 at the
+  // others; lse [BH, T] gets the rows' log-sum-exp (kmath::FlashRow's, over the whole row).
+  virtual void attention_softmax(float* s, float* lse, int64_t BH, int64_t T,
+                                 const AttentionMask& mask, int64_t head0) = 0;
+  // dp = dout v^T becomes, in place, ds = p (dp - delta_i) where query i sees key j, 0 elsewhere,
+  // with delta_i = dout_i . out_i; p is attention_softmax's, dout and out [BH, T, hd].
+  virtual void attention_softmax_backward(float* dp, const float* p, const float* dout,
+                                          const float* out, int64_t BH, int64_t T, int64_t hd,
+                                          const AttentionMask& mask, int64_t head0) = 0;
 };
 
 }  // namespace core

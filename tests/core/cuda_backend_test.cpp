@@ -651,6 +651,96 @@ TEST_F(CudaVsCpu, AttentionWithDocumentAndWindowMask) {
   EXPECT_CLOSE(dev().download(gdv, n), dv, 1e-4);
 }
 
+// ||got - want|| / ||want||.
+double norm_relative(const std::vector<float>& got, const std::vector<float>& want) {
+  double d = 0.0, w = 0.0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    d += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+    w += static_cast<double>(want[i]) * want[i];
+  }
+  return std::sqrt(d / std::max(w, 1e-300));
+}
+
+// The row steps of attention as GEMMs (core/attention_by_gemm.h) against the CPU's: heads from
+// head0 = 2 under a document and window mask, a row length that is no multiple of a warp.
+TEST_F(CudaVsCpu, AttentionSoftmaxRows) {
+  const int64_t H = 2, BH = 4, T = 45, hd = 40, head0 = 2;
+  std::vector<int32_t> begin(3 * T);
+  for (int64_t t = 0; t < T; ++t) {
+    begin[t] = 0;
+    begin[T + t] = static_cast<int32_t>(t >= 20 ? 20 : t >= 5 ? 5 : 0);
+    begin[2 * T + t] = static_cast<int32_t>(std::max<int64_t>(0, t - 16));
+  }
+  const AttentionMask cmask{begin.data(), H}, gmask{dev().upload(begin), H};
+  auto s = random_vector(BH * T * T, 21, 3.0f);
+  std::vector<float> lse(BH * T);
+  float *gs = dev().upload(s), *glse = dev().alloc<float>(BH * T);
+  cpu().attention_softmax(s.data(), lse.data(), BH, T, cmask, head0);
+  gpu().attention_softmax(gs, glse, BH, T, gmask, head0);
+  EXPECT_CLOSE(dev().download(gs, BH * T * T), s, 1e-6);
+  EXPECT_CLOSE(dev().download(glse, BH * T), lse, 1e-6);
+  auto dp = random_vector(BH * T * T, 22), dout = random_vector(BH * T * hd, 23),
+       out = random_vector(BH * T * hd, 24);
+  float* gdp = dev().upload(dp);
+  cpu().attention_softmax_backward(dp.data(), s.data(), dout.data(), out.data(), BH, T, hd, cmask,
+                                   head0);
+  gpu().attention_softmax_backward(gdp, gs, dev().upload(dout), dev().upload(out), BH, T, hd, gmask,
+                                   head0);
+  EXPECT_CLOSE(dev().download(gdp, BH * T * T), dp, 1e-5);
+}
+
+// With tf32 the CUDA backend computes attention as batched TF32 GEMMs (core/attention_by_gemm.h;
+// the composition is checked on the CPU by AttentionByGemm.*): against the CPU's f32 attention
+// within TF32's rounding (inputs to 10 mantissa bits: measured on the GPU below 2e-3
+// norm-relative is the expectation), with and without a mask, and the same bits run to run.
+TEST_F(CudaVsCpu, AttentionOnTf32TensorCores) {
+  const int64_t B = 2, H = 2, T = 150;
+  std::vector<int32_t> begin(B * T);
+  for (int64_t t = 0; t < T; ++t) {
+    begin[t] = static_cast<int32_t>(t >= 70 ? 70 : t >= 31 ? 31 : t >= 30 ? 30 : 0);
+    begin[T + t] = static_cast<int32_t>(std::max<int64_t>(0, t - 99));
+  }
+  const int32_t* gbegin = dev().upload(begin);
+  for (auto [BH, T_, hd, masked] : {std::tuple<int64_t, int64_t, int64_t, bool>{3, 1, 64, false},
+                                    {6, 7, 4, false},
+                                    {2, 97, 80, false},
+                                    {3, 130, 64, false},
+                                    {2, 200, 128, false},
+                                    {B * H, T, 64, true}}) {
+    SCOPED_TRACE("BH " + std::to_string(BH) + " T " + std::to_string(T_) + " hd " +
+                 std::to_string(hd) + (masked ? " masked" : ""));
+    const int64_t n = BH * T_ * hd;
+    const AttentionMask cmask = masked ? AttentionMask{begin.data(), H} : AttentionMask{};
+    const AttentionMask gmask = masked ? AttentionMask{gbegin, H} : AttentionMask{};
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    auto q = random_vector(n, 31, 2.0f), k = random_vector(n, 32, 2.0f), v = random_vector(n, 33);
+    auto dout = random_vector(n, 34);
+    std::vector<float> out(n), lse(BH * T_), dq(n, 0.0f), dk(n, 0.0f), dv(n, 0.0f);
+    cpu().attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), BH, T_, hd, scale,
+                            cmask);
+    cpu().attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), out.data(), lse.data(),
+                             q.data(), k.data(), v.data(), BH, T_, hd, scale, cmask);
+    float *gq = dev().upload(q), *gk = dev().upload(k), *gv = dev().upload(v);
+    float *gout = dev().alloc<float>(n), *glse = dev().alloc<float>(BH * T_);
+    gpu().attention_forward(gout, glse, gq, gk, gv, BH, T_, hd, scale, gmask, true);
+    EXPECT_LE(norm_relative(dev().download(gout, n), out), 5e-3);
+    EXPECT_LE(norm_relative(dev().download(glse, BH * T_), lse), 5e-3);
+    std::vector<std::vector<float>> grads[2];
+    for (auto& got : grads) {
+      float *gdq = dev().upload(std::vector<float>(n, 0.0f)),
+            *gdk = dev().upload(std::vector<float>(n, 0.0f)),
+            *gdv = dev().upload(std::vector<float>(n, 0.0f));
+      gpu().attention_backward(gdq, gdk, gdv, dev().upload(dout), gout, glse, gq, gk, gv, BH, T_,
+                               hd, scale, gmask, true);
+      got = {dev().download(gdq, n), dev().download(gdk, n), dev().download(gdv, n)};
+    }
+    EXPECT_LE(norm_relative(grads[0][0], dq), 5e-3);
+    EXPECT_LE(norm_relative(grads[0][1], dk), 5e-3);
+    EXPECT_LE(norm_relative(grads[0][2], dv), 5e-3);
+    EXPECT_EQ(grads[0], grads[1]) << "two runs of the TF32 backward differ";
+  }
+}
+
 TEST_F(CudaVsCpu, AttentionRefusesAHeadDimAboveTheKernels) {
   const int64_t BH = 1, T = 2, hd = 130;
   float* x = dev().alloc<float>(BH * T * hd);
