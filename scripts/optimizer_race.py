@@ -1,20 +1,27 @@
 #!/usr/bin/python3
 """Which optimizer wins: each family raced to a target validation loss, tuned fairly (issue 39).
 
-usage: optimizer_race.py [--config C.yaml] [--target LOSS|budget] [--steps N] [--eval-every N]
+usage: optimizer_race.py [--config C.yaml] [--target LOSS|budget|adamw] [--steps N] [--eval-every N]
                          [--families adamw,muon,normuon,soap,rekls] [--lr-factors 0.5,1,2] [--extend 2]
-                         [--seeds 3] [--np 2] [--threads T] [--out DIR] [--set KEY=VALUE ...]
+                         [--center FAMILY=LR,...] [--seeds 3] [--np 2] [--threads T] [--out DIR] [--set KEY=VALUE ...]
                          [--engine PATH] [--table-only]
 
 The families differ only in the optimizer of the hidden matrices (the config's group that holds
 blocks.*.attn.qkv.weight): AdamW, Muon, NorMuon, SOAP and REKLS; every other group (embeddings,
-head) keeps the config's own AdamW. Dense models only: a config with experts is refused. Each family first
-trains at its documented default learning rate times each of --lr-factors (seed: the config's),
+head) keeps the config's own AdamW; --set applies on top of every family's groups (so
+--set optim.2.lr=0.22 retunes a group the race keeps). Dense models only: a config with experts is
+refused. Each family first trains at its documented default learning rate (or the one --center
+names for it, e.g. the best of an earlier race) times each of --lr-factors (seed: the config's),
 then its best learning rate (fewest steps to the target; else the lowest final validation loss)
 (where that is the smallest or largest swept, the sweep goes on past it by the same ratio, at most
 --extend more runs, until the best is inside) at --seeds seeds (the sweep's run is the first). Every run is --steps steps with a validation every
 --eval-every; a run stops early at the target (train.target_val_loss), and its steps and train
-time to the target, median tokens/s, peak memory and optimizer state bytes per rank are kept.
+time to the target, median tokens/s and peak memory are kept; each family's optimizer state bytes
+per rank are measured once, at its best lr, from a 2-step run's checkpoint (the optim/ tensors of
+each rank's file).
+Steps and time to the target are interpolated linearly between the validation that reaches it
+and the one before (the first validation at or below it, alone, would round every count up to a
+multiple of --eval-every).
 
 Results go to OUT (default runs/race/<config name>): one folder per run (its metrics.jsonl and
 log.txt, and result.json once it is done), race.json, race.md (the table: steps and time to the
@@ -29,6 +36,9 @@ the target is set afterwards to the highest final validation loss among the tune
 family (so the slowest family's worst seed reaches it at its last validation); steps and time to
 it are read from each run's validation curve. A schedule with a cooldown makes a run's curve
 depend on --steps, which is why the budget, not the target, is what a family is tuned for.
+--target adamw is the same budget race with the target set to tuned AdamW's loss instead (the
+highest final val loss among its seeds): how much sooner each family reaches what AdamW reaches
+in the whole budget, Wen et al.'s question; a family that ends above it does not reach it.
 """
 import argparse
 import json
@@ -89,12 +99,19 @@ def family_groups(groups, family, lr):
 
 
 def scored(result, target):
-    """The run's result with its steps, time and val loss at the first validation at or below
-    target (None where it never got there)."""
-    hit = next(((step, ms, v) for step, ms, v in result["val_curve"] if v <= target), None) \
-        if target is not None else None
-    return dict(result, target_step=hit[0] if hit else None, target_ms=hit[1] if hit else None,
-                val_loss_at_target=hit[2] if hit else None)
+    """The run's result with its steps and time to the target (interpolated linearly between the
+    first validation at or below it and the one before) and the val loss at that validation
+    (None where it never got there)."""
+    curve = result["val_curve"]
+    i = next((i for i, (_, _, v) in enumerate(curve) if v <= target), None) if target is not None else None
+    if i is None:
+        return dict(result, target_step=None, target_ms=None, val_loss_at_target=None)
+    step, ms, v = curve[i]
+    if i > 0 and curve[i - 1][2] > target:
+        s0, ms0, v0 = curve[i - 1]
+        f = (v0 - target) / (v0 - v)  # in (0, 1]: where the line between the two crosses target
+        step, ms = s0 + f * (step - s0), ms0 + f * (ms - ms0)
+    return dict(result, target_step=step, target_ms=ms, val_loss_at_target=v)
 
 
 def run_result(run_dir, target):
@@ -102,14 +119,25 @@ def run_result(run_dir, target):
     rows = runlog.read_metrics(os.path.join(run_dir, "metrics.jsonl"))
     tps = sorted(r["tokens_per_s"] for r in rows if r.get("tokens_per_s"))
     peak = max((r.get("peak_mem_bytes", 0) for r in rows), default=0)
-    state = None
-    for line in open(os.path.join(run_dir, "log.txt")):
-        if "optimizer state elements on rank 0:" in line:
-            state = int(line.rsplit(":", 1)[1].split()[0]) * 4  # f32 state
     val = [(r["step"], r.get("elapsed_ms", 0.0), r["val_loss"]) for r in runlog.with_key(rows, "val_loss")]
     return scored({"final_val_loss": runlog.final_val_loss(rows),
                    "tokens_per_s": tps[len(tps) // 2] if tps else None, "peak_mem_bytes": peak or None,
-                   "state_bytes_rank0": state, "val_curve": val}, target)
+                   "val_curve": val}, target)
+
+
+def optimizer_state_bytes(ckpt_dir):
+    """Bytes of optimizer state in each rank's file of the last checkpoint under ckpt_dir (the
+    tensors named optim/..., read from the safetensors headers)."""
+    step = sorted(d for d in os.listdir(ckpt_dir) if d.startswith("step_"))[-1]
+    sizes = []
+    for name in sorted(os.listdir(os.path.join(ckpt_dir, step))):
+        if not name.endswith(".safetensors"):
+            continue
+        with open(os.path.join(ckpt_dir, step, name), "rb") as f:
+            header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+        sizes.append(sum(t["data_offsets"][1] - t["data_offsets"][0]
+                         for k, t in header.items() if k.startswith("optim/")))
+    return sizes
 
 
 def rank(r):
@@ -124,13 +152,15 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default=os.path.join(REPO, "configs/cpu_small.yaml"))
     ap.add_argument("--target", default=None,
-                    help="a val loss, or 'budget' (see above); default: train.target_val_loss")
+                    help="a val loss, 'budget' or 'adamw' (see above); default: train.target_val_loss")
     ap.add_argument("--steps", type=int, default=None, help="default: the config's train.steps")
     ap.add_argument("--eval-every", type=int, default=25)
     ap.add_argument("--families", default="adamw,muon,normuon,soap,rekls")
     ap.add_argument("--lr-factors", default="0.5,1,2")
     ap.add_argument("--extend", type=int, default=2,
                     help="sweep past an edge that holds the best lr at most this many times")
+    ap.add_argument("--center", default="", metavar="FAMILY=LR,...",
+                    help="centre these families' sweeps on these learning rates, not their defaults")
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--np", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)
@@ -144,18 +174,29 @@ def main():
         if f not in FAMILIES:
             ap.error("--families: unknown family %r (known: %s)" % (f, ", ".join(FAMILIES)))
     factors = [float(x) for x in a.lr_factors.split(",") if x]
+    center = {}
+    for item in (x for x in a.center.split(",") if x):
+        family, _, lr = item.partition("=")
+        try:
+            center[family] = float(lr)
+        except ValueError:
+            ap.error("--center: %r is not FAMILY=LR" % item)
+        if family not in FAMILIES or center[family] <= 0:
+            ap.error("--center: %r: a known family (%s) and a positive lr" % (item, ", ".join(FAMILIES)))
     if not factors or a.seeds < 1 or a.np < 1:
         ap.error("--lr-factors, --seeds and --np must be non-empty and positive")
     cfg, groups = optim_groups(a.config)
     if ((cfg.get("model", {}) or {}).get("moe", {}) or {}).get("experts"):
         ap.error("%s has experts: the race covers dense models (StackedSoap's 3-D banks need a "
                  "group of their own)" % a.config)
-    budget = a.target == "budget"
+    budget = a.target in ("budget", "adamw")  # every run trains all steps; the target comes after
+    if a.target == "adamw" and "adamw" not in families:
+        ap.error("--target adamw needs the adamw family in --families")
     try:
         target = None if budget else float(a.target) if a.target is not None else \
             (cfg.get("train", {}) or {}).get("target_val_loss")
     except ValueError:
-        ap.error("--target: a val loss or 'budget', not %r" % a.target)
+        ap.error("--target: a val loss, 'budget' or 'adamw', not %r" % a.target)
     if not budget and not target:
         ap.error("no target: pass --target (a loss or 'budget') or set train.target_val_loss in the config")
     steps = a.steps or (cfg.get("train", {}) or {}).get("steps")
@@ -166,6 +207,24 @@ def main():
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), OMPI_ALLOW_RUN_AS_ROOT="1",
                OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
 
+    def train(family, lr, seed, run_dir, extra):
+        """Trains one run into run_dir (its logs; --set extra last)."""
+        optim = yaml.safe_dump(family_groups(groups, family, lr), default_flow_style=True, width=1 << 30)
+        cmd = ["mpirun", "--oversubscribe"] + (["--bind-to", "none"] if a.threads > 1 else []) + \
+            ["-np", str(a.np), a.engine, "--config", a.config]
+        for s in ["optim=" + optim.strip()] + a.sets + ["train.seed=%d" % seed, "train.steps=%d" % steps,
+                           "train.eval_every=%d" % a.eval_every,
+                           "train.target_val_loss=%g" % (0 if budget else target),
+                           "log.dir=" + run_dir, "checkpoint.dir=" + os.path.join(run_dir, "ckpt"),
+                           "checkpoint.every=0", "checkpoint.at_end=false",
+                           "checkpoint.overwrite=true"] + extra:
+            cmd += ["--set", s]
+        print("race: %s lr %g seed %d%s" % (family, lr, seed, " (state probe)" if extra else ""), flush=True)
+        p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if p.returncode != 0:
+            sys.exit("race: %s lr %g seed %d failed (exit %d); its output ends:\n%s" %
+                     (family, lr, seed, p.returncode, p.stdout[-3000:]))
+
     def run(family, lr, seed):
         """One run's result, training it unless its result.json is there."""
         run_dir = os.path.join(out, "%s_lr%g_seed%d" % (family, lr, seed))
@@ -175,21 +234,7 @@ def main():
         if a.table_only:
             return None
         shutil.rmtree(run_dir, ignore_errors=True)  # an interrupted run starts over, logs and all
-        optim = yaml.safe_dump(family_groups(groups, family, lr), default_flow_style=True, width=1 << 30)
-        cmd = ["mpirun", "--oversubscribe"] + (["--bind-to", "none"] if a.threads > 1 else []) + \
-            ["-np", str(a.np), a.engine, "--config", a.config]
-        for s in a.sets + ["optim=" + optim.strip(), "train.seed=%d" % seed, "train.steps=%d" % steps,
-                           "train.eval_every=%d" % a.eval_every,
-                           "train.target_val_loss=%g" % (0 if budget else target),
-                           "log.dir=" + run_dir, "checkpoint.dir=" + os.path.join(run_dir, "ckpt"),
-                           "checkpoint.every=0", "checkpoint.at_end=false",
-                           "checkpoint.overwrite=true"]:
-            cmd += ["--set", s]
-        print("race: %s lr %g seed %d" % (family, lr, seed), flush=True)
-        p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        if p.returncode != 0:
-            sys.exit("race: %s lr %g seed %d failed (exit %d); its output ends:\n%s" %
-                     (family, lr, seed, p.returncode, p.stdout[-3000:]))
+        train(family, lr, seed, run_dir, [])
         r = dict(run_result(run_dir, target), family=family, lr=lr, seed=seed)
         json.dump(r, open(done + ".tmp", "w"))
         os.replace(done + ".tmp", done)  # a result is there whole or not at all
@@ -197,7 +242,7 @@ def main():
 
     results = {}
     for family in families:
-        _, default_lr = FAMILIES[family]
+        default_lr = center.get(family, FAMILIES[family][1])
         sweep = [r for r in (run(family, default_lr * f, base_seed) for f in factors) if r]
         if not sweep:
             continue
@@ -219,8 +264,22 @@ def main():
             best = min(sweep, key=rank)
         seeds = [best] + [r for r in (run(family, best["lr"], base_seed + i) for i in range(1, a.seeds)) if r]
         results[family] = {"sweep": sweep, "best_lr": best["lr"], "seeds": seeds}
-    if budget and results:  # the slowest family's worst tuned seed reaches it at its last validation
-        target = max(s["final_val_loss"] for r in results.values() for s in r["seeds"])
+    # Optimizer state per rank, measured: each family at its best lr for 2 steps, then a
+    # checkpoint whose optim/ tensors are summed per rank file (the state has its full size after
+    # the first step; the checkpoint is removed).
+    for family, r in results.items():
+        probe = os.path.join(out, "%s_state_probe" % family)
+        done = os.path.join(probe, "result.json")
+        if not os.path.exists(done) and not a.table_only:
+            shutil.rmtree(probe, ignore_errors=True)
+            train(family, r["best_lr"], base_seed, probe,
+                  ["train.steps=2", "train.eval_every=0", "train.target_val_loss=0", "checkpoint.at_end=true"])
+            json.dump({"state_bytes": optimizer_state_bytes(os.path.join(probe, "ckpt"))}, open(done, "w"))
+            shutil.rmtree(os.path.join(probe, "ckpt"))
+        r["state_bytes"] = json.load(open(done))["state_bytes"] if os.path.exists(done) else None
+    if budget and results:  # the slowest family's (AdamW's) worst tuned seed reaches it at its last validation
+        target = max(s["final_val_loss"] for f, r in results.items() for s in r["seeds"]
+                     if a.target == "budget" or f == "adamw")
         for r in results.values():
             r["sweep"] = [scored(s, target) for s in r["sweep"]]
             r["seeds"] = [scored(s, target) for s in r["seeds"]]
@@ -242,29 +301,31 @@ def write_tables(out, results, target, steps, a):
                      "steps": st, "seconds": tm, "final": mean_sd([s["final_val_loss"] for s in r["seeds"]]),
                      "tokens_per_s": statistics.median(s["tokens_per_s"] for s in r["seeds"] if s["tokens_per_s"]),
                      "peak_mib": max((s["peak_mem_bytes"] or 0) for s in r["seeds"]) / 2**20,
-                     "state_mib": (r["seeds"][0]["state_bytes_rank0"] or 0) / 2**20,
+                     "state_mib": max(r["state_bytes"]) / 2**20 if r.get("state_bytes") else None,
                      "swept": ", ".join("%g: %.3f%s" % (s["lr"], s["final_val_loss"],
-                                                        "" if s["target_step"] is None else " @%d" % s["target_step"])
+                                                        "" if s["target_step"] is None else " @%.0f" % s["target_step"])
                                         for s in r["sweep"])})
     ref = next((x for x in rows if x["family"] == "adamw" and x["steps"][0]), None)
-    how = ("set after the runs to the highest final val loss among the tuned runs (--target budget: "
-           "every run trains all %d steps, learning rates tuned for the lowest final val loss)" % steps
-           if a.target == "budget" else "at most %d steps, a run stops there" % steps)
-    L = ["Target val loss %.4g, %s; np %d x %d thread(s); steps and seconds to the "
-         "target: mean ± standard deviation over the seeds that reached it (the first validation "
-         "at or below it, every %d steps)." % (target, how, a.np, a.threads, a.eval_every), "",
+    how = ("set after the runs to the highest final val loss among the tuned %s (--target %s: "
+           "every run trains all %d steps, learning rates tuned for the lowest final val loss)" %
+           ("runs" if a.target == "budget" else "AdamW seeds", a.target, steps)
+           if a.target in ("budget", "adamw") else "at most %d steps, a run stops there" % steps)
+    L = ["Target val loss %.4f, %s; np %d x %d thread(s); steps and seconds to the "
+         "target: mean ± standard deviation over the seeds that reached it (interpolated between "
+         "the validations, every %d steps, that bracket it)." % (target, how, a.np, a.threads, a.eval_every), "",
          "| family | lr (swept, lr: final val loss @ steps to target) | reached | steps to target | x AdamW (steps) | "
-         "seconds to target | x AdamW (time) | final val loss | tok/s | peak MiB | state MiB / rank |",
+         "seconds to target | x AdamW (time) | final val loss | tok/s | peak MiB | optimizer state MiB (largest rank) |",
          "|---|---|---|---|---|---|---|---|---|---|---|"]
     for x in rows:
         s, t = x["steps"], x["seconds"]
-        L.append("| %s | %g (%s) | %d of %d | %s | %s | %s | %s | %.4f ± %.4f | %.0f | %.0f | %.1f |" % (
+        L.append("| %s | %g (%s) | %d of %d | %s | %s | %s | %s | %.4f ± %.4f | %.0f | %.0f | %s |" % (
             x["family"], x["lr"], x["swept"], x["reached"], x["seeds"],
-            "%.0f ± %.0f" % s if s[0] else "-",
+            "%.1f ± %.1f" % s if s[0] else "-",
             "%.2f" % (ref["steps"][0] / s[0]) if ref and s[0] else "-",
             "%.1f ± %.1f" % t if t[0] else "-",
             "%.2f" % (ref["seconds"][0] / t[0]) if ref and t[0] else "-",
-            x["final"][0], x["final"][1], x["tokens_per_s"], x["peak_mib"], x["state_mib"]))
+            x["final"][0], x["final"][1], x["tokens_per_s"], x["peak_mib"],
+            "-" if x["state_mib"] is None else "%.1f" % x["state_mib"]))
     json.dump({"target": target, "steps": steps, "np": a.np, "threads": a.threads, "rows": rows,
                "results": results}, open(os.path.join(out, "race.json"), "w"), indent=1)
     open(os.path.join(out, "race.md"), "w").write("\n".join(L) + "\n")
@@ -274,11 +335,14 @@ def write_tables(out, results, target, steps, a):
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for family, r in results.items():
-        best = min(r["seeds"], key=lambda s: (s["target_step"] is None, s["target_step"] or 0, s["final_val_loss"]))
+        best = min(r["seeds"], key=rank)
         curve = best["val_curve"]
         axes[0].plot([c[0] for c in curve], [c[2] for c in curve], label="%s lr %g" % (family, r["best_lr"]))
         axes[1].plot([c[1] / 1e3 for c in curve], [c[2] for c in curve], label=family)
+    # The curves part only near the target: show from a little below the lowest to 0.5 above it.
+    lowest = min(c[2] for r in results.values() for s in r["seeds"] for c in s["val_curve"])
     for ax, xlabel in zip(axes, ("step", "train time (s)")):
+        ax.set_ylim(min(lowest, target) - 0.03, target + 0.5)
         ax.axhline(target, color="k", lw=0.8, ls=":")
         ax.set_xlabel(xlabel)
         ax.set_ylabel("val loss")

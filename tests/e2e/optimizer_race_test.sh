@@ -2,7 +2,9 @@
 # scripts/optimizer_race.py end to end on the tiny config: a two-family race (AdamW, Muon; two
 # learning rates each, two seeds of the best), its table, and its resume: with one run's result
 # removed, a second call trains that run alone; --table-only trains nothing. The plumbing, not
-# the race's conclusions. Then a budget race (--target budget): the target is set from the tuned runs.
+# the race's conclusions. Then a budget race (--target budget): the target is set from the tuned runs,
+# the steps to it interpolated; --target adamw on the same runs; the sweep's extension past an
+# edge; and --center with --set on top of the race's groups.
 #
 #   optimizer_race_test.sh REPO BUILD_DIR WORK
 set -euo pipefail
@@ -16,15 +18,24 @@ race() {
     --set "data.train=$work/data/tiny_train_*.bin" --set "data.val=$work/data/tiny_val_*.bin" "$@"
 }
 race >"$work/first.log"
-trained=$(grep -c '^race: ' "$work/first.log")
+runs() { grep '^race: ' "$1" | grep -vc 'state probe' || true; }
+trained=$(runs "$work/first.log")
 [ "$trained" -eq 6 ] || { echo "FAIL: the first race trained $trained runs, expected 6"; cat "$work/first.log"; exit 1; }
+[ "$(grep -c 'state probe' "$work/first.log")" -eq 2 ] || { echo "FAIL: expected one state probe per family"; exit 1; }
+# The optimizer state is measured from checkpoints: AdamW keeps two moments of the hidden
+# matrices where Muon keeps one momentum, the other groups being the same AdamW.
+python3 - "$work/race/race.json" <<'PY' || exit 1
+import json, sys
+rows = {r["family"]: r for r in json.load(open(sys.argv[1]))["rows"]}
+assert rows["adamw"]["state_mib"] > rows["muon"]["state_mib"] > 0, rows
+PY
 for family in adamw muon; do
   grep -q "^| $family | " "$work/race/race.md" || { echo "FAIL: no $family row in race.md"; exit 1; }
 done
 [ -s "$work/race/race.png" ] || { echo "FAIL: no race.png"; exit 1; }
 rm "$work/race/muon_lr0.04_seed1234/result.json"
 race >"$work/second.log"
-[ "$(grep -c '^race: ' "$work/second.log")" -eq 1 ] && grep -q '^race: muon lr 0.04 seed 1234' "$work/second.log" ||
+[ "$(runs "$work/second.log")" -eq 1 ] && grep -q '^race: muon lr 0.04 seed 1234$' "$work/second.log" ||
   { echo "FAIL: the resumed race did not train exactly the missing run"; cat "$work/second.log"; exit 1; }
 race --table-only >"$work/third.log"
 [ "$(grep -c '^race: ' "$work/third.log")" -eq 0 ] || { echo "FAIL: --table-only trained"; exit 1; }
@@ -36,7 +47,7 @@ sed -n 3,6p "$work/race/race.md"
 # --target budget: every run trains all steps; the target is the highest final val loss among the
 # tuned runs, so every tuned seed reaches it and the worst one does so at its last validation.
 race --target budget --lr-factors 1 --out "$work/budget" >"$work/budget.log"
-[ "$(grep -c '^race: ' "$work/budget.log")" -eq 4 ] || { echo "FAIL: the budget race trained other than 4 runs"; cat "$work/budget.log"; exit 1; }
+[ "$(runs "$work/budget.log")" -eq 4 ] || { echo "FAIL: the budget race trained other than 4 runs"; cat "$work/budget.log"; exit 1; }
 python3 - "$work/budget/race.json" <<'PY' || exit 1
 import json, sys
 race = json.load(open(sys.argv[1]))
@@ -46,7 +57,24 @@ assert race["target"] == max(s["final_val_loss"] for s in tuned), "target is not
 assert all(s["target_step"] is not None for s in tuned), "a tuned run does not reach the budget target"
 worst = max(tuned, key=lambda s: s["final_val_loss"])
 assert worst["target_step"] == 8, "the worst tuned run reaches the target before its last validation"
+# Steps to the target are interpolated between the validation that reaches it and the one before.
+for s in tuned:
+    i = next(i for i, c in enumerate(s["val_curve"]) if c[2] <= race["target"])
+    low = s["val_curve"][i - 1][0] if i > 0 else s["val_curve"][i][0]
+    assert low <= s["target_step"] <= s["val_curve"][i][0], "steps to target %g outside (%g, %g]" % (
+        s["target_step"], low, s["val_curve"][i][0])
 print("PASS: budget race, target %.4f" % race["target"])
+PY
+# --target adamw: the same runs, the target tuned AdamW's worst final loss (no training).
+race --target adamw --lr-factors 1 --out "$work/budget" --table-only >"$work/adamw.log"
+[ "$(grep -c '^race: ' "$work/adamw.log")" -eq 0 ] || { echo "FAIL: --target adamw --table-only trained"; exit 1; }
+python3 - "$work/budget/race.json" <<'PY' || exit 1
+import json, sys
+race = json.load(open(sys.argv[1]))
+adamw = race["results"]["adamw"]["seeds"]
+assert race["target"] == max(s["final_val_loss"] for s in adamw), "target is not tuned AdamW's worst final loss"
+assert all(s["target_step"] is not None for s in adamw), "an AdamW seed does not reach its own target"
+print("PASS: --target adamw, target %.4f" % race["target"])
 PY
 # --extend: a best learning rate at an edge of a two-point sweep is followed past that edge once.
 race --families adamw --seeds 1 --extend 1 --out "$work/extend" >"$work/extend.log"
@@ -60,3 +88,16 @@ want = low["lr"] / 2 if rank(low) <= rank(high) else high["lr"] * 2
 assert abs(sweep[2]["lr"] - want) < 1e-12, "the extra lr is %g, expected %g" % (sweep[2]["lr"], want)
 print("PASS: the sweep went on past its best edge to lr %g" % want)
 PY
+# --center: a family's sweep is centred on the lr it names (a retuned race starts from an earlier
+# race's best), and --set applies on top of the race's groups (a kept group's lr can be retuned).
+race --families adamw --lr-factors 1 --seeds 1 --extend 0 --center adamw=0.005 --set optim.1.lr=0.0123 \
+  --out "$work/center" >"$work/center.log"
+[ -s "$work/center/adamw_lr0.005_seed1234/result.json" ] ||
+  { echo "FAIL: --center adamw=0.005 did not train adamw at lr 0.005"; cat "$work/center.log"; exit 1; }
+grep -A3 '^optim:' "$work/center/adamw_lr0.005_seed1234/log.txt" | sed -n 3p | grep -q 'lr: 0.0123' ||
+  { echo "FAIL: --set optim.1.lr did not reach the run's group 1"; grep -A3 '^optim:' "$work/center/adamw_lr0.005_seed1234/log.txt"; exit 1; }
+if race --center adamw:0.005 --table-only >"$work/bad.log" 2>&1; then
+  echo "FAIL: --center adamw:0.005 was accepted"; exit 1
+fi
+grep -q "adamw:0.005" "$work/bad.log" || { echo "FAIL: the --center error does not name the item"; cat "$work/bad.log"; exit 1; }
+echo "PASS: --center and --set on top of the race's groups"
