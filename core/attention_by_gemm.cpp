@@ -1,6 +1,7 @@
 #include "core/attention_by_gemm.h"
 
 #include <algorithm>
+#include <string>
 
 #include "core/check.h"
 #include "core/tensor.h"
@@ -28,6 +29,12 @@ GemmArgs head_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
   return g;
 }
 
+void check_sizes(const char* op, int64_t BH, int64_t T, int64_t hd) {
+  ENGINE_CHECK(BH >= 0 && T >= 0 && hd > 0, std::string(op) + ": bad sizes BH " +
+                                                std::to_string(BH) + " T " + std::to_string(T) +
+                                                " hd " + std::to_string(hd));
+}
+
 }  // namespace
 
 bool attention_by_gemm_fits(int64_t T, const AttentionByGemm& opts) {
@@ -38,9 +45,7 @@ bool attention_by_gemm_fits(int64_t T, const AttentionByGemm& opts) {
 void attention_forward_by_gemm(Backend& be, float* out, float* lse, const float* q, const float* k,
                                const float* v, int64_t BH, int64_t T, int64_t hd, float scale,
                                const AttentionMask& mask, const AttentionByGemm& opts) {
-  ENGINE_CHECK(BH >= 0 && T >= 0 && hd > 0, "attention_forward_by_gemm: bad sizes BH " +
-                                                std::to_string(BH) + " T " + std::to_string(T) +
-                                                " hd " + std::to_string(hd));
+  check_sizes("attention_forward_by_gemm", BH, T, hd);
   if (BH == 0 || T == 0) return;
   const int64_t chunk = heads_per_chunk(BH, T, 1, opts);
   Tensor scores = Tensor::empty({chunk, T, T}, DType::F32, be.allocator());
@@ -57,9 +62,7 @@ void attention_backward_by_gemm(Backend& be, float* dq, float* dk, float* dv, co
                                 const float* out, const float* q, const float* k, const float* v,
                                 int64_t BH, int64_t T, int64_t hd, float scale,
                                 const AttentionMask& mask, const AttentionByGemm& opts) {
-  ENGINE_CHECK(BH >= 0 && T >= 0 && hd > 0, "attention_backward_by_gemm: bad sizes BH " +
-                                                std::to_string(BH) + " T " + std::to_string(T) +
-                                                " hd " + std::to_string(hd));
+  check_sizes("attention_backward_by_gemm", BH, T, hd);
   if (BH == 0 || T == 0) return;
   const int64_t chunk = heads_per_chunk(BH, T, 2, opts);
   Tensor probs = Tensor::empty({chunk, T, T}, DType::F32, be.allocator());

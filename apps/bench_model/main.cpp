@@ -270,45 +270,38 @@ int cuda_op_groups(const std::string& name, int reps) {
     gw.trans_a = true, gw.m = out, gw.n = in, gw.k = N, gw.beta = 1.0f;
     be.gemm(gw, dyb, xb, dw);
   };
+  // Every linear layer of the model and the head, through one of the two lambdas above.
+  auto each_linear = [&](const std::function<void(int64_t, int64_t)>& fwd_bwd) {
+    for (int64_t l = 0; l < L; ++l) {
+      fwd_bwd(D, 3 * D);
+      fwd_bwd(D, D);
+      fwd_bwd(D, F);
+      fwd_bwd(F, D);
+    }
+    fwd_bwd(D, Vp);
+  };
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const std::vector<std::pair<std::string, std::function<void()>>> groups = {
-      {"matmul (linear layers and head)",
-       [&] {
-         for (int64_t l = 0; l < L; ++l) {
-           linear_fwd_bwd(D, 3 * D);
-           linear_fwd_bwd(D, D);
-           linear_fwd_bwd(D, F);
-           linear_fwd_bwd(F, D);
-         }
-         linear_fwd_bwd(D, Vp);
-       }},
-      {"matmul bf16",
-       [&] {
-         for (int64_t l = 0; l < L; ++l) {
-           linear_fwd_bwd_bf16(D, 3 * D);
-           linear_fwd_bwd_bf16(D, D);
-           linear_fwd_bwd_bf16(D, F);
-           linear_fwd_bwd_bf16(F, D);
-         }
-         linear_fwd_bwd_bf16(D, Vp);
-       }},
-      {"attention",
-       [&] {
-         for (int64_t l = 0; l < L; ++l) {
-           be.attention_forward(att, lse, q, k, v, B * H, T, hd, scale);
-           be.attention_backward(dq, dk, dv, dy, att, lse, q, k, v, B * H, T, hd, scale);
-         }
-       }},
-      // What tf32 and bf16 runs take: on a GPU batched TF32 GEMMs (core/attention_by_gemm.h);
-      // the CPU computes the row above again.
-      {"attention tf32",
-       [&] {
-         for (int64_t l = 0; l < L; ++l) {
-           be.attention_forward(att, lse, q, k, v, B * H, T, hd, scale, {}, true);
-           be.attention_backward(dq, dk, dv, dy, att, lse, q, k, v, B * H, T, hd, scale, {}, true);
-         }
-       }},
-      {"head split and merge",
+  // Every layer's attention: tf32 is what tf32 and bf16 runs take (on a GPU batched TF32 GEMMs,
+  // core/attention_by_gemm.h; the CPU computes f32 either way).
+  auto each_attention = [&](bool tf32) {
+    for (int64_t l = 0; l < L; ++l) {
+      be.attention_forward(att, lse, q, k, v, B * H, T, hd, scale, {}, tf32);
+      be.attention_backward(dq, dk, dv, dy, att, lse, q, k, v, B * H, T, hd, scale, {}, tf32);
+    }
+  };
+  // Which run's sum a group belongs to: both, or only an f32 (bf16) run's.
+  enum class Run { kBoth, kF32, kBf16 };
+  struct Group {
+    std::string name;
+    Run run;
+    std::function<void()> fn;
+  };
+  const std::vector<Group> groups = {
+      {"matmul (linear layers and head)", Run::kF32, [&] { each_linear(linear_fwd_bwd); }},
+      {"matmul bf16", Run::kBf16, [&] { each_linear(linear_fwd_bwd_bf16); }},
+      {"attention", Run::kF32, [&] { each_attention(false); }},
+      {"attention tf32", Run::kBf16, [&] { each_attention(true); }},
+      {"head split and merge", Run::kBoth,
        [&] {
          for (int64_t l = 0; l < L; ++l) {
            be.split_heads(q, k, v, x, B, T, H, hd);
@@ -317,21 +310,21 @@ int cuda_op_groups(const std::string& name, int reps) {
            be.split_heads_backward(dx, dq, dk, dv, B, T, H, hd);
          }
        }},
-      {"layernorm",
+      {"layernorm", Run::kBoth,
        [&] {
          for (int64_t l = 0; l < 2 * L + 1; ++l) {
            be.layernorm_forward(y, mean, rstd, x, bias, bias, N, D, 1e-5f);
            be.layernorm_backward(dx, dgain, dbias, dy, x, bias, mean, rstd, N, D);
          }
        }},
-      {"gelu",
+      {"gelu", Run::kBoth,
        [&] {
          for (int64_t l = 0; l < L; ++l) {
            be.gelu_forward(y, x, N * F);
            be.gelu_backward(dx, x, dy, N * F);
          }
        }},
-      {"bias, residual, zeroing",
+      {"bias, residual, zeroing", Run::kBoth,
        [&] {
          for (int64_t l = 0; l < L; ++l) {
            for (int64_t c : {3 * D, D, F, D}) {
@@ -344,12 +337,12 @@ int cuda_op_groups(const std::string& name, int reps) {
            be.fill_zero(zeroed, (3 * N * D + N * F) * sizeof(float));  // dqkv, dpre
          }
        }},
-      {"classifier (cross-entropy, dlogits)",
+      {"classifier (cross-entropy, dlogits)", Run::kBoth,
        [&] {
          be.cross_entropy(losses, logits, logits, tokens, N, V, Vp, 0.0f, 1.0f / N);
          be.mean_loss(loss, losses, N);
        }},
-      {"embedding",
+      {"embedding", Run::kBoth,
        [&] {
          be.embedding_forward(y, tokens, w, w, B, T, D);
          be.embedding_backward(dw, dwpe, dy, tokens, B, T, D);
@@ -364,13 +357,11 @@ int cuda_op_groups(const std::string& name, int reps) {
   };
   // Two sums: an f32 run's groups, and a bf16 run's (its matmuls and attention instead).
   double total = 0, total_bf16 = 0;
-  for (const auto& [group, run] : groups) {
-    const double ms = device_ms(be, run, reps);
-    const bool bf16_run_only = group == "matmul bf16" || group == "attention tf32";
-    const bool f32_run_only = group.starts_with("matmul (") || group == "attention";
-    if (!bf16_run_only) total += ms;
-    if (!f32_run_only) total_bf16 += ms;
-    emit(group, ms);
+  for (const Group& g : groups) {
+    const double ms = device_ms(be, g.fn, reps);
+    if (g.run != Run::kBf16) total += ms;
+    if (g.run != Run::kF32) total_bf16 += ms;
+    emit(g.name, ms);
   }
   {
     // AdamW over every parameter of the model in one multi-tensor launch (its tensors' sizes).

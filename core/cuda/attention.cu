@@ -201,17 +201,19 @@ __device__ inline void add_rows(float* dst, const float (&acc)[4][NH], int64_t r
   }
 }
 
-// The max and the sum of a row over the 16 threads sharing it (lanes of one half-warp); every
-// one of them gets the same bits.
+// The max and the sum of a row over the kLanes threads sharing it (lanes of one half-warp, or
+// the whole warp); every one of them gets the same bits.
+template <int kLanes = 16>
 __device__ inline float row_group_max(float v) {
 #pragma unroll
-  for (int mask = 8; mask > 0; mask >>= 1)
+  for (int mask = kLanes / 2; mask > 0; mask >>= 1)
     v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, mask));
   return v;
 }
+template <int kLanes = 16>
 __device__ inline float row_group_sum(float v) {
 #pragma unroll
-  for (int mask = 8; mask > 0; mask >>= 1)
+  for (int mask = kLanes / 2; mask > 0; mask >>= 1)
     v += __shfl_xor_sync(0xffffffffu, v, mask);
   return v;
 }
@@ -303,24 +305,6 @@ __global__ void __launch_bounds__(kTileThreads)
 // ---- the row steps of attention as GEMMs
 // ---------------------------------------------------------
 
-__device__ inline float warp_max(float x) {
-  for (int mask = 16; mask > 0; mask >>= 1)
-    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, mask));
-  return x;
-}
-
-__device__ inline float warp_sum(float x) {
-  for (int mask = 16; mask > 0; mask >>= 1)
-    x += __shfl_xor_sync(0xffffffffu, x, mask);
-  return x;
-}
-
-// The first key query t of head h sees (core/ops/attention.h's AttentionMask).
-__device__ inline int64_t mask_first_key(const AttentionMask& mask, int64_t h, int64_t T,
-                                         int64_t t) {
-  return mask.key_begin ? mask.key_begin[(h / mask.heads) * T + t] : 0;
-}
-
 // One warp per score row r of [rows = BH T, T] (head head0 + r / T, query r % T): the row's
 // softmax over the keys it sees, in place, 0 at the others; lse[r] its log-sum-exp.
 __global__ void attention_softmax_kernel(float* s, float* lse, int64_t rows, int64_t T,
@@ -328,17 +312,17 @@ __global__ void attention_softmax_kernel(float* s, float* lse, int64_t rows, int
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
   const int lane = threadIdx.x % 32;
   for (int64_t r = first_index() / 32; r < rows; r += warps) {
-    const int64_t t = r % T, first = mask_first_key(mask, head0 + r / T, T, t);
+    const int64_t t = r % T, first = begin_of(head_begins(mask, head0 + r / T, T), t, T);
     float* row = s + r * T;
     float row_max = -INFINITY;
     for (int64_t j = first + lane; j <= t; j += 32)
       row_max = fmaxf(row_max, row[j]);
     kmath::FlashRow<float> stats;
-    stats.advance(warp_max(row_max));
+    stats.advance(row_group_max<32>(row_max));
     float sum = 0.0f;
     for (int64_t j = first + lane; j <= t; j += 32)
       sum += stats.weight(row[j]);
-    stats.sum = warp_sum(sum);
+    stats.sum = row_group_sum<32>(sum);
     const float l = stats.log_sum_exp();
     if (lane == 0) lse[r] = l;
     for (int64_t j = lane; j < T; j += 32)
@@ -354,11 +338,11 @@ __global__ void attention_softmax_backward_kernel(float* dp, const float* p, con
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
   const int lane = threadIdx.x % 32;
   for (int64_t r = first_index() / 32; r < rows; r += warps) {
-    const int64_t t = r % T, first = mask_first_key(mask, head0 + r / T, T, t);
+    const int64_t t = r % T, first = begin_of(head_begins(mask, head0 + r / T, T), t, T);
     float delta = 0.0f;
     for (int64_t d = lane; d < hd; d += 32)
       delta += dout[r * hd + d] * out[r * hd + d];
-    delta = warp_sum(delta);
+    delta = row_group_sum<32>(delta);
     float* row = dp + r * T;
     const float* prow = p + r * T;
     for (int64_t j = lane; j < T; j += 32)
@@ -375,8 +359,7 @@ __global__ void attention_delta_kernel(float* delta, const float* dout, const fl
     float s = 0.0f;
     for (int64_t d = lane; d < hd; d += 32)
       s += dout[row * hd + d] * out[row * hd + d];
-    for (int mask = 16; mask > 0; mask >>= 1)
-      s += __shfl_xor_sync(0xffffffffu, s, mask);
+    s = row_group_sum<32>(s);
     if (lane == 0) delta[row] = s;
   }
 }
