@@ -158,32 +158,6 @@ ENGINE_HD inline void rotary_pair(T& x0, T& x1, int64_t t, int64_t j, int64_t ha
 
 // ---- row statistics ----------------------------------------------------------------------------
 
-// Welford's running mean and sum of squared deviations; merge() combines two partial states
-// (Chan et al.), so a row can be reduced in parallel pieces.
-template <typename T>
-struct Welford {
-  T mean = T(0);
-  T m2 = T(0);
-  T count = T(0);
-
-  ENGINE_HD void add(T x) {
-    count += T(1);
-    T delta = x - mean;
-    mean += delta / count;
-    m2 += delta * (x - mean);
-  }
-  ENGINE_HD void merge(const Welford& o) {
-    if (o.count == T(0)) return;
-    T n = count + o.count;
-    T delta = o.mean - mean;
-    mean += delta * o.count / n;
-    m2 += o.m2 + delta * delta * count * o.count / n;
-    count = n;
-  }
-  // Population variance (LayerNorm divides by C, not C - 1).
-  ENGINE_HD T variance() const { return count > T(0) ? m2 / count : T(0); }
-};
-
 // 1 / sqrt(x + eps): eps inside the square root, as the spec's norms require.
 template <typename T>
 ENGINE_HD inline T rsqrt_eps(T x, T eps) {

@@ -71,6 +71,23 @@ class DeviceScratch {
   std::vector<std::pair<void*, size_t>> blocks_;
 };
 
+// Device copies `offset` floats past the allocator's (16-byte aligned) blocks: at offset 1 the
+// memory-bound kernels must take their one-float path instead of 16-byte packs.
+class ShiftedScratch {
+ public:
+  ShiftedScratch(DeviceScratch& dev, int offset) : dev_(dev), offset_(offset) {}
+  float* upload(const std::vector<float>& host) {
+    std::vector<float> padded(static_cast<size_t>(offset_), 0.0f);
+    padded.insert(padded.end(), host.begin(), host.end());
+    return dev_.upload(padded) + offset_;
+  }
+  float* alloc(int64_t n) { return dev_.alloc<float>(static_cast<size_t>(n + offset_)) + offset_; }
+
+ private:
+  DeviceScratch& dev_;
+  int offset_;
+};
+
 class CudaVsCpu : public ::testing::Test {
  protected:
   void SetUp() override {

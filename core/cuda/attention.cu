@@ -7,7 +7,9 @@
 #include <cuda_runtime.h>
 
 #include <climits>
+#include <initializer_list>
 #include <string>
+#include <type_traits>
 
 #include "core/attention_by_gemm.h"
 #include "core/attention_tiles.h"
@@ -19,61 +21,98 @@
 
 namespace core {
 
+using cuda_detail::add_pack;
 using cuda_detail::check_sizes;
 using cuda_detail::DeviceBuffer;
 using cuda_detail::first_index;
+using cuda_detail::FloatPack;
 using cuda_detail::grid_for;
+using cuda_detail::grid_rows;
 using cuda_detail::grid_stride;
 using cuda_detail::kThreads;
+using cuda_detail::load_pack;
+using cuda_detail::pack_width;
+using cuda_detail::row_group_max;
+using cuda_detail::row_group_sum;
+using cuda_detail::store_pack;
 
 namespace {
 
 // ---- attention layout --------------------------------------------------------------------------
+//
+// One block per token (b, t): its row of H*hd columns in [B*T, parts*H*hd] (qkv: parts = 3, the
+// merged output: 1) against the token's rows of [B, H, T, hd], W floats at a time (W divides hd,
+// so a pack never straddles two heads). The index math is per token and in 32 bits per column:
+// 64-bit divisions per element made these kernels several times slower than their memory traffic.
 
-// Index i of a [B, H, T, hd] tensor -> offset of the same element in [B, T, H, hd] (q part of
-// qkv [B, T, 3, H, hd] when `parts` = 3, merged output [B, T, H*hd] when `parts` = 1).
-__device__ inline int64_t bthd_offset(int64_t i, int64_t T, int64_t H, int64_t hd, int64_t parts) {
-  const int64_t e = i % hd;
-  const int64_t t = (i / hd) % T;
-  const int64_t h = (i / (hd * T)) % H;
-  const int64_t b = i / (hd * T * H);
-  return ((b * T + t) * parts * H + h) * hd + e;
-}
+// Where the columns of token bt's row live in [B, H, T, hd]: (b, head 0, t, 0) is `base`, and
+// head h is h T hd further on (the divisions by T once per token, by hd in 32 bits per column).
+struct TokenInHeads {
+  int64_t base;
+  int64_t head_stride;
+  int hd;
+  __device__ TokenInHeads(int64_t bt, int64_t T, int H, int hd_)
+      : base((bt / T * H * T + bt % T) * hd_), head_stride(T * hd_), hd(hd_) {}
+  __device__ int64_t operator()(int c) const {
+    const int h = c / hd;
+    return base + h * head_stride + (c - h * hd);
+  }
+};
 
-__global__ void split_heads_kernel(float* q, float* k, float* v, const float* qkv, int64_t T,
-                                   int64_t H, int64_t hd, int64_t total) {
-  const int64_t part = H * hd;  // distance between the q, k and v blocks of one token
-  for (int64_t i = first_index(); i < total; i += grid_stride()) {
-    const int64_t src = bthd_offset(i, T, H, hd, 3);
-    q[i] = qkv[src];
-    k[i] = qkv[src + part];
-    v[i] = qkv[src + 2 * part];
+template <int W>
+__global__ void split_heads_kernel(float* q, float* k, float* v, const float* qkv, int64_t T, int H,
+                                   int hd) {
+  const int64_t bt = blockIdx.x;
+  const int part = H * hd;  // distance between the q, k and v blocks of one token
+  const float* src = qkv + bt * 3 * part;
+  const TokenInHeads at(bt, T, H, hd);
+  for (int c = threadIdx.x * W; c < part; c += blockDim.x * W) {
+    const int64_t dst = at(c);
+    store_pack<W>(q + dst, load_pack<W>(src + c));
+    store_pack<W>(k + dst, load_pack<W>(src + part + c));
+    store_pack<W>(v + dst, load_pack<W>(src + 2 * part + c));
   }
 }
 
+template <int W>
 __global__ void split_heads_backward_kernel(float* dqkv, const float* dq, const float* dk,
-                                            const float* dv, int64_t T, int64_t H, int64_t hd,
-                                            int64_t total) {
-  const int64_t part = H * hd;
-  for (int64_t i = first_index(); i < total; i += grid_stride()) {
-    const int64_t dst = bthd_offset(i, T, H, hd, 3);
-    dqkv[dst] += dq[i];
-    dqkv[dst + part] += dk[i];
-    dqkv[dst + 2 * part] += dv[i];
+                                            const float* dv, int64_t T, int H, int hd) {
+  const int64_t bt = blockIdx.x;
+  const int part = H * hd;
+  float* dst = dqkv + bt * 3 * part;
+  const TokenInHeads at(bt, T, H, hd);
+  for (int c = threadIdx.x * W; c < part; c += blockDim.x * W) {
+    const int64_t src = at(c);
+    const float* grads[3] = {dq, dk, dv};
+#pragma unroll
+    for (int s = 0; s < 3; ++s) {
+      FloatPack<W> acc = load_pack<W>(dst + s * part + c);
+      add_pack(acc, load_pack<W>(grads[s] + src));
+      store_pack<W>(dst + s * part + c, acc);
+    }
   }
 }
 
-__global__ void merge_heads_kernel(float* out, const float* a, int64_t T, int64_t H, int64_t hd,
-                                   int64_t total) {
-  for (int64_t i = first_index(); i < total; i += grid_stride()) {
-    out[bthd_offset(i, T, H, hd, 1)] = a[i];
-  }
+template <int W>
+__global__ void merge_heads_kernel(float* out, const float* a, int64_t T, int H, int hd) {
+  const int64_t bt = blockIdx.x;
+  const int part = H * hd;
+  const TokenInHeads at(bt, T, H, hd);
+  for (int c = threadIdx.x * W; c < part; c += blockDim.x * W)
+    store_pack<W>(out + bt * part + c, load_pack<W>(a + at(c)));
 }
 
-__global__ void merge_heads_backward_kernel(float* da, const float* dout, int64_t T, int64_t H,
-                                            int64_t hd, int64_t total) {
-  for (int64_t i = first_index(); i < total; i += grid_stride()) {
-    da[i] += dout[bthd_offset(i, T, H, hd, 1)];
+template <int W>
+__global__ void merge_heads_backward_kernel(float* da, const float* dout, int64_t T, int H,
+                                            int hd) {
+  const int64_t bt = blockIdx.x;
+  const int part = H * hd;
+  const TokenInHeads at(bt, T, H, hd);
+  for (int c = threadIdx.x * W; c < part; c += blockDim.x * W) {
+    const int64_t dst = at(c);
+    FloatPack<W> acc = load_pack<W>(da + dst);
+    add_pack(acc, load_pack<W>(dout + bt * part + c));
+    store_pack<W>(da + dst, acc);
   }
 }
 
@@ -199,23 +238,6 @@ __device__ inline void add_rows(float* dst, const float (&acc)[4][NH], int64_t r
       if (d < hd) dst[row * hd + d] += factor * acc[i][j];
     }
   }
-}
-
-// The max and the sum of a row over the kLanes threads sharing it (lanes of one half-warp, or
-// the whole warp); every one of them gets the same bits.
-template <int kLanes = 16>
-__device__ inline float row_group_max(float v) {
-#pragma unroll
-  for (int mask = kLanes / 2; mask > 0; mask >>= 1)
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, mask));
-  return v;
-}
-template <int kLanes = 16>
-__device__ inline float row_group_sum(float v) {
-#pragma unroll
-  for (int mask = kLanes / 2; mask > 0; mask >>= 1)
-    v += __shfl_xor_sync(0xffffffffu, v, mask);
-  return v;
 }
 
 // The mask's key_begin row of a head (null without a mask), and the begin of query i (0 past T).
@@ -548,44 +570,61 @@ void flash_backward(float* dq, float* dk, float* dv, const float* dout, const fl
                delta, q, k, v, T, hd, scale, mask);
 }
 
+// The head layout's launch: one block per token; W = 4 where hd and every pointer allow it.
+// `launch(W, grid, H, hd)` runs the kernel; a token's row (3 H hd columns) must fit an int.
+template <typename Launch>
+void launch_per_token(const std::string& op, int64_t B, int64_t T, int64_t H, int64_t hd,
+                      std::initializer_list<const void*> pointers, Launch launch) {
+  check_sizes(op, {B, T, H, hd});
+  if (B * T * H * hd == 0) return;
+  ENGINE_CHECK(H * hd <= INT_MAX / 3, op + ": a token's " + std::to_string(H) + " x " +
+                                          std::to_string(hd) + " head columns exceed the kernel");
+  const dim3 grid(grid_rows(B * T, op.c_str()));
+  const int h = static_cast<int>(H), d = static_cast<int>(hd);
+  if (pack_width(hd, pointers) == 4) {
+    launch(std::integral_constant<int, 4>{}, grid, h, d);
+  } else {
+    launch(std::integral_constant<int, 1>{}, grid, h, d);
+  }
+  ENGINE_CUDA_LAUNCHED();
+}
+
 }  // namespace
 
 void CudaBackend::split_heads(float* q, float* k, float* v, const float* qkv, int64_t B, int64_t T,
                               int64_t H, int64_t hd) {
-  check_sizes(name_ + ": split_heads", {B, T, H, hd});
-  const int64_t total = B * H * T * hd;
-  if (total == 0) return;
-  split_heads_kernel<<<grid_for(total), kThreads, 0, stream_>>>(q, k, v, qkv, T, H, hd, total);
-  ENGINE_CUDA_LAUNCHED();
+  launch_per_token(name_ + ": split_heads", B, T, H, hd, {q, k, v, qkv},
+                   [&](auto w, dim3 grid, int h, int d) {
+                     split_heads_kernel<decltype(w)::value>
+                         <<<grid, kThreads, 0, stream_>>>(q, k, v, qkv, T, h, d);
+                   });
 }
 
 void CudaBackend::split_heads_backward(float* dqkv, const float* dq, const float* dk,
                                        const float* dv, int64_t B, int64_t T, int64_t H,
                                        int64_t hd) {
-  check_sizes(name_ + ": split_heads_backward", {B, T, H, hd});
-  const int64_t total = B * H * T * hd;
-  if (total == 0) return;
-  split_heads_backward_kernel<<<grid_for(total), kThreads, 0, stream_>>>(dqkv, dq, dk, dv, T, H, hd,
-                                                                         total);
-  ENGINE_CUDA_LAUNCHED();
+  launch_per_token(name_ + ": split_heads_backward", B, T, H, hd, {dqkv, dq, dk, dv},
+                   [&](auto w, dim3 grid, int h, int d) {
+                     split_heads_backward_kernel<decltype(w)::value>
+                         <<<grid, kThreads, 0, stream_>>>(dqkv, dq, dk, dv, T, h, d);
+                   });
 }
 
 void CudaBackend::merge_heads(float* out, const float* a, int64_t B, int64_t T, int64_t H,
                               int64_t hd) {
-  check_sizes(name_ + ": merge_heads", {B, T, H, hd});
-  const int64_t total = B * H * T * hd;
-  if (total == 0) return;
-  merge_heads_kernel<<<grid_for(total), kThreads, 0, stream_>>>(out, a, T, H, hd, total);
-  ENGINE_CUDA_LAUNCHED();
+  launch_per_token(
+      name_ + ": merge_heads", B, T, H, hd, {out, a}, [&](auto w, dim3 grid, int h, int d) {
+        merge_heads_kernel<decltype(w)::value><<<grid, kThreads, 0, stream_>>>(out, a, T, h, d);
+      });
 }
 
 void CudaBackend::merge_heads_backward(float* da, const float* dout, int64_t B, int64_t T,
                                        int64_t H, int64_t hd) {
-  check_sizes(name_ + ": merge_heads_backward", {B, T, H, hd});
-  const int64_t total = B * H * T * hd;
-  if (total == 0) return;
-  merge_heads_backward_kernel<<<grid_for(total), kThreads, 0, stream_>>>(da, dout, T, H, hd, total);
-  ENGINE_CUDA_LAUNCHED();
+  launch_per_token(name_ + ": merge_heads_backward", B, T, H, hd, {da, dout},
+                   [&](auto w, dim3 grid, int h, int d) {
+                     merge_heads_backward_kernel<decltype(w)::value>
+                         <<<grid, kThreads, 0, stream_>>>(da, dout, T, h, d);
+                   });
 }
 
 void CudaBackend::rotary_forward(float* out, const float* inp, int64_t BH, int64_t T, int64_t hd,

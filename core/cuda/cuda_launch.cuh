@@ -1,5 +1,5 @@
 // Internal helpers of the CUDA backend: launch geometry, launch checking, scratch buffers and
-// block-wide reductions over any mergeable state (sums, Welford, online softmax).
+// warp- and block-wide reductions over any mergeable state (sums, online softmax).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -7,6 +7,7 @@
 #include <climits>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 
 #include "core/allocator.h"
@@ -17,6 +18,7 @@ namespace core::cuda_detail {
 
 constexpr int kThreads = 256;          // threads per block of elementwise and row kernels
 constexpr int64_t kMaxBlocks = 65536;  // grid-stride loops cover the rest
+constexpr int64_t kMaxGridY = 65535;   // the grid's y (and z) limit
 
 // The grid-stride loop of a 1-D launch: this thread's first index, and the step to its next.
 __device__ inline int64_t first_index() {
@@ -38,6 +40,44 @@ inline unsigned grid_rows(int64_t rows, const char* op) {
   ENGINE_CHECK(rows <= INT_MAX,
                std::string(op) + ": " + std::to_string(rows) + " rows exceed one launch");
   return static_cast<unsigned>(rows);
+}
+
+// ---- vector access -------------------------------------------------------------------------
+//
+// Memory-bound kernels move W consecutive floats at a time: W = 4 is one 16-byte load or store
+// (ld.global.v4), four times fewer memory instructions than floats one by one. A kernel takes W
+// as a template argument and its launcher picks it with pack_width.
+
+template <int W>
+struct alignas(sizeof(float) * W) FloatPack {
+  float v[W];
+};
+
+template <int W>
+__device__ inline FloatPack<W> load_pack(const float* p) {
+  return *reinterpret_cast<const FloatPack<W>*>(p);
+}
+template <int W>
+__device__ inline void store_pack(float* p, const FloatPack<W>& x) {
+  *reinterpret_cast<FloatPack<W>*>(p) = x;
+}
+
+// a += b, lane by lane.
+template <int W>
+__device__ inline void add_pack(FloatPack<W>& a, const FloatPack<W>& b) {
+#pragma unroll
+  for (int i = 0; i < W; ++i)
+    a.v[i] += b.v[i];
+}
+
+// 4 when every run of `multiple_of` floats the kernel moves at these pointers can go in 16-byte
+// packs (`multiple_of` divisible by 4, each pointer on a 16-byte boundary; null pointers are not
+// read), else 1.
+inline int pack_width(int64_t multiple_of, std::initializer_list<const void*> pointers) {
+  if (multiple_of % 4 != 0) return 1;
+  for (const void* p : pointers)
+    if (reinterpret_cast<uintptr_t>(p) % (4 * sizeof(float)) != 0) return 1;
+  return 4;
 }
 
 // Multi-tensor launches: entries (tensors, matrices) own consecutive runs of a grid's blocks,
@@ -121,7 +161,7 @@ struct Sum {
   __device__ void merge(const Sum& o) { value += o.value; }
 };
 
-// Two sums reduced together (LayerNorm backward needs sum(g) and sum(g * xhat)).
+// Two sums reduced together.
 template <typename T>
 struct Sum2 {
   T a = T(0);
@@ -145,6 +185,24 @@ __device__ S shfl_xor(const S& v, int mask) {
   S out;
   memcpy(&out, words, sizeof(S));
   return out;
+}
+
+// The max and the sum of a value over the kLanes threads sharing it (aligned groups of lanes:
+// a half-warp, or the whole warp); every one of them gets the same bits (a butterfly, and
+// a + b == b + a bit for bit). All 32 lanes of the warp must call it.
+template <int kLanes = 16>
+__device__ inline float row_group_max(float v) {
+#pragma unroll
+  for (int mask = kLanes / 2; mask > 0; mask >>= 1)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, mask));
+  return v;
+}
+template <int kLanes = 16>
+__device__ inline float row_group_sum(float v) {
+#pragma unroll
+  for (int mask = kLanes / 2; mask > 0; mask >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, mask);
+  return v;
 }
 
 // Reduces one state per thread over the whole block; every thread returns the same result

@@ -4,6 +4,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <string>
 
 #include "core/check.h"
@@ -13,19 +14,34 @@
 
 namespace core {
 
+using cuda_detail::add_pack;
 using cuda_detail::check_sizes;
 using cuda_detail::column_sums;
 using cuda_detail::first_index;
+using cuda_detail::FloatPack;
 using cuda_detail::grid_for;
 using cuda_detail::grid_stride;
+using cuda_detail::kMaxGridY;
 using cuda_detail::kThreads;
+using cuda_detail::load_pack;
+using cuda_detail::pack_width;
+using cuda_detail::store_pack;
 using cuda_detail::to_int;
 
 namespace {
 
+// out [N, C] += bias per row: x over columns (W at a time; each thread holds its bias pack),
+// y over rows. No per-element division.
+template <int W>
 __global__ void add_bias_kernel(float* out, const float* bias, int64_t N, int64_t C) {
-  for (int64_t i = first_index(); i < N * C; i += grid_stride())
-    out[i] += bias[i % C];
+  for (int64_t c = first_index() * W; c < C; c += grid_stride() * W) {
+    const FloatPack<W> b = load_pack<W>(bias + c);
+    for (int64_t r = blockIdx.y; r < N; r += gridDim.y) {
+      FloatPack<W> o = load_pack<W>(out + r * C + c);
+      add_pack(o, b);
+      store_pack<W>(out + r * C + c, o);
+    }
+  }
 }
 
 // Values of bias_backward: dout itself.
@@ -121,7 +137,13 @@ std::string CudaBackend::tf32_gemm_slow_reason() const {
 void CudaBackend::add_bias(float* out, const float* bias, int64_t N, int64_t C) {
   check_sizes(name_ + ": add_bias", {N, C});
   if (N * C == 0) return;
-  add_bias_kernel<<<grid_for(N * C), kThreads, 0, stream_>>>(out, bias, N, C);
+  const int w = pack_width(C, {out, bias});
+  const dim3 grid(grid_for(C / w), static_cast<unsigned>(std::min<int64_t>(N, kMaxGridY)));
+  if (w == 4) {
+    add_bias_kernel<4><<<grid, kThreads, 0, stream_>>>(out, bias, N, C);
+  } else {
+    add_bias_kernel<1><<<grid, kThreads, 0, stream_>>>(out, bias, N, C);
+  }
   ENGINE_CUDA_LAUNCHED();
 }
 

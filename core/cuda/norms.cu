@@ -1,8 +1,10 @@
-// The CUDA backend's norms family (core/ops/norms.h): LayerNorm, RMSNorm and the row softmax, one
-// block per row; the LayerNorm parameter gradients are fixed-order column sums.
+// The CUDA backend's norms family (core/ops/norms.h): LayerNorm and RMSNorm one warp per row, the
+// row softmax one block per row; the LayerNorm parameter gradients are fixed-order column sums.
 #include <cuda_runtime.h>
 
+#include <initializer_list>
 #include <string>
+#include <type_traits>
 
 #include "core/check.h"
 #include "core/cuda/cuda_backend.h"
@@ -15,10 +17,14 @@ namespace core {
 using cuda_detail::block_allreduce;
 using cuda_detail::check_sizes;
 using cuda_detail::column_sums;
+using cuda_detail::FloatPack;
 using cuda_detail::grid_rows;
 using cuda_detail::kThreads;
+using cuda_detail::load_pack;
+using cuda_detail::pack_width;
+using cuda_detail::row_group_sum;
+using cuda_detail::store_pack;
 using cuda_detail::Sum;
-using cuda_detail::Sum2;
 
 namespace {
 
@@ -36,90 +42,171 @@ struct LayerNormParamGrad {
   }
 };
 
-// ---- normalisation (one block per row) ---------------------------------------------------------
+// ---- normalisation (one warp per row) ----------------------------------------------------------
+//
+// Norm rows are short (C from a head's 64 to a few thousand), so a warp takes a row (kRowsPerBlock
+// rows a block) and its reductions are shuffles with no block barrier; the lanes stride the row W
+// floats at a time and read it again from L1 for each pass. Mean and variance in two passes, as
+// the CPU computes them. A warp past the last row leaves whole (row is the same on all its lanes).
 
+constexpr int kRowsPerBlock = kThreads / 32;
+
+__device__ inline int64_t warp_row() {
+  return static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+}
+__device__ inline int lane() {
+  return static_cast<int>(threadIdx.x % 32);
+}
+
+template <int W>
 __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp,
-                                         const float* weight, const float* bias, int64_t C,
-                                         float eps) {
-  const int64_t row = blockIdx.x;
+                                         const float* weight, const float* bias, int64_t N,
+                                         int64_t C, float eps) {
+  const int64_t row = warp_row();
+  if (row >= N) return;
   const float* x = inp + row * C;
   float* y = out + row * C;
-  kmath::Welford<float> stats;
-  for (int64_t j = threadIdx.x; j < C; j += blockDim.x)
-    stats.add(x[j]);
-  stats = block_allreduce(stats);
-  const float mu = stats.mean;
-  const float rs = kmath::rsqrt_eps(stats.variance(), eps);
-  if (threadIdx.x == 0) {
+  float sum = 0.0f;
+  for (int64_t j = lane() * W; j < C; j += 32 * W) {
+    const FloatPack<W> p = load_pack<W>(x + j);
+#pragma unroll
+    for (int i = 0; i < W; ++i)
+      sum += p.v[i];
+  }
+  const float mu = row_group_sum<32>(sum) / static_cast<float>(C);
+  float sq = 0.0f;
+  for (int64_t j = lane() * W; j < C; j += 32 * W) {
+    const FloatPack<W> p = load_pack<W>(x + j);
+#pragma unroll
+    for (int i = 0; i < W; ++i)
+      sq += (p.v[i] - mu) * (p.v[i] - mu);
+  }
+  const float rs = kmath::rsqrt_eps(row_group_sum<32>(sq) / static_cast<float>(C), eps);
+  if (lane() == 0) {
     if (mean != nullptr) mean[row] = mu;
     if (rstd != nullptr) rstd[row] = rs;
   }
-  for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
-    float v = (x[j] - mu) * rs;
-    if (weight != nullptr) v *= weight[j];
-    if (bias != nullptr) v += bias[j];
-    y[j] = v;
+  for (int64_t j = lane() * W; j < C; j += 32 * W) {
+    FloatPack<W> p = load_pack<W>(x + j);
+    const FloatPack<W> wp = weight != nullptr ? load_pack<W>(weight + j) : FloatPack<W>{};
+    const FloatPack<W> bp = bias != nullptr ? load_pack<W>(bias + j) : FloatPack<W>{};
+#pragma unroll
+    for (int i = 0; i < W; ++i) {
+      float v = (p.v[i] - mu) * rs;
+      if (weight != nullptr) v *= wp.v[i];
+      if (bias != nullptr) v += bp.v[i];
+      p.v[i] = v;
+    }
+    store_pack<W>(y + j, p);
   }
 }
 
 // With xhat = (x - mean) rstd and g = dout * weight:
 // dx = rstd (g - mean(g) - xhat mean(g xhat)).
+template <int W>
 __global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, const float* inp,
                                                 const float* weight, const float* mean,
-                                                const float* rstd, int64_t C) {
-  const int64_t row = blockIdx.x;
+                                                const float* rstd, int64_t N, int64_t C) {
+  const int64_t row = warp_row();
+  if (row >= N) return;
   const float* x = inp + row * C;
   const float* dy = dout + row * C;
   float* dx = dinp + row * C;
   const float mu = mean[row];
   const float rs = rstd[row];
-  Sum2<float> s;
-  for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
-    float g = weight != nullptr ? dy[j] * weight[j] : dy[j];
-    s.a += g;
-    s.b += g * (x[j] - mu) * rs;
+  float sum_g = 0.0f, sum_gx = 0.0f;
+  for (int64_t j = lane() * W; j < C; j += 32 * W) {
+    const FloatPack<W> xp = load_pack<W>(x + j), gp = load_pack<W>(dy + j);
+    const FloatPack<W> wp = weight != nullptr ? load_pack<W>(weight + j) : FloatPack<W>{};
+#pragma unroll
+    for (int i = 0; i < W; ++i) {
+      const float g = weight != nullptr ? gp.v[i] * wp.v[i] : gp.v[i];
+      sum_g += g;
+      sum_gx += g * (xp.v[i] - mu) * rs;
+    }
   }
-  s = block_allreduce(s);
-  const float mean_g = s.a / static_cast<float>(C);
-  const float mean_gx = s.b / static_cast<float>(C);
-  for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
-    float g = weight != nullptr ? dy[j] * weight[j] : dy[j];
-    float xhat = (x[j] - mu) * rs;
-    dx[j] += rs * (g - mean_g - xhat * mean_gx);
+  const float mean_g = row_group_sum<32>(sum_g) / static_cast<float>(C);
+  const float mean_gx = row_group_sum<32>(sum_gx) / static_cast<float>(C);
+  for (int64_t j = lane() * W; j < C; j += 32 * W) {
+    const FloatPack<W> xp = load_pack<W>(x + j), gp = load_pack<W>(dy + j);
+    const FloatPack<W> wp = weight != nullptr ? load_pack<W>(weight + j) : FloatPack<W>{};
+    FloatPack<W> acc = load_pack<W>(dx + j);
+#pragma unroll
+    for (int i = 0; i < W; ++i) {
+      const float g = weight != nullptr ? gp.v[i] * wp.v[i] : gp.v[i];
+      const float xhat = (xp.v[i] - mu) * rs;
+      acc.v[i] += rs * (g - mean_g - xhat * mean_gx);
+    }
+    store_pack<W>(dx + j, acc);
   }
 }
 
-__global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp, int64_t C,
-                                       float eps) {
-  const int64_t row = blockIdx.x;
+template <int W>
+__global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp, int64_t N,
+                                       int64_t C, float eps) {
+  const int64_t row = warp_row();
+  if (row >= N) return;
   const float* x = inp + row * C;
   float* y = out + row * C;
-  Sum<float> ss;
-  for (int64_t j = threadIdx.x; j < C; j += blockDim.x)
-    ss.value += x[j] * x[j];
-  ss = block_allreduce(ss);
-  const float rs = kmath::rsqrt_eps(ss.value / static_cast<float>(C), eps);
-  if (threadIdx.x == 0 && rstd != nullptr) rstd[row] = rs;
-  for (int64_t j = threadIdx.x; j < C; j += blockDim.x)
-    y[j] = x[j] * rs;
+  float sq = 0.0f;
+  for (int64_t j = lane() * W; j < C; j += 32 * W) {
+    const FloatPack<W> p = load_pack<W>(x + j);
+#pragma unroll
+    for (int i = 0; i < W; ++i)
+      sq += p.v[i] * p.v[i];
+  }
+  const float rs = kmath::rsqrt_eps(row_group_sum<32>(sq) / static_cast<float>(C), eps);
+  if (lane() == 0 && rstd != nullptr) rstd[row] = rs;
+  for (int64_t j = lane() * W; j < C; j += 32 * W) {
+    FloatPack<W> p = load_pack<W>(x + j);
+#pragma unroll
+    for (int i = 0; i < W; ++i)
+      p.v[i] *= rs;
+    store_pack<W>(y + j, p);
+  }
 }
 
 // With y = x rstd: dx = rstd (dout - y mean(dout y)).
+template <int W>
 __global__ void rmsnorm_backward_kernel(float* dinp, const float* dout, const float* inp,
-                                        const float* rstd, int64_t C) {
-  const int64_t row = blockIdx.x;
+                                        const float* rstd, int64_t N, int64_t C) {
+  const int64_t row = warp_row();
+  if (row >= N) return;
   const float* x = inp + row * C;
   const float* dy = dout + row * C;
   float* dx = dinp + row * C;
   const float rs = rstd[row];
-  Sum<float> s;
-  for (int64_t j = threadIdx.x; j < C; j += blockDim.x)
-    s.value += dy[j] * x[j] * rs;
-  s = block_allreduce(s);
-  const float mean_gy = s.value / static_cast<float>(C);
-  for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
-    dx[j] += rs * (dy[j] - x[j] * rs * mean_gy);
+  float s = 0.0f;
+  for (int64_t j = lane() * W; j < C; j += 32 * W) {
+    const FloatPack<W> xp = load_pack<W>(x + j), gp = load_pack<W>(dy + j);
+#pragma unroll
+    for (int i = 0; i < W; ++i)
+      s += gp.v[i] * xp.v[i] * rs;
   }
+  const float mean_gy = row_group_sum<32>(s) / static_cast<float>(C);
+  for (int64_t j = lane() * W; j < C; j += 32 * W) {
+    const FloatPack<W> xp = load_pack<W>(x + j), gp = load_pack<W>(dy + j);
+    FloatPack<W> acc = load_pack<W>(dx + j);
+#pragma unroll
+    for (int i = 0; i < W; ++i)
+      acc.v[i] += rs * (gp.v[i] - xp.v[i] * rs * mean_gy);
+    store_pack<W>(dx + j, acc);
+  }
+}
+
+// Runs a warp-per-row kernel over N rows: launch(W, grid) with W = 4 where C and every pointer
+// allow it.
+template <typename Launch>
+void launch_rows(int64_t N, int64_t C, std::initializer_list<const void*> pointers, const char* op,
+                 Launch launch) {
+  const int64_t blocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;
+  const dim3 grid(grid_rows(blocks, op));
+  if (pack_width(C, pointers) == 4) {
+    launch(std::integral_constant<int, 4>{}, grid);
+  } else {
+    launch(std::integral_constant<int, 1>{}, grid);
+  }
+  ENGINE_CUDA_LAUNCHED();
 }
 
 __global__ void softmax_forward_kernel(float* out, const float* inp, int64_t C) {
@@ -157,9 +244,10 @@ void CudaBackend::layernorm_forward(float* out, float* mean, float* rstd, const 
                                     float eps) {
   check_sizes(name_ + ": layernorm_forward", {N, C});
   if (N == 0 || C == 0) return;
-  layernorm_forward_kernel<<<grid_rows(N, "layernorm_forward"), kThreads, 0, stream_>>>(
-      out, mean, rstd, inp, weight, bias, C, eps);
-  ENGINE_CUDA_LAUNCHED();
+  launch_rows(N, C, {out, inp, weight, bias}, "layernorm_forward", [&](auto w, dim3 grid) {
+    layernorm_forward_kernel<decltype(w)::value>
+        <<<grid, kThreads, 0, stream_>>>(out, mean, rstd, inp, weight, bias, N, C, eps);
+  });
 }
 
 void CudaBackend::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
@@ -168,9 +256,10 @@ void CudaBackend::layernorm_backward(float* dinp, float* dweight, float* dbias, 
   check_sizes(name_ + ": layernorm_backward", {N, C});
   if (N == 0 || C == 0) return;
   if (dinp != nullptr) {
-    layernorm_backward_input_kernel<<<grid_rows(N, "layernorm_backward"), kThreads, 0, stream_>>>(
-        dinp, dout, inp, weight, mean, rstd, C);
-    ENGINE_CUDA_LAUNCHED();
+    launch_rows(N, C, {dinp, dout, inp, weight}, "layernorm_backward", [&](auto w, dim3 grid) {
+      layernorm_backward_input_kernel<decltype(w)::value>
+          <<<grid, kThreads, 0, stream_>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+    });
   }
   if (dweight != nullptr || dbias != nullptr) {
     column_sums(allocator_, stream_, {{dweight, dbias}}, LayerNormParamGrad{dout, inp, mean, rstd},
@@ -182,18 +271,20 @@ void CudaBackend::rmsnorm_forward(float* out, float* rstd, const float* inp, int
                                   float eps) {
   check_sizes(name_ + ": rmsnorm_forward", {N, C});
   if (N == 0 || C == 0) return;
-  rmsnorm_forward_kernel<<<grid_rows(N, "rmsnorm_forward"), kThreads, 0, stream_>>>(out, rstd, inp,
-                                                                                    C, eps);
-  ENGINE_CUDA_LAUNCHED();
+  launch_rows(N, C, {out, inp}, "rmsnorm_forward", [&](auto w, dim3 grid) {
+    rmsnorm_forward_kernel<decltype(w)::value>
+        <<<grid, kThreads, 0, stream_>>>(out, rstd, inp, N, C, eps);
+  });
 }
 
 void CudaBackend::rmsnorm_backward(float* dinp, const float* dout, const float* inp,
                                    const float* rstd, int64_t N, int64_t C) {
   check_sizes(name_ + ": rmsnorm_backward", {N, C});
   if (N == 0 || C == 0) return;
-  rmsnorm_backward_kernel<<<grid_rows(N, "rmsnorm_backward"), kThreads, 0, stream_>>>(dinp, dout,
-                                                                                      inp, rstd, C);
-  ENGINE_CUDA_LAUNCHED();
+  launch_rows(N, C, {dinp, dout, inp}, "rmsnorm_backward", [&](auto w, dim3 grid) {
+    rmsnorm_backward_kernel<decltype(w)::value>
+        <<<grid, kThreads, 0, stream_>>>(dinp, dout, inp, rstd, N, C);
+  });
 }
 
 void CudaBackend::softmax_forward(float* out, const float* inp, int64_t N, int64_t C) {

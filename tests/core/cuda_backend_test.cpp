@@ -34,6 +34,7 @@ namespace {
 
 using test::CudaVsCpu;
 using test::DeviceScratch;
+using test::ShiftedScratch;
 using test_data::random_vector;
 
 std::vector<int32_t> random_ids(size_t n, int32_t limit, uint64_t seed) {
@@ -422,13 +423,19 @@ TEST_F(CudaVsCpu, Elementwise) {
 }
 
 TEST_F(CudaVsCpu, Bias) {
-  for (auto [N, C] : {std::pair<int64_t, int64_t>{37, 70}, {1100, 24}}) {  // 1100: 3 row chunks
+  // 1100: 3 row chunks of the gradient; 70: no multiple of 4; 70000 rows: past the grid's y
+  // limit (65535), so blocks take several rows.
+  for (auto [N, C] : {std::pair<int64_t, int64_t>{37, 70}, {1100, 24}, {70000, 8}}) {
     auto out = random_vector(N * C, 1), bias = random_vector(C, 2), dbias = random_vector(C, 3);
     auto want = out;
     cpu().add_bias(want.data(), bias.data(), N, C);
     float* d = dev().upload(out);
     gpu().add_bias(d, dev().upload(bias), N, C);
     EXPECT_CLOSE(dev().download(d, N * C), want, 1e-6);
+    ShiftedScratch shifted(dev(), 1);
+    float* ds = shifted.upload(out);
+    gpu().add_bias(ds, shifted.upload(bias), N, C);
+    EXPECT_CLOSE(dev().download(ds, N * C), want, 1e-6);
     auto dwant = dbias;
     cpu().bias_backward(dwant.data(), out.data(), N, C);
     float* db = dev().upload(dbias);
@@ -440,44 +447,65 @@ TEST_F(CudaVsCpu, Bias) {
 // ---- normalisation ------------------------------------------------------------------------------
 
 TEST_F(CudaVsCpu, LayerNorm) {
-  for (auto [N, C] : {std::pair<int64_t, int64_t>{7, 12}, {33, 768}, {3, 1000}, {1100, 20}}) {
-    auto x = random_vector(N * C, 1, 2.0f), w = random_vector(C, 2), b = random_vector(C, 3);
-    auto dy = random_vector(N * C, 4);
-    auto dx0 = random_vector(N * C, 5), dw0 = random_vector(C, 6), db0 = random_vector(C, 7);
-    std::vector<float> y(N * C), mean(N), rstd(N);
-    cpu().layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C,
-                            1e-5f);
-    float *gy = dev().alloc<float>(N * C), *gm = dev().alloc<float>(N), *gr = dev().alloc<float>(N);
-    float *gx = dev().upload(x), *gw = dev().upload(w);
-    gpu().layernorm_forward(gy, gm, gr, gx, gw, dev().upload(b), N, C, 1e-5f);
-    EXPECT_CLOSE(dev().download(gy, N * C), y, 1e-4);
-    EXPECT_CLOSE(dev().download(gm, N), mean, 1e-5);
-    EXPECT_CLOSE(dev().download(gr, N), rstd, 1e-4);
-    auto dx = dx0, dw = dw0, db = db0;
-    cpu().layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(),
-                             mean.data(), rstd.data(), N, C);
-    float *gdx = dev().upload(dx0), *gdw = dev().upload(dw0), *gdb = dev().upload(db0);
-    gpu().layernorm_backward(gdx, gdw, gdb, dev().upload(dy), gx, gw, gm, gr, N, C);
-    EXPECT_CLOSE(dev().download(gdx, N * C), dx, 1e-4);
-    EXPECT_CLOSE(dev().download(gdw, C), dw, 1e-4);
-    EXPECT_CLOSE(dev().download(gdb, C), db, 1e-4);
+  // C = 13 and 770 are not multiples of 4 (one float at a time); 1100 rows end inside a block.
+  const std::pair<int64_t, int64_t> shapes[] = {{7, 12},    {33, 768}, {3, 1000},
+                                                {1100, 20}, {5, 13},   {9, 770}};
+  for (int offset : {0, 1}) {
+    ShiftedScratch at(dev(), offset);
+    for (auto [N, C] : shapes) {
+      SCOPED_TRACE("N " + std::to_string(N) + ", C " + std::to_string(C) + ", offset " +
+                   std::to_string(offset));
+      auto x = random_vector(N * C, 1, 2.0f), w = random_vector(C, 2), b = random_vector(C, 3);
+      auto dy = random_vector(N * C, 4);
+      auto dx0 = random_vector(N * C, 5), dw0 = random_vector(C, 6), db0 = random_vector(C, 7);
+      std::vector<float> y(N * C), mean(N), rstd(N);
+      cpu().layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N,
+                              C, 1e-5f);
+      float *gy = at.alloc(N * C), *gm = at.alloc(N), *gr = at.alloc(N);
+      float *gx = at.upload(x), *gw = at.upload(w);
+      gpu().layernorm_forward(gy, gm, gr, gx, gw, at.upload(b), N, C, 1e-5f);
+      EXPECT_CLOSE(dev().download(gy, N * C), y, 1e-4);
+      EXPECT_CLOSE(dev().download(gm, N), mean, 1e-5);
+      EXPECT_CLOSE(dev().download(gr, N), rstd, 1e-4);
+      auto dx = dx0, dw = dw0, db = db0;
+      cpu().layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(),
+                               mean.data(), rstd.data(), N, C);
+      float *gdx = at.upload(dx0), *gdw = at.upload(dw0), *gdb = at.upload(db0);
+      gpu().layernorm_backward(gdx, gdw, gdb, at.upload(dy), gx, gw, gm, gr, N, C);
+      EXPECT_CLOSE(dev().download(gdx, N * C), dx, 1e-4);
+      EXPECT_CLOSE(dev().download(gdw, C), dw, 1e-4);
+      EXPECT_CLOSE(dev().download(gdb, C), db, 1e-4);
+      // Without weight and bias (the plain normalisation).
+      std::vector<float> y0(N * C);
+      cpu().layernorm_forward(y0.data(), nullptr, nullptr, x.data(), nullptr, nullptr, N, C, 1e-5f);
+      gpu().layernorm_forward(gy, nullptr, nullptr, gx, nullptr, nullptr, N, C, 1e-5f);
+      EXPECT_CLOSE(dev().download(gy, N * C), y0, 1e-4);
+    }
   }
 }
 
 TEST_F(CudaVsCpu, RmsNormAndSoftmax) {
-  for (auto [N, C] : {std::pair<int64_t, int64_t>{7, 12}, {33, 768}, {5, 64}}) {
+  // {37, 13}: a row length that is no multiple of 4; offset 1: every pointer off 16 bytes.
+  for (auto [N, C, offset] : {std::tuple<int64_t, int64_t, int>{7, 12, 0},
+                              {33, 768, 0},
+                              {5, 64, 0},
+                              {37, 13, 0},
+                              {33, 768, 1}}) {
+    SCOPED_TRACE("N " + std::to_string(N) + ", C " + std::to_string(C) + ", offset " +
+                 std::to_string(offset));
+    ShiftedScratch at(dev(), offset);
     auto x = random_vector(N * C, 1, 2.0f), dy = random_vector(N * C, 2);
     auto dx0 = random_vector(N * C, 3);
     std::vector<float> y(N * C), rstd(N);
     cpu().rmsnorm_forward(y.data(), rstd.data(), x.data(), N, C, 1e-6f);
-    float *gy = dev().alloc<float>(N * C), *gr = dev().alloc<float>(N), *gx = dev().upload(x);
+    float *gy = at.alloc(N * C), *gr = at.alloc(N), *gx = at.upload(x);
     gpu().rmsnorm_forward(gy, gr, gx, N, C, 1e-6f);
     EXPECT_CLOSE(dev().download(gy, N * C), y, 1e-4);
     EXPECT_CLOSE(dev().download(gr, N), rstd, 1e-4);
     auto dx = dx0;
     cpu().rmsnorm_backward(dx.data(), dy.data(), x.data(), rstd.data(), N, C);
-    float* gdx = dev().upload(dx0);
-    float* gdy = dev().upload(dy);
+    float* gdx = at.upload(dx0);
+    float* gdy = at.upload(dy);
     gpu().rmsnorm_backward(gdx, gdy, gx, gr, N, C);
     EXPECT_CLOSE(dev().download(gdx, N * C), dx, 1e-4);
 
@@ -522,33 +550,44 @@ TEST_F(CudaVsCpu, Embedding) {
 }
 
 TEST_F(CudaVsCpu, SplitAndMergeHeads) {
-  const int64_t B = 2, T = 7, H = 3, hd = 4, n = B * T * H * hd;
-  auto qkv = random_vector(3 * n, 1);
-  std::vector<float> q(n), k(n), v(n);
-  cpu().split_heads(q.data(), k.data(), v.data(), qkv.data(), B, T, H, hd);
-  float *gq = dev().alloc<float>(n), *gk = dev().alloc<float>(n), *gv = dev().alloc<float>(n);
-  gpu().split_heads(gq, gk, gv, dev().upload(qkv), B, T, H, hd);
-  EXPECT_CLOSE(dev().download(gq, n), q, 0.0);
-  EXPECT_CLOSE(dev().download(gk, n), k, 0.0);
-  EXPECT_CLOSE(dev().download(gv, n), v, 0.0);
-  auto dqkv0 = random_vector(3 * n, 2);
-  auto dqkv = dqkv0;
-  cpu().split_heads_backward(dqkv.data(), q.data(), k.data(), v.data(), B, T, H, hd);
-  float* gdqkv = dev().upload(dqkv0);
-  gpu().split_heads_backward(gdqkv, gq, gk, gv, B, T, H, hd);
-  EXPECT_CLOSE(dev().download(gdqkv, 3 * n), dqkv, 1e-6);
+  // hd 4 and 64 move 16-byte packs, hd 6 and the shifted pointers one float at a time.
+  for (auto [B, T, H, hd, offset] :
+       {std::tuple<int64_t, int64_t, int64_t, int64_t, int>{2, 7, 3, 4, 0},
+        {2, 5, 3, 64, 0},
+        {1, 9, 2, 6, 0},
+        {2, 5, 3, 64, 1}}) {
+    SCOPED_TRACE("B " + std::to_string(B) + ", T " + std::to_string(T) + ", H " +
+                 std::to_string(H) + ", hd " + std::to_string(hd) + ", offset " +
+                 std::to_string(offset));
+    ShiftedScratch at(dev(), offset);
+    const int64_t n = B * T * H * hd;
+    auto qkv = random_vector(3 * n, 1);
+    std::vector<float> q(n), k(n), v(n);
+    cpu().split_heads(q.data(), k.data(), v.data(), qkv.data(), B, T, H, hd);
+    float *gq = at.alloc(n), *gk = at.alloc(n), *gv = at.alloc(n);
+    gpu().split_heads(gq, gk, gv, at.upload(qkv), B, T, H, hd);
+    EXPECT_CLOSE(dev().download(gq, n), q, 0.0);
+    EXPECT_CLOSE(dev().download(gk, n), k, 0.0);
+    EXPECT_CLOSE(dev().download(gv, n), v, 0.0);
+    auto dqkv0 = random_vector(3 * n, 2);
+    auto dqkv = dqkv0;
+    cpu().split_heads_backward(dqkv.data(), q.data(), k.data(), v.data(), B, T, H, hd);
+    float* gdqkv = at.upload(dqkv0);
+    gpu().split_heads_backward(gdqkv, gq, gk, gv, B, T, H, hd);
+    EXPECT_CLOSE(dev().download(gdqkv, 3 * n), dqkv, 1e-6);
 
-  std::vector<float> merged(n);
-  cpu().merge_heads(merged.data(), q.data(), B, T, H, hd);
-  float* gm = dev().alloc<float>(n);
-  gpu().merge_heads(gm, gq, B, T, H, hd);
-  EXPECT_CLOSE(dev().download(gm, n), merged, 0.0);
-  auto da0 = random_vector(n, 3);
-  auto da = da0;
-  cpu().merge_heads_backward(da.data(), merged.data(), B, T, H, hd);
-  float* gda = dev().upload(da0);
-  gpu().merge_heads_backward(gda, gm, B, T, H, hd);
-  EXPECT_CLOSE(dev().download(gda, n), da, 1e-6);
+    std::vector<float> merged(n);
+    cpu().merge_heads(merged.data(), q.data(), B, T, H, hd);
+    float* gm = at.alloc(n);
+    gpu().merge_heads(gm, gq, B, T, H, hd);
+    EXPECT_CLOSE(dev().download(gm, n), merged, 0.0);
+    auto da0 = random_vector(n, 3);
+    auto da = da0;
+    cpu().merge_heads_backward(da.data(), merged.data(), B, T, H, hd);
+    float* gda = at.upload(da0);
+    gpu().merge_heads_backward(gda, gm, B, T, H, hd);
+    EXPECT_CLOSE(dev().download(gda, n), da, 1e-6);
+  }
 }
 
 TEST_F(CudaVsCpu, Rotary) {

@@ -1,5 +1,5 @@
 // The shared row-wise helpers of kernel_math.h that the CUDA kernels use and the CPU kernels do
-// not (Welford, online softmax, the per-pair rotary, Adam moments), checked here so that the
+// not (online softmax, the per-pair rotary, Adam moments), checked here so that the
 // GPU math is covered on every CPU run.
 #include "core/kernel_math.h"
 
@@ -15,30 +15,6 @@ namespace {
 
 namespace kmath = core::kmath;
 using core::test::random_vec;
-
-TEST(KernelMath, WelfordAddAndMergeMatchTwoPass) {
-  std::vector<double> x = random_vec(101, 1, 3.0);
-  for (double& v : x)
-    v += 1000.0;  // a large mean: the case naive sum-of-squares gets wrong
-  double mean = 0.0, var = 0.0;
-  for (double v : x)
-    mean += v;
-  mean /= x.size();
-  for (double v : x)
-    var += (v - mean) * (v - mean);
-  var /= x.size();
-  kmath::Welford<double> all, left, right;
-  for (size_t i = 0; i < x.size(); ++i) {
-    all.add(x[i]);
-    (i < 37 ? left : right).add(x[i]);
-  }
-  left.merge(right);
-  left.merge(kmath::Welford<double>{});  // merging an empty state changes nothing
-  EXPECT_NEAR(all.mean, mean, 1e-12 * mean);
-  EXPECT_NEAR(all.variance(), var, 1e-10 * var);
-  EXPECT_NEAR(left.mean, mean, 1e-12 * mean);
-  EXPECT_NEAR(left.variance(), var, 1e-10 * var);
-}
 
 TEST(KernelMath, OnlineSoftmaxMatchesLogSumExp) {
   std::vector<double> x = random_vec(57, 2, 20.0);
