@@ -303,8 +303,20 @@ Factors dense_factors(Bench& b) {
   return f;
 }
 
+// The refresh rows, each named "refresh <what>" for --only (a GPU run's time box takes the four
+// it needs: --only 'refresh eigh batched,refresh eigh one at a time,...').
 void bench_refresh(Bench& b) {
-  if (!wanted(b.o, "refresh")) return;
+  const auto name = [](bool eigh, const std::string& how) {
+    return std::string(eigh ? "eigh " : "qr ") + how;
+  };
+  const auto want = [&](const std::string& what) { return wanted(b.o, "refresh " + what); };
+  std::vector<std::string> rows;
+  for (const bool eigh : {true, false})
+    for (const char* how : {"batched", "one at a time", "() per matrix"})
+      rows.push_back(name(eigh, how));
+  for (const char* how : {"gather-all", "distributed_eigh"})
+    rows.push_back(std::string("tp_rekls double eigh ") + how);
+  if (std::none_of(rows.begin(), rows.end(), want)) return;
   core::Backend& be = b.backend;
   std::unique_ptr<optim::SoapOps> ops = optim::make_soap_ops(be);
   Factors f = dense_factors(b);
@@ -315,6 +327,8 @@ void bench_refresh(Bench& b) {
   const auto nothing = [] {};
   for (const bool eigh : {true, false}) {
     for (const bool batched : {true, false}) {
+      const std::string what = name(eigh, batched ? "batched" : "one at a time");
+      if (!want(what)) continue;
       const Timing ms = median_ms(b, 1, b.o.repeat, reset_bases, [&] {
         optim::RefreshBatch batch;
         for (size_t i = 0; i < f.k.size(); ++i)
@@ -322,11 +336,11 @@ void bench_refresh(Bench& b) {
                      f.k[i].size(0), eigh, !eigh});
         batch.run(be, *ops, 1, batched);
       });
-      row(b, "refresh",
-          std::string(eigh ? "eigh" : "qr") + (batched ? " batched" : " one at a time"), b.model,
-          ms);
+      row(b, "refresh", what, b.model, ms);
     }
     // The backend's single-matrix solvers, one call per factor (not bit-identical to the above).
+    const std::string what = name(eigh, "() per matrix");
+    if (!want(what)) continue;
     const Timing ms = median_ms(b, 1, b.o.repeat, reset_bases, [&] {
       for (size_t i = 0; i < f.k.size(); ++i) {
         const int64_t d = f.k[i].size(0);
@@ -341,10 +355,13 @@ void bench_refresh(Bench& b) {
         }
       }
     });
-    row(b, "refresh", std::string(eigh ? "eigh" : "qr") + "() per matrix", b.model, ms);
+    row(b, "refresh", what, b.model, ms);
   }
   // TpRekls' double eigh (2 x factors eighs per step): every rank all of them vs distributed.
   for (const bool distributed : {false, true}) {
+    const std::string what =
+        std::string("tp_rekls double eigh ") + (distributed ? "distributed_eigh" : "gather-all");
+    if (!want(what)) continue;
     const Timing ms = median_ms(b, 1, b.o.repeat, nothing, [&] {
       for (int round = 0; round < 2; ++round) {
         optim::RefreshBatch batch;
@@ -354,9 +371,7 @@ void bench_refresh(Bench& b) {
         batch.run(be, *ops, 1, true, distributed ? &b.tensors : nullptr);
       }
     });
-    row(b, "refresh",
-        std::string("tp_rekls double eigh ") + (distributed ? "distributed_eigh" : "gather-all"),
-        b.model, ms);
+    row(b, "refresh", what, b.model, ms);
   }
 }
 
