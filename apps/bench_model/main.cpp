@@ -28,8 +28,9 @@
 // model's shapes (the matmuls, attention, layernorm, ..., and the multi-tensor AdamW over every
 // parameter) with the backend's device marks (CUDA events), one row each, in f32; and the
 // matmuls and attention again as bf16 runs take them ("matmul bf16": bf16 GEMMs with their
-// roundings; "attention tf32": batched TF32 GEMMs, core/attention_by_gemm.h), with a second sum
-// for a bf16 run.
+// roundings; "attention tf32": the flash kernels on TF32 tensor cores), with a second sum for a
+// bf16 run, and beside them "attention tf32 by GEMM" (core/attention_by_gemm.h, the path head
+// dims past 128 take), in neither sum.
 //
 // --precision takes a list of train.precision values (docs/precision.md); each row runs the model
 // in that precision (bf16 GEMMs through oneDNN where the CPU has AVX512_BF16 or AMX, else as f32
@@ -54,6 +55,7 @@
 #include <string>
 #include <vector>
 
+#include "core/attention_by_gemm.h"
 #include "core/backend.h"
 #include "core/check.h"
 #include "core/json.h"
@@ -281,16 +283,17 @@ int cuda_op_groups(const std::string& name, int reps) {
     fwd_bwd(D, Vp);
   };
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  // Every layer's attention: tf32 is what tf32 and bf16 runs take (on a GPU batched TF32 GEMMs,
-  // core/attention_by_gemm.h; the CPU computes f32 either way).
+  // Every layer's attention: tf32 is what tf32 and bf16 runs take (on a GPU the flash kernels on
+  // TF32 tensor cores; the CPU computes f32 either way).
   auto each_attention = [&](bool tf32) {
     for (int64_t l = 0; l < L; ++l) {
       be.attention_forward(att, lse, q, k, v, B * H, T, hd, scale, {}, tf32);
       be.attention_backward(dq, dk, dv, dy, att, lse, q, k, v, B * H, T, hd, scale, {}, tf32);
     }
   };
-  // Which run's sum a group belongs to: both, or only an f32 (bf16) run's.
-  enum class Run { kBoth, kF32, kBf16 };
+  // Which run's sum a group belongs to: both, only an f32 (bf16) run's, or neither (a path the
+  // runs do not take at these shapes, timed beside the one they take).
+  enum class Run { kBoth, kF32, kBf16, kNeither };
   struct Group {
     std::string name;
     Run run;
@@ -301,6 +304,14 @@ int cuda_op_groups(const std::string& name, int reps) {
       {"matmul bf16", Run::kBf16, [&] { each_linear(linear_fwd_bwd_bf16); }},
       {"attention", Run::kF32, [&] { each_attention(false); }},
       {"attention tf32", Run::kBf16, [&] { each_attention(true); }},
+      {"attention tf32 by GEMM", Run::kNeither,
+       [&] {
+         for (int64_t l = 0; l < L; ++l) {
+           core::attention_forward_by_gemm(be, att, lse, q, k, v, B * H, T, hd, scale, {});
+           core::attention_backward_by_gemm(be, dq, dk, dv, dy, att, q, k, v, B * H, T, hd, scale,
+                                            {});
+         }
+       }},
       {"head split and merge", Run::kBoth,
        [&] {
          for (int64_t l = 0; l < L; ++l) {
@@ -359,8 +370,8 @@ int cuda_op_groups(const std::string& name, int reps) {
   double total = 0, total_bf16 = 0;
   for (const Group& g : groups) {
     const double ms = device_ms(be, g.fn, reps);
-    if (g.run != Run::kBf16) total += ms;
-    if (g.run != Run::kF32) total_bf16 += ms;
+    if (g.run == Run::kBoth || g.run == Run::kF32) total += ms;
+    if (g.run == Run::kBoth || g.run == Run::kBf16) total_bf16 += ms;
     emit(g.name, ms);
   }
   {

@@ -1,9 +1,10 @@
 // The CUDA backend's attention family (core/ops/attention.h): head layout, rotary positions
 // (kernel_math.h) and causal attention as fused tiled kernels that keep no [T, T] in memory: an
 // online-softmax forward saving each row's log-sum-exp, and a backward that recomputes the
-// probabilities tile by tile (the math and tiling of core/attention_tiles.h). With tf32 and scores
-// that fit its scratch, attention runs as batched TF32 GEMMs instead (core/attention_by_gemm.h),
-// whose row steps are the softmax kernels here (one warp per score row).
+// probabilities tile by tile (the math and tiling of core/attention_tiles.h), here on FMA units.
+// With tf32 the same kernels run on TF32 tensor cores (attention_tf32.cu); past their head
+// dimensions, as batched TF32 GEMMs (core/attention_by_gemm.h), whose row steps are the softmax
+// kernels here (one warp per score row).
 #include <cuda_runtime.h>
 
 #include <climits>
@@ -14,6 +15,7 @@
 #include "core/attention_by_gemm.h"
 #include "core/attention_tiles.h"
 #include "core/check.h"
+#include "core/cuda/attention_tiles.cuh"
 #include "core/cuda/cuda_backend.h"
 #include "core/cuda/cuda_launch.cuh"
 #include "core/cuda/cuda_reduce.cuh"
@@ -22,16 +24,28 @@
 namespace core {
 
 using cuda_detail::add_pack;
+using cuda_detail::begin_of;
+using cuda_detail::check_attention_grid;
 using cuda_detail::check_sizes;
 using cuda_detail::DeviceBuffer;
 using cuda_detail::first_index;
+using cuda_detail::flash_backward_tf32;
+using cuda_detail::flash_forward_tf32;
 using cuda_detail::FloatPack;
 using cuda_detail::grid_for;
 using cuda_detail::grid_rows;
 using cuda_detail::grid_stride;
+using cuda_detail::head_begins;
 using cuda_detail::kThreads;
+using cuda_detail::kTile;
+using cuda_detail::last_begin;
+using cuda_detail::launch_tiles;
 using cuda_detail::load_pack;
+using cuda_detail::load_rows;
+using cuda_detail::load_stat;
+using cuda_detail::next_key_tile;
 using cuda_detail::pack_width;
+using cuda_detail::padded_head_dim;
 using cuda_detail::row_group_max;
 using cuda_detail::row_group_sum;
 using cuda_detail::store_pack;
@@ -146,7 +160,6 @@ __global__ void rotary_kernel(float* out, const float* inp, int64_t T, int64_t h
 // one float of padding per row, so both the row-wise and the column-wise reads of tile_mma hit
 // distinct banks. The head dimension is padded with zeros to HD (32, 64 or 128).
 
-constexpr int kTile = 64;
 constexpr int kTileThreads = 256;
 constexpr int kTileLd = kTile + 1;  // row stride of a score tile in shared memory
 
@@ -195,35 +208,6 @@ __device__ inline void tile_zero(float (&acc)[4][NC]) {
       acc[i][j] = 0.0f;
 }
 
-// Rows [row0, row0 + kTile) of a head's [T, hd] tensor into a [kTile, HD] shared tile; rows past
-// T and columns past hd read as zero.
-template <int HD>
-__device__ inline void load_rows(float* dst, const float* src, int64_t row0, int64_t T,
-                                 int64_t hd) {
-  for (int idx = threadIdx.x; idx < kTile * HD; idx += kTileThreads) {
-    const int r = idx / HD, d = idx % HD;
-    const int64_t row = row0 + r;
-    dst[r * head_ld<HD>() + d] = row < T && d < hd ? src[row * hd + d] : 0.0f;
-  }
-}
-
-// The key and value rows [c0, c0 + kTile) of a head into shared memory, once every thread is
-// done with the previous tile (and with what it computed from it); visible to all on return.
-template <int HD>
-__device__ inline void next_key_tile(float* sk, float* sv, const float* k, const float* v,
-                                     int64_t c0, int64_t T, int64_t hd) {
-  __syncthreads();
-  load_rows<HD>(sk, k, c0, T, hd);
-  load_rows<HD>(sv, v, c0, T, hd);
-  __syncthreads();
-}
-
-// Rows [row0, row0 + kTile) of a per-row statistic (lse or delta), zero past T.
-__device__ inline void load_stat(float* dst, const float* src, int64_t row0, int64_t T) {
-  for (int r = threadIdx.x; r < kTile; r += kTileThreads)
-    dst[r] = row0 + r < T ? src[row0 + r] : 0.0f;
-}
-
 // Adds factor * acc (tile rows 4 ty + i, head columns tx + 16 j) into a head's [T, hd] tensor.
 template <int NH>
 __device__ inline void add_rows(float* dst, const float (&acc)[4][NH], int64_t row0, int64_t T,
@@ -238,18 +222,6 @@ __device__ inline void add_rows(float* dst, const float (&acc)[4][NH], int64_t r
       if (d < hd) dst[row * hd + d] += factor * acc[i][j];
     }
   }
-}
-
-// The mask's key_begin row of a head (null without a mask), and the begin of query i (0 past T).
-__device__ inline const int32_t* head_begins(const AttentionMask& mask, int64_t head, int64_t T) {
-  return mask.key_begin ? mask.key_begin + (head / mask.heads) * T : nullptr;
-}
-__device__ inline int64_t begin_of(const int32_t* begins, int64_t i, int64_t T) {
-  return begins && i < T ? begins[i] : 0;
-}
-// The begin of the last real row of the query tile from r0.
-__device__ inline int64_t last_begin(const int32_t* begins, int64_t r0, int64_t T) {
-  return begin_of(begins, (r0 + kTile < T ? r0 + kTile : T) - 1, T);
 }
 
 // One block per (head, query tile): scan the key tiles from the one holding the tile's first
@@ -268,7 +240,7 @@ __global__ void __launch_bounds__(kTileThreads)
   const int64_t head = blockIdx.x, r0 = static_cast<int64_t>(blockIdx.y) * kTile;
   const int64_t off = head * T * hd;
   const int ty = tile_ty(), tx = tile_tx();
-  load_rows<HD>(sq, q + off, r0, T, hd);
+  load_rows<HD, head_ld<HD>()>(sq, q + off, r0, T, hd);
   kmath::FlashRow<float> row[4];
   float acc[4][NH];
   tile_zero(acc);
@@ -277,7 +249,7 @@ __global__ void __launch_bounds__(kTileThreads)
   const int64_t key_start = kmath::masked_key_start(begin_of(begins, r0, T), kTile);
   const int64_t tile_last_begin = last_begin(begins, r0, T);
   for (int64_t c0 = key_start; c0 < key_end; c0 += kTile) {
-    next_key_tile<HD>(sk, sv, k + off, v + off, c0, T, hd);
+    next_key_tile<HD, head_ld<HD>()>(sk, sv, k + off, v + off, c0, T, hd);
     float s[4][4];
     tile_zero(s);
     tile_mma<4, true>(s, sq, ld, sk, ld, HD);
@@ -406,8 +378,8 @@ __global__ void __launch_bounds__(kTileThreads)
   const int64_t head = blockIdx.x, c0 = static_cast<int64_t>(blockIdx.y) * kTile;
   const int64_t off = head * T * hd;
   const int ty = tile_ty(), tx = tile_tx();
-  load_rows<HD>(sk, k + off, c0, T, hd);
-  load_rows<HD>(sv, v + off, c0, T, hd);
+  load_rows<HD, head_ld<HD>()>(sk, k + off, c0, T, hd);
+  load_rows<HD, head_ld<HD>()>(sv, v + off, c0, T, hd);
   float dk_acc[4][NH], dv_acc[4][NH];
   tile_zero(dk_acc);
   tile_zero(dv_acc);
@@ -418,8 +390,8 @@ __global__ void __launch_bounds__(kTileThreads)
     if (begin_of(begins, r0, T) >= c0 + kTile) break;  // this and every later tile: keys unseen
     const int64_t tile_last_begin = last_begin(begins, r0, T);
     __syncthreads();  // the previous tile's sq, sg, sp are consumed
-    load_rows<HD>(sq, q + off, r0, T, hd);
-    load_rows<HD>(sg, dout + off, r0, T, hd);
+    load_rows<HD, head_ld<HD>()>(sq, q + off, r0, T, hd);
+    load_rows<HD, head_ld<HD>()>(sg, dout + off, r0, T, hd);
     load_stat(slse, lse + head * T, r0, T);
     load_stat(sdelta, delta + head * T, r0, T);
     __syncthreads();
@@ -479,8 +451,8 @@ __global__ void __launch_bounds__(kTileThreads)
   const int64_t head = blockIdx.x, r0 = static_cast<int64_t>(blockIdx.y) * kTile;
   const int64_t off = head * T * hd;
   const int ty = tile_ty(), tx = tile_tx();
-  load_rows<HD>(sq, q + off, r0, T, hd);
-  load_rows<HD>(sg, dout + off, r0, T, hd);
+  load_rows<HD, head_ld<HD>()>(sq, q + off, r0, T, hd);
+  load_rows<HD, head_ld<HD>()>(sg, dout + off, r0, T, hd);
   load_stat(slse, lse + head * T, r0, T);
   load_stat(sdelta, delta + head * T, r0, T);
   float dq_acc[4][NH];
@@ -490,7 +462,7 @@ __global__ void __launch_bounds__(kTileThreads)
   const int64_t key_start = kmath::masked_key_start(begin_of(begins, r0, T), kTile);
   const int64_t tile_last_begin = last_begin(begins, r0, T);
   for (int64_t c0 = key_start; c0 < key_end; c0 += kTile) {
-    next_key_tile<HD>(sk, sv, k + off, v + off, c0, T, hd);
+    next_key_tile<HD, head_ld<HD>()>(sk, sv, k + off, v + off, c0, T, hd);
     float p[4][4], dp[4][4];
     tile_zero(p);
     tile_zero(dp);
@@ -526,37 +498,12 @@ constexpr size_t backward_smem() {
   return sizeof(float) * (4 * kTile * head_ld<HD>() + kTile * kTileLd + 2 * kTile);
 }
 
-// Launches `kernel` on a (BH, tiles) grid with `smem` bytes of dynamic shared memory.
-template <typename Kernel, typename... Args>
-void launch_tiles(Kernel kernel, size_t smem, int64_t BH, int64_t T, cudaStream_t stream,
-                  Args... args) {
-  ENGINE_CUDA_CALL(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  const dim3 grid(static_cast<unsigned>(BH), static_cast<unsigned>((T + kTile - 1) / kTile));
-  kernel<<<grid, kTileThreads, smem, stream>>>(args...);
-  ENGINE_CUDA_LAUNCHED();
-}
-
-// The padded head dimension the kernels are instantiated for: 32, 64 or 128.
-int padded_head_dim(int64_t hd, const std::string& op) {
-  ENGINE_CHECK(hd >= 1 && hd <= 128, op + ": head dimension " + std::to_string(hd) +
-                                         " is outside the [1, 128] the attention kernels cover");
-  return hd <= 32 ? 32 : hd <= 64 ? 64 : 128;
-}
-
-// The grid's limits: BH in x, the tiles of T in y.
-void check_attention_grid(int64_t BH, int64_t T, const std::string& op) {
-  ENGINE_CHECK(BH <= INT_MAX && (T + kTile - 1) / kTile <= 65535,
-               op + ": " + std::to_string(BH) + " heads of length " + std::to_string(T) +
-                   " exceed one launch");
-}
-
 template <int HD>
 void flash_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                    int64_t BH, int64_t T, int64_t hd, float scale, const AttentionMask& mask,
                    cudaStream_t stream) {
-  launch_tiles(flash_forward_kernel<HD>, forward_smem<HD>(), BH, T, stream, out, lse, q, k, v, T,
-               hd, scale, mask);
+  launch_tiles(flash_forward_kernel<HD>, forward_smem<HD>(), kTileThreads, BH, T, stream, out, lse,
+               q, k, v, T, hd, scale, mask);
 }
 
 template <int HD>
@@ -564,10 +511,22 @@ void flash_backward(float* dq, float* dk, float* dv, const float* dout, const fl
                     const float* delta, const float* q, const float* k, const float* v, int64_t BH,
                     int64_t T, int64_t hd, float scale, const AttentionMask& mask,
                     cudaStream_t stream) {
-  launch_tiles(flash_backward_kv_kernel<HD>, backward_smem<HD>(), BH, T, stream, dk, dv, dout, lse,
-               delta, q, k, v, T, hd, scale, mask);
-  launch_tiles(flash_backward_q_kernel<HD>, backward_smem<HD>(), BH, T, stream, dq, dout, lse,
-               delta, q, k, v, T, hd, scale, mask);
+  launch_tiles(flash_backward_kv_kernel<HD>, backward_smem<HD>(), kTileThreads, BH, T, stream, dk,
+               dv, dout, lse, delta, q, k, v, T, hd, scale, mask);
+  launch_tiles(flash_backward_q_kernel<HD>, backward_smem<HD>(), kTileThreads, BH, T, stream, dq,
+               dout, lse, delta, q, k, v, T, hd, scale, mask);
+}
+
+// Which kernels run an attention: with tf32 allowed, the flash kernels on TF32 tensor cores
+// (sm_80 and later, head dims up to their 128), else the GEMM composition where its scratch
+// holds the scores (tensor cores for head dims past 128; cuBLAS ignores TF32 before sm_80);
+// otherwise the flash kernels on FMA units. Forward and backward choose alike.
+enum class AttentionPath { kFlashTf32, kByGemm, kFlash };
+
+AttentionPath attention_path(bool tf32, int64_t hd, int64_t T, int compute_capability) {
+  if (tf32 && compute_capability >= 80 && hd <= 128) return AttentionPath::kFlashTf32;
+  if (tf32 && attention_by_gemm_fits(T)) return AttentionPath::kByGemm;
+  return AttentionPath::kFlash;
 }
 
 // The head layout's launch: one block per token; W = 4 where hd and every pointer allow it.
@@ -656,8 +615,15 @@ void CudaBackend::attention_forward(float* out, float* lse, const float* q, cons
   check_sizes(op, {BH, T, hd});
   if (BH == 0 || T == 0) return;
   check_attention_grid(BH, T, op);
-  if (tf32 && attention_by_gemm_fits(T) && hd > 0)
-    return attention_forward_by_gemm(*this, out, lse, q, k, v, BH, T, hd, scale, mask);
+  switch (attention_path(tf32, hd, T, compute_capability_)) {
+    case AttentionPath::kFlashTf32:
+      return flash_forward_tf32(padded_head_dim(hd, op), out, lse, q, k, v, BH, T, hd, scale, mask,
+                                stream_);
+    case AttentionPath::kByGemm:
+      return attention_forward_by_gemm(*this, out, lse, q, k, v, BH, T, hd, scale, mask);
+    case AttentionPath::kFlash:
+      break;
+  }
   switch (padded_head_dim(hd, op)) {
     case 32:
       return flash_forward<32>(out, lse, q, k, v, BH, T, hd, scale, mask, stream_);
@@ -677,7 +643,8 @@ void CudaBackend::attention_backward(float* dq, float* dk, float* dv, const floa
   check_sizes(op, {BH, T, hd});
   if (BH == 0 || T == 0) return;
   check_attention_grid(BH, T, op);
-  if (tf32 && attention_by_gemm_fits(T) && hd > 0)
+  const AttentionPath path = attention_path(tf32, hd, T, compute_capability_);
+  if (path == AttentionPath::kByGemm)
     return attention_backward_by_gemm(*this, dq, dk, dv, dout, out, q, k, v, BH, T, hd, scale,
                                       mask);
   const int padded = padded_head_dim(hd, op);
@@ -685,6 +652,9 @@ void CudaBackend::attention_backward(float* dq, float* dk, float* dv, const floa
   attention_delta_kernel<<<grid_for(BH * T * 32), kThreads, 0, stream_>>>(delta.get(), dout, out,
                                                                           BH * T, hd);
   ENGINE_CUDA_LAUNCHED();
+  if (path == AttentionPath::kFlashTf32)
+    return flash_backward_tf32(padded, dq, dk, dv, dout, lse, delta.get(), q, k, v, BH, T, hd,
+                               scale, mask, stream_);
   switch (padded) {
     case 32:
       return flash_backward<32>(dq, dk, dv, dout, lse, delta.get(), q, k, v, BH, T, hd, scale, mask,

@@ -740,12 +740,17 @@ TEST_F(CudaVsCpu, AttentionOnTf32TensorCores) {
     begin[T + t] = static_cast<int32_t>(std::max<int64_t>(0, t - 99));
   }
   const int32_t* gbegin = dev().upload(begin);
+  // Head dims up to 128 take the flash kernels on TF32 tensor cores (padded to 32, 64 or 128),
+  // 160 the batched TF32 GEMMs (core/attention_by_gemm.h); T from one row to partial tiles.
   for (auto [BH, T_, hd, masked] : {std::tuple<int64_t, int64_t, int64_t, bool>{3, 1, 64, false},
                                     {6, 7, 4, false},
                                     {2, 97, 80, false},
                                     {3, 130, 64, false},
                                     {2, 200, 128, false},
-                                    {B * H, T, 64, true}}) {
+                                    {B * H, T, 64, true},
+                                    {B * H, T, 128, true},
+                                    {2, 70, 160, false},
+                                    {B * H, T, 160, true}}) {
     SCOPED_TRACE("BH " + std::to_string(BH) + " T " + std::to_string(T_) + " hd " +
                  std::to_string(hd) + (masked ? " masked" : ""));
     const int64_t n = BH * T_ * hd;

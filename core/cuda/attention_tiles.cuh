@@ -1,0 +1,100 @@
+// The tiles the CUDA attention kernels share: attention.cu's flash kernels on FMA units and
+// attention_tf32.cu's on TF32 tensor cores. Both cut a head into tiles of kTile queries by kTile
+// keys, keep operand tiles row-major in shared memory (LD floats a row) with the head dimension
+// padded with zeros to HD (32, 64 or 128), and launch one block per (head, tile).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/check.h"
+#include "core/cuda/cuda_check.h"
+#include "core/ops/attention.h"
+
+namespace core::cuda_detail {
+
+constexpr int kTile = 64;
+
+// Rows [row0, row0 + kTile) of a head's [T, hd] tensor into a [kTile, LD] shared tile; rows past
+// T and columns past hd (up to HD) read as zero.
+template <int HD, int LD>
+__device__ inline void load_rows(float* dst, const float* src, int64_t row0, int64_t T,
+                                 int64_t hd) {
+  for (int idx = threadIdx.x; idx < kTile * HD; idx += blockDim.x) {
+    const int r = idx / HD, d = idx % HD;
+    const int64_t row = row0 + r;
+    dst[r * LD + d] = row < T && d < hd ? src[row * hd + d] : 0.0f;
+  }
+}
+
+// The key and value rows [c0, c0 + kTile) of a head into shared memory, once every thread is
+// done with the previous tile (and with what it computed from it); visible to all on return.
+template <int HD, int LD>
+__device__ inline void next_key_tile(float* sk, float* sv, const float* k, const float* v,
+                                     int64_t c0, int64_t T, int64_t hd) {
+  __syncthreads();
+  load_rows<HD, LD>(sk, k, c0, T, hd);
+  load_rows<HD, LD>(sv, v, c0, T, hd);
+  __syncthreads();
+}
+
+// Rows [row0, row0 + kTile) of a per-row statistic (lse or delta), zero past T.
+__device__ inline void load_stat(float* dst, const float* src, int64_t row0, int64_t T) {
+  for (int r = threadIdx.x; r < kTile; r += blockDim.x)
+    dst[r] = row0 + r < T ? src[row0 + r] : 0.0f;
+}
+
+// The mask's key_begin row of a head (null without a mask), and the begin of query i (0 past T).
+__device__ inline const int32_t* head_begins(const AttentionMask& mask, int64_t head, int64_t T) {
+  return mask.key_begin ? mask.key_begin + (head / mask.heads) * T : nullptr;
+}
+__device__ inline int64_t begin_of(const int32_t* begins, int64_t i, int64_t T) {
+  return begins && i < T ? begins[i] : 0;
+}
+// The begin of the last real row of the query tile from r0.
+__device__ inline int64_t last_begin(const int32_t* begins, int64_t r0, int64_t T) {
+  return begin_of(begins, (r0 + kTile < T ? r0 + kTile : T) - 1, T);
+}
+
+// Launches `kernel` on a (BH, tiles of T) grid of `threads`-thread blocks with `smem` bytes of
+// dynamic shared memory.
+template <typename Kernel, typename... Args>
+void launch_tiles(Kernel kernel, size_t smem, int threads, int64_t BH, int64_t T,
+                  cudaStream_t stream, Args... args) {
+  ENGINE_CUDA_CALL(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  const dim3 grid(static_cast<unsigned>(BH), static_cast<unsigned>((T + kTile - 1) / kTile));
+  kernel<<<grid, threads, smem, stream>>>(args...);
+  ENGINE_CUDA_CALL(cudaGetLastError());
+}
+
+// The padded head dimension the kernels are instantiated for: 32, 64 or 128.
+inline int padded_head_dim(int64_t hd, const std::string& op) {
+  ENGINE_CHECK(hd >= 1 && hd <= 128, op + ": head dimension " + std::to_string(hd) +
+                                         " is outside the [1, 128] the attention kernels cover");
+  return hd <= 32 ? 32 : hd <= 64 ? 64 : 128;
+}
+
+// The grid's limits: BH in x, the tiles of T in y.
+inline void check_attention_grid(int64_t BH, int64_t T, const std::string& op) {
+  ENGINE_CHECK(BH <= INT_MAX && (T + kTile - 1) / kTile <= 65535,
+               op + ": " + std::to_string(BH) + " heads of length " + std::to_string(T) +
+                   " exceed one launch");
+}
+
+// Flash attention on TF32 tensor cores (attention_tf32.cu; sm_80 and later), the contract of
+// the backend's attention_forward and attention_backward for head dimensions padded to HD:
+// forward writes out and lse; backward accumulates into dq, dk, dv from delta = rowsum(dout out).
+void flash_forward_tf32(int HD, float* out, float* lse, const float* q, const float* k,
+                        const float* v, int64_t BH, int64_t T, int64_t hd, float scale,
+                        const AttentionMask& mask, cudaStream_t stream);
+void flash_backward_tf32(int HD, float* dq, float* dk, float* dv, const float* dout,
+                         const float* lse, const float* delta, const float* q, const float* k,
+                         const float* v, int64_t BH, int64_t T, int64_t hd, float scale,
+                         const AttentionMask& mask, cudaStream_t stream);
+
+}  // namespace core::cuda_detail
