@@ -2,7 +2,9 @@
 
 #include <cmath>
 #include <map>
+#include <span>
 #include <utility>
+#include <vector>
 
 #include "comm/comm_stream.h"
 #include "comm/composite_work.h"
@@ -420,8 +422,10 @@ double ZeroState::grad_norm() {
 
 void ZeroState::scale_grads(float factor) {
   if (factor == 1.0f) return;
+  std::vector<std::span<float>> grads;  // one backend call: one launch on a device
   for (const core::Tensor& g : local_grad_)
-    if (g.defined()) backend_.scale(g.data<float>(), factor, g.numel());
+    if (g.defined()) grads.emplace_back(g.data<float>(), static_cast<size_t>(g.numel()));
+  backend_.scale_many(grads, factor);
 }
 
 std::vector<optim::ParamShard> ZeroState::optimizer_shards() const {

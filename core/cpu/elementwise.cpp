@@ -14,6 +14,11 @@ void CpuBackend::scale(float* x, float alpha, int64_t n) {
   cpu::scale(x, alpha, n);
 }
 
+void CpuBackend::scale_many(std::span<const std::span<float>> xs, float alpha) {
+  for (std::span<float> x : xs)
+    cpu::scale(x.data(), alpha, static_cast<int64_t>(x.size()));
+}
+
 void CpuBackend::axpby(float* y, float a, const float* x, float b, int64_t n) {
   cpu::axpby(y, a, x, b, n);
 }

@@ -65,6 +65,7 @@ class CudaBackend final : public Backend {
 
   void add(float* out, const float* a, const float* b, int64_t n) override;
   void scale(float* x, float alpha, int64_t n) override;
+  void scale_many(std::span<const std::span<float>> xs, float alpha) override;
   void axpby(float* y, float a, const float* x, float b, int64_t n) override;
   void scalar_mix(float* out, const float* wa, const float* a, const float* wb, const float* b,
                   int64_t n) override;

@@ -8,7 +8,9 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "core/allocator.h"
 #include "core/check.h"
@@ -95,6 +97,34 @@ __device__ inline int owner_of_block(int64_t b, int count, FirstBlock first_bloc
     }
   }
   return lo;
+}
+
+// A tensor of a multi-tensor launch over chunks of equal length: its data, its length and the
+// index of its first chunk among all the tensors' chunks (a block per chunk; owner_of_block
+// finds the tensor).
+template <typename T>
+struct ChunkedSpan {
+  T* x;
+  int64_t n;
+  int64_t first_chunk;
+};
+
+// The table of the non-empty tensors of xs in chunks of `chunk` elements; returns the chunks in
+// all, which must fit one launch (`op` names the caller otherwise).
+template <typename T>
+int64_t chunk_table(std::span<const std::span<T>> xs, int64_t chunk,
+                    std::vector<ChunkedSpan<T>>& table, const std::string& op) {
+  table.clear();
+  int64_t chunks = 0;
+  for (std::span<T> x : xs) {
+    const int64_t n = static_cast<int64_t>(x.size());
+    if (n == 0) continue;
+    table.push_back({x.data(), n, chunks});
+    chunks += (n + chunk - 1) / chunk;
+  }
+  ENGINE_CHECK(chunks <= INT_MAX && table.size() <= INT_MAX,
+               op + ": " + std::to_string(chunks) + " chunks exceed one launch");
+  return chunks;
 }
 
 // cuBLAS and cuSOLVER take int sizes.

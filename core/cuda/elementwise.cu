@@ -2,7 +2,9 @@
 // grid-stride loops, the same functions the CPU backend runs.
 #include <cuda_runtime.h>
 
+#include <span>
 #include <string>
+#include <vector>
 
 #include "core/check.h"
 #include "core/cuda/cuda_backend.h"
@@ -12,10 +14,14 @@
 
 namespace core {
 
+using cuda_detail::chunk_table;
+using cuda_detail::ChunkedSpan;
+using cuda_detail::DeviceBuffer;
 using cuda_detail::first_index;
 using cuda_detail::grid_for;
 using cuda_detail::grid_stride;
 using cuda_detail::kThreads;
+using cuda_detail::owner_of_block;
 
 namespace {
 
@@ -27,6 +33,19 @@ __global__ void add_kernel(float* out, const float* a, const float* b, int64_t n
 __global__ void scale_kernel(float* x, float alpha, int64_t n) {
   for (int64_t i = first_index(); i < n; i += grid_stride())
     x[i] *= alpha;
+}
+
+// x *= alpha over the tensors of a chunk table, a block per chunk.
+constexpr int64_t kScaleChunk = int64_t{1} << 14;
+
+__global__ void scale_many_kernel(const ChunkedSpan<float>* table, int count, float alpha) {
+  const int64_t b = blockIdx.x;
+  const int k = owner_of_block(b, count, [table](int i) { return table[i].first_chunk; });
+  const ChunkedSpan<float> t = table[k];
+  const int64_t begin = (b - t.first_chunk) * kScaleChunk;
+  const int64_t end = begin + kScaleChunk < t.n ? begin + kScaleChunk : t.n;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
+    t.x[i] *= alpha;
 }
 
 __global__ void axpby_kernel(float* y, float a, const float* x, float b, int64_t n) {
@@ -115,6 +134,18 @@ void CudaBackend::add(float* out, const float* a, const float* b, int64_t n) {
 void CudaBackend::scale(float* x, float alpha, int64_t n) {
   if (n <= 0) return;
   scale_kernel<<<grid_for(n), kThreads, 0, stream_>>>(x, alpha, n);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::scale_many(std::span<const std::span<float>> xs, float alpha) {
+  std::vector<ChunkedSpan<float>> table;
+  const int64_t chunks = chunk_table(xs, kScaleChunk, table, name_ + ": scale_many");
+  if (table.empty()) return;
+  // The table travels with the stream (an asynchronous upload).
+  DeviceBuffer<ChunkedSpan<float>> device_table(allocator_, static_cast<int64_t>(table.size()));
+  copy_from_host(device_table.get(), table.data(), table.size() * sizeof(ChunkedSpan<float>));
+  scale_many_kernel<<<static_cast<unsigned>(chunks), kThreads, 0, stream_>>>(
+      device_table.get(), static_cast<int>(table.size()), alpha);
   ENGINE_CUDA_LAUNCHED();
 }
 

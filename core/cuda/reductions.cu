@@ -3,9 +3,9 @@
 // products.
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "core/check.h"
 #include "core/cuda/cuda_backend.h"
@@ -15,33 +15,53 @@
 namespace core {
 
 using cuda_detail::block_allreduce;
+using cuda_detail::chunk_table;
+using cuda_detail::ChunkedSpan;
 using cuda_detail::DeviceBuffer;
 using cuda_detail::first_index;
 using cuda_detail::grid_for;
 using cuda_detail::grid_stride;
 using cuda_detail::kThreads;
+using cuda_detail::owner_of_block;
 using cuda_detail::Sum;
 
 namespace {
 
-// Per-block float64 partial sums of x^2; a second single-block pass adds the partials in order,
-// so the result does not depend on block scheduling.
-__global__ void sum_squares_partial_kernel(double* partial, const float* x, int64_t n) {
+// Sums of squares of a list of tensors in three launches, whatever its length: block b sums
+// chunk b of all the tensors' chunks (kSquareChunk elements, float64), one block per tensor then
+// adds its chunks' partials, and one thread adds the tensors' sums in list order. Every sum's
+// order is fixed by the sizes alone, and sum_squares is the list of one, so sum_squares_many
+// equals the host loop over sum_squares bit for bit. (One launch pair per tensor took 1.5 ms a
+// step for GPT-2 124M's 148 gradients on an H200.)
+constexpr int64_t kSquareChunk = int64_t{1} << 14;
+
+using Chunked = ChunkedSpan<const float>;
+
+__global__ void chunk_squares_kernel(double* partial, const Chunked* table, int count) {
+  const int64_t b = blockIdx.x;
+  const int k = owner_of_block(b, count, [table](int i) { return table[i].first_chunk; });
+  const Chunked t = table[k];
+  const int64_t begin = (b - t.first_chunk) * kSquareChunk;
+  const int64_t end = begin + kSquareChunk < t.n ? begin + kSquareChunk : t.n;
   Sum<double> s;
-  for (int64_t i = first_index(); i < n; i += grid_stride()) {
-    double v = x[i];
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const double v = t.x[i];
     s.value += v * v;
   }
   s = block_allreduce(s);
-  if (threadIdx.x == 0) partial[blockIdx.x] = s.value;
+  if (threadIdx.x == 0) partial[b] = s.value;
 }
 
-__global__ void sum_partials_kernel(double* out, const double* partial, int64_t count) {
+// sums[k] = the partials of tensor k's chunks, one block each.
+__global__ void tensor_sums_kernel(double* sums, const double* partial, const Chunked* table,
+                                   int count, int64_t chunks) {
+  const int k = blockIdx.x;
+  const int64_t end = k + 1 < count ? table[k + 1].first_chunk : chunks;
   Sum<double> s;
-  for (int64_t i = threadIdx.x; i < count; i += blockDim.x)
+  for (int64_t i = table[k].first_chunk + threadIdx.x; i < end; i += blockDim.x)
     s.value += partial[i];
   s = block_allreduce(s);
-  if (threadIdx.x == 0) *out = s.value;
+  if (threadIdx.x == 0) sums[k] = s.value;
 }
 
 // *out = 0 + x[0] + x[1] + ... in this order (one thread: the order is the host loop's).
@@ -77,38 +97,27 @@ __global__ void column_dots_kernel(float* out, const float* a, const float* b, i
 
 double CudaBackend::sum_squares(const float* x, int64_t n) {
   if (n <= 0) return 0.0;
-  const unsigned blocks = grid_for(n);
-  DeviceBuffer<double> partial(allocator_, blocks);
-  sum_squares_partial_kernel<<<blocks, kThreads, 0, stream_>>>(partial.get(), x, n);
-  ENGINE_CUDA_LAUNCHED();
-  sum_partials_kernel<<<1, 1024, 0, stream_>>>(reduce_scratch_, partial.get(), blocks);
-  ENGINE_CUDA_LAUNCHED();
-  double result = 0.0;
-  copy_to_host(&result, reduce_scratch_, sizeof(double));
-  return result;
+  const std::span<const float> one(x, static_cast<size_t>(n));
+  return sum_squares_many({&one, 1});
 }
 
 double CudaBackend::sum_squares_many(std::span<const std::span<const float>> xs) {
-  if (xs.empty()) return 0.0;
-  unsigned max_blocks = 1;
-  for (std::span<const float> x : xs)
-    max_blocks = std::max(max_blocks, grid_for(static_cast<int64_t>(x.size())));
-  // Each tensor's sum exactly as sum_squares() forms it, kept on the device; the partials buffer
-  // is reused in stream order.
-  DeviceBuffer<double> partial(allocator_, max_blocks);
-  DeviceBuffer<double> sums(allocator_, static_cast<int64_t>(xs.size()));
-  fill_zero(sums.get(), xs.size() * sizeof(double));
-  for (size_t i = 0; i < xs.size(); ++i) {
-    const int64_t n = static_cast<int64_t>(xs[i].size());
-    if (n == 0) continue;
-    const unsigned blocks = grid_for(n);
-    sum_squares_partial_kernel<<<blocks, kThreads, 0, stream_>>>(partial.get(), xs[i].data(), n);
-    ENGINE_CUDA_LAUNCHED();
-    sum_partials_kernel<<<1, 1024, 0, stream_>>>(sums.get() + i, partial.get(), blocks);
-    ENGINE_CUDA_LAUNCHED();
-  }
-  sum_in_order_kernel<<<1, 1, 0, stream_>>>(reduce_scratch_, sums.get(),
-                                            static_cast<int64_t>(xs.size()));
+  std::vector<Chunked> table;
+  const int64_t chunks = chunk_table(xs, kSquareChunk, table, name_ + ": sum_squares_many");
+  if (table.empty()) return 0.0;  // empty tensors add 0
+  const int count = static_cast<int>(table.size());
+  // The table travels with the stream (an asynchronous upload).
+  DeviceBuffer<Chunked> device_table(allocator_, count);
+  copy_from_host(device_table.get(), table.data(), table.size() * sizeof(Chunked));
+  DeviceBuffer<double> partial(allocator_, chunks);
+  DeviceBuffer<double> sums(allocator_, count);
+  chunk_squares_kernel<<<static_cast<unsigned>(chunks), kThreads, 0, stream_>>>(
+      partial.get(), device_table.get(), count);
+  ENGINE_CUDA_LAUNCHED();
+  tensor_sums_kernel<<<static_cast<unsigned>(count), kReduceThreads, 0, stream_>>>(
+      sums.get(), partial.get(), device_table.get(), count, chunks);
+  ENGINE_CUDA_LAUNCHED();
+  sum_in_order_kernel<<<1, 1, 0, stream_>>>(reduce_scratch_, sums.get(), count);
   ENGINE_CUDA_LAUNCHED();
   double result = 0.0;
   copy_to_host(&result, reduce_scratch_, sizeof(double));

@@ -167,6 +167,15 @@ TEST(CpuBackend, ElementwiseOpsMatchFloat64) {
   be().scale(out.data(), 3.0f, n);
   cpu::scale(ref.data(), 3.0, n);
   expect_within("scale, ulp", max_ulp_diff(out, ref), 1.0);  // measured 0.5
+  {  // scale_many: each tensor as scale() leaves it, an empty one included
+    FVec first = b.f, second(b.f.begin(), b.f.begin() + 37), want_first = b.f, want_second = second;
+    const std::vector<std::span<float>> list = {first, {}, second};
+    be().scale_many(list, -0.75f);
+    be().scale(want_first.data(), -0.75f, n);
+    be().scale(want_second.data(), -0.75f, 37);
+    EXPECT_EQ(first, want_first);
+    EXPECT_EQ(second, want_second);
+  }
   be().relu2_forward(out.data(), a.f.data(), n);
   cpu::relu2_forward(ref.data(), a.d.data(), n);
   expect_within("relu2_forward, ulp", max_ulp_diff(out, ref), 1.0);  // measured 0.5

@@ -1093,6 +1093,27 @@ TEST_F(CudaVsCpu, SumSquaresMany) {
   EXPECT_EQ(gpu().sum_squares_many({}), 0.0);
 }
 
+TEST_F(CudaVsCpu, ScaleManyScalesEachTensorAsScale) {
+  // Chunks of one tensor and several in one launch, an empty tensor among them.
+  const std::vector<int64_t> sizes = {1537, 0, 300000, 5, 16384};
+  std::vector<std::vector<float>> host;
+  std::vector<std::span<float>> many, one;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    host.push_back(random_vector(sizes[i], 60 + i));
+    many.emplace_back(dev().upload(host.back()), host.back().size());
+    one.emplace_back(dev().upload(host.back()), host.back().size());
+  }
+  gpu().scale_many(many, -1.25f);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    gpu().scale(one[i].data(), -1.25f, sizes[i]);
+    auto want = host[i];
+    cpu().scale(want.data(), -1.25f, sizes[i]);
+    EXPECT_EQ(dev().download(many[i].data(), host[i].size()), want) << "tensor " << i;
+    EXPECT_EQ(dev().download(one[i].data(), host[i].size()), want) << "tensor " << i;
+  }
+  gpu().scale_many({}, 2.0f);  // nothing to do
+}
+
 // ---- model: loss reduction, MoE routing, rows added in order -------------------------------
 
 TEST_F(CudaVsCpu, LossReduction) {
