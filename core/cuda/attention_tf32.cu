@@ -168,7 +168,7 @@ __global__ void __launch_bounds__(kMmaThreads)
                               const float* v, int64_t T, int64_t hd, float scale,
                               AttentionMask mask) {
   constexpr int LD = mma_ld<HD>();
-  extern __shared__ float smem[];
+  extern __shared__ __align__(16) float smem[];  // 16-byte rows: LD is a multiple of 4
   float* sq = smem;
   float* sk = sq + kTile * LD;
   float* sv = sk + kTile * LD;
@@ -251,7 +251,7 @@ __global__ void __launch_bounds__(kMmaThreads)
                                   const float* v, int64_t T, int64_t hd, float scale,
                                   AttentionMask mask) {
   constexpr int LD = mma_ld<HD>();
-  extern __shared__ float smem[];
+  extern __shared__ __align__(16) float smem[];  // 16-byte rows: LD is a multiple of 4
   float* sk = smem;
   float* sv = sk + kTile * LD;
   float* sq = sv + kTile * LD;
@@ -313,7 +313,7 @@ __global__ void __launch_bounds__(kMmaThreads)
                                  const float* q, const float* k, const float* v, int64_t T,
                                  int64_t hd, float scale, AttentionMask mask) {
   constexpr int LD = mma_ld<HD>();
-  extern __shared__ float smem[];
+  extern __shared__ __align__(16) float smem[];  // 16-byte rows: LD is a multiple of 4
   float* sq = smem;
   float* sg = sq + kTile * LD;  // dout
   float* sk = sg + kTile * LD;

@@ -20,10 +20,27 @@ namespace core::cuda_detail {
 constexpr int kTile = 64;
 
 // Rows [row0, row0 + kTile) of a head's [T, hd] tensor into a [kTile, LD] shared tile; rows past
-// T and columns past hd (up to HD) read as zero.
+// T and columns past hd (up to HD) read as zero. Unpadded rows on a 16-byte boundary (hd = HD, a
+// multiple of 4) move in 16-byte loads, and stores too where LD keeps them aligned.
 template <int HD, int LD>
 __device__ inline void load_rows(float* dst, const float* src, int64_t row0, int64_t T,
                                  int64_t hd) {
+  if (hd == HD && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
+    constexpr int kPacks = HD / 4;  // per row
+    for (int idx = threadIdx.x; idx < kTile * kPacks; idx += blockDim.x) {
+      const int r = idx / kPacks, d = 4 * (idx % kPacks);
+      const int64_t row = row0 + r;
+      const float4 v = row < T ? *reinterpret_cast<const float4*>(src + row * hd + d)
+                               : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      float* out = dst + r * LD + d;
+      if constexpr (LD % 4 == 0) {
+        *reinterpret_cast<float4*>(out) = v;
+      } else {
+        out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
+      }
+    }
+    return;
+  }
   for (int idx = threadIdx.x; idx < kTile * HD; idx += blockDim.x) {
     const int r = idx / HD, d = idx % HD;
     const int64_t row = row0 + r;
