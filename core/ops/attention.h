@@ -43,8 +43,9 @@ class AttentionOps {
   // Saves lse [BH, T], each query row's log-sum-exp of its scaled visible scores: the backward
   // recomputes the probabilities from it, so nothing [T, T] is kept between the two
   // (core/attention_tiles.h). Key ranges no query of a tile sees are skipped whole.
-  // `tf32` lets a device compute the products on TF32 tensor cores (CUDA: as batched GEMMs over a
-  // scratch of scores, core/attention_by_gemm.h, where they fit it); the CPU computes f32.
+  // `tf32` lets a device compute the products on TF32 tensor cores (CUDA: the same flash kernels
+  // on tensor cores up to head dim 128, batched GEMMs over a scratch of scores past it,
+  // core/attention_by_gemm.h); the CPU computes f32.
   virtual void attention_forward(float* out, float* lse, const float* q, const float* k,
                                  const float* v, int64_t BH, int64_t T, int64_t hd, float scale,
                                  const AttentionMask& mask = {}, bool tf32 = false) = 0;

@@ -728,9 +728,10 @@ TEST_F(CudaVsCpu, AttentionSoftmaxRows) {
   EXPECT_CLOSE(dev().download(gdp, BH * T * T), dp, 1e-5);
 }
 
-// With tf32 the CUDA backend computes attention as batched TF32 GEMMs (core/attention_by_gemm.h;
-// the composition is checked on the CPU by AttentionByGemm.*): against the CPU's f32 attention
-// within TF32's rounding (inputs to 10 mantissa bits: measured on the GPU below 2e-3
+// With tf32 the CUDA backend computes attention on TF32 tensor cores (the flash kernels of
+// attention_tf32.cu, whose fragment maps MmaFragments.* checks on the host; past head dim 128
+// batched TF32 GEMMs, core/attention_by_gemm.h, whose composition AttentionByGemm.* checks):
+// against the CPU's f32 attention within TF32's rounding (inputs to 10 mantissa bits: below 2e-3
 // norm-relative is the expectation), with and without a mask, and the same bits run to run.
 TEST_F(CudaVsCpu, AttentionOnTf32TensorCores) {
   const int64_t B = 2, H = 2, T = 150;
