@@ -338,9 +338,13 @@ void Trainer::print_banner() const {
                model::arch_name(mc.arch), mc.n_layer, mc.d_model, mc.n_head, mc.seq_len,
                mc.vocab_size, mc.padded_vocab(),
                mc.moe() ? ", MoE " + std::to_string(mc.moe_experts) + " experts" : "");
-  spdlog::info("parameters: {} ({:.2f} M) | ZeRO stage {} | optimizer state elements on rank 0: {}",
-               gpt_->table().total_numel(), gpt_->table().total_numel() / 1e6, plan_->stage(),
-               plan_->state_numel(0));
+  // The optimizer's state is per parameter element it steps (its size per element depends on
+  // the optimizer and is known only once the state exists).
+  spdlog::info(
+      "parameters: {} ({:.2f} M) | ZeRO stage {} | rank 0 steps {} of them (and holds their "
+      "optimizer state)",
+      gpt_->table().total_numel(), gpt_->table().total_numel() / 1e6, plan_->stage(),
+      plan_->state_numel(0));
   spdlog::info("{}", zero_->describe());
   spdlog::info("batch: {} tokens per step = {} ranks x {} micro-steps x {} rows x {} tokens",
                config_.train.batch_tokens, comm_.size(), geometry_.grad_accum, geometry_.micro_rows,
