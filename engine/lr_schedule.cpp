@@ -42,4 +42,9 @@ int64_t window_at(int64_t window, int64_t step, int64_t steps) {
   return std::min(window, kBlock * std::max<int64_t>(1, static_cast<int64_t>(blocks)));
 }
 
+void apply_window_schedule(model::Gpt& gpt, int64_t step, int64_t steps) {
+  if (gpt.config().window_grow)
+    gpt.set_attention_window(static_cast<int>(window_at(gpt.config().window, step, steps)));
+}
+
 }  // namespace engine

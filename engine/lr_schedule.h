@@ -1,10 +1,13 @@
-// Learning-rate multiplier per step: linear warmup, a stable phase at 1, then a decay to a
-// floor over the last `cooldown_frac` of the run (warmup-stable-decay). Each optimizer group
-// multiplies its own base lr by this.
+// Schedules over a run's steps. The learning-rate multiplier per step: linear warmup, a stable
+// phase at 1, then a decay to a floor over the last `cooldown_frac` of the run
+// (warmup-stable-decay); each optimizer group multiplies its own base lr by this. And the
+// record's attention-window warmup.
 #pragma once
 
 #include <cstdint>
 #include <string>
+
+#include "model/gpt.h"
 
 namespace engine {
 
@@ -33,5 +36,10 @@ class LrSchedule {
 // step `step` of `steps` grows linearly to `window` in blocks of 128 tokens,
 // min(window, 128 max(1, ceil(window step / (steps 128)))): 128 at the start, `window` at the end.
 int64_t window_at(int64_t window, int64_t step, int64_t steps);
+
+// With model.window_grow, sets gpt's long window to window_at(step) of `steps`: training step
+// `step` and the validation after `step` steps see the same window, in a run and in
+// `engine eval` of its checkpoints. Nothing otherwise.
+void apply_window_schedule(model::Gpt& gpt, int64_t step, int64_t steps);
 
 }  // namespace engine

@@ -150,9 +150,7 @@ double Trainer::forward_backward() {
   // The gradient of the mean loss over the global batch is the mean over micro-steps and ranks
   // (the sums of finish_grads, scaled by clip_grads).
   zero_->begin_step();
-  if (config_.model.window_grow)
-    gpt_->set_attention_window(
-        static_cast<int>(window_at(config_.model.window, counters_.step, config_.train.steps)));
+  apply_window_schedule(*gpt_, counters_.step, config_.train.steps);
   gpt_->take_expert_rows();  // warm-up and validation forwards route too: this step from 0
   data::Batch batch;
   for (int64_t m = 0; m < geometry_.grad_accum; ++m) {
@@ -259,6 +257,9 @@ StepRecord Trainer::train_step() {
 }
 
 double Trainer::evaluate() {
+  // Validation sees the window the next step trains with (at step 0 the schedule's first, not
+  // the full model.window), as modded-nanogpt evaluates.
+  apply_window_schedule(*gpt_, counters_.step, config_.train.steps);
   // No backward events release what a forward gathered (stage 3).
   const double val = validation_loss(*gpt_, *val_loader_, comm_, [this] { zero_->end_forward(); });
   last_val_ = {counters_.step, val};

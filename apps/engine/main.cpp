@@ -48,6 +48,7 @@
 #include "engine/checkpoint/checkpoint_files.h"
 #include "engine/config.h"
 #include "engine/device_select.h"
+#include "engine/lr_schedule.h"
 #include "engine/model_loading.h"
 #include "engine/preflight.h"
 #include "engine/run_lock.h"
@@ -537,9 +538,11 @@ int run(int argc, char** argv, const comm::MpiSession& session, comm::Communicat
   std::unique_ptr<model::Gpt> model =
       refused_on_error([&] { return engine::load_model(config, checkpoint, *device.backend); });
   if (eval) {
+    const int64_t step = engine::read_manifest(checkpoint).step;
+    engine::apply_window_schedule(*model, step, config.train.steps);  // as the run validated it
     const double loss = engine::validation_loss(*model, *val, world);
-    spdlog::info("checkpoint {} step {}: val_loss:{:.4f} over {} tokens{}", checkpoint,
-                 engine::read_manifest(checkpoint).step, loss, config.train.val_tokens,
+    spdlog::info("checkpoint {} step {}: val_loss:{:.4f} over {} tokens{}", checkpoint, step, loss,
+                 config.train.val_tokens,
                  a.options.count("--all") ? " (the whole validation split)" : "");
     return 0;
   }

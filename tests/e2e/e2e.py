@@ -267,6 +267,47 @@ def case_world_size_recipe(env):
               "%.2e, global grad norm %.2e" % (np, stage, worst, norm))
 
 
+def case_window_schedule_validation(env):
+    """model.window_grow: the validation after k steps sees the window step k trains with, in the
+    run and in `engine eval` of its checkpoints. A 256 window grown over 4 steps of 256-token rows
+    is 128 for steps 0-2 and 256 from step 3: the growing run trains as a fixed 128 run through
+    step 2 and logs its validations; at step 3 it validates at 256, as `eval` of the fixed run's
+    step-3 checkpoint at window 256 does (before, both the step-3 validation and eval of the
+    step-2 checkpoint took the wrong window)."""
+    sets = ["model.seq_len=256", "train.steps=4", "train.eval_every=1", "train.batch_tokens=512",
+            "train.micro_batch=2", "train.val_tokens=512", "checkpoint.at_end=false"]
+    _, grow_dir = env.run(1, "grow256", sets + ["model.window=256", "model.window_grow=true",
+                                                "checkpoint.every=2"])
+    _, fixed_dir = env.run(1, "fixed128", sets + ["model.window=128", "checkpoint.every=3"])
+    grow, fixed = metrics(grow_dir), metrics(fixed_dir)
+
+    def evaluate(ckpt, *sets):
+        cmd = ["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", "1", env.engine, "eval",
+               "--checkpoint", ckpt]
+        for s in sets:
+            cmd += ["--set", s]
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           timeout=120)
+        check(p.returncode == 0, "eval failed:\n" + p.stderr)
+        return float((p.stdout + p.stderr).split("val_loss:")[1].split()[0])
+
+    for k in (0, 1, 2):
+        check(grow[k]["val_loss"] == fixed[k]["val_loss"],
+              "step %d: the growing window validates at %.9g, window 128 at %.9g" %
+              (k, grow[k]["val_loss"], fixed[k]["val_loss"]))
+    at256 = evaluate(os.path.join(fixed_dir, "ckpt", "step_00000003"), "model.window=256")
+    check("%.4f" % at256 == "%.4f" % grow[3]["val_loss"] and
+          "%.4f" % fixed[3]["val_loss"] != "%.4f" % grow[3]["val_loss"],
+          "step 3: the growing run validates at %.6f; the same weights at window 256 give %.4f, "
+          "at 128 %.6f" % (grow[3]["val_loss"], at256, fixed[3]["val_loss"]))
+    again = evaluate(os.path.join(grow_dir, "ckpt", "step_00000002"))
+    check("%.4f" % again == "%.4f" % grow[2]["val_loss"],
+          "eval of the growing run's step-2 checkpoint gives %.4f, the run logged %.6f" %
+          (again, grow[2]["val_loss"]))
+    print("step 3 validation: window 256 (grown) %.6f, 128 %.6f; step-2 checkpoint eval %.4f, "
+          "logged %.6f" % (grow[3]["val_loss"], fixed[3]["val_loss"], again, grow[2]["val_loss"]))
+
+
 def case_zero3_memory(env):
     """Stage 3 residency on a 6-block model at np 2: same losses as stage 2, a peak at least the
     parameter bytes this rank does not own below stage 2's, and after every step the live bytes
@@ -1024,6 +1065,7 @@ CASES = {
     "world_size_stage3": lambda env: case_world_size(env, 3),
     "world_size_archs": case_world_size_archs,
     "world_size_recipe": case_world_size_recipe,
+    "window_schedule_validation": case_window_schedule_validation,
     "world_size_optimizers": case_world_size_optimizers,
     "world_size_osft": case_world_size_osft,
     "zero3_memory": case_zero3_memory,
