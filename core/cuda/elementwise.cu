@@ -2,8 +2,10 @@
 // grid-stride loops, the same functions the CPU backend runs.
 #include <cuda_runtime.h>
 
+#include <initializer_list>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/check.h"
@@ -18,10 +20,14 @@ using cuda_detail::chunk_table;
 using cuda_detail::ChunkedSpan;
 using cuda_detail::DeviceBuffer;
 using cuda_detail::first_index;
+using cuda_detail::FloatPack;
 using cuda_detail::grid_for;
 using cuda_detail::grid_stride;
 using cuda_detail::kThreads;
+using cuda_detail::load_pack;
 using cuda_detail::owner_of_block;
+using cuda_detail::pack_width;
+using cuda_detail::store_pack;
 
 namespace {
 
@@ -81,9 +87,24 @@ struct MixDots {
   }
 };
 
+// The activations and the bf16 conversions run once or twice per layer over [N, 4 D]: they move
+// W = 4 floats a load where n and the pointers allow (activation_width).
+
+template <int W>
+struct alignas(sizeof(bf16) * W) Bf16Pack {
+  bf16 v[W];
+};
+
+template <int W>
 __global__ void f32_to_bf16_kernel(bf16* out, const float* in, int64_t n) {
-  for (int64_t i = first_index(); i < n; i += grid_stride())
-    out[i] = kmath::bf16_from_float(in[i]);
+  for (int64_t i = first_index() * W; i < n; i += grid_stride() * W) {
+    const FloatPack<W> x = load_pack<W>(in + i);
+    Bf16Pack<W> y;
+#pragma unroll
+    for (int k = 0; k < W; ++k)
+      y.v[k] = kmath::bf16_from_float(x.v[k]);
+    *reinterpret_cast<Bf16Pack<W>*>(out + i) = y;
+  }
 }
 
 __global__ void bf16_to_f32_kernel(float* out, const bf16* in, int64_t n) {
@@ -91,25 +112,37 @@ __global__ void bf16_to_f32_kernel(float* out, const bf16* in, int64_t n) {
     out[i] = kmath::float_from_bf16(in[i]);
 }
 
-__global__ void gelu_forward_kernel(float* out, const float* inp, int64_t n) {
-  for (int64_t i = first_index(); i < n; i += grid_stride())
-    out[i] = kmath::gelu_tanh(inp[i]);
-}
+struct Gelu {
+  __device__ static float forward(float u) { return kmath::gelu_tanh(u); }
+  __device__ static float grad(float u) { return kmath::gelu_tanh_grad(u); }
+};
+struct Relu2 {
+  __device__ static float forward(float u) { return kmath::relu2(u); }
+  __device__ static float grad(float u) { return kmath::relu2_grad(u); }
+};
 
-__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, int64_t n) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) {
-    dinp[i] += dout[i] * kmath::gelu_tanh_grad(inp[i]);
+template <typename Act, int W>
+__global__ void activation_forward_kernel(float* out, const float* inp, int64_t n) {
+  for (int64_t i = first_index() * W; i < n; i += grid_stride() * W) {
+    FloatPack<W> x = load_pack<W>(inp + i);
+#pragma unroll
+    for (int k = 0; k < W; ++k)
+      x.v[k] = Act::forward(x.v[k]);
+    store_pack<W>(out + i, x);
   }
 }
 
-__global__ void relu2_forward_kernel(float* out, const float* inp, int64_t n) {
-  for (int64_t i = first_index(); i < n; i += grid_stride())
-    out[i] = kmath::relu2(inp[i]);
-}
-
-__global__ void relu2_backward_kernel(float* dinp, const float* inp, const float* dout, int64_t n) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) {
-    dinp[i] += dout[i] * kmath::relu2_grad(inp[i]);
+// dinp += dout * act'(inp)
+template <typename Act, int W>
+__global__ void activation_backward_kernel(float* dinp, const float* inp, const float* dout,
+                                           int64_t n) {
+  for (int64_t i = first_index() * W; i < n; i += grid_stride() * W) {
+    const FloatPack<W> x = load_pack<W>(inp + i), g = load_pack<W>(dout + i);
+    FloatPack<W> acc = load_pack<W>(dinp + i);
+#pragma unroll
+    for (int k = 0; k < W; ++k)
+      acc.v[k] += g.v[k] * Act::grad(x.v[k]);
+    store_pack<W>(dinp + i, acc);
   }
 }
 
@@ -173,10 +206,45 @@ void CudaBackend::scalar_mix_backward(float* da, float* db, float* dwa, float* d
   ENGINE_CUDA_LAUNCHED();
 }
 
+namespace {
+
+// Runs launch(W, blocks) with W = 4 where n and every pointer allow 16-byte float packs.
+template <typename Launch>
+void launch_packed(int64_t n, std::initializer_list<const void*> pointers, Launch launch) {
+  if (pack_width(n, pointers) == 4) {
+    launch(std::integral_constant<int, 4>{}, grid_for(n / 4));
+  } else {
+    launch(std::integral_constant<int, 1>{}, grid_for(n));
+  }
+  ENGINE_CUDA_LAUNCHED();
+}
+
+template <typename Act>
+void activation_forward(float* out, const float* inp, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  launch_packed(n, {out, inp}, [&](auto w, unsigned blocks) {
+    activation_forward_kernel<Act, decltype(w)::value>
+        <<<blocks, kThreads, 0, stream>>>(out, inp, n);
+  });
+}
+
+template <typename Act>
+void activation_backward(float* dinp, const float* inp, const float* dout, int64_t n,
+                         cudaStream_t stream) {
+  if (n <= 0) return;
+  launch_packed(n, {dinp, inp, dout}, [&](auto w, unsigned blocks) {
+    activation_backward_kernel<Act, decltype(w)::value>
+        <<<blocks, kThreads, 0, stream>>>(dinp, inp, dout, n);
+  });
+}
+
+}  // namespace
+
 void CudaBackend::f32_to_bf16(bf16* out, const float* in, int64_t n) {
   if (n <= 0) return;
-  f32_to_bf16_kernel<<<grid_for(n), kThreads, 0, stream_>>>(out, in, n);
-  ENGINE_CUDA_LAUNCHED();
+  launch_packed(n, {out, in}, [&](auto w, unsigned blocks) {
+    f32_to_bf16_kernel<decltype(w)::value><<<blocks, kThreads, 0, stream_>>>(out, in, n);
+  });
 }
 
 void CudaBackend::bf16_to_f32(float* out, const bf16* in, int64_t n) {
@@ -186,27 +254,19 @@ void CudaBackend::bf16_to_f32(float* out, const bf16* in, int64_t n) {
 }
 
 void CudaBackend::gelu_forward(float* out, const float* inp, int64_t n) {
-  if (n <= 0) return;
-  gelu_forward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(out, inp, n);
-  ENGINE_CUDA_LAUNCHED();
+  activation_forward<Gelu>(out, inp, n, stream_);
 }
 
 void CudaBackend::gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
-  if (n <= 0) return;
-  gelu_backward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(dinp, inp, dout, n);
-  ENGINE_CUDA_LAUNCHED();
+  activation_backward<Gelu>(dinp, inp, dout, n, stream_);
 }
 
 void CudaBackend::relu2_forward(float* out, const float* inp, int64_t n) {
-  if (n <= 0) return;
-  relu2_forward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(out, inp, n);
-  ENGINE_CUDA_LAUNCHED();
+  activation_forward<Relu2>(out, inp, n, stream_);
 }
 
 void CudaBackend::relu2_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
-  if (n <= 0) return;
-  relu2_backward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(dinp, inp, dout, n);
-  ENGINE_CUDA_LAUNCHED();
+  activation_backward<Relu2>(dinp, inp, dout, n, stream_);
 }
 
 void CudaBackend::lerp(float* a, const float* b, float w, int64_t n) {

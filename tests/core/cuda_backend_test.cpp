@@ -252,26 +252,28 @@ std::vector<GemmArgs> low_precision_gemm_cases() {
 }
 
 TEST_F(CudaVsCpu, Bf16ConversionsAreBitIdentical) {
-  const int64_t n = 4099;
-  std::vector<float> x(n);
-  core::Rng rng(3);
-  for (auto& v : x) {
-    const uint32_t bits = static_cast<uint32_t>(rng.next_u64());
-    std::memcpy(&v, &bits, sizeof(v));  // every kind of float: NaN, infinity, subnormals
+  // 4099 converts one float at a time, 4096 16-byte packs.
+  for (const int64_t n : {int64_t{4099}, int64_t{4096}}) {
+    std::vector<float> x(n);
+    core::Rng rng(3);
+    for (auto& v : x) {
+      const uint32_t bits = static_cast<uint32_t>(rng.next_u64());
+      std::memcpy(&v, &bits, sizeof(v));  // every kind of float: NaN, infinity, subnormals
+    }
+    std::vector<bf16> want(n);
+    cpu().f32_to_bf16(want.data(), x.data(), n);
+    bf16* d = dev().alloc<bf16>(n);
+    gpu().f32_to_bf16(d, dev().upload(x), n);
+    const std::vector<bf16> got = dev().download(d, n);
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(got[i].bits, want[i].bits) << i;
+    std::vector<float> back_cpu(n);
+    cpu().bf16_to_f32(back_cpu.data(), want.data(), n);
+    float* back = dev().alloc<float>(n);
+    gpu().bf16_to_f32(back, d, n);
+    const std::vector<float> back_gpu = dev().download(back, n);
+    EXPECT_EQ(std::memcmp(back_gpu.data(), back_cpu.data(), n * sizeof(float)), 0);
   }
-  std::vector<bf16> want(n);
-  cpu().f32_to_bf16(want.data(), x.data(), n);
-  bf16* d = dev().alloc<bf16>(n);
-  gpu().f32_to_bf16(d, dev().upload(x), n);
-  const std::vector<bf16> got = dev().download(d, n);
-  for (int64_t i = 0; i < n; ++i)
-    ASSERT_EQ(got[i].bits, want[i].bits) << i;
-  std::vector<float> back_cpu(n);
-  cpu().bf16_to_f32(back_cpu.data(), want.data(), n);
-  float* back = dev().alloc<float>(n);
-  gpu().bf16_to_f32(back, d, n);
-  const std::vector<float> back_gpu = dev().download(back, n);
-  EXPECT_EQ(std::memcmp(back_gpu.data(), back_cpu.data(), n * sizeof(float)), 0);
 }
 
 // The bf16 d logits: the devices compute the f32 gradient in different orders (1e-6 relative
@@ -378,48 +380,51 @@ TEST_F(CudaVsCpu, ABadDeviceIndexLeavesNoErrorBehind) {
 // ---- elementwise --------------------------------------------------------------------------------
 
 TEST_F(CudaVsCpu, Elementwise) {
-  const int64_t n = 1537;
-  auto x = random_vector(n, 1), y = random_vector(n, 2), g = random_vector(n, 3);
-  {
-    std::vector<float> want(n);
-    cpu().add(want.data(), x.data(), y.data(), n);
-    float* out = dev().alloc<float>(n);
-    gpu().add(out, dev().upload(x), dev().upload(y), n);
-    EXPECT_CLOSE(dev().download(out, n), want, 1e-6);
+  // 1537 moves one float at a time, 1536 16-byte packs.
+  for (const int64_t n : {int64_t{1537}, int64_t{1536}}) {
+    SCOPED_TRACE("n " + std::to_string(n));
+    auto x = random_vector(n, 1), y = random_vector(n, 2), g = random_vector(n, 3);
+    {
+      std::vector<float> want(n);
+      cpu().add(want.data(), x.data(), y.data(), n);
+      float* out = dev().alloc<float>(n);
+      gpu().add(out, dev().upload(x), dev().upload(y), n);
+      EXPECT_CLOSE(dev().download(out, n), want, 1e-6);
+    }
+    {
+      auto want = x;
+      cpu().scale(want.data(), -1.75f, n);
+      float* d = dev().upload(x);
+      gpu().scale(d, -1.75f, n);
+      EXPECT_CLOSE(dev().download(d, n), want, 1e-6);
+    }
+    {
+      auto want = y;
+      cpu().axpby(want.data(), 0.3f, x.data(), -0.9f, n);
+      float* d = dev().upload(y);
+      gpu().axpby(d, 0.3f, dev().upload(x), -0.9f, n);
+      EXPECT_CLOSE(dev().download(d, n), want, 1e-6);
+    }
+    using Fwd = void (Backend::*)(float*, const float*, int64_t);
+    using Bwd = void (Backend::*)(float*, const float*, const float*, int64_t);
+    const std::pair<Fwd, Bwd> activations[] = {{&Backend::gelu_forward, &Backend::gelu_backward},
+                                               {&Backend::relu2_forward, &Backend::relu2_backward}};
+    for (auto [fwd, bwd] : activations) {
+      std::vector<float> want(n);
+      (cpu().*fwd)(want.data(), x.data(), n);
+      float* out = dev().alloc<float>(n);
+      (gpu().*fwd)(out, dev().upload(x), n);
+      EXPECT_CLOSE(dev().download(out, n), want, 1e-5);
+      auto dwant = y;  // backward accumulates
+      (cpu().*bwd)(dwant.data(), x.data(), g.data(), n);
+      float* din = dev().upload(y);
+      (gpu().*bwd)(din, dev().upload(x), dev().upload(g), n);
+      EXPECT_CLOSE(dev().download(din, n), dwant, 1e-5);
+    }
+    double ss_cpu = cpu().sum_squares(x.data(), n);
+    double ss_gpu = gpu().sum_squares(dev().upload(x), n);
+    EXPECT_NEAR(ss_gpu, ss_cpu, 1e-9 * ss_cpu);
   }
-  {
-    auto want = x;
-    cpu().scale(want.data(), -1.75f, n);
-    float* d = dev().upload(x);
-    gpu().scale(d, -1.75f, n);
-    EXPECT_CLOSE(dev().download(d, n), want, 1e-6);
-  }
-  {
-    auto want = y;
-    cpu().axpby(want.data(), 0.3f, x.data(), -0.9f, n);
-    float* d = dev().upload(y);
-    gpu().axpby(d, 0.3f, dev().upload(x), -0.9f, n);
-    EXPECT_CLOSE(dev().download(d, n), want, 1e-6);
-  }
-  using Fwd = void (Backend::*)(float*, const float*, int64_t);
-  using Bwd = void (Backend::*)(float*, const float*, const float*, int64_t);
-  const std::pair<Fwd, Bwd> activations[] = {{&Backend::gelu_forward, &Backend::gelu_backward},
-                                             {&Backend::relu2_forward, &Backend::relu2_backward}};
-  for (auto [fwd, bwd] : activations) {
-    std::vector<float> want(n);
-    (cpu().*fwd)(want.data(), x.data(), n);
-    float* out = dev().alloc<float>(n);
-    (gpu().*fwd)(out, dev().upload(x), n);
-    EXPECT_CLOSE(dev().download(out, n), want, 1e-5);
-    auto dwant = y;  // backward accumulates
-    (cpu().*bwd)(dwant.data(), x.data(), g.data(), n);
-    float* din = dev().upload(y);
-    (gpu().*bwd)(din, dev().upload(x), dev().upload(g), n);
-    EXPECT_CLOSE(dev().download(din, n), dwant, 1e-5);
-  }
-  double ss_cpu = cpu().sum_squares(x.data(), n);
-  double ss_gpu = gpu().sum_squares(dev().upload(x), n);
-  EXPECT_NEAR(ss_gpu, ss_cpu, 1e-9 * ss_cpu);
 }
 
 TEST_F(CudaVsCpu, Bias) {
