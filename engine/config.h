@@ -69,7 +69,8 @@ inline constexpr bool kOptional = false;
   F(model, std::string, window_pattern, "window_pattern", "", kOptional,                        \
     "one L (long window) or S (short) per block; '' = every block long")                        \
   F(model, bool, window_grow, "window_grow", false, kOptional,                                  \
-    "grow the long window linearly from 128 to model.window over train.steps, in 128s")
+    "grow the long window linearly from 128 to model.window over train.steps, in 128s; a "      \
+    "validation after k steps (and `engine eval` of the step-k checkpoint) uses step k's window")
 
 #define ENGINE_DATA_FIELDS(F)                                                                 \
   F(data, std::string, train, "train", "", kRequired, "glob of training token shards (.bin)") \

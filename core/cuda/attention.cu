@@ -7,6 +7,7 @@
 // kernels here (one warp per score row).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
 #include <initializer_list>
 #include <string>
@@ -15,6 +16,7 @@
 #include "core/attention_by_gemm.h"
 #include "core/attention_tiles.h"
 #include "core/check.h"
+#include "core/cuda/attention_path.h"
 #include "core/cuda/attention_tiles.cuh"
 #include "core/cuda/cuda_backend.h"
 #include "core/cuda/cuda_launch.cuh"
@@ -24,6 +26,9 @@
 namespace core {
 
 using cuda_detail::add_pack;
+using cuda_detail::attention_path;
+using cuda_detail::AttentionDevice;
+using cuda_detail::AttentionPath;
 using cuda_detail::begin_of;
 using cuda_detail::check_attention_grid;
 using cuda_detail::check_sizes;
@@ -517,17 +522,37 @@ void flash_backward(float* dq, float* dk, float* dv, const float* dout, const fl
                dout, lse, delta, q, k, v, T, hd, scale, mask);
 }
 
-// Which kernels run an attention: with tf32 allowed, the flash kernels on TF32 tensor cores
-// (sm_80 and later, head dims up to their 128), else the GEMM composition where its scratch
-// holds the scores (tensor cores for head dims past 128; cuBLAS ignores TF32 before sm_80);
-// otherwise the flash kernels on FMA units. Forward and backward choose alike.
-enum class AttentionPath { kFlashTf32, kByGemm, kFlash };
+}  // namespace
 
-AttentionPath attention_path(bool tf32, int64_t hd, int64_t T, int compute_capability) {
-  if (tf32 && compute_capability >= 80 && hd <= 128) return AttentionPath::kFlashTf32;
-  if (tf32 && attention_by_gemm_fits(T)) return AttentionPath::kByGemm;
+namespace cuda_detail {
+
+size_t flash_smem(int padded_hd) {
+  switch (padded_hd) {
+    case 32:
+      return std::max(forward_smem<32>(), backward_smem<32>());
+    case 64:
+      return std::max(forward_smem<64>(), backward_smem<64>());
+    default:
+      return std::max(forward_smem<128>(), backward_smem<128>());
+  }
+}
+
+AttentionPath attention_path(bool tf32, int64_t hd, int64_t T, const AttentionDevice& device) {
+  const bool tiles_cover = hd >= 1 && hd <= 128;
+  const int padded = hd <= 32 ? 32 : hd <= 64 ? 64 : 128;
+  if (tf32 && tiles_cover && device.compute_capability >= 80 &&
+      flash_tf32_smem(padded) <= device.max_smem_per_block)
+    return AttentionPath::kFlashTf32;
+  if (tf32 && attention_by_gemm_fits(T)) return AttentionPath::kByGemmTf32;
+  if (tiles_cover && flash_smem(padded) > device.max_smem_per_block &&
+      attention_by_gemm_fits(T, {.tf32 = false}))
+    return AttentionPath::kByGemm;
   return AttentionPath::kFlash;
 }
+
+}  // namespace cuda_detail
+
+namespace {
 
 // The head layout's launch: one block per token; W = 4 where hd and every pointer allow it.
 // `launch(W, grid, H, hd)` runs the kernel; a token's row (3 H hd columns) must fit an int.
@@ -615,12 +640,15 @@ void CudaBackend::attention_forward(float* out, float* lse, const float* q, cons
   check_sizes(op, {BH, T, hd});
   if (BH == 0 || T == 0) return;
   check_attention_grid(BH, T, op);
-  switch (attention_path(tf32, hd, T, compute_capability_)) {
+  switch (attention_path(tf32, hd, T, {compute_capability_, max_smem_per_block_})) {
     case AttentionPath::kFlashTf32:
       return flash_forward_tf32(padded_head_dim(hd, op), out, lse, q, k, v, BH, T, hd, scale, mask,
                                 stream_);
-    case AttentionPath::kByGemm:
+    case AttentionPath::kByGemmTf32:
       return attention_forward_by_gemm(*this, out, lse, q, k, v, BH, T, hd, scale, mask);
+    case AttentionPath::kByGemm:
+      return attention_forward_by_gemm(*this, out, lse, q, k, v, BH, T, hd, scale, mask,
+                                       {.tf32 = false});
     case AttentionPath::kFlash:
       break;
   }
@@ -643,10 +671,11 @@ void CudaBackend::attention_backward(float* dq, float* dk, float* dv, const floa
   check_sizes(op, {BH, T, hd});
   if (BH == 0 || T == 0) return;
   check_attention_grid(BH, T, op);
-  const AttentionPath path = attention_path(tf32, hd, T, compute_capability_);
-  if (path == AttentionPath::kByGemm)
-    return attention_backward_by_gemm(*this, dq, dk, dv, dout, out, q, k, v, BH, T, hd, scale,
-                                      mask);
+  const AttentionPath path =
+      attention_path(tf32, hd, T, {compute_capability_, max_smem_per_block_});
+  if (path == AttentionPath::kByGemmTf32 || path == AttentionPath::kByGemm)
+    return attention_backward_by_gemm(*this, dq, dk, dv, dout, out, q, k, v, BH, T, hd, scale, mask,
+                                      {.tf32 = path == AttentionPath::kByGemmTf32});
   const int padded = padded_head_dim(hd, op);
   DeviceBuffer<float> delta(allocator_, BH * T);
   attention_delta_kernel<<<grid_for(BH * T * 32), kThreads, 0, stream_>>>(delta.get(), dout, out,

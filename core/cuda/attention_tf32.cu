@@ -15,10 +15,12 @@
 // b[] reads down a column (rows g) and across rows 2t and 2t + 1 hit 32 distinct banks.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
 #include "core/attention_tiles.h"
+#include "core/cuda/attention_path.h"
 #include "core/cuda/attention_tiles.cuh"
 #include "core/cuda/cuda_launch.cuh"
 #include "core/mma_fragments.h"
@@ -43,9 +45,13 @@ struct Lane {
 };
 
 __device__ inline uint32_t to_tf32(float x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   uint32_t r;
   asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
   return r;
+#else
+  return __float_as_uint(x);  // never runs: the dispatch takes these kernels on sm_80+ only
+#endif
 }
 
 // d += a b for one 16 x 8 x 8 fragment product.
@@ -57,7 +63,7 @@ __device__ inline void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uin
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 #else
-  __trap();  // the launchers refuse devices before sm_80
+  __trap();                   // never runs: the dispatch takes these kernels on sm_80+ only
 #endif
 }
 
@@ -388,6 +394,17 @@ void backward(float* dq, float* dk, float* dv, const float* dout, const float* l
 }
 
 }  // namespace
+
+size_t flash_tf32_smem(int padded_hd) {
+  switch (padded_hd) {
+    case 32:
+      return std::max(forward_smem<32>(), backward_smem<32>());
+    case 64:
+      return std::max(forward_smem<64>(), backward_smem<64>());
+    default:
+      return std::max(forward_smem<128>(), backward_smem<128>());
+  }
+}
 
 void flash_forward_tf32(int HD, float* out, float* lse, const float* q, const float* k,
                         const float* v, int64_t BH, int64_t T, int64_t hd, float scale,

@@ -74,6 +74,7 @@ CudaBackend::CudaBackend(int device_index)
   ENGINE_CUDA_CALL(cudaGetDeviceProperties(&prop, device_index));
   name_ = "cuda:" + std::to_string(device_index) + " (" + prop.name + ")";
   compute_capability_ = 10 * prop.major + prop.minor;
+  max_smem_per_block_ = prop.sharedMemPerBlockOptin;
   try {
     ENGINE_CUDA_CALL(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     allocator_.set_stream(stream_);

@@ -189,7 +189,8 @@ class CudaBackend final : public Backend {
   void check_solver_info(const int* dev_info, int64_t batch, const char* op);
 
   int device_index_;
-  int compute_capability_ = 0;  // 10 * major + minor
+  int compute_capability_ = 0;     // 10 * major + minor
+  size_t max_smem_per_block_ = 0;  // dynamic shared memory a block may opt in to
   std::string name_;
   CudaAllocator allocator_;
   CUstream_st* stream_ = nullptr;  // created by the constructor, non-blocking

@@ -16,7 +16,8 @@ class ElementwiseOps {
 
   virtual void add(float* out, const float* a, const float* b, int64_t n) = 0;  // in place ok
   virtual void scale(float* x, float alpha, int64_t n) = 0;                     // x *= alpha
-  // x *= alpha for every tensor of the list (on a device, one launch for all of them).
+  // x *= alpha for every tensor of the list (on a device, one launch for all of them); the
+  // tensors must not overlap.
   virtual void scale_many(std::span<const std::span<float>> xs, float alpha) = 0;
   virtual void axpby(float* y, float a, const float* x, float b, int64_t n) = 0;  // y = a x + b y
   // a <- torch.lerp(a, b, w) over n elements, in float (kmath::lerp).

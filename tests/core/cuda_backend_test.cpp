@@ -25,6 +25,7 @@
 #include "tests/cuda_vs_cpu.h"
 
 #ifdef ENGINE_HAVE_CUDA
+#include "core/cuda/attention_path.h"
 #include "core/cuda/cuda_allocator.h"
 #include "core/cuda/cuda_backend.h"
 #endif
@@ -790,6 +791,36 @@ TEST_F(CudaVsCpu, AttentionOnTf32TensorCores) {
     EXPECT_EQ(grads[0], grads[1]) << "two runs of the TF32 backward differ";
   }
 }
+
+#ifdef ENGINE_HAVE_CUDA
+// The dispatch rule alone (no device): which kernels an attention takes on an H100 (227 KB of
+// shared memory a block), on sm_86/89 GPUs (99 KB) and before sm_80.
+TEST(AttentionPath, TakesTheKernelsThatFitTheDevice) {
+  using cuda_detail::attention_path;
+  using P = cuda_detail::AttentionPath;
+  const cuda_detail::AttentionDevice h100{90, 232448}, sm86{86, 101376}, t4{75, 65536};
+  EXPECT_EQ(attention_path(true, 64, 1024, h100), P::kFlashTf32);
+  EXPECT_EQ(attention_path(true, 128, 1024, h100), P::kFlashTf32);
+  EXPECT_EQ(attention_path(true, 160, 1024, h100), P::kByGemmTf32);  // past the tiles
+  EXPECT_EQ(attention_path(false, 128, 1024, h100), P::kFlash);
+  // sm_86: the TF32 backward at head dim 128 (135,680 bytes) and the FMA one (149,248) do not fit.
+  EXPECT_GT(cuda_detail::flash_tf32_smem(128), sm86.max_smem_per_block);
+  EXPECT_GT(cuda_detail::flash_smem(128), sm86.max_smem_per_block);
+  EXPECT_EQ(attention_path(true, 64, 1024, sm86), P::kFlashTf32);
+  EXPECT_EQ(attention_path(true, 128, 1024, sm86), P::kByGemmTf32);
+  EXPECT_EQ(attention_path(false, 64, 1024, sm86), P::kFlash);
+  EXPECT_EQ(attention_path(false, 128, 1024, sm86), P::kByGemm);
+  EXPECT_EQ(attention_path(false, 128, 8192, sm86), P::kFlash);  // scores past the scratch
+  // Before sm_80 no TF32 tensor cores: the GEMMs (cuBLAS runs them in f32). A T4's 64 KB holds
+  // no FMA flash tiles of head dim 64 (83,712 bytes) either.
+  EXPECT_EQ(attention_path(true, 64, 1024, t4), P::kByGemmTf32);
+  EXPECT_EQ(attention_path(false, 64, 1024, t4), P::kByGemm);
+  EXPECT_EQ(attention_path(false, 32, 1024, t4), P::kFlash);
+  // Head dims the flash kernels refuse stay with them (they name the head dim).
+  EXPECT_EQ(attention_path(false, 200, 1024, h100), P::kFlash);
+  EXPECT_EQ(attention_path(true, 64, 8192, t4), P::kFlash);
+}
+#endif
 
 TEST_F(CudaVsCpu, AttentionRefusesAHeadDimAboveTheKernels) {
   const int64_t BH = 1, T = 2, hd = 130;
