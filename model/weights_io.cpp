@@ -42,8 +42,10 @@ std::map<std::string, std::string> config_metadata(const ModelConfig& c) {
   if (c.attn_scale > 0.0f) m["model.attn_scale"] = float_str(c.attn_scale);
   if (!c.no_attn_layers.empty()) {
     std::string list;
-    for (int l : c.no_attn_layers)
-      list += (list.empty() ? "" : ",") + std::to_string(l);
+    for (int l : c.no_attn_layers) {
+      if (!list.empty()) list += ',';
+      list += std::to_string(l);
+    }
     m["model.no_attn_layers"] = list;
   }
   if (c.value_embeds > 0) m["model.value_embeds"] = std::to_string(c.value_embeds);
