@@ -46,14 +46,16 @@ using cuda_detail::kTile;
 using cuda_detail::last_begin;
 using cuda_detail::launch_tiles;
 using cuda_detail::load_pack;
+using cuda_detail::load_query_tile;
 using cuda_detail::load_rows;
-using cuda_detail::load_stat;
 using cuda_detail::next_key_tile;
 using cuda_detail::pack_width;
 using cuda_detail::padded_head_dim;
 using cuda_detail::row_group_max;
 using cuda_detail::row_group_sum;
 using cuda_detail::store_pack;
+using cuda_detail::tile_head_dim;
+using cuda_detail::with_head_dim;
 
 namespace {
 
@@ -395,10 +397,8 @@ __global__ void __launch_bounds__(kTileThreads)
     if (begin_of(begins, r0, T) >= c0 + kTile) break;  // this and every later tile: keys unseen
     const int64_t tile_last_begin = last_begin(begins, r0, T);
     __syncthreads();  // the previous tile's sq, sg, sp are consumed
-    load_rows<HD, head_ld<HD>()>(sq, q + off, r0, T, hd);
-    load_rows<HD, head_ld<HD>()>(sg, dout + off, r0, T, hd);
-    load_stat(slse, lse + head * T, r0, T);
-    load_stat(sdelta, delta + head * T, r0, T);
+    load_query_tile<HD, head_ld<HD>()>(sq, sg, slse, sdelta, q + off, dout + off, lse + head * T,
+                                       delta + head * T, r0, T, hd);
     __syncthreads();
     float p[4][4];  // p^T: rows are keys, columns queries
     tile_zero(p);
@@ -456,10 +456,8 @@ __global__ void __launch_bounds__(kTileThreads)
   const int64_t head = blockIdx.x, r0 = static_cast<int64_t>(blockIdx.y) * kTile;
   const int64_t off = head * T * hd;
   const int ty = tile_ty(), tx = tile_tx();
-  load_rows<HD, head_ld<HD>()>(sq, q + off, r0, T, hd);
-  load_rows<HD, head_ld<HD>()>(sg, dout + off, r0, T, hd);
-  load_stat(slse, lse + head * T, r0, T);
-  load_stat(sdelta, delta + head * T, r0, T);
+  load_query_tile<HD, head_ld<HD>()>(sq, sg, slse, sdelta, q + off, dout + off, lse + head * T,
+                                     delta + head * T, r0, T, hd);
   float dq_acc[4][NH];
   tile_zero(dq_acc);
   const int32_t* begins = head_begins(mask, head, T);
@@ -527,19 +525,14 @@ void flash_backward(float* dq, float* dk, float* dv, const float* dout, const fl
 namespace cuda_detail {
 
 size_t flash_smem(int padded_hd) {
-  switch (padded_hd) {
-    case 32:
-      return std::max(forward_smem<32>(), backward_smem<32>());
-    case 64:
-      return std::max(forward_smem<64>(), backward_smem<64>());
-    default:
-      return std::max(forward_smem<128>(), backward_smem<128>());
-  }
+  return with_head_dim(padded_hd, [](auto hd) {
+    return std::max(forward_smem<decltype(hd)::value>(), backward_smem<decltype(hd)::value>());
+  });
 }
 
 AttentionPath attention_path(bool tf32, int64_t hd, int64_t T, const AttentionDevice& device) {
   const bool tiles_cover = hd >= 1 && hd <= 128;
-  const int padded = hd <= 32 ? 32 : hd <= 64 ? 64 : 128;
+  const int padded = tile_head_dim(hd);
   if (tf32 && tiles_cover && device.compute_capability >= 80 &&
       flash_tf32_smem(padded) <= device.max_smem_per_block)
     return AttentionPath::kFlashTf32;
@@ -652,14 +645,9 @@ void CudaBackend::attention_forward(float* out, float* lse, const float* q, cons
     case AttentionPath::kFlash:
       break;
   }
-  switch (padded_head_dim(hd, op)) {
-    case 32:
-      return flash_forward<32>(out, lse, q, k, v, BH, T, hd, scale, mask, stream_);
-    case 64:
-      return flash_forward<64>(out, lse, q, k, v, BH, T, hd, scale, mask, stream_);
-    default:
-      return flash_forward<128>(out, lse, q, k, v, BH, T, hd, scale, mask, stream_);
-  }
+  with_head_dim(padded_head_dim(hd, op), [&](auto padded_hd) {
+    flash_forward<decltype(padded_hd)::value>(out, lse, q, k, v, BH, T, hd, scale, mask, stream_);
+  });
 }
 
 void CudaBackend::attention_backward(float* dq, float* dk, float* dv, const float* dout,
@@ -684,17 +672,10 @@ void CudaBackend::attention_backward(float* dq, float* dk, float* dv, const floa
   if (path == AttentionPath::kFlashTf32)
     return flash_backward_tf32(padded, dq, dk, dv, dout, lse, delta.get(), q, k, v, BH, T, hd,
                                scale, mask, stream_);
-  switch (padded) {
-    case 32:
-      return flash_backward<32>(dq, dk, dv, dout, lse, delta.get(), q, k, v, BH, T, hd, scale, mask,
-                                stream_);
-    case 64:
-      return flash_backward<64>(dq, dk, dv, dout, lse, delta.get(), q, k, v, BH, T, hd, scale, mask,
-                                stream_);
-    default:
-      return flash_backward<128>(dq, dk, dv, dout, lse, delta.get(), q, k, v, BH, T, hd, scale,
-                                 mask, stream_);
-  }
+  with_head_dim(padded, [&](auto padded_hd) {
+    flash_backward<decltype(padded_hd)::value>(dq, dk, dv, dout, lse, delta.get(), q, k, v, BH, T,
+                                               hd, scale, mask, stream_);
+  });
 }
 
 void CudaBackend::attention_softmax(float* s, float* lse, int64_t BH, int64_t T,

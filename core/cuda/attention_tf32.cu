@@ -280,10 +280,8 @@ __global__ void __launch_bounds__(kMmaThreads)
     if (begin_of(begins, r0, T) >= c0 + kTile) break;  // this and every later tile: keys unseen
     const int64_t tile_last_begin = last_begin(begins, r0, T);
     __syncthreads();  // the previous tile's sq, sg are consumed
-    load_rows<HD, LD>(sq, q + off, r0, T, hd);
-    load_rows<HD, LD>(sg, dout + off, r0, T, hd);
-    load_stat(slse, lse + head * T, r0, T);
-    load_stat(sdelta, delta + head * T, r0, T);
+    load_query_tile<HD, LD>(sq, sg, slse, sdelta, q + off, dout + off, lse + head * T,
+                            delta + head * T, r0, T, hd);
     __syncthreads();
     float p[8][4], ds[8][4];  // rows: the warp's keys; columns: the tile's queries
     zero(p);
@@ -330,10 +328,9 @@ __global__ void __launch_bounds__(kMmaThreads)
   const int64_t off = head * T * hd;
   const Lane l;
   const int wr = 16 * static_cast<int>(threadIdx.x / 32);
-  load_rows<HD, LD>(sq, q + off, r0, T, hd);  // visible after next_key_tile's barriers
-  load_rows<HD, LD>(sg, dout + off, r0, T, hd);
-  load_stat(slse, lse + head * T, r0, T);
-  load_stat(sdelta, delta + head * T, r0, T);
+  // Visible after next_key_tile's barriers.
+  load_query_tile<HD, LD>(sq, sg, slse, sdelta, q + off, dout + off, lse + head * T,
+                          delta + head * T, r0, T, hd);
   const int32_t* begins = head_begins(mask, head, T);
   const int64_t qi[2] = {r0 + wr + l.g, r0 + wr + l.g + 8};  // rows c_coord(...).row of the lane
   const int64_t qb[2] = {begin_of(begins, qi[0], T), begin_of(begins, qi[1], T)};
@@ -396,41 +393,27 @@ void backward(float* dq, float* dk, float* dv, const float* dout, const float* l
 }  // namespace
 
 size_t flash_tf32_smem(int padded_hd) {
-  switch (padded_hd) {
-    case 32:
-      return std::max(forward_smem<32>(), backward_smem<32>());
-    case 64:
-      return std::max(forward_smem<64>(), backward_smem<64>());
-    default:
-      return std::max(forward_smem<128>(), backward_smem<128>());
-  }
+  return with_head_dim(padded_hd, [](auto hd) {
+    return std::max(forward_smem<decltype(hd)::value>(), backward_smem<decltype(hd)::value>());
+  });
 }
 
 void flash_forward_tf32(int HD, float* out, float* lse, const float* q, const float* k,
                         const float* v, int64_t BH, int64_t T, int64_t hd, float scale,
                         const AttentionMask& mask, cudaStream_t stream) {
-  switch (HD) {
-    case 32:
-      return forward<32>(out, lse, q, k, v, BH, T, hd, scale, mask, stream);
-    case 64:
-      return forward<64>(out, lse, q, k, v, BH, T, hd, scale, mask, stream);
-    default:
-      return forward<128>(out, lse, q, k, v, BH, T, hd, scale, mask, stream);
-  }
+  with_head_dim(HD, [&](auto padded) {
+    forward<decltype(padded)::value>(out, lse, q, k, v, BH, T, hd, scale, mask, stream);
+  });
 }
 
 void flash_backward_tf32(int HD, float* dq, float* dk, float* dv, const float* dout,
                          const float* lse, const float* delta, const float* q, const float* k,
                          const float* v, int64_t BH, int64_t T, int64_t hd, float scale,
                          const AttentionMask& mask, cudaStream_t stream) {
-  switch (HD) {
-    case 32:
-      return backward<32>(dq, dk, dv, dout, lse, delta, q, k, v, BH, T, hd, scale, mask, stream);
-    case 64:
-      return backward<64>(dq, dk, dv, dout, lse, delta, q, k, v, BH, T, hd, scale, mask, stream);
-    default:
-      return backward<128>(dq, dk, dv, dout, lse, delta, q, k, v, BH, T, hd, scale, mask, stream);
-  }
+  with_head_dim(HD, [&](auto padded) {
+    backward<decltype(padded)::value>(dq, dk, dv, dout, lse, delta, q, k, v, BH, T, hd, scale, mask,
+                                      stream);
+  });
 }
 
 }  // namespace core::cuda_detail

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "core/check.h"
 #include "core/cuda/cuda_check.h"
@@ -65,6 +66,18 @@ __device__ inline void load_stat(float* dst, const float* src, int64_t row0, int
     dst[r] = row0 + r < T ? src[row0 + r] : 0.0f;
 }
 
+// What the backward kernels read of the query tile from r0 (a head's tensors and statistics):
+// q and dout rows, lse and delta. No barrier: the caller orders it with its other uses.
+template <int HD, int LD>
+__device__ inline void load_query_tile(float* sq, float* sg, float* slse, float* sdelta,
+                                       const float* q, const float* dout, const float* lse,
+                                       const float* delta, int64_t r0, int64_t T, int64_t hd) {
+  load_rows<HD, LD>(sq, q, r0, T, hd);
+  load_rows<HD, LD>(sg, dout, r0, T, hd);
+  load_stat(slse, lse, r0, T);
+  load_stat(sdelta, delta, r0, T);
+}
+
 // The mask's key_begin row of a head (null without a mask), and the begin of query i (0 past T).
 __device__ inline const int32_t* head_begins(const AttentionMask& mask, int64_t head, int64_t T) {
   return mask.key_begin ? mask.key_begin + (head / mask.heads) * T : nullptr;
@@ -89,11 +102,29 @@ void launch_tiles(Kernel kernel, size_t smem, int threads, int64_t BH, int64_t T
   ENGINE_CUDA_CALL(cudaGetLastError());
 }
 
-// The padded head dimension the kernels are instantiated for: 32, 64 or 128.
+// The padded head dimension the kernels are instantiated for: 32, 64 or 128 (128 past it too:
+// padded_head_dim refuses those by name).
+constexpr int tile_head_dim(int64_t hd) {
+  return hd <= 32 ? 32 : hd <= 64 ? 64 : 128;
+}
 inline int padded_head_dim(int64_t hd, const std::string& op) {
   ENGINE_CHECK(hd >= 1 && hd <= 128, op + ": head dimension " + std::to_string(hd) +
                                          " is outside the [1, 128] the attention kernels cover");
-  return hd <= 32 ? 32 : hd <= 64 ? 64 : 128;
+  return tile_head_dim(hd);
+}
+
+// Returns f(std::integral_constant<int, HD>{}) for the padded head dimension HD (32, 64 or 128):
+// the kernels' template argument from the runtime value.
+template <typename F>
+decltype(auto) with_head_dim(int padded_hd, F f) {
+  switch (padded_hd) {
+    case 32:
+      return f(std::integral_constant<int, 32>{});
+    case 64:
+      return f(std::integral_constant<int, 64>{});
+    default:
+      return f(std::integral_constant<int, 128>{});
+  }
 }
 
 // The grid's limits: BH in x, the tiles of T in y.

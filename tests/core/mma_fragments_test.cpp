@@ -75,7 +75,8 @@ TEST(MmaFragments, PairedOrderReadsAScoreFragmentInPlace) {
     seen[paired_row(k)] = true;
   for (bool s : seen)
     EXPECT_TRUE(s) << "paired_row is no permutation of 0..7";
-  // A's register i is the C register c_register_of_a(i) of the same lane: same row, column paired_row.
+  // A's register i is the C register c_register_of_a(i) of the same lane: same row, column
+  // paired_row.
   for (int lane = 0; lane < kLanes; ++lane) {
     const int g = lane / 4, t = lane % 4;
     for (int i = 0; i < 4; ++i) {
