@@ -109,6 +109,24 @@ struct ChunkedSpan {
   int64_t first_chunk;
 };
 
+// What block blockIdx.x of a launch over a chunk table (chunks of `chunk` elements) works on:
+// its tensor and the element range [begin, end) of its chunk.
+template <typename T>
+struct BlockChunk {
+  ChunkedSpan<T> t;
+  int64_t begin;
+  int64_t end;
+};
+template <typename T>
+__device__ inline BlockChunk<T> chunk_of_block(const ChunkedSpan<T>* table, int count,
+                                               int64_t chunk) {
+  const int64_t b = blockIdx.x;
+  const ChunkedSpan<T> t =
+      table[owner_of_block(b, count, [table](int i) { return table[i].first_chunk; })];
+  const int64_t begin = (b - t.first_chunk) * chunk;
+  return {t, begin, begin + chunk < t.n ? begin + chunk : t.n};
+}
+
 // The table of the non-empty tensors of xs in chunks of `chunk` elements; returns the chunks in
 // all, which must fit one launch (`op` names the caller otherwise).
 template <typename T>

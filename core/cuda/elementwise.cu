@@ -16,6 +16,7 @@
 
 namespace core {
 
+using cuda_detail::chunk_of_block;
 using cuda_detail::chunk_table;
 using cuda_detail::ChunkedSpan;
 using cuda_detail::DeviceBuffer;
@@ -25,7 +26,6 @@ using cuda_detail::grid_for;
 using cuda_detail::grid_stride;
 using cuda_detail::kThreads;
 using cuda_detail::load_pack;
-using cuda_detail::owner_of_block;
 using cuda_detail::pack_width;
 using cuda_detail::store_pack;
 
@@ -45,13 +45,9 @@ __global__ void scale_kernel(float* x, float alpha, int64_t n) {
 constexpr int64_t kScaleChunk = int64_t{1} << 14;
 
 __global__ void scale_many_kernel(const ChunkedSpan<float>* table, int count, float alpha) {
-  const int64_t b = blockIdx.x;
-  const int k = owner_of_block(b, count, [table](int i) { return table[i].first_chunk; });
-  const ChunkedSpan<float> t = table[k];
-  const int64_t begin = (b - t.first_chunk) * kScaleChunk;
-  const int64_t end = begin + kScaleChunk < t.n ? begin + kScaleChunk : t.n;
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
-    t.x[i] *= alpha;
+  const auto c = chunk_of_block(table, count, kScaleChunk);
+  for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x)
+    c.t.x[i] *= alpha;
 }
 
 __global__ void axpby_kernel(float* y, float a, const float* x, float b, int64_t n) {

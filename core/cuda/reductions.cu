@@ -15,6 +15,7 @@
 namespace core {
 
 using cuda_detail::block_allreduce;
+using cuda_detail::chunk_of_block;
 using cuda_detail::chunk_table;
 using cuda_detail::ChunkedSpan;
 using cuda_detail::DeviceBuffer;
@@ -22,7 +23,6 @@ using cuda_detail::first_index;
 using cuda_detail::grid_for;
 using cuda_detail::grid_stride;
 using cuda_detail::kThreads;
-using cuda_detail::owner_of_block;
 using cuda_detail::Sum;
 
 namespace {
@@ -38,18 +38,14 @@ constexpr int64_t kSquareChunk = int64_t{1} << 14;
 using Chunked = ChunkedSpan<const float>;
 
 __global__ void chunk_squares_kernel(double* partial, const Chunked* table, int count) {
-  const int64_t b = blockIdx.x;
-  const int k = owner_of_block(b, count, [table](int i) { return table[i].first_chunk; });
-  const Chunked t = table[k];
-  const int64_t begin = (b - t.first_chunk) * kSquareChunk;
-  const int64_t end = begin + kSquareChunk < t.n ? begin + kSquareChunk : t.n;
+  const auto c = chunk_of_block(table, count, kSquareChunk);
   Sum<double> s;
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    const double v = t.x[i];
+  for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
+    const double v = c.t.x[i];
     s.value += v * v;
   }
   s = block_allreduce(s);
-  if (threadIdx.x == 0) partial[b] = s.value;
+  if (threadIdx.x == 0) partial[blockIdx.x] = s.value;
 }
 
 // sums[k] = the partials of tensor k's chunks, one block each.
