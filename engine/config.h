@@ -3,9 +3,9 @@
 // Every scalar field is declared exactly once, in the ENGINE_CONFIG_FIELDS table below, with its
 // section, C++ type, member, YAML key, default, whether it is required and a one-line doc. That
 // one declaration makes the struct member, the YAML parser entry, the override parser, the
-// printed effective config and the README's config reference. The `optim` section is the
-// ordered list of parameter groups; its shape is checked here and each group's hyperparameters
-// are left to the optimizer registry.
+// printed effective config and docs/configuration.md's config reference. The `optim` section is
+// the ordered list of parameter groups; its shape is checked here and each group's
+// hyperparameters are left to the optimizer registry.
 #pragma once
 
 #include <cstdint>
