@@ -12,6 +12,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -170,7 +171,14 @@ inline constexpr bool kOptional = false;
     "the CPU)")                                                                                \
   F(log, bool, device_timing, "device_timing", false, kOptional,                               \
     "also time the step's phases in the device's order of work (CUDA events on a GPU) into "   \
-    "metrics.jsonl's device_phase_ms; each step then waits for its last phase")
+    "metrics.jsonl's device_phase_ms; each step then waits for its last phase")                \
+  F(log, std::string, trace, "trace", "", kOptional,                                           \
+    "steps FIRST-LAST (or one STEP) to trace: every rank's phases, micro-steps, layers, "      \
+    "collectives, waits and checkpoint writes into <log.dir>/trace.json (Chrome trace "        \
+    "events; docs/performance.md); '' = off")                                                  \
+  F(log, bool, tensorboard, "tensorboard", false, kOptional,                                   \
+    "also write the console's scalars to <log.dir>/events.out.tfevents.* (rank 0) for "        \
+    "TensorBoard")
 
 #define ENGINE_CONFIG_MEMBER(section, type, member, key, def, required, doc) type member = def;
 
@@ -254,6 +262,9 @@ void apply_override(Config& config, const std::string& assignment);
 // model.no_attn_layers' text ("", "7", "3, 7") as block indices; nullopt when it is not a comma
 // list of non-negative integers.
 std::optional<std::vector<int>> parse_block_list(const std::string& text);
+// log.trace's text: "FIRST-LAST" or "STEP" (1-based optimizer steps, FIRST <= LAST); nullopt
+// for anything else ("" included: tracing off).
+std::optional<std::pair<int64_t, int64_t>> parse_step_range(const std::string& text);
 // Cross-field checks (also run by load/parse): choices, positivity, head divisibility...
 // (ModelOnly: the device and the model section's). Errors name the key and where it was set
 // (config_origin).
