@@ -154,7 +154,10 @@ std::string chrome_trace_events(const Tracer& tracer, int pid, const std::string
       ",\"args\":{\"sort_index\":" + p + "}}");
   for (const auto& [tid, track] : lanes_used) {
     std::string name = tracks[track].name;
-    if (tracks[track].overlapping) name += " " + std::to_string(tid % kLanes);
+    if (tracks[track].overlapping) {
+      name += ' ';
+      name += std::to_string(tid % kLanes);
+    }
     add("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" + p + ",\"tid\":" + std::to_string(tid) +
         ",\"args\":{\"name\":" + json_string(name) + "}}");
     add("{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":" + p + ",\"tid\":" +

@@ -161,10 +161,12 @@ void Trainer::trace_layer(model::Gpt::LayerEvent event, int layer) {
     layer_begin_us_ = core::Tracer::now_us();
     return;
   }
-  const std::string name = (event == Event::kAfterForward ? "forward " : "backward ") +
-                           layer_name(layer, static_cast<int>(gpt_->config().n_layer));
-  tracer_->record(name, core::kNoIndex, "layer", tracer_->thread_track(), layer_begin_us_,
-                  core::Tracer::now_us());
+  std::string name = event == Event::kAfterForward ? "forward " : "backward ";
+  name += layer_name(layer, static_cast<int>(gpt_->config().n_layer));
+  const double now = core::Tracer::now_us();
+  tracer_->record(name, core::kNoIndex, "layer", tracer_->thread_track(), layer_begin_us_, now);
+  // The embeddings' backward has no kBeforeBackward: it starts where block 0's ended.
+  layer_begin_us_ = now;
 }
 
 void Trainer::on_layer_event(model::Gpt::LayerEvent event, int layer) {

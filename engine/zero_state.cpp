@@ -384,10 +384,18 @@ void ZeroState::submit(const char* what, int layer, std::function<void(comm::Com
     op(comm_);
     return;
   }
+  // Traced, the operation is also a span from its issue here to its completion on the thread,
+  // on this thread's in-flight track (queued behind others, then run).
+  const bool traced = tracer_ != nullptr && tracer_->active();
+  const int in_flight = traced ? tracer_->in_flight_track() : 0;
+  const double issued = traced ? core::Tracer::now_us() : 0;
   pending_.push_back(stream_->submit(
-      [this, what, layer, op = std::move(op)] {
-        core::TraceScope span(tracer_, "comm", what, layer);
-        op(*stream_comm_);
+      [this, what, layer, op = std::move(op), traced, in_flight, issued] {
+        {
+          core::TraceScope span(traced ? tracer_ : nullptr, "comm", what, layer);
+          op(*stream_comm_);
+        }
+        if (traced) tracer_->record(what, layer, "comm", in_flight, issued, core::Tracer::now_us());
       },
       &comm_.stats()));
 }

@@ -115,7 +115,8 @@ class ZeroState {
   // Collectives in flight (see "Progress" in the header comment). start_stream starts the
   // communication thread when options ask for it and there is more than one rank; submit queues
   // op on it (op gets the thread's communicator), or runs it here, blocking, without a thread;
-  // traced, op is a span "<what> <layer>" (no layer: core::kNoIndex) on the thread that runs it.
+  // traced, op is a span "<what> <layer>" (no layer: core::kNoIndex) on the thread that runs it,
+  // and on the thread's queue from issue to completion on the issuing thread's in-flight track.
   void start_stream(const ZeroOptions& options);
   bool has_stream() const { return stream_ != nullptr; }
   void submit(const char* what, int layer, std::function<void(comm::Communicator&)> op);
