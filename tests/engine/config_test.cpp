@@ -577,7 +577,7 @@ TEST(Config, KeyListIsLocked) {
       "checkpoint.keep checkpoint.keep_best checkpoint.resume checkpoint.overwrite "
       "checkpoint.on_signal "
       "comm.timeout_s comm.device_collectives log.dir log.every log.metrics log.peak_gflops "
-      "log.device_timing ");
+      "log.device_timing log.trace log.tensorboard ");
 }
 
 // The top-level `device` key: from YAML and --set, refused outside its choices, and printed as a
