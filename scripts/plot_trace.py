@@ -5,13 +5,15 @@ usage: plot_trace.py TRACE.json OUT.png [--step N] [--title TEXT]
 
 One row per thread row of the trace, grouped by rank (the main thread, the communication
 thread, collectives in flight, the device); a span is a bar, nested spans are drawn inside their
-parent, thinner, one level per nesting depth; colours by category (step, phase, micro-step,
+parent, one band per nesting depth; the lanes of collectives in flight at once ("main in flight
+0", "... 1", ...) share one row, each lane a band of it; colours by category (step, phase, micro-step,
 forward/backward pass, layer, collective, wait, evaluation, checkpoint, device). --step N draws
 only the time of traced step N (from its start on the earliest rank to its end on the latest).
 Prints the rows it drew.
 """
 import argparse
 import json
+import re
 
 import matplotlib
 
@@ -74,28 +76,52 @@ def main():
               else (min(s["begin"] for s in spans), max(s["end"] for s in spans)))
     spans = [s for s in spans if s["end"] >= lo and s["begin"] <= hi]
     spans.sort(key=lambda s: (s["pid"], s["tid"], s["begin"], -s["end"]))
-    rows = sorted({(s["pid"], s["tid"]) for s in spans})
-    by_row = {r: [s for s in spans if (s["pid"], s["tid"]) == r] for r in rows}
-    fig, ax = plt.subplots(figsize=(14, 0.9 + 0.55 * len(rows)))
-    for y, row in enumerate(rows):
-        row_spans = by_row[row]
-        for s, d in zip(row_spans, depths(row_spans)):
-            height = 0.8 * (0.8 ** d)
-            begin, end = max(s["begin"], lo) - lo, min(s["end"], hi) - lo
-            ax.barh(y, end - begin, left=begin, height=height,
-                    color=COLOURS.get(s["cat"], "#bbbbbb"), edgecolor="black", linewidth=0.2)
-            if end - begin > (hi - lo) / 25 and d <= 2:
-                ax.text(begin + (end - begin) / 2, y - height / 2 + 0.02, s["name"],
-                        ha="center", va="bottom", fontsize=6, clip_on=True)
-    labels = ["rank %d: %s" % (pid, names.get((pid, tid), "thread %d" % tid)) for pid, tid in rows]
-    ax.set_yticks(range(len(rows)))
+    # A row per (rank, thread row name), lanes "<name> k" of one in-flight row merged.
+    lanes = {}
+    for s in spans:
+        name = names.get((s["pid"], s["tid"]), "thread %d" % s["tid"])
+        m = re.fullmatch(r"(.* in flight) (\d+)", name)
+        s["row"] = (s["pid"], s["tid"] if not m else -1, m.group(1) if m else name)
+        s["lane"] = int(m.group(2)) if m else 0
+        lanes[s["row"]] = max(lanes.get(s["row"], 0), s["lane"] + 1)
+    rows = sorted(lanes, key=lambda r: (r[0], r[1] if r[1] >= 0 else 10 ** 9, r[2]))
+    # Each row is a stack of bands, top down: the nesting levels of a thread's spans (a parent
+    # above its children), or the lanes of an in-flight row.
+    for row in rows:
+        row_spans = [s for s in spans if s["row"] == row]
+        if lanes[row] > 1:
+            for s in row_spans:
+                s["band"] = s["lane"]
+        else:
+            for s, d in zip(row_spans, depths(row_spans)):
+                s["band"] = d
+    bands = {row: 1 + max(s["band"] for s in spans if s["row"] == row) for row in rows}
+    # A band's height; the lanes of an in-flight row share at most 4 bands' height.
+    band_h = 0.32
+    height = {row: band_h * (bands[row] if lanes[row] == 1 else min(bands[row], 4)) for row in rows}
+    tops, y = {}, 0.0
+    for row in rows:
+        tops[row] = y
+        y += height[row] + 0.35
+    fig, ax = plt.subplots(figsize=(14, 1.2 + 0.75 * y))
+    for s in spans:
+        begin, end = max(s["begin"], lo) - lo, min(s["end"], hi) - lo
+        h = height[s["row"]] / bands[s["row"]]
+        centre = tops[s["row"]] + h * (s["band"] + 0.5)
+        ax.barh(centre, end - begin, left=begin, height=h * 0.9,
+                color=COLOURS.get(s["cat"], "#bbbbbb"), edgecolor="black", linewidth=0.15)
+        if end - begin > (hi - lo) / 18 and h >= band_h:
+            ax.text(begin + (end - begin) / 2, centre, s["name"], ha="center", va="center",
+                    fontsize=5.5, clip_on=True)
+    labels = ["rank %d: %s" % (pid, name) for pid, _, name in rows]
+    ax.set_yticks([tops[r] + height[r] / 2 for r in rows])
     ax.set_yticklabels(labels, fontsize=8)
-    ax.invert_yaxis()
+    ax.set_ylim(y, -0.2)
     ax.set_xlim(0, hi - lo)
     ax.set_xlabel("ms from the start" + (" of step %d" % args.step if args.step else ""))
     used = sorted({s["cat"] for s in spans})
     ax.legend(handles=[Patch(color=COLOURS.get(c, "#bbbbbb"), label=c) for c in used],
-              loc="upper center", bbox_to_anchor=(0.5, -0.12 if len(rows) > 4 else -0.25),
+              loc="upper center", bbox_to_anchor=(0.5, -0.1),
               ncol=min(len(used), 10), fontsize=7, frameon=False)
     if args.title:
         ax.set_title(args.title)
