@@ -16,9 +16,8 @@ class TracedWork final : public Work {
         wait_name_(std::string("wait ") + what),
         track_(track),
         issued_us_(issued_us) {}
-  ~TracedWork() override {
-    if (!done_) wait();
-  }
+  // Unwaited, the wrapped Work's destructor waits for the collective; its span is not recorded.
+  ~TracedWork() override = default;
   void wait() override {
     if (done_) return;
     {

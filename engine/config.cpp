@@ -753,6 +753,11 @@ std::vector<std::string> config_warnings(const Config& c) {
                   format_double(static_cast<double>(c.train.steps) /
                                 static_cast<double>(c.train.lr_warmup_steps)) +
                   " of it)");
+  // Allowed (apps/bench_zero's "trace idle" rows), but nothing is traced.
+  if (const auto steps = parse_step_range(c.log.trace); steps && steps->first > c.train.steps)
+    out.push_back("warning: " + config_origin(c, "log.trace") + ": key 'log.trace' = " +
+                  c.log.trace + " starts after train.steps = " + std::to_string(c.train.steps) +
+                  ": the trace will hold no step");
   return out;
 }
 

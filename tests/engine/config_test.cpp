@@ -382,6 +382,16 @@ TEST(Config, TraceStepsAreARange) {
       error_of([] { engine::parse_config(kMinimal, "x.yaml", {"log.trace=3-2"}); });
   EXPECT_NE(msg.find("key 'log.trace': must be FIRST-LAST or STEP"), std::string::npos) << msg;
   EXPECT_NE(msg.find("'3-2'"), std::string::npos) << msg;
+  const engine::Config late =
+      engine::parse_config(kMinimal, "x.yaml", {"train.steps=10", "log.trace=11-12"});
+  const std::vector<std::string> warnings = engine::config_warnings(late);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("key 'log.trace' = 11-12 starts after train.steps = 10"),
+            std::string::npos)
+      << warnings[0];
+  EXPECT_TRUE(engine::config_warnings(
+                  engine::parse_config(kMinimal, "x.yaml", {"train.steps=10", "log.trace=10"}))
+                  .empty());
 }
 
 // yaml-cpp's Load reads the first document only: the keys after a `---` were dropped silently.
