@@ -4,38 +4,20 @@
 
 #include <gtest/gtest.h>
 
-#include <atomic>
-#include <cstdlib>
 #include <map>
-#include <new>
 #include <thread>
 
 #include "core/json.h"
-
-// Every allocation of this test binary is counted, so that a test can see that code it runs
-// allocates nothing.
-namespace {
-std::atomic<long> g_allocations{0};
-}  // namespace
-
-void* operator new(std::size_t size) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept {
-  std::free(p);
-}
-void operator delete(void* p, std::size_t) noexcept {
-  std::free(p);
-}
+#include "tests/core/allocation_counter.h"
 
 namespace {
 
 // The events of chrome_trace_events as parsed JSON.
 core::JsonValue events_of(const core::Tracer& tracer, int pid) {
-  return core::parse_json("[" + core::chrome_trace_events(tracer, pid, "rank 0", 0.0) + "]",
-                          "trace");
+  std::string text = "[";
+  text += core::chrome_trace_events(tracer, pid, "rank 0", 0.0);
+  text += "]";
+  return core::parse_json(text, "trace");
 }
 
 TEST(Tracer, RecordsOnlyWhileActive) {
@@ -59,15 +41,15 @@ TEST(Tracer, RecordsOnlyWhileActive) {
 // Tracing off costs a branch: no tracer, or an inactive one, allocates nothing.
 TEST(Tracer, InactiveScopesDoNotAllocate) {
   core::Tracer tracer;
-  const long before = g_allocations.load();
+  const long before = test_util::allocations();
   for (int i = 0; i < 100; ++i) {
     core::TraceScope none(nullptr, "layer", "forward block", i);
     core::TraceScope idle(&tracer, "comm", "all_reduce");
   }
-  EXPECT_EQ(g_allocations.load(), before);
+  EXPECT_EQ(test_util::allocations(), before);
   tracer.set_active(true);
   { core::TraceScope on(&tracer, "layer", "forward block", 1); }
-  EXPECT_GT(g_allocations.load(), before);  // the counter sees the allocations of a record
+  EXPECT_GT(test_util::allocations(), before);  // the counter sees the allocations of a record
   EXPECT_EQ(tracer.spans().size(), 1u);
 }
 
