@@ -10,6 +10,8 @@
 // updated parameters published (and the reparametrisations' model weights written) -> metrics.
 // Where values and gradients live between these phases, and the communication that moves them,
 // is the ZeRO state's.
+// log.trace records chosen steps as a timeline of these phases, the micro-steps, the layers and
+// the collectives (engine/run_trace.h); log.tensorboard writes the metrics for TensorBoard.
 #pragma once
 
 #include <cstdint>
