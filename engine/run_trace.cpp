@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <string_view>
 #include <vector>
 
 namespace engine {
@@ -12,6 +13,7 @@ namespace engine {
 namespace {
 
 constexpr int kClockRounds = 7;
+constexpr std::string_view kSpanPhase = "\"ph\":\"X\"";  // a span's event (core/tracer.h)
 
 }  // namespace
 
@@ -59,11 +61,15 @@ void RunTrace::write() {
   std::ofstream out(path_);
   out << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
   bool first = true;
+  size_t spans = 0;
   for (const std::string& part : parts) {
     if (part.empty()) continue;
     if (!first) out << ",\n";
     out << part;
     first = false;
+    for (size_t at = part.find(kSpanPhase); at != std::string::npos;
+         at = part.find(kSpanPhase, at + 1))
+      ++spans;
   }
   out << "\n]}\n";
   out.close();
@@ -71,7 +77,8 @@ void RunTrace::write() {
     spdlog::warn("log.trace: could not write {}", path_);
     return;
   }
-  spdlog::info("trace of steps {}-{} written to {}", first_, last_, path_);
+  spdlog::info("trace of steps {}-{} written to {} ({} spans of {} ranks)", first_, last_, path_,
+               spans, parts.size());
 }
 
 }  // namespace engine

@@ -6,6 +6,7 @@ usage: instruments.py --engine PATH --repo DIR --work DIR CASE
 """
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -106,8 +107,11 @@ def case_trace(env):
     traces = {}
     for name, zero in runs.items():
         p, d = env.run(2, name, sets + zero)
-        check("trace of steps 2-3 written to" in p.stdout, "no trace line:\n" + p.stdout[-2000:])
+        line = re.search(r"trace of steps 2-3 written to \S+ \((\d+) spans of 2 ranks\)", p.stdout)
+        check(line, "no trace line:\n" + p.stdout[-2000:])
         spans = load_trace(d)
+        check(int(line.group(1)) == len(spans), "%s: the log says %s spans, the file holds %d" %
+              (name, line.group(1), len(spans)))
         traces[name] = spans
         check({s["pid"] for s in spans} == {0, 1}, "%s: ranks %s" % (name, {s["pid"] for s in spans}))
         check(not [s for s in spans if s["name"] in ("step 1", "step 4")],
