@@ -96,13 +96,14 @@ def case_trace(env):
     """log.trace at np 2: trace.json parses, holds every phase, micro-step and layer of each traced
     step on both ranks, nests on every thread row, holds the checkpoint write and evaluation of a
     traced step, and shows the ZeRO reduction overlapping the backward exactly where the config
-    overlaps it (stage 1 polled, stage 2 on the communication thread; not with overlap off);
-    plot_trace.py draws it."""
+    overlaps it (stage 1 polled, stage 2 on the communication thread; not with overlap off), and at
+    stage 3 the layers' parameter gathers inside the layers' spans; plot_trace.py draws it."""
     sets = ["train.steps=4", "log.trace=2-3", "checkpoint.every=3", "train.eval_every=3"]
     runs = {
         "poll": ["zero.stage=1", "zero.overlap=true", "zero.progress=poll"],
         "thread": ["zero.stage=2", "zero.overlap=true", "zero.progress=thread"],
         "off": ["zero.stage=1", "zero.overlap=false", "zero.progress=poll"],
+        "stage3": ["zero.stage=3", "zero.overlap=true", "zero.progress=thread"],
     }
     traces = {}
     for name, zero in runs.items():
@@ -152,6 +153,20 @@ def case_trace(env):
                                               ("all_reduce", "reduce_scatter"))
             check(not late, "overlap off, rank %d step %d: reductions during the backward: %s" %
                   (rank, step, [(s["name"], s["row"]) for s in late]))
+    # Stage 3: each layer's parameters are gathered (in flight from the main thread, then waited
+    # for) inside the layer's forward and backward spans; the reductions run on the thread.
+    for rank in (0, 1):
+        spans = [s for s in traces["stage3"] if s["pid"] == rank]
+        layers = [s for s in spans if s["cat"] == "layer"]
+        gathers = [s for s in spans if s["name"] == "all_gather" and
+                   s["row"].startswith("main in flight")]
+        waits = [s for s in spans if s["name"] == "wait all_gather" and s["row"] == "main"]
+        check(gathers and waits and all(any(inside(w, l) for l in layers) for w in waits),
+              "stage 3 rank %d: %d gathers in flight, %d waits, not all inside a layer's span" %
+              (rank, len(gathers), len(waits)))
+        ran = [s for s in spans if s["row"] == "comm thread" and s["name"].startswith("reduce layer")]
+        check(len(ran) == 2 * 2 * 4, "stage 3 rank %d: %d reductions on the comm thread, expected "
+              "16 (2 steps x 2 micro-steps x 4 layers)" % (rank, len(ran)))
     png = os.path.join(env.work, "trace.png")
     p = subprocess.run(["/usr/bin/python3", os.path.join(env.repo, "scripts/plot_trace.py"),
                         os.path.join(env.work, "thread", "trace.json"), png, "--step", "3"],
@@ -159,7 +174,7 @@ def case_trace(env):
     check(p.returncode == 0 and "rank 1: comm thread" in p.stdout, "plot_trace: " + p.stdout)
     with open(png, "rb") as f:
         check(f.read(8) == b"\x89PNG\r\n\x1a\n", "plot_trace did not write a PNG")
-    print("trace: 3 runs, %d spans (poll), phases/micro-steps/layers of steps 2-3 on both ranks, "
+    print("trace: 4 runs, %d spans (poll), phases/micro-steps/layers of steps 2-3 on both ranks, "
           "nested; overlap seen with it on, none with it off; PNG drawn" % len(traces["poll"]))
 
 
