@@ -81,6 +81,14 @@ std::vector<FieldInfo> make_fields() {
   return fields;
 }
 
+std::optional<int64_t> parse_positive(std::string_view text) {
+  int64_t v = 0;
+  const auto res = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || res.ec != std::errc() || res.ptr != text.data() + text.size() || v < 1)
+    return std::nullopt;
+  return v;
+}
+
 const FieldInfo* find_field(const std::string& key) {
   for (const auto& f : config_fields())
     if (f.key == key) return &f;
@@ -600,6 +608,16 @@ std::optional<std::vector<int>> parse_block_list(const std::string& text) {
   }
 }
 
+std::optional<std::pair<int64_t, int64_t>> parse_step_range(const std::string& text) {
+  const size_t dash = text.find('-');
+  const std::string_view all(text);
+  const std::optional<int64_t> first = parse_positive(all.substr(0, dash));
+  const std::optional<int64_t> last =
+      dash == std::string::npos ? first : parse_positive(all.substr(dash + 1));
+  if (!first || !last || *last < *first) return std::nullopt;
+  return std::make_pair(*first, *last);
+}
+
 void validate_config(const Config& c, ConfigUse use) {
   auto fail = [&](const std::string& key, const std::string& message) {
     config_error(config_origin(c, key), "key '" + key + "': " + message);
@@ -719,6 +737,9 @@ void validate_config(const Config& c, ConfigUse use) {
     fail("comm.device_collectives", "must be nccl or mpi, got '" + c.comm.device_collectives + "'");
   if (c.log.every < 1) fail("log.every", "must be >= 1");
   if (c.log.peak_gflops < 0) fail("log.peak_gflops", "must be >= 0 (0 = the GPU table)");
+  if (!c.log.trace.empty() && !parse_step_range(c.log.trace))
+    fail("log.trace", "must be FIRST-LAST or STEP (optimizer steps from 1, FIRST <= LAST), got '" +
+                          shown(c.log.trace) + "'");
 }
 
 std::vector<std::string> config_warnings(const Config& c) {
@@ -732,6 +753,11 @@ std::vector<std::string> config_warnings(const Config& c) {
                   format_double(static_cast<double>(c.train.steps) /
                                 static_cast<double>(c.train.lr_warmup_steps)) +
                   " of it)");
+  // Allowed (apps/bench_zero's "trace idle" rows), but nothing is traced.
+  if (const auto steps = parse_step_range(c.log.trace); steps && steps->first > c.train.steps)
+    out.push_back("warning: " + config_origin(c, "log.trace") + ": key 'log.trace' = " +
+                  c.log.trace + " starts after train.steps = " + std::to_string(c.train.steps) +
+                  ": the trace will hold no step");
   return out;
 }
 

@@ -12,6 +12,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -135,21 +136,21 @@ inline constexpr bool kOptional = false;
     "stages 1-2: reduce the embedding gradient as its nonzero rows only, when they are at " \
     "most a quarter of its rows (the tokens of a small batch)")
 
-#define ENGINE_CHECKPOINT_FIELDS(F)                                                        \
-  F(checkpoint, std::string, dir, "dir", "checkpoints", kOptional,                         \
-    "directory holding the step_%08d checkpoint folders")                                  \
-  F(checkpoint, int64_t, every, "every", 0, kOptional, "save every N steps (0 = off)")     \
-  F(checkpoint, bool, at_end, "at_end", true, kOptional, "save after the last step")       \
-  F(checkpoint, int64_t, keep, "keep", 3, kOptional, "keep the newest K checkpoints")      \
-  F(checkpoint, bool, keep_best, "keep_best", false, kOptional,                            \
-    "also keep the checkpoint with the lowest validation loss (of those saved at a step "  \
-    "with an evaluation) out of the rotation")                                             \
-  F(checkpoint, std::string, resume, "resume", "", kOptional,                              \
-    "empty = fresh start, auto = newest complete checkpoint in dir, or a checkpoint path") \
-  F(checkpoint, bool, overwrite, "overwrite", false, kOptional,                            \
-    "a fresh start first deletes an earlier run's step_* checkpoints in dir and "          \
-    "metrics.jsonl in log.dir (false: such a start is refused)")                           \
-  F(checkpoint, bool, on_signal, "on_signal", true, kOptional,                             \
+#define ENGINE_CHECKPOINT_FIELDS(F)                                                          \
+  F(checkpoint, std::string, dir, "dir", "checkpoints", kOptional,                           \
+    "directory holding the step_%08d checkpoint folders")                                    \
+  F(checkpoint, int64_t, every, "every", 0, kOptional, "save every N steps (0 = off)")       \
+  F(checkpoint, bool, at_end, "at_end", true, kOptional, "save after the last step")         \
+  F(checkpoint, int64_t, keep, "keep", 3, kOptional, "keep the newest K checkpoints")        \
+  F(checkpoint, bool, keep_best, "keep_best", false, kOptional,                              \
+    "also keep the checkpoint with the lowest validation loss (of those saved at a step "    \
+    "with an evaluation) out of the rotation")                                               \
+  F(checkpoint, std::string, resume, "resume", "", kOptional,                                \
+    "empty = fresh start, auto = newest complete checkpoint in dir, or a checkpoint path")   \
+  F(checkpoint, bool, overwrite, "overwrite", false, kOptional,                              \
+    "a fresh start first deletes an earlier run's step_* checkpoints in dir and "            \
+    "metrics.jsonl and TensorBoard event files in log.dir (false: such a start is refused)") \
+  F(checkpoint, bool, on_signal, "on_signal", true, kOptional,                               \
     "on SIGTERM / SIGINT finish the current step, save a checkpoint, exit 143 / 130")
 
 #define ENGINE_COMM_FIELDS(F)                                                                    \
@@ -170,7 +171,14 @@ inline constexpr bool kOptional = false;
     "the CPU)")                                                                                \
   F(log, bool, device_timing, "device_timing", false, kOptional,                               \
     "also time the step's phases in the device's order of work (CUDA events on a GPU) into "   \
-    "metrics.jsonl's device_phase_ms; each step then waits for its last phase")
+    "metrics.jsonl's device_phase_ms; each step then waits for its last phase")                \
+  F(log, std::string, trace, "trace", "", kOptional,                                           \
+    "steps FIRST-LAST (or one STEP) to trace: every rank's phases, micro-steps, layers, "      \
+    "collectives, waits and checkpoint writes into <log.dir>/trace.json (Chrome trace "        \
+    "events; docs/performance.md); '' = off")                                                  \
+  F(log, bool, tensorboard, "tensorboard", false, kOptional,                                   \
+    "also write the console's scalars to <log.dir>/events.out.tfevents.* (rank 0) for "        \
+    "TensorBoard")
 
 #define ENGINE_CONFIG_MEMBER(section, type, member, key, def, required, doc) type member = def;
 
@@ -254,6 +262,9 @@ void apply_override(Config& config, const std::string& assignment);
 // model.no_attn_layers' text ("", "7", "3, 7") as block indices; nullopt when it is not a comma
 // list of non-negative integers.
 std::optional<std::vector<int>> parse_block_list(const std::string& text);
+// log.trace's text: "FIRST-LAST" or "STEP" (1-based optimizer steps, FIRST <= LAST); nullopt
+// for anything else ("" included: tracing off).
+std::optional<std::pair<int64_t, int64_t>> parse_step_range(const std::string& text);
 // Cross-field checks (also run by load/parse): choices, positivity, head divisibility...
 // (ModelOnly: the device and the model section's). Errors name the key and where it was set
 // (config_origin).

@@ -81,6 +81,10 @@ void prepare_fresh_start(const Config& c) {
     for (const auto& dir : old_checkpoints)
       fs::remove_all(dir);
     if (old_metrics) fs::remove(metrics);
+    // TensorBoard reads every event file of the folder: the earlier run's would mix with this.
+    for (const auto& entry : fs::directory_iterator(c.log.dir, ec))
+      if (entry.path().filename().string().starts_with("events.out.tfevents."))
+        fs::remove(entry.path(), ec);
     return;
   }
   std::string held;

@@ -21,7 +21,8 @@ void check_model_fits_memory(const Config& config, double memory_bytes = 0);
 // folders that hold another run's step_* checkpoints or metrics.jsonl would mix two runs (the
 // metrics file cut, the old checkpoints left beside the new ones, rotation deleting new ones as
 // older). Refused naming the folder and the choices, unless checkpoint.overwrite is true: then
-// those checkpoints and the metrics file are deleted first. Call on one rank, holding the run
+// those checkpoints, the metrics file and the TensorBoard event files (log.tensorboard) are
+// deleted first. Call on one rank, holding the run
 // lock.
 void prepare_fresh_start(const Config& config);
 

@@ -727,6 +727,7 @@ void Gpt::run_forward(const int32_t* tokens, const int32_t* targets, int B, int 
     backend_.fill_zero(ve_heads_[i], N * D * sizeof(float));
     backend_.merge_heads_backward(ve_heads_[i], ve_rows_, B, T, H, hd);
   }
+  notify(LayerEvent::kAfterForward, -1);
   for (int l = 0; l < config_.n_layer; ++l) {
     notify(LayerEvent::kBeforeForward, l);
     input_forward(l);
@@ -738,10 +739,14 @@ void Gpt::run_forward(const int32_t* tokens, const int32_t* targets, int B, int 
     } else {
       mlp_forward(l);
     }
+    notify(LayerEvent::kAfterForward, l);
   }
   notify(LayerEvent::kBeforeForward, config_.n_layer);
   norm_forward(lnf_, lnf_mean_, lnf_rstd_, layers_.back().res_out, lnf_w_, lnf_b_);
-  if (!targets) return;
+  if (!targets) {
+    notify(LayerEvent::kAfterForward, config_.n_layer);
+    return;
+  }
   // The logits enter the loss times logit_gain() (1 but for the sigmoid cap), so d loss / d z
   // is the gain times the loss kernel's gradient: it goes into the kernel's scale.
   const float gain = config_.logit_gain();
@@ -758,6 +763,7 @@ void Gpt::run_forward(const int32_t* tokens, const int32_t* targets, int B, int 
   }
   backend_.mean_loss(losses_now_, losses_, N);
   have_grad_state_ = want_grad;
+  notify(LayerEvent::kAfterForward, config_.n_layer);
 }
 
 std::array<float, 2> Gpt::read_losses() const {

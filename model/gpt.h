@@ -85,7 +85,8 @@ class Gpt {
   // index; n_layer for the final norm and head (forward after the last block, backward first);
   // -1 for the embeddings, which are used from the start of forward until the end of backward
   // (a tied head reads and accumulates into embed.weight during layer n_layer's backward).
-  enum class LayerEvent { kBeforeForward, kBeforeBackward, kAfterBackward };
+  // kAfterForward marks the end of a layer's forward work (for timelines: engine/run_trace.h).
+  enum class LayerEvent { kBeforeForward, kAfterForward, kBeforeBackward, kAfterBackward };
   using LayerHook = std::function<void(LayerEvent event, int layer)>;
   void set_layer_hook(LayerHook hook) { hook_ = std::move(hook); }
 

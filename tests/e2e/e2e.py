@@ -18,8 +18,8 @@ import sys
 import time
 
 # Measurements rather than results: left out of the bit-identity comparisons.
-TIMING_KEYS = ("elapsed_ms", "step_ms", "tokens_per_s", "gflops", "phase_ms", "device_phase_ms",
-               "peak_mem_bytes", "live_mem_bytes", "comm_wait_ms")
+TIMING_KEYS = ("elapsed_ms", "step_ms", "tokens_per_s", "gflops", "mfu", "phase_ms",
+               "device_phase_ms", "peak_mem_bytes", "live_mem_bytes", "comm_wait_ms")
 
 
 class Failure(Exception):

@@ -371,6 +371,29 @@ TEST(Config, NegativeTargetLossAndPeakAreRefused) {
       engine::parse_config(kMinimal, "x.yaml", {"train.target_val_loss=0", "log.peak_gflops=0"}));
 }
 
+// log.trace: a step range FIRST-LAST or one step, from 1; anything else names the key.
+TEST(Config, TraceStepsAreARange) {
+  EXPECT_EQ(engine::parse_step_range("3-5"), std::make_pair(int64_t{3}, int64_t{5}));
+  EXPECT_EQ(engine::parse_step_range("7"), std::make_pair(int64_t{7}, int64_t{7}));
+  for (const char* bad : {"", "0-2", "5-3", "2-", "-2", "a-b", "2-3-4", "1.5", " 2"})
+    EXPECT_FALSE(engine::parse_step_range(bad)) << bad;
+  EXPECT_EQ(engine::parse_config(kMinimal, "x.yaml", {"log.trace=2-3"}).log.trace, "2-3");
+  const std::string msg =
+      error_of([] { engine::parse_config(kMinimal, "x.yaml", {"log.trace=3-2"}); });
+  EXPECT_NE(msg.find("key 'log.trace': must be FIRST-LAST or STEP"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'3-2'"), std::string::npos) << msg;
+  const engine::Config late =
+      engine::parse_config(kMinimal, "x.yaml", {"train.steps=10", "log.trace=11-12"});
+  const std::vector<std::string> warnings = engine::config_warnings(late);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("key 'log.trace' = 11-12 starts after train.steps = 10"),
+            std::string::npos)
+      << warnings[0];
+  EXPECT_TRUE(engine::config_warnings(
+                  engine::parse_config(kMinimal, "x.yaml", {"train.steps=10", "log.trace=10"}))
+                  .empty());
+}
+
 // yaml-cpp's Load reads the first document only: the keys after a `---` were dropped silently.
 TEST(Config, SecondYamlDocumentIsRefused) {
   std::string msg =
@@ -564,7 +587,7 @@ TEST(Config, KeyListIsLocked) {
       "checkpoint.keep checkpoint.keep_best checkpoint.resume checkpoint.overwrite "
       "checkpoint.on_signal "
       "comm.timeout_s comm.device_collectives log.dir log.every log.metrics log.peak_gflops "
-      "log.device_timing ");
+      "log.device_timing log.trace log.tensorboard ");
 }
 
 // The top-level `device` key: from YAML and --set, refused outside its choices, and printed as a

@@ -105,11 +105,15 @@ TEST_F(FreshStart, OverwriteDeletesOnlyTheEarlierRunsCheckpointsAndMetrics) {
   fs::create_directories(root_ / "ckpt" / "step_00000015.tmp");
   std::ofstream(root_ / "ckpt" / "notes.txt") << "mine\n";
   std::ofstream(root_ / "metrics.jsonl") << "{\"step\":0}\n";
+  std::ofstream(root_ / "events.out.tfevents.1700000000.host.12") << "x";
+  std::ofstream(root_ / "events.txt") << "mine\n";
   engine::prepare_fresh_start(config({"checkpoint.overwrite=true"}));
   EXPECT_FALSE(fs::exists(root_ / "ckpt" / "step_00000010"));
   EXPECT_FALSE(fs::exists(root_ / "ckpt" / "step_00000015.tmp"));
   EXPECT_FALSE(fs::exists(root_ / "metrics.jsonl"));
+  EXPECT_FALSE(fs::exists(root_ / "events.out.tfevents.1700000000.host.12"));
   EXPECT_TRUE(fs::exists(root_ / "ckpt" / "notes.txt"));
+  EXPECT_TRUE(fs::exists(root_ / "events.txt"));
 }
 
 }  // namespace

@@ -629,6 +629,7 @@ TEST(Gpt, LayerHookOrder) {
   std::string log;
   gpt.set_layer_hook([&](model::Gpt::LayerEvent e, int l) {
     const char* tag = e == model::Gpt::LayerEvent::kBeforeForward    ? "F"
+                      : e == model::Gpt::LayerEvent::kAfterForward   ? "E"
                       : e == model::Gpt::LayerEvent::kBeforeBackward ? "B"
                                                                      : "A";
     log += tag + std::to_string(l) + " ";
@@ -636,7 +637,7 @@ TEST(Gpt, LayerHookOrder) {
   std::vector<int32_t> x(8, 1), y(8, 2);
   gpt.forward(x.data(), y.data(), 1, 8);
   gpt.backward();
-  EXPECT_EQ(log, "F-1 F0 F1 F2 B2 A2 B1 A1 B0 A0 A-1 ");
+  EXPECT_EQ(log, "F-1 E-1 F0 E0 F1 E1 F2 E2 B2 A2 B1 A1 B0 A0 A-1 ");
 }
 
 }  // namespace
