@@ -112,6 +112,9 @@ constexpr size_t kMaxConfigNodes = 100'000;
 constexpr size_t kMaxConfigDepth = 64;
 
 // User input echoed in a message, cut to a readable length (an overlong --set value was printed
+// The smallest comm.timeout_s (seconds) besides 0 (off).
+constexpr double kMinCommTimeoutS = 1.0;
+
 // whole, twice, in one line of 200k characters); the cut backs off to a UTF-8 boundary.
 std::string shown(const std::string& text) {
   constexpr size_t kShown = 80;
@@ -714,7 +717,13 @@ void validate_config(const Config& c, ConfigUse use) {
     fail("zero.progress", "must be thread or poll, got '" + c.zero.progress + "'");
   if (c.checkpoint.every < 0) fail("checkpoint.every", "must be >= 0");
   if (c.checkpoint.keep < 1) fail("checkpoint.keep", "must be >= 1");
-  if (c.comm.timeout_s < 0) fail("comm.timeout_s", "must be >= 0 (0 = no watchdog)");
+  // Below a second a healthy collective waits longer than the timeout (a rank's own work between
+  // collectives, such as rank 0 committing a checkpoint, takes that long): the watchdog ended
+  // healthy runs, reporting "0.0 s".
+  if (!(c.comm.timeout_s == 0 || c.comm.timeout_s >= kMinCommTimeoutS))
+    fail("comm.timeout_s", "must be 0 (no watchdog) or at least " +
+                               format_double(kMinCommTimeoutS) + " s, got " +
+                               format_double(c.comm.timeout_s));
   if (c.comm.device_collectives != "nccl" && c.comm.device_collectives != "mpi")
     fail("comm.device_collectives", "must be nccl or mpi, got '" + c.comm.device_collectives + "'");
   if (c.log.every < 1) fail("log.every", "must be >= 1");

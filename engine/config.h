@@ -155,7 +155,7 @@ inline constexpr bool kOptional = false;
 #define ENGINE_COMM_FIELDS(F)                                                                    \
   F(comm, double, timeout_s, "timeout_s", 300.0, kOptional,                                      \
     "abort the job when a collective waits longer than this for a rank, naming the "             \
-    "collective and the ranks that did not arrive (0 = wait forever)")                           \
+    "collective and the ranks that did not arrive (0 = wait forever; else at least 1)")          \
   F(comm, std::string, device_collectives, "device_collectives", "nccl", kOptional,              \
     "how GPU tensors move: nccl | mpi (staged through host buffers over MPI: several ranks may " \
     "share one GPU; a cluster without NCCL)")

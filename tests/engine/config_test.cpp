@@ -188,7 +188,9 @@ TEST(Config, SizesBeyondTheModelsIntAreRefused) {
             std::string::npos)
       << msg;
   msg = error_of([] { engine::parse_config(kMinimal, "s.yaml", {"comm.timeout_s=-1"}); });
-  EXPECT_NE(msg.find("'comm.timeout_s': must be >= 0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'comm.timeout_s': must be 0 (no watchdog) or at least 1.0 s, got -1.0"),
+            std::string::npos)
+      << msg;
 }
 
 TEST(Config, OverridesUseTheKeysType) {
@@ -479,6 +481,16 @@ TEST(Config, HostileConfigsAreRefusedInOneLine) {
   const std::string msg = error_of([] { engine::load_config("/dev/zero"); });
   EXPECT_NE(msg.find("/dev/zero: is more than 1048576 bytes: a config is small"), std::string::npos)
       << msg.substr(0, 500);
+}
+
+TEST(Config, CommTimeoutBelowASecondIsRefused) {
+  std::string msg =
+      error_of([&] { engine::parse_config(kMinimal, "t.yaml", {"comm.timeout_s=0.01"}); });
+  EXPECT_NE(msg.find("key 'comm.timeout_s': must be 0 (no watchdog) or at least 1.0 s, got 0.01"),
+            std::string::npos)
+      << msg;
+  EXPECT_NO_THROW(engine::parse_config(kMinimal, "t.yaml", {"comm.timeout_s=0"}));
+  EXPECT_NO_THROW(engine::parse_config(kMinimal, "t.yaml", {"comm.timeout_s=1"}));
 }
 
 // --set values are finite where the key is a float; 1e308 is a number and is checked like any
