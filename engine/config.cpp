@@ -430,7 +430,7 @@ void parse_optim_groups(Config& config, const YAML::Node& node, const std::strin
     std::error_code ec;
     if (!std::filesystem::is_regular_file(preset, ec))
       config_error(where(source, node.Mark()),
-                   "'optim' is '" + node.Scalar() +
+                   "'optim' is '" + shown(node.Scalar()) +
                        "': expected a list of parameter groups ({params: [globs], optimizer: "
                        "name, ...}) or the path of a preset file, but there is no file " +
                        preset.string());
@@ -608,9 +608,9 @@ void validate_config(const Config& c, ConfigUse use) {
     config_error(config_origin(c, key), "key '" + key + "': " + message);
   };
   if (!is_device_mode(c.device))
-    fail("device", "must be auto, cpu or cuda, got '" + c.device + "'");
+    fail("device", "must be auto, cpu or cuda, got '" + shown(c.device) + "'");
   if (c.model.arch != "gpt2" && c.model.arch != "modern")
-    fail("model.arch", "must be gpt2 or modern, got '" + c.model.arch + "'");
+    fail("model.arch", "must be gpt2 or modern, got '" + shown(c.model.arch) + "'");
   // The model keeps its sizes in int; a size beyond that is a typo, not a model.
   for (const auto& [key, value] :
        {std::pair<const char*, int64_t>{"model.n_layer", c.model.n_layer},
@@ -638,7 +638,8 @@ void validate_config(const Config& c, ConfigUse use) {
   if (c.model.vocab_pad < 1 || c.model.vocab_pad > 4096)
     fail("model.vocab_pad", "must be in [1, 4096]");
   if (c.model.softcap_form != "tanh" && c.model.softcap_form != "sigmoid")
-    fail("model.softcap_form", "must be tanh or sigmoid, got '" + c.model.softcap_form + "'");
+    fail("model.softcap_form",
+         "must be tanh or sigmoid, got '" + shown(c.model.softcap_form) + "'");
   if (c.model.softcap_form == "sigmoid" && c.model.softcap <= 0)
     fail("model.softcap", "must be positive with model.softcap_form sigmoid");
   if (c.model.softcap_form == "sigmoid" && c.model.softcap_scale <= 0)
@@ -687,7 +688,7 @@ void validate_config(const Config& c, ConfigUse use) {
   // The model is built in train.precision (model_config_of), so a model-only reader checks it.
   const auto& precision = c.train.precision;
   if (precision != "fp32" && precision != "tf32" && precision != "bf16")
-    fail("train.precision", "must be fp32, tf32 or bf16, got '" + precision + "'");
+    fail("train.precision", "must be fp32, tf32 or bf16, got '" + shown(precision) + "'");
   if (use == ConfigUse::ModelOnly) return;
   if (c.train.steps < 1) fail("train.steps", "must be >= 1");
   if (c.train.micro_batch < 1) fail("train.micro_batch", "must be >= 1");
@@ -697,7 +698,7 @@ void validate_config(const Config& c, ConfigUse use) {
   if (c.train.grad_clip < 0) fail("train.grad_clip", "must be >= 0");
   const auto& s = c.train.lr_schedule;
   if (s != "constant" && s != "linear" && s != "cosine")
-    fail("train.lr_schedule", "must be constant, linear or cosine, got '" + s + "'");
+    fail("train.lr_schedule", "must be constant, linear or cosine, got '" + shown(s) + "'");
   if (c.train.lr_warmup_steps < 0) fail("train.lr_warmup_steps", "must be >= 0");
   if (c.train.lr_cooldown_frac < 0 || c.train.lr_cooldown_frac > 1)
     fail("train.lr_cooldown_frac", "must be in [0, 1]");
@@ -714,7 +715,7 @@ void validate_config(const Config& c, ConfigUse use) {
   if (c.zero.stage < 1 || c.zero.stage > 3) fail("zero.stage", "must be 1, 2 or 3");
   if (c.zero.bucket_mb < 0) fail("zero.bucket_mb", "must be >= 0");
   if (c.zero.progress != "thread" && c.zero.progress != "poll")
-    fail("zero.progress", "must be thread or poll, got '" + c.zero.progress + "'");
+    fail("zero.progress", "must be thread or poll, got '" + shown(c.zero.progress) + "'");
   if (c.checkpoint.every < 0) fail("checkpoint.every", "must be >= 0");
   if (c.checkpoint.keep < 1) fail("checkpoint.keep", "must be >= 1");
   // Below a second a healthy collective waits longer than the timeout (a rank's own work between
@@ -725,7 +726,8 @@ void validate_config(const Config& c, ConfigUse use) {
                                format_double(kMinCommTimeoutS) + " s, got " +
                                format_double(c.comm.timeout_s));
   if (c.comm.device_collectives != "nccl" && c.comm.device_collectives != "mpi")
-    fail("comm.device_collectives", "must be nccl or mpi, got '" + c.comm.device_collectives + "'");
+    fail("comm.device_collectives",
+         "must be nccl or mpi, got '" + shown(c.comm.device_collectives) + "'");
   if (c.log.every < 1) fail("log.every", "must be >= 1");
   if (c.log.peak_gflops < 0) fail("log.peak_gflops", "must be >= 0 (0 = the GPU table)");
 }

@@ -483,6 +483,19 @@ TEST(Config, HostileConfigsAreRefusedInOneLine) {
       << msg.substr(0, 500);
 }
 
+// A value echoed in a choice error was printed whole (a 100,000-character value gave a
+// 100,168-character line).
+TEST(Config, EchoedValuesAreCutToABoundedLength) {
+  const std::string value(100000, 'x');
+  for (const std::string key : {"model.arch", "device", "train.lr_schedule", "zero.progress"}) {
+    const std::string msg =
+        error_of([&] { engine::parse_config(kMinimal, "m.yaml", {key + "=" + value}); });
+    EXPECT_LT(msg.size(), 400u) << key << ": " << msg.substr(0, 300);
+    EXPECT_NE(msg.find("... (100000 bytes)"), std::string::npos)
+        << key << ": " << msg.substr(0, 300);
+  }
+}
+
 TEST(Config, CommTimeoutBelowASecondIsRefused) {
   std::string msg =
       error_of([&] { engine::parse_config(kMinimal, "t.yaml", {"comm.timeout_s=0.01"}); });
