@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -111,10 +112,10 @@ constexpr size_t kMaxConfigBytes = 1 << 20;
 constexpr size_t kMaxConfigNodes = 100'000;
 constexpr size_t kMaxConfigDepth = 64;
 
-// User input echoed in a message, cut to a readable length (an overlong --set value was printed
 // The smallest comm.timeout_s (seconds) besides 0 (off).
 constexpr double kMinCommTimeoutS = 1.0;
 
+// User input echoed in a message, cut to a readable length (an overlong --set value was printed
 // whole, twice, in one line of 200k characters); the cut backs off to a UTF-8 boundary.
 std::string shown(const std::string& text) {
   constexpr size_t kShown = 80;
@@ -123,6 +124,56 @@ std::string shown(const std::string& text) {
   while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80)
     --cut;
   return text.substr(0, cut) + "... (" + std::to_string(text.size()) + " bytes)";
+}
+
+// The escape of the character that starts at key[i] outside printable ASCII: \u{430} for a
+// code point, \xNN for a byte that starts none; `length` is set to the bytes it covers.
+std::string escaped_char(const std::string& key, size_t i, size_t& length) {
+  const auto c = static_cast<unsigned char>(key[i]);
+  const size_t extra = c >= 0xF0 && c < 0xF8 ? 3 : c >= 0xE0 && c < 0xF0 ? 2 : c >= 0xC0 ? 1 : 0;
+  uint32_t code = extra == 3 ? c & 0x07u : extra == 2 ? c & 0x0Fu : c & 0x1Fu;
+  bool whole = extra > 0 && i + extra < key.size();
+  for (size_t k = 1; whole && k <= extra; ++k) {
+    const auto next = static_cast<unsigned char>(key[i + k]);
+    whole = (next & 0xC0) == 0x80;
+    code = (code << 6) | (next & 0x3Fu);
+  }
+  char buf[16];
+  if (whole) {
+    std::snprintf(buf, sizeof(buf), "\\u{%X}", code);
+    length = extra + 1;
+  } else {
+    std::snprintf(buf, sizeof(buf), "\\x%02X", c);
+    length = 1;
+  }
+  return buf;
+}
+
+bool printable_ascii(char c) {
+  return static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x7f;
+}
+
+// A key as echoed in a message: cut as shown() does, every character outside printable ASCII
+// escaped, so that a look-alike letter (Cyrillic 'а' for 'a') does not read as the key it
+// imitates, and a suggestion never reads as the same key.
+std::string shown_key(const std::string& key) {
+  std::string out;
+  for (size_t i = 0, length = 1; i < key.size(); i += length) {
+    length = 1;
+    out += printable_ascii(key[i]) ? std::string(1, key[i]) : escaped_char(key, i, length);
+  }
+  return shown(out);
+}
+
+// "; it holds \u{430}, ..." for a key with a character outside printable ASCII, whose look-alike
+// letters would otherwise read as a known key; "" for an ASCII key.
+std::string non_ascii_note(const std::string& key) {
+  const auto it = std::find_if(key.begin(), key.end(), [](char c) { return !printable_ascii(c); });
+  if (it == key.end()) return "";
+  size_t length = 1;
+  return "; it holds " + escaped_char(key, static_cast<size_t>(it - key.begin()), length) +
+         ", no printable ASCII character: config keys are ASCII (a look-alike letter typed or "
+         "pasted?)";
 }
 
 // " (did you mean 'x'?)" for the closest known key, when it is close enough to be a typo.
@@ -226,8 +277,8 @@ void parse_map(Config& config, const YAML::Node& node, const std::string& prefix
         parse_map(config, value, key, source, seen);
         continue;
       }
-      config_error(where(source, key_node.Mark()),
-                   "unknown key '" + shown(key) + "'" + did_you_mean(key));
+      config_error(where(source, key_node.Mark()), "unknown key '" + shown_key(key) + "'" +
+                                                       did_you_mean(key) + non_ascii_note(key));
     }
     if (value.IsNull()) config_error(where(source, value.Mark()), "key '" + key + "' has no value");
     if (!value.IsScalar())
@@ -445,7 +496,8 @@ void parse_optim_groups(Config& config, const YAML::Node& node, const std::strin
     // The preset form: `optim: {groups: [...]}`.
     for (auto it = node.begin(); it != node.end(); ++it)
       if (it->first.Scalar() != "groups")
-        config_error(where(source, it->first.Mark()), "unknown key 'optim." + it->first.Scalar() +
+        config_error(where(source, it->first.Mark()), "unknown key 'optim." +
+                                                          shown_key(it->first.Scalar()) +
                                                           "' (did you mean 'optim.groups'?)");
     if (node["groups"]) {
       parse_optim_groups(config, node["groups"], source);
@@ -556,7 +608,9 @@ void apply_override(Config& config, const std::string& assignment) {
     return;
   }
   const FieldInfo* field = find_field(key);
-  if (field == nullptr) config_error(at, "unknown key '" + shown(key) + "'" + did_you_mean(key));
+  if (field == nullptr)
+    config_error(at,
+                 "unknown key '" + shown_key(key) + "'" + did_you_mean(key) + non_ascii_note(key));
   // A list or map is refused as in a YAML file (it used to become a literal string).
   YAML::Node parsed;
   try {

@@ -496,6 +496,31 @@ TEST(Config, EchoedValuesAreCutToABoundedLength) {
   }
 }
 
+TEST(Config, LookAlikeLettersInKeysArePointedOut) {
+  // "n_heаd" with a Cyrillic 'а' (U+0430), in a file and in a --set.
+  const std::string key =
+      "n_he\xD0\xB0"
+      "d";
+  std::string msg = error_of([&] {
+    engine::parse_config(std::string(kMinimal).replace(std::string(kMinimal).find("  n_layer"), 0,
+                                                       "  " + key + ": 4\n"),
+                         "u.yaml");
+  });
+  EXPECT_NE(msg.find("unknown key 'model.n_he\\u{430}d' (did you mean 'model.n_head'?); it holds "
+                     "\\u{430}, no printable ASCII character: config keys are ASCII"),
+            std::string::npos)
+      << msg;
+  msg = error_of([&] { engine::parse_config(kMinimal, "u.yaml", {"model." + key + "=4"}); });
+  EXPECT_NE(msg.find("--set model." + key +
+                     "=4: unknown key 'model.n_he\\u{430}d' (did you mean "
+                     "'model.n_head'?); it holds \\u{430}"),
+            std::string::npos)
+      << msg;
+  // An ASCII typo has no such note.
+  msg = error_of([&] { engine::parse_config(kMinimal, "u.yaml", {"model.n_heda=4"}); });
+  EXPECT_EQ(msg.find("it holds"), std::string::npos) << msg;
+}
+
 TEST(Config, CommTimeoutBelowASecondIsRefused) {
   std::string msg =
       error_of([&] { engine::parse_config(kMinimal, "t.yaml", {"comm.timeout_s=0.01"}); });
