@@ -245,6 +245,14 @@ std::vector<std::string> split_key(const std::string& key) {
 
 void parse_optim_groups(Config& config, const YAML::Node& node, const std::string& source);
 
+// yaml-cpp reads a merge key ('<<: *defaults') as a key named "<<", so its keys were refused as
+// an unknown key '<<' (or, in a parameter group, an unknown hyperparameter).
+[[noreturn]] void refuse_merge_key(const std::string& at) {
+  config_error(at,
+               "YAML merge keys ('<<: *name') are not supported: write the keys out (an alias "
+               "of a whole value, 'key: *name', works)");
+}
+
 // Walks a YAML map, assigning every scalar leaf to its field; `seen` collects the keys set.
 void parse_map(Config& config, const YAML::Node& node, const std::string& prefix,
                const std::string& source, std::vector<std::string>& seen) {
@@ -254,6 +262,7 @@ void parse_map(Config& config, const YAML::Node& node, const std::string& prefix
     const YAML::Node value = it->second;
     if (!key_node.IsScalar())
       config_error(where(source, key_node.Mark()), "keys must be plain names");
+    if (key_node.Scalar() == "<<") refuse_merge_key(where(source, key_node.Mark()));
     std::string key = prefix.empty() ? key_node.Scalar() : prefix + "." + key_node.Scalar();
     if (std::find(seen.begin(), seen.end(), key) != seen.end())
       config_error(where(source, key_node.Mark()), "key '" + shown(key) + "' is given twice");
@@ -446,6 +455,18 @@ OptimGroup parse_optim_group(const YAML::Node& g, size_t i, const std::string& s
   std::string at = where(source, g.Mark());
   std::string name = "optim[" + std::to_string(i) + "]";
   if (!g.IsMap()) config_error(at, name + " must be a map with 'params' and 'optimizer'");
+  // yaml-cpp keeps both of a key given twice and a lookup finds the first: the second was
+  // dropped without a word.
+  std::vector<std::string> keys;
+  for (auto it = g.begin(); it != g.end(); ++it) {
+    const YAML::Node key = it->first;
+    const std::string text = key.IsScalar() ? key.Scalar() : std::string();
+    if (text == "<<") refuse_merge_key(where(source, key.Mark()));
+    if (std::find(keys.begin(), keys.end(), text) != keys.end())
+      config_error(where(source, key.Mark()),
+                   name + ": key '" + shown_key(text) + "' is given twice");
+    keys.push_back(text);
+  }
   OptimGroup group;
   group.node = g;
   group.file = source;

@@ -521,6 +521,26 @@ TEST(Config, LookAlikeLettersInKeysArePointedOut) {
   EXPECT_EQ(msg.find("it holds"), std::string::npos) << msg;
 }
 
+TEST(Config, KeyGivenTwiceInOneOptimizerGroupIsRefused) {
+  const std::string text = std::string(kMinimal) + "    lr: 0.5\n";
+  const std::string msg = error_of([&] { engine::parse_config(text, "g.yaml"); });
+  EXPECT_NE(msg.find("config error: g.yaml:16: optim[0]: key 'lr' is given twice"),
+            std::string::npos)
+      << msg;
+}
+
+TEST(Config, YamlMergeKeysAreRefusedByName) {
+  const std::string merged = std::string(kMinimal).substr(0, std::string(kMinimal).find("optim:")) +
+                             "optim:\n  - &adam {params: ['*.weight'], optimizer: adamw, lr: 0.1}\n"
+                             "  - <<: *adam\n    params: ['*']\n";
+  std::string msg = error_of([&] { engine::parse_config(merged, "y.yaml"); });
+  EXPECT_NE(msg.find("config error: y.yaml:14: YAML merge keys ('<<: *name') are not supported"),
+            std::string::npos)
+      << msg;
+  msg = error_of([&] { engine::parse_config(with("log:\n  <<: {every: 2}\n"), "y.yaml"); });
+  EXPECT_NE(msg.find("YAML merge keys ('<<: *name') are not supported"), std::string::npos) << msg;
+}
+
 TEST(Config, CommTimeoutBelowASecondIsRefused) {
   std::string msg =
       error_of([&] { engine::parse_config(kMinimal, "t.yaml", {"comm.timeout_s=0.01"}); });
