@@ -450,8 +450,14 @@ YAML::Node load_yaml_file(const std::string& path) {
   return single_document(text, path);
 }
 
-// One parameter group of the list, the i-th (from 0), read from `source`.
-OptimGroup parse_optim_group(const YAML::Node& g, size_t i, const std::string& source) {
+// One parameter group of the list, the i-th (from 0), read from `source`. A group changed by a
+// --set (optim.<i>.<key>=...) is read again with `set_at`, the --set argument, which its
+// refusals then name (they named the file's line of the group).
+OptimGroup parse_optim_group(const YAML::Node& g, size_t i, const std::string& source,
+                             const std::string& set_at = "") {
+  const auto where = [&](const std::string& file, const YAML::Mark& mark) {
+    return set_at.empty() ? engine::where(file, mark) : set_at;
+  };
   std::string at = where(source, g.Mark());
   std::string name = "optim[" + std::to_string(i) + "]";
   if (!g.IsMap()) config_error(at, name + " must be a map with 'params' and 'optimizer'");
@@ -564,7 +570,7 @@ void set_optim_group_key(Config& config, const std::string& key, const std::stri
   }
   node[parts.back()] = value;
   const OptimGroup& old = config.optim[i];
-  OptimGroup group = parse_optim_group(old.node, i, old.file);
+  OptimGroup group = parse_optim_group(old.node, i, old.file, at);
   group.line = old.line;
   config.optim[i] = std::move(group);
 }

@@ -541,6 +541,16 @@ TEST(Config, YamlMergeKeysAreRefusedByName) {
   EXPECT_NE(msg.find("YAML merge keys ('<<: *name') are not supported"), std::string::npos) << msg;
 }
 
+TEST(Config, SetOfAGroupsParamsNamesTheSet) {
+  const std::string msg =
+      error_of([&] { engine::parse_config(kMinimal, "p.yaml", {"optim.0.params=[]"}); });
+  EXPECT_NE(msg.find("config error: --set optim.0.params=[]: optim[0].params must be a glob or a "
+                     "non-empty list of globs"),
+            std::string::npos)
+      << msg;
+  EXPECT_EQ(msg.find("p.yaml"), std::string::npos) << msg;
+}
+
 TEST(Config, CommTimeoutBelowASecondIsRefused) {
   std::string msg =
       error_of([&] { engine::parse_config(kMinimal, "t.yaml", {"comm.timeout_s=0.01"}); });
