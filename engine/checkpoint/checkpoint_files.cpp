@@ -438,7 +438,11 @@ Manifest read_manifest(const std::string& dir) {
   ENGINE_CHECK(fs::exists(dir, ec), "checkpoint " + dir + " does not exist");
   ENGINE_CHECK(fs::is_directory(dir, ec),
                "checkpoint " + dir + " is not a folder (a checkpoint is a step_XXXXXXXX folder)");
-  if (!fs::exists(path)) {
+  const fs::file_status manifest_status = fs::symlink_status(path, ec);
+  if (fs::exists(manifest_status) && !fs::is_regular_file(manifest_status))
+    ENGINE_FAIL("checkpoint manifest " + path + " is not a regular file (it is " +
+                (fs::is_directory(manifest_status) ? "a folder" : "a link, FIFO or device") + ")");
+  if (!fs::exists(manifest_status)) {
     // A checkpoint.dir given where one of its checkpoints was meant.
     const std::vector<std::string> inside = list_checkpoints(dir);
     ENGINE_CHECK(inside.empty(), "checkpoint " + dir +

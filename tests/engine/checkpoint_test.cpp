@@ -400,6 +400,23 @@ TEST_F(CheckpointTest, RankFileThatIsNoRegularFileIsRefused) {
       << msg;
 }
 
+// A manifest.yaml that is a folder gave libstdc++'s "basic_filebuf::underflow error reading the
+// file: Is a directory".
+TEST_F(CheckpointTest, ManifestThatIsAFolderIsRefusedInOneLine) {
+  const std::string older = save(4);
+  const std::string newer = save(9);
+  fs::remove(newer + "/manifest.yaml");
+  fs::create_directory(newer + "/manifest.yaml");
+  const std::string msg = error_of([&] { engine::resolve_resume(root_, "auto"); });
+  EXPECT_EQ(msg.rfind("cannot resume from " + newer + ": checkpoint manifest " + newer +
+                          "/manifest.yaml is not a regular file (it is a folder)",
+                      0),
+            0u)
+      << msg;
+  EXPECT_NE(msg.find("; the next older checkpoint is " + older), std::string::npos) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+}
+
 TEST_F(CheckpointTest, MissingPathAndFolderOfCheckpointsAreNamed) {
   std::string msg = error_of([&] { engine::verify_checkpoint(root_ + "/nothing_here"); });
   EXPECT_NE(msg.find(root_ + "/nothing_here does not exist"), std::string::npos) << msg;
