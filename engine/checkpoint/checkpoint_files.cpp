@@ -526,29 +526,36 @@ void verify_checkpoint(const std::string& dir) {
   }
 }
 
+std::string resume_refusal(const std::string& root, const std::string& chosen,
+                           const std::string& reason) {
+  // Offer the newest complete checkpoint older than the refused one.
+  std::string offer;
+  const std::string name = fs::path(chosen).lexically_normal().filename().string();
+  for (const auto& dir : list_checkpoints(root))
+    if (fs::path(dir).filename().string() < name) offer = dir;
+  std::string msg = "cannot resume from " + chosen + ": " + reason;
+  if (!offer.empty())
+    msg += "; the next older checkpoint is " + offer + " (resume from it with --set " +
+           "checkpoint.resume=" + offer + ")";
+  else
+    msg += "; there is no older checkpoint in " + root;
+  return msg;
+}
+
 std::string resolve_resume(const std::string& root, const std::string& resume) {
   if (resume.empty()) return "";
   std::string chosen = resume;
-  std::vector<std::string> all = list_checkpoints(root);
   if (resume == "auto") {
+    const std::vector<std::string> all = list_checkpoints(root);
     if (all.empty()) return "";
     chosen = all.back();
   }
   try {
-    verify_checkpoint(chosen);
+    // The files' sizes and checksums, then every tensor header against its slice (a rank file
+    // cut short or holding another dtype, re-signed in the manifest, passes the checksums).
+    CheckpointReader reader(chosen);
   } catch (const core::Error& e) {
-    // Offer the newest complete checkpoint older than the refused one.
-    std::string offer;
-    const std::string name = fs::path(chosen).lexically_normal().filename().string();
-    for (const auto& dir : all)
-      if (fs::path(dir).filename().string() < name) offer = dir;
-    std::string msg = std::string("cannot resume from ") + chosen + ": " + e.what();
-    if (!offer.empty())
-      msg += "; the next older checkpoint is " + offer + " (resume from it with --set " +
-             "checkpoint.resume=" + offer + ")";
-    else
-      msg += "; there is no older checkpoint in " + root;
-    throw core::Error(msg);
+    throw core::Error(resume_refusal(root, chosen, e.what()));
   }
   return chosen;
 }

@@ -104,9 +104,14 @@ Manifest read_manifest(const std::string& dir);
 void verify_checkpoint(const std::string& dir);
 // The checkpoint to resume from: "" -> "" (fresh start); "auto" -> the newest complete checkpoint
 // under root, or "" when there is none; anything else is a checkpoint path. The chosen one is
-// verified; a corrupt or incomplete one is refused with an error naming the file and offering
-// the next older complete checkpoint.
+// verified (files and tensor headers); a corrupt or incomplete one is refused with
+// resume_refusal.
 std::string resolve_resume(const std::string& root, const std::string& resume);
+// The one line refusing a damaged checkpoint `chosen`: "cannot resume from CHOSEN: REASON; the
+// next older checkpoint is DIR (resume from it with --set checkpoint.resume=DIR)", or "; there is
+// no older checkpoint in ROOT".
+std::string resume_refusal(const std::string& root, const std::string& chosen,
+                           const std::string& reason);
 
 class CheckpointReader {
  public:
