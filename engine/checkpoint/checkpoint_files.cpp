@@ -1,6 +1,7 @@
 #include "engine/checkpoint/checkpoint_files.h"
 
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
@@ -542,10 +543,30 @@ std::string resume_refusal(const std::string& root, const std::string& chosen,
   return msg;
 }
 
+std::vector<std::string> incomplete_checkpoints(const std::string& root) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return found;
+  for (const auto& entry : fs::directory_iterator(root, ec))
+    if (entry.is_directory() && step_of_dir_name(entry.path().filename().string()) >= 0 &&
+        !fs::exists(fs::symlink_status(entry.path() / kManifest, ec)))
+      found.push_back(entry.path().string());
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
 std::string resolve_resume(const std::string& root, const std::string& resume) {
   if (resume.empty()) return "";
   std::string chosen = resume;
   if (resume == "auto") {
+    // A step_ folder without a manifest is no checkpoint (nothing the engine writes leaves one:
+    // saves are staged in .tmp folders, removals renamed to .old first); it is passed over, and
+    // said so, since it may be the newest.
+    for (const std::string& dir : incomplete_checkpoints(root))
+      spdlog::warn(
+          "checkpoint.resume=auto: passing over {}: it has no {} (an incomplete or "
+          "damaged checkpoint; restore its manifest or remove the folder)",
+          dir, kManifest);
     const std::vector<std::string> all = list_checkpoints(root);
     if (all.empty()) return "";
     chosen = all.back();

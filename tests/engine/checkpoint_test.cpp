@@ -467,6 +467,16 @@ TEST_F(CheckpointTest, ManifestThatIsAFolderIsRefusedInOneLine) {
   EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
 }
 
+// A step folder without a manifest is no checkpoint: passed over by resume=auto, and listed so
+// that it can be reported.
+TEST_F(CheckpointTest, StepFolderWithoutManifestIsListedAsIncomplete) {
+  const std::string older = save(4);
+  const std::string newer = save(9);
+  fs::remove(newer + "/manifest.yaml");
+  EXPECT_EQ(engine::incomplete_checkpoints(root_), (std::vector<std::string>{newer}));
+  EXPECT_EQ(engine::resolve_resume(root_, "auto"), older);
+}
+
 TEST_F(CheckpointTest, MissingPathAndFolderOfCheckpointsAreNamed) {
   std::string msg = error_of([&] { engine::verify_checkpoint(root_ + "/nothing_here"); });
   EXPECT_NE(msg.find(root_ + "/nothing_here does not exist"), std::string::npos) << msg;
