@@ -72,6 +72,7 @@ RunCounters Checkpointer::load(const std::string& dir) {
   std::vector<std::string> names;
   for (size_t i = 0; i < state_.plan.num_params(); ++i)
     names.push_back(state_.plan.param(i).name);
+  check_same_model(dir, m, config_);
   check_same_optimizers(dir, m, config_, names);
   check_same_data(dir, m, state_.loader);
   // The config agrees with the checkpoint's: what its files lack or hold misshapen (a tensor
