@@ -3,8 +3,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <utility>
 
 #include "core/check.h"
 #include "engine/checkpoint/checkpoint_files.h"
@@ -67,6 +70,25 @@ void check_model_fits_memory(const Config& c, double memory_bytes) {
       " parameters: their float32 values and gradients "
       "alone need " +
       gigabytes(bytes) + ", more than this machine's " + gigabytes(memory_bytes) + " of memory");
+}
+
+void prepare_run_folders(const Config& c) {
+  for (const auto& [key, dir] : {std::pair<std::string, std::string>{"log.dir", c.log.dir},
+                                 {"checkpoint.dir", c.checkpoint.dir}}) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    std::string reason;
+    if (ec)
+      reason = "cannot be created: " + ec.message();
+    else if (!fs::is_directory(dir, ec))
+      reason = "is not a folder";
+    else if (::access(dir.c_str(), W_OK | X_OK) != 0)
+      reason = std::string("is not writable: ") + std::strerror(errno);
+    if (reason.empty()) continue;
+    throw core::Error("config error: " + config_origin(c, key) + ": key '" + key + "': folder '" +
+                      dir + "' " + reason + " (a run writes its " +
+                      (key == "log.dir" ? "logs and metrics" : "checkpoints") + " there)");
+  }
 }
 
 void prepare_fresh_start(const Config& c) {

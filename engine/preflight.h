@@ -17,6 +17,12 @@ double estimated_parameters(const Config& config);
 // std::bad_alloc later.
 void check_model_fits_memory(const Config& config, double memory_bytes = 0);
 
+// Creates log.dir and checkpoint.dir (with their parents) where they do not exist; a folder that
+// cannot be created or written (a read-only parent, a file in the way, a working folder deleted
+// under the run) is refused as a config error naming the key, where it was set and the reason,
+// before any rank waits on another. Every rank of a training run calls it.
+void prepare_run_folders(const Config& config);
+
 // A fresh start (checkpoint.resume empty, or auto with no checkpoint in checkpoint.dir) into
 // folders that hold another run's step_* checkpoints or metrics.jsonl would mix two runs (the
 // metrics file cut, the old checkpoints left beside the new ones, rotation deleting new ones as

@@ -297,6 +297,7 @@ engine::Config command_config(const Args& a, std::string& checkpoint) {
     throw UsageError("engine " + a.command + " needs --config FILE or --checkpoint DIR (engine " +
                      a.command + " --help)");
   engine::Config c = engine::load_config(a.config, a.sets);
+  if (a.command == "train" && !a.print_config) engine::prepare_run_folders(c);
   if (a.command != "train") {
     const std::string resume = c.checkpoint.resume.empty() ? "auto" : c.checkpoint.resume;
     checkpoint = engine::resolve_resume(c.checkpoint.dir, resume);

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 
@@ -110,6 +111,39 @@ TEST_F(FreshStart, OverwriteDeletesOnlyTheEarlierRunsCheckpointsAndMetrics) {
   EXPECT_FALSE(fs::exists(root_ / "ckpt" / "step_00000015.tmp"));
   EXPECT_FALSE(fs::exists(root_ / "metrics.jsonl"));
   EXPECT_TRUE(fs::exists(root_ / "ckpt" / "notes.txt"));
+}
+
+// A log or checkpoint folder that cannot be created gave a raw `filesystem error` naming no key,
+// on rank 0 alone (so after the 10 s wait and Open MPI's banner); refused as a config error.
+TEST_F(FreshStart, FoldersThatCannotBeCreatedAreRefusedNamingTheKey) {
+  EXPECT_NO_THROW(engine::prepare_run_folders(config({"log.dir=" + (root_ / "new/log").string()})));
+  EXPECT_TRUE(fs::is_directory(root_ / "new/log"));
+  std::ofstream(root_ / "file") << "x\n";
+  std::string msg = error_of(
+      [&] { engine::prepare_run_folders(config({"log.dir=" + (root_ / "file/log").string()})); });
+  EXPECT_EQ(msg.rfind("config error: --set log.dir=", 0), 0u) << msg;
+  EXPECT_NE(msg.find(": key 'log.dir': folder '" + (root_ / "file/log").string() +
+                     "' cannot be created: Not a directory"),
+            std::string::npos)
+      << msg;
+  msg = error_of([&] {
+    engine::prepare_run_folders(config({"checkpoint.dir=" + (root_ / "file").string()}));
+  });
+  EXPECT_NE(msg.find("key 'checkpoint.dir': folder '" + (root_ / "file").string() + "' "),
+            std::string::npos)
+      << msg;
+  // A working folder deleted under the run: relative folders cannot be made.
+  const fs::path cwd = fs::current_path();
+  fs::create_directories(root_ / "gone");
+  ASSERT_EQ(::chdir((root_ / "gone").c_str()), 0);
+  fs::remove(root_ / "gone");
+  msg = error_of([&] {
+    engine::prepare_run_folders(tiny({"log.dir=runs/x", "checkpoint.dir=runs/x/ckpt"}));
+  });
+  ASSERT_EQ(::chdir(cwd.c_str()), 0);
+  EXPECT_NE(msg.find("key 'log.dir': folder 'runs/x' cannot be created: No such file or directory"),
+            std::string::npos)
+      << msg;
 }
 
 }  // namespace
