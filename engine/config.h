@@ -148,7 +148,8 @@ inline constexpr bool kOptional = false;
     "empty = fresh start, auto = newest complete checkpoint in dir, or a checkpoint path") \
   F(checkpoint, bool, overwrite, "overwrite", false, kOptional,                            \
     "a fresh start first deletes an earlier run's step_* checkpoints in dir and "          \
-    "metrics.jsonl in log.dir (false: such a start is refused)")                           \
+    "metrics.jsonl in log.dir, a resume from a checkpoint older than others in dir "       \
+    "deletes the newer ones (false: both are refused)")                                    \
   F(checkpoint, bool, on_signal, "on_signal", true, kOptional,                             \
     "on SIGTERM / SIGINT finish the current step, save a checkpoint, exit 143 / 130")
 

@@ -1,5 +1,6 @@
 #include "engine/preflight.h"
 
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -128,6 +129,40 @@ void prepare_fresh_start(const Config& c) {
       (resumable ? "resume it (--set checkpoint.resume=auto), " : "") +
       "write elsewhere (--set log.dir=... --set checkpoint.dir=...), or replace it (--set "
       "checkpoint.overwrite=true deletes those checkpoints and the metrics file)");
+}
+
+void prepare_resume_from_older(const Config& c) {
+  const std::string& resume = c.checkpoint.resume;
+  if (resume.empty() || resume == "auto") return;
+  int64_t from = 0;
+  try {
+    from = read_manifest(resume).step;
+  } catch (const core::Error&) {
+    return;  // the trainer refuses it, naming what is wrong
+  }
+  std::vector<std::string> newer;
+  for (const std::string& dir : list_checkpoints(c.checkpoint.dir))
+    if (std::stoll(fs::path(dir).filename().string().substr(5)) > from) newer.push_back(dir);
+  if (newer.empty()) return;
+  const std::string names =
+      std::to_string(newer.size()) + " newer checkpoint(s) (" +
+      fs::path(newer.front()).filename().string() +
+      (newer.size() > 1 ? " ... " + fs::path(newer.back()).filename().string() : std::string()) +
+      ")";
+  if (c.checkpoint.overwrite) {
+    for (const std::string& dir : newer)
+      fs::remove_all(dir);
+    spdlog::warn("resuming from {} at step {}: deleted the {} in {} (checkpoint.overwrite=true)",
+                 resume, from, names, c.checkpoint.dir);
+    return;
+  }
+  throw core::Error(
+      "refusing to resume from " + resume + " (step " + std::to_string(from) +
+      "): " + c.checkpoint.dir + " holds " + names +
+      ", which this run's saves would replace and its rotation would keep over its own. Choose "
+      "one: resume the newest (--set checkpoint.resume=auto), write elsewhere (--set "
+      "checkpoint.dir=...), or drop them (--set checkpoint.overwrite=true deletes the newer "
+      "checkpoints)");
 }
 
 }  // namespace engine

@@ -146,4 +146,41 @@ TEST_F(FreshStart, FoldersThatCannotBeCreatedAreRefusedNamingTheKey) {
       << msg;
 }
 
+// A complete one-rank checkpoint of `step` under root.
+std::string save_checkpoint(const fs::path& root, int64_t step) {
+  engine::prepare_staging(root.string(), step);
+  const std::vector<float> values = {1.f, 2.f};
+  engine::write_rank_file(engine::staging_path(root.string(), step), 0,
+                          {{"w", {2}, 0, 0, core::Tensor::from_vector({2}, values)}});
+  engine::Manifest m;
+  m.step = step;
+  m.world_size = 1;
+  m.state = {{"data.step", std::to_string(step)}};
+  return engine::commit_checkpoint(root.string(), m, 10);
+}
+
+// Resuming from an older checkpoint while newer ones exist replaced them silently (a save of the
+// same step) and let rotation delete the run's own new ones as the oldest: refused naming them,
+// or, with checkpoint.overwrite=true, the newer ones are deleted first.
+TEST_F(FreshStart, ResumingFromAnOlderCheckpointIsRefusedWithoutOverwrite) {
+  const std::string s10 = save_checkpoint(root_ / "ckpt", 10);
+  save_checkpoint(root_ / "ckpt", 20);
+  save_checkpoint(root_ / "ckpt", 30);
+  EXPECT_NO_THROW(engine::prepare_resume_from_older(config({"checkpoint.resume=auto"})));
+  const std::string msg =
+      error_of([&] { engine::prepare_resume_from_older(config({"checkpoint.resume=" + s10})); });
+  EXPECT_NE(msg.find("refusing to resume from " + s10 + " (step 10): " + (root_ / "ckpt").string() +
+                     " holds 2 newer checkpoint(s) (step_00000020 ... step_00000030)"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("--set checkpoint.resume=auto"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--set checkpoint.overwrite=true"), std::string::npos) << msg;
+  EXPECT_EQ(engine::list_checkpoints((root_ / "ckpt").string()).size(), 3u);
+  const std::string s30 = (root_ / "ckpt" / "step_00000030").string();
+  EXPECT_NO_THROW(engine::prepare_resume_from_older(config({"checkpoint.resume=" + s30})));
+  engine::prepare_resume_from_older(
+      config({"checkpoint.resume=" + s10, "checkpoint.overwrite=true"}));
+  EXPECT_EQ(engine::list_checkpoints((root_ / "ckpt").string()), (std::vector<std::string>{s10}));
+}
+
 }  // namespace
