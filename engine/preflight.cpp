@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <utility>
 
 #include "core/check.h"
@@ -73,6 +75,38 @@ void check_model_fits_memory(const Config& c, double memory_bytes) {
       gigabytes(bytes) + ", more than this machine's " + gigabytes(memory_bytes) + " of memory");
 }
 
+namespace {
+
+// The config with what a restart may change (checkpoint.resume, checkpoint.overwrite) made equal,
+// as YAML.
+std::string restart_invariant_yaml(Config c) {
+  c.checkpoint.resume = "auto";
+  c.checkpoint.overwrite = false;
+  return config_to_yaml(c);
+}
+
+// Whether the folders hold only what a start of this very config left before its first
+// checkpoint was complete: staging (.tmp) or removed (.old) folders, and a log.dir/config.yaml
+// (written at its start) equal to this config but for checkpoint.resume and .overwrite.
+bool only_this_runs_first_attempt(const Config& c, const std::vector<fs::path>& folders) {
+  for (const fs::path& dir : folders) {
+    const std::string name = dir.filename().string();
+    if (!name.ends_with(".tmp") && !name.ends_with(".old")) return false;
+  }
+  const fs::path saved = fs::path(c.log.dir) / "config.yaml";
+  std::error_code ec;
+  if (!fs::is_regular_file(fs::symlink_status(saved, ec))) return false;
+  std::ifstream in(saved, std::ios::binary);
+  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  try {
+    return restart_invariant_yaml(parse_config(text, saved.string())) == restart_invariant_yaml(c);
+  } catch (const core::Error&) {
+    return false;
+  }
+}
+
+}  // namespace
+
 void prepare_run_folders(const Config& c) {
   for (const auto& [key, dir] : {std::pair<std::string, std::string>{"log.dir", c.log.dir},
                                  {"checkpoint.dir", c.checkpoint.dir}}) {
@@ -100,6 +134,23 @@ void prepare_fresh_start(const Config& c) {
   std::error_code ec;
   const bool old_metrics = fs::is_regular_file(metrics, ec) && fs::file_size(metrics, ec) > 0;
   if (old_checkpoints.empty() && !old_metrics) return;
+  // A requeued job (the same command again) whose first attempt was stopped before its first
+  // checkpoint was complete: nothing to resume, and nothing of another run to keep.
+  if (resume == "auto" && only_this_runs_first_attempt(c, old_checkpoints)) {
+    for (const auto& dir : old_checkpoints)
+      fs::remove_all(dir);
+    if (old_metrics) fs::remove(metrics);
+    spdlog::warn(
+        "checkpoint.resume=auto: no complete checkpoint in {}; starting afresh, since what is "
+        "there ({}{}) is this config's own first attempt, stopped before its first checkpoint "
+        "was complete (log.dir/config.yaml is this config)",
+        c.checkpoint.dir,
+        old_checkpoints.empty() ? std::string()
+                                : std::to_string(old_checkpoints.size()) + " unfinished save(s)",
+        old_metrics ? std::string(old_checkpoints.empty() ? "" : " and ") + metrics.string()
+                    : std::string());
+    return;
+  }
   if (c.checkpoint.overwrite) {
     for (const auto& dir : old_checkpoints)
       fs::remove_all(dir);

@@ -146,6 +146,38 @@ TEST_F(FreshStart, FoldersThatCannotBeCreatedAreRefusedNamingTheKey) {
       << msg;
 }
 
+// checkpoint.resume=auto before the first complete checkpoint was refused as a fresh start into
+// another run's folders, so a scheduler requeuing the same command was stuck. When what is there
+// is this config's own first attempt (its log.dir/config.yaml, unfinished saves only), it starts
+// afresh; anything else is still refused.
+TEST_F(FreshStart, AutoAfterThisConfigsUnfinishedFirstSaveStartsAfresh) {
+  const auto first_attempt = [&](const engine::Config& started) {
+    fs::create_directories(root_ / "ckpt" / "step_00000010.tmp");
+    std::ofstream(root_ / "ckpt" / "step_00000010.tmp" / "rank_00000.safetensors") << "part";
+    std::ofstream(root_ / "metrics.jsonl") << "{\"step\":0}\n";
+    std::ofstream(root_ / "config.yaml") << engine::config_to_yaml(started);
+  };
+  first_attempt(config());
+  EXPECT_NO_THROW(engine::prepare_fresh_start(config({"checkpoint.resume=auto"})));
+  EXPECT_FALSE(fs::exists(root_ / "ckpt" / "step_00000010.tmp"));
+  EXPECT_FALSE(fs::exists(root_ / "metrics.jsonl"));
+
+  // Another config's output, or a step folder that is no unfinished save, stays refused.
+  first_attempt(config({"train.steps=77"}));
+  std::string msg =
+      error_of([&] { engine::prepare_fresh_start(config({"checkpoint.resume=auto"})); });
+  EXPECT_NE(msg.find("refusing a fresh start"), std::string::npos) << msg;
+  first_attempt(config());
+  fs::create_directories(root_ / "ckpt" / "step_00000005");
+  msg = error_of([&] { engine::prepare_fresh_start(config({"checkpoint.resume=auto"})); });
+  EXPECT_NE(msg.find("refusing a fresh start"), std::string::npos) << msg;
+  // Without auto nothing changes: a fresh start over it is refused.
+  fs::remove_all(root_ / "ckpt" / "step_00000005");
+  msg = error_of([&] { engine::prepare_fresh_start(config()); });
+  EXPECT_NE(msg.find("refusing a fresh start"), std::string::npos) << msg;
+  EXPECT_TRUE(fs::exists(root_ / "ckpt" / "step_00000010.tmp"));
+}
+
 // A complete one-rank checkpoint of `step` under root.
 std::string save_checkpoint(const fs::path& root, int64_t step) {
   engine::prepare_staging(root.string(), step);
