@@ -535,6 +535,15 @@ int run(int argc, char** argv, const comm::MpiSession& session, comm::Communicat
       return engine::make_val_loader(config, engine::BatchGeometry::of(config, world.size()),
                                      world.rank(), world.size());
     });
+  if (a.command == "export" && a.option("--format") == "hf") {
+    // A model without counterpart is refused before any work, as the usage errors are.
+    const std::string why = model::hf_gpt2_incompatibility(engine::model_config_of(config));
+    if (!why.empty())
+      throw UsageError(
+          "engine export --format hf: this model has no Hugging Face GPT-2 "
+          "counterpart: " +
+          why);
+  }
   // sample's standard output is the text alone.
   if (a.command != "sample") engine::log_rank_devices(world, *device.backend);
   std::unique_ptr<model::Gpt> model =
