@@ -617,6 +617,125 @@ def case_hostile_inputs(env):
     print(needle)
 
 
+def resign_manifest(path, text):
+    """Writes a manifest's text with a freshly computed checksum line, as a tool that rewrites
+    checkpoints would: the checksum no longer reveals the change."""
+    body = text[:text.rindex("manifest_fnv1a64: ")]
+    with open(path, "w") as f:
+        f.write(body + "manifest_fnv1a64: %016x\n" % fnv1a64(body.encode()))
+
+
+def case_resume_weak(env):
+    """Issue 49's weak resume and folder cases, each one line with exit status 2 and the run's files
+    unchanged: model keys that keep the tensor shapes (another model.n_head) on resume, eval and
+    sample; a newest checkpoint with a tensor dropped (manifest re-signed) offers the next older
+    one; a step folder without a manifest is reported; an explicit resume from an older checkpoint
+    is refused while newer ones exist (checkpoint.overwrite=true drops them); resume=auto after
+    this config's own unfinished first save starts afresh; a log.dir that cannot be created is
+    refused before the ranks wait on each other; export --format hf of a modern model exits 2."""
+    _, d = env.run(1, "run", ["checkpoint.every=10"])
+    ckpt = os.path.join(d, "ckpt")
+    s10, s20 = os.path.join(ckpt, "step_00000010"), os.path.join(ckpt, "step_00000020")
+    before = tree_sums(d)
+    before.pop("config.yaml")
+
+    def refused(p, *needles):
+        check(p.returncode == 2, "exit status %d, expected 2:\n%s" % (p.returncode,
+                                                                      (p.stdout + p.stderr)[-3000:]))
+        expect_refused(p, *needles)
+        after = tree_sums(d)
+        after.pop("config.yaml")
+        check(after == before, "a refused command changed the run's files")
+
+    other_model = "checkpoint " + s20 + " holds another model than this config's (model.n_head " \
+        "'2' there, '4' here)"
+    p, _ = env.run(1, "run", ["checkpoint.resume=auto", "train.steps=30", "model.n_head=4"],
+                   expect_ok=False)
+    refused(p, other_model)
+    p, _ = env.run(1, "run", ["model.n_head=4"], expect_ok=False, subcommand="eval")
+    refused(p, other_model)
+    p = subprocess.run([env.engine, "sample", "--checkpoint", s20, "--set", "model.n_head=4",
+                        "--tokens", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, timeout=60)
+    refused(p, other_model)
+
+    # An explicit resume from step 10 while step 20 exists.
+    p, _ = env.run(1, "run", ["checkpoint.resume=" + s10, "train.steps=30"], expect_ok=False)
+    refused(p, "refusing to resume from %s (step 10): %s holds 1 newer checkpoint(s) "
+            "(step_00000020)" % (s10, ckpt), "--set checkpoint.overwrite=true")
+
+    # export --format hf of a modern model: a refusal before any work (2), as the README says.
+    out = os.path.join(env.work, "hf_out")
+    p = subprocess.run([env.engine, "export", "--checkpoint", s20, "--format", "hf", "--out", out],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+    refused(p, "engine export --format hf: this model has no Hugging Face GPT-2 counterpart")
+    check(not os.path.exists(out), "export wrote " + out)
+
+    # A tensor dropped from the newest checkpoint, its manifest re-signed.
+    manifest = os.path.join(s20, "manifest.yaml")
+    with open(manifest) as f:
+        original = f.read()
+    try:
+        dropped = "".join(l for l in original.splitlines(True)
+                          if "name: param/blocks.1.mlp.fc.weight," not in l)
+        check(dropped != original, "no slice of blocks.1.mlp.fc.weight in the manifest")
+        resign_manifest(manifest, dropped)
+        p, _ = env.run(1, "run", ["checkpoint.resume=auto", "train.steps=30"], expect_ok=False)
+        expect_refused(p, "cannot resume from " + s20 + ": checkpoint " + s20 + " has no "
+                       "parameter blocks.1.mlp.fc.weight",
+                       "; the next older checkpoint is " + s10 +
+                       " (resume from it with --set checkpoint.resume=" + s10 + ")")
+        check(p.returncode == 2, "exit status %d for a damaged checkpoint" % p.returncode)
+    finally:
+        with open(manifest, "w") as f:
+            f.write(original)
+
+    # A step folder without a manifest, newer than the newest checkpoint: reported, passed over.
+    shutil.copytree(d, d + "_incomplete")
+    os.makedirs(os.path.join(d + "_incomplete", "ckpt", "step_00000030"))
+    p, _ = env.run(1, "run_incomplete", ["checkpoint.resume=auto", "train.steps=22",
+                                         "checkpoint.at_end=false"])
+    out = p.stdout + p.stderr
+    check("checkpoint.resume=auto: passing over " +
+          os.path.join(d + "_incomplete", "ckpt", "step_00000030") + ": it has no manifest.yaml"
+          in out and "resumed from " + os.path.join(d + "_incomplete", "ckpt", "step_00000020")
+          in out, "the folder without a manifest was not reported:\n" + out[-3000:])
+
+    # resume=auto after this config's own first attempt stopped in its first save: afresh.
+    cmd, first = env.command(1, "requeued", ["checkpoint.resume=auto", "train.steps=3"])
+    os.makedirs(os.path.join(first, "ckpt", "step_00000002.tmp"))
+    with open(os.path.join(first, "ckpt", "step_00000002.tmp", "rank_00000.safetensors"), "w") as f:
+        f.write("cut")
+    with open(os.path.join(first, "metrics.jsonl"), "w") as f:
+        f.write('{"step": 1}\n')
+    p = subprocess.run(cmd + ["--print-config"], stdout=subprocess.PIPE, text=True, timeout=60,
+                       check=True)
+    with open(os.path.join(first, "config.yaml"), "w") as f:
+        f.write(p.stdout)
+    p, _ = env.run(1, "requeued", ["checkpoint.resume=auto", "train.steps=3"])
+    check("starting afresh" in p.stdout + p.stderr and "step:3/3" in p.stdout + p.stderr,
+          "the requeued run did not start afresh:\n" + (p.stdout + p.stderr)[-3000:])
+
+    # A log folder that cannot be created (a file in the way), at np 2: one line, exit 2, at once.
+    in_the_way = os.path.join(env.work, "a_file")
+    with open(in_the_way, "w") as f:
+        f.write("x")
+    t0 = time.time()
+    p, _ = env.run(2, "run", ["log.dir=" + in_the_way + "/log"], expect_ok=False)
+    took = time.time() - t0
+    out = p.stdout + p.stderr
+    check(p.returncode == 2 and out.count("key 'log.dir': folder '" + in_the_way +
+                                          "/log' cannot be created: Not a directory") == 1,
+          "status %d:\n%s" % (p.returncode, out[-3000:]))
+    for banner in BANNERS + ("filesystem error",):
+        check(banner not in out, "%r in the output:\n%s" % (banner, out[-3000:]))
+    check(took < 8, "refused after %.1f s" % took)
+    print("other model keys refused on resume, eval and sample; a dropped tensor offers the next "
+          "older checkpoint; a folder without a manifest reported; a resume from an older "
+          "checkpoint refused; a requeued first attempt starts afresh; an uncreatable log.dir "
+          "refused in %.1f s; export --format hf of a modern model exits 2" % took)
+
+
 CASES = {
     "one_error_one_line": case_one_error_one_line,
     "hostile_inputs": case_hostile_inputs,
@@ -630,6 +749,7 @@ CASES = {
     "checkpoint_write_fails": case_checkpoint_write_fails,
     "signal_checkpoint": case_signal_checkpoint,
     "resume_mismatch": case_resume_mismatch,
+    "resume_weak": case_resume_weak,
 }
 
 
