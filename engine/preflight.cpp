@@ -182,15 +182,7 @@ void prepare_fresh_start(const Config& c) {
       "checkpoint.overwrite=true deletes those checkpoints and the metrics file)");
 }
 
-void prepare_resume_from_older(const Config& c) {
-  const std::string& resume = c.checkpoint.resume;
-  if (resume.empty() || resume == "auto") return;
-  int64_t from = 0;
-  try {
-    from = read_manifest(resume).step;
-  } catch (const core::Error&) {
-    return;  // the trainer refuses it, naming what is wrong
-  }
+void prepare_resume_from_older(const Config& c, const std::string& resume, int64_t from) {
   std::vector<std::string> newer;
   for (const std::string& dir : list_checkpoints(c.checkpoint.dir))
     if (std::stoll(fs::path(dir).filename().string().substr(5)) > from) newer.push_back(dir);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "engine/config.h"
 
@@ -31,11 +32,11 @@ void prepare_run_folders(const Config& config);
 // lock.
 void prepare_fresh_start(const Config& config);
 
-// A resume from a checkpoint older than others in checkpoint.dir (checkpoint.resume=PATH): the
-// run's saves would replace the newer ones of the same steps and its rotation would delete its
-// own as the oldest. Refused naming them and the choices, unless checkpoint.overwrite is true:
-// then the newer checkpoints are deleted first, with a warning naming them. Call on one rank,
-// holding the run lock.
-void prepare_resume_from_older(const Config& config);
+// A resume from checkpoint `resume` at step `from` while checkpoint.dir holds newer ones: the
+// run's saves would replace those of the same steps and its rotation would delete its own as the
+// oldest. Refused naming them and the choices, unless checkpoint.overwrite is true: then the newer
+// checkpoints are deleted, with a warning naming them. Call on one rank, holding the run lock,
+// once the checkpoint passed every other check (a refused resume deletes nothing).
+void prepare_resume_from_older(const Config& config, const std::string& resume, int64_t from);
 
 }  // namespace engine

@@ -486,7 +486,6 @@ int run(int argc, char** argv, const comm::MpiSession& session, comm::Communicat
         lock = std::make_unique<engine::RunLock>(dirs, engine::RunLock::Mode::Exclusive, 60.0);
         lock->downgrade();
         engine::prepare_fresh_start(config);
-        engine::prepare_resume_from_older(config);
       } catch (const core::Error& e) {
         refused = e.what();
       }

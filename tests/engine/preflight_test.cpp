@@ -197,10 +197,8 @@ std::string save_checkpoint(const fs::path& root, int64_t step) {
 TEST_F(FreshStart, ResumingFromAnOlderCheckpointIsRefusedWithoutOverwrite) {
   const std::string s10 = save_checkpoint(root_ / "ckpt", 10);
   save_checkpoint(root_ / "ckpt", 20);
-  save_checkpoint(root_ / "ckpt", 30);
-  EXPECT_NO_THROW(engine::prepare_resume_from_older(config({"checkpoint.resume=auto"})));
-  const std::string msg =
-      error_of([&] { engine::prepare_resume_from_older(config({"checkpoint.resume=" + s10})); });
+  const std::string s30 = save_checkpoint(root_ / "ckpt", 30);
+  const std::string msg = error_of([&] { engine::prepare_resume_from_older(config(), s10, 10); });
   EXPECT_NE(msg.find("refusing to resume from " + s10 + " (step 10): " + (root_ / "ckpt").string() +
                      " holds 2 newer checkpoint(s) (step_00000020 ... step_00000030)"),
             std::string::npos)
@@ -208,10 +206,8 @@ TEST_F(FreshStart, ResumingFromAnOlderCheckpointIsRefusedWithoutOverwrite) {
   EXPECT_NE(msg.find("--set checkpoint.resume=auto"), std::string::npos) << msg;
   EXPECT_NE(msg.find("--set checkpoint.overwrite=true"), std::string::npos) << msg;
   EXPECT_EQ(engine::list_checkpoints((root_ / "ckpt").string()).size(), 3u);
-  const std::string s30 = (root_ / "ckpt" / "step_00000030").string();
-  EXPECT_NO_THROW(engine::prepare_resume_from_older(config({"checkpoint.resume=" + s30})));
-  engine::prepare_resume_from_older(
-      config({"checkpoint.resume=" + s10, "checkpoint.overwrite=true"}));
+  EXPECT_NO_THROW(engine::prepare_resume_from_older(config(), s30, 30));
+  engine::prepare_resume_from_older(config({"checkpoint.overwrite=true"}), s10, 10);
   EXPECT_EQ(engine::list_checkpoints((root_ / "ckpt").string()), (std::vector<std::string>{s10}));
 }
 
