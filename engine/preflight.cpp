@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -85,14 +86,29 @@ std::string restart_invariant_yaml(Config c) {
   return config_to_yaml(c);
 }
 
+// The step of the last line of a metrics file ({"step":N,...}), or -1 when it has none.
+int64_t last_logged_step(const fs::path& metrics) {
+  std::ifstream in(metrics, std::ios::binary);
+  std::string line, last;
+  while (std::getline(in, line))
+    if (!line.empty()) last = line;
+  const std::string key = "\"step\":";
+  const size_t at = last.find(key);
+  if (at == std::string::npos) return -1;
+  return std::strtoll(last.c_str() + at + key.size(), nullptr, 10);
+}
+
 // Whether the folders hold only what a start of this very config left before its first
-// checkpoint was complete: staging (.tmp) or removed (.old) folders, and a log.dir/config.yaml
-// (written at its start) equal to this config but for checkpoint.resume and .overwrite.
+// checkpoint was complete: staging (.tmp) or removed (.old) folders, a metrics file that stops
+// before train.steps (a run that finished without saving is no unfinished attempt), and a
+// log.dir/config.yaml (written at its start) equal to this config but for checkpoint.resume and
+// .overwrite.
 bool only_this_runs_first_attempt(const Config& c, const std::vector<fs::path>& folders) {
   for (const fs::path& dir : folders) {
     const std::string name = dir.filename().string();
     if (!name.ends_with(".tmp") && !name.ends_with(".old")) return false;
   }
+  if (last_logged_step(fs::path(c.log.dir) / "metrics.jsonl") >= c.train.steps) return false;
   const fs::path saved = fs::path(c.log.dir) / "config.yaml";
   std::error_code ec;
   if (!fs::is_regular_file(fs::symlink_status(saved, ec))) return false;

@@ -162,7 +162,14 @@ TEST_F(FreshStart, AutoAfterThisConfigsUnfinishedFirstSaveStartsAfresh) {
   EXPECT_FALSE(fs::exists(root_ / "ckpt" / "step_00000010.tmp"));
   EXPECT_FALSE(fs::exists(root_ / "metrics.jsonl"));
 
-  // Another config's output, or a step folder that is no unfinished save, stays refused.
+  // A first attempt that finished (its metrics reach train.steps) without saving, another
+  // config's output, or a step folder that is no unfinished save, stays refused.
+  first_attempt(config({"train.steps=3"}));
+  std::ofstream(root_ / "metrics.jsonl", std::ios::app) << "{\"step\":3}\n";
+  const std::string finished = error_of([&] {
+    engine::prepare_fresh_start(config({"train.steps=3", "checkpoint.resume=auto"}));
+  });
+  EXPECT_NE(finished.find("refusing a fresh start"), std::string::npos) << finished;
   first_attempt(config({"train.steps=77"}));
   std::string msg =
       error_of([&] { engine::prepare_fresh_start(config({"checkpoint.resume=auto"})); });
