@@ -136,27 +136,28 @@ inline constexpr bool kOptional = false;
     "stages 1-2: reduce the embedding gradient as its nonzero rows only, when they are at " \
     "most a quarter of its rows (the tokens of a small batch)")
 
-#define ENGINE_CHECKPOINT_FIELDS(F)                                                          \
-  F(checkpoint, std::string, dir, "dir", "checkpoints", kOptional,                           \
-    "directory holding the step_%08d checkpoint folders")                                    \
-  F(checkpoint, int64_t, every, "every", 0, kOptional, "save every N steps (0 = off)")       \
-  F(checkpoint, bool, at_end, "at_end", true, kOptional, "save after the last step")         \
-  F(checkpoint, int64_t, keep, "keep", 3, kOptional, "keep the newest K checkpoints")        \
-  F(checkpoint, bool, keep_best, "keep_best", false, kOptional,                              \
-    "also keep the checkpoint with the lowest validation loss (of those saved at a step "    \
-    "with an evaluation) out of the rotation")                                               \
-  F(checkpoint, std::string, resume, "resume", "", kOptional,                                \
-    "empty = fresh start, auto = newest complete checkpoint in dir, or a checkpoint path")   \
-  F(checkpoint, bool, overwrite, "overwrite", false, kOptional,                              \
-    "a fresh start first deletes an earlier run's step_* checkpoints in dir and "            \
-    "metrics.jsonl and TensorBoard event files in log.dir (false: such a start is refused)") \
-  F(checkpoint, bool, on_signal, "on_signal", true, kOptional,                               \
+#define ENGINE_CHECKPOINT_FIELDS(F)                                                        \
+  F(checkpoint, std::string, dir, "dir", "checkpoints", kOptional,                         \
+    "directory holding the step_%08d checkpoint folders")                                  \
+  F(checkpoint, int64_t, every, "every", 0, kOptional, "save every N steps (0 = off)")     \
+  F(checkpoint, bool, at_end, "at_end", true, kOptional, "save after the last step")       \
+  F(checkpoint, int64_t, keep, "keep", 3, kOptional, "keep the newest K checkpoints")      \
+  F(checkpoint, bool, keep_best, "keep_best", false, kOptional,                            \
+    "also keep the checkpoint with the lowest validation loss (of those saved at a step "  \
+    "with an evaluation) out of the rotation")                                             \
+  F(checkpoint, std::string, resume, "resume", "", kOptional,                              \
+    "empty = fresh start, auto = newest complete checkpoint in dir, or a checkpoint path") \
+  F(checkpoint, bool, overwrite, "overwrite", false, kOptional,                            \
+    "a fresh start first deletes an earlier run's step_* checkpoints in dir and "          \
+    "metrics.jsonl and TensorBoard event files in log.dir, a resume from a checkpoint "    \
+    "older than others in dir deletes the newer ones (false: both are refused)")           \
+  F(checkpoint, bool, on_signal, "on_signal", true, kOptional,                             \
     "on SIGTERM / SIGINT finish the current step, save a checkpoint, exit 143 / 130")
 
 #define ENGINE_COMM_FIELDS(F)                                                                    \
   F(comm, double, timeout_s, "timeout_s", 300.0, kOptional,                                      \
     "abort the job when a collective waits longer than this for a rank, naming the "             \
-    "collective and the ranks that did not arrive (0 = wait forever)")                           \
+    "collective and the ranks that did not arrive (0 = wait forever; else at least 1)")          \
   F(comm, std::string, device_collectives, "device_collectives", "nccl", kOptional,              \
     "how GPU tensors move: nccl | mpi (staged through host buffers over MPI: several ranks may " \
     "share one GPU; a cluster without NCCL)")

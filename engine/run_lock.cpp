@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,8 +25,11 @@ std::vector<std::string> distinct_folders(const std::vector<std::string>& dirs) 
   std::vector<std::string> out;
   std::vector<std::filesystem::path> seen;
   for (const auto& dir : dirs) {
-    std::filesystem::create_directories(dir);
-    const std::filesystem::path real = std::filesystem::canonical(dir);
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    const std::filesystem::path real =
+        ec ? std::filesystem::path() : std::filesystem::canonical(dir, ec);
+    ENGINE_CHECK(!ec, "cannot create the run folder " + dir + ": " + ec.message());
     if (std::find(seen.begin(), seen.end(), real) != seen.end()) continue;
     seen.push_back(real);
     out.push_back(dir);
@@ -43,9 +47,19 @@ RunLock::RunLock(const std::vector<std::string>& dirs, Mode mode, double wait_se
   try {
     for (const auto& dir : dirs_) {
       const std::string path = (std::filesystem::path(dir) / ".engine.lock").string();
-      int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+      // Not through a link: lock files linked to one outside file would have this process wait
+      // on its own lock and blame another run.
+      int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+      ENGINE_CHECK(fd >= 0 || errno != ELOOP,
+                   "the run lock " + path +
+                       " is a symbolic link; a lock file is the engine's own (remove the link)");
       ENGINE_CHECK(fd >= 0, "cannot open the run lock " + path + ": " + std::strerror(errno));
       fds_.push_back(fd);
+      struct stat st {};
+      ENGINE_CHECK(::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1,
+                   "the run lock " + path +
+                       " is not a plain file of its own (a hard link or no regular file); a lock "
+                       "file is the engine's own (remove it)");
       while (::flock(fd, op) != 0) {
         ENGINE_CHECK(errno == EWOULDBLOCK || errno == EINTR,
                      "cannot lock " + path + ": " + std::strerror(errno));

@@ -24,6 +24,7 @@
 #include "engine/console_log.h"
 #include "engine/model_loading.h"
 #include "engine/precision.h"
+#include "engine/preflight.h"
 #include "engine/reparam/reparam_kinds.h"
 #include "engine/stop_signal.h"
 #include "engine/tensorboard_writer.h"
@@ -467,6 +468,19 @@ TrainSummary Trainer::run() {
   if (!resume.empty()) {
     load_checkpoint(resume);
     check_steps_left(resume, counters_.step, config_);
+    // Checkpoints newer than this one: rank 0's verdict (it holds the run lock), shared, once
+    // every other check passed, so that a refused resume deletes nothing.
+    std::string refused;
+    if (comm_.rank() == 0) {
+      try {
+        prepare_resume_from_older(config_, resume, counters_.step);
+      } catch (const core::Error& e) {
+        refused = e.what();
+      }
+    }
+    int64_t failed = refused.empty() ? 0 : 1;
+    comm_.all_reduce(&failed, 1, comm::ReduceOp::Max);
+    if (failed != 0) throw core::Error(refused.empty() ? "rank 0 refused the resume" : refused);
     spdlog::info("resumed from {} at step {}", resume, counters_.step);
   } else if (!config_.train.init_from.empty()) {
     init_params_from(config_.train.init_from);

@@ -5,8 +5,8 @@ Started by scripts/soak.sh (which documents the options); see docs/checkpoints_a
 
 Each round starts the run (the first round fresh, every later one with checkpoint.resume=auto),
 waits until the run has logged a drawn number of steps past its start and holds a complete
-checkpoint (before the first one, a restart with resume=auto would be refused as a fresh start
-over an earlier run's metrics.jsonl, as docs/checkpoints_and_faults.md says), and stops it one of
+checkpoint (before the first one there is nothing to resume: a restart with resume=auto starts
+afresh, as docs/checkpoints_and_faults.md says, and the round would test nothing), and stops it one of
 these ways:
 
   kill_one        SIGKILL to one rank (drawn), a drawn fraction of a step later

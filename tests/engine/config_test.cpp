@@ -188,7 +188,9 @@ TEST(Config, SizesBeyondTheModelsIntAreRefused) {
             std::string::npos)
       << msg;
   msg = error_of([] { engine::parse_config(kMinimal, "s.yaml", {"comm.timeout_s=-1"}); });
-  EXPECT_NE(msg.find("'comm.timeout_s': must be >= 0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'comm.timeout_s': must be 0 (no watchdog) or at least 1.0 s, got -1.0"),
+            std::string::npos)
+      << msg;
 }
 
 TEST(Config, OverridesUseTheKeysType) {
@@ -502,6 +504,84 @@ TEST(Config, HostileConfigsAreRefusedInOneLine) {
   const std::string msg = error_of([] { engine::load_config("/dev/zero"); });
   EXPECT_NE(msg.find("/dev/zero: is more than 1048576 bytes: a config is small"), std::string::npos)
       << msg.substr(0, 500);
+}
+
+// A value echoed in a choice error was printed whole (a 100,000-character value gave a
+// 100,168-character line).
+TEST(Config, EchoedValuesAreCutToABoundedLength) {
+  const std::string value(100000, 'x');
+  for (const std::string key : {"model.arch", "device", "train.lr_schedule", "zero.progress"}) {
+    const std::string msg =
+        error_of([&] { engine::parse_config(kMinimal, "m.yaml", {key + "=" + value}); });
+    EXPECT_LT(msg.size(), 400u) << key << ": " << msg.substr(0, 300);
+    EXPECT_NE(msg.find("... (100000 bytes)"), std::string::npos)
+        << key << ": " << msg.substr(0, 300);
+  }
+}
+
+TEST(Config, LookAlikeLettersInKeysArePointedOut) {
+  // "n_heаd" with a Cyrillic 'а' (U+0430), in a file and in a --set.
+  const std::string key =
+      "n_he\xD0\xB0"
+      "d";
+  std::string msg = error_of([&] {
+    engine::parse_config(std::string(kMinimal).replace(std::string(kMinimal).find("  n_layer"), 0,
+                                                       "  " + key + ": 4\n"),
+                         "u.yaml");
+  });
+  EXPECT_NE(msg.find("unknown key 'model.n_he\\u{430}d' (did you mean 'model.n_head'?); it holds "
+                     "\\u{430}, no printable ASCII character: config keys are ASCII"),
+            std::string::npos)
+      << msg;
+  msg = error_of([&] { engine::parse_config(kMinimal, "u.yaml", {"model." + key + "=4"}); });
+  EXPECT_NE(msg.find("--set model." + key +
+                     "=4: unknown key 'model.n_he\\u{430}d' (did you mean "
+                     "'model.n_head'?); it holds \\u{430}"),
+            std::string::npos)
+      << msg;
+  // An ASCII typo has no such note.
+  msg = error_of([&] { engine::parse_config(kMinimal, "u.yaml", {"model.n_heda=4"}); });
+  EXPECT_EQ(msg.find("it holds"), std::string::npos) << msg;
+}
+
+TEST(Config, KeyGivenTwiceInOneOptimizerGroupIsRefused) {
+  const std::string text = std::string(kMinimal) + "    lr: 0.5\n";
+  const std::string msg = error_of([&] { engine::parse_config(text, "g.yaml"); });
+  EXPECT_NE(msg.find("config error: g.yaml:16: optim[0]: key 'lr' is given twice"),
+            std::string::npos)
+      << msg;
+}
+
+TEST(Config, YamlMergeKeysAreRefusedByName) {
+  const std::string merged = std::string(kMinimal).substr(0, std::string(kMinimal).find("optim:")) +
+                             "optim:\n  - &adam {params: ['*.weight'], optimizer: adamw, lr: 0.1}\n"
+                             "  - <<: *adam\n    params: ['*']\n";
+  std::string msg = error_of([&] { engine::parse_config(merged, "y.yaml"); });
+  EXPECT_NE(msg.find("config error: y.yaml:14: YAML merge keys ('<<: *name') are not supported"),
+            std::string::npos)
+      << msg;
+  msg = error_of([&] { engine::parse_config(with("log:\n  <<: {every: 2}\n"), "y.yaml"); });
+  EXPECT_NE(msg.find("YAML merge keys ('<<: *name') are not supported"), std::string::npos) << msg;
+}
+
+TEST(Config, SetOfAGroupsParamsNamesTheSet) {
+  const std::string msg =
+      error_of([&] { engine::parse_config(kMinimal, "p.yaml", {"optim.0.params=[]"}); });
+  EXPECT_NE(msg.find("config error: --set optim.0.params=[]: optim[0].params must be a glob or a "
+                     "non-empty list of globs"),
+            std::string::npos)
+      << msg;
+  EXPECT_EQ(msg.find("p.yaml"), std::string::npos) << msg;
+}
+
+TEST(Config, CommTimeoutBelowASecondIsRefused) {
+  std::string msg =
+      error_of([&] { engine::parse_config(kMinimal, "t.yaml", {"comm.timeout_s=0.01"}); });
+  EXPECT_NE(msg.find("key 'comm.timeout_s': must be 0 (no watchdog) or at least 1.0 s, got 0.01"),
+            std::string::npos)
+      << msg;
+  EXPECT_NO_THROW(engine::parse_config(kMinimal, "t.yaml", {"comm.timeout_s=0"}));
+  EXPECT_NO_THROW(engine::parse_config(kMinimal, "t.yaml", {"comm.timeout_s=1"}));
 }
 
 // --set values are finite where the key is a float; 1e308 is a number and is checked like any
