@@ -32,6 +32,9 @@ void Gpt::linear(float* y, Operand x, Operand weight, int64_t N, int64_t in, int
   if (x.bf16 && weight.bf16) {
     backend_.gemm(a, x.bf16, weight.bf16, y);
   } else {
+    ENGINE_CHECK(x.f32,
+                 "model: a linear layer with an f32 weight got an input stored only in "
+                 "bf16 (widen it first, as router_input does)");
     a.tf32 = config_.precision == Precision::Tf32;
     backend_.gemm(a, x.f32, weight.f32, y);
   }
@@ -53,6 +56,9 @@ void Gpt::linear_backward(float* dx, float* dweight, const float* dy, Operand x,
     backend_.gemm(a, dy_rounded, weight.bf16, dx);
     backend_.gemm(b, dy_rounded, x.bf16, dweight);
   } else {
+    ENGINE_CHECK(x.f32 && dy,
+                 "model: a linear layer with an f32 weight got an input or output "
+                 "gradient stored only in bf16");
     a.tf32 = b.tf32 = config_.precision == Precision::Tf32;
     backend_.gemm(a, dy, weight.f32, dx);
     backend_.gemm(b, dy, x.f32, dweight);
