@@ -553,6 +553,32 @@ TEST(GptBf16, MatmulWeightsEnterOnlyAsBf16) {
   }
 }
 
+// In bf16 precision the GEMM inputs (the norms' outputs, the merged heads, the MLP activation,
+// the MoE rows) and the output gradients their producers store (d pre, d qkv) are bf16 only, with
+// no f32 array beside them: the activation plan is smaller than fp32's, although it adds the
+// bf16 d logits and the rounding scratch (before the storage change it was larger: f32 arrays
+// and their bf16 copies).
+TEST(GptBf16, StoresGemmInputsOnlyAsBf16) {
+  for (int a = 0; a < 3; ++a) {
+    size_t bytes[2] = {0, 0};
+    for (int p = 0; p < 2; ++p) {
+      model::ModelConfig c =
+          tiny(a == 0 ? model::Arch::Gpt2 : model::Arch::Modern, 64, a == 2 ? 4 : 0);
+      c.precision = p == 0 ? model::Precision::Fp32 : model::Precision::Bf16;
+      model::Gpt gpt(c, core::cpu_backend());
+      gpt.init_weights();
+      const int B = 4, T = 8;
+      auto x = random_tokens(B * T, 64, 90 + a), y = random_tokens(B * T, 64, 95 + a);
+      gpt.forward(x.data(), y.data(), B, T);
+      gpt.backward();
+      bytes[p] = gpt.activation_bytes();
+    }
+    EXPECT_LT(bytes[1], bytes[0]) << "arch " << a;
+    std::printf("[ measured ] arch %d: bf16 activation plan %.3f of fp32's\n", a,
+                double(bytes[1]) / double(bytes[0]));
+  }
+}
+
 // The bf16 copies of the matmul weights are made at their first use after params_updated():
 // weights written in place and announced give exactly the loss of a model that never ran
 // before them (its copies are made at its first forward).
