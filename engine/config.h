@@ -125,6 +125,12 @@ inline constexpr bool kOptional = false;
   F(train, double, lr_cooldown_frac, "lr_cooldown_frac", 0.4, kOptional,                           \
     "fraction of train.steps spent decaying at the end")                                           \
   F(train, double, lr_floor, "lr_floor", 0.0, kOptional, "lr multiplier reached at the last step") \
+  F(train, bool, lr_at_step_start, "lr_at_step_start", false, kOptional,                           \
+    "step s takes the schedule at progress s / steps, as the record's get_lr (else (s + 1) / "     \
+    "steps: the decay reaches lr_floor at the last step)")                                         \
+  F(train, bool, rank_sum_loss, "rank_sum_loss", false, kOptional,                                 \
+    "the gradient of each rank's summed token losses averaged over ranks (the record's "           \
+    "reduction='sum', ReduceOp.AVG): batch_tokens / world times the mean loss's")                  \
   F(train, int64_t, eval_every, "eval_every", 100, kOptional,                                      \
     "validate every N steps and at the end (0 = only at the end)")                                 \
   F(train, int64_t, val_tokens, "val_tokens", 65536, kOptional,                                    \

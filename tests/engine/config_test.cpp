@@ -592,7 +592,7 @@ TEST(Config, KeyListIsLocked) {
       "data.val data.shuffle train.seed train.steps train.batch_tokens train.micro_batch "
       "train.grad_clip train.precision train.lr_schedule train.lr_warmup_steps "
       "train.lr_cooldown_frac "
-      "train.lr_floor train.eval_every train.val_tokens "
+      "train.lr_floor train.lr_at_step_start train.rank_sum_loss train.eval_every train.val_tokens "
       "train.target_val_loss "
       "train.diverge_loss_factor train.diverge_zero_grad_steps train.warmup_steps train.init_from "
       "zero.stage zero.overlap zero.bucket_mb "
