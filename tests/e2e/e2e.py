@@ -1107,6 +1107,7 @@ CASES = {
     "world_size_stage3": lambda env: case_world_size(env, 3),
     "world_size_archs": case_world_size_archs,
     "world_size_recipe": case_world_size_recipe,
+    "world_size_record": case_world_size_record,
     "window_schedule_validation": case_window_schedule_validation,
     "world_size_optimizers": case_world_size_optimizers,
     "world_size_osft": case_world_size_osft,
