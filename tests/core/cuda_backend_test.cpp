@@ -664,8 +664,8 @@ TEST_F(CudaVsCpu, ScalarMixWithoutB) {
   EXPECT_CLOSE(dev().download(gout, n), out, 1e-6);
   float* gda = dev().upload(da0);
   float* gdw = dev().upload(std::vector<float>{0.25f, 0.5f});
-  gpu().scalar_mix_backward(gda, nullptr, gdw, gdw + 1, gw, ga, gw + 1, nullptr,
-                            dev().upload(dout), n);
+  gpu().scalar_mix_backward(gda, nullptr, gdw, gdw + 1, gw, ga, gw + 1, nullptr, dev().upload(dout),
+                            n);
   EXPECT_CLOSE(dev().download(gda, n), da, 1e-6);
   EXPECT_CLOSE(dev().download(gdw, 2), dw, 1e-4);
 }
