@@ -195,9 +195,10 @@ def overlap_of(run_dir, bench_paths, bucket_mb):
 
 
 def gpu_mode(args):
-    m = model_section(args.config)
-    kind = reduction_kind(load_yaml(args.config))
-    params = parameter_count(m, args.config)
+    # The measured run's own config when there is one (its model is the one timed), else --config.
+    config = os.path.join(args.one_gpu, "config.yaml") if args.one_gpu else args.config
+    kind = reduction_kind(load_yaml(config))
+    params = parameter_count(model_section(config), config)
     grad_bytes = 4 * params
     if args.one_gpu:
         r = run_phases(args.one_gpu, device=True)
@@ -232,7 +233,7 @@ def gpu_mode(args):
     if args.json:
         print(json.dumps(result))
         return
-    print(f"projected 8 x H100 step of the record ({args.config}, {params} parameters, "
+    print(f"projected 8 x H100 step of the record ({config}, {params} parameters, "
           f"{grad_bytes / 1e9:.3f} GB of f32 gradients by {kind}, the parameters all-gathered)")
     print(f"  one-GPU input: {src}")
     print(f"  NCCL busbw {red_bw} GB/s ({kind}), {args.busbw} GB/s (all_gather); hidden fraction "
@@ -308,7 +309,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="mode", required=True)
     g = sub.add_parser("gpu", help="project the record's 8 x H100 time")
-    g.add_argument("--config", default="configs/speedrun_gpu.yaml")
+    g.add_argument("--config", default="configs/speedrun_gpu.yaml",
+                   help="the model whose bytes move (with --one-gpu: that run's config.yaml)")
     g.add_argument("--one-gpu", help="run folder of the one-GPU recipe step (np 1)")
     g.add_argument("--provisional", action="store_true",
                    help="use the last GPU run's numbers (not the recipe: stated as provisional)")
