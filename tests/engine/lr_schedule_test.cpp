@@ -86,7 +86,9 @@ TEST(LrSchedule, AtStepStartIsTheRecordsGetLr) {
     const double x = static_cast<double>(step) / 1770.0;
     const double w = std::min((1.0 - x) / 0.4, 1.0);
     EXPECT_NEAR(record.multiplier(step), w + (1.0 - w) * 0.1, 1e-12) << step;
-    if (step + 1 < 1770) EXPECT_EQ(after.multiplier(step), record.multiplier(step + 1)) << step;
+    if (step + 1 < 1770) {
+      EXPECT_EQ(after.multiplier(step), record.multiplier(step + 1)) << step;
+    }
   }
   EXPECT_EQ(record.multiplier(1062), 1.0);
   EXPECT_LT(after.multiplier(1062), 1.0);
