@@ -82,12 +82,14 @@ ENGINE_HD inline float fp8_value(float x, Fp8 format) {
   const float a = std::fabs(x);
   if (!(a == a)) return x;
   if (a >= largest) return std::copysign(largest, x);
-  int e = 0;
-  std::frexp(a, &e);  // a = f 2^e, f in [0.5, 1): the leading bit is 2^(e - 1)
-  const int step_exp = (e - 1 > min_exp ? e - 1 : min_exp) - mantissa;
-  // a / step has at most 24 significant bits and the step is a power of two: both exact.
-  const float r = std::ldexp(std::rint(std::ldexp(a, -step_exp)), step_exp);
-  return std::copysign(r, x);
+  // The leading bit of a is 2^(biased exponent - 127) (float subnormals are far below min_exp);
+  // the step 2^q and 2^-q are built from their bits, and a 2^-q and its rounding times 2^q are
+  // exact (powers of two, |q| < 30).
+  const int leading = static_cast<int>((float_bits(a) >> 23) & 0xFFu) - 127;
+  const int q = (leading > min_exp ? leading : min_exp) - mantissa;
+  const float step = float_from_bits(static_cast<uint32_t>(q + 127) << 23);
+  const float inv_step = float_from_bits(static_cast<uint32_t>(127 - q) << 23);
+  return std::copysign(std::rint(a * inv_step) * step, x);
 }
 
 // ---- activations -------------------------------------------------------------------------------
