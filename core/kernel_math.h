@@ -64,6 +64,34 @@ ENGINE_HD inline float float_from_bf16(bf16 b) {
   return float_from_bits(static_cast<uint32_t>(b.bits) << 16);
 }
 
+// ---- fp8 ---------------------------------------------------------------------------------------
+
+// The two FP8 formats of the record's head (OCP FP8): e4m3fn (4 exponent bits, bias 7, 3
+// mantissa bits, largest 448, no infinity) for the inputs, e5m2 (5, 15, 2, largest 57344) for
+// the output gradient.
+enum class Fp8 { E4M3, E5M2 };
+
+// The value of the FP8 number nearest x (ties to even), as a float (exact): a value in
+// [2^e, 2^(e+1)) a multiple of 2^(e - mantissa bits), below the smallest normal a multiple of
+// the subnormal step (2^-9, 2^-16). Beyond the largest finite value it saturates (PTX's
+// cvt.rn.satfinite, which the record's compiled casts use); NaN stays NaN.
+ENGINE_HD inline float fp8_value(float x, Fp8 format) {
+  const bool e4m3 = format == Fp8::E4M3;
+  const int mantissa = e4m3 ? 3 : 2, min_exp = e4m3 ? -6 : -14;
+  const float largest = e4m3 ? 448.0f : 57344.0f;
+  const float a = std::fabs(x);
+  if (!(a == a)) return x;
+  if (a >= largest) return std::copysign(largest, x);
+  // The leading bit of a is 2^(biased exponent - 127) (float subnormals are far below min_exp);
+  // the step 2^q and 2^-q are built from their bits, and a 2^-q and its rounding times 2^q are
+  // exact (powers of two, |q| < 30).
+  const int leading = static_cast<int>((float_bits(a) >> 23) & 0xFFu) - 127;
+  const int q = (leading > min_exp ? leading : min_exp) - mantissa;
+  const float step = float_from_bits(static_cast<uint32_t>(q + 127) << 23);
+  const float inv_step = float_from_bits(static_cast<uint32_t>(127 - q) << 23);
+  return std::copysign(std::rint(a * inv_step) * step, x);
+}
+
 // ---- activations -------------------------------------------------------------------------------
 
 // sqrt(2 / pi) and the cubic coefficient of the tanh form of GELU.
@@ -125,16 +153,21 @@ ENGINE_HD inline T softcap_grad_from_output(T capped, T cap) {
 
 // ---- rotary positions --------------------------------------------------------------------------
 
-// inv_j = base^(-j / half) for the pair (j, j + half), half = hd / 2.
+// inv_j = base^(-j / half) for the pair (j, j + half), half = hd / 2. `truncated`: the record's
+// half-truncated rotary, q = half / 2 pairs at base^(-j / (q - 1)) (torch.linspace's q points
+// from 1 down to 1 / base), the other q pairs at 0 (unrotated).
 template <typename T>
-ENGINE_HD inline T rotary_inv_freq(int64_t j, int64_t half, T base) {
-  return std::pow(base, -T(j) / T(half));
+ENGINE_HD inline T rotary_inv_freq(int64_t j, int64_t half, T base, bool truncated = false) {
+  if (!truncated) return std::pow(base, -T(j) / T(half));
+  const int64_t q = half / 2;
+  return j < q ? std::pow(base, -T(j) / T(q - 1)) : T(0);
 }
 
 // Angle of the pair (j, j + half) at position t: t * inv_j.
 template <typename T>
-ENGINE_HD inline T rotary_angle(int64_t t, int64_t j, int64_t half, T base) {
-  return T(t) * rotary_inv_freq(j, half, base);
+ENGINE_HD inline T rotary_angle(int64_t t, int64_t j, int64_t half, T base,
+                                bool truncated = false) {
+  return T(t) * rotary_inv_freq(j, half, base, truncated);
 }
 
 // Rotate the pair (x0, x1) = (x_j, x_{j+half}) by the angle with cosine c and sine s:
@@ -150,8 +183,8 @@ ENGINE_HD inline void rotary_rotate(T& x0, T& x1, T c, T s) {
 // Both steps for one pair; `inverse` selects the transposed rotation.
 template <typename T>
 ENGINE_HD inline void rotary_pair(T& x0, T& x1, int64_t t, int64_t j, int64_t half, T base,
-                                  bool inverse) {
-  T angle = rotary_angle(t, j, half, base);
+                                  bool inverse, bool truncated = false) {
+  T angle = rotary_angle(t, j, half, base, truncated);
   T s = std::sin(angle);
   rotary_rotate(x0, x1, std::cos(angle), inverse ? -s : s);
 }

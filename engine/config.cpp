@@ -769,9 +769,30 @@ void validate_config(const Config& c, ConfigUse use) {
           {"model.zero_init_head", c.model.zero_init_head},
           {"model.softcap_form", c.model.softcap_form != "tanh"},
           {"model.doc_bos", c.model.doc_bos >= 0},
-          {"model.window", c.model.window > 0}})
+          {"model.window", c.model.window > 0},
+          {"model.x0_norm", c.model.x0_norm},
+          {"model.norm_eps", c.model.norm_eps != 1e-6},
+          {"model.rotary_base", c.model.rotary_base != 10000.0},
+          {"model.rotary_truncate", c.model.rotary_truncate},
+          {"model.v_lambdas_all", c.model.v_lambdas_all},
+          {"model.uniform_matrix_init", c.model.uniform_matrix_init},
+          {"model.head_fp8", c.model.head_fp8}})
       if (on) fail(key, "needs model.arch modern");
   }
+  if (c.model.norm_eps <= 0) fail("model.norm_eps", "must be positive");
+  if (c.model.rotary_base <= 1) fail("model.rotary_base", "must be above 1");
+  if (c.model.rotary_truncate && c.model.n_head > 0 && c.model.d_model % c.model.n_head == 0) {
+    const int64_t hd = c.model.d_model / c.model.n_head;
+    if (hd % 4 != 0 || hd < 8)
+      fail("model.rotary_truncate",
+           "needs a head size that is a multiple of 4 and at least 8, got " + std::to_string(hd));
+  }
+  if (c.model.embed_std <= 0) fail("model.embed_std", "must be positive");
+  if (c.model.window_block < 0) fail("model.window_block", "must be >= 0 (0: token-granular)");
+  if (c.model.window_block > 0 &&
+      (c.model.window == 0 || c.model.window % c.model.window_block != 0))
+    fail("model.window_block",
+         "needs model.window, a multiple of it (window " + std::to_string(c.model.window) + ")");
   if (c.model.doc_bos < -1 || c.model.doc_bos >= c.model.vocab_size)
     fail("model.doc_bos", "must be -1 (off) or a token id below model.vocab_size");
   if (c.model.window < 0 || c.model.window > std::numeric_limits<int32_t>::max())

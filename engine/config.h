@@ -71,7 +71,34 @@ inline constexpr bool kOptional = false;
     "one L (long window) or S (short) per block; '' = every block long")                        \
   F(model, bool, window_grow, "window_grow", false, kOptional,                                  \
     "grow the long window linearly from 128 to model.window over train.steps, in 128s; a "      \
-    "validation after k steps (and `engine eval` of the step-k checkpoint) uses step k's window")
+    "validation after k steps (and `engine eval` of the step-k checkpoint) uses step k's "      \
+    "window (with window_block: the record's rule, docs/record_recipe.md)")                     \
+  F(model, int64_t, window_block, "window_block", 0, kOptional,                                 \
+    "windows in blocks of this many tokens, as the record's block masks (the record: 128): "    \
+    "a query in block b sees its document's keys in blocks b - n + 1 .. b, n = window / "       \
+    "block (short: n / 2, at least 1); 0 = token-granular")                                     \
+  F(model, bool, x0_norm, "x0_norm", false, kOptional,                                          \
+    "x0 = rmsnorm(embedding) feeds block 0 and the x0 lambdas (the record; modern)")            \
+  F(model, double, norm_eps, "norm_eps", 1e-6, kOptional,                                       \
+    "eps of every RMSNorm (the record: float32's machine epsilon 1.1920929e-07; modern)")       \
+  F(model, double, rotary_base, "rotary_base", 10000.0, kOptional,                              \
+    "rotary base (the record: 1024; modern)")                                                   \
+  F(model, bool, rotary_truncate, "rotary_truncate", false, kOptional,                          \
+    "the record's half-truncated rotary: head_dim/4 pairs at base^(-j/(head_dim/4 - 1)), "      \
+    "the other head_dim/4 unrotated (modern)")                                                  \
+  F(model, bool, v_lambdas_all, "v_lambdas_all", false, kOptional,                              \
+    "every attention block scales v by a learned l0 (init 0.5), plus l1 ve where a value "      \
+    "table feeds it (the record; else only the blocks with a table; modern)")                   \
+  F(model, bool, loss_over_padding, "loss_over_padding", false, kOptional,                      \
+    "the loss's softmax runs over all padded logits, as the record's (else the vocabulary)")    \
+  F(model, double, embed_std, "embed_std", 0.02, kOptional,                                     \
+    "init std of the embedding and value-embedding tables (the record's nn.Embedding: 1)")      \
+  F(model, bool, uniform_matrix_init, "uniform_matrix_init", false, kOptional,                  \
+    "QKV and MLP fc weights start U(-sqrt(3) s, sqrt(3) s), s = 0.5 / sqrt(fan in), the "       \
+    "record's (else normal, std 0.02; modern)")                                                 \
+  F(model, bool, head_fp8, "head_fp8", false, kOptional,                                        \
+    "training runs lm_head in FP8 as the record: e4m3 inputs over sqrt(D)/448 and 24/448, "     \
+    "e5m2 output gradient over 1/448 (GPUs sm_89+; the CPU rounds in software; modern)")
 
 #define ENGINE_DATA_FIELDS(F)                                                                 \
   F(data, std::string, train, "train", "", kRequired, "glob of training token shards (.bin)") \
@@ -99,6 +126,12 @@ inline constexpr bool kOptional = false;
   F(train, double, lr_cooldown_frac, "lr_cooldown_frac", 0.4, kOptional,                           \
     "fraction of train.steps spent decaying at the end")                                           \
   F(train, double, lr_floor, "lr_floor", 0.0, kOptional, "lr multiplier reached at the last step") \
+  F(train, bool, lr_at_step_start, "lr_at_step_start", false, kOptional,                           \
+    "step s takes the schedule at progress s / steps, as the record's get_lr (else (s + 1) / "     \
+    "steps: the decay reaches lr_floor at the last step)")                                         \
+  F(train, bool, rank_sum_loss, "rank_sum_loss", false, kOptional,                                 \
+    "the gradient of each rank's summed token losses averaged over ranks (the record's "           \
+    "reduction='sum', ReduceOp.AVG): batch_tokens / world times the mean loss's")                  \
   F(train, int64_t, eval_every, "eval_every", 100, kOptional,                                      \
     "validate every N steps and at the end (0 = only at the end)")                                 \
   F(train, int64_t, val_tokens, "val_tokens", 65536, kOptional,                                    \

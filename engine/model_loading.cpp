@@ -67,6 +67,16 @@ model::ModelConfig model_config_of(const Config& c) {
   m.window = static_cast<int>(c.model.window);
   m.window_pattern = c.model.window_pattern;
   m.window_grow = c.model.window_grow;
+  m.window_block = static_cast<int>(c.model.window_block);
+  m.x0_norm = c.model.x0_norm;
+  m.norm_eps = static_cast<float>(c.model.norm_eps);
+  m.rotary_base = static_cast<float>(c.model.rotary_base);
+  m.rotary_truncate = c.model.rotary_truncate;
+  m.v_lambdas_all = c.model.v_lambdas_all;
+  m.loss_over_padding = c.model.loss_over_padding;
+  m.embed_std = static_cast<float>(c.model.embed_std);
+  m.uniform_matrix_init = c.model.uniform_matrix_init;
+  m.head_fp8 = c.model.head_fp8;
   m.validate();
   return m;
 }

@@ -81,7 +81,8 @@ Trainer::Trainer(Config config, comm::Communicator& control, comm::Communicator&
       backend_(backend),
       health_(config_.train.diverge_loss_factor, config_.train.diverge_zero_grad_steps),
       schedule_(config_.train.steps, config_.train.lr_warmup_steps, config_.train.lr_cooldown_frac,
-                config_.train.lr_floor, parse_decay_shape(config_.train.lr_schedule)) {
+                config_.train.lr_floor, parse_decay_shape(config_.train.lr_schedule),
+                config_.train.lr_at_step_start) {
   const int W = comm_.size();
   const int rank = comm_.rank();
   const std::string source = config_.source.empty() ? "config" : config_.source;
@@ -229,7 +230,11 @@ double Trainer::forward_backward() {
 double Trainer::clip_grads(double loss) {
   // The reduced gradients are sums over ranks and micro-steps; one pass scales them to the mean
   // and clips them together.
-  const double mean = 1.0 / static_cast<double>(geometry_.grad_accum * comm_.size());
+  double mean = 1.0 / static_cast<double>(geometry_.grad_accum * comm_.size());
+  // train.rank_sum_loss: the record's gradient, each rank's token losses summed (its share of
+  // the batch times the mean) and averaged over ranks.
+  if (config_.train.rank_sum_loss)
+    mean *= static_cast<double>(config_.train.batch_tokens) / static_cast<double>(comm_.size());
   const double grad_norm = zero_->grad_norm() * mean;
   health_.check(counters_.step + 1, loss, grad_norm);
   float clip = 1.0f;

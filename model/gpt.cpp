@@ -15,8 +15,6 @@ namespace {
 
 constexpr size_t kNone = std::numeric_limits<size_t>::max();
 constexpr float kLayerNormEps = 1e-5f;
-constexpr float kRmsNormEps = 1e-6f;
-constexpr float kRotaryBase = 10000.0f;
 
 }  // namespace
 
@@ -280,6 +278,8 @@ void Gpt::plan(int B, int T) {
   auto layout = [&]() {
     used = 0;
     encoded_ = take(N * D);
+    embed_raw_ = config_.x0_norm ? take(N * D) : nullptr;
+    embed_rstd_ = config_.x0_norm ? take(N) : nullptr;
     ve_heads_.clear();
     dve_heads_.clear();
     for (int i = 0; i < config_.value_embeds; ++i) {
@@ -297,7 +297,7 @@ void Gpt::plan(int B, int T) {
       LayerActs& a = layers_[l];
       if (config_.skip_source(l) >= 0) a.skipped = take(N * D);
       if (config_.x0_lambdas) a.mixed = take(N * D);
-      if (config_.value_embed_of(l) >= 0) a.vmix = take(N * D);
+      if (config_.has_v_lambdas(l)) a.vmix = take(N * D);
       a.ln1 = take_f32(N * D);
       a.ln1_bf16 = take_bf16(N * D);
       a.ln1_mean = take(N);
@@ -346,6 +346,8 @@ void Gpt::plan(int B, int T) {
       a.res_out = take(N * D);
     }
     lnf_ = take_f32(N * D);
+    head_xq_ = config_.head_fp8 ? take(N * D) : nullptr;
+    head_wq_ = config_.head_fp8 ? take(Vp * D) : nullptr;
     lnf_bf16_ = take_bf16(N * D);
     lnf_mean_ = take(N);
     lnf_rstd_ = take(N);
@@ -408,11 +410,11 @@ void Gpt::norm_forward(float* out, core::bf16* out_bf16, float* mean, float* rst
   if (out_bf16 && gpt2) {
     backend_.layernorm_forward(out_bf16, mean, rstd, inp, w(weight), w(bias), N, D, kLayerNormEps);
   } else if (out_bf16) {
-    backend_.rmsnorm_forward(out_bf16, rstd, inp, N, D, kRmsNormEps);
+    backend_.rmsnorm_forward(out_bf16, rstd, inp, N, D, config_.norm_eps);
   } else if (gpt2) {
     backend_.layernorm_forward(out, mean, rstd, inp, w(weight), w(bias), N, D, kLayerNormEps);
   } else {
-    backend_.rmsnorm_forward(out, rstd, inp, N, D, kRmsNormEps);
+    backend_.rmsnorm_forward(out, rstd, inp, N, D, config_.norm_eps);
   }
 }
 
@@ -485,19 +487,21 @@ void Gpt::attn_forward(int l) {
   const float* k = a.k;
   if (config_.arch == Arch::Modern) {
     // QK-norm per head over hd, then rotary in place on the normalised copies.
-    backend_.rmsnorm_forward(a.qr, a.q_rstd, a.q, N * H, hd, kRmsNormEps);
-    backend_.rmsnorm_forward(a.kr, a.k_rstd, a.k, N * H, hd, kRmsNormEps);
-    backend_.rotary_forward(a.qr, a.qr, B * H, T, hd, kRotaryBase);
-    backend_.rotary_forward(a.kr, a.kr, B * H, T, hd, kRotaryBase);
+    const float eps = config_.norm_eps, base = config_.rotary_base;
+    const bool truncated = config_.rotary_truncate;
+    backend_.rmsnorm_forward(a.qr, a.q_rstd, a.q, N * H, hd, eps);
+    backend_.rmsnorm_forward(a.kr, a.k_rstd, a.k, N * H, hd, eps);
+    backend_.rotary_forward(a.qr, a.qr, B * H, T, hd, base, truncated);
+    backend_.rotary_forward(a.kr, a.kr, B * H, T, hd, base, truncated);
     q = a.qr;
     k = a.kr;
   }
   const float* v = a.v;
-  const int ve = config_.value_embed_of(l);
-  if (ve >= 0) {
-    // v = l0 v + l1 ve with the block's learned pair (init 0.5, 0.5).
+  if (config_.has_v_lambdas(l)) {
+    // v = l0 v + l1 ve with the block's learned pair (init 0.5, 0.5); l0 v without a table.
+    const int ve = config_.value_embed_of(l);
     const float* lam = w(p.v_lambdas);
-    backend_.scalar_mix(a.vmix, lam, a.v, lam + 1, ve_heads_[ve], N * D);
+    backend_.scalar_mix(a.vmix, lam, a.v, lam + 1, ve >= 0 ? ve_heads_[ve] : nullptr, N * D);
     v = a.vmix;
   }
   // Below fp32 a device may take attention's products to tensor cores too (TF32).
@@ -531,26 +535,27 @@ void Gpt::attn_backward(int l) {
   for (float* d : {dq_, dk_, dv_})
     backend_.fill_zero(d, N * D * sizeof(float));
   const bool modern = config_.arch == Arch::Modern;
-  const int ve = config_.value_embed_of(l);
+  const bool v_mixed = config_.has_v_lambdas(l);
   backend_.attention_backward(dq_, dk_, dv_, datty_, a.atty, a.lse, modern ? a.qr : a.q,
-                              modern ? a.kr : a.k, ve >= 0 ? a.vmix : a.v, B * H, T, hd,
+                              modern ? a.kr : a.k, v_mixed ? a.vmix : a.v, B * H, T, hd,
                               config_.attention_scale(), mask_of(l),
                               config_.precision != Precision::Fp32);
-  if (ve >= 0) {
-    // Through v = l0 v + l1 ve: d v into dmix, which becomes dv.
+  if (v_mixed) {
+    // Through v = l0 v (+ l1 ve): d v into dmix, which becomes dv.
+    const int ve = config_.value_embed_of(l);
     const float* lam = w(p.v_lambdas);
     float* dlam = g(p.v_lambdas);
     backend_.fill_zero(dmix_, N * D * sizeof(float));
-    backend_.scalar_mix_backward(dmix_, dve_heads_[ve], dlam, dlam + 1, lam, a.v, lam + 1,
-                                 ve_heads_[ve], dv_, N * D);
+    backend_.scalar_mix_backward(dmix_, ve >= 0 ? dve_heads_[ve] : nullptr, dlam, dlam + 1, lam,
+                                 a.v, lam + 1, ve >= 0 ? ve_heads_[ve] : nullptr, dv_, N * D);
     std::swap(dmix_, dv_);
   }
   if (modern) {
     // Undo rotary (into dq2/dk2), then the QK-norm (back into dq/dk).
     backend_.fill_zero(dq2_, N * D * sizeof(float));
     backend_.fill_zero(dk2_, N * D * sizeof(float));
-    backend_.rotary_backward(dq2_, dq_, B * H, T, hd, kRotaryBase);
-    backend_.rotary_backward(dk2_, dk_, B * H, T, hd, kRotaryBase);
+    backend_.rotary_backward(dq2_, dq_, B * H, T, hd, config_.rotary_base, config_.rotary_truncate);
+    backend_.rotary_backward(dk2_, dk_, B * H, T, hd, config_.rotary_base, config_.rotary_truncate);
     backend_.fill_zero(dq_, N * D * sizeof(float));
     backend_.fill_zero(dk_, N * D * sizeof(float));
     backend_.rmsnorm_backward(dq_, dq2_, a.q, a.q_rstd, N * H, hd);
@@ -570,6 +575,45 @@ void Gpt::attn_backward(int l) {
   norm_backward(dres_, dln_, res_in, a.ln1_mean, a.ln1_rstd, p.ln1_w, p.ln1_b);
 }
 
+Gpt::Fp8Scales Gpt::fp8_scales() const {
+  return {std::sqrt(static_cast<float>(config_.d_model)) / 448.0f, 24.0f / 448.0f, 1.0f / 448.0f};
+}
+
+void Gpt::head_fp8_forward(float gain) {
+  const int64_t N = int64_t(B_) * T_, D = config_.d_model, Vp = config_.padded_vocab();
+  const Fp8Scales s = fp8_scales();
+  // In bf16 precision the final norm is stored only in bf16 (as the record's activations are):
+  // its widened values are what the record scales and rounds.
+  if (lnf_) {
+    backend_.fp8_round(head_xq_, lnf_, N * D, s.x, core::kmath::Fp8::E4M3);
+  } else {
+    backend_.bf16_to_f32(head_xq_, lnf_bf16_, N * D);
+    backend_.fp8_round(head_xq_, head_xq_, N * D, s.x, core::kmath::Fp8::E4M3);
+  }
+  backend_.fp8_round(head_wq_, w(head_), Vp * D, s.w, core::kmath::Fp8::E4M3);
+  // FP8 values are exact in TF32 (and their products in f32): tensor cores may take them.
+  core::GemmArgs a;
+  a.trans_b = true;
+  a.m = N, a.n = Vp, a.k = D, a.alpha = gain * s.x * s.w;
+  a.tf32 = config_.precision != Precision::Fp32;
+  backend_.gemm(a, head_xq_, head_wq_, logits_);
+}
+
+void Gpt::head_fp8_backward() {
+  const int64_t N = int64_t(B_) * T_, D = config_.d_model, Vp = config_.padded_vocab();
+  const Fp8Scales s = fp8_scales();
+  // logits_ holds d loss / d z; g = e5m2(dz / grad_s) in place.
+  backend_.fp8_round(logits_, logits_, N * Vp, s.grad, core::kmath::Fp8::E5M2);
+  core::GemmArgs a;  // d lnf = (grad_s w_s) g Wq
+  a.m = N, a.n = D, a.k = Vp, a.alpha = s.grad * s.w;
+  core::GemmArgs b;  // d W += (grad_s x_s) g^T Xq
+  b.trans_a = true;
+  b.m = Vp, b.n = D, b.k = N, b.beta = 1.0f, b.alpha = s.grad * s.x;
+  a.tf32 = b.tf32 = config_.precision != Precision::Fp32;
+  backend_.gemm(a, logits_, head_wq_, dln_);
+  backend_.gemm(b, logits_, head_xq_, g(head_));
+}
+
 void Gpt::set_attention_window(int window) {
   ENGINE_CHECK(config_.window > 0 && window > 0,
                "model: set_attention_window needs model.window and a positive window, got " +
@@ -577,18 +621,32 @@ void Gpt::set_attention_window(int window) {
   window_ = window;
 }
 
+int32_t Gpt::window_begin(int32_t t, bool short_window) const {
+  if (window_ <= 0) return 0;
+  const int block = config_.window_block;
+  if (block == 0) {
+    const int w = short_window ? std::max(1, window_ / 2) : window_;
+    return std::max(0, t - w + 1);
+  }
+  // The record's block masks (train_gpt.py create_blockmasks): a query in block t / block keeps
+  // the n nearest blocks of its document, n = window / block (short: n / 2), where n = 0 keeps
+  // the query's own block (its diagonal block mask). The last block of a row shorter than a
+  // multiple of the block is a block like the others, only shorter.
+  const int n_long = window_ / block;
+  const int n = std::max(1, short_window ? n_long / 2 : n_long);
+  return std::max(0, (t / block - n + 1) * block);
+}
+
 void Gpt::set_key_begins(const int32_t* tokens, int B, int T) {
-  // Position t sees keys from max(start of its document, t - w + 1): both only grow with t.
+  // Position t sees keys from max(start of its document, window_begin(t)): both only grow with t.
   std::vector<int32_t> begins[2];
-  const int windows[2] = {window_, window_ > 0 ? std::max(1, window_ / 2) : 0};  // 0: none
   for (int s = 0; s < 2; ++s) {
     begins[s].resize(static_cast<size_t>(B) * T);
     for (int b = 0; b < B; ++b) {
       int32_t doc = 0;
       for (int t = 0; t < T; ++t) {
         if (config_.doc_bos >= 0 && tokens[b * T + t] == config_.doc_bos) doc = t;
-        const int32_t from = windows[s] > 0 ? std::max(0, t - windows[s] + 1) : 0;
-        begins[s][b * T + t] = std::max(doc, from);
+        begins[s][b * T + t] = std::max(doc, window_begin(t, s == 1));
       }
     }
   }
@@ -760,7 +818,7 @@ void Gpt::moe_backward(int l) {
 void Gpt::run_forward(const int32_t* tokens, const int32_t* targets, int B, int T, bool want_grad) {
   plan(B, T);
   const int64_t N = int64_t(B) * T, D = config_.d_model, V = config_.vocab_size,
-                Vp = config_.padded_vocab();
+                Vp = config_.padded_vocab(), Vs = config_.softmax_vocab();
   for (int64_t i = 0; i < N; ++i) {
     ENGINE_CHECK(tokens[i] >= 0 && tokens[i] < V,
                  "model: input token " + std::to_string(tokens[i]) + " at position " +
@@ -778,7 +836,13 @@ void Gpt::run_forward(const int32_t* tokens, const int32_t* targets, int B, int 
   backend_.fill_zero(losses_now_, 2 * sizeof(float));  // cross-entropy, aux loss
 
   notify(LayerEvent::kBeforeForward, -1);
-  backend_.embedding_forward(encoded_, tokens_, w(embed_), w(pos_), B, T, D);
+  if (config_.x0_norm) {
+    // x0 = rmsnorm(embed(tokens)): the first block's input and the x0 lambdas' x0.
+    backend_.embedding_forward(embed_raw_, tokens_, w(embed_), w(pos_), B, T, D);
+    backend_.rmsnorm_forward(encoded_, embed_rstd_, embed_raw_, N, D, config_.norm_eps);
+  } else {
+    backend_.embedding_forward(encoded_, tokens_, w(embed_), w(pos_), B, T, D);
+  }
   for (int i = 0; i < config_.value_embeds; ++i) {
     // Looked up once per forward, kept in the heads' layout of v for the blocks that mix it in.
     const int64_t H = config_.n_head, hd = config_.head_dim();
@@ -809,15 +873,21 @@ void Gpt::run_forward(const int32_t* tokens, const int32_t* targets, int B, int 
   // The logits enter the loss times logit_gain() (1 but for the sigmoid cap), so d loss / d z
   // is the gain times the loss kernel's gradient: it goes into the kernel's scale.
   const float gain = config_.logit_gain();
-  linear(logits_, {lnf_, lnf_bf16_}, weight(head_), N, D, Vp, 0.0f, gain);
+  const bool fp8_head = want_grad && config_.head_fp8;  // the record's head in training only
+  if (fp8_head) {
+    head_fp8_forward(gain);
+  } else {
+    linear(logits_, {lnf_, lnf_bf16_}, weight(head_), N, D, Vp, 0.0f, gain);
+  }
   // With want_grad the fused loss also overwrites the logits with d loss / d logits (in bf16
-  // precision: writes them rounded to bf16 for the head's GEMMs, the logits kept).
+  // precision: writes them rounded to bf16 for the head's GEMMs, the logits kept; the FP8 head
+  // rounds them itself).
   const float scale = gain / static_cast<float>(N);
-  if (want_grad && bf16_) {
-    backend_.cross_entropy_bf16(losses_, dlogits_bf16_, logits_, targets_, N, V, Vp,
+  if (want_grad && bf16_ && !fp8_head) {
+    backend_.cross_entropy_bf16(losses_, dlogits_bf16_, logits_, targets_, N, Vs, Vp,
                                 config_.tanh_cap(), scale);
   } else {
-    backend_.cross_entropy(losses_, want_grad ? logits_ : nullptr, logits_, targets_, N, V, Vp,
+    backend_.cross_entropy(losses_, want_grad ? logits_ : nullptr, logits_, targets_, N, Vs, Vp,
                            config_.tanh_cap(), scale);
   }
   backend_.mean_loss(losses_now_, losses_, N);
@@ -915,8 +985,12 @@ void Gpt::backward() {
     backend_.fill_zero(d, N * D * sizeof(float));
   if (dx0_) backend_.fill_zero(dx0_, N * D * sizeof(float));
   notify(LayerEvent::kBeforeBackward, config_.n_layer);
-  linear_backward(dln_, g(head_), logits_, {lnf_, lnf_bf16_}, weight(head_), N, D, Vp, 0.0f,
-                  dlogits_bf16_);
+  if (config_.head_fp8) {
+    head_fp8_backward();
+  } else {
+    linear_backward(dln_, g(head_), logits_, {lnf_, lnf_bf16_}, weight(head_), N, D, Vp, 0.0f,
+                    dlogits_bf16_);
+  }
   norm_backward(dres_, dln_, layers_.back().res_out, lnf_mean_, lnf_rstd_, lnf_w_, lnf_b_);
   notify(LayerEvent::kAfterBackward, config_.n_layer);
   for (int l = config_.n_layer - 1; l >= 0; --l) {
@@ -937,6 +1011,12 @@ void Gpt::backward() {
     notify(LayerEvent::kAfterBackward, l);
   }
   if (dx0_) backend_.add(dres_, dres_, dx0_, N * D);
+  if (config_.x0_norm) {
+    // Through x0 = rmsnorm(embedding rows): d rows into dmix, which becomes dres.
+    backend_.fill_zero(dmix_, N * D * sizeof(float));
+    backend_.rmsnorm_backward(dmix_, dres_, embed_raw_, embed_rstd_, N, D);
+    std::swap(dmix_, dres_);
+  }
   backend_.embedding_backward(g(embed_), g(pos_), dres_, tokens_, B, T, D);
   for (int i = 0; i < config_.value_embeds; ++i) {
     backend_.merge_heads(ve_rows_, dve_heads_[i], B, T, config_.n_head, config_.head_dim());

@@ -90,7 +90,8 @@ class Gpt {
   using LayerHook = std::function<void(LayerEvent event, int layer)>;
   void set_layer_hook(LayerHook hook) { hook_ = std::move(hook); }
 
-  // The long sliding window (model.window) from the next forward on; the short one is half of it.
+  // The long sliding window (model.window) from the next forward on; the short one is half of it
+  // (with model.window_block: a multiple of the block, the short one half its blocks).
   void set_attention_window(int window);
   int attention_window() const { return window_; }
 
@@ -154,6 +155,17 @@ class Gpt {
   Operand act_backward(const float* inp, const float* dout, int64_t n);
   // d bias (parameter `bias`, none: nothing) += column sums of dy [N, C], f32 or bf16.
   void bias_grad(size_t bias, Operand dy, int64_t N, int64_t C);
+  // model.head_fp8 (train_gpt.py's mm_op and mm_backward_op): z = (x_s w_s) Xq Wq^T with
+  // Xq = e4m3(lnf / x_s), Wq = e4m3(W / w_s); the backward rounds g = e5m2(dz / grad_s) and
+  // takes d lnf = (grad_s w_s) g Wq, dW += (grad_s x_s) g^T Xq: the record's straight-through
+  // rule (the roundings pass gradients unchanged, the GEMMs see the rounded operands). The
+  // scales: x_s = sqrt(D) / 448 (a normed row never saturates), w_s = 24 / 448, grad_s = 1 / 448.
+  struct Fp8Scales {
+    float x, w, grad;
+  };
+  Fp8Scales fp8_scales() const;
+  void head_fp8_forward(float gain);
+  void head_fp8_backward();
   void notify(LayerEvent event, int layer) {
     if (hook_) hook_(event, layer);
   }
@@ -186,6 +198,9 @@ class Gpt {
   core::Tensor acts_;
   std::vector<LayerActs> layers_;
   float* encoded_ = nullptr;
+  // model.x0_norm: the embedding rows before the norm (encoded_ holds rmsnorm of them) and the
+  // norm's rstd [N].
+  float *embed_raw_ = nullptr, *embed_rstd_ = nullptr;
   // Value embeddings: each table's rows for the tokens in the heads' layout [B, H, T, hd]
   // (forward) and their gradient (backward), and a [B, T, D] scratch for the lookups.
   std::vector<float*> ve_heads_, dve_heads_;
@@ -196,6 +211,7 @@ class Gpt {
   std::vector<float*> dskip_;
   float* dmix_ = nullptr;
   float *lnf_ = nullptr, *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr;
+  float *head_xq_ = nullptr, *head_wq_ = nullptr;  // model.head_fp8: the rounded GEMM operands
   float* logits_ = nullptr;
   float* losses_ = nullptr;
   int32_t* tokens_ = nullptr;
@@ -206,6 +222,8 @@ class Gpt {
   int32_t *key_begin_long_ = nullptr, *key_begin_short_ = nullptr;
   int window_ = 0;
   void set_key_begins(const int32_t* tokens, int B, int T);
+  // The first key the window leaves position t (counted from its row's start), long or short.
+  int32_t window_begin(int32_t t, bool short_window) const;
   core::AttentionMask mask_of(int l) const;
   float* last_hidden_ = nullptr;
   float* last_logits_ = nullptr;

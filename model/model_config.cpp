@@ -101,13 +101,28 @@ void ModelConfig::validate() const {
     ENGINE_CHECK(softcap_scale > 0.0f,
                  "model.softcap_scale must be positive for the sigmoid soft-cap");
   }
+  const ModelConfig off;
   const bool recipe = attn_scale > 0.0f || !no_attn_layers.empty() || value_embeds != 0 ||
                       unet_skips || x0_lambdas || zero_init_head ||
-                      softcap_form != SoftcapForm::Tanh || masked_attention();
+                      softcap_form != SoftcapForm::Tanh || masked_attention() || x0_norm ||
+                      norm_eps != off.norm_eps || rotary_base != off.rotary_base ||
+                      rotary_truncate || v_lambdas_all || uniform_matrix_init || head_fp8;
   ENGINE_CHECK(!recipe || arch == Arch::Modern,
                "model: the record recipe's keys (attn_scale, no_attn_layers, value_embeds, "
-               "unet_skips, x0_lambdas, zero_init_head, softcap_form, doc_bos, window) need arch "
-               "modern");
+               "unet_skips, x0_lambdas, zero_init_head, softcap_form, doc_bos, window, x0_norm, "
+               "norm_eps, rotary_base, rotary_truncate, v_lambdas_all, uniform_matrix_init, "
+               "head_fp8) need arch modern");
+  ENGINE_CHECK(norm_eps > 0.0f, "model.norm_eps must be positive");
+  ENGINE_CHECK(rotary_base > 1.0f, "model.rotary_base must be above 1");
+  ENGINE_CHECK(!rotary_truncate || (head_dim() % 4 == 0 && head_dim() >= 8),
+               "model.rotary_truncate needs a head dimension that is a multiple of 4 and at "
+               "least 8 (head_dim / 4 >= 2 rotated pairs), got " +
+                   std::to_string(head_dim()));
+  ENGINE_CHECK(embed_std > 0.0f, "model.embed_std must be positive");
+  ENGINE_CHECK(window_block >= 0, "model.window_block must be >= 0");
+  ENGINE_CHECK(window_block == 0 || (window > 0 && window % window_block == 0),
+               "model.window_block needs model.window, a multiple of it (window " +
+                   std::to_string(window) + ", block " + std::to_string(window_block) + ")");
   ENGINE_CHECK(doc_bos >= -1 && doc_bos < vocab_size,
                "model.doc_bos must be -1 (off) or a token id below vocab_size");
   ENGINE_CHECK(window >= 0, "model.window must be >= 0");

@@ -64,6 +64,24 @@ struct ModelConfig {
   std::string window_pattern;
   bool window_grow = false;  // the trainer grows the window over training (engine/lr_schedule.h)
 
+  // The record exactly (modded-nanogpt record #24, train_gpt.py at 3e121a6e; docs/
+  // record_recipe.md), each off by default: the engine's own choices stay where they were.
+  bool x0_norm = false;    // x0 = rmsnorm(embed(x)) (else the raw embedding)
+  float norm_eps = 1e-6f;  // every RMSNorm's eps (the record's F.rms_norm: FLT_EPSILON)
+  float rotary_base = 10000.0f;
+  // The record's half-truncated rotary: head_dim/4 pairs at base^(-j / (head_dim/4 - 1)) (from 1
+  // down to 1/base), the other head_dim/4 pairs unrotated (else all pairs at base^(-j/half)).
+  bool rotary_truncate = false;
+  // Windows in blocks of this many tokens (FlexAttention's block masks; 0: token-granular).
+  int window_block = 0;
+  bool v_lambdas_all = false;      // every attention block scales v by a learned l0 (init 0.5)
+  bool loss_over_padding = false;  // the softmax runs over all padded logits
+  float embed_std = 0.02f;         // init std of the embedding and value tables (the record: 1)
+  // Hidden-matrix init: normal (std 0.02) or uniform, the record's U(-sqrt(3) s, sqrt(3) s) with
+  // s = 0.5 / sqrt(fan_in) for the QKV and MLP fc weights (projections zero either way).
+  bool uniform_matrix_init = false;
+  bool head_fp8 = false;  // lm_head in FP8 in training, the record's scales (Gpt::head_fp8_forward)
+
   // Recipe queries.
   bool has_attention(int layer) const;
   // The value-embedding table block `layer` uses, or -1.
@@ -77,6 +95,10 @@ struct ModelConfig {
   bool masked_attention() const { return doc_bos >= 0 || window > 0; }
   // Whether block `layer` uses the short window.
   bool short_window(int layer) const;
+  // Whether block `layer` scales v by its v_lambdas (l0 v, plus l1 ve with a value table).
+  bool has_v_lambdas(int layer) const {
+    return has_attention(layer) && (v_lambdas_all || value_embed_of(layer) >= 0);
+  }
   // The head's logits z enter the loss as tanh_cap() tanh(logit_gain() z / tanh_cap()): gain 1
   // and cap softcap for the tanh form, gain cap / (4 scale) and cap / 2 for the sigmoid form.
   float logit_gain() const;
@@ -85,8 +107,11 @@ struct ModelConfig {
   bool moe() const { return moe_experts > 0; }
   int head_dim() const { return d_model / n_head; }
   int d_ff() const { return 4 * d_model; }
-  // Vocabulary rounded up to a multiple of vocab_pad; the padded logits never enter the softmax.
+  // Vocabulary rounded up to a multiple of vocab_pad; the padded logits enter the softmax only
+  // with loss_over_padding.
   int padded_vocab() const { return (vocab_size + vocab_pad - 1) / vocab_pad * vocab_pad; }
+  // The logits the softmax runs over.
+  int softmax_vocab() const { return loss_over_padding ? padded_vocab() : vocab_size; }
   // Throws core::Error naming the first inconsistent field.
   void validate() const;
 };

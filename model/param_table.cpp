@@ -16,12 +16,17 @@ ParamTable::ParamTable(const ModelConfig& c) {
   const float proj_std = kStd / std::sqrt(2.0f * c.n_layer);
   const InitRule proj_init = gpt2 ? InitRule::Normal : InitRule::Zero;
 
-  add("embed.weight", {Vp, D}, ParamKind::Embedding, InitRule::Normal, kStd, -1, c.vocab_size);
+  // The record's QKV and MLP fc weights: uniform with std 0.5 / sqrt(fan in).
+  const InitRule in_init = c.uniform_matrix_init ? InitRule::Uniform : InitRule::Normal;
+  const float in_std = c.uniform_matrix_init ? 0.5f / std::sqrt(static_cast<float>(D)) : kStd;
+
+  add("embed.weight", {Vp, D}, ParamKind::Embedding, InitRule::Normal, c.embed_std, -1,
+      c.vocab_size);
   // The recipe's value embeddings and U-net skip weights serve several blocks: like the
   // embedding, they are used from the start of forward to the end of backward (layer -1).
   for (int i = 0; i < c.value_embeds; ++i)
     add("value_embeds." + std::to_string(i) + ".weight", {Vp, D}, ParamKind::Embedding,
-        InitRule::Normal, kStd, -1, c.vocab_size);
+        InitRule::Normal, c.embed_std, -1, c.vocab_size);
   if (c.unet_count() > 0)
     add_values("skip_weights", std::vector<float>(static_cast<size_t>(c.unet_count()), 1.0f), -1);
   if (gpt2)
@@ -34,11 +39,11 @@ ParamTable::ParamTable(const ModelConfig& c) {
       add(p + "ln1.bias", {D}, ParamKind::Vector, InitRule::Zero, 0, l);
     }
     if (c.has_attention(l)) {
-      add(p + "attn.qkv.weight", {3 * D, D}, ParamKind::Matrix, InitRule::Normal, kStd, l);
+      add(p + "attn.qkv.weight", {3 * D, D}, ParamKind::Matrix, in_init, in_std, l);
       if (gpt2) add(p + "attn.qkv.bias", {3 * D}, ParamKind::Vector, InitRule::Zero, 0, l);
       add(p + "attn.proj.weight", {D, D}, ParamKind::Matrix, proj_init, proj_std, l);
       if (gpt2) add(p + "attn.proj.bias", {D}, ParamKind::Vector, InitRule::Zero, 0, l);
-      if (c.value_embed_of(l) >= 0) add_values(p + "attn.v_lambdas", {0.5f, 0.5f}, l);  // v mix
+      if (c.has_v_lambdas(l)) add_values(p + "attn.v_lambdas", {0.5f, 0.5f}, l);  // v mix
     }
     if (gpt2) {
       add(p + "ln2.weight", {D}, ParamKind::Vector, InitRule::One, 0, l);
@@ -49,7 +54,7 @@ ParamTable::ParamTable(const ModelConfig& c) {
       add(p + "moe.fc.weight", {E, F, D}, ParamKind::ExpertMatrix, InitRule::Normal, kStd, l);
       add(p + "moe.proj.weight", {E, D, F}, ParamKind::ExpertMatrix, proj_init, proj_std, l);
     } else {
-      add(p + "mlp.fc.weight", {F, D}, ParamKind::Matrix, InitRule::Normal, kStd, l);
+      add(p + "mlp.fc.weight", {F, D}, ParamKind::Matrix, in_init, in_std, l);
       if (gpt2) add(p + "mlp.fc.bias", {F}, ParamKind::Vector, InitRule::Zero, 0, l);
       add(p + "mlp.proj.weight", {D, F}, ParamKind::Matrix, proj_init, proj_std, l);
       if (gpt2) add(p + "mlp.proj.bias", {D}, ParamKind::Vector, InitRule::Zero, 0, l);
@@ -122,6 +127,11 @@ void ParamTable::init_host(size_t i, const core::Tensor& dst, uint64_t seed, int
     case InitRule::Normal:
       core::fill_normal(dst, core::rng_hash(seed, i), 0.0f, p.stddev, static_cast<uint64_t>(first));
       break;
+    case InitRule::Uniform: {
+      const float bound = std::sqrt(3.0f) * p.stddev;
+      core::fill_uniform(dst, core::rng_hash(seed, i), -bound, bound, static_cast<uint64_t>(first));
+      break;
+    }
   }
   if (p.valid_rows >= 0) {
     // Vocabulary padding rows start at element valid_rows * row_size and stay zero.

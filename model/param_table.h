@@ -22,14 +22,15 @@ enum class ParamKind {
   Head,          // lm_head.weight [Vp, D] (untied only)
 };
 
-enum class InitRule { Normal, Zero, One, Values };
+// Uniform: U(-sqrt(3) stddev, sqrt(3) stddev), the record's hidden-matrix init.
+enum class InitRule { Normal, Uniform, Zero, One, Values };
 
 struct ParamInfo {
   std::string name;
   core::Shape shape;
   ParamKind kind = ParamKind::Matrix;
   InitRule init = InitRule::Normal;
-  float stddev = 0.0f;        // for InitRule::Normal
+  float stddev = 0.0f;        // for InitRule::Normal and Uniform
   std::vector<float> values;  // for InitRule::Values: one per element
   int layer = -1;             // block index; -1 the embeddings, n_layer the final norm and head
   int64_t offset = 0;         // element offset in the flat parameter (and gradient) buffer

@@ -55,7 +55,18 @@ std::map<std::string, std::string> config_metadata(const ModelConfig& c) {
   if (c.window > 0) {
     m["model.window"] = std::to_string(c.window);
     if (!c.window_pattern.empty()) m["model.window_pattern"] = c.window_pattern;
+    if (c.window_block > 0) m["model.window_block"] = std::to_string(c.window_block);
   }
+  // The record's exact forms (docs/record_recipe.md), likewise only when set.
+  if (c.x0_norm) m["model.x0_norm"] = "true";
+  if (c.norm_eps != off.norm_eps) m["model.norm_eps"] = float_str(c.norm_eps);
+  if (c.rotary_base != off.rotary_base) m["model.rotary_base"] = float_str(c.rotary_base);
+  if (c.rotary_truncate) m["model.rotary_truncate"] = "true";
+  if (c.v_lambdas_all) m["model.v_lambdas_all"] = "true";
+  if (c.loss_over_padding) m["model.loss_over_padding"] = "true";
+  if (c.embed_std != off.embed_std) m["model.embed_std"] = float_str(c.embed_std);
+  if (c.uniform_matrix_init) m["model.uniform_matrix_init"] = "true";
+  if (c.head_fp8) m["model.head_fp8"] = "true";
   return m;
 }
 

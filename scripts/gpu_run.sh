@@ -319,8 +319,9 @@ PY
 }
 
 # ---- part recipe: the record recipe (configs/speedrun_gpu.yaml) on the one GPU -------------------
-# One rank's share of the 8-GPU batch (3 rows of 16384 tokens a step), the recipe's keys as
-# written, on the speed part's shards (tokenized there, or synthetic); --recipe-steps steps.
+# One rank's share of the 8-GPU batch (one sequence of 49152 tokens a step), the record's keys as
+# written, on the speed part's shards (tokenized there, or synthetic); --recipe-steps steps; then
+# the 8 x H100 projection from its phases (scripts/project_record.py, docs/record_recipe.md).
 part_recipe() {
   local dir="$work/recipe" small=() run_steps=$recipe_steps
   mkdir -p "$dir"
@@ -333,12 +334,12 @@ part_recipe() {
     python3 tests/e2e/make_tiny_data.py "$dir" --train-tokens 4000000 --val-tokens 200000 --vocab 50257 >/dev/null
     train_glob="$dir/tiny_train_*.bin" val_glob="$dir/tiny_val_*.bin"
   fi
-  local seq=16384
+  local seq=49152
   [ "$rehearse" = 1 ] && seq=256
   timeout -k 5 110 "${mpirun[@]}" -np 1 "$engine" --config configs/speedrun_gpu.yaml \
     --set device=$device --set "data.train=$train_glob" --set "data.val=$val_glob" \
-    --set "log.dir=$dir/run" --set train.steps=$run_steps --set train.batch_tokens=$((3 * seq)) \
-    --set train.eval_every=0 --set train.val_tokens=$((3 * seq)) --set train.target_val_loss=0 \
+    --set "log.dir=$dir/run" --set train.steps=$run_steps --set train.batch_tokens=$seq \
+    --set train.eval_every=0 --set train.val_tokens=$seq --set train.target_val_loss=0 \
     --set train.warmup_steps=3 --set log.device_timing=true "${small[@]}" >"$dir/run.log" 2>&1
   local rc=$?
   python3 - "$dir/run/metrics.jsonl" "$work/parts/recipe.json" "$rc" <<'PY'
@@ -357,9 +358,19 @@ if recs:
     if phases:
         data["device_phase_ms"] = phases
 ok = rc == "0" and bool(recs)
-detail = ("speedrun_gpu.yaml, np 1, 3 rows a step: %s steps, %s ms/step, %s tok/s, loss %.4f -> %.4f, peak %s MiB"
+detail = ("speedrun_gpu.yaml, np 1, one 49152-token sequence a step: %s steps, %s ms/step, %s tok/s, loss %.4f -> %.4f, peak %s MiB"
           % (data["steps"], data["ms_per_step"], data["tokens_per_s"], data["first_loss"], data["last_loss"], data["peak_mib"])
           if recs else "exit %s, no metrics (recipe/run.log)" % rc)
+if ok:
+    import subprocess
+    p = subprocess.run([sys.executable, "scripts/project_record.py", "gpu", "--one-gpu",
+                        os.path.dirname(path), "--json"], capture_output=True, text=True)
+    if p.returncode == 0:
+        data["projection"] = json.loads(p.stdout)
+        detail += "; projected 8 x H100: %s ms/step, %s min (record 2.966)" % (
+            data["projection"]["step_ms"], data["projection"]["minutes"])
+    else:
+        detail += "; projection failed: " + (p.stderr.strip() or p.stdout.strip())[-200:]
 json.dump({"part": "recipe", "state": "ok" if ok else "FAIL", "detail": detail, "data": data}, open(out, "w"))
 sys.exit(0 if ok else 1)
 PY

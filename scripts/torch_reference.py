@@ -123,6 +123,17 @@ class Config:
         self.window = int(get("window", 0))
         self.window_pattern = str(get("window_pattern", ""))
         self.padded_vocab = (self.vocab_size + self.vocab_pad - 1) // self.vocab_pad * self.vocab_pad
+        # The record's exact forms (docs/record_recipe.md), read from train_gpt.py at 3e121a6e.
+        self.window_block = int(get("window_block", 0))
+        self.x0_norm = flag("x0_norm")
+        self.norm_eps = float(get("norm_eps", 1e-6))
+        self.rotary_base = float(get("rotary_base", 10000.0))
+        self.rotary_truncate = flag("rotary_truncate")
+        self.v_lambdas_all = flag("v_lambdas_all")
+        self.loss_over_padding = flag("loss_over_padding")
+        self.embed_std = float(get("embed_std", 0.02))
+        self.uniform_matrix_init = flag("uniform_matrix_init")
+        self.head_fp8 = flag("head_fp8")
 
     def value_embed_of(self, layer):
         n = self.value_embeds
@@ -137,22 +148,69 @@ class Config:
         if self.doc_bos >= 0:
             doc = (idx == self.doc_bos).long().cumsum(-1)  # a document token starts a new one
             mask = mask & (doc[:, None, :, None] == doc[:, None, None, :])
+        short = self.window_pattern and self.window_pattern[layer] == "S"
+        if self.window > 0 and self.window_block > 0:
+            blocks = self.window // self.window_block
+            return torch.stack([self.record_block_mask(row, blocks // 2 if short else blocks)
+                                for row in idx])[:, None]
         if self.window > 0:
-            short = self.window_pattern and self.window_pattern[layer] == "S"
             w = max(1, self.window // 2) if short else self.window
             mask = mask & (i - j < w)[None, None]
         return mask
+
+    def record_block_mask(self, seq, window_blocks):
+        """[T, T] bool: the mask FlexAttention applies with train_gpt.py's create_blockmasks /
+        build_bm(window_blocks) on one row. A row whose length is not a multiple of the block is
+        padded at its end with tokens that start no document (the record asserts a multiple;
+        padding after the row changes no earlier query's keys)."""
+        bs, T = self.window_block, len(seq)
+        nb = -(-T // bs)
+        padded = torch.cat([seq, torch.full((nb * bs - T,), -1, dtype=seq.dtype)])
+        docs = (padded == self.doc_bos).long().cumsum(0) if self.doc_bos >= 0 else \
+            torch.zeros(nb * bs, dtype=torch.long)
+        blk = torch.arange(nb)
+        causal_any = blk[:, None] >= blk[None, :]
+        causal_all = blk[:, None] > blk[None, :]
+        low, high = docs.view(nb, bs)[:, 0], docs.view(nb, bs)[:, -1]
+        doc_any = (low[:, None] <= high[None, :]) & (high[:, None] >= low[None, :])
+        doc_all = (low[:, None] == high[None, :]) & (high[:, None] == low[None, :])
+        any_, all_ = causal_any & doc_any, causal_all & doc_all
+
+        def dense_to_ordered(dense):
+            # each row's True blocks, the highest index first (argsort of the bools, flipped)
+            order = torch.sort(dense.long(), dim=-1, stable=True).indices.flip(-1)
+            return dense.sum(-1), order
+
+        partial_n, partial_i = dense_to_ordered(any_ & ~all_)
+        full_n, full_i = dense_to_ordered(all_)
+        w = torch.tensor(window_blocks)
+        partial_keep = torch.minimum(partial_n, torch.clamp(w - full_n, min=1))
+        full_keep = torch.minimum(full_n, w - 1)  # may be -1: FlexAttention then visits none
+        kept = torch.zeros(nb, nb, dtype=torch.bool)
+        for q in range(nb):
+            kept[q, partial_i[q, :int(partial_keep[q])]] = True
+            kept[q, full_i[q, :max(int(full_keep[q]), 0)]] = True
+        t = torch.arange(nb * bs)
+        token = kept[t[:, None] // bs, t[None, :] // bs] & (t[None, :] <= t[:, None]) & \
+            (docs[:, None] == docs[None, :])  # document_causal, the mask_mod
+        return token[:T, :T]
 
 
 def rmsnorm(x, eps=1e-6):
     return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps)
 
 
-def rotary(x):
-    # x [B, H, T, hd]; pairs (x_j, x_{j+half}) rotated by angle t * 10000^(-j/half).
+def rotary(x, base=10000.0, truncate=False):
+    # x [B, H, T, hd]; pairs (x_j, x_{j+half}) rotated by angle t * base^(-j/half). truncate:
+    # train_gpt.py's Rotary, (1/base) ** linspace(0, 1, hd/4) then hd/4 zeros.
     T, hd = x.shape[-2], x.shape[-1]
     half = hd // 2
-    inv = 10000.0 ** (-torch.arange(half, dtype=torch.float64) / half)
+    if truncate:
+        q = hd // 4
+        inv = torch.cat([(1.0 / base) ** torch.linspace(0, 1, q, dtype=torch.float64),
+                         torch.zeros(q, dtype=torch.float64)])
+    else:
+        inv = base ** (-torch.arange(half, dtype=torch.float64) / half)
     ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
     cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
     x1, x2 = x[..., :half], x[..., half:]
@@ -250,9 +308,70 @@ class RoundedGrad(torch.autograd.Function):
 NO_ROUNDING = Rounding()
 
 
-def model_loss(cfg, p, idx, targets, rounding=NO_ROUNDING):
-    """Returns (objective, cross-entropy); objective = ce + MoE auxiliary losses."""
+FP8_FORMATS = {"e4m3": (3, -6, 448.0), "e5m2": (2, -14, 57344.0)}  # mantissa bits, emin, largest
+
+
+def fp8_round(x, fmt):
+    """The FP8 (OCP e4m3fn / e5m2) value nearest each element of a float64 tensor, ties to even,
+    saturating beyond the largest finite value (PTX cvt.rn.satfinite, the record's compiled
+    casts): a value in [2^e, 2^(e+1)) a multiple of 2^(e - mantissa bits), below 2^emin a
+    multiple of 2^(emin - mantissa bits)."""
+    mbits, emin, largest = FP8_FORMATS[fmt]
+    a = x.abs()
+    _, e = torch.frexp(a)
+    q = torch.clamp(e - 1, min=emin) - mbits
+    r = torch.ldexp(torch.round(torch.ldexp(a, -q)), q)
+    r = torch.where(a >= largest, torch.full_like(a, largest), r)
+    return torch.where(torch.isnan(x), x, torch.copysign(r, x))
+
+
+class Fp8Head:
+    """train_gpt.py's lm_head in training (CastedLinear(use_fp8=True): mm_op, mm_backward_op) with
+    x_s = sqrt(D)/448, w_s = 24/448, grad_s = 1/448: out = (x_s w_s) e4m3(x/x_s) e4m3(w/w_s)^T;
+    backward g8 = e5m2(g/grad_s), dx = (grad_s w_s) g8 w8, dw = (grad_s x_s) g8^T x8. mode "fp8"
+    records the forward's offsets e4m3(v/s) s - v; round_grad False leaves g unrounded (then the
+    gradient is exactly that of the "frozen" model, which adds the recorded offsets)."""
+
+    def __init__(self, mode="fp8", round_grad=True):
+        self.mode, self.round_grad, self.offsets, self.calls = mode, round_grad, [], 0
+
+    def __call__(self, x, w):
+        xs, ws, gs = math.sqrt(x.shape[-1]) / 448, 24 / 448, 1 / 448
+        if self.mode == "frozen":
+            ox, ow = self.offsets[self.calls]
+            self.calls += 1
+            return (x + ox) @ (w + ow).t()
+        return Fp8Matmul.apply(x, w, self, (xs, ws, gs))
+
+
+class Fp8Matmul(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, head, scales):
+        xs, ws, gs = scales
+        x8 = fp8_round(x.detach() / xs, "e4m3") * xs
+        w8 = fp8_round(w.detach() / ws, "e4m3") * ws
+        head.offsets.append((x8 - x.detach(), w8 - w.detach()))
+        ctx.save_for_backward(x8, w8)
+        ctx.gs, ctx.round_grad = gs, head.round_grad
+        return x8 @ w8.t()
+
+    @staticmethod
+    def backward(ctx, g):
+        x8, w8 = ctx.saved_tensors
+        if ctx.round_grad:
+            g = fp8_round(g / ctx.gs, "e5m2") * ctx.gs
+        gw = g.reshape(-1, g.shape[-1]).t() @ x8.reshape(-1, x8.shape[-1])
+        return g @ w8, gw, None, None
+
+
+def model_loss(cfg, p, idx, targets, rounding=NO_ROUNDING, head_fp8=None):
+    """Returns (objective, cross-entropy); objective = ce + MoE auxiliary losses. With
+    cfg.head_fp8 the head is `head_fp8` (an Fp8Head; a fresh one when None)."""
     rounding.start()
+    if cfg.head_fp8 and head_fp8 is None:
+        head_fp8 = Fp8Head()
+    if head_fp8 is not None:
+        head_fp8.calls = 0
     B, T = idx.shape
     D, H = cfg.d_model, cfg.n_head
     hd = D // H
@@ -262,7 +381,7 @@ def model_loss(cfg, p, idx, targets, rounding=NO_ROUNDING):
     def norm(x, name):
         if gpt2:
             return F.layer_norm(x, (D,), p[name + ".weight"], p[name + ".bias"], 1e-5)
-        return rmsnorm(x)
+        return rmsnorm(x, cfg.norm_eps)
 
     def lin(x, name, bias=True):
         y = rounding.matmul(x, p[name + ".weight"])
@@ -271,6 +390,8 @@ def model_loss(cfg, p, idx, targets, rounding=NO_ROUNDING):
         return y
 
     x = x0 = p["embed.weight"][idx]
+    if cfg.x0_norm:  # train_gpt.py: x = x0 = norm(self.embed(input_seq)[None])
+        x = x0 = rmsnorm(x, cfg.norm_eps)
     if gpt2:
         x = x + p["pos_embed.weight"][:T]
     aux_total = 0.0
@@ -288,11 +409,14 @@ def model_loss(cfg, p, idx, targets, rounding=NO_ROUNDING):
             qkv = rounding.grad_stored(lin(h, b + "attn.qkv"))
             q, k, v = [t.view(B, T, H, hd).transpose(1, 2) for t in qkv.split(D, dim=-1)]
             if not gpt2:
-                q, k = rotary(rmsnorm(q)), rotary(rmsnorm(k))
+                q = rotary(rmsnorm(q, cfg.norm_eps), cfg.rotary_base, cfg.rotary_truncate)
+                k = rotary(rmsnorm(k, cfg.norm_eps), cfg.rotary_base, cfg.rotary_truncate)
             ve = cfg.value_embed_of(i)
             if ve >= 0:
                 ve_heads = p[f"value_embeds.{ve}.weight"][idx].view(B, T, H, hd).transpose(1, 2)
                 v = p[b + "attn.v_lambdas"][0] * v + p[b + "attn.v_lambdas"][1] * ve_heads
+            elif cfg.v_lambdas_all:  # train_gpt.py: v = lambdas[0] * v without a table
+                v = p[b + "attn.v_lambdas"][0] * v
             s = (q @ k.transpose(-1, -2)) * scale
             s = s.masked_fill(~cfg.attention_mask(idx, i), float("-inf"))
             a = torch.softmax(s, dim=-1) @ v
@@ -326,14 +450,16 @@ def model_loss(cfg, p, idx, targets, rounding=NO_ROUNDING):
         x = norm(x, "ln_f")
         head = p["embed.weight"]
     else:
-        x = rmsnorm(x)
+        x = rmsnorm(x, cfg.norm_eps)
         head = p["lm_head.weight"]
-    logits = rounding.matmul(x, head)[..., :cfg.vocab_size]
+    # The softmax's columns: the vocabulary, or with loss_over_padding all padded logits.
+    V = cfg.padded_vocab if cfg.loss_over_padding else cfg.vocab_size
+    logits = (head_fp8(x, head) if cfg.head_fp8 else rounding.matmul(x, head))[..., :V]
     if cfg.softcap > 0 and cfg.softcap_form == "sigmoid":
         logits = cfg.softcap * torch.sigmoid(logits / cfg.softcap_scale)
     elif cfg.softcap > 0:
         logits = cfg.softcap * torch.tanh(logits / cfg.softcap)
-    ce = F.cross_entropy(logits.reshape(-1, cfg.vocab_size), targets.reshape(-1))
+    ce = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
     return ce + aux_total, ce
 
 
@@ -365,28 +491,35 @@ def finite_difference_check(cfg, p, x, y, rounding, k):
     """Directional derivatives of the model with its roundings frozen at p, by central
     differences in float64 (whatever the parity run's dtype) along k seeded directions, against
     <g, v> for the straight-through gradient g without the backward's roundings and with them."""
-    if rounding.mode is None:
-        raise SystemExit("--fd checks the rounded model: use it with --precision bf16")
+    if rounding.mode is None and not cfg.head_fp8:
+        raise SystemExit("--fd checks the rounded model: use it with --precision bf16 or a "
+                         "model with head_fp8")
     p = {k_: v.detach().to(torch.float64).requires_grad_() for k_, v in p.items()}
-    exact = Rounding("bf16", round_grad=False)
+    exact = Rounding("bf16", round_grad=False) if rounding.mode else Rounding()
+    exact_head = Fp8Head(round_grad=False) if cfg.head_fp8 else None
     for v in p.values():
         v.grad = None
-    model_loss(cfg, p, x, y, exact)[0].backward()
+    model_loss(cfg, p, x, y, exact, exact_head)[0].backward()
     straight = {k_: v.grad.detach().clone() for k_, v in p.items()}
     for v in p.values():
         v.grad = None
     model_loss(cfg, p, x, y, rounding)[0].backward()
     rounded = {k_: v.grad.detach().clone() for k_, v in p.items()}
-    frozen = Rounding("frozen")
+    frozen = Rounding("frozen") if rounding.mode else Rounding()
     frozen.offsets = exact.offsets
+    frozen_head = Fp8Head("frozen") if cfg.head_fp8 else None
+    if frozen_head:
+        frozen_head.offsets = exact_head.offsets
     g = torch.Generator().manual_seed(99)
     fd, dot_exact, dot_rounded = [], [], []
     eps = 1e-6
     with torch.no_grad():
         for _ in range(k):
             d = {k_: torch.randn(v.shape, generator=g, dtype=v.dtype) for k_, v in p.items()}
-            plus = model_loss(cfg, {k_: v + eps * d[k_] for k_, v in p.items()}, x, y, frozen)[0]
-            minus = model_loss(cfg, {k_: v - eps * d[k_] for k_, v in p.items()}, x, y, frozen)[0]
+            plus = model_loss(cfg, {k_: v + eps * d[k_] for k_, v in p.items()}, x, y, frozen,
+                              frozen_head)[0]
+            minus = model_loss(cfg, {k_: v - eps * d[k_] for k_, v in p.items()}, x, y, frozen,
+                               frozen_head)[0]
             fd.append((plus - minus).item() / (2 * eps))
             dot_exact.append(sum((straight[k_] * d[k_]).sum().item() for k_ in p))
             dot_rounded.append(sum((rounded[k_] * d[k_]).sum().item() for k_ in p))

@@ -12,7 +12,9 @@
 //
 // --keys times the record recipe's model keys (docs/specs/modded_nanogpt.md c.1) one at a time:
 // one row for the model without them ("none"), one per key with only that key on, set as
-// configs/speedrun_cpu_recipe.yaml sets it, and one with all of them ("all"), each with its step
+// configs/speedrun_cpu_recipe.yaml sets it (or one of the record's exact forms, docs/
+// record_recipe.md: x0_norm, rotary_truncate, window_block, v_lambdas_all, loss_over_padding,
+// head_fp8), and one with all of the recipe's ("all"), each with its step
 // time against "none", the median of --rounds rounds over all keys (no PyTorch column:
 // torch_reference.py's bench mode has none of the keys). speedrun_cpu is that config's size (4
 // blocks, d_model 128, 128 tokens, 8 rows: one micro-batch). The tokens are uniform over the
@@ -108,6 +110,9 @@ Spec spec_of(const std::string& name, const std::string& precision) {
 const std::vector<std::string> kRecipeKeys = {
     "attn_scale",     "no_attn_layers", "value_embeds",    "unet_skips", "x0_lambdas",
     "zero_init_head", "vocab_pad",      "softcap_sigmoid", "doc_bos",    "window"};
+// The record's exact forms (docs/record_recipe.md), each alone (not in "all"): their cost.
+const std::vector<std::string> kRecordExactKeys = {
+    "x0_norm", "rotary_truncate", "window_block", "v_lambdas_all", "loss_over_padding", "head_fp8"};
 
 void apply_recipe_key(model::ModelConfig& c, const std::string& key) {
   if (key == "none") return;
@@ -140,9 +145,26 @@ void apply_recipe_key(model::ModelConfig& c, const std::string& key) {
   } else if (key == "window") {  // long window = the row, short = half of it, as L S S L
     c.window = c.seq_len;
     c.window_pattern = "LSSL";
+  } else if (key == "x0_norm") {
+    c.x0_norm = true;
+  } else if (key == "rotary_truncate") {
+    c.rotary_base = 1024.0f;
+    c.rotary_truncate = true;
+  } else if (key == "window_block") {  // the window key's windows in blocks of a quarter row
+    apply_recipe_key(c, "window");
+    c.window_block = c.seq_len / 4;
+  } else if (key == "v_lambdas_all") {
+    c.v_lambdas_all = true;
+  } else if (key == "loss_over_padding") {
+    apply_recipe_key(c, "vocab_pad");
+    c.loss_over_padding = true;
+  } else if (key == "head_fp8") {
+    c.head_fp8 = true;
   } else {
     std::string known = "none, all";
     for (const auto& k : kRecipeKeys)
+      known += ", " + k;
+    for (const auto& k : kRecordExactKeys)
       known += ", " + k;
     ENGINE_FAIL("bench_model: unknown --keys entry '" + key + "' (" + known + ")");
   }

@@ -37,13 +37,13 @@ void CpuBackend::merge_heads_backward(float* da, const float* dout, int64_t B, i
 }
 
 void CpuBackend::rotary_forward(float* out, const float* inp, int64_t BH, int64_t T, int64_t hd,
-                                float base) {
-  cpu::rotary_forward(out, inp, BH, T, hd, base);
+                                float base, bool truncated) {
+  cpu::rotary_forward(out, inp, BH, T, hd, base, truncated);
 }
 
 void CpuBackend::rotary_backward(float* dinp, const float* dout, int64_t BH, int64_t T, int64_t hd,
-                                 float base) {
-  cpu::rotary_backward(dinp, dout, BH, T, hd, base);
+                                 float base, bool truncated) {
+  cpu::rotary_backward(dinp, dout, BH, T, hd, base, truncated);
 }
 
 void CpuBackend::attention_forward(float* out, float* lse, const float* q, const float* k,

@@ -121,12 +121,13 @@ void merge_heads_backward(T* da, const T* dout, int64_t B, int64_t T_, int64_t H
 
 // cos and sin of the rotary angle for every (t, j): two [T, hd/2] tables.
 template <typename T>
-void rotary_tables(std::vector<T>& cos_t, std::vector<T>& sin_t, int64_t T_, int64_t half, T base) {
+void rotary_tables(std::vector<T>& cos_t, std::vector<T>& sin_t, int64_t T_, int64_t half, T base,
+                   bool truncated) {
   cos_t.resize(static_cast<size_t>(T_ * half));
   sin_t.resize(static_cast<size_t>(T_ * half));
   for (int64_t t = 0; t < T_; ++t) {
     for (int64_t j = 0; j < half; ++j) {
-      T angle = kmath::rotary_angle(t, j, half, base);
+      T angle = kmath::rotary_angle(t, j, half, base, truncated);
       cos_t[t * half + j] = std::cos(angle);
       sin_t[t * half + j] = std::sin(angle);
     }
@@ -135,11 +136,15 @@ void rotary_tables(std::vector<T>& cos_t, std::vector<T>& sin_t, int64_t T_, int
 
 // kBackward: dinp += R^T dout; otherwise out = R inp (in place allowed).
 template <typename T, bool kBackward>
-void rotary_impl(T* out, const T* inp, int64_t BH, int64_t T_, int64_t hd, T base) {
+void rotary_impl(T* out, const T* inp, int64_t BH, int64_t T_, int64_t hd, T base, bool truncated) {
   ENGINE_CHECK(hd % 2 == 0, "rotary: head dim " + std::to_string(hd) + " is odd");
+  ENGINE_CHECK(
+      !truncated || (hd % 4 == 0 && hd >= 8),
+      "rotary: the truncated form needs a head dim that is a multiple of 4 and >= 8, got " +
+          std::to_string(hd));
   int64_t half = hd / 2;
   std::vector<T> cos_t, sin_t;
-  rotary_tables(cos_t, sin_t, T_, half, base);
+  rotary_tables(cos_t, sin_t, T_, half, base, truncated);
 #pragma omp parallel for schedule(static) if (BH * T_ * hd > kParallelMin)
   for (int64_t row = 0; row < BH * T_; ++row) {
     int64_t t = row % T_;
@@ -162,12 +167,14 @@ void rotary_impl(T* out, const T* inp, int64_t BH, int64_t T_, int64_t hd, T bas
 }
 
 template <typename T>
-void rotary_forward(T* out, const T* inp, int64_t BH, int64_t T_, int64_t hd, T base) {
-  rotary_impl<T, false>(out, inp, BH, T_, hd, base);
+void rotary_forward(T* out, const T* inp, int64_t BH, int64_t T_, int64_t hd, T base,
+                    bool truncated = false) {
+  rotary_impl<T, false>(out, inp, BH, T_, hd, base, truncated);
 }
 template <typename T>
-void rotary_backward(T* dinp, const T* dout, int64_t BH, int64_t T_, int64_t hd, T base) {
-  rotary_impl<T, true>(dinp, dout, BH, T_, hd, base);
+void rotary_backward(T* dinp, const T* dout, int64_t BH, int64_t T_, int64_t hd, T base,
+                     bool truncated = false) {
+  rotary_impl<T, true>(dinp, dout, BH, T_, hd, base, truncated);
 }
 
 // ---- causal attention ------------------------------------------------------------------------

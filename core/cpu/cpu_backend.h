@@ -33,6 +33,7 @@ class CpuBackend final : public Backend {
   void scalar_mix_backward(float* da, float* db, float* dwa, float* dwb, const float* wa,
                            const float* a, const float* wb, const float* b, const float* dout,
                            int64_t n) override;
+  void fp8_round(float* out, const float* in, int64_t n, float scale, kmath::Fp8 format) override;
   void f32_to_bf16(bf16* out, const float* in, int64_t n) override;
   void bf16_to_f32(float* out, const bf16* in, int64_t n) override;
   void gelu_forward(float* out, const float* inp, int64_t n) override;
@@ -76,10 +77,10 @@ class CpuBackend final : public Backend {
   void merge_heads(bf16* out, const float* a, int64_t B, int64_t T, int64_t H, int64_t hd) override;
   void merge_heads_backward(float* da, const float* dout, int64_t B, int64_t T, int64_t H,
                             int64_t hd) override;
-  void rotary_forward(float* out, const float* inp, int64_t BH, int64_t T, int64_t hd,
-                      float base) override;
+  void rotary_forward(float* out, const float* inp, int64_t BH, int64_t T, int64_t hd, float base,
+                      bool truncated = false) override;
   void rotary_backward(float* dinp, const float* dout, int64_t BH, int64_t T, int64_t hd,
-                       float base) override;
+                       float base, bool truncated = false) override;
   void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                          int64_t BH, int64_t T, int64_t hd, float scale,
                          const AttentionMask& mask = {}, bool tf32 = false) override;

@@ -28,7 +28,12 @@ void axpby(T* y, T a, const T* x, T b, int64_t n) {
 }
 template <typename T>
 void scalar_mix(T* out, const T* wa, const T* a, const T* wb, const T* b, int64_t n) {
-  const T ca = wa ? wa[0] : T(1), cb = wb[0];
+  const T ca = wa ? wa[0] : T(1);
+  if (!b) {
+    elementwise<T>(n, [=](int64_t i) { out[i] = ca * a[i]; });
+    return;
+  }
+  const T cb = wb[0];
   elementwise<T>(n, [=](int64_t i) { out[i] = ca * a[i] + cb * b[i]; });
 }
 // The weight gradients are float64 sums in index order, before the elementwise part (so the
@@ -39,11 +44,16 @@ void scalar_mix_backward(T* da, T* db, T* dwa, T* dwb, const T* wa, const T* a, 
   double sa = 0.0, sb = 0.0;
   for (int64_t i = 0; i < n; ++i) {
     if (wa) sa += double(dout[i]) * double(a[i]);
-    sb += double(dout[i]) * double(b[i]);
+    if (b) sb += double(dout[i]) * double(b[i]);
   }
   if (wa) dwa[0] += T(sa);
-  dwb[0] += T(sb);
-  const T ca = wa ? wa[0] : T(1), cb = wb[0];
+  if (b) dwb[0] += T(sb);
+  const T ca = wa ? wa[0] : T(1);
+  if (!b) {
+    elementwise<T>(n, [=](int64_t i) { da[i] += ca * dout[i]; });
+    return;
+  }
+  const T cb = wb[0];
   elementwise<T>(n, [=](int64_t i) {
     da[i] += ca * dout[i];
     db[i] += cb * dout[i];

@@ -163,7 +163,7 @@ __global__ void merge_heads_backward_kernel(float* da, const float* dout, int64_
 
 // One thread per rotated pair (j, j + half) of row (bh, t) of x [BH, T, hd].
 __global__ void rotary_kernel(float* out, const float* inp, int64_t T, int64_t hd, float base,
-                              bool backward, int64_t pairs) {
+                              bool backward, bool truncated, int64_t pairs) {
   const int64_t half = hd / 2;
   for (int64_t i = first_index(); i < pairs; i += grid_stride()) {
     const int64_t j = i % half;
@@ -172,7 +172,7 @@ __global__ void rotary_kernel(float* out, const float* inp, int64_t T, int64_t h
     const int64_t off = row * hd + j;
     float x0 = inp[off];
     float x1 = inp[off + half];
-    kmath::rotary_pair(x0, x1, t, j, half, base, backward);
+    kmath::rotary_pair(x0, x1, t, j, half, base, backward, truncated);
     if (backward) {
       out[off] += x0;
       out[off + half] += x1;
@@ -645,24 +645,36 @@ void CudaBackend::merge_heads_backward(float* da, const float* dout, int64_t B, 
 }
 
 void CudaBackend::rotary_forward(float* out, const float* inp, int64_t BH, int64_t T, int64_t hd,
-                                 float base) {
+                                 float base, bool truncated) {
   check_sizes(name_ + ": rotary_forward", {BH, T, hd});
   ENGINE_CHECK(hd % 2 == 0,
                name_ + ": rotary_forward: head dimension " + std::to_string(hd) + " is odd");
+  ENGINE_CHECK(!truncated || (hd % 4 == 0 && hd >= 8),
+               name_ +
+                   ": rotary_forward: the truncated form needs a head dimension that is a "
+                   "multiple of 4 and >= 8, got " +
+                   std::to_string(hd));
   const int64_t pairs = BH * T * (hd / 2);
   if (pairs == 0) return;
-  rotary_kernel<<<grid_for(pairs), kThreads, 0, stream_>>>(out, inp, T, hd, base, false, pairs);
+  rotary_kernel<<<grid_for(pairs), kThreads, 0, stream_>>>(out, inp, T, hd, base, false, truncated,
+                                                           pairs);
   ENGINE_CUDA_LAUNCHED();
 }
 
 void CudaBackend::rotary_backward(float* dinp, const float* dout, int64_t BH, int64_t T, int64_t hd,
-                                  float base) {
+                                  float base, bool truncated) {
   check_sizes(name_ + ": rotary_backward", {BH, T, hd});
   ENGINE_CHECK(hd % 2 == 0,
                name_ + ": rotary_backward: head dimension " + std::to_string(hd) + " is odd");
+  ENGINE_CHECK(!truncated || (hd % 4 == 0 && hd >= 8),
+               name_ +
+                   ": rotary_backward: the truncated form needs a head dimension that is a "
+                   "multiple of 4 and >= 8, got " +
+                   std::to_string(hd));
   const int64_t pairs = BH * T * (hd / 2);
   if (pairs == 0) return;
-  rotary_kernel<<<grid_for(pairs), kThreads, 0, stream_>>>(dinp, dout, T, hd, base, true, pairs);
+  rotary_kernel<<<grid_for(pairs), kThreads, 0, stream_>>>(dinp, dout, T, hd, base, true, truncated,
+                                                           pairs);
   ENGINE_CUDA_LAUNCHED();
 }
 

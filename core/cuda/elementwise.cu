@@ -57,18 +57,24 @@ __global__ void axpby_kernel(float* y, float a, const float* x, float b, int64_t
 
 __global__ void scalar_mix_kernel(float* out, const float* wa, const float* a, const float* wb,
                                   const float* b, int64_t n) {
-  const float ca = wa ? wa[0] : 1.0f, cb = wb[0];
+  const float ca = wa ? wa[0] : 1.0f, cb = b ? wb[0] : 0.0f;
   for (int64_t i = first_index(); i < n; i += grid_stride())
-    out[i] = ca * a[i] + cb * b[i];
+    out[i] = b ? ca * a[i] + cb * b[i] : ca * a[i];
 }
 
 __global__ void scalar_mix_backward_kernel(float* da, float* db, const float* wa, const float* wb,
                                            const float* dout, int64_t n) {
-  const float ca = wa ? wa[0] : 1.0f, cb = wb[0];
+  const float ca = wa ? wa[0] : 1.0f, cb = db ? wb[0] : 0.0f;
   for (int64_t i = first_index(); i < n; i += grid_stride()) {
     da[i] += ca * dout[i];
-    db[i] += cb * dout[i];
+    if (db) db[i] += cb * dout[i];
   }
+}
+
+__global__ void fp8_round_kernel(float* out, const float* in, int64_t n, float scale,
+                                 kmath::Fp8 format) {
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    out[i] = kmath::fp8_value(in[i] / scale, format);
 }
 
 // The two weight gradients as column sums of one column ([n, 1]): dout a and dout b.
@@ -79,7 +85,7 @@ struct MixDots {
   const float* b;
   __device__ void operator()(int64_t r, int64_t, int64_t, float* v) const {
     v[0] = a ? dout[r] * a[r] : 0.0f;
-    v[1] = dout[r] * b[r];
+    v[1] = b ? dout[r] * b[r] : 0.0f;
   }
 };
 
@@ -197,6 +203,13 @@ void CudaBackend::axpby(float* y, float a, const float* x, float b, int64_t n) {
   ENGINE_CUDA_LAUNCHED();
 }
 
+void CudaBackend::fp8_round(float* out, const float* in, int64_t n, float scale,
+                            kmath::Fp8 format) {
+  if (n <= 0) return;
+  fp8_round_kernel<<<grid_for(n), kThreads, 0, stream_>>>(out, in, n, scale, format);
+  ENGINE_CUDA_LAUNCHED();
+}
+
 void CudaBackend::scalar_mix(float* out, const float* wa, const float* a, const float* wb,
                              const float* b, int64_t n) {
   if (n <= 0) return;
@@ -209,9 +222,10 @@ void CudaBackend::scalar_mix_backward(float* da, float* db, float* dwa, float* d
                                       const float* dout, int64_t n) {
   if (n <= 0) return;
   cuda_detail::column_sums(allocator_, stream_,
-                           cuda_detail::ColumnTargets{{wa ? dwa : nullptr, dwb}},
+                           cuda_detail::ColumnTargets{{wa ? dwa : nullptr, b ? dwb : nullptr}},
                            MixDots{dout, wa ? a : nullptr, b}, n, 1, "scalar_mix_backward");
-  scalar_mix_backward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(da, db, wa, wb, dout, n);
+  scalar_mix_backward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(da, b ? db : nullptr, wa, wb,
+                                                                    dout, n);
   ENGINE_CUDA_LAUNCHED();
 }
 

@@ -42,11 +42,13 @@ class AttentionOps {
   // Rotary embedding on x [BH, T, hd], in place allowed: for position t, half = hd/2,
   // inv_j = base^(-j/half), pairs (x_j, x_{j+half}) rotated by angle t*inv_j:
   // x_j' = x_j cos + x_{j+half} sin, x_{j+half}' = -x_j sin + x_{j+half} cos.
-  // The backward applies the transposed rotation to dout and accumulates into dinp.
+  // `truncated`: the record's half-truncated frequencies (kmath::rotary_inv_freq; hd a multiple
+  // of 4, at least 8). The backward applies the transposed rotation to dout and accumulates
+  // into dinp.
   virtual void rotary_forward(float* out, const float* inp, int64_t BH, int64_t T, int64_t hd,
-                              float base) = 0;
+                              float base, bool truncated = false) = 0;
   virtual void rotary_backward(float* dinp, const float* dout, int64_t BH, int64_t T, int64_t hd,
-                               float base) = 0;
+                               float base, bool truncated = false) = 0;
   // out = softmax(q k^T * scale + mask) v for BH heads of [T, hd], the mask causal and `mask`'s.
   // Saves lse [BH, T], each query row's log-sum-exp of its scaled visible scores: the backward
   // recomputes the probabilities from it, so nothing [T, T] is kept between the two

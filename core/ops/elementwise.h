@@ -7,6 +7,7 @@
 #include <span>
 
 #include "core/device.h"
+#include "core/kernel_math.h"
 
 namespace core {
 
@@ -25,7 +26,8 @@ class ElementwiseOps {
   // y <- y + a x over n elements, in float (kmath::add_scaled); x may equal y.
   virtual void add_scaled(float* y, float a, const float* x, int64_t n) = 0;
   // out = (wa ? wa[0] : 1) a + wb[0] b over n elements, the weights read on the device (the
-  // model's learned scalars: U-net skip weights, x0 and value-embedding lambdas).
+  // model's learned scalars: U-net skip weights, x0 and value-embedding lambdas); without b
+  // (null) out = (wa ? wa[0] : 1) a, and the backward leaves db and dwb alone.
   virtual void scalar_mix(float* out, const float* wa, const float* a, const float* wb,
                           const float* b, int64_t n) = 0;
   // Its backward from dout: da += wa dout, db += wb dout, dwa[0] += sum_i dout_i a_i (when wa),
@@ -33,6 +35,10 @@ class ElementwiseOps {
   virtual void scalar_mix_backward(float* da, float* db, float* dwa, float* dwb, const float* wa,
                                    const float* a, const float* wb, const float* b,
                                    const float* dout, int64_t n) = 0;
+  // out = kmath::fp8_value(in / scale, format) over n elements (in place allowed): the FP8
+  // numbers a scaled FP8 GEMM multiplies, kept as floats (each exact).
+  virtual void fp8_round(float* out, const float* in, int64_t n, float scale,
+                         kmath::Fp8 format) = 0;
   // bf16 <-> f32 over n elements (kmath::bf16_from_float: nearest, ties to even; NaN and
   // infinity kept; the other way exact).
   virtual void f32_to_bf16(bf16* out, const float* in, int64_t n) = 0;

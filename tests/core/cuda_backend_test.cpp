@@ -704,6 +704,62 @@ TEST_F(CudaVsCpu, Rotary) {
   EXPECT_CLOSE(dev().download(gdx, n), dx, 1e-5);
 }
 
+// The record's half-truncated rotary (model.rotary_truncate), forward and backward.
+TEST_F(CudaVsCpu, RotaryTruncated) {
+  const int64_t BH = 4, T = 11, hd = 16, n = BH * T * hd;
+  auto x = random_vector(n, 4), dy = random_vector(n, 5), dx0 = random_vector(n, 6);
+  std::vector<float> y(n);
+  cpu().rotary_forward(y.data(), x.data(), BH, T, hd, 1024.0f, true);
+  float* gy = dev().alloc<float>(n);
+  gpu().rotary_forward(gy, dev().upload(x), BH, T, hd, 1024.0f, true);
+  EXPECT_CLOSE(dev().download(gy, n), y, 1e-5);
+  auto dx = dx0;
+  cpu().rotary_backward(dx.data(), dy.data(), BH, T, hd, 1024.0f, true);
+  float* gdx = dev().upload(dx0);
+  gpu().rotary_backward(gdx, dev().upload(dy), BH, T, hd, 1024.0f, true);
+  EXPECT_CLOSE(dev().download(gdx, n), dx, 1e-5);
+}
+
+// FP8 rounding (the record's head) is the same function on both: bit-equal outputs, in place
+// too, for values across the formats' ranges, subnormals and saturation included.
+TEST_F(CudaVsCpu, Fp8Round) {
+  const int64_t n = 4099;
+  auto x = random_vector(n, 7);
+  for (int64_t i = 0; i < n; ++i)
+    x[i] *= std::ldexp(1.0f, static_cast<int>(i % 40) - 20);
+  for (auto format : {core::kmath::Fp8::E4M3, core::kmath::Fp8::E5M2}) {
+    std::vector<float> want(n);
+    cpu().fp8_round(want.data(), x.data(), n, 0.37f, format);
+    float* g = dev().upload(x);
+    gpu().fp8_round(g, g, n, 0.37f, format);
+    EXPECT_EQ(dev().download(g, n), want);
+  }
+}
+
+// scalar_mix without b (model.v_lambdas_all in a block without a value table): out = wa a, and
+// the backward leaves db and dwb alone.
+TEST_F(CudaVsCpu, ScalarMixWithoutB) {
+  const int64_t n = 1000;
+  auto a = random_vector(n, 8), dout = random_vector(n, 9), da0 = random_vector(n, 10);
+  const std::vector<float> w = {0.7f, -1.3f};
+  std::vector<float> out(n), da = da0, dw = {0.25f, 0.5f};
+  cpu().scalar_mix(out.data(), w.data(), a.data(), w.data() + 1, nullptr, n);
+  cpu().scalar_mix_backward(da.data(), nullptr, dw.data(), dw.data() + 1, w.data(), a.data(),
+                            w.data() + 1, nullptr, dout.data(), n);
+  EXPECT_EQ(dw[1], 0.5f);
+  float* gw = dev().upload(w);
+  float* gout = dev().alloc<float>(n);
+  float* ga = dev().upload(a);
+  gpu().scalar_mix(gout, gw, ga, gw + 1, nullptr, n);
+  EXPECT_CLOSE(dev().download(gout, n), out, 1e-6);
+  float* gda = dev().upload(da0);
+  float* gdw = dev().upload(std::vector<float>{0.25f, 0.5f});
+  gpu().scalar_mix_backward(gda, nullptr, gdw, gdw + 1, gw, ga, gw + 1, nullptr, dev().upload(dout),
+                            n);
+  EXPECT_CLOSE(dev().download(gda, n), da, 1e-6);
+  EXPECT_CLOSE(dev().download(gdw, 2), dw, 1e-4);
+}
+
 // The fused kernels (tiles of 64, head dims padded to 32, 64 or 128) against the CPU's blocked
 // attention: T of one element, below, across and not dividing a tile; head dims of the model
 // (64, 128) and ones padded inside the kernels (4, 80). The backward accumulates.

@@ -53,6 +53,67 @@ TEST(KernelMath, RotaryPairMatchesCpuKernel) {
   }
 }
 
+// The truncated rotary (the record's): the first hd/4 pairs turn at torch.linspace's
+// frequencies (1/base)^(j / (hd/4 - 1)), the last at exactly 1/base, the other pairs not at all.
+TEST(KernelMath, TruncatedRotaryFrequencies) {
+  const int64_t hd = 16, half = hd / 2;
+  for (int64_t j = 0; j < half; ++j) {
+    const double f = kmath::rotary_inv_freq(j, half, 1024.0, true);
+    if (j < 4)
+      EXPECT_NEAR(f, std::pow(1.0 / 1024.0, static_cast<double>(j) / 3.0), 1e-15) << j;
+    else
+      EXPECT_EQ(f, 0.0) << j;
+  }
+  EXPECT_NEAR(kmath::rotary_inv_freq(3, half, 1024.0, true), 1.0 / 1024.0, 1e-18);
+  std::vector<double> x = random_vec(5 * hd, 4), y(5 * hd);
+  core::cpu::rotary_forward(y.data(), x.data(), 1, 5, hd, 1024.0, true);
+  for (int64_t t = 0; t < 5; ++t)
+    for (int64_t j = 4; j < half; ++j) {
+      EXPECT_EQ(y[t * hd + j], x[t * hd + j]);
+      EXPECT_EQ(y[t * hd + j + half], x[t * hd + j + half]);
+    }
+}
+
+// Every finite value of a format, decoded from its bits: sign, exponent (bias), mantissa.
+std::vector<double> fp8_grid(kmath::Fp8 format) {
+  const bool e4m3 = format == kmath::Fp8::E4M3;
+  const int mbits = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15, emax = e4m3 ? 15 : 31;
+  std::vector<double> grid;
+  for (int code = 0; code < 128; ++code) {
+    const int e = code >> mbits, m = code & ((1 << mbits) - 1);
+    if (e4m3 ? (e == emax && m == (1 << mbits) - 1) : e == emax) continue;  // NaN / infinity
+    const double frac = static_cast<double>(m) / (1 << mbits);
+    grid.push_back(e == 0 ? std::ldexp(frac, 1 - bias) : std::ldexp(1.0 + frac, e - bias));
+  }
+  return grid;  // ascending; grid[i] has code i: the even codes are the even mantissas
+}
+
+// kmath::fp8_value against the decoded grids: each value is kept, each point between two
+// neighbours goes to the nearer, a midpoint to the even code, beyond the largest value it
+// saturates, signs are symmetric and NaN stays NaN.
+TEST(KernelMath, Fp8ValueIsTheNearestOfTheFormat) {
+  for (kmath::Fp8 format : {kmath::Fp8::E4M3, kmath::Fp8::E5M2}) {
+    const std::vector<double> grid = fp8_grid(format);
+    ASSERT_EQ(grid.back(), format == kmath::Fp8::E4M3 ? 448.0 : 57344.0);
+    for (size_t i = 0; i < grid.size(); ++i) {
+      const float v = static_cast<float>(grid[i]);
+      ASSERT_EQ(kmath::fp8_value(v, format), v) << v;
+      ASSERT_EQ(kmath::fp8_value(-v, format), -v) << v;
+      if (i + 1 == grid.size()) continue;
+      const double lo = grid[i], hi = grid[i + 1], mid = 0.5 * (lo + hi);
+      const float even = static_cast<float>(i % 2 == 0 ? lo : hi);
+      ASSERT_EQ(kmath::fp8_value(static_cast<float>(mid), format), even) << mid;
+      ASSERT_EQ(kmath::fp8_value(static_cast<float>(lo + 0.3 * (hi - lo)), format), lo) << lo;
+      ASSERT_EQ(kmath::fp8_value(static_cast<float>(lo + 0.7 * (hi - lo)), format), hi) << lo;
+    }
+    const float largest = static_cast<float>(grid.back());
+    EXPECT_EQ(kmath::fp8_value(largest * 1.07f, format), largest);
+    EXPECT_EQ(kmath::fp8_value(-1e30f, format), -largest);
+    EXPECT_EQ(kmath::fp8_value(INFINITY, format), largest);
+    EXPECT_TRUE(std::isnan(kmath::fp8_value(NAN, format)));
+  }
+}
+
 TEST(KernelMath, SoftcapGradientFromOutput) {
   for (double z : {-40.0, -3.0, -0.1, 0.0, 0.7, 12.0}) {
     double cap = 15.0, zc = kmath::softcap(z, cap);

@@ -267,6 +267,48 @@ def case_world_size_recipe(env):
               "%.2e, global grad norm %.2e" % (np, stage, worst, norm))
 
 
+# The record exactly (docs/record_recipe.md) on RECIPE_SETS' model: x0 = rmsnorm(embedding), eps
+# FLT_EPSILON, the half-truncated rotary at base 1024, windows of 3 blocks of 5 tokens (short: 1
+# block) on 32-token rows (not a multiple of 5) grown by the record's rule, v scaled in every
+# attention block, the loss over the padded logits, N(0, 1) tables, the uniform init, the FP8
+# head, and the lr at the step's start.
+RECORD_SETS = RECIPE_SETS + [
+    "model.window=15", "model.window_block=5", "model.x0_norm=true",
+    "model.norm_eps=1.1920928955078125e-07", "model.rotary_base=1024",
+    "model.rotary_truncate=true", "model.v_lambdas_all=true", "model.loss_over_padding=true",
+    "model.embed_std=1.0", "model.uniform_matrix_init=true", "model.head_fp8=true",
+    "train.lr_at_step_start=true", "train.grad_clip=0"]
+
+
+def case_world_size_record(env):
+    """The record's keys through the sharding plan: np 2 (stage 1), 4 (stage 2) and 8 (stage 3)
+    against np 1 within the dense model's bars, the loss falling; and train.rank_sum_loss, whose
+    gradient is each rank's summed token losses averaged over ranks: at step 1 (the same weights
+    everywhere) the gradient norm is batch_tokens / W times the mean loss's, so np 1's is twice
+    np 2's."""
+    sets = RECORD_SETS + ["checkpoint.every=0", "checkpoint.at_end=false"]
+    one = metrics(env.run(1, "record_np1", sets)[1])
+    check(one[20]["val_loss"] < one[0]["val_loss"] - 0.5,
+          "record: val loss %.4f -> %.4f did not fall" % (one[0]["val_loss"], one[20]["val_loss"]))
+    for np, stage in ((2, 1), (4, 2), (8, 3)):
+        other = metrics(env.run(np, "record_np%d" % np, sets + ["zero.stage=%d" % stage])[1])
+        what = "record np %d stage %d vs np 1" % (np, stage)
+        worst = compare_losses(other, one, range(0, 21), WORLD_SIZE_LOSS_RTOL, what)
+        norm = compare_losses(other, one, range(1, 21), WORLD_SIZE_NORM_RTOL, what,
+                              keys=("grad_norm",))
+        print("record: np %d stage %d vs np 1, largest relative difference over 20 steps: losses "
+              "%.2e, global grad norm %.2e" % (np, stage, worst, norm))
+    short = ["train.steps=1", "train.eval_every=0", "train.rank_sum_loss=true"]
+    n1 = metrics(env.run(1, "record_sum_np1", sets + short)[1])[1]["grad_norm"]
+    n2 = metrics(env.run(2, "record_sum_np2", sets + short)[1])[1]["grad_norm"]
+    mean = one[1]["grad_norm"]
+    check(rel(n1, 512 * mean) <= 1e-5, "rank_sum_loss np 1: grad norm %.9g, expected 512 x %.9g"
+          % (n1, mean))
+    check(rel(n1, 2 * n2) <= 1e-5, "rank_sum_loss: np 1 grad norm %.9g is not twice np 2's %.9g"
+          % (n1, n2))
+    print("record: rank_sum_loss grad norms np 1 %.6g, np 2 %.6g, mean loss's %.6g" % (n1, n2, mean))
+
+
 def case_window_schedule_validation(env):
     """model.window_grow: the validation after k steps sees the window step k trains with, in the
     run and in `engine eval` of its checkpoints. A 256 window grown over 4 steps of 256-token rows
@@ -1066,6 +1108,7 @@ CASES = {
     "world_size_stage3": lambda env: case_world_size(env, 3),
     "world_size_archs": case_world_size_archs,
     "world_size_recipe": case_world_size_recipe,
+    "world_size_record": case_world_size_record,
     "window_schedule_validation": case_window_schedule_validation,
     "world_size_optimizers": case_world_size_optimizers,
     "world_size_osft": case_world_size_osft,

@@ -325,19 +325,51 @@ TEST(Config, RecipeKeysAreCheckedByName) {
       {{"model.arch=gpt2", "model.softcap_form=sigmoid", "model.softcap=30",
         "model.softcap_scale=5"},
        "'model.softcap_form': needs model.arch modern"},
+      // The record's exact forms (docs/record_recipe.md).
+      {{"model.arch=gpt2", "model.x0_norm=true"}, "'model.x0_norm': needs model.arch modern"},
+      {{"model.arch=gpt2", "model.head_fp8=true"}, "'model.head_fp8': needs model.arch modern"},
+      {{"model.arch=gpt2", "model.rotary_truncate=true"},
+       "'model.rotary_truncate': needs model.arch modern"},
+      {{"model.norm_eps=0"}, "'model.norm_eps': must be positive"},
+      {{"model.rotary_base=1"}, "'model.rotary_base': must be above 1"},
+      {{"model.embed_std=0"}, "'model.embed_std': must be positive"},
+      {{"model.window_block=-1"}, "'model.window_block': must be >= 0"},
+      {{"model.window_block=128"}, "'model.window_block': needs model.window, a multiple of it"},
+      {{"model.window=100", "model.window_block=128"},
+       "'model.window_block': needs model.window, a multiple of it"},
+      {{"model.n_head=16", "model.rotary_truncate=true"},
+       "'model.rotary_truncate': needs a head size that is a multiple of 4 and at least 8"},
   };
   for (const auto& [sets, want] : cases) {
     const std::string msg = error_of([&] { engine::parse_config(kMinimal, "x.yaml", sets); });
     EXPECT_NE(msg.find(want), std::string::npos) << sets.front() << ": " << msg;
   }
   // The good forms parse: every key on.
-  const engine::Config c = engine::parse_config(
-      kMinimal, "x.yaml",
-      {"model.vocab_pad=128", "model.softcap_form=sigmoid", "model.softcap=30",
-       "model.softcap_scale=60", "model.attn_scale=0.12", "model.no_attn_layers= 1 ,0",
-       "model.value_embeds=1", "model.unet_skips=true", "model.x0_lambdas=true",
-       "model.zero_init_head=true", "model.doc_bos=50256", "model.window=64",
-       "model.window_pattern=LS", "model.window_grow=true"});
+  const engine::Config c = engine::parse_config(kMinimal, "x.yaml",
+                                                {"model.vocab_pad=128",
+                                                 "model.softcap_form=sigmoid",
+                                                 "model.softcap=30",
+                                                 "model.softcap_scale=60",
+                                                 "model.attn_scale=0.12",
+                                                 "model.no_attn_layers= 1 ,0",
+                                                 "model.value_embeds=1",
+                                                 "model.unet_skips=true",
+                                                 "model.x0_lambdas=true",
+                                                 "model.zero_init_head=true",
+                                                 "model.doc_bos=50256",
+                                                 "model.window=64",
+                                                 "model.window_pattern=LS",
+                                                 "model.window_grow=true",
+                                                 "model.window_block=32",
+                                                 "model.x0_norm=true",
+                                                 "model.norm_eps=1.1920928955078125e-07",
+                                                 "model.rotary_base=1024",
+                                                 "model.rotary_truncate=true",
+                                                 "model.v_lambdas_all=true",
+                                                 "model.loss_over_padding=true",
+                                                 "model.embed_std=1",
+                                                 "model.uniform_matrix_init=true",
+                                                 "model.head_fp8=true"});
   EXPECT_EQ(engine::parse_block_list(c.model.no_attn_layers), (std::vector<int>{1, 0}));
   EXPECT_EQ(engine::parse_block_list(""), std::vector<int>{});
 }
@@ -656,11 +688,15 @@ TEST(Config, KeyListIsLocked) {
       "model.softcap model.moe.experts model.moe.top_k model.moe.aux_weight model.vocab_pad "
       "model.softcap_form model.softcap_scale model.attn_scale model.no_attn_layers "
       "model.value_embeds model.unet_skips model.x0_lambdas model.zero_init_head model.doc_bos "
-      "model.window model.window_pattern model.window_grow data.train "
+      "model.window model.window_pattern model.window_grow model.window_block model.x0_norm "
+      "model.norm_eps model.rotary_base model.rotary_truncate model.v_lambdas_all "
+      "model.loss_over_padding model.embed_std model.uniform_matrix_init model.head_fp8 "
+      "data.train "
       "data.val data.shuffle train.seed train.steps train.batch_tokens train.micro_batch "
       "train.grad_clip train.precision train.lr_schedule train.lr_warmup_steps "
       "train.lr_cooldown_frac "
-      "train.lr_floor train.eval_every train.val_tokens train.target_val_loss "
+      "train.lr_floor train.lr_at_step_start train.rank_sum_loss train.eval_every train.val_tokens "
+      "train.target_val_loss "
       "train.diverge_loss_factor train.diverge_zero_grad_steps train.warmup_steps train.init_from "
       "zero.stage zero.overlap zero.bucket_mb "
       "zero.progress zero.sparse_rows checkpoint.dir checkpoint.every checkpoint.at_end "

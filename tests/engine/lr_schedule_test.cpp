@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/check.h"
@@ -70,6 +71,47 @@ TEST(WindowSchedule, GrowsIn128BlocksToTheWindow) {
   }
   EXPECT_EQ(engine::window_at(100, 0, 10), 100);
   EXPECT_EQ(engine::window_at(300, 9, 10), 300);
+}
+
+}  // namespace
+
+namespace {
+
+// train.lr_at_step_start: the record's get_lr(step) = w + (1 - w) 0.1 with w = min((1 - step /
+// 1770) / 0.4, 1), written out here, step by step; the default is the same curve a step later.
+TEST(LrSchedule, AtStepStartIsTheRecordsGetLr) {
+  const LrSchedule record(1770, 0, 0.4, 0.1, DecayShape::Linear, true);
+  const LrSchedule after(1770, 0, 0.4, 0.1, DecayShape::Linear);
+  for (int64_t step = 0; step < 1770; ++step) {
+    const double x = static_cast<double>(step) / 1770.0;
+    const double w = std::min((1.0 - x) / 0.4, 1.0);
+    EXPECT_NEAR(record.multiplier(step), w + (1.0 - w) * 0.1, 1e-12) << step;
+    if (step + 1 < 1770) {
+      EXPECT_EQ(after.multiplier(step), record.multiplier(step + 1)) << step;
+    }
+  }
+  EXPECT_EQ(record.multiplier(1062), 1.0);
+  EXPECT_LT(after.multiplier(1062), 1.0);
+}
+
+// model.window_block's growth: train_gpt.py's next_multiple_of_n(1728 x, n=128), x = step /
+// 1770, written out for the steps where it changes: one block to step 131, two from 132, 13
+// to 1704, 14 (1792) from 1705 on.
+TEST(WindowSchedule, BlockRuleIsTheRecordsNextMultipleOf128) {
+  auto record = [](int64_t step) {
+    const double v = 1728.0 * (static_cast<double>(step) / 1770.0);
+    int64_t m = 128;
+    while (static_cast<double>(m) < v)
+      m += 128;
+    return m;
+  };
+  for (int64_t step = 0; step <= 1770; ++step)
+    ASSERT_EQ(engine::block_window_at(1792, 128, step, 1770), record(step)) << step;
+  EXPECT_EQ(engine::block_window_at(1792, 128, 131, 1770), 128);
+  EXPECT_EQ(engine::block_window_at(1792, 128, 132, 1770), 256);
+  EXPECT_EQ(engine::block_window_at(1792, 128, 1704, 1770), 1664);
+  EXPECT_EQ(engine::block_window_at(1792, 128, 1705, 1770), 1792);
+  EXPECT_NE(engine::window_at(1792, 1700, 1770), engine::block_window_at(1792, 128, 1700, 1770));
 }
 
 }  // namespace

@@ -283,9 +283,14 @@ INSTANTIATE_TEST_SUITE_P(Archs, GptArch, ::testing::Range(0, 8), [](const auto& 
 // and the learned scalars away from their init so that every path carries gradient; the
 // float64 checks of the new kernels are in tests/core (KernelGrad.ScalarMix).
 TEST(GptRecipe, GradientsMatchFiniteDifferences) {
-  for (bool every_key : {true, false}) {
+  for (int variant : {0, 1, 2}) {
+    const bool every_key = variant != 1;
     auto c = recipe(100);
     if (!every_key) c.softcap_form = model::SoftcapForm::Tanh, c.attn_scale = 0.0f;
+    // The record's exact forms: windows of 3 blocks of 2 (short: 1 block), documents starting
+    // mid-block; the FP8 head is checked against the reference's float64 straight-through rule
+    // (ModelParity.RecordExact: eval_loss, which these differences take, does not round).
+    if (variant == 2) c = test_model::with_record_exact(c, 2, 3, false);
     model::Gpt gpt(c, core::cpu_backend());
     const auto& table = gpt.table();
     for (size_t i = 0; i < table.size(); ++i) {
@@ -346,7 +351,10 @@ TEST(GptRecipe, GradientsMatchFiniteDifferences) {
       }
     }
     std::printf("[ measured ] recipe (%s) slopes vs central differences: %.3g of |g|\n",
-                every_key ? "every key" : "tanh cap, default scale", worst);
+                variant == 2 ? "the record's exact forms"
+                : every_key  ? "every key"
+                             : "tanh cap, default scale",
+                worst);
   }
 }
 

@@ -28,4 +28,26 @@ inline model::ModelConfig with_recipe_keys(model::ModelConfig c, float softcap_s
   return c;
 }
 
+// The record's exact forms (docs/record_recipe.md) on top of with_recipe_keys: x0 = rmsnorm of
+// the embedding, RMSNorm eps FLT_EPSILON, the half-truncated rotary at base 1024 (head_dim / 4
+// rotated pairs: head_dim >= 8), windows of `blocks` blocks of `block` tokens (short: blocks / 2,
+// at least one), v scaled in every attention block, the loss over the padded logits, N(0, 1)
+// tables and the uniform matrix init; head_fp8 as asked (a training-only path: eval_loss does
+// not take it).
+inline model::ModelConfig with_record_exact(model::ModelConfig c, int block, int blocks,
+                                            bool head_fp8) {
+  c.x0_norm = true;
+  c.norm_eps = 1.1920928955078125e-07f;
+  c.rotary_base = 1024.0f;
+  c.rotary_truncate = true;
+  c.window = block * blocks;
+  c.window_block = block;
+  c.v_lambdas_all = true;
+  c.loss_over_padding = true;
+  c.embed_std = 1.0f;
+  c.uniform_matrix_init = true;
+  c.head_fp8 = head_fp8;
+  return c;
+}
+
 }  // namespace test_model
