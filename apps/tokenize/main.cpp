@@ -23,6 +23,7 @@
 #include "core/clock.h"
 #include "core/json.h"
 #include "data/gpt2_tokenizer.h"
+#include "data/shard_outputs.h"
 #include "data/shard_writer.h"
 #include "data/text_documents.h"
 #include "data/utf8.h"
@@ -40,6 +41,9 @@ void print_usage() {
       "      PREFIX_000000.bin, PREFIX_000001.bin, ...; with a validation split into\n"
       "      PREFIX_train_000000.bin ... and PREFIX_val_000000.bin .... Prints documents,\n"
       "      tokens, shards, tokens/s and peak memory; progress on stderr while it runs.\n"
+      "      The shards appear when the run succeeds, with PREFIX.tokenize.json listing them;\n"
+      "      shards of PREFIX that exist already are refused (see --overwrite), and so is an\n"
+      "      input that is one of them.\n"
       "  tokenize [options] --encode   UTF-8 text on stdin -> ids, space-separated on one line\n"
       "  tokenize [options] --decode   ids on stdin -> text on stdout\n"
       "\n"
@@ -56,6 +60,8 @@ void print_usage() {
       "                         for any N\n"
       "  --progress-seconds S   seconds between progress lines on stderr (default 5; 0 = none)\n"
       "  --replace-invalid      replace invalid UTF-8 with U+FFFD instead of failing\n"
+      "  --overwrite            replace the shards of an earlier tokenize run of PREFIX (those\n"
+      "                         its PREFIX.tokenize.json lists, unchanged); nothing else\n"
       "  --json                 print the summary as one JSON object\n"
       "  --help                 this text\n");
 }
@@ -92,6 +98,7 @@ struct Options {
   bool encode = false;
   bool decode = false;
   bool json = false;
+  bool overwrite = false;
   data::TextInputOptions input;
   int64_t val_docs = 0;
   double val_fraction = 0;
@@ -178,6 +185,14 @@ bool is_val_document(int64_t index, const Options& opt) {
 int run_shards(const Options& opt) {
   const std::vector<std::string> paths = data::expand_text_inputs(opt.inputs);
   ENGINE_CHECK(!paths.empty(), "tokenize: no input files");
+  // Refused before any work: what exists under the prefix, an input that is an output.
+  std::unique_ptr<data::ShardOutputs> outputs;
+  try {
+    outputs = std::make_unique<data::ShardOutputs>(opt.output, paths, opt.overwrite);
+  } catch (const core::Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  }
   const int threads = opt.threads > 0
                           ? opt.threads
                           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
@@ -195,9 +210,12 @@ int run_shards(const Options& opt) {
       th.join();
   }
   const bool split = opt.val_docs > 0 || opt.val_fraction > 0;
-  data::ShardWriter train(split ? opt.output + "_train" : opt.output, opt.shard_tokens);
+  data::ShardWriter train(outputs->staged(split ? opt.output + "_train" : opt.output),
+                          opt.shard_tokens);
   std::unique_ptr<data::ShardWriter> val;
-  if (split) val = std::make_unique<data::ShardWriter>(opt.output + "_val", opt.shard_tokens);
+  if (split)
+    val =
+        std::make_unique<data::ShardWriter>(outputs->staged(opt.output + "_val"), opt.shard_tokens);
 
   data::DocumentReader reader(paths, opt.input);
   Progress progress;
@@ -258,7 +276,7 @@ int run_shards(const Options& opt) {
   }
   if (split && (train.tokens() == 0 || val->tokens() == 0)) {
     // One side of the split would be empty: no shard file for it (the engine would find no
-    // data there) or stale files of an earlier run under its name.
+    // data there), and the other side's staged shards go with the staging folder.
     char option[64];
     if (opt.val_docs > 0)
       std::snprintf(option, sizeof(option), "--val-docs %" PRId64, opt.val_docs);
@@ -267,7 +285,7 @@ int run_shards(const Options& opt) {
     std::fprintf(stderr,
                  "tokenize: %s puts %" PRId64 " of the %" PRId64
                  " documents into validation: the %s split would be empty, so no %s_%s shard "
-                 "is written; give %s\n",
+                 "is written, nor any other; give %s\n",
                  option, val_documents, documents, train.tokens() == 0 ? "training" : "validation",
                  opt.output.c_str(), train.tokens() == 0 ? "train" : "val",
                  train.tokens() == 0 ? "fewer validation documents" : "a larger validation share");
@@ -275,6 +293,7 @@ int run_shards(const Options& opt) {
   }
   const int train_shards = train.finish();
   const int val_shards = val ? val->finish() : 0;
+  outputs->commit();
   const int64_t tokens = train.tokens() + (val ? val->tokens() : 0);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - progress.start).count();
@@ -366,6 +385,8 @@ int main(int argc, char** argv) {
         opt.encode = true;
       } else if (a == "--decode") {
         opt.decode = true;
+      } else if (a == "--overwrite") {
+        opt.overwrite = true;
       } else if (a == "--replace-invalid") {
         opt.input.replace_invalid = true;
       } else if (a == "--jsonl") {
