@@ -12,6 +12,7 @@
 #include <exception>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -56,8 +57,8 @@ void print_usage() {
       "  --val-docs N           the first N documents go to the validation shards\n"
       "  --val-fraction F       document i goes to validation when floor((i+1) F) > floor(i F),\n"
       "                         i.e. every (1/F)-th document (0 < F < 1)\n"
-      "  --threads N            encoding threads (default: all cores); the output is the same\n"
-      "                         for any N\n"
+      "  --threads N            encoding threads (default and most: the cores); the output is\n"
+      "                         the same for any N\n"
       "  --progress-seconds S   seconds between progress lines on stderr (default 5; 0 = none)\n"
       "  --replace-invalid      replace invalid UTF-8 with U+FFFD instead of failing\n"
       "  --overwrite            replace the shards of an earlier tokenize run of PREFIX (those\n"
@@ -193,22 +194,19 @@ int run_shards(const Options& opt) {
     std::fprintf(stderr, "%s\n", e.what());
     return 2;
   }
-  const int threads = opt.threads > 0
-                          ? opt.threads
-                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  // One tokenizer per thread: each keeps its own piece cache, so the threads share nothing.
-  std::vector<std::unique_ptr<data::Gpt2Tokenizer>> tokenizers(static_cast<size_t>(threads));
-  {
-    // The first on this thread, so that a missing or bad vocabulary is an error message here,
-    // not an exception ending a loading thread (std::terminate); the rest load in parallel.
-    tokenizers[0] = std::make_unique<data::Gpt2Tokenizer>(opt.vocab);
-    std::vector<std::thread> loading;
-    for (int t = 1; t < threads; ++t)
-      loading.emplace_back(
-          [&, t] { tokenizers[t] = std::make_unique<data::Gpt2Tokenizer>(opt.vocab); });
-    for (std::thread& th : loading)
-      th.join();
-  }
+  // Threads beyond the cores only wait for them, and each one holds a workspace (a few MB once
+  // its cache fills): --threads 1000 took 9.9 GB with a tokenizer per thread.
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int threads = std::min(opt.threads > 0 ? opt.threads : cores, cores);
+  if (opt.threads > cores)
+    std::fprintf(stderr, "tokenize: --threads %d is more than the %d core(s) here; using %d\n",
+                 opt.threads, cores, threads);
+  // One tokenizer, read-only, shared by the threads; each thread encodes with a workspace of its
+  // own (the piece cache and the merge scratch), made when the thread first has a document, so a
+  // small input (fewer documents per batch than threads) makes only as many as it uses.
+  const data::Gpt2Tokenizer tokenizer(opt.vocab);
+  std::vector<std::unique_ptr<data::Gpt2Tokenizer::Workspace>> workspaces(
+      static_cast<size_t>(threads));
   const bool split = opt.val_docs > 0 || opt.val_fraction > 0;
   data::ShardWriter train(outputs->staged(split ? opt.output + "_train" : opt.output),
                           opt.shard_tokens);
@@ -246,9 +244,11 @@ int run_shards(const Options& opt) {
         const double cpu0 = core::thread_cpu_seconds();
         for (size_t i; (i = next.fetch_add(1)) < count;) {
           try {
+            if (!workspaces[t])
+              workspaces[t] = std::make_unique<data::Gpt2Tokenizer::Workspace>(tokenizer);
             const std::string text = reader.text(std::move(docs[i]));
             ids[i].assign(1, data::Gpt2Tokenizer::kEndOfText);
-            tokenizers[t]->encode(text, ids[i]);
+            tokenizer.encode(text, ids[i], *workspaces[t]);
           } catch (...) {
             errors[i] = std::current_exception();
           }
@@ -370,12 +370,16 @@ int main(int argc, char** argv) {
         ENGINE_CHECK(i + 1 < argc, "tokenize: " + a + " needs a value");
         return argv[++i];
       };
-      const auto integer = [&](const std::string& v, int64_t min) {
+      const auto integer = [&](const std::string& v, int64_t min,
+                               int64_t max = std::numeric_limits<int64_t>::max()) {
         char* end = nullptr;
         errno = 0;
         const long long x = std::strtoll(v.c_str(), &end, 10);
-        ENGINE_CHECK(!v.empty() && *end == '\0' && errno == 0 && x >= min,
-                     "tokenize: " + a + " '" + v + "' is not an integer >= " + std::to_string(min));
+        ENGINE_CHECK(!v.empty() && *end == '\0' && errno == 0 && x >= min && x <= max,
+                     "tokenize: " + a + " '" + v + "' is not an integer " +
+                         (max == std::numeric_limits<int64_t>::max()
+                              ? ">= " + std::to_string(min)
+                              : "in [" + std::to_string(min) + ", " + std::to_string(max) + "]"));
         return static_cast<int64_t>(x);
       };
       if (a == "--help" || a == "-h") {
@@ -396,7 +400,7 @@ int main(int argc, char** argv) {
       } else if (a == "--val-docs") {
         opt.val_docs = integer(value(), 1);
       } else if (a == "--threads") {
-        opt.threads = static_cast<int>(integer(value(), 1));
+        opt.threads = static_cast<int>(integer(value(), 1, 1 << 20));
       } else if (a == "--val-fraction" || a == "--progress-seconds") {
         const std::string v = value();
         char* end = nullptr;
