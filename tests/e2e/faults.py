@@ -617,6 +617,50 @@ def case_hostile_inputs(env):
     print(needle)
 
 
+def case_shard_changed(env):
+    """A shard truncated in place under a running job (what `cp new old` does) at np 2: the run
+    stops with a line naming the shard, where a training shard gave every rank SIGBUS and a
+    backtrace naming no file, and a validation shard a silently wrong loss read from zeros; the
+    checkpoints saved before are all kept, and the run resumes from them."""
+    for kind in ("train", "val"):
+        shard = os.path.join(env.data, "tiny_%s_000000.bin" % kind)
+        with open(shard, "rb") as f:
+            original = f.read()
+        sets = ["train.steps=100000", "checkpoint.every=2", "checkpoint.keep=100000",
+                "checkpoint.at_end=false", "train.eval_every=%d" % (1 if kind == "val" else 0)]
+        p, d = start(env, 2, kind, sets)
+        root = os.path.join(d, "ckpt")
+        try:
+            # The run goes on for 100,000 steps: the truncation always lands while it reads.
+            wait_for_line(p, "checkpoint saved: ")
+            saved = sorted(x for x in os.listdir(root) if re.fullmatch(r"step_\d{8}", x))
+            before = {x: tree_sums(os.path.join(root, x)) for x in saved}
+            with open(shard, "r+b") as f:
+                f.truncate(len(original) // 2)
+            out, _ = p.communicate(timeout=120)
+        finally:
+            kill_session(p.pid)
+        check(p.returncode != 0, "%s: the run exited 0 after its shard was truncated" % kind)
+        needle = "token shard '%s' changed while the run was reading it: it was %d bytes" % (
+            shard, len(original))
+        check(needle in out, "%s: no line naming the shard:\n%s" % (kind, out[-3000:]))
+        check(("now %d bytes" % (len(original) // 2)) in out, "%s: new size not named" % kind)
+        for crash in ("Bus error", "SIGBUS", "signal 7"):
+            check(crash not in out, "%s: %r:\n%s" % (kind, crash, out[-3000:]))
+        for x, sums in before.items():
+            check(tree_sums(os.path.join(root, x)) == sums, "%s: checkpoint %s changed" % (kind, x))
+        with open(shard, "wb") as f:
+            f.write(original)
+        newest = max(int(x[5:]) for x in os.listdir(root) if re.fullmatch(r"step_\d{8}", x))
+        p, _ = env.run(2, kind, ["checkpoint.resume=auto", "checkpoint.every=0",
+                                 "checkpoint.at_end=false", "train.eval_every=0",
+                                 "train.steps=%d" % (newest + 2)])
+        check("resumed from" in p.stdout + p.stderr,
+              "%s: no resume:\n%s" % (kind, p.stdout[-2000:]))
+        print("%s shard truncated in place: %s; %d checkpoint(s) kept, resumed" %
+              (kind, [l for l in out.splitlines() if needle in l][0].strip()[:200], len(before)))
+
+
 CASES = {
     "one_error_one_line": case_one_error_one_line,
     "hostile_inputs": case_hostile_inputs,
@@ -630,6 +674,7 @@ CASES = {
     "checkpoint_write_fails": case_checkpoint_write_fails,
     "signal_checkpoint": case_signal_checkpoint,
     "resume_mismatch": case_resume_mismatch,
+    "shard_changed": case_shard_changed,
 }
 
 
