@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "engine/checkpoint/checkpoint_files.h"
+#include "engine/run_file.h"
 
 namespace engine {
 
@@ -106,6 +107,15 @@ void prepare_fresh_start(const Config& c) {
       (resumable ? "resume it (--set checkpoint.resume=auto), " : "") +
       "write elsewhere (--set log.dir=... --set checkpoint.dir=...), or replace it (--set "
       "checkpoint.overwrite=true deletes those checkpoints and the metrics file)");
+}
+
+void check_run_files(const Config& c) {
+  const fs::path log = c.log.dir;
+  check_run_file((log / "log.txt").string(), "the log file");
+  check_run_file((log / "config.yaml").string(), "the config copy");
+  check_run_file((log / "metrics.jsonl").string(), "the metrics file");
+  check_run_file((log / ".engine.lock").string(), "the run lock");
+  check_run_file((fs::path(c.checkpoint.dir) / ".engine.lock").string(), "the run lock");
 }
 
 }  // namespace engine

@@ -25,4 +25,9 @@ void check_model_fits_memory(const Config& config, double memory_bytes = 0);
 // lock.
 void prepare_fresh_start(const Config& config);
 
+// The files a run writes in its folders (log.txt, config.yaml, metrics.jsonl, .engine.lock) must
+// not be symbolic links or other than regular files where they exist: refused naming the file,
+// on rank 0 before any work (each is opened without following links too, open_run_file).
+void check_run_files(const Config& config);
+
 }  // namespace engine

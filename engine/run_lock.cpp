@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "core/check.h"
+#include "engine/run_file.h"
 
 namespace engine {
 
@@ -43,8 +44,9 @@ RunLock::RunLock(const std::vector<std::string>& dirs, Mode mode, double wait_se
   try {
     for (const auto& dir : dirs_) {
       const std::string path = (std::filesystem::path(dir) / ".engine.lock").string();
-      int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-      ENGINE_CHECK(fd >= 0, "cannot open the run lock " + path + ": " + std::strerror(errno));
+      // Not through a link: two lock files linked to one outside file made a run wait 60 s on
+      // its own lock and then blame another run.
+      const int fd = open_run_file(path, O_RDWR | O_CREAT, "the run lock");
       fds_.push_back(fd);
       while (::flock(fd, op) != 0) {
         ENGINE_CHECK(errno == EWOULDBLOCK || errno == EINTR,

@@ -482,6 +482,7 @@ int run(int argc, char** argv, const comm::MpiSession& session, comm::Communicat
     std::string refused;
     if (world.rank() == 0) {
       try {
+        engine::check_run_files(config);
         lock = std::make_unique<engine::RunLock>(dirs, engine::RunLock::Mode::Exclusive, 60.0);
         lock->downgrade();
         engine::prepare_fresh_start(config);

@@ -661,6 +661,39 @@ def case_shard_changed(env):
               (kind, [l for l in out.splitlines() if needle in l][0].strip()[:200], len(before)))
 
 
+def case_log_links(env):
+    """A file of the run planted in its folders as a symbolic link to a file outside them
+    (log.txt, config.yaml, metrics.jsonl, the lock files of log.dir and checkpoint.dir) at np 2:
+    refused once, before any work, naming the file and the link's target (exit 2); the outside
+    file is unchanged. They were followed and the outside file replaced (two lock files linked to
+    one file made the run wait 60 s and blame another run)."""
+    outside = os.path.join(env.work, "precious.txt")
+    plants = [("log.txt", "the log file"), ("config.yaml", "the config copy"),
+              ("metrics.jsonl", "the metrics file"), (".engine.lock", "the run lock"),
+              ("ckpt/.engine.lock", "the run lock")]
+    for i, (name, what) in enumerate(plants):
+        with open(outside, "w") as f:
+            f.write("not the run's\n")
+        run = "links%d" % i
+        link = os.path.join(env.work, run, name)
+        os.makedirs(os.path.dirname(link), exist_ok=True)
+        os.symlink(outside, link)
+        t0 = time.time()
+        p, _ = env.run(2, run, ["train.steps=2", "checkpoint.every=0"], expect_ok=False)
+        took = time.time() - t0
+        out = p.stdout + p.stderr
+        needle = "%s %s is a symbolic link (to %s)" % (what, link, outside)
+        check(p.returncode == 2, "%s: exit status %d:\n%s" % (name, p.returncode, out[-3000:]))
+        check(out.count(needle) == 1, "%s: %r %d times:\n%s" % (name, needle, out.count(needle),
+                                                                out[-3000:]))
+        with open(outside) as f:
+            check(f.read() == "not the run's\n", "%s: the outside file was written" % name)
+        check(os.path.islink(link), "%s: the link was replaced" % name)
+        check(not os.path.exists(os.path.join(env.work, run, "ckpt", "step_00000002")),
+              "%s: the run trained" % name)
+        print("%s: refused in %.1f s: %s" % (name, took, needle))
+
+
 CASES = {
     "one_error_one_line": case_one_error_one_line,
     "hostile_inputs": case_hostile_inputs,
@@ -675,6 +708,7 @@ CASES = {
     "signal_checkpoint": case_signal_checkpoint,
     "resume_mismatch": case_resume_mismatch,
     "shard_changed": case_shard_changed,
+    "log_links": case_log_links,
 }
 
 
