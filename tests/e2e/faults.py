@@ -694,6 +694,47 @@ def case_log_links(env):
         print("%s: refused in %.1f s: %s" % (name, took, needle))
 
 
+def case_export_into_checkpoint(env):
+    """engine export whose --out is in the checkpoint it reads (a rank file, the manifest, the
+    folder itself, a new file in it; through a link or ..) or in another checkpoint folder:
+    refused in one line, exit 2, every checkpoint unchanged. --out S/rank_00000.safetensors
+    replaced the rank file (rc 0) and S no longer loaded."""
+    _, d = env.run(1, "run", ["train.steps=4", "checkpoint.every=2"])
+    root = os.path.join(d, "ckpt")
+    ckpt, other = os.path.join(root, "step_00000004"), os.path.join(root, "step_00000002")
+    link = os.path.join(env.work, "link_to_ckpt")
+    os.symlink(ckpt, link)
+    before = tree_sums(root)
+
+    def export(out, *extra):
+        return subprocess.run([env.engine, "export", "--checkpoint", ckpt, "--out", out] +
+                              list(extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, timeout=120)
+
+    cases = [(os.path.join(ckpt, "rank_00000.safetensors"), (), "is inside the checkpoint "),
+             (os.path.join(ckpt, "manifest.yaml"), (), "is inside the checkpoint "),
+             (os.path.join(ckpt, "new.safetensors"), (), "is inside the checkpoint "),
+             (ckpt, ("--format", "hf"), "is the checkpoint folder "),
+             (os.path.join(link, "rank_00000.safetensors"), (), "is inside the checkpoint "),
+             (os.path.join(root, "x", "..", "step_00000004", "rank_00000.safetensors"), (),
+              "is inside the checkpoint "),
+             (os.path.join(other, "rank_00000.safetensors"), (),
+              "is inside the checkpoint folder " + other + " (it holds a manifest.yaml)")]
+    for out, extra, needle in cases:
+        p = export(out, *extra)
+        text = p.stdout + p.stderr
+        check(p.returncode == 2, "--out %s: exit status %d:\n%s" % (out, p.returncode, text))
+        check(("engine export: --out " + out) in text and needle in text,
+              "--out %s: no refusal naming it:\n%s" % (out, text[-2000:]))
+        check(text.count("engine export: --out") == 1, "--out %s: not one line:\n%s" % (out, text))
+        check(tree_sums(root) == before, "--out %s: a checkpoint changed" % out)
+    outside = os.path.join(env.work, "weights.safetensors")
+    p = export(outside)
+    check(p.returncode == 0 and os.path.exists(outside), "export outside failed:\n" + p.stderr)
+    print("export into the checkpoint read (rank file, manifest, folder, new file, via a link "
+          "and ..) or another checkpoint refused; checkpoints unchanged; outside exported")
+
+
 CASES = {
     "one_error_one_line": case_one_error_one_line,
     "hostile_inputs": case_hostile_inputs,
@@ -709,6 +750,7 @@ CASES = {
     "resume_mismatch": case_resume_mismatch,
     "shard_changed": case_shard_changed,
     "log_links": case_log_links,
+    "export_into_checkpoint": case_export_into_checkpoint,
 }
 
 
