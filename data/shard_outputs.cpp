@@ -91,6 +91,12 @@ ShardOutputs::ShardOutputs(const std::string& prefix, const std::vector<std::str
   ENGINE_CHECK(!prefix.empty(), "tokenize: --output is empty");
   const fs::path p(prefix);
   std::error_code ec;
+  ENGINE_CHECK(!prefix.ends_with('/') && !fs::is_directory(p, ec) && p.filename() != "." &&
+                   p.filename() != "..",
+               "tokenize: --output '" + prefix +
+                   "' is a folder: give a file-name prefix, e.g. --output " +
+                   (p / "shards").lexically_normal().string() + " writes " +
+                   (p / "shards_000000.bin").lexically_normal().string() + " ...");
   folder_ = p.parent_path().empty() ? "." : p.parent_path().string();
   base_ = p.filename().string();
   const std::string list = list_path(prefix);

@@ -18,7 +18,7 @@ namespace data {
 
 class ShardOutputs {
  public:
-  // `prefix` is a path prefix (not empty); `inputs`
+  // `prefix` is a path prefix (not empty, not ending in '/', not an existing folder); `inputs`
   // the expanded input paths ("-" for stdin). Throws core::Error naming the file when an input is
   // an output or existing files are in the way (see above). Creates the folder and the staging
   // folder.

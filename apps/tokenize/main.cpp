@@ -17,6 +17,7 @@
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -65,6 +66,22 @@ void print_usage() {
       "                         its PREFIX.tokenize.json lists, unchanged); nothing else\n"
       "  --json                 print the summary as one JSON object\n"
       "  --help                 this text\n");
+}
+
+// `text` for a one-line message: control characters (a newline in a file name) as C escapes.
+std::string printable(std::string_view text) {
+  std::string out;
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u != 0x7f) {
+      out += c;
+      continue;
+    }
+    char buf[8];
+    std::snprintf(buf, sizeof(buf), "\\x%02x", u);
+    out += c == '\n' ? "\\n" : c == '\t' ? "\\t" : c == '\r' ? "\\r" : buf;
+  }
+  return out;
 }
 
 std::string read_stream(std::istream& in) {
@@ -191,7 +208,7 @@ int run_shards(const Options& opt) {
   try {
     outputs = std::make_unique<data::ShardOutputs>(opt.output, paths, opt.overwrite);
   } catch (const core::Error& e) {
-    std::fprintf(stderr, "%s\n", e.what());
+    std::fprintf(stderr, "%s\n", printable(e.what()).c_str());
     return 2;
   }
   // Threads beyond the cores only wait for them, and each one holds a workspace (a few MB once
@@ -274,6 +291,15 @@ int run_shards(const Options& opt) {
       progress.bytes = reader.bytes_read();
     }
   }
+  if (train.tokens() + (val ? val->tokens() : 0) == documents) {
+    // Every document is empty (or there is none: an empty JSON Lines file), so the shards would
+    // hold separators alone; refused rather than "succeeding" with no shard or an empty one.
+    std::fprintf(stderr,
+                 "tokenize: no text in the input (%zu file(s), %" PRId64
+                 " document(s), all empty): no shard is written\n",
+                 paths.size(), documents);
+    return 2;
+  }
   if (split && (train.tokens() == 0 || val->tokens() == 0)) {
     // One side of the split would be empty: no shard file for it (the engine would find no
     // data there), and the other side's staged shards go with the staging folder.
@@ -287,7 +313,7 @@ int run_shards(const Options& opt) {
                  " documents into validation: the %s split would be empty, so no %s_%s shard "
                  "is written, nor any other; give %s\n",
                  option, val_documents, documents, train.tokens() == 0 ? "training" : "validation",
-                 opt.output.c_str(), train.tokens() == 0 ? "train" : "val",
+                 printable(opt.output).c_str(), train.tokens() == 0 ? "train" : "val",
                  train.tokens() == 0 ? "fewer validation documents" : "a larger validation share");
     return 2;
   }
@@ -311,8 +337,8 @@ int run_shards(const Options& opt) {
                 val_documents, val ? val->tokens() : 0, val_shards, threads, seconds, rate,
                 encode_cpu_seconds.load(), cpu_rate, peak_bytes);
   } else {
-    std::printf("%s: %" PRId64 " documents, %" PRId64 " tokens, %d shard(s)", opt.output.c_str(),
-                documents, tokens, train_shards + val_shards);
+    std::printf("%s: %" PRId64 " documents, %" PRId64 " tokens, %d shard(s)",
+                printable(opt.output).c_str(), documents, tokens, train_shards + val_shards);
     if (split)
       std::printf(" (validation: %" PRId64 " documents, %" PRId64 " tokens, %d shard(s))",
                   val_documents, val->tokens(), val_shards);
@@ -418,7 +444,9 @@ int main(int argc, char** argv) {
       } else if (a == "--output") {
         opt.output = value();
       } else if (a == "--shard-tokens") {
-        opt.shard_tokens = integer(value(), 1);
+        // The header's count is an int32: past it ShardWriter failed later, without the
+        // "tokenize:" prefix and with exit status 1.
+        opt.shard_tokens = integer(value(), 1, std::numeric_limits<int32_t>::max());
       } else if (a == "--files-from") {
         const std::string list = value();
         std::ifstream in(list);
@@ -427,7 +455,7 @@ int main(int argc, char** argv) {
           if (!line.empty()) opt.inputs.push_back(line);
         }
       } else if (a.starts_with("--") || (a.starts_with("-") && a != "-")) {
-        std::fprintf(stderr, "tokenize: unknown option %s\n", a.c_str());
+        std::fprintf(stderr, "tokenize: unknown option %s\n", printable(a).c_str());
         print_usage();
         return 2;
       } else {
@@ -444,7 +472,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s\n", e.what());  // a usage error
+    std::fprintf(stderr, "%s\n", printable(e.what()).c_str());  // a usage error
     return 2;
   }
   try {
@@ -452,7 +480,7 @@ int main(int argc, char** argv) {
     if (opt.decode) return run_decode(opt);
     return run_shards(opt);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s\n", e.what());
+    std::fprintf(stderr, "%s\n", printable(e.what()).c_str());
     return 1;
   }
 }

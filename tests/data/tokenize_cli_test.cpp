@@ -485,6 +485,57 @@ TEST_F(TokenizeCli, ThreadsAreBoundedAndShareOneTokenizer) {
   }
 }
 
+// The weak cases of issue 49: an empty input gave rc 0 and no shard; --output outdir/ wrote
+// outdir/_000000.bin; a newline in a file name was echoed raw, splitting the message; a huge
+// --shard-tokens lost the "tokenize:" prefix and exit status 2. Each is one line, exit 2.
+TEST_F(TokenizeCli, EmptyInputFolderOutputControlCharactersAndHugeShardsAreRefused) {
+  const std::string doc = write("doc.txt", "Some text.");
+  const std::string empty = write("empty.txt", "");
+  const std::string blank = write("blank.jsonl", "\n\n");
+  const std::string prefix = (dir_ / "e").string();
+  for (const std::string& inputs : {empty, blank, empty + " " + blank}) {
+    const Result r = run(tokenize_cmd("--output " + prefix + " " + inputs + " 2>&1"));
+    EXPECT_EQ(r.status, 2) << r.out;
+    EXPECT_NE(r.out.find("tokenize: no text in the input ("), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("all empty): no shard is written"), std::string::npos) << r.out;
+    EXPECT_FALSE(fs::exists(data::ShardWriter::shard_path(prefix, 0)));
+  }
+
+  fs::create_directories(dir_ / "outdir");
+  for (const std::string& out : {(dir_ / "outdir").string() + "/", (dir_ / "outdir").string()}) {
+    const Result r = run(tokenize_cmd("--output " + out + " " + doc + " 2>&1"));
+    EXPECT_EQ(r.status, 2) << r.out;
+    EXPECT_NE(r.out.find("tokenize: --output '" + out +
+                         "' is a folder: give a file-name prefix, "
+                         "e.g. --output " +
+                         (dir_ / "outdir" / "shards").string()),
+              std::string::npos)
+        << r.out;
+  }
+  EXPECT_TRUE(fs::is_empty(dir_ / "outdir"));
+  EXPECT_FALSE(fs::exists(dir_ / "outdir_000000.bin"));
+  EXPECT_FALSE(fs::exists(dir_ / "outdir" / "_000000.bin"));
+
+  const std::string odd = write("bad\nname\x01.txt", "x\xC3\x28");
+  Result r = run(tokenize_cmd("--output " + prefix + " '" + odd + "' 2>&1"));
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find((dir_ / "bad\\nname\\x01.txt").string() + ": invalid UTF-8"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+
+  for (const std::string& n : std::vector<std::string>{"2147483648", "99999999999999999999"}) {
+    r = run(tokenize_cmd("--shard-tokens " + n + " --output " + prefix + " " + doc + " 2>&1"));
+    EXPECT_EQ(r.status, 2) << r.out;
+    EXPECT_NE(
+        r.out.find("tokenize: --shard-tokens '" + n + "' is not an integer in [1, 2147483647]"),
+        std::string::npos)
+        << r.out;
+  }
+  r = run(tokenize_cmd("--shard-tokens 2147483647 --output " + prefix + " " + doc));
+  EXPECT_EQ(r.status, 0) << r.out;
+}
+
 // One line of letters without a space is one pre-token: its merge once took ~60 bytes per byte
 // (a 50 MB line peaked at 1.45 GB, 29x). Pre-tokens are merged in 64 KiB chunks now, so what
 // remains is the text, its ids and the shard buffer: measured 6.6x for 8 MB of random letters
