@@ -146,8 +146,9 @@ class Communicator {
   // When set, the async forms of an MPI communicator run the blocking collective and return a
   // completed Work: for a communicator used only by a communication thread (comm_stream.h),
   // where blocking is that thread's job and MPI's tuned blocking algorithms beat its
-  // nonblocking ones (apps/bench_comm). Other backends ignore it.
-  void set_blocking_async(bool on) { blocking_async_ = on; }
+  // nonblocking ones (apps/bench_comm). Other backends ignore it. Virtual so a wrapper
+  // (TracedCommunicator) can pass it on to the communicator it wraps.
+  virtual void set_blocking_async(bool on) { blocking_async_ = on; }
 
   // Virtual so a wrapper (WatchedCommunicator) can hand out the wrapped communicator's own.
   virtual const CommStats& stats() const { return stats_; }

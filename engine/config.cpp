@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -81,6 +82,14 @@ std::vector<FieldInfo> make_fields() {
   return fields;
 }
 
+std::optional<int64_t> parse_positive(std::string_view text) {
+  int64_t v = 0;
+  const auto res = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || res.ec != std::errc() || res.ptr != text.data() + text.size() || v < 1)
+    return std::nullopt;
+  return v;
+}
+
 const FieldInfo* find_field(const std::string& key) {
   for (const auto& f : config_fields())
     if (f.key == key) return &f;
@@ -111,6 +120,9 @@ constexpr size_t kMaxConfigBytes = 1 << 20;
 constexpr size_t kMaxConfigNodes = 100'000;
 constexpr size_t kMaxConfigDepth = 64;
 
+// The smallest comm.timeout_s (seconds) besides 0 (off).
+constexpr double kMinCommTimeoutS = 1.0;
+
 // User input echoed in a message, cut to a readable length (an overlong --set value was printed
 // whole, twice, in one line of 200k characters); the cut backs off to a UTF-8 boundary.
 std::string shown(const std::string& text) {
@@ -120,6 +132,56 @@ std::string shown(const std::string& text) {
   while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80)
     --cut;
   return text.substr(0, cut) + "... (" + std::to_string(text.size()) + " bytes)";
+}
+
+// The escape of the character that starts at key[i] outside printable ASCII: \u{430} for a
+// code point, \xNN for a byte that starts none; `length` is set to the bytes it covers.
+std::string escaped_char(const std::string& key, size_t i, size_t& length) {
+  const auto c = static_cast<unsigned char>(key[i]);
+  const size_t extra = c >= 0xF0 && c < 0xF8 ? 3 : c >= 0xE0 && c < 0xF0 ? 2 : c >= 0xC0 ? 1 : 0;
+  uint32_t code = extra == 3 ? c & 0x07u : extra == 2 ? c & 0x0Fu : c & 0x1Fu;
+  bool whole = extra > 0 && i + extra < key.size();
+  for (size_t k = 1; whole && k <= extra; ++k) {
+    const auto next = static_cast<unsigned char>(key[i + k]);
+    whole = (next & 0xC0) == 0x80;
+    code = (code << 6) | (next & 0x3Fu);
+  }
+  char buf[16];
+  if (whole) {
+    std::snprintf(buf, sizeof(buf), "\\u{%X}", code);
+    length = extra + 1;
+  } else {
+    std::snprintf(buf, sizeof(buf), "\\x%02X", c);
+    length = 1;
+  }
+  return buf;
+}
+
+bool printable_ascii(char c) {
+  return static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x7f;
+}
+
+// A key as echoed in a message: cut as shown() does, every character outside printable ASCII
+// escaped, so that a look-alike letter (Cyrillic 'а' for 'a') does not read as the key it
+// imitates, and a suggestion never reads as the same key.
+std::string shown_key(const std::string& key) {
+  std::string out;
+  for (size_t i = 0, length = 1; i < key.size(); i += length) {
+    length = 1;
+    out += printable_ascii(key[i]) ? std::string(1, key[i]) : escaped_char(key, i, length);
+  }
+  return shown(out);
+}
+
+// "; it holds \u{430}, ..." for a key with a character outside printable ASCII, whose look-alike
+// letters would otherwise read as a known key; "" for an ASCII key.
+std::string non_ascii_note(const std::string& key) {
+  const auto it = std::find_if(key.begin(), key.end(), [](char c) { return !printable_ascii(c); });
+  if (it == key.end()) return "";
+  size_t length = 1;
+  return "; it holds " + escaped_char(key, static_cast<size_t>(it - key.begin()), length) +
+         ", no printable ASCII character: config keys are ASCII (a look-alike letter typed or "
+         "pasted?)";
 }
 
 // " (did you mean 'x'?)" for the closest known key, when it is close enough to be a typo.
@@ -191,6 +253,14 @@ std::vector<std::string> split_key(const std::string& key) {
 
 void parse_optim_groups(Config& config, const YAML::Node& node, const std::string& source);
 
+// yaml-cpp reads a merge key ('<<: *defaults') as a key named "<<", so its keys were refused as
+// an unknown key '<<' (or, in a parameter group, an unknown hyperparameter).
+[[noreturn]] void refuse_merge_key(const std::string& at) {
+  config_error(at,
+               "YAML merge keys ('<<: *name') are not supported: write the keys out (an alias "
+               "of a whole value, 'key: *name', works)");
+}
+
 // Walks a YAML map, assigning every scalar leaf to its field; `seen` collects the keys set.
 void parse_map(Config& config, const YAML::Node& node, const std::string& prefix,
                const std::string& source, std::vector<std::string>& seen) {
@@ -200,6 +270,7 @@ void parse_map(Config& config, const YAML::Node& node, const std::string& prefix
     const YAML::Node value = it->second;
     if (!key_node.IsScalar())
       config_error(where(source, key_node.Mark()), "keys must be plain names");
+    if (key_node.Scalar() == "<<") refuse_merge_key(where(source, key_node.Mark()));
     std::string key = prefix.empty() ? key_node.Scalar() : prefix + "." + key_node.Scalar();
     if (std::find(seen.begin(), seen.end(), key) != seen.end())
       config_error(where(source, key_node.Mark()), "key '" + shown(key) + "' is given twice");
@@ -223,8 +294,8 @@ void parse_map(Config& config, const YAML::Node& node, const std::string& prefix
         parse_map(config, value, key, source, seen);
         continue;
       }
-      config_error(where(source, key_node.Mark()),
-                   "unknown key '" + shown(key) + "'" + did_you_mean(key));
+      config_error(where(source, key_node.Mark()), "unknown key '" + shown_key(key) + "'" +
+                                                       did_you_mean(key) + non_ascii_note(key));
     }
     if (value.IsNull()) config_error(where(source, value.Mark()), "key '" + key + "' has no value");
     if (!value.IsScalar())
@@ -387,11 +458,29 @@ YAML::Node load_yaml_file(const std::string& path) {
   return single_document(text, path);
 }
 
-// One parameter group of the list, the i-th (from 0), read from `source`.
-OptimGroup parse_optim_group(const YAML::Node& g, size_t i, const std::string& source) {
+// One parameter group of the list, the i-th (from 0), read from `source`. A group changed by a
+// --set (optim.<i>.<key>=...) is read again with `set_at`, the --set argument, which its
+// refusals then name (they named the file's line of the group).
+OptimGroup parse_optim_group(const YAML::Node& g, size_t i, const std::string& source,
+                             const std::string& set_at = "") {
+  const auto where = [&](const std::string& file, const YAML::Mark& mark) {
+    return set_at.empty() ? engine::where(file, mark) : set_at;
+  };
   std::string at = where(source, g.Mark());
   std::string name = "optim[" + std::to_string(i) + "]";
   if (!g.IsMap()) config_error(at, name + " must be a map with 'params' and 'optimizer'");
+  // yaml-cpp keeps both of a key given twice and a lookup finds the first: the second was
+  // dropped without a word.
+  std::vector<std::string> keys;
+  for (auto it = g.begin(); it != g.end(); ++it) {
+    const YAML::Node key = it->first;
+    const std::string text = key.IsScalar() ? key.Scalar() : std::string();
+    if (text == "<<") refuse_merge_key(where(source, key.Mark()));
+    if (std::find(keys.begin(), keys.end(), text) != keys.end())
+      config_error(where(source, key.Mark()),
+                   name + ": key '" + shown_key(text) + "' is given twice");
+    keys.push_back(text);
+  }
   OptimGroup group;
   group.node = g;
   group.file = source;
@@ -427,7 +516,7 @@ void parse_optim_groups(Config& config, const YAML::Node& node, const std::strin
     std::error_code ec;
     if (!std::filesystem::is_regular_file(preset, ec))
       config_error(where(source, node.Mark()),
-                   "'optim' is '" + node.Scalar() +
+                   "'optim' is '" + shown(node.Scalar()) +
                        "': expected a list of parameter groups ({params: [globs], optimizer: "
                        "name, ...}) or the path of a preset file, but there is no file " +
                        preset.string());
@@ -442,7 +531,8 @@ void parse_optim_groups(Config& config, const YAML::Node& node, const std::strin
     // The preset form: `optim: {groups: [...]}`.
     for (auto it = node.begin(); it != node.end(); ++it)
       if (it->first.Scalar() != "groups")
-        config_error(where(source, it->first.Mark()), "unknown key 'optim." + it->first.Scalar() +
+        config_error(where(source, it->first.Mark()), "unknown key 'optim." +
+                                                          shown_key(it->first.Scalar()) +
                                                           "' (did you mean 'optim.groups'?)");
     if (node["groups"]) {
       parse_optim_groups(config, node["groups"], source);
@@ -488,7 +578,7 @@ void set_optim_group_key(Config& config, const std::string& key, const std::stri
   }
   node[parts.back()] = value;
   const OptimGroup& old = config.optim[i];
-  OptimGroup group = parse_optim_group(old.node, i, old.file);
+  OptimGroup group = parse_optim_group(old.node, i, old.file, at);
   group.line = old.line;
   config.optim[i] = std::move(group);
 }
@@ -553,7 +643,9 @@ void apply_override(Config& config, const std::string& assignment) {
     return;
   }
   const FieldInfo* field = find_field(key);
-  if (field == nullptr) config_error(at, "unknown key '" + shown(key) + "'" + did_you_mean(key));
+  if (field == nullptr)
+    config_error(at,
+                 "unknown key '" + shown_key(key) + "'" + did_you_mean(key) + non_ascii_note(key));
   // A list or map is refused as in a YAML file (it used to become a literal string).
   YAML::Node parsed;
   try {
@@ -600,14 +692,24 @@ std::optional<std::vector<int>> parse_block_list(const std::string& text) {
   }
 }
 
+std::optional<std::pair<int64_t, int64_t>> parse_step_range(const std::string& text) {
+  const size_t dash = text.find('-');
+  const std::string_view all(text);
+  const std::optional<int64_t> first = parse_positive(all.substr(0, dash));
+  const std::optional<int64_t> last =
+      dash == std::string::npos ? first : parse_positive(all.substr(dash + 1));
+  if (!first || !last || *last < *first) return std::nullopt;
+  return std::make_pair(*first, *last);
+}
+
 void validate_config(const Config& c, ConfigUse use) {
   auto fail = [&](const std::string& key, const std::string& message) {
     config_error(config_origin(c, key), "key '" + key + "': " + message);
   };
   if (!is_device_mode(c.device))
-    fail("device", "must be auto, cpu or cuda, got '" + c.device + "'");
+    fail("device", "must be auto, cpu or cuda, got '" + shown(c.device) + "'");
   if (c.model.arch != "gpt2" && c.model.arch != "modern")
-    fail("model.arch", "must be gpt2 or modern, got '" + c.model.arch + "'");
+    fail("model.arch", "must be gpt2 or modern, got '" + shown(c.model.arch) + "'");
   // The model keeps its sizes in int; a size beyond that is a typo, not a model.
   for (const auto& [key, value] :
        {std::pair<const char*, int64_t>{"model.n_layer", c.model.n_layer},
@@ -635,7 +737,8 @@ void validate_config(const Config& c, ConfigUse use) {
   if (c.model.vocab_pad < 1 || c.model.vocab_pad > 4096)
     fail("model.vocab_pad", "must be in [1, 4096]");
   if (c.model.softcap_form != "tanh" && c.model.softcap_form != "sigmoid")
-    fail("model.softcap_form", "must be tanh or sigmoid, got '" + c.model.softcap_form + "'");
+    fail("model.softcap_form",
+         "must be tanh or sigmoid, got '" + shown(c.model.softcap_form) + "'");
   if (c.model.softcap_form == "sigmoid" && c.model.softcap <= 0)
     fail("model.softcap", "must be positive with model.softcap_form sigmoid");
   if (c.model.softcap_form == "sigmoid" && c.model.softcap_scale <= 0)
@@ -684,7 +787,7 @@ void validate_config(const Config& c, ConfigUse use) {
   // The model is built in train.precision (model_config_of), so a model-only reader checks it.
   const auto& precision = c.train.precision;
   if (precision != "fp32" && precision != "tf32" && precision != "bf16")
-    fail("train.precision", "must be fp32, tf32 or bf16, got '" + precision + "'");
+    fail("train.precision", "must be fp32, tf32 or bf16, got '" + shown(precision) + "'");
   if (use == ConfigUse::ModelOnly) return;
   if (c.train.steps < 1) fail("train.steps", "must be >= 1");
   if (c.train.micro_batch < 1) fail("train.micro_batch", "must be >= 1");
@@ -694,7 +797,7 @@ void validate_config(const Config& c, ConfigUse use) {
   if (c.train.grad_clip < 0) fail("train.grad_clip", "must be >= 0");
   const auto& s = c.train.lr_schedule;
   if (s != "constant" && s != "linear" && s != "cosine")
-    fail("train.lr_schedule", "must be constant, linear or cosine, got '" + s + "'");
+    fail("train.lr_schedule", "must be constant, linear or cosine, got '" + shown(s) + "'");
   if (c.train.lr_warmup_steps < 0) fail("train.lr_warmup_steps", "must be >= 0");
   if (c.train.lr_cooldown_frac < 0 || c.train.lr_cooldown_frac > 1)
     fail("train.lr_cooldown_frac", "must be in [0, 1]");
@@ -711,14 +814,24 @@ void validate_config(const Config& c, ConfigUse use) {
   if (c.zero.stage < 1 || c.zero.stage > 3) fail("zero.stage", "must be 1, 2 or 3");
   if (c.zero.bucket_mb < 0) fail("zero.bucket_mb", "must be >= 0");
   if (c.zero.progress != "thread" && c.zero.progress != "poll")
-    fail("zero.progress", "must be thread or poll, got '" + c.zero.progress + "'");
+    fail("zero.progress", "must be thread or poll, got '" + shown(c.zero.progress) + "'");
   if (c.checkpoint.every < 0) fail("checkpoint.every", "must be >= 0");
   if (c.checkpoint.keep < 1) fail("checkpoint.keep", "must be >= 1");
-  if (c.comm.timeout_s < 0) fail("comm.timeout_s", "must be >= 0 (0 = no watchdog)");
+  // Below a second a healthy collective waits longer than the timeout (a rank's own work between
+  // collectives, such as rank 0 committing a checkpoint, takes that long): the watchdog ended
+  // healthy runs, reporting "0.0 s".
+  if (!(c.comm.timeout_s == 0 || c.comm.timeout_s >= kMinCommTimeoutS))
+    fail("comm.timeout_s", "must be 0 (no watchdog) or at least " +
+                               format_double(kMinCommTimeoutS) + " s, got " +
+                               format_double(c.comm.timeout_s));
   if (c.comm.device_collectives != "nccl" && c.comm.device_collectives != "mpi")
-    fail("comm.device_collectives", "must be nccl or mpi, got '" + c.comm.device_collectives + "'");
+    fail("comm.device_collectives",
+         "must be nccl or mpi, got '" + shown(c.comm.device_collectives) + "'");
   if (c.log.every < 1) fail("log.every", "must be >= 1");
   if (c.log.peak_gflops < 0) fail("log.peak_gflops", "must be >= 0 (0 = the GPU table)");
+  if (!c.log.trace.empty() && !parse_step_range(c.log.trace))
+    fail("log.trace", "must be FIRST-LAST or STEP (optimizer steps from 1, FIRST <= LAST), got '" +
+                          shown(c.log.trace) + "'");
 }
 
 std::vector<std::string> config_warnings(const Config& c) {
@@ -732,6 +845,11 @@ std::vector<std::string> config_warnings(const Config& c) {
                   format_double(static_cast<double>(c.train.steps) /
                                 static_cast<double>(c.train.lr_warmup_steps)) +
                   " of it)");
+  // Allowed (apps/bench_zero's "trace idle" rows), but nothing is traced.
+  if (const auto steps = parse_step_range(c.log.trace); steps && steps->first > c.train.steps)
+    out.push_back("warning: " + config_origin(c, "log.trace") + ": key 'log.trace' = " +
+                  c.log.trace + " starts after train.steps = " + std::to_string(c.train.steps) +
+                  ": the trace will hold no step");
   return out;
 }
 

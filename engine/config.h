@@ -3,15 +3,16 @@
 // Every scalar field is declared exactly once, in the ENGINE_CONFIG_FIELDS table below, with its
 // section, C++ type, member, YAML key, default, whether it is required and a one-line doc. That
 // one declaration makes the struct member, the YAML parser entry, the override parser, the
-// printed effective config and the README's config reference. The `optim` section is the
-// ordered list of parameter groups; its shape is checked here and each group's hyperparameters
-// are left to the optimizer registry.
+// printed effective config and docs/configuration.md's config reference. The `optim` section is
+// the ordered list of parameter groups; its shape is checked here and each group's
+// hyperparameters are left to the optimizer registry.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -148,14 +149,15 @@ inline constexpr bool kOptional = false;
     "empty = fresh start, auto = newest complete checkpoint in dir, or a checkpoint path") \
   F(checkpoint, bool, overwrite, "overwrite", false, kOptional,                            \
     "a fresh start first deletes an earlier run's step_* checkpoints in dir and "          \
-    "metrics.jsonl in log.dir (false: such a start is refused)")                           \
+    "metrics.jsonl and TensorBoard event files in log.dir, a resume from a checkpoint "    \
+    "older than others in dir deletes the newer ones (false: both are refused)")           \
   F(checkpoint, bool, on_signal, "on_signal", true, kOptional,                             \
     "on SIGTERM / SIGINT finish the current step, save a checkpoint, exit 143 / 130")
 
 #define ENGINE_COMM_FIELDS(F)                                                                    \
   F(comm, double, timeout_s, "timeout_s", 300.0, kOptional,                                      \
     "abort the job when a collective waits longer than this for a rank, naming the "             \
-    "collective and the ranks that did not arrive (0 = wait forever)")                           \
+    "collective and the ranks that did not arrive (0 = wait forever; else at least 1)")          \
   F(comm, std::string, device_collectives, "device_collectives", "nccl", kOptional,              \
     "how GPU tensors move: nccl | mpi (staged through host buffers over MPI: several ranks may " \
     "share one GPU; a cluster without NCCL)")
@@ -170,7 +172,14 @@ inline constexpr bool kOptional = false;
     "the CPU)")                                                                                \
   F(log, bool, device_timing, "device_timing", false, kOptional,                               \
     "also time the step's phases in the device's order of work (CUDA events on a GPU) into "   \
-    "metrics.jsonl's device_phase_ms; each step then waits for its last phase")
+    "metrics.jsonl's device_phase_ms; each step then waits for its last phase")                \
+  F(log, std::string, trace, "trace", "", kOptional,                                           \
+    "steps FIRST-LAST (or one STEP) to trace: every rank's phases, micro-steps, layers, "      \
+    "collectives, waits and checkpoint writes into <log.dir>/trace.json (Chrome trace "        \
+    "events; docs/performance.md); '' = off")                                                  \
+  F(log, bool, tensorboard, "tensorboard", false, kOptional,                                   \
+    "also write the console's scalars to <log.dir>/events.out.tfevents.* (rank 0) for "        \
+    "TensorBoard")
 
 #define ENGINE_CONFIG_MEMBER(section, type, member, key, def, required, doc) type member = def;
 
@@ -254,6 +263,9 @@ void apply_override(Config& config, const std::string& assignment);
 // model.no_attn_layers' text ("", "7", "3, 7") as block indices; nullopt when it is not a comma
 // list of non-negative integers.
 std::optional<std::vector<int>> parse_block_list(const std::string& text);
+// log.trace's text: "FIRST-LAST" or "STEP" (1-based optimizer steps, FIRST <= LAST); nullopt
+// for anything else ("" included: tracing off).
+std::optional<std::pair<int64_t, int64_t>> parse_step_range(const std::string& text);
 // Cross-field checks (also run by load/parse): choices, positivity, head divisibility...
 // (ModelOnly: the device and the model section's). Errors name the key and where it was set
 // (config_origin).

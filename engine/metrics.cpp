@@ -70,12 +70,21 @@ std::string to_json(const StepRecord& r) {
   if (r.train_loss) s += ",\"train_loss\":" + json_number(*r.train_loss);
   if (r.val_loss) s += ",\"val_loss\":" + json_number(*r.val_loss);
   s += ",\"lr\":" + json_number(r.lr);
+  if (!r.group_lr.empty()) {
+    s += ",\"group_lr\":[";
+    for (size_t i = 0; i < r.group_lr.size(); ++i) {
+      if (i) s += ",";
+      s += json_number(r.group_lr[i]);
+    }
+    s += "]";
+  }
   s += ",\"grad_norm\":" + json_number(r.grad_norm);
   s += ",\"tokens\":" + std::to_string(r.tokens);
   s += ",\"elapsed_ms\":" + json_number(r.train_time_ms);
   s += ",\"step_ms\":" + json_number(r.step_ms);
   s += ",\"tokens_per_s\":" + json_number(r.tokens_per_s);
   s += ",\"gflops\":" + json_number(r.gflops);
+  if (r.mfu) s += ",\"mfu\":" + json_number(*r.mfu);
   s += ",\"comm_bytes\":{";
   for (size_t i = 0; i < r.comm_bytes.size(); ++i) {
     if (i) s += ",";

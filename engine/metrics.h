@@ -14,13 +14,15 @@ struct StepRecord {
   int64_t step = 0;  // 1-based count of optimizer steps done
   std::optional<double> train_loss;
   std::optional<double> val_loss;
-  double lr = 0;             // schedule multiplier times the first group's base lr
-  double grad_norm = 0;      // global, before clipping
-  int64_t tokens = 0;        // training tokens consumed so far (all ranks)
-  double train_time_ms = 0;  // excludes validation and warm-up
+  double lr = 0;                 // schedule multiplier times the first group's base lr
+  std::vector<double> group_lr;  // every optimizer group's, in the config's order
+  double grad_norm = 0;          // global, before clipping
+  int64_t tokens = 0;            // training tokens consumed so far (all ranks)
+  double train_time_ms = 0;      // excludes validation and warm-up
   double step_ms = 0;
   double tokens_per_s = 0;
-  double gflops = 0;  // achieved model FLOP rate of this step, all ranks together
+  double gflops = 0;          // achieved model FLOP rate of this step, all ranks together
+  std::optional<double> mfu;  // gflops over all ranks' peak, when the peak is known
   std::vector<std::pair<std::string, int64_t>> comm_bytes;  // per collective kind, this step
   // Time this step spent blocked waiting for collectives (not the time they were in flight
   // behind computation): the exposed communication.

@@ -4,6 +4,7 @@
 
 #include "core/check.h"
 #include "engine/checkpoint/checkpoint_files.h"
+#include "engine/checkpoint/resume_check.h"
 #include "engine/checkpoint/sharded_state.h"
 #include "engine/reparam/reparam_kinds.h"
 #include "model/hf_gpt2.h"
@@ -90,6 +91,8 @@ std::map<std::string, core::Tensor> read_model_weights(const std::string& source
 
 std::unique_ptr<model::Gpt> load_model(const Config& config, const std::string& source,
                                        core::Backend& backend) {
+  if (fs::exists(fs::path(source) / "manifest.yaml"))
+    check_same_model(source, read_manifest(source), config);
   auto gpt = std::make_unique<model::Gpt>(model_config_of(config), backend);
   model::set_weights(*gpt, read_model_weights(source, config, gpt->table(), backend));
   return gpt;

@@ -1,10 +1,17 @@
 #include "engine/preflight.h"
 
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <utility>
 
 #include "core/check.h"
 #include "engine/checkpoint/checkpoint_files.h"
@@ -70,6 +77,72 @@ void check_model_fits_memory(const Config& c, double memory_bytes) {
       gigabytes(bytes) + ", more than this machine's " + gigabytes(memory_bytes) + " of memory");
 }
 
+namespace {
+
+// The config with what a restart may change (checkpoint.resume, checkpoint.overwrite) made equal,
+// as YAML.
+std::string restart_invariant_yaml(Config c) {
+  c.checkpoint.resume = "auto";
+  c.checkpoint.overwrite = false;
+  return config_to_yaml(c);
+}
+
+// The step of the last line of a metrics file ({"step":N,...}), or -1 when it has none.
+int64_t last_logged_step(const fs::path& metrics) {
+  std::ifstream in(metrics, std::ios::binary);
+  std::string line, last;
+  while (std::getline(in, line))
+    if (!line.empty()) last = line;
+  const std::string key = "\"step\":";
+  const size_t at = last.find(key);
+  if (at == std::string::npos) return -1;
+  return std::strtoll(last.c_str() + at + key.size(), nullptr, 10);
+}
+
+// Whether the folders hold only what a start of this very config left before its first
+// checkpoint was complete: staging (.tmp) or removed (.old) folders, a metrics file that stops
+// before train.steps (a run that finished without saving is no unfinished attempt), and a
+// log.dir/config.yaml (written at its start) equal to this config but for checkpoint.resume and
+// .overwrite.
+bool only_this_runs_first_attempt(const Config& c, const std::vector<fs::path>& folders) {
+  for (const fs::path& dir : folders) {
+    const std::string name = dir.filename().string();
+    if (!name.ends_with(".tmp") && !name.ends_with(".old")) return false;
+  }
+  if (last_logged_step(fs::path(c.log.dir) / "metrics.jsonl") >= c.train.steps) return false;
+  const fs::path saved = fs::path(c.log.dir) / "config.yaml";
+  std::error_code ec;
+  if (!fs::is_regular_file(fs::symlink_status(saved, ec))) return false;
+  std::ifstream in(saved, std::ios::binary);
+  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  try {
+    return restart_invariant_yaml(parse_config(text, saved.string())) == restart_invariant_yaml(c);
+  } catch (const core::Error&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+void prepare_run_folders(const Config& c) {
+  for (const auto& [key, dir] : {std::pair<std::string, std::string>{"log.dir", c.log.dir},
+                                 {"checkpoint.dir", c.checkpoint.dir}}) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    std::string reason;
+    if (ec)
+      reason = "cannot be created: " + ec.message();
+    else if (!fs::is_directory(dir, ec))
+      reason = "is not a folder";
+    else if (::access(dir.c_str(), W_OK | X_OK) != 0)
+      reason = std::string("is not writable: ") + std::strerror(errno);
+    if (reason.empty()) continue;
+    throw core::Error("config error: " + config_origin(c, key) + ": key '" + key + "': folder '" +
+                      dir + "' " + reason + " (a run writes its " +
+                      (key == "log.dir" ? "logs and metrics" : "checkpoints") + " there)");
+  }
+}
+
 void prepare_fresh_start(const Config& c) {
   const std::string& resume = c.checkpoint.resume;
   if (!resume.empty() && !(resume == "auto" && list_checkpoints(c.checkpoint.dir).empty())) return;
@@ -78,10 +151,31 @@ void prepare_fresh_start(const Config& c) {
   std::error_code ec;
   const bool old_metrics = fs::is_regular_file(metrics, ec) && fs::file_size(metrics, ec) > 0;
   if (old_checkpoints.empty() && !old_metrics) return;
+  // A requeued job (the same command again) whose first attempt was stopped before its first
+  // checkpoint was complete: nothing to resume, and nothing of another run to keep.
+  if (resume == "auto" && only_this_runs_first_attempt(c, old_checkpoints)) {
+    for (const auto& dir : old_checkpoints)
+      fs::remove_all(dir);
+    if (old_metrics) fs::remove(metrics);
+    spdlog::warn(
+        "checkpoint.resume=auto: no complete checkpoint in {}; starting afresh, since what is "
+        "there ({}{}) is this config's own first attempt, stopped before its first checkpoint "
+        "was complete (log.dir/config.yaml is this config)",
+        c.checkpoint.dir,
+        old_checkpoints.empty() ? std::string()
+                                : std::to_string(old_checkpoints.size()) + " unfinished save(s)",
+        old_metrics ? std::string(old_checkpoints.empty() ? "" : " and ") + metrics.string()
+                    : std::string());
+    return;
+  }
   if (c.checkpoint.overwrite) {
     for (const auto& dir : old_checkpoints)
       fs::remove_all(dir);
     if (old_metrics) fs::remove(metrics);
+    // TensorBoard reads every event file of the folder: the earlier run's would mix with this.
+    for (const auto& entry : fs::directory_iterator(c.log.dir, ec))
+      if (entry.path().filename().string().starts_with("events.out.tfevents."))
+        fs::remove(entry.path(), ec);
     return;
   }
   std::string held;
@@ -107,6 +201,32 @@ void prepare_fresh_start(const Config& c) {
       (resumable ? "resume it (--set checkpoint.resume=auto), " : "") +
       "write elsewhere (--set log.dir=... --set checkpoint.dir=...), or replace it (--set "
       "checkpoint.overwrite=true deletes those checkpoints and the metrics file)");
+}
+
+void prepare_resume_from_older(const Config& c, const std::string& resume, int64_t from) {
+  std::vector<std::string> newer;
+  for (const std::string& dir : list_checkpoints(c.checkpoint.dir))
+    if (std::stoll(fs::path(dir).filename().string().substr(5)) > from) newer.push_back(dir);
+  if (newer.empty()) return;
+  const std::string names =
+      std::to_string(newer.size()) + " newer checkpoint(s) (" +
+      fs::path(newer.front()).filename().string() +
+      (newer.size() > 1 ? " ... " + fs::path(newer.back()).filename().string() : std::string()) +
+      ")";
+  if (c.checkpoint.overwrite) {
+    for (const std::string& dir : newer)
+      fs::remove_all(dir);
+    spdlog::warn("resuming from {} at step {}: deleted the {} in {} (checkpoint.overwrite=true)",
+                 resume, from, names, c.checkpoint.dir);
+    return;
+  }
+  throw core::Error(
+      "refusing to resume from " + resume + " (step " + std::to_string(from) +
+      "): " + c.checkpoint.dir + " holds " + names +
+      ", which this run's saves would replace and its rotation would keep over its own. Choose "
+      "one: resume the newest (--set checkpoint.resume=auto), write elsewhere (--set "
+      "checkpoint.dir=...), or drop them (--set checkpoint.overwrite=true deletes the newer "
+      "checkpoints)");
 }
 
 void check_run_files(const Config& c) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "engine/config.h"
 
@@ -17,13 +18,27 @@ double estimated_parameters(const Config& config);
 // std::bad_alloc later.
 void check_model_fits_memory(const Config& config, double memory_bytes = 0);
 
+// Creates log.dir and checkpoint.dir (with their parents) where they do not exist; a folder that
+// cannot be created or written (a read-only parent, a file in the way, a working folder deleted
+// under the run) is refused as a config error naming the key, where it was set and the reason,
+// before any rank waits on another. Every rank of a training run calls it.
+void prepare_run_folders(const Config& config);
+
 // A fresh start (checkpoint.resume empty, or auto with no checkpoint in checkpoint.dir) into
 // folders that hold another run's step_* checkpoints or metrics.jsonl would mix two runs (the
 // metrics file cut, the old checkpoints left beside the new ones, rotation deleting new ones as
 // older). Refused naming the folder and the choices, unless checkpoint.overwrite is true: then
-// those checkpoints and the metrics file are deleted first. Call on one rank, holding the run
+// those checkpoints, the metrics file and the TensorBoard event files (log.tensorboard) are
+// deleted first. Call on one rank, holding the run
 // lock.
 void prepare_fresh_start(const Config& config);
+
+// A resume from checkpoint `resume` at step `from` while checkpoint.dir holds newer ones: the
+// run's saves would replace those of the same steps and its rotation would delete its own as the
+// oldest. Refused naming them and the choices, unless checkpoint.overwrite is true: then the newer
+// checkpoints are deleted, with a warning naming them. Call on one rank, holding the run lock,
+// once the checkpoint passed every other check (a refused resume deletes nothing).
+void prepare_resume_from_older(const Config& config, const std::string& resume, int64_t from);
 
 // The files a run writes in its folders (log.txt, config.yaml, metrics.jsonl, .engine.lock) must
 // not be symbolic links or other than regular files where they exist: refused naming the file,

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,8 +26,11 @@ std::vector<std::string> distinct_folders(const std::vector<std::string>& dirs) 
   std::vector<std::string> out;
   std::vector<std::filesystem::path> seen;
   for (const auto& dir : dirs) {
-    std::filesystem::create_directories(dir);
-    const std::filesystem::path real = std::filesystem::canonical(dir);
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    const std::filesystem::path real =
+        ec ? std::filesystem::path() : std::filesystem::canonical(dir, ec);
+    ENGINE_CHECK(!ec, "cannot create the run folder " + dir + ": " + ec.message());
     if (std::find(seen.begin(), seen.end(), real) != seen.end()) continue;
     seen.push_back(real);
     out.push_back(dir);
@@ -48,6 +52,11 @@ RunLock::RunLock(const std::vector<std::string>& dirs, Mode mode, double wait_se
       // its own lock and then blame another run.
       const int fd = open_run_file(path, O_RDWR | O_CREAT, "the run lock");
       fds_.push_back(fd);
+      struct stat st {};
+      ENGINE_CHECK(::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1,
+                   "the run lock " + path +
+                       " is not a plain file of its own (a hard link or no regular file); a lock "
+                       "file is the engine's own (remove it)");
       while (::flock(fd, op) != 0) {
         ENGINE_CHECK(errno == EWOULDBLOCK || errno == EINTR,
                      "cannot lock " + path + ": " + std::strerror(errno));

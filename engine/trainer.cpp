@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "comm/shard_ops.h"
+#include "comm/traced_communicator.h"
 #include "core/check.h"
 #include "core/cpu_affinity.h"
 #include "core/transfer.h"
@@ -22,9 +23,11 @@
 #include "engine/console_log.h"
 #include "engine/model_loading.h"
 #include "engine/precision.h"
+#include "engine/preflight.h"
 #include "engine/reparam/reparam_kinds.h"
 #include "engine/run_file.h"
 #include "engine/stop_signal.h"
+#include "engine/tensorboard_writer.h"
 #include "engine/trainable.h"
 #include "engine/validation.h"
 #include "model/flops.h"
@@ -41,13 +44,40 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
+// log.trace: the run's timeline (collective: measures the clock offsets), or null.
+std::unique_ptr<RunTrace> make_run_trace(const Config& config, comm::Communicator& control) {
+  const auto steps = parse_step_range(config.log.trace);
+  if (!steps) return nullptr;
+  return std::make_unique<RunTrace>(control, steps->first, steps->second,
+                                    (fs::path(config.log.dir) / "trace.json").string());
+}
+
+// `comm` recording its collectives into `tracer`, or null without one.
+std::unique_ptr<comm::Communicator> traced(comm::Communicator& comm, core::Tracer* tracer) {
+  if (tracer == nullptr) return nullptr;
+  return std::make_unique<comm::TracedCommunicator>(comm, *tracer);
+}
+
+// "block 3", "embeddings" (layer -1), "head" (layer n_layer).
+std::string layer_name(int layer, int n_layer) {
+  if (layer < 0) return "embeddings";
+  if (layer >= n_layer) return "head";
+  return "block " + std::to_string(layer);
+}
+
 }  // namespace
 
 Trainer::Trainer(Config config, comm::Communicator& control, comm::Communicator& tensors,
                  core::Backend& backend)
     : config_(std::move(config)),
-      comm_(control),
-      tensors_(tensors),
+      trace_(make_run_trace(config_, control)),
+      tracer_(trace_ ? &trace_->tracer() : nullptr),
+      traced_control_(traced(control, tracer_)),
+      traced_tensors_(&tensors == &control ? nullptr : traced(tensors, tracer_)),
+      comm_(traced_control_ ? *traced_control_ : control),
+      tensors_(!tracer_               ? tensors
+               : &tensors == &control ? *traced_control_
+                                      : *traced_tensors_),
       backend_(backend),
       health_(config_.train.diverge_loss_factor, config_.train.diverge_zero_grad_steps),
       schedule_(config_.train.steps, config_.train.lr_warmup_steps, config_.train.lr_cooldown_frac,
@@ -105,6 +135,7 @@ Trainer::Trainer(Config config, comm::Communicator& control, comm::Communicator&
   zo.progress_thread = config_.zero.progress == "thread";
   zo.sparse_rows = config_.zero.sparse_rows && host_tensors;  // a host scan
   zo.release_full_storage = [this] { gpt_->release_storage(); };
+  zo.tracer = tracer_;
   zero_ = ZeroState::create(tensors_, *plan_, std::move(trainables), backend_, zo);
   gpt_->set_layer_hook(
       [this](model::Gpt::LayerEvent event, int layer) { on_layer_event(event, layer); });
@@ -125,16 +156,37 @@ void Trainer::backward(bool last) {
   zero_->end_backward();
 }
 
+void Trainer::trace_layer(model::Gpt::LayerEvent event, int layer) {
+  using Event = model::Gpt::LayerEvent;
+  if (event == Event::kBeforeForward || event == Event::kBeforeBackward) {
+    layer_begin_us_ = core::Tracer::now_us();
+    return;
+  }
+  std::string name = event == Event::kAfterForward ? "forward " : "backward ";
+  name += layer_name(layer, static_cast<int>(gpt_->config().n_layer));
+  const double now = core::Tracer::now_us();
+  tracer_->record(name, core::kNoIndex, "layer", tracer_->thread_track(), layer_begin_us_, now);
+  // The embeddings' backward has no kBeforeBackward: it starts where block 0's ended.
+  layer_begin_us_ = now;
+}
+
 void Trainer::on_layer_event(model::Gpt::LayerEvent event, int layer) {
   using Event = model::Gpt::LayerEvent;
+  // A layer's span holds what the ZeRO state does for it before it runs (a stage-3 gather) and
+  // ends before what follows its backward (the start of its reduction).
+  const bool tracing = tracer_ != nullptr && tracer_->active();
+  if (tracing && event != Event::kAfterBackward) trace_layer(event, layer);
   switch (event) {
     case Event::kBeforeForward:
       zero_->before_forward(layer);
+      break;
+    case Event::kAfterForward:
       break;
     case Event::kBeforeBackward:
       zero_->before_backward(layer);
       break;
     case Event::kAfterBackward:
+      if (tracing) trace_layer(event, layer);
       // The reparametrisations map their gradients before the ZeRO state may start reducing
       // them (with zero.overlap, right after this layer's backward).
       for (const auto& reparam : reparams_)
@@ -154,9 +206,14 @@ double Trainer::forward_backward() {
   gpt_->take_expert_rows();  // warm-up and validation forwards route too: this step from 0
   data::Batch batch;
   for (int64_t m = 0; m < geometry_.grad_accum; ++m) {
+    core::TraceScope micro_step(tracer_, "micro-step", "micro-step", static_cast<int>(m));
     loader_->load(counters_.step, m, batch);
-    gpt_->forward_accumulate(batch.inputs.data(), batch.targets.data(),
-                             static_cast<int>(batch.rows), static_cast<int>(geometry_.seq_len));
+    {
+      core::TraceScope forward(tracer_, "pass", "forward");
+      gpt_->forward_accumulate(batch.inputs.data(), batch.targets.data(),
+                               static_cast<int>(batch.rows), static_cast<int>(geometry_.seq_len));
+    }
+    core::TraceScope backward_span(tracer_, "pass", "backward");
     backward(m == geometry_.grad_accum - 1);
   }
   // The micro-steps' losses were summed on the device; this is the step's one read of them.
@@ -195,16 +252,28 @@ void Trainer::optimizer_step(double lr_scale) {
 StepRecord Trainer::train_step() {
   const auto t0 = Clock::now();
   const comm::CommStats before = tensors_.stats();
+  const bool tracing = tracer_ != nullptr && tracer_->active();
+  core::TraceScope step_span(tracer_, "step", "step", static_cast<int>(counters_.step + 1));
 
   std::vector<std::pair<std::string, double>> phases;
   auto t_phase = Clock::now();
-  // log.device_timing: a mark in the device's order of work at each phase boundary.
+  double phase_begin_us = tracing ? core::Tracer::now_us() : 0;
+  const double step_begin_us = phase_begin_us;
+  // log.device_timing (and log.trace on a device other than the CPU): a mark in the device's
+  // order of work at each phase boundary.
+  const bool device_marks =
+      config_.log.device_timing || (tracing && !core::is_host_memory(backend_.device()));
   std::vector<core::TimeMark> marks;
-  if (config_.log.device_timing) marks.push_back(backend_.mark());
+  if (device_marks) marks.push_back(backend_.mark());
   auto end_phase = [&](const char* name) {
     phases.emplace_back(name, ms_since(t_phase));
     t_phase = Clock::now();
-    if (config_.log.device_timing) marks.push_back(backend_.mark());
+    if (tracing) {
+      const double now = core::Tracer::now_us();
+      tracer_->record(name, core::kNoIndex, "phase", tracer_->thread_track(), phase_begin_us, now);
+      phase_begin_us = now;
+    }
+    if (device_marks) marks.push_back(backend_.mark());
   };
 
   backend_.allocator().reset_peak();
@@ -233,6 +302,8 @@ StepRecord Trainer::train_step() {
   r.step = counters_.step;
   r.train_loss = loss;
   r.lr = optim_->optimizer(0).lr() * lr_scale;  // the first group's, its default included
+  for (size_t g = 0; g < optim_->num_groups(); ++g)
+    r.group_lr.push_back(optim_->optimizer(g).lr() * lr_scale);
   r.grad_norm = grad_norm;
   r.tokens = counters_.tokens;
   r.train_time_ms = counters_.train_time_ms;
@@ -247,8 +318,10 @@ StepRecord Trainer::train_step() {
       r.comm_bytes.emplace_back(comm::collective_name(kind), bytes);
   }
   r.comm_wait_ms = after.wait_ms() - before.wait_ms();
-  for (size_t i = 0; i + 1 < marks.size(); ++i)
-    r.device_phase_ms.emplace_back(phases[i].first, backend_.elapsed_ms(marks[i], marks[i + 1]));
+  if (config_.log.device_timing)
+    for (size_t i = 0; i + 1 < marks.size(); ++i)
+      r.device_phase_ms.emplace_back(phases[i].first, backend_.elapsed_ms(marks[i], marks[i + 1]));
+  if (tracing && !marks.empty()) trace_device_phases(phases, marks, step_begin_us);
   r.phase_ms = std::move(phases);
   r.peak_mem_bytes = static_cast<int64_t>(backend_.allocator().peak_bytes());
   r.live_mem_bytes = static_cast<int64_t>(backend_.allocator().live_bytes());
@@ -256,7 +329,22 @@ StepRecord Trainer::train_step() {
   return r;
 }
 
+void Trainer::trace_device_phases(const std::vector<std::pair<std::string, double>>& phases,
+                                  const std::vector<core::TimeMark>& marks, double begin_us) {
+  // Events give times between marks only: the device row starts at the host's first mark, so
+  // its spans show each phase's device time and their order, not the device's lag behind the
+  // host.
+  const int track = tracer_->named_track("device");
+  double at = begin_us;
+  for (size_t i = 0; i + 1 < marks.size() && i < phases.size(); ++i) {
+    const double end = begin_us + 1e3 * backend_.elapsed_ms(marks[0], marks[i + 1]);
+    tracer_->record(phases[i].first, core::kNoIndex, "device", track, at, end);
+    at = end;
+  }
+}
+
 double Trainer::evaluate() {
+  core::TraceScope span(tracer_, "evaluate", "evaluate");
   // Validation sees the window the next step trains with (at step 0 the schedule's first, not
   // the full model.window), as modded-nanogpt evaluates.
   apply_window_schedule(*gpt_, counters_.step, config_.train.steps);
@@ -269,6 +357,7 @@ double Trainer::evaluate() {
 std::string Trainer::save_checkpoint() {
   std::optional<double> val_loss;
   if (last_val_ && last_val_->first == counters_.step) val_loss = last_val_->second;
+  core::TraceScope span(tracer_, "checkpoint", "checkpoint write");
   return checkpointer_->save(counters_, val_loss);
 }
 
@@ -379,6 +468,19 @@ TrainSummary Trainer::run() {
   if (!resume.empty()) {
     load_checkpoint(resume);
     check_steps_left(resume, counters_.step, config_);
+    // Checkpoints newer than this one: rank 0's verdict (it holds the run lock), shared, once
+    // every other check passed, so that a refused resume deletes nothing.
+    std::string refused;
+    if (comm_.rank() == 0) {
+      try {
+        prepare_resume_from_older(config_, resume, counters_.step);
+      } catch (const core::Error& e) {
+        refused = e.what();
+      }
+    }
+    int64_t failed = refused.empty() ? 0 : 1;
+    comm_.all_reduce(&failed, 1, comm::ReduceOp::Max);
+    if (failed != 0) throw core::Error(refused.empty() ? "rank 0 refused the resume" : refused);
     spdlog::info("resumed from {} at step {}", resume, counters_.step);
   } else if (!config_.train.init_from.empty()) {
     init_params_from(config_.train.init_from);
@@ -396,6 +498,7 @@ TrainSummary Trainer::run() {
   else
     spdlog::info("{}", unknown_peak_note(gpt_->backend().name()));
   std::unique_ptr<MetricsWriter> metrics;
+  std::unique_ptr<TensorBoardWriter> tensorboard;
   if (comm_.rank() == 0) {
     fs::create_directories(config_.log.dir);
     write_run_file((fs::path(config_.log.dir) / "config.yaml").string(), config_to_yaml(config_),
@@ -404,6 +507,7 @@ TrainSummary Trainer::run() {
       metrics =
           std::make_unique<MetricsWriter>((fs::path(config_.log.dir) / "metrics.jsonl").string(),
                                           resume.empty() ? -1 : counters_.step);
+    if (config_.log.tensorboard) tensorboard = std::make_unique<TensorBoardWriter>(config_.log.dir);
   }
   started_ = true;
   warm_up();
@@ -422,19 +526,20 @@ TrainSummary Trainer::run() {
     r.step = 0;
     eval_and_log(r);
     if (metrics) metrics->write(r);
+    if (tensorboard) tensorboard->write(r);
   }
   bool stop = false;
   while (counters_.step < total && !stop) {
+    if (trace_) trace_->begin_step(counters_.step + 1);
     StepRecord r = train_step();
+    if (peak_gflops) r.mfu = r.gflops / *peak_gflops;
     if (counters_.step % config_.log.every == 0 || counters_.step == total) {
       const double eta_s = (counters_.train_time_ms / counters_.step) *
                            static_cast<double>(total - counters_.step) / 1e3;
-      spdlog::info(
-          "{} {}",
-          format_train_line(counters_.step, total, *r.train_loss, counters_.train_time_ms, r.lr,
-                            r.tokens_per_s),
-          format_progress_fields(
-              eta_s, peak_gflops ? std::optional<double>(r.gflops / *peak_gflops) : std::nullopt));
+      spdlog::info("{} {}",
+                   format_train_line(counters_.step, total, *r.train_loss, counters_.train_time_ms,
+                                     r.lr, r.tokens_per_s),
+                   format_progress_fields(eta_s, r.mfu));
       spdlog::info("{}", format_stats_line(counters_.step, total, r.grad_norm, r.peak_mem_bytes,
                                            r.live_mem_bytes));
     }
@@ -450,6 +555,7 @@ TrainSummary Trainer::run() {
       }
     }
     if (metrics) metrics->write(r);
+    if (tensorboard) tensorboard->write(r);
     const bool periodic =
         config_.checkpoint.every > 0 && counters_.step % config_.checkpoint.every == 0;
     bool saved = periodic || ((last || stop) && config_.checkpoint.at_end);
@@ -463,6 +569,7 @@ TrainSummary Trainer::run() {
       summary.last_checkpoint = save_checkpoint();
       spdlog::info("checkpoint saved: {}", summary.last_checkpoint);
     }
+    if (trace_) trace_->end_step(counters_.step);
     if (const int signal = agreed_stop_signal(comm_)) {
       if (config_.checkpoint.on_signal && !saved) {
         summary.last_checkpoint = save_checkpoint();
@@ -471,6 +578,7 @@ TrainSummary Trainer::run() {
       throw StoppedBySignal(signal, counters_.step);
     }
   }
+  if (trace_) trace_->finish();
   summary.steps_done = counters_.step;
   summary.train_time_ms = counters_.train_time_ms;
   spdlog::info(

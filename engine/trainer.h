@@ -10,6 +10,8 @@
 // updated parameters published (and the reparametrisations' model weights written) -> metrics.
 // Where values and gradients live between these phases, and the communication that moves them,
 // is the ZeRO state's.
+// log.trace records chosen steps as a timeline of these phases, the micro-steps, the layers and
+// the collectives (engine/run_trace.h); log.tensorboard writes the metrics for TensorBoard.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +28,7 @@
 #include "engine/lr_schedule.h"
 #include "engine/metrics.h"
 #include "engine/reparam/reparam.h"
+#include "engine/run_trace.h"
 #include "engine/training_health.h"
 #include "engine/zero_state.h"
 #include "model/gpt.h"
@@ -102,8 +105,20 @@ class Trainer {
   // One micro-step's backward; `last` marks the step's last micro-step.
   void backward(bool last);
   void on_layer_event(model::Gpt::LayerEvent event, int layer);
+  // log.trace: a layer's forward or backward as a span, from its kBefore* event to its kAfter*.
+  void trace_layer(model::Gpt::LayerEvent event, int layer);
+  // log.trace on a GPU: the step's phases in the device's order of work, from marks made at the
+  // phase boundaries (marks[0] at the step's start, host time begin_us).
+  void trace_device_phases(const std::vector<std::pair<std::string, double>>& phases,
+                           const std::vector<core::TimeMark>& marks, double begin_us);
 
   Config config_;
+  // log.trace (all null when off): the timeline of the traced steps, and the communicators that
+  // record into it (wrapping the control and tensor communicators given).
+  std::unique_ptr<RunTrace> trace_;
+  core::Tracer* tracer_ = nullptr;
+  std::unique_ptr<comm::Communicator> traced_control_;
+  std::unique_ptr<comm::Communicator> traced_tensors_;
   comm::Communicator& comm_;     // control: host scalars, barriers, checkpoints
   comm::Communicator& tensors_;  // parameters and gradients on the backend's device
   core::Backend& backend_;
@@ -123,6 +138,7 @@ class Trainer {
   std::optional<std::pair<int64_t, double>> last_val_;  // (step, validation loss)
   std::vector<int64_t> expert_rows_;  // MoE: the last step's rows per expert, over the ranks
   double flops_per_token_ = 0;
+  double layer_begin_us_ = 0;  // log.trace: the start of the layer running now
 };
 
 }  // namespace engine

@@ -104,7 +104,7 @@ class ResidentParams final : public ZeroState {
             comm::all_gather_param_async(c, plan_, i, local_value_[i], trainables_[i].value));
       wait_all(works);
     };
-    submit(gather_all);
+    submit("gather params", core::kNoIndex, gather_all);
     wait_pending();
   }
 
@@ -168,7 +168,7 @@ class ResidentParams final : public ZeroState {
       add_pending(reduce_bucket(comm_, b));
       return;
     }
-    submit([this, b, layer](comm::Communicator& c) {
+    submit("reduce layer", layer, [this, b, layer](comm::Communicator& c) {
       if (trace_) trace_(trace_line("running", layer));
       reduce_bucket(c, b)->wait();
       if (trace_) trace_(trace_line("reduced", layer));
@@ -254,7 +254,8 @@ class ShardedParams final : public ZeroState {
     // At most one layer's reduction in flight: its gradient buffers are all the memory overlap
     // adds.
     wait_pending();
-    submit([this, params = std::move(params), fulls = std::move(fulls), first = first_micro_](
+    submit("reduce layer", layer,
+           [this, params = std::move(params), fulls = std::move(fulls), first = first_micro_](
                comm::Communicator& c) { reduce_into_local(c, params, fulls, first); });
     if (!overlap_) wait_pending();  // the same operations, one at a time
     poll_pending();
@@ -365,6 +366,7 @@ core::Tensor ZeroState::local_tensor(size_t i, bool zeroed) const {
 }
 
 void ZeroState::start_stream(const ZeroOptions& options) {
+  tracer_ = options.tracer;
   if (!options.progress_thread || comm_.size() == 1) return;
   ENGINE_CHECK(comm::mpi_thread_multiple(),
                "zero.progress = thread needs MPI_THREAD_MULTIPLE, which this MPI does not "
@@ -373,15 +375,29 @@ void ZeroState::start_stream(const ZeroOptions& options) {
   stream_comm_ = comm_.split(0, comm_.rank());
   stream_comm_->set_blocking_async(true);
   stream_ = std::make_unique<comm::CommStream>();
+  if (tracer_) stream_->submit([tracer = tracer_] { tracer->name_thread("comm thread"); })->wait();
 }
 
-void ZeroState::submit(std::function<void(comm::Communicator&)> op) {
+void ZeroState::submit(const char* what, int layer, std::function<void(comm::Communicator&)> op) {
   if (!stream_) {
+    core::TraceScope span(tracer_, "comm", what, layer);
     op(comm_);
     return;
   }
-  pending_.push_back(
-      stream_->submit([this, op = std::move(op)] { op(*stream_comm_); }, &comm_.stats()));
+  // Traced, the operation is also a span from its issue here to its completion on the thread,
+  // on this thread's in-flight track (queued behind others, then run).
+  const bool traced = tracer_ != nullptr && tracer_->active();
+  const int in_flight = traced ? tracer_->in_flight_track() : 0;
+  const double issued = traced ? core::Tracer::now_us() : 0;
+  pending_.push_back(stream_->submit(
+      [this, what, layer, op = std::move(op), traced, in_flight, issued] {
+        {
+          core::TraceScope span(traced ? tracer_ : nullptr, "comm", what, layer);
+          op(*stream_comm_);
+        }
+        if (traced) tracer_->record(what, layer, "comm", in_flight, issued, core::Tracer::now_us());
+      },
+      &comm_.stats()));
 }
 
 void ZeroState::poll_pending() {
@@ -391,7 +407,10 @@ void ZeroState::poll_pending() {
 }
 
 void ZeroState::wait_pending() {
-  wait_all(pending_);
+  {
+    core::TraceScope span(pending_.empty() ? nullptr : tracer_, "wait", "wait for collectives");
+    wait_all(pending_);
+  }
   if (!stream_comm_) return;
   comm_.stats().add_counts(stream_comm_->stats());
   stream_comm_->stats().reset();

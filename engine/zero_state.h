@@ -46,6 +46,7 @@
 #include "comm/communicator.h"
 #include "comm/sharding_plan.h"
 #include "core/backend.h"
+#include "core/tracer.h"
 #include "engine/trainable.h"
 #include "optim/optimizer.h"
 
@@ -60,6 +61,9 @@ struct ZeroOptions {
   // "running L" / "reduced L" when the communication thread begins and ends it; for tests and
   // tracing, may be called from two threads.
   std::function<void(const std::string&)> trace;
+  // log.trace: the communication thread's operations and the waits for them become spans
+  // (null: none; the collectives themselves are the traced communicator's).
+  core::Tracer* tracer = nullptr;
   // Stage 3 calls this once it holds its own copies of the local parts, to free the full
   // buffers of the trainables' owner (the model's flat buffers).
   std::function<void()> release_full_storage;
@@ -110,10 +114,12 @@ class ZeroState {
 
   // Collectives in flight (see "Progress" in the header comment). start_stream starts the
   // communication thread when options ask for it and there is more than one rank; submit queues
-  // op on it (op gets the thread's communicator), or runs it here, blocking, without a thread.
+  // op on it (op gets the thread's communicator), or runs it here, blocking, without a thread;
+  // traced, op is a span "<what> <layer>" (no layer: core::kNoIndex) on the thread that runs it,
+  // and on the thread's queue from issue to completion on the issuing thread's in-flight track.
   void start_stream(const ZeroOptions& options);
   bool has_stream() const { return stream_ != nullptr; }
-  void submit(std::function<void(comm::Communicator&)> op);
+  void submit(const char* what, int layer, std::function<void(comm::Communicator&)> op);
   void add_pending(std::unique_ptr<comm::Work> work) { pending_.push_back(std::move(work)); }
   void poll_pending();  // without a thread: nonblocking MPI collectives advance in test()
   void wait_pending();  // every pending one; the thread's calls and bytes count as this rank's
@@ -128,6 +134,7 @@ class ZeroState {
   std::vector<core::Tensor> local_grad_;
 
  private:
+  core::Tracer* tracer_ = nullptr;
   std::vector<std::unique_ptr<comm::Work>> pending_;
   std::unique_ptr<comm::Communicator> stream_comm_;  // used only by stream_'s thread
   std::unique_ptr<comm::CommStream> stream_;

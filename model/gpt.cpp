@@ -21,7 +21,7 @@ constexpr float kRotaryBase = 10000.0f;
 }  // namespace
 
 Gpt::Operand Gpt::Operand::at(int64_t offset) const {
-  return {f32 + offset, bf16 ? bf16 + offset : nullptr};
+  return {f32 ? f32 + offset : nullptr, bf16 ? bf16 + offset : nullptr};
 }
 
 void Gpt::linear(float* y, Operand x, Operand weight, int64_t N, int64_t in, int64_t out,
@@ -32,6 +32,9 @@ void Gpt::linear(float* y, Operand x, Operand weight, int64_t N, int64_t in, int
   if (x.bf16 && weight.bf16) {
     backend_.gemm(a, x.bf16, weight.bf16, y);
   } else {
+    ENGINE_CHECK(x.f32,
+                 "model: a linear layer with an f32 weight got an input stored only in "
+                 "bf16 (widen it first, as router_input does)");
     a.tf32 = config_.precision == Precision::Tf32;
     backend_.gemm(a, x.f32, weight.f32, y);
   }
@@ -53,6 +56,9 @@ void Gpt::linear_backward(float* dx, float* dweight, const float* dy, Operand x,
     backend_.gemm(a, dy_rounded, weight.bf16, dx);
     backend_.gemm(b, dy_rounded, x.bf16, dweight);
   } else {
+    ENGINE_CHECK(x.f32 && dy,
+                 "model: a linear layer with an f32 weight got an input or output "
+                 "gradient stored only in bf16");
     a.tf32 = b.tf32 = config_.precision == Precision::Tf32;
     backend_.gemm(a, dy, weight.f32, dx);
     backend_.gemm(b, dy, x.f32, dweight);
@@ -73,15 +79,11 @@ Gpt::Operand Gpt::weight(size_t i) {
   return {value, copy.data<core::bf16>()};
 }
 
-Gpt::Operand Gpt::gemm_input(const float* x, core::bf16* xb, int64_t n) {
-  if (!bf16_) return {x, nullptr};
-  backend_.f32_to_bf16(xb, x, n);
-  return {x, xb};
-}
-
 // Saved activations of one block (pointers into acts_).
 struct Gpt::LayerActs {
-  // bf16 precision: the bf16 copies of the GEMM inputs, kept for the weight gradients.
+  // The GEMM inputs (ln1, merged, ln2, act, xe) are stored in one dtype: f32, or in bf16
+  // precision bf16 (the f32 pointer null), which the forward's GEMMs and the weight gradients
+  // read.
   core::bf16 *ln1_bf16 = nullptr, *merged_bf16 = nullptr, *ln2_bf16 = nullptr, *act_bf16 = nullptr,
              *xe_bf16 = nullptr;
   float *ln1 = nullptr, *ln1_mean = nullptr, *ln1_rstd = nullptr;
@@ -100,6 +102,13 @@ struct Gpt::LayerActs {
   std::vector<int32_t> expert_rows;                      // MoE: host copy of route.offset
   float* res_out = nullptr;
 };
+
+const float* Gpt::router_input(int l) {
+  const LayerActs& a = layers_[l];
+  if (!a.ln2_bf16) return a.ln2;
+  backend_.bf16_to_f32(router_in_, a.ln2_bf16, int64_t(B_) * T_ * config_.d_model);
+  return router_in_;
+}
 
 Gpt::Gpt(const ModelConfig& config, core::Backend& backend)
     : config_(config),
@@ -262,10 +271,12 @@ void Gpt::plan(int B, int T) {
     used += (n + 15) / 16 * 16;
     return p;
   };
-  // bf16 arrays only in bf16 precision (two elements per float of the layout).
+  // bf16 arrays only in bf16 precision (two elements per float of the layout); a GEMM input
+  // is one of them or an f32 array, never both.
   auto take_bf16 = [&](int64_t n) {
     return bf16_ ? reinterpret_cast<core::bf16*>(take((n + 1) / 2)) : nullptr;
   };
+  auto take_f32 = [&](int64_t n) { return bf16_ ? nullptr : take(n); };
   auto layout = [&]() {
     used = 0;
     encoded_ = take(N * D);
@@ -287,7 +298,7 @@ void Gpt::plan(int B, int T) {
       if (config_.skip_source(l) >= 0) a.skipped = take(N * D);
       if (config_.x0_lambdas) a.mixed = take(N * D);
       if (config_.value_embed_of(l) >= 0) a.vmix = take(N * D);
-      a.ln1 = take(N * D);
+      a.ln1 = take_f32(N * D);
       a.ln1_bf16 = take_bf16(N * D);
       a.ln1_mean = take(N);
       a.ln1_rstd = take(N);
@@ -303,19 +314,19 @@ void Gpt::plan(int B, int T) {
       }
       a.lse = take(B * H * int64_t(T));
       a.atty = take(N * D);
-      a.merged = take(N * D);
+      a.merged = take_f32(N * D);
       a.merged_bf16 = take_bf16(N * D);
       a.res_mid = take(N * D);
-      a.ln2 = take(N * D);
+      a.ln2 = take_f32(N * D);
       a.ln2_bf16 = take_bf16(N * D);
       a.ln2_mean = take(N);
       a.ln2_rstd = take(N);
       if (config_.moe()) {
         a.probs = take(N * E);
-        a.xe = take(M * D);
+        a.xe = take_f32(M * D);
         a.xe_bf16 = take_bf16(M * D);
         a.pre = take(M * F);
-        a.act = take(M * F);
+        a.act = take_f32(M * F);
         a.act_bf16 = take_bf16(M * F);
         a.ye = take(M * D);
         core::MoeRouting& r = a.route;
@@ -329,12 +340,12 @@ void Gpt::plan(int B, int T) {
         r.mass = reinterpret_cast<double*>(take(2 * E));
       } else {
         a.pre = take(N * F);
-        a.act = take(N * F);
+        a.act = take_f32(N * F);
         a.act_bf16 = take_bf16(N * F);
       }
       a.res_out = take(N * D);
     }
-    lnf_ = take(N * D);
+    lnf_ = take_f32(N * D);
     lnf_bf16_ = take_bf16(N * D);
     lnf_mean_ = take(N);
     lnf_rstd_ = take(N);
@@ -347,15 +358,18 @@ void Gpt::plan(int B, int T) {
     }
     targets_ = reinterpret_cast<int32_t*>(take(N));
     last_index_ = reinterpret_cast<int32_t*>(take(B));
-    last_hidden_ = take(B * D);
+    last_hidden_ = take_f32(B * D);
     last_hidden_bf16_ = take_bf16(B * D);
     last_logits_ = take(B * Vp);
     const int64_t rows = std::max(N, M);
-    dy_bf16_ = take_bf16(std::max(rows * F, N * 3 * D));
+    dy_bf16_ = take_bf16(rows * D);
+    dpre_bf16_ = take_bf16(rows * F);
+    dqkv_bf16_ = take_bf16(N * 3 * D);
     dlogits_bf16_ = take_bf16(N * Vp);
+    router_in_ = config_.moe() && bf16_ ? take(N * D) : nullptr;
     dres_ = take(N * D);
     dln_ = take(N * D);
-    dqkv_ = take(N * 3 * D);
+    dqkv_ = take_f32(N * 3 * D);
     dq_ = take(N * D);
     dk_ = take(N * D);
     dv_ = take(N * D);
@@ -364,7 +378,7 @@ void Gpt::plan(int B, int T) {
     datty_ = take(N * D);
     dmerged_ = take(N * D);
     dact_ = take(rows * F);
-    dpre_ = take(rows * F);
+    dpre_ = take_f32(rows * F);
     if (config_.moe()) {
       dxe_raw_ = take(M * D);
       dye_ = take(M * D);
@@ -387,10 +401,15 @@ void Gpt::plan(int B, int T) {
   T_ = T;
 }
 
-void Gpt::norm_forward(float* out, float* mean, float* rstd, const float* inp, size_t weight,
-                       size_t bias) {
+void Gpt::norm_forward(float* out, core::bf16* out_bf16, float* mean, float* rstd, const float* inp,
+                       size_t weight, size_t bias) {
   const int64_t N = int64_t(B_) * T_, D = config_.d_model;
-  if (config_.arch == Arch::Gpt2) {
+  const bool gpt2 = config_.arch == Arch::Gpt2;
+  if (out_bf16 && gpt2) {
+    backend_.layernorm_forward(out_bf16, mean, rstd, inp, w(weight), w(bias), N, D, kLayerNormEps);
+  } else if (out_bf16) {
+    backend_.rmsnorm_forward(out_bf16, rstd, inp, N, D, kRmsNormEps);
+  } else if (gpt2) {
     backend_.layernorm_forward(out, mean, rstd, inp, w(weight), w(bias), N, D, kLayerNormEps);
   } else {
     backend_.rmsnorm_forward(out, rstd, inp, N, D, kRmsNormEps);
@@ -407,19 +426,44 @@ void Gpt::norm_backward(float* dinp, const float* dout, const float* inp, const 
   }
 }
 
-void Gpt::act_forward(float* out, const float* inp, int64_t n) {
-  if (config_.arch == Arch::Gpt2) {
+void Gpt::act_forward(float* out, core::bf16* out_bf16, const float* inp, int64_t n) {
+  const bool gelu = config_.arch == Arch::Gpt2;
+  if (out_bf16 && gelu) {
+    backend_.gelu_forward(out_bf16, inp, n);
+  } else if (out_bf16) {
+    backend_.relu2_forward(out_bf16, inp, n);
+  } else if (gelu) {
     backend_.gelu_forward(out, inp, n);
   } else {
     backend_.relu2_forward(out, inp, n);
   }
 }
 
-void Gpt::act_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
-  if (config_.arch == Arch::Gpt2) {
-    backend_.gelu_backward(dinp, inp, dout, n);
+Gpt::Operand Gpt::act_backward(const float* inp, const float* dout, int64_t n) {
+  const bool gelu = config_.arch == Arch::Gpt2;
+  if (bf16_) {
+    if (gelu) {
+      backend_.gelu_backward(dpre_bf16_, inp, dout, n);
+    } else {
+      backend_.relu2_backward(dpre_bf16_, inp, dout, n);
+    }
+    return {nullptr, dpre_bf16_};
+  }
+  backend_.fill_zero(dpre_, n * sizeof(float));
+  if (gelu) {
+    backend_.gelu_backward(dpre_, inp, dout, n);
   } else {
-    backend_.relu2_backward(dinp, inp, dout, n);
+    backend_.relu2_backward(dpre_, inp, dout, n);
+  }
+  return {dpre_, nullptr};
+}
+
+void Gpt::bias_grad(size_t bias, Operand dy, int64_t N, int64_t C) {
+  if (bias == kNone) return;
+  if (dy.bf16) {
+    backend_.bias_backward(g(bias), dy.bf16, N, C);
+  } else {
+    backend_.bias_backward(g(bias), dy.f32, N, C);
   }
 }
 
@@ -433,8 +477,8 @@ void Gpt::attn_forward(int l) {
     backend_.copy(a.res_mid, res_in, N * D * sizeof(float));
     return;
   }
-  norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res_in, p.ln1_w, p.ln1_b);
-  linear(a.qkv, gemm_input(a.ln1, a.ln1_bf16, N * D), weight(p.qkv_w), N, D, 3 * D);
+  norm_forward(a.ln1, a.ln1_bf16, a.ln1_mean, a.ln1_rstd, res_in, p.ln1_w, p.ln1_b);
+  linear(a.qkv, {a.ln1, a.ln1_bf16}, weight(p.qkv_w), N, D, 3 * D);
   if (p.qkv_b != kNone) backend_.add_bias(a.qkv, w(p.qkv_b), N, 3 * D);
   backend_.split_heads(a.q, a.k, a.v, a.qkv, B, T, H, hd);
   const float* q = a.q;
@@ -459,10 +503,14 @@ void Gpt::attn_forward(int l) {
   // Below fp32 a device may take attention's products to tensor cores too (TF32).
   backend_.attention_forward(a.atty, a.lse, q, k, v, B * H, T, hd, config_.attention_scale(),
                              mask_of(l), config_.precision != Precision::Fp32);
-  backend_.merge_heads(a.merged, a.atty, B, T, H, hd);
+  if (a.merged_bf16) {
+    backend_.merge_heads(a.merged_bf16, a.atty, B, T, H, hd);
+  } else {
+    backend_.merge_heads(a.merged, a.atty, B, T, H, hd);
+  }
   // res_mid = res_in + merged @ proj^T (+ bias)
   backend_.copy(a.res_mid, res_in, N * D * sizeof(float));
-  linear(a.res_mid, gemm_input(a.merged, a.merged_bf16, N * D), weight(p.proj_w), N, D, D, 1.0f);
+  linear(a.res_mid, {a.merged, a.merged_bf16}, weight(p.proj_w), N, D, D, 1.0f);
   if (p.proj_b != kNone) backend_.add_bias(a.res_mid, w(p.proj_b), N, D);
 }
 
@@ -508,10 +556,17 @@ void Gpt::attn_backward(int l) {
     backend_.rmsnorm_backward(dq_, dq2_, a.q, a.q_rstd, N * H, hd);
     backend_.rmsnorm_backward(dk_, dk2_, a.k, a.k_rstd, N * H, hd);
   }
-  backend_.fill_zero(dqkv_, N * 3 * D * sizeof(float));
-  backend_.split_heads_backward(dqkv_, dq_, dk_, dv_, B, T, H, hd);
-  if (p.qkv_b != kNone) backend_.bias_backward(g(p.qkv_b), dqkv_, N, 3 * D);
-  linear_backward(dln_, g(p.qkv_w), dqkv_, {a.ln1, a.ln1_bf16}, weight(p.qkv_w), N, D, 3 * D, 0.0f);
+  // d qkv: in bf16 precision written as bf16 straight from the heads' f32 gradients.
+  Operand dqkv{dqkv_, dqkv_bf16_};
+  if (dqkv_bf16_) {
+    backend_.split_heads_backward(dqkv_bf16_, dq_, dk_, dv_, B, T, H, hd);
+  } else {
+    backend_.fill_zero(dqkv_, N * 3 * D * sizeof(float));
+    backend_.split_heads_backward(dqkv_, dq_, dk_, dv_, B, T, H, hd);
+  }
+  bias_grad(p.qkv_b, dqkv, N, 3 * D);
+  linear_backward(dln_, g(p.qkv_w), dqkv.f32, {a.ln1, a.ln1_bf16}, weight(p.qkv_w), N, D, 3 * D,
+                  0.0f, dqkv.bf16);
   norm_backward(dres_, dln_, res_in, a.ln1_mean, a.ln1_rstd, p.ln1_w, p.ln1_b);
 }
 
@@ -593,11 +648,11 @@ void Gpt::mlp_forward(int l) {
   const int64_t N = int64_t(B_) * T_, D = config_.d_model, F = config_.d_ff();
   LayerActs& a = layers_[l];
   const LayerParams& p = lp_[l];
-  linear(a.pre, gemm_input(a.ln2, a.ln2_bf16, N * D), weight(p.fc_w), N, D, F);
+  linear(a.pre, {a.ln2, a.ln2_bf16}, weight(p.fc_w), N, D, F);
   if (p.fc_b != kNone) backend_.add_bias(a.pre, w(p.fc_b), N, F);
-  act_forward(a.act, a.pre, N * F);
+  act_forward(a.act, a.act_bf16, a.pre, N * F);
   backend_.copy(a.res_out, a.res_mid, N * D * sizeof(float));
-  linear(a.res_out, gemm_input(a.act, a.act_bf16, N * F), weight(p.fcproj_w), N, F, D, 1.0f);
+  linear(a.res_out, {a.act, a.act_bf16}, weight(p.fcproj_w), N, F, D, 1.0f);
   if (p.fcproj_b != kNone) backend_.add_bias(a.res_out, w(p.fcproj_b), N, D);
 }
 
@@ -608,10 +663,10 @@ void Gpt::mlp_backward(int l) {
   if (p.fcproj_b != kNone) backend_.bias_backward(g(p.fcproj_b), dres_, N, D);
   linear_backward(dact_, g(p.fcproj_w), dres_, {a.act, a.act_bf16}, weight(p.fcproj_w), N, F, D,
                   0.0f);
-  backend_.fill_zero(dpre_, N * F * sizeof(float));
-  act_backward(dpre_, a.pre, dact_, N * F);
-  if (p.fc_b != kNone) backend_.bias_backward(g(p.fc_b), dpre_, N, F);
-  linear_backward(dln_, g(p.fc_w), dpre_, {a.ln2, a.ln2_bf16}, weight(p.fc_w), N, D, F, 0.0f);
+  const Operand dpre = act_backward(a.pre, dact_, N * F);
+  bias_grad(p.fc_b, dpre, N, F);
+  linear_backward(dln_, g(p.fc_w), dpre.f32, {a.ln2, a.ln2_bf16}, weight(p.fc_w), N, D, F, 0.0f,
+                  dpre.bf16);
 }
 
 void Gpt::moe_forward(int l) {
@@ -622,7 +677,7 @@ void Gpt::moe_forward(int l) {
   const core::MoeRouting& r = a.route;
 
   // Router probabilities, then top-k, gates, dispatch rows and the aux loss on the device.
-  linear(a.probs, {a.ln2, nullptr}, weight(p.router_w), N, D, E);
+  linear(a.probs, {router_input(l), nullptr}, weight(p.router_w), N, D, E);
   backend_.softmax_forward(a.probs, a.probs, N, E);
   backend_.moe_route(r, losses_now_ + 1, a.probs, N, E, K, config_.moe_aux_weight);
   // The per-expert GEMMs take their row counts on the host: the one read of a layer's routing
@@ -634,8 +689,12 @@ void Gpt::moe_forward(int l) {
     expert_rows_[l * E + e] += a.expert_rows[e + 1] - a.expert_rows[e];
 
   // Dispatch, one pair of GEMMs per expert over its contiguous rows, combine.
-  backend_.gather_rows(a.xe, a.ln2, r.row_token, nullptr, M, D);
-  const Operand xe = gemm_input(a.xe, a.xe_bf16, M * D);
+  if (a.xe_bf16) {
+    backend_.gather_rows(a.xe_bf16, a.ln2_bf16, r.row_token, M, D);
+  } else {
+    backend_.gather_rows(a.xe, a.ln2, r.row_token, nullptr, M, D);
+  }
+  const Operand xe{a.xe, a.xe_bf16};
   const Operand fc = weight(p.efc_w);
   const Operand proj = weight(p.eproj_w);
   const std::vector<int32_t>& offset = a.expert_rows;
@@ -644,8 +703,8 @@ void Gpt::moe_forward(int l) {
     if (c == 0) continue;
     linear(a.pre + r0 * F, xe.at(r0 * D), fc.at(e * F * D), c, D, F);
   }
-  act_forward(a.act, a.pre, M * F);
-  const Operand act = gemm_input(a.act, a.act_bf16, M * F);
+  act_forward(a.act, a.act_bf16, a.pre, M * F);
+  const Operand act{a.act, a.act_bf16};
   for (int64_t e = 0; e < E; ++e) {
     const int64_t r0 = offset[e], c = offset[e + 1] - r0;
     if (c == 0) continue;
@@ -678,13 +737,13 @@ void Gpt::moe_backward(int l) {
     linear_backward(dact_ + r0 * F, dproj + e * D * F, dye_ + r0 * D, act.at(r0 * F),
                     proj.at(e * D * F), c, F, D, 0.0f);
   }
-  backend_.fill_zero(dpre_, M * F * sizeof(float));
-  act_backward(dpre_, a.pre, dact_, M * F);
+  const Operand dpre = act_backward(a.pre, dact_, M * F);
   for (int64_t e = 0; e < E; ++e) {
     const int64_t r0 = offset[e], c = offset[e + 1] - r0;
     if (c == 0) continue;
-    linear_backward(dxe_ + r0 * D, dfc + e * F * D, dpre_ + r0 * F, xe.at(r0 * D), fc.at(e * F * D),
-                    c, D, F, 0.0f);
+    const Operand dy = dpre.at(r0 * F);
+    linear_backward(dxe_ + r0 * D, dfc + e * F * D, dy.f32, xe.at(r0 * D), fc.at(e * F * D), c, D,
+                    F, 0.0f, dy.bf16);
   }
   backend_.fill_zero(dln_, N * D * sizeof(float));
   backend_.scatter_add_rows(dln_, dxe_, r.row_token, nullptr, M, D);
@@ -694,8 +753,8 @@ void Gpt::moe_backward(int l) {
   backend_.moe_router_backward(dprobs_, r, dgate_, N, E, K, config_.moe_aux_weight);
   backend_.fill_zero(drouter_, N * E * sizeof(float));
   backend_.softmax_backward(drouter_, dprobs_, a.probs, N, E);
-  linear_backward(dln_, g(p.router_w), drouter_, {a.ln2, nullptr}, weight(p.router_w), N, D, E,
-                  1.0f);
+  linear_backward(dln_, g(p.router_w), drouter_, {router_input(l), nullptr}, weight(p.router_w), N,
+                  D, E, 1.0f);
 }
 
 void Gpt::run_forward(const int32_t* tokens, const int32_t* targets, int B, int T, bool want_grad) {
@@ -727,25 +786,30 @@ void Gpt::run_forward(const int32_t* tokens, const int32_t* targets, int B, int 
     backend_.fill_zero(ve_heads_[i], N * D * sizeof(float));
     backend_.merge_heads_backward(ve_heads_[i], ve_rows_, B, T, H, hd);
   }
+  notify(LayerEvent::kAfterForward, -1);
   for (int l = 0; l < config_.n_layer; ++l) {
     notify(LayerEvent::kBeforeForward, l);
     input_forward(l);
     attn_forward(l);
-    norm_forward(layers_[l].ln2, layers_[l].ln2_mean, layers_[l].ln2_rstd, layers_[l].res_mid,
-                 lp_[l].ln2_w, lp_[l].ln2_b);
+    LayerActs& a = layers_[l];
+    norm_forward(a.ln2, a.ln2_bf16, a.ln2_mean, a.ln2_rstd, a.res_mid, lp_[l].ln2_w, lp_[l].ln2_b);
     if (config_.moe()) {
       moe_forward(l);
     } else {
       mlp_forward(l);
     }
+    notify(LayerEvent::kAfterForward, l);
   }
   notify(LayerEvent::kBeforeForward, config_.n_layer);
-  norm_forward(lnf_, lnf_mean_, lnf_rstd_, layers_.back().res_out, lnf_w_, lnf_b_);
-  if (!targets) return;
+  norm_forward(lnf_, lnf_bf16_, lnf_mean_, lnf_rstd_, layers_.back().res_out, lnf_w_, lnf_b_);
+  if (!targets) {
+    notify(LayerEvent::kAfterForward, config_.n_layer);
+    return;
+  }
   // The logits enter the loss times logit_gain() (1 but for the sigmoid cap), so d loss / d z
   // is the gain times the loss kernel's gradient: it goes into the kernel's scale.
   const float gain = config_.logit_gain();
-  linear(logits_, gemm_input(lnf_, lnf_bf16_, N * D), weight(head_), N, D, Vp, 0.0f, gain);
+  linear(logits_, {lnf_, lnf_bf16_}, weight(head_), N, D, Vp, 0.0f, gain);
   // With want_grad the fused loss also overwrites the logits with d loss / d logits (in bf16
   // precision: writes them rounded to bf16 for the head's GEMMs, the logits kept).
   const float scale = gain / static_cast<float>(N);
@@ -758,6 +822,7 @@ void Gpt::run_forward(const int32_t* tokens, const int32_t* targets, int B, int 
   }
   backend_.mean_loss(losses_now_, losses_, N);
   have_grad_state_ = want_grad;
+  notify(LayerEvent::kAfterForward, config_.n_layer);
 }
 
 std::array<float, 2> Gpt::read_losses() const {
@@ -813,8 +878,12 @@ std::vector<float> Gpt::last_logits(const int32_t* tokens, int B, int T) {
   for (int b = 0; b < B; ++b)
     last[b] = b * T + T - 1;
   backend_.copy_from_host(last_index_, last.data(), B * sizeof(int32_t));
-  backend_.gather_rows(last_hidden_, lnf_, last_index_, nullptr, B, D);
-  linear(last_logits_, gemm_input(last_hidden_, last_hidden_bf16_, B * D), weight(head_), B, D, Vp);
+  if (lnf_bf16_) {
+    backend_.gather_rows(last_hidden_bf16_, lnf_bf16_, last_index_, B, D);
+  } else {
+    backend_.gather_rows(last_hidden_, lnf_, last_index_, nullptr, B, D);
+  }
+  linear(last_logits_, {last_hidden_, last_hidden_bf16_}, weight(head_), B, D, Vp);
   std::vector<float> padded(B * Vp);
   backend_.copy_to_host(padded.data(), last_logits_, padded.size() * sizeof(float));
   std::vector<float> out(B * V);

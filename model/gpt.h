@@ -85,7 +85,8 @@ class Gpt {
   // index; n_layer for the final norm and head (forward after the last block, backward first);
   // -1 for the embeddings, which are used from the start of forward until the end of backward
   // (a tied head reads and accumulates into embed.weight during layer n_layer's backward).
-  enum class LayerEvent { kBeforeForward, kBeforeBackward, kAfterBackward };
+  // kAfterForward marks the end of a layer's forward work (for timelines: engine/run_trace.h).
+  enum class LayerEvent { kBeforeForward, kAfterForward, kBeforeBackward, kAfterBackward };
   using LayerHook = std::function<void(LayerEvent event, int layer)>;
   void set_layer_hook(LayerHook hook) { hook_ = std::move(hook); }
 
@@ -117,9 +118,10 @@ class Gpt {
   // The recipe's block input: the U-net skip and the x0 lambdas applied to the previous output.
   void input_forward(int l);
   void input_backward(int l);
-  // One GEMM operand: its f32 values, and in bf16 precision its bf16 copy (null in f32
-  // precision and for operands kept in f32, the MoE router's). A GEMM runs in bf16 when both
-  // of its operands have one.
+  // One GEMM operand: a weight's f32 values and, in bf16 precision, its bf16 copy (null in f32
+  // precision and for weights kept in f32, the MoE router's); an activation or output gradient
+  // as stored: f32, or in bf16 precision bf16 only (docs/precision.md). A GEMM runs in bf16 when
+  // both of its operands have bf16.
   struct Operand {
     const float* f32 = nullptr;
     const core::bf16* bf16 = nullptr;
@@ -127,23 +129,31 @@ class Gpt {
   };
   // Parameter i as a GEMM operand (its bf16 copy remade first if stale).
   Operand weight(size_t i);
-  // The activation x [n] as a GEMM input: in bf16 precision it is rounded into xb first.
-  Operand gemm_input(const float* x, core::bf16* xb, int64_t n);
+  // ln2 of layer l as the MoE router's f32 input: in bf16 precision widened from the stored
+  // bf16 into a scratch (the router's GEMM stays f32).
+  const float* router_input(int l);
   // y[N, out] (+)= x[N, in] @ W[out, in]^T.
   void linear(float* y, Operand x, Operand weight, int64_t N, int64_t in, int64_t out,
               float beta = 0.0f, float alpha = 1.0f);
-  // dx[N, in] (+)= dy[N, out] @ W[out, in];  dW[out, in] += dy^T @ x (dy rounded to bf16 for
-  // both when the GEMMs run in bf16, or given rounded: the head's d logits).
+  // dx[N, in] (+)= dy[N, out] @ W[out, in];  dW[out, in] += dy^T @ x. When the GEMMs run in
+  // bf16, dy is given as stored in bf16 by its producer (dy_rounded: d logits, d pre, d qkv) or
+  // rounded here from f32 (the residual stream's gradient, the MoE rows').
   void linear_backward(float* dx, float* dweight, const float* dy, Operand x, Operand weight,
                        int64_t N, int64_t in, int64_t out, float dx_beta,
                        const core::bf16* dy_rounded = nullptr);
-  // LayerNorm (gpt2, with weight and bias parameters) or RMSNorm (modern, none) over [N, D].
-  void norm_forward(float* out, float* mean, float* rstd, const float* inp, size_t weight,
-                    size_t bias);
+  // LayerNorm (gpt2, with weight and bias parameters) or RMSNorm (modern, none) over [N, D];
+  // the output stored f32 (out) or bf16 (out_bf16, bf16 precision), whichever is not null.
+  void norm_forward(float* out, core::bf16* out_bf16, float* mean, float* rstd, const float* inp,
+                    size_t weight, size_t bias);
   void norm_backward(float* dinp, const float* dout, const float* inp, const float* mean,
                      const float* rstd, size_t weight, size_t bias);
-  void act_forward(float* out, const float* inp, int64_t n);
-  void act_backward(float* dinp, const float* inp, const float* dout, int64_t n);
+  // The MLP activation of pre [n] into out or out_bf16 (whichever is not null).
+  void act_forward(float* out, core::bf16* out_bf16, const float* inp, int64_t n);
+  // d pre [n] from dout: accumulated into the zeroed f32 scratch dpre_, or in bf16 precision
+  // written as bf16 into dpre_bf16_; returns the one written, as the next GEMMs' output gradient.
+  Operand act_backward(const float* inp, const float* dout, int64_t n);
+  // d bias (parameter `bias`, none: nothing) += column sums of dy [N, C], f32 or bf16.
+  void bias_grad(size_t bias, Operand dy, int64_t N, int64_t C);
   void notify(LayerEvent event, int layer) {
     if (hook_) hook_(event, layer);
   }
@@ -199,10 +209,13 @@ class Gpt {
   core::AttentionMask mask_of(int l) const;
   float* last_hidden_ = nullptr;
   float* last_logits_ = nullptr;
-  // bf16 precision: the GEMM inputs' bf16 copies (lnf, the last positions), the cross-entropy's
-  // d logits and the backward's bf16 output gradient, shared by all layers.
+  // bf16 precision: lnf and the last positions stored as bf16 (lnf_ and last_hidden_ are null),
+  // the cross-entropy's d logits, the output gradients that the backward's producers store as
+  // bf16 (d pre, d qkv), the rounding of the f32 ones (the residual stream's gradient, the MoE
+  // rows') for their GEMMs, and the MoE router's widened input.
   core::bf16 *lnf_bf16_ = nullptr, *last_hidden_bf16_ = nullptr, *dlogits_bf16_ = nullptr,
-             *dy_bf16_ = nullptr;
+             *dy_bf16_ = nullptr, *dpre_bf16_ = nullptr, *dqkv_bf16_ = nullptr;
+  float* router_in_ = nullptr;
   // Backward scratch, shared by all layers.
   float *dres_ = nullptr, *dln_ = nullptr, *dqkv_ = nullptr, *dq_ = nullptr, *dk_ = nullptr,
         *dv_ = nullptr, *dq2_ = nullptr, *dk2_ = nullptr, *datty_ = nullptr, *dmerged_ = nullptr,

@@ -1,9 +1,11 @@
 #include "model/hf_gpt2.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <vector>
@@ -224,6 +226,48 @@ std::string hf_gpt2_weights_origin(const std::string& dir) {
   return weights.string() + " (a link to " + target.string() + ", outside the folder)";
 }
 
+namespace {
+
+// The keys of config.json that change GPT-2's network, against the one the engine computes
+// (GELU in its tanh form, LayerNorm eps 1e-5, attention scaled by 1/sqrt(head dim) alone, the head
+// tied to wte, an MLP 4x wide). An absent key takes transformers' default, which is the engine's;
+// a value the engine cannot compute is refused naming the key, since the weights would load into
+// another function. Dropout probabilities and the attention's upcast change no inference result.
+void check_network_keys(const core::JsonValue& hf, const std::string& path,
+                        const ModelConfig& config) {
+  const auto refuse = [&](const std::string& key, const core::JsonValue& v,
+                          const std::string& engine) {
+    ENGINE_FAIL(path + ": " + key + " is " + v.describe() + ", but the engine's GPT-2 computes " +
+                engine + ": the model loaded would not be the file's");
+  };
+  if (const core::JsonValue* v = hf.find("activation_function")) {
+    const std::string act = v->is_string() ? v->text() : std::string();
+    // transformers' gelu_new, gelu_pytorch_tanh and gelu_fast are one function, the tanh form.
+    if (act != "gelu_new" && act != "gelu_pytorch_tanh" && act != "gelu_fast")
+      refuse("activation_function", *v,
+             "GELU in its tanh form (gelu_new, gelu_pytorch_tanh or gelu_fast)");
+  }
+  if (const core::JsonValue* v = hf.find("layer_norm_epsilon")) {
+    const std::optional<double> eps = v->get_double();
+    if (!eps || std::fabs(*eps - 1e-5) > 1e-5 * 1e-6) refuse("layer_norm_epsilon", *v, "1e-05");
+  }
+  if (const core::JsonValue* v = hf.find("scale_attn_weights"))
+    if (!v->is_bool() || !v->boolean())
+      refuse("scale_attn_weights", *v, "attention scaled by 1/sqrt(head dim) (true)");
+  if (const core::JsonValue* v = hf.find("scale_attn_by_inverse_layer_idx"))
+    if (!v->is_bool() || v->boolean())
+      refuse("scale_attn_by_inverse_layer_idx", *v, "no scaling by the layer index (false)");
+  if (const core::JsonValue* v = hf.find("tie_word_embeddings"))
+    if (!v->is_bool() || !v->boolean())
+      refuse("tie_word_embeddings", *v, "a head tied to wte (true)");
+  if (const core::JsonValue* v = hf.find("n_inner"))
+    if (!v->is_null() && v->get_int64() != std::optional<int64_t>(4 * int64_t{config.d_model}))
+      refuse("n_inner", *v,
+             "an MLP 4 x n_embd = " + std::to_string(4 * int64_t{config.d_model}) + " wide (null)");
+}
+
+}  // namespace
+
 std::map<std::string, core::Tensor> read_hf_gpt2(const std::string& dir,
                                                  const ModelConfig& config) {
   const std::string why = hf_gpt2_incompatibility(config);
@@ -254,6 +298,8 @@ std::map<std::string, core::Tensor> read_hf_gpt2(const std::string& dir,
   ENGINE_CHECK(positions >= config.seq_len,
                config_path + ": n_positions is " + std::to_string(positions) +
                    ", below the model config's model.seq_len " + std::to_string(config.seq_len));
+
+  check_network_keys(hf, config_path, config);
 
   const std::string st_path = (fs::path(dir) / "model.safetensors").string();
   check_regular_file(st_path);

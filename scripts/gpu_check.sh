@@ -11,7 +11,7 @@
 #                                               CUDA build already
 #
 # For a GPU machine with no package registry, build the bundle elsewhere and run gpu_run.sh there
-# (README "Running on GPUs"). Stops at once, before installing or building anything, where no GPU
+# (docs/gpu.md). Stops at once, before installing or building anything, where no GPU
 # is seen. Exits non-zero when any part fails.
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -3,7 +3,7 @@
 #   1. installs the system packages (scripts/setup.sh);
 #   2. configures and builds (BUILD_DIR, default build);
 #   3. prepares the Brown corpus shards (scripts/prepare_data.sh; idempotent);
-#   4. trains the current CPU record recipe (configs/speedrun_cpu.yaml; README "Records") with its
+#   4. trains the current CPU record recipe (configs/speedrun_cpu.yaml; docs/records.md) with its
 #      schedule fitted to 240 steps, about 3 minutes, on 2 MPI ranks (1 OpenMP thread each; NP and
 #      OMP_NUM_THREADS override), with checkpoints; extra arguments go to the engine
 #      (e.g. --set train.steps=50);

@@ -11,6 +11,7 @@ packages=(
   openmpi-bin libopenmpi-dev
   libpcre2-dev
   python3 python3-numpy python3-torch python3-matplotlib python3-scipy python3-yaml
+  python3-protobuf
 )
 
 missing=()

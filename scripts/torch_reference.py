@@ -8,8 +8,10 @@ backward in float64 (default), writes `loss`, `ce_loss` and `grad/<param>` to sa
 
 With --precision bf16 the model rounds where the engine's bf16 precision rounds
 (docs/precision.md): each matmul weight and the activation it multiplies to bf16 (nearest, ties
-to even) in the forward, the output gradient to bf16 in the backward, straight through otherwise;
-the MoE router and attention's own products stay unrounded. --fd K adds K central finite
+to even) in the forward, the output gradient to bf16 in the backward (for the qkv and MLP fc
+outputs before their bias gradients too, as the engine stores those gradients in bf16), the MoE
+router's input (stored bf16; the router's weight and product stay f32), straight through
+otherwise; attention's own products stay unrounded. --fd K adds K central finite
 differences of the same model with its roundings frozen at the given weights (the function whose
 gradient the straight-through rule computes), along seeded random directions, and writes how far
 the straight-through gradient without the backward's roundings (check/fd_rel_err) and the one
@@ -192,6 +194,22 @@ class Rounding:
         self.offsets.append(r - x.detach())
         return r
 
+    def stored(self, x):
+        """x as stored in bf16 where no matmul rounds it (the MoE router's input): rounded,
+        straight through."""
+        if self.mode is None:
+            return x
+        if self.mode == "frozen":
+            return self.value(x)
+        return x + (self.value(x) - x.detach())
+
+    def grad_stored(self, y):
+        """y whose gradient the engine stores in bf16 before any use (d qkv, d pre: their bias
+        gradients read it rounded)."""
+        if self.mode == "bf16" and self.round_grad:
+            return RoundedGrad.apply(y)
+        return y
+
     def matmul(self, x, w):
         """x @ w.T as the model's linear layers compute it."""
         if self.mode is None:
@@ -215,6 +233,18 @@ class RoundedMatmul(torch.autograd.Function):
         if ctx.round_grad:
             dy = bf16_round(dy)
         return dy @ wr, (dy.reshape(-1, dy.shape[-1]).t() @ xr.reshape(-1, xr.shape[-1])), None
+
+
+class RoundedGrad(torch.autograd.Function):
+    """The identity whose backward rounds the gradient to bf16."""
+
+    @staticmethod
+    def forward(ctx, y):
+        return y.view_as(y)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return bf16_round(dy)
 
 
 NO_ROUNDING = Rounding()
@@ -255,7 +285,7 @@ def model_loss(cfg, p, idx, targets, rounding=NO_ROUNDING):
             x = p[b + "lambdas"][0] * x + p[b + "lambdas"][1] * x0
         if i not in cfg.no_attn_layers:
             h = norm(x, b + "ln1")
-            qkv = lin(h, b + "attn.qkv")
+            qkv = rounding.grad_stored(lin(h, b + "attn.qkv"))
             q, k, v = [t.view(B, T, H, hd).transpose(1, 2) for t in qkv.split(D, dim=-1)]
             if not gpt2:
                 q, k = rotary(rmsnorm(q)), rotary(rmsnorm(k))
@@ -271,7 +301,7 @@ def model_loss(cfg, p, idx, targets, rounding=NO_ROUNDING):
         if cfg.experts:
             E, K = cfg.experts, cfg.top_k
             hf = h.reshape(B * T, D)
-            probs = torch.softmax(hf @ p[b + "moe.router.weight"].t(), dim=-1)
+            probs = torch.softmax(rounding.stored(hf) @ p[b + "moe.router.weight"].t(), dim=-1)
             # k largest per token, ties to the lower index (a stable descending sort).
             order = torch.sort(probs.detach(), dim=-1, descending=True, stable=True).indices[:, :K]
             sel = probs.gather(1, order)
@@ -290,7 +320,7 @@ def model_loss(cfg, p, idx, targets, rounding=NO_ROUNDING):
             aux_total = aux_total + cfg.aux_weight * E * (frac * probs.mean(0)).sum()
             x = x + out.view(B, T, D)
         else:
-            x = x + lin(act(lin(h, b + "mlp.fc")), b + "mlp.proj")
+            x = x + lin(act(rounding.grad_stored(lin(h, b + "mlp.fc"))), b + "mlp.proj")
         outputs.append(x)
     if gpt2:
         x = norm(x, "ln_f")

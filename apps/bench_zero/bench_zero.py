@@ -10,9 +10,13 @@ step, the reduce_grads phase, tokens/s, and tokens/s relative to the first varia
 Variants (the config's defaults unless named): np 1 x 2 threads; np 2 x 1 thread and np 4 x 1
 thread (oversubscribed on 2 cores) at ZeRO stages 1, 2, 3 with overlap on and off; np 2 stages 1
 and 2 with zero.progress=poll, =thread, and with the embedding reduced dense
-(zero.sparse_rows=false). --only REGEX picks variants by name.
+(zero.sparse_rows=false); np 2 stages 1 and 3 with log.trace recording every step ("trace on")
+and with a trace range after the last step (the tracer and its communicator wrappers present but
+idle, "trace idle"): the cost of tracing against the "overlap on" rows. --only REGEX picks
+variants by name.
 
     python3 apps/bench_zero/bench_zero.py --engine build/apps/engine/engine --steps 12 --rounds 2
+    python3 apps/bench_zero/bench_zero.py --only 'np2x1 stage[13] (overlap on|trace)' --rounds 3
 """
 import argparse
 import json
@@ -40,6 +44,11 @@ def variants(quick):
                     ["zero.stage=%d" % stage, "zero.progress=thread"]))
         out.append(("np2x1 stage%d dense embedding" % stage, 2, 1,
                     ["zero.stage=%d" % stage, "zero.sparse_rows=false"]))
+    for stage in (1, 3):
+        out.append(("np2x1 stage%d trace on" % stage, 2, 1,
+                    ["zero.stage=%d" % stage, "log.trace=1-1000000"]))
+        out.append(("np2x1 stage%d trace idle" % stage, 2, 1,
+                    ["zero.stage=%d" % stage, "log.trace=1000000"]))
     return out
 
 

@@ -298,6 +298,7 @@ engine::Config command_config(const Args& a, std::string& checkpoint) {
     throw UsageError("engine " + a.command + " needs --config FILE or --checkpoint DIR (engine " +
                      a.command + " --help)");
   engine::Config c = engine::load_config(a.config, a.sets);
+  if (a.command == "train" && !a.print_config) engine::prepare_run_folders(c);
   if (a.command != "train") {
     const std::string resume = c.checkpoint.resume.empty() ? "auto" : c.checkpoint.resume;
     checkpoint = engine::resolve_resume(c.checkpoint.dir, resume);
@@ -537,6 +538,15 @@ int run(int argc, char** argv, const comm::MpiSession& session, comm::Communicat
       return engine::make_val_loader(config, engine::BatchGeometry::of(config, world.size()),
                                      world.rank(), world.size());
     });
+  if (a.command == "export" && a.option("--format") == "hf") {
+    // A model without counterpart is refused before any work, as the usage errors are.
+    const std::string why = model::hf_gpt2_incompatibility(engine::model_config_of(config));
+    if (!why.empty())
+      throw UsageError(
+          "engine export --format hf: this model has no Hugging Face GPT-2 "
+          "counterpart: " +
+          why);
+  }
   // sample's standard output is the text alone.
   if (a.command != "sample") engine::log_rank_devices(world, *device.backend);
   std::unique_ptr<model::Gpt> model =

@@ -21,6 +21,16 @@ void CpuBackend::merge_heads(float* out, const float* a, int64_t B, int64_t T, i
   cpu::merge_heads(out, a, B, T, H, hd);
 }
 
+void CpuBackend::split_heads_backward(bf16* dqkv, const float* dq, const float* dk, const float* dv,
+                                      int64_t B, int64_t T, int64_t H, int64_t hd) {
+  cpu::split_heads_backward(dqkv, dq, dk, dv, B, T, H, hd);
+}
+
+void CpuBackend::merge_heads(bf16* out, const float* a, int64_t B, int64_t T, int64_t H,
+                             int64_t hd) {
+  cpu::merge_heads(out, a, B, T, H, hd);
+}
+
 void CpuBackend::merge_heads_backward(float* da, const float* dout, int64_t B, int64_t T, int64_t H,
                                       int64_t hd) {
   cpu::merge_heads_backward(da, dout, B, T, H, hd);

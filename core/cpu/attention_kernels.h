@@ -16,6 +16,7 @@
 
 #include "core/attention_tiles.h"
 #include "core/check.h"
+#include "core/cpu/bf16_rounding.h"
 #include "core/cpu/cpu_gemm.h"
 #include "core/cpu/fast_math.h"
 #include "core/cpu/parallel_loops.h"
@@ -62,18 +63,44 @@ void split_heads_backward(T* dqkv, const T* dq, const T* dk, const T* dv, int64_
                             H, hd);
 }
 
-// a [B, H, T, hd] <-> out [B, T, H*hd]; the backward accumulates into da.
+// The bf16 gradient of the fused qkv output from f32 dq, dk, dv: every element of dqkv is
+// written (=), each row the f32 row rounded.
 template <typename T>
-void merge_heads(T* out, const T* a, int64_t B, int64_t T_, int64_t H, int64_t hd) {
+void split_heads_backward(bf16* dqkv, const T* dq, const T* dk, const T* dv, int64_t B, int64_t T_,
+                          int64_t H, int64_t hd) {
+  const int64_t D = H * hd;
+#pragma omp parallel for schedule(static) if (B * T_ * 3 * D > kParallelMin)
+  for (int64_t bt = 0; bt < B * T_; ++bt) {
+    int64_t b = bt / T_, t = bt % T_;
+    const RowStore<T, bf16> store(dqkv + bt * 3 * D, 3 * D);
+    const T* src[3] = {dq, dk, dv};
+    for (int s = 0; s < 3; ++s) {
+      for (int64_t h = 0; h < H; ++h) {
+        const T* head = src[s] + ((b * H + h) * T_ + t) * hd;
+        T* dst = store.row() + s * D + h * hd;
+        for (int64_t d = 0; d < hd; ++d)
+          dst[d] = head[d];
+      }
+    }
+    store.commit();
+  }
+}
+
+// a [B, H, T, hd] <-> out [B, T, H*hd]; the backward accumulates into da. The merge also stores
+// bf16 (Out = bf16, T = float: each row rounded).
+template <typename T, typename Out = T>
+void merge_heads(Out* out, const T* a, int64_t B, int64_t T_, int64_t H, int64_t hd) {
 #pragma omp parallel for schedule(static) if (B * T_ * H * hd > kParallelMin)
   for (int64_t bt = 0; bt < B * T_; ++bt) {
     int64_t b = bt / T_, t = bt % T_;
+    const RowStore<T, Out> store(out + bt * H * hd, H * hd);
     for (int64_t h = 0; h < H; ++h) {
       const T* src = a + ((b * H + h) * T_ + t) * hd;
-      T* dst = out + bt * H * hd + h * hd;
+      T* dst = store.row() + h * hd;
       for (int64_t d = 0; d < hd; ++d)
         dst[d] = src[d];
     }
+    store.commit();
   }
 }
 template <typename T>

@@ -1,10 +1,13 @@
 // The CPU elementwise kernels: sums, scalings, learned-scalar mixes, GELU and ReLU^2 with their
 // gradients. Templated on the scalar type: the backend instantiates them for float, the tests also
-// for double (central finite differences); the element math is core/kernel_math.h's.
+// for double (central finite differences); the element math is core/kernel_math.h's. The
+// activations also store bf16 (Out = bf16, T = float: the f32 values rounded, elementwise_store):
+// the forward its output, the backward d pre, which it then writes (=) instead of accumulating.
 #pragma once
 
 #include <cstdint>
 
+#include "core/cpu/bf16_rounding.h"
 #include "core/cpu/fast_math.h"
 #include "core/cpu/parallel_loops.h"
 #include "core/kernel_math.h"
@@ -46,9 +49,9 @@ void scalar_mix_backward(T* da, T* db, T* dwa, T* dwb, const T* wa, const T* a, 
     db[i] += cb * dout[i];
   });
 }
-template <typename T>
-void gelu_forward(T* out, const T* inp, int64_t n) {
-  elementwise<T>(n, [=](int64_t i) { out[i] = kmath::gelu_tanh<FastMath>(inp[i]); });
+template <typename T, typename Out = T>
+void gelu_forward(Out* out, const T* inp, int64_t n) {
+  elementwise_store<T>(out, n, [=](int64_t i) { return kmath::gelu_tanh<FastMath>(inp[i]); });
 }
 template <typename T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
@@ -56,12 +59,21 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
                  [=](int64_t i) { dinp[i] += kmath::gelu_tanh_grad<FastMath>(inp[i]) * dout[i]; });
 }
 template <typename T>
-void relu2_forward(T* out, const T* inp, int64_t n) {
-  elementwise<T>(n, [=](int64_t i) { out[i] = kmath::relu2(inp[i]); });
+void gelu_backward(bf16* dinp, const T* inp, const T* dout, int64_t n) {
+  elementwise_store<T>(
+      dinp, n, [=](int64_t i) { return kmath::gelu_tanh_grad<FastMath>(inp[i]) * dout[i]; });
+}
+template <typename T, typename Out = T>
+void relu2_forward(Out* out, const T* inp, int64_t n) {
+  elementwise_store<T>(out, n, [=](int64_t i) { return kmath::relu2(inp[i]); });
 }
 template <typename T>
 void relu2_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
   elementwise<T>(n, [=](int64_t i) { dinp[i] += kmath::relu2_grad(inp[i]) * dout[i]; });
+}
+template <typename T>
+void relu2_backward(bf16* dinp, const T* inp, const T* dout, int64_t n) {
+  elementwise_store<T>(dinp, n, [=](int64_t i) { return kmath::relu2_grad(inp[i]) * dout[i]; });
 }
 
 }  // namespace core::cpu

@@ -69,4 +69,8 @@ void CpuBackend::bias_backward(float* dbias, const float* dout, int64_t N, int64
   cpu::bias_backward(dbias, dout, N, C);
 }
 
+void CpuBackend::bias_backward(float* dbias, const bf16* dout, int64_t N, int64_t C) {
+  cpu::bias_backward(dbias, dout, N, C);
+}
+
 }  // namespace core

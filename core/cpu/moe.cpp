@@ -29,4 +29,9 @@ void CpuBackend::moe_router_backward(float* dprobs, const MoeRouting& r, const f
   cpu::moe_router_backward(dprobs, r, dgate, N, E, K, aux_weight);
 }
 
+void CpuBackend::gather_rows(bf16* out, const bf16* src, const int32_t* index, int64_t n,
+                             int64_t D) {
+  cpu::gather_rows(out, src, index, n, D);
+}
+
 }  // namespace core

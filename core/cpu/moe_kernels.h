@@ -36,6 +36,15 @@ void gather_rows(T* out, const T* src, const int32_t* index, const T* weight, in
   }
 }
 
+// out[i, :] = src[index[i], :] for rows of any element type (bf16 activations), copied as they are.
+template <typename E>
+void gather_rows(E* out, const E* src, const int32_t* index, int64_t n, int64_t D) {
+  check_tokens(index, n, "gather_rows");
+#pragma omp parallel for schedule(static) if (n * D > kParallelMin)
+  for (int64_t i = 0; i < n; ++i)
+    std::copy_n(src + static_cast<int64_t>(index[i]) * D, D, out + i * D);
+}
+
 // Column ranges per thread (as embedding_backward), so repeated indices never race.
 template <typename T>
 void scatter_add_rows(T* dst, const T* src, const int32_t* index, const T* weight, int64_t n,

@@ -1,21 +1,24 @@
 // The CPU normalisation kernels: LayerNorm, RMSNorm and the row softmax, forward and backward
 // (the weight and bias gradients as column sums in fixed blocks).
 // Templated on the scalar type: the backend instantiates them for float, the tests also for
-// double (central finite differences); the element math is core/kernel_math.h's.
+// double (central finite differences); the element math is core/kernel_math.h's. The forwards
+// also store their output as bf16 (Out = bf16, T = float: the f32 row rounded, RowStore); the
+// statistics stay T.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 
+#include "core/cpu/bf16_rounding.h"
 #include "core/cpu/fast_math.h"
 #include "core/cpu/parallel_loops.h"
 #include "core/kernel_math.h"
 
 namespace core::cpu {
 
-template <typename T>
-void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
+template <typename T, typename Out = T>
+void layernorm_forward(Out* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
                        int64_t N, int64_t C, T eps) {
 #pragma omp parallel for schedule(static) if (N * C > kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
@@ -28,11 +31,13 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, 
     for (int64_t c = 0; c < C; ++c)
       v += (x[c] - m) * (x[c] - m);
     T r = kmath::rsqrt_eps(v / T(C), eps);
-    T* o = out + n * C;
+    const RowStore<T, Out> store(out + n * C, C);
+    T* o = store.row();
     for (int64_t c = 0; c < C; ++c) {
       T y = (x[c] - m) * r;
       o[c] = y * (weight ? weight[c] : T(1)) + (bias ? bias[c] : T(0));
     }
+    store.commit();
     if (mean) mean[n] = m;
     if (rstd) rstd[n] = r;
   }
@@ -78,8 +83,8 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
   }
 }
 
-template <typename T>
-void rmsnorm_forward(T* out, T* rstd, const T* inp, int64_t N, int64_t C, T eps) {
+template <typename T, typename Out = T>
+void rmsnorm_forward(Out* out, T* rstd, const T* inp, int64_t N, int64_t C, T eps) {
 #pragma omp parallel for schedule(static) if (N * C > kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
     const T* x = inp + n * C;
@@ -87,9 +92,11 @@ void rmsnorm_forward(T* out, T* rstd, const T* inp, int64_t N, int64_t C, T eps)
     for (int64_t c = 0; c < C; ++c)
       ss += x[c] * x[c];
     T r = kmath::rsqrt_eps(ss / T(C), eps);
-    T* o = out + n * C;
+    const RowStore<T, Out> store(out + n * C, C);
+    T* o = store.row();
     for (int64_t c = 0; c < C; ++c)
       o[c] = x[c] * r;
+    store.commit();
     if (rstd) rstd[n] = r;
   }
 }

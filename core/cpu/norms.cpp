@@ -36,4 +36,15 @@ void CpuBackend::softmax_backward(float* dinp, const float* dout, const float* o
   cpu::softmax_backward(dinp, dout, out, N, C);
 }
 
+void CpuBackend::layernorm_forward(bf16* out, float* mean, float* rstd, const float* inp,
+                                   const float* weight, const float* bias, int64_t N, int64_t C,
+                                   float eps) {
+  cpu::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps);
+}
+
+void CpuBackend::rmsnorm_forward(bf16* out, float* rstd, const float* inp, int64_t N, int64_t C,
+                                 float eps) {
+  cpu::rmsnorm_forward(out, rstd, inp, N, C, eps);
+}
+
 }  // namespace core

@@ -123,6 +123,30 @@ __global__ void merge_heads_kernel(float* out, const float* a, int64_t T, int H,
     store_pack<W>(out + bt * part + c, load_pack<W>(a + at(c)));
 }
 
+// bf16 precision: the merged output and the qkv gradient stored as bf16 (each value rounded); the
+// gradient is written (=), every element of it.
+__global__ void merge_heads_bf16_kernel(bf16* out, const float* a, int64_t T, int H, int hd) {
+  const int64_t bt = blockIdx.x;
+  const int part = H * hd;
+  const TokenInHeads at(bt, T, H, hd);
+  for (int c = threadIdx.x; c < part; c += blockDim.x)
+    out[bt * part + c] = kmath::bf16_from_float(a[at(c)]);
+}
+
+__global__ void split_heads_backward_bf16_kernel(bf16* dqkv, const float* dq, const float* dk,
+                                                 const float* dv, int64_t T, int H, int hd) {
+  const int64_t bt = blockIdx.x;
+  const int part = H * hd;
+  bf16* dst = dqkv + bt * 3 * part;
+  const TokenInHeads at(bt, T, H, hd);
+  for (int c = threadIdx.x; c < part; c += blockDim.x) {
+    const int64_t src = at(c);
+    dst[c] = kmath::bf16_from_float(dq[src]);
+    dst[part + c] = kmath::bf16_from_float(dk[src]);
+    dst[2 * part + c] = kmath::bf16_from_float(dv[src]);
+  }
+}
+
 template <int W>
 __global__ void merge_heads_backward_kernel(float* da, const float* dout, int64_t T, int H,
                                             int hd) {
@@ -593,6 +617,22 @@ void CudaBackend::merge_heads(float* out, const float* a, int64_t B, int64_t T, 
       name_ + ": merge_heads", B, T, H, hd, {out, a}, [&](auto w, dim3 grid, int h, int d) {
         merge_heads_kernel<decltype(w)::value><<<grid, kThreads, 0, stream_>>>(out, a, T, h, d);
       });
+}
+
+void CudaBackend::split_heads_backward(bf16* dqkv, const float* dq, const float* dk,
+                                       const float* dv, int64_t B, int64_t T, int64_t H,
+                                       int64_t hd) {
+  launch_per_token(
+      name_ + ": split_heads_backward", B, T, H, hd, {}, [&](auto, dim3 grid, int h, int d) {
+        split_heads_backward_bf16_kernel<<<grid, kThreads, 0, stream_>>>(dqkv, dq, dk, dv, T, h, d);
+      });
+}
+
+void CudaBackend::merge_heads(bf16* out, const float* a, int64_t B, int64_t T, int64_t H,
+                              int64_t hd) {
+  launch_per_token(name_ + ": merge_heads", B, T, H, hd, {}, [&](auto, dim3 grid, int h, int d) {
+    merge_heads_bf16_kernel<<<grid, kThreads, 0, stream_>>>(out, a, T, h, d);
+  });
 }
 
 void CudaBackend::merge_heads_backward(float* da, const float* dout, int64_t B, int64_t T,

@@ -62,6 +62,7 @@ class CudaBackend final : public Backend {
   std::string tf32_gemm_slow_reason() const override;
   void add_bias(float* out, const float* bias, int64_t N, int64_t C) override;
   void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) override;
+  void bias_backward(float* dbias, const bf16* dout, int64_t N, int64_t C) override;
 
   void add(float* out, const float* a, const float* b, int64_t n) override;
   void scale(float* x, float alpha, int64_t n) override;
@@ -78,15 +79,23 @@ class CudaBackend final : public Backend {
   void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) override;
   void relu2_forward(float* out, const float* inp, int64_t n) override;
   void relu2_backward(float* dinp, const float* inp, const float* dout, int64_t n) override;
+  void gelu_forward(bf16* out, const float* inp, int64_t n) override;
+  void gelu_backward(bf16* dinp, const float* inp, const float* dout, int64_t n) override;
+  void relu2_forward(bf16* out, const float* inp, int64_t n) override;
+  void relu2_backward(bf16* dinp, const float* inp, const float* dout, int64_t n) override;
   double sum_squares(const float* x, int64_t n) override;
 
   void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                          const float* weight, const float* bias, int64_t N, int64_t C,
                          float eps) override;
+  void layernorm_forward(bf16* out, float* mean, float* rstd, const float* inp, const float* weight,
+                         const float* bias, int64_t N, int64_t C, float eps) override;
   void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                           const float* inp, const float* weight, const float* mean,
                           const float* rstd, int64_t N, int64_t C) override;
   void rmsnorm_forward(float* out, float* rstd, const float* inp, int64_t N, int64_t C,
+                       float eps) override;
+  void rmsnorm_forward(bf16* out, float* rstd, const float* inp, int64_t N, int64_t C,
                        float eps) override;
   void rmsnorm_backward(float* dinp, const float* dout, const float* inp, const float* rstd,
                         int64_t N, int64_t C) override;
@@ -103,8 +112,11 @@ class CudaBackend final : public Backend {
                    int64_t hd) override;
   void split_heads_backward(float* dqkv, const float* dq, const float* dk, const float* dv,
                             int64_t B, int64_t T, int64_t H, int64_t hd) override;
+  void split_heads_backward(bf16* dqkv, const float* dq, const float* dk, const float* dv,
+                            int64_t B, int64_t T, int64_t H, int64_t hd) override;
   void merge_heads(float* out, const float* a, int64_t B, int64_t T, int64_t H,
                    int64_t hd) override;
+  void merge_heads(bf16* out, const float* a, int64_t B, int64_t T, int64_t H, int64_t hd) override;
   void merge_heads_backward(float* da, const float* dout, int64_t B, int64_t T, int64_t H,
                             int64_t hd) override;
   void rotary_forward(float* out, const float* inp, int64_t BH, int64_t T, int64_t hd,
@@ -132,6 +144,7 @@ class CudaBackend final : public Backend {
 
   void gather_rows(float* out, const float* src, const int32_t* index, const float* weight,
                    int64_t n, int64_t D) override;
+  void gather_rows(bf16* out, const bf16* src, const int32_t* index, int64_t n, int64_t D) override;
   void scatter_add_rows(float* dst, const float* src, const int32_t* index, const float* weight,
                         int64_t n, int64_t D) override;
   void row_dot(float* out, const float* a, const float* b, int64_t n, int64_t D) override;

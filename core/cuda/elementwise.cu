@@ -117,6 +117,19 @@ struct Relu2 {
   __device__ static float grad(float u) { return kmath::relu2_grad(u); }
 };
 
+// bf16 precision: the activation, and d inp written (=), each stored rounded to bf16.
+template <typename Act>
+__global__ void activation_forward_bf16_kernel(bf16* out, const float* inp, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    out[i] = kmath::bf16_from_float(Act::forward(inp[i]));
+}
+template <typename Act>
+__global__ void activation_backward_bf16_kernel(bf16* dinp, const float* inp, const float* dout,
+                                                int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    dinp[i] = kmath::bf16_from_float(Act::grad(inp[i]) * dout[i]);
+}
+
 template <typename Act, int W>
 __global__ void activation_forward_kernel(float* out, const float* inp, int64_t n) {
   for (int64_t i = first_index() * W; i < n; i += grid_stride() * W) {
@@ -263,6 +276,30 @@ void CudaBackend::relu2_forward(float* out, const float* inp, int64_t n) {
 
 void CudaBackend::relu2_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
   activation_backward<Relu2>(dinp, inp, dout, n, stream_);
+}
+
+void CudaBackend::gelu_forward(bf16* out, const float* inp, int64_t n) {
+  if (n <= 0) return;
+  activation_forward_bf16_kernel<Gelu><<<grid_for(n), kThreads, 0, stream_>>>(out, inp, n);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::gelu_backward(bf16* dinp, const float* inp, const float* dout, int64_t n) {
+  if (n <= 0) return;
+  activation_backward_bf16_kernel<Gelu><<<grid_for(n), kThreads, 0, stream_>>>(dinp, inp, dout, n);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::relu2_forward(bf16* out, const float* inp, int64_t n) {
+  if (n <= 0) return;
+  activation_forward_bf16_kernel<Relu2><<<grid_for(n), kThreads, 0, stream_>>>(out, inp, n);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::relu2_backward(bf16* dinp, const float* inp, const float* dout, int64_t n) {
+  if (n <= 0) return;
+  activation_backward_bf16_kernel<Relu2><<<grid_for(n), kThreads, 0, stream_>>>(dinp, inp, dout, n);
+  ENGINE_CUDA_LAUNCHED();
 }
 
 void CudaBackend::lerp(float* a, const float* b, float w, int64_t n) {

@@ -11,6 +11,7 @@
 #include "core/cuda/cuda_backend.h"
 #include "core/cuda/cuda_launch.cuh"
 #include "core/cuda/cuda_reduce.cuh"
+#include "core/kernel_math.h"
 
 namespace core {
 
@@ -50,6 +51,15 @@ struct BiasGrad {
   const float* dout;
   __device__ void operator()(int64_t r, int64_t c, int64_t C, float* v) const {
     v[0] = dout[r * C + c];
+  }
+};
+
+// Values of bias_backward from a bf16 dout (bf16 precision), widened exactly.
+struct Bf16BiasGrad {
+  static constexpr int kCount = 1;
+  const bf16* dout;
+  __device__ void operator()(int64_t r, int64_t c, int64_t C, float* v) const {
+    v[0] = kmath::float_from_bf16(dout[r * C + c]);
   }
 };
 
@@ -150,6 +160,11 @@ void CudaBackend::add_bias(float* out, const float* bias, int64_t N, int64_t C) 
 void CudaBackend::bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) {
   check_sizes(name_ + ": bias_backward", {N, C});
   column_sums(allocator_, stream_, {{dbias, nullptr}}, BiasGrad{dout}, N, C, "bias_backward");
+}
+
+void CudaBackend::bias_backward(float* dbias, const bf16* dout, int64_t N, int64_t C) {
+  check_sizes(name_ + ": bias_backward", {N, C});
+  column_sums(allocator_, stream_, {{dbias, nullptr}}, Bf16BiasGrad{dout}, N, C, "bias_backward");
 }
 
 }  // namespace core

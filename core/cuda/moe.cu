@@ -75,6 +75,21 @@ __global__ void gather_rows_kernel(float* out, const float* src, const int32_t* 
   }
 }
 
+// bf16 rows (bf16 precision's stored activations), copied.
+__global__ void gather_bf16_rows_kernel(bf16* out, const bf16* src, const int32_t* index, int64_t D,
+                                        int64_t total, int* status) {
+  for (int64_t i = first_index(); i < total; i += grid_stride()) {
+    const int64_t r = i / D;
+    const int32_t from = index[r];
+    if (from < 0) {
+      cuda_detail::raise_status(status, cuda_detail::kStatusNegativeRowIndex, r);
+      out[i] = bf16{};
+      continue;
+    }
+    out[i] = src[static_cast<int64_t>(from) * D + i % D];
+  }
+}
+
 __global__ void row_dot_kernel(float* out, const float* a, const float* b, int64_t D) {
   const int64_t row = blockIdx.x;
   Sum<float> s;
@@ -197,6 +212,16 @@ void CudaBackend::gather_rows(float* out, const float* src, const int32_t* index
   if (total == 0) return;
   gather_rows_kernel<<<grid_for(total), kThreads, 0, stream_>>>(out, src, index, weight, D, total,
                                                                 status_);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::gather_rows(bf16* out, const bf16* src, const int32_t* index, int64_t n,
+                              int64_t D) {
+  check_sizes(name_ + ": gather_rows", {n, D});
+  const int64_t total = n * D;
+  if (total == 0) return;
+  gather_bf16_rows_kernel<<<grid_for(total), kThreads, 0, stream_>>>(out, src, index, D, total,
+                                                                     status_);
   ENGINE_CUDA_LAUNCHED();
 }
 

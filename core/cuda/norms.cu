@@ -58,14 +58,26 @@ __device__ inline int lane() {
   return static_cast<int>(threadIdx.x % 32);
 }
 
+// A pack of a normalised row stored as f32, or rounded to bf16 (bf16 precision's GEMM inputs).
 template <int W>
-__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp,
+__device__ inline void store_row_pack(float* y, const FloatPack<W>& p) {
+  store_pack<W>(y, p);
+}
+template <int W>
+__device__ inline void store_row_pack(bf16* y, const FloatPack<W>& p) {
+#pragma unroll
+  for (int i = 0; i < W; ++i)
+    y[i] = kmath::bf16_from_float(p.v[i]);
+}
+
+template <int W, typename Out>
+__global__ void layernorm_forward_kernel(Out* out, float* mean, float* rstd, const float* inp,
                                          const float* weight, const float* bias, int64_t N,
                                          int64_t C, float eps) {
   const int64_t row = warp_row();
   if (row >= N) return;
   const float* x = inp + row * C;
-  float* y = out + row * C;
+  Out* y = out + row * C;
   float sum = 0.0f;
   for (int64_t j = lane() * W; j < C; j += 32 * W) {
     const FloatPack<W> p = load_pack<W>(x + j);
@@ -97,7 +109,7 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, c
       if (bias != nullptr) v += bp.v[i];
       p.v[i] = v;
     }
-    store_pack<W>(y + j, p);
+    store_row_pack<W>(y + j, p);
   }
 }
 
@@ -141,13 +153,13 @@ __global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, 
   }
 }
 
-template <int W>
-__global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp, int64_t N,
+template <int W, typename Out>
+__global__ void rmsnorm_forward_kernel(Out* out, float* rstd, const float* inp, int64_t N,
                                        int64_t C, float eps) {
   const int64_t row = warp_row();
   if (row >= N) return;
   const float* x = inp + row * C;
-  float* y = out + row * C;
+  Out* y = out + row * C;
   float sq = 0.0f;
   for (int64_t j = lane() * W; j < C; j += 32 * W) {
     const FloatPack<W> p = load_pack<W>(x + j);
@@ -162,7 +174,7 @@ __global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp
 #pragma unroll
     for (int i = 0; i < W; ++i)
       p.v[i] *= rs;
-    store_pack<W>(y + j, p);
+    store_row_pack<W>(y + j, p);
   }
 }
 
@@ -250,6 +262,17 @@ void CudaBackend::layernorm_forward(float* out, float* mean, float* rstd, const 
   });
 }
 
+void CudaBackend::layernorm_forward(bf16* out, float* mean, float* rstd, const float* inp,
+                                    const float* weight, const float* bias, int64_t N, int64_t C,
+                                    float eps) {
+  check_sizes(name_ + ": layernorm_forward", {N, C});
+  if (N == 0 || C == 0) return;
+  launch_rows(N, C, {inp, weight, bias}, "layernorm_forward", [&](auto w, dim3 grid) {
+    layernorm_forward_kernel<decltype(w)::value>
+        <<<grid, kThreads, 0, stream_>>>(out, mean, rstd, inp, weight, bias, N, C, eps);
+  });
+}
+
 void CudaBackend::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                      const float* inp, const float* weight, const float* mean,
                                      const float* rstd, int64_t N, int64_t C) {
@@ -272,6 +295,16 @@ void CudaBackend::rmsnorm_forward(float* out, float* rstd, const float* inp, int
   check_sizes(name_ + ": rmsnorm_forward", {N, C});
   if (N == 0 || C == 0) return;
   launch_rows(N, C, {out, inp}, "rmsnorm_forward", [&](auto w, dim3 grid) {
+    rmsnorm_forward_kernel<decltype(w)::value>
+        <<<grid, kThreads, 0, stream_>>>(out, rstd, inp, N, C, eps);
+  });
+}
+
+void CudaBackend::rmsnorm_forward(bf16* out, float* rstd, const float* inp, int64_t N, int64_t C,
+                                  float eps) {
+  check_sizes(name_ + ": rmsnorm_forward", {N, C});
+  if (N == 0 || C == 0) return;
+  launch_rows(N, C, {inp}, "rmsnorm_forward", [&](auto w, dim3 grid) {
     rmsnorm_forward_kernel<decltype(w)::value>
         <<<grid, kThreads, 0, stream_>>>(out, rstd, inp, N, C, eps);
   });

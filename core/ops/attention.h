@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "core/device.h"
+
 namespace core {
 
 // Which keys a query sees: query t of a head of batch row b sees keys [key_begin[b T + t], t]
@@ -26,8 +28,14 @@ class AttentionOps {
                            int64_t H, int64_t hd) = 0;
   virtual void split_heads_backward(float* dqkv, const float* dq, const float* dk, const float* dv,
                                     int64_t B, int64_t T, int64_t H, int64_t hd) = 0;
+  // bf16 precision: dqkv stored as bf16 (it feeds the QKV projection's GEMMs), written (=) whole.
+  virtual void split_heads_backward(bf16* dqkv, const float* dq, const float* dk, const float* dv,
+                                    int64_t B, int64_t T, int64_t H, int64_t hd) = 0;
   // a [B, H, T, hd] -> out [B, T, H*hd], and back.
   virtual void merge_heads(float* out, const float* a, int64_t B, int64_t T, int64_t H,
+                           int64_t hd) = 0;
+  // bf16 precision: out stored as bf16 (the output projection's GEMM input), each value rounded.
+  virtual void merge_heads(bf16* out, const float* a, int64_t B, int64_t T, int64_t H,
                            int64_t hd) = 0;
   virtual void merge_heads_backward(float* da, const float* dout, int64_t B, int64_t T, int64_t H,
                                     int64_t hd) = 0;

@@ -40,9 +40,16 @@ class ElementwiseOps {
   // GELU, tanh form: 0.5 u (1 + tanh(sqrt(2/pi) (u + 0.044715 u^3))).
   virtual void gelu_forward(float* out, const float* inp, int64_t n) = 0;
   virtual void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) = 0;
+  // bf16 precision: the output stored as bf16 (a GEMM input), and d inp stored as bf16 (the
+  // output gradient of the layer before, which feeds its GEMMs); the bf16 backward is d inp's
+  // only producer and writes it (=). Each value is the f32 one rounded.
+  virtual void gelu_forward(bf16* out, const float* inp, int64_t n) = 0;
+  virtual void gelu_backward(bf16* dinp, const float* inp, const float* dout, int64_t n) = 0;
   // ReLU^2: max(u, 0)^2.
   virtual void relu2_forward(float* out, const float* inp, int64_t n) = 0;
   virtual void relu2_backward(float* dinp, const float* inp, const float* dout, int64_t n) = 0;
+  virtual void relu2_forward(bf16* out, const float* inp, int64_t n) = 0;
+  virtual void relu2_backward(bf16* dinp, const float* inp, const float* dout, int64_t n) = 0;
 };
 
 }  // namespace core

@@ -52,6 +52,8 @@ class GemmOps {
   // out[N, C] += bias[C] broadcast over rows; dbias[C] += column sums of dout[N, C].
   virtual void add_bias(float* out, const float* bias, int64_t N, int64_t C) = 0;
   virtual void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) = 0;
+  // From a bf16 dout (bf16 precision's stored output gradient), widened exactly, summed in f32.
+  virtual void bias_backward(float* dbias, const bf16* dout, int64_t N, int64_t C) = 0;
 };
 
 }  // namespace core

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "core/device.h"
+
 namespace core {
 
 // The device arrays of one MoE layer's routing (N tokens, E experts, K experts per token):
@@ -31,6 +33,9 @@ class MoeOps {
   // out[i, :] = src[index[i], :] * (weight ? weight[i] : 1) for i < n.
   virtual void gather_rows(float* out, const float* src, const int32_t* index, const float* weight,
                            int64_t n, int64_t D) = 0;
+  // out[i, :] = src[index[i], :] for bf16 rows (bf16 precision's stored activations), copied.
+  virtual void gather_rows(bf16* out, const bf16* src, const int32_t* index, int64_t n,
+                           int64_t D) = 0;
   // dst[index[i], :] += src[i, :] * (weight ? weight[i] : 1); repeated indices add in the order
   // of i on both backends, so the result is the same from run to run.
   virtual void scatter_add_rows(float* dst, const float* src, const int32_t* index,

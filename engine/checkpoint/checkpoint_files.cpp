@@ -1,6 +1,7 @@
 #include "engine/checkpoint/checkpoint_files.h"
 
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
@@ -438,7 +439,11 @@ Manifest read_manifest(const std::string& dir) {
   ENGINE_CHECK(fs::exists(dir, ec), "checkpoint " + dir + " does not exist");
   ENGINE_CHECK(fs::is_directory(dir, ec),
                "checkpoint " + dir + " is not a folder (a checkpoint is a step_XXXXXXXX folder)");
-  if (!fs::exists(path)) {
+  const fs::file_status manifest_status = fs::symlink_status(path, ec);
+  if (fs::exists(manifest_status) && !fs::is_regular_file(manifest_status))
+    ENGINE_FAIL("checkpoint manifest " + path + " is not a regular file (it is " +
+                (fs::is_directory(manifest_status) ? "a folder" : "a link, FIFO or device") + ")");
+  if (!fs::exists(manifest_status)) {
     // A checkpoint.dir given where one of its checkpoints was meant.
     const std::vector<std::string> inside = list_checkpoints(dir);
     ENGINE_CHECK(inside.empty(), "checkpoint " + dir +
@@ -522,29 +527,56 @@ void verify_checkpoint(const std::string& dir) {
   }
 }
 
+std::string resume_refusal(const std::string& root, const std::string& chosen,
+                           const std::string& reason) {
+  // Offer the newest complete checkpoint older than the refused one.
+  std::string offer;
+  const std::string name = fs::path(chosen).lexically_normal().filename().string();
+  for (const auto& dir : list_checkpoints(root))
+    if (fs::path(dir).filename().string() < name) offer = dir;
+  std::string msg = "cannot resume from " + chosen + ": " + reason;
+  if (!offer.empty())
+    msg += "; the next older checkpoint is " + offer + " (resume from it with --set " +
+           "checkpoint.resume=" + offer + ")";
+  else
+    msg += "; there is no older checkpoint in " + root;
+  return msg;
+}
+
+std::vector<std::string> incomplete_checkpoints(const std::string& root) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return found;
+  for (const auto& entry : fs::directory_iterator(root, ec))
+    if (entry.is_directory() && step_of_dir_name(entry.path().filename().string()) >= 0 &&
+        !fs::exists(fs::symlink_status(entry.path() / kManifest, ec)))
+      found.push_back(entry.path().string());
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
 std::string resolve_resume(const std::string& root, const std::string& resume) {
   if (resume.empty()) return "";
   std::string chosen = resume;
-  std::vector<std::string> all = list_checkpoints(root);
   if (resume == "auto") {
+    // A step_ folder without a manifest is no checkpoint (nothing the engine writes leaves one:
+    // saves are staged in .tmp folders, removals renamed to .old first); it is passed over, and
+    // said so, since it may be the newest.
+    for (const std::string& dir : incomplete_checkpoints(root))
+      spdlog::warn(
+          "checkpoint.resume=auto: passing over {}: it has no {} (an incomplete or "
+          "damaged checkpoint; restore its manifest or remove the folder)",
+          dir, kManifest);
+    const std::vector<std::string> all = list_checkpoints(root);
     if (all.empty()) return "";
     chosen = all.back();
   }
   try {
-    verify_checkpoint(chosen);
+    // The files' sizes and checksums, then every tensor header against its slice (a rank file
+    // cut short or holding another dtype, re-signed in the manifest, passes the checksums).
+    CheckpointReader reader(chosen);
   } catch (const core::Error& e) {
-    // Offer the newest complete checkpoint older than the refused one.
-    std::string offer;
-    const std::string name = fs::path(chosen).lexically_normal().filename().string();
-    for (const auto& dir : all)
-      if (fs::path(dir).filename().string() < name) offer = dir;
-    std::string msg = std::string("cannot resume from ") + chosen + ": " + e.what();
-    if (!offer.empty())
-      msg += "; the next older checkpoint is " + offer + " (resume from it with --set " +
-             "checkpoint.resume=" + offer + ")";
-    else
-      msg += "; there is no older checkpoint in " + root;
-    throw core::Error(msg);
+    throw core::Error(resume_refusal(root, chosen, e.what()));
   }
   return chosen;
 }

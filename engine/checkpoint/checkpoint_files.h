@@ -102,11 +102,19 @@ Manifest read_manifest(const std::string& dir);
 // Checks that every file of the manifest exists with its size and checksum; throws naming the
 // first file that does not match.
 void verify_checkpoint(const std::string& dir);
+// step_XXXXXXXX folders under root without a manifest (no checkpoint: list_checkpoints passes
+// them over), oldest first.
+std::vector<std::string> incomplete_checkpoints(const std::string& root);
 // The checkpoint to resume from: "" -> "" (fresh start); "auto" -> the newest complete checkpoint
-// under root, or "" when there is none; anything else is a checkpoint path. The chosen one is
-// verified; a corrupt or incomplete one is refused with an error naming the file and offering
-// the next older complete checkpoint.
+// under root (warning of each step folder without a manifest it passes over), or "" when there
+// is none; anything else is a checkpoint path. The chosen one is verified (files and tensor
+// headers); a corrupt or incomplete one is refused with resume_refusal.
 std::string resolve_resume(const std::string& root, const std::string& resume);
+// The one line refusing a damaged checkpoint `chosen`: "cannot resume from CHOSEN: REASON; the
+// next older checkpoint is DIR (resume from it with --set checkpoint.resume=DIR)", or "; there is
+// no older checkpoint in ROOT".
+std::string resume_refusal(const std::string& root, const std::string& chosen,
+                           const std::string& reason);
 
 class CheckpointReader {
  public:

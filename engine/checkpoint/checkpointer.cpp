@@ -72,14 +72,21 @@ RunCounters Checkpointer::load(const std::string& dir) {
   std::vector<std::string> names;
   for (size_t i = 0; i < state_.plan.num_params(); ++i)
     names.push_back(state_.plan.param(i).name);
+  check_same_model(dir, m, config_);
   check_same_optimizers(dir, m, config_, names);
   check_same_data(dir, m, state_.loader);
-  read_local_params(reader, state_.plan, state_.zero.local_values(), backend_);
-  state_.zero.publish_params();
-  for (const auto& reparam : state_.reparams)
-    reparam->load(reader);
-  state_.optimizers.load_state(
-      read_optimizer_state(reader, state_.plan, state_.zero.local_values(), state_.optimizers));
+  // The config agrees with the checkpoint's: what its files lack or hold misshapen (a tensor
+  // dropped, re-signed in the manifest) is damage, refused offering the next older checkpoint.
+  try {
+    read_local_params(reader, state_.plan, state_.zero.local_values(), backend_);
+    state_.zero.publish_params();
+    for (const auto& reparam : state_.reparams)
+      reparam->load(reader);
+    state_.optimizers.load_state(
+        read_optimizer_state(reader, state_.plan, state_.zero.local_values(), state_.optimizers));
+  } catch (const core::Error& e) {
+    throw core::Error(resume_refusal(config_.checkpoint.dir, dir, e.what()));
+  }
 
   ENGINE_CHECK(std::stoll(state_value(m, "data.seed", dir)) == config_.train.seed,
                "checkpoint " + dir + " was trained with train.seed " +

@@ -134,6 +134,30 @@ void check_same_optimizers(const std::string& dir, const Manifest& m, const Conf
               "checkpoint's optim groups, or start a new run (another checkpoint.dir)");
 }
 
+void check_same_model(const std::string& dir, const Manifest& m, const Config& config) {
+  Config saved;
+  try {
+    saved = parse_config(m.config_yaml, dir + "/manifest.yaml (config)", {}, ConfigUse::ModelOnly);
+  } catch (const core::Error& e) {
+    ENGINE_FAIL("checkpoint " + dir + ": its saved config does not parse: " + e.what());
+  }
+  std::string changed;
+  int n = 0;
+  for (const FieldInfo& field : config_fields()) {
+    if (field.key.rfind("model.", 0) != 0 || field.key == "model.zero_init_head" ||
+        field.key == "model.moe.aux_weight")
+      continue;
+    const std::string then = field_value_string(saved, field);
+    const std::string now = field_value_string(config, field);
+    if (then == now) continue;
+    changed += (n++ == 0 ? "" : ", ") + field.key + " '" + then + "' there, '" + now + "' here";
+  }
+  ENGINE_CHECK(n == 0, "checkpoint " + dir + " holds another model than this config's (" + changed +
+                           "): its weights would compute another function. Give the checkpoint's "
+                           "model keys (engine eval/sample/export --checkpoint DIR take them from "
+                           "it)");
+}
+
 void check_steps_left(const std::string& dir, int64_t checkpoint_step, const Config& config) {
   ENGINE_CHECK(config.train.steps >= checkpoint_step,
                "cannot resume from " + dir + ": it is at step " + std::to_string(checkpoint_step) +

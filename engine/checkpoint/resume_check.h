@@ -35,6 +35,11 @@ void check_same_content(const std::string& dir, const Manifest& manifest,
 // `params` are the model's parameter names.
 void check_same_optimizers(const std::string& dir, const Manifest& manifest, const Config& config,
                            const std::vector<std::string>& params);
+// Refuses a config whose model keys differ from those the checkpoint was trained with (e.g. another
+// model.n_head: the tensors keep their shapes, so the weights would load into another function),
+// naming each key with both values. Keys that shape only training and initialisation
+// (model.zero_init_head, model.moe.aux_weight) may differ. Used by resume, eval, sample and export.
+void check_same_model(const std::string& dir, const Manifest& manifest, const Config& config);
 // Refuses train.steps below the checkpoint's step (there is nothing to train and the summary
 // would misreport the run).
 void check_steps_left(const std::string& dir, int64_t checkpoint_step, const Config& config);

@@ -26,7 +26,10 @@ AdamWConfig AdamWConfig::from_yaml(HyperReader& r) {
   if (!(c.lr >= 0)) r.fail("lr", "must be >= 0");  // also refuses NaN
   if (!(c.beta1 >= 0 && c.beta1 < 1)) r.fail("betas", "beta1 must be in [0, 1)");
   if (!(c.beta2 >= 0 && c.beta2 < 1)) r.fail("betas", "beta2 must be in [0, 1)");
-  if (!(c.eps >= 0)) r.fail("eps", "must be >= 0");
+  // eps keeps the update finite where the second moment is 0 (a gradient that was 0 so far):
+  // at 0 that update is 0/0, and the run diverged some steps later.
+  if (!(c.eps > 0))
+    r.fail("eps", "must be > 0 (it keeps the update finite where the second moment is 0)");
   // A negative decay grows the weights; a negative multiplier turns the step around.
   if (!(c.weight_decay >= 0)) r.fail("weight_decay", "must be >= 0");
   if (!(c.lr_mul >= 0)) r.fail("lr_mul", "must be >= 0");

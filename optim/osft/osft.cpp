@@ -27,7 +27,8 @@ OsftConfig OsftConfig::from_yaml(HyperReader& r) {
   if (c.adamw.lr < 0) r.fail("lr", "must be >= 0");
   if (!(c.adamw.beta1 >= 0 && c.adamw.beta1 < 1)) r.fail("betas", "beta1 must be in [0, 1)");
   if (!(c.adamw.beta2 >= 0 && c.adamw.beta2 < 1)) r.fail("betas", "beta2 must be in [0, 1)");
-  if (!(c.adamw.eps >= 0)) r.fail("eps", "must be >= 0");
+  if (!(c.adamw.eps > 0))
+    r.fail("eps", "must be > 0 (it keeps the update finite where the second moment is 0)");
   if (!(c.adamw.weight_decay >= 0)) r.fail("weight_decay", "must be >= 0");  // else growth
   c.project_params = r.boolean("project_params", true);
   c.v_high_cache_mb = r.number("v_high_cache_mb", c.v_high_cache_mb);

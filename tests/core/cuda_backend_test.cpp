@@ -300,6 +300,96 @@ TEST_F(CudaVsCpu, CrossEntropyBf16GradientWithinOneBf16Unit) {
   EXPECT_CLOSE(dev().download(gl, N), loss, 1e-5);
 }
 
+// The ops that store bf16 activations (bf16 precision): where the devices compute the same f32
+// value (copies, the activations' element math) the bf16 results are bit-identical or within one
+// bf16 unit (the GPU's tanh and exp differ from the CPU's by float ulps, as in Elementwise); the
+// norms' f32 values differ in the order of the row sums (1e-6 relative), so an element may land
+// on the other bf16 neighbour: within one bf16 unit, 2^-7 relative. The bias gradient from bf16
+// and the bf16 row gather are the f32 ops of the widened values.
+TEST_F(CudaVsCpu, Bf16StoringOpsMatchTheCpu) {
+  auto within_one_unit = [](const std::vector<bf16>& got, const std::vector<bf16>& want,
+                            const char* what) {
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      const float g = kmath::float_from_bf16(got[i]), w = kmath::float_from_bf16(want[i]);
+      ASSERT_LE(std::fabs(g - w), 0x1p-7f * std::fabs(w) + 0x1p-133f) << what << " " << i;
+    }
+  };
+  const int64_t N = 37, C = 200;
+  const auto x = random_vector(N * C, 11), w = random_vector(C, 12), b = random_vector(C, 13);
+  std::vector<bf16> want(N * C);
+  std::vector<float> mean(N), rstd(N);
+  bf16* out = dev().alloc<bf16>(N * C);
+  float* gm = dev().alloc<float>(N);
+  float* gr = dev().alloc<float>(N);
+  cpu().layernorm_forward(want.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C,
+                          1e-5f);
+  gpu().layernorm_forward(out, gm, gr, dev().upload(x), dev().upload(w), dev().upload(b), N, C,
+                          1e-5f);
+  within_one_unit(dev().download(out, N * C), want, "layernorm");
+  EXPECT_CLOSE(dev().download(gm, N), mean, 1e-5);
+  EXPECT_CLOSE(dev().download(gr, N), rstd, 1e-5);
+  cpu().rmsnorm_forward(want.data(), rstd.data(), x.data(), N, C, 1e-6f);
+  gpu().rmsnorm_forward(out, gr, dev().upload(x), N, C, 1e-6f);
+  within_one_unit(dev().download(out, N * C), want, "rmsnorm");
+  EXPECT_CLOSE(dev().download(gr, N), rstd, 1e-5);
+
+  const int64_t n = N * C;
+  const auto dout = random_vector(n, 14);
+  float* gx = dev().upload(x);
+  float* gd = dev().upload(dout);
+  for (const bool gelu : {true, false}) {
+    std::vector<bf16> want_act(n), want_grad(n);
+    bf16* act = dev().alloc<bf16>(n);
+    bf16* grad = dev().alloc<bf16>(n);
+    if (gelu) {
+      cpu().gelu_forward(want_act.data(), x.data(), n);
+      cpu().gelu_backward(want_grad.data(), x.data(), dout.data(), n);
+      gpu().gelu_forward(act, gx, n);
+      gpu().gelu_backward(grad, gx, gd, n);
+    } else {
+      cpu().relu2_forward(want_act.data(), x.data(), n);
+      cpu().relu2_backward(want_grad.data(), x.data(), dout.data(), n);
+      gpu().relu2_forward(act, gx, n);
+      gpu().relu2_backward(grad, gx, gd, n);
+    }
+    within_one_unit(dev().download(act, n), want_act, gelu ? "gelu" : "relu2");
+    within_one_unit(dev().download(grad, n), want_grad, gelu ? "gelu grad" : "relu2 grad");
+  }
+
+  const int64_t B = 2, T = 5, H = 3, hd = 8, D = H * hd, M = B * T;
+  const auto a = random_vector(M * D, 15), dq = random_vector(M * D, 16),
+             dk = random_vector(M * D, 17), dv = random_vector(M * D, 18);
+  std::vector<bf16> want_merged(M * D), want_dqkv(M * 3 * D);
+  cpu().merge_heads(want_merged.data(), a.data(), B, T, H, hd);
+  cpu().split_heads_backward(want_dqkv.data(), dq.data(), dk.data(), dv.data(), B, T, H, hd);
+  bf16* merged = dev().alloc<bf16>(M * D);
+  bf16* dqkv = dev().alloc<bf16>(M * 3 * D);
+  gpu().merge_heads(merged, dev().upload(a), B, T, H, hd);
+  gpu().split_heads_backward(dqkv, dev().upload(dq), dev().upload(dk), dev().upload(dv), B, T, H,
+                             hd);
+  const std::vector<bf16> got_merged = dev().download(merged, M * D);
+  const std::vector<bf16> got_dqkv = dev().download(dqkv, M * 3 * D);
+  for (int64_t i = 0; i < M * D; ++i)
+    ASSERT_EQ(got_merged[i].bits, want_merged[i].bits) << "merge_heads " << i;
+  for (int64_t i = 0; i < M * 3 * D; ++i)
+    ASSERT_EQ(got_dqkv[i].bits, want_dqkv[i].bits) << "split_heads_backward " << i;
+
+  std::vector<float> dbias(C, 0.5f);
+  float* gdb = dev().upload(dbias);
+  cpu().bias_backward(dbias.data(), want.data(), N, C);
+  gpu().bias_backward(gdb, dev().upload(want), N, C);
+  EXPECT_CLOSE(dev().download(gdb, C), dbias, 1e-5);
+  const std::vector<int32_t> index = random_ids(2 * N, static_cast<int32_t>(N), 19);
+  std::vector<bf16> want_rows(2 * N * C);
+  cpu().gather_rows(want_rows.data(), want.data(), index.data(), 2 * N, C);
+  bf16* rows = dev().alloc<bf16>(2 * N * C);
+  gpu().gather_rows(rows, dev().upload(want), dev().upload(index), 2 * N, C);
+  const std::vector<bf16> got_rows = dev().download(rows, 2 * N * C);
+  for (int64_t i = 0; i < 2 * N * C; ++i)
+    ASSERT_EQ(got_rows[i].bits, want_rows[i].bits) << "gather_rows " << i;
+}
+
 TEST_F(CudaVsCpu, Bf16GemmWithinTheAccumulationOrderBar) {
   uint64_t seed = 300;
   double worst = 0;

@@ -18,8 +18,8 @@ import sys
 import time
 
 # Measurements rather than results: left out of the bit-identity comparisons.
-TIMING_KEYS = ("elapsed_ms", "step_ms", "tokens_per_s", "gflops", "phase_ms", "device_phase_ms",
-               "peak_mem_bytes", "live_mem_bytes", "comm_wait_ms")
+TIMING_KEYS = ("elapsed_ms", "step_ms", "tokens_per_s", "gflops", "mfu", "phase_ms",
+               "device_phase_ms", "peak_mem_bytes", "live_mem_bytes", "comm_wait_ms")
 
 
 class Failure(Exception):
@@ -935,7 +935,8 @@ def case_log_file(env):
         check(list(device) == list(r["phase_ms"]) and all(v >= 0 for v in device.values()),
               "step %d: device_phase_ms %s against phase_ms %s" % (r["step"], device,
                                                                    r["phase_ms"]))
-    p2, _ = env.run(1, "run", ["train.steps=6", "checkpoint.resume=" +
+    # From step 2 while step 4 is there: checkpoint.overwrite drops the newer one.
+    p2, _ = env.run(1, "run", ["train.steps=6", "checkpoint.overwrite=true", "checkpoint.resume=" +
                                os.path.join(d, "ckpt", "step_00000002")])
     with open(os.path.join(d, "log.txt")) as f:
         log = f.read()

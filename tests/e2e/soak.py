@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Soak: one training run killed at random moments and resumed with checkpoint.resume=auto, again
 and again, then let finish and compared with one uninterrupted run of the same config and steps.
-Started by scripts/soak.sh (which documents the options); see README "Faults".
+Started by scripts/soak.sh (which documents the options); see docs/checkpoints_and_faults.md.
 
 Each round starts the run (the first round fresh, every later one with checkpoint.resume=auto),
 waits until the run has logged a drawn number of steps past its start and holds a complete
-checkpoint (before the first one, a restart with resume=auto would be refused as a fresh start
-over an earlier run's metrics.jsonl, as the README's "Checkpoints" says), and stops it one of
+checkpoint (before the first one there is nothing to resume: a restart with resume=auto starts
+afresh, as docs/checkpoints_and_faults.md says, and the round would test nothing), and stops it one of
 these ways:
 
   kill_one        SIGKILL to one rank (drawn), a drawn fraction of a step later

@@ -400,6 +400,83 @@ TEST_F(CheckpointTest, RankFileThatIsNoRegularFileIsRefused) {
       << msg;
 }
 
+// Re-signs `file` of checkpoint `dir` in its manifest (its size and checksum as they are now), as
+// a tool that rewrites checkpoints would: the checksums no longer reveal the change.
+void resign(const std::string& dir, const std::string& file) {
+  for (const engine::FileInfo& f : engine::read_manifest(dir).files) {
+    if (f.file != file) continue;
+    const std::string path = dir + "/" + file;
+    char old_sum[32], new_sum[32];
+    std::snprintf(old_sum, sizeof(old_sum), "%016llx", static_cast<unsigned long long>(f.checksum));
+    std::snprintf(new_sum, sizeof(new_sum), "%016llx",
+                  static_cast<unsigned long long>(engine::fnv1a64_file(path)));
+    rewrite_manifest(dir, "bytes: " + std::to_string(f.bytes) + ", fnv1a64: " + old_sum,
+                     "bytes: " + std::to_string(fs::file_size(path)) + ", fnv1a64: " + new_sum);
+  }
+}
+
+// A damaged newest checkpoint whose manifest was re-signed passes the checksums; its tensor
+// headers do not. It was refused at load, without the line that offers the next older one.
+TEST_F(CheckpointTest, DamagedNewestRefusedOfferingTheNextOlder) {
+  const std::string older = save(4);
+  const std::string newer = save(9);
+  const std::string rank1 = newer + "/rank_00001.safetensors";
+  const std::string offer = "; the next older checkpoint is " + older +
+                            " (resume from it with --set checkpoint.resume=" + older + ")";
+  // Cut short.
+  fs::resize_file(rank1, fs::file_size(rank1) - 8);
+  resign(newer, "rank_00001.safetensors");
+  std::string msg = error_of([&] { engine::resolve_resume(root_, "auto"); });
+  EXPECT_EQ(msg.rfind("cannot resume from " + newer + ": ", 0), 0u) << msg;
+  EXPECT_NE(msg.find(offer), std::string::npos) << msg;
+  // Another dtype (F64, F16) for a slice, at the right shape.
+  for (const core::StDType dtype : {core::StDType::F64, core::StDType::F16}) {
+    const size_t bytes = dtype == core::StDType::F64 ? 8 : 2;
+    core::SafetensorsWriter w;
+    w.add_bytes("a", dtype, {3, 3}, std::vector<std::byte>(9 * bytes));
+    w.set_metadata("slice.a", "0;2;5,3");
+    w.add("b", iota({2, 3}, 101));
+    w.set_metadata("slice.b", "1;1;2,4");
+    w.set_metadata("counter.a/step", "9");
+    w.write(rank1);
+    resign(newer, "rank_00001.safetensors");
+    msg = error_of([&] { engine::resolve_resume(root_, "auto"); });
+    EXPECT_NE(msg.find("cannot resume from " + newer + ": checkpoint " + newer + " tensor a: " +
+                       "rank_00001.safetensors holds " + core::st_dtype_name(dtype) + "[3, 3]"),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find(offer), std::string::npos) << msg;
+  }
+  EXPECT_EQ(engine::resolve_resume(root_, older), older);
+}
+
+// A manifest.yaml that is a folder gave libstdc++'s "basic_filebuf::underflow error reading the
+// file: Is a directory".
+TEST_F(CheckpointTest, ManifestThatIsAFolderIsRefusedInOneLine) {
+  const std::string older = save(4);
+  const std::string newer = save(9);
+  fs::remove(newer + "/manifest.yaml");
+  fs::create_directory(newer + "/manifest.yaml");
+  const std::string msg = error_of([&] { engine::resolve_resume(root_, "auto"); });
+  EXPECT_EQ(msg.rfind("cannot resume from " + newer + ": checkpoint manifest " + newer +
+                          "/manifest.yaml is not a regular file (it is a folder)",
+                      0),
+            0u)
+      << msg;
+  EXPECT_NE(msg.find("; the next older checkpoint is " + older), std::string::npos) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+}
+
+// A step folder without a manifest is no checkpoint: passed over by resume=auto, and listed so
+// that it can be reported.
+TEST_F(CheckpointTest, StepFolderWithoutManifestIsListedAsIncomplete) {
+  const std::string older = save(4);
+  const std::string newer = save(9);
+  fs::remove(newer + "/manifest.yaml");
+  EXPECT_EQ(engine::incomplete_checkpoints(root_), (std::vector<std::string>{newer}));
+  EXPECT_EQ(engine::resolve_resume(root_, "auto"), older);
+}
+
 TEST_F(CheckpointTest, MissingPathAndFolderOfCheckpointsAreNamed) {
   std::string msg = error_of([&] { engine::verify_checkpoint(root_ + "/nothing_here"); });
   EXPECT_NE(msg.find(root_ + "/nothing_here does not exist"), std::string::npos) << msg;

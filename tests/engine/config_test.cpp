@@ -188,7 +188,9 @@ TEST(Config, SizesBeyondTheModelsIntAreRefused) {
             std::string::npos)
       << msg;
   msg = error_of([] { engine::parse_config(kMinimal, "s.yaml", {"comm.timeout_s=-1"}); });
-  EXPECT_NE(msg.find("'comm.timeout_s': must be >= 0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'comm.timeout_s': must be 0 (no watchdog) or at least 1.0 s, got -1.0"),
+            std::string::npos)
+      << msg;
 }
 
 TEST(Config, OverridesUseTheKeysType) {
@@ -371,6 +373,29 @@ TEST(Config, NegativeTargetLossAndPeakAreRefused) {
       engine::parse_config(kMinimal, "x.yaml", {"train.target_val_loss=0", "log.peak_gflops=0"}));
 }
 
+// log.trace: a step range FIRST-LAST or one step, from 1; anything else names the key.
+TEST(Config, TraceStepsAreARange) {
+  EXPECT_EQ(engine::parse_step_range("3-5"), std::make_pair(int64_t{3}, int64_t{5}));
+  EXPECT_EQ(engine::parse_step_range("7"), std::make_pair(int64_t{7}, int64_t{7}));
+  for (const char* bad : {"", "0-2", "5-3", "2-", "-2", "a-b", "2-3-4", "1.5", " 2"})
+    EXPECT_FALSE(engine::parse_step_range(bad)) << bad;
+  EXPECT_EQ(engine::parse_config(kMinimal, "x.yaml", {"log.trace=2-3"}).log.trace, "2-3");
+  const std::string msg =
+      error_of([] { engine::parse_config(kMinimal, "x.yaml", {"log.trace=3-2"}); });
+  EXPECT_NE(msg.find("key 'log.trace': must be FIRST-LAST or STEP"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'3-2'"), std::string::npos) << msg;
+  const engine::Config late =
+      engine::parse_config(kMinimal, "x.yaml", {"train.steps=10", "log.trace=11-12"});
+  const std::vector<std::string> warnings = engine::config_warnings(late);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("key 'log.trace' = 11-12 starts after train.steps = 10"),
+            std::string::npos)
+      << warnings[0];
+  EXPECT_TRUE(engine::config_warnings(
+                  engine::parse_config(kMinimal, "x.yaml", {"train.steps=10", "log.trace=10"}))
+                  .empty());
+}
+
 // yaml-cpp's Load reads the first document only: the keys after a `---` were dropped silently.
 TEST(Config, SecondYamlDocumentIsRefused) {
   std::string msg =
@@ -481,6 +506,84 @@ TEST(Config, HostileConfigsAreRefusedInOneLine) {
       << msg.substr(0, 500);
 }
 
+// A value echoed in a choice error was printed whole (a 100,000-character value gave a
+// 100,168-character line).
+TEST(Config, EchoedValuesAreCutToABoundedLength) {
+  const std::string value(100000, 'x');
+  for (const std::string key : {"model.arch", "device", "train.lr_schedule", "zero.progress"}) {
+    const std::string msg =
+        error_of([&] { engine::parse_config(kMinimal, "m.yaml", {key + "=" + value}); });
+    EXPECT_LT(msg.size(), 400u) << key << ": " << msg.substr(0, 300);
+    EXPECT_NE(msg.find("... (100000 bytes)"), std::string::npos)
+        << key << ": " << msg.substr(0, 300);
+  }
+}
+
+TEST(Config, LookAlikeLettersInKeysArePointedOut) {
+  // "n_heаd" with a Cyrillic 'а' (U+0430), in a file and in a --set.
+  const std::string key =
+      "n_he\xD0\xB0"
+      "d";
+  std::string msg = error_of([&] {
+    engine::parse_config(std::string(kMinimal).replace(std::string(kMinimal).find("  n_layer"), 0,
+                                                       "  " + key + ": 4\n"),
+                         "u.yaml");
+  });
+  EXPECT_NE(msg.find("unknown key 'model.n_he\\u{430}d' (did you mean 'model.n_head'?); it holds "
+                     "\\u{430}, no printable ASCII character: config keys are ASCII"),
+            std::string::npos)
+      << msg;
+  msg = error_of([&] { engine::parse_config(kMinimal, "u.yaml", {"model." + key + "=4"}); });
+  EXPECT_NE(msg.find("--set model." + key +
+                     "=4: unknown key 'model.n_he\\u{430}d' (did you mean "
+                     "'model.n_head'?); it holds \\u{430}"),
+            std::string::npos)
+      << msg;
+  // An ASCII typo has no such note.
+  msg = error_of([&] { engine::parse_config(kMinimal, "u.yaml", {"model.n_heda=4"}); });
+  EXPECT_EQ(msg.find("it holds"), std::string::npos) << msg;
+}
+
+TEST(Config, KeyGivenTwiceInOneOptimizerGroupIsRefused) {
+  const std::string text = std::string(kMinimal) + "    lr: 0.5\n";
+  const std::string msg = error_of([&] { engine::parse_config(text, "g.yaml"); });
+  EXPECT_NE(msg.find("config error: g.yaml:16: optim[0]: key 'lr' is given twice"),
+            std::string::npos)
+      << msg;
+}
+
+TEST(Config, YamlMergeKeysAreRefusedByName) {
+  const std::string merged = std::string(kMinimal).substr(0, std::string(kMinimal).find("optim:")) +
+                             "optim:\n  - &adam {params: ['*.weight'], optimizer: adamw, lr: 0.1}\n"
+                             "  - <<: *adam\n    params: ['*']\n";
+  std::string msg = error_of([&] { engine::parse_config(merged, "y.yaml"); });
+  EXPECT_NE(msg.find("config error: y.yaml:14: YAML merge keys ('<<: *name') are not supported"),
+            std::string::npos)
+      << msg;
+  msg = error_of([&] { engine::parse_config(with("log:\n  <<: {every: 2}\n"), "y.yaml"); });
+  EXPECT_NE(msg.find("YAML merge keys ('<<: *name') are not supported"), std::string::npos) << msg;
+}
+
+TEST(Config, SetOfAGroupsParamsNamesTheSet) {
+  const std::string msg =
+      error_of([&] { engine::parse_config(kMinimal, "p.yaml", {"optim.0.params=[]"}); });
+  EXPECT_NE(msg.find("config error: --set optim.0.params=[]: optim[0].params must be a glob or a "
+                     "non-empty list of globs"),
+            std::string::npos)
+      << msg;
+  EXPECT_EQ(msg.find("p.yaml"), std::string::npos) << msg;
+}
+
+TEST(Config, CommTimeoutBelowASecondIsRefused) {
+  std::string msg =
+      error_of([&] { engine::parse_config(kMinimal, "t.yaml", {"comm.timeout_s=0.01"}); });
+  EXPECT_NE(msg.find("key 'comm.timeout_s': must be 0 (no watchdog) or at least 1.0 s, got 0.01"),
+            std::string::npos)
+      << msg;
+  EXPECT_NO_THROW(engine::parse_config(kMinimal, "t.yaml", {"comm.timeout_s=0"}));
+  EXPECT_NO_THROW(engine::parse_config(kMinimal, "t.yaml", {"comm.timeout_s=1"}));
+}
+
 // --set values are finite where the key is a float; 1e308 is a number and is checked like any
 // other by the key's own range.
 TEST(Config, LargeButFiniteSetValuesMeetTheKeysRange) {
@@ -542,7 +645,7 @@ TEST(Config, EffectiveYamlRoundTrips) {
   EXPECT_DOUBLE_EQ(back.optim[0].node["lr"].as<double>(), 0.001);
 }
 
-// Locks the key list: adding or renaming a key must update this test and the README table.
+// Locks the key list: adding or renaming a key must update this test and the table of docs/configuration.md.
 TEST(Config, KeyListIsLocked) {
   std::string keys;
   for (const auto& f : engine::config_fields())
@@ -564,7 +667,7 @@ TEST(Config, KeyListIsLocked) {
       "checkpoint.keep checkpoint.keep_best checkpoint.resume checkpoint.overwrite "
       "checkpoint.on_signal "
       "comm.timeout_s comm.device_collectives log.dir log.every log.metrics log.peak_gflops "
-      "log.device_timing ");
+      "log.device_timing log.trace log.tensorboard ");
 }
 
 // The top-level `device` key: from YAML and --set, refused outside its choices, and printed as a

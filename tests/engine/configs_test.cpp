@@ -38,14 +38,15 @@ INSTANTIATE_TEST_SUITE_P(Configs, ShippedConfig,
                                            "osft_finetune_baseline", "torch_compare_adamw",
                                            "torch_compare_recipe"));
 
-// README.md carries the generated reference table; regenerate it with
+// docs/configuration.md carries the generated reference table; regenerate it with
 // `engine config-reference` when a key changes.
-TEST(ConfigReference, ReadmeTableIsCurrent) {
-  std::ifstream in(std::string(ENGINE_REPO_DIR) + "/README.md");
+TEST(ConfigReference, DocsTableIsCurrent) {
+  std::ifstream in(std::string(ENGINE_REPO_DIR) + "/docs/configuration.md");
+  ASSERT_TRUE(in) << "docs/configuration.md is missing";
   std::stringstream text;
   text << in.rdbuf();
   EXPECT_NE(text.str().find(engine::config_reference_markdown()), std::string::npos)
-      << "README.md's config table is stale: paste the output of `engine "
+      << "docs/configuration.md's config table is stale: paste the output of `engine "
          "config-reference`";
 }
 

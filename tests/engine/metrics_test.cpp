@@ -55,6 +55,20 @@ TEST(Metrics, JsonObjectPerStep) {
   EXPECT_TRUE(moe.ends_with(",\"moe_expert_rows\":[3,5,0,8]}")) << moe;
 }
 
+// Every group's lr after the first group's, the MFU after the FLOP rate (when the peak is known).
+TEST(Metrics, JsonHasGroupLrAndMfu) {
+  engine::StepRecord r;
+  r.step = 1;
+  r.lr = 0.02;
+  r.group_lr = {0.02, 0.01};
+  r.gflops = 3;
+  r.mfu = 0.25;
+  const std::string json = engine::to_json(r);
+  EXPECT_NE(json.find("\"lr\":0.02,\"group_lr\":[0.02,0.01],\"grad_norm\""), std::string::npos)
+      << json;
+  EXPECT_NE(json.find("\"gflops\":3,\"mfu\":0.25,"), std::string::npos) << json;
+}
+
 TEST(Metrics, WriterDropsStepsAfterTheResumePoint) {
   auto path = (std::filesystem::temp_directory_path() / "engine_metrics_test.jsonl").string();
   {

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "core/check.h"
@@ -67,4 +68,44 @@ TEST(RunLock, OneFolderNamedTwiceIsLockedOnce) {
     RunLock rank1({a, a}, RunLock::Mode::Shared, 1.0);
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(500));
+}
+
+// Lock files that are links to one outside file (planted, or left by a copy of a run folder): the
+// run waited 60 s on its own lock and then blamed another run that did not exist. Refused at
+// once, naming the lock file.
+TEST(RunLock, LockFilesThatAreLinksAreRefusedAtOnce) {
+  const std::string a = fresh_dir("link_a"), b = fresh_dir("link_b");
+  const std::string outside = fresh_dir("link_target");
+  fs::create_directories(a);
+  fs::create_directories(b);
+  fs::create_directories(outside);
+  const std::string target = outside + "/lock";
+  { std::ofstream(target) << ""; }
+  fs::create_symlink(target, a + "/.engine.lock");
+  fs::create_symlink(target, b + "/.engine.lock");
+  const auto start = std::chrono::steady_clock::now();
+  std::string msg;
+  try {
+    RunLock lock({a, b}, RunLock::Mode::Exclusive, 5.0);
+  } catch (const core::Error& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("the run lock " + a + "/.engine.lock is a symbolic link"), std::string::npos)
+      << msg;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+
+  fs::remove(a + "/.engine.lock");
+  fs::remove(b + "/.engine.lock");
+  fs::create_hard_link(target, a + "/.engine.lock");
+  fs::create_hard_link(target, b + "/.engine.lock");
+  msg.clear();
+  try {
+    RunLock lock({a, b}, RunLock::Mode::Exclusive, 5.0);
+  } catch (const core::Error& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("the run lock " + a + "/.engine.lock is not a plain file of its own"),
+            std::string::npos)
+      << msg;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
 }

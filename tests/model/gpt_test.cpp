@@ -553,6 +553,32 @@ TEST(GptBf16, MatmulWeightsEnterOnlyAsBf16) {
   }
 }
 
+// In bf16 precision the GEMM inputs (the norms' outputs, the merged heads, the MLP activation,
+// the MoE rows) and the output gradients their producers store (d pre, d qkv) are bf16 only, with
+// no f32 array beside them: the activation plan is smaller than fp32's, although it adds the
+// bf16 d logits and the rounding scratch (before the storage change it was larger: f32 arrays
+// and their bf16 copies).
+TEST(GptBf16, StoresGemmInputsOnlyAsBf16) {
+  for (int a = 0; a < 3; ++a) {
+    size_t bytes[2] = {0, 0};
+    for (int p = 0; p < 2; ++p) {
+      model::ModelConfig c =
+          tiny(a == 0 ? model::Arch::Gpt2 : model::Arch::Modern, 64, a == 2 ? 4 : 0);
+      c.precision = p == 0 ? model::Precision::Fp32 : model::Precision::Bf16;
+      model::Gpt gpt(c, core::cpu_backend());
+      gpt.init_weights();
+      const int B = 4, T = 8;
+      auto x = random_tokens(B * T, 64, 90 + a), y = random_tokens(B * T, 64, 95 + a);
+      gpt.forward(x.data(), y.data(), B, T);
+      gpt.backward();
+      bytes[p] = gpt.activation_bytes();
+    }
+    EXPECT_LT(bytes[1], bytes[0]) << "arch " << a;
+    std::printf("[ measured ] arch %d: bf16 activation plan %.3f of fp32's\n", a,
+                double(bytes[1]) / double(bytes[0]));
+  }
+}
+
 // The bf16 copies of the matmul weights are made at their first use after params_updated():
 // weights written in place and announced give exactly the loss of a model that never ran
 // before them (its copies are made at its first forward).
@@ -629,6 +655,7 @@ TEST(Gpt, LayerHookOrder) {
   std::string log;
   gpt.set_layer_hook([&](model::Gpt::LayerEvent e, int l) {
     const char* tag = e == model::Gpt::LayerEvent::kBeforeForward    ? "F"
+                      : e == model::Gpt::LayerEvent::kAfterForward   ? "E"
                       : e == model::Gpt::LayerEvent::kBeforeBackward ? "B"
                                                                      : "A";
     log += tag + std::to_string(l) + " ";
@@ -636,7 +663,7 @@ TEST(Gpt, LayerHookOrder) {
   std::vector<int32_t> x(8, 1), y(8, 2);
   gpt.forward(x.data(), y.data(), 1, 8);
   gpt.backward();
-  EXPECT_EQ(log, "F-1 F0 F1 F2 B2 A2 B1 A1 B0 A0 A-1 ");
+  EXPECT_EQ(log, "F-1 E-1 F0 E0 F1 E1 F2 E2 B2 A2 B1 A1 B0 A0 A-1 ");
 }
 
 }  // namespace

@@ -388,6 +388,25 @@ TEST(HfGpt2, HostileFoldersAreRefusedInOneLine) {
        },
        "tensor 'transformer.wpe.weight' has shape [32, 12], the model (pos_embed.weight) expects "
        "[12, 32]"},
+      // Keys that change the network: they were ignored, and another function loaded.
+      {"exact GELU", write(with_config("activation_function", "\"gelu\"")),
+       "/config.json: activation_function is \"gelu\", but the engine's GPT-2 computes GELU in "
+       "its tanh form (gelu_new, gelu_pytorch_tanh or gelu_fast): the model loaded would not be "
+       "the file's"},
+      {"ReLU", write(with_config("activation_function", "\"relu\"")),
+       "activation_function is \"relu\""},
+      {"another LayerNorm eps", write(with_config("layer_norm_epsilon", "1e-6")),
+       "/config.json: layer_norm_epsilon is 1e-6, but the engine's GPT-2 computes 1e-05"},
+      {"unscaled attention", write(with_config("scale_attn_weights", "false")),
+       "/config.json: scale_attn_weights is false"},
+      {"attention scaled by the layer index",
+       write(with_config("scale_attn_weights", "true, \"scale_attn_by_inverse_layer_idx\": true")),
+       "/config.json: scale_attn_by_inverse_layer_idx is true"},
+      {"untied head", write(with_config("tie_word_embeddings", "false")),
+       "/config.json: tie_word_embeddings is false, but the engine's GPT-2 computes a head tied "
+       "to wte"},
+      {"another MLP width", write(with_config("n_inner", "64")),
+       "/config.json: n_inner is 64, but the engine's GPT-2 computes an MLP 4 x n_embd = 128 wide"},
   };
   for (const Case& k : cases) {
     const fs::path d = dir / "bad";
@@ -406,6 +425,20 @@ TEST(HfGpt2, HostileFoldersAreRefusedInOneLine) {
   fs::copy(good, linked);
   fs::rename(linked / "model.safetensors", dir / "blob");
   fs::create_symlink(dir / "blob", linked / "model.safetensors");
+  EXPECT_NO_THROW(model::read_hf_gpt2(linked.string(), c));
+  // The values that are the engine's network load: the other names of the tanh GELU, n_inner
+  // given as 4 x n_embd, and a folder without these keys (transformers' defaults).
+  std::string same = with_config("activation_function", "\"gelu_pytorch_tanh\"");
+  same.replace(same.find("\"n_inner\": null"), 15, "\"n_inner\": 128");
+  std::ofstream(linked / "config.json") << same;
+  EXPECT_NO_THROW(model::read_hf_gpt2(linked.string(), c));
+  std::string bare = config_json;
+  for (const char* key : {"activation_function", "layer_norm_epsilon", "scale_attn_weights",
+                          "tie_word_embeddings", "n_inner"}) {
+    const size_t at = bare.find(std::string("  \"") + key);
+    bare.erase(at, bare.find('\n', at) + 1 - at);
+  }
+  std::ofstream(linked / "config.json") << bare;
   EXPECT_NO_THROW(model::read_hf_gpt2(linked.string(), c));
   EXPECT_EQ(model::hf_gpt2_weights_origin(linked.string()),
             (linked / "model.safetensors").string() + " (a link to " +

@@ -184,6 +184,24 @@ TEST(OptimizerSet, NegativeDecayAndMultipliersAreRefused) {
   }
 }
 
+// AdamW with eps 0 divides 0 by 0 where a gradient has been 0 so far; it was accepted and the
+// run diverged later.
+TEST(OptimizerSet, AdamWEpsOfZeroIsRefused) {
+  for (const char* yaml :
+       {"- {params: ['*'], optimizer: adamw, eps: 0}",
+        "- {params: ['*'], optimizer: adamw, eps: -1.0e-8}",
+        "- {params: ['blocks.*.attn.*'], optimizer: osft, lr: 0.02, "
+        "unfreeze_rank_ratio: 0.5, eps: 0}\n- {params: ['*'], optimizer: adamw}"}) {
+    const std::string err = error_of([&] { OptimizerSet set(YAML::Load(yaml), kParams); });
+    EXPECT_NE(
+        err.find("'eps' must be > 0 (it keeps the update finite where the second moment is 0)"),
+        std::string::npos)
+        << yaml << "\n -> " << err;
+  }
+  EXPECT_NO_THROW(
+      OptimizerSet(YAML::Load("- {params: ['*'], optimizer: adamw, eps: 1.0e-30}"), kParams));
+}
+
 TEST(OptimizerSet, UnknownHyperparameterNamesKeyAndLine) {
   YAML::Node groups = YAML::Load(R"(- params: ["*"]
   optimizer: adamw

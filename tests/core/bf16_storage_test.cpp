@@ -1,0 +1,230 @@
+// bf16 activation storage on the CPU (docs/precision.md): the rounding of a block of floats on
+// AVX512_BF16 (vcvtne2ps2bf16) bit for bit the software rounding of kmath::bf16_from_float, and
+// each op that stores bf16 (the norms, the activations and their gradients, the head merge, the
+// qkv gradient) bit for bit its f32 op rounded, with the f32 statistics unchanged; the ops that
+// read bf16 (the bias gradient, the row gather) the f32 op of the widened values.
+// bf16_isa_forced_fallback runs these again with ENGINE_CPU_NO_BF16=1 (the software rounding).
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/cpu/bf16_rounding.h"
+#include "core/cpu/cpu_isa.h"
+#include "core/kernel_math.h"
+#include "core/rng.h"
+
+namespace {
+
+namespace kmath = core::kmath;
+using core::bf16;
+
+float from_bits(uint32_t u) {
+  return kmath::float_from_bits(u);
+}
+
+// Every bf16 high half with the low halves that decide a rounding (zero, one, just below, at
+// and just above half, the largest): zeros, subnormals, normals, overflow, infinities, NaNs.
+std::vector<float> rounding_cases() {
+  std::vector<float> x;
+  for (uint32_t hi = 0; hi < 0x10000; ++hi)
+    for (uint32_t lo : {0x0000u, 0x0001u, 0x7FFFu, 0x8000u, 0x8001u, 0xFFFFu})
+      x.push_back(from_bits((hi << 16) | lo));
+  return x;
+}
+
+void expect_rounded_as_kmath(const std::vector<bf16>& got, const std::vector<float>& x,
+                             int64_t offset = 0) {
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_EQ(got[i].bits, kmath::bf16_from_float(x[offset + i]).bits)
+        << "element " << i << ", float bits " << std::hex << kmath::float_bits(x[offset + i]);
+}
+
+TEST(Bf16StoreRounding, SoftwarePathIsTheElementMath) {
+  const std::vector<float> x = rounding_cases();
+  std::vector<bf16> got(x.size());
+  core::cpu::round_to_bf16_software(got.data(), x.data(), static_cast<int64_t>(x.size()));
+  expect_rounded_as_kmath(got, x);
+}
+
+// The instruction flushes subnormal inputs to zero; the kernel rounds a group that holds one in
+// software, so every case (and every tail length and alignment) matches kmath bit for bit.
+TEST(Bf16StoreRounding, Avx512PathIsTheElementMath) {
+  if (!core::cpu::detect_cpu_bf16_isa().avx512_bf16) GTEST_SKIP() << "no AVX512_BF16 here";
+  const std::vector<float> x = rounding_cases();
+  std::vector<bf16> got(x.size());
+  core::cpu::round_to_bf16_avx512(got.data(), x.data(), static_cast<int64_t>(x.size()));
+  expect_rounded_as_kmath(got, x);
+  // Groups with one subnormal among normals, and every tail length from an odd offset.
+  std::vector<float> mixed(101);
+  for (size_t i = 0; i < mixed.size(); ++i)
+    mixed[i] = i % 37 == 5 ? 0x1.8p-134f * float(i) : 1.0f + float(i) * 0x1p-9f;
+  for (int64_t offset : {0, 1, 3}) {
+    for (int64_t n = 0; n + offset <= 101; n += 7) {
+      std::vector<bf16> out(static_cast<size_t>(n));
+      core::cpu::round_to_bf16_avx512(out.data(), mixed.data() + offset, n);
+      expect_rounded_as_kmath(out, mixed, offset);
+    }
+  }
+}
+
+TEST(Bf16StoreRounding, DispatchFollowsTheInstructionsAndTheEnvironment) {
+  const char* env = std::getenv(core::cpu::kNoBf16Env);
+  const bool forced_off = env && std::string(env) == "1";
+  EXPECT_EQ(core::cpu::round_to_bf16_has_avx512(),
+            core::cpu::detect_cpu_bf16_isa().avx512_bf16 && !forced_off);
+  const std::vector<float> x = rounding_cases();
+  std::vector<bf16> got(x.size());
+  core::cpu::round_to_bf16(got.data(), x.data(), static_cast<int64_t>(x.size()));
+  expect_rounded_as_kmath(got, x);
+}
+
+// ---- ops that store bf16 --------------------------------------------------------------------
+
+std::vector<float> normal_values(int64_t n, uint64_t seed, double scale = 1.0) {
+  std::vector<float> x(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    x[i] = static_cast<float>(scale * core::rng_normal(seed, static_cast<uint64_t>(i)));
+  return x;
+}
+
+std::vector<bf16> rounded(const std::vector<float>& x) {
+  std::vector<bf16> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i)
+    out[i] = kmath::bf16_from_float(x[i]);
+  return out;
+}
+
+std::vector<float> widened(const std::vector<bf16>& x) {
+  std::vector<float> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i)
+    out[i] = kmath::float_from_bf16(x[i]);
+  return out;
+}
+
+void expect_bits_equal(const std::vector<bf16>& got, const std::vector<bf16>& want,
+                       const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_EQ(got[i].bits, want[i].bits) << what << " element " << i;
+}
+
+// The same, but for the sign of a zero: a written gradient keeps the product's sign (0 x -1 is
+// -0), where the f32 op's accumulation into zeros gives +0.
+void expect_equal_up_to_zero_sign(const std::vector<bf16>& got, const std::vector<bf16>& want,
+                                  const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const bool zeros = (got[i].bits & 0x7FFF) == 0 && (want[i].bits & 0x7FFF) == 0;
+    if (!zeros) {
+      ASSERT_EQ(got[i].bits, want[i].bits) << what << " element " << i;
+    }
+  }
+}
+
+// A bf16 output filled with NaNs first, so an element the op fails to write shows.
+std::vector<bf16> unwritten(size_t n) {
+  return std::vector<bf16>(n, bf16{0x7FC1});
+}
+
+// Shapes: rows of a model's width (above the thread threshold) and an odd small one.
+struct RowShape {
+  int64_t N, C;
+};
+const RowShape kRowShapes[] = {{129, 768}, {7, 33}};
+
+TEST(Bf16Store, NormsStoreTheF32OutputRoundedAndKeepF32Statistics) {
+  core::Backend& be = core::cpu_backend();
+  for (const RowShape s : kRowShapes) {
+    const int64_t N = s.N, C = s.C;
+    const std::vector<float> x = normal_values(N * C, 1, 3.0), w = normal_values(C, 2),
+                             b = normal_values(C, 3);
+    std::vector<float> out(N * C), mean(N), rstd(N), mean_b(N), rstd_b(N);
+    std::vector<bf16> out_b = unwritten(N * C);
+    be.layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C,
+                         1e-5f);
+    be.layernorm_forward(out_b.data(), mean_b.data(), rstd_b.data(), x.data(), w.data(), b.data(),
+                         N, C, 1e-5f);
+    expect_bits_equal(out_b, rounded(out), "layernorm");
+    EXPECT_EQ(mean_b, mean);
+    EXPECT_EQ(rstd_b, rstd);
+
+    out_b = unwritten(N * C);
+    be.rmsnorm_forward(out.data(), rstd.data(), x.data(), N, C, 1e-6f);
+    be.rmsnorm_forward(out_b.data(), rstd_b.data(), x.data(), N, C, 1e-6f);
+    expect_bits_equal(out_b, rounded(out), "rmsnorm");
+    EXPECT_EQ(rstd_b, rstd);
+  }
+}
+
+// The activations and their gradients; the bf16 gradient is written (=), the f32 one accumulated
+// into zeros (so only the sign of a zero may differ).
+TEST(Bf16Store, ActivationsAndTheirGradientsAreTheF32OnesRounded) {
+  core::Backend& be = core::cpu_backend();
+  for (const int64_t n : {int64_t{100003}, int64_t{5}, int64_t{512}}) {
+    const std::vector<float> pre = normal_values(n, 4, 2.0), dout = normal_values(n, 5);
+    for (const bool gelu : {true, false}) {
+      std::vector<float> act(n), dpre(n, 0.0f);
+      std::vector<bf16> act_b = unwritten(n), dpre_b = unwritten(n);
+      if (gelu) {
+        be.gelu_forward(act.data(), pre.data(), n);
+        be.gelu_forward(act_b.data(), pre.data(), n);
+        be.gelu_backward(dpre.data(), pre.data(), dout.data(), n);
+        be.gelu_backward(dpre_b.data(), pre.data(), dout.data(), n);
+      } else {
+        be.relu2_forward(act.data(), pre.data(), n);
+        be.relu2_forward(act_b.data(), pre.data(), n);
+        be.relu2_backward(dpre.data(), pre.data(), dout.data(), n);
+        be.relu2_backward(dpre_b.data(), pre.data(), dout.data(), n);
+      }
+      expect_bits_equal(act_b, rounded(act), gelu ? "gelu" : "relu2");
+      expect_equal_up_to_zero_sign(dpre_b, rounded(dpre),
+                                   gelu ? "gelu backward" : "relu2 backward");
+    }
+  }
+}
+
+TEST(Bf16Store, HeadMergeAndQkvGradientAreTheF32OnesRounded) {
+  core::Backend& be = core::cpu_backend();
+  const int64_t B = 3, T = 37, H = 4, hd = 24, D = H * hd, N = B * T;
+  const std::vector<float> a = normal_values(N * D, 6), dq = normal_values(N * D, 7),
+                           dk = normal_values(N * D, 8), dv = normal_values(N * D, 9);
+  std::vector<float> merged(N * D), dqkv(N * 3 * D, 0.0f);
+  std::vector<bf16> merged_b = unwritten(N * D), dqkv_b = unwritten(N * 3 * D);
+  be.merge_heads(merged.data(), a.data(), B, T, H, hd);
+  be.merge_heads(merged_b.data(), a.data(), B, T, H, hd);
+  expect_bits_equal(merged_b, rounded(merged), "merge_heads");
+  be.split_heads_backward(dqkv.data(), dq.data(), dk.data(), dv.data(), B, T, H, hd);
+  be.split_heads_backward(dqkv_b.data(), dq.data(), dk.data(), dv.data(), B, T, H, hd);
+  expect_equal_up_to_zero_sign(dqkv_b, rounded(dqkv), "split_heads_backward");
+}
+
+// Ops that read bf16 compute what their f32 op computes from the widened values.
+TEST(Bf16Store, BiasGradientAndRowGatherReadBf16Exactly) {
+  core::Backend& be = core::cpu_backend();
+  for (const RowShape s : kRowShapes) {
+    const int64_t N = s.N, C = s.C;
+    const std::vector<bf16> dy = rounded(normal_values(N * C, 10));
+    const std::vector<float> dy_f = widened(dy);
+    std::vector<float> db(C, 0.25f), db_f(C, 0.25f);
+    be.bias_backward(db.data(), dy.data(), N, C);
+    be.bias_backward(db_f.data(), dy_f.data(), N, C);
+    EXPECT_EQ(db, db_f);
+
+    std::vector<int32_t> index(2 * N + 1);
+    for (size_t i = 0; i < index.size(); ++i)
+      index[i] = static_cast<int32_t>((i * 7) % N);
+    const int64_t n = static_cast<int64_t>(index.size());
+    std::vector<bf16> rows = unwritten(n * C);
+    std::vector<float> rows_f(n * C);
+    be.gather_rows(rows.data(), dy.data(), index.data(), n, C);
+    be.gather_rows(rows_f.data(), dy_f.data(), index.data(), nullptr, n, C);
+    EXPECT_EQ(widened(rows), rows_f);
+  }
+}
+
+}  // namespace
