@@ -234,6 +234,7 @@ void check_run_files(const Config& c) {
   check_run_file((log / "log.txt").string(), "the log file");
   check_run_file((log / "config.yaml").string(), "the config copy");
   check_run_file((log / "metrics.jsonl").string(), "the metrics file");
+  if (!c.log.trace.empty()) check_run_file((log / "trace.json").string(), "the trace file");
   check_run_file((log / ".engine.lock").string(), "the run lock");
   check_run_file((fs::path(c.checkpoint.dir) / ".engine.lock").string(), "the run lock");
 }

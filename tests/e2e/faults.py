@@ -815,15 +815,17 @@ def case_shard_changed(env):
 
 def case_log_links(env):
     """A file of the run planted in its folders as a symbolic link to a file outside them
-    (log.txt, config.yaml, metrics.jsonl, the lock files of log.dir and checkpoint.dir) at np 2:
+    (log.txt, config.yaml, metrics.jsonl, trace.json, the lock files of log.dir and
+    checkpoint.dir) at np 2:
     refused once, before any work, naming the file and the link's target (exit 2); the outside
     file is unchanged. They were followed and the outside file replaced (two lock files linked to
     one file made the run wait 60 s and blame another run)."""
     outside = os.path.join(env.work, "precious.txt")
-    plants = [("log.txt", "the log file"), ("config.yaml", "the config copy"),
-              ("metrics.jsonl", "the metrics file"), (".engine.lock", "the run lock"),
-              ("ckpt/.engine.lock", "the run lock")]
-    for i, (name, what) in enumerate(plants):
+    plants = [("log.txt", "the log file", []), ("config.yaml", "the config copy", []),
+              ("metrics.jsonl", "the metrics file", []), (".engine.lock", "the run lock", []),
+              ("ckpt/.engine.lock", "the run lock", []),
+              ("trace.json", "the trace file", ["log.trace=1-2"])]
+    for i, (name, what, extra) in enumerate(plants):
         with open(outside, "w") as f:
             f.write("not the run's\n")
         run = "links%d" % i
@@ -831,7 +833,7 @@ def case_log_links(env):
         os.makedirs(os.path.dirname(link), exist_ok=True)
         os.symlink(outside, link)
         t0 = time.time()
-        p, _ = env.run(2, run, ["train.steps=2", "checkpoint.every=0"], expect_ok=False)
+        p, _ = env.run(2, run, ["train.steps=2", "checkpoint.every=0"] + extra, expect_ok=False)
         took = time.time() - t0
         out = p.stdout + p.stderr
         needle = "%s %s is a symbolic link (to %s)" % (what, link, outside)
