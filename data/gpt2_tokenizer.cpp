@@ -109,11 +109,11 @@ std::string to_bytes(std::string_view symbol, const std::vector<int>& u2b,
 
 }  // namespace
 
+// The compiled pattern: read-only once made, so shared by every workspace (PCRE2 allows one
+// compiled pattern, JIT code included, to match on many threads, each with its own match data
+// and JIT stack).
 struct Gpt2Tokenizer::Regex {
   pcre2_code* code = nullptr;
-  pcre2_match_data* match = nullptr;
-  pcre2_match_context* context = nullptr;
-  pcre2_jit_stack* jit_stack = nullptr;
   bool jit = false;
 
   Regex() {
@@ -131,19 +131,49 @@ struct Gpt2Tokenizer::Regex {
     }
     // JIT is several times faster than the interpreter; fall back to it where JIT is missing.
     jit = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
-    match = pcre2_match_data_create_from_pattern(code, nullptr);
+  }
+  ~Regex() { pcre2_code_free(code); }
+};
+
+namespace {
+
+// A candidate pair of merge_symbols.
+struct PairSite {
+  int32_t left;           // byte offset of the pair's first symbol in the piece
+  int32_t first, second;  // the two symbols' ids when the pair was found
+};
+
+}  // namespace
+
+struct Gpt2Tokenizer::Workspace::State {
+  const Regex& regex;
+  pcre2_match_data* match = nullptr;
+  pcre2_match_context* context = nullptr;
+  pcre2_jit_stack* jit_stack = nullptr;
+  // Piece -> index into cache_spans_, each an (offset, count) range of cache_ids_.
+  StringIndex cache_;
+  std::vector<std::pair<uint32_t, uint32_t>> cache_spans_;
+  std::vector<int32_t> cache_ids_;
+  // Scratch of merge_symbols(), kept to avoid allocations.
+  std::vector<int32_t> id_, next_, prev_, merged_;
+  std::vector<std::vector<PairSite>> buckets_;  // candidate pairs by merge rank
+  std::vector<int32_t> ranks_;                  // min-heap of the ranks with a non-empty bucket
+  std::vector<PairSite> round_;
+
+  State(const Regex& r, int32_t merge_ranks)
+      : regex(r), buckets_(static_cast<size_t>(merge_ranks)) {
+    match = pcre2_match_data_create_from_pattern(regex.code, nullptr);
     context = pcre2_match_context_create(nullptr);
-    if (jit) {
+    if (regex.jit) {
       // Long whitespace runs backtrack through (?!...); give the JIT room beyond its 32 KiB.
       jit_stack = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, nullptr);
       pcre2_jit_stack_assign(context, nullptr, jit_stack);
     }
   }
-  ~Regex() {
+  ~State() {
     pcre2_jit_stack_free(jit_stack);
     pcre2_match_context_free(context);
     pcre2_match_data_free(match);
-    pcre2_code_free(code);
   }
 
   // The next piece of text starting at `start` (the alternatives cover every code point, so
@@ -151,9 +181,10 @@ struct Gpt2Tokenizer::Regex {
   std::string_view next(std::string_view text, size_t start) {
     if (start >= text.size()) return {};
     const auto subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-    const int rc =
-        jit ? pcre2_jit_match(code, subject, text.size(), start, 0, match, context)
-            : pcre2_match(code, subject, text.size(), start, PCRE2_NO_UTF_CHECK, match, context);
+    const int rc = regex.jit
+                       ? pcre2_jit_match(regex.code, subject, text.size(), start, 0, match, context)
+                       : pcre2_match(regex.code, subject, text.size(), start, PCRE2_NO_UTF_CHECK,
+                                     match, context);
     if (rc < 0) {
       std::array<PCRE2_UCHAR, 256> msg{};
       pcre2_get_error_message(rc, msg.data(), msg.size());
@@ -167,9 +198,15 @@ struct Gpt2Tokenizer::Regex {
   }
 };
 
+Gpt2Tokenizer::Workspace::Workspace(const Gpt2Tokenizer& tokenizer)
+    : state_(std::make_unique<State>(*tokenizer.regex_, tokenizer.merge_ranks_)) {}
+
+Gpt2Tokenizer::Workspace::~Workspace() = default;
+
 Gpt2Tokenizer::Gpt2Tokenizer(const std::string& dir) : regex_(std::make_unique<Regex>()) {
   load_encoder(dir + "/encoder.json");
   load_merges(dir + "/vocab.bpe");
+  own_ = std::make_unique<Workspace>(*this);
 }
 
 Gpt2Tokenizer::~Gpt2Tokenizer() = default;
@@ -237,7 +274,7 @@ void Gpt2Tokenizer::load_merges(const std::string& path) {
     ++rank;
   }
   ENGINE_CHECK(rank > 0, "tokenizer: " + path + " holds no merges");
-  buckets_.resize(static_cast<size_t>(rank));
+  merge_ranks_ = rank;
   // The reference looks a pair's rank up by the key "first,second", so every split of a key at
   // one of its commas into two vocabulary symbols has the key's rank (11 such extra pairs in
   // GPT-2's merges, e.g. ",," + "," beside "," + ",,"). A split whose concatenation is not a
@@ -278,30 +315,32 @@ void Gpt2Tokenizer::PairIndex::insert(int32_t first, int32_t second, Merge merge
   }
 }
 
-void Gpt2Tokenizer::bpe(std::string_view piece, std::vector<int32_t>& out) {
-  if (const int32_t c = cache_.find(piece); c != StringIndex::kMissing) {
-    const auto [offset, count] = cache_spans_[c];
-    out.insert(out.end(), cache_ids_.begin() + offset, cache_ids_.begin() + offset + count);
+void Gpt2Tokenizer::bpe(std::string_view piece, std::vector<int32_t>& out,
+                        Workspace::State& w) const {
+  if (const int32_t c = w.cache_.find(piece); c != StringIndex::kMissing) {
+    const auto [offset, count] = w.cache_spans_[c];
+    out.insert(out.end(), w.cache_ids_.begin() + offset, w.cache_ids_.begin() + offset + count);
     return;
   }
-  merge_symbols(piece);
+  merge_symbols(piece, w);
   // Bound the cache on very large corpora; natural text keeps hitting the common pieces, and a
   // long piece (a line without spaces) hardly ever repeats, so it is not worth its memory.
-  if (cache_ids_.size() >= (1u << 24)) {
-    cache_.clear();
-    cache_spans_.clear();
-    cache_ids_.clear();
+  if (w.cache_ids_.size() >= (1u << 24)) {
+    w.cache_.clear();
+    w.cache_spans_.clear();
+    w.cache_ids_.clear();
   }
   const bool cache = piece.size() <= kMaxCachedPiece;
-  const size_t offset = cache ? cache_ids_.size() : out.size();
-  std::vector<int32_t>& ids = cache ? cache_ids_ : out;
-  for (int32_t s = 0; s < static_cast<int32_t>(piece.size()); s = next_[s])
-    ids.push_back(id_[s]);
+  const size_t offset = cache ? w.cache_ids_.size() : out.size();
+  std::vector<int32_t>& ids = cache ? w.cache_ids_ : out;
+  for (int32_t s = 0; s < static_cast<int32_t>(piece.size()); s = w.next_[s])
+    ids.push_back(w.id_[s]);
   if (!cache) return;
-  out.insert(out.end(), cache_ids_.begin() + static_cast<std::ptrdiff_t>(offset), cache_ids_.end());
-  cache_.insert(piece, static_cast<int32_t>(cache_spans_.size()));
-  cache_spans_.emplace_back(static_cast<uint32_t>(offset),
-                            static_cast<uint32_t>(cache_ids_.size() - offset));
+  out.insert(out.end(), w.cache_ids_.begin() + static_cast<std::ptrdiff_t>(offset),
+             w.cache_ids_.end());
+  w.cache_.insert(piece, static_cast<int32_t>(w.cache_spans_.size()));
+  w.cache_spans_.emplace_back(static_cast<uint32_t>(offset),
+                              static_cast<uint32_t>(w.cache_ids_.size() - offset));
 }
 
 // The reference merges in rounds: find the adjacent pair of lowest rank, then merge every
@@ -314,72 +353,72 @@ void Gpt2Tokenizer::bpe(std::string_view piece, std::vector<int32_t>& out) {
 // finish the round first. Entries go stale when a neighbour merges; an entry records both
 // symbols' ids and is dropped when they no longer match. Each merge removes one symbol and adds
 // at most two entries, so a piece of n bytes costs O(n log n).
-void Gpt2Tokenizer::merge_symbols(std::string_view piece) {
+void Gpt2Tokenizer::merge_symbols(std::string_view piece, Workspace::State& w) const {
   const auto n = static_cast<int32_t>(piece.size());
-  // The symbol starting at byte s has vocabulary id id_[s] (-1: absorbed into its left
-  // neighbour); next_[s] / prev_[s] are the starts of its neighbours (n / -1 at the ends).
-  id_.resize(n);
-  next_.resize(n);
-  prev_.resize(n);
+  // The symbol starting at byte s has vocabulary id w.id_[s] (-1: absorbed into its left
+  // neighbour); w.next_[s] / w.prev_[s] are the starts of its neighbours (n / -1 at the ends).
+  w.id_.resize(n);
+  w.next_.resize(n);
+  w.prev_.resize(n);
   for (int32_t s = 0; s < n; ++s) {
-    id_[s] = byte_id_[static_cast<uint8_t>(piece[s])];
-    next_[s] = s + 1;
-    prev_[s] = s - 1;
+    w.id_[s] = byte_id_[static_cast<uint8_t>(piece[s])];
+    w.next_[s] = s + 1;
+    w.prev_[s] = s - 1;
   }
   const auto add_site = [&](int32_t rank, const PairSite& site) {
-    std::vector<PairSite>& bucket = buckets_[rank];
+    std::vector<PairSite>& bucket = w.buckets_[rank];
     if (bucket.empty()) {
-      ranks_.push_back(rank);
-      std::push_heap(ranks_.begin(), ranks_.end(), std::greater<>());
+      w.ranks_.push_back(rank);
+      std::push_heap(w.ranks_.begin(), w.ranks_.end(), std::greater<>());
     }
     bucket.push_back(site);
   };
   const auto add_pair = [&](int32_t left) {
-    const int32_t right = next_[left];
+    const int32_t right = w.next_[left];
     if (left < 0 || right >= n) return;
-    const Merge* m = pair_index_.find(id_[left], id_[right]);
-    if (m != nullptr) add_site(m->rank, {left, id_[left], id_[right]});
+    const Merge* m = pair_index_.find(w.id_[left], w.id_[right]);
+    if (m != nullptr) add_site(m->rank, {left, w.id_[left], w.id_[right]});
   };
   const auto stale = [&](const PairSite& e) {
-    return id_[e.left] != e.first || next_[e.left] >= n || id_[next_[e.left]] != e.second;
+    return w.id_[e.left] != e.first || w.next_[e.left] >= n || w.id_[w.next_[e.left]] != e.second;
   };
   for (int32_t s = 0; s + 1 < n; ++s)
     add_pair(s);
-  while (!ranks_.empty()) {
+  while (!w.ranks_.empty()) {
     // This round's occurrences: every current pair of the lowest rank, left to right.
-    std::pop_heap(ranks_.begin(), ranks_.end(), std::greater<>());
-    const int32_t rank = ranks_.back();
-    ranks_.pop_back();
-    round_.clear();
-    round_.swap(buckets_[rank]);
-    round_.erase(std::remove_if(round_.begin(), round_.end(), stale), round_.end());
-    if (round_.empty()) continue;
+    std::pop_heap(w.ranks_.begin(), w.ranks_.end(), std::greater<>());
+    const int32_t rank = w.ranks_.back();
+    w.ranks_.pop_back();
+    w.round_.clear();
+    w.round_.swap(w.buckets_[rank]);
+    w.round_.erase(std::remove_if(w.round_.begin(), w.round_.end(), stale), w.round_.end());
+    if (w.round_.empty()) continue;
     const auto by_position = [](const PairSite& a, const PairSite& b) { return a.left < b.left; };
-    if (!std::is_sorted(round_.begin(), round_.end(), by_position))
-      std::sort(round_.begin(), round_.end(), by_position);
+    if (!std::is_sorted(w.round_.begin(), w.round_.end(), by_position))
+      std::sort(w.round_.begin(), w.round_.end(), by_position);
     // Pairs share a rank only when their "first,second" keys collide (a comma in a symbol); the
     // reference then merges the pair it saw last, and the others wait for the next round.
-    const PairSite chosen = round_.back();
+    const PairSite chosen = w.round_.back();
     const int32_t merged_id = pair_index_.find(chosen.first, chosen.second)->merged;
-    merged_.clear();
-    for (const PairSite& e : round_) {
+    w.merged_.clear();
+    for (const PairSite& e : w.round_) {
       if (e.first != chosen.first || e.second != chosen.second) {
         add_site(rank, e);  // collided key, not merged now: stays a candidate
         continue;
       }
       if (stale(e)) continue;  // its left symbol went into the previous merge
-      const int32_t right = next_[e.left];
-      id_[e.left] = merged_id;
-      id_[right] = -1;
-      next_[e.left] = next_[right];
-      if (next_[right] < n) prev_[next_[right]] = e.left;
-      merged_.push_back(e.left);
+      const int32_t right = w.next_[e.left];
+      w.id_[e.left] = merged_id;
+      w.id_[right] = -1;
+      w.next_[e.left] = w.next_[right];
+      if (w.next_[right] < n) w.prev_[w.next_[right]] = e.left;
+      w.merged_.push_back(e.left);
     }
     // The new pairs; a pair of two merged symbols is added once, by its right member's left.
-    for (size_t i = 0; i < merged_.size(); ++i) {
-      const int32_t m = merged_[i];
-      const int32_t p = prev_[m];
-      if (p >= 0 && (i == 0 || merged_[i - 1] != p)) add_pair(p);
+    for (size_t i = 0; i < w.merged_.size(); ++i) {
+      const int32_t m = w.merged_[i];
+      const int32_t p = w.prev_[m];
+      if (p >= 0 && (i == 0 || w.merged_[i - 1] != p)) add_pair(p);
       add_pair(m);
     }
   }
@@ -390,7 +429,7 @@ std::vector<std::string_view> Gpt2Tokenizer::split(std::string_view text) {
   ENGINE_CHECK(bad == kUtf8Valid, "tokenizer: invalid UTF-8 at byte offset " + std::to_string(bad));
   std::vector<std::string_view> pieces;
   for (size_t pos = 0; pos < text.size();) {
-    const std::string_view piece = regex_->next(text, pos);
+    const std::string_view piece = own_->state_->next(text, pos);
     pieces.push_back(piece);
     pos += piece.size();
   }
@@ -398,10 +437,16 @@ std::vector<std::string_view> Gpt2Tokenizer::split(std::string_view text) {
 }
 
 void Gpt2Tokenizer::encode(std::string_view text, std::vector<int32_t>& out) {
+  encode(text, out, *own_);
+}
+
+void Gpt2Tokenizer::encode(std::string_view text, std::vector<int32_t>& out,
+                           Workspace& workspace) const {
+  Workspace::State& w = *workspace.state_;
   const size_t bad = find_invalid_utf8(text);
   ENGINE_CHECK(bad == kUtf8Valid, "tokenizer: invalid UTF-8 at byte offset " + std::to_string(bad));
   for (size_t pos = 0; pos < text.size();) {
-    const std::string_view piece = regex_->next(text, pos);
+    const std::string_view piece = w.next(text, pos);
     // The merge scratch takes about 60 bytes per byte of a piece, so a 50 MB line without
     // spaces (one piece) once needed 1.45 GB: a longer piece is merged in chunks, cut at
     // character boundaries. Only such pieces (no text has words this long) can differ from the
@@ -410,7 +455,7 @@ void Gpt2Tokenizer::encode(std::string_view text, std::vector<int32_t>& out) {
       size_t end = std::min(piece.size(), at + kMaxMergedPiece);
       while (end < piece.size() && (static_cast<uint8_t>(piece[end]) & 0xC0) == 0x80)
         --end;  // not inside a character
-      bpe(piece.substr(at, end - at), out);
+      bpe(piece.substr(at, end - at), out, w);
       at = end;
     }
     pos += piece.size();

@@ -4,9 +4,9 @@
 // encode: split the text with GPT-2's pre-tokenising regular expression, map each piece's UTF-8
 // bytes to byte-symbols, then repeatedly merge the adjacent pair of lowest merge rank until no
 // ranked pair is left (O(n log n) in a piece's length); each final symbol is a vocabulary entry.
-// Pieces repeat a lot in natural text, so their ids are cached. A pre-token longer than 64 KiB
-// (never a word: a line of base64 or of one repeated character) is merged in 64 KiB chunks, so
-// memory stays bounded; its ids may differ from the reference's at the chunk edges.
+// Pieces repeat a lot in natural text, so their ids are cached (per Workspace). A pre-token longer
+// than 64 KiB (never a word: a line of base64 or of one repeated character) is merged in 64 KiB
+// chunks, so memory stays bounded; its ids may differ from the reference's at the chunk edges.
 //
 // Everything works on raw bytes: GPT-2 stores each byte as a printable code point
 // (bytes_to_unicode), a bijection, so mapping the files back to bytes once at load time changes
@@ -38,9 +38,27 @@ class Gpt2Tokenizer {
 
   int32_t vocab_size() const { return static_cast<int32_t>(id_to_bytes_.size()); }
 
+  // What encoding changes: the piece cache, the merge's scratch and the regular expression's
+  // match data. The tokenizer itself is read-only once loaded, so threads share one (its
+  // vocabulary and merges are about 14 MB) and each encodes with a workspace of its own.
+  class Workspace {
+   public:
+    explicit Workspace(const Gpt2Tokenizer& tokenizer);
+    ~Workspace();
+    Workspace(const Workspace&) = delete;
+    Workspace& operator=(const Workspace&) = delete;
+
+   private:
+    friend class Gpt2Tokenizer;
+    struct State;
+    std::unique_ptr<State> state_;
+  };
+
   // Appends the ids of `text`, which must be valid UTF-8 (else throws with the byte offset).
   // "<|endoftext|>" inside text is ordinary text, as in the reference; callers append kEndOfText.
-  // Not thread-safe (it updates the piece cache).
+  // Thread-safe: threads encode at once, each with its own workspace.
+  void encode(std::string_view text, std::vector<int32_t>& out, Workspace& workspace) const;
+  // The same with the tokenizer's own workspace: one thread at a time.
   void encode(std::string_view text, std::vector<int32_t>& out);
   std::vector<int32_t> encode(std::string_view text);
 
@@ -55,8 +73,8 @@ class Gpt2Tokenizer {
   struct Regex;
   void load_encoder(const std::string& path);
   void load_merges(const std::string& path);
-  void bpe(std::string_view piece, std::vector<int32_t>& out);
-  void merge_symbols(std::string_view piece);
+  void bpe(std::string_view piece, std::vector<int32_t>& out, Workspace::State& w) const;
+  void merge_symbols(std::string_view piece, Workspace::State& w) const;
 
   // A merge: its rank and the id of the symbol it makes.
   struct Merge {
@@ -88,28 +106,17 @@ class Gpt2Tokenizer {
     int shift_ = 64;
   };
 
-  std::unique_ptr<Regex> regex_;
+  std::unique_ptr<Regex> regex_;  // the compiled pattern, shared by every workspace
   std::vector<std::string> id_to_bytes_;
   StringIndex bytes_to_id_;
   std::array<int32_t, 256> byte_id_{};  // the id of each single-byte symbol
   PairIndex pair_index_;
-  // Piece -> index into cache_spans_, each an (offset, count) range of cache_ids_.
-  StringIndex cache_;
-  std::vector<std::pair<uint32_t, uint32_t>> cache_spans_;
-  std::vector<int32_t> cache_ids_;
-  // Scratch of merge_symbols(), kept to avoid allocations.
-  struct PairSite {
-    int32_t left;           // byte offset of the pair's first symbol in the piece
-    int32_t first, second;  // the two symbols' ids when the pair was found
-  };
+  int32_t merge_ranks_ = 0;
   static constexpr size_t kMaxCachedPiece = 256;
   // Longest run of bytes merged at once: a longer pre-token is merged in chunks of at most this
-  // size (encode), which bounds the merge scratch to a few MB per tokenizer.
+  // size (encode), which bounds the merge scratch to a few MB per workspace.
   static constexpr size_t kMaxMergedPiece = 64 * 1024;
-  std::vector<int32_t> id_, next_, prev_, merged_;
-  std::vector<std::vector<PairSite>> buckets_;  // candidate pairs by merge rank
-  std::vector<int32_t> ranks_;                  // min-heap of the ranks with a non-empty bucket
-  std::vector<PairSite> round_;
+  std::unique_ptr<Workspace> own_;  // for encode() and split() without a workspace
 };
 
 }  // namespace data

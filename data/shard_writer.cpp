@@ -50,8 +50,6 @@ int ShardWriter::finish() {
   ENGINE_CHECK(!finished_, "shard writer '" + prefix_ + "': finish called twice");
   write_full_shards(true);
   finished_ = true;
-  for (int i = shards_; std::filesystem::remove(shard_path(prefix_, i)); ++i) {
-  }
   return shards_;
 }
 

@@ -1,5 +1,6 @@
 // Streams tokens into numbered shards PREFIX_000000.bin, PREFIX_000001.bin, ... of a fixed size
-// (the last one shorter), each written atomically by write_shard.
+// (the last one shorter), each written atomically by write_shard. It writes only its own shards
+// and deletes nothing: which files under a prefix may be replaced is ShardOutputs' business.
 #pragma once
 
 #include <cstdint>
@@ -15,9 +16,8 @@ class ShardWriter {
 
   // Appends ids (each must be in [0, 65536)); full shards are written as they fill.
   void append(std::span<const int32_t> ids);
-  // Writes the last partial shard and deletes PREFIX_N.bin files beyond the ones written (left
-  // by an earlier, longer run, they would otherwise be picked up by a glob). Returns the number
-  // of shards. Appending after finish is an error.
+  // Writes the last partial shard; returns the number of shards. Appending after finish is an
+  // error.
   int finish();
 
   int64_t tokens() const { return tokens_; }

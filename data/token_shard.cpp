@@ -102,27 +102,57 @@ void check_token_ids(const std::string& path, std::span<const uint16_t> tokens, 
   }
 }
 
-uint64_t token_hash(std::span<const uint16_t> tokens) {
-  // Four independent multiply chains over 64-bit words (4 tokens each) keep the multiplier busy;
-  // each step (h ^ w) * odd is a bijection of h, so any one changed word changes the result.
-  constexpr uint64_t kOdd = 0x9E3779B97F4A7C15ull;
-  uint64_t h[4] = {1, 2, 3, 4};
-  const size_t words = tokens.size() / 4;
-  const auto* bytes = reinterpret_cast<const unsigned char*>(tokens.data());
+// Four independent multiply chains over 64-bit words (4 tokens each) keep the multiplier busy;
+// each step (h ^ w) * odd is a bijection of h, so any one changed word changes the result. The
+// lanes take whole blocks of 16 tokens; the tokens after the last whole block, and the count,
+// go through one rng_hash chain.
+constexpr uint64_t kOdd = 0x9E3779B97F4A7C15ull;
+
+TokenHash::TokenHash(size_t total)
+    : total_(total), blocked_(total / 16 * 16), tail_(core::rng_hash(total, 0)) {}
+
+void TokenHash::block(const unsigned char* bytes) {
+  for (size_t lane = 0; lane < 4; ++lane) {
+    uint64_t w;
+    std::memcpy(&w, bytes + 8 * lane, 8);
+    lanes_[lane] = (lanes_[lane] ^ w) * kOdd;
+  }
+}
+
+void TokenHash::add(std::span<const uint16_t> tokens) {
+  ENGINE_CHECK(seen_ + tokens.size() <= total_, "token hash: more tokens than announced");
   size_t i = 0;
-  for (; i + 4 <= words; i += 4)
-    for (size_t lane = 0; lane < 4; ++lane) {
-      uint64_t w;
-      std::memcpy(&w, bytes + 8 * (i + lane), 8);
-      h[lane] = (h[lane] ^ w) * kOdd;
+  while (i < tokens.size()) {
+    if (seen_ >= blocked_) {
+      tail_ = core::rng_hash(tail_, tokens[i++]);
+      ++seen_;
+    } else if (pending_count_ == 0 && tokens.size() - i >= 16) {
+      block(reinterpret_cast<const unsigned char*>(tokens.data() + i));
+      i += 16, seen_ += 16;
+    } else {
+      pending_[pending_count_++] = tokens[i++];
+      ++seen_;
+      if (pending_count_ == 16) {
+        block(reinterpret_cast<const unsigned char*>(pending_));
+        pending_count_ = 0;
+      }
     }
-  uint64_t tail = core::rng_hash(tokens.size(), 0);
-  for (size_t t = 4 * i; t < tokens.size(); ++t)
-    tail = core::rng_hash(tail, tokens[t]);
-  uint64_t out = tail;
-  for (const uint64_t lane : h)
+  }
+}
+
+uint64_t TokenHash::value() const {
+  ENGINE_CHECK(seen_ == total_, "token hash: " + std::to_string(seen_) + " of " +
+                                    std::to_string(total_) + " tokens added");
+  uint64_t out = tail_;
+  for (const uint64_t lane : lanes_)
     out = core::rng_hash(out, lane);
   return out;
+}
+
+uint64_t token_hash(std::span<const uint16_t> tokens) {
+  TokenHash h(tokens.size());
+  h.add(tokens);
+  return h.value();
 }
 
 std::vector<uint16_t> read_shard(const std::string& path, int64_t vocab_size) {

@@ -38,6 +38,26 @@ void check_token_ids(const std::string& path, std::span<const uint16_t> tokens, 
 // re-tokenised data, not forgery); memory-bound, about as fast as reading the tokens.
 uint64_t token_hash(std::span<const uint16_t> tokens);
 
+// token_hash of `total` tokens given in pieces (a shard read in chunks): add() them in order,
+// then value() equals token_hash of their concatenation.
+class TokenHash {
+ public:
+  explicit TokenHash(size_t total);
+  void add(std::span<const uint16_t> tokens);
+  uint64_t value() const;
+
+ private:
+  void block(const unsigned char* bytes);  // 16 tokens, one 64-bit word per lane
+
+  size_t total_;
+  size_t blocked_;  // tokens that go through the four lanes: whole 16-token blocks
+  size_t seen_ = 0;
+  uint64_t lanes_[4] = {1, 2, 3, 4};
+  uint64_t tail_;
+  uint16_t pending_[16] = {};
+  size_t pending_count_ = 0;
+};
+
 // Reads a whole shard (header, size and every id < vocab_size checked).
 std::vector<uint16_t> read_shard(const std::string& path, int64_t vocab_size = kShardMaxVocab);
 

@@ -14,6 +14,8 @@
 #include <filesystem>
 #include <mutex>
 
+#include "engine/run_file.h"
+
 namespace engine {
 
 namespace {
@@ -101,11 +103,8 @@ namespace {
 // file and the reason, and writes nothing more: the run and its console go on.
 class LineFileSink : public spdlog::sinks::base_sink<std::mutex> {
  public:
-  LineFileSink(std::string path, bool append) : path_(std::move(path)) {
-    fd_ =
-        ::open(path_.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644);
-    if (fd_ < 0)
-      throw spdlog::spdlog_ex("cannot write the log file " + path_ + ": " + std::strerror(errno));
+  // Takes the open file `fd` (open_run_file: no link is followed).
+  LineFileSink(std::string path, int fd) : path_(std::move(path)), fd_(fd) {
     size_ = ::lseek(fd_, 0, SEEK_END);
   }
   ~LineFileSink() override {
@@ -152,7 +151,9 @@ class LineFileSink : public spdlog::sinks::base_sink<std::mutex> {
 LogFile::LogFile(const std::string& path, bool append) {
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent);
-  sink_ = std::make_shared<LineFileSink>(path, append);
+  sink_ = std::make_shared<LineFileSink>(
+      path,
+      open_run_file(path, O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC), "the log file"));
   sink_->set_pattern("%v");
   sink_->set_level(spdlog::level::info);
   spdlog::default_logger()->sinks().push_back(sink_);

@@ -11,10 +11,10 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 
 #include "core/check.h"
+#include "engine/run_file.h"
 
 namespace engine {
 
@@ -142,9 +142,27 @@ std::string format_train_line(int64_t step, int64_t total, double train_loss, do
 }
 
 MetricsWriter::MetricsWriter(const std::string& path, int64_t keep_through_step) : path_(path) {
+  auto parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent);
+  // Opened before it is read, and not through a link: a metrics.jsonl planted as a link to a
+  // file outside the log folder was read and then replaced.
+  fd_ = open_run_file(path, O_RDWR | O_CREAT | (keep_through_step < 0 ? O_TRUNC : 0),
+                      "the metrics file");
   std::string kept;
   if (keep_through_step >= 0) {
-    std::ifstream in(path);
+    std::string text;
+    char buf[1 << 16];
+    for (ssize_t n; (n = ::read(fd_, buf, sizeof(buf))) != 0;) {
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        const std::string why = std::strerror(errno);
+        ::close(fd_);
+        fd_ = -1;
+        ENGINE_FAIL("cannot read the metrics file " + path + ": " + why);
+      }
+      text.append(buf, static_cast<size_t>(n));
+    }
+    std::istringstream in(text);
     std::string line;
     while (std::getline(in, line)) {
       // A whole record ends its line with '}'; anything else was cut off mid-write.
@@ -153,11 +171,11 @@ MetricsWriter::MetricsWriter(const std::string& path, int64_t keep_through_step)
         kept += line + '\n';
     }
   }
-  auto parent = std::filesystem::path(path).parent_path();
-  if (!parent.empty()) std::filesystem::create_directories(parent);
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  ENGINE_CHECK(fd_ >= 0, "cannot write the metrics file " + path + ": " + std::strerror(errno));
-  const std::string why = write_all(fd_, kept);
+  std::string why;
+  if (keep_through_step >= 0 && (::ftruncate(fd_, 0) != 0 || ::lseek(fd_, 0, SEEK_SET) != 0))
+    why = std::strerror(errno);
+  else
+    why = write_all(fd_, kept);
   if (!why.empty()) {
     ::close(fd_);
     fd_ = -1;

@@ -15,6 +15,7 @@
 
 #include "core/check.h"
 #include "engine/checkpoint/checkpoint_files.h"
+#include "engine/run_file.h"
 
 namespace engine {
 
@@ -226,6 +227,16 @@ void prepare_resume_from_older(const Config& c, const std::string& resume, int64
       "one: resume the newest (--set checkpoint.resume=auto), write elsewhere (--set "
       "checkpoint.dir=...), or drop them (--set checkpoint.overwrite=true deletes the newer "
       "checkpoints)");
+}
+
+void check_run_files(const Config& c) {
+  const fs::path log = c.log.dir;
+  check_run_file((log / "log.txt").string(), "the log file");
+  check_run_file((log / "config.yaml").string(), "the config copy");
+  check_run_file((log / "metrics.jsonl").string(), "the metrics file");
+  if (!c.log.trace.empty()) check_run_file((log / "trace.json").string(), "the trace file");
+  check_run_file((log / ".engine.lock").string(), "the run lock");
+  check_run_file((fs::path(c.checkpoint.dir) / ".engine.lock").string(), "the run lock");
 }
 
 }  // namespace engine

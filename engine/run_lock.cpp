@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "core/check.h"
+#include "engine/run_file.h"
 
 namespace engine {
 
@@ -47,13 +48,9 @@ RunLock::RunLock(const std::vector<std::string>& dirs, Mode mode, double wait_se
   try {
     for (const auto& dir : dirs_) {
       const std::string path = (std::filesystem::path(dir) / ".engine.lock").string();
-      // Not through a link: lock files linked to one outside file would have this process wait
-      // on its own lock and blame another run.
-      int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-      ENGINE_CHECK(fd >= 0 || errno != ELOOP,
-                   "the run lock " + path +
-                       " is a symbolic link; a lock file is the engine's own (remove the link)");
-      ENGINE_CHECK(fd >= 0, "cannot open the run lock " + path + ": " + std::strerror(errno));
+      // Not through a link: two lock files linked to one outside file made a run wait 60 s on
+      // its own lock and then blame another run.
+      const int fd = open_run_file(path, O_RDWR | O_CREAT, "the run lock");
       fds_.push_back(fd);
       struct stat st {};
       ENGINE_CHECK(::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1,

@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <string_view>
 #include <vector>
+
+#include "core/check.h"
+#include "engine/run_file.h"
 
 namespace engine {
 
@@ -58,23 +60,24 @@ void RunTrace::write() {
   if (rank != 0) return;
   const std::filesystem::path file(path_);
   if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path());
-  std::ofstream out(path_);
-  out << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+  std::string text = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
   bool first = true;
   size_t spans = 0;
   for (const std::string& part : parts) {
     if (part.empty()) continue;
-    if (!first) out << ",\n";
-    out << part;
+    if (!first) text += ",\n";
+    text += part;
     first = false;
     for (size_t at = part.find(kSpanPhase); at != std::string::npos;
          at = part.find(kSpanPhase, at + 1))
       ++spans;
   }
-  out << "\n]}\n";
-  out.close();
-  if (!out.good()) {  // the run goes on: a trace is not worth a training run
-    spdlog::warn("log.trace: could not write {}", path_);
+  text += "\n]}\n";
+  try {
+    // Not through a link planted in the log folder (write_run_file opens with O_NOFOLLOW).
+    write_run_file(path_, text, "the trace file");
+  } catch (const core::Error& e) {  // the run goes on: a trace is not worth a training run
+    spdlog::warn("log.trace: could not write {}: {}", path_, e.what());
     return;
   }
   spdlog::info("trace of steps {}-{} written to {} ({} spans of {} ranks)", first_, last_, path_,

@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "core/check.h"
+#include "engine/run_file.h"
 
 namespace engine {
 
@@ -153,8 +154,8 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
   path_ = (folder / ("events.out.tfevents." + std::to_string(static_cast<int64_t>(now)) + "." +
                      host + "." + std::to_string(getpid())))
               .string();
-  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  ENGINE_CHECK(fd_ >= 0, "log.tensorboard: cannot write " + path_ + ": " + std::strerror(errno));
+  // Not through a link in the log folder (open_run_file: O_NOFOLLOW).
+  fd_ = open_run_file(path_, O_WRONLY | O_CREAT | O_TRUNC, "the log.tensorboard event file");
   ENGINE_CHECK(append(tfrecord(file_version_event(now))),
                "log.tensorboard: cannot write " + path_ + ": " + std::strerror(errno));
 }

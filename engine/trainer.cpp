@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <iterator>
 #include <map>
 #include <sstream>
@@ -26,6 +25,7 @@
 #include "engine/precision.h"
 #include "engine/preflight.h"
 #include "engine/reparam/reparam_kinds.h"
+#include "engine/run_file.h"
 #include "engine/stop_signal.h"
 #include "engine/tensorboard_writer.h"
 #include "engine/trainable.h"
@@ -506,7 +506,8 @@ TrainSummary Trainer::run() {
   std::unique_ptr<TensorBoardWriter> tensorboard;
   if (comm_.rank() == 0) {
     fs::create_directories(config_.log.dir);
-    std::ofstream(fs::path(config_.log.dir) / "config.yaml") << config_to_yaml(config_);
+    write_run_file((fs::path(config_.log.dir) / "config.yaml").string(), config_to_yaml(config_),
+                   "the config copy");
     if (config_.log.metrics)
       metrics =
           std::make_unique<MetricsWriter>((fs::path(config_.log.dir) / "metrics.jsonl").string(),

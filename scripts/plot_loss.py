@@ -51,6 +51,11 @@ def main():
     p.add_argument("--no-time", action="store_true", help="leave out the train-time panel")
     p.add_argument("--title", default="")
     a = p.parse_args()
+    # The plot usually goes into a run's log folder: never through a link planted there (it was
+    # followed, and the file it named replaced).
+    if os.path.islink(a.out):
+        sys.exit("plot_loss: %s is a symbolic link (to %s): refusing to write through it; remove "
+                 "the link or choose another output" % (a.out, os.readlink(a.out)))
     if not 0 <= a.smooth < 1:
         p.error("--smooth must be in [0, 1)")
 
@@ -110,7 +115,10 @@ def main():
     if a.title:
         fig.suptitle(a.title)
     fig.tight_layout()
-    fig.savefig(a.out, dpi=110)
+    # Written beside it and renamed over it: a link planted meanwhile is replaced, not followed.
+    tmp = "%s.tmp.%d" % (a.out, os.getpid())
+    fig.savefig(tmp, dpi=110, format=os.path.splitext(a.out)[1][1:] or "png")
+    os.replace(tmp, a.out)
     if by_time:
         print("wrote %s (%d runs, time axis in %s)" % (a.out, len(runs),
                                                       time_label.split("(")[1][:-1]))

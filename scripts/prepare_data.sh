@@ -150,6 +150,9 @@ printf '%-30s %10s %12s\n' "split" "documents" "tokens" >"$summary"
 for s in "${splits[@]}"; do
   mkdir -p "$data/$s"
   for part in train val; do
+    # These folders are this script's: an earlier preparation's shards go first (tokenize
+    # replaces nothing it cannot tell it wrote itself).
+    rm -f "$data/$s/${s}_${part}_"*.bin "$data/$s/${s}_${part}.tokenize.json"
     json="$("$tokenize" --vocab "$data/tokenizer" --json --files-from "$lists/${s}_${part}.txt" \
       --output "$data/$s/${s}_${part}")"
     echo "$json"

@@ -48,6 +48,7 @@
 #include "engine/checkpoint/checkpoint_files.h"
 #include "engine/config.h"
 #include "engine/device_select.h"
+#include "engine/export_target.h"
 #include "engine/lr_schedule.h"
 #include "engine/model_loading.h"
 #include "engine/preflight.h"
@@ -483,6 +484,7 @@ int run(int argc, char** argv, const comm::MpiSession& session, comm::Communicat
     std::string refused;
     if (world.rank() == 0) {
       try {
+        engine::check_run_files(config);
         lock = std::make_unique<engine::RunLock>(dirs, engine::RunLock::Mode::Exclusive, 60.0);
         lock->downgrade();
         engine::prepare_fresh_start(config);
@@ -523,6 +525,8 @@ int run(int argc, char** argv, const comm::MpiSession& session, comm::Communicat
   }
   // eval, export and sample: the model and its weights (and for eval the validation data),
   // no optimizers, sharding or training data.
+  if (a.command == "export")
+    refused_on_error([&] { engine::check_export_target(a.option("--out"), checkpoint); });
   refused_on_error([&] { engine::check_model_fits_memory(config); });
   const bool eval = a.command == "eval";
   if (eval && a.options.count("--all"))

@@ -12,10 +12,12 @@
 #include <exception>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -23,6 +25,7 @@
 #include "core/clock.h"
 #include "core/json.h"
 #include "data/gpt2_tokenizer.h"
+#include "data/shard_outputs.h"
 #include "data/shard_writer.h"
 #include "data/text_documents.h"
 #include "data/utf8.h"
@@ -40,6 +43,9 @@ void print_usage() {
       "      PREFIX_000000.bin, PREFIX_000001.bin, ...; with a validation split into\n"
       "      PREFIX_train_000000.bin ... and PREFIX_val_000000.bin .... Prints documents,\n"
       "      tokens, shards, tokens/s and peak memory; progress on stderr while it runs.\n"
+      "      The shards appear when the run succeeds, with PREFIX.tokenize.json listing them;\n"
+      "      shards of PREFIX that exist already are refused (see --overwrite), and so is an\n"
+      "      input that is one of them.\n"
       "  tokenize [options] --encode   UTF-8 text on stdin -> ids, space-separated on one line\n"
       "  tokenize [options] --decode   ids on stdin -> text on stdout\n"
       "\n"
@@ -52,12 +58,30 @@ void print_usage() {
       "  --val-docs N           the first N documents go to the validation shards\n"
       "  --val-fraction F       document i goes to validation when floor((i+1) F) > floor(i F),\n"
       "                         i.e. every (1/F)-th document (0 < F < 1)\n"
-      "  --threads N            encoding threads (default: all cores); the output is the same\n"
-      "                         for any N\n"
+      "  --threads N            encoding threads (default and most: the cores); the output is\n"
+      "                         the same for any N\n"
       "  --progress-seconds S   seconds between progress lines on stderr (default 5; 0 = none)\n"
       "  --replace-invalid      replace invalid UTF-8 with U+FFFD instead of failing\n"
+      "  --overwrite            replace the shards of an earlier tokenize run of PREFIX (those\n"
+      "                         its PREFIX.tokenize.json lists, unchanged); nothing else\n"
       "  --json                 print the summary as one JSON object\n"
       "  --help                 this text\n");
+}
+
+// `text` for a one-line message: control characters (a newline in a file name) as C escapes.
+std::string printable(std::string_view text) {
+  std::string out;
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u != 0x7f) {
+      out += c;
+      continue;
+    }
+    char buf[8];
+    std::snprintf(buf, sizeof(buf), "\\x%02x", u);
+    out += c == '\n' ? "\\n" : c == '\t' ? "\\t" : c == '\r' ? "\\r" : buf;
+  }
+  return out;
 }
 
 std::string read_stream(std::istream& in) {
@@ -92,6 +116,7 @@ struct Options {
   bool encode = false;
   bool decode = false;
   bool json = false;
+  bool overwrite = false;
   data::TextInputOptions input;
   int64_t val_docs = 0;
   double val_fraction = 0;
@@ -178,26 +203,34 @@ bool is_val_document(int64_t index, const Options& opt) {
 int run_shards(const Options& opt) {
   const std::vector<std::string> paths = data::expand_text_inputs(opt.inputs);
   ENGINE_CHECK(!paths.empty(), "tokenize: no input files");
-  const int threads = opt.threads > 0
-                          ? opt.threads
-                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  // One tokenizer per thread: each keeps its own piece cache, so the threads share nothing.
-  std::vector<std::unique_ptr<data::Gpt2Tokenizer>> tokenizers(static_cast<size_t>(threads));
-  {
-    // The first on this thread, so that a missing or bad vocabulary is an error message here,
-    // not an exception ending a loading thread (std::terminate); the rest load in parallel.
-    tokenizers[0] = std::make_unique<data::Gpt2Tokenizer>(opt.vocab);
-    std::vector<std::thread> loading;
-    for (int t = 1; t < threads; ++t)
-      loading.emplace_back(
-          [&, t] { tokenizers[t] = std::make_unique<data::Gpt2Tokenizer>(opt.vocab); });
-    for (std::thread& th : loading)
-      th.join();
+  // Refused before any work: what exists under the prefix, an input that is an output.
+  std::unique_ptr<data::ShardOutputs> outputs;
+  try {
+    outputs = std::make_unique<data::ShardOutputs>(opt.output, paths, opt.overwrite);
+  } catch (const core::Error& e) {
+    std::fprintf(stderr, "%s\n", printable(e.what()).c_str());
+    return 2;
   }
+  // Threads beyond the cores only wait for them, and each one holds a workspace (a few MB once
+  // its cache fills): --threads 1000 took 9.9 GB with a tokenizer per thread.
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int threads = std::min(opt.threads > 0 ? opt.threads : cores, cores);
+  if (opt.threads > cores)
+    std::fprintf(stderr, "tokenize: --threads %d is more than the %d core(s) here; using %d\n",
+                 opt.threads, cores, threads);
+  // One tokenizer, read-only, shared by the threads; each thread encodes with a workspace of its
+  // own (the piece cache and the merge scratch), made when the thread first has a document, so a
+  // small input (fewer documents per batch than threads) makes only as many as it uses.
+  const data::Gpt2Tokenizer tokenizer(opt.vocab);
+  std::vector<std::unique_ptr<data::Gpt2Tokenizer::Workspace>> workspaces(
+      static_cast<size_t>(threads));
   const bool split = opt.val_docs > 0 || opt.val_fraction > 0;
-  data::ShardWriter train(split ? opt.output + "_train" : opt.output, opt.shard_tokens);
+  data::ShardWriter train(outputs->staged(split ? opt.output + "_train" : opt.output),
+                          opt.shard_tokens);
   std::unique_ptr<data::ShardWriter> val;
-  if (split) val = std::make_unique<data::ShardWriter>(opt.output + "_val", opt.shard_tokens);
+  if (split)
+    val =
+        std::make_unique<data::ShardWriter>(outputs->staged(opt.output + "_val"), opt.shard_tokens);
 
   data::DocumentReader reader(paths, opt.input);
   Progress progress;
@@ -228,9 +261,11 @@ int run_shards(const Options& opt) {
         const double cpu0 = core::thread_cpu_seconds();
         for (size_t i; (i = next.fetch_add(1)) < count;) {
           try {
+            if (!workspaces[t])
+              workspaces[t] = std::make_unique<data::Gpt2Tokenizer::Workspace>(tokenizer);
             const std::string text = reader.text(std::move(docs[i]));
             ids[i].assign(1, data::Gpt2Tokenizer::kEndOfText);
-            tokenizers[t]->encode(text, ids[i]);
+            tokenizer.encode(text, ids[i], *workspaces[t]);
           } catch (...) {
             errors[i] = std::current_exception();
           }
@@ -256,9 +291,18 @@ int run_shards(const Options& opt) {
       progress.bytes = reader.bytes_read();
     }
   }
+  if (train.tokens() + (val ? val->tokens() : 0) == documents) {
+    // Every document is empty (or there is none: an empty JSON Lines file), so the shards would
+    // hold separators alone; refused rather than "succeeding" with no shard or an empty one.
+    std::fprintf(stderr,
+                 "tokenize: no text in the input (%zu file(s), %" PRId64
+                 " document(s), all empty): no shard is written\n",
+                 paths.size(), documents);
+    return 2;
+  }
   if (split && (train.tokens() == 0 || val->tokens() == 0)) {
     // One side of the split would be empty: no shard file for it (the engine would find no
-    // data there) or stale files of an earlier run under its name.
+    // data there), and the other side's staged shards go with the staging folder.
     char option[64];
     if (opt.val_docs > 0)
       std::snprintf(option, sizeof(option), "--val-docs %" PRId64, opt.val_docs);
@@ -267,14 +311,15 @@ int run_shards(const Options& opt) {
     std::fprintf(stderr,
                  "tokenize: %s puts %" PRId64 " of the %" PRId64
                  " documents into validation: the %s split would be empty, so no %s_%s shard "
-                 "is written; give %s\n",
+                 "is written, nor any other; give %s\n",
                  option, val_documents, documents, train.tokens() == 0 ? "training" : "validation",
-                 opt.output.c_str(), train.tokens() == 0 ? "train" : "val",
+                 printable(opt.output).c_str(), train.tokens() == 0 ? "train" : "val",
                  train.tokens() == 0 ? "fewer validation documents" : "a larger validation share");
     return 2;
   }
   const int train_shards = train.finish();
   const int val_shards = val ? val->finish() : 0;
+  outputs->commit();
   const int64_t tokens = train.tokens() + (val ? val->tokens() : 0);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - progress.start).count();
@@ -292,8 +337,8 @@ int run_shards(const Options& opt) {
                 val_documents, val ? val->tokens() : 0, val_shards, threads, seconds, rate,
                 encode_cpu_seconds.load(), cpu_rate, peak_bytes);
   } else {
-    std::printf("%s: %" PRId64 " documents, %" PRId64 " tokens, %d shard(s)", opt.output.c_str(),
-                documents, tokens, train_shards + val_shards);
+    std::printf("%s: %" PRId64 " documents, %" PRId64 " tokens, %d shard(s)",
+                printable(opt.output).c_str(), documents, tokens, train_shards + val_shards);
     if (split)
       std::printf(" (validation: %" PRId64 " documents, %" PRId64 " tokens, %d shard(s))",
                   val_documents, val->tokens(), val_shards);
@@ -351,12 +396,16 @@ int main(int argc, char** argv) {
         ENGINE_CHECK(i + 1 < argc, "tokenize: " + a + " needs a value");
         return argv[++i];
       };
-      const auto integer = [&](const std::string& v, int64_t min) {
+      const auto integer = [&](const std::string& v, int64_t min,
+                               int64_t max = std::numeric_limits<int64_t>::max()) {
         char* end = nullptr;
         errno = 0;
         const long long x = std::strtoll(v.c_str(), &end, 10);
-        ENGINE_CHECK(!v.empty() && *end == '\0' && errno == 0 && x >= min,
-                     "tokenize: " + a + " '" + v + "' is not an integer >= " + std::to_string(min));
+        ENGINE_CHECK(!v.empty() && *end == '\0' && errno == 0 && x >= min && x <= max,
+                     "tokenize: " + a + " '" + v + "' is not an integer " +
+                         (max == std::numeric_limits<int64_t>::max()
+                              ? ">= " + std::to_string(min)
+                              : "in [" + std::to_string(min) + ", " + std::to_string(max) + "]"));
         return static_cast<int64_t>(x);
       };
       if (a == "--help" || a == "-h") {
@@ -366,6 +415,8 @@ int main(int argc, char** argv) {
         opt.encode = true;
       } else if (a == "--decode") {
         opt.decode = true;
+      } else if (a == "--overwrite") {
+        opt.overwrite = true;
       } else if (a == "--replace-invalid") {
         opt.input.replace_invalid = true;
       } else if (a == "--jsonl") {
@@ -375,7 +426,7 @@ int main(int argc, char** argv) {
       } else if (a == "--val-docs") {
         opt.val_docs = integer(value(), 1);
       } else if (a == "--threads") {
-        opt.threads = static_cast<int>(integer(value(), 1));
+        opt.threads = static_cast<int>(integer(value(), 1, 1 << 20));
       } else if (a == "--val-fraction" || a == "--progress-seconds") {
         const std::string v = value();
         char* end = nullptr;
@@ -393,7 +444,9 @@ int main(int argc, char** argv) {
       } else if (a == "--output") {
         opt.output = value();
       } else if (a == "--shard-tokens") {
-        opt.shard_tokens = integer(value(), 1);
+        // The header's count is an int32: past it ShardWriter failed later, without the
+        // "tokenize:" prefix and with exit status 1.
+        opt.shard_tokens = integer(value(), 1, std::numeric_limits<int32_t>::max());
       } else if (a == "--files-from") {
         const std::string list = value();
         std::ifstream in(list);
@@ -402,7 +455,7 @@ int main(int argc, char** argv) {
           if (!line.empty()) opt.inputs.push_back(line);
         }
       } else if (a.starts_with("--") || (a.starts_with("-") && a != "-")) {
-        std::fprintf(stderr, "tokenize: unknown option %s\n", a.c_str());
+        std::fprintf(stderr, "tokenize: unknown option %s\n", printable(a).c_str());
         print_usage();
         return 2;
       } else {
@@ -419,7 +472,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s\n", e.what());  // a usage error
+    std::fprintf(stderr, "%s\n", printable(e.what()).c_str());  // a usage error
     return 2;
   }
   try {
@@ -427,7 +480,7 @@ int main(int argc, char** argv) {
     if (opt.decode) return run_decode(opt);
     return run_shards(opt);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s\n", e.what());
+    std::fprintf(stderr, "%s\n", printable(e.what()).c_str());
     return 1;
   }
 }

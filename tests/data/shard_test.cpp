@@ -1,14 +1,20 @@
 // Token-shard format: round trip, and every malformed file refused with its own message.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "core/check.h"
+#include "data/shard_set.h"
 #include "data/shard_writer.h"
 #include "data/token_shard.h"
 #include "tests/test_util.h"
@@ -124,9 +130,75 @@ TEST(TokenShard, TokenHashSeesEveryChange) {
   longer.push_back(0);
   EXPECT_NE(data::token_hash(longer), h);
   EXPECT_NE(data::token_hash({}), data::token_hash(std::vector<uint16_t>{0}));
+  // Given in pieces of any size (a shard read in chunks), the same hash.
+  for (const size_t piece : {size_t{1}, size_t{7}, size_t{16}, size_t{33}, size_t{1000}}) {
+    data::TokenHash chunked(t.size());
+    for (size_t at = 0; at < t.size(); at += piece)
+      chunked.add(std::span<const uint16_t>(t).subspan(at, std::min(piece, t.size() - at)));
+    EXPECT_EQ(chunked.value(), h) << "pieces of " << piece;
+  }
 }
 
-TEST(ShardWriter, SplitsIntoNumberedShardsAndRemovesStaleOnes) {
+// A shard changed under a running job: truncated in place (cp new old does that) it gave SIGBUS
+// through the memory map, and changed at the same size it was read silently. Each is now an
+// error naming the shard at the next read; a shard renamed over (mv new old) is no change to the
+// open file, which is read as loaded.
+TEST(ShardSet, ShardChangedInPlaceIsNamedAtTheNextRead) {
+  const fs::path dir = temp_dir();
+  const std::string path = (dir / "s_000000.bin").string();
+  std::vector<uint16_t> tokens(200);
+  for (size_t i = 0; i < tokens.size(); ++i)
+    tokens[i] = static_cast<uint16_t>(i);
+  // Written "long ago": a change now has another modification time even within the clock's tick.
+  const auto write_old = [&](const std::vector<uint16_t>& t) {
+    data::write_shard(path, t);
+    fs::last_write_time(path, fs::last_write_time(path) - std::chrono::hours(24));
+  };
+  const auto read_first = [&](const data::ShardSet& set) {
+    std::vector<int32_t> in(10), target(10);
+    set.read_sequence(0, in.data(), target.data());
+    return in[3];
+  };
+  {
+    write_old(tokens);
+    const data::ShardSet set((dir / "s_*.bin").string(), 10, 256);
+    EXPECT_EQ(read_first(set), 3);
+    ASSERT_EQ(::truncate(path.c_str(), 1024 + 2 * 50), 0);
+    const std::string e = error_of([&] { read_first(set); });
+    EXPECT_NE(e.find("token shard '" + path + "' changed while the run was reading it: it was " +
+                     std::to_string(1024 + 2 * 200) + " bytes"),
+              std::string::npos)
+        << e;
+    EXPECT_NE(e.find("now 1124 bytes"), std::string::npos) << e;
+  }
+  {
+    write_old(tokens);
+    const data::ShardSet set((dir / "s_*.bin").string(), 10, 256);
+    std::vector<uint16_t> other = tokens;
+    other[3] = 99;
+    {
+      // In place, at the same size.
+      std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(1024);
+      f.write(reinterpret_cast<const char*>(other.data()), 2 * 200);
+    }
+    EXPECT_NE(error_of([&] { read_first(set); }).find("changed while the run was reading it"),
+              std::string::npos);
+  }
+  {
+    write_old(tokens);
+    const data::ShardSet set((dir / "s_*.bin").string(), 10, 256);
+    std::vector<uint16_t> other = tokens;
+    other[3] = 99;
+    data::write_shard(path, other);  // a new file renamed over the name
+    EXPECT_EQ(read_first(set), 3);
+  }
+  fs::remove_all(dir);
+}
+
+// A writer writes its own shards and deletes nothing (it deleted PREFIX_N.bin beyond its own,
+// whoever wrote them; tokenize's ShardOutputs decides what may be replaced).
+TEST(ShardWriter, SplitsIntoNumberedShardsAndDeletesNothing) {
   const fs::path dir = temp_dir();
   const std::string prefix = (dir / "out" / "part").string();
   std::vector<int32_t> ids(23);
@@ -151,8 +223,8 @@ TEST(ShardWriter, SplitsIntoNumberedShardsAndRemovesStaleOnes) {
     w.append(ids);
     EXPECT_EQ(w.finish(), 1);
   }
-  EXPECT_TRUE(fs::exists(data::ShardWriter::shard_path(prefix, 0)));
-  EXPECT_FALSE(fs::exists(data::ShardWriter::shard_path(prefix, 1)));
+  EXPECT_EQ(data::read_shard(data::ShardWriter::shard_path(prefix, 0)).size(), 23u);
+  EXPECT_EQ(data::read_shard(data::ShardWriter::shard_path(prefix, 4)).size(), 3u);
   data::ShardWriter bad(prefix, 10);
   const std::vector<int32_t> too_big = {65536};
   EXPECT_THROW(bad.append(too_big), core::Error);

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/check.h"
@@ -133,6 +134,43 @@ TEST(Gpt2Tokenizer, PreTokenisationFollowsTheGpt2Pattern) {
   EXPECT_EQ(tok.split("a\u0085 b"), (V{"a", "\u0085", " b"}));
   EXPECT_EQ(tok.split("a \ufeffb"), (V{"a", " ", "\ufeff", "b"}));
   EXPECT_EQ(tok.split("x\u2028\u2028y"), (V{"x", "\u2028", "\u2028", "y"}));
+}
+
+// One tokenizer, read-only, shared by threads that each encode with a workspace of their own
+// (tokenize's threads): every thread's ids equal one thread's, cache hits and misses alike.
+TEST(Gpt2Tokenizer, ThreadsShareOneTokenizerEachWithItsOwnWorkspace) {
+  const data::Gpt2Tokenizer& tok = tokenizer();
+  std::vector<std::string> texts;
+  for (int i = 0; i < 200; ++i)
+    texts.push_back("Document " + std::to_string(i) + " of the jury's " + std::string(i % 13, 'x') +
+                    " findings, café 中文 " + std::to_string(i * 7919) + "\n\n  end");
+  std::vector<std::vector<int32_t>> expected;
+  {
+    data::Gpt2Tokenizer::Workspace w(tok);
+    for (const std::string& t : texts) {
+      std::vector<int32_t> ids;
+      tok.encode(t, ids, w);
+      expected.push_back(ids);
+    }
+  }
+  constexpr int kThreads = 8;
+  std::vector<std::vector<std::vector<int32_t>>> got(kThreads);
+  std::vector<std::thread> pool;
+  for (int th = 0; th < kThreads; ++th)
+    pool.emplace_back([&, th] {
+      data::Gpt2Tokenizer::Workspace w(tok);
+      for (int round = 0; round < 3; ++round)  // later rounds hit the workspace's cache
+        for (size_t i = th; i < texts.size(); i += 3) {
+          std::vector<int32_t> ids;
+          tok.encode(texts[i], ids, w);
+          if (round == 2) got[th].push_back(ids);
+        }
+    });
+  for (std::thread& t : pool)
+    t.join();
+  for (int th = 0; th < kThreads; ++th)
+    for (size_t i = th, k = 0; i < texts.size(); i += 3, ++k)
+      EXPECT_EQ(got[th][k], expected[i]) << "thread " << th << ", text " << i;
 }
 
 TEST(Gpt2Tokenizer, RoundTripsAndSpecialToken) {

@@ -1030,7 +1030,19 @@ def case_plot(env):
                         % os.path.dirname(script)],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     check(p.stdout.strip() == "[2.0, 2.0, 2.0] train time (s)", "ema/time_unit: " + p.stdout)
-    print("plot_loss: two panels, legend, smoothing, lr panel; seconds and minutes; no time panel")
+    # A plot planted in a log folder as a link to a file outside it: refused, the file unchanged.
+    outside, link = os.path.join(env.work, "outside.txt"), os.path.join(env.work, "linked.png")
+    with open(outside, "w") as f:
+        f.write("keep\n")
+    os.symlink(outside, link)
+    p = subprocess.run(["/usr/bin/python3", script, link, ref + ":a"], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True)
+    check(p.returncode != 0 and ("plot_loss: %s is a symbolic link (to %s)" % (link, outside))
+          in p.stdout, "plot through a link: " + p.stdout)
+    with open(outside) as f:
+        check(f.read() == "keep\n", "the plot was written through the link")
+    print("plot_loss: two panels, legend, smoothing, lr panel; seconds and minutes; no time panel; "
+          "a link as the output refused")
 
 
 # The stored curve (tests/e2e/reference/tiny_np1.jsonl, written by an earlier build) against

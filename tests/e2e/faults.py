@@ -769,6 +769,126 @@ def case_resume_weak(env):
           "refused in %.1f s; export --format hf of a modern model exits 2" % took)
 
 
+def case_shard_changed(env):
+    """A shard truncated in place under a running job (what `cp new old` does) at np 2: the run
+    stops with a line naming the shard, where a training shard gave every rank SIGBUS and a
+    backtrace naming no file, and a validation shard a silently wrong loss read from zeros; the
+    checkpoints saved before are all kept, and the run resumes from them."""
+    for kind in ("train", "val"):
+        shard = os.path.join(env.data, "tiny_%s_000000.bin" % kind)
+        with open(shard, "rb") as f:
+            original = f.read()
+        sets = ["train.steps=100000", "checkpoint.every=2", "checkpoint.keep=100000",
+                "checkpoint.at_end=false", "train.eval_every=%d" % (1 if kind == "val" else 0)]
+        p, d = start(env, 2, kind, sets)
+        root = os.path.join(d, "ckpt")
+        try:
+            # The run goes on for 100,000 steps: the truncation always lands while it reads.
+            wait_for_line(p, "checkpoint saved: ")
+            saved = sorted(x for x in os.listdir(root) if re.fullmatch(r"step_\d{8}", x))
+            before = {x: tree_sums(os.path.join(root, x)) for x in saved}
+            with open(shard, "r+b") as f:
+                f.truncate(len(original) // 2)
+            out, _ = p.communicate(timeout=120)
+        finally:
+            kill_session(p.pid)
+        check(p.returncode != 0, "%s: the run exited 0 after its shard was truncated" % kind)
+        needle = "token shard '%s' changed while the run was reading it: it was %d bytes" % (
+            shard, len(original))
+        check(needle in out, "%s: no line naming the shard:\n%s" % (kind, out[-3000:]))
+        check(("now %d bytes" % (len(original) // 2)) in out, "%s: new size not named" % kind)
+        for crash in ("Bus error", "SIGBUS", "signal 7"):
+            check(crash not in out, "%s: %r:\n%s" % (kind, crash, out[-3000:]))
+        for x, sums in before.items():
+            check(tree_sums(os.path.join(root, x)) == sums, "%s: checkpoint %s changed" % (kind, x))
+        with open(shard, "wb") as f:
+            f.write(original)
+        newest = max(int(x[5:]) for x in os.listdir(root) if re.fullmatch(r"step_\d{8}", x))
+        p, _ = env.run(2, kind, ["checkpoint.resume=auto", "checkpoint.every=0",
+                                 "checkpoint.at_end=false", "train.eval_every=0",
+                                 "train.steps=%d" % (newest + 2)])
+        check("resumed from" in p.stdout + p.stderr,
+              "%s: no resume:\n%s" % (kind, p.stdout[-2000:]))
+        print("%s shard truncated in place: %s; %d checkpoint(s) kept, resumed" %
+              (kind, [l for l in out.splitlines() if needle in l][0].strip()[:200], len(before)))
+
+
+def case_log_links(env):
+    """A file of the run planted in its folders as a symbolic link to a file outside them
+    (log.txt, config.yaml, metrics.jsonl, trace.json, the lock files of log.dir and
+    checkpoint.dir) at np 2:
+    refused once, before any work, naming the file and the link's target (exit 2); the outside
+    file is unchanged. They were followed and the outside file replaced (two lock files linked to
+    one file made the run wait 60 s and blame another run)."""
+    outside = os.path.join(env.work, "precious.txt")
+    plants = [("log.txt", "the log file", []), ("config.yaml", "the config copy", []),
+              ("metrics.jsonl", "the metrics file", []), (".engine.lock", "the run lock", []),
+              ("ckpt/.engine.lock", "the run lock", []),
+              ("trace.json", "the trace file", ["log.trace=1-2"])]
+    for i, (name, what, extra) in enumerate(plants):
+        with open(outside, "w") as f:
+            f.write("not the run's\n")
+        run = "links%d" % i
+        link = os.path.join(env.work, run, name)
+        os.makedirs(os.path.dirname(link), exist_ok=True)
+        os.symlink(outside, link)
+        t0 = time.time()
+        p, _ = env.run(2, run, ["train.steps=2", "checkpoint.every=0"] + extra, expect_ok=False)
+        took = time.time() - t0
+        out = p.stdout + p.stderr
+        needle = "%s %s is a symbolic link (to %s)" % (what, link, outside)
+        check(p.returncode == 2, "%s: exit status %d:\n%s" % (name, p.returncode, out[-3000:]))
+        check(out.count(needle) == 1, "%s: %r %d times:\n%s" % (name, needle, out.count(needle),
+                                                                out[-3000:]))
+        with open(outside) as f:
+            check(f.read() == "not the run's\n", "%s: the outside file was written" % name)
+        check(os.path.islink(link), "%s: the link was replaced" % name)
+        check(not os.path.exists(os.path.join(env.work, run, "ckpt", "step_00000002")),
+              "%s: the run trained" % name)
+        print("%s: refused in %.1f s: %s" % (name, took, needle))
+
+
+def case_export_into_checkpoint(env):
+    """engine export whose --out is in the checkpoint it reads (a rank file, the manifest, the
+    folder itself, a new file in it; through a link or ..) or in another checkpoint folder:
+    refused in one line, exit 2, every checkpoint unchanged. --out S/rank_00000.safetensors
+    replaced the rank file (rc 0) and S no longer loaded."""
+    _, d = env.run(1, "run", ["train.steps=4", "checkpoint.every=2"])
+    root = os.path.join(d, "ckpt")
+    ckpt, other = os.path.join(root, "step_00000004"), os.path.join(root, "step_00000002")
+    link = os.path.join(env.work, "link_to_ckpt")
+    os.symlink(ckpt, link)
+    before = tree_sums(root)
+
+    def export(out, *extra):
+        return subprocess.run([env.engine, "export", "--checkpoint", ckpt, "--out", out] +
+                              list(extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, timeout=120)
+
+    cases = [(os.path.join(ckpt, "rank_00000.safetensors"), (), "is inside the checkpoint "),
+             (os.path.join(ckpt, "manifest.yaml"), (), "is inside the checkpoint "),
+             (os.path.join(ckpt, "new.safetensors"), (), "is inside the checkpoint "),
+             (ckpt, ("--format", "hf"), "is the checkpoint folder "),
+             (os.path.join(link, "rank_00000.safetensors"), (), "is inside the checkpoint "),
+             (os.path.join(root, "x", "..", "step_00000004", "rank_00000.safetensors"), (),
+              "is inside the checkpoint "),
+             (os.path.join(other, "rank_00000.safetensors"), (),
+              "is inside the checkpoint folder " + other + " (it holds a manifest.yaml)")]
+    for out, extra, needle in cases:
+        p = export(out, *extra)
+        text = p.stdout + p.stderr
+        check(p.returncode == 2, "--out %s: exit status %d:\n%s" % (out, p.returncode, text))
+        check(("engine export: --out " + out) in text and needle in text,
+              "--out %s: no refusal naming it:\n%s" % (out, text[-2000:]))
+        check(text.count("engine export: --out") == 1, "--out %s: not one line:\n%s" % (out, text))
+        check(tree_sums(root) == before, "--out %s: a checkpoint changed" % out)
+    outside = os.path.join(env.work, "weights.safetensors")
+    p = export(outside)
+    check(p.returncode == 0 and os.path.exists(outside), "export outside failed:\n" + p.stderr)
+    print("export into the checkpoint read (rank file, manifest, folder, new file, via a link "
+          "and ..) or another checkpoint refused; checkpoints unchanged; outside exported")
+
+
 CASES = {
     "one_error_one_line": case_one_error_one_line,
     "hostile_inputs": case_hostile_inputs,
@@ -783,6 +903,9 @@ CASES = {
     "signal_checkpoint": case_signal_checkpoint,
     "resume_mismatch": case_resume_mismatch,
     "resume_weak": case_resume_weak,
+    "shard_changed": case_shard_changed,
+    "log_links": case_log_links,
+    "export_into_checkpoint": case_export_into_checkpoint,
 }
 
 
