@@ -34,7 +34,9 @@ GemmArgs head_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
 
 // Consecutive heads of a tensor are one stride apart everywhere when its batch rows follow each
 // other head-wise (packed heads); otherwise only within a batch row.
-bool heads_uniform(const HeadStrides& s, int64_t heads) { return s.batch == heads * s.head; }
+bool heads_uniform(const HeadStrides& s, int64_t heads) {
+  return s.batch == heads * s.head;
+}
 
 // The heads from h0 one chunk takes: at most `chunk`, and within h0's batch row unless every
 // tensor's heads are uniform.

@@ -90,7 +90,7 @@ struct Gpt::LayerActs {
   // qkv [B, T, 3, H, hd]: GPT-2's attention reads its q, k and v in place; the modern blocks
   // split them into heads [B, H, T, hd] (q, k, v) for the QK-norm and rotary.
   float* qkv = nullptr;
-  float *q = nullptr, *k = nullptr, *v = nullptr;                             // modern only
+  float *q = nullptr, *k = nullptr, *v = nullptr;                            // modern only
   float *q_rstd = nullptr, *k_rstd = nullptr, *qr = nullptr, *kr = nullptr;  // modern only
   float* vmix = nullptr;  // value embeddings: v after the mix (a.v keeps the projection's v)
   // The block's input (the previous output, or the recipe's mixes of it: after the U-net skip,
@@ -517,8 +517,7 @@ void Gpt::attn_forward(int l) {
   if (a.atty_bf16) backend_.f32_to_bf16(a.atty_bf16, a.atty, N * D);
   // res_mid = res_in + atty @ proj^T (+ bias)
   backend_.copy(a.res_mid, res_in, N * D * sizeof(float));
-  linear(a.res_mid, {a.atty_bf16 ? nullptr : a.atty, a.atty_bf16}, weight(p.proj_w), N, D, D,
-         1.0f);
+  linear(a.res_mid, {a.atty_bf16 ? nullptr : a.atty, a.atty_bf16}, weight(p.proj_w), N, D, D, 1.0f);
   if (p.proj_b != kNone) backend_.add_bias(a.res_mid, w(p.proj_b), N, D);
 }
 
@@ -527,7 +526,6 @@ void Gpt::attn_backward(int l) {
                 hd = config_.head_dim();
   LayerActs& a = layers_[l];
   const LayerParams& p = lp_[l];
-  const float* res_in = a.input;
   // dres holds d/d res_mid; the residual path passes it through unchanged (all of it in a block
   // without attention).
   if (!config_.has_attention(l)) return;
@@ -595,8 +593,8 @@ void Gpt::qkv_backward(int l, Operand dqkv) {
 core::AttentionLayout Gpt::attention_layout() const {
   using L = core::AttentionLayout;
   const int64_t T = T_, D = config_.d_model, H = config_.n_head, hd = config_.head_dim();
-  const core::HeadStrides in = config_.arch == Arch::Modern ? L::packed_heads(H, T, hd)
-                                                            : L::token_rows(T, hd, 3 * D);
+  const core::HeadStrides in =
+      config_.arch == Arch::Modern ? L::packed_heads(H, T, hd) : L::token_rows(T, hd, 3 * D);
   return {H, in, in, in, L::token_rows(T, hd, D)};
 }
 

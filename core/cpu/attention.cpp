@@ -53,8 +53,7 @@ void CpuBackend::attention_backward(float* dq, float* dk, float* dv, const float
                                     const float* out, const float* lse, const float* q,
                                     const float* k, const float* v, int64_t BH, int64_t T,
                                     int64_t hd, float scale, const AttentionMask& mask,
-                                    bool /*tf32: no tensor cores*/,
-                                    const AttentionLayout& layout) {
+                                    bool /*tf32: no tensor cores*/, const AttentionLayout& layout) {
   cpu::attention_backward(dq, dk, dv, dout, out, lse, q, k, v, BH, T, hd, scale,
                           cpu::HeadParallel::kAuto, mask, layout);
 }

@@ -692,8 +692,8 @@ void CudaBackend::attention_forward(float* out, float* lse, const float* q, cons
 void CudaBackend::attention_backward(float* dq, float* dk, float* dv, const float* dout,
                                      const float* out, const float* lse, const float* q,
                                      const float* k, const float* v, int64_t BH, int64_t T,
-                                     int64_t hd, float scale, const AttentionMask& mask,
-                                     bool tf32, const AttentionLayout& layout) {
+                                     int64_t hd, float scale, const AttentionMask& mask, bool tf32,
+                                     const AttentionLayout& layout) {
   const std::string op = name_ + ": attention_backward";
   check_sizes(op, {BH, T, hd});
   if (BH == 0 || T == 0) return;

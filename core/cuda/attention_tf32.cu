@@ -318,8 +318,7 @@ template <int HD>
 __global__ void __launch_bounds__(kMmaThreads)
     flash_backward_q_tf32_kernel(float* dq, const float* dout, const float* lse, const float* delta,
                                  const float* q, const float* k, const float* v, int64_t T,
-                                 int64_t hd, float scale, AttentionMask mask,
-                                 AttentionLayout L) {
+                                 int64_t hd, float scale, AttentionMask mask, AttentionLayout L) {
   constexpr int LD = mma_ld<HD>();
   extern __shared__ __align__(16) float smem[];  // 16-byte rows: LD is a multiple of 4
   float* sq = smem;
@@ -334,8 +333,8 @@ __global__ void __launch_bounds__(kMmaThreads)
   const Lane l;
   const int wr = 16 * static_cast<int>(threadIdx.x / 32);
   // Visible after next_key_tile's barriers.
-  load_query_tile<HD, LD>(sq, sg, slse, sdelta, q + qo, dout + oo, lse + head * T,
-                          delta + head * T, r0, T, hd, L.q.row, L.out.row);
+  load_query_tile<HD, LD>(sq, sg, slse, sdelta, q + qo, dout + oo, lse + head * T, delta + head * T,
+                          r0, T, hd, L.q.row, L.out.row);
   const int32_t* begins = head_begins(mask, head, T);
   const int64_t qi[2] = {r0 + wr + l.g, r0 + wr + l.g + 8};  // rows c_coord(...).row of the lane
   const int64_t qb[2] = {begin_of(begins, qi[0], T), begin_of(begins, qi[1], T)};

@@ -96,8 +96,8 @@ class AttentionOps {
   virtual void attention_backward(float* dq, float* dk, float* dv, const float* dout,
                                   const float* out, const float* lse, const float* q,
                                   const float* k, const float* v, int64_t BH, int64_t T, int64_t hd,
-                                  float scale, const AttentionMask& mask = {},
-                                  bool tf32 = false, const AttentionLayout& layout = {}) = 0;
+                                  float scale, const AttentionMask& mask = {}, bool tf32 = false,
+                                  const AttentionLayout& layout = {}) = 0;
 
   // The row steps of attention as GEMMs (core/attention_by_gemm.h) on BH heads' [T, T] scores;
   // the heads are counted from head0 for the mask (head h's batch row is (head0 + h) / mask.heads).

@@ -94,8 +94,8 @@ TEST(AttentionByGemm, EqualsTheBlockedKernelsInChunksAndWhole) {
 // layout, with chunks of 2 heads (which must not cross a batch row: H = 3) and whole.
 TEST(AttentionByGemm, StridedQkvEqualsTheBlockedKernels) {
   using L = core::AttentionLayout;
-  for (auto [B, H, T, hd] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{2, 3, 7, 4},
-                             {2, 3, 70, 16}}) {
+  for (auto [B, H, T, hd] :
+       {std::tuple<int64_t, int64_t, int64_t, int64_t>{2, 3, 7, 4}, {2, 3, 70, 16}}) {
     for (bool masked : {false, true}) {
       for (size_t scratch : {2 * static_cast<size_t>(T * T) * sizeof(float), size_t{256} << 20}) {
         SCOPED_TRACE("T " + std::to_string(T) + (masked ? " masked" : "") + " scratch " +

@@ -337,8 +337,8 @@ TEST(CpuBackend, StridedQkvAttentionEqualsSplitAndMergeBitForBit) {
       float* d = s_dqkv.data();
       be().attention_forward(s_out.data(), s_lse.data(), x, x + D, x + 2 * D, BH, T, hd, scale,
                              mask, false, layout);
-      be().attention_backward(d, d + D, d + 2 * D, g.f.data(), s_out.data(), s_lse.data(), x,
-                              x + D, x + 2 * D, BH, T, hd, scale, mask, false, layout);
+      be().attention_backward(d, d + D, d + 2 * D, g.f.data(), s_out.data(), s_lse.data(), x, x + D,
+                              x + 2 * D, BH, T, hd, scale, mask, false, layout);
       SCOPED_TRACE("H " + std::to_string(H) + (masked ? " masked" : ""));
       for (int64_t i = 0; i < n; ++i)
         ASSERT_EQ(s_out[i], out[i]) << "out " << i;

@@ -434,7 +434,7 @@ TEST(KernelGradBlocks, DocumentAndWindowMaskedAttention) {
   }
   core::test::expect_within("masked attention vs the definition, max abs", worst, 1e-12);
   EXPECT_EQ(begin[5], 5);
-  EXPECT_EQ(begin[6], 6);  // the one-token document [5, 6) sees itself only
+  EXPECT_EQ(begin[6], 6);             // the one-token document [5, 6) sees itself only
   Vec dqkv = random_vec(3 * n, 135);  // noise: every element is written
   double* d = dqkv.data();
   cpu::attention_backward(d, d + D, d + 2 * D, wy.data(), out.data(), lse.data(), x, x + D,
