@@ -80,8 +80,16 @@ TEST(AttentionByGemm, EqualsTheBlockedKernelsInChunksAndWhole) {
         // f32 both, summed in other orders: measured at most 3.5e-7.
         expect_within("out", norm_rel_diff(g_out, out), 2e-6);
         expect_within("lse", norm_rel_diff(g_lse, lse), 2e-6);
-        expect_within("dq", norm_rel_diff(g_dq, dq), 2e-6);
-        expect_within("dk", norm_rel_diff(g_dk, dk), 2e-6);
+        if (T > 1) {
+          expect_within("dq", norm_rel_diff(g_dq, dq), 2e-6);
+          expect_within("dk", norm_rel_diff(g_dk, dk), 2e-6);
+        } else {
+          // One key: p = 1 and ds = dp - delta = dout . (v - out) = 0, so dq and dk are 0 up to
+          // the rounding of the two dot products (written, = : no prefilled values to compare).
+          for (const FVec* x : {&dq, &dk, &g_dq, &g_dk})
+            for (float e : *x)
+              ASSERT_LE(std::abs(e), 1e-5f);
+        }
         expect_within("dv", norm_rel_diff(g_dv, dv), 2e-6);
       }
     }
