@@ -79,20 +79,24 @@ Gpt::Operand Gpt::weight(size_t i) {
 
 // Saved activations of one block (pointers into acts_).
 struct Gpt::LayerActs {
-  // The GEMM inputs (ln1, merged, ln2, act, xe) are stored in one dtype: f32, or in bf16
-  // precision bf16 (the f32 pointer null), which the forward's GEMMs and the weight gradients
-  // read.
-  core::bf16 *ln1_bf16 = nullptr, *merged_bf16 = nullptr, *ln2_bf16 = nullptr, *act_bf16 = nullptr,
+  // The GEMM inputs (ln1, atty, ln2, act, xe) are stored in one dtype: f32, or in bf16
+  // precision bf16 (the f32 pointer null; attention's f32 output atty is kept for its backward),
+  // which the forward's GEMMs and the weight gradients read.
+  core::bf16 *ln1_bf16 = nullptr, *atty_bf16 = nullptr, *ln2_bf16 = nullptr, *act_bf16 = nullptr,
              *xe_bf16 = nullptr;
   float *ln1 = nullptr, *ln1_mean = nullptr, *ln1_rstd = nullptr;
-  float *qkv = nullptr, *q = nullptr, *k = nullptr, *v = nullptr;
+  // qkv [B, T, 3, H, hd]: GPT-2's attention reads its q, k and v in place; the modern blocks
+  // split them into heads [B, H, T, hd] (q, k, v) for the QK-norm and rotary.
+  float* qkv = nullptr;
+  float *q = nullptr, *k = nullptr, *v = nullptr;                            // modern only
   float *q_rstd = nullptr, *k_rstd = nullptr, *qr = nullptr, *kr = nullptr;  // modern only
   float* vmix = nullptr;  // value embeddings: v after the mix (a.v keeps the projection's v)
   // The block's input (the previous output, or the recipe's mixes of it: after the U-net skip,
   // after the x0 lambdas).
   const float* input = nullptr;
   float *skipped = nullptr, *mixed = nullptr;
-  float *lse = nullptr, *atty = nullptr, *merged = nullptr, *res_mid = nullptr;  // lse [B*H, T]
+  // atty: attention's output [B, T, H hd] (the heads merged), lse [B*H, T].
+  float *lse = nullptr, *atty = nullptr, *res_mid = nullptr;
   float *ln2 = nullptr, *ln2_mean = nullptr, *ln2_rstd = nullptr;
   float *pre = nullptr, *act = nullptr;                  // MLP hidden [N, F], or MoE [N*k, F]
   float *probs = nullptr, *xe = nullptr, *ye = nullptr;  // MoE
@@ -303,10 +307,10 @@ void Gpt::plan(int B, int T) {
       a.ln1_mean = take(N);
       a.ln1_rstd = take(N);
       a.qkv = take(N * 3 * D);
-      a.q = take(N * D);
-      a.k = take(N * D);
-      a.v = take(N * D);
       if (modern) {
+        a.q = take(N * D);
+        a.k = take(N * D);
+        a.v = take(N * D);
         a.q_rstd = take(N * H);
         a.k_rstd = take(N * H);
         a.qr = take(N * D);
@@ -314,8 +318,7 @@ void Gpt::plan(int B, int T) {
       }
       a.lse = take(B * H * int64_t(T));
       a.atty = take(N * D);
-      a.merged = take_f32(N * D);
-      a.merged_bf16 = take_bf16(N * D);
+      a.atty_bf16 = take_bf16(N * D);
       a.res_mid = take(N * D);
       a.ln2 = take_f32(N * D);
       a.ln2_bf16 = take_bf16(N * D);
@@ -371,14 +374,18 @@ void Gpt::plan(int B, int T) {
     router_in_ = config_.moe() && bf16_ ? take(N * D) : nullptr;
     dres_ = take(N * D);
     dln_ = take(N * D);
+    // GPT-2's attention backward writes d qkv in f32 (rounded to dqkv_bf16_ in bf16 precision);
+    // the modern blocks' QK-norm and rotary backward go through the heads' dq, dk, dv.
     dqkv_ = take_f32(N * 3 * D);
-    dq_ = take(N * D);
-    dk_ = take(N * D);
-    dv_ = take(N * D);
-    dq2_ = take(N * D);
-    dk2_ = take(N * D);
+    if (!modern && bf16_) dqkv_ = take(N * 3 * D);
+    if (modern) {
+      dq_ = take(N * D);
+      dk_ = take(N * D);
+      dv_ = take(N * D);
+      dq2_ = take(N * D);
+      dk2_ = take(N * D);
+    }
     datty_ = take(N * D);
-    dmerged_ = take(N * D);
     dact_ = take(rows * F);
     dpre_ = take_f32(rows * F);
     if (config_.moe()) {
@@ -482,39 +489,40 @@ void Gpt::attn_forward(int l) {
   norm_forward(a.ln1, a.ln1_bf16, a.ln1_mean, a.ln1_rstd, res_in, p.ln1_w, p.ln1_b);
   linear(a.qkv, {a.ln1, a.ln1_bf16}, weight(p.qkv_w), N, D, 3 * D);
   if (p.qkv_b != kNone) backend_.add_bias(a.qkv, w(p.qkv_b), N, 3 * D);
-  backend_.split_heads(a.q, a.k, a.v, a.qkv, B, T, H, hd);
-  const float* q = a.q;
-  const float* k = a.k;
+  // GPT-2: q, k and v read in place from qkv, 3 D floats a token.
+  const float* q = a.qkv;
+  const float* k = a.qkv + D;
+  const float* v = a.qkv + 2 * D;
+  const core::AttentionLayout layout = attention_layout();
   if (config_.arch == Arch::Modern) {
-    // QK-norm per head over hd, then rotary in place on the normalised copies.
+    // The heads split, QK-norm per head over hd, then rotary in place on the normalised copies.
     const float eps = config_.norm_eps, base = config_.rotary_base;
     const bool truncated = config_.rotary_truncate;
+    backend_.split_heads(a.q, a.k, a.v, a.qkv, B, T, H, hd);
     backend_.rmsnorm_forward(a.qr, a.q_rstd, a.q, N * H, hd, eps);
     backend_.rmsnorm_forward(a.kr, a.k_rstd, a.k, N * H, hd, eps);
     backend_.rotary_forward(a.qr, a.qr, B * H, T, hd, base, truncated);
     backend_.rotary_forward(a.kr, a.kr, B * H, T, hd, base, truncated);
     q = a.qr;
     k = a.kr;
+    v = a.v;
   }
-  const float* v = a.v;
   if (config_.has_v_lambdas(l)) {
-    // v = l0 v + l1 ve with the block's learned pair (init 0.5, 0.5); l0 v without a table.
+    // v = l0 v + l1 ve with the block's learned pair (init 0.5, 0.5); l0 v without a table
+    // (modern blocks only: the recipe's keys need arch modern, whose heads are split above).
     const int ve = config_.value_embed_of(l);
     const float* lam = w(p.v_lambdas);
     backend_.scalar_mix(a.vmix, lam, a.v, lam + 1, ve >= 0 ? ve_heads_[ve] : nullptr, N * D);
     v = a.vmix;
   }
   // Below fp32 a device may take attention's products to tensor cores too (TF32).
+  // The output [B, T, H hd], the heads merged as written.
   backend_.attention_forward(a.atty, a.lse, q, k, v, B * H, T, hd, config_.attention_scale(),
-                             mask_of(l), config_.precision != Precision::Fp32);
-  if (a.merged_bf16) {
-    backend_.merge_heads(a.merged_bf16, a.atty, B, T, H, hd);
-  } else {
-    backend_.merge_heads(a.merged, a.atty, B, T, H, hd);
-  }
-  // res_mid = res_in + merged @ proj^T (+ bias)
+                             mask_of(l), config_.precision != Precision::Fp32, layout);
+  if (a.atty_bf16) backend_.f32_to_bf16(a.atty_bf16, a.atty, N * D);
+  // res_mid = res_in + atty @ proj^T (+ bias)
   backend_.copy(a.res_mid, res_in, N * D * sizeof(float));
-  linear(a.res_mid, {a.merged, a.merged_bf16}, weight(p.proj_w), N, D, D, 1.0f);
+  linear(a.res_mid, {a.atty_bf16 ? nullptr : a.atty, a.atty_bf16}, weight(p.proj_w), N, D, D, 1.0f);
   if (p.proj_b != kNone) backend_.add_bias(a.res_mid, w(p.proj_b), N, D);
 }
 
@@ -523,26 +531,31 @@ void Gpt::attn_backward(int l) {
                 hd = config_.head_dim();
   LayerActs& a = layers_[l];
   const LayerParams& p = lp_[l];
-  const float* res_in = a.input;
   // dres holds d/d res_mid; the residual path passes it through unchanged (all of it in a block
   // without attention).
   if (!config_.has_attention(l)) return;
   if (p.proj_b != kNone) backend_.bias_backward(g(p.proj_b), dres_, N, D);
-  linear_backward(dmerged_, g(p.proj_w), dres_, {a.merged, a.merged_bf16}, weight(p.proj_w), N, D,
-                  D, 0.0f);
-  backend_.fill_zero(datty_, N * D * sizeof(float));
-  backend_.merge_heads_backward(datty_, dmerged_, B, T, H, hd);
-  for (float* d : {dq_, dk_, dv_})
-    backend_.fill_zero(d, N * D * sizeof(float));
+  linear_backward(datty_, g(p.proj_w), dres_, {a.atty_bf16 ? nullptr : a.atty, a.atty_bf16},
+                  weight(p.proj_w), N, D, D, 0.0f);
   const bool modern = config_.arch == Arch::Modern;
   const bool v_mixed = config_.has_v_lambdas(l);
-  backend_.attention_backward(dq_, dk_, dv_, datty_, a.atty, a.lse, modern ? a.qr : a.q,
-                              modern ? a.kr : a.k, v_mixed ? a.vmix : a.v, B * H, T, hd,
-                              config_.attention_scale(), mask_of(l),
-                              config_.precision != Precision::Fp32);
+  const int ve = config_.value_embed_of(l);
+  const core::AttentionLayout layout = attention_layout();
+  if (!modern) {
+    // GPT-2: dq, dk, dv written (=) straight into d qkv's columns, in bf16 precision then rounded
+    // for the QKV projection's GEMMs.
+    backend_.attention_backward(dqkv_, dqkv_ + D, dqkv_ + 2 * D, datty_, a.atty, a.lse, a.qkv,
+                                a.qkv + D, a.qkv + 2 * D, B * H, T, hd, config_.attention_scale(),
+                                mask_of(l), config_.precision != Precision::Fp32, layout);
+    if (dqkv_bf16_) backend_.f32_to_bf16(dqkv_bf16_, dqkv_, N * 3 * D);
+    qkv_backward(l, {dqkv_bf16_ ? nullptr : dqkv_, dqkv_bf16_});
+    return;
+  }
+  backend_.attention_backward(dq_, dk_, dv_, datty_, a.atty, a.lse, a.qr, a.kr,
+                              v_mixed ? a.vmix : a.v, B * H, T, hd, config_.attention_scale(),
+                              mask_of(l), config_.precision != Precision::Fp32, layout);
   if (v_mixed) {
     // Through v = l0 v (+ l1 ve): d v into dmix, which becomes dv.
-    const int ve = config_.value_embed_of(l);
     const float* lam = w(p.v_lambdas);
     float* dlam = g(p.v_lambdas);
     backend_.fill_zero(dmix_, N * D * sizeof(float));
@@ -550,7 +563,7 @@ void Gpt::attn_backward(int l) {
                                  a.v, lam + 1, ve >= 0 ? ve_heads_[ve] : nullptr, dv_, N * D);
     std::swap(dmix_, dv_);
   }
-  if (modern) {
+  {
     // Undo rotary (into dq2/dk2), then the QK-norm (back into dq/dk).
     backend_.fill_zero(dq2_, N * D * sizeof(float));
     backend_.fill_zero(dk2_, N * D * sizeof(float));
@@ -569,6 +582,14 @@ void Gpt::attn_backward(int l) {
     backend_.fill_zero(dqkv_, N * 3 * D * sizeof(float));
     backend_.split_heads_backward(dqkv_, dq_, dk_, dv_, B, T, H, hd);
   }
+  qkv_backward(l, dqkv);
+}
+
+void Gpt::qkv_backward(int l, Operand dqkv) {
+  const int64_t N = int64_t(B_) * T_, D = config_.d_model;
+  const LayerActs& a = layers_[l];
+  const LayerParams& p = lp_[l];
+  const float* res_in = a.input;
   bias_grad(p.qkv_b, dqkv, N, 3 * D);
   linear_backward(dln_, g(p.qkv_w), dqkv.f32, {a.ln1, a.ln1_bf16}, weight(p.qkv_w), N, D, 3 * D,
                   0.0f, dqkv.bf16);
@@ -612,6 +633,14 @@ void Gpt::head_fp8_backward() {
   a.tf32 = b.tf32 = config_.precision != Precision::Fp32;
   backend_.gemm(a, logits_, head_wq_, dln_);
   backend_.gemm(b, logits_, head_xq_, g(head_));
+}
+
+core::AttentionLayout Gpt::attention_layout() const {
+  using L = core::AttentionLayout;
+  const int64_t T = T_, D = config_.d_model, H = config_.n_head, hd = config_.head_dim();
+  const core::HeadStrides in =
+      config_.arch == Arch::Modern ? L::packed_heads(H, T, hd) : L::token_rows(T, hd, 3 * D);
+  return {H, in, in, in, L::token_rows(T, hd, D)};
 }
 
 void Gpt::set_attention_window(int window) {

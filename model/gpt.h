@@ -116,6 +116,9 @@ class Gpt {
   void moe_backward(int l);
   void attn_forward(int l);
   void attn_backward(int l);
+  // Where attention's q, k, v and output live (core::AttentionLayout): GPT-2's q, k, v in place
+  // in qkv [B, T, 3, H, hd], the modern blocks' in their heads [B, H, T, hd]; the output [B, T, D].
+  core::AttentionLayout attention_layout() const;
   // The recipe's block input: the U-net skip and the x0 lambdas applied to the previous output.
   void input_forward(int l);
   void input_backward(int l);
@@ -166,6 +169,9 @@ class Gpt {
   Fp8Scales fp8_scales() const;
   void head_fp8_forward(float gain);
   void head_fp8_backward();
+  // From block l's d qkv (f32 or bf16) on: the QKV bias and weight gradients, d ln1, and through
+  // the norm into dres_.
+  void qkv_backward(int l, Operand dqkv);
   void notify(LayerEvent event, int layer) {
     if (hook_) hook_(event, layer);
   }
@@ -236,8 +242,8 @@ class Gpt {
   float* router_in_ = nullptr;
   // Backward scratch, shared by all layers.
   float *dres_ = nullptr, *dln_ = nullptr, *dqkv_ = nullptr, *dq_ = nullptr, *dk_ = nullptr,
-        *dv_ = nullptr, *dq2_ = nullptr, *dk2_ = nullptr, *datty_ = nullptr, *dmerged_ = nullptr,
-        *dact_ = nullptr, *dpre_ = nullptr;
+        *dv_ = nullptr, *dq2_ = nullptr, *dk2_ = nullptr, *datty_ = nullptr, *dact_ = nullptr,
+        *dpre_ = nullptr;
   float *dxe_raw_ = nullptr, *dye_ = nullptr, *dxe_ = nullptr, *dgate_ = nullptr,
         *dprobs_ = nullptr, *drouter_ = nullptr;
 

@@ -248,10 +248,11 @@ int cuda_op_groups(const std::string& name, int reps) {
   float *bias = buffer(F), *dbias = buffer(F), *dgain = buffer(F);
   float *q = buffer(N * D), *k = buffer(N * D), *v = buffer(N * D), *att = buffer(N * D);
   float *dq = buffer(N * D), *dk = buffer(N * D), *dv = buffer(N * D), *lse = buffer(B * H * T);
+  float *qkv = buffer(3 * N * D), *dqkv = buffer(3 * N * D);
   float *mean = buffer(N), *rstd = buffer(N), *losses = buffer(N), *logits = buffer(N * Vp);
   float* loss = buffer(1);
-  // The gradient buffers the backward zeroes each layer, as one block each (gpt.cpp's layout).
-  float* zeroed = buffer(std::max(4 * N * D, 3 * N * D + N * F));
+  // The gradient buffer the backward zeroes each layer (gpt.cpp: d pre in f32 runs).
+  float* zeroed = buffer(N * F);
   std::vector<int32_t> ids(static_cast<size_t>(N));
   for (int64_t i = 0; i < N; ++i)
     ids[i] = static_cast<int32_t>((i * 7919) % V);
@@ -305,12 +306,18 @@ int cuda_op_groups(const std::string& name, int reps) {
     fwd_bwd(D, Vp);
   };
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  // Every layer's attention: tf32 is what tf32 and bf16 runs take (on a GPU the flash kernels on
-  // TF32 tensor cores; the CPU computes f32 either way).
+  // Every layer's attention as GPT-2's blocks run it: q, k, v read in place from qkv, the output
+  // [N, D], d q, d k, d v written into d qkv (core::AttentionLayout). tf32 is what tf32 and bf16
+  // runs take (on a GPU the flash kernels on TF32 tensor cores; the CPU computes f32 either way).
+  const core::HeadStrides qkv_rows = core::AttentionLayout::token_rows(T, hd, 3 * D);
+  const core::AttentionLayout layout{H, qkv_rows, qkv_rows, qkv_rows,
+                                     core::AttentionLayout::token_rows(T, hd, D)};
   auto each_attention = [&](bool tf32) {
     for (int64_t l = 0; l < L; ++l) {
-      be.attention_forward(att, lse, q, k, v, B * H, T, hd, scale, {}, tf32);
-      be.attention_backward(dq, dk, dv, dy, att, lse, q, k, v, B * H, T, hd, scale, {}, tf32);
+      be.attention_forward(att, lse, qkv, qkv + D, qkv + 2 * D, B * H, T, hd, scale, {}, tf32,
+                           layout);
+      be.attention_backward(dqkv, dqkv + D, dqkv + 2 * D, dy, att, lse, qkv, qkv + D, qkv + 2 * D,
+                            B * H, T, hd, scale, {}, tf32, layout);
     }
   };
   // Which run's sum a group belongs to: both, only an f32 (bf16) run's, or neither (a path the
@@ -329,12 +336,14 @@ int cuda_op_groups(const std::string& name, int reps) {
       {"attention tf32 by GEMM", Run::kNeither,
        [&] {
          for (int64_t l = 0; l < L; ++l) {
-           core::attention_forward_by_gemm(be, att, lse, q, k, v, B * H, T, hd, scale, {});
-           core::attention_backward_by_gemm(be, dq, dk, dv, dy, att, q, k, v, B * H, T, hd, scale,
-                                            {});
+           core::attention_forward_by_gemm(be, att, lse, qkv, qkv + D, qkv + 2 * D, B * H, T, hd,
+                                           scale, {}, {}, layout);
+           core::attention_backward_by_gemm(be, dqkv, dqkv + D, dqkv + 2 * D, dy, att, qkv, qkv + D,
+                                            qkv + 2 * D, B * H, T, hd, scale, {}, {}, layout);
          }
        }},
-      {"head split and merge", Run::kBoth,
+      // Only the modern blocks split heads (for the QK-norm and rotary); GPT-2's take none.
+      {"head split and merge (modern blocks)", Run::kNeither,
        [&] {
          for (int64_t l = 0; l < L; ++l) {
            be.split_heads(q, k, v, x, B, T, H, hd);
@@ -366,8 +375,7 @@ int cuda_op_groups(const std::string& name, int reps) {
            }
            be.copy(y, x, N * D * sizeof(float));  // the two residual copies
            be.copy(dx, x, N * D * sizeof(float));
-           be.fill_zero(zeroed, 4 * N * D * sizeof(float));            // datty, dq, dk, dv
-           be.fill_zero(zeroed, (3 * N * D + N * F) * sizeof(float));  // dqkv, dpre
+           be.fill_zero(zeroed, N * F * sizeof(float));  // d pre
          }
        }},
       {"classifier (cross-entropy, dlogits)", Run::kBoth,

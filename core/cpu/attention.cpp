@@ -26,11 +26,6 @@ void CpuBackend::split_heads_backward(bf16* dqkv, const float* dq, const float* 
   cpu::split_heads_backward(dqkv, dq, dk, dv, B, T, H, hd);
 }
 
-void CpuBackend::merge_heads(bf16* out, const float* a, int64_t B, int64_t T, int64_t H,
-                             int64_t hd) {
-  cpu::merge_heads(out, a, B, T, H, hd);
-}
-
 void CpuBackend::merge_heads_backward(float* da, const float* dout, int64_t B, int64_t T, int64_t H,
                                       int64_t hd) {
   cpu::merge_heads_backward(da, dout, B, T, H, hd);
@@ -48,17 +43,19 @@ void CpuBackend::rotary_backward(float* dinp, const float* dout, int64_t BH, int
 
 void CpuBackend::attention_forward(float* out, float* lse, const float* q, const float* k,
                                    const float* v, int64_t BH, int64_t T, int64_t hd, float scale,
-                                   const AttentionMask& mask, bool /*tf32: no tensor cores*/) {
-  cpu::attention_forward(out, lse, q, k, v, BH, T, hd, scale, cpu::HeadParallel::kAuto, mask);
+                                   const AttentionMask& mask, bool /*tf32: no tensor cores*/,
+                                   const AttentionLayout& layout) {
+  cpu::attention_forward(out, lse, q, k, v, BH, T, hd, scale, cpu::HeadParallel::kAuto, mask,
+                         layout);
 }
 
 void CpuBackend::attention_backward(float* dq, float* dk, float* dv, const float* dout,
                                     const float* out, const float* lse, const float* q,
                                     const float* k, const float* v, int64_t BH, int64_t T,
                                     int64_t hd, float scale, const AttentionMask& mask,
-                                    bool /*tf32: no tensor cores*/) {
+                                    bool /*tf32: no tensor cores*/, const AttentionLayout& layout) {
   cpu::attention_backward(dq, dk, dv, dout, out, lse, q, k, v, BH, T, hd, scale,
-                          cpu::HeadParallel::kAuto, mask);
+                          cpu::HeadParallel::kAuto, mask, layout);
 }
 
 void CpuBackend::attention_softmax(float* s, float* lse, int64_t BH, int64_t T,
@@ -68,8 +65,10 @@ void CpuBackend::attention_softmax(float* s, float* lse, int64_t BH, int64_t T,
 
 void CpuBackend::attention_softmax_backward(float* dp, const float* p, const float* dout,
                                             const float* out, int64_t BH, int64_t T, int64_t hd,
-                                            const AttentionMask& mask, int64_t head0) {
-  cpu::attention_softmax_backward(dp, p, dout, out, BH, T, hd, mask, head0);
+                                            const AttentionMask& mask, int64_t head0,
+                                            int64_t head_stride, int64_t row_stride) {
+  cpu::attention_softmax_backward(dp, p, dout, out, BH, T, hd, mask, head0, head_stride,
+                                  row_stride);
 }
 
 }  // namespace core

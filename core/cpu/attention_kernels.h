@@ -86,21 +86,18 @@ void split_heads_backward(bf16* dqkv, const T* dq, const T* dk, const T* dv, int
   }
 }
 
-// a [B, H, T, hd] <-> out [B, T, H*hd]; the backward accumulates into da. The merge also stores
-// bf16 (Out = bf16, T = float: each row rounded).
-template <typename T, typename Out = T>
-void merge_heads(Out* out, const T* a, int64_t B, int64_t T_, int64_t H, int64_t hd) {
+// a [B, H, T, hd] <-> out [B, T, H*hd]; the backward accumulates into da.
+template <typename T>
+void merge_heads(T* out, const T* a, int64_t B, int64_t T_, int64_t H, int64_t hd) {
 #pragma omp parallel for schedule(static) if (B * T_ * H * hd > kParallelMin)
   for (int64_t bt = 0; bt < B * T_; ++bt) {
     int64_t b = bt / T_, t = bt % T_;
-    const RowStore<T, Out> store(out + bt * H * hd, H * hd);
     for (int64_t h = 0; h < H; ++h) {
       const T* src = a + ((b * H + h) * T_ + t) * hd;
-      T* dst = store.row() + h * hd;
+      T* dst = out + bt * H * hd + h * hd;
       for (int64_t d = 0; d < hd; ++d)
         dst[d] = src[d];
     }
-    store.commit();
   }
 }
 template <typename T>
@@ -229,21 +226,25 @@ inline int64_t first_key(const AttentionMask& mask, int64_t h, int64_t T_, int64
 // S = scale Q K^T, P = causal row softmax of S, out = P V; lse [BH, T] gets each row's
 // log-sum-exp of its visible scores, from which the backward recomputes P. With a mask, a query
 // block [r0, r1) computes only the keys [first_key(r0), r1) (first_key does not decrease along t)
-// and each row's keys below its own first key are masked.
+// and each row's keys below its own first key are masked. Each tensor is where `layout` puts it
+// (core/ops/attention.h; the GEMMs read and write its heads at their row strides).
 template <typename T>
 void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, int64_t BH, int64_t T_,
                        int64_t hd, T scale, HeadParallel mode = HeadParallel::kAuto,
-                       const AttentionMask& mask = {}) {
+                       const AttentionMask& mask = {}, const AttentionLayout& layout_in = {}) {
+  const AttentionLayout L = layout_in.resolved(T_, hd);
   PerThreadScratch<T> scratch(kAttnBlock * T_);
   for_each_head(BH, mode, [&](int64_t h) {
-    const T* qh = q + h * T_ * hd;
-    const T* kh = k + h * T_ * hd;
-    const T* vh = v + h * T_ * hd;
+    const T* qh = q + L.q.head_at(h, L.heads);
+    const T* kh = k + L.k.head_at(h, L.heads);
+    const T* vh = v + L.v.head_at(h, L.heads);
+    T* oh = out + L.out.head_at(h, L.heads);
     T* p = scratch.get();  // rows x (r1 - c0) scores, then probabilities, row stride w
     for (int64_t r0 = 0; r0 < T_; r0 += kAttnBlock) {
       int64_t r1 = std::min(T_, r0 + kAttnBlock), rows = r1 - r0;
       const int64_t c0 = first_key(mask, h, T_, r0), w = r1 - c0;
-      blas_gemm(false, true, rows, w, hd, scale, qh + r0 * hd, hd, kh + c0 * hd, hd, T(0), p, w);
+      blas_gemm(false, true, rows, w, hd, scale, qh + r0 * L.q.row, L.q.row, kh + c0 * L.k.row,
+                L.k.row, T(0), p, w);
       for (int64_t t = r0; t < r1; ++t) {
         T* row = p + (t - r0) * w;
         const int64_t lo = first_key(mask, h, T_, t) - c0, hi = t - c0;  // visible: [lo, hi]
@@ -263,30 +264,45 @@ void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, int64
         for (int64_t j = hi + 1; j < w; ++j)
           row[j] = T(0);
       }
-      blas_gemm(false, false, rows, hd, w, T(1), p, w, vh + c0 * hd, hd, T(0),
-                out + (h * T_ + r0) * hd, hd);
+      blas_gemm(false, false, rows, hd, w, T(1), p, w, vh + c0 * L.v.row, L.v.row, T(0),
+                oh + r0 * L.out.row, L.out.row);
     }
   });
 }
 
+// Zeroes a head's [T, hd] rows at row stride ld (the rows the key blocks accumulate into).
+template <typename T>
+void zero_head_rows(T* x, int64_t T_, int64_t hd, int64_t ld) {
+  for (int64_t t = 0; t < T_; ++t)
+    std::fill(x + t * ld, x + t * ld + hd, T(0));
+}
+
 // Per query block [r0, r1) (keys [c0, r1), c0 = first_key(r0)), from the forward's out and lse:
 // P = exp(scale Q K^T - lse) recomputed, dV += P^T dO, dP = dO V^T, dS = P (dP - delta) with
-// delta_t = dO_t . out_t, dQ += scale dS K, dK += scale dS^T Q.
+// delta_t = dO_t . out_t, dQ = scale dS K, dK += scale dS^T Q. dq, dk and dv are written (=):
+// a block's dQ rows are its own, and a head's dK, dV rows start from zero before its blocks sum.
 template <typename T>
 void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const T* lse, const T* q,
                         const T* k, const T* v, int64_t BH, int64_t T_, int64_t hd, T scale,
-                        HeadParallel mode = HeadParallel::kAuto, const AttentionMask& mask = {}) {
+                        HeadParallel mode = HeadParallel::kAuto, const AttentionMask& mask = {},
+                        const AttentionLayout& layout_in = {}) {
+  const AttentionLayout L = layout_in.resolved(T_, hd);
   PerThreadScratch<T> scratch(2 * kAttnBlock * T_);
   for_each_head(BH, mode, [&](int64_t h) {
-    int64_t off = h * T_ * hd;
+    const int64_t qo = L.q.head_at(h, L.heads), ko = L.k.head_at(h, L.heads),
+                  vo = L.v.head_at(h, L.heads), oo = L.out.head_at(h, L.heads);
+    const int64_t lq = L.q.row, lk = L.k.row, lv = L.v.row, lo_ = L.out.row;
+    zero_head_rows(dk + ko, T_, hd, lk);
+    zero_head_rows(dv + vo, T_, hd, lv);
     T* p = scratch.get();         // probabilities, row stride w
     T* ds = p + kAttnBlock * T_;  // dP, then dS
     for (int64_t r0 = 0; r0 < T_; r0 += kAttnBlock) {
       int64_t r1 = std::min(T_, r0 + kAttnBlock), rows = r1 - r0;
       const int64_t c0 = first_key(mask, h, T_, r0), w = r1 - c0;
-      const T* gb = dout + off + r0 * hd;
-      const int64_t koff = off + c0 * hd;
-      blas_gemm(false, true, rows, w, hd, scale, q + off + r0 * hd, hd, k + koff, hd, T(0), p, w);
+      const T* gb = dout + oo + r0 * lo_;
+      const T* qb = q + qo + r0 * lq;
+      const int64_t kb = ko + c0 * lk, vb = vo + c0 * lv;
+      blas_gemm(false, true, rows, w, hd, scale, qb, lq, k + kb, lk, T(0), p, w);
       for (int64_t t = r0; t < r1; ++t) {
         T* row = p + (t - r0) * w;
         const int64_t lo = first_key(mask, h, T_, t) - c0, hi = t - c0;
@@ -299,14 +315,14 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const 
         for (int64_t j = hi + 1; j < w; ++j)
           row[j] = T(0);
       }
-      blas_gemm(true, false, w, hd, rows, T(1), p, w, gb, hd, T(1), dv + koff, hd);
-      blas_gemm(false, true, rows, w, hd, T(1), gb, hd, v + koff, hd, T(0), ds, w);
+      blas_gemm(true, false, w, hd, rows, T(1), p, w, gb, lo_, T(1), dv + vb, lv);
+      blas_gemm(false, true, rows, w, hd, T(1), gb, lo_, v + vb, lv, T(0), ds, w);
       for (int64_t t = r0; t < r1; ++t) {
         const T* prow = p + (t - r0) * w;
         T* drow = ds + (t - r0) * w;
         const int64_t lo = first_key(mask, h, T_, t) - c0, hi = t - c0;
-        const T* o = out + off + t * hd;
-        const T* g = dout + off + t * hd;
+        const T* o = out + oo + t * lo_;
+        const T* g = dout + oo + t * lo_;
         T delta = T(0);
 #pragma omp simd reduction(+ : delta)
         for (int64_t d = 0; d < hd; ++d)
@@ -319,9 +335,8 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const 
         for (int64_t j = hi + 1; j < w; ++j)
           drow[j] = T(0);
       }
-      blas_gemm(false, false, rows, hd, w, scale, ds, w, k + koff, hd, T(1), dq + off + r0 * hd,
-                hd);
-      blas_gemm(true, false, w, hd, rows, scale, ds, w, q + off + r0 * hd, hd, T(1), dk + koff, hd);
+      blas_gemm(false, false, rows, hd, w, scale, ds, w, k + kb, lk, T(0), dq + qo + r0 * lq, lq);
+      blas_gemm(true, false, w, hd, rows, scale, ds, w, qb, lq, T(1), dk + kb, lk);
     }
   });
 }
@@ -353,16 +368,20 @@ void attention_softmax(T* s, T* lse, int64_t BH, int64_t T_, const AttentionMask
 }
 
 // dp [BH, T, T] (dout v^T) becomes ds = p (dp - delta) in place where a query sees a key, 0
-// elsewhere; delta_t = dout_t . out_t from dout, out [BH, T, hd] of the same heads.
+// elsewhere; delta_t = dout_t . out_t from dout, out of the same heads, head h's row t at
+// h head_stride + t row_stride (0, 0: packed [BH, T, hd]).
 template <typename T>
 void attention_softmax_backward(T* dp, const T* p, const T* dout, const T* out, int64_t BH,
-                                int64_t T_, int64_t hd, const AttentionMask& mask, int64_t head0) {
+                                int64_t T_, int64_t hd, const AttentionMask& mask, int64_t head0,
+                                int64_t head_stride = 0, int64_t row_stride = 0) {
+  if (row_stride == 0) head_stride = T_ * hd, row_stride = hd;
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < BH * T_; ++r) {
     const int64_t t = r % T_, first = first_key(mask, head0 + r / T_, T_, t);
+    const int64_t at = r / T_ * head_stride + t * row_stride;
     T delta = 0;
     for (int64_t d = 0; d < hd; ++d)
-      delta += dout[r * hd + d] * out[r * hd + d];
+      delta += dout[at + d] * out[at + d];
     T* row = dp + r * T_;
     const T* prow = p + r * T_;
     for (int64_t j = 0; j < T_; ++j)

@@ -123,16 +123,8 @@ __global__ void merge_heads_kernel(float* out, const float* a, int64_t T, int H,
     store_pack<W>(out + bt * part + c, load_pack<W>(a + at(c)));
 }
 
-// bf16 precision: the merged output and the qkv gradient stored as bf16 (each value rounded); the
-// gradient is written (=), every element of it.
-__global__ void merge_heads_bf16_kernel(bf16* out, const float* a, int64_t T, int H, int hd) {
-  const int64_t bt = blockIdx.x;
-  const int part = H * hd;
-  const TokenInHeads at(bt, T, H, hd);
-  for (int c = threadIdx.x; c < part; c += blockDim.x)
-    out[bt * part + c] = kmath::bf16_from_float(a[at(c)]);
-}
-
+// bf16 precision: the qkv gradient stored as bf16 (each value rounded), written (=), every
+// element of it.
 __global__ void split_heads_backward_bf16_kernel(bf16* dqkv, const float* dq, const float* dk,
                                                  const float* dv, int64_t T, int H, int hd) {
   const int64_t bt = blockIdx.x;
@@ -239,10 +231,11 @@ __device__ inline void tile_zero(float (&acc)[4][NC]) {
       acc[i][j] = 0.0f;
 }
 
-// Adds factor * acc (tile rows 4 ty + i, head columns tx + 16 j) into a head's [T, hd] tensor.
+// Writes factor * acc (tile rows 4 ty + i, head columns tx + 16 j) into a head's [T, hd] rows at
+// row stride ld (=: the tile's block is the rows' only producer).
 template <int NH>
-__device__ inline void add_rows(float* dst, const float (&acc)[4][NH], int64_t row0, int64_t T,
-                                int64_t hd, float factor) {
+__device__ inline void store_rows(float* dst, const float (&acc)[4][NH], int64_t row0, int64_t T,
+                                  int64_t hd, int64_t ld, float factor) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int64_t row = row0 + 4 * tile_ty() + i;
@@ -250,7 +243,7 @@ __device__ inline void add_rows(float* dst, const float (&acc)[4][NH], int64_t r
 #pragma unroll
     for (int j = 0; j < NH; ++j) {
       const int d = tile_tx() + 16 * j;
-      if (d < hd) dst[row * hd + d] += factor * acc[i][j];
+      if (d < hd) dst[row * ld + d] = factor * acc[i][j];
     }
   }
 }
@@ -261,7 +254,8 @@ __device__ inline void add_rows(float* dst, const float (&acc)[4][NH], int64_t r
 template <int HD>
 __global__ void __launch_bounds__(kTileThreads)
     flash_forward_kernel(float* out, float* lse, const float* q, const float* k, const float* v,
-                         int64_t T, int64_t hd, float scale, AttentionMask mask) {
+                         int64_t T, int64_t hd, float scale, AttentionMask mask,
+                         AttentionLayout L) {
   constexpr int NH = HD / 16, ld = head_ld<HD>();
   extern __shared__ float smem[];
   float* sq = smem;
@@ -269,9 +263,10 @@ __global__ void __launch_bounds__(kTileThreads)
   float* sv = sk + kTile * ld;
   float* sp = sv + kTile * ld;  // [kTile, kTileLd] probabilities (unnormalised)
   const int64_t head = blockIdx.x, r0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int64_t off = head * T * hd;
+  q += L.q.head_at(head, L.heads), k += L.k.head_at(head, L.heads);
+  v += L.v.head_at(head, L.heads), out += L.out.head_at(head, L.heads);
   const int ty = tile_ty(), tx = tile_tx();
-  load_rows<HD, head_ld<HD>()>(sq, q + off, r0, T, hd);
+  load_rows<HD, head_ld<HD>()>(sq, q, r0, T, hd, L.q.row);
   kmath::FlashRow<float> row[4];
   float acc[4][NH];
   tile_zero(acc);
@@ -280,7 +275,7 @@ __global__ void __launch_bounds__(kTileThreads)
   const int64_t key_start = kmath::masked_key_start(begin_of(begins, r0, T), kTile);
   const int64_t tile_last_begin = last_begin(begins, r0, T);
   for (int64_t c0 = key_start; c0 < key_end; c0 += kTile) {
-    next_key_tile<HD, head_ld<HD>()>(sk, sv, k + off, v + off, c0, T, hd);
+    next_key_tile<HD, head_ld<HD>()>(sk, sv, k, v, c0, T, hd, L.k.row, L.v.row);
     float s[4][4];
     tile_zero(s);
     tile_mma<4, true>(s, sq, ld, sk, ld, HD);
@@ -321,7 +316,7 @@ __global__ void __launch_bounds__(kTileThreads)
 #pragma unroll
     for (int j = 0; j < NH; ++j) {
       const int d = tx + 16 * j;
-      if (d < hd) out[off + qi * hd + d] = acc[i][j] * inv;
+      if (d < hd) out[qi * L.out.row + d] = acc[i][j] * inv;
     }
     if (tx == 0) lse[head * T + qi] = row[i].log_sum_exp();
   }
@@ -359,14 +354,16 @@ __global__ void attention_softmax_kernel(float* s, float* lse, int64_t rows, int
 // delta = dout_r . out_r over hd.
 __global__ void attention_softmax_backward_kernel(float* dp, const float* p, const float* dout,
                                                   const float* out, int64_t rows, int64_t T,
-                                                  int64_t hd, AttentionMask mask, int64_t head0) {
+                                                  int64_t hd, AttentionMask mask, int64_t head0,
+                                                  int64_t head_stride, int64_t row_stride) {
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
   const int lane = threadIdx.x % 32;
   for (int64_t r = first_index() / 32; r < rows; r += warps) {
     const int64_t t = r % T, first = begin_of(head_begins(mask, head0 + r / T, T), t, T);
+    const int64_t at = r / T * head_stride + t * row_stride;
     float delta = 0.0f;
     for (int64_t d = lane; d < hd; d += 32)
-      delta += dout[r * hd + d] * out[r * hd + d];
+      delta += dout[at + d] * out[at + d];
     delta = row_group_sum<32>(delta);
     float* row = dp + r * T;
     const float* prow = p + r * T;
@@ -375,28 +372,32 @@ __global__ void attention_softmax_backward_kernel(float* dp, const float* p, con
   }
 }
 
-// delta[row] = dout[row] . out[row], one warp per row of [rows, hd].
+// delta[row] = dout[row] . out[row], one warp per row (bh, t) of [BH T, hd] (dout and out where
+// `so` puts them, H heads a batch row).
 __global__ void attention_delta_kernel(float* delta, const float* dout, const float* out,
-                                       int64_t rows, int64_t hd) {
+                                       int64_t rows, int64_t T, int64_t hd, HeadStrides so,
+                                       int64_t H) {
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
   const int lane = threadIdx.x % 32;
   for (int64_t row = first_index() / 32; row < rows; row += warps) {
+    const int64_t at = so.head_at(row / T, H) + row % T * so.row;
     float s = 0.0f;
     for (int64_t d = lane; d < hd; d += 32)
-      s += dout[row * hd + d] * out[row * hd + d];
+      s += dout[at + d] * out[at + d];
     s = row_group_sum<32>(s);
     if (lane == 0) delta[row] = s;
   }
 }
 
 // One block per (head, key tile): over the query tiles that see it (from the diagonal's, until
-// the first whose first begin is past the tile), recompute p^T for its keys, dv += p^T dout,
-// dp^T = v dout^T, ds^T = p^T (dp^T - delta), dk += scale ds^T q.
+// the first whose first begin is past the tile), recompute p^T for its keys, dv = sum p^T dout,
+// dp^T = v dout^T, ds^T = p^T (dp^T - delta), dk = scale sum ds^T q.
 template <int HD>
 __global__ void __launch_bounds__(kTileThreads)
     flash_backward_kv_kernel(float* dk, float* dv, const float* dout, const float* lse,
                              const float* delta, const float* q, const float* k, const float* v,
-                             int64_t T, int64_t hd, float scale, AttentionMask mask) {
+                             int64_t T, int64_t hd, float scale, AttentionMask mask,
+                             AttentionLayout L) {
   constexpr int NH = HD / 16, ld = head_ld<HD>();
   extern __shared__ float smem[];
   float* sk = smem;
@@ -407,10 +408,11 @@ __global__ void __launch_bounds__(kTileThreads)
   float* slse = sp + kTile * kTileLd;
   float* sdelta = slse + kTile;
   const int64_t head = blockIdx.x, c0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int64_t off = head * T * hd;
+  const int64_t qo = L.q.head_at(head, L.heads), ko = L.k.head_at(head, L.heads),
+                vo = L.v.head_at(head, L.heads), oo = L.out.head_at(head, L.heads);
   const int ty = tile_ty(), tx = tile_tx();
-  load_rows<HD, head_ld<HD>()>(sk, k + off, c0, T, hd);
-  load_rows<HD, head_ld<HD>()>(sv, v + off, c0, T, hd);
+  load_rows<HD, head_ld<HD>()>(sk, k + ko, c0, T, hd, L.k.row);
+  load_rows<HD, head_ld<HD>()>(sv, v + vo, c0, T, hd, L.v.row);
   float dk_acc[4][NH], dv_acc[4][NH];
   tile_zero(dk_acc);
   tile_zero(dv_acc);
@@ -421,8 +423,8 @@ __global__ void __launch_bounds__(kTileThreads)
     if (begin_of(begins, r0, T) >= c0 + kTile) break;  // this and every later tile: keys unseen
     const int64_t tile_last_begin = last_begin(begins, r0, T);
     __syncthreads();  // the previous tile's sq, sg, sp are consumed
-    load_query_tile<HD, head_ld<HD>()>(sq, sg, slse, sdelta, q + off, dout + off, lse + head * T,
-                                       delta + head * T, r0, T, hd);
+    load_query_tile<HD, head_ld<HD>()>(sq, sg, slse, sdelta, q + qo, dout + oo, lse + head * T,
+                                       delta + head * T, r0, T, hd, L.q.row, L.out.row);
     __syncthreads();
     float p[4][4];  // p^T: rows are keys, columns queries
     tile_zero(p);
@@ -457,17 +459,17 @@ __global__ void __launch_bounds__(kTileThreads)
     __syncthreads();
     tile_mma<NH, false>(dk_acc, sp, kTileLd, sq, ld, kTile);
   }
-  add_rows(dk + off, dk_acc, c0, T, hd, scale);
-  add_rows(dv + off, dv_acc, c0, T, hd, 1.0f);
+  store_rows(dk + ko, dk_acc, c0, T, hd, L.k.row, scale);
+  store_rows(dv + vo, dv_acc, c0, T, hd, L.v.row, 1.0f);
 }
 
 // One block per (head, query tile): over its key tiles (the forward's), recompute p,
-// dp = dout v^T, ds = p (dp - delta), dq += scale ds k.
+// dp = dout v^T, ds = p (dp - delta), dq = scale sum ds k.
 template <int HD>
 __global__ void __launch_bounds__(kTileThreads)
     flash_backward_q_kernel(float* dq, const float* dout, const float* lse, const float* delta,
                             const float* q, const float* k, const float* v, int64_t T, int64_t hd,
-                            float scale, AttentionMask mask) {
+                            float scale, AttentionMask mask, AttentionLayout L) {
   constexpr int NH = HD / 16, ld = head_ld<HD>();
   extern __shared__ float smem[];
   float* sq = smem;
@@ -478,10 +480,11 @@ __global__ void __launch_bounds__(kTileThreads)
   float* slse = sds + kTile * kTileLd;
   float* sdelta = slse + kTile;
   const int64_t head = blockIdx.x, r0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int64_t off = head * T * hd;
+  const int64_t qo = L.q.head_at(head, L.heads), ko = L.k.head_at(head, L.heads),
+                vo = L.v.head_at(head, L.heads), oo = L.out.head_at(head, L.heads);
   const int ty = tile_ty(), tx = tile_tx();
-  load_query_tile<HD, head_ld<HD>()>(sq, sg, slse, sdelta, q + off, dout + off, lse + head * T,
-                                     delta + head * T, r0, T, hd);
+  load_query_tile<HD, head_ld<HD>()>(sq, sg, slse, sdelta, q + qo, dout + oo, lse + head * T,
+                                     delta + head * T, r0, T, hd, L.q.row, L.out.row);
   float dq_acc[4][NH];
   tile_zero(dq_acc);
   const int32_t* begins = head_begins(mask, head, T);
@@ -489,7 +492,7 @@ __global__ void __launch_bounds__(kTileThreads)
   const int64_t key_start = kmath::masked_key_start(begin_of(begins, r0, T), kTile);
   const int64_t tile_last_begin = last_begin(begins, r0, T);
   for (int64_t c0 = key_start; c0 < key_end; c0 += kTile) {
-    next_key_tile<HD, head_ld<HD>()>(sk, sv, k + off, v + off, c0, T, hd);
+    next_key_tile<HD, head_ld<HD>()>(sk, sv, k + ko, v + vo, c0, T, hd, L.k.row, L.v.row);
     float p[4][4], dp[4][4];
     tile_zero(p);
     tile_zero(dp);
@@ -512,7 +515,7 @@ __global__ void __launch_bounds__(kTileThreads)
     __syncthreads();
     tile_mma<NH, false>(dq_acc, sds, kTileLd, sk, ld, kTile);
   }
-  add_rows(dq + off, dq_acc, r0, T, hd, scale);
+  store_rows(dq + qo, dq_acc, r0, T, hd, L.q.row, scale);
 }
 
 // Shared memory of the three kernels for head dimension HD, in bytes.
@@ -528,20 +531,20 @@ constexpr size_t backward_smem() {
 template <int HD>
 void flash_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                    int64_t BH, int64_t T, int64_t hd, float scale, const AttentionMask& mask,
-                   cudaStream_t stream) {
+                   const AttentionLayout& layout, cudaStream_t stream) {
   launch_tiles(flash_forward_kernel<HD>, forward_smem<HD>(), kTileThreads, BH, T, stream, out, lse,
-               q, k, v, T, hd, scale, mask);
+               q, k, v, T, hd, scale, mask, layout);
 }
 
 template <int HD>
 void flash_backward(float* dq, float* dk, float* dv, const float* dout, const float* lse,
                     const float* delta, const float* q, const float* k, const float* v, int64_t BH,
                     int64_t T, int64_t hd, float scale, const AttentionMask& mask,
-                    cudaStream_t stream) {
+                    const AttentionLayout& layout, cudaStream_t stream) {
   launch_tiles(flash_backward_kv_kernel<HD>, backward_smem<HD>(), kTileThreads, BH, T, stream, dk,
-               dv, dout, lse, delta, q, k, v, T, hd, scale, mask);
+               dv, dout, lse, delta, q, k, v, T, hd, scale, mask, layout);
   launch_tiles(flash_backward_q_kernel<HD>, backward_smem<HD>(), kTileThreads, BH, T, stream, dq,
-               dout, lse, delta, q, k, v, T, hd, scale, mask);
+               dout, lse, delta, q, k, v, T, hd, scale, mask, layout);
 }
 
 }  // namespace
@@ -628,13 +631,6 @@ void CudaBackend::split_heads_backward(bf16* dqkv, const float* dq, const float*
       });
 }
 
-void CudaBackend::merge_heads(bf16* out, const float* a, int64_t B, int64_t T, int64_t H,
-                              int64_t hd) {
-  launch_per_token(name_ + ": merge_heads", B, T, H, hd, {}, [&](auto, dim3 grid, int h, int d) {
-    merge_heads_bf16_kernel<<<grid, kThreads, 0, stream_>>>(out, a, T, h, d);
-  });
-}
-
 void CudaBackend::merge_heads_backward(float* da, const float* dout, int64_t B, int64_t T,
                                        int64_t H, int64_t hd) {
   launch_per_token(name_ + ": merge_heads_backward", B, T, H, hd, {da, dout},
@@ -680,53 +676,57 @@ void CudaBackend::rotary_backward(float* dinp, const float* dout, int64_t BH, in
 
 void CudaBackend::attention_forward(float* out, float* lse, const float* q, const float* k,
                                     const float* v, int64_t BH, int64_t T, int64_t hd, float scale,
-                                    const AttentionMask& mask, bool tf32) {
+                                    const AttentionMask& mask, bool tf32,
+                                    const AttentionLayout& layout) {
   const std::string op = name_ + ": attention_forward";
   check_sizes(op, {BH, T, hd});
   if (BH == 0 || T == 0) return;
   check_attention_grid(BH, T, op);
+  const AttentionLayout L = layout.resolved(T, hd);
   switch (attention_path(tf32, hd, T, {compute_capability_, max_smem_per_block_})) {
     case AttentionPath::kFlashTf32:
       return flash_forward_tf32(padded_head_dim(hd, op), out, lse, q, k, v, BH, T, hd, scale, mask,
-                                stream_);
+                                L, stream_);
     case AttentionPath::kByGemmTf32:
-      return attention_forward_by_gemm(*this, out, lse, q, k, v, BH, T, hd, scale, mask);
+      return attention_forward_by_gemm(*this, out, lse, q, k, v, BH, T, hd, scale, mask, {}, L);
     case AttentionPath::kByGemm:
       return attention_forward_by_gemm(*this, out, lse, q, k, v, BH, T, hd, scale, mask,
-                                       {.tf32 = false});
+                                       {.tf32 = false}, L);
     case AttentionPath::kFlash:
       break;
   }
   with_head_dim(padded_head_dim(hd, op), [&](auto padded_hd) {
-    flash_forward<decltype(padded_hd)::value>(out, lse, q, k, v, BH, T, hd, scale, mask, stream_);
+    flash_forward<decltype(padded_hd)::value>(out, lse, q, k, v, BH, T, hd, scale, mask, L,
+                                              stream_);
   });
 }
 
 void CudaBackend::attention_backward(float* dq, float* dk, float* dv, const float* dout,
                                      const float* out, const float* lse, const float* q,
                                      const float* k, const float* v, int64_t BH, int64_t T,
-                                     int64_t hd, float scale, const AttentionMask& mask,
-                                     bool tf32) {
+                                     int64_t hd, float scale, const AttentionMask& mask, bool tf32,
+                                     const AttentionLayout& layout) {
   const std::string op = name_ + ": attention_backward";
   check_sizes(op, {BH, T, hd});
   if (BH == 0 || T == 0) return;
   check_attention_grid(BH, T, op);
+  const AttentionLayout L = layout.resolved(T, hd);
   const AttentionPath path =
       attention_path(tf32, hd, T, {compute_capability_, max_smem_per_block_});
   if (path == AttentionPath::kByGemmTf32 || path == AttentionPath::kByGemm)
     return attention_backward_by_gemm(*this, dq, dk, dv, dout, out, q, k, v, BH, T, hd, scale, mask,
-                                      {.tf32 = path == AttentionPath::kByGemmTf32});
+                                      {.tf32 = path == AttentionPath::kByGemmTf32}, L);
   const int padded = padded_head_dim(hd, op);
   DeviceBuffer<float> delta(allocator_, BH * T);
-  attention_delta_kernel<<<grid_for(BH * T * 32), kThreads, 0, stream_>>>(delta.get(), dout, out,
-                                                                          BH * T, hd);
+  attention_delta_kernel<<<grid_for(BH * T * 32), kThreads, 0, stream_>>>(
+      delta.get(), dout, out, BH * T, T, hd, L.out, L.heads);
   ENGINE_CUDA_LAUNCHED();
   if (path == AttentionPath::kFlashTf32)
     return flash_backward_tf32(padded, dq, dk, dv, dout, lse, delta.get(), q, k, v, BH, T, hd,
-                               scale, mask, stream_);
+                               scale, mask, L, stream_);
   with_head_dim(padded, [&](auto padded_hd) {
     flash_backward<decltype(padded_hd)::value>(dq, dk, dv, dout, lse, delta.get(), q, k, v, BH, T,
-                                               hd, scale, mask, stream_);
+                                               hd, scale, mask, L, stream_);
   });
 }
 
@@ -741,11 +741,13 @@ void CudaBackend::attention_softmax(float* s, float* lse, int64_t BH, int64_t T,
 
 void CudaBackend::attention_softmax_backward(float* dp, const float* p, const float* dout,
                                              const float* out, int64_t BH, int64_t T, int64_t hd,
-                                             const AttentionMask& mask, int64_t head0) {
+                                             const AttentionMask& mask, int64_t head0,
+                                             int64_t head_stride, int64_t row_stride) {
   check_sizes(name_ + ": attention_softmax_backward", {BH, T, hd, head0});
   if (BH == 0 || T == 0) return;
+  if (row_stride == 0) head_stride = T * hd, row_stride = hd;
   attention_softmax_backward_kernel<<<grid_for(BH * T * 32), kThreads, 0, stream_>>>(
-      dp, p, dout, out, BH * T, T, hd, mask, head0);
+      dp, p, dout, out, BH * T, T, hd, mask, head0, head_stride, row_stride);
   ENGINE_CUDA_LAUNCHED();
 }
 

@@ -147,11 +147,12 @@ __device__ inline void times_rows(float (&acc)[HD / 8][4], const float (&s)[8][4
   }
 }
 
-// Adds factor * acc (the warp's 16 rows from row0 + r0, head columns of its fragments) into a
-// head's [T, hd] tensor.
+// Writes factor * acc (the warp's 16 rows from row0 + r0, head columns of its fragments) into a
+// head's [T, hd] rows at row stride ld (=: the block is the rows' only producer).
 template <int HD>
-__device__ inline void add_fragment_rows(float* dst, const float (&acc)[HD / 8][4], int64_t row0,
-                                         int64_t T, int64_t hd, float factor, Lane l) {
+__device__ inline void store_fragment_rows(float* dst, const float (&acc)[HD / 8][4], int64_t row0,
+                                           int64_t T, int64_t hd, int64_t ld, float factor,
+                                           Lane l) {
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
     const mma::Coord c = mma::c_coord(l.g, l.t, e);
@@ -160,7 +161,7 @@ __device__ inline void add_fragment_rows(float* dst, const float (&acc)[HD / 8][
 #pragma unroll
     for (int dt = 0; dt < HD / 8; ++dt) {
       const int d = 8 * dt + c.col;
-      if (d < hd) dst[row * hd + d] += factor * acc[dt][e];
+      if (d < hd) dst[row * ld + d] = factor * acc[dt][e];
     }
   }
 }
@@ -172,17 +173,18 @@ template <int HD>
 __global__ void __launch_bounds__(kMmaThreads)
     flash_forward_tf32_kernel(float* out, float* lse, const float* q, const float* k,
                               const float* v, int64_t T, int64_t hd, float scale,
-                              AttentionMask mask) {
+                              AttentionMask mask, AttentionLayout L) {
   constexpr int LD = mma_ld<HD>();
   extern __shared__ __align__(16) float smem[];  // 16-byte rows: LD is a multiple of 4
   float* sq = smem;
   float* sk = sq + kTile * LD;
   float* sv = sk + kTile * LD;
   const int64_t head = blockIdx.x, r0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int64_t off = head * T * hd;
+  const int64_t qo = L.q.head_at(head, L.heads), ko = L.k.head_at(head, L.heads),
+                vo = L.v.head_at(head, L.heads), oo = L.out.head_at(head, L.heads);
   const Lane l;
   const int wr = 16 * static_cast<int>(threadIdx.x / 32);
-  load_rows<HD, LD>(sq, q + off, r0, T, hd);  // visible after next_key_tile's barriers
+  load_rows<HD, LD>(sq, q + qo, r0, T, hd, L.q.row);  // visible after next_key_tile's barriers
   const int32_t* begins = head_begins(mask, head, T);
   const int64_t qi[2] = {r0 + wr + l.g, r0 + wr + l.g + 8};  // rows c_coord(...).row of the lane
   const int64_t qb[2] = {begin_of(begins, qi[0], T), begin_of(begins, qi[1], T)};
@@ -193,7 +195,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   const int64_t key_start = kmath::masked_key_start(begin_of(begins, r0, T), kTile);
   const int64_t tile_last_begin = last_begin(begins, r0, T);
   for (int64_t c0 = key_start; c0 < key_end; c0 += kTile) {
-    next_key_tile<HD, LD>(sk, sv, k + off, v + off, c0, T, hd);
+    next_key_tile<HD, LD>(sk, sv, k + ko, v + vo, c0, T, hd, L.k.row, L.v.row);
     float s[8][4];
     zero(s);
     scores<HD, LD>(s, sq, wr, sk, l);
@@ -241,7 +243,7 @@ __global__ void __launch_bounds__(kMmaThreads)
 #pragma unroll
     for (int dt = 0; dt < HD / 8; ++dt) {
       const int d = 8 * dt + c.col;
-      if (d < hd) out[off + qi[r] * hd + d] = acc[dt][e] * inv;
+      if (d < hd) out[oo + qi[r] * L.out.row + d] = acc[dt][e] * inv;
     }
     if (c.col == 0) lse[head * T + qi[r]] = row[r].log_sum_exp();  // one lane a row
   }
@@ -255,7 +257,7 @@ __global__ void __launch_bounds__(kMmaThreads)
     flash_backward_kv_tf32_kernel(float* dk, float* dv, const float* dout, const float* lse,
                                   const float* delta, const float* q, const float* k,
                                   const float* v, int64_t T, int64_t hd, float scale,
-                                  AttentionMask mask) {
+                                  AttentionMask mask, AttentionLayout L) {
   constexpr int LD = mma_ld<HD>();
   extern __shared__ __align__(16) float smem[];  // 16-byte rows: LD is a multiple of 4
   float* sk = smem;
@@ -265,11 +267,12 @@ __global__ void __launch_bounds__(kMmaThreads)
   float* slse = sg + kTile * LD;
   float* sdelta = slse + kTile;
   const int64_t head = blockIdx.x, c0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int64_t off = head * T * hd;
+  const int64_t qo = L.q.head_at(head, L.heads), ko = L.k.head_at(head, L.heads),
+                vo = L.v.head_at(head, L.heads), oo = L.out.head_at(head, L.heads);
   const Lane l;
   const int wr = 16 * static_cast<int>(threadIdx.x / 32);
-  load_rows<HD, LD>(sk, k + off, c0, T, hd);
-  load_rows<HD, LD>(sv, v + off, c0, T, hd);
+  load_rows<HD, LD>(sk, k + ko, c0, T, hd, L.k.row);
+  load_rows<HD, LD>(sv, v + vo, c0, T, hd, L.v.row);
   float dk_acc[HD / 8][4], dv_acc[HD / 8][4];
   zero(dk_acc);
   zero(dv_acc);
@@ -280,8 +283,8 @@ __global__ void __launch_bounds__(kMmaThreads)
     if (begin_of(begins, r0, T) >= c0 + kTile) break;  // this and every later tile: keys unseen
     const int64_t tile_last_begin = last_begin(begins, r0, T);
     __syncthreads();  // the previous tile's sq, sg are consumed
-    load_query_tile<HD, LD>(sq, sg, slse, sdelta, q + off, dout + off, lse + head * T,
-                            delta + head * T, r0, T, hd);
+    load_query_tile<HD, LD>(sq, sg, slse, sdelta, q + qo, dout + oo, lse + head * T,
+                            delta + head * T, r0, T, hd, L.q.row, L.out.row);
     __syncthreads();
     float p[8][4], ds[8][4];  // rows: the warp's keys; columns: the tile's queries
     zero(p);
@@ -305,8 +308,8 @@ __global__ void __launch_bounds__(kMmaThreads)
     times_rows<HD, LD>(dv_acc, p, sg, l);
     times_rows<HD, LD>(dk_acc, ds, sq, l);
   }
-  add_fragment_rows<HD>(dk + off, dk_acc, c0 + wr, T, hd, scale, l);
-  add_fragment_rows<HD>(dv + off, dv_acc, c0 + wr, T, hd, 1.0f, l);
+  store_fragment_rows<HD>(dk + ko, dk_acc, c0 + wr, T, hd, L.k.row, scale, l);
+  store_fragment_rows<HD>(dv + vo, dv_acc, c0 + wr, T, hd, L.v.row, 1.0f, l);
 }
 
 // One block per (head, query tile), warp rows are queries: over its key tiles (the forward's),
@@ -315,7 +318,7 @@ template <int HD>
 __global__ void __launch_bounds__(kMmaThreads)
     flash_backward_q_tf32_kernel(float* dq, const float* dout, const float* lse, const float* delta,
                                  const float* q, const float* k, const float* v, int64_t T,
-                                 int64_t hd, float scale, AttentionMask mask) {
+                                 int64_t hd, float scale, AttentionMask mask, AttentionLayout L) {
   constexpr int LD = mma_ld<HD>();
   extern __shared__ __align__(16) float smem[];  // 16-byte rows: LD is a multiple of 4
   float* sq = smem;
@@ -325,12 +328,13 @@ __global__ void __launch_bounds__(kMmaThreads)
   float* slse = sv + kTile * LD;
   float* sdelta = slse + kTile;
   const int64_t head = blockIdx.x, r0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  const int64_t off = head * T * hd;
+  const int64_t qo = L.q.head_at(head, L.heads), ko = L.k.head_at(head, L.heads),
+                vo = L.v.head_at(head, L.heads), oo = L.out.head_at(head, L.heads);
   const Lane l;
   const int wr = 16 * static_cast<int>(threadIdx.x / 32);
   // Visible after next_key_tile's barriers.
-  load_query_tile<HD, LD>(sq, sg, slse, sdelta, q + off, dout + off, lse + head * T,
-                          delta + head * T, r0, T, hd);
+  load_query_tile<HD, LD>(sq, sg, slse, sdelta, q + qo, dout + oo, lse + head * T, delta + head * T,
+                          r0, T, hd, L.q.row, L.out.row);
   const int32_t* begins = head_begins(mask, head, T);
   const int64_t qi[2] = {r0 + wr + l.g, r0 + wr + l.g + 8};  // rows c_coord(...).row of the lane
   const int64_t qb[2] = {begin_of(begins, qi[0], T), begin_of(begins, qi[1], T)};
@@ -340,7 +344,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   const int64_t key_start = kmath::masked_key_start(begin_of(begins, r0, T), kTile);
   const int64_t tile_last_begin = last_begin(begins, r0, T);
   for (int64_t c0 = key_start; c0 < key_end; c0 += kTile) {
-    next_key_tile<HD, LD>(sk, sv, k + off, v + off, c0, T, hd);
+    next_key_tile<HD, LD>(sk, sv, k + ko, v + vo, c0, T, hd, L.k.row, L.v.row);
     float ds[8][4], dp[8][4];
     zero(ds);
     zero(dp);
@@ -360,7 +364,7 @@ __global__ void __launch_bounds__(kMmaThreads)
       }
     times_rows<HD, LD>(dq_acc, ds, sk, l);
   }
-  add_fragment_rows<HD>(dq + off, dq_acc, r0 + wr, T, hd, scale, l);
+  store_fragment_rows<HD>(dq + qo, dq_acc, r0 + wr, T, hd, L.q.row, scale, l);
 }
 
 // Shared memory of the kernels for head dimension HD, in bytes.
@@ -375,19 +379,21 @@ constexpr size_t backward_smem() {
 
 template <int HD>
 void forward(float* out, float* lse, const float* q, const float* k, const float* v, int64_t BH,
-             int64_t T, int64_t hd, float scale, const AttentionMask& mask, cudaStream_t stream) {
+             int64_t T, int64_t hd, float scale, const AttentionMask& mask,
+             const AttentionLayout& layout, cudaStream_t stream) {
   launch_tiles(flash_forward_tf32_kernel<HD>, forward_smem<HD>(), kMmaThreads, BH, T, stream, out,
-               lse, q, k, v, T, hd, scale, mask);
+               lse, q, k, v, T, hd, scale, mask, layout);
 }
 
 template <int HD>
 void backward(float* dq, float* dk, float* dv, const float* dout, const float* lse,
               const float* delta, const float* q, const float* k, const float* v, int64_t BH,
-              int64_t T, int64_t hd, float scale, const AttentionMask& mask, cudaStream_t stream) {
+              int64_t T, int64_t hd, float scale, const AttentionMask& mask,
+              const AttentionLayout& layout, cudaStream_t stream) {
   launch_tiles(flash_backward_kv_tf32_kernel<HD>, backward_smem<HD>(), kMmaThreads, BH, T, stream,
-               dk, dv, dout, lse, delta, q, k, v, T, hd, scale, mask);
+               dk, dv, dout, lse, delta, q, k, v, T, hd, scale, mask, layout);
   launch_tiles(flash_backward_q_tf32_kernel<HD>, backward_smem<HD>(), kMmaThreads, BH, T, stream,
-               dq, dout, lse, delta, q, k, v, T, hd, scale, mask);
+               dq, dout, lse, delta, q, k, v, T, hd, scale, mask, layout);
 }
 
 }  // namespace
@@ -400,19 +406,21 @@ size_t flash_tf32_smem(int padded_hd) {
 
 void flash_forward_tf32(int HD, float* out, float* lse, const float* q, const float* k,
                         const float* v, int64_t BH, int64_t T, int64_t hd, float scale,
-                        const AttentionMask& mask, cudaStream_t stream) {
+                        const AttentionMask& mask, const AttentionLayout& layout,
+                        cudaStream_t stream) {
   with_head_dim(HD, [&](auto padded) {
-    forward<decltype(padded)::value>(out, lse, q, k, v, BH, T, hd, scale, mask, stream);
+    forward<decltype(padded)::value>(out, lse, q, k, v, BH, T, hd, scale, mask, layout, stream);
   });
 }
 
 void flash_backward_tf32(int HD, float* dq, float* dk, float* dv, const float* dout,
                          const float* lse, const float* delta, const float* q, const float* k,
                          const float* v, int64_t BH, int64_t T, int64_t hd, float scale,
-                         const AttentionMask& mask, cudaStream_t stream) {
+                         const AttentionMask& mask, const AttentionLayout& layout,
+                         cudaStream_t stream) {
   with_head_dim(HD, [&](auto padded) {
     backward<decltype(padded)::value>(dq, dk, dv, dout, lse, delta, q, k, v, BH, T, hd, scale, mask,
-                                      stream);
+                                      layout, stream);
   });
 }
 

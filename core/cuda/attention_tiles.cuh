@@ -20,18 +20,19 @@ namespace core::cuda_detail {
 
 constexpr int kTile = 64;
 
-// Rows [row0, row0 + kTile) of a head's [T, hd] tensor into a [kTile, LD] shared tile; rows past
-// T and columns past hd (up to HD) read as zero. Unpadded rows on a 16-byte boundary (hd = HD, a
-// multiple of 4) move in 16-byte loads, and stores too where LD keeps them aligned.
+// Rows [row0, row0 + kTile) of a head's [T, hd] rows (row stride ld) into a [kTile, LD] shared
+// tile; rows past T and columns past hd (up to HD) read as zero. Unpadded rows on a 16-byte
+// boundary (hd = HD, a multiple of 4, ld too) move in 16-byte loads, and stores too where LD
+// keeps them aligned.
 template <int HD, int LD>
-__device__ inline void load_rows(float* dst, const float* src, int64_t row0, int64_t T,
-                                 int64_t hd) {
-  if (hd == HD && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
+__device__ inline void load_rows(float* dst, const float* src, int64_t row0, int64_t T, int64_t hd,
+                                 int64_t ld) {
+  if (hd == HD && ld % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
     constexpr int kPacks = HD / 4;  // per row
     for (int idx = threadIdx.x; idx < kTile * kPacks; idx += blockDim.x) {
       const int r = idx / kPacks, d = 4 * (idx % kPacks);
       const int64_t row = row0 + r;
-      const float4 v = row < T ? *reinterpret_cast<const float4*>(src + row * hd + d)
+      const float4 v = row < T ? *reinterpret_cast<const float4*>(src + row * ld + d)
                                : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       float* out = dst + r * LD + d;
       if constexpr (LD % 4 == 0) {
@@ -45,18 +46,19 @@ __device__ inline void load_rows(float* dst, const float* src, int64_t row0, int
   for (int idx = threadIdx.x; idx < kTile * HD; idx += blockDim.x) {
     const int r = idx / HD, d = idx % HD;
     const int64_t row = row0 + r;
-    dst[r * LD + d] = row < T && d < hd ? src[row * hd + d] : 0.0f;
+    dst[r * LD + d] = row < T && d < hd ? src[row * ld + d] : 0.0f;
   }
 }
 
-// The key and value rows [c0, c0 + kTile) of a head into shared memory, once every thread is
-// done with the previous tile (and with what it computed from it); visible to all on return.
+// The key and value rows [c0, c0 + kTile) of a head (row strides ldk, ldv) into shared memory,
+// once every thread is done with the previous tile (and with what it computed from it); visible
+// to all on return.
 template <int HD, int LD>
 __device__ inline void next_key_tile(float* sk, float* sv, const float* k, const float* v,
-                                     int64_t c0, int64_t T, int64_t hd) {
+                                     int64_t c0, int64_t T, int64_t hd, int64_t ldk, int64_t ldv) {
   __syncthreads();
-  load_rows<HD, LD>(sk, k, c0, T, hd);
-  load_rows<HD, LD>(sv, v, c0, T, hd);
+  load_rows<HD, LD>(sk, k, c0, T, hd, ldk);
+  load_rows<HD, LD>(sv, v, c0, T, hd, ldv);
   __syncthreads();
 }
 
@@ -67,13 +69,15 @@ __device__ inline void load_stat(float* dst, const float* src, int64_t row0, int
 }
 
 // What the backward kernels read of the query tile from r0 (a head's tensors and statistics):
-// q and dout rows, lse and delta. No barrier: the caller orders it with its other uses.
+// q and dout rows (row strides ldq, ldo), lse and delta. No barrier: the caller orders it with
+// its other uses.
 template <int HD, int LD>
 __device__ inline void load_query_tile(float* sq, float* sg, float* slse, float* sdelta,
                                        const float* q, const float* dout, const float* lse,
-                                       const float* delta, int64_t r0, int64_t T, int64_t hd) {
-  load_rows<HD, LD>(sq, q, r0, T, hd);
-  load_rows<HD, LD>(sg, dout, r0, T, hd);
+                                       const float* delta, int64_t r0, int64_t T, int64_t hd,
+                                       int64_t ldq, int64_t ldo) {
+  load_rows<HD, LD>(sq, q, r0, T, hd, ldq);
+  load_rows<HD, LD>(sg, dout, r0, T, hd, ldo);
   load_stat(slse, lse, r0, T);
   load_stat(sdelta, delta, r0, T);
 }
@@ -136,13 +140,16 @@ inline void check_attention_grid(int64_t BH, int64_t T, const std::string& op) {
 
 // Flash attention on TF32 tensor cores (attention_tf32.cu; sm_80 and later), the contract of
 // the backend's attention_forward and attention_backward for head dimensions padded to HD:
-// forward writes out and lse; backward accumulates into dq, dk, dv from delta = rowsum(dout out).
+// forward writes out and lse; backward writes dq, dk, dv from delta = rowsum(dout out); every
+// tensor where the (resolved) layout puts it.
 void flash_forward_tf32(int HD, float* out, float* lse, const float* q, const float* k,
                         const float* v, int64_t BH, int64_t T, int64_t hd, float scale,
-                        const AttentionMask& mask, cudaStream_t stream);
+                        const AttentionMask& mask, const AttentionLayout& layout,
+                        cudaStream_t stream);
 void flash_backward_tf32(int HD, float* dq, float* dk, float* dv, const float* dout,
                          const float* lse, const float* delta, const float* q, const float* k,
                          const float* v, int64_t BH, int64_t T, int64_t hd, float scale,
-                         const AttentionMask& mask, cudaStream_t stream);
+                         const AttentionMask& mask, const AttentionLayout& layout,
+                         cudaStream_t stream);
 
 }  // namespace core::cuda_detail

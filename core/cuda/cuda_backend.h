@@ -117,7 +117,6 @@ class CudaBackend final : public Backend {
                             int64_t B, int64_t T, int64_t H, int64_t hd) override;
   void merge_heads(float* out, const float* a, int64_t B, int64_t T, int64_t H,
                    int64_t hd) override;
-  void merge_heads(bf16* out, const float* a, int64_t B, int64_t T, int64_t H, int64_t hd) override;
   void merge_heads_backward(float* da, const float* dout, int64_t B, int64_t T, int64_t H,
                             int64_t hd) override;
   void rotary_forward(float* out, const float* inp, int64_t BH, int64_t T, int64_t hd, float base,
@@ -126,16 +125,19 @@ class CudaBackend final : public Backend {
                        float base, bool truncated = false) override;
   void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                          int64_t BH, int64_t T, int64_t hd, float scale,
-                         const AttentionMask& mask = {}, bool tf32 = false) override;
+                         const AttentionMask& mask = {}, bool tf32 = false,
+                         const AttentionLayout& layout = {}) override;
   void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
                           const float* lse, const float* q, const float* k, const float* v,
                           int64_t BH, int64_t T, int64_t hd, float scale,
-                          const AttentionMask& mask = {}, bool tf32 = false) override;
+                          const AttentionMask& mask = {}, bool tf32 = false,
+                          const AttentionLayout& layout = {}) override;
   void attention_softmax(float* s, float* lse, int64_t BH, int64_t T, const AttentionMask& mask,
                          int64_t head0) override;
   void attention_softmax_backward(float* dp, const float* p, const float* dout, const float* out,
                                   int64_t BH, int64_t T, int64_t hd, const AttentionMask& mask,
-                                  int64_t head0) override;
+                                  int64_t head0, int64_t head_stride = 0,
+                                  int64_t row_stride = 0) override;
 
   void cross_entropy(float* losses, float* dlogits, const float* logits, const int32_t* targets,
                      int64_t N, int64_t V, int64_t Vp, float softcap, float dloss_scale) override;

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "core/device.h"
+#include "core/kernel_math.h"
 
 namespace core {
 
@@ -17,6 +18,40 @@ namespace core {
 struct AttentionMask {
   const int32_t* key_begin = nullptr;
   int64_t heads = 1;
+};
+
+// Where one attention tensor's heads live: head bh = b H + h (batch row b, head h of H) has its
+// row t (position), column d at b batch + h head + t row + d from the tensor's pointer.
+struct HeadStrides {
+  int64_t batch = 0, head = 0, row = 0;
+  ENGINE_HD int64_t head_at(int64_t bh, int64_t heads) const {
+    return bh / heads * batch + bh % heads * head;
+  }
+};
+
+// The layout of attention's tensors: q, k, v and out (each gradient has its tensor's layout,
+// dout out's). The default is packed [BH, T, hd] heads; the model reads q, k and v straight from
+// its fused qkv output [B, T, 3, H, hd] (token_rows(3 D) at qkv, qkv + D, qkv + 2 D) and writes
+// out as [B, T, H hd] (token_rows(D)), the output projection's input: no head split or merge.
+struct AttentionLayout {
+  int64_t heads = 0;  // H; 0: the packed [BH, T, hd] layout for every tensor
+  HeadStrides q, k, v, out;
+
+  // Heads [B, H, T, hd], one after another.
+  static HeadStrides packed_heads(int64_t H, int64_t T, int64_t hd) {
+    return {H * T * hd, T * hd, hd};
+  }
+  // Tokens [B, T, ld] with head h at columns [h hd, (h + 1) hd) of each token's row.
+  static HeadStrides token_rows(int64_t T, int64_t hd, int64_t ld) { return {T * ld, hd, ld}; }
+  // q, k, v, out all packed [BH, T, hd] (heads 1: head bh is batch row bh).
+  static AttentionLayout packed(int64_t T, int64_t hd) {
+    const HeadStrides s = packed_heads(1, T, hd);
+    return {1, s, s, s, s};
+  }
+  // The default (heads 0) resolved to packed.
+  AttentionLayout resolved(int64_t T, int64_t hd) const {
+    return heads > 0 ? *this : packed(T, hd);
+  }
 };
 
 class AttentionOps {
@@ -34,9 +69,6 @@ class AttentionOps {
   // a [B, H, T, hd] -> out [B, T, H*hd], and back.
   virtual void merge_heads(float* out, const float* a, int64_t B, int64_t T, int64_t H,
                            int64_t hd) = 0;
-  // bf16 precision: out stored as bf16 (the output projection's GEMM input), each value rounded.
-  virtual void merge_heads(bf16* out, const float* a, int64_t B, int64_t T, int64_t H,
-                           int64_t hd) = 0;
   virtual void merge_heads_backward(float* da, const float* dout, int64_t B, int64_t T, int64_t H,
                                     int64_t hd) = 0;
   // Rotary embedding on x [BH, T, hd], in place allowed: for position t, half = hd/2,
@@ -49,7 +81,8 @@ class AttentionOps {
                               float base, bool truncated = false) = 0;
   virtual void rotary_backward(float* dinp, const float* dout, int64_t BH, int64_t T, int64_t hd,
                                float base, bool truncated = false) = 0;
-  // out = softmax(q k^T * scale + mask) v for BH heads of [T, hd], the mask causal and `mask`'s.
+  // out = softmax(q k^T * scale + mask) v for BH heads of [T, hd], the mask causal and `mask`'s,
+  // each tensor where `layout` puts it (out written, =; a strided layout's other columns kept).
   // Saves lse [BH, T], each query row's log-sum-exp of its scaled visible scores: the backward
   // recomputes the probabilities from it, so nothing [T, T] is kept between the two
   // (core/attention_tiles.h). Key ranges no query of a tile sees are skipped whole.
@@ -58,13 +91,15 @@ class AttentionOps {
   // core/attention_by_gemm.h); the CPU computes f32.
   virtual void attention_forward(float* out, float* lse, const float* q, const float* k,
                                  const float* v, int64_t BH, int64_t T, int64_t hd, float scale,
-                                 const AttentionMask& mask = {}, bool tf32 = false) = 0;
-  // From the forward's out and lse (with the forward's mask and tf32); dq, dk, dv accumulate.
+                                 const AttentionMask& mask = {}, bool tf32 = false,
+                                 const AttentionLayout& layout = {}) = 0;
+  // From the forward's out and lse (with the forward's mask, tf32 and layout); dq, dk, dv are
+  // written (=, each element's only producer), so the model's d qkv needs no zeroing.
   virtual void attention_backward(float* dq, float* dk, float* dv, const float* dout,
                                   const float* out, const float* lse, const float* q,
                                   const float* k, const float* v, int64_t BH, int64_t T, int64_t hd,
-                                  float scale, const AttentionMask& mask = {},
-                                  bool tf32 = false) = 0;
+                                  float scale, const AttentionMask& mask = {}, bool tf32 = false,
+                                  const AttentionLayout& layout = {}) = 0;
 
   // The row steps of attention as GEMMs (core/attention_by_gemm.h) on BH heads' [T, T] scores;
   // the heads are counted from head0 for the mask (head h's batch row is (head0 + h) / mask.heads).
@@ -73,10 +108,12 @@ class AttentionOps {
   virtual void attention_softmax(float* s, float* lse, int64_t BH, int64_t T,
                                  const AttentionMask& mask, int64_t head0) = 0;
   // dp = dout v^T becomes, in place, ds = p (dp - delta_i) where query i sees key j, 0 elsewhere,
-  // with delta_i = dout_i . out_i; p is attention_softmax's, dout and out [BH, T, hd].
+  // with delta_i = dout_i . out_i; p is attention_softmax's; head h's row t of dout and out at
+  // h head_stride + t row_stride (0, 0: packed [BH, T, hd]).
   virtual void attention_softmax_backward(float* dp, const float* p, const float* dout,
                                           const float* out, int64_t BH, int64_t T, int64_t hd,
-                                          const AttentionMask& mask, int64_t head0) = 0;
+                                          const AttentionMask& mask, int64_t head0,
+                                          int64_t head_stride = 0, int64_t row_stride = 0) = 0;
 };
 
 }  // namespace core

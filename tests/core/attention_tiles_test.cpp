@@ -106,7 +106,7 @@ void tiled_forward(Vec& out, Vec& lse, const Vec& q, const Vec& k, const Vec& v,
 
 // The backward kernels' steps: delta per row; per key tile over the query tiles from
 // causal_first_query_tile until the first whose first begin is past the key tile (dk, dv); per
-// query tile over its key tiles (dq). Accumulates.
+// query tile over its key tiles (dq). Writes (=) every element, as the kernels do.
 void tiled_backward(Vec& dq, Vec& dk, Vec& dv, const Vec& dout, const Vec& out, const Vec& lse,
                     const Vec& q, const Vec& k, const Vec& v, const Heads& x, int64_t Br,
                     int64_t Bc) {
@@ -154,8 +154,8 @@ void tiled_backward(Vec& dq, Vec& dk, Vec& dv, const Vec& dout, const Vec& out, 
       }
       for (int64_t c = 0; c < Bc && c0 + c < T; ++c) {
         for (int64_t d = 0; d < hd; ++d) {
-          dk[(h * T + c0 + c) * hd + d] += x.scale * dk_acc[c * hd + d];
-          dv[(h * T + c0 + c) * hd + d] += dv_acc[c * hd + d];
+          dk[(h * T + c0 + c) * hd + d] = x.scale * dk_acc[c * hd + d];
+          dv[(h * T + c0 + c) * hd + d] = dv_acc[c * hd + d];
         }
       }
     }
@@ -175,7 +175,7 @@ void tiled_backward(Vec& dq, Vec& dk, Vec& dv, const Vec& dout, const Vec& out, 
       }
       for (int64_t r = 0; r < Br && r0 + r < T; ++r)
         for (int64_t d = 0; d < hd; ++d)
-          dq[(h * T + r0 + r) * hd + d] += x.scale * dq_acc[r * hd + d];
+          dq[(h * T + r0 + r) * hd + d] = x.scale * dq_acc[r * hd + d];
     }
   }
 }
@@ -213,8 +213,9 @@ TEST_P(AttentionTiles, MatchPlainAttentionInFloat64) {
   expect_within("tiled out, norm-relative", norm_rel_diff(tout, out), 1e-13);
   expect_within("tiled lse, norm-relative", norm_rel_diff(tlse, lse), 1e-13);
 
-  Vec dq0 = random_vec(n, 5), dk0 = random_vec(n, 6), dv0 = random_vec(n, 7);
-  Vec dq = dq0, dk = dk0, dv = dv0, tdq = dq0, tdk = dk0, tdv = dv0;
+  // Over noise: both write every element.
+  Vec dq = random_vec(n, 5), dk = random_vec(n, 6), dv = random_vec(n, 7), tdq = random_vec(n, 8),
+      tdk = random_vec(n, 9), tdv = random_vec(n, 10);
   core::cpu::attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), out.data(),
                                 lse.data(), q.data(), k.data(), v.data(), c.BH, c.T, c.hd, x.scale);
   tiled_backward(tdq, tdk, tdv, dout, tout, tlse, q, k, v, x, c.Br, c.Bc);

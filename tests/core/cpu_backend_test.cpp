@@ -304,6 +304,52 @@ TEST(CpuBackend, AttentionPathMatchesFloat64) {
   expect_within("attention path dqkv, norm-relative", norm_rel_diff(dqkv, rdqkv), 1e-6);
 }
 
+// GPT-2's attention in the model's layout (q, k, v read strided from qkv, out written as
+// [B, T, H hd], d q, k, v written into d qkv over noise) against the heads split, attention on
+// packed heads, merged, and the gradients split back: the same GEMMs on the same numbers, so the
+// same bits. Masked and not, with more heads than threads and fewer.
+TEST(CpuBackend, StridedQkvAttentionEqualsSplitAndMergeBitForBit) {
+  using L = core::AttentionLayout;
+  for (int64_t H : {1, 12}) {
+    for (bool masked : {false, true}) {
+      const int64_t B = 2, T = 97, hd = 16, BH = B * H, D = H * hd, N = B * T, n = N * D;
+      std::vector<int32_t> begin(static_cast<size_t>(B * T));
+      for (int64_t i = 0; i < B * T; ++i)
+        begin[i] = static_cast<int32_t>(std::max<int64_t>(i % T >= 40 ? 40 : 0, i % T - 30));
+      const core::AttentionMask mask{masked ? begin.data() : nullptr, H};
+      Input qkv(N * 3 * D, 40), g(n, 41);
+      const float scale = 0.25f;
+      FVec q(n), k(n), v(n), lse(BH * T), a(n), out(n), da(n, 0.0f), dq(n), dk(n), dv(n);
+      FVec dqkv(N * 3 * D, 0.0f);
+      be().split_heads(q.data(), k.data(), v.data(), qkv.f.data(), B, T, H, hd);
+      be().attention_forward(a.data(), lse.data(), q.data(), k.data(), v.data(), BH, T, hd, scale,
+                             mask);
+      be().merge_heads(out.data(), a.data(), B, T, H, hd);
+      be().merge_heads_backward(da.data(), g.f.data(), B, T, H, hd);
+      be().attention_backward(dq.data(), dk.data(), dv.data(), da.data(), a.data(), lse.data(),
+                              q.data(), k.data(), v.data(), BH, T, hd, scale, mask);
+      be().split_heads_backward(dqkv.data(), dq.data(), dk.data(), dv.data(), B, T, H, hd);
+
+      const core::HeadStrides in = L::token_rows(T, hd, 3 * D);
+      const core::AttentionLayout layout{H, in, in, in, L::token_rows(T, hd, D)};
+      const float* x = qkv.f.data();
+      FVec s_out(n), s_lse(BH * T), s_dqkv = random_vec<float>(N * 3 * D, 42);
+      float* d = s_dqkv.data();
+      be().attention_forward(s_out.data(), s_lse.data(), x, x + D, x + 2 * D, BH, T, hd, scale,
+                             mask, false, layout);
+      be().attention_backward(d, d + D, d + 2 * D, g.f.data(), s_out.data(), s_lse.data(), x, x + D,
+                              x + 2 * D, BH, T, hd, scale, mask, false, layout);
+      SCOPED_TRACE("H " + std::to_string(H) + (masked ? " masked" : ""));
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(s_out[i], out[i]) << "out " << i;
+      for (int64_t i = 0; i < BH * T; ++i)
+        ASSERT_EQ(s_lse[i], lse[i]) << "lse " << i;
+      for (int64_t i = 0; i < N * 3 * D; ++i)
+        ASSERT_EQ(s_dqkv[i], dqkv[i]) << "d qkv " << i;
+    }
+  }
+}
+
 TEST(CpuBackend, EmbeddingBiasGatherMatchFloat64) {
   const int64_t B = 3, T = 11, D = 70, V = 29, N = B * T;
   std::vector<int32_t> tok(N);

@@ -358,20 +358,14 @@ TEST_F(CudaVsCpu, Bf16StoringOpsMatchTheCpu) {
   }
 
   const int64_t B = 2, T = 5, H = 3, hd = 8, D = H * hd, M = B * T;
-  const auto a = random_vector(M * D, 15), dq = random_vector(M * D, 16),
-             dk = random_vector(M * D, 17), dv = random_vector(M * D, 18);
-  std::vector<bf16> want_merged(M * D), want_dqkv(M * 3 * D);
-  cpu().merge_heads(want_merged.data(), a.data(), B, T, H, hd);
+  const auto dq = random_vector(M * D, 16), dk = random_vector(M * D, 17),
+             dv = random_vector(M * D, 18);
+  std::vector<bf16> want_dqkv(M * 3 * D);
   cpu().split_heads_backward(want_dqkv.data(), dq.data(), dk.data(), dv.data(), B, T, H, hd);
-  bf16* merged = dev().alloc<bf16>(M * D);
   bf16* dqkv = dev().alloc<bf16>(M * 3 * D);
-  gpu().merge_heads(merged, dev().upload(a), B, T, H, hd);
   gpu().split_heads_backward(dqkv, dev().upload(dq), dev().upload(dk), dev().upload(dv), B, T, H,
                              hd);
-  const std::vector<bf16> got_merged = dev().download(merged, M * D);
   const std::vector<bf16> got_dqkv = dev().download(dqkv, M * 3 * D);
-  for (int64_t i = 0; i < M * D; ++i)
-    ASSERT_EQ(got_merged[i].bits, want_merged[i].bits) << "merge_heads " << i;
   for (int64_t i = 0; i < M * 3 * D; ++i)
     ASSERT_EQ(got_dqkv[i].bits, want_dqkv[i].bits) << "split_heads_backward " << i;
 
@@ -760,9 +754,19 @@ TEST_F(CudaVsCpu, ScalarMixWithoutB) {
   EXPECT_CLOSE(dev().download(gdw, 2), dw, 1e-4);
 }
 
+// ||got - want|| / ||want||.
+double norm_relative(const std::vector<float>& got, const std::vector<float>& want) {
+  double d = 0.0, w = 0.0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    d += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+    w += static_cast<double>(want[i]) * want[i];
+  }
+  return std::sqrt(d / std::max(w, 1e-300));
+}
+
 // The fused kernels (tiles of 64, head dims padded to 32, 64 or 128) against the CPU's blocked
 // attention: T of one element, below, across and not dividing a tile; head dims of the model
-// (64, 128) and ones padded inside the kernels (4, 80). The backward accumulates.
+// (64, 128) and ones padded inside the kernels (4, 80). The backward writes over noise.
 TEST_F(CudaVsCpu, Attention) {
   for (auto [BH, T, hd] : {std::tuple<int64_t, int64_t, int64_t>{3, 1, 64},
                            {6, 7, 4},
@@ -842,14 +846,53 @@ TEST_F(CudaVsCpu, AttentionWithDocumentAndWindowMask) {
   EXPECT_CLOSE(dev().download(gdv, n), dv, 1e-4);
 }
 
-// ||got - want|| / ||want||.
-double norm_relative(const std::vector<float>& got, const std::vector<float>& want) {
-  double d = 0.0, w = 0.0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    d += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
-    w += static_cast<double>(want[i]) * want[i];
+// The model's layout (core::AttentionLayout): q, k, v read strided from one qkv [B, T, 3, H, hd],
+// out [B, T, H hd], d q, k, v written into d qkv over noise, against the CPU in the same layout:
+// the f32 flash kernels (hd 64 with 16-byte loads, 80 padded), the TF32 ones, and past hd 128
+// the batched TF32 GEMMs with leading dimension 3 D (chunks within a batch row); masked and not.
+TEST_F(CudaVsCpu, AttentionReadsQkvStridedAndWritesTokenRows) {
+  using L = core::AttentionLayout;
+  const int64_t B = 2, H = 3, BH = B * H, T = 130, N = B * T;
+  std::vector<int32_t> begin(B * T);
+  for (int64_t t = 0; t < T; ++t) {
+    begin[t] = static_cast<int32_t>(t >= 70 ? 70 : t >= 31 ? 31 : t >= 30 ? 30 : 0);
+    begin[T + t] = static_cast<int32_t>(std::max<int64_t>(0, t - 99));
   }
-  return std::sqrt(d / std::max(w, 1e-300));
+  const int32_t* gbegin = dev().upload(begin);
+  for (auto [hd, tf32, masked] : {std::tuple<int64_t, bool, bool>{64, false, false},
+                                  {64, false, true},
+                                  {80, false, false},
+                                  {64, true, true},
+                                  {128, true, false},
+                                  {160, true, true}}) {
+    SCOPED_TRACE("hd " + std::to_string(hd) + (tf32 ? " tf32" : "") + (masked ? " masked" : ""));
+    const int64_t D = H * hd;
+    const core::HeadStrides in = L::token_rows(T, hd, 3 * D);
+    const core::AttentionLayout layout{H, in, in, in, L::token_rows(T, hd, D)};
+    const AttentionMask cmask = masked ? AttentionMask{begin.data(), H} : AttentionMask{};
+    const AttentionMask gmask = masked ? AttentionMask{gbegin, H} : AttentionMask{};
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    const auto qkv = random_vector(N * 3 * D, 41, 2.0f), dout = random_vector(N * D, 42);
+    const auto noise = random_vector(N * 3 * D, 43);
+    std::vector<float> out(N * D), lse(BH * T), dqkv = noise;
+    const float* x = qkv.data();
+    float* d = dqkv.data();
+    cpu().attention_forward(out.data(), lse.data(), x, x + D, x + 2 * D, BH, T, hd, scale, cmask,
+                            false, layout);
+    cpu().attention_backward(d, d + D, d + 2 * D, dout.data(), out.data(), lse.data(), x, x + D,
+                             x + 2 * D, BH, T, hd, scale, cmask, false, layout);
+    const float* gx = dev().upload(qkv);
+    float *gout = dev().alloc<float>(N * D), *glse = dev().alloc<float>(BH * T);
+    float* gd = dev().upload(noise);
+    gpu().attention_forward(gout, glse, gx, gx + D, gx + 2 * D, BH, T, hd, scale, gmask, tf32,
+                            layout);
+    gpu().attention_backward(gd, gd + D, gd + 2 * D, dev().upload(dout), gout, glse, gx, gx + D,
+                             gx + 2 * D, BH, T, hd, scale, gmask, tf32, layout);
+    const double tol = tf32 ? 5e-3 : 1e-5;
+    EXPECT_LE(norm_relative(dev().download(gout, N * D), out), tol);
+    EXPECT_LE(norm_relative(dev().download(glse, BH * T), lse), tol);
+    EXPECT_LE(norm_relative(dev().download(gd, N * 3 * D), dqkv), tol);
+  }
 }
 
 // The row steps of attention as GEMMs (core/attention_by_gemm.h) against the CPU's: heads from

@@ -1,6 +1,7 @@
 // Every backward kernel against central finite differences, in float64 through the same
 // templated kernels the float backend runs, on odd and on round sizes. Each backward is called
-// on a prefilled gradient buffer, so the tests also check that it accumulates.
+// on a prefilled gradient buffer, so the tests also check that it accumulates (or, for the
+// attention backward, which writes, that it overwrites).
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -294,11 +295,21 @@ void expect_lse_normalises(const Vec& q, const Vec& k, const Vec& lse, int64_t B
   }
 }
 
+// The model's attention layout: q, k, v read in place from qkv [B, T, 3, H, hd], out [B, T, H hd].
+core::AttentionLayout qkv_layout(int64_t H, int64_t T, int64_t hd) {
+  using L = core::AttentionLayout;
+  const int64_t D = H * hd;
+  const core::HeadStrides in = L::token_rows(T, hd, 3 * D);
+  return {H, in, in, in, L::token_rows(T, hd, D)};
+}
+
 // The backward recomputes the probabilities from the forward's out and lse; both head
-// schedules, accumulating into prefilled gradients.
+// schedules, writing over gradients prefilled with noise (=: every element has one producer).
+// Packed heads, then the model's layout: q, k, v strided in qkv (one gradient check covers all
+// three, each element of qkv being one of them) and the heads' outputs merged as written.
 TEST_P(KernelGrad, CausalAttention) {
   Sizes s = GetParam();
-  int64_t BH = s.B * s.H, T = s.T, hd = s.hd(), n = BH * T * hd;
+  int64_t BH = s.B * s.H, T = s.T, hd = s.hd(), n = BH * T * hd, D = s.D;
   double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   Vec q = random_vec(n, 91), k = random_vec(n, 92), v = random_vec(n, 93), wy = random_vec(n, 94);
   Vec out(n), lse(BH * T);
@@ -309,19 +320,35 @@ TEST_P(KernelGrad, CausalAttention) {
       return dot(out, wy);
     };
     forward();
-    Vec dq0 = random_vec(n, 95), dk0 = random_vec(n, 96), dv0 = random_vec(n, 97);
-    Vec dq = dq0, dk = dk0, dv = dv0;
+    Vec dq = random_vec(n, 95), dk = random_vec(n, 96), dv = random_vec(n, 97);
     cpu::attention_backward(dq.data(), dk.data(), dv.data(), wy.data(), out.data(), lse.data(),
                             q.data(), k.data(), v.data(), BH, T, hd, scale, mode);
-    expect_gradient("attention dq", q, forward, minus(dq, dq0));
-    expect_gradient("attention dk", k, forward, minus(dk, dk0));
-    expect_gradient("attention dv", v, forward, minus(dv, dv0));
+    expect_gradient("attention dq", q, forward, dq);
+    expect_gradient("attention dk", k, forward, dk);
+    expect_gradient("attention dv", v, forward, dv);
   }
   expect_lse_normalises(q, k, lse, BH, T, hd, scale);
+
+  const core::AttentionLayout L = qkv_layout(s.H, T, hd);
+  Vec qkv = random_vec(3 * n, 98);
+  const double* x = qkv.data();
+  for (auto mode : {cpu::HeadParallel::kHeads, cpu::HeadParallel::kGemm}) {
+    auto forward = [&] {
+      cpu::attention_forward(out.data(), lse.data(), x, x + D, x + 2 * D, BH, T, hd, scale, mode,
+                             {}, L);
+      return dot(out, wy);
+    };
+    forward();
+    Vec dqkv = random_vec(3 * n, 99);
+    double* d = dqkv.data();
+    cpu::attention_backward(d, d + D, d + 2 * D, wy.data(), out.data(), lse.data(), x, x + D,
+                            x + 2 * D, BH, T, hd, scale, mode, {}, L);
+    expect_gradient("attention d qkv (strided)", qkv, forward, dqkv);
+  }
 }
 
 // Longer than one query block of the kernel (kAttnBlock rows), so the blocked GEMMs over keys
-// [0, r1) and the accumulation of dK, dV across blocks are covered too.
+// [0, r1) and the sums of dK, dV across blocks are covered too (written over noise).
 TEST(KernelGradBlocks, CausalAttentionAcrossQueryBlocks) {
   int saved = omp_get_max_threads();
   omp_set_num_threads(1);
@@ -333,13 +360,12 @@ TEST(KernelGradBlocks, CausalAttentionAcrossQueryBlocks) {
     return dot(out, wy);
   };
   forward();
-  Vec dq0 = random_vec(n, 125), dk0 = random_vec(n, 126), dv0 = random_vec(n, 127);
-  Vec dq = dq0, dk = dk0, dv = dv0;
+  Vec dq = random_vec(n, 125), dk = random_vec(n, 126), dv = random_vec(n, 127);
   cpu::attention_backward(dq.data(), dk.data(), dv.data(), wy.data(), out.data(), lse.data(),
                           q.data(), k.data(), v.data(), BH, T, hd, 0.5);
-  expect_gradient("attention dq", q, forward, minus(dq, dq0));
-  expect_gradient("attention dk", k, forward, minus(dk, dk0));
-  expect_gradient("attention dv", v, forward, minus(dv, dv0));
+  expect_gradient("attention dq", q, forward, dq);
+  expect_gradient("attention dk", k, forward, dk);
+  expect_gradient("attention dv", v, forward, dv);
   expect_lse_normalises(q, k, lse, BH, T, hd, 0.5);
   omp_set_num_threads(saved);
 }
@@ -352,8 +378,9 @@ TEST(KernelGradBlocks, CausalAttentionAcrossQueryBlocks) {
 TEST(KernelGradBlocks, DocumentAndWindowMaskedAttention) {
   int saved = omp_get_max_threads();
   omp_set_num_threads(1);
-  const int64_t B = 2, H = 1, BH = B * H, T = 2 * cpu::kAttnBlock + 13, hd = 4, n = BH * T * hd;
-  const int64_t window = 37;
+  // The model's layout (q, k, v strided in qkv, out [B, T, H hd]) with two heads a batch row.
+  const int64_t B = 2, H = 2, BH = B * H, T = 2 * cpu::kAttnBlock + 13, hd = 4, D = H * hd;
+  const int64_t n = BH * T * hd, window = 37;
   const std::vector<int64_t> doc_starts = {0, 5, 6, 90};
   std::vector<int32_t> begin(B * T);
   for (int64_t t = 0; t < T; ++t) {
@@ -364,52 +391,55 @@ TEST(KernelGradBlocks, DocumentAndWindowMaskedAttention) {
     begin[T + t] = static_cast<int32_t>(std::max<int64_t>(0, t - window + 1));
   }
   const core::AttentionMask mask{begin.data(), H};
+  const core::AttentionLayout L = qkv_layout(H, T, hd);
   const double scale = 0.3;
-  Vec q = random_vec(n, 131), k = random_vec(n, 132), v = random_vec(n, 133),
-      wy = random_vec(n, 134), out(n), lse(BH * T);
+  Vec qkv = random_vec(3 * n, 131), wy = random_vec(n, 134), out(n), lse(BH * T);
+  const double* x = qkv.data();
   auto forward = [&] {
-    cpu::attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), BH, T, hd, scale,
-                           cpu::HeadParallel::kAuto, mask);
+    cpu::attention_forward(out.data(), lse.data(), x, x + D, x + 2 * D, BH, T, hd, scale,
+                           cpu::HeadParallel::kAuto, mask, L);
     return dot(out, wy);
   };
   forward();
-  // The definition: softmax over keys [begin_t, t] of scale q_t . k_j.
+  // The definition: softmax over keys [begin_t, t] of scale q_t . k_j, head h of token (b, t)
+  // at columns h hd of its q, k, v parts.
+  auto at = [&](int64_t b, int64_t t, int64_t part, int64_t h, int64_t d) {
+    return qkv[(b * T + t) * 3 * D + part * D + h * hd + d];
+  };
   double worst = 0.0;
-  for (int64_t h = 0; h < BH; ++h) {
+  for (int64_t bh = 0; bh < BH; ++bh) {
+    const int64_t b = bh / H, h = bh % H;
     for (int64_t t = 0; t < T; ++t) {
-      const int64_t lo = begin[(h / H) * T + t];
+      const int64_t lo = begin[b * T + t];
       std::vector<double> sc;
       double mx = -1e300;
       for (int64_t j = lo; j <= t; ++j) {
         double dotqk = 0.0;
         for (int64_t d = 0; d < hd; ++d)
-          dotqk += q[(h * T + t) * hd + d] * k[(h * T + j) * hd + d];
+          dotqk += at(b, t, 0, h, d) * at(b, j, 1, h, d);
         sc.push_back(scale * dotqk);
         mx = std::max(mx, sc.back());
       }
       double z = 0.0;
-      for (double x : sc)
-        z += std::exp(x - mx);
-      worst = std::max(worst, std::abs(lse[h * T + t] - (mx + std::log(z))));
+      for (double y : sc)
+        z += std::exp(y - mx);
+      worst = std::max(worst, std::abs(lse[bh * T + t] - (mx + std::log(z))));
       for (int64_t d = 0; d < hd; ++d) {
         double o = 0.0;
         for (int64_t j = lo; j <= t; ++j)
-          o += std::exp(sc[j - lo] - mx) / z * v[(h * T + j) * hd + d];
-        worst = std::max(worst, std::abs(out[(h * T + t) * hd + d] - o));
+          o += std::exp(sc[j - lo] - mx) / z * at(b, j, 2, h, d);
+        worst = std::max(worst, std::abs(out[(b * T + t) * D + h * hd + d] - o));
       }
     }
   }
   core::test::expect_within("masked attention vs the definition, max abs", worst, 1e-12);
   EXPECT_EQ(begin[5], 5);
-  EXPECT_EQ(begin[6], 6);  // the one-token document [5, 6) sees itself only
-  Vec dq0 = random_vec(n, 135), dk0 = random_vec(n, 136), dv0 = random_vec(n, 137);
-  Vec dq = dq0, dk = dk0, dv = dv0;
-  cpu::attention_backward(dq.data(), dk.data(), dv.data(), wy.data(), out.data(), lse.data(),
-                          q.data(), k.data(), v.data(), BH, T, hd, scale, cpu::HeadParallel::kAuto,
-                          mask);
-  expect_gradient("masked attention dq", q, forward, minus(dq, dq0));
-  expect_gradient("masked attention dk", k, forward, minus(dk, dk0));
-  expect_gradient("masked attention dv", v, forward, minus(dv, dv0));
+  EXPECT_EQ(begin[6], 6);             // the one-token document [5, 6) sees itself only
+  Vec dqkv = random_vec(3 * n, 135);  // noise: every element is written
+  double* d = dqkv.data();
+  cpu::attention_backward(d, d + D, d + 2 * D, wy.data(), out.data(), lse.data(), x, x + D,
+                          x + 2 * D, BH, T, hd, scale, cpu::HeadParallel::kAuto, mask, L);
+  expect_gradient("masked attention d qkv", qkv, forward, dqkv);
   omp_set_num_threads(saved);
 }
 
