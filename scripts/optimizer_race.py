@@ -3,7 +3,8 @@
 
 usage: optimizer_race.py [--config C.yaml] [--target LOSS|budget|adamw] [--steps N] [--eval-every N]
                          [--families adamw,muon,normuon,soap,rekls] [--lr-factors 0.5,1,2] [--extend 2]
-                         [--center FAMILY=LR,...] [--seeds 3] [--np 2] [--threads T] [--out DIR] [--set KEY=VALUE ...]
+                         [--center FAMILY=LR,...] [--seeds 3] [--tune-seed S] [--report-seeds S,S,...]
+                         [--np 2] [--threads T] [--out DIR] [--reuse DIR] [--set KEY=VALUE ...]
                          [--engine PATH] [--table-only]
 
 The families differ only in the optimizer of the hidden matrices (the config's group that holds
@@ -14,7 +15,10 @@ refused. Each family first trains at its documented default learning rate (or th
 names for it, e.g. the best of an earlier race) times each of --lr-factors (seed: the config's),
 then its best learning rate (fewest steps to the target; else the lowest final validation loss)
 (where that is the smallest or largest swept, the sweep goes on past it by the same ratio, at most
---extend more runs, until the best is inside) at --seeds seeds (the sweep's run is the first). Every run is --steps steps with a validation every
+--extend more runs, until the best is inside) at --seeds seeds (the sweep's run is the first).
+--tune-seed sweeps at another seed and --report-seeds names the seeds the best rate is reported
+at: a rate picked on a seed that is not reported keeps the pick's luck out of the reported mean
+(issue 50). Every run is --steps steps with a validation every
 --eval-every; a run stops early at the target (train.target_val_loss), and its steps and train
 time to the target, median tokens/s and peak memory are kept; each family's optimizer state bytes
 per rank are measured once, at its best lr, from a 2-step run's checkpoint (the optim/ tensors of
@@ -28,7 +32,8 @@ log.txt, and result.json once it is done), race.json, race.md (the table: steps 
 target, mean and spread over seeds, speedups over tuned AdamW, the chosen learning rates) and
 race.png (validation loss against steps and against time, the best run of each family). An
 interrupted race resumes at the first run without a result.json; --table-only rewrites the table
-from the results already there. Times are only comparable on a quiet machine.
+from the results already there; --reuse DIR copies a run that an earlier race of the same config,
+steps and world size finished in DIR (same folder name) instead of training it again. Times are only comparable on a quiet machine.
 
 --target budget races at a fixed budget instead, as Wen et al. (2025) tune: every run trains all
 --steps, each family's best learning rate is the one with the lowest final validation loss, and
@@ -162,6 +167,11 @@ def main():
     ap.add_argument("--center", default="", metavar="FAMILY=LR,...",
                     help="centre these families' sweeps on these learning rates, not their defaults")
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--tune-seed", type=int, default=None, help="the sweep's seed (default: the config's train.seed)")
+    ap.add_argument("--report-seeds", default=None, metavar="S,S,...",
+                    help="the seeds the best lr runs at (default: the tune seed and the next --seeds - 1)")
+    ap.add_argument("--reuse", default=None, metavar="DIR",
+                    help="copy a run finished in DIR (same folder name) instead of training it")
     ap.add_argument("--np", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default=None)
@@ -203,7 +213,14 @@ def main():
     name = os.path.splitext(os.path.basename(a.config))[0]
     out = a.out or os.path.join(REPO, "runs", "race", name)
     os.makedirs(out, exist_ok=True)
-    base_seed = int((cfg.get("train", {}) or {}).get("seed", 1337))
+    base_seed = a.tune_seed if a.tune_seed is not None else int((cfg.get("train", {}) or {}).get("seed", 1337))
+    try:
+        report_seeds = [int(x) for x in a.report_seeds.split(",") if x] if a.report_seeds else \
+            [base_seed + i for i in range(a.seeds)]
+    except ValueError:
+        ap.error("--report-seeds: %r is not a list of integers" % a.report_seeds)
+    if not report_seeds:
+        ap.error("--report-seeds: no seed")
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), OMPI_ALLOW_RUN_AS_ROOT="1",
                OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
 
@@ -234,6 +251,11 @@ def main():
         if a.table_only:
             return None
         shutil.rmtree(run_dir, ignore_errors=True)  # an interrupted run starts over, logs and all
+        earlier = os.path.join(a.reuse, os.path.basename(run_dir)) if a.reuse else None
+        if earlier and os.path.exists(os.path.join(earlier, "result.json")):
+            print("race: %s lr %g seed %d (reused from %s)" % (family, lr, seed, a.reuse), flush=True)
+            shutil.copytree(earlier, run_dir)
+            return json.load(open(done))
         train(family, lr, seed, run_dir, [])
         r = dict(run_result(run_dir, target), family=family, lr=lr, seed=seed)
         json.dump(r, open(done + ".tmp", "w"))
@@ -262,7 +284,9 @@ def main():
                 break
             sweep.append(r)
             best = min(sweep, key=rank)
-        seeds = [best] + [r for r in (run(family, best["lr"], base_seed + i) for i in range(1, a.seeds)) if r]
+        seeds = [r for r in (run(family, best["lr"], s) for s in report_seeds) if r]
+        if not seeds:
+            continue
         results[family] = {"sweep": sweep, "best_lr": best["lr"], "seeds": seeds}
     # Optimizer state per rank, measured: each family at its best lr for 2 steps, then a
     # checkpoint whose optim/ tensors are summed per rank file (the state has its full size after
