@@ -77,6 +77,8 @@ def budget_for_loss(budgets, losses, loss):
     """The budget at which the piecewise log-linear L(B) through (budgets, losses) equals loss, and
     whether it lies outside the measured budgets (the end segment extended). None where the curve
     does not fall there (a flat or rising segment)."""
+    if len(budgets) < 2:
+        return None, False
     logb = [math.log(b) for b in budgets]
     for i in range(len(budgets) - 1):
         hi, lo = losses[i], losses[i + 1]
