@@ -9,6 +9,7 @@
 #   2. the 150-step race of every family again, each swept around its tuned rate of that race
 #      (docs/race/cpu_small_budget150_tune1000; AdamW's 150-step budget point); runs that the
 #      race already finished are copied from it (--reuse), not trained again.
+# The runs share the machine with other work, so their tables leave times out (--no-times).
 # scripts/race_budget_fit.py turns the results into the speedup table.
 #
 #   scripts/race_budgets.sh            # resumable: a run with a result.json is skipped
@@ -24,7 +25,7 @@ tune_seed="${TUNE_SEED:-1000}"
 race() {
   /usr/bin/python3 scripts/optimizer_race.py --config configs/cpu_small.yaml --target budget \
     --eval-every 10 --np 2 --extend 4 --lr-factors 0.5,1,2 --tune-seed "$tune_seed" \
-    --report-seeds "${REPORT_SEEDS:-1337,1338,1339}" --engine "$build/apps/engine/engine" "$@"
+    --report-seeds "${REPORT_SEEDS:-1337,1338,1339}" --no-times --engine "$build/apps/engine/engine" "$@"
 }
 for budget in ${BUDGETS:-225 300}; do
   echo "== AdamW at $budget steps"

@@ -5,7 +5,8 @@
 # the race's conclusions. Then a budget race (--target budget): the target is set from the tuned runs,
 # the steps to it interpolated; --target adamw on the same runs; the sweep's extension past an
 # edge; --center with --set on top of the race's groups; and --tune-seed, --report-seeds and
-# --reuse (the sweep at a seed that is not reported, a finished run copied from an earlier race).
+# --reuse (the sweep at a seed that is not reported, a finished run copied from an earlier race);
+# --no-times.
 #
 #   optimizer_race_test.sh REPO BUILD_DIR WORK
 set -euo pipefail
@@ -118,3 +119,10 @@ assert [s["seed"] for s in r["sweep"]] == [1234], r["sweep"]
 assert [s["seed"] for s in r["seeds"]] == [1235, 1236], "reported seeds %s" % [s["seed"] for s in r["seeds"]]
 PY
 echo "PASS: --tune-seed, --report-seeds and --reuse"
+# --no-times: the table and the plot leave out times and tokens/s, the steps stay.
+race --families adamw --lr-factors 1 --extend 0 --center adamw=0.005 --tune-seed 1234 --report-seeds 1235,1236 \
+  --out "$work/reuse" --table-only --no-times >"$work/notimes.log"
+head -1 "$work/reuse/race.md" | grep -q 'times left out' && ! grep -q 'tok/s\|seconds to target' "$work/reuse/race.md" &&
+  grep -q '^| adamw | 0.005 (' "$work/reuse/race.md" ||
+  { echo "FAIL: --no-times left times in the table"; cat "$work/reuse/race.md"; exit 1; }
+echo "PASS: --no-times"

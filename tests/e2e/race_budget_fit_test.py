@@ -113,7 +113,7 @@ assert "| far | 0.01 | 3 |" in md and "*" in md.split("| far |")[1].split("\n")[
 print("PASS: tuned lr, log-linear speedups (2 extrapolated), power law, Welch t, crossing")
 
 # DIR=SEED tunes that folder on another seed: on seed 1, budget 100 takes the decoy lr 0.004.
-p = fit("--adamw", os.path.join(work, "adamw100") + "=1", os.path.join(work, "adamw200"), os.path.join(work, "adamw400"))
+p = fit("--adamw", os.path.join(work, "adamw100") + "=1", *(os.path.join(work, "adamw%d" % b) for b in (200, 400)))
 assert p.returncode == 0, p.stdout
 first = json.load(open(os.path.join(work, "fit.json")))["adamw"][0]
 assert (first["tune_seed"], first["lr"], first["final"]) == (1, 0.004, [L(100) - 0.2]), first
