@@ -23,7 +23,9 @@ equals the family's mean final loss at the race's budget B, over B. Its interval
 over seeds (each group's seeds resampled with replacement, the fit and the speedup recomputed;
 the 2.5 and 97.5 percentiles; with three seeds per group a rough one). Beside it: the difference
 of final losses from AdamW's at the race's budget, mean and the spread of each, and Welch's
-t-test on the seeds' final losses (two-sided); and the earlier crossing method (steps at which a
+t-test on the seeds' final losses (two-sided), with a paired t-test beside it (a seed fixes the
+initial weights and the data order in every family, so the seeds pair up and the pairing removes
+their shared part of the spread); and the earlier crossing method (steps at which a
 family's validation curve first reaches tuned AdamW's worst seed's final loss, interpolated
 between validations, against AdamW's own steps to it).
 
@@ -118,6 +120,12 @@ def welch(xs, ys):
     return float(t.statistic), dof, float(t.pvalue)
 
 
+def paired(xs, ys):
+    """A paired two-sided t-test of two samples matched by position: (t, p)."""
+    t = stats.ttest_rel(xs, ys)
+    return float(t.statistic), float(t.pvalue)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--adamw", nargs="+", required=True, metavar="DIR")
@@ -184,13 +192,18 @@ def main():
                 boot.append(bb / B)
         lo, hi = (float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))) if boot else (None, None)
         t, dof, p = welch(final, base_final) if len(final) > 1 and len(base_final) > 1 else (None, None, None)
+        by_seed = {r["seed"]: r["final_val_loss"] for r in base["runs"]}
+        common = [r["seed"] for r in reported if r["seed"] in by_seed]
+        pt, pp = paired([r["final_val_loss"] for r in reported if r["seed"] in by_seed],
+                        [by_seed[s] for s in common]) if len(common) > 1 else (None, None)
         crossing = [scored(r, target)["target_step"] for r in reported]
         hit = [s for s in crossing if s is not None]
         law_budget = power_law_budget(law, m) if law else None
         rows.append({
             "family": family, "lr": lr, "seeds": [r["seed"] for r in reported], "final": final,
             "final_mean_sd": mean_sd(final), "delta": m - statistics.mean(base_final),
-            "t": t, "dof": dof, "p": p, "adamw_budget": budget, "extrapolated": extrapolated,
+            "t": t, "dof": dof, "p": p, "paired_seeds": common, "paired_t": pt, "paired_p": pp,
+            "adamw_budget": budget, "extrapolated": extrapolated,
             "speedup": budget / B if budget else None, "speedup_ci95": (lo, hi),
             "bootstrap_undefined": undefined, "power_law_speedup": law_budget / B if law_budget else None,
             "crossing_steps": crossing, "crossing_reached": len(hit),
@@ -219,13 +232,14 @@ def main():
           "budgets %d-%d; crossing: steps to %.4f, tuned AdamW's worst seed's final loss, AdamW taking "
           "%.1f):" % (B, a.race_tune_seed, B, statistics.mean(base_final), B, budgets[0], budgets[-1], target,
                       statistics.mean(base_steps)), "",
-          "| family | lr | seeds | final val loss | Δ vs AdamW | Welch t (dof), p | AdamW budget | "
+          "| family | lr | seeds | final val loss | Δ vs AdamW | Welch t (dof), p | paired t, p | AdamW budget | "
           "speedup (budget) | 95% bootstrap | power law | speedup (crossing) | reached |",
-          "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        L.append("| %s | %g | %d | %.4f ± %s | %+.4f | %s | %s | %s%s | %s | %s | %s | %d of %d |" % (
+        L.append("| %s | %g | %d | %.4f ± %s | %+.4f | %s | %s | %s | %s%s | %s | %s | %s | %d of %d |" % (
             r["family"], r["lr"], len(r["final"]), r["final_mean_sd"][0], fmt(r["final_mean_sd"][1], "%.4f"),
             r["delta"], "%.2f (%.1f), %.2g" % (r["t"], r["dof"], r["p"]) if r["p"] is not None else "-",
+            "%.2f, %.2g" % (r["paired_t"], r["paired_p"]) if r["paired_p"] is not None else "-",
             fmt(r["adamw_budget"], "%.0f"), fmt(r["speedup"]), "*" if r["extrapolated"] else "",
             "%.2f-%.2f" % r["speedup_ci95"] if r["speedup_ci95"][0] is not None else "-",
             fmt(r["power_law_speedup"]), fmt(r["crossing_speedup"]), r["crossing_reached"], len(r["final"])))

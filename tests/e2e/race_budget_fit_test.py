@@ -7,7 +7,7 @@ at another lr that ends lower (picking on the reported seeds would take it). Eve
 curve is a straight line from 10 at step 0 to its final loss, so the crossing is exact. Families at
 budget 100: one ending at L(200) (speedup 2), one between L(100) and L(200) (log-linear
 interpolation), one below L(400) and one above L(100) (extrapolated, marked). Checked: the tuned lr,
-the speedups, the power law, Welch's t, the crossing speedup, the bootstrap interval around the
+the speedups, the power law, Welch's and the paired t, the crossing speedup, the bootstrap interval around the
 point, a folder's own tuning seed (DIR=SEED), and the error for a family with no run at the
 tuning seed.
 
@@ -98,6 +98,10 @@ for f, (budget, extrapolated) in want.items():
     vx, vy = sum((x - mx) ** 2 for x in xs) / 2, sum((y - my) ** 2 for y in ys) / 2
     assert abs(r["t"] - (mx - my) / math.sqrt(vx / 3 + vy / 3)) < 1e-9, (f, r["t"])
     assert abs(r["delta"] - (mx - my)) < 1e-12
+    # The paired t: the mean of the seed-by-seed differences over its standard error.
+    d = [x - y for x, y in zip(xs, ys)]
+    md = sum(d) / 3
+    assert abs(r["paired_t"] - md / math.sqrt(sum((v - md) ** 2 for v in d) / 2 / 3)) < 1e-9, (f, r["paired_t"])
     # The crossing: straight curves reach the target (AdamW's worst final, L(100) + 0.01) at
     # 100 (10 - target) / (10 - final).
     target = L(100) + 0.01
@@ -110,7 +114,7 @@ assert lo < rows["fast"]["speedup"] < hi, rows["fast"]["speedup_ci95"]
 assert rows["slow"]["crossing_reached"] == 0 and rows["slow"]["crossing_speedup"] is None
 md = open(os.path.join(work, "fit.md")).read()
 assert "| far | 0.01 | 3 |" in md and "*" in md.split("| far |")[1].split("\n")[0], md
-print("PASS: tuned lr, log-linear speedups (2 extrapolated), power law, Welch t, crossing")
+print("PASS: tuned lr, log-linear speedups (2 extrapolated), power law, Welch and paired t, crossing")
 
 # DIR=SEED tunes that folder on another seed: on seed 1, budget 100 takes the decoy lr 0.004.
 p = fit("--adamw", os.path.join(work, "adamw100") + "=1", *(os.path.join(work, "adamw%d" % b) for b in (200, 400)))
