@@ -18,7 +18,11 @@
 # command again to go on. Knobs (environment): PRETRAIN_STEPS (2000), FT_STEPS (100),
 # SEEDS ("1 2"), ADAMW_LRS ("3e-4 1e-3 3e-3 1e-2"), OSFT_URRS ("0.5 0.25"),
 # OSFT_LRS ("1e-3 3e-3 1e-2"), NP (2 ranks, OMP_NUM_THREADS 1 each), BUILD_DIR (build),
-# OUT (runs/frontier).
+# OUT (runs/frontier), PRETRAIN_DIR (OUT/pretrain: another grid's pretraining can be shared),
+# FREEZE ("embed_head": both arms hold the embedding and the head at lr 0, so the comparison is
+# about the hidden matrices OSFT constrains; issue 50. Each arm's groups are then: the hidden
+# matrices (AdamW, or OSFT), embed.weight and lm_head.weight (AdamW at lr 0: no update), and any
+# other weight at the run's lr). scripts/forgetting_frozen.sh runs that grid.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
@@ -27,6 +31,9 @@ out="${OUT:-runs/frontier}"
 np="${NP:-2}"
 pretrain_steps="${PRETRAIN_STEPS:-2000}"
 ft_steps="${FT_STEPS:-100}"
+pretrain_dir="${PRETRAIN_DIR:-$out/pretrain}"
+freeze="${FREEZE:-}"
+[[ -z "$freeze" || "$freeze" == embed_head ]] || { echo "forgetting.sh: FREEZE must be empty or embed_head, got '$freeze'" >&2; exit 2; }
 seeds="${SEEDS:-1 2}"
 adamw_lrs="${ADAMW_LRS:-3e-4 1e-3 3e-3 1e-2}"
 osft_urrs="${OSFT_URRS:-0.5 0.25}"
@@ -64,16 +71,16 @@ add_elapsed() { echo $(( $(cat "$elapsed_file") + SECONDS - session_start )) > "
 trap add_elapsed EXIT
 
 # ---- 1. pretraining, once ------------------------------------------------------------------------
-pretrained="$(final_checkpoint "$out/pretrain" "$pretrain_steps")"
+pretrained="$(final_checkpoint "$pretrain_dir" "$pretrain_steps")"
 if [[ -z "$pretrained" ]]; then
   echo "== pretraining on brown_informative ($pretrain_steps steps; resumes where it stopped)"
   run --config configs/cpu_small.yaml $(split_sets brown_informative) \
     --set "train.steps=$pretrain_steps" --set train.eval_every=100 --set checkpoint.every=250 \
     --set checkpoint.keep=2 --set checkpoint.resume=auto \
-    --set "checkpoint.dir=$out/pretrain/checkpoints" --set "log.dir=$out/pretrain" \
-    >> "$out/pretrain.log" 2>&1
-  pretrained="$(final_checkpoint "$out/pretrain" "$pretrain_steps")"
-  [[ -n "$pretrained" ]] || { echo "forgetting.sh: pretraining left no step $pretrain_steps checkpoint (see $out/pretrain.log)" >&2; exit 1; }
+    --set "checkpoint.dir=$pretrain_dir/checkpoints" --set "log.dir=$pretrain_dir" \
+    >> "$pretrain_dir.log" 2>&1
+  pretrained="$(final_checkpoint "$pretrain_dir" "$pretrain_steps")"
+  [[ -n "$pretrained" ]] || { echo "forgetting.sh: pretraining left no step $pretrain_steps checkpoint (see $pretrain_dir.log)" >&2; exit 1; }
 fi
 runs="$out/runs.tsv"
 [[ -f "$runs" ]] || printf 'run\tmethod\turr\tlr\tseed\tinformative\timaginative\tseconds\n' > "$runs"
@@ -102,15 +109,27 @@ finetune() {  # name config urr lr seed [--set ...]
     "$((SECONDS - t0))" >> "$runs"
   rm -rf "$dir/checkpoints"  # the numbers are in runs.tsv; 4 MB a run otherwise
 }
+# FREEZE=embed_head: each arm's optimizer groups, the hidden matrices first (so optim.0 is the
+# arm's own optimizer and the logged lr is the run's), then the embedding and head held at lr 0,
+# then whatever else the model has at the run's lr (optional: cpu_small has nothing else).
+hidden='["blocks.*.attn.qkv.weight", "blocks.*.attn.proj.weight", "blocks.*.mlp.fc.weight", "blocks.*.mlp.proj.weight"]'
+adamw_hyper='betas: [0.9, 0.95], eps: 1.0e-8, eps_mode: torch, weight_decay: 0.0'
+frozen_groups() {  # the hidden-matrix group; prints the optim list
+  echo "optim=[$1, {params: [embed.weight, lm_head.weight], optimizer: adamw, lr: 0.0, $adamw_hyper}, {params: ['*'], optimizer: adamw, lr: $2, $adamw_hyper, optional: true}]"
+}
 for seed in $seeds; do
   for lr in $adamw_lrs; do
-    finetune "adamw_lr${lr}_seed$seed" configs/osft_finetune_baseline.yaml - "$lr" "$seed" \
-      --set "optim.0.lr=$lr"
+    sets=(--set "optim.0.lr=$lr")
+    [[ -n "$freeze" ]] &&
+      sets=(--set "$(frozen_groups "{params: $hidden, optimizer: adamw, lr: $lr, $adamw_hyper}" "$lr")")
+    finetune "adamw_lr${lr}_seed$seed" configs/osft_finetune_baseline.yaml - "$lr" "$seed" "${sets[@]}"
   done
   for urr in $osft_urrs; do
     for lr in $osft_lrs; do
-      finetune "osft_urr${urr}_lr${lr}_seed$seed" configs/osft_finetune.yaml "$urr" "$lr" "$seed" \
-        --set "optim.0.unfreeze_rank_ratio=$urr" --set "optim.0.lr=$lr" --set "optim.1.lr=$lr"
+      sets=(--set "optim.0.unfreeze_rank_ratio=$urr" --set "optim.0.lr=$lr" --set "optim.1.lr=$lr")
+      osft="{params: $hidden, optimizer: osft, unfreeze_rank_ratio: $urr, lr: $lr, betas: [0.9, 0.95], weight_decay: 0.0}"
+      [[ -n "$freeze" ]] && sets=(--set "$(frozen_groups "$osft" "$lr")")
+      finetune "osft_urr${urr}_lr${lr}_seed$seed" configs/osft_finetune.yaml "$urr" "$lr" "$seed" "${sets[@]}"
     done
   done
 done

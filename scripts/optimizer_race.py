@@ -3,8 +3,9 @@
 
 usage: optimizer_race.py [--config C.yaml] [--target LOSS|budget|adamw] [--steps N] [--eval-every N]
                          [--families adamw,muon,normuon,soap,rekls] [--lr-factors 0.5,1,2] [--extend 2]
-                         [--center FAMILY=LR,...] [--seeds 3] [--np 2] [--threads T] [--out DIR] [--set KEY=VALUE ...]
-                         [--engine PATH] [--table-only]
+                         [--center FAMILY=LR,...] [--seeds 3] [--tune-seed S] [--report-seeds S,S,...]
+                         [--np 2] [--threads T] [--out DIR] [--reuse DIR] [--set KEY=VALUE ...]
+                         [--engine PATH] [--table-only] [--no-times]
 
 The families differ only in the optimizer of the hidden matrices (the config's group that holds
 blocks.*.attn.qkv.weight): AdamW, Muon, NorMuon, SOAP and REKLS; every other group (embeddings,
@@ -14,7 +15,10 @@ refused. Each family first trains at its documented default learning rate (or th
 names for it, e.g. the best of an earlier race) times each of --lr-factors (seed: the config's),
 then its best learning rate (fewest steps to the target; else the lowest final validation loss)
 (where that is the smallest or largest swept, the sweep goes on past it by the same ratio, at most
---extend more runs, until the best is inside) at --seeds seeds (the sweep's run is the first). Every run is --steps steps with a validation every
+--extend more runs, until the best is inside) at --seeds seeds (the sweep's run is the first).
+--tune-seed sweeps at another seed and --report-seeds names the seeds the best rate is reported
+at: a rate picked on a seed that is not reported keeps the pick's luck out of the reported mean
+(issue 50). Every run is --steps steps with a validation every
 --eval-every; a run stops early at the target (train.target_val_loss), and its steps and train
 time to the target, median tokens/s and peak memory are kept; each family's optimizer state bytes
 per rank are measured once, at its best lr, from a 2-step run's checkpoint (the optim/ tensors of
@@ -28,7 +32,9 @@ log.txt, and result.json once it is done), race.json, race.md (the table: steps 
 target, mean and spread over seeds, speedups over tuned AdamW, the chosen learning rates) and
 race.png (validation loss against steps and against time, the best run of each family). An
 interrupted race resumes at the first run without a result.json; --table-only rewrites the table
-from the results already there. Times are only comparable on a quiet machine.
+from the results already there; --reuse DIR copies a run that an earlier race of the same config,
+steps and world size finished in DIR (same folder name) instead of training it again. Times are
+only comparable on a quiet machine.
 
 --target budget races at a fixed budget instead, as Wen et al. (2025) tune: every run trains all
 --steps, each family's best learning rate is the one with the lowest final validation loss, and
@@ -162,12 +168,19 @@ def main():
     ap.add_argument("--center", default="", metavar="FAMILY=LR,...",
                     help="centre these families' sweeps on these learning rates, not their defaults")
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--tune-seed", type=int, default=None, help="the sweep's seed (default: the config's train.seed)")
+    ap.add_argument("--report-seeds", default=None, metavar="S,S,...",
+                    help="the seeds the best lr runs at (default: the tune seed and the next --seeds - 1)")
+    ap.add_argument("--reuse", default=None, metavar="DIR",
+                    help="copy a run finished in DIR (same folder name) instead of training it")
     ap.add_argument("--np", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default=None)
     ap.add_argument("--set", action="append", default=[], dest="sets", metavar="KEY=VALUE")
     ap.add_argument("--engine", default=os.path.join(REPO, "build/apps/engine/engine"))
     ap.add_argument("--table-only", action="store_true")
+    ap.add_argument("--no-times", action="store_true",
+                    help="leave times and tokens/s out of the table (runs not trained on a quiet machine)")
     a = ap.parse_args()
     families = [f for f in a.families.split(",") if f]
     for f in families:
@@ -203,7 +216,14 @@ def main():
     name = os.path.splitext(os.path.basename(a.config))[0]
     out = a.out or os.path.join(REPO, "runs", "race", name)
     os.makedirs(out, exist_ok=True)
-    base_seed = int((cfg.get("train", {}) or {}).get("seed", 1337))
+    base_seed = a.tune_seed if a.tune_seed is not None else int((cfg.get("train", {}) or {}).get("seed", 1337))
+    try:
+        report_seeds = [int(x) for x in a.report_seeds.split(",") if x] if a.report_seeds else \
+            [base_seed + i for i in range(a.seeds)]
+    except ValueError:
+        ap.error("--report-seeds: %r is not a list of integers" % a.report_seeds)
+    if not report_seeds:
+        ap.error("--report-seeds: no seed")
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), OMPI_ALLOW_RUN_AS_ROOT="1",
                OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
 
@@ -234,6 +254,11 @@ def main():
         if a.table_only:
             return None
         shutil.rmtree(run_dir, ignore_errors=True)  # an interrupted run starts over, logs and all
+        earlier = os.path.join(a.reuse, os.path.basename(run_dir)) if a.reuse else None
+        if earlier and os.path.exists(os.path.join(earlier, "result.json")):
+            print("race: %s lr %g seed %d (reused from %s)" % (family, lr, seed, a.reuse), flush=True)
+            shutil.copytree(earlier, run_dir)
+            return json.load(open(done))
         train(family, lr, seed, run_dir, [])
         r = dict(run_result(run_dir, target), family=family, lr=lr, seed=seed)
         json.dump(r, open(done + ".tmp", "w"))
@@ -262,7 +287,9 @@ def main():
                 break
             sweep.append(r)
             best = min(sweep, key=rank)
-        seeds = [best] + [r for r in (run(family, best["lr"], base_seed + i) for i in range(1, a.seeds)) if r]
+        seeds = [r for r in (run(family, best["lr"], s) for s in report_seeds) if r]
+        if not seeds:
+            continue
         results[family] = {"sweep": sweep, "best_lr": best["lr"], "seeds": seeds}
     # Optimizer state per rank, measured: each family at its best lr for 2 steps, then a
     # checkpoint whose optim/ tensors are summed per rank file (the state has its full size after
@@ -310,22 +337,29 @@ def write_tables(out, results, target, steps, a):
            "every run trains all %d steps, learning rates tuned for the lowest final val loss)" %
            ("runs" if a.target == "budget" else "AdamW seeds", a.target, steps)
            if a.target in ("budget", "adamw") else "at most %d steps, a run stops there" % steps)
-    L = ["Target val loss %.4f, %s; np %d x %d thread(s); steps and seconds to the "
+    # --no-times: runs trained beside other work (or copied from a quiet machine's race) have
+    # times that say nothing, so the table leaves them out.
+    timed = not a.no_times
+    L = ["Target val loss %.4f, %s; np %d x %d thread(s); steps%s to the "
          "target: mean ± standard deviation over the seeds that reached it (interpolated between "
-         "the validations, every %d steps, that bracket it)." % (target, how, a.np, a.threads, a.eval_every), "",
-         "| family | lr (swept, lr: final val loss @ steps to target) | reached | steps to target | x AdamW (steps) | "
-         "seconds to target | x AdamW (time) | final val loss | tok/s | peak MiB | optimizer state MiB (largest rank) |",
-         "|---|---|---|---|---|---|---|---|---|---|---|"]
+         "the validations, every %d steps, that bracket it)%s." % (
+             target, how, a.np, a.threads, " and seconds" if timed else "", a.eval_every,
+             "" if timed else "; times left out (--no-times: not trained on a quiet machine)"), "",
+         "| family | lr (swept, lr: final val loss @ steps to target) | reached | steps to target | x AdamW (steps) | " +
+         ("seconds to target | x AdamW (time) | " if timed else "") + "final val loss | " +
+         ("tok/s | " if timed else "") + "peak MiB | optimizer state MiB (largest rank) |",
+         "|---|---|---|---|---|" + ("---|---|" if timed else "") + "---|" + ("---|" if timed else "") + "---|---|"]
     for x in rows:
         s, t = x["steps"], x["seconds"]
-        L.append("| %s | %g (%s) | %d of %d | %s | %s | %s | %s | %.4f ± %.4f | %.0f | %.0f | %s |" % (
-            x["family"], x["lr"], x["swept"], x["reached"], x["seeds"],
-            "%.1f ± %.1f" % s if s[0] else "-",
-            "%.2f" % (ref["steps"][0] / s[0]) if ref and s[0] else "-",
-            "%.1f ± %.1f" % t if t[0] else "-",
-            "%.2f" % (ref["seconds"][0] / t[0]) if ref and t[0] else "-",
-            x["final"][0], x["final"][1], x["tokens_per_s"], x["peak_mib"],
-            "-" if x["state_mib"] is None else "%.1f" % x["state_mib"]))
+        cells = [x["family"], "%g (%s)" % (x["lr"], x["swept"]), "%d of %d" % (x["reached"], x["seeds"]),
+                 "%.1f ± %.1f" % s if s[0] else "-", "%.2f" % (ref["steps"][0] / s[0]) if ref and s[0] else "-"]
+        if timed:
+            cells += ["%.1f ± %.1f" % t if t[0] else "-", "%.2f" % (ref["seconds"][0] / t[0]) if ref and t[0] else "-"]
+        cells.append("%.4f ± %.4f" % x["final"])
+        if timed:
+            cells.append("%.0f" % x["tokens_per_s"])
+        cells += ["%.0f" % x["peak_mib"], "-" if x["state_mib"] is None else "%.1f" % x["state_mib"]]
+        L.append("| " + " | ".join(cells) + " |")
     json.dump({"target": target, "steps": steps, "np": a.np, "threads": a.threads, "rows": rows,
                "results": results}, open(os.path.join(out, "race.json"), "w"), indent=1)
     open(os.path.join(out, "race.md"), "w").write("\n".join(L) + "\n")
@@ -333,12 +367,14 @@ def write_tables(out, results, target, steps, a):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, axes = plt.subplots(1, 2 if timed else 1, figsize=(11 if timed else 5.8, 4.2), squeeze=False)
+    axes = axes[0]
     for family, r in results.items():
         best = min(r["seeds"], key=rank)
         curve = best["val_curve"]
         axes[0].plot([c[0] for c in curve], [c[2] for c in curve], label="%s lr %g" % (family, r["best_lr"]))
-        axes[1].plot([c[1] / 1e3 for c in curve], [c[2] for c in curve], label=family)
+        if timed:
+            axes[1].plot([c[1] / 1e3 for c in curve], [c[2] for c in curve], label=family)
     # The curves part only near the target: show from a little below the lowest to 0.5 above it.
     lowest = min(c[2] for r in results.values() for s in r["seeds"] for c in s["val_curve"])
     for ax, xlabel in zip(axes, ("step", "train time (s)")):

@@ -4,7 +4,9 @@
 # removed, a second call trains that run alone; --table-only trains nothing. The plumbing, not
 # the race's conclusions. Then a budget race (--target budget): the target is set from the tuned runs,
 # the steps to it interpolated; --target adamw on the same runs; the sweep's extension past an
-# edge; and --center with --set on top of the race's groups.
+# edge; --center with --set on top of the race's groups; and --tune-seed, --report-seeds and
+# --reuse (the sweep at a seed that is not reported, a finished run copied from an earlier race);
+# --no-times.
 #
 #   optimizer_race_test.sh REPO BUILD_DIR WORK
 set -euo pipefail
@@ -101,3 +103,26 @@ if race --center adamw:0.005 --table-only >"$work/bad.log" 2>&1; then
 fi
 grep -q "adamw:0.005" "$work/bad.log" || { echo "FAIL: the --center error does not name the item"; cat "$work/bad.log"; exit 1; }
 echo "PASS: --center and --set on top of the race's groups"
+# --tune-seed with --report-seeds: the sweep runs at a seed that is not reported; --reuse copies a
+# run that an earlier race finished (here the --center run, seed 1234) instead of training it.
+race --families adamw --lr-factors 1 --extend 0 --center adamw=0.005 --tune-seed 1234 --report-seeds 1235,1236 \
+  --reuse "$work/center" --out "$work/reuse" >"$work/reuse.log"
+grep -q '^race: adamw lr 0.005 seed 1234 (reused from ' "$work/reuse.log" &&
+  [ "$(grep '^race: ' "$work/reuse.log" | grep -v 'state probe' | grep -vc reused)" -eq 2 ] ||
+  { echo "FAIL: expected seed 1234 reused and seeds 1235, 1236 trained"; cat "$work/reuse.log"; exit 1; }
+cmp -s "$work/center/adamw_lr0.005_seed1234/result.json" "$work/reuse/adamw_lr0.005_seed1234/result.json" ||
+  { echo "FAIL: the reused run's result.json is not the earlier race's"; exit 1; }
+python3 - "$work/reuse/race.json" <<'PY' || exit 1
+import json, sys
+r = json.load(open(sys.argv[1]))["results"]["adamw"]
+assert [s["seed"] for s in r["sweep"]] == [1234], r["sweep"]
+assert [s["seed"] for s in r["seeds"]] == [1235, 1236], "reported seeds %s" % [s["seed"] for s in r["seeds"]]
+PY
+echo "PASS: --tune-seed, --report-seeds and --reuse"
+# --no-times: the table and the plot leave out times and tokens/s, the steps stay.
+race --families adamw --lr-factors 1 --extend 0 --center adamw=0.005 --tune-seed 1234 --report-seeds 1235,1236 \
+  --out "$work/reuse" --table-only --no-times >"$work/notimes.log"
+head -1 "$work/reuse/race.md" | grep -q 'times left out' && ! grep -q 'tok/s\|seconds to target' "$work/reuse/race.md" &&
+  grep -q '^| adamw | 0.005 (' "$work/reuse/race.md" ||
+  { echo "FAIL: --no-times left times in the table"; cat "$work/reuse/race.md"; exit 1; }
+echo "PASS: --no-times"
