@@ -128,7 +128,9 @@ check_resume() {
   [ -f runs/hosts/metrics.jsonl ] || engine_run hosts "$hosts" > hosts.log 2>&1
   local ckpt=runs/hosts/checkpoints/step_00000010
   [ -d "$ckpt" ] || { result resume FAIL "no checkpoint $ckpt"; return 1; }
-  cp -r runs/hosts/checkpoints resumed_checkpoints
+  # The resume's folder holds the checkpoint it resumes from and nothing newer (a resume from an
+  # older checkpoint than others in its folder is refused: its saves would replace them).
+  rm -rf resumed_checkpoints && mkdir resumed_checkpoints && cp -r "$ckpt" resumed_checkpoints/
   engine_run resumed 1 --set checkpoint.resume="$work/$ckpt" \
     --set checkpoint.dir="$work/resumed_checkpoints" > resumed.log 2>&1 || { cat resumed.log; return 1; }
   local resumed_steps; resumed_steps=$(losses resumed | wc -l)

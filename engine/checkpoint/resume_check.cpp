@@ -143,10 +143,15 @@ void check_same_model(const std::string& dir, const Manifest& m, const Config& c
   }
   std::string changed;
   int n = 0;
+  // Exempt: what only initialises or trains (zero_init_head, the MoE aux loss weight), and the
+  // attention window, a condition of use rather than part of the weights' function (window_grow
+  // changes it during training; a model is evaluated at another window on purpose).
+  const auto exempt = [](const std::string& key) {
+    return key == "model.zero_init_head" || key == "model.moe.aux_weight" ||
+           key == "model.window" || key == "model.window_grow";
+  };
   for (const FieldInfo& field : config_fields()) {
-    if (field.key.rfind("model.", 0) != 0 || field.key == "model.zero_init_head" ||
-        field.key == "model.moe.aux_weight")
-      continue;
+    if (field.key.rfind("model.", 0) != 0 || exempt(field.key)) continue;
     const std::string then = field_value_string(saved, field);
     const std::string now = field_value_string(config, field);
     if (then == now) continue;
