@@ -677,7 +677,8 @@ TEST(Config, EffectiveYamlRoundTrips) {
   EXPECT_DOUBLE_EQ(back.optim[0].node["lr"].as<double>(), 0.001);
 }
 
-// Locks the key list: adding or renaming a key must update this test and the table of docs/configuration.md.
+// Locks the key list: adding or renaming a key must update this test and the table of
+// docs/configuration.md.
 TEST(Config, KeyListIsLocked) {
   std::string keys;
   for (const auto& f : engine::config_fields())
