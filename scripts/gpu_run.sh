@@ -290,7 +290,7 @@ peak = next((p for name, p in peaks if name in gpu), None)
 rows, flops_per_token, ok = [], None, True
 losses = {}
 names = {"fp32": "engine fp32", "tf32": "engine tf32", "bf16": "engine bf16",
-         "bf16_muon": "engine bf16 Muon", "bf16_muon_nsf32": "engine bf16 Muon, f32 Newton-Schulz"}
+         "bf16_muon": "engine bf16 Muon", "bf16_muon_nsf32": "engine bf16 Muon ns f32"}
 for p in names:
     recs = runlog.step_rows(os.path.join(d, "engine_" + p, "metrics.jsonl"))
     if not recs:
