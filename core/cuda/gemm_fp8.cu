@@ -179,8 +179,9 @@ void CudaBackend::gemm_fp8(const GemmArgs& args, const fp8* a, kmath::Fp8 a_form
     gemm(g, static_cast<const float*>(nullptr), nullptr, c);
     return;
   }
-  const bool tensor_cores = fp8_gemm_missing_reason().empty() && !fp8_gemm_forced_tf32() &&
-                            g.k % 16 == 0 && g.n % 16 == 0 && g.ldc % 4 == 0 && aligned16(c);
+  const bool forced_tf32 = fp8_gemm_forced_tf32();  // checked on every device
+  const bool tensor_cores = !forced_tf32 && fp8_gemm_missing_reason().empty() && g.k % 16 == 0 &&
+                            g.n % 16 == 0 && g.ldc % 4 == 0 && aligned16(c);
   if (tensor_cores) {
     // The K-contiguous forms: an operand stored [k, m] or [k, n] transposed into scratch.
     const int64_t a_bytes = g.trans_a ? g.m * g.k : 0, b_bytes = g.trans_b ? 0 : g.n * g.k;
