@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core/check.h"
+#include "core/kernel_math.h"
 #include "core/transfer.h"
 
 namespace model {
@@ -36,6 +37,16 @@ void Gpt::linear(float* y, Operand x, Operand weight, int64_t N, int64_t in, int
     a.tf32 = config_.precision == Precision::Tf32;
     backend_.gemm(a, x.f32, weight.f32, y);
   }
+}
+
+void Gpt::linear(core::bf16* y, Operand x, Operand weight, int64_t N, int64_t in, int64_t out,
+                 float alpha) {
+  ENGINE_CHECK(x.bf16 && weight.bf16,
+               "model: a linear layer with a bf16 output needs bf16 operands");
+  core::GemmArgs a;
+  a.trans_b = true;
+  a.m = N, a.n = out, a.k = in, a.alpha = alpha;
+  backend_.gemm(a, x.bf16, weight.bf16, y);
 }
 
 void Gpt::linear_backward(float* dx, float* dweight, const float* dy, Operand x, Operand weight,
@@ -356,7 +367,11 @@ void Gpt::plan(int B, int T) {
     lnf_bf16_ = take_bf16(N * D);
     lnf_mean_ = take(N);
     lnf_rstd_ = take(N);
-    logits_ = take(N * Vp);
+    // bf16 precision's ordinary head stores the logits (then d logits) in bf16 only; the FP8
+    // head keeps f32 logits (its training forward writes them, its evaluation reads them).
+    const bool bf16_logits = bf16_ && !config_.head_fp8;
+    logits_ = bf16_logits ? nullptr : take(N * Vp);
+    logits_bf16_ = bf16_logits ? take_bf16(N * Vp) : nullptr;
     losses_ = take(N);
     tokens_ = reinterpret_cast<int32_t*>(take(N));
     if (config_.masked_attention()) {
@@ -367,13 +382,12 @@ void Gpt::plan(int B, int T) {
     last_index_ = reinterpret_cast<int32_t*>(take(B));
     last_hidden_ = take_f32(B * D);
     last_hidden_bf16_ = take_bf16(B * D);
-    last_logits_ = take(B * Vp);
+    last_logits_ = bf16_logits ? nullptr : take(B * Vp);
+    last_logits_bf16_ = bf16_logits ? take_bf16(B * Vp) : nullptr;
     const int64_t rows = std::max(N, M);
     dy_bf16_ = take_bf16(rows * D);
     dpre_bf16_ = take_bf16(rows * F);
     dqkv_bf16_ = take_bf16(N * 3 * D);
-    // The FP8 head writes its output gradient as e5m2 bytes (head_gq_) instead.
-    dlogits_bf16_ = config_.head_fp8 ? nullptr : take_bf16(N * Vp);
     router_in_ = config_.moe() && bf16_ ? take(N * D) : nullptr;
     dres_ = take(N * D);
     dln_ = take(N * D);
@@ -908,16 +922,18 @@ void Gpt::run_forward(const int32_t* tokens, const int32_t* targets, int B, int 
   const bool fp8_head = want_grad && config_.head_fp8;  // the record's head in training only
   if (fp8_head) {
     head_fp8_forward(gain);
+  } else if (logits_bf16_) {
+    linear(logits_bf16_, {lnf_, lnf_bf16_}, weight(head_), N, D, Vp, gain);
   } else {
     linear(logits_, {lnf_, lnf_bf16_}, weight(head_), N, D, Vp, 0.0f, gain);
   }
   // With want_grad the fused loss also overwrites the logits with d loss / d logits (in bf16
-  // precision: writes them rounded to bf16 for the head's GEMMs, the logits kept; the FP8 head
-  // rounds them itself).
+  // precision: the bf16 logits with the gradient rounded to bf16, for the head's GEMMs; the FP8
+  // head rounds its f32 gradient itself).
   const float scale = gain / static_cast<float>(N);
-  if (want_grad && bf16_ && !fp8_head) {
-    backend_.cross_entropy_bf16(losses_, dlogits_bf16_, logits_, targets_, N, Vs, Vp,
-                                config_.tanh_cap(), scale);
+  if (logits_bf16_) {
+    backend_.cross_entropy(losses_, want_grad ? logits_bf16_ : nullptr, logits_bf16_, targets_, N,
+                           Vs, Vp, config_.tanh_cap(), scale);
   } else {
     backend_.cross_entropy(losses_, want_grad ? logits_ : nullptr, logits_, targets_, N, Vs, Vp,
                            config_.tanh_cap(), scale);
@@ -985,9 +1001,20 @@ std::vector<float> Gpt::last_logits(const int32_t* tokens, int B, int T) {
   } else {
     backend_.gather_rows(last_hidden_, lnf_, last_index_, nullptr, B, D);
   }
-  linear(last_logits_, {last_hidden_, last_hidden_bf16_}, weight(head_), B, D, Vp);
   std::vector<float> padded(B * Vp);
-  backend_.copy_to_host(padded.data(), last_logits_, padded.size() * sizeof(float));
+  if (last_logits_bf16_) {
+    // The logits the loss reads in bf16 precision: gain z rounded once (the loss's head GEMM),
+    // widened here and the gain taken off again.
+    const float gain = config_.logit_gain();
+    linear(last_logits_bf16_, {last_hidden_, last_hidden_bf16_}, weight(head_), B, D, Vp, gain);
+    std::vector<core::bf16> rounded(padded.size());
+    backend_.copy_to_host(rounded.data(), last_logits_bf16_, rounded.size() * sizeof(core::bf16));
+    for (size_t i = 0; i < padded.size(); ++i)
+      padded[i] = core::kmath::float_from_bf16(rounded[i]) / gain;
+  } else {
+    linear(last_logits_, {last_hidden_, last_hidden_bf16_}, weight(head_), B, D, Vp);
+    backend_.copy_to_host(padded.data(), last_logits_, padded.size() * sizeof(float));
+  }
   std::vector<float> out(B * V);
   const float cap = config_.softcap;
   const bool sigmoid = config_.softcap_form == SoftcapForm::Sigmoid;
@@ -1008,8 +1035,8 @@ void Gpt::backward() {
   ENGINE_CHECK(have_grad_state_, "model: backward() needs a forward() with targets before it");
   have_grad_state_ = false;
   const int64_t B = B_, T = T_, N = B * T, D = config_.d_model, Vp = config_.padded_vocab();
-  // logits_ (bf16: dlogits_bf16_) holds d loss / d logits (zero in the padded columns, so padded
-  // head rows get none).
+  // logits_ (bf16 precision: logits_bf16_) holds d loss / d logits (zero in the padded columns, so
+  // padded head rows get none).
   backend_.fill_zero(dres_, N * D * sizeof(float));
   for (float* d : dve_heads_)
     backend_.fill_zero(d, N * D * sizeof(float));
@@ -1021,7 +1048,7 @@ void Gpt::backward() {
     head_fp8_backward();
   } else {
     linear_backward(dln_, g(head_), logits_, {lnf_, lnf_bf16_}, weight(head_), N, D, Vp, 0.0f,
-                    dlogits_bf16_);
+                    logits_bf16_);
   }
   norm_backward(dres_, dln_, layers_.back().res_out, lnf_mean_, lnf_rstd_, lnf_w_, lnf_b_);
   notify(LayerEvent::kAfterBackward, config_.n_layer);

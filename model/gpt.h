@@ -139,6 +139,10 @@ class Gpt {
   // y[N, out] (+)= x[N, in] @ W[out, in]^T.
   void linear(float* y, Operand x, Operand weight, int64_t N, int64_t in, int64_t out,
               float beta = 0.0f, float alpha = 1.0f);
+  // y[N, out] = alpha x[N, in] @ W[out, in]^T stored in bf16 (each f32 sum rounded once): the
+  // bf16 head's logits. Both operands must have bf16.
+  void linear(core::bf16* y, Operand x, Operand weight, int64_t N, int64_t in, int64_t out,
+              float alpha);
   // dx[N, in] (+)= dy[N, out] @ W[out, in];  dW[out, in] += dy^T @ x. When the GEMMs run in
   // bf16, dy is given as stored in bf16 by its producer (dy_rounded: d logits, d pre, d qkv) or
   // rounded here from f32 (the residual stream's gradient, the MoE rows').
@@ -221,7 +225,11 @@ class Gpt {
   float *lnf_ = nullptr, *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr;
   // model.head_fp8: the GEMM operands as FP8 bytes: e4m3 lnf and W, e5m2 d logits.
   core::fp8 *head_xq_ = nullptr, *head_wq_ = nullptr, *head_gq_ = nullptr;
+  // The logits [N, Vp]: f32 (fp32 and tf32, and the FP8 head's), or in bf16 precision with the
+  // ordinary head bf16 only (logits_bf16_, logits_ null), which the cross-entropy overwrites in
+  // place with d loss / d logits for the head's GEMMs.
   float* logits_ = nullptr;
+  core::bf16* logits_bf16_ = nullptr;
   float* losses_ = nullptr;
   int32_t* tokens_ = nullptr;
   int32_t* targets_ = nullptr;
@@ -235,13 +243,16 @@ class Gpt {
   int32_t window_begin(int32_t t, bool short_window) const;
   core::AttentionMask mask_of(int l) const;
   float* last_hidden_ = nullptr;
+  // The last positions' logits [B, Vp] for sampling, stored as the head's logits are: f32, or
+  // bf16 (last_logits_bf16_) where the loss reads bf16 logits, so sampling sees what it scores.
   float* last_logits_ = nullptr;
+  core::bf16* last_logits_bf16_ = nullptr;
   // bf16 precision: lnf and the last positions stored as bf16 (lnf_ and last_hidden_ are null),
-  // the cross-entropy's d logits, the output gradients that the backward's producers store as
+  // the output gradients that the backward's producers store as
   // bf16 (d pre, d qkv), the rounding of the f32 ones (the residual stream's gradient, the MoE
   // rows') for their GEMMs, and the MoE router's widened input.
-  core::bf16 *lnf_bf16_ = nullptr, *last_hidden_bf16_ = nullptr, *dlogits_bf16_ = nullptr,
-             *dy_bf16_ = nullptr, *dpre_bf16_ = nullptr, *dqkv_bf16_ = nullptr;
+  core::bf16 *lnf_bf16_ = nullptr, *last_hidden_bf16_ = nullptr, *dy_bf16_ = nullptr,
+             *dpre_bf16_ = nullptr, *dqkv_bf16_ = nullptr;
   float* router_in_ = nullptr;
   // Backward scratch, shared by all layers.
   float *dres_ = nullptr, *dln_ = nullptr, *dqkv_ = nullptr, *dq_ = nullptr, *dk_ = nullptr,

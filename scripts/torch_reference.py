@@ -10,7 +10,8 @@ With --precision bf16 the model rounds where the engine's bf16 precision rounds
 (docs/precision.md): each matmul weight and the activation it multiplies to bf16 (nearest, ties
 to even) in the forward, the output gradient to bf16 in the backward (for the qkv and MLP fc
 outputs before their bias gradients too, as the engine stores those gradients in bf16), the MoE
-router's input (stored bf16; the router's weight and product stay f32), straight through
+router's input (stored bf16; the router's weight and product stay f32), the logits of the
+ordinary head (stored bf16 as g z, g the sigmoid cap's gain), straight through
 otherwise; attention's own products stay unrounded. --fd K adds K central finite
 differences of the same model with its roundings frozen at the given weights (the function whose
 gradient the straight-through rule computes), along seeded random directions, and writes how far
@@ -261,6 +262,18 @@ class Rounding:
             return self.value(x)
         return x + (self.value(x) - x.detach())
 
+    def scaled_stored(self, z, gain):
+        """z as stored in bf16 after a scaling by gain (the head's logits: the engine's head GEMM
+        writes bf16(gain z)), over gain again; straight through."""
+        if self.mode is None:
+            return z
+        if self.mode == "frozen":
+            self.calls += 1
+            return z + self.offsets[self.calls - 1]
+        r = bf16_round(gain * z.detach()) / gain
+        self.offsets.append(r - z.detach())
+        return z + (r - z.detach())
+
     def grad_stored(self, y):
         """y whose gradient the engine stores in bf16 before any use (d qkv, d pre: their bias
         gradients read it rounded)."""
@@ -454,7 +467,14 @@ def model_loss(cfg, p, idx, targets, rounding=NO_ROUNDING, head_fp8=None):
         head = p["lm_head.weight"]
     # The softmax's columns: the vocabulary, or with loss_over_padding all padded logits.
     V = cfg.padded_vocab if cfg.loss_over_padding else cfg.vocab_size
-    logits = (head_fp8(x, head) if cfg.head_fp8 else rounding.matmul(x, head))[..., :V]
+    if cfg.head_fp8:
+        logits = head_fp8(x, head)[..., :V]
+    else:
+        # The engine's logits are gain z (the sigmoid cap's gain cap / (4 scale), else 1), which
+        # its bf16 head stores rounded.
+        sigmoid = cfg.softcap > 0 and cfg.softcap_form == "sigmoid"
+        gain = cfg.softcap / (4 * cfg.softcap_scale) if sigmoid else 1.0
+        logits = rounding.scaled_stored(rounding.matmul(x, head), gain)[..., :V]
     if cfg.softcap > 0 and cfg.softcap_form == "sigmoid":
         logits = cfg.softcap * torch.sigmoid(logits / cfg.softcap_scale)
     elif cfg.softcap > 0:

@@ -29,10 +29,11 @@
 // --op-groups it then times one step's worth of each op group of the gpt2 architecture at the
 // model's shapes (the matmuls, attention, layernorm, ..., and the multi-tensor AdamW over every
 // parameter) with the backend's device marks (CUDA events), one row each, in f32; and the
-// matmuls and attention again as bf16 runs take them ("matmul bf16": bf16 GEMMs with their
-// roundings; "attention tf32": the flash kernels on TF32 tensor cores), with a second sum for a
-// bf16 run, and beside them "attention tf32 by GEMM" (core/attention_by_gemm.h, the path head
-// dims past 128 take), in neither sum.
+// matmuls, attention and the classifier again as bf16 runs take them ("matmul bf16": bf16 GEMMs
+// with their roundings, the head writing bf16 logits; "classifier bf16": the cross-entropy on
+// them, d logits in place; "attention tf32": the flash kernels on TF32 tensor cores), with a second
+// sum for a bf16 run, and beside them "attention tf32 by GEMM" (core/attention_by_gemm.h, the path
+// head dims past 128 take), in neither sum.
 //
 // --precision takes a list of train.precision values (docs/precision.md); each row runs the model
 // in that precision (bf16 GEMMs through oneDNN where the CPU has AVX512_BF16 or AMX, else as f32
@@ -281,19 +282,27 @@ int cuda_op_groups(const std::string& name, int reps) {
     return held_bf16.back().data<core::bf16>();
   };
   core::bf16 *xb = buffer_bf16(N * F), *wb = buffer_bf16(Vp * D), *dyb = buffer_bf16(N * F);
+  core::bf16* logits_b = buffer_bf16(N * Vp);
+  // The head (out = Vp) writes its logits in bf16, and its output gradient is the bf16 d logits
+  // the cross-entropy wrote over them (no rounding pass).
   auto linear_fwd_bwd_bf16 = [&](int64_t in, int64_t out) {
     be.f32_to_bf16(wb, w, out * in);
     be.f32_to_bf16(xb, x, N * in);
     core::GemmArgs f;
     f.trans_b = true, f.m = N, f.n = out, f.k = in;
-    be.gemm(f, xb, wb, y);
-    be.f32_to_bf16(dyb, dy, N * out);
+    if (out == Vp) {
+      be.gemm(f, xb, wb, logits_b);
+    } else {
+      be.gemm(f, xb, wb, y);
+      be.f32_to_bf16(dyb, dy, N * out);
+    }
+    const core::bf16* dyr = out == Vp ? logits_b : dyb;
     core::GemmArgs gx;
     gx.m = N, gx.n = in, gx.k = out;
-    be.gemm(gx, dyb, wb, dx);
+    be.gemm(gx, dyr, wb, dx);
     core::GemmArgs gw;
     gw.trans_a = true, gw.m = out, gw.n = in, gw.k = N, gw.beta = 1.0f;
-    be.gemm(gw, dyb, xb, dw);
+    be.gemm(gw, dyr, xb, dw);
   };
   // Every linear layer of the model and the head, through one of the two lambdas above.
   auto each_linear = [&](const std::function<void(int64_t, int64_t)>& fwd_bwd) {
@@ -378,9 +387,14 @@ int cuda_op_groups(const std::string& name, int reps) {
            be.fill_zero(zeroed, N * F * sizeof(float));  // d pre
          }
        }},
-      {"classifier (cross-entropy, dlogits)", Run::kBoth,
+      {"classifier (cross-entropy, dlogits)", Run::kF32,
        [&] {
          be.cross_entropy(losses, logits, logits, tokens, N, V, Vp, 0.0f, 1.0f / N);
+         be.mean_loss(loss, losses, N);
+       }},
+      {"classifier bf16 (bf16 logits, dlogits in place)", Run::kBf16,
+       [&] {
+         be.cross_entropy(losses, logits_b, logits_b, tokens, N, V, Vp, 0.0f, 1.0f / N);
          be.mean_loss(loss, losses, N);
        }},
       {"embedding", Run::kBoth,

@@ -232,6 +232,9 @@ std::vector<OpTime> time_fused_ops(int64_t N, int64_t D, int64_t Vp, int reps) {
   for (int64_t i = 0; i < N; ++i)
     targets[i] = static_cast<int32_t>((i * 7919) % V);
   auto f = [](const core::Tensor& t) { return t.data<float>(); };
+  // bf16 precision's logits (d logits are written over them).
+  std::vector<core::bf16> logits_bf16(static_cast<size_t>(N * Vp));
+  be.f32_to_bf16(logits_bf16.data(), f(logits), N * Vp);
   std::vector<std::pair<std::string, std::function<void()>>> ops = {
       {"layernorm.fwd",
        [&] { be.layernorm_forward(f(y), f(mean), f(rstd), f(x), f(w), f(b), N, D, 1e-5f); }},
@@ -250,9 +253,14 @@ std::vector<OpTime> time_fused_ops(int64_t N, int64_t D, int64_t Vp, int reps) {
          be.cross_entropy(f(losses), f(dlogits), f(logits), targets.data(), N, V, Vp, 15.0f,
                           1.0f / N);
        }},
-      {"cross_entropy [N,Vp] no softcap", [&] {
+      {"cross_entropy [N,Vp] no softcap",
+       [&] {
          be.cross_entropy(f(losses), f(dlogits), f(logits), targets.data(), N, V, Vp, 0.0f,
                           1.0f / N);
+       }},
+      {"cross_entropy bf16 [N,Vp] in place", [&] {
+         be.cross_entropy(f(losses), logits_bf16.data(), logits_bf16.data(), targets.data(), N, V,
+                          Vp, 0.0f, 1.0f / N);
        }}};
   std::vector<OpTime> out;
   for (auto& [name, fn] : ops) {

@@ -1,5 +1,5 @@
-// The CPU backend's classifier family (core/ops/classifier.h). The fused softmax cross-entropy and
-// the loss reductions (classifier_kernels.h).
+// The CPU backend's classifier family (core/ops/classifier.h). The fused softmax cross-entropy on
+// f32 or bf16 logits and the loss reductions (classifier_kernels.h).
 #include "core/cpu/classifier_kernels.h"
 #include "core/cpu/cpu_backend.h"
 
@@ -11,10 +11,9 @@ void CpuBackend::cross_entropy(float* losses, float* dlogits, const float* logit
   cpu::cross_entropy(losses, dlogits, logits, targets, N, V, Vp, softcap, dloss_scale);
 }
 
-void CpuBackend::cross_entropy_bf16(float* losses, bf16* dlogits, const float* logits,
-                                    const int32_t* targets, int64_t N, int64_t V, int64_t Vp,
-                                    float softcap, float dloss_scale) {
-  ENGINE_CHECK(dlogits != nullptr, "cross_entropy_bf16: needs dlogits");
+void CpuBackend::cross_entropy(float* losses, bf16* dlogits, const bf16* logits,
+                               const int32_t* targets, int64_t N, int64_t V, int64_t Vp,
+                               float softcap, float dloss_scale) {
   cpu::cross_entropy(losses, dlogits, logits, targets, N, V, Vp, softcap, dloss_scale);
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/cpu/bf16_rounding.h"
 #include "core/cpu/fast_math.h"
 #include "core/cpu/parallel_loops.h"
 #include "core/device.h"
@@ -32,11 +33,12 @@ G gradient_as(T g) {
 
 // Per row: z = softcap(logits[:V]), loss = logsumexp(z) - z[target];
 // dlogits = dloss_scale (softmax(z) - onehot) softcap'(logits), zero in the padded columns, as
-// T or as bf16 (G). One tanh and one exp per element: z goes to a per-thread row buffer,
-// exp(z - max) to dlogits (T) or a second row buffer (bf16). dlogits may alias logits: every
-// logit is read (into the buffer) before anything is written.
-template <typename T, typename G>
-void cross_entropy(T* losses, G* dlogits, const T* logits, const int32_t* targets, int64_t N,
+// T or as bf16 (G). The logits are T, or bf16 (L) widened exactly. One tanh and one exp per
+// element: z goes to a per-thread row buffer, exp(z - max) to dlogits (T) or a second row buffer
+// (bf16). dlogits may alias logits: every logit of a row is read (into the buffer) before
+// anything of the row is written.
+template <typename T, typename G, typename L = T>
+void cross_entropy(T* losses, G* dlogits, const L* logits, const int32_t* targets, int64_t N,
                    int64_t V, int64_t Vp, T softcap, T dloss_scale) {
   ENGINE_CHECK(V > 0 && V <= Vp, "cross_entropy: need 0 < V <= Vp, got V=" + std::to_string(V) +
                                      " Vp=" + std::to_string(Vp));
@@ -49,16 +51,18 @@ void cross_entropy(T* losses, G* dlogits, const T* logits, const int32_t* target
   // The exponentials are kept in the output row itself when it holds T (it may alias the
   // logits: each row is read into z first), else in a scratch row.
   constexpr bool in_place = std::is_same_v<G, T>;
+  static_assert(std::is_same_v<L, T> || (std::is_same_v<L, bf16> && std::is_same_v<G, bf16>),
+                "logits are T, or bf16 with bf16 d logits (bf16 precision)");
 #pragma omp parallel if (N * V > kParallelMin)
   {
     std::vector<T> z(static_cast<size_t>(V));
     std::vector<T> scratch(in_place ? 0 : static_cast<size_t>(V));
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < N; ++n) {
-      const T* x = logits + n * Vp;
+      const L* x = logits + n * Vp;
 #pragma omp simd
       for (int64_t j = 0; j < V; ++j)
-        z[j] = kmath::softcap<FastMath>(x[j], softcap);
+        z[j] = kmath::softcap<FastMath>(widen<T>(x[j]), softcap);
       T mx = row_max(z.data(), V);
       int64_t target = targets[n];
       G* g = dlogits ? dlogits + n * Vp : nullptr;

@@ -19,6 +19,7 @@ class CpuBackend final : public Backend {
   void fill_zero(void* dst, size_t bytes) override;
   void gemm(const GemmArgs& args, const float* a, const float* b, float* c) override;
   void gemm(const GemmArgs& args, const bf16* a, const bf16* b, float* c) override;
+  void gemm(const GemmArgs& args, const bf16* a, const bf16* b, bf16* c) override;
   std::string bf16_gemm_slow_reason() const override;
   std::string tf32_gemm_slow_reason() const override;
   void fp8_encode(fp8* out, const float* in, int64_t n, float scale, kmath::Fp8 format) override;
@@ -101,9 +102,8 @@ class CpuBackend final : public Backend {
                                   int64_t row_stride = 0) override;
   void cross_entropy(float* losses, float* dlogits, const float* logits, const int32_t* targets,
                      int64_t N, int64_t V, int64_t Vp, float softcap, float dloss_scale) override;
-  void cross_entropy_bf16(float* losses, bf16* dlogits, const float* logits, const int32_t* targets,
-                          int64_t N, int64_t V, int64_t Vp, float softcap,
-                          float dloss_scale) override;
+  void cross_entropy(float* losses, bf16* dlogits, const bf16* logits, const int32_t* targets,
+                     int64_t N, int64_t V, int64_t Vp, float softcap, float dloss_scale) override;
   void gather_rows(float* out, const float* src, const int32_t* index, const float* weight,
                    int64_t n, int64_t D) override;
   void gather_rows(bf16* out, const bf16* src, const int32_t* index, int64_t n, int64_t D) override;

@@ -77,5 +77,9 @@ void gemm(const GemmArgs& args, const T* a, const T* b, T* c) {
 // The bf16 GEMM on a CPU without bf16 dot-product instructions (resolved arguments, k > 0):
 // both operands widened exactly to f32, then the f32 GEMM above (core/cpu/gemm.cpp).
 void gemm_bf16_as_f32(const GemmArgs& resolved, const bf16* a, const bf16* b, float* c);
+// The same with a bf16 C (beta 0): the f32 GEMM of the widened operands in blocks of rows
+// into a per-call f32 scratch of one block, each block rounded once (round_to_bf16, kmath's
+// bits), so no f32 copy of all of C is made.
+void gemm_bf16_as_f32(const GemmArgs& resolved, const bf16* a, const bf16* b, bf16* c);
 
 }  // namespace core::cpu

@@ -3,8 +3,11 @@
 // (cpu_isa.h), else as the f32 GEMM of the bf16 values (the same products, in OpenBLAS's
 // order); the FP8 encode and GEMM (the bytes decoded exactly, then the f32 GEMM); the bias add
 // and its gradient.
+#include <algorithm>
 #include <vector>
 
+#include "core/check.h"
+#include "core/cpu/bf16_rounding.h"
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/cpu_gemm.h"
 #include "core/cpu/cpu_isa.h"
@@ -23,9 +26,8 @@ int64_t operand_span(int64_t batch, int64_t stride, int64_t rows, int64_t cols, 
   return (batch - 1) * stride + (rows - 1) * ld + cols;
 }
 
-}  // namespace
-
-void cpu::gemm_bf16_as_f32(const GemmArgs& r, const bf16* a, const bf16* b, float* c) {
+// A and B widened exactly to f32 (every element of their strided spans), A first.
+std::vector<float> widen_operands(const GemmArgs& r, const bf16* a, const bf16* b) {
   const int64_t a_span =
       operand_span(r.batch, r.stride_a, r.trans_a ? r.k : r.m, r.trans_a ? r.m : r.k, r.lda);
   const int64_t b_span =
@@ -35,7 +37,45 @@ void cpu::gemm_bf16_as_f32(const GemmArgs& r, const bf16* a, const bf16* b, floa
   float* wb = wide.data() + a_span;
   cpu::elementwise<float>(a_span, [=](int64_t i) { wa[i] = kmath::float_from_bf16(a[i]); });
   cpu::elementwise<float>(b_span, [=](int64_t i) { wb[i] = kmath::float_from_bf16(b[i]); });
-  cpu::gemm(r, wa, wb, c);
+  return wide;
+}
+
+int64_t a_span_of(const GemmArgs& r) {
+  return operand_span(r.batch, r.stride_a, r.trans_a ? r.k : r.m, r.trans_a ? r.m : r.k, r.lda);
+}
+
+// Rows of C one f32 block of the bf16-output fallback holds.
+constexpr int64_t kRoundedRows = 32;
+
+}  // namespace
+
+void cpu::gemm_bf16_as_f32(const GemmArgs& r, const bf16* a, const bf16* b, float* c) {
+  const std::vector<float> wide = widen_operands(r, a, b);
+  cpu::gemm(r, wide.data(), wide.data() + a_span_of(r), c);
+}
+
+void cpu::gemm_bf16_as_f32(const GemmArgs& r, const bf16* a, const bf16* b, bf16* c) {
+  ENGINE_CHECK(r.beta == 0.0f, "gemm with a bf16 C: beta must be 0 (C is written, not read)");
+  const std::vector<float> wide = widen_operands(r, a, b);
+  const float* wa = wide.data();
+  const float* wb = wide.data() + a_span_of(r);
+  std::vector<float> block(static_cast<size_t>(std::min(r.m, kRoundedRows) * r.n));
+  for (int64_t p = 0; p < r.batch; ++p) {
+    for (int64_t i0 = 0; i0 < r.m; i0 += kRoundedRows) {
+      // Rows i0.. of op(A): rows of A, or (transposed) columns of it.
+      GemmArgs part = r;
+      part.m = std::min(kRoundedRows, r.m - i0);
+      part.ldc = r.n;
+      part.batch = 1;
+      const float* ap = wa + p * r.stride_a + (r.trans_a ? i0 : i0 * r.lda);
+      cpu::gemm(part, ap, wb + p * r.stride_b, block.data());
+      bf16* cp = c + p * r.stride_c + i0 * r.ldc;
+      const float* bp = block.data();
+#pragma omp parallel for schedule(static) if (part.m * r.n > cpu::kParallelMin)
+      for (int64_t i = 0; i < part.m; ++i)
+        cpu::round_to_bf16(cp + i * r.ldc, bp + i * r.n, r.n);
+    }
+  }
 }
 
 void CpuBackend::fp8_encode(fp8* out, const float* in, int64_t n, float scale, kmath::Fp8 format) {
@@ -84,6 +124,21 @@ void CpuBackend::gemm(const GemmArgs& args, const bf16* a, const bf16* b, float*
   if (r.batch == 0 || r.m == 0 || r.n == 0) return;
   if (r.k == 0) {
     cpu::scale_gemm_output(r, c);
+  } else if (cpu::cpu_bf16_gemm_slow_reason().empty()) {
+    cpu::onednn_gemm(r, a, b, c);
+  } else {
+    cpu::gemm_bf16_as_f32(r, a, b, c);
+  }
+}
+
+void CpuBackend::gemm(const GemmArgs& args, const bf16* a, const bf16* b, bf16* c) {
+  const GemmArgs r = resolve_gemm_args(args);
+  ENGINE_CHECK(r.beta == 0.0f, "gemm with a bf16 C: beta must be 0 (C is written, not read)");
+  if (r.batch == 0 || r.m == 0 || r.n == 0) return;
+  if (r.k == 0) {
+    for (int64_t p = 0; p < r.batch; ++p)
+      for (int64_t i = 0; i < r.m; ++i)
+        std::fill_n(c + p * r.stride_c + i * r.ldc, r.n, bf16{0});
   } else if (cpu::cpu_bf16_gemm_slow_reason().empty()) {
     cpu::onednn_gemm(r, a, b, c);
   } else {

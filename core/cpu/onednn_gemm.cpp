@@ -13,9 +13,9 @@ namespace {
 
 using dims = dnnl::memory::dims;
 
-// Everything a matmul primitive is made for.
+// Everything a matmul primitive is made for (the last: C is bf16).
 using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                       int64_t, int64_t, int64_t, float, float>;
+                       int64_t, int64_t, int64_t, float, float, bool>;
 
 struct Matmul {
   dnnl::memory::desc a, b, c;
@@ -39,16 +39,18 @@ struct OneDnn {
   std::mutex mutex;
   std::map<Key, Matmul> primitives;
 
-  const Matmul& get(const GemmArgs& r) {
-    const Key key{r.trans_a, r.trans_b, r.m,        r.n,        r.k,        r.lda,   r.ldb,
-                  r.ldc,     r.batch,   r.stride_a, r.stride_b, r.stride_c, r.alpha, r.beta};
+  const Matmul& get(const GemmArgs& r, bool bf16_out) {
+    const Key key{r.trans_a, r.trans_b,  r.m,        r.n,        r.k,     r.lda,  r.ldb,   r.ldc,
+                  r.batch,   r.stride_a, r.stride_b, r.stride_c, r.alpha, r.beta, bf16_out};
     auto it = primitives.find(key);
     if (it != primitives.end()) return it->second;
     using dt = dnnl::memory::data_type;
     Matmul mm;
     mm.a = operand(dt::bf16, r.trans_a, r.m, r.k, r.lda, r.batch, r.stride_a);
     mm.b = operand(dt::bf16, r.trans_b, r.k, r.n, r.ldb, r.batch, r.stride_b);
-    mm.c = operand(dt::f32, false, r.m, r.n, r.ldc, r.batch, r.stride_c);
+    // A bf16 C is the f32 accumulation rounded once as it is stored: kmath's rounding of the
+    // f32 C oneDNN computes (nearest even), which flushes sums below 2^-126 to zero in both.
+    mm.c = operand(bf16_out ? dt::bf16 : dt::f32, false, r.m, r.n, r.ldc, r.batch, r.stride_c);
     dnnl::primitive_attr attr;
     if (r.alpha != 1.0f) attr.set_output_scales(0, {r.alpha});
     if (r.beta != 0.0f) {
@@ -73,17 +75,26 @@ OneDnn& onednn() {
   return instance;
 }
 
-}  // namespace
-
-void onednn_gemm(const GemmArgs& r, const bf16* a, const bf16* b, float* c) {
+void run(const GemmArgs& r, const bf16* a, const bf16* b, void* c, bool bf16_out) {
   OneDnn& d = onednn();
   std::lock_guard<std::mutex> lock(d.mutex);
-  const Matmul& mm = d.get(r);
+  const Matmul& mm = d.get(r, bf16_out);
   dnnl::memory am(mm.a, d.engine, const_cast<bf16*>(a));
   dnnl::memory bm(mm.b, d.engine, const_cast<bf16*>(b));
   dnnl::memory cm(mm.c, d.engine, c);
   mm.primitive.execute(d.stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
   d.stream.wait();
+}
+
+}  // namespace
+
+void onednn_gemm(const GemmArgs& r, const bf16* a, const bf16* b, float* c) {
+  run(r, a, b, c, false);
+}
+
+void onednn_gemm(const GemmArgs& r, const bf16* a, const bf16* b, bf16* c) {
+  ENGINE_CHECK(r.beta == 0.0f, "gemm with a bf16 C: beta must be 0 (C is written, not read)");
+  run(r, a, b, c, true);
 }
 
 }  // namespace core::cpu

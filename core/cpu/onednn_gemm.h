@@ -1,5 +1,6 @@
 // bf16 GEMM on the CPU through oneDNN's matmul primitive (Debian libdnnl-dev), the library
-// PyTorch's CPU autocast uses: bf16 A and B, f32 accumulation and C, on AVX512_BF16 or AMX.
+// PyTorch's CPU autocast uses: bf16 A and B, f32 accumulation, f32 or bf16 C, on AVX512_BF16 or
+// AMX.
 //
 // oneDNN rather than libxsmm: measured on this machine's model shapes (the forward and both
 // backward products of gpt2 and modern at D 256, the classifier included; one thread, CPU time,
@@ -16,5 +17,8 @@ namespace core::cpu {
 // C = alpha op(A) op(B) + beta C for resolved arguments (resolve_gemm_args) with m, n, k and
 // batch positive. The primitive for each distinct argument set is made once and kept.
 void onednn_gemm(const GemmArgs& resolved, const bf16* a, const bf16* b, float* c);
+// The same with C stored in bf16, each f32 result rounded once by oneDNN as it is written;
+// beta must be 0.
+void onednn_gemm(const GemmArgs& resolved, const bf16* a, const bf16* b, bf16* c);
 
 }  // namespace core::cpu

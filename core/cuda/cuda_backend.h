@@ -59,6 +59,7 @@ class CudaBackend final : public Backend {
 
   void gemm(const GemmArgs& args, const float* a, const float* b, float* c) override;
   void gemm(const GemmArgs& args, const bf16* a, const bf16* b, float* c) override;
+  void gemm(const GemmArgs& args, const bf16* a, const bf16* b, bf16* c) override;
   std::string bf16_gemm_slow_reason() const override;
   std::string tf32_gemm_slow_reason() const override;
   void fp8_encode(fp8* out, const float* in, int64_t n, float scale, kmath::Fp8 format) override;
@@ -146,9 +147,8 @@ class CudaBackend final : public Backend {
 
   void cross_entropy(float* losses, float* dlogits, const float* logits, const int32_t* targets,
                      int64_t N, int64_t V, int64_t Vp, float softcap, float dloss_scale) override;
-  void cross_entropy_bf16(float* losses, bf16* dlogits, const float* logits, const int32_t* targets,
-                          int64_t N, int64_t V, int64_t Vp, float softcap,
-                          float dloss_scale) override;
+  void cross_entropy(float* losses, bf16* dlogits, const bf16* logits, const int32_t* targets,
+                     int64_t N, int64_t V, int64_t Vp, float softcap, float dloss_scale) override;
 
   void gather_rows(float* out, const float* src, const int32_t* index, const float* weight,
                    int64_t n, int64_t D) override;
@@ -210,8 +210,9 @@ class CudaBackend final : public Backend {
   void check_solver_info(const int* dev_info, int64_t batch, const char* op);
 
   int device_index_;
-  int compute_capability_ = 0;     // 10 * major + minor
-  size_t max_smem_per_block_ = 0;  // dynamic shared memory a block may opt in to
+  int compute_capability_ = 0;           // 10 * major + minor
+  size_t max_smem_per_block_ = 0;        // dynamic shared memory a block may opt in to
+  size_t classifier_smem_opted_in_ = 0;  // the one-read cross-entropy's attribute, as last set
   std::string name_;
   CudaAllocator allocator_;
   CUstream_st* stream_ = nullptr;  // created by the constructor, non-blocking

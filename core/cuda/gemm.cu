@@ -1,6 +1,7 @@
 // The CUDA backend's GEMM family (core/ops/gemm.h): cuBLAS GEMM (row-major through the column-major
-// library by swapping the operands) with f32 or bf16 inputs, f32 accumulation and output, TF32
-// tensor cores on request; and the bias add and its gradient (a fixed-order column sum).
+// library by swapping the operands) with f32 or bf16 inputs, f32 accumulation, f32 output (or bf16
+// for bf16 inputs), TF32 tensor cores on request; and the bias add and its gradient (a
+// fixed-order column sum).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -67,25 +68,28 @@ struct Bf16BiasGrad {
 
 namespace {
 
-// One GEMM of resolved arguments with `type` inputs (f32 or bf16), f32 output and f32
-// accumulation (`compute`: exact f32, or TF32 tensor cores).
+// One GEMM of resolved arguments with `type` inputs (f32 or bf16), f32 accumulation
+// (`compute`: exact f32, or TF32 tensor cores) and a `c_type` output: f32, or for bf16 inputs
+// bf16 (beta 0; cuBLAS rounds each f32 result to the nearest bf16 as it stores it).
 void gemm_ex(cublasHandle_t cublas, cudaStream_t stream, const GemmArgs& g, const void* a,
-             const void* b, float* c, cudaDataType type, cublasComputeType_t compute) {
+             const void* b, void* c, cudaDataType type, cublasComputeType_t compute,
+             cudaDataType c_type = CUDA_R_32F) {
   if (g.m == 0 || g.n == 0 || g.batch == 0) return;
   const char* op = "gemm";
   int m = to_int(g.m, "m", op), n = to_int(g.n, "n", op), k = to_int(g.k, "k", op);
   int ilda = to_int(g.lda, "lda", op), ildb = to_int(g.ldb, "ldb", op);
   int ildc = to_int(g.ldc, "ldc", op);
   if (k == 0) {  // empty product: C = beta C (beta 0 clears, even NaN), as on the CPU
+    const size_t c_size = c_type == CUDA_R_32F ? sizeof(float) : sizeof(bf16);
     for (int64_t i = 0; i < g.batch; ++i) {
-      float* ci = c + i * g.stride_c;
+      char* ci = static_cast<char*>(c) + i * g.stride_c * c_size;
       if (g.beta == 0.0f) {
-        ENGINE_CUDA_CALL(
-            cudaMemset2DAsync(ci, g.ldc * sizeof(float), 0, g.n * sizeof(float), g.m, stream));
+        ENGINE_CUDA_CALL(cudaMemset2DAsync(ci, g.ldc * c_size, 0, g.n * c_size, g.m, stream));
       } else {  // in place: C = beta C + 0 C, column-major [n, m] with leading dimension ldc
         const float zero = 0.0f;
-        ENGINE_CUDA_CALL(cublasSgeam(cublas, CUBLAS_OP_N, CUBLAS_OP_N, n, m, &g.beta, ci, ildc,
-                                     &zero, ci, ildc, ci, ildc));
+        float* cf = reinterpret_cast<float*>(ci);
+        ENGINE_CUDA_CALL(cublasSgeam(cublas, CUBLAS_OP_N, CUBLAS_OP_N, n, m, &g.beta, cf, ildc,
+                                     &zero, cf, ildc, cf, ildc));
       }
     }
     return;
@@ -96,25 +100,25 @@ void gemm_ex(cublasHandle_t cublas, cudaStream_t stream, const GemmArgs& g, cons
   // transpose. So row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: call cuBLAS
   // with the operands swapped (B first), n and m swapped, and the same transpose flags.
   if (type == CUDA_R_32F && compute == CUBLAS_COMPUTE_32F) {  // plain f32: the classic entry
+    float* cf = static_cast<float*>(c);
     if (g.batch == 1) {
       ENGINE_CUDA_CALL(cublasSgemm(cublas, op_b, op_a, n, m, k, &g.alpha,
                                    static_cast<const float*>(b), ildb, static_cast<const float*>(a),
-                                   ilda, &g.beta, c, ildc));
+                                   ilda, &g.beta, cf, ildc));
     } else {
       ENGINE_CUDA_CALL(cublasSgemmStridedBatched(
           cublas, op_b, op_a, n, m, k, &g.alpha, static_cast<const float*>(b), ildb, g.stride_b,
-          static_cast<const float*>(a), ilda, g.stride_a, &g.beta, c, ildc, g.stride_c,
+          static_cast<const float*>(a), ilda, g.stride_a, &g.beta, cf, ildc, g.stride_c,
           to_int(g.batch, "batch", op)));
     }
   } else if (g.batch == 1) {
     ENGINE_CUDA_CALL(cublasGemmEx(cublas, op_b, op_a, n, m, k, &g.alpha, b, type, ildb, a, type,
-                                  ilda, &g.beta, c, CUDA_R_32F, ildc, compute,
-                                  CUBLAS_GEMM_DEFAULT));
+                                  ilda, &g.beta, c, c_type, ildc, compute, CUBLAS_GEMM_DEFAULT));
   } else {
-    ENGINE_CUDA_CALL(cublasGemmStridedBatchedEx(
-        cublas, op_b, op_a, n, m, k, &g.alpha, b, type, ildb, g.stride_b, a, type, ilda, g.stride_a,
-        &g.beta, c, CUDA_R_32F, ildc, g.stride_c, to_int(g.batch, "batch", op), compute,
-        CUBLAS_GEMM_DEFAULT));
+    ENGINE_CUDA_CALL(
+        cublasGemmStridedBatchedEx(cublas, op_b, op_a, n, m, k, &g.alpha, b, type, ildb, g.stride_b,
+                                   a, type, ilda, g.stride_a, &g.beta, c, c_type, ildc, g.stride_c,
+                                   to_int(g.batch, "batch", op), compute, CUBLAS_GEMM_DEFAULT));
   }
 }
 
@@ -128,6 +132,13 @@ void CudaBackend::gemm(const GemmArgs& args, const float* a, const float* b, flo
 
 void CudaBackend::gemm(const GemmArgs& args, const bf16* a, const bf16* b, float* c) {
   gemm_ex(cublas_, stream_, resolve_gemm_args(args), a, b, c, CUDA_R_16BF, CUBLAS_COMPUTE_32F);
+}
+
+void CudaBackend::gemm(const GemmArgs& args, const bf16* a, const bf16* b, bf16* c) {
+  const GemmArgs g = resolve_gemm_args(args);
+  ENGINE_CHECK(g.beta == 0.0f,
+               name_ + ": gemm with a bf16 C: beta must be 0 (C is written, not read)");
+  gemm_ex(cublas_, stream_, g, a, b, c, CUDA_R_16BF, CUBLAS_COMPUTE_32F, CUDA_R_16BF);
 }
 
 // bf16 and TF32 tensor-core GEMMs arrived with Ampere (sm_80); earlier devices run them (bf16)

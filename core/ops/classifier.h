@@ -21,12 +21,14 @@ class ClassifierOps {
   virtual void cross_entropy(float* losses, float* dlogits, const float* logits,
                              const int32_t* targets, int64_t N, int64_t V, int64_t Vp,
                              float softcap, float dloss_scale) = 0;
-  // The same with d logits rounded once to bf16 (kmath::bf16_from_float) as it is written: bf16
-  // precision feeds it straight to the head's GEMMs, with no f32 copy of the [N, Vp] gradient
-  // and no conversion pass. dlogits is required and must not alias logits.
-  virtual void cross_entropy_bf16(float* losses, bf16* dlogits, const float* logits,
-                                  const int32_t* targets, int64_t N, int64_t V, int64_t Vp,
-                                  float softcap, float dloss_scale) = 0;
+  // bf16 precision's form: the same math on bf16 logits (the head's GEMM writes them so; each
+  // widened exactly, the soft-cap, softmax and loss in f32, losses f32), with d logits rounded
+  // once to bf16 (kmath::bf16_from_float) as they are written. dlogits may alias logits (the
+  // model writes the gradient over the logits) or be null (the losses only). On the same
+  // values this equals the f32 op with its d logits rounded, up to the order of the f32 sums.
+  virtual void cross_entropy(float* losses, bf16* dlogits, const bf16* logits,
+                             const int32_t* targets, int64_t N, int64_t V, int64_t Vp,
+                             float softcap, float dloss_scale) = 0;
   // mean[0] = float(sum_i losses[i] / n) with the sum in float64: in index order on the CPU, in a
   // fixed tree order on CUDA (deterministic, equal to the CPU up to float64 rounding).
   virtual void mean_loss(float* mean, const float* losses, int64_t n) = 0;

@@ -3,9 +3,10 @@
 // shapes and accumulation); implemented per device in core/cpu/gemm.cpp and core/cuda/gemm.cu.
 //
 // The dtype contract (docs/precision.md): A and B are both f32 or both bf16; the products are
-// accumulated in f32 and C is f32 either way. bf16 products are exact in f32, so a bf16 GEMM
-// equals the f32 GEMM of the bf16 values up to the order of the f32 additions. An f32 GEMM may
-// ask for TF32 tensor cores (GemmArgs::tf32; CUDA only, the CPU computes f32).
+// accumulated in f32 and C is f32, or for bf16 inputs also bf16 (each f32 result rounded once,
+// beta 0). bf16 products are exact in f32, so a bf16 GEMM equals the f32 GEMM of the bf16
+// values up to the order of the f32 additions. An f32 GEMM may ask for TF32 tensor cores
+// (GemmArgs::tf32; CUDA only, the CPU computes f32).
 //
 // FP8 (the record's lm_head, docs/record_recipe.md): fp8_encode stores e4m3 or e5m2 bytes of
 // in / scale; gemm_fp8 multiplies two byte matrices (e4m3 x e4m3, or one of them e5m2) with f32
@@ -62,6 +63,11 @@ class GemmOps {
   virtual void gemm(const GemmArgs& args, const float* a, const float* b, float* c) = 0;
   // bf16 inputs, f32 accumulation and output; the same arguments (args.tf32 is ignored).
   virtual void gemm(const GemmArgs& args, const bf16* a, const bf16* b, float* c) = 0;
+  // bf16 inputs, f32 accumulation, and C written in bf16: each element's f32 result
+  // (alpha op(A) op(B)) rounded once to the nearest bf16, ties to even (kmath::bf16_from_float;
+  // the CPU's oneDNN path flushes f32 sums below 2^-126 to zero, as its f32 C does).
+  // args.beta must be 0: C is written, never read (bf16 precision's logits).
+  virtual void gemm(const GemmArgs& args, const bf16* a, const bf16* b, bf16* c) = 0;
   // Why bf16 GEMMs (TF32 GEMMs) would not run faster than f32 GEMMs on this device, in one line;
   // empty when they do. The bf16 GEMM above works everywhere; this tells a caller whether
   // asking for it pays (engine/precision.h falls back to fp32 and says so when it does not).

@@ -27,6 +27,7 @@
 
 #ifdef ENGINE_HAVE_CUDA
 #include "core/cuda/attention_path.h"
+#include "core/cuda/classifier_path.h"
 #include "core/cuda/cuda_allocator.h"
 #include "core/cuda/cuda_backend.h"
 #endif
@@ -278,27 +279,104 @@ TEST_F(CudaVsCpu, Bf16ConversionsAreBitIdentical) {
   }
 }
 
-// The bf16 d logits: the devices compute the f32 gradient in different orders (1e-6 relative
-// apart, as in CrossEntropyWithPaddingAndSoftcap) and round it once, so an element may land on
-// the other bf16 neighbour: within one bf16 unit, 2^-7 relative (plus 2^-133 absolute).
-TEST_F(CudaVsCpu, CrossEntropyBf16GradientWithinOneBf16Unit) {
-  const int64_t N = 19, V = 300, Vp = 320;
-  auto logits = random_vector(N * Vp, 3);
-  std::vector<int32_t> targets = random_ids(N, static_cast<int32_t>(V), 4);
-  std::vector<float> loss(N);
-  std::vector<bf16> want(N * Vp);
-  cpu().cross_entropy_bf16(loss.data(), want.data(), logits.data(), targets.data(), N, V, Vp, 15.0f,
-                           1.0f / N);
-  float* gl = dev().alloc<float>(N);
-  bf16* gd = dev().alloc<bf16>(N * Vp);
-  gpu().cross_entropy_bf16(gl, gd, dev().upload(logits), dev().upload(targets), N, V, Vp, 15.0f,
-                           1.0f / N);
-  const std::vector<bf16> got = dev().download(gd, N * Vp);
-  for (int64_t i = 0; i < N * Vp; ++i) {
-    const float g = kmath::float_from_bf16(got[i]), w = kmath::float_from_bf16(want[i]);
-    ASSERT_LE(std::fabs(g - w), 0x1p-7f * std::fabs(w) + 0x1p-133f) << i;
+// The cross-entropy on bf16 logits (bf16 precision's head): the devices compute the f32
+// gradient in different orders (1e-6 relative apart, as in CrossEntropyWithPaddingAndSoftcap) and
+// round it once, so an element may land on the other bf16 neighbour: within one bf16 unit, 2^-7
+// relative (plus 2^-133 absolute); the losses within 1e-5. Rows that fit shared memory (GPT-2's
+// 50304 columns, odd widths whose rows start unaligned, V = Vp as with model.loss_over_padding)
+// and a row too wide for it (the two-pass kernel); the gradient in place, apart, or none.
+TEST_F(CudaVsCpu, CrossEntropyOnBf16LogitsWithinOneBf16Unit) {
+  struct Case {
+    int64_t N, V, Vp;
+    float cap;
+  };
+  for (const Case& k : {Case{19, 300, 320, 15.0f}, Case{5, 999, 1001, 0.0f}, Case{4, 7, 7, 15.0f},
+                        Case{3, 50257, 50304, 15.0f}, Case{2, 150000, 150016, 0.0f}}) {
+    const int64_t n = k.N * k.Vp;
+    std::vector<bf16> logits(n);
+    for (int64_t i = 0; i < n; ++i)
+      logits[i] = kmath::bf16_from_float(static_cast<float>(3.0 * core::rng_normal(5, i)));
+    std::vector<int32_t> targets = random_ids(k.N, static_cast<int32_t>(k.V), 4);
+    std::vector<float> loss(k.N);
+    std::vector<bf16> want(n);
+    cpu().cross_entropy(loss.data(), want.data(), logits.data(), targets.data(), k.N, k.V, k.Vp,
+                        k.cap, 1.0f / k.N);
+    float* gl = dev().alloc<float>(k.N);
+    bf16* gz = dev().upload(logits);
+    bf16* gd = dev().alloc<bf16>(n);
+    int32_t* gt = dev().upload(targets);
+    const std::string what = "V " + std::to_string(k.V) + " Vp " + std::to_string(k.Vp);
+    auto expect_gradient = [&](const bf16* d) {
+      const std::vector<bf16> got = dev().download(d, n);
+      for (int64_t i = 0; i < n; ++i) {
+        const float g = kmath::float_from_bf16(got[i]), w = kmath::float_from_bf16(want[i]);
+        ASSERT_LE(std::fabs(g - w), 0x1p-7f * std::fabs(w) + 0x1p-133f) << what << " at " << i;
+      }
+    };
+    gpu().cross_entropy(gl, gd, gz, gt, k.N, k.V, k.Vp, k.cap, 1.0f / k.N);
+    expect_gradient(gd);
+    EXPECT_CLOSE(dev().download(gl, k.N), loss, 1e-5);
+    gpu().fill_zero(gl, k.N * sizeof(float));
+    gpu().cross_entropy(gl, static_cast<bf16*>(nullptr), gz, gt, k.N, k.V, k.Vp, k.cap, 1.0f / k.N);
+    EXPECT_CLOSE(dev().download(gl, k.N), loss, 1e-5);
+    gpu().cross_entropy(gl, gz, gz, gt, k.N, k.V, k.Vp, k.cap, 1.0f / k.N);  // in place
+    expect_gradient(gz);
+    EXPECT_CLOSE(dev().download(gl, k.N), loss, 1e-5);
   }
-  EXPECT_CLOSE(dev().download(gl, N), loss, 1e-5);
+}
+
+// The GEMM with a bf16 C: with exact sums (integer operands, tests/core/bf16_head_test.cpp) both
+// devices' f32 results are the exact value, so their bf16 C must agree bit for bit (cuBLAS rounds
+// to nearest even as kmath does); with random values each within the accumulation bars of both
+// devices plus one bf16 unit, 2^-7 of the value.
+TEST_F(CudaVsCpu, GemmWithBf16OutputMatchesTheCpu) {
+  for (bool integers : {true, false}) {
+    uint64_t seed = 40;
+    for (GemmArgs args : low_precision_gemm_cases()) {
+      args.beta = 0.0f;
+      const GemmArgs g = resolve_gemm_args(args);
+      const int64_t na = (g.batch - 1) * g.stride_a + (g.trans_a ? g.k : g.m) * g.lda;
+      const int64_t nb = (g.batch - 1) * g.stride_b + (g.trans_b ? g.n : g.k) * g.ldb;
+      const int64_t nc = (g.batch - 1) * g.stride_c + g.m * g.ldc;
+      core::Rng rng(seed += 10);
+      auto draw = [&](int64_t i, float step) {
+        if (integers) return kmath::bf16_from_float(step * (float(rng.next_below(31)) - 15.0f));
+        return kmath::bf16_from_float(static_cast<float>(core::rng_normal(seed, i)));
+      };
+      std::vector<bf16> a(na), b(nb);
+      for (int64_t i = 0; i < na; ++i)
+        a[i] = draw(i, 0.25f);
+      for (int64_t i = 0; i < nb; ++i)
+        b[i] = draw(i + na, 1.0f);
+      std::vector<bf16> want(nc, bf16{0});
+      cpu().gemm(g, a.data(), b.data(), want.data());
+      bf16* gc = dev().upload(std::vector<bf16>(nc, bf16{0}));
+      gpu().gemm(g, dev().upload(a), dev().upload(b), gc);
+      const std::vector<bf16> got = dev().download(gc, nc);
+      for (int64_t p = 0; p < g.batch; ++p) {
+        for (int64_t i = 0; i < g.m; ++i) {
+          for (int64_t j = 0; j < g.n; ++j) {
+            const int64_t at = p * g.stride_c + i * g.ldc + j;
+            if (integers) {
+              ASSERT_EQ(got[at].bits, want[at].bits) << "m " << g.m << " n " << g.n << " at " << at;
+              continue;
+            }
+            double mass = 0;
+            for (int64_t l = 0; l < g.k; ++l) {
+              const bf16 av = a[p * g.stride_a + (g.trans_a ? l * g.lda + i : i * g.lda + l)];
+              const bf16 bv = b[p * g.stride_b + (g.trans_b ? j * g.ldb + l : l * g.ldb + j)];
+              mass += std::fabs(double(kmath::float_from_bf16(av)) * kmath::float_from_bf16(bv));
+            }
+            const double w = kmath::float_from_bf16(want[at]);
+            const double bar = accumulation_bar(g) * std::fabs(g.alpha) * mass;
+            ASSERT_LE(std::fabs(kmath::float_from_bf16(got[at]) - w),
+                      bar + 0x1p-7 * (std::fabs(w) + bar) + 1e-300)
+                << "m " << g.m << " n " << g.n << " at " << at;
+          }
+        }
+      }
+    }
+  }
 }
 
 // The ops that store bf16 activations (bf16 precision): where the devices compute the same f32
@@ -1072,6 +1150,24 @@ TEST_F(CudaVsCpu, AttentionOnTf32TensorCores) {
     EXPECT_EQ(grads[0], grads[1]) << "two runs of the TF32 backward differ";
   }
 }
+
+#ifdef ENGINE_HAVE_CUDA
+// The rule alone (no device): the cross-entropy on bf16 logits keeps a row in shared memory where
+// its V bf16 logits (in 16-byte packs) and the reduction's 32 states fit the block's opt-in limit:
+// GPT-2's 50257 columns on an H100 (227 KB) and on sm_86/89 (99 KB), not in the default 48 KB,
+// nor a row of 150000.
+TEST(ClassifierPath, KeepsTheRowInSharedMemoryWhereItFits) {
+  using cuda_detail::classifier_row_smem;
+  if (cuda_detail::classifier_two_pass_forced()) GTEST_SKIP() << "two passes forced";
+  EXPECT_EQ(classifier_row_smem(50257, 232448), 100528u);
+  EXPECT_EQ(classifier_row_smem(50257, 101376), 100528u);
+  EXPECT_EQ(classifier_row_smem(50257, 49152), 0u);
+  EXPECT_EQ(classifier_row_smem(150000, 232448), 0u);
+  EXPECT_EQ(classifier_row_smem(7, 49152), 16u);
+  EXPECT_EQ(classifier_row_smem(24448, 49152), 48896u);  // 48896 + 256 = 49152
+  EXPECT_EQ(classifier_row_smem(24449, 49152), 0u);      // 48912 + 256 > 49152
+}
+#endif
 
 #ifdef ENGINE_HAVE_CUDA
 // The dispatch rule alone (no device): which kernels an attention takes on an H100 (227 KB of

@@ -493,6 +493,58 @@ TEST_P(KernelGrad, CrossEntropyPaddedAndSoftcapped) {
   }
 }
 
+// The cross-entropy on bf16 logits (bf16 precision's head) at logits that are bf16 values: the
+// float64 kernel's gradient there is checked against central differences in float64, and the
+// bf16 kernel's d logits (f32 math, each rounded once) must be that gradient within half a bf16
+// unit (u = 2^-8 relative at most), plus the f32 math's error (its exp and tanh within a few float
+// ulps of a softmax: 1e-6 of the row's largest gradient, dloss_scale); the losses within 1e-6
+// relative.
+TEST_P(KernelGrad, CrossEntropyOnBf16Logits) {
+  Sizes s = GetParam();
+  int64_t N = s.N(), V = s.V, Vp = s.Vp;
+  std::vector<int32_t> targets(N);
+  for (int64_t i = 0; i < N; ++i)
+    targets[i] = static_cast<int32_t>((i * 5 + 3) % V);
+  for (double cap : {0.0, 3.0}) {
+    const Vec drawn = random_vec(N * Vp, 103, 2.5);
+    std::vector<core::bf16> z(drawn.size());
+    Vec logits(drawn.size());
+    for (size_t i = 0; i < drawn.size(); ++i) {
+      z[i] = core::kmath::bf16_from_float(static_cast<float>(drawn[i]));
+      logits[i] = core::kmath::float_from_bf16(z[i]);
+    }
+    const double scale = 1.0 / N;
+    Vec losses(N), d(N * Vp);
+    auto forward = [&] {
+      cpu::cross_entropy(losses.data(), static_cast<double*>(nullptr), logits.data(),
+                         targets.data(), N, V, Vp, cap, scale);
+      double l = 0.0;
+      for (double x : losses)
+        l += x * scale;
+      return l;
+    };
+    cpu::cross_entropy(losses.data(), d.data(), logits.data(), targets.data(), N, V, Vp, cap,
+                       scale);
+    const Vec want_losses = losses;
+    expect_gradient(cap > 0 ? "bf16 logits softcap" : "bf16 logits", logits, forward, d);
+
+    std::vector<float> got_losses(N);
+    std::vector<core::bf16> dz = z;  // in place, as the model runs it
+    cpu::cross_entropy(got_losses.data(), dz.data(), dz.data(), targets.data(), N, V, Vp,
+                       static_cast<float>(cap), static_cast<float>(scale));
+    for (int64_t n = 0; n < N; ++n)
+      EXPECT_NEAR(got_losses[n], want_losses[n], 1e-6 * std::fabs(want_losses[n])) << "row " << n;
+    for (int64_t i = 0; i < N * Vp; ++i) {
+      const double got = core::kmath::float_from_bf16(dz[i]);
+      ASSERT_LE(std::fabs(got - d[i]), 0x1p-8 * std::fabs(d[i]) + 1e-6 * scale)
+          << "cap " << cap << " at " << i;
+      if (i % Vp >= V) {
+        ASSERT_EQ(dz[i].bits, 0) << "padded column " << i % Vp;
+      }
+    }
+  }
+}
+
 // out = gather(src, index, w): dsrc = scatter_add(dout, index, w), dw = row_dot(dout, src[index]);
 // and dst += scatter_add(src, index, w): dsrc = gather(ddst, index, w), dw = row_dot(...).
 TEST_P(KernelGrad, GatherScatterRowDot) {

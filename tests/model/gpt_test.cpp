@@ -564,8 +564,7 @@ TEST(GptBf16, MatmulWeightsEnterOnlyAsBf16) {
 // In bf16 precision the GEMM inputs (the norms' outputs, the merged heads, the MLP activation,
 // the MoE rows) and the output gradients their producers store (d pre, d qkv) are bf16 only, with
 // no f32 array beside them: the activation plan is smaller than fp32's, although it adds the
-// bf16 d logits and the rounding scratch (before the storage change it was larger: f32 arrays
-// and their bf16 copies).
+// rounding scratch (before the storage change it was larger: f32 arrays and their bf16 copies).
 TEST(GptBf16, StoresGemmInputsOnlyAsBf16) {
   for (int a = 0; a < 3; ++a) {
     size_t bytes[2] = {0, 0};
@@ -584,6 +583,57 @@ TEST(GptBf16, StoresGemmInputsOnlyAsBf16) {
     EXPECT_LT(bytes[1], bytes[0]) << "arch " << a;
     std::printf("[ measured ] arch %d: bf16 activation plan %.3f of fp32's\n", a,
                 double(bytes[1]) / double(bytes[0]));
+  }
+}
+
+// bf16 precision's head writes the logits in bf16 only and the cross-entropy writes d logits over
+// them: per column of the padded vocabulary the plan holds 2 N bytes (the bf16 logits, then
+// d logits) and 2 B bytes (the last positions' bf16 logits for sampling); fp32 holds 4 N + 4 B.
+// (Before the bf16 head it held 4 N + 2 N + 4 B: f32 logits beside the bf16 d logits.) Measured
+// as the plan's growth from a padded vocabulary of 128 to 256.
+TEST(GptBf16, LogitsAreStoredOnlyAsBf16) {
+  for (int a = 0; a < 3; ++a) {
+    for (model::Precision precision : {model::Precision::Fp32, model::Precision::Bf16}) {
+      const int B = 4, T = 8, N = B * T;
+      size_t bytes[2] = {0, 0};
+      for (int v = 0; v < 2; ++v) {
+        model::ModelConfig c = tiny(a == 0 ? model::Arch::Gpt2 : model::Arch::Modern,
+                                    v == 0 ? 128 : 256, a == 2 ? 4 : 0);
+        c.precision = precision;
+        model::Gpt gpt(c, core::cpu_backend());
+        gpt.init_weights();
+        auto x = random_tokens(B * T, c.vocab_size, 90 + a),
+             y = random_tokens(B * T, c.vocab_size, 95 + a);
+        gpt.forward(x.data(), y.data(), B, T);
+        gpt.backward();
+        bytes[v] = gpt.activation_bytes();
+      }
+      const size_t per_column = precision == model::Precision::Bf16 ? 2 * N + 2 * B : 4 * N + 4 * B;
+      EXPECT_EQ(bytes[1] - bytes[0], per_column * 128)
+          << "arch " << a << (precision == model::Precision::Bf16 ? " bf16" : " fp32");
+    }
+  }
+}
+
+// The validation loss in bf16 precision is the training loss: eval_loss reads the same bf16
+// logits with the same cross-entropy (the losses only), bit for bit; every arch, the recipe's
+// sigmoid soft-cap over the padded vocabulary (model.loss_over_padding) included.
+TEST(GptBf16, EvalLossIsTheTrainingLoss) {
+  for (int a = 0; a < 4; ++a) {
+    model::ModelConfig c =
+        a == 3 ? recipe(100)
+               : tiny(a == 0 ? model::Arch::Gpt2 : model::Arch::Modern, 100, a == 2 ? 4 : 0);
+    if (a == 1) c.softcap = 30.0f;
+    if (a == 3) c.loss_over_padding = true;
+    c.precision = model::Precision::Bf16;
+    model::Gpt gpt(c, core::cpu_backend());
+    gpt.init_weights();
+    const int B = 2, T = 8;
+    auto x = random_tokens(B * T, 100, 110 + a), y = random_tokens(B * T, 100, 120 + a);
+    const float eval = gpt.eval_loss(x.data(), y.data(), B, T);
+    gpt.zero_grad();
+    gpt.forward(x.data(), y.data(), B, T);
+    EXPECT_EQ(gpt.ce_loss(), eval) << "arch " << a;
   }
 }
 
