@@ -29,7 +29,9 @@
 # PRETRAIN_STEPS (2000), FT_STEPS (100), SEEDS ("1 2"), ADAMW_LRS ("3e-4 1e-3 3e-3 1e-2"),
 # OSFT_URRS ("0.5 0.25"), OSFT_LRS ("1e-3 3e-3 1e-2"), NP (2 ranks, OMP_NUM_THREADS 1 each),
 # BUILD_DIR (build), OUT (runs/frontier_<FT_SPLIT>, with _frozen appended under FREEZE),
-# PRETRAIN_DIR (runs/frontier/pretrain: every grid shares one pretraining),
+# PRETRAIN_DIR (runs/frontier/pretrain: every grid shares one pretraining), DATA_DIR (data: the
+# folder of the split folders), SETS (KEY=VALUE overrides, space-separated, for every training run
+# after the script's own, e.g. a smaller model: tests/e2e/forgetting_test.sh),
 # FREEZE ("embed_head": both arms hold the embedding and the head at lr 0, so the comparison is
 # about the hidden matrices OSFT constrains; issue 50. Each arm's groups are then: the hidden
 # matrices (AdamW, or OSFT), embed.weight and lm_head.weight (AdamW at lr 0: no update), and any
@@ -48,6 +50,10 @@ np="${NP:-2}"
 pretrain_steps="${PRETRAIN_STEPS:-2000}"
 ft_steps="${FT_STEPS:-100}"
 pretrain_dir="${PRETRAIN_DIR:-runs/frontier/pretrain}"
+data="${DATA_DIR:-data}"
+extra_sets=()
+read -ra kvs <<< "${SETS:-}"  # split on spaces, no globbing
+for kv in "${kvs[@]}"; do extra_sets+=(--set "$kv"); done
 seeds="${SEEDS:-1 2}"
 adamw_lrs="${ADAMW_LRS:-3e-4 1e-3 3e-3 1e-2}"
 osft_urrs="${OSFT_URRS:-0.5 0.25}"
@@ -76,13 +82,13 @@ engine="$build/apps/engine/engine"
 [[ -x "$engine" ]] || { echo "forgetting.sh: $engine not built (cmake --build $build --target engine)" >&2; exit 2; }
 for split in "$pretrain_split" "$ft_split"; do
   for part in train val; do
-    compgen -G "data/$split/${split}_${part}_*.bin" > /dev/null && continue
+    compgen -G "$data/$split/${split}_${part}_*.bin" > /dev/null && continue
     case "$split" in
       brown*) prepare="run bash scripts/prepare_data.sh" ;;
       code) prepare="run bash scripts/prepare_code_data.sh" ;;
       *) prepare="FT_SPLIT is brown_imaginative, brown_informative or code" ;;
     esac
-    echo "forgetting.sh: no data/$split/${split}_${part}_*.bin shards: $prepare" >&2
+    echo "forgetting.sh: no $data/$split/${split}_${part}_*.bin shards: $prepare" >&2
     exit 2
   done
 done
@@ -97,11 +103,11 @@ else
 fi
 run() { mpirun --oversubscribe "${bind[@]}" -np "$np" "$engine" "$@"; }
 split_sets() {  # train and val shards of one split
-  echo --set "data.train=data/$1/$1_train_*.bin" --set "data.val=data/$1/$1_val_*.bin"
+  echo --set "data.train=$data/$1/$1_train_*.bin" --set "data.val=$data/$1/$1_val_*.bin"
 }
 # The validation loss of a checkpoint on one split's whole validation set.
 val_loss() {
-  run eval --checkpoint "$1" --all --set "data.val=data/$2/$2_val_*.bin" 2>&1 |
+  run eval --checkpoint "$1" --all --set "data.val=$data/$2/$2_val_*.bin" 2>&1 |
     sed -n 's/.*val_loss:\([0-9.]*\).*/\1/p' | tail -1
 }
 # The complete checkpoint of a run folder at a step, or nothing.
@@ -123,7 +129,7 @@ if [[ -z "$pretrained" ]]; then
   run --config configs/cpu_small.yaml $(split_sets "$pretrain_split") \
     --set "train.steps=$pretrain_steps" --set train.eval_every=100 --set checkpoint.every=250 \
     --set checkpoint.keep=2 --set checkpoint.resume=auto \
-    --set "checkpoint.dir=$pretrain_dir/checkpoints" --set "log.dir=$pretrain_dir" \
+    --set "checkpoint.dir=$pretrain_dir/checkpoints" --set "log.dir=$pretrain_dir" "${extra_sets[@]}" \
     >> "$pretrain_dir.log" 2>&1
   pretrained="$(final_checkpoint "$pretrain_dir" "$pretrain_steps")"
   [[ -n "$pretrained" ]] || { echo "forgetting.sh: pretraining left no step $pretrain_steps checkpoint (see $pretrain_dir.log)" >&2; exit 1; }
@@ -158,7 +164,7 @@ finetune() {  # name config urr lr seed [--set ...]
     --set "train.seed=$seed" --set data.shuffle=true --set "train.steps=$ft_steps" \
     --set train.eval_every=0 --set checkpoint.every=50 --set checkpoint.keep=1 \
     --set checkpoint.resume=auto --set "checkpoint.dir=$dir/checkpoints" --set "log.dir=$dir" \
-    "$@" >> "$dir.log" 2>&1
+    "$@" "${extra_sets[@]}" >> "$dir.log" 2>&1
   local ckpt
   ckpt="$(final_checkpoint "$dir" "$ft_steps")"
   [[ -n "$ckpt" ]] || { echo "forgetting.sh: $name left no step $ft_steps checkpoint (see $dir.log)" >&2; exit 1; }
