@@ -87,6 +87,13 @@ plan() {
     printf "; a shared 2-core machine)\n" }'
 }
 
+copy_logs() {  # a run's metrics.jsonl and log.txt; a missing one is named, and the rest goes on
+  local f
+  mkdir -p "$2"
+  for f in metrics.jsonl log.txt; do
+    if [[ -f "$1/$f" ]]; then cp "$1/$f" "$2/"; else echo "forgetting_all.sh: no $1/$f to copy" >&2; fi
+  done
+}
 # Regenerates a grid's frontier from its finished runs and copies it and every run's logs to
 # docs; the pretraining's logs likewise.
 collect() {
@@ -105,13 +112,9 @@ collect() {
   cp "$out/runs.tsv" "$out/grid" "$out"/frontier.{md,json,png} "$dest/"
   local run
   for run in $(tail -n +2 "$out/runs.tsv" | cut -f1 | grep -vx pretrained); do
-    mkdir -p "$dest/$run"
-    cp "$out/$run/metrics.jsonl" "$out/$run/log.txt" "$dest/$run/"
+    copy_logs "$out/$run" "$dest/$run"
   done
-  if [[ -f "$PRETRAIN_DIR/metrics.jsonl" ]]; then
-    mkdir -p "$docs_dir/pretrain"
-    cp "$PRETRAIN_DIR/metrics.jsonl" "$PRETRAIN_DIR/log.txt" "$docs_dir/pretrain/"
-  fi
+  copy_logs "$PRETRAIN_DIR" "$docs_dir/pretrain"
   echo "forgetting_all.sh: $grid: $(finished_runs "$grid") runs -> $dest"
 }
 

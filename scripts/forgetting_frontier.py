@@ -193,26 +193,42 @@ def main():
     markers = ["o", "s", "^", "D"]
     for c in configs:
         colors.setdefault(c["arm"], "C%d" % len(colors))
-    for arm, color in colors.items():
-        for i, s in enumerate(seeds):
-            rs = [r for r in runs if r["arm"] == arm and r["seed"] == s]
-            ax.scatter([r["gain"] for r in rs], [r["forgetting"] for r in rs], color=color,
-                       marker=markers[i % len(markers)], s=30, alpha=0.6,
-                       label="%s, seed %d" % (arm, s))
-        cs = [c for c in configs if c["arm"] == arm]
-        for c in cs:
-            ax.annotate("%g" % c["lr"], (c["gain"], c["forgetting"]), fontsize=7, color=color,
-                        xytext=(3, 3), textcoords="offset points")
-    for m, color, style in (("adamw", colors.get("adamw", "C0"), "-"), ("osft", "k", "--")):
-        front = frontier([(c["gain"], c["forgetting"]) for c in configs
-                          if (c["arm"] == "adamw") == (m == "adamw")])
-        if front:
-            ax.plot([p[0] for p in front], [p[1] for p in front], style, color=color,
-                    label="%s frontier (seed means)" % ("AdamW" if m == "adamw" else "OSFT, all ratios"))
-    ax.set_xlabel("gain on %s (validation loss drop)" % ft)
-    ax.set_ylabel("forgetting of %s (validation loss rise)" % pre)
-    ax.set_title("Fine-tuning %d steps on %s after %d pretraining steps on %s (labels: lr)" % (
-        a.finetune_steps, ft, a.pretrain_steps, pre), fontsize=9)
+    if control:  # gain is minus forgetting: forgetting against the lr, each arm a line of seed means
+        for arm, color in colors.items():
+            for i, s in enumerate(seeds):
+                rs = [r for r in runs if r["arm"] == arm and r["seed"] == s]
+                ax.scatter([float(r["lr"]) for r in rs], [r["forgetting"] for r in rs], color=color,
+                           marker=markers[i % len(markers)], s=30, alpha=0.6,
+                           label="%s, seed %d" % (arm, s))
+            cs = [c for c in configs if c["arm"] == arm]
+            ax.plot([c["lr"] for c in cs], [c["forgetting"] for c in cs], "-", color=color,
+                    label="%s (seed means)" % arm)
+        ax.set_xscale("log")
+        ax.set_xlabel("fine-tuning lr")
+        ax.set_ylabel("forgetting of %s (validation loss rise)" % pre)
+        ax.set_title("The control: fine-tuning %d steps on %s, the pretraining split (%d steps)" % (
+            a.finetune_steps, ft, a.pretrain_steps), fontsize=9)
+    else:
+        for arm, color in colors.items():
+            for i, s in enumerate(seeds):
+                rs = [r for r in runs if r["arm"] == arm and r["seed"] == s]
+                ax.scatter([r["gain"] for r in rs], [r["forgetting"] for r in rs], color=color,
+                           marker=markers[i % len(markers)], s=30, alpha=0.6,
+                           label="%s, seed %d" % (arm, s))
+            cs = [c for c in configs if c["arm"] == arm]
+            for c in cs:
+                ax.annotate("%g" % c["lr"], (c["gain"], c["forgetting"]), fontsize=7, color=color,
+                            xytext=(3, 3), textcoords="offset points")
+        for m, color, style in (("adamw", colors.get("adamw", "C0"), "-"), ("osft", "k", "--")):
+            front = frontier([(c["gain"], c["forgetting"]) for c in configs
+                              if (c["arm"] == "adamw") == (m == "adamw")])
+            if front:
+                ax.plot([p[0] for p in front], [p[1] for p in front], style, color=color,
+                        label="%s frontier (seed means)" % ("AdamW" if m == "adamw" else "OSFT, all ratios"))
+        ax.set_xlabel("gain on %s (validation loss drop)" % ft)
+        ax.set_ylabel("forgetting of %s (validation loss rise)" % pre)
+        ax.set_title("Fine-tuning %d steps on %s after %d pretraining steps on %s\n(labels: lr)" % (
+            a.finetune_steps, ft, a.pretrain_steps, pre), fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
