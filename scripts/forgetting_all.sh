@@ -14,7 +14,7 @@
 # log.txt to docs/forgetting/pretrain/; committing them is left to whoever runs this.
 # Resumable: run the same command again; a grid's finished runs are skipped (forgetting.sh).
 #
-#   nohup nice -n 10 bash scripts/forgetting_all.sh > runs/forgetting_all.log 2>&1 &
+#   mkdir -p runs && nohup nice -n 10 bash scripts/forgetting_all.sh > runs/forgetting_all.log 2>&1 &
 #
 # --plan prints the run counts and the hours they are estimated to take, and stops; --collect
 # regenerates the frontiers of whatever runs are finished and copies them, running nothing (safe
