@@ -130,7 +130,8 @@ if [[ -z "$pretrained" ]]; then
     --set "train.steps=$pretrain_steps" --set train.eval_every=100 --set checkpoint.every=250 \
     --set checkpoint.keep=2 --set checkpoint.resume=auto \
     --set "checkpoint.dir=$pretrain_dir/checkpoints" --set "log.dir=$pretrain_dir" "${extra_sets[@]}" \
-    >> "$pretrain_dir.log" 2>&1
+    >> "$pretrain_dir.log" 2>&1 ||
+    { echo "forgetting.sh: the pretraining failed (exit $?; see $pretrain_dir.log)" >&2; exit 1; }
   pretrained="$(final_checkpoint "$pretrain_dir" "$pretrain_steps")"
   [[ -n "$pretrained" ]] || { echo "forgetting.sh: pretraining left no step $pretrain_steps checkpoint (see $pretrain_dir.log)" >&2; exit 1; }
 fi
@@ -164,7 +165,8 @@ finetune() {  # name config urr lr seed [--set ...]
     --set "train.seed=$seed" --set data.shuffle=true --set "train.steps=$ft_steps" \
     --set train.eval_every=0 --set checkpoint.every=50 --set checkpoint.keep=1 \
     --set checkpoint.resume=auto --set "checkpoint.dir=$dir/checkpoints" --set "log.dir=$dir" \
-    "$@" "${extra_sets[@]}" >> "$dir.log" 2>&1
+    "$@" "${extra_sets[@]}" >> "$dir.log" 2>&1 ||
+    { echo "forgetting.sh: $name failed (exit $?; see $dir.log; run again to resume)" >&2; exit 1; }
   local ckpt
   ckpt="$(final_checkpoint "$dir" "$ft_steps")"
   [[ -n "$ckpt" ]] || { echo "forgetting.sh: $name left no step $ft_steps checkpoint (see $dir.log)" >&2; exit 1; }
