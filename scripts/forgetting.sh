@@ -3,7 +3,7 @@
 # forget less of a first task than full fine-tuning, at equal gain on a second one?
 #   1. pretrains the default CPU model (configs/cpu_small.yaml) on the informative-prose Brown
 #      split (data/brown_informative, scripts/prepare_data.sh) for PRETRAIN_STEPS steps, once;
-#   2. fine-tunes it on the imaginative-prose split for FT_STEPS steps (train.init_from): full
+#   2. fine-tunes it on the split FT_SPLIT for FT_STEPS steps (train.init_from): full
 #      fine-tuning with AdamW on every weight (configs/osft_finetune_baseline.yaml) at each
 #      learning rate of ADAMW_LRS, and OSFT (configs/osft_finetune.yaml: OSFT on the hidden
 #      matrices, AdamW on embeddings and head, both at the run's learning rate) at each
@@ -13,31 +13,66 @@
 #      writes OUT/frontier.{md,json,png} (scripts/forgetting_frontier.py): each run a point, gain on
 #      the new split against forgetting of the old, each method's frontier, and the methods
 #      compared at equal gain along their frontiers, seed by seed.
+# FT_SPLIT (issue 50): brown_imaginative (the default: imaginative prose), code (eslint's
+# JavaScript source, scripts/prepare_code_data.sh: another domain), or brown_informative, the
+# pretraining split itself: the control, whose forgetting is what re-warming the lr after an
+# annealed pretraining costs alone (its gain is minus its forgetting).
+# OUT/runs.tsv: one row per run, its two loss columns headed by the splits' names (pretraining
+# split, then fine-tuning split; older files headed informative / imaginative are read as
+# brown_informative / brown_imaginative). Each run's log.dir is OUT/<run> (metrics.jsonl,
+# log.txt; the checkpoints are deleted once evaluated), its output OUT/<run>.log.
 # Resumable: the pretraining resumes from its newest checkpoint, and a grid run whose row is in
 # OUT/runs.tsv is not run again (a stopped run resumes from its own checkpoint); run the same
-# command again to go on. Knobs (environment): PRETRAIN_STEPS (2000), FT_STEPS (100),
-# SEEDS ("1 2"), ADAMW_LRS ("3e-4 1e-3 3e-3 1e-2"), OSFT_URRS ("0.5 0.25"),
-# OSFT_LRS ("1e-3 3e-3 1e-2"), NP (2 ranks, OMP_NUM_THREADS 1 each), BUILD_DIR (build),
-# OUT (runs/frontier), PRETRAIN_DIR (OUT/pretrain: another grid's pretraining can be shared),
+# command again to go on. OUT/grid records FT_SPLIT, FREEZE and the step counts, and a rerun with
+# others into the same OUT is refused. --count prints the grid's size and its runs left, and
+# stops. Knobs (environment): FT_SPLIT (brown_imaginative),
+# PRETRAIN_STEPS (2000), FT_STEPS (100), SEEDS ("1 2"), ADAMW_LRS ("3e-4 1e-3 3e-3 1e-2"),
+# OSFT_URRS ("0.5 0.25"), OSFT_LRS ("1e-3 3e-3 1e-2"), NP (2 ranks, OMP_NUM_THREADS 1 each),
+# BUILD_DIR (build), OUT (runs/frontier_<FT_SPLIT>, with _frozen appended under FREEZE),
+# PRETRAIN_DIR (runs/frontier/pretrain: every grid shares one pretraining), DATA_DIR (data: the
+# folder of the split folders), SETS (KEY=VALUE overrides, space-separated, for every training run
+# after the script's own, e.g. a smaller model: tests/e2e/forgetting_test.sh),
 # FREEZE ("embed_head": both arms hold the embedding and the head at lr 0, so the comparison is
 # about the hidden matrices OSFT constrains; issue 50. Each arm's groups are then: the hidden
 # matrices (AdamW, or OSFT), embed.weight and lm_head.weight (AdamW at lr 0: no update), and any
-# other weight at the run's lr). scripts/forgetting_frozen.sh runs that grid.
+# other weight at the run's lr). scripts/forgetting_frozen.sh runs that grid;
+# scripts/forgetting_all.sh runs every grid of issue 50.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 build="${BUILD_DIR:-build}"
-out="${OUT:-runs/frontier}"
+pretrain_split=brown_informative
+ft_split="${FT_SPLIT:-brown_imaginative}"
+freeze="${FREEZE:-}"
+[[ -z "$freeze" || "$freeze" == embed_head ]] || { echo "forgetting.sh: FREEZE must be empty or embed_head, got '$freeze'" >&2; exit 2; }
+out="${OUT:-runs/frontier_${ft_split}${freeze:+_frozen}}"
 np="${NP:-2}"
 pretrain_steps="${PRETRAIN_STEPS:-2000}"
 ft_steps="${FT_STEPS:-100}"
-pretrain_dir="${PRETRAIN_DIR:-$out/pretrain}"
-freeze="${FREEZE:-}"
-[[ -z "$freeze" || "$freeze" == embed_head ]] || { echo "forgetting.sh: FREEZE must be empty or embed_head, got '$freeze'" >&2; exit 2; }
+pretrain_dir="${PRETRAIN_DIR:-runs/frontier/pretrain}"
+data="${DATA_DIR:-data}"
+extra_sets=()
+read -ra kvs <<< "${SETS:-}"  # split on spaces, no globbing
+for kv in "${kvs[@]}"; do extra_sets+=(--set "$kv"); done
 seeds="${SEEDS:-1 2}"
 adamw_lrs="${ADAMW_LRS:-3e-4 1e-3 3e-3 1e-2}"
 osft_urrs="${OSFT_URRS:-0.5 0.25}"
 osft_lrs="${OSFT_LRS:-1e-3 3e-3 1e-2}"
+# --count: the grid's size and how many of its runs are not in OUT/runs.tsv yet ("runs left"),
+# then stop (scripts/forgetting_all.sh plans with it).
+if [[ "${1:-}" == --count ]]; then
+  total=0 left=0
+  for seed in $seeds; do
+    for name in $(printf "adamw_lr%s_seed$seed " $adamw_lrs) \
+      $(for urr in $osft_urrs; do printf "osft_urr${urr}_lr%s_seed$seed " $osft_lrs; done); do
+      total=$((total + 1))
+      grep -qs "^$name	" "$out/runs.tsv" || left=$((left + 1))
+    done
+  done
+  echo "$total $left"
+  exit 0
+fi
+[[ $# -eq 0 ]] || { echo "usage: $0 [--count] (knobs in the environment)" >&2; exit 2; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 # Several threads per rank need as many cores: Open MPI binds each rank to one core at np <= 2.
@@ -45,18 +80,34 @@ bind=()
 if ((OMP_NUM_THREADS > 1)); then bind=(--bind-to none); fi
 engine="$build/apps/engine/engine"
 [[ -x "$engine" ]] || { echo "forgetting.sh: $engine not built (cmake --build $build --target engine)" >&2; exit 2; }
-for split in brown_informative brown_imaginative; do
-  compgen -G "data/$split/${split}_train_*.bin" > /dev/null ||
-    { echo "forgetting.sh: no data/$split shards: run bash scripts/prepare_data.sh" >&2; exit 2; }
+for split in "$pretrain_split" "$ft_split"; do
+  for part in train val; do
+    compgen -G "$data/$split/${split}_${part}_*.bin" > /dev/null && continue
+    case "$split" in
+      brown*) prepare="run bash scripts/prepare_data.sh" ;;
+      code) prepare="run bash scripts/prepare_code_data.sh" ;;
+      *) prepare="FT_SPLIT is brown_imaginative, brown_informative or code" ;;
+    esac
+    echo "forgetting.sh: no $data/$split/${split}_${part}_*.bin shards: $prepare" >&2
+    exit 2
+  done
 done
 mkdir -p "$out"
+# One grid per OUT: its runs must share the fine-tuning split, the freezing and the step counts.
+grid="FT_SPLIT=$ft_split FREEZE=$freeze PRETRAIN_STEPS=$pretrain_steps FT_STEPS=$ft_steps"
+if [[ -f "$out/grid" ]]; then
+  [[ "$(cat "$out/grid")" == "$grid" ]] ||
+    { echo "forgetting.sh: $out holds the grid '$(cat "$out/grid")', not '$grid': give another OUT" >&2; exit 2; }
+else
+  echo "$grid" > "$out/grid"
+fi
 run() { mpirun --oversubscribe "${bind[@]}" -np "$np" "$engine" "$@"; }
 split_sets() {  # train and val shards of one split
-  echo --set "data.train=data/$1/$1_train_*.bin" --set "data.val=data/$1/$1_val_*.bin"
+  echo --set "data.train=$data/$1/$1_train_*.bin" --set "data.val=$data/$1/$1_val_*.bin"
 }
 # The validation loss of a checkpoint on one split's whole validation set.
 val_loss() {
-  run eval --checkpoint "$1" --all --set "data.val=data/$2/$2_val_*.bin" 2>&1 |
+  run eval --checkpoint "$1" --all --set "data.val=$data/$2/$2_val_*.bin" 2>&1 |
     sed -n 's/.*val_loss:\([0-9.]*\).*/\1/p' | tail -1
 }
 # The complete checkpoint of a run folder at a step, or nothing.
@@ -73,20 +124,34 @@ trap add_elapsed EXIT
 # ---- 1. pretraining, once ------------------------------------------------------------------------
 pretrained="$(final_checkpoint "$pretrain_dir" "$pretrain_steps")"
 if [[ -z "$pretrained" ]]; then
-  echo "== pretraining on brown_informative ($pretrain_steps steps; resumes where it stopped)"
-  run --config configs/cpu_small.yaml $(split_sets brown_informative) \
+  echo "== pretraining on $pretrain_split ($pretrain_steps steps; resumes where it stopped)"
+  mkdir -p "$(dirname "$pretrain_dir")"
+  run --config configs/cpu_small.yaml $(split_sets "$pretrain_split") \
     --set "train.steps=$pretrain_steps" --set train.eval_every=100 --set checkpoint.every=250 \
     --set checkpoint.keep=2 --set checkpoint.resume=auto \
-    --set "checkpoint.dir=$pretrain_dir/checkpoints" --set "log.dir=$pretrain_dir" \
-    >> "$pretrain_dir.log" 2>&1
+    --set "checkpoint.dir=$pretrain_dir/checkpoints" --set "log.dir=$pretrain_dir" "${extra_sets[@]}" \
+    >> "$pretrain_dir.log" 2>&1 ||
+    { echo "forgetting.sh: the pretraining failed (exit $?; see $pretrain_dir.log)" >&2; exit 1; }
   pretrained="$(final_checkpoint "$pretrain_dir" "$pretrain_steps")"
   [[ -n "$pretrained" ]] || { echo "forgetting.sh: pretraining left no step $pretrain_steps checkpoint (see $pretrain_dir.log)" >&2; exit 1; }
 fi
+# Both splits' losses of a checkpoint, tab-separated (the control's two splits are one: once).
+both_losses() {
+  local pre ft
+  pre="$(val_loss "$1" "$pretrain_split")"
+  if [[ "$ft_split" == "$pretrain_split" ]]; then ft="$pre"; else ft="$(val_loss "$1" "$ft_split")"; fi
+  [[ -n "$pre" && -n "$ft" ]] || { echo "forgetting.sh: no val_loss from engine eval of $1" >&2; exit 1; }
+  printf '%s\t%s' "$pre" "$ft"
+}
 runs="$out/runs.tsv"
-[[ -f "$runs" ]] || printf 'run\tmethod\turr\tlr\tseed\tinformative\timaginative\tseconds\n' > "$runs"
+[[ -f "$runs" ]] ||
+  printf 'run\tmethod\turr\tlr\tseed\t%s\t%s\tseconds\n' "$pretrain_split" "$ft_split" > "$runs"
+header="$(head -n1 "$runs" | cut -f6,7 | sed 's/^informative/brown_informative/; s/\timaginative$/\tbrown_imaginative/')"
+[[ "$header" == "$pretrain_split	$ft_split" ]] ||
+  { echo "forgetting.sh: $runs holds losses on '${header/	/, }', not on $pretrain_split, $ft_split: give another OUT" >&2; exit 2; }
 if ! grep -q '^pretrained	' "$runs"; then
-  printf 'pretrained\tpretrained\t-\t-\t-\t%s\t%s\t0\n' "$(val_loss "$pretrained" brown_informative)" \
-    "$(val_loss "$pretrained" brown_imaginative)" >> "$runs"
+  losses="$(both_losses "$pretrained")"
+  printf 'pretrained\tpretrained\t-\t-\t-\t%s\t0\n' "$losses" >> "$runs"
 fi
 
 # ---- 2. the grid, seed by seed (a partial grid is a whole frontier of its first seeds) ----------
@@ -95,17 +160,19 @@ finetune() {  # name config urr lr seed [--set ...]
   shift 5
   grep -q "^$name	" "$runs" && return 0
   local dir="$out/$name" t0=$SECONDS
-  echo "== $name: $ft_steps steps on brown_imaginative"
-  run --config "$config" $(split_sets brown_imaginative) --set "train.init_from=$pretrained" \
+  echo "== $name: $ft_steps steps on $ft_split"
+  run --config "$config" $(split_sets "$ft_split") --set "train.init_from=$pretrained" \
     --set "train.seed=$seed" --set data.shuffle=true --set "train.steps=$ft_steps" \
     --set train.eval_every=0 --set checkpoint.every=50 --set checkpoint.keep=1 \
     --set checkpoint.resume=auto --set "checkpoint.dir=$dir/checkpoints" --set "log.dir=$dir" \
-    "$@" >> "$dir.log" 2>&1
+    "$@" "${extra_sets[@]}" >> "$dir.log" 2>&1 ||
+    { echo "forgetting.sh: $name failed (exit $?; see $dir.log; run again to resume)" >&2; exit 1; }
   local ckpt
   ckpt="$(final_checkpoint "$dir" "$ft_steps")"
   [[ -n "$ckpt" ]] || { echo "forgetting.sh: $name left no step $ft_steps checkpoint (see $dir.log)" >&2; exit 1; }
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "${name%%_*}" "$urr" "$lr" "$seed" \
-    "$(val_loss "$ckpt" brown_informative)" "$(val_loss "$ckpt" brown_imaginative)" \
+  local losses
+  losses="$(both_losses "$ckpt")"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "${name%%_*}" "$urr" "$lr" "$seed" "$losses" \
     "$((SECONDS - t0))" >> "$runs"
   rm -rf "$dir/checkpoints"  # the numbers are in runs.tsv; 4 MB a run otherwise
 }

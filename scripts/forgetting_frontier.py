@@ -5,10 +5,14 @@
 
 Reads OUT/runs.tsv (one row per fine-tuning run: method, unfreeze_rank_ratio, lr, seed and the
 whole-split validation losses of both splits; a first row for the pretrained model) and writes
-OUT/frontier.json, OUT/frontier.md and OUT/frontier.png.
+OUT/frontier.json, OUT/frontier.md and OUT/frontier.png. The two loss columns (the sixth and
+seventh) are the pretraining split's and the fine-tuning split's, each headed by its split's name
+(an older header's informative / imaginative read as brown_informative / brown_imaginative).
 
-Per run: gain = the drop of the imaginative validation loss, forgetting = the rise of the
-informative one, both against the pretrained model. A method's frontier is its Pareto set (no
+Per run: gain = the drop of the fine-tuning split's validation loss, forgetting = the rise of the
+pretraining split's, both against the pretrained model. When the two splits are one (the control:
+fine-tuning on the pretraining split itself), gain is minus forgetting and only the forgetting of
+each configuration, what re-warming the lr costs alone, is reported. A method's frontier is its Pareto set (no
 other run of the method has as much gain and less forgetting) joined by straight lines, forgetting
 as a function of gain. Methods are compared at equal gain by interpolating along their frontiers
 at gains both reach, seed by seed (each seed's runs make its own frontiers), never by one picked
@@ -54,12 +58,23 @@ def main():
     ap.add_argument("--elapsed", type=int, default=0)
     ap.add_argument("--levels", type=int, default=5, help="gains compared along the overlap")
     a = ap.parse_args()
-    rows = [l.rstrip("\n").split("\t") for l in open(os.path.join(a.out, "runs.tsv"))]
-    rows = [dict(zip(rows[0], r)) for r in rows[1:]]
+    path = os.path.join(a.out, "runs.tsv")
+    rows = [l.rstrip("\n").split("\t") for l in open(path)]
+    head = rows[0]
+    if head[:5] != ["run", "method", "urr", "lr", "seed"] or len(head) != 8 or head[7] != "seconds":
+        sys.exit("forgetting_frontier: %s: header %r is not run method urr lr seed <split> <split> seconds"
+                 % (path, "\t".join(head)))
+    legacy = {"informative": "brown_informative", "imaginative": "brown_imaginative"}
+    pre, ft = legacy.get(head[5], head[5]), legacy.get(head[6], head[6])
+    control = pre == ft
+    for n, r in enumerate(rows[1:], 2):
+        if len(r) != 8:
+            sys.exit("forgetting_frontier: %s line %d: %d columns, not 8" % (path, n, len(r)))
+    rows = [dict(zip(head[:5] + ["pre", "ft", "seconds"], r)) for r in rows[1:]]
     base = next((r for r in rows if r["run"] == "pretrained"), None)
     if base is None:
         sys.exit("forgetting_frontier: no pretrained row in runs.tsv")
-    b_inf, b_img = float(base["informative"]), float(base["imaginative"])
+    b_pre, b_ft = float(base["pre"]), float(base["ft"])
     runs = []
     for r in rows:
         if r["run"] == "pretrained":
@@ -67,9 +82,9 @@ def main():
         arm = "adamw" if r["method"] == "adamw" else "osft urr %s" % r["urr"]
         runs.append({"run": r["run"], "method": r["method"], "arm": arm, "urr": r["urr"],
                      "lr": r["lr"], "seed": int(r["seed"]),
-                     "informative": float(r["informative"]), "imaginative": float(r["imaginative"]),
-                     "forgetting": float(r["informative"]) - b_inf,
-                     "gain": b_img - float(r["imaginative"]), "seconds": int(r["seconds"])})
+                     "loss_pretraining_split": float(r["pre"]), "loss_finetuning_split": float(r["ft"]),
+                     "forgetting": float(r["pre"]) - b_pre,
+                     "gain": b_ft - float(r["ft"]), "seconds": int(r["seconds"])})
     seeds = sorted({r["seed"] for r in runs})
     # A seed counts when both methods have at least two runs in it (a partial grid's last seed
     # may not).
@@ -117,24 +132,37 @@ def main():
                            "ratio": statistics.mean(ratio) if ratio else None})
         return {"overlap": [lo, hi], "levels": levels}
 
-    comparisons = {"osft (all ratios)": compare(lambda r: r["method"] == "osft")}
-    for urr in sorted({r["urr"] for r in runs if r["method"] == "osft"}, reverse=True):
-        comparisons["osft urr %s" % urr] = compare(lambda r, u=urr: r["method"] == "osft" and r["urr"] == u)
+    comparisons = {}
+    if not control:  # on the control every run lies on forgetting = -gain: nothing to compare
+        comparisons["osft (all ratios)"] = compare(lambda r: r["method"] == "osft")
+        for urr in sorted({r["urr"] for r in runs if r["method"] == "osft"}, reverse=True):
+            comparisons["osft urr %s" % urr] = compare(lambda r, u=urr: r["method"] == "osft" and r["urr"] == u)
     max_gain = {m: max((r["gain"] for r in runs if r["method"] == m), default=None) for m in ("adamw", "osft")}
 
-    doc = {"pretrained": {"informative": b_inf, "imaginative": b_img}, "runs": runs, "configs": configs,
+    doc = {"splits": {"pretraining": pre, "finetuning": ft}, "control": control,
+           "pretrained": {"loss_pretraining_split": b_pre, "loss_finetuning_split": b_ft},
+           "runs": runs, "configs": configs,
            "seeds": seeds, "seeds_compared": full, "comparisons": comparisons, "max_gain": max_gain,
            "np": a.np, "pretrain_steps": a.pretrain_steps, "finetune_steps": a.finetune_steps,
            "elapsed_s": a.elapsed}
     json.dump(doc, open(os.path.join(a.out, "frontier.json"), "w"), indent=1)
 
-    L = ["Fine-tuning %d steps on brown_imaginative from cpu_small pretrained %d steps on "
-         "brown_informative (validation loss there %.4f, on brown_imaginative %.4f); np %d; whole "
-         "validation splits; %d runs, %d s of grid and pretraining in all."
-         % (a.finetune_steps, a.pretrain_steps, b_inf, b_img, a.np, len(runs), a.elapsed), "",
-         "Every configuration (mean over seeds ± half the range):", "",
-         "| arm | lr | seeds | gain (−Δ imaginative val) | forgetting (Δ informative val) | s / run |",
-         "|---|---|---|---|---|---|"]
+    if control:
+        intro = ("Fine-tuning %d steps on %s, the pretraining split itself (the control), from "
+                 "cpu_small pretrained %d steps on it (validation loss %.4f)"
+                 % (a.finetune_steps, ft, a.pretrain_steps, b_pre))
+    else:
+        intro = ("Fine-tuning %d steps on %s from cpu_small pretrained %d steps on %s (validation "
+                 "loss there %.4f, on %s %.4f)" % (a.finetune_steps, ft, a.pretrain_steps, pre, b_pre, ft, b_ft))
+    L = [intro + "; np %d; whole validation splits; %d runs, %d s of grid and pretraining in all."
+         % (a.np, len(runs), a.elapsed), ""]
+    if control:
+        L += ["The fine-tuning data is the pretraining data, so gain is minus forgetting: each "
+              "configuration's forgetting is what re-warming the lr after the annealed pretraining "
+              "costs alone, to set beside the same configuration's forgetting on another split.", ""]
+    L += ["Every configuration (mean over seeds ± half the range):", "",
+          "| arm | lr | seeds | gain (−Δ %s val) | forgetting (Δ %s val) | s / run |" % (ft, pre),
+          "|---|---|---|---|---|---|"]
     for c in configs:
         L.append("| %s | %g | %d | %.4f ± %.4f | %.4f ± %.4f | %.0f |" % (
             c["arm"], c["lr"], c["seeds"], c["gain"], c["gain_halfrange"], c["forgetting"],
@@ -165,26 +193,42 @@ def main():
     markers = ["o", "s", "^", "D"]
     for c in configs:
         colors.setdefault(c["arm"], "C%d" % len(colors))
-    for arm, color in colors.items():
-        for i, s in enumerate(seeds):
-            rs = [r for r in runs if r["arm"] == arm and r["seed"] == s]
-            ax.scatter([r["gain"] for r in rs], [r["forgetting"] for r in rs], color=color,
-                       marker=markers[i % len(markers)], s=30, alpha=0.6,
-                       label="%s, seed %d" % (arm, s))
-        cs = [c for c in configs if c["arm"] == arm]
-        for c in cs:
-            ax.annotate("%g" % c["lr"], (c["gain"], c["forgetting"]), fontsize=7, color=color,
-                        xytext=(3, 3), textcoords="offset points")
-    for m, color, style in (("adamw", colors.get("adamw", "C0"), "-"), ("osft", "k", "--")):
-        front = frontier([(c["gain"], c["forgetting"]) for c in configs
-                          if (c["arm"] == "adamw") == (m == "adamw")])
-        if front:
-            ax.plot([p[0] for p in front], [p[1] for p in front], style, color=color,
-                    label="%s frontier (seed means)" % ("AdamW" if m == "adamw" else "OSFT, all ratios"))
-    ax.set_xlabel("gain on brown_imaginative (validation loss drop)")
-    ax.set_ylabel("forgetting of brown_informative (validation loss rise)")
-    ax.set_title("Fine-tuning %d steps after %d pretraining steps (labels: lr)" % (
-        a.finetune_steps, a.pretrain_steps))
+    if control:  # gain is minus forgetting: forgetting against the lr, each arm a line of seed means
+        for arm, color in colors.items():
+            for i, s in enumerate(seeds):
+                rs = [r for r in runs if r["arm"] == arm and r["seed"] == s]
+                ax.scatter([float(r["lr"]) for r in rs], [r["forgetting"] for r in rs], color=color,
+                           marker=markers[i % len(markers)], s=30, alpha=0.6,
+                           label="%s, seed %d" % (arm, s))
+            cs = [c for c in configs if c["arm"] == arm]
+            ax.plot([c["lr"] for c in cs], [c["forgetting"] for c in cs], "-", color=color,
+                    label="%s (seed means)" % arm)
+        ax.set_xscale("log")
+        ax.set_xlabel("fine-tuning lr")
+        ax.set_ylabel("forgetting of %s (validation loss rise)" % pre)
+        ax.set_title("The control: fine-tuning %d steps on %s, the pretraining split (%d steps)" % (
+            a.finetune_steps, ft, a.pretrain_steps), fontsize=9)
+    else:
+        for arm, color in colors.items():
+            for i, s in enumerate(seeds):
+                rs = [r for r in runs if r["arm"] == arm and r["seed"] == s]
+                ax.scatter([r["gain"] for r in rs], [r["forgetting"] for r in rs], color=color,
+                           marker=markers[i % len(markers)], s=30, alpha=0.6,
+                           label="%s, seed %d" % (arm, s))
+            cs = [c for c in configs if c["arm"] == arm]
+            for c in cs:
+                ax.annotate("%g" % c["lr"], (c["gain"], c["forgetting"]), fontsize=7, color=color,
+                            xytext=(3, 3), textcoords="offset points")
+        for m, color, style in (("adamw", colors.get("adamw", "C0"), "-"), ("osft", "k", "--")):
+            front = frontier([(c["gain"], c["forgetting"]) for c in configs
+                              if (c["arm"] == "adamw") == (m == "adamw")])
+            if front:
+                ax.plot([p[0] for p in front], [p[1] for p in front], style, color=color,
+                        label="%s frontier (seed means)" % ("AdamW" if m == "adamw" else "OSFT, all ratios"))
+        ax.set_xlabel("gain on %s (validation loss drop)" % ft)
+        ax.set_ylabel("forgetting of %s (validation loss rise)" % pre)
+        ax.set_title("Fine-tuning %d steps on %s after %d pretraining steps on %s\n(labels: lr)" % (
+            a.finetune_steps, ft, a.pretrain_steps, pre), fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()

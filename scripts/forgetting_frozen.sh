@@ -4,11 +4,13 @@
 # train freely at the run's lr in scripts/forgetting.sh's arms, so that frontier mostly compares
 # the same AdamW on the same weights; here both arms hold them at lr 0 (FREEZE=embed_head) and
 # only the hidden matrices move, by AdamW or by OSFT, the weights OSFT constrains. The pretraining
-# is the default grid's (runs/frontier/pretrain, trained by the first of the two scripts that
-# runs; the same seed and steps give the same weights). With only the hidden matrices moving the
-# best rates may be higher than the unfrozen grid's, so the grid reaches one step further up.
+# is the one every grid shares (PRETRAIN_DIR, default runs/frontier/pretrain, trained by the first
+# grid that runs; the same seed and steps give the same weights). With only the hidden matrices
+# moving the best rates may be higher than the unfrozen grid's, so the grid reaches one step
+# further up. Any fine-tuning split (FT_SPLIT, default brown_imaginative; forgetting.sh).
 # Resumable like forgetting.sh (a run whose row is in runs.tsv is skipped); results in
-# runs/frontier_frozen/ (runs.tsv, frontier.{md,json,png}, each run's metrics.jsonl and log.txt).
+# runs/frontier_<FT_SPLIT>_frozen/ (runs.tsv, frontier.{md,json,png}, each run's metrics.jsonl
+# and log.txt).
 #
 #   nohup nice -n 10 bash scripts/forgetting_frozen.sh > runs/forgetting_frozen.log 2>&1 &
 #
@@ -18,10 +20,8 @@
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export FREEZE=embed_head
-export OUT="${OUT:-runs/frontier_frozen}"
-export PRETRAIN_DIR="${PRETRAIN_DIR:-runs/frontier/pretrain}"
 export SEEDS="${SEEDS:-1 2 3}"
 export ADAMW_LRS="${ADAMW_LRS:-1e-3 3e-3 1e-2 3e-2}"
 export OSFT_URRS="${OSFT_URRS:-0.5 0.25}"
 export OSFT_LRS="${OSFT_LRS:-1e-3 3e-3 1e-2 3e-2}"
-exec bash "$repo/scripts/forgetting.sh"
+exec bash "$repo/scripts/forgetting.sh" "$@"

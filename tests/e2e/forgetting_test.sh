@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# scripts/forgetting.sh end to end on a tiny model (its SETS knob) and tiny shards (DATA_DIR): the
+# control grid, fine-tuning on the pretraining split itself (FT_SPLIT=brown_informative), one
+# AdamW and one OSFT run. runs.tsv heads both loss columns by the split and holds equal losses in
+# them, each run's metrics.jsonl and log.txt stay in OUT and its checkpoints go, the frontier
+# reports the control; a second call runs nothing (--count: none left), a call with other step
+# counts into the same OUT is refused, and forgetting_frontier.py reads an older runs.tsv's
+# informative / imaginative header as the Brown splits. The plumbing, not the numbers.
+#
+#   forgetting_test.sh REPO BUILD_DIR WORK
+set -euo pipefail
+repo=$1 build=$2 work=$3
+rm -rf "$work" && mkdir -p "$work/data/brown_informative"
+python3 "$repo/tests/e2e/make_tiny_data.py" "$work/tiny" >/dev/null
+for part in train val; do
+  ln -s "$work/tiny/tiny_${part}_000000.bin" "$work/data/brown_informative/brown_informative_${part}_000000.bin"
+done
+grid() {
+  BUILD_DIR="$build" DATA_DIR="$work/data" OUT="$work/control" PRETRAIN_DIR="$work/pretrain" \
+    FT_SPLIT=brown_informative PRETRAIN_STEPS=4 FT_STEPS="${FT_STEPS:-2}" SEEDS=1 ADAMW_LRS=1e-3 OSFT_URRS=0.5 \
+    OSFT_LRS=1e-3 SETS="model.n_layer=2 model.n_head=2 model.d_model=64 model.seq_len=32 model.vocab_size=256 train.batch_tokens=512 train.val_tokens=4096" \
+    bash "$repo/scripts/forgetting.sh" "$@"
+}
+fail() { echo "FAIL: $*"; exit 1; }
+[ "$(grid --count)" = "2 2" ] || fail "--count before the grid: '$(grid --count)', expected '2 2'"
+grid >"$work/first.log" 2>&1 || { cat "$work/first.log"; fail "the grid failed"; }
+runs="$work/control/runs.tsv"
+[ "$(head -n1 "$runs")" = "$(printf 'run\tmethod\turr\tlr\tseed\tbrown_informative\tbrown_informative\tseconds')" ] ||
+  fail "runs.tsv header: $(head -n1 "$runs")"
+[ "$(tail -n +2 "$runs" | cut -f1 | tr '\n' ' ')" = "pretrained adamw_lr1e-3_seed1 osft_urr0.5_lr1e-3_seed1 " ] ||
+  fail "runs.tsv rows: $(cat "$runs")"
+awk -F'\t' 'NR > 1 && ($6 != $7 || $6 !~ /^[0-9.]+$/) { exit 1 }' "$runs" ||
+  fail "the control's two loss columns differ or are not losses: $(cat "$runs")"
+for run in adamw_lr1e-3_seed1 osft_urr0.5_lr1e-3_seed1; do
+  [ -s "$work/control/$run/metrics.jsonl" ] && [ -s "$work/control/$run/log.txt" ] || fail "$run: no metrics.jsonl or log.txt in OUT"
+  [ ! -e "$work/control/$run/checkpoints" ] || fail "$run: its checkpoints were kept"
+done
+grep -q 'the pretraining split itself (the control)' "$work/control/frontier.md" || fail "frontier.md does not report the control"
+python3 - "$work/control/frontier.json" <<'PY' || exit 1
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["control"] and d["splits"] == {"pretraining": "brown_informative", "finetuning": "brown_informative"}, d["splits"]
+assert d["comparisons"] == {} and len(d["runs"]) == 2, d["comparisons"]
+assert all(abs(r["gain"] + r["forgetting"]) < 1e-9 for r in d["runs"]), "control gain is not minus forgetting"
+PY
+[ "$(grid --count)" = "2 0" ] || fail "--count after the grid: '$(grid --count)', expected '2 0'"
+grid >"$work/second.log" 2>&1 || { cat "$work/second.log"; fail "the second call failed"; }
+! grep -q '^== ' "$work/second.log" || fail "the second call trained: $(grep '^== ' "$work/second.log")"
+rc=0
+FT_STEPS=3 grid >"$work/other.log" 2>&1 || rc=$?
+[ "$rc" -eq 2 ] && grep -q "holds the grid 'FT_SPLIT=brown_informative FREEZE= PRETRAIN_STEPS=4 FT_STEPS=2'" "$work/other.log" ||
+  { cat "$work/other.log"; fail "a rerun with other step counts into the same OUT was not refused (exit $rc)"; }
+# An issue 38 runs.tsv: informative / imaginative columns.
+mkdir -p "$work/legacy"
+printf 'run\tmethod\turr\tlr\tseed\tinformative\timaginative\tseconds\n' >"$work/legacy/runs.tsv"
+printf 'pretrained\tpretrained\t-\t-\t-\t6.0\t5.0\t0\nadamw_lr1e-3_seed1\tadamw\t-\t1e-3\t1\t6.5\t4.0\t9\n' >>"$work/legacy/runs.tsv"
+/usr/bin/python3 "$repo/scripts/forgetting_frontier.py" "$work/legacy" >/dev/null
+grep -q '| adamw | 0.001 | 1 | 1.0000 ± 0.0000 | 0.5000 ± 0.0000 |' "$work/legacy/frontier.md" &&
+  grep -q 'gain (−Δ brown_imaginative val) | forgetting (Δ brown_informative val)' "$work/legacy/frontier.md" ||
+  { cat "$work/legacy/frontier.md"; fail "the legacy runs.tsv was not read as brown_informative / brown_imaginative"; }
+echo "PASS: the control grid (2 runs), its resume, the refused rerun, a legacy runs.tsv"
