@@ -927,12 +927,13 @@ TEST_F(CudaVsCpu, Bf16AttentionMatchesTheCpu) {
     } else {
       unsetenv("ENGINE_CUDA_ATTENTION_BF16_VIA_F32");
     }
-    for (auto [hd, tf32, masked, gap] : {std::tuple<int64_t, bool, bool, int64_t>{64, false, false, 0},
-                                         {64, false, true, 5},
-                                         {80, false, false, 0},
-                                         {64, true, true, 0},
-                                         {128, true, false, 5},
-                                         {160, true, true, 0}}) {
+    for (auto [hd, tf32, masked, gap] :
+         {std::tuple<int64_t, bool, bool, int64_t>{64, false, false, 0},
+          {64, false, true, 5},
+          {80, false, false, 0},
+          {64, true, true, 0},
+          {128, true, false, 5},
+          {160, true, true, 0}}) {
       SCOPED_TRACE("hd " + std::to_string(hd) + (tf32 ? " tf32" : "") + (masked ? " masked" : "") +
                    (via_f32 ? " via f32" : "") + " gap " + std::to_string(gap));
       const int64_t D = H * hd, ld = D + gap;
@@ -948,8 +949,8 @@ TEST_F(CudaVsCpu, Bf16AttentionMatchesTheCpu) {
       bf16* d = dqkv.data();
       cpu().attention_forward(out.data(), lse.data(), x, x + D, x + 2 * D, BH, T, hd, scale, cmask,
                               false, layout);
-      cpu().attention_backward(d, d + D, d + 2 * D, dout_f.data(), out.data(), lse.data(), x,
-                               x + D, x + 2 * D, BH, T, hd, scale, cmask, false, layout);
+      cpu().attention_backward(d, d + D, d + 2 * D, dout_f.data(), out.data(), lse.data(), x, x + D,
+                               x + 2 * D, BH, T, hd, scale, cmask, false, layout);
       // The f32 gradients (the modern blocks' overload) as packed heads: read q, k, v packed too.
       const core::AttentionLayout packed_in{H, L::packed_heads(H, T, hd), L::packed_heads(H, T, hd),
                                             L::packed_heads(H, T, hd), layout.out};
