@@ -91,8 +91,8 @@ Gpt::Operand Gpt::weight(size_t i) {
 // Saved activations of one block (pointers into acts_).
 struct Gpt::LayerActs {
   // The GEMM inputs (ln1, atty, ln2, act, xe) are stored in one dtype: f32, or in bf16
-  // precision bf16 (the f32 pointer null; attention's f32 output atty is kept for its backward),
-  // which the forward's GEMMs and the weight gradients read.
+  // precision bf16 (the f32 pointer null), which the forward's GEMMs and the weight gradients
+  // read, and attention's backward (atty: its own output, written bf16 by the attention).
   core::bf16 *ln1_bf16 = nullptr, *atty_bf16 = nullptr, *ln2_bf16 = nullptr, *act_bf16 = nullptr,
              *xe_bf16 = nullptr;
   float *ln1 = nullptr, *ln1_mean = nullptr, *ln1_rstd = nullptr;
@@ -329,7 +329,7 @@ void Gpt::plan(int B, int T) {
         a.kr = take(N * D);
       }
       a.lse = take(B * H * int64_t(T));
-      a.atty = take(N * D);
+      a.atty = take_f32(N * D);
       a.atty_bf16 = take_bf16(N * D);
       a.res_mid = take(N * D);
       a.ln2 = take_f32(N * D);
@@ -391,10 +391,9 @@ void Gpt::plan(int B, int T) {
     router_in_ = config_.moe() && bf16_ ? take(N * D) : nullptr;
     dres_ = take(N * D);
     dln_ = take(N * D);
-    // GPT-2's attention backward writes d qkv in f32 (rounded to dqkv_bf16_ in bf16 precision);
-    // the modern blocks' QK-norm and rotary backward go through the heads' dq, dk, dv.
+    // GPT-2's attention backward writes d qkv itself (in bf16 precision dqkv_bf16_); the modern
+    // blocks' QK-norm and rotary backward go through the heads' f32 dq, dk, dv.
     dqkv_ = take_f32(N * 3 * D);
-    if (!modern && bf16_) dqkv_ = take(N * 3 * D);
     if (modern) {
       dq_ = take(N * D);
       dk_ = take(N * D);
@@ -533,13 +532,19 @@ void Gpt::attn_forward(int l) {
     v = a.vmix;
   }
   // Below fp32 a device may take attention's products to tensor cores too (TF32).
-  // The output [B, T, H hd], the heads merged as written.
-  backend_.attention_forward(a.atty, a.lse, q, k, v, B * H, T, hd, config_.attention_scale(),
-                             mask_of(l), config_.precision != Precision::Fp32, layout);
-  if (a.atty_bf16) backend_.f32_to_bf16(a.atty_bf16, a.atty, N * D);
+  // The output [B, T, H hd], the heads merged as written; in bf16 precision written as bf16.
+  const bool tf32 = config_.precision != Precision::Fp32;
+  const float scale = config_.attention_scale();
+  if (a.atty_bf16) {
+    backend_.attention_forward(a.atty_bf16, a.lse, q, k, v, B * H, T, hd, scale, mask_of(l), tf32,
+                               layout);
+  } else {
+    backend_.attention_forward(a.atty, a.lse, q, k, v, B * H, T, hd, scale, mask_of(l), tf32,
+                               layout);
+  }
   // res_mid = res_in + atty @ proj^T (+ bias)
   backend_.copy(a.res_mid, res_in, N * D * sizeof(float));
-  linear(a.res_mid, {a.atty_bf16 ? nullptr : a.atty, a.atty_bf16}, weight(p.proj_w), N, D, D, 1.0f);
+  linear(a.res_mid, {a.atty, a.atty_bf16}, weight(p.proj_w), N, D, D, 1.0f);
   if (p.proj_b != kNone) backend_.add_bias(a.res_mid, w(p.proj_b), N, D);
 }
 
@@ -552,25 +557,39 @@ void Gpt::attn_backward(int l) {
   // without attention).
   if (!config_.has_attention(l)) return;
   if (p.proj_b != kNone) backend_.bias_backward(g(p.proj_b), dres_, N, D);
-  linear_backward(datty_, g(p.proj_w), dres_, {a.atty_bf16 ? nullptr : a.atty, a.atty_bf16},
-                  weight(p.proj_w), N, D, D, 0.0f);
+  linear_backward(datty_, g(p.proj_w), dres_, {a.atty, a.atty_bf16}, weight(p.proj_w), N, D, D,
+                  0.0f);
   const bool modern = config_.arch == Arch::Modern;
   const bool v_mixed = config_.has_v_lambdas(l);
   const int ve = config_.value_embed_of(l);
   const core::AttentionLayout layout = attention_layout();
+  const bool tf32 = config_.precision != Precision::Fp32;
+  const float scale = config_.attention_scale();
   if (!modern) {
-    // GPT-2: dq, dk, dv written (=) straight into d qkv's columns, in bf16 precision then rounded
-    // for the QKV projection's GEMMs.
-    backend_.attention_backward(dqkv_, dqkv_ + D, dqkv_ + 2 * D, datty_, a.atty, a.lse, a.qkv,
-                                a.qkv + D, a.qkv + 2 * D, B * H, T, hd, config_.attention_scale(),
-                                mask_of(l), config_.precision != Precision::Fp32, layout);
-    if (dqkv_bf16_) backend_.f32_to_bf16(dqkv_bf16_, dqkv_, N * 3 * D);
-    qkv_backward(l, {dqkv_bf16_ ? nullptr : dqkv_, dqkv_bf16_});
+    // GPT-2: dq, dk, dv written (=) straight into d qkv's columns, in bf16 precision as bf16 (the
+    // QKV projection's GEMMs and its bias gradient read them as written).
+    const float *q = a.qkv, *k = a.qkv + D, *v = a.qkv + 2 * D;
+    if (dqkv_bf16_) {
+      core::bf16* d = dqkv_bf16_;
+      backend_.attention_backward(d, d + D, d + 2 * D, datty_, a.atty_bf16, a.lse, q, k, v, B * H,
+                                  T, hd, scale, mask_of(l), tf32, layout);
+    } else {
+      backend_.attention_backward(dqkv_, dqkv_ + D, dqkv_ + 2 * D, datty_, a.atty, a.lse, q, k, v,
+                                  B * H, T, hd, scale, mask_of(l), tf32, layout);
+    }
+    qkv_backward(l, {dqkv_, dqkv_bf16_});
     return;
   }
-  backend_.attention_backward(dq_, dk_, dv_, datty_, a.atty, a.lse, a.qr, a.kr,
-                              v_mixed ? a.vmix : a.v, B * H, T, hd, config_.attention_scale(),
-                              mask_of(l), config_.precision != Precision::Fp32, layout);
+  // The modern blocks: f32 dq, dk, dv [B, H, T, hd] for the rotary and QK-norm backward, from
+  // attention's output as stored.
+  const float* v = v_mixed ? a.vmix : a.v;
+  if (a.atty_bf16) {
+    backend_.attention_backward(dq_, dk_, dv_, datty_, a.atty_bf16, a.lse, a.qr, a.kr, v, B * H, T,
+                                hd, scale, mask_of(l), tf32, layout);
+  } else {
+    backend_.attention_backward(dq_, dk_, dv_, datty_, a.atty, a.lse, a.qr, a.kr, v, B * H, T, hd,
+                                scale, mask_of(l), tf32, layout);
+  }
   if (v_mixed) {
     // Through v = l0 v (+ l1 ve): d v into dmix, which becomes dv.
     const float* lam = w(p.v_lambdas);

@@ -31,9 +31,11 @@
 // parameter) with the backend's device marks (CUDA events), one row each, in f32; and the
 // matmuls, attention and the classifier again as bf16 runs take them ("matmul bf16": bf16 GEMMs
 // with their roundings, the head writing bf16 logits; "classifier bf16": the cross-entropy on
-// them, d logits in place; "attention tf32": the flash kernels on TF32 tensor cores), with a second
-// sum for a bf16 run, and beside them "attention tf32 by GEMM" (core/attention_by_gemm.h, the path
-// head dims past 128 take), in neither sum.
+// them, d logits in place; "attention bf16": the flash kernels on TF32 tensor cores storing the
+// bf16 output and d qkv, or with ENGINE_CUDA_ATTENTION_BF16_VIA_F32=1 the f32 kernels and
+// rounding passes), with a second sum for a bf16 run, and beside them "attention tf32" (a tf32
+// run's, f32 storage) and "attention tf32 by GEMM" (core/attention_by_gemm.h, the path head dims
+// past 128 take), in neither sum.
 //
 // --precision takes a list of train.precision values (docs/precision.md); each row runs the model
 // in that precision (bf16 GEMMs through oneDNN where the CPU has AVX512_BF16 or AMX, else as f32
@@ -285,6 +287,7 @@ int cuda_op_groups(const std::string& name, int reps) {
   core::bf16* logits_b = buffer_bf16(N * Vp);
   // The head (out = Vp) writes its logits in bf16, and its output gradient is the bf16 d logits
   // the cross-entropy wrote over them (no rounding pass).
+  core::bf16 *attb = buffer_bf16(N * D), *dqkvb = buffer_bf16(3 * N * D);
   auto linear_fwd_bwd_bf16 = [&](int64_t in, int64_t out) {
     be.f32_to_bf16(wb, w, out * in);
     be.f32_to_bf16(xb, x, N * in);
@@ -317,7 +320,8 @@ int cuda_op_groups(const std::string& name, int reps) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   // Every layer's attention as GPT-2's blocks run it: q, k, v read in place from qkv, the output
   // [N, D], d q, d k, d v written into d qkv (core::AttentionLayout). tf32 is what tf32 and bf16
-  // runs take (on a GPU the flash kernels on TF32 tensor cores; the CPU computes f32 either way).
+  // runs take (on a GPU the flash kernels on TF32 tensor cores; the CPU computes f32 either way);
+  // bf16 runs store the output and d qkv in bf16.
   const core::HeadStrides qkv_rows = core::AttentionLayout::token_rows(T, hd, 3 * D);
   const core::AttentionLayout layout{H, qkv_rows, qkv_rows, qkv_rows,
                                      core::AttentionLayout::token_rows(T, hd, D)};
@@ -327,6 +331,14 @@ int cuda_op_groups(const std::string& name, int reps) {
                            layout);
       be.attention_backward(dqkv, dqkv + D, dqkv + 2 * D, dy, att, lse, qkv, qkv + D, qkv + 2 * D,
                             B * H, T, hd, scale, {}, tf32, layout);
+    }
+  };
+  auto each_attention_bf16 = [&] {
+    for (int64_t l = 0; l < L; ++l) {
+      be.attention_forward(attb, lse, qkv, qkv + D, qkv + 2 * D, B * H, T, hd, scale, {}, true,
+                           layout);
+      be.attention_backward(dqkvb, dqkvb + D, dqkvb + 2 * D, dy, attb, lse, qkv, qkv + D,
+                            qkv + 2 * D, B * H, T, hd, scale, {}, true, layout);
     }
   };
   // Which run's sum a group belongs to: both, only an f32 (bf16) run's, or neither (a path the
@@ -341,7 +353,8 @@ int cuda_op_groups(const std::string& name, int reps) {
       {"matmul (linear layers and head)", Run::kF32, [&] { each_linear(linear_fwd_bwd); }},
       {"matmul bf16", Run::kBf16, [&] { each_linear(linear_fwd_bwd_bf16); }},
       {"attention", Run::kF32, [&] { each_attention(false); }},
-      {"attention tf32", Run::kBf16, [&] { each_attention(true); }},
+      {"attention bf16", Run::kBf16, [&] { each_attention_bf16(); }},
+      {"attention tf32", Run::kNeither, [&] { each_attention(true); }},
       {"attention tf32 by GEMM", Run::kNeither,
        [&] {
          for (int64_t l = 0; l < L; ++l) {

@@ -58,6 +58,32 @@ void CpuBackend::attention_backward(float* dq, float* dk, float* dv, const float
                           cpu::HeadParallel::kAuto, mask, layout);
 }
 
+void CpuBackend::attention_forward(bf16* out, float* lse, const float* q, const float* k,
+                                   const float* v, int64_t BH, int64_t T, int64_t hd, float scale,
+                                   const AttentionMask& mask, bool /*tf32: no tensor cores*/,
+                                   const AttentionLayout& layout) {
+  cpu::attention_forward(out, lse, q, k, v, BH, T, hd, scale, cpu::HeadParallel::kAuto, mask,
+                         layout);
+}
+
+void CpuBackend::attention_backward(bf16* dq, bf16* dk, bf16* dv, const float* dout,
+                                    const bf16* out, const float* lse, const float* q,
+                                    const float* k, const float* v, int64_t BH, int64_t T,
+                                    int64_t hd, float scale, const AttentionMask& mask,
+                                    bool /*tf32: no tensor cores*/, const AttentionLayout& layout) {
+  cpu::attention_backward(dq, dk, dv, dout, out, lse, q, k, v, BH, T, hd, scale,
+                          cpu::HeadParallel::kAuto, mask, layout);
+}
+
+void CpuBackend::attention_backward(float* dq, float* dk, float* dv, const float* dout,
+                                    const bf16* out, const float* lse, const float* q,
+                                    const float* k, const float* v, int64_t BH, int64_t T,
+                                    int64_t hd, float scale, const AttentionMask& mask,
+                                    bool /*tf32: no tensor cores*/, const AttentionLayout& layout) {
+  cpu::attention_backward(dq, dk, dv, dout, out, lse, q, k, v, BH, T, hd, scale,
+                          cpu::HeadParallel::kAuto, mask, layout);
+}
+
 void CpuBackend::attention_softmax(float* s, float* lse, int64_t BH, int64_t T,
                                    const AttentionMask& mask, int64_t head0) {
   cpu::attention_softmax(s, lse, BH, T, mask, head0);

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/attention_tiles.h"
@@ -227,19 +228,25 @@ inline int64_t first_key(const AttentionMask& mask, int64_t h, int64_t T_, int64
 // log-sum-exp of its visible scores, from which the backward recomputes P. With a mask, a query
 // block [r0, r1) computes only the keys [first_key(r0), r1) (first_key does not decrease along t)
 // and each row's keys below its own first key are masked. Each tensor is where `layout` puts it
-// (core/ops/attention.h; the GEMMs read and write its heads at their row strides).
-template <typename T>
-void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, int64_t BH, int64_t T_,
+// (core/ops/attention.h; the GEMMs read and write its heads at their row strides). Out = bf16
+// (T = float): a block's out rows are computed in f32 into scratch by the same GEMM and rounded
+// once into out (round_to_bf16), so they are the f32 output's bits rounded.
+template <typename T, typename Out = T>
+void attention_forward(Out* out, T* lse, const T* q, const T* k, const T* v, int64_t BH, int64_t T_,
                        int64_t hd, T scale, HeadParallel mode = HeadParallel::kAuto,
                        const AttentionMask& mask = {}, const AttentionLayout& layout_in = {}) {
+  constexpr bool kRound = !std::is_same_v<Out, T>;
+  static_assert(!kRound || (std::is_same_v<Out, bf16> && std::is_same_v<T, float>),
+                "attention's output is stored as computed, or rounded from float to bf16");
   const AttentionLayout L = layout_in.resolved(T_, hd);
-  PerThreadScratch<T> scratch(kAttnBlock * T_);
+  PerThreadScratch<T> scratch(kAttnBlock * T_ + (kRound ? kAttnBlock * hd : 0));
   for_each_head(BH, mode, [&](int64_t h) {
     const T* qh = q + L.q.head_at(h, L.heads);
     const T* kh = k + L.k.head_at(h, L.heads);
     const T* vh = v + L.v.head_at(h, L.heads);
-    T* oh = out + L.out.head_at(h, L.heads);
-    T* p = scratch.get();  // rows x (r1 - c0) scores, then probabilities, row stride w
+    Out* oh = out + L.out.head_at(h, L.heads);
+    T* p = scratch.get();         // rows x (r1 - c0) scores, then probabilities, row stride w
+    T* ob = p + kAttnBlock * T_;  // kRound: the block's f32 out rows [rows, hd]
     for (int64_t r0 = 0; r0 < T_; r0 += kAttnBlock) {
       int64_t r1 = std::min(T_, r0 + kAttnBlock), rows = r1 - r0;
       const int64_t c0 = first_key(mask, h, T_, r0), w = r1 - c0;
@@ -264,8 +271,14 @@ void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, int64
         for (int64_t j = hi + 1; j < w; ++j)
           row[j] = T(0);
       }
-      blas_gemm(false, false, rows, hd, w, T(1), p, w, vh + c0 * L.v.row, L.v.row, T(0),
-                oh + r0 * L.out.row, L.out.row);
+      if constexpr (kRound) {
+        blas_gemm(false, false, rows, hd, w, T(1), p, w, vh + c0 * L.v.row, L.v.row, T(0), ob, hd);
+        for (int64_t t = 0; t < rows; ++t)
+          round_to_bf16(oh + (r0 + t) * L.out.row, ob + t * hd, hd);
+      } else {
+        blas_gemm(false, false, rows, hd, w, T(1), p, w, vh + c0 * L.v.row, L.v.row, T(0),
+                  oh + r0 * L.out.row, L.out.row);
+      }
     }
   });
 }
@@ -277,25 +290,64 @@ void zero_head_rows(T* x, int64_t T_, int64_t hd, int64_t ld) {
     std::fill(x + t * ld, x + t * ld + hd, T(0));
 }
 
+// delta_t = dout_t . out_t over a row of hd: one loop for every stored type of out, so a bf16 out
+// gives exactly what the f32 code gives for its widened values (`widened`: hd floats of scratch).
+template <typename T, typename O>
+T attention_delta(const T* g, const O* o, int64_t hd, T* widened) {
+  const T* of = widened;
+  if constexpr (std::is_same_v<O, T>) {
+    of = o;
+  } else {
+    for (int64_t d = 0; d < hd; ++d)
+      widened[d] = widen<T>(o[d]);
+  }
+  T delta = T(0);
+#pragma omp simd reduction(+ : delta)
+  for (int64_t d = 0; d < hd; ++d)
+    delta += g[d] * of[d];
+  return delta;
+}
+
 // Per query block [r0, r1) (keys [c0, r1), c0 = first_key(r0)), from the forward's out and lse:
 // P = exp(scale Q K^T - lse) recomputed, dV += P^T dO, dP = dO V^T, dS = P (dP - delta) with
 // delta_t = dO_t . out_t, dQ = scale dS K, dK += scale dS^T Q. dq, dk and dv are written (=):
 // a block's dQ rows are its own, and a head's dK, dV rows start from zero before its blocks sum.
-template <typename T>
-void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const T* lse, const T* q,
+// O = bf16: out is read widened. G = bf16 (T = float): the same GEMMs write a block's dQ and the
+// head's dK, dV sums into f32 scratch (ld hd), rounded once into dq, dk, dv (round_to_bf16): the
+// f32 gradients' bits rounded.
+template <typename T, typename G = T, typename O = T>
+void attention_backward(G* dq, G* dk, G* dv, const T* dout, const O* out, const T* lse, const T* q,
                         const T* k, const T* v, int64_t BH, int64_t T_, int64_t hd, T scale,
                         HeadParallel mode = HeadParallel::kAuto, const AttentionMask& mask = {},
                         const AttentionLayout& layout_in = {}) {
+  constexpr bool kRound = !std::is_same_v<G, T>;
+  static_assert(!kRound || (std::is_same_v<G, bf16> && std::is_same_v<T, float>),
+                "attention's gradients are stored as computed, or rounded from float to bf16");
+  static_assert(std::is_same_v<O, T> || (std::is_same_v<O, bf16> && std::is_same_v<T, float>),
+                "attention's output is read as computed, or widened from bf16");
   const AttentionLayout L = layout_in.resolved(T_, hd);
-  PerThreadScratch<T> scratch(2 * kAttnBlock * T_);
+  const int64_t rounding = kRound ? kAttnBlock * hd + 2 * T_ * hd : 0;
+  PerThreadScratch<T> scratch(2 * kAttnBlock * T_ + hd + rounding);
   for_each_head(BH, mode, [&](int64_t h) {
     const int64_t qo = L.q.head_at(h, L.heads), ko = L.k.head_at(h, L.heads),
                   vo = L.v.head_at(h, L.heads), oo = L.out.head_at(h, L.heads);
     const int64_t lq = L.q.row, lk = L.k.row, lv = L.v.row, lo_ = L.out.row;
-    zero_head_rows(dk + ko, T_, hd, lk);
-    zero_head_rows(dv + vo, T_, hd, lv);
-    T* p = scratch.get();         // probabilities, row stride w
-    T* ds = p + kAttnBlock * T_;  // dP, then dS
+    T* p = scratch.get();               // probabilities, row stride w
+    T* ds = p + kAttnBlock * T_;        // dP, then dS
+    T* widened = ds + kAttnBlock * T_;  // a row of out widened (O = bf16)
+    // Where a block's dQ rows and the head's dK, dV sums go: the gradients themselves, or (kRound)
+    // f32 scratch at row stride hd.
+    T* dqb = widened + hd;
+    T *dkh = nullptr, *dvh = nullptr;
+    int64_t ldq = hd, ldk = hd, ldv = hd;
+    if constexpr (kRound) {
+      dkh = dqb + kAttnBlock * hd;
+      dvh = dkh + T_ * hd;
+    } else {
+      dkh = dk + ko, dvh = dv + vo, ldq = lq, ldk = lk, ldv = lv;
+    }
+    zero_head_rows(dkh, T_, hd, ldk);
+    zero_head_rows(dvh, T_, hd, ldv);
     for (int64_t r0 = 0; r0 < T_; r0 += kAttnBlock) {
       int64_t r1 = std::min(T_, r0 + kAttnBlock), rows = r1 - r0;
       const int64_t c0 = first_key(mask, h, T_, r0), w = r1 - c0;
@@ -315,18 +367,13 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const 
         for (int64_t j = hi + 1; j < w; ++j)
           row[j] = T(0);
       }
-      blas_gemm(true, false, w, hd, rows, T(1), p, w, gb, lo_, T(1), dv + vb, lv);
+      blas_gemm(true, false, w, hd, rows, T(1), p, w, gb, lo_, T(1), dvh + c0 * ldv, ldv);
       blas_gemm(false, true, rows, w, hd, T(1), gb, lo_, v + vb, lv, T(0), ds, w);
       for (int64_t t = r0; t < r1; ++t) {
         const T* prow = p + (t - r0) * w;
         T* drow = ds + (t - r0) * w;
         const int64_t lo = first_key(mask, h, T_, t) - c0, hi = t - c0;
-        const T* o = out + oo + t * lo_;
-        const T* g = dout + oo + t * lo_;
-        T delta = T(0);
-#pragma omp simd reduction(+ : delta)
-        for (int64_t d = 0; d < hd; ++d)
-          delta += g[d] * o[d];
+        const T delta = attention_delta(dout + oo + t * lo_, out + oo + t * lo_, hd, widened);
 #pragma omp simd
         for (int64_t j = lo; j <= hi; ++j)
           drow[j] = kmath::attention_dscore(prow[j], drow[j], delta);
@@ -335,8 +382,21 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const 
         for (int64_t j = hi + 1; j < w; ++j)
           drow[j] = T(0);
       }
-      blas_gemm(false, false, rows, hd, w, scale, ds, w, k + kb, lk, T(0), dq + qo + r0 * lq, lq);
-      blas_gemm(true, false, w, hd, rows, scale, ds, w, qb, lq, T(1), dk + kb, lk);
+      if constexpr (kRound) {
+        blas_gemm(false, false, rows, hd, w, scale, ds, w, k + kb, lk, T(0), dqb, ldq);
+        for (int64_t t = 0; t < rows; ++t)
+          round_to_bf16(dq + qo + (r0 + t) * lq, dqb + t * hd, hd);
+      } else {
+        blas_gemm(false, false, rows, hd, w, scale, ds, w, k + kb, lk, T(0), dq + qo + r0 * lq,
+                  ldq);
+      }
+      blas_gemm(true, false, w, hd, rows, scale, ds, w, qb, lq, T(1), dkh + c0 * ldk, ldk);
+    }
+    if constexpr (kRound) {
+      for (int64_t t = 0; t < T_; ++t) {
+        round_to_bf16(dk + ko + t * lk, dkh + t * hd, hd);
+        round_to_bf16(dv + vo + t * lv, dvh + t * hd, hd);
+      }
     }
   });
 }

@@ -94,6 +94,20 @@ class CpuBackend final : public Backend {
                           int64_t BH, int64_t T, int64_t hd, float scale,
                           const AttentionMask& mask = {}, bool tf32 = false,
                           const AttentionLayout& layout = {}) override;
+  void attention_forward(bf16* out, float* lse, const float* q, const float* k, const float* v,
+                         int64_t BH, int64_t T, int64_t hd, float scale,
+                         const AttentionMask& mask = {}, bool tf32 = false,
+                         const AttentionLayout& layout = {}) override;
+  void attention_backward(bf16* dq, bf16* dk, bf16* dv, const float* dout, const bf16* out,
+                          const float* lse, const float* q, const float* k, const float* v,
+                          int64_t BH, int64_t T, int64_t hd, float scale,
+                          const AttentionMask& mask = {}, bool tf32 = false,
+                          const AttentionLayout& layout = {}) override;
+  void attention_backward(float* dq, float* dk, float* dv, const float* dout, const bf16* out,
+                          const float* lse, const float* q, const float* k, const float* v,
+                          int64_t BH, int64_t T, int64_t hd, float scale,
+                          const AttentionMask& mask = {}, bool tf32 = false,
+                          const AttentionLayout& layout = {}) override;
   void attention_softmax(float* s, float* lse, int64_t BH, int64_t T, const AttentionMask& mask,
                          int64_t head0) override;
   void attention_softmax_backward(float* dp, const float* p, const float* dout, const float* out,

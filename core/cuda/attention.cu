@@ -9,7 +9,10 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
+#include <cstdlib>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <type_traits>
 
@@ -48,12 +51,14 @@ using cuda_detail::launch_tiles;
 using cuda_detail::load_pack;
 using cuda_detail::load_query_tile;
 using cuda_detail::load_rows;
+using cuda_detail::loaded;
 using cuda_detail::next_key_tile;
 using cuda_detail::pack_width;
 using cuda_detail::padded_head_dim;
 using cuda_detail::row_group_max;
 using cuda_detail::row_group_sum;
 using cuda_detail::store_pack;
+using cuda_detail::stored_as;
 using cuda_detail::tile_head_dim;
 using cuda_detail::with_head_dim;
 
@@ -232,9 +237,9 @@ __device__ inline void tile_zero(float (&acc)[4][NC]) {
 }
 
 // Writes factor * acc (tile rows 4 ty + i, head columns tx + 16 j) into a head's [T, hd] rows at
-// row stride ld (=: the tile's block is the rows' only producer).
-template <int NH>
-__device__ inline void store_rows(float* dst, const float (&acc)[4][NH], int64_t row0, int64_t T,
+// row stride ld (=: the tile's block is the rows' only producer), as Dst.
+template <int NH, typename Dst>
+__device__ inline void store_rows(Dst* dst, const float (&acc)[4][NH], int64_t row0, int64_t T,
                                   int64_t hd, int64_t ld, float factor) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -243,7 +248,7 @@ __device__ inline void store_rows(float* dst, const float (&acc)[4][NH], int64_t
 #pragma unroll
     for (int j = 0; j < NH; ++j) {
       const int d = tile_tx() + 16 * j;
-      if (d < hd) dst[row * ld + d] = factor * acc[i][j];
+      if (d < hd) dst[row * ld + d] = stored_as<Dst>(factor * acc[i][j]);
     }
   }
 }
@@ -251,9 +256,9 @@ __device__ inline void store_rows(float* dst, const float (&acc)[4][NH], int64_t
 // One block per (head, query tile): scan the key tiles from the one holding the tile's first
 // begin up to the diagonal with an online softmax per row; out = acc / sum and
 // lse = max + log(sum).
-template <int HD>
+template <int HD, typename Out>
 __global__ void __launch_bounds__(kTileThreads)
-    flash_forward_kernel(float* out, float* lse, const float* q, const float* k, const float* v,
+    flash_forward_kernel(Out* out, float* lse, const float* q, const float* k, const float* v,
                          int64_t T, int64_t hd, float scale, AttentionMask mask,
                          AttentionLayout L) {
   constexpr int NH = HD / 16, ld = head_ld<HD>();
@@ -316,7 +321,7 @@ __global__ void __launch_bounds__(kTileThreads)
 #pragma unroll
     for (int j = 0; j < NH; ++j) {
       const int d = tx + 16 * j;
-      if (d < hd) out[qi * L.out.row + d] = acc[i][j] * inv;
+      if (d < hd) out[qi * L.out.row + d] = stored_as<Out>(acc[i][j] * inv);
     }
     if (tx == 0) lse[head * T + qi] = row[i].log_sum_exp();
   }
@@ -373,17 +378,17 @@ __global__ void attention_softmax_backward_kernel(float* dp, const float* p, con
 }
 
 // delta[row] = dout[row] . out[row], one warp per row (bh, t) of [BH T, hd] (dout and out where
-// `so` puts them, H heads a batch row).
-__global__ void attention_delta_kernel(float* delta, const float* dout, const float* out,
-                                       int64_t rows, int64_t T, int64_t hd, HeadStrides so,
-                                       int64_t H) {
+// `so` puts them, H heads a batch row); a bf16 out widened.
+template <typename O>
+__global__ void attention_delta_kernel(float* delta, const float* dout, const O* out, int64_t rows,
+                                       int64_t T, int64_t hd, HeadStrides so, int64_t H) {
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
   const int lane = threadIdx.x % 32;
   for (int64_t row = first_index() / 32; row < rows; row += warps) {
     const int64_t at = so.head_at(row / T, H) + row % T * so.row;
     float s = 0.0f;
     for (int64_t d = lane; d < hd; d += 32)
-      s += dout[at + d] * out[at + d];
+      s += dout[at + d] * loaded(out[at + d]);
     s = row_group_sum<32>(s);
     if (lane == 0) delta[row] = s;
   }
@@ -392,12 +397,11 @@ __global__ void attention_delta_kernel(float* delta, const float* dout, const fl
 // One block per (head, key tile): over the query tiles that see it (from the diagonal's, until
 // the first whose first begin is past the tile), recompute p^T for its keys, dv = sum p^T dout,
 // dp^T = v dout^T, ds^T = p^T (dp^T - delta), dk = scale sum ds^T q.
-template <int HD>
+template <int HD, typename G>
 __global__ void __launch_bounds__(kTileThreads)
-    flash_backward_kv_kernel(float* dk, float* dv, const float* dout, const float* lse,
-                             const float* delta, const float* q, const float* k, const float* v,
-                             int64_t T, int64_t hd, float scale, AttentionMask mask,
-                             AttentionLayout L) {
+    flash_backward_kv_kernel(G* dk, G* dv, const float* dout, const float* lse, const float* delta,
+                             const float* q, const float* k, const float* v, int64_t T, int64_t hd,
+                             float scale, AttentionMask mask, AttentionLayout L) {
   constexpr int NH = HD / 16, ld = head_ld<HD>();
   extern __shared__ float smem[];
   float* sk = smem;
@@ -465,9 +469,9 @@ __global__ void __launch_bounds__(kTileThreads)
 
 // One block per (head, query tile): over its key tiles (the forward's), recompute p,
 // dp = dout v^T, ds = p (dp - delta), dq = scale sum ds k.
-template <int HD>
+template <int HD, typename G>
 __global__ void __launch_bounds__(kTileThreads)
-    flash_backward_q_kernel(float* dq, const float* dout, const float* lse, const float* delta,
+    flash_backward_q_kernel(G* dq, const float* dout, const float* lse, const float* delta,
                             const float* q, const float* k, const float* v, int64_t T, int64_t hd,
                             float scale, AttentionMask mask, AttentionLayout L) {
   constexpr int NH = HD / 16, ld = head_ld<HD>();
@@ -528,22 +532,22 @@ constexpr size_t backward_smem() {
   return sizeof(float) * (4 * kTile * head_ld<HD>() + kTile * kTileLd + 2 * kTile);
 }
 
-template <int HD>
-void flash_forward(float* out, float* lse, const float* q, const float* k, const float* v,
-                   int64_t BH, int64_t T, int64_t hd, float scale, const AttentionMask& mask,
+template <int HD, typename Out>
+void flash_forward(Out* out, float* lse, const float* q, const float* k, const float* v, int64_t BH,
+                   int64_t T, int64_t hd, float scale, const AttentionMask& mask,
                    const AttentionLayout& layout, cudaStream_t stream) {
-  launch_tiles(flash_forward_kernel<HD>, forward_smem<HD>(), kTileThreads, BH, T, stream, out, lse,
-               q, k, v, T, hd, scale, mask, layout);
+  launch_tiles(flash_forward_kernel<HD, Out>, forward_smem<HD>(), kTileThreads, BH, T, stream, out,
+               lse, q, k, v, T, hd, scale, mask, layout);
 }
 
-template <int HD>
-void flash_backward(float* dq, float* dk, float* dv, const float* dout, const float* lse,
-                    const float* delta, const float* q, const float* k, const float* v, int64_t BH,
-                    int64_t T, int64_t hd, float scale, const AttentionMask& mask,
+template <int HD, typename G>
+void flash_backward(G* dq, G* dk, G* dv, const float* dout, const float* lse, const float* delta,
+                    const float* q, const float* k, const float* v, int64_t BH, int64_t T,
+                    int64_t hd, float scale, const AttentionMask& mask,
                     const AttentionLayout& layout, cudaStream_t stream) {
-  launch_tiles(flash_backward_kv_kernel<HD>, backward_smem<HD>(), kTileThreads, BH, T, stream, dk,
-               dv, dout, lse, delta, q, k, v, T, hd, scale, mask, layout);
-  launch_tiles(flash_backward_q_kernel<HD>, backward_smem<HD>(), kTileThreads, BH, T, stream, dq,
+  launch_tiles(flash_backward_kv_kernel<HD, G>, backward_smem<HD>(), kTileThreads, BH, T, stream,
+               dk, dv, dout, lse, delta, q, k, v, T, hd, scale, mask, layout);
+  launch_tiles(flash_backward_q_kernel<HD, G>, backward_smem<HD>(), kTileThreads, BH, T, stream, dq,
                dout, lse, delta, q, k, v, T, hd, scale, mask, layout);
 }
 
@@ -674,38 +678,128 @@ void CudaBackend::rotary_backward(float* dinp, const float* dout, int64_t BH, in
   ENGINE_CUDA_LAUNCHED();
 }
 
-void CudaBackend::attention_forward(float* out, float* lse, const float* q, const float* k,
-                                    const float* v, int64_t BH, int64_t T, int64_t hd, float scale,
-                                    const AttentionMask& mask, bool tf32,
-                                    const AttentionLayout& layout) {
+namespace {
+
+// Whether the bf16 overloads go through the f32 kernels and rounding passes (the path before the
+// kernels stored bf16 themselves; ENGINE_CUDA_ATTENTION_BF16_VIA_F32=1, read at each call), for a
+// device run to time both and to fall back on.
+bool bf16_attention_via_f32() {
+  const char* env = std::getenv("ENGINE_CUDA_ATTENTION_BF16_VIA_F32");
+  return env && std::string(env) == "1";
+}
+
+// How far from its pointer a tensor of BH heads [T, hd] at strides s (H heads a batch row)
+// reaches, in elements: the furthest head's last row's end.
+int64_t head_span(const HeadStrides& s, int64_t H, int64_t BH, int64_t T, int64_t hd) {
+  int64_t far = s.head_at(BH - 1, H);
+  if (BH > H) far = std::max(far, s.head_at(BH / H * H - 1, H));  // the last full batch row's
+  return far + (T - 1) * s.row + hd;
+}
+
+// Each element of BH heads [T, hd] at strides s (n = BH T hd of them): dst = src, rounded to
+// bf16 or widened from it (the gaps between the heads untouched).
+template <typename Dst, typename Src>
+__global__ void convert_heads_kernel(Dst* dst, const Src* src, HeadStrides s, int64_t H, int64_t T,
+                                     int64_t hd, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    const int64_t row = i / hd, at = s.head_at(row / T, H) + row % T * s.row + i % hd;
+    dst[at] = stored_as<Dst>(loaded(src[at]));
+  }
+}
+
+template <typename Dst, typename Src>
+void convert_heads(Dst* dst, const Src* src, const HeadStrides& s, int64_t H, int64_t BH, int64_t T,
+                   int64_t hd, cudaStream_t stream) {
+  const int64_t n = BH * T * hd;
+  convert_heads_kernel<<<grid_for(n), kThreads, 0, stream>>>(dst, src, s, H, T, hd, n);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+// f32 stand-ins for up to three bf16 tensors at their own strides (twin(i) + e is tensor i's
+// element e): one scratch over the region they span together where that is no larger than
+// their spans apart (d q, d k, d v of one d qkv: d qkv's size), else their spans in a row.
+class F32Twins {
+ public:
+  struct Tensor {
+    const bf16* data;
+    int64_t span;
+  };
+  F32Twins(Allocator& allocator, std::initializer_list<Tensor> tensors)
+      : layout_(plan(tensors)), buffer_(allocator, layout_.total) {}
+  float* twin(int i) const { return buffer_.get() + layout_.offset[i]; }
+
+ private:
+  struct Layout {
+    int64_t total = 0;
+    int64_t offset[3] = {0, 0, 0};
+  };
+  static Layout plan(std::initializer_list<Tensor> tensors) {
+    ENGINE_CHECK(tensors.size() <= 3, "attention: at most three bf16 tensors are staged in f32");
+    // Addresses as integers: the tensors may lie in different allocations.
+    auto at = [](const bf16* p) { return reinterpret_cast<uintptr_t>(p) / sizeof(bf16); };
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    int64_t apart = 0;
+    for (const Tensor& t : tensors) {
+      lo = std::min(lo, at(t.data));
+      hi = std::max(hi, at(t.data) + static_cast<uintptr_t>(t.span));
+      apart += t.span;
+    }
+    const bool together = hi - lo <= static_cast<uintptr_t>(apart);
+    Layout l;
+    l.total = together ? static_cast<int64_t>(hi - lo) : apart;
+    int i = 0;
+    int64_t next = 0;
+    for (const Tensor& t : tensors) {
+      l.offset[i++] = together ? static_cast<int64_t>(at(t.data) - lo) : next;
+      next += t.span;
+    }
+    return l;
+  }
+  Layout layout_;
+  DeviceBuffer<float> buffer_;
+};
+
+}  // namespace
+
+template <typename Out>
+void CudaBackend::attention_forward_as(Out* out, float* lse, const float* q, const float* k,
+                                       const float* v, int64_t BH, int64_t T, int64_t hd,
+                                       float scale, const AttentionMask& mask, bool tf32,
+                                       const AttentionLayout& layout) {
   const std::string op = name_ + ": attention_forward";
   check_sizes(op, {BH, T, hd});
   if (BH == 0 || T == 0) return;
   check_attention_grid(BH, T, op);
   const AttentionLayout L = layout.resolved(T, hd);
-  switch (attention_path(tf32, hd, T, {compute_capability_, max_smem_per_block_})) {
-    case AttentionPath::kFlashTf32:
-      return flash_forward_tf32(padded_head_dim(hd, op), out, lse, q, k, v, BH, T, hd, scale, mask,
-                                L, stream_);
-    case AttentionPath::kByGemmTf32:
-      return attention_forward_by_gemm(*this, out, lse, q, k, v, BH, T, hd, scale, mask, {}, L);
-    case AttentionPath::kByGemm:
-      return attention_forward_by_gemm(*this, out, lse, q, k, v, BH, T, hd, scale, mask,
-                                       {.tf32 = false}, L);
-    case AttentionPath::kFlash:
-      break;
+  const AttentionPath path =
+      attention_path(tf32, hd, T, {compute_capability_, max_smem_per_block_});
+  const bool by_gemm = path == AttentionPath::kByGemmTf32 || path == AttentionPath::kByGemm;
+  if constexpr (std::is_same_v<Out, bf16>) {
+    if (by_gemm || bf16_attention_via_f32()) {
+      // The GEMMs write f32: the f32 overload into a twin of out, rounded once after.
+      F32Twins f32(allocator_, {{out, head_span(L.out, L.heads, BH, T, hd)}});
+      attention_forward(f32.twin(0), lse, q, k, v, BH, T, hd, scale, mask, tf32, L);
+      return convert_heads(out, f32.twin(0), L.out, L.heads, BH, T, hd, stream_);
+    }
+  } else if (by_gemm) {
+    return attention_forward_by_gemm(*this, out, lse, q, k, v, BH, T, hd, scale, mask,
+                                     {.tf32 = path == AttentionPath::kByGemmTf32}, L);
   }
+  if (path == AttentionPath::kFlashTf32)
+    return flash_forward_tf32(padded_head_dim(hd, op), out, lse, q, k, v, BH, T, hd, scale, mask, L,
+                              stream_);
   with_head_dim(padded_head_dim(hd, op), [&](auto padded_hd) {
     flash_forward<decltype(padded_hd)::value>(out, lse, q, k, v, BH, T, hd, scale, mask, L,
                                               stream_);
   });
 }
 
-void CudaBackend::attention_backward(float* dq, float* dk, float* dv, const float* dout,
-                                     const float* out, const float* lse, const float* q,
-                                     const float* k, const float* v, int64_t BH, int64_t T,
-                                     int64_t hd, float scale, const AttentionMask& mask, bool tf32,
-                                     const AttentionLayout& layout) {
+template <typename G, typename O>
+void CudaBackend::attention_backward_as(G* dq, G* dk, G* dv, const float* dout, const O* out,
+                                        const float* lse, const float* q, const float* k,
+                                        const float* v, int64_t BH, int64_t T, int64_t hd,
+                                        float scale, const AttentionMask& mask, bool tf32,
+                                        const AttentionLayout& layout) {
   const std::string op = name_ + ": attention_backward";
   check_sizes(op, {BH, T, hd});
   if (BH == 0 || T == 0) return;
@@ -713,9 +807,39 @@ void CudaBackend::attention_backward(float* dq, float* dk, float* dv, const floa
   const AttentionLayout L = layout.resolved(T, hd);
   const AttentionPath path =
       attention_path(tf32, hd, T, {compute_capability_, max_smem_per_block_});
-  if (path == AttentionPath::kByGemmTf32 || path == AttentionPath::kByGemm)
+  const bool by_gemm = path == AttentionPath::kByGemmTf32 || path == AttentionPath::kByGemm;
+  if constexpr (std::is_same_v<G, bf16> || std::is_same_v<O, bf16>) {
+    if (by_gemm || bf16_attention_via_f32()) {
+      // The f32 overload on f32 twins: a bf16 out widened first, bf16 gradients rounded after.
+      const int64_t H = L.heads;
+      const float* out_f32 = nullptr;
+      std::optional<F32Twins> out_twin;
+      if constexpr (std::is_same_v<O, bf16>) {
+        out_twin.emplace(allocator_, std::initializer_list<F32Twins::Tensor>{
+                                         {out, head_span(L.out, H, BH, T, hd)}});
+        convert_heads(out_twin->twin(0), out, L.out, H, BH, T, hd, stream_);
+        out_f32 = out_twin->twin(0);
+      } else {
+        out_f32 = out;
+      }
+      if constexpr (std::is_same_v<G, bf16>) {
+        F32Twins grads(allocator_, {{dq, head_span(L.q, H, BH, T, hd)},
+                                    {dk, head_span(L.k, H, BH, T, hd)},
+                                    {dv, head_span(L.v, H, BH, T, hd)}});
+        attention_backward(grads.twin(0), grads.twin(1), grads.twin(2), dout, out_f32, lse, q, k, v,
+                           BH, T, hd, scale, mask, tf32, L);
+        convert_heads(dq, grads.twin(0), L.q, H, BH, T, hd, stream_);
+        convert_heads(dk, grads.twin(1), L.k, H, BH, T, hd, stream_);
+        return convert_heads(dv, grads.twin(2), L.v, H, BH, T, hd, stream_);
+      } else {
+        return attention_backward(dq, dk, dv, dout, out_f32, lse, q, k, v, BH, T, hd, scale, mask,
+                                  tf32, L);
+      }
+    }
+  } else if (by_gemm) {
     return attention_backward_by_gemm(*this, dq, dk, dv, dout, out, q, k, v, BH, T, hd, scale, mask,
                                       {.tf32 = path == AttentionPath::kByGemmTf32}, L);
+  }
   const int padded = padded_head_dim(hd, op);
   DeviceBuffer<float> delta(allocator_, BH * T);
   attention_delta_kernel<<<grid_for(BH * T * 32), kThreads, 0, stream_>>>(
@@ -728,6 +852,44 @@ void CudaBackend::attention_backward(float* dq, float* dk, float* dv, const floa
     flash_backward<decltype(padded_hd)::value>(dq, dk, dv, dout, lse, delta.get(), q, k, v, BH, T,
                                                hd, scale, mask, L, stream_);
   });
+}
+
+void CudaBackend::attention_forward(float* out, float* lse, const float* q, const float* k,
+                                    const float* v, int64_t BH, int64_t T, int64_t hd, float scale,
+                                    const AttentionMask& mask, bool tf32,
+                                    const AttentionLayout& layout) {
+  attention_forward_as(out, lse, q, k, v, BH, T, hd, scale, mask, tf32, layout);
+}
+
+void CudaBackend::attention_forward(bf16* out, float* lse, const float* q, const float* k,
+                                    const float* v, int64_t BH, int64_t T, int64_t hd, float scale,
+                                    const AttentionMask& mask, bool tf32,
+                                    const AttentionLayout& layout) {
+  attention_forward_as(out, lse, q, k, v, BH, T, hd, scale, mask, tf32, layout);
+}
+
+void CudaBackend::attention_backward(float* dq, float* dk, float* dv, const float* dout,
+                                     const float* out, const float* lse, const float* q,
+                                     const float* k, const float* v, int64_t BH, int64_t T,
+                                     int64_t hd, float scale, const AttentionMask& mask, bool tf32,
+                                     const AttentionLayout& layout) {
+  attention_backward_as(dq, dk, dv, dout, out, lse, q, k, v, BH, T, hd, scale, mask, tf32, layout);
+}
+
+void CudaBackend::attention_backward(bf16* dq, bf16* dk, bf16* dv, const float* dout,
+                                     const bf16* out, const float* lse, const float* q,
+                                     const float* k, const float* v, int64_t BH, int64_t T,
+                                     int64_t hd, float scale, const AttentionMask& mask, bool tf32,
+                                     const AttentionLayout& layout) {
+  attention_backward_as(dq, dk, dv, dout, out, lse, q, k, v, BH, T, hd, scale, mask, tf32, layout);
+}
+
+void CudaBackend::attention_backward(float* dq, float* dk, float* dv, const float* dout,
+                                     const bf16* out, const float* lse, const float* q,
+                                     const float* k, const float* v, int64_t BH, int64_t T,
+                                     int64_t hd, float scale, const AttentionMask& mask, bool tf32,
+                                     const AttentionLayout& layout) {
+  attention_backward_as(dq, dk, dv, dout, out, lse, q, k, v, BH, T, hd, scale, mask, tf32, layout);
 }
 
 void CudaBackend::attention_softmax(float* s, float* lse, int64_t BH, int64_t T,

@@ -148,9 +148,9 @@ __device__ inline void times_rows(float (&acc)[HD / 8][4], const float (&s)[8][4
 }
 
 // Writes factor * acc (the warp's 16 rows from row0 + r0, head columns of its fragments) into a
-// head's [T, hd] rows at row stride ld (=: the block is the rows' only producer).
-template <int HD>
-__device__ inline void store_fragment_rows(float* dst, const float (&acc)[HD / 8][4], int64_t row0,
+// head's [T, hd] rows at row stride ld (=: the block is the rows' only producer), as Dst.
+template <int HD, typename Dst>
+__device__ inline void store_fragment_rows(Dst* dst, const float (&acc)[HD / 8][4], int64_t row0,
                                            int64_t T, int64_t hd, int64_t ld, float factor,
                                            Lane l) {
 #pragma unroll
@@ -161,7 +161,7 @@ __device__ inline void store_fragment_rows(float* dst, const float (&acc)[HD / 8
 #pragma unroll
     for (int dt = 0; dt < HD / 8; ++dt) {
       const int d = 8 * dt + c.col;
-      if (d < hd) dst[row * ld + d] = factor * acc[dt][e];
+      if (d < hd) dst[row * ld + d] = stored_as<Dst>(factor * acc[dt][e]);
     }
   }
 }
@@ -169,11 +169,11 @@ __device__ inline void store_fragment_rows(float* dst, const float (&acc)[HD / 8
 // One block per (head, query tile): the key tiles from the one holding the tile's first begin up
 // to the diagonal, with an online softmax per row (kmath::FlashRow); out = acc / sum and
 // lse = max + log(sum).
-template <int HD>
+template <int HD, typename Out>
 __global__ void __launch_bounds__(kMmaThreads)
-    flash_forward_tf32_kernel(float* out, float* lse, const float* q, const float* k,
-                              const float* v, int64_t T, int64_t hd, float scale,
-                              AttentionMask mask, AttentionLayout L) {
+    flash_forward_tf32_kernel(Out* out, float* lse, const float* q, const float* k, const float* v,
+                              int64_t T, int64_t hd, float scale, AttentionMask mask,
+                              AttentionLayout L) {
   constexpr int LD = mma_ld<HD>();
   extern __shared__ __align__(16) float smem[];  // 16-byte rows: LD is a multiple of 4
   float* sq = smem;
@@ -243,7 +243,7 @@ __global__ void __launch_bounds__(kMmaThreads)
 #pragma unroll
     for (int dt = 0; dt < HD / 8; ++dt) {
       const int d = 8 * dt + c.col;
-      if (d < hd) out[oo + qi[r] * L.out.row + d] = acc[dt][e] * inv;
+      if (d < hd) out[oo + qi[r] * L.out.row + d] = stored_as<Out>(acc[dt][e] * inv);
     }
     if (c.col == 0) lse[head * T + qi[r]] = row[r].log_sum_exp();  // one lane a row
   }
@@ -252,9 +252,9 @@ __global__ void __launch_bounds__(kMmaThreads)
 // One block per (head, key tile), warp rows are keys: over the query tiles that see the tile
 // (from the diagonal's, until the first whose first begin is past it), recompute p^T,
 // dp^T = v dout^T, ds^T = p^T (dp^T - delta); dv += p^T dout, dk += scale ds^T q.
-template <int HD>
+template <int HD, typename G>
 __global__ void __launch_bounds__(kMmaThreads)
-    flash_backward_kv_tf32_kernel(float* dk, float* dv, const float* dout, const float* lse,
+    flash_backward_kv_tf32_kernel(G* dk, G* dv, const float* dout, const float* lse,
                                   const float* delta, const float* q, const float* k,
                                   const float* v, int64_t T, int64_t hd, float scale,
                                   AttentionMask mask, AttentionLayout L) {
@@ -314,9 +314,9 @@ __global__ void __launch_bounds__(kMmaThreads)
 
 // One block per (head, query tile), warp rows are queries: over its key tiles (the forward's),
 // recompute p, dp = dout v^T, ds = p (dp - delta); dq += scale ds k.
-template <int HD>
+template <int HD, typename G>
 __global__ void __launch_bounds__(kMmaThreads)
-    flash_backward_q_tf32_kernel(float* dq, const float* dout, const float* lse, const float* delta,
+    flash_backward_q_tf32_kernel(G* dq, const float* dout, const float* lse, const float* delta,
                                  const float* q, const float* k, const float* v, int64_t T,
                                  int64_t hd, float scale, AttentionMask mask, AttentionLayout L) {
   constexpr int LD = mma_ld<HD>();
@@ -377,22 +377,22 @@ constexpr size_t backward_smem() {
   return sizeof(float) * (4 * kTile * mma_ld<HD>() + 2 * kTile);
 }
 
-template <int HD>
-void forward(float* out, float* lse, const float* q, const float* k, const float* v, int64_t BH,
+template <int HD, typename Out>
+void forward(Out* out, float* lse, const float* q, const float* k, const float* v, int64_t BH,
              int64_t T, int64_t hd, float scale, const AttentionMask& mask,
              const AttentionLayout& layout, cudaStream_t stream) {
-  launch_tiles(flash_forward_tf32_kernel<HD>, forward_smem<HD>(), kMmaThreads, BH, T, stream, out,
-               lse, q, k, v, T, hd, scale, mask, layout);
+  launch_tiles(flash_forward_tf32_kernel<HD, Out>, forward_smem<HD>(), kMmaThreads, BH, T, stream,
+               out, lse, q, k, v, T, hd, scale, mask, layout);
 }
 
-template <int HD>
-void backward(float* dq, float* dk, float* dv, const float* dout, const float* lse,
-              const float* delta, const float* q, const float* k, const float* v, int64_t BH,
-              int64_t T, int64_t hd, float scale, const AttentionMask& mask,
-              const AttentionLayout& layout, cudaStream_t stream) {
-  launch_tiles(flash_backward_kv_tf32_kernel<HD>, backward_smem<HD>(), kMmaThreads, BH, T, stream,
-               dk, dv, dout, lse, delta, q, k, v, T, hd, scale, mask, layout);
-  launch_tiles(flash_backward_q_tf32_kernel<HD>, backward_smem<HD>(), kMmaThreads, BH, T, stream,
+template <int HD, typename G>
+void backward(G* dq, G* dk, G* dv, const float* dout, const float* lse, const float* delta,
+              const float* q, const float* k, const float* v, int64_t BH, int64_t T, int64_t hd,
+              float scale, const AttentionMask& mask, const AttentionLayout& layout,
+              cudaStream_t stream) {
+  launch_tiles(flash_backward_kv_tf32_kernel<HD, G>, backward_smem<HD>(), kMmaThreads, BH, T,
+               stream, dk, dv, dout, lse, delta, q, k, v, T, hd, scale, mask, layout);
+  launch_tiles(flash_backward_q_tf32_kernel<HD, G>, backward_smem<HD>(), kMmaThreads, BH, T, stream,
                dq, dout, lse, delta, q, k, v, T, hd, scale, mask, layout);
 }
 
@@ -404,24 +404,42 @@ size_t flash_tf32_smem(int padded_hd) {
   });
 }
 
-void flash_forward_tf32(int HD, float* out, float* lse, const float* q, const float* k,
+template <typename Out>
+void flash_forward_tf32(int HD, Out* out, float* lse, const float* q, const float* k,
                         const float* v, int64_t BH, int64_t T, int64_t hd, float scale,
                         const AttentionMask& mask, const AttentionLayout& layout,
                         cudaStream_t stream) {
   with_head_dim(HD, [&](auto padded) {
-    forward<decltype(padded)::value>(out, lse, q, k, v, BH, T, hd, scale, mask, layout, stream);
+    forward<decltype(padded)::value, Out>(out, lse, q, k, v, BH, T, hd, scale, mask, layout,
+                                          stream);
   });
 }
 
-void flash_backward_tf32(int HD, float* dq, float* dk, float* dv, const float* dout,
-                         const float* lse, const float* delta, const float* q, const float* k,
-                         const float* v, int64_t BH, int64_t T, int64_t hd, float scale,
-                         const AttentionMask& mask, const AttentionLayout& layout,
-                         cudaStream_t stream) {
+template <typename G>
+void flash_backward_tf32(int HD, G* dq, G* dk, G* dv, const float* dout, const float* lse,
+                         const float* delta, const float* q, const float* k, const float* v,
+                         int64_t BH, int64_t T, int64_t hd, float scale, const AttentionMask& mask,
+                         const AttentionLayout& layout, cudaStream_t stream) {
   with_head_dim(HD, [&](auto padded) {
-    backward<decltype(padded)::value>(dq, dk, dv, dout, lse, delta, q, k, v, BH, T, hd, scale, mask,
-                                      layout, stream);
+    backward<decltype(padded)::value, G>(dq, dk, dv, dout, lse, delta, q, k, v, BH, T, hd, scale,
+                                         mask, layout, stream);
   });
 }
+
+// The stored types: f32, and bf16 precision's bf16.
+template void flash_forward_tf32(int, float*, float*, const float*, const float*, const float*,
+                                 int64_t, int64_t, int64_t, float, const AttentionMask&,
+                                 const AttentionLayout&, cudaStream_t);
+template void flash_forward_tf32(int, bf16*, float*, const float*, const float*, const float*,
+                                 int64_t, int64_t, int64_t, float, const AttentionMask&,
+                                 const AttentionLayout&, cudaStream_t);
+template void flash_backward_tf32(int, float*, float*, float*, const float*, const float*,
+                                  const float*, const float*, const float*, const float*, int64_t,
+                                  int64_t, int64_t, float, const AttentionMask&,
+                                  const AttentionLayout&, cudaStream_t);
+template void flash_backward_tf32(int, bf16*, bf16*, bf16*, const float*, const float*,
+                                  const float*, const float*, const float*, const float*, int64_t,
+                                  int64_t, int64_t, float, const AttentionMask&,
+                                  const AttentionLayout&, cudaStream_t);
 
 }  // namespace core::cuda_detail

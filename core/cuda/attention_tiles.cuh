@@ -14,11 +14,30 @@
 
 #include "core/check.h"
 #include "core/cuda/cuda_check.h"
+#include "core/kernel_math.h"
 #include "core/ops/attention.h"
 
 namespace core::cuda_detail {
 
 constexpr int kTile = 64;
+
+// A value as the kernels store it: f32 as computed, or bf16 (bf16 precision's attention output
+// and gradients) rounded once; and a stored value as they compute with it (bf16 widened exactly).
+template <typename Out>
+__device__ inline Out stored_as(float x) {
+  if constexpr (std::is_same_v<Out, bf16>) {
+    return kmath::bf16_from_float(x);
+  } else {
+    static_assert(std::is_same_v<Out, float>, "attention stores f32 or bf16");
+    return x;
+  }
+}
+__device__ inline float loaded(float x) {
+  return x;
+}
+__device__ inline float loaded(bf16 x) {
+  return kmath::float_from_bf16(x);
+}
 
 // Rows [row0, row0 + kTile) of a head's [T, hd] rows (row stride ld) into a [kTile, LD] shared
 // tile; rows past T and columns past hd (up to HD) read as zero. Unpadded rows on a 16-byte
@@ -141,15 +160,17 @@ inline void check_attention_grid(int64_t BH, int64_t T, const std::string& op) {
 // Flash attention on TF32 tensor cores (attention_tf32.cu; sm_80 and later), the contract of
 // the backend's attention_forward and attention_backward for head dimensions padded to HD:
 // forward writes out and lse; backward writes dq, dk, dv from delta = rowsum(dout out); every
-// tensor where the (resolved) layout puts it.
-void flash_forward_tf32(int HD, float* out, float* lse, const float* q, const float* k,
+// tensor where the (resolved) layout puts it. Out and G: float, or bf16 (each stored value the
+// f32 one rounded once).
+template <typename Out>
+void flash_forward_tf32(int HD, Out* out, float* lse, const float* q, const float* k,
                         const float* v, int64_t BH, int64_t T, int64_t hd, float scale,
                         const AttentionMask& mask, const AttentionLayout& layout,
                         cudaStream_t stream);
-void flash_backward_tf32(int HD, float* dq, float* dk, float* dv, const float* dout,
-                         const float* lse, const float* delta, const float* q, const float* k,
-                         const float* v, int64_t BH, int64_t T, int64_t hd, float scale,
-                         const AttentionMask& mask, const AttentionLayout& layout,
-                         cudaStream_t stream);
+template <typename G>
+void flash_backward_tf32(int HD, G* dq, G* dk, G* dv, const float* dout, const float* lse,
+                         const float* delta, const float* q, const float* k, const float* v,
+                         int64_t BH, int64_t T, int64_t hd, float scale, const AttentionMask& mask,
+                         const AttentionLayout& layout, cudaStream_t stream);
 
 }  // namespace core::cuda_detail

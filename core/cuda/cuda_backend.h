@@ -138,6 +138,20 @@ class CudaBackend final : public Backend {
                           int64_t BH, int64_t T, int64_t hd, float scale,
                           const AttentionMask& mask = {}, bool tf32 = false,
                           const AttentionLayout& layout = {}) override;
+  void attention_forward(bf16* out, float* lse, const float* q, const float* k, const float* v,
+                         int64_t BH, int64_t T, int64_t hd, float scale,
+                         const AttentionMask& mask = {}, bool tf32 = false,
+                         const AttentionLayout& layout = {}) override;
+  void attention_backward(bf16* dq, bf16* dk, bf16* dv, const float* dout, const bf16* out,
+                          const float* lse, const float* q, const float* k, const float* v,
+                          int64_t BH, int64_t T, int64_t hd, float scale,
+                          const AttentionMask& mask = {}, bool tf32 = false,
+                          const AttentionLayout& layout = {}) override;
+  void attention_backward(float* dq, float* dk, float* dv, const float* dout, const bf16* out,
+                          const float* lse, const float* q, const float* k, const float* v,
+                          int64_t BH, int64_t T, int64_t hd, float scale,
+                          const AttentionMask& mask = {}, bool tf32 = false,
+                          const AttentionLayout& layout = {}) override;
   void attention_softmax(float* s, float* lse, int64_t BH, int64_t T, const AttentionMask& mask,
                          int64_t head0) override;
   void attention_softmax_backward(float* dp, const float* p, const float* dout, const float* out,
@@ -208,6 +222,20 @@ class CudaBackend final : public Backend {
   // Copies a cuSOLVER devInfo array to the host and throws naming `op` and the first non-zero
   // info value (with the batch member it came from); first reports a flagged non-finite input.
   void check_solver_info(const int* dev_info, int64_t batch, const char* op);
+
+  // The attention overloads for each stored type of out (Out, O) and of dq, dk, dv (G): f32, or
+  // bf16 written by the kernels themselves (attention.cu), or with
+  // ENGINE_CUDA_ATTENTION_BF16_VIA_F32 set and on the by-GEMM paths through the f32 overloads into
+  // f32 scratch, rounded after.
+  template <typename Out>
+  void attention_forward_as(Out* out, float* lse, const float* q, const float* k, const float* v,
+                            int64_t BH, int64_t T, int64_t hd, float scale,
+                            const AttentionMask& mask, bool tf32, const AttentionLayout& layout);
+  template <typename G, typename O>
+  void attention_backward_as(G* dq, G* dk, G* dv, const float* dout, const O* out, const float* lse,
+                             const float* q, const float* k, const float* v, int64_t BH, int64_t T,
+                             int64_t hd, float scale, const AttentionMask& mask, bool tf32,
+                             const AttentionLayout& layout);
 
   int device_index_;
   int compute_capability_ = 0;           // 10 * major + minor

@@ -100,6 +100,27 @@ class AttentionOps {
                                   const float* k, const float* v, int64_t BH, int64_t T, int64_t hd,
                                   float scale, const AttentionMask& mask = {}, bool tf32 = false,
                                   const AttentionLayout& layout = {}) = 0;
+  // bf16 precision (docs/precision.md): the same attention computed in f32, out stored as bf16
+  // (each value the f32 overload's rounded once, kmath::bf16_from_float; lse f32), so the output
+  // projection reads it as written and no f32 copy is kept.
+  virtual void attention_forward(bf16* out, float* lse, const float* q, const float* k,
+                                 const float* v, int64_t BH, int64_t T, int64_t hd, float scale,
+                                 const AttentionMask& mask = {}, bool tf32 = false,
+                                 const AttentionLayout& layout = {}) = 0;
+  // Its backward reads the bf16 out (delta_i = dout_i . out_i from the widened values, as the f32
+  // overload computes it from those values) and writes (=) dq, dk, dv: as bf16, each the f32
+  // value rounded once (GPT-2: straight into the bf16 d qkv [B, T, 3, H, hd] the QKV projection's
+  // GEMMs read), or as f32 (the modern blocks' QK-norm and rotary backward take them on).
+  virtual void attention_backward(bf16* dq, bf16* dk, bf16* dv, const float* dout, const bf16* out,
+                                  const float* lse, const float* q, const float* k, const float* v,
+                                  int64_t BH, int64_t T, int64_t hd, float scale,
+                                  const AttentionMask& mask = {}, bool tf32 = false,
+                                  const AttentionLayout& layout = {}) = 0;
+  virtual void attention_backward(float* dq, float* dk, float* dv, const float* dout,
+                                  const bf16* out, const float* lse, const float* q, const float* k,
+                                  const float* v, int64_t BH, int64_t T, int64_t hd, float scale,
+                                  const AttentionMask& mask = {}, bool tf32 = false,
+                                  const AttentionLayout& layout = {}) = 0;
 
   // The row steps of attention as GEMMs (core/attention_by_gemm.h) on BH heads' [T, T] scores;
   // the heads are counted from head0 for the mask (head h's batch row is (head0 + h) / mask.heads).

@@ -1065,6 +1065,103 @@ TEST_F(CudaVsCpu, AttentionReadsQkvStridedAndWritesTokenRows) {
   }
 }
 
+// bf16 precision's attention (the bf16 out, the backward from it into a bf16 d qkv or f32
+// d q, k, v) against the CPU's bf16 overloads in the model's layout, on every path: the FMA flash
+// kernels (hd 64; 80 padded), the TF32 ones (64, 128), the batched GEMMs past 128 (through f32
+// scratch, rounded after), and each again through the f32 kernels and rounding passes
+// (ENGINE_CUDA_ATTENTION_BF16_VIA_F32=1, the earlier path); masked and not. Both backwards read
+// the CPU's bf16 out and lse, so only the kernels' f32 arithmetic differs: a value near a bf16
+// tie may round the other way (2^-8 relative), so the bar is norm-relative, f32's 1e-5 plus
+// bf16's flips (measured on the first GPU run; TF32 adds its own 2e-3). The output's row stride
+// is D + 5 in one case: the columns between the heads' rows are left as they were. Every
+// element of d qkv is written (filled with NaNs first).
+TEST_F(CudaVsCpu, Bf16AttentionMatchesTheCpu) {
+  using L = core::AttentionLayout;
+  const int64_t B = 2, H = 3, BH = B * H, T = 130, N = B * T;
+  std::vector<int32_t> begin(B * T);
+  for (int64_t t = 0; t < T; ++t) {
+    begin[t] = static_cast<int32_t>(t >= 70 ? 70 : t >= 31 ? 31 : t >= 30 ? 30 : 0);
+    begin[T + t] = static_cast<int32_t>(std::max<int64_t>(0, (t / 16 - 3) * 16));  // block window
+  }
+  const int32_t* gbegin = dev().upload(begin);
+  auto widened = [](const std::vector<bf16>& x) {
+    std::vector<float> out(x.size());
+    for (size_t i = 0; i < x.size(); ++i)
+      out[i] = kmath::float_from_bf16(x[i]);
+    return out;
+  };
+  for (const bool via_f32 : {false, true}) {
+    if (via_f32) {
+      setenv("ENGINE_CUDA_ATTENTION_BF16_VIA_F32", "1", 1);
+    } else {
+      unsetenv("ENGINE_CUDA_ATTENTION_BF16_VIA_F32");
+    }
+    for (auto [hd, tf32, masked, gap] :
+         {std::tuple<int64_t, bool, bool, int64_t>{64, false, false, 0},
+          {64, false, true, 5},
+          {80, false, false, 0},
+          {64, true, true, 0},
+          {128, true, false, 5},
+          {160, true, true, 0}}) {
+      SCOPED_TRACE("hd " + std::to_string(hd) + (tf32 ? " tf32" : "") + (masked ? " masked" : "") +
+                   (via_f32 ? " via f32" : "") + " gap " + std::to_string(gap));
+      const int64_t D = H * hd, ld = D + gap;
+      const core::HeadStrides in = L::token_rows(T, hd, 3 * D);
+      const core::AttentionLayout layout{H, in, in, in, L::token_rows(T, hd, ld)};
+      const AttentionMask cmask = masked ? AttentionMask{begin.data(), H} : AttentionMask{};
+      const AttentionMask gmask = masked ? AttentionMask{gbegin, H} : AttentionMask{};
+      const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+      const auto qkv = random_vector(N * 3 * D, 51, 2.0f), dout_f = random_vector(N * ld, 52);
+      std::vector<bf16> out(N * ld, bf16{0x1234}), dqkv(N * 3 * D);
+      std::vector<float> lse(BH * T), dq(N * D), dk(N * D), dv(N * D);
+      const float* x = qkv.data();
+      bf16* d = dqkv.data();
+      cpu().attention_forward(out.data(), lse.data(), x, x + D, x + 2 * D, BH, T, hd, scale, cmask,
+                              false, layout);
+      cpu().attention_backward(d, d + D, d + 2 * D, dout_f.data(), out.data(), lse.data(), x, x + D,
+                               x + 2 * D, BH, T, hd, scale, cmask, false, layout);
+      // The f32 gradients (the modern blocks' overload) as packed heads: read q, k, v packed too.
+      const core::AttentionLayout packed_in{H, L::packed_heads(H, T, hd), L::packed_heads(H, T, hd),
+                                            L::packed_heads(H, T, hd), layout.out};
+      std::vector<float> q(N * D), k(N * D), v(N * D);
+      cpu().split_heads(q.data(), k.data(), v.data(), x, B, T, H, hd);
+      cpu().attention_backward(dq.data(), dk.data(), dv.data(), dout_f.data(), out.data(),
+                               lse.data(), q.data(), k.data(), v.data(), BH, T, hd, scale, cmask,
+                               false, packed_in);
+
+      const float* gx = dev().upload(qkv);
+      const float* gdout = dev().upload(dout_f);
+      bf16* gout = dev().upload(std::vector<bf16>(N * ld, bf16{0x1234}));
+      float* glse = dev().alloc<float>(BH * T);
+      gpu().attention_forward(gout, glse, gx, gx + D, gx + 2 * D, BH, T, hd, scale, gmask, tf32,
+                              layout);
+      const std::vector<bf16> got_out = dev().download(gout, N * ld);
+      const double tol = tf32 ? 6e-3 : 2e-3;
+      EXPECT_LE(norm_relative(widened(got_out), widened(out)), tol);
+      EXPECT_LE(norm_relative(dev().download(glse, BH * T), lse), tf32 ? 5e-3 : 1e-5);
+      for (int64_t r = 0; r < N; ++r)
+        for (int64_t c = D; c < ld; ++c)
+          ASSERT_EQ(got_out[r * ld + c].bits, 0x1234) << "a gap column was written: " << r;
+      // The backwards from the CPU's out and lse.
+      const bf16* cout_b = dev().upload(out);
+      const float* clse = dev().upload(lse);
+      bf16* gd = dev().upload(std::vector<bf16>(N * 3 * D, bf16{0x7FC1}));
+      gpu().attention_backward(gd, gd + D, gd + 2 * D, gdout, cout_b, clse, gx, gx + D, gx + 2 * D,
+                               BH, T, hd, scale, gmask, tf32, layout);
+      EXPECT_LE(norm_relative(widened(dev().download(gd, N * 3 * D)), widened(dqkv)), tol);
+      float *gdq = dev().alloc<float>(N * D), *gdk = dev().alloc<float>(N * D),
+            *gdv = dev().alloc<float>(N * D);
+      gpu().attention_backward(gdq, gdk, gdv, gdout, cout_b, clse, dev().upload(q), dev().upload(k),
+                               dev().upload(v), BH, T, hd, scale, gmask, tf32, packed_in);
+      const double ftol = tf32 ? 5e-3 : 1e-5;
+      EXPECT_LE(norm_relative(dev().download(gdq, N * D), dq), ftol);
+      EXPECT_LE(norm_relative(dev().download(gdk, N * D), dk), ftol);
+      EXPECT_LE(norm_relative(dev().download(gdv, N * D), dv), ftol);
+    }
+  }
+  unsetenv("ENGINE_CUDA_ATTENTION_BF16_VIA_F32");
+}
+
 // The row steps of attention as GEMMs (core/attention_by_gemm.h) against the CPU's: heads from
 // head0 = 2 under a document and window mask, a row length that is no multiple of a warp.
 TEST_F(CudaVsCpu, AttentionSoftmaxRows) {

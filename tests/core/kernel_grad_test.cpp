@@ -443,6 +443,48 @@ TEST(KernelGradBlocks, DocumentAndWindowMaskedAttention) {
   omp_set_num_threads(saved);
 }
 
+// bf16 precision's attention (out and d q, k, v stored as bf16, delta from the bf16 out) against
+// central differences of the float64 attention: the model's layout with d q, k, v straight into
+// a bf16 d qkv (filled with NaNs: every element is written), documents and the record's block
+// windows (begins on 16-token blocks), T across query blocks. The bf16 values are the f32 ones
+// rounded (Bf16Store.Attention* checks the bits), so the bar is bf16's: measured 2.0e-3.
+TEST(KernelGradBlocks, Bf16AttentionWithinBf16OfFiniteDifferences) {
+  int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const int64_t B = 2, H = 2, BH = B * H, T = cpu::kAttnBlock + 13, hd = 8, D = H * hd;
+  const int64_t n = BH * T * hd;
+  std::vector<int32_t> begin(B * T);
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t block_window = std::max<int64_t>(0, (t / 16 - 2) * 16);  // three blocks
+    begin[t] = static_cast<int32_t>(std::max<int64_t>(t >= 40 ? 40 : 0, block_window));
+    begin[T + t] = static_cast<int32_t>(block_window);
+  }
+  const core::AttentionMask mask{begin.data(), H};
+  const core::AttentionLayout L = qkv_layout(H, T, hd);
+  const double scale = 0.35;
+  Vec qkv = random_vec(3 * n, 141), wy = random_vec(n, 142), out(n), lse(BH * T);
+  const double* x = qkv.data();
+  auto forward = [&] {
+    cpu::attention_forward(out.data(), lse.data(), x, x + D, x + 2 * D, BH, T, hd, scale,
+                           cpu::HeadParallel::kAuto, mask, L);
+    return dot(out, wy);
+  };
+  const std::vector<float> qkv_f = core::test::to_float(qkv), wy_f = core::test::to_float(wy);
+  const float* xf = qkv_f.data();
+  std::vector<core::bf16> out_b(n), dqkv_b(3 * n, core::bf16{0x7FC1});
+  std::vector<float> lse_f(BH * T);
+  cpu::attention_forward(out_b.data(), lse_f.data(), xf, xf + D, xf + 2 * D, BH, T, hd,
+                         float(scale), cpu::HeadParallel::kAuto, mask, L);
+  core::bf16* d = dqkv_b.data();
+  cpu::attention_backward(d, d + D, d + 2 * D, wy_f.data(), out_b.data(), lse_f.data(), xf, xf + D,
+                          xf + 2 * D, BH, T, hd, float(scale), cpu::HeadParallel::kAuto, mask, L);
+  Vec dqkv(3 * n);
+  for (int64_t i = 0; i < 3 * n; ++i)
+    dqkv[i] = core::kmath::float_from_bf16(dqkv_b[i]);
+  expect_gradient("bf16 attention d qkv (block windows)", qkv, forward, dqkv, 5e-3);
+  omp_set_num_threads(saved);
+}
+
 // Cross-entropy over the first V of Vp columns, with and without the soft-cap.
 TEST_P(KernelGrad, CrossEntropyPaddedAndSoftcapped) {
   Sizes s = GetParam();

@@ -22,12 +22,13 @@ NO_CHECKPOINTS = ["checkpoint.every=0", "checkpoint.at_end=false"]
 # (e2e.py, WORLD_SIZE_*; measured 0 for the loss, 2e-9 for the global gradient norm at np 2).
 # From then on the world sizes' weights differ in their last float bits, and now and then such a
 # weight or an activation rounds to the other bf16 neighbour, a step of 2^-8 relative in that
-# element, which the following steps carry on: over 20 steps the losses drift up to 1.8e-4 and
-# the global gradient norms up to 9.6e-4 apart (modern, np 2, 3, 4; gpt2 np 2: 1.3e-4 and
-# 1.7e-3), still below the bf16-vs-fp32 difference itself (up to 6.3e-4 in the loss). Bars
-# 1.8-3x above.
+# element, which the following steps carry on: over 20 steps the losses drift up to 1.5e-4 and
+# the global gradient norms up to 1.2e-3 apart (modern, np 2, 3, 4; gpt2 np 2: 1.9e-4 and
+# 3.5e-3, one step's spike, 1.3e-4 and 1.7e-3 before attention's backward read its bf16 output:
+# a flip of a stored output now moves the gradients too), still below the bf16-vs-fp32
+# difference itself (up to 6.3e-4 in the loss). Bars 2-2.6x above.
 BF16_LATER_LOSS_RTOL = 5e-4
-BF16_LATER_NORM_RTOL = 3e-3
+BF16_LATER_NORM_RTOL = 7e-3
 
 
 def case_bf16_world_size(env):

@@ -637,6 +637,38 @@ TEST(GptBf16, EvalLossIsTheTrainingLoss) {
   }
 }
 
+// GPT-2's bf16 activation plan against fp32's, array by array: the saved GEMM inputs (ln1,
+// attention's output, ln2 [N, D], the activation [N, F]; the final norm; the last positions
+// [B, D]) are bf16 only, attention writes its output and d qkv in bf16 itself (no f32 [N, D]
+// output, no f32 [N, 3 D] d qkv beside the bf16 ones), the f32 d pre is gone; bf16 adds the
+// rounding scratch d y [N, D], d pre [N, F] and d qkv [N, 3 D]; the logits [N, Vp] and the last
+// positions' [B, Vp] are bf16 (d logits written over them). Sizes are multiples of 32 elements,
+// so no array is padded to its 64-byte boundary.
+TEST(GptBf16, Gpt2PlanKeepsNoF32BesideBf16) {
+  size_t bytes[2] = {0, 0};
+  model::ModelConfig c = tiny(model::Arch::Gpt2, 64);
+  const int B = 4, T = 8;
+  for (int p = 0; p < 2; ++p) {
+    c.precision = p == 0 ? model::Precision::Fp32 : model::Precision::Bf16;
+    model::Gpt gpt(c, core::cpu_backend());
+    gpt.init_weights();
+    auto x = random_tokens(B * T, 64, 97), y = random_tokens(B * T, 64, 98);
+    gpt.forward(x.data(), y.data(), B, T);
+    gpt.backward();
+    bytes[p] = gpt.activation_bytes();
+  }
+  const int64_t L = c.n_layer, N = int64_t(B) * T, D = c.d_model, F = c.d_ff(),
+                Vp = c.padded_vocab();
+  // 4 bytes an element in f32, 2 in bf16.
+  const int64_t per_layer = (4 - 2) * (3 * N * D + N * F);    // ln1, attention out, ln2; act
+  const int64_t stored = (4 - 2) * (N * D + int64_t(B) * D);  // final norm, last positions
+  const int64_t f32_grads = 4 * (3 * N * D + N * F);          // d qkv, d pre
+  const int64_t bf16_scratch = 2 * (N * D + N * F + 3 * N * D);
+  const int64_t logits = (4 - 2) * (N + int64_t(B)) * Vp;
+  EXPECT_EQ(int64_t(bytes[0]) - int64_t(bytes[1]),
+            L * per_layer + stored + f32_grads - bf16_scratch + logits);
+}
+
 // The bf16 copies of the matmul weights are made at their first use after params_updated():
 // weights written in place and announced give exactly the loss of a model that never ran
 // before them (its copies are made at its first forward).
