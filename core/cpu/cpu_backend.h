@@ -19,6 +19,12 @@ class CpuBackend final : public Backend {
   void fill_zero(void* dst, size_t bytes) override;
   void gemm(const GemmArgs& args, const float* a, const float* b, float* c) override;
   void gemm(const GemmArgs& args, const bf16* a, const bf16* b, float* c) override;
+  void gemm_epilogue(const GemmArgs& args, const GemmEpilogueArgs& ep, const float* a,
+                     const float* b, float* d, float* aux) override;
+  void gemm_epilogue(const GemmArgs& args, const GemmEpilogueArgs& ep, const bf16* a, const bf16* b,
+                     float* d, float* aux) override;
+  void gemm_epilogue(const GemmArgs& args, const GemmEpilogueArgs& ep, const bf16* a, const bf16* b,
+                     bf16* d, bf16* aux) override;
   std::string bf16_gemm_slow_reason() const override;
   std::string tf32_gemm_slow_reason() const override;
   void add_bias(float* out, const float* bias, int64_t N, int64_t C) override;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/cuda/cublaslt_gemm.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_launch.cuh"
 
@@ -84,6 +85,8 @@ CudaBackend::CudaBackend(int device_index)
     ENGINE_CUDA_CALL(cublasSetStream(cublas_, stream_));
     // Default math keeps f32 GEMMs in full f32; TF32 per call (GemmArgs::tf32, gemm.cu).
     ENGINE_CUDA_CALL(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
+    lt_ = std::make_unique<CublasLtGemm>(stream_);
+    fused_epilogues_ = fused_epilogues_enabled();
     ENGINE_CUDA_CALL(cusolverDnCreate(&cusolver_));
     ENGINE_CUDA_CALL(cusolverDnSetStream(cusolver_, stream_));
     // Backend bookkeeping memory bypasses the allocator so live_bytes() counts tensors only.
@@ -113,6 +116,7 @@ void CudaBackend::release() {
   if (status_ != nullptr) cudaFree(status_);
   if (cusolver_ != nullptr) cusolverDnDestroy(cusolver_);
   if (cublas_ != nullptr) cublasDestroy(cublas_);
+  lt_.reset();
   // Blocks still cached for the stream go back to the driver before the stream does.
   try {
     allocator_.release_cached();
