@@ -32,6 +32,14 @@ struct bf16 {
 };
 static_assert(sizeof(bf16) == 2);
 
+// One FP8 element: 8 bits of an OCP FP8 number whose format (e4m3 or e5m2, kmath::Fp8) the
+// caller keeps beside the pointer. Its conversions are element math (core/kernel_math.h:
+// fp8_from_float, float_from_fp8).
+struct fp8 {
+  uint8_t bits;
+};
+static_assert(sizeof(fp8) == 1);
+
 struct Device {
   enum class Kind : uint8_t { Cpu, Cuda };
   Kind kind = Kind::Cpu;

@@ -92,6 +92,53 @@ ENGINE_HD inline float fp8_value(float x, Fp8 format) {
   return std::copysign(std::rint(a * inv_step) * step, x);
 }
 
+// The FP8 bits of fp8_value(x, format): sign, exponent field (bias 7 or 15), mantissa. A normal
+// value's float exponent and leading mantissa bits are its FP8 fields (re-biased); a subnormal
+// one (exponent field 0) is an integer count of the subnormal step. NaN is e4m3fn's single NaN
+// code (S.1111.111) or e5m2's quiet NaN (S.11111.11); saturation keeps e5m2 off infinity.
+ENGINE_HD inline fp8 fp8_from_float(float x, Fp8 format) {
+  const bool e4m3 = format == Fp8::E4M3;
+  const int mantissa = e4m3 ? 3 : 2, min_exp = e4m3 ? -6 : -14, bias = e4m3 ? 7 : 15;
+  const float v = fp8_value(x, format);
+  const uint32_t u = float_bits(v);
+  const uint32_t sign = (u >> 24) & 0x80u;
+  const float a = std::fabs(v);
+  if (!(a == a)) return fp8{static_cast<uint8_t>(sign | 0x7Fu)};
+  const int leading = static_cast<int>((u >> 23) & 0xFFu) - 127;
+  uint32_t magnitude;
+  if (leading >= min_exp) {
+    const uint32_t field = static_cast<uint32_t>(leading + bias);
+    magnitude = (field << mantissa) | ((u >> (23 - mantissa)) & ((1u << mantissa) - 1u));
+  } else {  // a = count * 2^(min_exp - mantissa), count < 2^mantissa (0 for zero)
+    const float inv_step = float_from_bits(static_cast<uint32_t>(127 - min_exp + mantissa) << 23);
+    magnitude = static_cast<uint32_t>(a * inv_step);
+  }
+  return fp8{static_cast<uint8_t>(sign | magnitude)};
+}
+
+// The value of FP8 bits (exact). e5m2's all-ones exponent is infinity (mantissa 0) or NaN;
+// e4m3fn has no infinity and only S.1111.111 is NaN.
+ENGINE_HD inline float float_from_fp8(fp8 b, Fp8 format) {
+  const bool e4m3 = format == Fp8::E4M3;
+  const int mantissa = e4m3 ? 3 : 2, min_exp = e4m3 ? -6 : -14, bias = e4m3 ? 7 : 15;
+  const uint32_t sign = static_cast<uint32_t>(b.bits & 0x80u) << 24;
+  const uint32_t field = (b.bits & 0x7Fu) >> mantissa;
+  const uint32_t m = b.bits & ((1u << mantissa) - 1u);
+  uint32_t magnitude;
+  if (e4m3 && (b.bits & 0x7Fu) == 0x7Fu) {
+    magnitude = 0x7FC00000u;
+  } else if (!e4m3 && field == 31u) {
+    magnitude = m == 0 ? 0x7F800000u : 0x7FC00000u;
+  } else if (field == 0) {  // subnormal: m steps of 2^(min_exp - mantissa), exact in float
+    const float step = float_from_bits(static_cast<uint32_t>(127 + min_exp - mantissa) << 23);
+    magnitude = float_bits(static_cast<float>(m) * step);
+  } else {
+    magnitude = (static_cast<uint32_t>(static_cast<int>(field) - bias + 127) << 23) |
+                (m << (23 - mantissa));
+  }
+  return float_from_bits(sign | magnitude);
+}
+
 // ---- activations -------------------------------------------------------------------------------
 
 // sqrt(2 / pi) and the cubic coefficient of the tanh form of GELU.

@@ -98,7 +98,8 @@ inline constexpr bool kOptional = false;
     "record's (else normal, std 0.02; modern)")                                                 \
   F(model, bool, head_fp8, "head_fp8", false, kOptional,                                        \
     "training runs lm_head in FP8 as the record: e4m3 inputs over sqrt(D)/448 and 24/448, "     \
-    "e5m2 output gradient over 1/448 (GPUs sm_89+; the CPU rounds in software; modern)")
+    "e5m2 output gradient over 1/448 (cuBLASLt FP8 GEMMs on GPUs sm_89+, refused below; the "   \
+    "CPU rounds in software; modern)")
 
 #define ENGINE_DATA_FIELDS(F)                                                                 \
   F(data, std::string, train, "train", "", kRequired, "glob of training token shards (.bin)") \

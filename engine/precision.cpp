@@ -12,4 +12,9 @@ PrecisionChoice choose_precision(model::Precision requested, const core::Backend
                                       "; running fp32"};
 }
 
+std::string fp8_head_refusal(bool head_fp8, const std::string& fp8_missing) {
+  if (!head_fp8 || fp8_missing.empty()) return "";
+  return "key 'model.head_fp8' = true: " + fp8_missing + " (set model.head_fp8: false here)";
+}
+
 }  // namespace engine

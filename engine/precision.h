@@ -19,4 +19,10 @@ struct PrecisionChoice {
 
 PrecisionChoice choose_precision(model::Precision requested, const core::Backend& backend);
 
+// Why model.head_fp8 cannot run on this device, in one line naming the key and the device (a GPU
+// without FP8 tensor cores: core::fp8_gemm_missing_reason); empty when it can (a GPU from sm_89,
+// or the CPU, which rounds to FP8 in software) or the key is off. `fp8_missing` is the backend's
+// fp8_gemm_missing_reason().
+std::string fp8_head_refusal(bool head_fp8, const std::string& fp8_missing);
+
 }  // namespace engine

@@ -104,6 +104,9 @@ Trainer::Trainer(Config config, comm::Communicator& control, comm::Communicator&
   // Model: every rank initialises the same full parameters from the seed, in the precision
   // this device makes pay (engine/precision.h).
   model::ModelConfig model_config = model_config_of(config_);
+  const std::string fp8_refusal =
+      fp8_head_refusal(model_config.head_fp8, backend_.fp8_gemm_missing_reason());
+  ENGINE_CHECK(fp8_refusal.empty(), "config error: " + source + ": " + fp8_refusal);
   const PrecisionChoice precision = choose_precision(model_config.precision, backend_);
   if (!precision.warning.empty()) spdlog::warn("{}", precision.warning);
   model_config.precision = precision.precision;

@@ -316,6 +316,7 @@ void Gpt::plan(int B, int T) {
     return bf16_ ? reinterpret_cast<core::bf16*>(take((n + 1) / 2)) : nullptr;
   };
   auto take_f32 = [&](int64_t n) { return bf16_ ? nullptr : take(n); };
+  auto take_fp8 = [&](int64_t n) { return reinterpret_cast<core::fp8*>(take((n + 3) / 4)); };
   auto layout = [&]() {
     used = 0;
     encoded_ = take(N * D);
@@ -386,8 +387,9 @@ void Gpt::plan(int B, int T) {
       a.res_out = take(N * D);
     }
     lnf_ = take_f32(N * D);
-    head_xq_ = config_.head_fp8 ? take(N * D) : nullptr;
-    head_wq_ = config_.head_fp8 ? take(Vp * D) : nullptr;
+    head_xq_ = config_.head_fp8 ? take_fp8(N * D) : nullptr;
+    head_wq_ = config_.head_fp8 ? take_fp8(Vp * D) : nullptr;
+    head_gq_ = config_.head_fp8 ? take_fp8(N * Vp) : nullptr;
     lnf_bf16_ = take_bf16(N * D);
     lnf_mean_ = take(N);
     lnf_rstd_ = take(N);
@@ -407,7 +409,8 @@ void Gpt::plan(int B, int T) {
     dy_bf16_ = take_bf16(rows * D);
     dpre_bf16_ = take_bf16(rows * F);
     dqkv_bf16_ = take_bf16(N * 3 * D);
-    dlogits_bf16_ = take_bf16(N * Vp);
+    // The FP8 head writes its output gradient as e5m2 bytes (head_gq_) instead.
+    dlogits_bf16_ = config_.head_fp8 ? nullptr : take_bf16(N * Vp);
     router_in_ = config_.moe() && bf16_ ? take(N * D) : nullptr;
     dres_ = take(N * D);
     dln_ = take(N * D);
@@ -631,36 +634,36 @@ Gpt::Fp8Scales Gpt::fp8_scales() const {
 void Gpt::head_fp8_forward(float gain) {
   const int64_t N = int64_t(B_) * T_, D = config_.d_model, Vp = config_.padded_vocab();
   const Fp8Scales s = fp8_scales();
+  using core::kmath::Fp8;
   // In bf16 precision the final norm is stored only in bf16 (as the record's activations are):
   // its widened values are what the record scales and rounds.
   if (lnf_) {
-    backend_.fp8_round(head_xq_, lnf_, N * D, s.x, core::kmath::Fp8::E4M3);
+    backend_.fp8_encode(head_xq_, lnf_, N * D, s.x, Fp8::E4M3);
   } else {
-    backend_.bf16_to_f32(head_xq_, lnf_bf16_, N * D);
-    backend_.fp8_round(head_xq_, head_xq_, N * D, s.x, core::kmath::Fp8::E4M3);
+    backend_.fp8_encode(head_xq_, lnf_bf16_, N * D, s.x, Fp8::E4M3);
   }
-  backend_.fp8_round(head_wq_, w(head_), Vp * D, s.w, core::kmath::Fp8::E4M3);
-  // FP8 values are exact in TF32 (and their products in f32): tensor cores may take them.
-  core::GemmArgs a;
+  backend_.fp8_encode(head_wq_, w(head_), Vp * D, s.w, Fp8::E4M3);
+  core::GemmArgs a;  // the record's forward _scaled_mm: use_fast_accum=True
   a.trans_b = true;
   a.m = N, a.n = Vp, a.k = D, a.alpha = gain * s.x * s.w;
-  a.tf32 = config_.precision != Precision::Fp32;
-  backend_.gemm(a, head_xq_, head_wq_, logits_);
+  a.fp8_fast_accum = true;
+  backend_.gemm_fp8(a, head_xq_, Fp8::E4M3, head_wq_, Fp8::E4M3, logits_);
 }
 
 void Gpt::head_fp8_backward() {
   const int64_t N = int64_t(B_) * T_, D = config_.d_model, Vp = config_.padded_vocab();
   const Fp8Scales s = fp8_scales();
-  // logits_ holds d loss / d z; g = e5m2(dz / grad_s) in place.
-  backend_.fp8_round(logits_, logits_, N * Vp, s.grad, core::kmath::Fp8::E5M2);
+  using core::kmath::Fp8;
+  // logits_ holds d loss / d z; g = e5m2(dz / grad_s). The backward GEMMs accumulate exactly
+  // (the record's use_fast_accum=False).
+  backend_.fp8_encode(head_gq_, logits_, N * Vp, s.grad, Fp8::E5M2);
   core::GemmArgs a;  // d lnf = (grad_s w_s) g Wq
   a.m = N, a.n = D, a.k = Vp, a.alpha = s.grad * s.w;
   core::GemmArgs b;  // d W += (grad_s x_s) g^T Xq
   b.trans_a = true;
   b.m = Vp, b.n = D, b.k = N, b.beta = 1.0f, b.alpha = s.grad * s.x;
-  a.tf32 = b.tf32 = config_.precision != Precision::Fp32;
-  backend_.gemm(a, logits_, head_wq_, dln_);
-  backend_.gemm(b, logits_, head_xq_, g(head_));
+  backend_.gemm_fp8(a, head_gq_, Fp8::E5M2, head_wq_, Fp8::E4M3, dln_);
+  backend_.gemm_fp8(b, head_gq_, Fp8::E5M2, head_xq_, Fp8::E4M3, g(head_));
 }
 
 core::AttentionLayout Gpt::attention_layout() const {

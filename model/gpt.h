@@ -176,6 +176,8 @@ class Gpt {
   // takes d lnf = (grad_s w_s) g Wq, dW += (grad_s x_s) g^T Xq: the record's straight-through
   // rule (the roundings pass gradients unchanged, the GEMMs see the rounded operands). The
   // scales: x_s = sqrt(D) / 448 (a normed row never saturates), w_s = 24 / 448, grad_s = 1 / 448.
+  // Xq, Wq and g are stored as FP8 bytes (fp8_encode) and multiplied by the backend's gemm_fp8
+  // (cuBLASLt's FP8 kernels on sm_89+; the CPU decodes them exactly and runs its f32 GEMM).
   struct Fp8Scales {
     float x, w, grad;
   };
@@ -230,7 +232,8 @@ class Gpt {
   std::vector<float*> dskip_;
   float* dmix_ = nullptr;
   float *lnf_ = nullptr, *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr;
-  float *head_xq_ = nullptr, *head_wq_ = nullptr;  // model.head_fp8: the rounded GEMM operands
+  // model.head_fp8: the GEMM operands as FP8 bytes: e4m3 lnf and W, e5m2 d logits.
+  core::fp8 *head_xq_ = nullptr, *head_wq_ = nullptr, *head_gq_ = nullptr;
   float* logits_ = nullptr;
   float* losses_ = nullptr;
   int32_t* tokens_ = nullptr;

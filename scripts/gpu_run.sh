@@ -5,13 +5,14 @@
 #
 #   scripts/gpu_run.sh OUT (--bundle DIR | --archive FILE.tar.xz) [--rehearse] [--only P,P]
 #                      [--budget SECONDS] [--steps N] [--recipe-steps N]
+#                      [--llmc BIN] [--llmc-cudnn BIN]
 #
 #   --bundle DIR       a folder from scripts/bundle.sh (--no-cuda-libs is fine: the CUDA
 #                      libraries it lacks are then looked for on the machine)
 #   --archive FILE     the same as FILE.tar.xz (bundle.sh --archive); unpacked into a scratch folder
 #   --rehearse         run every part on the CPU instead (device=cpu, small shapes, two steps where
 #                      a part trains long): the command lines, the bundle and the summary are
-#                      checked on a machine with no GPU; llm.c is located, not run
+#                      checked on a machine with no GPU; llm.c's command lines printed, not run
 #   --only P,P         the parts to run (default: all, in this order): gpu tests speed recipe ranks
 #                      resume families refresh soap ops
 #   --budget SECONDS   the whole run's time (default 420): each part gets its own box, cut to what
@@ -19,12 +20,16 @@
 #   --recipe-steps N   steps of the record recipe's run (default 100)
 #   --steps N          steps of each 124M speed run (default 60, the Muon run at most 40; the first
 #                      quarter is warm-up)
+#   --llmc BIN         llm.c's train_gpt2cu, its default build (default: peers/llmc/train_gpt2cu
+#                      when it is there), run beside the engine in the speed part
+#   --llmc-cudnn BIN   llm.c's USE_CUDNN=1 build (default: peers/llmc/train_gpt2cu_cudnn)
 #
 # Run from the repository root (configs/, scripts/, tests/e2e/ are read from it). Optional beside
 # it: data/brown/text + data/tokenizer (scripts/prepare_data.sh; the speed rows then train on the
-# Brown corpus tokenized there by the bundle's tokenize, else on synthetic tokens), peers/llmc
-# (a copy of the project's llm.c peer folder) and peers/emopt (a checkout of
-# NVIDIA-NeMo/Emerging-Optimizers: the SOAP/REKLS reference, on the machine's python3 PyTorch).
+# Brown corpus tokenized there by the bundle's tokenize, else on synthetic tokens), the llm.c
+# binaries (built in the session into the git-ignored peers/, never committed) and peers/emopt (a
+# checkout of NVIDIA-NeMo/Emerging-Optimizers: the SOAP/REKLS reference, on the machine's python3
+# PyTorch).
 #
 # OUT gets summary.json (every part: state ok / FAIL / timeout / skip, seconds, detail, and its
 # numbers), summary.txt (the same as tables) and logs.tar.gz (every log and metrics file).
@@ -37,8 +42,11 @@ cd "$(dirname "$0")/.."
 repo=$(pwd)
 all_parts="gpu tests speed recipe ranks resume families refresh soap ops"
 
-usage() { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; }
 out="" bundle="" archive="" rehearse=0 only="$all_parts" budget=420 steps=60 recipe_steps=100
+llmc_bin="" llmc_cudnn_bin=""
+[ -x peers/llmc/train_gpt2cu ] && llmc_bin=$repo/peers/llmc/train_gpt2cu
+[ -x peers/llmc/train_gpt2cu_cudnn ] && llmc_cudnn_bin=$repo/peers/llmc/train_gpt2cu_cudnn
 while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) bundle="$2"; shift 2 ;;
@@ -48,6 +56,8 @@ while [ $# -gt 0 ]; do
     --budget) budget="$2"; shift 2 ;;
     --steps) steps="$2"; shift 2 ;;
     --recipe-steps) recipe_steps="$2"; shift 2 ;;
+    --llmc) llmc_bin="$2"; shift 2 ;;
+    --llmc-cudnn) llmc_cudnn_bin="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     -*) echo "gpu_run: unknown option '$1'" >&2; usage >&2; exit 2 ;;
     *) [ -z "$out" ] || { echo "gpu_run: one OUT folder, got '$out' and '$1'" >&2; exit 2; }
@@ -55,6 +65,12 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -n "$out" ] || { usage >&2; exit 2; }
+for b in llmc_bin llmc_cudnn_bin; do  # absolute: llm.c runs in its own scratch folder
+  if [ -n "${!b}" ]; then
+    [ -x "${!b}" ] || { echo "gpu_run: '${!b}' is not an executable (--$(echo ${b%_bin} | tr _ -))" >&2; exit 2; }
+    printf -v "$b" '%s' "$(realpath "${!b}")"
+  fi
+done
 for p in $only; do
   [[ " $all_parts " == *" $p "* ]] || { echo "gpu_run: unknown part '$p' (parts: $all_parts)" >&2; exit 2; }
 done
@@ -213,13 +229,13 @@ part_speed() {
   # (its lr is tuned for 524288-token steps: at 8192 the loss may climb, so no divergence stop).
   local adamw="optim=[{params: ['*'], optimizer: adamw, lr: 0.0006, betas: [0.9, 0.95], eps: 1.0e-8, weight_decay: 0.0}]"
   local run p rc states=""
-  # The Muon row again with its orthogonaliser on TF32 tensor cores (ns_tf32).
-  for run in fp32 tf32 bf16 bf16_muon bf16_muon_tf32; do
+  # The Muon row again with its orthogonaliser in f32 (the preset's is the record's bf16).
+  for run in fp32 tf32 bf16 bf16_muon bf16_muon_nsf32; do
     p=${run%%_*}
     local opt=(--set "$adamw" --set train.steps=$run_steps)
     [[ "$run" == bf16_muon* ]] &&
       opt=(--set train.diverge_loss_factor=0 --set train.steps=$((run_steps < 40 ? run_steps : 40)))
-    [ "$run" = bf16_muon_tf32 ] && opt+=(--set optim.0.ns_tf32=true)
+    [ "$run" = bf16_muon_nsf32 ] && opt+=(--set optim.0.ns_bf16=false)
     timeout -k 5 100 "${mpirun[@]}" -np 1 "$engine" --config configs/gpt2_124m.yaml \
       --set device=$device --set "data.train=$train_glob" --set "data.val=$val_glob" \
       --set "log.dir=$dir/engine_$run" --set checkpoint.every=0 --set checkpoint.at_end=false \
@@ -230,22 +246,33 @@ part_speed() {
     rc=$?
     states+="$run exit $rc; "
   done
-  local llmc_dir="$repo/peers/llmc"
-  if [ ! -x "$llmc_dir/run_llmc.sh" ]; then
-    states+="llm.c: no peers/llmc; "
-  elif [ "$rehearse" = 1 ]; then
-    states+="llm.c: would run bash peers/llmc/run_llmc.sh $train_glob $val_glob 60 8 1024; "
-  else
+  # llm.c's two builds (the peer binaries given by --llmc and --llmc-cudnn), each from a random
+  # init (-e d12) on the same shards and batch: B 8 x T 1024, one micro-step, AdamW lr 6e-4, no
+  # validation, sampling or HellaSwag; 60 steps. Its step lines carry the step's ms.
+  local name bin
+  for name in llmc llmc_cudnn; do
+    bin=$llmc_bin
+    [ "$name" = llmc_cudnn ] && bin=$llmc_cudnn_bin
+    if [ -z "$bin" ]; then
+      states+="$name: no binary; "
+      continue
+    fi
+    local cmd=("$bin" -i "$train_glob" -j "$val_glob" -e d12 -b 8 -t 1024 -d 8192 -x 60 -l 0.0006
+      -u 0 -c 0.0 -v 0 -s 0 -h 0)
+    if [ "$rehearse" = 1 ]; then
+      states+="$name: would run ${cmd[*]}; "
+      continue
+    fi
     local idle smi
     idle=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 | head -1)
-    echo "$idle" >"$dir/llmc.idle"
-    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 -lms 100 >"$dir/llmc.mem" 2>/dev/null &
+    echo "$idle" >"$dir/$name.idle"
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 -lms 100 >"$dir/$name.mem" 2>/dev/null &
     smi=$!
-    timeout -k 5 90 bash "$llmc_dir/run_llmc.sh" "$train_glob" "$val_glob" 60 8 1024 >"$dir/llmc.log" 2>&1
+    (cd "$dir" && timeout -k 5 90 "${cmd[@]}") >"$dir/$name.log" 2>&1
     rc=$?
     kill "$smi" 2>/dev/null
-    states+="llm.c exit $rc; "
-  fi
+    states+="$name exit $rc; "
+  done
   python3 - "$dir" "$work/parts/speed.json" "$data_note" "$states" "$rehearse" <<'PY'
 import json, os, statistics, sys
 sys.path.insert(0, "scripts")  # the checkout's root is the working folder
@@ -263,7 +290,7 @@ peak = next((p for name, p in peaks if name in gpu), None)
 rows, flops_per_token, ok = [], None, True
 losses = {}
 names = {"fp32": "engine fp32", "tf32": "engine tf32", "bf16": "engine bf16",
-         "bf16_muon": "engine bf16 Muon", "bf16_muon_tf32": "engine bf16 Muon tf32"}
+         "bf16_muon": "engine bf16 Muon", "bf16_muon_nsf32": "engine bf16 Muon ns f32"}
 for p in names:
     recs = runlog.step_rows(os.path.join(d, "engine_" + p, "metrics.jsonl"))
     if not recs:
@@ -282,17 +309,26 @@ for p in names:
     losses[p] = sum(r["train_loss"] for r in last) / len(last)
     row["train_loss_last10"] = round(losses[p], 4)
     rows.append(row)
-llmc = os.path.join(d, "llmc.log")
-if os.path.exists(llmc):
-    js = [json.loads(l) for l in open(llmc) if l.startswith("{")]
-    row = {"run": "llm.c bf16 (AdamW)"}
-    if js:
-        row.update(ms_per_step=js[-1]["ms_per_step_median"], tokens_per_s=js[-1]["tokens_per_s"])
+# llm.c's step lines: "step   12/60 | loss ... | 24.80 ms | ... | 330000 tok/s"; the median ms
+# past the first quarter of its steps, as the engine's steady state.
+import re
+peer_names = {"llmc": "llm.c bf16 (AdamW)", "llmc_cudnn": "llm.c cuDNN bf16 (AdamW)"}
+for key, label in peer_names.items():
+    log = os.path.join(d, key + ".log")
+    if not os.path.exists(log):
+        continue
+    row = {"run": label}
+    steps_ms = [(int(m.group(1)), float(m.group(2))) for m in
+                (re.match(r"step\s+(\d+)/\d+ \|.*\| ([0-9.]+) ms \|", l) for l in open(log, errors="replace")) if m]
+    if steps_ms:
+        last = steps_ms[-1][0]
+        ms = statistics.median(t for s, t in steps_ms if s > last // 4)
+        row.update(steps=last, ms_per_step=round(ms, 2), tokens_per_s=round(8192 / ms * 1e3))
     else:
-        row["error"] = "no result line"; ok = False
+        row["error"] = "no step lines"; ok = False
     try:
-        idle = float(open(os.path.join(d, "llmc.idle")).read())
-        vals = [float(l) for l in open(os.path.join(d, "llmc.mem")) if l.strip()]
+        idle = float(open(os.path.join(d, key + ".idle")).read())
+        vals = [float(l) for l in open(os.path.join(d, key + ".mem")) if l.strip()]
         row["peak_mib"] = round(max(vals) - idle)
     except Exception:
         pass
@@ -302,10 +338,12 @@ for r in rows:
         r["mfu_bf16_peak"] = round(r["tokens_per_s"] * flops_per_token / (peak * 1e12), 4)
 eng = {r["run"]: r for r in rows}
 ratios = {}
-if "llm.c bf16 (AdamW)" in eng and "tokens_per_s" in eng["llm.c bf16 (AdamW)"]:
+for label in peer_names.values():
+    if "tokens_per_s" not in eng.get(label, {}):
+        continue
     for name in names.values():
         if "tokens_per_s" in eng.get(name, {}):
-            ratios["%s / llm.c" % name] = round(eng[name]["tokens_per_s"] / eng["llm.c bf16 (AdamW)"]["tokens_per_s"], 3)
+            ratios["%s / %s" % (name, label)] = round(eng[name]["tokens_per_s"] / eng[label]["tokens_per_s"], 3)
 if "bf16" in losses and "fp32" in losses:
     ratios["bf16 loss / fp32 loss - 1 (mean of the last 10 steps)"] = round(losses["bf16"] / losses["fp32"] - 1, 5)
 state = "ok" if ok else "FAIL"

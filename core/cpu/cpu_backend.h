@@ -27,6 +27,11 @@ class CpuBackend final : public Backend {
                      bf16* d, bf16* aux) override;
   std::string bf16_gemm_slow_reason() const override;
   std::string tf32_gemm_slow_reason() const override;
+  void fp8_encode(fp8* out, const float* in, int64_t n, float scale, kmath::Fp8 format) override;
+  void fp8_encode(fp8* out, const bf16* in, int64_t n, float scale, kmath::Fp8 format) override;
+  void gemm_fp8(const GemmArgs& args, const fp8* a, kmath::Fp8 a_format, const fp8* b,
+                kmath::Fp8 b_format, float* c) override;
+  std::string fp8_gemm_missing_reason() const override;
   void add_bias(float* out, const float* bias, int64_t N, int64_t C) override;
   void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) override;
   void bias_backward(float* dbias, const bf16* dout, int64_t N, int64_t C) override;
@@ -39,7 +44,6 @@ class CpuBackend final : public Backend {
   void scalar_mix_backward(float* da, float* db, float* dwa, float* dwb, const float* wa,
                            const float* a, const float* wb, const float* b, const float* dout,
                            int64_t n) override;
-  void fp8_round(float* out, const float* in, int64_t n, float scale, kmath::Fp8 format) override;
   void f32_to_bf16(bf16* out, const float* in, int64_t n) override;
   void bf16_to_f32(float* out, const bf16* in, int64_t n) override;
   void gelu_forward(float* out, const float* inp, int64_t n) override;

@@ -37,10 +37,6 @@ void CpuBackend::scalar_mix_backward(float* da, float* db, float* dwa, float* dw
   cpu::scalar_mix_backward(da, db, dwa, dwb, wa, a, wb, b, dout, n);
 }
 
-void CpuBackend::fp8_round(float* out, const float* in, int64_t n, float scale, kmath::Fp8 format) {
-  cpu::elementwise<float>(n, [=](int64_t i) { out[i] = kmath::fp8_value(in[i] / scale, format); });
-}
-
 // The rounding in blocks (cpu::round_to_bf16: vcvtne2ps2bf16 where the CPU has it); the widening
 // as a plain loop over restrict pointers (through cpu::elementwise's lambda GCC keeps it scalar,
 // measured 3x slower on 51M elements).

@@ -1,7 +1,8 @@
 // The CPU backend's gemm family (core/ops/gemm.h). f32 GEMM through OpenBLAS (cpu_gemm.h); bf16
 // GEMM through oneDNN (onednn_gemm.h) on a CPU with bf16 dot-product instructions
 // (cpu_isa.h), else as the f32 GEMM of the bf16 values (the same products, in OpenBLAS's
-// order); the bias add and its gradient.
+// order); the FP8 encode and GEMM (the bytes decoded exactly, then the f32 GEMM); the bias add
+// and its gradient.
 #include <vector>
 
 #include "core/cpu/cpu_backend.h"
@@ -35,6 +36,43 @@ void cpu::gemm_bf16_as_f32(const GemmArgs& r, const bf16* a, const bf16* b, floa
   cpu::elementwise<float>(a_span, [=](int64_t i) { wa[i] = kmath::float_from_bf16(a[i]); });
   cpu::elementwise<float>(b_span, [=](int64_t i) { wb[i] = kmath::float_from_bf16(b[i]); });
   cpu::gemm(r, wa, wb, c);
+}
+
+void CpuBackend::fp8_encode(fp8* out, const float* in, int64_t n, float scale, kmath::Fp8 format) {
+  cpu::elementwise<float>(
+      n, [=](int64_t i) { out[i] = kmath::fp8_from_float(in[i] / scale, format); });
+}
+
+void CpuBackend::fp8_encode(fp8* out, const bf16* in, int64_t n, float scale, kmath::Fp8 format) {
+  cpu::elementwise<float>(n, [=](int64_t i) {
+    out[i] = kmath::fp8_from_float(kmath::float_from_bf16(in[i]) / scale, format);
+  });
+}
+
+// Both operands decoded to their exact f32 values, then the f32 GEMM of the same arguments: the
+// products are exact in f32, so this is the FP8 GEMM with OpenBLAS's order of f32 additions.
+void CpuBackend::gemm_fp8(const GemmArgs& args, const fp8* a, kmath::Fp8 a_format, const fp8* b,
+                          kmath::Fp8 b_format, float* c) {
+  const GemmArgs r = resolve_fp8_gemm_args(args, a_format, b_format);
+  if (r.m == 0 || r.n == 0) return;
+  if (r.k == 0) {
+    cpu::scale_gemm_output(r, c);
+    return;
+  }
+  const int64_t a_span = operand_span(1, 0, r.trans_a ? r.k : r.m, r.trans_a ? r.m : r.k, r.lda);
+  const int64_t b_span = operand_span(1, 0, r.trans_b ? r.n : r.k, r.trans_b ? r.k : r.n, r.ldb);
+  std::vector<float> wide(static_cast<size_t>(a_span + b_span));
+  float* wa = wide.data();
+  float* wb = wide.data() + a_span;
+  cpu::elementwise<float>(a_span,
+                          [=](int64_t i) { wa[i] = kmath::float_from_fp8(a[i], a_format); });
+  cpu::elementwise<float>(b_span,
+                          [=](int64_t i) { wb[i] = kmath::float_from_fp8(b[i], b_format); });
+  cpu::gemm(r, wa, wb, c);
+}
+
+std::string CpuBackend::fp8_gemm_missing_reason() const {
+  return "";
 }
 
 void CpuBackend::gemm(const GemmArgs& args, const float* a, const float* b, float* c) {

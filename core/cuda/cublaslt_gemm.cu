@@ -68,14 +68,12 @@ struct CublasLtGemm::Plan {
   }
 };
 
-CublasLtGemm::CublasLtGemm(CUstream_st* stream) : stream_(stream) {
-  ENGINE_CUDA_CALL(cublasLtCreate(&handle_));
-}
+CublasLtGemm::CublasLtGemm(cublasLtContext* handle, CUstream_st* stream)
+    : handle_(handle), stream_(stream) {}
 
 CublasLtGemm::~CublasLtGemm() {
   plans_.clear();
   if (workspace_) cudaFree(workspace_);
-  if (handle_) cublasLtDestroy(handle_);
 }
 
 CublasLtGemm::Plan* CublasLtGemm::plan(const LtMatmulCall& call) {

@@ -43,7 +43,8 @@ struct LtMatmulCall {
 
 class CublasLtGemm {
  public:
-  explicit CublasLtGemm(CUstream_st* stream);
+  // The backend's cuBLASLt handle (not owned) and stream.
+  CublasLtGemm(cublasLtContext* handle, CUstream_st* stream);
   ~CublasLtGemm();
   CublasLtGemm(const CublasLtGemm&) = delete;
   CublasLtGemm& operator=(const CublasLtGemm&) = delete;
@@ -61,8 +62,8 @@ class CublasLtGemm {
 
   Plan* plan(const LtMatmulCall& call);
 
+  cublasLtContext* handle_;
   CUstream_st* stream_;
-  cublasLtContext* handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   std::map<Key, std::unique_ptr<Plan>> plans_;

@@ -1,5 +1,6 @@
 #include "core/cuda/cuda_backend.h"
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cusolverDn.h>
@@ -85,7 +86,8 @@ CudaBackend::CudaBackend(int device_index)
     ENGINE_CUDA_CALL(cublasSetStream(cublas_, stream_));
     // Default math keeps f32 GEMMs in full f32; TF32 per call (GemmArgs::tf32, gemm.cu).
     ENGINE_CUDA_CALL(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
-    lt_ = std::make_unique<CublasLtGemm>(stream_);
+    ENGINE_CUDA_CALL(cublasLtCreate(&cublaslt_));
+    lt_ = std::make_unique<CublasLtGemm>(cublaslt_, stream_);
     fused_epilogues_ = fused_epilogues_enabled();
     ENGINE_CUDA_CALL(cusolverDnCreate(&cusolver_));
     ENGINE_CUDA_CALL(cusolverDnSetStream(cusolver_, stream_));
@@ -116,7 +118,8 @@ void CudaBackend::release() {
   if (status_ != nullptr) cudaFree(status_);
   if (cusolver_ != nullptr) cusolverDnDestroy(cusolver_);
   if (cublas_ != nullptr) cublasDestroy(cublas_);
-  lt_.reset();
+  lt_.reset();  // its plans and workspace, before the handle they were made with
+  if (cublaslt_ != nullptr) cublasLtDestroy(cublaslt_);
   // Blocks still cached for the stream go back to the driver before the stream does.
   try {
     allocator_.release_cached();
@@ -128,6 +131,7 @@ void CudaBackend::release() {
   status_ = nullptr;
   cusolver_ = nullptr;
   cublas_ = nullptr;
+  cublaslt_ = nullptr;
   stream_ = nullptr;
 }
 

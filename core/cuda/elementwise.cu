@@ -71,12 +71,6 @@ __global__ void scalar_mix_backward_kernel(float* da, float* db, const float* wa
   }
 }
 
-__global__ void fp8_round_kernel(float* out, const float* in, int64_t n, float scale,
-                                 kmath::Fp8 format) {
-  for (int64_t i = first_index(); i < n; i += grid_stride())
-    out[i] = kmath::fp8_value(in[i] / scale, format);
-}
-
 // The two weight gradients as column sums of one column ([n, 1]): dout a and dout b.
 struct MixDots {
   static constexpr int kCount = 2;
@@ -200,13 +194,6 @@ void CudaBackend::scale_many(std::span<const std::span<float>> xs, float alpha) 
 void CudaBackend::axpby(float* y, float a, const float* x, float b, int64_t n) {
   if (n <= 0) return;
   axpby_kernel<<<grid_for(n), kThreads, 0, stream_>>>(y, a, x, b, n);
-  ENGINE_CUDA_LAUNCHED();
-}
-
-void CudaBackend::fp8_round(float* out, const float* in, int64_t n, float scale,
-                            kmath::Fp8 format) {
-  if (n <= 0) return;
-  fp8_round_kernel<<<grid_for(n), kThreads, 0, stream_>>>(out, in, n, scale, format);
   ENGINE_CUDA_LAUNCHED();
 }
 

@@ -35,10 +35,6 @@ class ElementwiseOps {
   virtual void scalar_mix_backward(float* da, float* db, float* dwa, float* dwb, const float* wa,
                                    const float* a, const float* wb, const float* b,
                                    const float* dout, int64_t n) = 0;
-  // out = kmath::fp8_value(in / scale, format) over n elements (in place allowed): the FP8
-  // numbers a scaled FP8 GEMM multiplies, kept as floats (each exact).
-  virtual void fp8_round(float* out, const float* in, int64_t n, float scale,
-                         kmath::Fp8 format) = 0;
   // bf16 <-> f32 over n elements (kmath::bf16_from_float: nearest, ties to even; NaN and
   // infinity kept; the other way exact).
   virtual void f32_to_bf16(bf16* out, const float* in, int64_t n) = 0;

@@ -72,4 +72,21 @@ GemmArgs resolve_gemm_epilogue_args(const GemmArgs& args, const GemmEpilogueArgs
   return r;
 }
 
+GemmArgs resolve_fp8_gemm_args(const GemmArgs& args, kmath::Fp8 a_format, kmath::Fp8 b_format) {
+  const GemmArgs r = resolve_gemm_args(args);
+  const std::string call = "gemm_fp8(m=" + std::to_string(args.m) +
+                           ", n=" + std::to_string(args.n) + ", k=" + std::to_string(args.k) +
+                           "): ";
+  ENGINE_CHECK(!(a_format == kmath::Fp8::E5M2 && b_format == kmath::Fp8::E5M2),
+               call + "e5m2 x e5m2 is not an FP8 GEMM (one operand must be e4m3)");
+  ENGINE_CHECK(r.batch == 1, call + "batch " + std::to_string(r.batch) + ", only 1 is supported");
+  return r;
+}
+
+std::string fp8_gemm_missing_reason(const std::string& device, int compute_capability) {
+  if (compute_capability >= 89) return "";
+  return device + " has compute capability " + std::to_string(compute_capability / 10) + "." +
+         std::to_string(compute_capability % 10) + "; FP8 tensor cores need 8.9 or later";
+}
+
 }  // namespace core

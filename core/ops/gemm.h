@@ -6,12 +6,19 @@
 // accumulated in f32 and C is f32 either way. bf16 products are exact in f32, so a bf16 GEMM
 // equals the f32 GEMM of the bf16 values up to the order of the f32 additions. An f32 GEMM may
 // ask for TF32 tensor cores (GemmArgs::tf32; CUDA only, the CPU computes f32).
+//
+// FP8 (the record's lm_head, docs/record_recipe.md): fp8_encode stores e4m3 or e5m2 bytes of
+// in / scale; gemm_fp8 multiplies two byte matrices (e4m3 x e4m3, or one of them e5m2) with f32
+// accumulation into f32 C. FP8 products are exact in f32, so gemm_fp8 equals the f32 GEMM of the
+// decoded values up to the order of the f32 additions: the CPU decodes and runs exactly that f32
+// GEMM; a GPU with FP8 tensor cores (sm_89+) runs cuBLASLt's FP8 kernels.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
 #include "core/device.h"
+#include "core/kernel_math.h"
 
 namespace core {
 
@@ -30,6 +37,9 @@ struct GemmArgs {
   // f32 inputs only: allow TF32 tensor cores (inputs rounded to 10 mantissa bits, f32
   // accumulation); the CPU has none and computes f32.
   bool tf32 = false;
+  // gemm_fp8 only: allow the FP8 tensor cores' fast accumulation (cuBLASLt FAST_ACCUM: partial
+  // sums kept in lower precision, as torch._scaled_mm's use_fast_accum); the CPU ignores it.
+  bool fp8_fast_accum = false;
 };
 
 // What a GEMM does with its f32 result X = alpha op(A) op(B) + beta C before it stores D [m, n]
@@ -66,6 +76,14 @@ const char* gemm_epilogue_name(GemmEpilogue kind);
 // resolve their arguments here, so they accept and refuse the same calls.
 GemmArgs resolve_gemm_args(const GemmArgs& args);
 
+// resolve_gemm_args for gemm_fp8, which also refuses e5m2 x e5m2 (no FP8 GEMM library takes it)
+// and batches (one matrix product a call).
+GemmArgs resolve_fp8_gemm_args(const GemmArgs& args, kmath::Fp8 a_format, kmath::Fp8 b_format);
+
+// Why a GPU of this compute capability (10 * major + minor) has no FP8 tensor cores, in one
+// line naming it (`device`) and its capability; empty from sm_89 (Ada, Hopper) on.
+std::string fp8_gemm_missing_reason(const std::string& device, int compute_capability);
+
 class GemmOps {
  public:
   virtual ~GemmOps() = default;
@@ -89,6 +107,20 @@ class GemmOps {
   // asking for it pays (engine/precision.h falls back to fp32 and says so when it does not).
   virtual std::string bf16_gemm_slow_reason() const = 0;
   virtual std::string tf32_gemm_slow_reason() const = 0;
+  // out[i] = the FP8 bits of kmath::fp8_value(in[i] / scale, format), n elements (f32 or bf16
+  // input, the bf16 widened exactly first): the operands of a scaled FP8 GEMM.
+  virtual void fp8_encode(fp8* out, const float* in, int64_t n, float scale, kmath::Fp8 format) = 0;
+  virtual void fp8_encode(fp8* out, const bf16* in, int64_t n, float scale, kmath::Fp8 format) = 0;
+  // C = alpha * op(A) @ op(B) + beta * C over FP8 A and B of the given formats (the same
+  // arguments as gemm; batch 1; args.tf32 is ignored). Any transposes: where the library wants
+  // another layout (cuBLASLt's FP8 kernels take K-contiguous operands only) the backend
+  // transposes the bytes into scratch first.
+  virtual void gemm_fp8(const GemmArgs& args, const fp8* a, kmath::Fp8 a_format, const fp8* b,
+                        kmath::Fp8 b_format, float* c) = 0;
+  // Why this device has no FP8 GEMM in hardware, in one line; empty where it has one, and on
+  // the CPU, whose FP8 GEMM is the exact software form above (model.head_fp8 is refused on a GPU
+  // without FP8: engine/precision.h).
+  virtual std::string fp8_gemm_missing_reason() const = 0;
   // out[N, C] += bias[C] broadcast over rows; dbias[C] += column sums of dout[N, C].
   virtual void add_bias(float* out, const float* bias, int64_t N, int64_t C) = 0;
   virtual void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) = 0;

@@ -27,6 +27,7 @@ MuonConfig MuonConfig::from_yaml(HyperReader& r, const MuonConfig& defaults) {
   c.ns_steps = static_cast<int>(r.integer("ns_steps", c.ns_steps));
   c.orthogonalizer = r.string("orthogonalizer", c.orthogonalizer);
   c.ns_tf32 = r.boolean("ns_tf32", c.ns_tf32);
+  c.ns_bf16 = r.boolean("ns_bf16", c.ns_bf16);
   c.weight_decay = r.number("weight_decay", c.weight_decay);
   c.lr_mul = r.number("lr_mul", c.lr_mul);
   c.wd_mul = r.number("wd_mul", c.wd_mul);
@@ -107,6 +108,7 @@ Muon::Muon(const MuonConfig& config, const char* kind)
       schedule_(schedule_by_name(config.orthogonalizer, config.ns_steps, kind)),
       slots_(kind, {"momentum_buffer", "second_moment"}, {}) {
   schedule_.tf32 = config.ns_tf32;
+  schedule_.bf16 = config.ns_bf16;
 }
 
 MatrixView Muon::view_of(const std::string& name, const core::Shape& shape) const {

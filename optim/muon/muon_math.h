@@ -38,4 +38,19 @@ ENGINE_HD inline float cautious_update_element(float w, float u, double lr, doub
   return static_cast<float>(wi - lr * (wd * mask * wi + ui));
 }
 
+// The bfloat16 Newton-Schulz iteration (NewtonSchulzSchedule::bf16): each tensor op computes in
+// float and stores bf16, so every result is rounded once, r(v) = float(bf16(v)).
+ENGINE_HD inline float ns_round(float v) {
+  return core::kmath::float_from_bf16(core::kmath::bf16_from_float(v));
+}
+// r(s x): a coefficient times a stored value (the coefficient in float, as CUDA multiplies a
+// bf16 tensor by a Python scalar).
+ENGINE_HD inline float ns_bf16_scale(float s, float x) {
+  return ns_round(s * x);
+}
+// r(r(s x) + r(p)): the record's B = b A + (c A) A and X' = a X + B X, with p the GEMM's f32 sum.
+ENGINE_HD inline float ns_bf16_axpy(float s, float x, float p) {
+  return ns_round(ns_round(s * x) + ns_round(p));
+}
+
 }  // namespace optim::kmath

@@ -20,6 +20,12 @@ struct NewtonSchulzSchedule {
   // The GEMMs may use TF32 tensor cores (inputs rounded to 10 mantissa bits): CUDA only; the
   // CPU computes f32. modded-nanogpt runs the iteration in bf16, coarser still.
   bool tf32 = false;
+  // modded-nanogpt's bfloat16 iteration (record #24's zeropower_via_newtonschulz5 on
+  // G.bfloat16(), as it runs on CUDA): X starts as bf16(x), and every operation's result is
+  // rounded to bf16 as its tensor ops store it: the norm, norm + eps and the division; A = X X^T,
+  // b A, c A, (c A) A (the record's c * A @ A) and the sum; a X, B X and the sum. The GEMMs take
+  // bf16 values and sum in f32 (exact products): on a device TF32 tensor cores change nothing.
+  bool bf16 = false;
 };
 
 // (3.4445, -4.7750, 2.0315) x steps, scale 1, eps 1e-7 (Keller Jordan's Muon).

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -714,20 +715,111 @@ TEST_F(CudaVsCpu, RotaryTruncated) {
   EXPECT_CLOSE(dev().download(gdx, n), dx, 1e-5);
 }
 
-// FP8 rounding (the record's head) is the same function on both: bit-equal outputs, in place
-// too, for values across the formats' ranges, subnormals and saturation included.
-TEST_F(CudaVsCpu, Fp8Round) {
+// FP8 encoding (the record's head) is the same function on both: equal bytes, from f32 and
+// from bf16.
+TEST_F(CudaVsCpu, Fp8Encode) {
   const int64_t n = 4099;
   auto x = random_vector(n, 7);
   for (int64_t i = 0; i < n; ++i)
     x[i] *= std::ldexp(1.0f, static_cast<int>(i % 40) - 20);
-  for (auto format : {core::kmath::Fp8::E4M3, core::kmath::Fp8::E5M2}) {
-    std::vector<float> want(n);
-    cpu().fp8_round(want.data(), x.data(), n, 0.37f, format);
-    float* g = dev().upload(x);
-    gpu().fp8_round(g, g, n, 0.37f, format);
-    EXPECT_EQ(dev().download(g, n), want);
+  std::vector<bf16> xb(n);
+  for (int64_t i = 0; i < n; ++i)
+    xb[i] = kmath::bf16_from_float(x[i]);
+  auto bits = [](const std::vector<fp8>& v) {
+    std::vector<uint8_t> b(v.size());
+    for (size_t i = 0; i < v.size(); ++i)
+      b[i] = v[i].bits;
+    return b;
+  };
+  for (auto format : {kmath::Fp8::E4M3, kmath::Fp8::E5M2}) {
+    std::vector<fp8> want(n), want_bf16(n);
+    cpu().fp8_encode(want.data(), x.data(), n, 0.37f, format);
+    cpu().fp8_encode(want_bf16.data(), xb.data(), n, 0.37f, format);
+    fp8* g = dev().alloc<fp8>(n);
+    gpu().fp8_encode(g, dev().upload(x), n, 0.37f, format);
+    EXPECT_EQ(bits(dev().download(g, n)), bits(want));
+    gpu().fp8_encode(g, dev().upload(xb), n, 0.37f, format);
+    EXPECT_EQ(bits(dev().download(g, n)), bits(want_bf16));
   }
+}
+
+// gemm_fp8 on the device against the CPU in the FP8 head's three products (model/gpt.cpp):
+// logits = a Xq Wq^T (fast accumulation, as the record's forward), d x = a G Wq and d W += a G^T Xq
+// (both need a byte transpose for cuBLASLt), at a shape cuBLASLt's FP8 kernels take (every
+// dimension a multiple of 16) and one they do not (the TF32 form), with ENGINE_CUDA_FP8_GEMM
+// unset and =tf32. Each element within tol * a sum |a b| (the f32 sums in another order: 1e-5;
+// fast accumulation keeps partial sums in fewer bits: 1e-2) of the CPU's.
+TEST_F(CudaVsCpu, Fp8GemmHeadProducts) {
+  struct Shape {
+    int64_t N, D, Vp;
+  };
+  const float xs = 0.02f, ws = 24.0f / 448.0f, gs = 1.0f / 448.0f;
+  for (const char* mode : {"", "tf32"}) {
+    setenv("ENGINE_CUDA_FP8_GEMM", mode, 1);
+    for (Shape s : {Shape{256, 128, 384}, Shape{37, 40, 136}}) {
+      const int64_t N = s.N, D = s.D, Vp = s.Vp;
+      std::vector<fp8> xq(N * D), wq(Vp * D), gq(N * Vp);
+      cpu().fp8_encode(xq.data(), random_vector(N * D, 21).data(), N * D, xs, kmath::Fp8::E4M3);
+      cpu().fp8_encode(wq.data(), random_vector(Vp * D, 22, 0.3f).data(), Vp * D, ws,
+                       kmath::Fp8::E4M3);
+      cpu().fp8_encode(gq.data(), random_vector(N * Vp, 23, 0.002f).data(), N * Vp, gs,
+                       kmath::Fp8::E5M2);
+      GemmArgs fwd, dx, dw;
+      fwd.trans_b = true, fwd.m = N, fwd.n = Vp, fwd.k = D, fwd.alpha = 1.3f * xs * ws;
+      fwd.fp8_fast_accum = true;
+      dx.m = N, dx.n = D, dx.k = Vp, dx.alpha = gs * ws;
+      dw.trans_a = true, dw.m = Vp, dw.n = D, dw.k = N, dw.alpha = gs * xs, dw.beta = 1.0f;
+      struct Product {
+        const char* name;
+        GemmArgs args;
+        const std::vector<fp8>& a;
+        kmath::Fp8 a_format;
+        const std::vector<fp8>& b;
+      };
+      const Product products[] = {{"forward", fwd, xq, kmath::Fp8::E4M3, wq},
+                                  {"d x", dx, gq, kmath::Fp8::E5M2, wq},
+                                  {"d W", dw, gq, kmath::Fp8::E5M2, xq}};
+      for (const Product& p : products) {
+        const int64_t size = p.args.m * p.args.n;
+        const std::vector<float> c0 = random_vector(size, 24);
+        std::vector<float> want = c0;
+        cpu().gemm_fp8(p.args, p.a.data(), p.a_format, p.b.data(), kmath::Fp8::E4M3, want.data());
+        float* c = dev().upload(c0);
+        gpu().gemm_fp8(p.args, dev().upload(p.a), p.a_format, dev().upload(p.b), kmath::Fp8::E4M3,
+                       c);
+        const std::vector<float> got = dev().download(c, size);
+        // |alpha| sum |a b|: the f32 GEMM of the decoded magnitudes.
+        auto magnitudes = [](const std::vector<fp8>& v, kmath::Fp8 format) {
+          std::vector<float> m(v.size());
+          for (size_t i = 0; i < v.size(); ++i)
+            m[i] = std::fabs(kmath::float_from_fp8(v[i], format));
+          return m;
+        };
+        GemmArgs abs_args = p.args;
+        abs_args.alpha = std::fabs(p.args.alpha), abs_args.beta = 0.0f;
+        std::vector<float> bound(size);
+        cpu().gemm(abs_args, magnitudes(p.a, p.a_format).data(),
+                   magnitudes(p.b, kmath::Fp8::E4M3).data(), bound.data());
+        const double tol = p.args.fp8_fast_accum && *mode == '\0' ? 1e-2 : 1e-5;
+        double worst = 0;
+        for (int64_t i = 0; i < size; ++i)
+          worst = std::max(worst, std::fabs(double(got[i]) - want[i]) /
+                                      (double(bound[i]) + 1e-6 * std::fabs(c0[i]) + 1e-30));
+        EXPECT_LE(worst, tol) << p.name << " N=" << N << " D=" << D << " Vp=" << Vp
+                              << " ENGINE_CUDA_FP8_GEMM=" << mode;
+      }
+    }
+  }
+  unsetenv("ENGINE_CUDA_FP8_GEMM");
+  setenv("ENGINE_CUDA_FP8_GEMM", "fp16", 1);
+  std::vector<fp8> a(256), b(256);
+  GemmArgs g;
+  g.trans_b = true, g.m = 16, g.n = 16, g.k = 16;
+  float* c = dev().alloc<float>(256);
+  EXPECT_THROW(
+      gpu().gemm_fp8(g, dev().upload(a), kmath::Fp8::E4M3, dev().upload(b), kmath::Fp8::E4M3, c),
+      Error);
+  unsetenv("ENGINE_CUDA_FP8_GEMM");
 }
 
 // scalar_mix without b (model.v_lambdas_all in a block without a value table): out = wa a, and

@@ -114,6 +114,49 @@ TEST(KernelMath, Fp8ValueIsTheNearestOfTheFormat) {
   }
 }
 
+// The FP8 bytes (kmath::fp8_from_float, float_from_fp8) are the formats' codes: code i of the
+// grid decodes to grid[i] (the sign bit negates, zero included), each finite code encodes back
+// to itself, the non-finite codes decode to NaN (e5m2: +-infinity at S.11111.00), and NaN
+// encodes to a NaN code.
+TEST(KernelMath, Fp8BitsAreTheFormatsCodes) {
+  for (kmath::Fp8 format : {kmath::Fp8::E4M3, kmath::Fp8::E5M2}) {
+    const std::vector<double> grid = fp8_grid(format);
+    for (int code = 0; code < 256; ++code) {
+      const core::fp8 b{static_cast<uint8_t>(code)};
+      const float v = kmath::float_from_fp8(b, format);
+      const size_t magnitude = static_cast<size_t>(code & 0x7F);
+      if (magnitude < grid.size()) {
+        ASSERT_EQ(std::fabs(v), static_cast<float>(grid[magnitude])) << code;
+        ASSERT_EQ(std::signbit(v), code >= 128) << code;
+        ASSERT_EQ(kmath::fp8_from_float(v, format).bits, code) << code;
+      } else if (format == kmath::Fp8::E5M2 && magnitude == 0x7C) {
+        ASSERT_EQ(v, code >= 128 ? -INFINITY : INFINITY) << code;
+      } else {
+        ASSERT_TRUE(std::isnan(v)) << code;
+      }
+    }
+    EXPECT_TRUE(std::isnan(kmath::float_from_fp8(kmath::fp8_from_float(NAN, format), format)));
+    EXPECT_EQ(kmath::fp8_from_float(INFINITY, format).bits, grid.size() - 1);
+  }
+}
+
+// Decoding the bytes gives exactly kmath::fp8_value (the values the FP8 GEMMs multiply), bit for
+// bit, over a sweep of float bit patterns of every exponent and sign (NaN to NaN).
+TEST(KernelMath, Fp8BitsDecodeToTheRoundedValue) {
+  for (kmath::Fp8 format : {kmath::Fp8::E4M3, kmath::Fp8::E5M2}) {
+    for (uint64_t u = 0; u < (uint64_t{1} << 32); u += 4099) {
+      const float x = kmath::float_from_bits(static_cast<uint32_t>(u));
+      const float want = kmath::fp8_value(x, format);
+      const float got = kmath::float_from_fp8(kmath::fp8_from_float(x, format), format);
+      if (std::isnan(want)) {
+        ASSERT_TRUE(std::isnan(got)) << u;
+      } else {
+        ASSERT_EQ(kmath::float_bits(got), kmath::float_bits(want)) << u;
+      }
+    }
+  }
+}
+
 TEST(KernelMath, SoftcapGradientFromOutput) {
   for (double z : {-40.0, -3.0, -0.1, 0.0, 0.7, 12.0}) {
     double cap = 15.0, zc = kmath::softcap(z, cap);

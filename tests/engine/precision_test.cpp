@@ -42,6 +42,19 @@ TEST(Precision, Bf16FollowsTheCpu) {
   }
 }
 
+// model.head_fp8 on a GPU without FP8 tensor cores is refused in one line naming the key, the
+// GPU and its compute capability (the trainer throws it as a config error); the CPU rounds to
+// FP8 in software and runs it, and the key off is never refused.
+TEST(Precision, Fp8HeadIsRefusedOnAGpuWithoutFp8) {
+  EXPECT_EQ(engine::fp8_head_refusal(
+                true, core::fp8_gemm_missing_reason("cuda:0 (NVIDIA A100-SXM4-80GB)", 80)),
+            "key 'model.head_fp8' = true: cuda:0 (NVIDIA A100-SXM4-80GB) has compute capability "
+            "8.0; FP8 tensor cores need 8.9 or later (set model.head_fp8: false here)");
+  EXPECT_EQ(engine::fp8_head_refusal(true, core::fp8_gemm_missing_reason("cuda:0 (H100)", 90)), "");
+  EXPECT_EQ(engine::fp8_head_refusal(false, core::fp8_gemm_missing_reason("cuda:0 (T4)", 75)), "");
+  EXPECT_EQ(engine::fp8_head_refusal(true, core::cpu_backend().fp8_gemm_missing_reason()), "");
+}
+
 TEST(Precision, TheConfigKeyReachesTheModelConfig) {
   const std::string yaml = "data: {train: a, val: b}\noptim: [{params: ['*'], optimizer: adamw}]\n";
   EXPECT_EQ(engine::model_config_of(engine::parse_config(yaml, "p.yaml")).precision,

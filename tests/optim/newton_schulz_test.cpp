@@ -126,4 +126,29 @@ TEST(CpuNewtonSchulz, NewtonSchulzMatchesGoldenPolarExpress) {
   check_golden("polar_express.safetensors", s, 1.3e-4);
 }
 
+// modded-nanogpt's bfloat16 orthogonaliser (NewtonSchulzSchedule::bf16) against PyTorch's own
+// bf16 run of the record's function on the ns5 inputs (scripts/golden_ns_bf16.py): equal bit for
+// bit. The GEMMs sum products of bf16 values (16 significant bits) in f32, which is mostly exact
+// whatever the order, so OpenBLAS and PyTorch agree after each rounding; and one rounding left
+// out moves the outputs by 1e-2 (as far as the f32 iteration lies), so only equality tells.
+TEST(CpuNewtonSchulz, Bf16EqualsPyTorchsBf16Run) {
+  std::string path = std::string(ENGINE_GOLDEN_DIR) + "/newton_schulz/ns5_bf16.safetensors";
+  ASSERT_TRUE(std::filesystem::exists(path)) << path;
+  optim::NewtonSchulzSchedule s = ns5();
+  s.bf16 = true;
+  core::SafetensorsReader reader(path);
+  int cases = 0;
+  for (const auto& info : reader.tensors()) {
+    if (info.name.rfind("init/", 0) != 0) continue;
+    std::string name = info.name.substr(5);
+    core::Tensor in = reader.read(info.name), out = reader.read("param/1/" + name);
+    int64_t m = in.size(-2), n = in.size(-1), batch = in.numel() / (m * n);
+    FVec x = in.to_vector(), expect = out.to_vector();
+    ops().newton_schulz(x.data(), m, n, s, batch);
+    EXPECT_EQ(core::compare(x, expect).max_abs(), 0.0) << name;
+    ++cases;
+  }
+  EXPECT_EQ(cases, 8);
+}
+
 }  // namespace

@@ -55,6 +55,31 @@ TEST_F(CudaVsCpu, NewtonSchulzOnTf32) {
   EXPECT_NE(got, want);
 }
 
+// The record's bfloat16 iteration (ns_bf16) on the device against the CPU's, which equals
+// PyTorch's bf16 run bit for bit (CpuNewtonSchulz.Bf16EqualsPyTorchsBf16Run): the GEMMs take
+// bf16 values on TF32 tensor cores, whose products are exact and whose f32 sums of them mostly
+// are, so the two should agree exactly; every output is a bf16 value. Square, wide, tall and a
+// batch, through newton_schulz_many as Muon calls it.
+TEST_F(CudaVsCpu, NewtonSchulzBf16AsTheRecord) {
+  const auto cpu_muon = make_muon_ops(cpu()), gpu_muon = make_muon_ops(gpu());
+  NewtonSchulzSchedule ns5 = ns5_schedule();
+  ns5.bf16 = true;
+  for (auto [m, n, batch] :
+       {std::tuple<int64_t, int64_t, int64_t>{64, 64, 1}, {32, 96, 2}, {96, 32, 3}}) {
+    auto x = random_vector(batch * m * n, 11);
+    auto want = x;
+    std::vector<NewtonSchulzJob> host{{want.data(), batch, m, n}};
+    cpu_muon->newton_schulz_many(host, ns5);
+    float* gx = dev().upload(x);
+    std::vector<NewtonSchulzJob> device{{gx, batch, m, n}};
+    gpu_muon->newton_schulz_many(device, ns5);
+    const auto got = dev().download(gx, batch * m * n);
+    for (float v : got)
+      ASSERT_EQ(v, kmath::ns_round(v)) << "m=" << m << " n=" << n << ": not a bf16 value";
+    EXPECT_EQ(got, want) << "m=" << m << " n=" << n;
+  }
+}
+
 // A step's orthogonalisations together: two jobs of one shape packed into one batched call, a
 // tall one, a lone square one and an empty one, against the CPU's one call per job.
 TEST_F(CudaVsCpu, NewtonSchulzManyPacksJobsOfOneShape) {

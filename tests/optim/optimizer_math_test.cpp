@@ -14,6 +14,7 @@
 #include "optim/muon/muon.h"
 #include "optim/muon/muon_ops.h"
 #include "optim/muon/newton_schulz.h"
+#include "tests/core/grad_check.h"
 #include "tests/optim/cpu_context.h"
 #include "tests/test_util.h"
 
@@ -138,6 +139,31 @@ TEST(Muon, NsTf32IsABooleanAndTheCpuComputesF32) {
     after.emplace_back(w.data<float>(), w.data<float>() + w.numel());
   }
   EXPECT_EQ(after[0], after[1]);
+}
+
+// ns_bf16 runs the orthogonaliser in bfloat16 as the record does, on the CPU too (unlike
+// ns_tf32): a step moves the weights by about as much as in f32, but not by the same amounts.
+TEST(Muon, NsBf16IsABooleanAndRoundsOnTheCpu) {
+  EXPECT_FALSE(muon_config("{}").ns_bf16);
+  EXPECT_TRUE(muon_config("{ns_bf16: true}").ns_bf16);
+  EXPECT_NE(error_of([] { muon_config("{ns_bf16: yes please}"); }).find("ns_bf16"),
+            std::string::npos);
+  Tensor w0 = Tensor::empty({16, 24}), g = Tensor::empty({16, 24});
+  core::fill_normal(w0, 1, 0.0f, 0.1f);
+  core::fill_normal(g, 2, 0.0f, 1.0f);
+  std::vector<std::vector<float>> moved;
+  for (const char* hyper : {"{}", "{ns_bf16: true}"}) {
+    optim::Muon muon(muon_config(hyper));
+    Tensor w = w0.clone();
+    optim::ParamShard p{"blocks.0.attn.proj.weight", {16, 24}, 0, w, g};
+    muon.step({&p, 1}, cpu_context());
+    std::vector<float> d(w.numel());
+    for (int64_t i = 0; i < w.numel(); ++i)
+      d[i] = w.data<float>()[i] - w0.data<float>()[i];
+    moved.push_back(d);
+  }
+  EXPECT_NE(moved[0], moved[1]);
+  EXPECT_LT(core::test::norm_rel_diff(moved[1], moved[0]), 0.05);
 }
 
 // Singular values of a well-conditioned input land in the band the spec gives for NS5 (about

@@ -5,10 +5,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
+#include "core/check.h"
 #include "core/cpu/cpu_gemm.h"
 #include "core/cpu/cpu_linalg.h"
+#include "optim/muon/muon_math.h"
 #include "optim/muon/newton_schulz.h"
 
 namespace optim::cpu {
@@ -16,23 +19,12 @@ namespace optim::cpu {
 using core::cpu::blas_gemm;
 using core::cpu::for_each_matrix;
 
-// One matrix x [m, n] in place. Works on the wide orientation X [r, c] (r <= c), so the Gram
-// matrix A = X X^T is the small r x r one:
-//   X <- X / (norm_scale ||X||_F + norm_eps); per (a, b, c): X <- a X + (b A + c A A) X.
+// The iterations on the wide X [rows, cols] in f32 (or T): X <- X / (norm_scale ||X||_F +
+// norm_eps); per (a, b, c): X <- a X + (b A + c A A) X with A = X X^T.
 template <typename T>
-void newton_schulz_one(T* x, int64_t m, int64_t n, const NewtonSchulzSchedule& schedule) {
-  bool tall = m > n;
-  int64_t rows = tall ? n : m, cols = tall ? m : n;
-  std::vector<T> X(static_cast<size_t>(rows * cols)), Xn(X.size());
-  std::vector<T> A(static_cast<size_t>(rows * rows)), Bm(A.size());
-  if (tall) {
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t j = 0; j < n; ++j)
-        X[j * cols + i] = x[i * n + j];
-    }
-  } else {
-    std::copy_n(x, m * n, X.data());
-  }
+void newton_schulz_iterate(std::vector<T>& X, int64_t rows, int64_t cols,
+                           const NewtonSchulzSchedule& schedule) {
+  std::vector<T> Xn(X.size()), A(static_cast<size_t>(rows * rows)), Bm(A.size());
   double ss = 0.0;
   for (T e : X)
     ss += static_cast<double>(e) * static_cast<double>(e);
@@ -50,6 +42,70 @@ void newton_schulz_one(T* x, int64_t m, int64_t n, const NewtonSchulzSchedule& s
     blas_gemm(false, false, rows, cols, rows, T(1), Bm.data(), rows, X.data(), cols, ca, Xn.data(),
               cols);
     X.swap(Xn);
+  }
+}
+
+// The same in bfloat16 op by op (NewtonSchulzSchedule::bf16; float only), as the record's
+// zeropower_via_newtonschulz5 runs on G.bfloat16(): X = r(r(X) / r(r(||r(X)||_F) + eps)) with r
+// the rounding to bf16 (kmath::ns_round), then per (a, b, c): A = r(X X^T), B = r(r(b A) +
+// r(r(c A) A)) (its `c * A @ A` is (c A) A), X = r(r(a X) + r(B X)). The GEMMs' products of bf16
+// values are exact; their sums are f32.
+inline void newton_schulz_iterate_bf16(std::vector<float>& X, int64_t rows, int64_t cols,
+                                       const NewtonSchulzSchedule& schedule) {
+  using kmath::ns_round;
+  std::vector<float> P(X.size()), A(static_cast<size_t>(rows * rows)), cA(A.size()), Bm(A.size());
+  double ss = 0.0;
+  for (float& e : X) {
+    e = ns_round(e);
+    ss += static_cast<double>(e) * static_cast<double>(e);
+  }
+  float norm = ns_round(static_cast<float>(std::sqrt(ss)));
+  if (schedule.norm_scale != 1.0f) norm = ns_round(schedule.norm_scale * norm);
+  const float denom = ns_round(norm + schedule.norm_eps);
+  for (float& e : X)
+    e = ns_round(e / denom);
+  for (const auto& [ca, cb, cc] : schedule.coefficients) {
+    blas_gemm(false, true, rows, rows, cols, 1.0f, X.data(), cols, X.data(), cols, 0.0f, A.data(),
+              rows);
+    for (size_t i = 0; i < A.size(); ++i) {
+      A[i] = ns_round(A[i]);
+      cA[i] = kmath::ns_bf16_scale(cc, A[i]);
+    }
+    blas_gemm(false, false, rows, rows, rows, 1.0f, cA.data(), rows, A.data(), rows, 0.0f,
+              Bm.data(), rows);
+    for (size_t i = 0; i < A.size(); ++i)
+      Bm[i] = kmath::ns_bf16_axpy(cb, A[i], Bm[i]);
+    blas_gemm(false, false, rows, cols, rows, 1.0f, Bm.data(), rows, X.data(), cols, 0.0f, P.data(),
+              cols);
+    for (size_t i = 0; i < X.size(); ++i)
+      X[i] = kmath::ns_bf16_axpy(ca, X[i], P[i]);
+  }
+}
+
+// One matrix x [m, n] in place, iterated on its wide orientation X [r, c] (r <= c), so the Gram
+// matrix A = X X^T is the small r x r one.
+template <typename T>
+void newton_schulz_one(T* x, int64_t m, int64_t n, const NewtonSchulzSchedule& schedule) {
+  bool tall = m > n;
+  int64_t rows = tall ? n : m, cols = tall ? m : n;
+  std::vector<T> X(static_cast<size_t>(rows * cols));
+  if (tall) {
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j)
+        X[j * cols + i] = x[i * n + j];
+    }
+  } else {
+    std::copy_n(x, m * n, X.data());
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    if (schedule.bf16) {
+      newton_schulz_iterate_bf16(X, rows, cols, schedule);
+    } else {
+      newton_schulz_iterate(X, rows, cols, schedule);
+    }
+  } else {
+    ENGINE_CHECK(!schedule.bf16, "newton_schulz: the bf16 iteration is defined on float");
+    newton_schulz_iterate(X, rows, cols, schedule);
   }
   if (tall) {
     for (int64_t i = 0; i < m; ++i) {

@@ -19,6 +19,9 @@ namespace {
 
 using core::cuda_detail::block_allreduce;
 using core::cuda_detail::DeviceBuffer;
+using core::cuda_detail::first_index;
+using core::cuda_detail::grid_for;
+using core::cuda_detail::grid_stride;
 using core::cuda_detail::kThreads;
 using core::cuda_detail::Sum;
 using core::cuda_detail::Sum2;
@@ -38,6 +41,39 @@ __global__ void normalize_frobenius_kernel(float* x, int64_t size, float norm_sc
   float factor = 1.0f / (norm_scale * static_cast<float>(sqrt(ss.value)) + norm_eps);
   for (int64_t i = threadIdx.x; i < size; i += blockDim.x)
     mat[i] *= factor;
+}
+
+// NewtonSchulzSchedule::bf16, per matrix of x [batch, size], one block each: x = r(x) / r(n + eps)
+// rounded, n = r(||r(x)||_F) (times norm_scale, rounded, when it is not 1), r = kmath::ns_round.
+__global__ void normalize_frobenius_bf16_kernel(float* x, int64_t size, float norm_scale,
+                                                float norm_eps) {
+  float* mat = x + static_cast<int64_t>(blockIdx.x) * size;
+  Sum<double> ss;
+  for (int64_t i = threadIdx.x; i < size; i += blockDim.x) {
+    const float v = kmath::ns_round(mat[i]);
+    mat[i] = v;
+    ss.value += static_cast<double>(v) * v;
+  }
+  ss = block_allreduce(ss);
+  float norm = kmath::ns_round(static_cast<float>(sqrt(ss.value)));
+  if (norm_scale != 1.0f) norm = kmath::ns_round(norm_scale * norm);
+  const float denom = kmath::ns_round(norm + norm_eps);
+  for (int64_t i = threadIdx.x; i < size; i += blockDim.x)
+    mat[i] = kmath::ns_round(mat[i] / denom);
+}
+
+// The bf16 iteration's element steps over n values (kmath::ns_*): the Gram matrix rounded as
+// stored, with r(c A) beside it (the record's c * A @ A is (c A) A); out = r(r(s x) + r(out)).
+__global__ void ns_gram_kernel(float* gram, float* scaled, int64_t n, float c) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    const float a = kmath::ns_round(gram[i]);
+    gram[i] = a;
+    scaled[i] = kmath::ns_bf16_scale(c, a);
+  }
+}
+__global__ void ns_axpy_kernel(float* out, const float* x, int64_t n, float s) {
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    out[i] = kmath::ns_bf16_axpy(s, x[i], out[i]);
 }
 
 // ---- NorMuon and the update, for all parameters at once
@@ -165,10 +201,19 @@ class CudaMuonOps final : public MuonOps {
     } else {
       backend_.copy(cur, x, static_cast<size_t>(batch * size) * sizeof(float));
     }
-    normalize_frobenius_kernel<<<to_int(batch, "batch", "newton_schulz"), kThreads, 0, stream_>>>(
-        cur, size, schedule.norm_scale, schedule.norm_eps);
+    const int blocks = to_int(batch, "batch", "newton_schulz");
+    if (schedule.bf16) {
+      normalize_frobenius_bf16_kernel<<<blocks, kThreads, 0, stream_>>>(
+          cur, size, schedule.norm_scale, schedule.norm_eps);
+    } else {
+      normalize_frobenius_kernel<<<blocks, kThreads, 0, stream_>>>(cur, size, schedule.norm_scale,
+                                                                   schedule.norm_eps);
+    }
     ENGINE_CUDA_LAUNCHED();
     const int64_t gsize = rows * rows;
+    // bf16: every GEMM input holds bf16 values, exact in TF32, so tensor cores change nothing.
+    const bool tf32 = schedule.tf32 || schedule.bf16;
+    const unsigned grid_g = grid_for(batch * gsize), grid_x = grid_for(batch * size);
     for (const auto& [ca, cb, cc] : schedule.coefficients) {
       // gram = X X^T
       backend_.gemm({.trans_b = true,
@@ -179,34 +224,44 @@ class CudaMuonOps final : public MuonOps {
                      .stride_a = size,
                      .stride_b = size,
                      .stride_c = gsize,
-                     .tf32 = schedule.tf32},
+                     .tf32 = tf32},
                     cur, cur, gram.get());
-      // poly = b gram + c gram^2
-      backend_.copy(poly.get(), gram.get(), static_cast<size_t>(batch * gsize) * sizeof(float));
-      backend_.gemm({.m = rows,
-                     .n = rows,
-                     .k = rows,
-                     .alpha = cc,
-                     .beta = cb,
-                     .batch = batch,
-                     .stride_a = gsize,
-                     .stride_b = gsize,
-                     .stride_c = gsize,
-                     .tf32 = schedule.tf32},
-                    gram.get(), gram.get(), poly.get());
-      // next = a X + poly X
-      backend_.copy(next, cur, static_cast<size_t>(batch * size) * sizeof(float));
-      backend_.gemm({.m = rows,
-                     .n = cols,
-                     .k = rows,
-                     .alpha = 1.0f,
-                     .beta = ca,
-                     .batch = batch,
-                     .stride_a = gsize,
-                     .stride_b = size,
-                     .stride_c = size,
-                     .tf32 = schedule.tf32},
-                    poly.get(), cur, next);
+      core::GemmArgs square{.m = rows,
+                            .n = rows,
+                            .k = rows,
+                            .batch = batch,
+                            .stride_a = gsize,
+                            .stride_b = gsize,
+                            .stride_c = gsize,
+                            .tf32 = tf32};
+      core::GemmArgs apply{.m = rows,
+                           .n = cols,
+                           .k = rows,
+                           .batch = batch,
+                           .stride_a = gsize,
+                           .stride_b = size,
+                           .stride_c = size,
+                           .tf32 = tf32};
+      if (schedule.bf16) {
+        // next (free until B X) holds r(c A) meanwhile: rows * rows <= rows * cols.
+        ns_gram_kernel<<<grid_g, kThreads, 0, stream_>>>(gram.get(), next, batch * gsize, cc);
+        ENGINE_CUDA_LAUNCHED();
+        backend_.gemm(square, next, gram.get(), poly.get());
+        ns_axpy_kernel<<<grid_g, kThreads, 0, stream_>>>(poly.get(), gram.get(), batch * gsize, cb);
+        ENGINE_CUDA_LAUNCHED();
+        backend_.gemm(apply, poly.get(), cur, next);
+        ns_axpy_kernel<<<grid_x, kThreads, 0, stream_>>>(next, cur, batch * size, ca);
+        ENGINE_CUDA_LAUNCHED();
+      } else {
+        // poly = b gram + c gram^2
+        backend_.copy(poly.get(), gram.get(), static_cast<size_t>(batch * gsize) * sizeof(float));
+        square.alpha = cc, square.beta = cb;
+        backend_.gemm(square, gram.get(), gram.get(), poly.get());
+        // next = a X + poly X
+        backend_.copy(next, cur, static_cast<size_t>(batch * size) * sizeof(float));
+        apply.beta = ca;
+        backend_.gemm(apply, poly.get(), cur, next);
+      }
       std::swap(cur, next);
     }
     if (tall) {

@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""The golden output of modded-nanogpt's bfloat16 Newton-Schulz (record #24, train_gpt.py at
+3e121a6e: zeropower_via_newtonschulz5 applied to G.bfloat16()) for the inputs of
+tests/fixtures/golden/newton_schulz/ns5.safetensors, computed by PyTorch on the CPU in bfloat16
+(every op stores bf16; matmuls sum in float). Writes ns5_bf16.safetensors beside it: init/<case>
+the input (as in ns5), param/1/<case> the bf16 output widened to float32.
+
+    /usr/bin/python3 scripts/golden_ns_bf16.py   # Debian's python3-torch
+"""
+import json
+import os
+import struct
+import sys
+
+import numpy as np
+import torch
+
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures",
+                    "golden", "newton_schulz")
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    meta = header.pop("__metadata__", {})
+    out = {}
+    for name, info in header.items():
+        assert info["dtype"] == "F32", name
+        a, b = info["data_offsets"]
+        out[name] = np.frombuffer(data[a:b], dtype="<f4").reshape(info["shape"])
+    return out, meta
+
+
+def write_safetensors(path, tensors, meta):
+    header, blobs, at = {"__metadata__": meta}, [], 0
+    for name, arr in tensors.items():
+        raw = np.ascontiguousarray(arr, dtype="<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(arr.shape), "data_offsets": [at, at + len(raw)]}
+        blobs.append(raw)
+        at += len(raw)
+    text = json.dumps(header).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def scale(s, T):
+    """s * T for a bf16 tensor T and a Python float s as CUDA computes it (the record's device):
+    in float (the op math type of bf16), rounded once. PyTorch's CPU kernels (1.13) round s to
+    bf16 first, so the product is written out here."""
+    return (s * T.float()).bfloat16()
+
+
+def zeropower_bf16(G, steps=5):
+    """The record's orthogonaliser as it runs there: X = G.bfloat16(), then bf16 tensor ops. The
+    norm is summed in float and rounded once, as CUDA reduces bf16 (PyTorch 1.13's CPU norm over
+    two dimensions of a batch loses bits), and its + eps is in float, as CUDA adds a scalar.
+    Its `c * A @ A` is (c * A) @ A: Python's * and @ bind equally, left to right."""
+    a, b, c = (3.4445, -4.7750, 2.0315)
+    X = G.bfloat16()
+    if G.size(-2) > G.size(-1):
+        X = X.mT
+    norm = X.float().norm(dim=(-2, -1), keepdim=True).bfloat16()
+    X = X / (norm.float() + 1e-7).bfloat16()
+    for _ in range(steps):
+        A = X @ X.mT
+        B = scale(b, A) + scale(c, A) @ A
+        X = scale(a, X) + B @ X
+    if G.size(-2) > G.size(-1):
+        X = X.mT
+    return X
+
+
+def main():
+    torch.set_num_threads(1)
+    src, _ = read_safetensors(os.path.join(HERE, "ns5.safetensors"))
+    out = {}
+    for name in sorted(k for k in src if k.startswith("init/")):
+        case = name[len("init/"):]
+        g = torch.from_numpy(src[name].copy())
+        out[name] = src[name]
+        out["param/1/" + case] = zeropower_bf16(g).float().numpy()
+    meta = {
+        "optimizer": "newton_schulz5_bf16",
+        "steps": "1",
+        "reference": "KellerJordan/modded-nanogpt@3e121a6ef079f37614b98369ead081aade5c87b4 "
+                     "train_gpt.py zeropower_via_newtonschulz5(G.bfloat16(), 5)",
+        "notes": "PyTorch %s on the CPU, 1 thread, bfloat16 tensors: every op rounds its result to "
+                 "bf16, matmuls accumulate in float32, products with the coefficients in float as "
+                 "CUDA computes them. Made by scripts/golden_ns_bf16.py from "
+                 "ns5.safetensors' inputs." % torch.__version__,
+    }
+    path = os.path.join(HERE, "ns5_bf16.safetensors")
+    write_safetensors(path, out, meta)
+    print(f"wrote {path}: {len(out) // 2} cases")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
