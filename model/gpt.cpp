@@ -49,28 +49,65 @@ void Gpt::linear(core::bf16* y, Operand x, Operand weight, int64_t N, int64_t in
   backend_.gemm(a, x.bf16, weight.bf16, y);
 }
 
+void Gpt::linear_epilogue(float* y, Operand x, Operand weight, size_t bias, int64_t N, int64_t in,
+                          int64_t out, const float* residual, float* gelu_out) {
+  core::GemmArgs a;
+  a.trans_b = true;
+  a.m = N, a.n = out, a.k = in;
+  core::GemmEpilogueArgs ep;
+  if (bias != kNone) {
+    ep.kind = gelu_out ? core::GemmEpilogue::bias_gelu : core::GemmEpilogue::bias;
+    ep.bias = w(bias);
+  }
+  ENGINE_CHECK(!gelu_out || (bias != kNone && !residual),
+               "model: the GELU epilogue takes a bias and no residual");
+  if (residual) {
+    a.beta = 1.0f;
+    ep.c = residual;
+  }
+  float* d = gelu_out ? gelu_out : y;
+  float* aux = gelu_out ? y : nullptr;
+  if (x.bf16 && weight.bf16) {
+    backend_.gemm_epilogue(a, ep, x.bf16, weight.bf16, d, aux);
+  } else {
+    ENGINE_CHECK(x.f32,
+                 "model: a linear layer with an f32 weight got an input stored only in "
+                 "bf16 (widen it first, as router_input does)");
+    a.tf32 = config_.precision == Precision::Tf32;
+    backend_.gemm_epilogue(a, ep, x.f32, weight.f32, d, aux);
+  }
+}
+
 void Gpt::linear_backward(float* dx, float* dweight, const float* dy, Operand x, Operand weight,
                           int64_t N, int64_t in, int64_t out, float dx_beta,
-                          const core::bf16* dy_rounded) {
+                          const core::bf16* dy_rounded, float* dbias, float* dx_gelu_pre) {
   core::GemmArgs a;
   a.m = N, a.n = in, a.k = out, a.beta = dx_beta;
   core::GemmArgs b;
   b.trans_a = true;
   b.m = out, b.n = in, b.k = N, b.beta = 1.0f;
+  core::GemmEpilogueArgs dx_ep;
+  if (dx_gelu_pre) dx_ep.kind = core::GemmEpilogue::dgelu;
+  core::GemmEpilogueArgs dw_ep;
+  if (dbias) dw_ep = {core::GemmEpilogue::bgrad, nullptr, nullptr, dbias};
   if (x.bf16 && weight.bf16) {
+    ENGINE_CHECK(!dx_gelu_pre, "model: the dgelu epilogue (dx_gelu_pre) needs f32 GEMMs");
     if (!dy_rounded) {
+      // The bias gradient sums the f32 dy, not its rounding for the GEMMs.
+      if (dbias) backend_.bias_backward(dbias, dy, N, out);
+      dw_ep = {};
       backend_.f32_to_bf16(dy_bf16_, dy, N * out);
       dy_rounded = dy_bf16_;
     }
     backend_.gemm(a, dy_rounded, weight.bf16, dx);
-    backend_.gemm(b, dy_rounded, x.bf16, dweight);
+    backend_.gemm_epilogue(b, dw_ep, dy_rounded, x.bf16, dweight, nullptr);
   } else {
     ENGINE_CHECK(x.f32 && dy,
                  "model: a linear layer with an f32 weight got an input or output "
                  "gradient stored only in bf16");
     a.tf32 = b.tf32 = config_.precision == Precision::Tf32;
-    backend_.gemm(a, dy, weight.f32, dx);
-    backend_.gemm(b, dy, x.f32, dweight);
+    backend_.gemm_epilogue(a, dx_ep, dy, weight.f32, dx, dx_gelu_pre);
+    backend_.gemm_epilogue(b, dw_ep, dy, x.f32, dweight, nullptr);
   }
 }
 
@@ -483,13 +520,8 @@ Gpt::Operand Gpt::act_backward(const float* inp, const float* dout, int64_t n) {
   return {dpre_, nullptr};
 }
 
-void Gpt::bias_grad(size_t bias, Operand dy, int64_t N, int64_t C) {
-  if (bias == kNone) return;
-  if (dy.bf16) {
-    backend_.bias_backward(g(bias), dy.bf16, N, C);
-  } else {
-    backend_.bias_backward(g(bias), dy.f32, N, C);
-  }
+float* Gpt::bias_grad(size_t bias) {
+  return bias == kNone ? nullptr : g(bias);
 }
 
 void Gpt::attn_forward(int l) {
@@ -503,8 +535,7 @@ void Gpt::attn_forward(int l) {
     return;
   }
   norm_forward(a.ln1, a.ln1_bf16, a.ln1_mean, a.ln1_rstd, res_in, p.ln1_w, p.ln1_b);
-  linear(a.qkv, {a.ln1, a.ln1_bf16}, weight(p.qkv_w), N, D, 3 * D);
-  if (p.qkv_b != kNone) backend_.add_bias(a.qkv, w(p.qkv_b), N, 3 * D);
+  linear_epilogue(a.qkv, {a.ln1, a.ln1_bf16}, weight(p.qkv_w), p.qkv_b, N, D, 3 * D);
   // GPT-2: q, k and v read in place from qkv, 3 D floats a token.
   const float* q = a.qkv;
   const float* k = a.qkv + D;
@@ -542,10 +573,9 @@ void Gpt::attn_forward(int l) {
     backend_.attention_forward(a.atty, a.lse, q, k, v, B * H, T, hd, scale, mask_of(l), tf32,
                                layout);
   }
-  // res_mid = res_in + atty @ proj^T (+ bias)
-  backend_.copy(a.res_mid, res_in, N * D * sizeof(float));
-  linear(a.res_mid, {a.atty, a.atty_bf16}, weight(p.proj_w), N, D, D, 1.0f);
-  if (p.proj_b != kNone) backend_.add_bias(a.res_mid, w(p.proj_b), N, D);
+  // res_mid = res_in + atty @ proj^T (+ bias): the residual add as the GEMM's C.
+  linear_epilogue(a.res_mid, {a.atty_bf16 ? nullptr : a.atty, a.atty_bf16}, weight(p.proj_w),
+                  p.proj_b, N, D, D, res_in);
 }
 
 void Gpt::attn_backward(int l) {
@@ -556,9 +586,8 @@ void Gpt::attn_backward(int l) {
   // dres holds d/d res_mid; the residual path passes it through unchanged (all of it in a block
   // without attention).
   if (!config_.has_attention(l)) return;
-  if (p.proj_b != kNone) backend_.bias_backward(g(p.proj_b), dres_, N, D);
-  linear_backward(datty_, g(p.proj_w), dres_, {a.atty, a.atty_bf16}, weight(p.proj_w), N, D, D,
-                  0.0f);
+  linear_backward(datty_, g(p.proj_w), dres_, {a.atty_bf16 ? nullptr : a.atty, a.atty_bf16},
+                  weight(p.proj_w), N, D, D, 0.0f, nullptr, bias_grad(p.proj_b));
   const bool modern = config_.arch == Arch::Modern;
   const bool v_mixed = config_.has_v_lambdas(l);
   const int ve = config_.value_embed_of(l);
@@ -626,9 +655,8 @@ void Gpt::qkv_backward(int l, Operand dqkv) {
   const LayerActs& a = layers_[l];
   const LayerParams& p = lp_[l];
   const float* res_in = a.input;
-  bias_grad(p.qkv_b, dqkv, N, 3 * D);
   linear_backward(dln_, g(p.qkv_w), dqkv.f32, {a.ln1, a.ln1_bf16}, weight(p.qkv_w), N, D, 3 * D,
-                  0.0f, dqkv.bf16);
+                  0.0f, dqkv.bf16, bias_grad(p.qkv_b));
   norm_backward(dres_, dln_, res_in, a.ln1_mean, a.ln1_rstd, p.ln1_w, p.ln1_b);
 }
 
@@ -767,29 +795,46 @@ void Gpt::input_backward(int l) {
   }
 }
 
+bool Gpt::fused_gelu(int l) const {
+  // GPT-2's MLP with f32 activations. In bf16 precision the activation is stored in bf16 and its
+  // backward reads the f32 pre-activation, which cuBLASLt's epilogue (aux in D's dtype) cannot
+  // keep: there the bias stays in the epilogue and GELU a pass of its own (docs/precision.md).
+  return config_.arch == Arch::Gpt2 && lp_[l].fc_b != kNone && !layers_[l].act_bf16;
+}
+
 void Gpt::mlp_forward(int l) {
   const int64_t N = int64_t(B_) * T_, D = config_.d_model, F = config_.d_ff();
   LayerActs& a = layers_[l];
   const LayerParams& p = lp_[l];
-  linear(a.pre, {a.ln2, a.ln2_bf16}, weight(p.fc_w), N, D, F);
-  if (p.fc_b != kNone) backend_.add_bias(a.pre, w(p.fc_b), N, F);
-  act_forward(a.act, a.act_bf16, a.pre, N * F);
-  backend_.copy(a.res_out, a.res_mid, N * D * sizeof(float));
-  linear(a.res_out, {a.act, a.act_bf16}, weight(p.fcproj_w), N, F, D, 1.0f);
-  if (p.fcproj_b != kNone) backend_.add_bias(a.res_out, w(p.fcproj_b), N, D);
+  if (fused_gelu(l)) {
+    // pre = ln2 fc^T + b and act = gelu(pre) in the GEMM's epilogue.
+    linear_epilogue(a.pre, {a.ln2, a.ln2_bf16}, weight(p.fc_w), p.fc_b, N, D, F, nullptr, a.act);
+  } else {
+    linear_epilogue(a.pre, {a.ln2, a.ln2_bf16}, weight(p.fc_w), p.fc_b, N, D, F);
+    act_forward(a.act, a.act_bf16, a.pre, N * F);
+  }
+  // res_out = res_mid + act @ proj^T (+ bias): the residual add as the GEMM's C.
+  linear_epilogue(a.res_out, {a.act, a.act_bf16}, weight(p.fcproj_w), p.fcproj_b, N, F, D,
+                  a.res_mid);
 }
 
 void Gpt::mlp_backward(int l) {
   const int64_t N = int64_t(B_) * T_, D = config_.d_model, F = config_.d_ff();
   LayerActs& a = layers_[l];
   const LayerParams& p = lp_[l];
-  if (p.fcproj_b != kNone) backend_.bias_backward(g(p.fcproj_b), dres_, N, D);
-  linear_backward(dact_, g(p.fcproj_w), dres_, {a.act, a.act_bf16}, weight(p.fcproj_w), N, F, D,
-                  0.0f);
-  const Operand dpre = act_backward(a.pre, dact_, N * F);
-  bias_grad(p.fc_b, dpre, N, F);
+  Operand dpre;
+  if (fused_gelu(l)) {
+    // d pre = gelu'(pre) (dres proj) in the GEMM's epilogue.
+    linear_backward(dpre_, g(p.fcproj_w), dres_, {a.act, a.act_bf16}, weight(p.fcproj_w), N, F, D,
+                    0.0f, nullptr, bias_grad(p.fcproj_b), a.pre);
+    dpre = {dpre_, nullptr};
+  } else {
+    linear_backward(dact_, g(p.fcproj_w), dres_, {a.act, a.act_bf16}, weight(p.fcproj_w), N, F, D,
+                    0.0f, nullptr, bias_grad(p.fcproj_b));
+    dpre = act_backward(a.pre, dact_, N * F);
+  }
   linear_backward(dln_, g(p.fc_w), dpre.f32, {a.ln2, a.ln2_bf16}, weight(p.fc_w), N, D, F, 0.0f,
-                  dpre.bf16);
+                  dpre.bf16, bias_grad(p.fc_b));
 }
 
 void Gpt::moe_forward(int l) {

@@ -143,12 +143,23 @@ class Gpt {
   // bf16 head's logits. Both operands must have bf16.
   void linear(core::bf16* y, Operand x, Operand weight, int64_t N, int64_t in, int64_t out,
               float alpha);
+  // y[N, out] = x[N, in] @ W[out, in]^T + bias (parameter `bias`; none: no bias) + residual
+  // (when given: y written fresh from it, C != D), in one GEMM with an epilogue
+  // (core::GemmEpilogue). With gelu_out (f32), y is the pre-activation and gelu_out = gelu(y),
+  // also in the epilogue.
+  void linear_epilogue(float* y, Operand x, Operand weight, size_t bias, int64_t N, int64_t in,
+                       int64_t out, const float* residual = nullptr, float* gelu_out = nullptr);
   // dx[N, in] (+)= dy[N, out] @ W[out, in];  dW[out, in] += dy^T @ x. When the GEMMs run in
   // bf16, dy is given as stored in bf16 by its producer (dy_rounded: d logits, d pre, d qkv) or
-  // rounded here from f32 (the residual stream's gradient, the MoE rows').
+  // rounded here from f32 (the residual stream's gradient, the MoE rows'). dbias (when not null)
+  // += the column sums of dy as the bias gradient reads it: fused into the dW GEMM (bgrad) when
+  // that GEMM multiplies the same values, else from the f32 dy before its rounding. With
+  // dx_gelu_pre (f32 GEMMs only), dx is d pre = gelu'(pre) (dy W), the activation's backward in
+  // the dx GEMM's epilogue (dgelu).
   void linear_backward(float* dx, float* dweight, const float* dy, Operand x, Operand weight,
                        int64_t N, int64_t in, int64_t out, float dx_beta,
-                       const core::bf16* dy_rounded = nullptr);
+                       const core::bf16* dy_rounded = nullptr, float* dbias = nullptr,
+                       float* dx_gelu_pre = nullptr);
   // LayerNorm (gpt2, with weight and bias parameters) or RMSNorm (modern, none) over [N, D];
   // the output stored f32 (out) or bf16 (out_bf16, bf16 precision), whichever is not null.
   void norm_forward(float* out, core::bf16* out_bf16, float* mean, float* rstd, const float* inp,
@@ -160,8 +171,10 @@ class Gpt {
   // d pre [n] from dout: accumulated into the zeroed f32 scratch dpre_, or in bf16 precision
   // written as bf16 into dpre_bf16_; returns the one written, as the next GEMMs' output gradient.
   Operand act_backward(const float* inp, const float* dout, int64_t n);
-  // d bias (parameter `bias`, none: nothing) += column sums of dy [N, C], f32 or bf16.
-  void bias_grad(size_t bias, Operand dy, int64_t N, int64_t C);
+  // Whether layer l's MLP runs GELU in its GEMMs' epilogues (bias_gelu forward, dgelu backward).
+  bool fused_gelu(int l) const;
+  // The gradient of parameter `bias`, or null for none.
+  float* bias_grad(size_t bias);
   // model.head_fp8 (train_gpt.py's mm_op and mm_backward_op): z = (x_s w_s) Xq Wq^T with
   // Xq = e4m3(lnf / x_s), Wq = e4m3(W / w_s); the backward rounds g = e5m2(dz / grad_s) and
   // takes d lnf = (grad_s w_s) g Wq, dW += (grad_s x_s) g^T Xq: the record's straight-through

@@ -307,6 +307,54 @@ int cuda_op_groups(const std::string& name, int reps) {
     gw.trans_a = true, gw.m = out, gw.n = in, gw.k = N, gw.beta = 1.0f;
     be.gemm(gw, dyr, xb, dw);
   };
+  // GPT-2's block linear layers as model/gpt.cpp calls them, with the GEMM epilogues: the bias,
+  // the residual through C != D, GELU with its pre-activation kept and its derivative (f32 runs),
+  // the bias gradients fused into the dW GEMMs where dy is stored as the GEMM reads it. With
+  // ENGINE_CUDA_GEMM_EPILOGUE=0 the same calls run unfused (the side-by-side timing).
+  float* pre = buffer(N * F);
+  core::bf16* act_bf16 = buffer_bf16(N * F);
+  auto linear_epilogues = [&](bool bf16, int64_t in, int64_t out) {
+    const bool gelu_out = out == F, gelu_in = in == F, residual = out == D;
+    core::GemmArgs f;
+    f.trans_b = true, f.m = N, f.n = out, f.k = in;
+    core::GemmEpilogueArgs fe{core::GemmEpilogue::bias, nullptr, bias, nullptr};
+    if (residual) f.beta = 1.0f, fe.c = x;
+    core::GemmArgs gx;
+    gx.m = N, gx.n = in, gx.k = out;
+    core::GemmArgs gw;
+    gw.trans_a = true, gw.m = out, gw.n = in, gw.k = N, gw.beta = 1.0f;
+    const core::GemmEpilogueArgs bgrad{core::GemmEpilogue::bgrad, nullptr, nullptr, dbias};
+    if (!bf16) {
+      if (gelu_out) fe.kind = core::GemmEpilogue::bias_gelu;
+      be.gemm_epilogue(f, fe, x, w, y, gelu_out ? pre : nullptr);
+      core::GemmEpilogueArgs xe;
+      if (gelu_in) xe.kind = core::GemmEpilogue::dgelu;
+      be.gemm_epilogue(gx, xe, dy, w, dx, gelu_in ? pre : nullptr);
+      be.gemm_epilogue(gw, bgrad, dy, x, dw, nullptr);
+      return;
+    }
+    // bf16: the weight's copy once a step; the forward's input and d qkv, d pre stored bf16 by
+    // their producers; the projections' dy rounded from the f32 residual gradient, whose bias
+    // gradient sums the f32 values.
+    be.f32_to_bf16(wb, w, out * in);
+    be.gemm_epilogue(f, fe, xb, wb, gelu_out ? pre : y, nullptr);
+    if (gelu_out) be.gelu_forward(act_bf16, pre, N * F);
+    if (residual) {
+      be.bias_backward(dbias, dy, N, out);
+      be.f32_to_bf16(dyb, dy, N * out);
+    }
+    be.gemm(gx, dyb, wb, gelu_in ? y : dx);
+    if (gelu_in) be.gelu_backward(act_bf16, pre, y, N * F);
+    be.gemm_epilogue(gw, residual ? core::GemmEpilogueArgs{} : bgrad, dyb, xb, dw, nullptr);
+  };
+  auto each_block_linear = [&](bool bf16) {
+    for (int64_t l = 0; l < L; ++l) {
+      linear_epilogues(bf16, D, 3 * D);
+      linear_epilogues(bf16, D, D);
+      linear_epilogues(bf16, D, F);
+      linear_epilogues(bf16, F, D);
+    }
+  };
   // Every linear layer of the model and the head, through one of the two lambdas above.
   auto each_linear = [&](const std::function<void(int64_t, int64_t)>& fwd_bwd) {
     for (int64_t l = 0; l < L; ++l) {
@@ -352,6 +400,10 @@ int cuda_op_groups(const std::string& name, int reps) {
   const std::vector<Group> groups = {
       {"matmul (linear layers and head)", Run::kF32, [&] { each_linear(linear_fwd_bwd); }},
       {"matmul bf16", Run::kBf16, [&] { each_linear(linear_fwd_bwd_bf16); }},
+      {"block linear layers with their epilogues", Run::kNeither,
+       [&] { each_block_linear(false); }},
+      {"block linear layers with their epilogues bf16", Run::kNeither,
+       [&] { each_block_linear(true); }},
       {"attention", Run::kF32, [&] { each_attention(false); }},
       {"attention bf16", Run::kBf16, [&] { each_attention_bf16(); }},
       {"attention tf32", Run::kNeither, [&] { each_attention(true); }},

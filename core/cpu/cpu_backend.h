@@ -20,6 +20,12 @@ class CpuBackend final : public Backend {
   void gemm(const GemmArgs& args, const float* a, const float* b, float* c) override;
   void gemm(const GemmArgs& args, const bf16* a, const bf16* b, float* c) override;
   void gemm(const GemmArgs& args, const bf16* a, const bf16* b, bf16* c) override;
+  void gemm_epilogue(const GemmArgs& args, const GemmEpilogueArgs& ep, const float* a,
+                     const float* b, float* d, float* aux) override;
+  void gemm_epilogue(const GemmArgs& args, const GemmEpilogueArgs& ep, const bf16* a, const bf16* b,
+                     float* d, float* aux) override;
+  void gemm_epilogue(const GemmArgs& args, const GemmEpilogueArgs& ep, const bf16* a, const bf16* b,
+                     bf16* d, bf16* aux) override;
   std::string bf16_gemm_slow_reason() const override;
   std::string tf32_gemm_slow_reason() const override;
   void fp8_encode(fp8* out, const float* in, int64_t n, float scale, kmath::Fp8 format) override;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/cuda/cublaslt_gemm.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_launch.cuh"
 
@@ -86,6 +87,8 @@ CudaBackend::CudaBackend(int device_index)
     // Default math keeps f32 GEMMs in full f32; TF32 per call (GemmArgs::tf32, gemm.cu).
     ENGINE_CUDA_CALL(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
     ENGINE_CUDA_CALL(cublasLtCreate(&cublaslt_));
+    lt_ = std::make_unique<CublasLtGemm>(cublaslt_, stream_);
+    fused_epilogues_ = fused_epilogues_enabled();
     ENGINE_CUDA_CALL(cusolverDnCreate(&cusolver_));
     ENGINE_CUDA_CALL(cusolverDnSetStream(cusolver_, stream_));
     // Backend bookkeeping memory bypasses the allocator so live_bytes() counts tensors only.
@@ -115,6 +118,7 @@ void CudaBackend::release() {
   if (status_ != nullptr) cudaFree(status_);
   if (cusolver_ != nullptr) cusolverDnDestroy(cusolver_);
   if (cublas_ != nullptr) cublasDestroy(cublas_);
+  lt_.reset();  // its plans and workspace, before the handle they were made with
   if (cublaslt_ != nullptr) cublasLtDestroy(cublaslt_);
   // Blocks still cached for the stream go back to the driver before the stream does.
   try {

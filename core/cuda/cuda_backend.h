@@ -36,6 +36,8 @@ struct cusolverDnContext;
 
 namespace core {
 
+class CublasLtGemm;
+
 class CudaBackend final : public Backend {
  public:
   // Throws core::Error naming the device when it does not exist or cannot be initialised.
@@ -60,6 +62,12 @@ class CudaBackend final : public Backend {
   void gemm(const GemmArgs& args, const float* a, const float* b, float* c) override;
   void gemm(const GemmArgs& args, const bf16* a, const bf16* b, float* c) override;
   void gemm(const GemmArgs& args, const bf16* a, const bf16* b, bf16* c) override;
+  void gemm_epilogue(const GemmArgs& args, const GemmEpilogueArgs& ep, const float* a,
+                     const float* b, float* d, float* aux) override;
+  void gemm_epilogue(const GemmArgs& args, const GemmEpilogueArgs& ep, const bf16* a, const bf16* b,
+                     float* d, float* aux) override;
+  void gemm_epilogue(const GemmArgs& args, const GemmEpilogueArgs& ep, const bf16* a, const bf16* b,
+                     bf16* d, bf16* aux) override;
   std::string bf16_gemm_slow_reason() const override;
   std::string tf32_gemm_slow_reason() const override;
   void fp8_encode(fp8* out, const float* in, int64_t n, float scale, kmath::Fp8 format) override;
@@ -222,6 +230,12 @@ class CudaBackend final : public Backend {
   // Copies a cuSOLVER devInfo array to the host and throws naming `op` and the first non-zero
   // info value (with the batch member it came from); first reports a flagged non-finite input.
   void check_solver_info(const int* dev_info, int64_t batch, const char* op);
+  // gemm_epilogue.cu: the call as one cuBLASLt matmul with its epilogue; false when it did not
+  // run (ENGINE_CUDA_GEMM_EPILOGUE=0, or no cuBLASLt kernel), and the caller runs the ops unfused.
+  bool lt_gemm_epilogue(const GemmArgs& resolved, const GemmEpilogueArgs& ep, bool inputs_bf16,
+                        const void* a, const void* b, bool output_bf16, void* d, void* aux);
+  // ENGINE_CUDA_GEMM_EPILOGUE is not "0" (read when the backend is made).
+  static bool fused_epilogues_enabled();
 
   // The attention overloads for each stored type of out (Out, O) and of dq, dk, dv (G): f32, or
   // bf16 written by the kernels themselves (attention.cu), or with
@@ -249,6 +263,8 @@ class CudaBackend final : public Backend {
   cublasContext* cublas_ = nullptr;
   cublasLtContext* cublaslt_ = nullptr;  // the FP8 GEMMs (gemm_fp8.cu)
   cusolverDnContext* cusolver_ = nullptr;
+  std::unique_ptr<CublasLtGemm> lt_;  // cuBLASLt with its plans and workspace (cublaslt_gemm.h)
+  bool fused_epilogues_ = true;
   int* status_ = nullptr;             // device: {code, detail} raised by kernels (cuda_launch.cuh)
   double* reduce_scratch_ = nullptr;  // device: one double for sum_squares(_many)
 };

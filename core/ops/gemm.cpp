@@ -1,4 +1,5 @@
-// resolve_gemm_args (core/ops/gemm.h): the one argument check both backends' GEMMs share.
+// resolve_gemm_args and resolve_gemm_epilogue_args (core/ops/gemm.h): the argument checks both
+// backends' GEMMs share.
 #include <algorithm>
 #include <string>
 
@@ -27,6 +28,47 @@ GemmArgs resolve_gemm_args(const GemmArgs& args) {
   if (r.ldc < r.n) fail("ldc " + std::to_string(r.ldc) + " < " + std::to_string(r.n));
   // Batch members writing one output would race on a GPU and silently overwrite on the CPU.
   if (r.batch > 1 && r.stride_c == 0 && r.m * r.n > 0) fail("batched output needs stride_c");
+  return r;
+}
+
+const char* gemm_epilogue_name(GemmEpilogue kind) {
+  switch (kind) {
+    case GemmEpilogue::none:
+      return "none";
+    case GemmEpilogue::bias:
+      return "bias";
+    case GemmEpilogue::bias_gelu:
+      return "bias_gelu";
+    case GemmEpilogue::dgelu:
+      return "dgelu";
+    case GemmEpilogue::bgrad:
+      return "bgrad";
+  }
+  return "unknown";
+}
+
+GemmArgs resolve_gemm_epilogue_args(const GemmArgs& args, const GemmEpilogueArgs& ep, bool d_bf16,
+                                    bool has_aux) {
+  const GemmArgs r = resolve_gemm_args(args);
+  auto fail = [&](const std::string& what) {
+    ENGINE_FAIL(std::string("gemm_epilogue(") + gemm_epilogue_name(ep.kind) +
+                ", m=" + std::to_string(r.m) + ", n=" + std::to_string(r.n) +
+                ", k=" + std::to_string(r.k) + (d_bf16 ? ", bf16 D" : ", f32 D") + "): " + what);
+  };
+  const GemmEpilogue kind = ep.kind;
+  const bool gelu = kind == GemmEpilogue::bias_gelu || kind == GemmEpilogue::dgelu;
+  if (r.batch != 1) fail("batch " + std::to_string(r.batch) + ": one matrix only");
+  if ((kind == GemmEpilogue::bias || gelu) && r.ldc != r.n)
+    fail("ldc " + std::to_string(r.ldc) + " != n: the epilogue needs a packed D");
+  if ((kind == GemmEpilogue::bias || kind == GemmEpilogue::bias_gelu) && !ep.bias) fail("no bias");
+  if (gelu != has_aux) fail(gelu ? "no aux (the pre-activation)" : "aux given but not used");
+  if (gelu && r.beta != 0.0f) fail("beta must be 0");
+  if (kind == GemmEpilogue::bgrad) {
+    if (!ep.dbias) fail("no dbias");
+    if (!r.trans_a || r.lda != r.m) fail("bgrad sums A stored packed [k, m] (trans_a, lda == m)");
+    if (d_bf16) fail("bgrad needs an f32 D");
+  }
+  if (d_bf16 && (r.beta != 0.0f || ep.c)) fail("a bf16 D takes no C (beta 0)");
   return r;
 }
 

@@ -43,6 +43,35 @@ struct GemmArgs {
   bool fp8_fast_accum = false;
 };
 
+// What a GEMM does with its f32 result X = alpha op(A) op(B) + beta C before it stores D [m, n]
+// (cuBLASLt's epilogues; GemmOps::gemm_epilogue). Each kind is the unfused sequence of the ops
+// named, value for value: the GEMM into D, then add_bias, gelu_forward, gelu_backward or
+// bias_backward, and the CPU computes exactly that sequence.
+enum class GemmEpilogue {
+  none,       // D = X
+  bias,       // D = X + bias, bias [n] added to every row
+  bias_gelu,  // aux = X + bias, D = gelu(aux) (kmath::gelu_tanh); beta 0
+  dgelu,      // D = gelu'(aux) X (kmath::gelu_tanh_grad); beta 0
+  bgrad,  // D = X, and dbias [m] += the sums of op(A) over k (A stored [k, m], trans_a, packed):
+          // in a weight-gradient GEMM dW = dy^T x, the bias gradient of dy
+};
+
+struct GemmEpilogueArgs {
+  GemmEpilogue kind = GemmEpilogue::none;
+  // C when it is not D: D = alpha op(A) op(B) + beta C written fresh (a residual add into a new
+  // output), C [m, n] at ldc like D; null: C is D (beta accumulates in place).
+  const float* c = nullptr;
+  const float* bias = nullptr;  // bias, bias_gelu: [n] f32
+  float* dbias = nullptr;       // bgrad: [m] f32, accumulated (+=)
+};
+
+// The resolved arguments of a gemm_epilogue call after checking what the epilogue needs (one
+// matrix, a packed D for bias and GELU kinds, aux, bias or dbias present, beta 0 where the kind
+// or a bf16 D needs it); errors name the kind and the sizes. Both backends check here.
+GemmArgs resolve_gemm_epilogue_args(const GemmArgs& args, const GemmEpilogueArgs& ep, bool d_bf16,
+                                    bool has_aux);
+const char* gemm_epilogue_name(GemmEpilogue kind);
+
 // GemmArgs with the packed leading dimensions filled in, after checking that every dimension,
 // leading dimension and stride is consistent (errors name the call's sizes). Both backends
 // resolve their arguments here, so they accept and refuse the same calls.
@@ -68,6 +97,17 @@ class GemmOps {
   // the CPU's oneDNN path flushes f32 sums below 2^-126 to zero, as its f32 C does).
   // args.beta must be 0: C is written, never read (bf16 precision's logits).
   virtual void gemm(const GemmArgs& args, const bf16* a, const bf16* b, bf16* c) = 0;
+  // D = epilogue(alpha op(A) op(B) + beta C) for one matrix (batch 1), D [m, n] at ldc. aux [m, n]
+  // at ldc has D's dtype (cuBLASLt's rule): bias_gelu writes the pre-activation there, dgelu
+  // reads it; null for the other kinds. The inputs as in gemm (f32, with args.tf32, or bf16).
+  virtual void gemm_epilogue(const GemmArgs& args, const GemmEpilogueArgs& ep, const float* a,
+                             const float* b, float* d, float* aux) = 0;
+  virtual void gemm_epilogue(const GemmArgs& args, const GemmEpilogueArgs& ep, const bf16* a,
+                             const bf16* b, float* d, float* aux) = 0;
+  // D and aux stored in bf16, each the f32 value rounded once (dgelu widens aux exactly); beta 0,
+  // no bgrad.
+  virtual void gemm_epilogue(const GemmArgs& args, const GemmEpilogueArgs& ep, const bf16* a,
+                             const bf16* b, bf16* d, bf16* aux) = 0;
   // Why bf16 GEMMs (TF32 GEMMs) would not run faster than f32 GEMMs on this device, in one line;
   // empty when they do. The bf16 GEMM above works everywhere; this tells a caller whether
   // asking for it pays (engine/precision.h falls back to fp32 and says so when it does not).

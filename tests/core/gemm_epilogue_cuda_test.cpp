@@ -1,0 +1,138 @@
+// GemmOps::gemm_epilogue on the device against the CPU's (itself bit for bit the unfused ops,
+// gemm_epilogue_test.cpp): every kind, f32 and bf16 inputs, f32 and bf16 D, C != D, for the fused
+// cuBLASLt path and for the unfused one (ENGINE_CUDA_GEMM_EPILOGUE=0). Skips without a device.
+//
+// The bars: an f32 D within 2e-5 of max(1, |value|): the accumulation order over k <= 64 of
+// O(1) terms, and cuBLASLt's GELU against kmath::gelu_tanh (the tanh form; the erf form differs
+// by up to 1.8e-4 on these scales, so the bar tells the two apart). A bf16 D within one bf16
+// unit (2^-7 relative, or 2^-7 absolute below 1): the f32 values may round to either neighbour.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/kernel_math.h"
+#include "tests/backend_test_data.h"
+#include "tests/cuda_vs_cpu.h"
+
+namespace core {
+namespace {
+
+using test::CudaVsCpu;
+using test::DeviceScratch;
+using test_data::random_vector;
+
+std::vector<bf16> to_bf16(const std::vector<float>& v) {
+  std::vector<bf16> out(v.size());
+  cpu_backend().f32_to_bf16(out.data(), v.data(), static_cast<int64_t>(v.size()));
+  return out;
+}
+
+std::vector<float> widen(const std::vector<bf16>& v) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i)
+    out[i] = kmath::float_from_bf16(v[i]);
+  return out;
+}
+
+struct Shape {
+  bool trans_a, trans_b;
+  int64_t m, n, k;
+};
+
+// n and the leading dimensions multiples of 8 (cuBLASLt's aux), and odd ones (its fallback).
+const Shape kShapes[] = {{false, true, 64, 96, 48},
+                         {false, true, 37, 53, 29},
+                         {true, false, 40, 24, 64},
+                         {false, false, 128, 256, 32}};
+
+// Every kind on both backends with one device backend; returns the worst error over the bar.
+double compare_all(Backend& gpu, DeviceScratch& dev, const std::string& path) {
+  Backend& cpu = cpu_backend();
+  double worst = 0;
+  uint64_t seed = 700;
+  for (const Shape& s : kShapes) {
+    seed += 10;
+    const int64_t mn = s.m * s.n;
+    const auto a = random_vector(s.m * s.k, seed, 0.3f),
+               b = random_vector(s.k * s.n, seed + 1, 0.3f);
+    const auto c = random_vector(mn, seed + 2), bias = random_vector(s.n, seed + 3);
+    const auto dbias0 = random_vector(s.m, seed + 4), pre = random_vector(mn, seed + 5, 2.0f);
+    const auto a16 = to_bf16(a), b16 = to_bf16(b), pre16 = to_bf16(pre);
+    for (GemmEpilogue kind : {GemmEpilogue::none, GemmEpilogue::bias, GemmEpilogue::bias_gelu,
+                              GemmEpilogue::dgelu, GemmEpilogue::bgrad}) {
+      const bool gelu = kind == GemmEpilogue::bias_gelu || kind == GemmEpilogue::dgelu;
+      for (int inputs = 0; inputs < 2; ++inputs) {  // f32, bf16
+        for (bool with_c : {false, true}) {
+          if (with_c && gelu) continue;
+          GemmArgs g;
+          g.trans_a = s.trans_a || kind == GemmEpilogue::bgrad, g.trans_b = s.trans_b;
+          g.m = s.m, g.n = s.n, g.k = s.k, g.beta = with_c ? 1.0f : 0.0f;
+          std::vector<float> d(mn, 0.0f), aux = pre, dbias = dbias0;
+          float* gd = dev.upload(d);
+          float* gaux = dev.upload(pre);
+          float* gdbias = dev.upload(dbias0);
+          GemmEpilogueArgs ep{kind, with_c ? c.data() : nullptr, bias.data(), dbias.data()};
+          GemmEpilogueArgs gep{kind, with_c ? dev.upload(c) : nullptr, dev.upload(bias), gdbias};
+          if (inputs == 0) {
+            cpu.gemm_epilogue(g, ep, a.data(), b.data(), d.data(), gelu ? aux.data() : nullptr);
+            gpu.gemm_epilogue(g, gep, dev.upload(a), dev.upload(b), gd, gelu ? gaux : nullptr);
+          } else {
+            cpu.gemm_epilogue(g, ep, a16.data(), b16.data(), d.data(), gelu ? aux.data() : nullptr);
+            gpu.gemm_epilogue(g, gep, dev.upload(a16), dev.upload(b16), gd, gelu ? gaux : nullptr);
+          }
+          const std::string what =
+              path + " " + gemm_epilogue_name(kind) + (inputs ? " bf16" : " f32") + " inputs m " +
+              std::to_string(s.m) + " n " + std::to_string(s.n) + (with_c ? " C != D" : "");
+          const double e = std::max({test::max_rel_error(dev.download(gd, mn), d),
+                                     test::max_rel_error(dev.download(gaux, mn), aux),
+                                     test::max_rel_error(dev.download(gdbias, s.m), dbias)});
+          EXPECT_LE(e, 2e-5) << what;
+          worst = std::max(worst, e / 2e-5);
+        }
+      }
+      if (kind == GemmEpilogue::bgrad) continue;
+      // bf16 D and aux (beta 0).
+      GemmArgs g;
+      g.trans_a = s.trans_a, g.trans_b = s.trans_b;
+      g.m = s.m, g.n = s.n, g.k = s.k;
+      std::vector<bf16> d(mn), aux = pre16;
+      bf16* gd = dev.alloc<bf16>(mn);
+      bf16* gaux = dev.upload(pre16);
+      cpu.gemm_epilogue(g, {kind, nullptr, bias.data(), nullptr}, a16.data(), b16.data(), d.data(),
+                        gelu ? aux.data() : nullptr);
+      gpu.gemm_epilogue(g, {kind, nullptr, dev.upload(bias), nullptr}, dev.upload(a16),
+                        dev.upload(b16), gd, gelu ? gaux : nullptr);
+      const double e = std::max(test::max_rel_error(widen(dev.download(gd, mn)), widen(d)),
+                                test::max_rel_error(widen(dev.download(gaux, mn)), widen(aux)));
+      EXPECT_LE(e, 0x1p-7) << path << " " << gemm_epilogue_name(kind) << " bf16 D m " << s.m;
+      worst = std::max(worst, e / 0x1p-7);
+    }
+  }
+  return worst;
+}
+
+TEST_F(CudaVsCpu, GemmEpilogueFusedMatchesTheCpu) {
+  const double w = compare_all(gpu(), dev(), "fused");
+  std::printf("[ measured ] gemm_epilogue (cuBLASLt) vs cpu: %.3g of the bar\n", w);
+}
+
+TEST_F(CudaVsCpu, GemmEpilogueUnfusedMatchesTheCpu) {
+  setenv("ENGINE_CUDA_GEMM_EPILOGUE", "0", 1);
+  std::unique_ptr<Backend> unfused = make_cuda_backend(0);
+  unsetenv("ENGINE_CUDA_GEMM_EPILOGUE");
+  double w = 0;
+  {
+    DeviceScratch scratch(*unfused);
+    w = compare_all(*unfused, scratch, "unfused");
+  }
+  std::printf("[ measured ] gemm_epilogue (unfused) vs cpu: %.3g of the bar\n", w);
+}
+
+}  // namespace
+}  // namespace core
