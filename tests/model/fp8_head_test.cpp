@@ -42,8 +42,9 @@ std::vector<int32_t> tokens(size_t n, uint64_t seed) {
 }
 
 // The activation bytes with the FP8 head less those without it: its three byte arrays (each
-// rounded up to the plan's 64-byte blocks), less in bf16 precision the bf16 d logits it does not
-// need. Stored as floats (as before) they would take four times as much.
+// rounded up to the plan's 64-byte blocks), plus in bf16 precision its f32 logits where the
+// ordinary head keeps bf16 ones. Stored as floats (as before) the arrays would take four times
+// as much.
 TEST(Fp8Head, OperandScratchIsOneByteAnElement) {
   const int B = 2, T = 16;
   const int64_t N = B * T, D = 64, Vp = 128;
@@ -58,7 +59,10 @@ TEST(Fp8Head, OperandScratchIsOneByteAnElement) {
     a.forward(x.data(), y.data(), B, T);
     b.forward(x.data(), y.data(), B, T);
     int64_t want = block(N * D) + block(Vp * D) + block(N * Vp);
-    if (precision == model::Precision::Bf16) want -= block(2 * N * Vp);
+    // bf16 precision's ordinary head keeps its logits (and the last positions' for sampling) in
+    // bf16 only; the FP8 head keeps them in f32.
+    if (precision == model::Precision::Bf16)
+      want += block(4 * N * Vp) - block(2 * N * Vp) + block(4 * B * Vp) - block(2 * B * Vp);
     EXPECT_EQ(
         static_cast<int64_t>(a.activation_bytes()) - static_cast<int64_t>(b.activation_bytes()),
         want)
