@@ -642,7 +642,7 @@ for p in $only; do
   t0=$SECONDS
   # A part's function runs in a subshell in its own process group; timeout ends the group.
   timeout -k 5 "$box" bash -c "$(declare -p repo work bundle engine device rehearse steps recipe_steps \
-    mpirun found_dirs still_missing 2>/dev/null); $(declare -f); part_$p" >"$work/part_$p.log" 2>&1
+    llmc_bin llmc_cudnn_bin mpirun found_dirs still_missing 2>/dev/null); $(declare -f); part_$p" >"$work/part_$p.log" 2>&1
   rc=$?
   if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
     # A command under its own timeout sits in a process group of its own: end those too.

@@ -3,7 +3,8 @@
 # archived as for the GPU machine (bundle.sh --tests as gpu_check.sh packs it, then a fast xz
 # archive unpacked by gpu_run.sh into a scratch folder), run from a copy of the checkout's files
 # that the run reads. Passes when the summary names every part, each ok or skip (llm.c and the
-# SOAP reference are peers outside the repository: located if present, else a skip).
+# SOAP reference are peers outside the repository: llm.c stand-ins whose command lines the
+# rehearsal prints, the SOAP reference located if present, else a skip).
 #
 #   gpu_run_test.sh REPO BUILD_DIR WORK
 set -euo pipefail
@@ -13,9 +14,13 @@ bash "$repo/scripts/bundle.sh" "$work/engine_bundle" --build "$build" --no-cuda-
   --tests 'tests/.*(cuda|device|nccl|gpu)' >/dev/null
 tar -C "$work" -cf - engine_bundle | xz -0 -T0 >"$work/engine_bundle.tar.xz"
 rm -rf "$work/engine_bundle"
+# llm.c's two builds are peers built in a session, never in the repository: stand-ins here, whose
+# command lines the rehearsal prints.
+printf '#!/bin/sh\nexit 0\n' >"$work/llmc_stand_in" && chmod +x "$work/llmc_stand_in"
 status=0
 bash "$repo/scripts/gpu_run.sh" "$work/out" --archive "$work/engine_bundle.tar.xz" --rehearse \
-  --budget 400 >"$work/console.txt" 2>&1 || status=$?
+  --budget 400 --llmc "$work/llmc_stand_in" --llmc-cudnn "$work/llmc_stand_in" \
+  >"$work/console.txt" 2>&1 || status=$?
 cat "$work/out/summary.txt" 2>/dev/null || tail -20 "$work/console.txt"
 python3 - "$work/out/summary.json" "$status" <<'PY'
 import json, sys
@@ -30,7 +35,10 @@ assert not bad, "parts not ok: %s" % bad
 assert sys.argv[2] == "0", "gpu_run.sh exited %s with every part ok" % sys.argv[2]
 speed = parts["speed"]["data"]["rows"]
 assert {r["run"] for r in speed} >= {"engine fp32", "engine tf32", "engine bf16", "engine bf16 Muon",
-                                    "engine bf16 Muon tf32"}, speed
+                                    "engine bf16 Muon ns f32"}, speed
+detail = parts["speed"]["detail"]
+for peer in ("llmc", "llmc_cudnn"):
+    assert "%s: would run " % peer in detail and "-e d12 -b 8 -t 1024" in detail, detail
 print("PASS: %d parts in %d s" % (len(parts), s["seconds"]))
 PY
 # (grep reads the whole listing: with -q it would stop early and fail tar under pipefail)
