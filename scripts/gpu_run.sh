@@ -229,14 +229,20 @@ part_speed() {
   # (its lr is tuned for 524288-token steps: at 8192 the loss may climb, so no divergence stop).
   local adamw="optim=[{params: ['*'], optimizer: adamw, lr: 0.0006, betas: [0.9, 0.95], eps: 1.0e-8, weight_decay: 0.0}]"
   local run p rc states=""
-  # The Muon row again with its orthogonaliser in f32 (the preset's is the record's bf16).
-  for run in fp32 tf32 bf16 bf16_muon bf16_muon_nsf32; do
+  # The Muon row again with its orthogonaliser in f32 (the preset's is the record's bf16); the bf16
+  # row again on the kernels each newer path replaced (its fallbacks, chosen by environment):
+  # unfused GEMM epilogues, attention through f32 and rounding passes, the two-pass classifier.
+  local earlier=(ENGINE_CUDA_GEMM_EPILOGUE=0 ENGINE_CUDA_ATTENTION_BF16_VIA_F32=1
+    ENGINE_CUDA_CLASSIFIER_TWO_PASS=1)
+  for run in fp32 tf32 bf16 bf16_earlier bf16_muon bf16_muon_nsf32; do
     p=${run%%_*}
+    local envs=()
+    [ "$run" = bf16_earlier ] && envs=("${earlier[@]}")
     local opt=(--set "$adamw" --set train.steps=$run_steps)
     [[ "$run" == bf16_muon* ]] &&
       opt=(--set train.diverge_loss_factor=0 --set train.steps=$((run_steps < 40 ? run_steps : 40)))
     [ "$run" = bf16_muon_nsf32 ] && opt+=(--set optim.0.ns_bf16=false)
-    timeout -k 5 100 "${mpirun[@]}" -np 1 "$engine" --config configs/gpt2_124m.yaml \
+    env "${envs[@]}" timeout -k 5 100 "${mpirun[@]}" -np 1 "$engine" --config configs/gpt2_124m.yaml \
       --set device=$device --set "data.train=$train_glob" --set "data.val=$val_glob" \
       --set "log.dir=$dir/engine_$run" --set checkpoint.every=0 --set checkpoint.at_end=false \
       --set train.batch_tokens=8192 --set train.micro_batch=8 \
@@ -290,6 +296,7 @@ peak = next((p for name, p in peaks if name in gpu), None)
 rows, flops_per_token, ok = [], None, True
 losses = {}
 names = {"fp32": "engine fp32", "tf32": "engine tf32", "bf16": "engine bf16",
+         "bf16_earlier": "engine bf16, earlier kernels",
          "bf16_muon": "engine bf16 Muon", "bf16_muon_nsf32": "engine bf16 Muon ns f32"}
 for p in names:
     recs = runlog.step_rows(os.path.join(d, "engine_" + p, "metrics.jsonl"))
@@ -344,6 +351,9 @@ for label in peer_names.values():
     for name in names.values():
         if "tokens_per_s" in eng.get(name, {}):
             ratios["%s / %s" % (name, label)] = round(eng[name]["tokens_per_s"] / eng[label]["tokens_per_s"], 3)
+if "engine bf16" in eng and "tokens_per_s" in eng.get("engine bf16, earlier kernels", {}):
+    ratios["engine bf16 / engine bf16, earlier kernels"] = round(
+        eng["engine bf16"]["tokens_per_s"] / eng["engine bf16, earlier kernels"]["tokens_per_s"], 3)
 if "bf16" in losses and "fp32" in losses:
     ratios["bf16 loss / fp32 loss - 1 (mean of the last 10 steps)"] = round(losses["bf16"] / losses["fp32"] - 1, 5)
 state = "ok" if ok else "FAIL"
