@@ -135,8 +135,18 @@ CublasLtGemm::Plan* CublasLtGemm::plan(const LtMatmulCall& call) {
     cublasLtMatmulPreference_t pref = nullptr;
     ENGINE_CUDA_CALL(cublasLtMatmulPreferenceCreate(&pref));
     const uint64_t bytes = workspace_bytes_;
-    const cublasStatus_t set = cublasLtMatmulPreferenceSetAttribute(
+    cublasStatus_t set = cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &bytes, sizeof(bytes));
+    // A bf16 D is each f32 result rounded once (core/ops/gemm.h): split-K partial sums reduced in
+    // f32 (COMPUTE_TYPE), never through D's bf16 (INPLACE, OUTPUT_TYPE; all allowed by default).
+    const uint32_t schemes =
+        call.output_bf16
+            ? uint32_t{CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE}
+            : uint32_t{CUBLASLT_REDUCTION_SCHEME_MASK};
+    if (set == CUBLAS_STATUS_SUCCESS) {
+      set = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                 &schemes, sizeof(schemes));
+    }
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     const cublasStatus_t status =

@@ -84,8 +84,12 @@ CudaBackend::CudaBackend(int device_index)
       ENGINE_CUDA_CALL(cudaEventCreateWithFlags(&slot.copied, cudaEventDisableTiming));
     ENGINE_CUDA_CALL(cublasCreate(&cublas_));
     ENGINE_CUDA_CALL(cublasSetStream(cublas_, stream_));
-    // Default math keeps f32 GEMMs in full f32; TF32 per call (GemmArgs::tf32, gemm.cu).
-    ENGINE_CUDA_CALL(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
+    // Default math keeps f32 GEMMs in full f32; TF32 per call (GemmArgs::tf32, gemm.cu). A bf16
+    // C is each f32 result rounded once (core/ops/gemm.h): split-K partial sums are reduced in
+    // f32, never stored in bf16 between (cuBLAS allows that unless this flag forbids it).
+    ENGINE_CUDA_CALL(cublasSetMathMode(
+        cublas_, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
+                                           CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
     ENGINE_CUDA_CALL(cublasLtCreate(&cublaslt_));
     lt_ = std::make_unique<CublasLtGemm>(cublaslt_, stream_);
     fused_epilogues_ = fused_epilogues_enabled();

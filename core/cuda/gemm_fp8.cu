@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "core/check.h"
 #include "core/cuda/cuda_backend.h"
@@ -93,6 +94,14 @@ bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
+// The largest power of two up to 256 that divides the address: what cuBLASLt's heuristic may
+// assume of a pointer (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES, default 256; an algorithm
+// picked under the default may need 256-byte aligned operands that an offset pointer is not).
+uint32_t alignment_bytes(const void* p) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(p);
+  return address % 256 == 0 ? 256u : static_cast<uint32_t>(address & (~address + 1));
+}
+
 // The descriptors of one cuBLASLt call, destroyed with it.
 struct LtCall {
   cublasLtMatmulDesc_t op = nullptr;
@@ -112,7 +121,8 @@ constexpr size_t kLtWorkspace = size_t{32} << 20;
 
 // Row-major C [m, n] = alpha A [m, k] B [n, k]^T + beta C with K-contiguous FP8 operands (lda,
 // ldb) is column-major C^T [n, m] = alpha op_T(B) op_N(A) + beta C^T: cuBLASLt's A is our B
-// (transposed), its B our A. Returns false, issuing nothing, when cuBLASLt offers no kernel.
+// (transposed), its B our A. Returns false, issuing nothing, when cuBLASLt offers or runs no
+// kernel.
 bool lt_matmul(cublasLtHandle_t lt, cudaStream_t stream, Allocator& allocator, const GemmArgs& g,
                const fp8* a, kmath::Fp8 a_format, const fp8* b, kmath::Fp8 b_format, float* c) {
   const char* name = "gemm_fp8";
@@ -135,15 +145,26 @@ bool lt_matmul(cublasLtHandle_t lt, cudaStream_t stream, Allocator& allocator, c
   ENGINE_CUDA_CALL(cublasLtMatmulPreferenceSetAttribute(call.pref,
                                                         CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                         &workspace_bytes, sizeof(workspace_bytes)));
+  const uint32_t align_a = alignment_bytes(b), align_b = alignment_bytes(a),
+                 align_c = alignment_bytes(c);  // cuBLASLt's A is our B (see above)
+  for (auto [attribute, align] : {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a},
+                                  std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b},
+                                  std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c},
+                                  std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_c}})
+    ENGINE_CUDA_CALL(
+        cublasLtMatmulPreferenceSetAttribute(call.pref, attribute, &align, sizeof(align)));
   cublasLtMatmulHeuristicResult_t heuristic{};
   int found = 0;
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
       lt, call.op, call.a, call.b, call.c, call.c, call.pref, 1, &heuristic, &found);
   if (status != CUBLAS_STATUS_SUCCESS || found == 0) return false;
   DeviceBuffer<uint8_t> workspace(allocator, static_cast<int64_t>(workspace_bytes));
-  ENGINE_CUDA_CALL(cublasLtMatmul(lt, call.op, &g.alpha, b, call.a, a, call.b, &g.beta, c, call.c,
-                                  c, call.c, &heuristic.algo, workspace.get(), workspace_bytes,
-                                  stream));
+  const cublasStatus_t run =
+      cublasLtMatmul(lt, call.op, &g.alpha, b, call.a, a, call.b, &g.beta, c, call.c, c, call.c,
+                     &heuristic.algo, workspace.get(), workspace_bytes, stream);
+  // Refused before anything ran (as cublaslt_gemm.cu treats it): the caller runs the TF32 form.
+  if (run == CUBLAS_STATUS_NOT_SUPPORTED || run == CUBLAS_STATUS_INVALID_VALUE) return false;
+  ENGINE_CUDA_CALL(run);
   return true;
 }
 
