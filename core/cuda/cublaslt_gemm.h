@@ -56,9 +56,9 @@ class CublasLtGemm {
 
  private:
   struct Plan;
-  // transposes, m, n, k, lda, ldb, ldc, kind, dtypes, tf32, pointers 16-byte aligned
+  // transposes, m, n, k, lda, ldb, ldc, kind, dtypes, tf32, the pointers' alignments (up to 256)
   using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int,
-                         bool, bool, bool, bool>;
+                         bool, bool, bool, uint64_t>;
 
   Plan* plan(const LtMatmulCall& call);
 
