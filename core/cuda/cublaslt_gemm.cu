@@ -110,6 +110,7 @@ CublasLtGemm::Plan* CublasLtGemm::plan(const LtMatmulCall& call) {
                 call.inputs_bf16,
                 call.output_bf16,
                 g.tf32 && !call.inputs_bf16,
+                call.c != nullptr && call.c != call.d,
                 alignments};
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second.get();
