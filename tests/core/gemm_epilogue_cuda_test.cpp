@@ -68,12 +68,15 @@ double compare_all(Backend& gpu, DeviceScratch& dev, const std::string& path) {
                               GemmEpilogue::dgelu, GemmEpilogue::bgrad}) {
       const bool gelu = kind == GemmEpilogue::bias_gelu || kind == GemmEpilogue::dgelu;
       for (int inputs = 0; inputs < 2; ++inputs) {  // f32, bf16
-        for (bool with_c : {false, true}) {
-          if (with_c && gelu) continue;
+        // C: none (beta 0), another matrix, or D itself (beta 1 in place, as dW accumulates).
+        for (int c_mode : {0, 1, 2}) {
+          const bool with_c = c_mode == 1;
+          if (c_mode != 0 && gelu) continue;
           GemmArgs g;
           g.trans_a = s.trans_a || kind == GemmEpilogue::bgrad, g.trans_b = s.trans_b;
-          g.m = s.m, g.n = s.n, g.k = s.k, g.beta = with_c ? 1.0f : 0.0f;
-          std::vector<float> d(mn, 0.0f), aux = pre, dbias = dbias0;
+          g.m = s.m, g.n = s.n, g.k = s.k, g.beta = c_mode != 0 ? 1.0f : 0.0f;
+          std::vector<float> d = c_mode == 2 ? c : std::vector<float>(mn, 0.0f), aux = pre,
+                             dbias = dbias0;
           float* gd = dev.upload(d);
           float* gaux = dev.upload(pre);
           float* gdbias = dev.upload(dbias0);
@@ -86,9 +89,12 @@ double compare_all(Backend& gpu, DeviceScratch& dev, const std::string& path) {
             cpu.gemm_epilogue(g, ep, a16.data(), b16.data(), d.data(), gelu ? aux.data() : nullptr);
             gpu.gemm_epilogue(g, gep, dev.upload(a16), dev.upload(b16), gd, gelu ? gaux : nullptr);
           }
-          const std::string what =
-              path + " " + gemm_epilogue_name(kind) + (inputs ? " bf16" : " f32") + " inputs m " +
-              std::to_string(s.m) + " n " + std::to_string(s.n) + (with_c ? " C != D" : "");
+          const std::string what = path + " " + gemm_epilogue_name(kind) +
+                                   (inputs ? " bf16" : " f32") + " inputs m " +
+                                   std::to_string(s.m) + " n " + std::to_string(s.n) +
+                                   (c_mode == 1   ? " C != D"
+                                    : c_mode == 2 ? " C == D"
+                                                  : "");
           const double e = std::max({test::max_rel_error(dev.download(gd, mn), d),
                                      test::max_rel_error(dev.download(gaux, mn), aux),
                                      test::max_rel_error(dev.download(gdbias, s.m), dbias)});
