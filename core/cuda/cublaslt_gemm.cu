@@ -3,6 +3,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "core/check.h"
@@ -14,8 +15,19 @@ namespace {
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // cuBLASLt's recommendation for Hopper
 
-bool aligned16(const void* p) {
-  return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0;
+// The largest power of two up to 256 dividing p's address (256 for null). cuBLASLt's heuristic
+// assumes 256-byte aligned A, B, C and D unless MATMUL_PREF_MIN_ALIGNMENT_*_BYTES says less, and
+// takes the bias and aux pointers' alignment from their values: a plan holds for these alignments.
+uint32_t alignment(const void* p) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(p);
+  if (address == 0) return 256;
+  return static_cast<uint32_t>(std::min<uintptr_t>(256, address & (~address + 1)));
+}
+
+void set_pref(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr,
+              uint32_t value, cublasStatus_t& status) {
+  if (status == CUBLAS_STATUS_SUCCESS)
+    status = cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value));
 }
 
 cublasLtEpilogue_t lt_epilogue(GemmEpilogue kind) {
@@ -78,9 +90,14 @@ CublasLtGemm::~CublasLtGemm() {
 
 CublasLtGemm::Plan* CublasLtGemm::plan(const LtMatmulCall& call) {
   const GemmArgs& g = call.g;
-  const bool aligned = aligned16(call.a) && aligned16(call.b) && aligned16(call.c) &&
-                       aligned16(call.d) && aligned16(call.bias) && aligned16(call.aux) &&
-                       aligned16(call.bgrad);
+  // Each pointer's alignment, 9 bits apiece: a plan is chosen for them and reused only with them.
+  const void* pointers[] = {call.a, call.b, call.c, call.d, call.bias, call.aux, call.bgrad};
+  uint64_t alignments = 0;
+  bool aligned = true;
+  for (const void* p : pointers) {
+    alignments = alignments << 9 | alignment(p);
+    aligned = aligned && alignment(p) >= 16;
+  }
   const Key key{g.trans_a,
                 g.trans_b,
                 g.m,
@@ -93,7 +110,8 @@ CublasLtGemm::Plan* CublasLtGemm::plan(const LtMatmulCall& call) {
                 call.inputs_bf16,
                 call.output_bf16,
                 g.tf32 && !call.inputs_bf16,
-                aligned};
+                call.c != nullptr && call.c != call.d,
+                alignments};
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second.get();
   auto plan = std::make_unique<Plan>();
@@ -147,6 +165,13 @@ CublasLtGemm::Plan* CublasLtGemm::plan(const LtMatmulCall& call) {
       set = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                                                  &schemes, sizeof(schemes));
     }
+    // cuBLASLt's A is the engine's B, its B the engine's A; C is D when in place (as matmul
+    // passes).
+    set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment(call.b), set);
+    set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment(call.a), set);
+    set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment(call.c ? call.c : call.d),
+             set);
+    set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment(call.d), set);
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     const cublasStatus_t status =
@@ -156,7 +181,7 @@ CublasLtGemm::Plan* CublasLtGemm::plan(const LtMatmulCall& call) {
             : set;
     cublasLtMatmulPreferenceDestroy(pref);
     // NOT_SUPPORTED (or an invalid combination) means no kernel: the caller runs the ops unfused.
-    p.ok = status == CUBLAS_STATUS_SUCCESS && found > 0;
+    p.ok = status == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
     if (p.ok) p.algo = result.algo;
   }
   return plans_.emplace(key, std::move(plan)).first->second.get();

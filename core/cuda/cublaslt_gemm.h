@@ -56,9 +56,10 @@ class CublasLtGemm {
 
  private:
   struct Plan;
-  // transposes, m, n, k, lda, ldb, ldc, kind, dtypes, tf32, pointers 16-byte aligned
+  // transposes, m, n, k, lda, ldb, ldc, kind, dtypes, tf32, C not D (an algorithm may lack
+  // out-of-place support: a refusal then stays with those calls), the pointers' alignments
   using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int,
-                         bool, bool, bool, bool>;
+                         bool, bool, bool, bool, uint64_t>;
 
   Plan* plan(const LtMatmulCall& call);
 

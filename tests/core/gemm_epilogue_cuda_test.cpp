@@ -68,12 +68,15 @@ double compare_all(Backend& gpu, DeviceScratch& dev, const std::string& path) {
                               GemmEpilogue::dgelu, GemmEpilogue::bgrad}) {
       const bool gelu = kind == GemmEpilogue::bias_gelu || kind == GemmEpilogue::dgelu;
       for (int inputs = 0; inputs < 2; ++inputs) {  // f32, bf16
-        for (bool with_c : {false, true}) {
-          if (with_c && gelu) continue;
+        // C: none (beta 0), another matrix, or D itself (beta 1 in place, as dW accumulates).
+        for (int c_mode : {0, 1, 2}) {
+          const bool with_c = c_mode == 1;
+          if (c_mode != 0 && gelu) continue;
           GemmArgs g;
           g.trans_a = s.trans_a || kind == GemmEpilogue::bgrad, g.trans_b = s.trans_b;
-          g.m = s.m, g.n = s.n, g.k = s.k, g.beta = with_c ? 1.0f : 0.0f;
-          std::vector<float> d(mn, 0.0f), aux = pre, dbias = dbias0;
+          g.m = s.m, g.n = s.n, g.k = s.k, g.beta = c_mode != 0 ? 1.0f : 0.0f;
+          std::vector<float> d = c_mode == 2 ? c : std::vector<float>(mn, 0.0f), aux = pre,
+                             dbias = dbias0;
           float* gd = dev.upload(d);
           float* gaux = dev.upload(pre);
           float* gdbias = dev.upload(dbias0);
@@ -86,9 +89,12 @@ double compare_all(Backend& gpu, DeviceScratch& dev, const std::string& path) {
             cpu.gemm_epilogue(g, ep, a16.data(), b16.data(), d.data(), gelu ? aux.data() : nullptr);
             gpu.gemm_epilogue(g, gep, dev.upload(a16), dev.upload(b16), gd, gelu ? gaux : nullptr);
           }
-          const std::string what =
-              path + " " + gemm_epilogue_name(kind) + (inputs ? " bf16" : " f32") + " inputs m " +
-              std::to_string(s.m) + " n " + std::to_string(s.n) + (with_c ? " C != D" : "");
+          const std::string what = path + " " + gemm_epilogue_name(kind) +
+                                   (inputs ? " bf16" : " f32") + " inputs m " +
+                                   std::to_string(s.m) + " n " + std::to_string(s.n) +
+                                   (c_mode == 1   ? " C != D"
+                                    : c_mode == 2 ? " C == D"
+                                                  : "");
           const double e = std::max({test::max_rel_error(dev.download(gd, mn), d),
                                      test::max_rel_error(dev.download(gaux, mn), aux),
                                      test::max_rel_error(dev.download(gdbias, s.m), dbias)});
@@ -120,6 +126,44 @@ double compare_all(Backend& gpu, DeviceScratch& dev, const std::string& path) {
 TEST_F(CudaVsCpu, GemmEpilogueFusedMatchesTheCpu) {
   const double w = compare_all(gpu(), dev(), "fused");
   std::printf("[ measured ] gemm_epilogue (cuBLASLt) vs cpu: %.3g of the bar\n", w);
+}
+
+// Every operand a view 16 bytes into its buffer (cuBLASLt's minimum, not the 256 its heuristic
+// assumes unless told), then the same shape 256-byte aligned: a plan per alignment.
+TEST_F(CudaVsCpu, GemmEpilogueFusedOn16ByteAlignedViews) {
+  Backend& cpu = cpu_backend();
+  const int64_t m = 64, n = 96, k = 48, mn = m * n, offset = 4;
+  const auto a = random_vector(m * k, 900, 0.3f), b = random_vector(k * n, 901, 0.3f);
+  const auto bias = random_vector(n, 902), pre = random_vector(mn, 903, 2.0f),
+             dbias0 = random_vector(m, 904);
+  for (GemmEpilogue kind :
+       {GemmEpilogue::bias, GemmEpilogue::bias_gelu, GemmEpilogue::dgelu, GemmEpilogue::bgrad}) {
+    const bool gelu = kind == GemmEpilogue::bias_gelu || kind == GemmEpilogue::dgelu;
+    for (bool shifted : {true, false}) {
+      auto put = [&](const std::vector<float>& x) {
+        if (!shifted) return dev().upload(x);
+        std::vector<float> padded(offset, 0.0f);
+        padded.insert(padded.end(), x.begin(), x.end());
+        return dev().upload(padded) + offset;
+      };
+      GemmArgs g;
+      g.trans_a = kind == GemmEpilogue::bgrad;
+      g.m = m, g.n = n, g.k = k;
+      std::vector<float> d(mn, 0.0f), aux = pre, dbias = dbias0;
+      float* gd = put(d);
+      float* gaux = put(pre);
+      float* gdbias = put(dbias0);
+      cpu.gemm_epilogue(g, {kind, nullptr, bias.data(), dbias.data()}, a.data(), b.data(), d.data(),
+                        gelu ? aux.data() : nullptr);
+      gpu().gemm_epilogue(g, {kind, nullptr, put(bias), gdbias}, put(a), put(b), gd,
+                          gelu ? gaux : nullptr);
+      const double e = std::max({test::max_rel_error(dev().download(gd, mn), d),
+                                 test::max_rel_error(dev().download(gaux, mn), aux),
+                                 test::max_rel_error(dev().download(gdbias, m), dbias)});
+      EXPECT_LE(e, 2e-5) << gemm_epilogue_name(kind)
+                         << (shifted ? ": 16-byte aligned views" : ": 256-byte aligned");
+    }
+  }
 }
 
 TEST_F(CudaVsCpu, GemmEpilogueUnfusedMatchesTheCpu) {
