@@ -549,6 +549,23 @@ def case_world_size_optimizers(env):
               "difference: losses %.2e, global grad norm %.2e" % (stage, worst, norm))
 
 
+def case_world_size_ns_bf16(env):
+    """Muon's ns_bf16 (the record's bfloat16 Newton-Schulz) through the sharding plan: np 4
+    (stage 2) and 8 (stage 3) against np 1 over 20 steps. Its f32 twin agrees to 5e-8, but here
+    each rank's f32 sums of the reduced gradient differ in their last bits, which flips bf16
+    roundings that the iteration carries on: measured 3.3e-4 and 4.5e-4, the size of bf16 against
+    f32 at np 1 (3.5e-4). The bar, 2e-3, catches a matrix orthogonalised from the wrong rows."""
+    sets = ["optim.0.ns_bf16=true", "train.steps=20", "train.eval_every=10", "checkpoint.every=0",
+            "checkpoint.at_end=false"]
+    one = metrics(env.run(1, "np1", sets)[1])
+    for np, stage in ((4, 2), (8, 3)):
+        other = metrics(env.run(np, "np%d" % np, sets + ["zero.stage=%d" % stage])[1])
+        worst = compare_losses(other, one, range(0, 21), 2e-3,
+                               "ns_bf16 np %d stage %d vs np 1" % (np, stage))
+        print("ns_bf16: np %d stage %d vs np 1 over 20 steps, largest relative loss difference "
+              "%.2e" % (np, stage, worst))
+
+
 def case_world_size_osft(env):
     """OSFT (configs/osft_tiny.yaml) with d_model 8: the trained rank of each matrix is 4, so
     at np 8 half the ranks hold no row of S_low and V_low. np 4 and 8 at stages 1 and 2 against
@@ -1123,6 +1140,7 @@ CASES = {
     "world_size_record": case_world_size_record,
     "window_schedule_validation": case_window_schedule_validation,
     "world_size_optimizers": case_world_size_optimizers,
+    "world_size_ns_bf16": case_world_size_ns_bf16,
     "world_size_osft": case_world_size_osft,
     "zero3_memory": case_zero3_memory,
     "resume_sigkill": case_resume_sigkill,
