@@ -4,8 +4,8 @@
 usage: optimizer_race.py [--config C.yaml] [--target LOSS|budget|adamw] [--steps N] [--eval-every N]
                          [--families adamw,muon,normuon,soap,rekls] [--lr-factors 0.5,1,2] [--extend 2]
                          [--center FAMILY=LR,...] [--seeds 3] [--tune-seed S] [--report-seeds S,S,...]
-                         [--np 2] [--threads T] [--out DIR] [--reuse DIR] [--set KEY=VALUE ...]
-                         [--engine PATH] [--table-only] [--no-times]
+                         [--embed-head-factors 0.5,2] [--np 2] [--threads T] [--out DIR] [--reuse DIR]
+                         [--set KEY=VALUE ...] [--engine PATH] [--table-only] [--no-times]
 
 The families differ only in the optimizer of the hidden matrices (the config's group that holds
 blocks.*.attn.qkv.weight): AdamW, Muon, NorMuon, SOAP and REKLS; every other group (embeddings,
@@ -18,7 +18,13 @@ then its best learning rate (fewest steps to the target; else the lowest final v
 --extend more runs, until the best is inside) at --seeds seeds (the sweep's run is the first).
 --tune-seed sweeps at another seed and --report-seeds names the seeds the best rate is reported
 at: a rate picked on a seed that is not reported keeps the pick's luck out of the reported mean
-(issue 50). Every run is --steps steps with a validation every
+(issue 50).
+--embed-head-factors then tunes the rates of the groups the race keeps (the embeddings, the head,
+and the scalars where a config has them) per family (issue 50): at the family's best hidden-matrix
+rate and the tuning seed, each kept group's lr times each factor (all kept groups by the same
+factor, the config's ratios between them kept), extended past an edge as the lr sweep is; the
+best of the lr sweep (factor 1) and these runs is what the report seeds run. A run at factor f
+other than 1 is named <family>_lr<LR>_eh<f>_seed<S>. Every run is --steps steps with a validation every
 --eval-every; a run stops early at the target (train.target_val_loss), and its steps and train
 time to the target, median tokens/s and peak memory are kept; each family's optimizer state bytes
 per rank are measured once, at its best lr, from a 2-step run's checkpoint (the optim/ tensors of
@@ -89,14 +95,19 @@ def optim_groups(config_path):
     return cfg, optim
 
 
-def family_groups(groups, family, lr):
-    """The config's groups with the hidden-matrix group's optimizer replaced by the family's."""
+def family_groups(groups, family, lr, eh=1.0):
+    """The config's groups with the hidden-matrix group's optimizer replaced by the family's, and
+    every other group's lr times eh."""
     hyper, _ = FAMILIES[family]
     out, found = [], False
     for g in groups:
         if HIDDEN in g.get("params", []):
             out.append(dict({"params": g["params"]}, lr=lr, **hyper))
             found = True
+        elif eh != 1.0:
+            if "lr" not in g:
+                sys.exit("optimizer_race: --embed-head-factors: the group of %s names no lr" % g.get("params"))
+            out.append(dict(g, lr=g["lr"] * eh))
         else:
             out.append(g)
     if not found:
@@ -173,6 +184,8 @@ def main():
                     help="the seeds the best lr runs at (default: the tune seed and the next --seeds - 1)")
     ap.add_argument("--reuse", default=None, metavar="DIR",
                     help="copy a run finished in DIR (same folder name) instead of training it")
+    ap.add_argument("--embed-head-factors", default="", metavar="F,F,...",
+                    help="tune the kept groups' lrs per family at these factors (see above)")
     ap.add_argument("--np", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default=None)
@@ -187,6 +200,12 @@ def main():
         if f not in FAMILIES:
             ap.error("--families: unknown family %r (known: %s)" % (f, ", ".join(FAMILIES)))
     factors = [float(x) for x in a.lr_factors.split(",") if x]
+    try:
+        eh_factors = sorted({float(x) for x in a.embed_head_factors.split(",") if x} - {1.0})
+    except ValueError:
+        ap.error("--embed-head-factors: %r is not a list of numbers" % a.embed_head_factors)
+    if any(f <= 0 for f in eh_factors):
+        ap.error("--embed-head-factors: factors must be positive")
     center = {}
     for item in (x for x in a.center.split(",") if x):
         family, _, lr = item.partition("=")
@@ -199,6 +218,19 @@ def main():
     if not factors or a.seeds < 1 or a.np < 1:
         ap.error("--lr-factors, --seeds and --np must be non-empty and positive")
     cfg, groups = optim_groups(a.config)
+    # A --set of a group's key (optim.<i>.<key>=<value>) is folded into the groups here, so that
+    # the family's hidden group and the embed/head factors apply on top of it.
+    engine_sets = []
+    for item in a.sets:
+        key, eq, value = item.partition("=")
+        parts = key.split(".")
+        if parts[0] != "optim":
+            engine_sets.append(item)
+            continue
+        if not eq or len(parts) != 3 or not parts[1].isdigit() or int(parts[1]) >= len(groups):
+            ap.error("--set %s: a group's key is optim.<i>.<key>=<value> with i below %d" % (item, len(groups)))
+        groups[int(parts[1])] = dict(groups[int(parts[1])], **{parts[2]: yaml.safe_load(value)})
+    a.sets = engine_sets
     if ((cfg.get("model", {}) or {}).get("moe", {}) or {}).get("experts"):
         ap.error("%s has experts: the race covers dense models (StackedSoap's 3-D banks need a "
                  "group of their own)" % a.config)
@@ -227,9 +259,9 @@ def main():
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), OMPI_ALLOW_RUN_AS_ROOT="1",
                OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
 
-    def train(family, lr, seed, run_dir, extra):
+    def train(family, lr, seed, run_dir, extra, eh=1.0):
         """Trains one run into run_dir (its logs; --set extra last)."""
-        optim = yaml.safe_dump(family_groups(groups, family, lr), default_flow_style=True, width=1 << 30)
+        optim = yaml.safe_dump(family_groups(groups, family, lr, eh), default_flow_style=True, width=1 << 30)
         cmd = ["mpirun", "--oversubscribe"] + (["--bind-to", "none"] if a.threads > 1 else []) + \
             ["-np", str(a.np), a.engine, "--config", a.config]
         for s in ["optim=" + optim.strip()] + a.sets + ["train.seed=%d" % seed, "train.steps=%d" % steps,
@@ -239,18 +271,19 @@ def main():
                            "checkpoint.every=0", "checkpoint.at_end=false",
                            "checkpoint.overwrite=true"] + extra:
             cmd += ["--set", s]
-        print("race: %s lr %g seed %d%s" % (family, lr, seed, " (state probe)" if extra else ""), flush=True)
+        print("race: %s lr %g%s seed %d%s" % (family, lr, "" if eh == 1.0 else " embed/head x%g" % eh, seed,
+                                               " (state probe)" if extra else ""), flush=True)
         p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         if p.returncode != 0:
             sys.exit("race: %s lr %g seed %d failed (exit %d); its output ends:\n%s" %
                      (family, lr, seed, p.returncode, p.stdout[-3000:]))
 
-    def run(family, lr, seed):
+    def run(family, lr, seed, eh=1.0):
         """One run's result, training it unless its result.json is there."""
-        run_dir = os.path.join(out, "%s_lr%g_seed%d" % (family, lr, seed))
+        run_dir = os.path.join(out, "%s_lr%g%s_seed%d" % (family, lr, "" if eh == 1.0 else "_eh%g" % eh, seed))
         done = os.path.join(run_dir, "result.json")
         if os.path.exists(done):
-            return json.load(open(done))
+            return dict(json.load(open(done)), eh=eh)
         if a.table_only:
             return None
         shutil.rmtree(run_dir, ignore_errors=True)  # an interrupted run starts over, logs and all
@@ -258,9 +291,9 @@ def main():
         if earlier and os.path.exists(os.path.join(earlier, "result.json")):
             print("race: %s lr %g seed %d (reused from %s)" % (family, lr, seed, a.reuse), flush=True)
             shutil.copytree(earlier, run_dir)
-            return json.load(open(done))
-        train(family, lr, seed, run_dir, [])
-        r = dict(run_result(run_dir, target), family=family, lr=lr, seed=seed)
+            return dict(json.load(open(done)), eh=eh)
+        train(family, lr, seed, run_dir, [], eh)
+        r = dict(run_result(run_dir, target), family=family, lr=lr, eh=eh, seed=seed)
         json.dump(r, open(done + ".tmp", "w"))
         os.replace(done + ".tmp", done)  # a result is there whole or not at all
         return r
@@ -287,10 +320,28 @@ def main():
                 break
             sweep.append(r)
             best = min(sweep, key=rank)
-        seeds = [r for r in (run(family, best["lr"], s) for s in report_seeds) if r]
+        # The kept groups' rates at the best hidden rate, swept and extended the same way.
+        if eh_factors:
+            eh_sweep = [best] + [r for r in (run(family, best["lr"], base_seed, f) for f in eh_factors) if r]
+            for _ in range(a.extend if len(eh_sweep) > 1 else 0):
+                ehs = sorted(r["eh"] for r in eh_sweep)
+                top = min(eh_sweep, key=rank)["eh"]
+                if top == ehs[0]:
+                    f = ehs[0] * ehs[0] / ehs[1]
+                elif top == ehs[-1]:
+                    f = ehs[-1] * ehs[-1] / ehs[-2]
+                else:
+                    break
+                r = run(family, best["lr"], base_seed, f)
+                if not r:
+                    break
+                eh_sweep.append(r)
+            sweep += eh_sweep[1:]
+            best = min(sweep, key=rank)
+        seeds = [r for r in (run(family, best["lr"], s, best["eh"]) for s in report_seeds) if r]
         if not seeds:
             continue
-        results[family] = {"sweep": sweep, "best_lr": best["lr"], "seeds": seeds}
+        results[family] = {"sweep": sweep, "best_lr": best["lr"], "best_eh": best["eh"], "seeds": seeds}
     # Optimizer state per rank, measured: each family at its best lr for 2 steps, then a
     # checkpoint whose optim/ tensors are summed per rank file (the state has its full size after
     # the first step; the checkpoint is removed).
@@ -300,7 +351,8 @@ def main():
         if not os.path.exists(done) and not a.table_only:
             shutil.rmtree(probe, ignore_errors=True)
             train(family, r["best_lr"], base_seed, probe,
-                  ["train.steps=2", "train.eval_every=0", "train.target_val_loss=0", "checkpoint.at_end=true"])
+                  ["train.steps=2", "train.eval_every=0", "train.target_val_loss=0", "checkpoint.at_end=true"],
+                  r["best_eh"])
             json.dump({"state_bytes": optimizer_state_bytes(os.path.join(probe, "ckpt"))}, open(done, "w"))
             shutil.rmtree(os.path.join(probe, "ckpt"))
         r["state_bytes"] = json.load(open(done))["state_bytes"] if os.path.exists(done) else None
@@ -324,12 +376,13 @@ def write_tables(out, results, target, steps, a):
         hit = [s for s in r["seeds"] if s["target_step"] is not None]
         st = mean_sd([s["target_step"] for s in hit])
         tm = mean_sd([s["target_ms"] / 1e3 for s in hit])
-        rows.append({"family": family, "lr": r["best_lr"], "seeds": len(r["seeds"]), "reached": len(hit),
+        rows.append({"family": family, "lr": r["best_lr"], "eh": r["best_eh"], "seeds": len(r["seeds"]), "reached": len(hit),
                      "steps": st, "seconds": tm, "final": mean_sd([s["final_val_loss"] for s in r["seeds"]]),
                      "tokens_per_s": statistics.median(s["tokens_per_s"] for s in r["seeds"] if s["tokens_per_s"]),
                      "peak_mib": max((s["peak_mem_bytes"] or 0) for s in r["seeds"]) / 2**20,
                      "state_mib": max(r["state_bytes"]) / 2**20 if r.get("state_bytes") else None,
-                     "swept": ", ".join("%g: %.3f%s" % (s["lr"], s["final_val_loss"],
+                     "swept": ", ".join("%g%s: %.3f%s" % (s["lr"], "" if s["eh"] == 1.0 else " eh x%g" % s["eh"],
+                                                          s["final_val_loss"],
                                                         "" if s["target_step"] is None else " @%.0f" % s["target_step"])
                                         for s in r["sweep"])})
     ref = next((x for x in rows if x["family"] == "adamw" and x["steps"][0]), None)
@@ -345,13 +398,13 @@ def write_tables(out, results, target, steps, a):
          "the validations, every %d steps, that bracket it)%s." % (
              target, how, a.np, a.threads, " and seconds" if timed else "", a.eval_every,
              "" if timed else "; times left out (--no-times: not trained on a quiet machine)"), "",
-         "| family | lr (swept, lr: final val loss @ steps to target) | reached | steps to target | x AdamW (steps) | " +
+         "| family | lr (swept, lr [embed/head factor]: final val loss @ steps to target) | reached | steps to target | x AdamW (steps) | " +
          ("seconds to target | x AdamW (time) | " if timed else "") + "final val loss | " +
          ("tok/s | " if timed else "") + "peak MiB | optimizer state MiB (largest rank) |",
          "|---|---|---|---|---|" + ("---|---|" if timed else "") + "---|" + ("---|" if timed else "") + "---|---|"]
     for x in rows:
         s, t = x["steps"], x["seconds"]
-        cells = [x["family"], "%g (%s)" % (x["lr"], x["swept"]), "%d of %d" % (x["reached"], x["seeds"]),
+        cells = [x["family"], "%g%s (%s)" % (x["lr"], "" if x["eh"] == 1.0 else ", embed/head x%g" % x["eh"], x["swept"]), "%d of %d" % (x["reached"], x["seeds"]),
                  "%.1f ± %.1f" % s if s[0] else "-", "%.2f" % (ref["steps"][0] / s[0]) if ref and s[0] else "-"]
         if timed:
             cells += ["%.1f ± %.1f" % t if t[0] else "-", "%.2f" % (ref["seconds"][0] / t[0]) if ref and t[0] else "-"]

@@ -60,15 +60,24 @@ def load_runs(folder):
 
 
 def tuned(runs, family, tune_seed, seeds, folder):
-    """(tuned lr, the sweep at the tuning seed, the reported runs at that lr) of one family."""
+    """((tuned lr, its embed/head factor), the sweep at the tuning seed, the reported runs at that
+    pair) of one family (a run without an "eh" is at factor 1: races without --embed-head-factors)."""
     sweep = sorted((r for r in runs.get(family, []) if r["seed"] == tune_seed), key=lambda r: r["lr"])
     if not sweep:
         sys.exit("race_budget_fit: %s: no %s run at the tuning seed %d" % (folder, family, tune_seed))
-    best = min(sweep, key=lambda r: r["final_val_loss"])["lr"]
-    reported = sorted((r for r in runs[family] if r["lr"] == best and r["seed"] in seeds), key=lambda r: r["seed"])
+    top = min(sweep, key=lambda r: r["final_val_loss"])
+    best = (top["lr"], top.get("eh", 1.0))
+    reported = sorted((r for r in runs[family] if (r["lr"], r.get("eh", 1.0)) == best and r["seed"] in seeds),
+                      key=lambda r: r["seed"])
     if not reported:
-        sys.exit("race_budget_fit: %s: no %s run at lr %g at the seeds %s" % (folder, family, best, seeds))
+        sys.exit("race_budget_fit: %s: no %s run at lr %g, embed/head x%g at the seeds %s" % ((folder, family) + best + (seeds,)))
     return best, sweep, reported
+
+
+def setting(lr_eh):
+    """A tuned (lr, embed/head factor) as the tables write it."""
+    lr, eh = lr_eh
+    return "%g" % lr if eh == 1.0 else "%g, embed/head x%g" % (lr, eh)
 
 
 def mean_sd(xs):
@@ -153,7 +162,8 @@ def main():
         budgets = {r["budget"] for r in sweep + reported}
         if len(budgets) != 1:
             sys.exit("race_budget_fit: %s: runs of different budgets %s" % (folder, sorted(budgets)))
-        adamw.append({"folder": folder, "tune_seed": tune_seed, "budget": budgets.pop(), "lr": lr, "sweep": sweep,
+        adamw.append({"folder": folder, "tune_seed": tune_seed, "budget": budgets.pop(), "lr": lr[0], "eh": lr[1],
+                      "sweep": sweep,
                       "runs": reported})
     adamw.sort(key=lambda x: x["budget"])
     if len({x["budget"] for x in adamw}) != len(adamw):
@@ -200,7 +210,7 @@ def main():
         hit = [s for s in crossing if s is not None]
         law_budget = power_law_budget(law, m) if law else None
         rows.append({
-            "family": family, "lr": lr, "seeds": [r["seed"] for r in reported], "final": final,
+            "family": family, "lr": lr[0], "eh": lr[1], "seeds": [r["seed"] for r in reported], "final": final,
             "final_mean_sd": mean_sd(final), "delta": m - statistics.mean(base_final),
             "t": t, "dof": dof, "p": p, "paired_seeds": common, "paired_t": pt, "paired_p": pp,
             "adamw_budget": budget, "extrapolated": extrapolated,
@@ -208,20 +218,20 @@ def main():
             "bootstrap_undefined": undefined, "power_law_speedup": law_budget / B if law_budget else None,
             "crossing_steps": crossing, "crossing_reached": len(hit),
             "crossing_speedup": statistics.mean(base_steps) / statistics.mean(hit) if hit else None,
-            "sweep": [(r["lr"], r["final_val_loss"]) for r in sweep]})
+            "sweep": [(r["lr"], r.get("eh", 1.0), r["final_val_loss"]) for r in sweep]})
 
     def fmt(v, f="%.2f"):
         return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f % v
 
     L = ["Tuned AdamW against its budget (learning rate: the lowest final val loss of the sweep at the "
          "tuning seed; final val loss: mean ± standard deviation over the seeds %s):" % a.seeds, "",
-         "| budget (steps) | tuning seed | tuned lr (sweep, lr: final val loss) | seeds | final val loss |",
+         "| budget (steps) | tuning seed | tuned lr [embed/head factor] (sweep, lr: final val loss) | seeds | final val loss |",
          "|---|---|---|---|---|"]
     for x in adamw:
         f = mean_sd([r["final_val_loss"] for r in x["runs"]])
-        L.append("| %d | %d | %g (%s) | %d | %.4f ± %s |" % (
-            x["budget"], x["tune_seed"], x["lr"],
-            ", ".join("%g: %.4f" % (r["lr"], r["final_val_loss"]) for r in x["sweep"]),
+        L.append("| %d | %d | %s (%s) | %d | %.4f ± %s |" % (
+            x["budget"], x["tune_seed"], setting((x["lr"], x["eh"])),
+            "; ".join("%s: %.4f" % (setting((r["lr"], r.get("eh", 1.0))), r["final_val_loss"]) for r in x["sweep"]),
             len(x["runs"]), f[0], fmt(f[1], "%.4f")))
     L += ["", "L(B): the seed means joined linearly in log B%s." % (
         "; the power law through them: L = %.4f + %.4g B^-%.4f" % law if law else
@@ -236,8 +246,8 @@ def main():
           "speedup (budget) | 95% bootstrap | power law | speedup (crossing) | reached |",
           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        L.append("| %s | %g | %d | %.4f ± %s | %+.4f | %s | %s | %s | %s%s | %s | %s | %s | %d of %d |" % (
-            r["family"], r["lr"], len(r["final"]), r["final_mean_sd"][0], fmt(r["final_mean_sd"][1], "%.4f"),
+        L.append("| %s | %s | %d | %.4f ± %s | %+.4f | %s | %s | %s | %s%s | %s | %s | %s | %d of %d |" % (
+            r["family"], setting((r["lr"], r["eh"])), len(r["final"]), r["final_mean_sd"][0], fmt(r["final_mean_sd"][1], "%.4f"),
             r["delta"], "%.2f (%.1f), %.2g" % (r["t"], r["dof"], r["p"]) if r["p"] is not None else "-",
             "%.2f, %.2g" % (r["paired_t"], r["paired_p"]) if r["paired_p"] is not None else "-",
             fmt(r["adamw_budget"], "%.0f"), fmt(r["speedup"]), "*" if r["extrapolated"] else "",
@@ -245,7 +255,7 @@ def main():
             fmt(r["power_law_speedup"]), fmt(r["crossing_speedup"]), r["crossing_reached"], len(r["final"])))
     prefix = a.out or os.path.join(a.race, "budget_fit")
     json.dump({"budgets": budgets, "adamw_curve": curve, "power_law": law, "race_budget": B, "target": target,
-               "adamw": [{k: x[k] for k in ("folder", "tune_seed", "budget", "lr")} |
+               "adamw": [{k: x[k] for k in ("folder", "tune_seed", "budget", "lr", "eh")} |
                          {"final": [r["final_val_loss"] for r in x["runs"]], "seeds": [r["seed"] for r in x["runs"]]}
                          for x in adamw],
                "rows": rows}, open(prefix + ".json", "w"), indent=1)
