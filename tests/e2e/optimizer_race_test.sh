@@ -6,7 +6,7 @@
 # the steps to it interpolated; --target adamw on the same runs; the sweep's extension past an
 # edge; --center with --set on top of the race's groups; and --tune-seed, --report-seeds and
 # --reuse (the sweep at a seed that is not reported, a finished run copied from an earlier race);
-# --no-times.
+# --no-times; --embed-head-factors (the kept groups' rates tuned per family).
 #
 #   optimizer_race_test.sh REPO BUILD_DIR WORK
 set -euo pipefail
@@ -126,3 +126,31 @@ head -1 "$work/reuse/race.md" | grep -q 'times left out' && ! grep -q 'tok/s\|se
   grep -q '^| adamw | 0.005 (' "$work/reuse/race.md" ||
   { echo "FAIL: --no-times left times in the table"; cat "$work/reuse/race.md"; exit 1; }
 echo "PASS: --no-times"
+# --embed-head-factors: at the best hidden lr and the tuning seed, the kept groups' rates times
+# each factor (after --set), named _eh<f>; the reported seeds run the best pair.
+race --families adamw --lr-factors 1 --extend 0 --seeds 1 --center adamw=0.005 --set optim.1.lr=0.0123 \
+  --embed-head-factors 2 --out "$work/eh" >"$work/eh.log"
+grep -q '^race: adamw lr 0.005 embed/head x2 seed 1234$' "$work/eh.log" ||
+  { echo "FAIL: no embed/head x2 run"; cat "$work/eh.log"; exit 1; }
+python3 - "$work/eh" <<'PY' || exit 1
+import json, os, sys
+out = sys.argv[1]
+def first_group_lr(run):
+    for line in open(os.path.join(out, run, "metrics.jsonl")):
+        row = json.loads(line)
+        if "group_lr" in row:
+            return row["group_lr"]
+base, doubled = first_group_lr("adamw_lr0.005_seed1234"), first_group_lr("adamw_lr0.005_eh2_seed1234")
+assert doubled[0] == base[0], "the hidden group's lr moved: %s %s" % (base, doubled)
+assert all(abs(d - 2 * b) <= 1e-12 * abs(b) for b, d in zip(base[1:], doubled[1:])), (base, doubled)
+r = json.load(open(os.path.join(out, "race.json")))["results"]["adamw"]
+assert sorted(s["eh"] for s in r["sweep"]) == [1.0, 2.0], r["sweep"]
+best = min(r["sweep"], key=lambda s: s["final_val_loss"])
+assert r["best_eh"] == best["eh"] and all(s["eh"] == best["eh"] for s in r["seeds"]), r
+PY
+grep -A3 '^optim:' "$work/eh/adamw_lr0.005_eh2_seed1234/log.txt" | sed -n 3p | grep -q 'lr: 0.0246' ||
+  { echo "FAIL: the factor did not apply on top of --set optim.1.lr"; grep -A3 '^optim:' "$work/eh/adamw_lr0.005_eh2_seed1234/log.txt"; exit 1; }
+if race --embed-head-factors 2,x --table-only >"$work/bad_eh.log" 2>&1; then
+  echo "FAIL: --embed-head-factors 2,x was accepted"; exit 1
+fi
+echo "PASS: --embed-head-factors"

@@ -123,6 +123,26 @@ first = json.load(open(os.path.join(work, "fit.json")))["adamw"][0]
 assert (first["tune_seed"], first["lr"], first["final"]) == (1, 0.004, [L(100) - 0.2]), first
 print("PASS: a folder's own tuning seed")
 
+# An embed/head factor (optimizer_race.py --embed-head-factors): a run at lr 0.01 and factor 2 that
+# ends lowest at the tuning seed is the pick, and the reported runs are that pair's, not lr 0.01's
+# at factor 1 (which would give "far" its mean of 3.45).
+def write_eh(family, lr, eh, seed, final):
+    run = os.path.join(work, "race", "%s_lr%g_eh%g_seed%d" % (family, lr, eh, seed))
+    os.makedirs(run)
+    json.dump({"final_val_loss": final, "val_curve": [[0, 0.0, 10.0], [100, 1e3, final]], "family": family,
+               "lr": lr, "eh": eh, "seed": seed}, open(os.path.join(run, "result.json"), "w"))
+
+
+for seed in (1, 2, 3):
+    write_eh("far", 0.01, 2.0, seed, 3.3 + offsets[seed])
+p = fit()
+assert p.returncode == 0, p.stdout
+far = {r["family"]: r for r in json.load(open(os.path.join(work, "fit.json")))["rows"]}["far"]
+assert (far["lr"], far["eh"], far["seeds"]) == (0.01, 2.0, [1, 2, 3]), far
+assert abs(far["final_mean_sd"][0] - 3.3) < 1e-12, far["final_mean_sd"]
+assert "| far | 0.01, embed/head x2 |" in open(os.path.join(work, "fit.md")).read()
+print("PASS: the embed/head factor is part of the pick")
+
 # A family with no run at the tuning seed is an error that names the folder and the family.
 shutil.rmtree(os.path.join(work, "race", "mid_lr0.01_seed1"))
 shutil.rmtree(os.path.join(work, "race", "mid_lr0.02_seed1"))
