@@ -38,11 +38,12 @@ BF16_LATER_NORM_RTOL = 7e-3
 
 
 def case_bf16_world_size(env):
-    """bf16 on np 1, 2 (stage 1), 3 (stage 3: each layer's copies remade after its gather) and 4
-    (stage 2) on the same global batch; gpt2 (LayerNorm and GELU storing bf16, the bias
-    gradients read from the bf16 d pre and d qkv) on np 1 and 2."""
+    """bf16 on np 1, 2 (stage 1), 3 (stage 3: each layer's copies remade after its gather), 4
+    (stage 2) and 8 (stage 3) on the same global batch; gpt2 (LayerNorm and GELU storing bf16,
+    the bias gradients read from the bf16 d pre and d qkv) on np 1, 2 and 4."""
     base = BF16 + SAME_BATCH_768 + NO_CHECKPOINTS
-    runs = [("", [], ((2, 1), (3, 3), (4, 2))), ("gpt2 ", ["model.arch=gpt2"], ((2, 1),))]
+    runs = [("", [], ((2, 1), (3, 3), (4, 2), (8, 3))),
+            ("gpt2 ", ["model.arch=gpt2"], ((2, 1), (4, 2)))]
     for arch, arch_sets, others in runs:
         compare_world_sizes(env, arch, base + arch_sets, others)
 
