@@ -78,6 +78,54 @@ void Gpt::linear_epilogue(float* y, Operand x, Operand weight, size_t bias, int6
   }
 }
 
+void Gpt::residual_linear(Stream y, Operand x, Operand weight, size_t bias, int64_t N, int64_t in,
+                          int64_t out, Stream residual) {
+  if (!y.bf16) {
+    linear_epilogue(y.f32, x, weight, bias, N, in, out, residual.f32);
+    return;
+  }
+  ENGINE_CHECK(x.bf16 && weight.bf16 && residual.bf16,
+               "model: the bf16 residual stream's add needs bf16 operands and a bf16 residual");
+  core::GemmArgs a;
+  a.trans_b = true;
+  a.m = N, a.n = out, a.k = in, a.beta = 1.0f;
+  core::GemmEpilogueArgs ep;
+  if (bias != kNone) {
+    ep.kind = core::GemmEpilogue::bias;
+    ep.bias = w(bias);
+  }
+  ep.c_bf16 = residual.bf16;
+  backend_.gemm_epilogue(a, ep, x.bf16, weight.bf16, y.bf16, nullptr);
+}
+
+void Gpt::copy_stream(Stream dst, Stream src) {
+  const int64_t n = int64_t(B_) * T_ * config_.d_model;
+  if (dst.bf16) {
+    backend_.copy(dst.bf16, src.bf16, n * sizeof(core::bf16));
+  } else {
+    backend_.copy(dst.f32, src.f32, n * sizeof(float));
+  }
+}
+
+void Gpt::mix_stream(Stream out, const float* wa, Stream a, const float* wb, Stream b) {
+  const int64_t n = int64_t(B_) * T_ * config_.d_model;
+  if (out.bf16) {
+    backend_.scalar_mix(out.bf16, wa, a.bf16, wb, b.bf16, n);
+  } else {
+    backend_.scalar_mix(out.f32, wa, a.f32, wb, b.f32, n);
+  }
+}
+
+void Gpt::mix_stream_backward(float* da, float* db, float* dwa, float* dwb, const float* wa,
+                              Stream a, const float* wb, Stream b, const float* dout) {
+  const int64_t n = int64_t(B_) * T_ * config_.d_model;
+  if (a.bf16) {
+    backend_.scalar_mix_backward(da, db, dwa, dwb, wa, a.bf16, wb, b.bf16, dout, n);
+  } else {
+    backend_.scalar_mix_backward(da, db, dwa, dwb, wa, a.f32, wb, b.f32, dout, n);
+  }
+}
+
 void Gpt::linear_backward(float* dx, float* dweight, const float* dy, Operand x, Operand weight,
                           int64_t N, int64_t in, int64_t out, float dx_beta,
                           const core::bf16* dy_rounded, float* dbias, float* dx_gelu_pre) {
@@ -140,17 +188,17 @@ struct Gpt::LayerActs {
   float *q_rstd = nullptr, *k_rstd = nullptr, *qr = nullptr, *kr = nullptr;  // modern only
   float* vmix = nullptr;  // value embeddings: v after the mix (a.v keeps the projection's v)
   // The block's input (the previous output, or the recipe's mixes of it: after the U-net skip,
-  // after the x0 lambdas).
-  const float* input = nullptr;
-  float *skipped = nullptr, *mixed = nullptr;
+  // after the x0 lambdas). These and res_mid, res_out are the residual stream (Stream).
+  Stream input, skipped, mixed;
   // atty: attention's output [B, T, H hd] (the heads merged), lse [B*H, T].
-  float *lse = nullptr, *atty = nullptr, *res_mid = nullptr;
+  float *lse = nullptr, *atty = nullptr;
+  Stream res_mid;
   float *ln2 = nullptr, *ln2_mean = nullptr, *ln2_rstd = nullptr;
   float *pre = nullptr, *act = nullptr;                  // MLP hidden [N, F], or MoE [N*k, F]
   float *probs = nullptr, *xe = nullptr, *ye = nullptr;  // MoE
   core::MoeRouting route;                                // MoE: top-k, gates, dispatch rows
   std::vector<int32_t> expert_rows;                      // MoE: host copy of route.offset
-  float* res_out = nullptr;
+  Stream res_out;
 };
 
 const float* Gpt::router_input(int l) {
@@ -328,9 +376,13 @@ void Gpt::plan(int B, int T) {
   };
   auto take_f32 = [&](int64_t n) { return bf16_ ? nullptr : take(n); };
   auto take_fp8 = [&](int64_t n) { return reinterpret_cast<core::fp8*>(take((n + 3) / 4)); };
+  // The residual stream: f32, or in bf16 precision bf16 only.
+  auto take_stream = [&](int64_t n) {
+    return bf16_ ? Stream{nullptr, take_bf16(n)} : Stream{take(n), nullptr};
+  };
   auto layout = [&]() {
     used = 0;
-    encoded_ = take(N * D);
+    encoded_ = take_stream(N * D);
     embed_raw_ = config_.x0_norm ? take(N * D) : nullptr;
     embed_rstd_ = config_.x0_norm ? take(N) : nullptr;
     ve_heads_.clear();
@@ -348,8 +400,8 @@ void Gpt::plan(int B, int T) {
     layers_.assign(config_.n_layer, LayerActs{});
     for (int l = 0; l < config_.n_layer; ++l) {
       LayerActs& a = layers_[l];
-      if (config_.skip_source(l) >= 0) a.skipped = take(N * D);
-      if (config_.x0_lambdas) a.mixed = take(N * D);
+      if (config_.skip_source(l) >= 0) a.skipped = take_stream(N * D);
+      if (config_.x0_lambdas) a.mixed = take_stream(N * D);
       if (config_.has_v_lambdas(l)) a.vmix = take(N * D);
       a.ln1 = take_f32(N * D);
       a.ln1_bf16 = take_bf16(N * D);
@@ -368,7 +420,7 @@ void Gpt::plan(int B, int T) {
       a.lse = take(B * H * int64_t(T));
       a.atty = take_f32(N * D);
       a.atty_bf16 = take_bf16(N * D);
-      a.res_mid = take(N * D);
+      a.res_mid = take_stream(N * D);
       a.ln2 = take_f32(N * D);
       a.ln2_bf16 = take_bf16(N * D);
       a.ln2_mean = take(N);
@@ -395,7 +447,7 @@ void Gpt::plan(int B, int T) {
         a.act = take_f32(N * F);
         a.act_bf16 = take_bf16(N * F);
       }
-      a.res_out = take(N * D);
+      a.res_out = take_stream(N * D);
     }
     lnf_ = take_f32(N * D);
     head_xq_ = config_.head_fp8 ? take_fp8(N * D) : nullptr;
@@ -463,28 +515,39 @@ void Gpt::plan(int B, int T) {
   T_ = T;
 }
 
-void Gpt::norm_forward(float* out, core::bf16* out_bf16, float* mean, float* rstd, const float* inp,
+void Gpt::norm_forward(float* out, core::bf16* out_bf16, float* mean, float* rstd, Stream inp,
                        size_t weight, size_t bias) {
   const int64_t N = int64_t(B_) * T_, D = config_.d_model;
   const bool gpt2 = config_.arch == Arch::Gpt2;
-  if (out_bf16 && gpt2) {
-    backend_.layernorm_forward(out_bf16, mean, rstd, inp, w(weight), w(bias), N, D, kLayerNormEps);
-  } else if (out_bf16) {
-    backend_.rmsnorm_forward(out_bf16, rstd, inp, N, D, config_.norm_eps);
+  // bf16 precision: the bf16 stream in, the bf16 GEMM input out.
+  if (inp.bf16) {
+    ENGINE_CHECK(out_bf16, "model: a norm of the bf16 residual stream stores a bf16 output");
+    if (gpt2) {
+      backend_.layernorm_forward(out_bf16, mean, rstd, inp.bf16, w(weight), w(bias), N, D,
+                                 kLayerNormEps);
+    } else {
+      backend_.rmsnorm_forward(out_bf16, rstd, inp.bf16, N, D, config_.norm_eps);
+    }
   } else if (gpt2) {
-    backend_.layernorm_forward(out, mean, rstd, inp, w(weight), w(bias), N, D, kLayerNormEps);
+    backend_.layernorm_forward(out, mean, rstd, inp.f32, w(weight), w(bias), N, D, kLayerNormEps);
   } else {
-    backend_.rmsnorm_forward(out, rstd, inp, N, D, config_.norm_eps);
+    backend_.rmsnorm_forward(out, rstd, inp.f32, N, D, config_.norm_eps);
   }
 }
 
-void Gpt::norm_backward(float* dinp, const float* dout, const float* inp, const float* mean,
+void Gpt::norm_backward(float* dinp, const float* dout, Stream inp, const float* mean,
                         const float* rstd, size_t weight, size_t bias) {
   const int64_t N = int64_t(B_) * T_, D = config_.d_model;
-  if (config_.arch == Arch::Gpt2) {
-    backend_.layernorm_backward(dinp, g(weight), g(bias), dout, inp, w(weight), mean, rstd, N, D);
+  if (config_.arch == Arch::Gpt2 && inp.bf16) {
+    backend_.layernorm_backward(dinp, g(weight), g(bias), dout, inp.bf16, w(weight), mean, rstd, N,
+                                D);
+  } else if (config_.arch == Arch::Gpt2) {
+    backend_.layernorm_backward(dinp, g(weight), g(bias), dout, inp.f32, w(weight), mean, rstd, N,
+                                D);
+  } else if (inp.bf16) {
+    backend_.rmsnorm_backward(dinp, dout, inp.bf16, rstd, N, D);
   } else {
-    backend_.rmsnorm_backward(dinp, dout, inp, rstd, N, D);
+    backend_.rmsnorm_backward(dinp, dout, inp.f32, rstd, N, D);
   }
 }
 
@@ -529,9 +592,9 @@ void Gpt::attn_forward(int l) {
                 hd = config_.head_dim();
   LayerActs& a = layers_[l];
   const LayerParams& p = lp_[l];
-  const float* res_in = a.input;
+  const Stream res_in = a.input;
   if (!config_.has_attention(l)) {
-    backend_.copy(a.res_mid, res_in, N * D * sizeof(float));
+    copy_stream(a.res_mid, res_in);
     return;
   }
   norm_forward(a.ln1, a.ln1_bf16, a.ln1_mean, a.ln1_rstd, res_in, p.ln1_w, p.ln1_b);
@@ -574,7 +637,7 @@ void Gpt::attn_forward(int l) {
                                layout);
   }
   // res_mid = res_in + atty @ proj^T (+ bias): the residual add as the GEMM's C.
-  linear_epilogue(a.res_mid, {a.atty_bf16 ? nullptr : a.atty, a.atty_bf16}, weight(p.proj_w),
+  residual_linear(a.res_mid, {a.atty_bf16 ? nullptr : a.atty, a.atty_bf16}, weight(p.proj_w),
                   p.proj_b, N, D, D, res_in);
 }
 
@@ -654,7 +717,7 @@ void Gpt::qkv_backward(int l, Operand dqkv) {
   const int64_t N = int64_t(B_) * T_, D = config_.d_model;
   const LayerActs& a = layers_[l];
   const LayerParams& p = lp_[l];
-  const float* res_in = a.input;
+  const Stream res_in = a.input;
   linear_backward(dln_, g(p.qkv_w), dqkv.f32, {a.ln1, a.ln1_bf16}, weight(p.qkv_w), N, D, 3 * D,
                   0.0f, dqkv.bf16, bias_grad(p.qkv_b));
   norm_backward(dres_, dln_, res_in, a.ln1_mean, a.ln1_rstd, p.ln1_w, p.ln1_b);
@@ -753,19 +816,18 @@ core::AttentionMask Gpt::mask_of(int l) const {
 }
 
 void Gpt::input_forward(int l) {
-  const int64_t N = int64_t(B_) * T_, D = config_.d_model;
   LayerActs& a = layers_[l];
-  const float* x = l == 0 ? encoded_ : layers_[l - 1].res_out;
+  Stream x = l == 0 ? encoded_ : layers_[l - 1].res_out;
   const int src = config_.skip_source(l);
   if (src >= 0) {
     // x + w_i (output of the mirrored block of the first half)
     const float* weight = w(skip_w_) + (l - (config_.n_layer - config_.unet_count()));
-    backend_.scalar_mix(a.skipped, nullptr, x, weight, layers_[src].res_out, N * D);
+    mix_stream(a.skipped, nullptr, x, weight, layers_[src].res_out);
     x = a.skipped;
   }
   if (config_.x0_lambdas) {
     const float* lam = w(lp_[l].lambdas);
-    backend_.scalar_mix(a.mixed, lam, x, lam + 1, encoded_, N * D);
+    mix_stream(a.mixed, lam, x, lam + 1, encoded_);
     x = a.mixed;
   }
   a.input = x;
@@ -776,21 +838,21 @@ void Gpt::input_backward(int l) {
   LayerActs& a = layers_[l];
   // dres holds d/d a.input; each mix's backward writes d/d its input into dmix, which becomes
   // dres.
-  const float* prev = l == 0 ? encoded_ : layers_[l - 1].res_out;
+  const Stream prev = l == 0 ? encoded_ : layers_[l - 1].res_out;
   const int src = config_.skip_source(l);
   if (config_.x0_lambdas) {
     const float* lam = w(lp_[l].lambdas);
     float* dlam = g(lp_[l].lambdas);
     backend_.fill_zero(dmix_, N * D * sizeof(float));
-    backend_.scalar_mix_backward(dmix_, dx0_, dlam, dlam + 1, lam, src >= 0 ? a.skipped : prev,
-                                 lam + 1, encoded_, dres_, N * D);
+    mix_stream_backward(dmix_, dx0_, dlam, dlam + 1, lam, src >= 0 ? a.skipped : prev, lam + 1,
+                        encoded_, dres_);
     std::swap(dmix_, dres_);
   }
   if (src >= 0) {
     const int i = l - (config_.n_layer - config_.unet_count());
     backend_.fill_zero(dmix_, N * D * sizeof(float));
-    backend_.scalar_mix_backward(dmix_, dskip_[i], nullptr, g(skip_w_) + i, nullptr, prev,
-                                 w(skip_w_) + i, layers_[src].res_out, dres_, N * D);
+    mix_stream_backward(dmix_, dskip_[i], nullptr, g(skip_w_) + i, nullptr, prev, w(skip_w_) + i,
+                        layers_[src].res_out, dres_);
     std::swap(dmix_, dres_);
   }
 }
@@ -814,7 +876,7 @@ void Gpt::mlp_forward(int l) {
     act_forward(a.act, a.act_bf16, a.pre, N * F);
   }
   // res_out = res_mid + act @ proj^T (+ bias): the residual add as the GEMM's C.
-  linear_epilogue(a.res_out, {a.act, a.act_bf16}, weight(p.fcproj_w), p.fcproj_b, N, F, D,
+  residual_linear(a.res_out, {a.act, a.act_bf16}, weight(p.fcproj_w), p.fcproj_b, N, F, D,
                   a.res_mid);
 }
 
@@ -878,8 +940,13 @@ void Gpt::moe_forward(int l) {
     if (c == 0) continue;
     linear(a.ye + r0 * D, act.at(r0 * F), proj.at(e * D * F), c, F, D);
   }
-  backend_.copy(a.res_out, a.res_mid, N * D * sizeof(float));
-  backend_.scatter_add_rows(a.res_out, a.ye, r.row_token, r.row_gate, M, D);
+  if (a.res_out.bf16) {
+    // The bf16 stream: res_mid plus each token's gated rows in f32, rounded once.
+    backend_.combine_rows(a.res_out.bf16, a.res_mid.bf16, a.ye, r.slot_row, r.row_gate, N, K, D);
+  } else {
+    backend_.copy(a.res_out.f32, a.res_mid.f32, N * D * sizeof(float));
+    backend_.scatter_add_rows(a.res_out.f32, a.ye, r.row_token, r.row_gate, M, D);
+  }
 }
 
 void Gpt::moe_backward(int l) {
@@ -949,9 +1016,15 @@ void Gpt::run_forward(const int32_t* tokens, const int32_t* targets, int B, int 
   if (config_.x0_norm) {
     // x0 = rmsnorm(embed(tokens)): the first block's input and the x0 lambdas' x0.
     backend_.embedding_forward(embed_raw_, tokens_, w(embed_), w(pos_), B, T, D);
-    backend_.rmsnorm_forward(encoded_, embed_rstd_, embed_raw_, N, D, config_.norm_eps);
+    if (encoded_.bf16) {
+      backend_.rmsnorm_forward(encoded_.bf16, embed_rstd_, embed_raw_, N, D, config_.norm_eps);
+    } else {
+      backend_.rmsnorm_forward(encoded_.f32, embed_rstd_, embed_raw_, N, D, config_.norm_eps);
+    }
+  } else if (encoded_.bf16) {
+    backend_.embedding_forward(encoded_.bf16, tokens_, w(embed_), w(pos_), B, T, D);
   } else {
-    backend_.embedding_forward(encoded_, tokens_, w(embed_), w(pos_), B, T, D);
+    backend_.embedding_forward(encoded_.f32, tokens_, w(embed_), w(pos_), B, T, D);
   }
   for (int i = 0; i < config_.value_embeds; ++i) {
     // Looked up once per forward, kept in the heads' layout of v for the blocks that mix it in.

@@ -131,6 +131,18 @@ class Gpt {
     const core::bf16* bf16 = nullptr;
     Operand at(int64_t offset) const;
   };
+  // An array of the residual stream (the embedding output, each block's res_mid and res_out, the
+  // recipe's skip and x0 mixes): f32, or in bf16 precision bf16 only (docs/precision.md); exactly
+  // one of the two is set once planned.
+  struct Stream {
+    float* f32 = nullptr;
+    core::bf16* bf16 = nullptr;
+  };
+  // The residual stream's producers and readers for either dtype.
+  void copy_stream(Stream dst, Stream src);
+  void mix_stream(Stream out, const float* wa, Stream a, const float* wb, Stream b);
+  void mix_stream_backward(float* da, float* db, float* dwa, float* dwb, const float* wa, Stream a,
+                           const float* wb, Stream b, const float* dout);
   // Parameter i as a GEMM operand (its bf16 copy remade first if stale).
   Operand weight(size_t i);
   // ln2 of layer l as the MoE router's f32 input: in bf16 precision widened from the stored
@@ -149,6 +161,10 @@ class Gpt {
   // also in the epilogue.
   void linear_epilogue(float* y, Operand x, Operand weight, size_t bias, int64_t N, int64_t in,
                        int64_t out, const float* residual = nullptr, float* gelu_out = nullptr);
+  // The residual add of a projection: y = residual + x[N, in] @ W[out, in]^T (+ bias) in one GEMM
+  // with the residual as C, both streams f32 or both bf16 (then each sum rounded once).
+  void residual_linear(Stream y, Operand x, Operand weight, size_t bias, int64_t N, int64_t in,
+                       int64_t out, Stream residual);
   // dx[N, in] (+)= dy[N, out] @ W[out, in];  dW[out, in] += dy^T @ x. When the GEMMs run in
   // bf16, dy is given as stored in bf16 by its producer (dy_rounded: d logits, d pre, d qkv) or
   // rounded here from f32 (the residual stream's gradient, the MoE rows'). dbias (when not null)
@@ -162,9 +178,10 @@ class Gpt {
                        float* dx_gelu_pre = nullptr);
   // LayerNorm (gpt2, with weight and bias parameters) or RMSNorm (modern, none) over [N, D];
   // the output stored f32 (out) or bf16 (out_bf16, bf16 precision), whichever is not null.
-  void norm_forward(float* out, core::bf16* out_bf16, float* mean, float* rstd, const float* inp,
+  // The input is the residual stream (f32, or bf16 in bf16 precision; the statistics f32).
+  void norm_forward(float* out, core::bf16* out_bf16, float* mean, float* rstd, Stream inp,
                     size_t weight, size_t bias);
-  void norm_backward(float* dinp, const float* dout, const float* inp, const float* mean,
+  void norm_backward(float* dinp, const float* dout, Stream inp, const float* mean,
                      const float* rstd, size_t weight, size_t bias);
   // The MLP activation of pre [n] into out or out_bf16 (whichever is not null).
   void act_forward(float* out, core::bf16* out_bf16, const float* inp, int64_t n);
@@ -222,7 +239,7 @@ class Gpt {
   int B_ = 0, T_ = 0;
   core::Tensor acts_;
   std::vector<LayerActs> layers_;
-  float* encoded_ = nullptr;
+  Stream encoded_;
   // model.x0_norm: the embedding rows before the norm (encoded_ holds rmsnorm of them) and the
   // norm's rstd [N].
   float *embed_raw_ = nullptr, *embed_rstd_ = nullptr;

@@ -10,7 +10,9 @@ With --precision bf16 the model rounds where the engine's bf16 precision rounds
 (docs/precision.md): each matmul weight and the activation it multiplies to bf16 (nearest, ties
 to even) in the forward, the output gradient to bf16 in the backward (for the qkv and MLP fc
 outputs before their bias gradients too, as the engine stores those gradients in bf16), the MoE
-router's input (stored bf16; the router's weight and product stay f32), the logits of the
+router's input (stored bf16; the router's weight and product stay f32), every write of the
+residual stream (the embedding output, the recipe's skip and x0 mixes, each block's sums after
+attention and after the MLP or MoE; stored bf16, its gradient f32), the logits of the
 ordinary head (stored bf16 as g z, g the sigmoid cap's gain), straight through
 otherwise; attention's own products stay unrounded. --fd K adds K central finite
 differences of the same model with its roundings frozen at the given weights (the function whose
@@ -254,8 +256,8 @@ class Rounding:
         return r
 
     def stored(self, x):
-        """x as stored in bf16 where no matmul rounds it (the MoE router's input): rounded,
-        straight through."""
+        """x as stored in bf16 where no matmul rounds it (the MoE router's input, the residual
+        stream): rounded, straight through."""
         if self.mode is None:
             return x
         if self.mode == "frozen":
@@ -402,11 +404,13 @@ def model_loss(cfg, p, idx, targets, rounding=NO_ROUNDING, head_fp8=None):
             y = y + p[name + ".bias"]
         return y
 
-    x = x0 = p["embed.weight"][idx]
+    # The residual stream: every value written to it is stored (bf16: rounded, straight through).
+    x = p["embed.weight"][idx]
     if cfg.x0_norm:  # train_gpt.py: x = x0 = norm(self.embed(input_seq)[None])
-        x = x0 = rmsnorm(x, cfg.norm_eps)
+        x = rmsnorm(x, cfg.norm_eps)
     if gpt2:
         x = x + p["pos_embed.weight"][:T]
+    x = x0 = rounding.stored(x)
     aux_total = 0.0
     scale = cfg.attn_scale if cfg.attn_scale > 0 else 1.0 / math.sqrt(hd)
     skips = cfg.n_layer // 2 if cfg.unet_skips else 0
@@ -414,9 +418,10 @@ def model_loss(cfg, p, idx, targets, rounding=NO_ROUNDING, head_fp8=None):
     for i in range(cfg.n_layer):
         b = f"blocks.{i}."
         if i >= cfg.n_layer - skips:  # U-net: the mirrored first-half output
-            x = x + p["skip_weights"][i - (cfg.n_layer - skips)] * outputs[cfg.n_layer - 1 - i]
+            x = rounding.stored(
+                x + p["skip_weights"][i - (cfg.n_layer - skips)] * outputs[cfg.n_layer - 1 - i])
         if cfg.x0_lambdas:
-            x = p[b + "lambdas"][0] * x + p[b + "lambdas"][1] * x0
+            x = rounding.stored(p[b + "lambdas"][0] * x + p[b + "lambdas"][1] * x0)
         if i not in cfg.no_attn_layers:
             h = norm(x, b + "ln1")
             qkv = rounding.grad_stored(lin(h, b + "attn.qkv"))
@@ -433,7 +438,7 @@ def model_loss(cfg, p, idx, targets, rounding=NO_ROUNDING, head_fp8=None):
             s = (q @ k.transpose(-1, -2)) * scale
             s = s.masked_fill(~cfg.attention_mask(idx, i), float("-inf"))
             a = torch.softmax(s, dim=-1) @ v
-            x = x + lin(a.transpose(1, 2).reshape(B, T, D), b + "attn.proj")
+            x = rounding.stored(x + lin(a.transpose(1, 2).reshape(B, T, D), b + "attn.proj"))
         h = norm(x, b + "ln2")
         if cfg.experts:
             E, K = cfg.experts, cfg.top_k
@@ -455,9 +460,10 @@ def model_loss(cfg, p, idx, targets, rounding=NO_ROUNDING, head_fp8=None):
                 out = out.index_add(0, tok, y * gate[tok, slot][:, None])
             frac = counts / (B * T)  # not differentiated
             aux_total = aux_total + cfg.aux_weight * E * (frac * probs.mean(0)).sum()
-            x = x + out.view(B, T, D)
+            x = rounding.stored(x + out.view(B, T, D))
         else:
-            x = x + lin(act(rounding.grad_stored(lin(h, b + "mlp.fc"))), b + "mlp.proj")
+            x = rounding.stored(
+                x + lin(act(rounding.grad_stored(lin(h, b + "mlp.fc"))), b + "mlp.proj"))
         outputs.append(x)
     if gpt2:
         x = norm(x, "ln_f")

@@ -31,11 +31,11 @@
 // parameter) with the backend's device marks (CUDA events), one row each, in f32; and the
 // matmuls, attention and the classifier again as bf16 runs take them ("matmul bf16": bf16 GEMMs
 // with their roundings, the head writing bf16 logits; "classifier bf16": the cross-entropy on
-// them, d logits in place; "attention bf16": the flash kernels on TF32 tensor cores storing the
-// bf16 output and d qkv, or with ENGINE_CUDA_ATTENTION_BF16_VIA_F32=1 the f32 kernels and
-// rounding passes), with a second sum for a bf16 run, and beside them "attention tf32" (a tf32
-// run's, f32 storage) and "attention tf32 by GEMM" (core/attention_by_gemm.h, the path head dims
-// past 128 take), in neither sum.
+// them, d logits in place; "layernorm bf16": reading the bf16 residual stream; "attention bf16":
+// the flash kernels on TF32 tensor cores storing the bf16 output and d qkv, or with
+// ENGINE_CUDA_ATTENTION_BF16_VIA_F32=1 the f32 kernels and rounding passes), with a second sum for
+// a bf16 run, and beside them "attention tf32" (a tf32 run's, f32 storage) and "attention tf32 by
+// GEMM" (core/attention_by_gemm.h, the path head dims past 128 take), in neither sum.
 //
 // --precision takes a list of train.precision values (docs/precision.md); each row runs the model
 // in that precision (bf16 GEMMs through oneDNN where the CPU has AVX512_BF16 or AMX, else as f32
@@ -313,6 +313,8 @@ int cuda_op_groups(const std::string& name, int reps) {
   // ENGINE_CUDA_GEMM_EPILOGUE=0 the same calls run unfused (the side-by-side timing).
   float* pre = buffer(N * F);
   core::bf16* act_bf16 = buffer_bf16(N * F);
+  // bf16 runs' residual stream: the projections add into it with a bf16 C and D.
+  core::bf16 *stream_in = buffer_bf16(N * D), *stream_out = buffer_bf16(N * D);
   auto linear_epilogues = [&](bool bf16, int64_t in, int64_t out) {
     const bool gelu_out = out == F, gelu_in = in == F, residual = out == D;
     core::GemmArgs f;
@@ -334,10 +336,15 @@ int cuda_op_groups(const std::string& name, int reps) {
       return;
     }
     // bf16: the weight's copy once a step; the forward's input and d qkv, d pre stored bf16 by
-    // their producers; the projections' dy rounded from the f32 residual gradient, whose bias
-    // gradient sums the f32 values.
+    // their producers; the projections add into the bf16 residual stream (bf16 C and D); their
+    // dy rounded from the f32 residual gradient, whose bias gradient sums the f32 values.
     be.f32_to_bf16(wb, w, out * in);
-    be.gemm_epilogue(f, fe, xb, wb, gelu_out ? pre : y, nullptr);
+    if (residual) {
+      fe.c = nullptr, fe.c_bf16 = stream_in;
+      be.gemm_epilogue(f, fe, xb, wb, stream_out, nullptr);
+    } else {
+      be.gemm_epilogue(f, fe, xb, wb, gelu_out ? pre : y, nullptr);
+    }
     if (gelu_out) be.gelu_forward(act_bf16, pre, N * F);
     if (residual) {
       be.bias_backward(dbias, dy, N, out);
@@ -426,11 +433,19 @@ int cuda_op_groups(const std::string& name, int reps) {
            be.split_heads_backward(dx, dq, dk, dv, B, T, H, hd);
          }
        }},
-      {"layernorm", Run::kBoth,
+      {"layernorm", Run::kF32,
        [&] {
          for (int64_t l = 0; l < 2 * L + 1; ++l) {
            be.layernorm_forward(y, mean, rstd, x, bias, bias, N, D, 1e-5f);
            be.layernorm_backward(dx, dgain, dbias, dy, x, bias, mean, rstd, N, D);
+         }
+       }},
+      // bf16 runs: the bf16 residual stream in, the bf16 GEMM input out, f32 gradients.
+      {"layernorm bf16", Run::kBf16,
+       [&] {
+         for (int64_t l = 0; l < 2 * L + 1; ++l) {
+           be.layernorm_forward(act_bf16, mean, rstd, stream_in, bias, bias, N, D, 1e-5f);
+           be.layernorm_backward(dx, dgain, dbias, dy, stream_in, bias, mean, rstd, N, D);
          }
        }},
       {"gelu", Run::kBoth,

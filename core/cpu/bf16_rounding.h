@@ -3,7 +3,7 @@
 // rounds like kmath (nearest, ties to even; infinities kept; NaN quieted with its sign) except that
 // it flushes subnormal inputs to zero, so a group of 32 that holds a subnormal is rounded in
 // software. The kernels that store bf16 activations (RowStore, elementwise_store) round through
-// round_to_bf16.
+// round_to_bf16; RowLoad widens a stored bf16 row for the kernels that read one.
 #pragma once
 
 #include <algorithm>
@@ -63,6 +63,32 @@ class RowStore {
   Out* out_;
   int64_t C_;
   T* row_;
+};
+
+// One input row of a kernel that computes in T from rows stored as In: row() is the row's C
+// values as T. For In = T the row itself; for In = bf16 (T = float) the row widened exactly into a
+// per-thread float row (one live RowLoad per thread: bf16 precision's residual stream, read by
+// the norms).
+template <typename T, typename In>
+class RowLoad {
+ public:
+  RowLoad(const In* in, int64_t C) {
+    if constexpr (!std::is_same_v<In, T>) {
+      static_assert(std::is_same_v<In, bf16> && std::is_same_v<T, float>,
+                    "rows are read as stored, or widened from bf16 to float");
+      thread_local std::vector<float> buffer;
+      if (static_cast<int64_t>(buffer.size()) < C) buffer.resize(static_cast<size_t>(C));
+      for (int64_t c = 0; c < C; ++c)
+        buffer[c] = kmath::float_from_bf16(in[c]);
+      row_ = buffer.data();
+    } else {
+      row_ = in;
+    }
+  }
+  const T* row() const { return row_; }
+
+ private:
+  const T* row_;
 };
 
 // out[i] = value(i) for i < n in parallel: elementwise() when Out is T; in blocks of kStoreBlock

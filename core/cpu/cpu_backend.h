@@ -45,6 +45,11 @@ class CpuBackend final : public Backend {
   void scalar_mix_backward(float* da, float* db, float* dwa, float* dwb, const float* wa,
                            const float* a, const float* wb, const float* b, const float* dout,
                            int64_t n) override;
+  void scalar_mix(bf16* out, const float* wa, const bf16* a, const float* wb, const bf16* b,
+                  int64_t n) override;
+  void scalar_mix_backward(float* da, float* db, float* dwa, float* dwb, const float* wa,
+                           const bf16* a, const float* wb, const bf16* b, const float* dout,
+                           int64_t n) override;
   void f32_to_bf16(bf16* out, const float* in, int64_t n) override;
   void bf16_to_f32(float* out, const bf16* in, int64_t n) override;
   void gelu_forward(float* out, const float* inp, int64_t n) override;
@@ -70,10 +75,21 @@ class CpuBackend final : public Backend {
                        float eps) override;
   void rmsnorm_backward(float* dinp, const float* dout, const float* inp, const float* rstd,
                         int64_t N, int64_t C) override;
+  void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, const float* weight,
+                         const float* bias, int64_t N, int64_t C, float eps) override;
+  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                          const bf16* inp, const float* weight, const float* mean,
+                          const float* rstd, int64_t N, int64_t C) override;
+  void rmsnorm_forward(bf16* out, float* rstd, const bf16* inp, int64_t N, int64_t C,
+                       float eps) override;
+  void rmsnorm_backward(float* dinp, const float* dout, const bf16* inp, const float* rstd,
+                        int64_t N, int64_t C) override;
   void softmax_forward(float* out, const float* inp, int64_t N, int64_t C) override;
   void softmax_backward(float* dinp, const float* dout, const float* out, int64_t N,
                         int64_t C) override;
   void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                         int64_t B, int64_t T, int64_t D) override;
+  void embedding_forward(bf16* out, const int32_t* tokens, const float* wte, const float* wpe,
                          int64_t B, int64_t T, int64_t D) override;
   void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
                           int64_t B, int64_t T, int64_t D) override;
@@ -129,6 +145,8 @@ class CpuBackend final : public Backend {
   void gather_rows(bf16* out, const bf16* src, const int32_t* index, int64_t n, int64_t D) override;
   void scatter_add_rows(float* dst, const float* src, const int32_t* index, const float* weight,
                         int64_t n, int64_t D) override;
+  void combine_rows(bf16* out, const bf16* base, const float* rows, const int32_t* slot_row,
+                    const float* gate, int64_t N, int64_t K, int64_t D) override;
   void row_dot(float* out, const float* a, const float* b, int64_t n, int64_t D) override;
   void mean_loss(float* mean, const float* losses, int64_t n) override;
   void accumulate_loss(double* acc, const float* terms, int64_t k) override;

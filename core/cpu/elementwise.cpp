@@ -37,6 +37,17 @@ void CpuBackend::scalar_mix_backward(float* da, float* db, float* dwa, float* dw
   cpu::scalar_mix_backward(da, db, dwa, dwb, wa, a, wb, b, dout, n);
 }
 
+void CpuBackend::scalar_mix(bf16* out, const float* wa, const bf16* a, const float* wb,
+                            const bf16* b, int64_t n) {
+  cpu::scalar_mix(out, wa, a, wb, b, n);
+}
+
+void CpuBackend::scalar_mix_backward(float* da, float* db, float* dwa, float* dwb, const float* wa,
+                                     const bf16* a, const float* wb, const bf16* b,
+                                     const float* dout, int64_t n) {
+  cpu::scalar_mix_backward(da, db, dwa, dwb, wa, a, wb, b, dout, n);
+}
+
 // The rounding in blocks (cpu::round_to_bf16: vcvtne2ps2bf16 where the CPU has it); the widening
 // as a plain loop over restrict pointers (through cpu::elementwise's lambda GCC keeps it scalar,
 // measured 3x slower on 51M elements).

@@ -26,25 +26,28 @@ template <typename T>
 void axpby(T* y, T a, const T* x, T b, int64_t n) {
   elementwise<T>(n, [=](int64_t i) { y[i] = a * x[i] + b * y[i]; });
 }
-template <typename T>
-void scalar_mix(T* out, const T* wa, const T* a, const T* wb, const T* b, int64_t n) {
+// The mixes also run on bf16 precision's residual stream (In = Out = bf16, T = float): the
+// inputs widened exactly, each output the f32 value rounded once; the weight gradients f32.
+template <typename T, typename Out = T, typename In = T>
+void scalar_mix(Out* out, const T* wa, const In* a, const T* wb, const In* b, int64_t n) {
   const T ca = wa ? wa[0] : T(1);
   if (!b) {
-    elementwise<T>(n, [=](int64_t i) { out[i] = ca * a[i]; });
+    elementwise_store<T>(out, n, [=](int64_t i) { return ca * widen<T>(a[i]); });
     return;
   }
   const T cb = wb[0];
-  elementwise<T>(n, [=](int64_t i) { out[i] = ca * a[i] + cb * b[i]; });
+  elementwise_store<T>(out, n,
+                       [=](int64_t i) { return ca * widen<T>(a[i]) + cb * widen<T>(b[i]); });
 }
 // The weight gradients are float64 sums in index order, before the elementwise part (so the
 // result does not depend on the thread count).
-template <typename T>
-void scalar_mix_backward(T* da, T* db, T* dwa, T* dwb, const T* wa, const T* a, const T* wb,
-                         const T* b, const T* dout, int64_t n) {
+template <typename T, typename In = T>
+void scalar_mix_backward(T* da, T* db, T* dwa, T* dwb, const T* wa, const In* a, const T* wb,
+                         const In* b, const T* dout, int64_t n) {
   double sa = 0.0, sb = 0.0;
   for (int64_t i = 0; i < n; ++i) {
-    if (wa) sa += double(dout[i]) * double(a[i]);
-    if (b) sb += double(dout[i]) * double(b[i]);
+    if (wa) sa += double(dout[i]) * double(widen<T>(a[i]));
+    if (b) sb += double(dout[i]) * double(widen<T>(b[i]));
   }
   if (wa) dwa[0] += T(sa);
   if (b) dwb[0] += T(sb);

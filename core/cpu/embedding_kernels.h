@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/check.h"
+#include "core/cpu/bf16_rounding.h"
 #include "core/cpu/parallel_loops.h"
 
 namespace core::cpu {
@@ -22,17 +23,20 @@ inline void check_tokens(const int32_t* tokens, int64_t n, const char* op) {
   }
 }
 
-template <typename T>
-void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t B,
+// Out = bf16 (T = float): bf16 precision's residual stream, each row the f32 sum rounded once.
+template <typename T, typename Out = T>
+void embedding_forward(Out* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t B,
                        int64_t T_, int64_t D) {
   check_tokens(tokens, B * T_, "embedding_forward");
 #pragma omp parallel for schedule(static) if (B * T_ * D > kParallelMin)
   for (int64_t i = 0; i < B * T_; ++i) {
     const T* e = wte + static_cast<int64_t>(tokens[i]) * D;
     const T* p = wpe ? wpe + (i % T_) * D : nullptr;
-    T* o = out + i * D;
+    const RowStore<T, Out> store(out + i * D, D);
+    T* o = store.row();
     for (int64_t d = 0; d < D; ++d)
       o[d] = e[d] + (p ? p[d] : T(0));
+    store.commit();
   }
 }
 

@@ -79,12 +79,21 @@ void epilogue_f32(CpuBackend& backend, const GemmArgs& r, const GemmEpilogueArgs
   }
 }
 
-// A bf16 D (beta 0): X in an f32 scratch, then each stored value rounded once.
+// A bf16 D: X in an f32 scratch (with beta != 0 starting from C widened: ep.c_bf16, or D in
+// place), then each stored value rounded once.
 void epilogue_bf16(CpuBackend& backend, const GemmArgs& r, const GemmEpilogueArgs& ep,
                    const bf16* a, const bf16* b, bf16* d, bf16* aux) {
   const int64_t n = r.n, ld = r.ldc;
   std::vector<float> scratch(static_cast<size_t>((r.m - 1) * ld + n));
   float* x = scratch.data();
+  if (r.beta != 0.0f) {
+    const bf16* c = ep.c_bf16 ? ep.c_bf16 : d;
+    row_blocks(r.m, n, [&](int64_t r0, int64_t rows) {
+      for (int64_t row = r0; row < r0 + rows; ++row)
+        for (int64_t j = 0; j < n; ++j)
+          x[row * ld + j] = kmath::float_from_bf16(c[row * ld + j]);
+    });
+  }
   backend.gemm(r, a, b, x);
   switch (ep.kind) {
     case GemmEpilogue::none:

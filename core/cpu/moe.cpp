@@ -15,6 +15,12 @@ void CpuBackend::scatter_add_rows(float* dst, const float* src, const int32_t* i
   cpu::scatter_add_rows(dst, src, index, weight, n, D);
 }
 
+void CpuBackend::combine_rows(bf16* out, const bf16* base, const float* rows,
+                              const int32_t* slot_row, const float* gate, int64_t N, int64_t K,
+                              int64_t D) {
+  cpu::combine_rows(out, base, rows, slot_row, gate, N, K, D);
+}
+
 void CpuBackend::row_dot(float* out, const float* a, const float* b, int64_t n, int64_t D) {
   cpu::row_dot(out, a, b, n, D);
 }

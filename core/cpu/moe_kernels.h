@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/cpu/bf16_rounding.h"
 #include "core/cpu/embedding_kernels.h"
 #include "core/cpu/parallel_loops.h"
 #include "core/kernel_math.h"
@@ -62,6 +63,32 @@ void scatter_add_rows(T* dst, const T* src, const int32_t* index, const T* weigh
       for (int64_t c = c0; c < c1; ++c)
         d[c] += s[c] * w;
     }
+  }
+}
+
+// bf16 precision's residual add of the experts' outputs: out[t, :] = base[t, :] + the sum of
+// rows[r, :] * gate[r] over token t's K dispatch rows r = slot_row[t, :] taken in ascending r
+// (scatter_add_rows' order into a copy of base), in float from the widened base, each value
+// rounded once. out may equal base (each row is read before it is written).
+inline void combine_rows(bf16* out, const bf16* base, const float* rows, const int32_t* slot_row,
+                         const float* gate, int64_t N, int64_t K, int64_t D) {
+  check_tokens(slot_row, N * K, "combine_rows");
+#pragma omp parallel for schedule(static) if (N * D > kParallelMin)
+  for (int64_t t = 0; t < N; ++t) {
+    thread_local std::vector<int32_t> order;
+    order.assign(slot_row + t * K, slot_row + (t + 1) * K);
+    std::sort(order.begin(), order.end());
+    const RowLoad<float, bf16> in(base + t * D, D);
+    const RowStore<float, bf16> store(out + t * D, D);
+    float* o = store.row();
+    std::copy_n(in.row(), D, o);
+    for (int32_t r : order) {
+      const float* s = rows + static_cast<int64_t>(r) * D;
+      const float w = gate[r];
+      for (int64_t c = 0; c < D; ++c)
+        o[c] += s[c] * w;
+    }
+    store.commit();
   }
 }
 

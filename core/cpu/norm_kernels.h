@@ -3,7 +3,9 @@
 // Templated on the scalar type: the backend instantiates them for float, the tests also for
 // double (central finite differences); the element math is core/kernel_math.h's. The forwards
 // also store their output as bf16 (Out = bf16, T = float: the f32 row rounded, RowStore); the
-// statistics stay T.
+// statistics stay T. The norms also read a bf16 input (In = bf16: the row widened exactly,
+// RowLoad; bf16 precision's residual stream), so their values are the f32 kernel's on the widened
+// row.
 #pragma once
 
 #include <algorithm>
@@ -17,12 +19,13 @@
 
 namespace core::cpu {
 
-template <typename T, typename Out = T>
-void layernorm_forward(Out* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
+template <typename T, typename Out = T, typename In = T>
+void layernorm_forward(Out* out, T* mean, T* rstd, const In* inp, const T* weight, const T* bias,
                        int64_t N, int64_t C, T eps) {
 #pragma omp parallel for schedule(static) if (N * C > kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
-    const T* x = inp + n * C;
+    const RowLoad<T, In> load(inp + n * C, C);
+    const T* x = load.row();
     T m = T(0);
     for (int64_t c = 0; c < C; ++c)
       m += x[c];
@@ -45,13 +48,14 @@ void layernorm_forward(Out* out, T* mean, T* rstd, const T* inp, const T* weight
 
 // With xhat = (x - mean) rstd and g = dout * w:
 // dx = rstd (g - mean(g) - xhat mean(g xhat)), dw += dout xhat, db += dout.
-template <typename T>
-void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
-                        const T* mean, const T* rstd, int64_t N, int64_t C) {
+template <typename T, typename In = T>
+void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const In* inp,
+                        const T* weight, const T* mean, const T* rstd, int64_t N, int64_t C) {
   if (dinp) {
 #pragma omp parallel for schedule(static) if (N * C > kParallelMin)
     for (int64_t n = 0; n < N; ++n) {
-      const T* x = inp + n * C;
+      const RowLoad<T, In> load(inp + n * C, C);
+      const T* x = load.row();
       const T* g = dout + n * C;
       T m = mean[n], r = rstd[n];
       T g_mean = T(0), gx_mean = T(0);
@@ -72,7 +76,8 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
   if (dweight || dbias) {
     T* dst[2] = {dweight, dbias};
     blocked_column_sums(dst, 2, N, C, [&](int64_t n, T* p) {
-      const T* x = inp + n * C;
+      const RowLoad<T, In> load(inp + n * C, C);
+      const T* x = load.row();
       const T* g = dout + n * C;
       T m = mean[n], r = rstd[n];
       for (int64_t c = 0; c < C; ++c) {
@@ -83,11 +88,12 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
   }
 }
 
-template <typename T, typename Out = T>
-void rmsnorm_forward(Out* out, T* rstd, const T* inp, int64_t N, int64_t C, T eps) {
+template <typename T, typename Out = T, typename In = T>
+void rmsnorm_forward(Out* out, T* rstd, const In* inp, int64_t N, int64_t C, T eps) {
 #pragma omp parallel for schedule(static) if (N * C > kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
-    const T* x = inp + n * C;
+    const RowLoad<T, In> load(inp + n * C, C);
+    const T* x = load.row();
     T ss = T(0);
     for (int64_t c = 0; c < C; ++c)
       ss += x[c] * x[c];
@@ -102,11 +108,12 @@ void rmsnorm_forward(Out* out, T* rstd, const T* inp, int64_t N, int64_t C, T ep
 }
 
 // y = x r with r = (mean(x^2) + eps)^(-1/2): dx = r (g - y mean(g y)).
-template <typename T>
-void rmsnorm_backward(T* dinp, const T* dout, const T* inp, const T* rstd, int64_t N, int64_t C) {
+template <typename T, typename In = T>
+void rmsnorm_backward(T* dinp, const T* dout, const In* inp, const T* rstd, int64_t N, int64_t C) {
 #pragma omp parallel for schedule(static) if (N * C > kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
-    const T* x = inp + n * C;
+    const RowLoad<T, In> load(inp + n * C, C);
+    const T* x = load.row();
     const T* g = dout + n * C;
     T r = rstd[n];
     T gy = T(0);

@@ -47,4 +47,26 @@ void CpuBackend::rmsnorm_forward(bf16* out, float* rstd, const float* inp, int64
   cpu::rmsnorm_forward(out, rstd, inp, N, C, eps);
 }
 
+void CpuBackend::layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp,
+                                   const float* weight, const float* bias, int64_t N, int64_t C,
+                                   float eps) {
+  cpu::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps);
+}
+
+void CpuBackend::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                    const bf16* inp, const float* weight, const float* mean,
+                                    const float* rstd, int64_t N, int64_t C) {
+  cpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+}
+
+void CpuBackend::rmsnorm_forward(bf16* out, float* rstd, const bf16* inp, int64_t N, int64_t C,
+                                 float eps) {
+  cpu::rmsnorm_forward(out, rstd, inp, N, C, eps);
+}
+
+void CpuBackend::rmsnorm_backward(float* dinp, const float* dout, const bf16* inp,
+                                  const float* rstd, int64_t N, int64_t C) {
+  cpu::rmsnorm_backward(dinp, dout, inp, rstd, N, C);
+}
+
 }  // namespace core

@@ -93,6 +93,7 @@ CudaBackend::CudaBackend(int device_index)
     ENGINE_CUDA_CALL(cublasLtCreate(&cublaslt_));
     lt_ = std::make_unique<CublasLtGemm>(cublaslt_, stream_);
     fused_epilogues_ = fused_epilogues_enabled();
+    fused_bf16_c_ = fused_bf16_c_enabled();
     ENGINE_CUDA_CALL(cusolverDnCreate(&cusolver_));
     ENGINE_CUDA_CALL(cusolverDnSetStream(cusolver_, stream_));
     // Backend bookkeeping memory bypasses the allocator so live_bytes() counts tensors only.

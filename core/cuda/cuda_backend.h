@@ -88,6 +88,11 @@ class CudaBackend final : public Backend {
   void scalar_mix_backward(float* da, float* db, float* dwa, float* dwb, const float* wa,
                            const float* a, const float* wb, const float* b, const float* dout,
                            int64_t n) override;
+  void scalar_mix(bf16* out, const float* wa, const bf16* a, const float* wb, const bf16* b,
+                  int64_t n) override;
+  void scalar_mix_backward(float* da, float* db, float* dwa, float* dwb, const float* wa,
+                           const bf16* a, const float* wb, const bf16* b, const float* dout,
+                           int64_t n) override;
   void f32_to_bf16(bf16* out, const float* in, int64_t n) override;
   void bf16_to_f32(float* out, const bf16* in, int64_t n) override;
   void gelu_forward(float* out, const float* inp, int64_t n) override;
@@ -114,11 +119,22 @@ class CudaBackend final : public Backend {
                        float eps) override;
   void rmsnorm_backward(float* dinp, const float* dout, const float* inp, const float* rstd,
                         int64_t N, int64_t C) override;
+  void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, const float* weight,
+                         const float* bias, int64_t N, int64_t C, float eps) override;
+  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                          const bf16* inp, const float* weight, const float* mean,
+                          const float* rstd, int64_t N, int64_t C) override;
+  void rmsnorm_forward(bf16* out, float* rstd, const bf16* inp, int64_t N, int64_t C,
+                       float eps) override;
+  void rmsnorm_backward(float* dinp, const float* dout, const bf16* inp, const float* rstd,
+                        int64_t N, int64_t C) override;
   void softmax_forward(float* out, const float* inp, int64_t N, int64_t C) override;
   void softmax_backward(float* dinp, const float* dout, const float* out, int64_t N,
                         int64_t C) override;
 
   void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                         int64_t B, int64_t T, int64_t D) override;
+  void embedding_forward(bf16* out, const int32_t* tokens, const float* wte, const float* wpe,
                          int64_t B, int64_t T, int64_t D) override;
   void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
                           int64_t B, int64_t T, int64_t D) override;
@@ -177,6 +193,8 @@ class CudaBackend final : public Backend {
   void gather_rows(bf16* out, const bf16* src, const int32_t* index, int64_t n, int64_t D) override;
   void scatter_add_rows(float* dst, const float* src, const int32_t* index, const float* weight,
                         int64_t n, int64_t D) override;
+  void combine_rows(bf16* out, const bf16* base, const float* rows, const int32_t* slot_row,
+                    const float* gate, int64_t N, int64_t K, int64_t D) override;
   void row_dot(float* out, const float* a, const float* b, int64_t n, int64_t D) override;
 
   // model: loss reduction, MoE routing
@@ -236,6 +254,9 @@ class CudaBackend final : public Backend {
                         const void* a, const void* b, bool output_bf16, void* d, void* aux);
   // ENGINE_CUDA_GEMM_EPILOGUE is not "0" (read when the backend is made).
   static bool fused_epilogues_enabled();
+  // ENGINE_CUDA_GEMM_EPILOGUE_BF16_C is not "0": a bf16 D with a bf16 C (the bf16 residual
+  // stream's add) may run fused; "0" runs it unfused through an f32 scratch (the fallback).
+  static bool fused_bf16_c_enabled();
 
   // The attention overloads for each stored type of out (Out, O) and of dq, dk, dv (G): f32, or
   // bf16 written by the kernels themselves (attention.cu), or with
@@ -265,6 +286,7 @@ class CudaBackend final : public Backend {
   cusolverDnContext* cusolver_ = nullptr;
   std::unique_ptr<CublasLtGemm> lt_;  // cuBLASLt with its plans and workspace (cublaslt_gemm.h)
   bool fused_epilogues_ = true;
+  bool fused_bf16_c_ = true;
   int* status_ = nullptr;             // device: {code, detail} raised by kernels (cuda_launch.cuh)
   double* reduce_scratch_ = nullptr;  // device: one double for sum_squares(_many)
 };

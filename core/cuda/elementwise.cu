@@ -55,11 +55,26 @@ __global__ void axpby_kernel(float* y, float a, const float* x, float b, int64_t
     y[i] = a * x[i] + b * y[i];
 }
 
-__global__ void scalar_mix_kernel(float* out, const float* wa, const float* a, const float* wb,
-                                  const float* b, int64_t n) {
+__device__ inline float widen(float x) {
+  return x;
+}
+__device__ inline float widen(bf16 x) {
+  return kmath::float_from_bf16(x);
+}
+__device__ inline void store(float* out, float x) {
+  *out = x;
+}
+__device__ inline void store(bf16* out, float x) {
+  *out = kmath::bf16_from_float(x);
+}
+
+// f32, or bf16 precision's residual stream (bf16 in and out, the f32 value rounded once).
+template <typename V>
+__global__ void scalar_mix_kernel(V* out, const float* wa, const V* a, const float* wb, const V* b,
+                                  int64_t n) {
   const float ca = wa ? wa[0] : 1.0f, cb = b ? wb[0] : 0.0f;
   for (int64_t i = first_index(); i < n; i += grid_stride())
-    out[i] = b ? ca * a[i] + cb * b[i] : ca * a[i];
+    store(out + i, b ? ca * widen(a[i]) + cb * widen(b[i]) : ca * widen(a[i]));
 }
 
 __global__ void scalar_mix_backward_kernel(float* da, float* db, const float* wa, const float* wb,
@@ -72,14 +87,15 @@ __global__ void scalar_mix_backward_kernel(float* da, float* db, const float* wa
 }
 
 // The two weight gradients as column sums of one column ([n, 1]): dout a and dout b.
+template <typename V>
 struct MixDots {
   static constexpr int kCount = 2;
   const float* dout;
-  const float* a;
-  const float* b;
+  const V* a;
+  const V* b;
   __device__ void operator()(int64_t r, int64_t, int64_t, float* v) const {
-    v[0] = a ? dout[r] * a[r] : 0.0f;
-    v[1] = b ? dout[r] * b[r] : 0.0f;
+    v[0] = a ? dout[r] * widen(a[r]) : 0.0f;
+    v[1] = b ? dout[r] * widen(b[r]) : 0.0f;
   }
 };
 
@@ -210,7 +226,26 @@ void CudaBackend::scalar_mix_backward(float* da, float* db, float* dwa, float* d
   if (n <= 0) return;
   cuda_detail::column_sums(allocator_, stream_,
                            cuda_detail::ColumnTargets{{wa ? dwa : nullptr, b ? dwb : nullptr}},
-                           MixDots{dout, wa ? a : nullptr, b}, n, 1, "scalar_mix_backward");
+                           MixDots<float>{dout, wa ? a : nullptr, b}, n, 1, "scalar_mix_backward");
+  scalar_mix_backward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(da, b ? db : nullptr, wa, wb,
+                                                                    dout, n);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::scalar_mix(bf16* out, const float* wa, const bf16* a, const float* wb,
+                             const bf16* b, int64_t n) {
+  if (n <= 0) return;
+  scalar_mix_kernel<<<grid_for(n), kThreads, 0, stream_>>>(out, wa, a, wb, b, n);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::scalar_mix_backward(float* da, float* db, float* dwa, float* dwb, const float* wa,
+                                      const bf16* a, const float* wb, const bf16* b,
+                                      const float* dout, int64_t n) {
+  if (n <= 0) return;
+  cuda_detail::column_sums(allocator_, stream_,
+                           cuda_detail::ColumnTargets{{wa ? dwa : nullptr, b ? dwb : nullptr}},
+                           MixDots<bf16>{dout, wa ? a : nullptr, b}, n, 1, "scalar_mix_backward");
   scalar_mix_backward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(da, b ? db : nullptr, wa, wb,
                                                                     dout, n);
   ENGINE_CUDA_LAUNCHED();

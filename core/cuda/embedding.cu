@@ -8,6 +8,7 @@
 #include "core/cuda/cuda_backend.h"
 #include "core/cuda/cuda_launch.cuh"
 #include "core/cuda/cuda_reduce.cuh"
+#include "core/kernel_math.h"
 
 namespace core {
 
@@ -22,7 +23,16 @@ namespace {
 
 // ---- embeddings --------------------------------------------------------------------------------
 
-__global__ void embedding_forward_kernel(float* out, const int32_t* tokens, const float* wte,
+__device__ inline void store(float* out, float x) {
+  *out = x;
+}
+__device__ inline void store(bf16* out, float x) {
+  *out = kmath::bf16_from_float(x);
+}
+
+// out f32, or bf16 (bf16 precision's residual stream: the f32 sum rounded once).
+template <typename Out>
+__global__ void embedding_forward_kernel(Out* out, const int32_t* tokens, const float* wte,
                                          const float* wpe, int64_t T, int64_t D, int64_t total,
                                          int* status) {
   for (int64_t i = first_index(); i < total; i += grid_stride()) {
@@ -31,12 +41,12 @@ __global__ void embedding_forward_kernel(float* out, const int32_t* tokens, cons
     const int32_t token = tokens[bt];
     if (token < 0) {
       cuda_detail::raise_status(status, cuda_detail::kStatusNegativeTokenId, bt);
-      out[i] = 0.0f;
+      store(out + i, 0.0f);
       continue;
     }
     float v = wte[static_cast<int64_t>(token) * D + d];
     if (wpe != nullptr) v += wpe[(bt % T) * D + d];
-    out[i] = v;
+    store(out + i, v);
   }
 }
 
@@ -54,6 +64,16 @@ __global__ void embedding_backward_wpe_kernel(float* dwpe, const float* dout, in
 }  // namespace
 
 void CudaBackend::embedding_forward(float* out, const int32_t* tokens, const float* wte,
+                                    const float* wpe, int64_t B, int64_t T, int64_t D) {
+  check_sizes(name_ + ": embedding_forward", {B, T, D});
+  const int64_t total = B * T * D;
+  if (total == 0) return;
+  embedding_forward_kernel<<<grid_for(total), kThreads, 0, stream_>>>(out, tokens, wte, wpe, T, D,
+                                                                      total, status_);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::embedding_forward(bf16* out, const int32_t* tokens, const float* wte,
                                     const float* wpe, int64_t B, int64_t T, int64_t D) {
   check_sizes(name_ + ": embedding_forward", {B, T, D});
   const int64_t total = B * T * D;

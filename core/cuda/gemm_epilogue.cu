@@ -2,7 +2,8 @@
 // cuBLASLt matmul with the epilogue fused (cublaslt_gemm.h), or, where cuBLASLt has no kernel for
 // the call or ENGINE_CUDA_GEMM_EPILOGUE=0 asks for it, the unfused ops the model ran before (the
 // GEMM, then add_bias, gelu_forward, gelu_backward, bias_backward), kept for side-by-side timings
-// and as the fallback.
+// and as the fallback. ENGINE_CUDA_GEMM_EPILOGUE_BF16_C=0 takes only the bf16 D with a bf16 C
+// (the bf16 residual add) unfused: C widened into an f32 scratch, the GEMM, the bias, rounded.
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -61,11 +62,14 @@ void unfused_f32(CudaBackend& be, const GemmArgs& r, const GemmEpilogueArgs& ep,
   }
 }
 
-// A bf16 D (beta 0), unfused: X in an f32 scratch, then the bf16-storing ops.
+// A bf16 D, unfused: X in an f32 scratch (with beta != 0 from C widened: ep.c_bf16, or D in
+// place), then the bf16-storing ops.
 void unfused_bf16(CudaBackend& be, const GemmArgs& r, const GemmEpilogueArgs& ep, const bf16* a,
                   const bf16* b, bf16* d, bf16* aux) {
   const int64_t mn = r.m * r.n;
-  Scratch x(be.allocator(), (r.m - 1) * r.ldc + r.n);
+  const int64_t span = (r.m - 1) * r.ldc + r.n;
+  Scratch x(be.allocator(), span);
+  if (r.beta != 0.0f) be.bf16_to_f32(x.get(), ep.c_bf16 ? ep.c_bf16 : d, span);
   be.gemm(r, a, b, x.get());
   switch (ep.kind) {
     case GemmEpilogue::none:
@@ -99,6 +103,11 @@ bool CudaBackend::fused_epilogues_enabled() {
   return !(v && std::strcmp(v, "0") == 0);
 }
 
+bool CudaBackend::fused_bf16_c_enabled() {
+  const char* v = std::getenv("ENGINE_CUDA_GEMM_EPILOGUE_BF16_C");
+  return !(v && std::strcmp(v, "0") == 0);
+}
+
 bool CudaBackend::lt_gemm_epilogue(const GemmArgs& r, const GemmEpilogueArgs& ep, bool inputs_bf16,
                                    const void* a, const void* b, bool output_bf16, void* d,
                                    void* aux) {
@@ -110,7 +119,11 @@ bool CudaBackend::lt_gemm_epilogue(const GemmArgs& r, const GemmEpilogueArgs& ep
   call.output_bf16 = output_bf16;
   call.a = a;
   call.b = b;
-  call.c = r.beta != 0.0f ? ep.c : nullptr;
+  // A bf16 D reads a bf16 C (cuBLASLt's C has D's type and layout).
+  if (output_bf16 && r.beta != 0.0f && !fused_bf16_c_) return false;
+  call.c = r.beta == 0.0f ? nullptr
+           : output_bf16  ? static_cast<const void*>(ep.c_bf16)
+                          : static_cast<const void*>(ep.c);
   call.d = d;
   call.bias = ep.bias;
   call.aux = aux;

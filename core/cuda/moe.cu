@@ -90,6 +90,31 @@ __global__ void gather_bf16_rows_kernel(bf16* out, const bf16* src, const int32_
   }
 }
 
+// One thread per element of out: token t's K dispatch rows taken in ascending order by repeated
+// minimum (K is small), summed from the widened base in f32, rounded once (combine_rows).
+__global__ void combine_rows_kernel(bf16* out, const bf16* base, const float* rows,
+                                    const int32_t* slot_row, const float* gate, int64_t K,
+                                    int64_t D, int64_t total, int* status) {
+  for (int64_t i = first_index(); i < total; i += grid_stride()) {
+    const int64_t t = i / D, c = i % D;
+    const int32_t* slots = slot_row + t * K;
+    float v = kmath::float_from_bf16(base[i]);
+    int32_t last = -1;
+    for (int64_t k = 0; k < K; ++k) {
+      int32_t next = INT32_MAX;
+      for (int64_t j = 0; j < K; ++j)
+        if (slots[j] > last && slots[j] < next) next = slots[j];
+      if (next == INT32_MAX) {  // a negative or repeated row
+        cuda_detail::raise_status(status, cuda_detail::kStatusNegativeRowIndex, t);
+        break;
+      }
+      v += rows[static_cast<int64_t>(next) * D + c] * gate[next];
+      last = next;
+    }
+    out[i] = kmath::bf16_from_float(v);
+  }
+}
+
 __global__ void row_dot_kernel(float* out, const float* a, const float* b, int64_t D) {
   const int64_t row = blockIdx.x;
   Sum<float> s;
@@ -232,6 +257,17 @@ void CudaBackend::scatter_add_rows(float* dst, const float* src, const int32_t* 
   if (total == 0) return;
   scatter_rows_in_order(allocator_, stream_, dst, src, index, weight, n, D,
                         cuda_detail::kStatusNegativeRowIndex, status_, "scatter_add_rows");
+}
+
+void CudaBackend::combine_rows(bf16* out, const bf16* base, const float* rows,
+                               const int32_t* slot_row, const float* gate, int64_t N, int64_t K,
+                               int64_t D) {
+  check_sizes(name_ + ": combine_rows", {N, K, D});
+  const int64_t total = N * D;
+  if (total == 0) return;
+  combine_rows_kernel<<<grid_for(total), kThreads, 0, stream_>>>(out, base, rows, slot_row, gate, K,
+                                                                 D, total, status_);
+  ENGINE_CUDA_LAUNCHED();
 }
 
 void CudaBackend::row_dot(float* out, const float* a, const float* b, int64_t n, int64_t D) {

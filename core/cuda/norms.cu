@@ -1,5 +1,6 @@
-// The CUDA backend's norms family (core/ops/norms.h): LayerNorm and RMSNorm one warp per row, the
-// row softmax one block per row; the LayerNorm parameter gradients are fixed-order column sums.
+// The CUDA backend's norms family (core/ops/norms.h): LayerNorm and RMSNorm one warp per row (the
+// input f32, or bf16 widened as it is loaded), the row softmax one block per row; the LayerNorm
+// parameter gradients are fixed-order column sums.
 #include <cuda_runtime.h>
 
 #include <initializer_list>
@@ -28,16 +29,25 @@ using cuda_detail::Sum;
 
 namespace {
 
-// Values of the LayerNorm parameter gradients: dout * xhat (weight) and dout (bias).
+__device__ inline float widen(float x) {
+  return x;
+}
+__device__ inline float widen(bf16 x) {
+  return kmath::float_from_bf16(x);
+}
+
+// Values of the LayerNorm parameter gradients: dout * xhat (weight) and dout (bias); the input
+// f32 or bf16 (widened).
+template <typename In>
 struct LayerNormParamGrad {
   static constexpr int kCount = 2;
   const float* dout;
-  const float* inp;
+  const In* inp;
   const float* mean;
   const float* rstd;
   __device__ void operator()(int64_t r, int64_t c, int64_t C, float* v) const {
     const float g = dout[r * C + c];
-    v[0] = g * (inp[r * C + c] - mean[r]) * rstd[r];
+    v[0] = g * (widen(inp[r * C + c]) - mean[r]) * rstd[r];
     v[1] = g;
   }
 };
@@ -70,17 +80,32 @@ __device__ inline void store_row_pack(bf16* y, const FloatPack<W>& p) {
     y[i] = kmath::bf16_from_float(p.v[i]);
 }
 
-template <int W, typename Out>
-__global__ void layernorm_forward_kernel(Out* out, float* mean, float* rstd, const float* inp,
+// A pack of a row read as f32: loaded, or widened from bf16 (bf16 precision's residual stream;
+// element loads, so the pack width asks nothing of a bf16 row's alignment).
+template <int W>
+__device__ inline FloatPack<W> load_row_pack(const float* x) {
+  return load_pack<W>(x);
+}
+template <int W>
+__device__ inline FloatPack<W> load_row_pack(const bf16* x) {
+  FloatPack<W> p;
+#pragma unroll
+  for (int i = 0; i < W; ++i)
+    p.v[i] = kmath::float_from_bf16(x[i]);
+  return p;
+}
+
+template <int W, typename Out, typename In>
+__global__ void layernorm_forward_kernel(Out* out, float* mean, float* rstd, const In* inp,
                                          const float* weight, const float* bias, int64_t N,
                                          int64_t C, float eps) {
   const int64_t row = warp_row();
   if (row >= N) return;
-  const float* x = inp + row * C;
+  const In* x = inp + row * C;
   Out* y = out + row * C;
   float sum = 0.0f;
   for (int64_t j = lane() * W; j < C; j += 32 * W) {
-    const FloatPack<W> p = load_pack<W>(x + j);
+    const FloatPack<W> p = load_row_pack<W>(x + j);
 #pragma unroll
     for (int i = 0; i < W; ++i)
       sum += p.v[i];
@@ -88,7 +113,7 @@ __global__ void layernorm_forward_kernel(Out* out, float* mean, float* rstd, con
   const float mu = row_group_sum<32>(sum) / static_cast<float>(C);
   float sq = 0.0f;
   for (int64_t j = lane() * W; j < C; j += 32 * W) {
-    const FloatPack<W> p = load_pack<W>(x + j);
+    const FloatPack<W> p = load_row_pack<W>(x + j);
 #pragma unroll
     for (int i = 0; i < W; ++i)
       sq += (p.v[i] - mu) * (p.v[i] - mu);
@@ -99,7 +124,7 @@ __global__ void layernorm_forward_kernel(Out* out, float* mean, float* rstd, con
     if (rstd != nullptr) rstd[row] = rs;
   }
   for (int64_t j = lane() * W; j < C; j += 32 * W) {
-    FloatPack<W> p = load_pack<W>(x + j);
+    FloatPack<W> p = load_row_pack<W>(x + j);
     const FloatPack<W> wp = weight != nullptr ? load_pack<W>(weight + j) : FloatPack<W>{};
     const FloatPack<W> bp = bias != nullptr ? load_pack<W>(bias + j) : FloatPack<W>{};
 #pragma unroll
@@ -115,20 +140,20 @@ __global__ void layernorm_forward_kernel(Out* out, float* mean, float* rstd, con
 
 // With xhat = (x - mean) rstd and g = dout * weight:
 // dx = rstd (g - mean(g) - xhat mean(g xhat)).
-template <int W>
-__global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, const float* inp,
+template <int W, typename In>
+__global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, const In* inp,
                                                 const float* weight, const float* mean,
                                                 const float* rstd, int64_t N, int64_t C) {
   const int64_t row = warp_row();
   if (row >= N) return;
-  const float* x = inp + row * C;
+  const In* x = inp + row * C;
   const float* dy = dout + row * C;
   float* dx = dinp + row * C;
   const float mu = mean[row];
   const float rs = rstd[row];
   float sum_g = 0.0f, sum_gx = 0.0f;
   for (int64_t j = lane() * W; j < C; j += 32 * W) {
-    const FloatPack<W> xp = load_pack<W>(x + j), gp = load_pack<W>(dy + j);
+    const FloatPack<W> xp = load_row_pack<W>(x + j), gp = load_pack<W>(dy + j);
     const FloatPack<W> wp = weight != nullptr ? load_pack<W>(weight + j) : FloatPack<W>{};
 #pragma unroll
     for (int i = 0; i < W; ++i) {
@@ -140,7 +165,7 @@ __global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, 
   const float mean_g = row_group_sum<32>(sum_g) / static_cast<float>(C);
   const float mean_gx = row_group_sum<32>(sum_gx) / static_cast<float>(C);
   for (int64_t j = lane() * W; j < C; j += 32 * W) {
-    const FloatPack<W> xp = load_pack<W>(x + j), gp = load_pack<W>(dy + j);
+    const FloatPack<W> xp = load_row_pack<W>(x + j), gp = load_pack<W>(dy + j);
     const FloatPack<W> wp = weight != nullptr ? load_pack<W>(weight + j) : FloatPack<W>{};
     FloatPack<W> acc = load_pack<W>(dx + j);
 #pragma unroll
@@ -153,16 +178,16 @@ __global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, 
   }
 }
 
-template <int W, typename Out>
-__global__ void rmsnorm_forward_kernel(Out* out, float* rstd, const float* inp, int64_t N,
-                                       int64_t C, float eps) {
+template <int W, typename Out, typename In>
+__global__ void rmsnorm_forward_kernel(Out* out, float* rstd, const In* inp, int64_t N, int64_t C,
+                                       float eps) {
   const int64_t row = warp_row();
   if (row >= N) return;
-  const float* x = inp + row * C;
+  const In* x = inp + row * C;
   Out* y = out + row * C;
   float sq = 0.0f;
   for (int64_t j = lane() * W; j < C; j += 32 * W) {
-    const FloatPack<W> p = load_pack<W>(x + j);
+    const FloatPack<W> p = load_row_pack<W>(x + j);
 #pragma unroll
     for (int i = 0; i < W; ++i)
       sq += p.v[i] * p.v[i];
@@ -170,7 +195,7 @@ __global__ void rmsnorm_forward_kernel(Out* out, float* rstd, const float* inp, 
   const float rs = kmath::rsqrt_eps(row_group_sum<32>(sq) / static_cast<float>(C), eps);
   if (lane() == 0 && rstd != nullptr) rstd[row] = rs;
   for (int64_t j = lane() * W; j < C; j += 32 * W) {
-    FloatPack<W> p = load_pack<W>(x + j);
+    FloatPack<W> p = load_row_pack<W>(x + j);
 #pragma unroll
     for (int i = 0; i < W; ++i)
       p.v[i] *= rs;
@@ -179,25 +204,25 @@ __global__ void rmsnorm_forward_kernel(Out* out, float* rstd, const float* inp, 
 }
 
 // With y = x rstd: dx = rstd (dout - y mean(dout y)).
-template <int W>
-__global__ void rmsnorm_backward_kernel(float* dinp, const float* dout, const float* inp,
+template <int W, typename In>
+__global__ void rmsnorm_backward_kernel(float* dinp, const float* dout, const In* inp,
                                         const float* rstd, int64_t N, int64_t C) {
   const int64_t row = warp_row();
   if (row >= N) return;
-  const float* x = inp + row * C;
+  const In* x = inp + row * C;
   const float* dy = dout + row * C;
   float* dx = dinp + row * C;
   const float rs = rstd[row];
   float s = 0.0f;
   for (int64_t j = lane() * W; j < C; j += 32 * W) {
-    const FloatPack<W> xp = load_pack<W>(x + j), gp = load_pack<W>(dy + j);
+    const FloatPack<W> xp = load_row_pack<W>(x + j), gp = load_pack<W>(dy + j);
 #pragma unroll
     for (int i = 0; i < W; ++i)
       s += gp.v[i] * xp.v[i] * rs;
   }
   const float mean_gy = row_group_sum<32>(s) / static_cast<float>(C);
   for (int64_t j = lane() * W; j < C; j += 32 * W) {
-    const FloatPack<W> xp = load_pack<W>(x + j), gp = load_pack<W>(dy + j);
+    const FloatPack<W> xp = load_row_pack<W>(x + j), gp = load_pack<W>(dy + j);
     FloatPack<W> acc = load_pack<W>(dx + j);
 #pragma unroll
     for (int i = 0; i < W; ++i)
@@ -285,8 +310,8 @@ void CudaBackend::layernorm_backward(float* dinp, float* dweight, float* dbias, 
     });
   }
   if (dweight != nullptr || dbias != nullptr) {
-    column_sums(allocator_, stream_, {{dweight, dbias}}, LayerNormParamGrad{dout, inp, mean, rstd},
-                N, C, "layernorm_backward");
+    column_sums(allocator_, stream_, {{dweight, dbias}},
+                LayerNormParamGrad<float>{dout, inp, mean, rstd}, N, C, "layernorm_backward");
   }
 }
 
@@ -315,6 +340,54 @@ void CudaBackend::rmsnorm_backward(float* dinp, const float* dout, const float* 
   check_sizes(name_ + ": rmsnorm_backward", {N, C});
   if (N == 0 || C == 0) return;
   launch_rows(N, C, {dinp, dout, inp}, "rmsnorm_backward", [&](auto w, dim3 grid) {
+    rmsnorm_backward_kernel<decltype(w)::value>
+        <<<grid, kThreads, 0, stream_>>>(dinp, dout, inp, rstd, N, C);
+  });
+}
+
+void CudaBackend::layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp,
+                                    const float* weight, const float* bias, int64_t N, int64_t C,
+                                    float eps) {
+  check_sizes(name_ + ": layernorm_forward", {N, C});
+  if (N == 0 || C == 0) return;
+  launch_rows(N, C, {weight, bias}, "layernorm_forward", [&](auto w, dim3 grid) {
+    layernorm_forward_kernel<decltype(w)::value>
+        <<<grid, kThreads, 0, stream_>>>(out, mean, rstd, inp, weight, bias, N, C, eps);
+  });
+}
+
+void CudaBackend::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                     const bf16* inp, const float* weight, const float* mean,
+                                     const float* rstd, int64_t N, int64_t C) {
+  check_sizes(name_ + ": layernorm_backward", {N, C});
+  if (N == 0 || C == 0) return;
+  if (dinp != nullptr) {
+    launch_rows(N, C, {dinp, dout, weight}, "layernorm_backward", [&](auto w, dim3 grid) {
+      layernorm_backward_input_kernel<decltype(w)::value>
+          <<<grid, kThreads, 0, stream_>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+    });
+  }
+  if (dweight != nullptr || dbias != nullptr) {
+    column_sums(allocator_, stream_, {{dweight, dbias}},
+                LayerNormParamGrad<bf16>{dout, inp, mean, rstd}, N, C, "layernorm_backward");
+  }
+}
+
+void CudaBackend::rmsnorm_forward(bf16* out, float* rstd, const bf16* inp, int64_t N, int64_t C,
+                                  float eps) {
+  check_sizes(name_ + ": rmsnorm_forward", {N, C});
+  if (N == 0 || C == 0) return;
+  launch_rows(N, C, {}, "rmsnorm_forward", [&](auto w, dim3 grid) {
+    rmsnorm_forward_kernel<decltype(w)::value>
+        <<<grid, kThreads, 0, stream_>>>(out, rstd, inp, N, C, eps);
+  });
+}
+
+void CudaBackend::rmsnorm_backward(float* dinp, const float* dout, const bf16* inp,
+                                   const float* rstd, int64_t N, int64_t C) {
+  check_sizes(name_ + ": rmsnorm_backward", {N, C});
+  if (N == 0 || C == 0) return;
+  launch_rows(N, C, {dinp, dout}, "rmsnorm_backward", [&](auto w, dim3 grid) {
     rmsnorm_backward_kernel<decltype(w)::value>
         <<<grid, kThreads, 0, stream_>>>(dinp, dout, inp, rstd, N, C);
   });

@@ -35,6 +35,14 @@ class ElementwiseOps {
   virtual void scalar_mix_backward(float* da, float* db, float* dwa, float* dwb, const float* wa,
                                    const float* a, const float* wb, const float* b,
                                    const float* dout, int64_t n) = 0;
+  // The mix over bf16 precision's residual stream: a and b stored bf16 (widened exactly), out
+  // stored bf16 (the f32 value rounded once); the backward reads the bf16 a and b for the weight
+  // gradients, which stay f32 like da and db.
+  virtual void scalar_mix(bf16* out, const float* wa, const bf16* a, const float* wb, const bf16* b,
+                          int64_t n) = 0;
+  virtual void scalar_mix_backward(float* da, float* db, float* dwa, float* dwb, const float* wa,
+                                   const bf16* a, const float* wb, const bf16* b, const float* dout,
+                                   int64_t n) = 0;
   // bf16 <-> f32 over n elements (kmath::bf16_from_float: nearest, ties to even; NaN and
   // infinity kept; the other way exact).
   virtual void f32_to_bf16(bf16* out, const float* in, int64_t n) = 0;

@@ -68,7 +68,8 @@ GemmArgs resolve_gemm_epilogue_args(const GemmArgs& args, const GemmEpilogueArgs
     if (!r.trans_a || r.lda != r.m) fail("bgrad sums A stored packed [k, m] (trans_a, lda == m)");
     if (d_bf16) fail("bgrad needs an f32 D");
   }
-  if (d_bf16 && (r.beta != 0.0f || ep.c)) fail("a bf16 D takes no C (beta 0)");
+  if (d_bf16 && ep.c) fail("a bf16 D takes a bf16 C (c_bf16), not an f32 one");
+  if (!d_bf16 && ep.c_bf16) fail("a bf16 C (c_bf16) needs a bf16 D");
   return r;
 }
 

@@ -3,8 +3,8 @@
 // shapes and accumulation); implemented per device in core/cpu/gemm.cpp and core/cuda/gemm.cu.
 //
 // The dtype contract (docs/precision.md): A and B are both f32 or both bf16; the products are
-// accumulated in f32 and C is f32, or for bf16 inputs also bf16 (each f32 result rounded once,
-// beta 0). bf16 products are exact in f32, so a bf16 GEMM equals the f32 GEMM of the bf16
+// accumulated in f32 and C is f32, or for bf16 inputs also bf16 (each f32 result rounded once;
+// beta 0, but for gemm_epilogue's residual add, which reads a bf16 C widened). bf16 products are exact in f32, so a bf16 GEMM equals the f32 GEMM of the bf16
 // values up to the order of the f32 additions. An f32 GEMM may ask for TF32 tensor cores
 // (GemmArgs::tf32; CUDA only, the CPU computes f32).
 //
@@ -63,6 +63,10 @@ struct GemmEpilogueArgs {
   const float* c = nullptr;
   const float* bias = nullptr;  // bias, bias_gelu: [n] f32
   float* dbias = nullptr;       // bgrad: [m] f32, accumulated (+=)
+  // C of a bf16 D (kinds none and bias), stored bf16 like D and widened exactly: bf16
+  // precision's residual stream, D = round(alpha op(A) op(B) + beta C (+ bias)). Null with beta
+  // != 0: C is D (read before it is written). An f32 D takes `c` only.
+  const bf16* c_bf16 = nullptr;
 };
 
 // The resolved arguments of a gemm_epilogue call after checking what the epilogue needs (one
@@ -104,8 +108,10 @@ class GemmOps {
                              const float* b, float* d, float* aux) = 0;
   virtual void gemm_epilogue(const GemmArgs& args, const GemmEpilogueArgs& ep, const bf16* a,
                              const bf16* b, float* d, float* aux) = 0;
-  // D and aux stored in bf16, each the f32 value rounded once (dgelu widens aux exactly); beta 0,
-  // no bgrad.
+  // D and aux stored in bf16, each the f32 value rounded once (dgelu widens aux exactly); no
+  // bgrad. beta != 0 (kinds none and bias) reads a bf16 C (ep.c_bf16, or D in place) widened
+  // exactly: D = round(alpha op(A) op(B) + beta C (+ bias)), the f32 epilogue's value of the
+  // widened C rounded once (the residual add of a bf16 residual stream).
   virtual void gemm_epilogue(const GemmArgs& args, const GemmEpilogueArgs& ep, const bf16* a,
                              const bf16* b, bf16* d, bf16* aux) = 0;
   // Why bf16 GEMMs (TF32 GEMMs) would not run faster than f32 GEMMs on this device, in one line;

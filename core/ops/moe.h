@@ -40,6 +40,12 @@ class MoeOps {
   // of i on both backends, so the result is the same from run to run.
   virtual void scatter_add_rows(float* dst, const float* src, const int32_t* index,
                                 const float* weight, int64_t n, int64_t D) = 0;
+  // bf16 precision's residual add of the experts' outputs (the MoE layer's res_out): out[t, :] =
+  // base[t, :] + sum of rows[r, :] * gate[r] over token t's K dispatch rows r = slot_row[t, :],
+  // added in ascending r from the widened base in f32, each value rounded once (what
+  // scatter_add_rows into an f32 copy of base sums, rounded). out may equal base.
+  virtual void combine_rows(bf16* out, const bf16* base, const float* rows, const int32_t* slot_row,
+                            const float* gate, int64_t N, int64_t K, int64_t D) = 0;
   // out[i] = dot(a[i, :], b[i, :]) for i < n (the gradient of a per-row weight).
   virtual void row_dot(float* out, const float* a, const float* b, int64_t n, int64_t D) = 0;
   // Top-k routing of probs [N, E] (softmax rows) into r: each token's K most probable experts

@@ -32,6 +32,18 @@ class NormOps {
                                float eps) = 0;
   virtual void rmsnorm_backward(float* dinp, const float* dout, const float* inp, const float* rstd,
                                 int64_t N, int64_t C) = 0;
+  // bf16 precision's residual stream: the input stored bf16, widened exactly (the values are the
+  // f32 op's on the widened input; the statistics and d inp stay f32).
+  virtual void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp,
+                                 const float* weight, const float* bias, int64_t N, int64_t C,
+                                 float eps) = 0;
+  virtual void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                  const bf16* inp, const float* weight, const float* mean,
+                                  const float* rstd, int64_t N, int64_t C) = 0;
+  virtual void rmsnorm_forward(bf16* out, float* rstd, const bf16* inp, int64_t N, int64_t C,
+                               float eps) = 0;
+  virtual void rmsnorm_backward(float* dinp, const float* dout, const bf16* inp, const float* rstd,
+                                int64_t N, int64_t C) = 0;
   // Row softmax of [N, C] (router probabilities); backward from the saved output.
   virtual void softmax_forward(float* out, const float* inp, int64_t N, int64_t C) = 0;
   virtual void softmax_backward(float* dinp, const float* dout, const float* out, int64_t N,

@@ -329,4 +329,126 @@ TEST(Bf16Store, BiasGradientAndRowGatherReadBf16Exactly) {
   }
 }
 
+// ---- the residual stream (bf16 in and out)
+// -------------------------------------------------------
+//
+// bf16 precision stores the residual stream in bf16: the norms read it widened, the mixes and the
+// embedding write it rounded once, the MoE's combine adds its rows from it. Each is the f32 op on
+// the widened values, its output rounded once, bit for bit.
+
+TEST(Bf16Store, NormsOfTheBf16StreamAreTheF32NormsOfTheWidenedStream) {
+  core::Backend& be = core::cpu_backend();
+  for (const RowShape s : kRowShapes) {
+    const int64_t N = s.N, C = s.C;
+    const std::vector<bf16> x = rounded(normal_values(N * C, 21, 3.0));
+    const std::vector<float> xf = widened(x), w = normal_values(C, 22), b = normal_values(C, 23),
+                             dy = normal_values(N * C, 24);
+    std::vector<float> out(N * C), mean(N), rstd(N), mean_b(N), rstd_b(N);
+    std::vector<bf16> out_b = unwritten(N * C);
+    be.layernorm_forward(out.data(), mean.data(), rstd.data(), xf.data(), w.data(), b.data(), N, C,
+                         1e-5f);
+    be.layernorm_forward(out_b.data(), mean_b.data(), rstd_b.data(), x.data(), w.data(), b.data(),
+                         N, C, 1e-5f);
+    expect_bits_equal(out_b, rounded(out), "layernorm of bf16");
+    EXPECT_EQ(mean_b, mean);
+    EXPECT_EQ(rstd_b, rstd);
+    // The backward accumulates (+=) into d inp and the parameter gradients, f32 as in fp32.
+    std::vector<float> dx(N * C, 0.5f), dw(C, 0.25f), db(C, -0.25f);
+    std::vector<float> dx_b = dx, dw_b = dw, db_b = db;
+    be.layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), xf.data(), w.data(),
+                          mean.data(), rstd.data(), N, C);
+    be.layernorm_backward(dx_b.data(), dw_b.data(), db_b.data(), dy.data(), x.data(), w.data(),
+                          mean.data(), rstd.data(), N, C);
+    EXPECT_EQ(dx_b, dx);
+    EXPECT_EQ(dw_b, dw);
+    EXPECT_EQ(db_b, db);
+
+    out_b = unwritten(N * C);
+    be.rmsnorm_forward(out.data(), rstd.data(), xf.data(), N, C, 1e-6f);
+    be.rmsnorm_forward(out_b.data(), rstd_b.data(), x.data(), N, C, 1e-6f);
+    expect_bits_equal(out_b, rounded(out), "rmsnorm of bf16");
+    EXPECT_EQ(rstd_b, rstd);
+    std::vector<float> dr(N * C, 0.5f), dr_b = dr;
+    be.rmsnorm_backward(dr.data(), dy.data(), xf.data(), rstd.data(), N, C);
+    be.rmsnorm_backward(dr_b.data(), dy.data(), x.data(), rstd.data(), N, C);
+    EXPECT_EQ(dr_b, dr);
+  }
+}
+
+TEST(Bf16Store, StreamMixesAndEmbeddingAreTheF32OnesRounded) {
+  core::Backend& be = core::cpu_backend();
+  for (const RowShape s : kRowShapes) {
+    const int64_t n = s.N * s.C;
+    const std::vector<bf16> a = rounded(normal_values(n, 31, 2.0)),
+                            b = rounded(normal_values(n, 32, 2.0));
+    const std::vector<float> af = widened(a), bf = widened(b), dout = normal_values(n, 33);
+    const float wa = 0.75f, wb = -1.3f;
+    for (const bool with_b : {true, false}) {
+      const bool with_wa = with_b;  // the skip mix has no wa; the x0 mix both
+      std::vector<float> out(n);
+      std::vector<bf16> out_b = unwritten(n);
+      be.scalar_mix(out.data(), with_wa ? &wa : nullptr, af.data(), &wb,
+                    with_b ? bf.data() : nullptr, n);
+      be.scalar_mix(out_b.data(), with_wa ? &wa : nullptr, a.data(), &wb,
+                    with_b ? b.data() : nullptr, n);
+      expect_bits_equal(out_b, rounded(out), "scalar_mix");
+      std::vector<float> da(n, 0.5f), db(n, -0.5f), da_b = da, db_b = db;
+      float dwa = 0.1f, dwb = 0.2f, dwa_b = dwa, dwb_b = dwb;
+      be.scalar_mix_backward(da.data(), db.data(), &dwa, &dwb, with_wa ? &wa : nullptr, af.data(),
+                             &wb, with_b ? bf.data() : nullptr, dout.data(), n);
+      be.scalar_mix_backward(da_b.data(), db_b.data(), &dwa_b, &dwb_b, with_wa ? &wa : nullptr,
+                             a.data(), &wb, with_b ? b.data() : nullptr, dout.data(), n);
+      EXPECT_EQ(da_b, da);
+      EXPECT_EQ(db_b, db);
+      EXPECT_EQ(dwa_b, dwa);
+      EXPECT_EQ(dwb_b, dwb);
+    }
+    // The embedding lookup with and without positions, written as the stream's first values.
+    const int64_t B = 3, T = s.N, D = s.C, V = 11;
+    const std::vector<float> wte = normal_values(V * D, 34), wpe = normal_values(T * D, 35);
+    std::vector<int32_t> tokens(B * T);
+    for (int64_t i = 0; i < B * T; ++i)
+      tokens[i] = static_cast<int32_t>((i * 5 + 3) % V);
+    for (const bool positions : {true, false}) {
+      std::vector<float> out(B * T * D);
+      std::vector<bf16> out_b = unwritten(B * T * D);
+      be.embedding_forward(out.data(), tokens.data(), wte.data(), positions ? wpe.data() : nullptr,
+                           B, T, D);
+      be.embedding_forward(out_b.data(), tokens.data(), wte.data(),
+                           positions ? wpe.data() : nullptr, B, T, D);
+      expect_bits_equal(out_b, rounded(out), "embedding_forward");
+    }
+  }
+}
+
+// The MoE's residual add: each token's K gated rows added to the widened base in ascending row
+// order is scatter_add_rows into an f32 copy of the base, rounded once; in place too.
+TEST(Bf16Store, CombineRowsIsTheF32ScatterAddRounded) {
+  core::Backend& be = core::cpu_backend();
+  for (const RowShape s : kRowShapes) {
+    const int64_t N = s.N, D = s.C;
+    for (const int64_t K : {1, 2, 3}) {
+      const int64_t M = N * K;
+      // Dispatch rows in a scrambled order (as experts group them): slot (t, k) -> row.
+      std::vector<int32_t> slot_row(M), row_token(M);
+      for (int64_t i = 0; i < M; ++i) {
+        const int64_t row = (i * 7919 + 13) % M;  // a permutation: 7919 is a prime above M
+        slot_row[i] = static_cast<int32_t>(row);
+        row_token[row] = static_cast<int32_t>(i / K);
+      }
+      const std::vector<bf16> base = rounded(normal_values(N * D, 41, 3.0));
+      const std::vector<float> rows = normal_values(M * D, 42), gate = normal_values(M, 43);
+      std::vector<float> want = widened(base);
+      be.scatter_add_rows(want.data(), rows.data(), row_token.data(), gate.data(), M, D);
+      std::vector<bf16> out = unwritten(N * D);
+      be.combine_rows(out.data(), base.data(), rows.data(), slot_row.data(), gate.data(), N, K, D);
+      expect_bits_equal(out, rounded(want), "combine_rows");
+      std::vector<bf16> in_place = base;
+      be.combine_rows(in_place.data(), in_place.data(), rows.data(), slot_row.data(), gate.data(),
+                      N, K, D);
+      expect_bits_equal(in_place, rounded(want), "combine_rows in place");
+    }
+  }
+}
+
 }  // namespace

@@ -463,6 +463,101 @@ TEST_F(CudaVsCpu, Bf16StoringOpsMatchTheCpu) {
     ASSERT_EQ(got_rows[i].bits, want_rows[i].bits) << "gather_rows " << i;
 }
 
+// The residual stream's ops in bf16 precision: the norms reading the bf16 stream (their f32
+// values differ in the order of the row sums, so the bf16 outputs are within one bf16 unit, the
+// statistics and the f32 gradients within 1e-5), the mixes and the embedding writing it (the same
+// f32 expression rounded: within one unit), the MoE's combine (the same ascending-row sum from the
+// widened base: within one unit).
+TEST_F(CudaVsCpu, Bf16StreamOpsMatchTheCpu) {
+  auto within_one_unit = [](const std::vector<bf16>& got, const std::vector<bf16>& want,
+                            const char* what) {
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      const float g = kmath::float_from_bf16(got[i]), w = kmath::float_from_bf16(want[i]);
+      ASSERT_LE(std::fabs(g - w), 0x1p-7f * std::fabs(w) + 0x1p-133f) << what << " " << i;
+    }
+  };
+  auto to_bf16 = [](const std::vector<float>& v) {
+    std::vector<bf16> out(v.size());
+    for (size_t i = 0; i < v.size(); ++i)
+      out[i] = kmath::bf16_from_float(v[i]);
+    return out;
+  };
+  const int64_t N = 37, C = 200, n = N * C;
+  const auto x = to_bf16(random_vector(n, 21)), y = to_bf16(random_vector(n, 22));
+  const auto w = random_vector(C, 23), b = random_vector(C, 24), dy = random_vector(n, 25);
+  bf16* gx = dev().upload(x);
+  std::vector<bf16> want(n);
+  std::vector<float> mean(N), rstd(N);
+  bf16* out = dev().alloc<bf16>(n);
+  float* gm = dev().alloc<float>(N);
+  float* gr = dev().alloc<float>(N);
+  cpu().layernorm_forward(want.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C,
+                          1e-5f);
+  gpu().layernorm_forward(out, gm, gr, gx, dev().upload(w), dev().upload(b), N, C, 1e-5f);
+  within_one_unit(dev().download(out, n), want, "layernorm of bf16");
+  EXPECT_CLOSE(dev().download(gm, N), mean, 1e-5);
+  EXPECT_CLOSE(dev().download(gr, N), rstd, 1e-5);
+  std::vector<float> dx(n, 0.5f), dw(C, 0.25f), db(C, -0.25f);
+  float* gdx = dev().upload(dx);
+  float* gdw = dev().upload(dw);
+  float* gdb = dev().upload(db);
+  cpu().layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(),
+                           mean.data(), rstd.data(), N, C);
+  gpu().layernorm_backward(gdx, gdw, gdb, dev().upload(dy), gx, dev().upload(w), dev().upload(mean),
+                           dev().upload(rstd), N, C);
+  EXPECT_CLOSE(dev().download(gdx, n), dx, 1e-5);
+  EXPECT_CLOSE(dev().download(gdw, C), dw, 1e-5);
+  EXPECT_CLOSE(dev().download(gdb, C), db, 1e-5);
+  cpu().rmsnorm_forward(want.data(), rstd.data(), x.data(), N, C, 1e-6f);
+  gpu().rmsnorm_forward(out, gr, gx, N, C, 1e-6f);
+  within_one_unit(dev().download(out, n), want, "rmsnorm of bf16");
+  EXPECT_CLOSE(dev().download(gr, N), rstd, 1e-5);
+  std::vector<float> dr(n, 0.5f);
+  float* gdr = dev().upload(dr);
+  cpu().rmsnorm_backward(dr.data(), dy.data(), x.data(), rstd.data(), N, C);
+  gpu().rmsnorm_backward(gdr, dev().upload(dy), gx, dev().upload(rstd), N, C);
+  EXPECT_CLOSE(dev().download(gdr, n), dr, 1e-5);
+
+  const float lam[2] = {0.75f, -1.3f};
+  float* glam = dev().upload(std::vector<float>(lam, lam + 2));
+  bf16* gy = dev().upload(y);
+  cpu().scalar_mix(want.data(), lam, x.data(), lam + 1, y.data(), n);
+  gpu().scalar_mix(out, glam, gx, glam + 1, gy, n);
+  within_one_unit(dev().download(out, n), want, "scalar_mix");
+  std::vector<float> da(n, 0.5f), dbm(n, -0.5f), dlam = {0.1f, 0.2f};
+  float* gda = dev().upload(da);
+  float* gdbm = dev().upload(dbm);
+  float* gdlam = dev().upload(dlam);
+  cpu().scalar_mix_backward(da.data(), dbm.data(), dlam.data(), dlam.data() + 1, lam, x.data(),
+                            lam + 1, y.data(), dy.data(), n);
+  gpu().scalar_mix_backward(gda, gdbm, gdlam, gdlam + 1, glam, gx, glam + 1, gy, dev().upload(dy),
+                            n);
+  EXPECT_CLOSE(dev().download(gda, n), da, 1e-5);
+  EXPECT_CLOSE(dev().download(gdbm, n), dbm, 1e-5);
+  EXPECT_CLOSE(dev().download(gdlam, 2), dlam, 1e-4);
+
+  const int64_t B = 2, T = 5, D = 24, V = 9;
+  const auto wte = random_vector(V * D, 26), wpe = random_vector(T * D, 27);
+  const std::vector<int32_t> tokens = random_ids(B * T, static_cast<int32_t>(V), 28);
+  std::vector<bf16> want_e(B * T * D);
+  bf16* emb = dev().alloc<bf16>(B * T * D);
+  cpu().embedding_forward(want_e.data(), tokens.data(), wte.data(), wpe.data(), B, T, D);
+  gpu().embedding_forward(emb, dev().upload(tokens), dev().upload(wte), dev().upload(wpe), B, T, D);
+  within_one_unit(dev().download(emb, B * T * D), want_e, "embedding_forward");
+
+  // The combine: token t's K = 2 dispatch rows, a permutation of [0, N K).
+  const int64_t K = 2, M = N * K;
+  std::vector<int32_t> slot_row(M);
+  for (int64_t i = 0; i < M; ++i)
+    slot_row[i] = static_cast<int32_t>((i * 61 + 5) % M);
+  const auto rows = random_vector(M * C, 29), gate = random_vector(M, 30);
+  cpu().combine_rows(want.data(), x.data(), rows.data(), slot_row.data(), gate.data(), N, K, C);
+  gpu().combine_rows(out, gx, dev().upload(rows), dev().upload(slot_row), dev().upload(gate), N, K,
+                     C);
+  within_one_unit(dev().download(out, n), want, "combine_rows");
+}
+
 TEST_F(CudaVsCpu, Bf16GemmWithinTheAccumulationOrderBar) {
   uint64_t seed = 300;
   double worst = 0;

@@ -1,6 +1,7 @@
 // GemmOps::gemm_epilogue on the device against the CPU's (itself bit for bit the unfused ops,
-// gemm_epilogue_test.cpp): every kind, f32 and bf16 inputs, f32 and bf16 D, C != D, for the fused
-// cuBLASLt path and for the unfused one (ENGINE_CUDA_GEMM_EPILOGUE=0). Skips without a device.
+// gemm_epilogue_test.cpp): every kind, f32 and bf16 inputs, f32 and bf16 D, C != D (a bf16 C with
+// a bf16 D: the bf16 residual add), for the fused cuBLASLt path and for the unfused ones
+// (ENGINE_CUDA_GEMM_EPILOGUE=0, ENGINE_CUDA_GEMM_EPILOGUE_BF16_C=0). Skips without a device.
 //
 // The bars: an f32 D within 2e-5 of max(1, |value|): the accumulation order over k <= 64 of
 // O(1) terms, and cuBLASLt's GELU against kmath::gelu_tanh (the tanh form; the erf form differs
@@ -103,21 +104,31 @@ double compare_all(Backend& gpu, DeviceScratch& dev, const std::string& path) {
         }
       }
       if (kind == GemmEpilogue::bgrad) continue;
-      // bf16 D and aux (beta 0).
-      GemmArgs g;
-      g.trans_a = s.trans_a, g.trans_b = s.trans_b;
-      g.m = s.m, g.n = s.n, g.k = s.k;
-      std::vector<bf16> d(mn), aux = pre16;
-      bf16* gd = dev.alloc<bf16>(mn);
-      bf16* gaux = dev.upload(pre16);
-      cpu.gemm_epilogue(g, {kind, nullptr, bias.data(), nullptr}, a16.data(), b16.data(), d.data(),
-                        gelu ? aux.data() : nullptr);
-      gpu.gemm_epilogue(g, {kind, nullptr, dev.upload(bias), nullptr}, dev.upload(a16),
-                        dev.upload(b16), gd, gelu ? gaux : nullptr);
-      const double e = std::max(test::max_rel_error(widen(dev.download(gd, mn)), widen(d)),
-                                test::max_rel_error(widen(dev.download(gaux, mn)), widen(aux)));
-      EXPECT_LE(e, 0x1p-7) << path << " " << gemm_epilogue_name(kind) << " bf16 D m " << s.m;
-      worst = std::max(worst, e / 0x1p-7);
+      // bf16 D and aux; for none and bias also with a bf16 C (the bf16 residual stream's add):
+      // none (beta 0), another matrix, or D itself.
+      const auto c16 = to_bf16(c);
+      for (int c_mode : {0, 1, 2}) {
+        if (c_mode != 0 && gelu) continue;
+        GemmArgs g;
+        g.trans_a = s.trans_a, g.trans_b = s.trans_b;
+        g.m = s.m, g.n = s.n, g.k = s.k, g.beta = c_mode != 0 ? 1.0f : 0.0f;
+        std::vector<bf16> d = c_mode == 2 ? c16 : std::vector<bf16>(mn), aux = pre16;
+        bf16* gd = dev.upload(d);
+        bf16* gaux = dev.upload(pre16);
+        const bf16* c_cpu = c_mode == 1 ? c16.data() : nullptr;
+        const bf16* c_gpu = c_mode == 1 ? dev.upload(c16) : nullptr;
+        cpu.gemm_epilogue(g, {kind, nullptr, bias.data(), nullptr, c_cpu}, a16.data(), b16.data(),
+                          d.data(), gelu ? aux.data() : nullptr);
+        gpu.gemm_epilogue(g, {kind, nullptr, dev.upload(bias), nullptr, c_gpu}, dev.upload(a16),
+                          dev.upload(b16), gd, gelu ? gaux : nullptr);
+        const double e = std::max(test::max_rel_error(widen(dev.download(gd, mn)), widen(d)),
+                                  test::max_rel_error(widen(dev.download(gaux, mn)), widen(aux)));
+        EXPECT_LE(e, 0x1p-7) << path << " " << gemm_epilogue_name(kind) << " bf16 D m " << s.m
+                             << (c_mode == 1   ? " bf16 C != D"
+                                 : c_mode == 2 ? " bf16 C == D"
+                                               : "");
+        worst = std::max(worst, e / 0x1p-7);
+      }
     }
   }
   return worst;
@@ -176,6 +187,20 @@ TEST_F(CudaVsCpu, GemmEpilogueUnfusedMatchesTheCpu) {
     w = compare_all(*unfused, scratch, "unfused");
   }
   std::printf("[ measured ] gemm_epilogue (unfused) vs cpu: %.3g of the bar\n", w);
+}
+
+// The bf16 residual add's fallback: ENGINE_CUDA_GEMM_EPILOGUE_BF16_C=0 runs only the bf16 D with
+// a bf16 C unfused (C widened into an f32 scratch), every other call fused as before.
+TEST_F(CudaVsCpu, GemmEpilogueBf16CUnfusedMatchesTheCpu) {
+  setenv("ENGINE_CUDA_GEMM_EPILOGUE_BF16_C", "0", 1);
+  std::unique_ptr<Backend> unfused = make_cuda_backend(0);
+  unsetenv("ENGINE_CUDA_GEMM_EPILOGUE_BF16_C");
+  double w = 0;
+  {
+    DeviceScratch scratch(*unfused);
+    w = compare_all(*unfused, scratch, "bf16 C unfused");
+  }
+  std::printf("[ measured ] gemm_epilogue (bf16 C unfused) vs cpu: %.3g of the bar\n", w);
 }
 
 }  // namespace

@@ -182,6 +182,54 @@ TEST(GemmEpilogue, Bf16OutputMatchesTheUnfusedOpsBitForBit) {
   }
 }
 
+// A bf16 D with a bf16 C (bf16 precision's residual add, D = alpha A B + C (+ bias)): the f32
+// epilogue's value with the widened C, rounded once, bit for bit; with C apart from D and in
+// place (C is D), alpha other than 1, and for kind none a D wider than n (ldc > n, the gap
+// untouched).
+TEST(GemmEpilogue, Bf16ResidualAddIsTheF32EpilogueRoundedOnce) {
+  Backend& be = cpu_backend();
+  uint64_t seed = 400;
+  for (const Shape& s : kShapes) {
+    const Case t(s, seed += 10);
+    const auto a = to_bf16(t.a), b = to_bf16(t.b);
+    for (GemmEpilogue kind : {GemmEpilogue::none, GemmEpilogue::bias}) {
+      for (const bool in_place : {false, true}) {
+        GemmArgs g = t.g;
+        g.beta = 1.0f;
+        g.alpha = in_place ? 0.625f : 1.0f;
+        if (kind == GemmEpilogue::none && !in_place) g.ldc = g.n + 3;
+        const int64_t ld = g.ldc ? g.ldc : g.n, span = (g.m - 1) * ld + g.n;
+        // C at D's layout (the gap included, so it shows if written).
+        std::vector<float> c_f32(static_cast<size_t>(span));
+        for (int64_t i = 0; i < span; ++i)
+          c_f32[i] = t.c[i % (g.m * g.n)];
+        const std::vector<bf16> c = to_bf16(c_f32);
+        std::vector<float> x(static_cast<size_t>(span));
+        for (int64_t i = 0; i < span; ++i)
+          x[i] = kmath::float_from_bf16(c[i]);
+        be.gemm_epilogue(g, {kind, nullptr, t.bias.data(), nullptr}, a.data(), b.data(), x.data(),
+                         nullptr);  // f32 D in place from the widened C
+        const std::vector<bf16> want = to_bf16(x);
+        // D apart starts as NaNs, so an element written in the gap (or not written) shows.
+        std::vector<bf16> d = in_place ? c : std::vector<bf16>(static_cast<size_t>(span), {0x7FC1});
+        GemmEpilogueArgs ep{kind, nullptr, t.bias.data(), nullptr, in_place ? nullptr : c.data()};
+        be.gemm_epilogue(g, ep, a.data(), b.data(), d.data(), nullptr);
+        const std::string what = std::string(gemm_epilogue_name(kind)) + " m " +
+                                 std::to_string(g.m) + " n " + std::to_string(g.n) +
+                                 (in_place ? " in place" : " C != D");
+        for (int64_t row = 0; row < g.m; ++row)
+          for (int64_t j = 0; j < g.n; ++j)
+            ASSERT_EQ(d[row * ld + j].bits, want[row * ld + j].bits)
+                << what << " row " << row << " col " << j;
+        for (int64_t row = 0; row + 1 < g.m; ++row)
+          for (int64_t j = g.n; j < ld; ++j)
+            ASSERT_EQ(d[row * ld + j].bits, in_place ? c[row * ld + j].bits : uint16_t{0x7FC1})
+                << what << " wrote the gap at row " << row;
+      }
+    }
+  }
+}
+
 // The f32 kinds against their definitions in float64 (X = A B + C + bias, gelu_tanh and its
 // derivative in double): within f32 accumulation over k plus a few ulps of the activation.
 TEST(GemmEpilogue, F32KindsMatchTheirDefinitionInFloat64) {
@@ -270,8 +318,24 @@ TEST(GemmEpilogue, RefusesWhatAKindCannotDo) {
                          t.a.data(), t.b.data(), d.data(), aux.data());
       },
       "beta must be 0");
-  refused([&] { be.gemm_epilogue(beta, {}, a16.data(), b16.data(), d16.data(), nullptr); },
-          "a bf16 D takes no C");
+  refused(
+      [&] {
+        be.gemm_epilogue(beta, {GemmEpilogue::none, t.c.data()}, a16.data(), b16.data(), d16.data(),
+                         nullptr);
+      },
+      "a bf16 D takes a bf16 C");
+  refused(
+      [&] {
+        be.gemm_epilogue(beta, {GemmEpilogue::none, nullptr, nullptr, nullptr, d16.data()},
+                         a16.data(), b16.data(), d.data(), nullptr);
+      },
+      "needs a bf16 D");
+  refused(
+      [&] {
+        be.gemm_epilogue(beta, {GemmEpilogue::bias_gelu, nullptr, t.bias.data()}, a16.data(),
+                         b16.data(), d16.data(), aux16.data());
+      },
+      "beta must be 0");
   GemmArgs padded = g;
   padded.ldc = 10;
   refused(

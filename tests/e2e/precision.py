@@ -26,17 +26,24 @@ NO_CHECKPOINTS = ["checkpoint.every=0", "checkpoint.at_end=false"]
 # the global gradient norms up to 1.2e-3 apart (modern, np 2, 3, 4; gpt2 np 2: 1.9e-4 and
 # 3.5e-3, one step's spike, 1.3e-4 and 1.7e-3 before attention's backward read its bf16 output:
 # a flip of a stored output now moves the gradients too), still below the bf16-vs-fp32
-# difference itself (up to 6.3e-4 in the loss). Bars 2-2.6x above.
-BF16_LATER_LOSS_RTOL = 5e-4
+# difference itself (up to 6.3e-4 in the loss). Since the residual stream is stored in bf16 too
+# (every element of it rounded at every block, so such flips are far more frequent) the losses
+# drift up to 6.7e-4 apart (modern np 2, 3, 4, 8: 3.9e-4, 6.7e-4, 4.5e-4, 5.4e-4; gpt2 np 2, 4:
+# 2.7e-4, 2.4e-4) and the gradient norms up to 3.8e-3 (gpt2 np 2; modern 1.3e-3): the size of
+# the bf16-vs-fp32 difference on this config (6.2e-4 and 2.5e-3 modern, 4.0e-4 and 7.5e-3 gpt2),
+# as on cpu_small's 200 steps (docs/precision.md). The loss bar moved from 5e-4 to 1.5e-3 for it
+# (2.2x above); step 1 still meets the fp32 bars.
+BF16_LATER_LOSS_RTOL = 1.5e-3
 BF16_LATER_NORM_RTOL = 7e-3
 
 
 def case_bf16_world_size(env):
-    """bf16 on np 1, 2 (stage 1), 3 (stage 3: each layer's copies remade after its gather) and 4
-    (stage 2) on the same global batch; gpt2 (LayerNorm and GELU storing bf16, the bias
-    gradients read from the bf16 d pre and d qkv) on np 1 and 2."""
+    """bf16 on np 1, 2 (stage 1), 3 (stage 3: each layer's copies remade after its gather), 4
+    (stage 2) and 8 (stage 3) on the same global batch; gpt2 (LayerNorm and GELU storing bf16,
+    the bias gradients read from the bf16 d pre and d qkv) on np 1, 2 and 4."""
     base = BF16 + SAME_BATCH_768 + NO_CHECKPOINTS
-    runs = [("", [], ((2, 1), (3, 3), (4, 2))), ("gpt2 ", ["model.arch=gpt2"], ((2, 1),))]
+    runs = [("", [], ((2, 1), (3, 3), (4, 2), (8, 3))),
+            ("gpt2 ", ["model.arch=gpt2"], ((2, 1), (4, 2)))]
     for arch, arch_sets, others in runs:
         compare_world_sizes(env, arch, base + arch_sets, others)
 

@@ -642,8 +642,9 @@ TEST(GptBf16, EvalLossIsTheTrainingLoss) {
 // [B, D]) are bf16 only, attention writes its output and d qkv in bf16 itself (no f32 [N, D]
 // output, no f32 [N, 3 D] d qkv beside the bf16 ones), the f32 d pre is gone; bf16 adds the
 // rounding scratch d y [N, D], d pre [N, F] and d qkv [N, 3 D]; the logits [N, Vp] and the last
-// positions' [B, Vp] are bf16 (d logits written over them). Sizes are multiples of 32 elements,
-// so no array is padded to its 64-byte boundary.
+// positions' [B, Vp] are bf16 (d logits written over them); the residual stream (the embedding
+// output, each block's res_mid and res_out [N, D]) is bf16 only, its gradient f32 as in fp32.
+// Sizes are multiples of 32 elements, so no array is padded to its 64-byte boundary.
 TEST(GptBf16, Gpt2PlanKeepsNoF32BesideBf16) {
   size_t bytes[2] = {0, 0};
   model::ModelConfig c = tiny(model::Arch::Gpt2, 64);
@@ -665,8 +666,9 @@ TEST(GptBf16, Gpt2PlanKeepsNoF32BesideBf16) {
   const int64_t f32_grads = 4 * (3 * N * D + N * F);          // d qkv, d pre
   const int64_t bf16_scratch = 2 * (N * D + N * F + 3 * N * D);
   const int64_t logits = (4 - 2) * (N + int64_t(B)) * Vp;
+  const int64_t stream = (4 - 2) * (1 + 2 * L) * N * D;  // encoded; res_mid, res_out
   EXPECT_EQ(int64_t(bytes[0]) - int64_t(bytes[1]),
-            L * per_layer + stored + f32_grads - bf16_scratch + logits);
+            L * per_layer + stored + f32_grads - bf16_scratch + logits + stream);
 }
 
 // The bf16 copies of the matmul weights are made at their first use after params_updated():

@@ -199,13 +199,16 @@ void run_case(const std::string& name, const model::ModelConfig& config, int bat
 // of the bf16 effect), so these cases draw the weights at stddev 0.05. Even so the flips of the
 // backward's roundings grow towards the first layer. The bars are relative to the bf16 effect
 // itself, |bf16 reference - fp32 reference|: the engine's loss within 0.2 of it and each gradient
-// within 0.5 (measured, with oneDNN and with the fallback GEMM: losses 0 to 0.078, gradients
-// 6e-4 at the head to 0.21 at the first layer's qkv). That catches bf16 left out of the forward or
+// within 0.7 (measured, with oneDNN and with the fallback GEMM: losses 0 to 0.078, gradients
+// 6e-4 at the head to 0.21 at the first layer's qkv while the residual stream was f32; with it
+// stored bf16, each of its writes one more rounding point the float sums may land on the other
+// side of: losses 0 to 0.044, worst gradients 0.29 to 0.47, at the first layer; the bar moved
+// from 0.5 to 0.7 for it). That catches bf16 left out of the forward or
 // the backward (a ratio near 1) and, in the top layers, a rounding point left out; the weights'
 // roundings are checked exactly by GptBf16.MatmulWeightsEnterOnlyAsBf16. The reference is checked
 // in the same run: its
 // straight-through gradient without the backward's roundings against central differences of the
-// model with its roundings frozen, in float64 (eps 1e-6; measured below 2e-9, bar 1e-7); with
+// model with its roundings frozen, in float64 (eps 1e-6; measured below 4e-8, bar 1e-7); with
 // them (what the engine computes) it is off by the rounding of the output gradients, at most a
 // few bf16 unit roundoffs u = 2^-8 (measured 2e-3 to 3e-3, bar 4u).
 void run_bf16_case(const std::string& name, const model::ModelConfig& config, int batch) {
@@ -238,7 +241,7 @@ void run_bf16_case(const std::string& name, const model::ModelConfig& config, in
     const double effect = distance(gb, gf);
     ASSERT_GT(effect, 0.0) << p.name << ": bf16 did not change this gradient";
     const double ratio = distance(ge, gb) / effect;
-    EXPECT_TRUE(core::within(ratio, 0.5)) << "grad/" << p.name << ": " << ratio;
+    EXPECT_TRUE(core::within(ratio, 0.7)) << "grad/" << p.name << ": " << ratio;
     if (!(ratio <= worst)) worst = ratio, worst_name = p.name;
   }
   std::printf(
