@@ -4,7 +4,7 @@ beside the others on one machine state, and how far the machine drifts while the
 
 usage: race_step_times.py [--config C.yaml] [--families adamw,muon,...] [--center FAMILY=LR,...]
                           [--rounds 3] [--steps 30] [--np 2] [--threads 1] [--set KEY=VALUE ...]
-                          [--engine PATH] [--out DIR] [--json]
+                          [--engine PATH] [--out DIR] [--json] [--table-only]
 
 A race's "x AdamW (time)" is its step speedup times the ratio of the families' step times; its
 runs were trained one after the other, so the ratio carries the throughput drift between them
@@ -16,7 +16,8 @@ Per family: the mean over rounds, the spread (standard deviation) and the drift 
 round over the smallest, minus 1); per family against AdamW: the ratio of their step times in
 each round (the pair measured minutes apart), its mean and spread. Run it on a quiet machine.
 Writes OUT/step_times.md and step_times.json (default runs/race/step_times_<config name>) and
-prints the table (--json: one JSON object per family).
+prints the table (--json: one JSON object per family); each run's metrics.jsonl and log.txt stay in
+OUT/<family>_round<r>/, and --table-only remakes the table from them, training nothing.
 """
 import argparse
 import json
@@ -46,6 +47,7 @@ def main():
     ap.add_argument("--engine", default=os.path.join(REPO, "build/apps/engine/engine"))
     ap.add_argument("--out", default=None)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--table-only", action="store_true", help="the table from OUT's runs; no training")
     a = ap.parse_args()
     families = [f for f in a.families.split(",") if f]
     for f in families:
@@ -79,11 +81,12 @@ def main():
                 "log.dir=" + run_dir, "checkpoint.dir=" + os.path.join(run_dir, "ckpt"), "checkpoint.every=0",
                 "checkpoint.at_end=false", "checkpoint.overwrite=true"]:
             cmd += ["--set", s]
-        shutil.rmtree(run_dir, ignore_errors=True)
-        p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        if p.returncode != 0:
-            sys.exit("race_step_times: %s failed (exit %d); its output ends:\n%s" %
-                     (family, p.returncode, p.stdout[-3000:]))
+        if not a.table_only:
+            shutil.rmtree(run_dir, ignore_errors=True)
+            p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            if p.returncode != 0:
+                sys.exit("race_step_times: %s failed (exit %d); its output ends:\n%s" %
+                         (family, p.returncode, p.stdout[-3000:]))
         rows = runlog.step_rows(os.path.join(run_dir, "metrics.jsonl"))
         if len(rows) < 4:
             sys.exit("race_step_times: %s: %d step rows in %s" % (family, len(rows), run_dir))

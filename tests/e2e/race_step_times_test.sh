@@ -27,3 +27,9 @@ if /usr/bin/python3 "$repo/scripts/race_step_times.py" --families muon --rounds 
   echo "FAIL: a table without adamw was accepted"; exit 1
 fi
 echo "PASS: rotated rounds, ratios and drift from the rounds"
+# --table-only: the same table from the runs' metrics, training nothing.
+cp "$work/out/step_times.md" "$work/first.md"
+/usr/bin/python3 "$repo/scripts/race_step_times.py" --config "$repo/configs/tiny.yaml" --engine /nonexistent \
+  --families adamw,muon --rounds 2 --steps 6 --np 1 --out "$work/out" --table-only >/dev/null
+cmp -s "$work/first.md" "$work/out/step_times.md" || { echo "FAIL: --table-only changed the table"; exit 1; }
+echo "PASS: --table-only"
