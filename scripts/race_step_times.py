@@ -87,6 +87,7 @@ def main():
             if p.returncode != 0:
                 sys.exit("race_step_times: %s failed (exit %d); its output ends:\n%s" %
                          (family, p.returncode, p.stdout[-3000:]))
+            shutil.rmtree(os.path.join(run_dir, "ckpt"), ignore_errors=True)  # only its lock file
         rows = runlog.step_rows(os.path.join(run_dir, "metrics.jsonl"))
         if len(rows) < 4:
             sys.exit("race_step_times: %s: %d step rows in %s" % (family, len(rows), run_dir))
