@@ -57,6 +57,7 @@ Watchdog::~Watchdog() {
 
 void Watchdog::enter(const char* what) {
   what_ = what;
+  suspended_ns_ = 0;
   since_ns_ = now_ns();
   seq_.fetch_add(1);
   inside_ = true;
@@ -64,6 +65,7 @@ void Watchdog::enter(const char* what) {
 
 void Watchdog::leave() {
   inside_ = false;
+  suspended_ns_ = 0;
   since_ns_ = now_ns();
 }
 
@@ -71,7 +73,7 @@ Watchdog::Status Watchdog::status() const {
   Status s;
   s.inside = inside_ ? 1 : 0;
   s.seq = seq_;
-  s.elapsed_ms = (now_ns() - since_ns_) / 1000000;
+  s.elapsed_ms = std::max<int64_t>(0, now_ns() - since_ns_ - suspended_ns_) / 1000000;
   return s;
 }
 
@@ -92,7 +94,15 @@ void Watchdog::serve_queries() {
 
 void Watchdog::loop() {
   const auto poll = std::chrono::milliseconds(50);
+  // A look that comes this much later than the poll asks: the process was suspended meanwhile
+  // (a loaded machine delays a look by milliseconds, not seconds).
+  constexpr int64_t kSuspendedNs = 2'000'000'000;
+  int64_t last_look_ns = now_ns();
   while (!stop_) {
+    const int64_t look_ns = now_ns();
+    const int64_t late_ns = look_ns - last_look_ns - poll.count() * 1'000'000;
+    if (late_ns > kSuspendedNs) suspended_ns_ += late_ns;
+    last_look_ns = look_ns;
     serve_queries();
     const Status s = status();
     if (s.inside && static_cast<double>(s.elapsed_ms) / 1000.0 > timeout_s_ &&

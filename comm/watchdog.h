@@ -12,6 +12,11 @@
 // the ranks waiting in it. Only the lowest rank waiting in a collective reports, so the job ends
 // with one message, not one per live rank. Collectives are numbered per rank in call order, which
 // is the same on every rank of an SPMD program.
+//
+// Time for which the whole process was suspended (SIGSTOP of every rank, as Ctrl-Z or Slurm's
+// job suspend does) is no rank's wait: the helper thread looks every 50 ms, so a gap of seconds
+// between two looks means it was stopped too, and that gap is left out of the wait. A rank
+// stopped alone is still found: the ranks waiting for it were not stopped.
 #pragma once
 
 #include <mpi.h>
@@ -59,6 +64,7 @@ class Watchdog {
   std::atomic<bool> inside_{false};
   std::atomic<const char*> what_{""};
   std::atomic<int64_t> since_ns_{0};
+  std::atomic<int64_t> suspended_ns_{0};  // of the time since since_ns_: the process was stopped
   std::atomic<bool> stop_{false};
   int64_t deferred_until_ns_ = 0;  // helper thread only
   int64_t query_seq_ = 0;          // the question sent to the other ranks

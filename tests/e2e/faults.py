@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -268,6 +269,44 @@ def case_rank_stopped(env):
     check(took < timeout + 5 + 10, "the job took %.1f s to end" % took)
     print("rank 2 stopped: the job ended after %.1f s: %s" %
           (took, [l for l in out.splitlines() if "comm watchdog" in l][0].strip()[:300]))
+
+
+def case_job_suspended(env):
+    """SIGSTOP of every rank (Ctrl-Z, Slurm's job suspend) for longer than comm.timeout_s, then
+    SIGCONT: the job goes on (the watchdog leaves the suspended time out of a wait). Rank 1 is
+    stopped first, so rank 0 is surely waiting inside a collective when it is stopped too."""
+    timeout = 3
+    p, _ = start(env, 2, "run", ["train.steps=100000", "train.eval_every=0",
+                                  "checkpoint.every=0", "checkpoint.at_end=false",
+                                  "train.batch_tokens=1024", "train.val_tokens=1024",
+                                  "comm.timeout_s=%d" % timeout])
+    lines = []  # (time read, line): which steps came after the resume
+    try:
+        wait_for_line(p, "step:3/")
+        reader = threading.Thread(target=lambda: lines.extend((time.time(), l) for l in p.stdout), daemon=True)
+        reader.start()
+        ranks = engine_pids(p.pid)
+        check(sorted(ranks) == [0, 1], "engine ranks found: %s" % ranks)
+        os.kill(ranks[1], signal.SIGSTOP)
+        time.sleep(0.5)
+        os.kill(ranks[0], signal.SIGSTOP)
+        time.sleep(2.5 * timeout)
+        resumed = time.time()
+        os.kill(ranks[1], signal.SIGCONT)
+        os.kill(ranks[0], signal.SIGCONT)
+        time.sleep(2 * timeout)
+        alive = p.poll() is None
+    finally:
+        kill_session(p.pid)
+    p.wait(timeout=30)
+    reader.join(timeout=30)
+    out = "".join(l for _, l in lines)
+    check(alive, "the job ended after its ranks were resumed:\n" + out[-3000:])
+    check("comm watchdog" not in out, "the watchdog fired over a suspension:\n" + out[-3000:])
+    after = [l for t, l in lines if t > resumed and re.match(r"step:\d+/", l)]
+    check(after, "no step after the resume:\n" + out[-3000:])
+    print("every rank stopped for %.1f s (comm.timeout_s %d): the job went on (%s)" %
+          (2.5 * timeout, timeout, after[-1].split()[0]))
 
 
 def case_checkpoint_write_fails(env):
@@ -899,6 +938,7 @@ CASES = {
     "manifest_edit": case_manifest_edit,
     "rank_killed": case_rank_killed,
     "rank_stopped": case_rank_stopped,
+    "job_suspended": case_job_suspended,
     "checkpoint_write_fails": case_checkpoint_write_fails,
     "signal_checkpoint": case_signal_checkpoint,
     "resume_mismatch": case_resume_mismatch,
