@@ -115,6 +115,20 @@ def family_groups(groups, family, lr, eh=1.0):
     return out
 
 
+def parse_center(ap, text):
+    """--center's FAMILY=LR,... as {family: lr}; a bad item is a usage error naming it."""
+    center = {}
+    for item in (x for x in text.split(",") if x):
+        family, _, lr = item.partition("=")
+        try:
+            center[family] = float(lr)
+        except ValueError:
+            ap.error("--center: %r is not FAMILY=LR" % item)
+        if family not in FAMILIES or center[family] <= 0:
+            ap.error("--center: %r: a known family (%s) and a positive lr" % (item, ", ".join(FAMILIES)))
+    return center
+
+
 def scored(result, target):
     """The run's result with its steps and time to the target (interpolated linearly between the
     first validation at or below it and the one before) and the val loss at that validation
@@ -206,15 +220,7 @@ def main():
         ap.error("--embed-head-factors: %r is not a list of numbers" % a.embed_head_factors)
     if any(f <= 0 for f in eh_factors):
         ap.error("--embed-head-factors: factors must be positive")
-    center = {}
-    for item in (x for x in a.center.split(",") if x):
-        family, _, lr = item.partition("=")
-        try:
-            center[family] = float(lr)
-        except ValueError:
-            ap.error("--center: %r is not FAMILY=LR" % item)
-        if family not in FAMILIES or center[family] <= 0:
-            ap.error("--center: %r: a known family (%s) and a positive lr" % (item, ", ".join(FAMILIES)))
+    center = parse_center(ap, a.center)
     if not factors or a.seeds < 1 or a.np < 1:
         ap.error("--lr-factors, --seeds and --np must be non-empty and positive")
     cfg, groups = optim_groups(a.config)

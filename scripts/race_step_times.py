@@ -31,7 +31,7 @@ import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import runlog  # noqa: E402
-from optimizer_race import FAMILIES, REPO, family_groups, optim_groups  # noqa: E402
+from optimizer_race import FAMILIES, REPO, family_groups, optim_groups, parse_center  # noqa: E402
 
 
 def main():
@@ -55,13 +55,7 @@ def main():
             ap.error("--families: unknown family %r (known: %s)" % (f, ", ".join(FAMILIES)))
     if "adamw" not in families:
         ap.error("--families must hold adamw: every ratio is against it")
-    center = {}
-    for item in (x for x in a.center.split(",") if x):
-        family, _, lr = item.partition("=")
-        try:
-            center[family] = float(lr)
-        except ValueError:
-            ap.error("--center: %r is not FAMILY=LR" % item)
+    center = parse_center(ap, a.center)
     if a.rounds < 2 or a.steps < 4:
         ap.error("--rounds must be at least 2 (a drift needs two) and --steps at least 4")
     _, groups = optim_groups(a.config)
