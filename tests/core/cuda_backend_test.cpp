@@ -1461,6 +1461,19 @@ TEST_F(CudaVsCpu, NegativeIdsAreReported) {
   std::vector<int32_t> index = {1, -1};
   gpu().gather_rows(out, dev().upload(random_vector(2 * D, 2)), dev().upload(index), nullptr, 2, D);
   EXPECT_THROW(gpu().synchronize(), Error);
+  // combine_rows names the position in slot_row, as the CPU does (token 1's second slot).
+  const std::vector<int32_t> slot_row = {0, 3, 2, -1};
+  bf16* base = dev().upload(std::vector<bf16>(2 * D));
+  gpu().combine_rows(base, base, dev().upload(random_vector(4 * D, 3)), dev().upload(slot_row),
+                     dev().upload(random_vector(4, 4)), 2, 2, D);
+  try {
+    gpu().synchronize();
+    FAIL() << "a negative dispatch row was not reported";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("combine_rows"), std::string::npos) << what;
+    EXPECT_NE(what.find("position 3"), std::string::npos) << what;
+  }
 }
 
 TEST_F(CudaVsCpu, LinearAlgebraRejectsNonFiniteInput) {
