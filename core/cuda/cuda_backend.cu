@@ -158,7 +158,9 @@ void CudaBackend::check_status(const char* op) {
     case cuda_detail::kStatusNegativeTokenId:
       ENGINE_FAIL(name_ + ": embedding: negative token id at position " + std::to_string(host[1]));
     case cuda_detail::kStatusNegativeRowIndex:
-      ENGINE_FAIL(name_ + ": gather_rows/scatter_add_rows: negative row index at position " +
+      ENGINE_FAIL(name_ +
+                  ": gather_rows/scatter_add_rows/combine_rows: negative (combine_rows: or "
+                  "repeated) row index at position " +
                   std::to_string(host[1]));
     case cuda_detail::kStatusColumnIndexOutOfRange:
       ENGINE_FAIL(name_ + ": gather_columns: column index out of range at position " +

@@ -104,8 +104,11 @@ __global__ void combine_rows_kernel(bf16* out, const bf16* base, const float* ro
       int32_t next = INT32_MAX;
       for (int64_t j = 0; j < K; ++j)
         if (slots[j] > last && slots[j] < next) next = slots[j];
-      if (next == INT32_MAX) {  // a negative or repeated row
-        cuda_detail::raise_status(status, cuda_detail::kStatusNegativeRowIndex, t);
+      if (next == INT32_MAX) {  // a negative or repeated row: report the first negative slot
+        int64_t bad = 0;
+        while (bad < K - 1 && slots[bad] >= 0)
+          ++bad;
+        cuda_detail::raise_status(status, cuda_detail::kStatusNegativeRowIndex, t * K + bad);
         break;
       }
       v += rows[static_cast<int64_t>(next) * D + c] * gate[next];

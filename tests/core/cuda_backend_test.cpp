@@ -463,28 +463,34 @@ TEST_F(CudaVsCpu, Bf16StoringOpsMatchTheCpu) {
     ASSERT_EQ(got_rows[i].bits, want_rows[i].bits) << "gather_rows " << i;
 }
 
+// A bf16 result of the residual stream against the CPU's: within one bf16 unit (2^-7 relative),
+// or 1e-5 absolute where the f32 terms cancel (the value is then the rounding of the terms, which
+// the two backends may contract into FMAs differently: 0.75 a - 1.3 b of two bf16 values is 0 or
+// -2.5e-8 depending on which product is rounded).
+void within_one_unit(const std::vector<bf16>& got, const std::vector<bf16>& want,
+                     const char* what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    const float g = kmath::float_from_bf16(got[i]), w = kmath::float_from_bf16(want[i]);
+    ASSERT_LE(std::fabs(g - w), 0x1p-7f * std::fabs(w) + 1e-5f) << what << " " << i;
+  }
+}
+
+std::vector<bf16> bf16_values(const std::vector<float>& v) {
+  std::vector<bf16> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i)
+    out[i] = kmath::bf16_from_float(v[i]);
+  return out;
+}
+
 // The residual stream's ops in bf16 precision: the norms reading the bf16 stream (their f32
 // values differ in the order of the row sums, so the bf16 outputs are within one bf16 unit, the
 // statistics and the f32 gradients within 1e-5), the mixes and the embedding writing it (the same
 // f32 expression rounded: within one unit), the MoE's combine (the same ascending-row sum from the
 // widened base: within one unit).
 TEST_F(CudaVsCpu, Bf16StreamOpsMatchTheCpu) {
-  auto within_one_unit = [](const std::vector<bf16>& got, const std::vector<bf16>& want,
-                            const char* what) {
-    ASSERT_EQ(got.size(), want.size());
-    for (size_t i = 0; i < got.size(); ++i) {
-      const float g = kmath::float_from_bf16(got[i]), w = kmath::float_from_bf16(want[i]);
-      ASSERT_LE(std::fabs(g - w), 0x1p-7f * std::fabs(w) + 0x1p-133f) << what << " " << i;
-    }
-  };
-  auto to_bf16 = [](const std::vector<float>& v) {
-    std::vector<bf16> out(v.size());
-    for (size_t i = 0; i < v.size(); ++i)
-      out[i] = kmath::bf16_from_float(v[i]);
-    return out;
-  };
   const int64_t N = 37, C = 200, n = N * C;
-  const auto x = to_bf16(random_vector(n, 21)), y = to_bf16(random_vector(n, 22));
+  const auto x = bf16_values(random_vector(n, 21)), y = bf16_values(random_vector(n, 22));
   const auto w = random_vector(C, 23), b = random_vector(C, 24), dy = random_vector(n, 25);
   bf16* gx = dev().upload(x);
   std::vector<bf16> want(n);
@@ -556,6 +562,103 @@ TEST_F(CudaVsCpu, Bf16StreamOpsMatchTheCpu) {
   gpu().combine_rows(out, gx, dev().upload(rows), dev().upload(slot_row), dev().upload(gate), N, K,
                      C);
   within_one_unit(dev().download(out, n), want, "combine_rows");
+}
+
+// The same ops where their kernels take other paths: rows of odd length (one element a lane
+// instead of packs of 4) and shorter than a warp, pointers off their 16-byte alignment (the bf16
+// stream by 2 bytes, the f32 operands by 4), the norms without weight and bias; the mix of one
+// input in place (out == a); the combine in place (out == base) over K = 3 rows given out of
+// order; the embedding without positions.
+TEST_F(CudaVsCpu, Bf16StreamOpsOnOddRowsUnalignedAndInPlace) {
+  // Offsets in elements: the f32 operands' (1: the one-float path) and the bf16 stream's (1: a
+  // row 2 bytes off, which the packs of 4 over a row of 768 must not mind).
+  for (auto [N, C, offset, offset_bf16] : {std::tuple<int64_t, int64_t, int, int>{13, 203, 0, 0},
+                                           {9, 6, 1, 1},
+                                           {5, 768, 0, 1},
+                                           {4, 768, 1, 0}}) {
+    SCOPED_TRACE("N " + std::to_string(N) + ", C " + std::to_string(C) + ", offsets " +
+                 std::to_string(offset) + " " + std::to_string(offset_bf16));
+    const int64_t n = N * C;
+    ShiftedScratch at(dev(), offset);
+    auto upload_bf16 = [&, offset_bf16 = offset_bf16](const std::vector<bf16>& v) {
+      std::vector<bf16> padded(static_cast<size_t>(offset_bf16), bf16{0});
+      padded.insert(padded.end(), v.begin(), v.end());
+      return dev().upload(padded) + offset_bf16;
+    };
+    const auto x = bf16_values(random_vector(n, 31, 2.0f));
+    const auto w = random_vector(C, 32), b = random_vector(C, 33), dy = random_vector(n, 34);
+    const bf16* gx = upload_bf16(x);
+    bf16* out = upload_bf16(std::vector<bf16>(n));
+    float *gw = at.upload(w), *gb = at.upload(b), *gdy = at.upload(dy);
+    float *gm = at.alloc(N), *gr = at.alloc(N);
+    std::vector<bf16> want(n);
+    std::vector<float> mean(N), rstd(N);
+    cpu().layernorm_forward(want.data(), nullptr, nullptr, x.data(), nullptr, nullptr, N, C, 1e-5f);
+    gpu().layernorm_forward(out, nullptr, nullptr, gx, nullptr, nullptr, N, C, 1e-5f);
+    within_one_unit(dev().download(out, n), want, "layernorm of bf16 without weight and bias");
+    cpu().layernorm_forward(want.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N,
+                            C, 1e-5f);
+    gpu().layernorm_forward(out, gm, gr, gx, gw, gb, N, C, 1e-5f);
+    within_one_unit(dev().download(out, n), want, "layernorm of bf16");
+    EXPECT_CLOSE(dev().download(gm, N), mean, 1e-5);
+    EXPECT_CLOSE(dev().download(gr, N), rstd, 1e-4);
+    const auto dx0 = random_vector(n, 35), dw0 = random_vector(C, 36), db0 = random_vector(C, 37);
+    auto dx = dx0, dw = dw0, db = db0;
+    float *gdx = at.upload(dx0), *gdw = at.upload(dw0), *gdb = at.upload(db0);
+    cpu().layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(),
+                             mean.data(), rstd.data(), N, C);
+    gpu().layernorm_backward(gdx, gdw, gdb, gdy, gx, gw, at.upload(mean), at.upload(rstd), N, C);
+    EXPECT_CLOSE(dev().download(gdx, n), dx, 1e-4);
+    EXPECT_CLOSE(dev().download(gdw, C), dw, 1e-4);
+    EXPECT_CLOSE(dev().download(gdb, C), db, 1e-4);
+    cpu().rmsnorm_forward(want.data(), rstd.data(), x.data(), N, C, 1e-6f);
+    gpu().rmsnorm_forward(out, gr, gx, N, C, 1e-6f);
+    within_one_unit(dev().download(out, n), want, "rmsnorm of bf16");
+    EXPECT_CLOSE(dev().download(gr, N), rstd, 1e-4);
+    dx = dx0;
+    gdx = at.upload(dx0);
+    cpu().rmsnorm_backward(dx.data(), dy.data(), x.data(), rstd.data(), N, C);
+    gpu().rmsnorm_backward(gdx, gdy, gx, at.upload(rstd), N, C);
+    EXPECT_CLOSE(dev().download(gdx, n), dx, 1e-4);
+
+    // The mix of one input, written over it; its backward without b.
+    const std::vector<float> lam = {0.7f, -1.3f};
+    float* glam = at.upload(lam);
+    bf16* mixed = upload_bf16(x);
+    std::vector<bf16> want_mix(n);
+    cpu().scalar_mix(want_mix.data(), lam.data(), x.data(), lam.data() + 1, nullptr, n);
+    gpu().scalar_mix(mixed, glam, mixed, glam + 1, nullptr, n);
+    within_one_unit(dev().download(mixed, n), want_mix, "scalar_mix of one input in place");
+    std::vector<float> da = dx0, dlam = {0.25f, 0.5f};
+    float* gda = at.upload(dx0);
+    float* gdlam = at.upload(dlam);
+    cpu().scalar_mix_backward(da.data(), nullptr, dlam.data(), dlam.data() + 1, lam.data(),
+                              x.data(), lam.data() + 1, nullptr, dy.data(), n);
+    gpu().scalar_mix_backward(gda, nullptr, gdlam, gdlam + 1, glam, gx, glam + 1, nullptr, gdy, n);
+    EXPECT_CLOSE(dev().download(gda, n), da, 1e-5);
+    EXPECT_CLOSE(dev().download(gdlam, 2), dlam, 1e-4);
+
+    // The combine in place: token t's K = 3 dispatch rows, a permutation of [0, N K) that puts
+    // them out of ascending order.
+    const int64_t K = 3, M = N * K;
+    std::vector<int32_t> slot_row(M);
+    for (int64_t i = 0; i < M; ++i)
+      slot_row[i] = static_cast<int32_t>(M - 1 - (i * 7 + 2) % M);
+    const auto rows = random_vector(M * C, 38), gate = random_vector(M, 39);
+    bf16* combined = upload_bf16(x);
+    cpu().combine_rows(want.data(), x.data(), rows.data(), slot_row.data(), gate.data(), N, K, C);
+    gpu().combine_rows(combined, combined, at.upload(rows), dev().upload(slot_row), at.upload(gate),
+                       N, K, C);
+    within_one_unit(dev().download(combined, n), want, "combine_rows in place");
+  }
+  const int64_t B = 3, T = 7, D = 13, V = 11;
+  const auto wte = random_vector(V * D, 40);
+  const std::vector<int32_t> tokens = random_ids(B * T, static_cast<int32_t>(V), 41);
+  std::vector<bf16> want_e(B * T * D);
+  bf16* emb = dev().alloc<bf16>(B * T * D);
+  cpu().embedding_forward(want_e.data(), tokens.data(), wte.data(), nullptr, B, T, D);
+  gpu().embedding_forward(emb, dev().upload(tokens), dev().upload(wte), nullptr, B, T, D);
+  within_one_unit(dev().download(emb, B * T * D), want_e, "embedding_forward without positions");
 }
 
 TEST_F(CudaVsCpu, Bf16GemmWithinTheAccumulationOrderBar) {
@@ -1461,6 +1564,19 @@ TEST_F(CudaVsCpu, NegativeIdsAreReported) {
   std::vector<int32_t> index = {1, -1};
   gpu().gather_rows(out, dev().upload(random_vector(2 * D, 2)), dev().upload(index), nullptr, 2, D);
   EXPECT_THROW(gpu().synchronize(), Error);
+  // combine_rows names the position in slot_row, as the CPU does (token 1's second slot).
+  const std::vector<int32_t> slot_row = {0, 3, 2, -1};
+  bf16* base = dev().upload(std::vector<bf16>(2 * D));
+  gpu().combine_rows(base, base, dev().upload(random_vector(4 * D, 3)), dev().upload(slot_row),
+                     dev().upload(random_vector(4, 4)), 2, 2, D);
+  try {
+    gpu().synchronize();
+    FAIL() << "a negative dispatch row was not reported";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("combine_rows"), std::string::npos) << what;
+    EXPECT_NE(what.find("position 3"), std::string::npos) << what;
+  }
 }
 
 TEST_F(CudaVsCpu, LinearAlgebraRejectsNonFiniteInput) {

@@ -9,11 +9,13 @@
 // unit (2^-7 relative, or 2^-7 absolute below 1): the f32 values may round to either neighbour.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/backend.h"
@@ -132,6 +134,85 @@ double compare_all(Backend& gpu, DeviceScratch& dev, const std::string& path) {
     }
   }
   return worst;
+}
+
+// The bf16 residual add (bf16 C and D) where its layout varies, on one shape and one backend:
+// C and D views 8 elements (16 bytes) or 1 element (2 bytes) into their buffers, apart and in
+// place (a plan per alignment of C and D: cuBLASLt's MIN_ALIGNMENT_C/D_BYTES, the unfused ops
+// below 16 bytes); a strided D (ldc > n, kind none) apart and in place, whose gaps stay as they
+// were; the empty product (k 0: D = round(C (+ bias))). Returns the worst error over the bar.
+double compare_bf16_c_layouts(Backend& gpu, DeviceScratch& dev, const std::string& path) {
+  Backend& cpu = cpu_backend();
+  struct Case {
+    GemmEpilogue kind;
+    int64_t k, ldc, c_offset, d_offset;
+    bool in_place;
+  };
+  const int64_t m = 48, n = 64;
+  std::vector<Case> cases;
+  for (GemmEpilogue kind : {GemmEpilogue::none, GemmEpilogue::bias}) {
+    for (auto [c_offset, d_offset] :
+         {std::pair<int64_t, int64_t>{0, 0}, {8, 0}, {1, 0}, {0, 8}, {8, 8}, {0, 1}})
+      cases.push_back({kind, 40, n, c_offset, d_offset, false});
+    for (int64_t d_offset : {0, 8, 1})
+      cases.push_back({kind, 40, n, 0, d_offset, true});
+    for (bool in_place : {false, true})
+      cases.push_back({kind, 0, n, 0, 0, in_place});
+  }
+  for (int64_t ldc : {n + 8, n + 3})
+    for (bool in_place : {false, true})
+      cases.push_back({GemmEpilogue::none, 40, ldc, 0, 0, in_place});
+  double worst = 0;
+  uint64_t seed = 950;
+  for (const Case& t : cases) {
+    seed += 10;
+    const int64_t span = (m - 1) * t.ldc + n;
+    // Host and device buffers alike: `offset` elements of padding, then the matrix at ldc.
+    auto padded = [](const std::vector<bf16>& x, int64_t offset) {
+      std::vector<bf16> p(static_cast<size_t>(offset), bf16{0});
+      p.insert(p.end(), x.begin(), x.end());
+      return p;
+    };
+    const auto a16 = to_bf16(random_vector(m * t.k, seed, 0.3f)),
+               b16 = to_bf16(random_vector(n * t.k, seed + 1, 0.3f));
+    const auto bias = random_vector(n, seed + 2);
+    const auto c_host = padded(to_bf16(random_vector(span, seed + 3)), t.c_offset);
+    auto d_host = t.in_place ? padded(to_bf16(random_vector(span, seed + 3)), t.d_offset)
+                             : padded(to_bf16(random_vector(span, seed + 4)), t.d_offset);
+    const bf16* gc = dev.upload(c_host) + t.c_offset;
+    bf16* gd = dev.upload(d_host) + t.d_offset;
+    GemmArgs g;
+    g.trans_b = true;
+    g.m = m, g.n = n, g.k = t.k, g.ldc = t.ldc, g.beta = 1.0f;
+    cpu.gemm_epilogue(
+        g,
+        {t.kind, nullptr, bias.data(), nullptr, t.in_place ? nullptr : c_host.data() + t.c_offset},
+        a16.data(), b16.data(), d_host.data() + t.d_offset, nullptr);
+    gpu.gemm_epilogue(g, {t.kind, nullptr, dev.upload(bias), nullptr, t.in_place ? nullptr : gc},
+                      dev.upload(a16), dev.upload(b16), gd, nullptr);
+    // The whole span, gaps included: the gaps hold their random values on both.
+    const std::vector<bf16> want(d_host.begin() + t.d_offset, d_host.end());
+    const double e = test::max_rel_error(widen(dev.download(gd, span)), widen(want));
+    EXPECT_LE(e, 0x1p-7) << path << " " << gemm_epilogue_name(t.kind) << " k " << t.k << " ldc "
+                         << t.ldc << " C offset " << t.c_offset << " D offset " << t.d_offset
+                         << (t.in_place ? " in place" : "");
+    worst = std::max(worst, e / 0x1p-7);
+  }
+  return worst;
+}
+
+TEST_F(CudaVsCpu, GemmEpilogueBf16CLayoutsMatchTheCpu) {
+  const double fused = compare_bf16_c_layouts(gpu(), dev(), "fused");
+  setenv("ENGINE_CUDA_GEMM_EPILOGUE_BF16_C", "0", 1);
+  std::unique_ptr<Backend> unfused = make_cuda_backend(0);
+  unsetenv("ENGINE_CUDA_GEMM_EPILOGUE_BF16_C");
+  double w = 0;
+  {
+    DeviceScratch scratch(*unfused);
+    w = compare_bf16_c_layouts(*unfused, scratch, "bf16 C unfused");
+  }
+  std::printf("[ measured ] bf16 C layouts vs cpu: fused %.3g, unfused %.3g of the bar\n", fused,
+              w);
 }
 
 TEST_F(CudaVsCpu, GemmEpilogueFusedMatchesTheCpu) {
