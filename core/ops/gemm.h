@@ -4,9 +4,10 @@
 //
 // The dtype contract (docs/precision.md): A and B are both f32 or both bf16; the products are
 // accumulated in f32 and C is f32, or for bf16 inputs also bf16 (each f32 result rounded once;
-// beta 0, but for gemm_epilogue's residual add, which reads a bf16 C widened). bf16 products are exact in f32, so a bf16 GEMM equals the f32 GEMM of the bf16
-// values up to the order of the f32 additions. An f32 GEMM may ask for TF32 tensor cores
-// (GemmArgs::tf32; CUDA only, the CPU computes f32).
+// beta 0, but for gemm_epilogue's residual add, which reads a bf16 C widened). bf16 products are
+// exact in f32, so a bf16 GEMM equals the f32 GEMM of the bf16 values up to the order of the f32
+// additions. An f32 GEMM may ask for TF32 tensor cores (GemmArgs::tf32; CUDA only, the CPU computes
+// f32).
 //
 // FP8 (the record's lm_head, docs/record_recipe.md): fp8_encode stores e4m3 or e5m2 bytes of
 // in / scale; gemm_fp8 multiplies two byte matrices (e4m3 x e4m3, or one of them e5m2) with f32
