@@ -116,6 +116,10 @@ class Communicator {
   // Loss sums and token counts: blocking only, HOST buffers for every backend.
   virtual void all_reduce(double* buf, int64_t count, ReduceOp op) = 0;
   virtual void all_reduce(int64_t* buf, int64_t count, ReduceOp op) = 0;
+  // float64 sums in THIS communicator's memory (the step's loss and gradient sums of squares, on
+  // the device), ordered with its collectives and the backend's work: blocking on the host for
+  // MPI; on a device (NCCL) the host does not wait, the backend's stream does.
+  virtual void all_reduce_on_device(double* buf, int64_t count, ReduceOp op) = 0;
 
   // ---- reduce_scatter / all_gather with per-rank counts (see the header comment) ---------------
   virtual std::unique_ptr<Work> reduce_scatter_async(const float* send, float* recv,

@@ -41,6 +41,9 @@ class MpiCommunicator final : public Communicator {
   void all_reduce(float* buf, int64_t count, ReduceOp op) override;
   void all_reduce(double* buf, int64_t count, ReduceOp op) override;
   void all_reduce(int64_t* buf, int64_t count, ReduceOp op) override;
+  void all_reduce_on_device(double* buf, int64_t count, ReduceOp op) override {
+    all_reduce(buf, count, op);  // the host is this communicator's device
+  }
   std::unique_ptr<Work> reduce_scatter_async(const float* send, float* recv,
                                              std::span<const int64_t> counts, ReduceOp op) override;
   void reduce_scatter(const float* send, float* recv, std::span<const int64_t> counts,

@@ -130,6 +130,14 @@ class NcclCommunicator final : public Communicator {
     host_->all_reduce(buf, count, op);
     stats_.record(Collective::AllReduce, count * static_cast<int64_t>(sizeof(int64_t)));
   }
+  void all_reduce_on_device(double* buf, int64_t count, ReduceOp op) override {
+    stats_.record(Collective::AllReduce, count * static_cast<int64_t>(sizeof(double)));
+    after_compute();
+    check_nccl(ncclAllReduce(buf, buf, static_cast<size_t>(count), ncclDouble, to_nccl_op(op),
+                             comm_, stream_),
+               "ncclAllReduce(double)", rank());
+    NcclWork(stream_, compute_, rank()).wait();  // the compute stream waits, not the host
+  }
 
   std::unique_ptr<Work> reduce_scatter_async(const float* send, float* recv,
                                              std::span<const int64_t> counts,

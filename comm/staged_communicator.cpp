@@ -83,6 +83,15 @@ class StagedCommunicator final : public Communicator {
   void all_reduce(int64_t* buf, int64_t count, ReduceOp op) override {
     host_.all_reduce(buf, count, op);
   }
+  void all_reduce_on_device(double* buf, int64_t count, ReduceOp op) override {
+    ScopedWait timer(stats_);
+    stats_.record(Collective::AllReduce, count * static_cast<int64_t>(sizeof(double)));
+    std::vector<double> host(static_cast<size_t>(count));
+    const size_t bytes = host.size() * sizeof(double);
+    backend_.copy_to_host(host.data(), buf, bytes);
+    host_.all_reduce(host.data(), count, op);
+    backend_.copy_from_host(buf, host.data(), bytes);
+  }
 
   std::unique_ptr<Work> reduce_scatter_async(const float* send, float* recv,
                                              std::span<const int64_t> counts,

@@ -85,6 +85,9 @@ void TracedCommunicator::all_reduce(float* buf, int64_t count, ReduceOp op) {
 void TracedCommunicator::all_reduce(double* buf, int64_t count, ReduceOp op) {
   traced("all_reduce", [&] { inner_.all_reduce(buf, count, op); });
 }
+void TracedCommunicator::all_reduce_on_device(double* buf, int64_t count, ReduceOp op) {
+  traced("all_reduce", [&] { inner_.all_reduce_on_device(buf, count, op); });
+}
 void TracedCommunicator::all_reduce(int64_t* buf, int64_t count, ReduceOp op) {
   traced("all_reduce", [&] { inner_.all_reduce(buf, count, op); });
 }

@@ -62,6 +62,9 @@ void WatchedCommunicator::all_reduce(float* buf, int64_t count, ReduceOp op) {
 void WatchedCommunicator::all_reduce(double* buf, int64_t count, ReduceOp op) {
   watched("all_reduce", [&] { inner_.all_reduce(buf, count, op); });
 }
+void WatchedCommunicator::all_reduce_on_device(double* buf, int64_t count, ReduceOp op) {
+  watched("all_reduce", [&] { inner_.all_reduce_on_device(buf, count, op); });
+}
 void WatchedCommunicator::all_reduce(int64_t* buf, int64_t count, ReduceOp op) {
   watched("all_reduce", [&] { inner_.all_reduce(buf, count, op); });
 }

@@ -374,6 +374,17 @@ ENGINE_HD inline float column_dot(const float* a, const float* b, int64_t rows, 
   return static_cast<float>(s);
 }
 
+// The factor the summed gradients are scaled by: `mean` (1 / (ranks x micro-steps), the sums'
+// mean) times the clip, max_norm / (norm + 1e-6) where the mean gradient's norm
+// sqrt(sum_squares) mean exceeds max_norm > 0. The clip is rounded to float first, then the
+// product, as the host computed it when it read the norm back.
+ENGINE_HD inline float grad_clip_scale(double sum_squares, double mean, double max_norm) {
+  const double norm = std::sqrt(sum_squares) * mean;
+  float clip = 1.0f;
+  if (max_norm > 0 && norm > max_norm) clip = static_cast<float>(max_norm / (norm + 1e-6));
+  return static_cast<float>(mean * clip);
+}
+
 // The descending order of the eigenvalue sort: larger first, a NaN after every number (so the
 // order is a strict weak ordering and any input sorts into a permutation).
 ENGINE_HD inline bool sorts_before_descending(float a, float b) {

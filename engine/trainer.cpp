@@ -141,6 +141,8 @@ Trainer::Trainer(Config config, comm::Communicator& control, comm::Communicator&
   zo.release_full_storage = [this] { gpt_->release_storage(); };
   zo.tracer = tracer_;
   zero_ = ZeroState::create(tensors_, *plan_, std::move(trainables), backend_, zo);
+  step_sums_ = core::Tensor::empty({2}, core::DType::F64, backend_.allocator());
+  grad_scale_ = core::Tensor::empty({1}, core::DType::F32, backend_.allocator());
   gpt_->set_layer_hook(
       [this](model::Gpt::LayerEvent event, int layer) { on_layer_event(event, layer); });
 
@@ -202,7 +204,7 @@ void Trainer::on_layer_event(model::Gpt::LayerEvent event, int layer) {
     reparam->on_layer_event(event, layer);
 }
 
-double Trainer::forward_backward() {
+void Trainer::forward_backward() {
   // The gradient of the mean loss over the global batch is the mean over micro-steps and ranks
   // (the sums of finish_grads, scaled by clip_grads).
   zero_->begin_step();
@@ -220,41 +222,68 @@ double Trainer::forward_backward() {
     core::TraceScope backward_span(tracer_, "pass", "backward");
     backward(m == geometry_.grad_accum - 1);
   }
-  // The micro-steps' losses were summed on the device; this is the step's one read of them.
-  double loss = gpt_->take_loss_sum() / static_cast<double>(geometry_.grad_accum);
-  comm_.all_reduce(&loss, 1, comm::ReduceOp::Sum);
+  // The micro-steps' losses were summed on the device; they stay there (clip_grads reduces them
+  // with the gradient's sum of squares).
+  gpt_->take_loss_sum(step_sums_.data<double>());
   expert_rows_ = gpt_->take_expert_rows();  // MoE: the whole batch's routing, for the metrics
   if (!expert_rows_.empty())
     comm_.all_reduce(expert_rows_.data(), static_cast<int64_t>(expert_rows_.size()),
                      comm::ReduceOp::Sum);
-  return loss / comm_.size();
 }
 
-double Trainer::clip_grads(double loss) {
-  // The reduced gradients are sums over ranks and micro-steps; one pass scales them to the mean
-  // and clips them together.
+double Trainer::gradient_mean() const {
   double mean = 1.0 / static_cast<double>(geometry_.grad_accum * comm_.size());
   // train.rank_sum_loss: the record's gradient, each rank's token losses summed (its share of
   // the batch times the mean) and averaged over ranks.
   if (config_.train.rank_sum_loss)
     mean *= static_cast<double>(config_.train.batch_tokens) / static_cast<double>(comm_.size());
-  const double grad_norm = zero_->grad_norm() * mean;
-  health_.check(counters_.step + 1, loss, grad_norm);
-  float clip = 1.0f;
-  if (config_.train.grad_clip > 0 && grad_norm > config_.train.grad_clip)
-    clip = static_cast<float>(config_.train.grad_clip / (grad_norm + 1e-6));
-  zero_->scale_grads(static_cast<float>(mean * clip));
-  return grad_norm;
+  return mean;
 }
 
-void Trainer::optimizer_step(double lr_scale) {
+bool Trainer::clip_grads() {
+  // The reduced gradients are sums over ranks and micro-steps; one factor scales them to the
+  // mean and clips them together. It is computed and applied on the device: the host reads
+  // nothing until the step's end (read_step_sums).
+  double* sums = step_sums_.data<double>();  // {loss sum, gradient sum of squares}
+  zero_->grad_sum_squares(sums + 1);
+  tensors_.all_reduce_on_device(sums, 2, comm::ReduceOp::Sum);
+  const double mean = gradient_mean();
+  // One rank, one micro-step and no clip: the factor is 1.
+  if (config_.train.grad_clip <= 0 && static_cast<float>(mean) == 1.0f) return false;
+  float* scale = grad_scale_.data<float>();
+  backend_.grad_clip_scale(scale, sums + 1, mean, config_.train.grad_clip);
+  // An optimizer that folds the factor into its update (AdamW) saves this pass over its share.
+  zero_->scale_grads(scale,
+                     [this](const std::string& name) { return optim_->folds_grad_scale(name); });
+  return true;
+}
+
+void Trainer::optimizer_step(double lr_scale, bool scaled) {
   optim::StepContext ctx;
   ctx.step = counters_.step + 1;
   ctx.total_steps = config_.train.steps;
   ctx.lr_scale = lr_scale;
   ctx.backend = &backend_;
   ctx.comm = &tensors_;
-  optim_->step(zero_->optimizer_shards(), ctx);
+  ctx.grad_scale = scaled ? grad_scale_.data<float>() : nullptr;
+  try {
+    optim_->step(zero_->optimizer_shards(), ctx);
+  } catch (const core::Error&) {
+    // An optimizer may fail on what a diverged step handed it (a non-finite eigenbasis, say):
+    // the divergence is the cause to report, where it is one.
+    const StepSums sums = read_step_sums();
+    health_.check(counters_.step + 1, sums.loss, sums.grad_norm);
+    throw;
+  }
+}
+
+Trainer::StepSums Trainer::read_step_sums() {
+  double sums[2];
+  backend_.copy_to_host(sums, step_sums_.data<double>(), sizeof sums);
+  StepSums out;
+  out.loss = sums[0] / static_cast<double>(geometry_.grad_accum) / comm_.size();
+  out.grad_norm = std::sqrt(sums[1]) * gradient_mean();
+  return out;
 }
 
 StepRecord Trainer::train_step() {
@@ -285,20 +314,25 @@ StepRecord Trainer::train_step() {
   };
 
   backend_.allocator().reset_peak();
-  const double loss = forward_backward();
+  forward_backward();
   end_phase("forward_backward");
   zero_->finish_grads();
   end_phase("reduce_grads");
-  const double grad_norm = clip_grads(loss);
+  const bool scaled = clip_grads();
   end_phase("clip");
   // Optimizer step on the local parts, then the parameters back where the model reads them.
   const double lr_scale = schedule_.multiplier(counters_.step);
-  optimizer_step(lr_scale);
+  optimizer_step(lr_scale, scaled);
   end_phase("optimizer");
   zero_->publish_params();
   for (const auto& reparam : reparams_)
     reparam->after_step();
   gpt_->params_updated();  // bf16: the matmul weights' copies follow the new values
+  // The step's one read back, the loss and the gradient norm, then the health checks: a step
+  // that diverged throws before its counters move, and run() saves nothing after it.
+  const StepSums sums = read_step_sums();
+  const double loss = sums.loss, grad_norm = sums.grad_norm;
+  health_.check(counters_.step + 1, loss, grad_norm);
   end_phase("gather_params");
 
   ++counters_.step;

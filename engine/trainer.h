@@ -96,12 +96,23 @@ class Trainer {
  private:
   void print_banner() const;
   void warm_up();
-  // The phases of train_step: forward and backward over the micro-batches (returns the mean
-  // loss over the global batch); the global gradient norm with the mean and the clipping
-  // applied (returns the norm before clipping); the optimizer step and the publish.
-  double forward_backward();
-  double clip_grads(double loss);
-  void optimizer_step(double lr_scale);
+  // The phases of train_step: forward and backward over the micro-batches (the loss summed on
+  // the device); the gradients' mean and clip factor, computed and applied on the device
+  // (returns whether there is one: false when it is 1); the optimizer step (the factor passed
+  // to the optimizers that fold it) and the publish.
+  void forward_backward();
+  bool clip_grads();
+  void optimizer_step(double lr_scale, bool scaled);
+  // 1 / (ranks x micro-steps), the factor that makes the reduced sums the mean gradient
+  // (train.rank_sum_loss: times each rank's tokens).
+  double gradient_mean() const;
+  // The step's loss (mean over the global batch) and gradient norm (before the clip), read
+  // back from step_sums_: the one read of a step.
+  struct StepSums {
+    double loss = 0;
+    double grad_norm = 0;
+  };
+  StepSums read_step_sums();
   // One micro-step's backward; `last` marks the step's last micro-step.
   void backward(bool last);
   void on_layer_event(model::Gpt::LayerEvent event, int layer);
@@ -137,6 +148,10 @@ class Trainer {
   bool started_ = false;
   std::optional<std::pair<int64_t, double>> last_val_;  // (step, validation loss)
   std::vector<int64_t> expert_rows_;  // MoE: the last step's rows per expert, over the ranks
+  // On the backend's device: {loss sum, gradient sum of squares} of the step, reduced over the
+  // ranks in one all-reduce, and the gradient scale computed from them.
+  core::Tensor step_sums_;
+  core::Tensor grad_scale_;
   double flops_per_token_ = 0;
   double layer_begin_us_ = 0;  // log.trace: the start of the layer running now
 };

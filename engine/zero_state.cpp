@@ -425,26 +425,27 @@ std::unique_ptr<ZeroState> ZeroState::create(comm::Communicator& comm,
   return std::make_unique<ResidentParams>(comm, plan, std::move(trainables), backend, options);
 }
 
-double ZeroState::grad_norm() {
+void ZeroState::grad_sum_squares(double* out) {
   // Replicate parts are whole on every rank: rank 0 counts them. One backend call over all the
-  // local parts, so a device reads back a single number per step.
+  // local parts.
   std::vector<std::span<const float>> parts;
   for (size_t i = 0; i < local_grad_.size(); ++i) {
     const core::Tensor& g = local_grad_[i];
     if (!g.defined() || (plan_.placement(i).is_replicate() && comm_.rank() != 0)) continue;
     parts.emplace_back(g.data<float>(), static_cast<size_t>(g.numel()));
   }
-  double sq = backend_.sum_squares_many(parts);
-  comm_.all_reduce(&sq, 1, comm::ReduceOp::Sum);
-  return std::sqrt(sq);
+  backend_.sum_squares_many(parts, out);
 }
 
-void ZeroState::scale_grads(float factor) {
-  if (factor == 1.0f) return;
+void ZeroState::scale_grads(const float* factor,
+                            const std::function<bool(const std::string&)>& scaled_by_optimizer) {
   std::vector<std::span<float>> grads;  // one backend call: one launch on a device
-  for (const core::Tensor& g : local_grad_)
-    if (g.defined()) grads.emplace_back(g.data<float>(), static_cast<size_t>(g.numel()));
-  backend_.scale_many(grads, factor);
+  for (size_t i = 0; i < local_grad_.size(); ++i) {
+    const core::Tensor& g = local_grad_[i];
+    if (g.defined() && !scaled_by_optimizer(trainables_[i].name))
+      grads.emplace_back(g.data<float>(), static_cast<size_t>(g.numel()));
+  }
+  backend_.scale_many_by(grads, factor);
 }
 
 std::vector<optim::ParamShard> ZeroState::optimizer_shards() const {

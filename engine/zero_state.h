@@ -7,8 +7,9 @@
 //                   (before_forward / before_backward / after_backward), end_backward
 //   finish_grads                    every gradient reduced to its placement in local_grad: the
 //                                   SUM over ranks and micro-steps (the trainer's one
-//                                   scale_grads pass applies the mean and the clipping together)
-//   grad_norm, scale_grads          global norm and scaling over the local parts
+//                                   scale applies the mean and the clipping together)
+//   grad_sum_squares, scale_grads   the local parts' sum of squares and their scaling, on the
+//                                   device (no read back in the middle of a step)
 //   optimizer_shards                what the optimizer steps (local values and gradients)
 //   publish_params                  the updated parameters back where the model reads them
 // The stage is a strategy chosen once by create():
@@ -89,9 +90,14 @@ class ZeroState {
   virtual void before_backward(int layer) = 0;
   virtual void after_backward(int layer) = 0;
   virtual void finish_grads() = 0;
-  // Global L2 norm of the reduced gradients, each element counted once (collective).
-  double grad_norm();
-  void scale_grads(float factor);
+  // This rank's share of the reduced gradients' sum of squares, each element counted once over
+  // the ranks, written to *out (a float64 on the backend's device); the ranks' sum is the
+  // squared global norm.
+  void grad_sum_squares(double* out);
+  // Every local gradient times *factor (on the device), but those of the trainables for which
+  // `scaled_by_optimizer(name)` holds (their optimizer folds the factor into its update).
+  void scale_grads(const float* factor,
+                   const std::function<bool(const std::string&)>& scaled_by_optimizer);
   std::vector<optim::ParamShard> optimizer_shards() const;
   virtual void publish_params() = 0;
   // After a forward without backward (evaluation): frees the layers it gathered.

@@ -1120,6 +1120,11 @@ double Gpt::take_loss_sum() {
   return sum;
 }
 
+void Gpt::take_loss_sum(double* out) {
+  backend_.copy(out, loss_sum_, sizeof(double));
+  backend_.fill_zero(loss_sum_, sizeof(double));
+}
+
 float Gpt::eval_loss(const int32_t* tokens, const int32_t* targets, int B, int T) {
   ENGINE_CHECK(targets != nullptr, "model: eval_loss needs targets");
   run_forward(tokens, targets, B, T, false);

@@ -68,6 +68,9 @@ class Gpt {
   // The sum of the objectives of the forward_accumulate() calls since the last take (one
   // device read); resets the sum to zero.
   double take_loss_sum();
+  // The same sum moved to *out, a float64 in the backend's memory, with no read back (the
+  // trainer reduces it on the device with the gradient's sum of squares).
+  void take_loss_sum(double* out);
   // MoE: the dispatch rows (token, slot pairs) routed to each expert, [n_layer * experts]
   // (layer-major), summed over the forwards since the last take; resets the counts. Empty
   // without MoE. A world-size comparison sees a top-k tie that broke the other way here.

@@ -40,6 +40,10 @@ struct StepContext {
   double lr_scale = 1.0;               // the learning-rate schedule's multiplier at this step
   core::Backend* backend = nullptr;    // where value/grad live (required: backend_of)
   comm::Communicator* comm = nullptr;  // the shard group (optimizers that gather, e.g. tp_rekls)
+  // The factor the gradients are to be multiplied by (their mean over ranks and micro-steps and
+  // the clip), a float on the backend's device, for an optimizer whose folds_grad_scale() is
+  // true; the others get gradients already scaled. nullptr: 1.
+  const float* grad_scale = nullptr;
 };
 
 // Optimizer state by key "<param>/<slot>" (tensors) and "<param>/<counter>" (integers).
@@ -75,6 +79,9 @@ class Optimizer {
   virtual double lr() const = 0;
   // Placement requested for every parameter of this optimizer: Shard(0) or Owned(auto).
   virtual comm::Placement placement() const = 0;
+  // Whether step() multiplies each gradient by *StepContext::grad_scale itself (inside a fused
+  // update, saving the trainer's pass over these gradients); false: they arrive scaled.
+  virtual bool folds_grad_scale() const { return false; }
   // Refuses a parameter this optimizer cannot step (e.g. Muon and a vector), naming it.
   virtual void check_param(const std::string& name, const core::Shape& shape) const = 0;
 

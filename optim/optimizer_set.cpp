@@ -126,8 +126,14 @@ void OptimizerSet::step(std::span<const ParamShard> local, const StepContext& ct
   // A group steps even where this rank holds none of its parameters: its optimizer may join
   // collectives that count every rank (the OSFT projection, when a small target's rows leave a
   // rank out).
-  for (size_t i = 0; i < groups_.size(); ++i)
-    if (!groups_[i].params.empty()) groups_[i].optimizer->step(by_group[i], ctx);
+  // The gradient scale goes only to an optimizer that folds it; the others' gradients arrive
+  // scaled (an inner AdamW, as OSFT's, must not scale them again).
+  StepContext unscaled = ctx;
+  unscaled.grad_scale = nullptr;
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    Optimizer& opt = *groups_[i].optimizer;
+    if (!groups_[i].params.empty()) opt.step(by_group[i], opt.folds_grad_scale() ? ctx : unscaled);
+  }
 }
 
 OptimizerState OptimizerSet::state() const {

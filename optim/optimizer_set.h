@@ -43,10 +43,15 @@ class OptimizerSet {
   comm::Placement placement(const std::string& name) const {
     return optimizer(group_of(name)).placement();
   }
+  // Whether the optimizer of `name`'s group scales its gradient itself (folds_grad_scale).
+  bool folds_grad_scale(const std::string& name) const {
+    return optimizer(group_of(name)).folds_grad_scale();
+  }
 
   // Steps every given local part through its group's optimizer (one call per group with
   // parameters, in group order, parameters in the order given; a group none of whose parameters
-  // this rank holds steps an empty list).
+  // this rank holds steps an empty list). ctx.grad_scale reaches only the groups whose optimizer
+  // folds it.
   void step(std::span<const ParamShard> local, const StepContext& ctx);
 
   // All groups' state; load distributes keys "<param>/<slot>" to the parameter's group (a key

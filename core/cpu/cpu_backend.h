@@ -39,6 +39,7 @@ class CpuBackend final : public Backend {
   void add(float* out, const float* a, const float* b, int64_t n) override;
   void scale(float* x, float alpha, int64_t n) override;
   void scale_many(std::span<const std::span<float>> xs, float alpha) override;
+  void scale_many_by(std::span<const std::span<float>> xs, const float* alpha) override;
   void axpby(float* y, float a, const float* x, float b, int64_t n) override;
   void scalar_mix(float* out, const float* wa, const float* a, const float* wb, const float* b,
                   int64_t n) override;
@@ -162,6 +163,9 @@ class CpuBackend final : public Backend {
   void qr_many(std::span<const QrTask> tasks) override;
   void gram_many(std::span<const GramTask> tasks) override;
   double sum_squares_many(std::span<const std::span<const float>> xs) override;
+  void sum_squares_many(std::span<const std::span<const float>> xs, double* out) override;
+  void grad_clip_scale(float* scale, const double* sum_squares, double mean,
+                       double max_norm) override;
 
   void copy_block_2d(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows,
                      int64_t cols) override;

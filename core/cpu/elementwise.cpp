@@ -22,6 +22,10 @@ void CpuBackend::scale_many(std::span<const std::span<float>> xs, float alpha) {
     cpu::scale(x.data(), alpha, static_cast<int64_t>(x.size()));
 }
 
+void CpuBackend::scale_many_by(std::span<const std::span<float>> xs, const float* alpha) {
+  scale_many(xs, *alpha);
+}
+
 void CpuBackend::axpby(float* y, float a, const float* x, float b, int64_t n) {
   cpu::axpby(y, a, x, b, n);
 }

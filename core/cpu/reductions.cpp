@@ -21,6 +21,15 @@ double CpuBackend::sum_squares_many(std::span<const std::span<const float>> xs) 
   return total;
 }
 
+void CpuBackend::sum_squares_many(std::span<const std::span<const float>> xs, double* out) {
+  *out = sum_squares_many(xs);
+}
+
+void CpuBackend::grad_clip_scale(float* scale, const double* sum_squares, double mean,
+                                 double max_norm) {
+  *scale = kmath::grad_clip_scale(*sum_squares, mean, max_norm);
+}
+
 double CpuBackend::sum_squares_in_order(const float* x, int64_t n) {
   double s = 0;
   for (int64_t i = 0; i < n; ++i)

@@ -82,6 +82,7 @@ class CudaBackend final : public Backend {
   void add(float* out, const float* a, const float* b, int64_t n) override;
   void scale(float* x, float alpha, int64_t n) override;
   void scale_many(std::span<const std::span<float>> xs, float alpha) override;
+  void scale_many_by(std::span<const std::span<float>> xs, const float* alpha) override;
   void axpby(float* y, float a, const float* x, float b, int64_t n) override;
   void scalar_mix(float* out, const float* wa, const float* a, const float* wb, const float* b,
                   int64_t n) override;
@@ -213,6 +214,9 @@ class CudaBackend final : public Backend {
   void qr_many(std::span<const QrTask> tasks) override;
   void gram_many(std::span<const GramTask> tasks) override;
   double sum_squares_many(std::span<const std::span<const float>> xs) override;
+  void sum_squares_many(std::span<const std::span<const float>> xs, double* out) override;
+  void grad_clip_scale(float* scale, const double* sum_squares, double mean,
+                       double max_norm) override;
 
   void copy_block_2d(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows,
                      int64_t cols) override;
@@ -243,6 +247,10 @@ class CudaBackend final : public Backend {
   static constexpr size_t kMaxStagedUpload = size_t{64} << 20;
 
   void release();
+  // elementwise.cu: scale_many and scale_many_by, one launch (alpha_on_device, where given,
+  // replaces alpha).
+  void launch_scale_many(std::span<const std::span<float>> xs, float alpha,
+                         const float* alpha_on_device);
   // Reads the device status word; `op` names the caller for errors raised by linear algebra.
   void check_status(const char* op = nullptr);
   // Copies a cuSOLVER devInfo array to the host and throws naming `op` and the first non-zero

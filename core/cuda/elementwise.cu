@@ -44,10 +44,13 @@ __global__ void scale_kernel(float* x, float alpha, int64_t n) {
 // x *= alpha over the tensors of a chunk table, a block per chunk.
 constexpr int64_t kScaleChunk = int64_t{1} << 14;
 
-__global__ void scale_many_kernel(const ChunkedSpan<float>* table, int count, float alpha) {
+// alpha is *alpha_on_device where that is given (a factor the device computed), else alpha.
+__global__ void scale_many_kernel(const ChunkedSpan<float>* table, int count, float alpha,
+                                  const float* alpha_on_device) {
   const auto c = chunk_of_block(table, count, kScaleChunk);
+  const float a = alpha_on_device ? *alpha_on_device : alpha;
   for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x)
-    c.t.x[i] *= alpha;
+    c.t.x[i] *= a;
 }
 
 __global__ void axpby_kernel(float* y, float a, const float* x, float b, int64_t n) {
@@ -196,6 +199,15 @@ void CudaBackend::scale(float* x, float alpha, int64_t n) {
 }
 
 void CudaBackend::scale_many(std::span<const std::span<float>> xs, float alpha) {
+  launch_scale_many(xs, alpha, nullptr);
+}
+
+void CudaBackend::scale_many_by(std::span<const std::span<float>> xs, const float* alpha) {
+  launch_scale_many(xs, 1.0f, alpha);
+}
+
+void CudaBackend::launch_scale_many(std::span<const std::span<float>> xs, float alpha,
+                                    const float* alpha_on_device) {
   std::vector<ChunkedSpan<float>> table;
   const int64_t chunks = chunk_table(xs, kScaleChunk, table, name_ + ": scale_many");
   if (table.empty()) return;
@@ -203,7 +215,7 @@ void CudaBackend::scale_many(std::span<const std::span<float>> xs, float alpha) 
   DeviceBuffer<ChunkedSpan<float>> device_table(allocator_, static_cast<int64_t>(table.size()));
   copy_from_host(device_table.get(), table.data(), table.size() * sizeof(ChunkedSpan<float>));
   scale_many_kernel<<<static_cast<unsigned>(chunks), kThreads, 0, stream_>>>(
-      device_table.get(), static_cast<int>(table.size()), alpha);
+      device_table.get(), static_cast<int>(table.size()), alpha, alpha_on_device);
   ENGINE_CUDA_LAUNCHED();
 }
 

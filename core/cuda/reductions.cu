@@ -68,6 +68,12 @@ __global__ void sum_in_order_kernel(double* out, const double* x, int64_t count)
   *out = total;
 }
 
+// One thread: the step's gradient scale from its sum of squares (kmath::grad_clip_scale).
+__global__ void grad_clip_scale_kernel(float* scale, const double* sum_squares, double mean,
+                                       double max_norm) {
+  *scale = kmath::grad_clip_scale(*sum_squares, mean, max_norm);
+}
+
 constexpr int kReduceThreads = 1024;  // one block reduces a whole tensor
 
 // out[0] = sum of x^2 in float64, one block of kReduceThreads.
@@ -98,9 +104,19 @@ double CudaBackend::sum_squares(const float* x, int64_t n) {
 }
 
 double CudaBackend::sum_squares_many(std::span<const std::span<const float>> xs) {
+  sum_squares_many(xs, reduce_scratch_);
+  double result = 0.0;
+  copy_to_host(&result, reduce_scratch_, sizeof(double));
+  return result;
+}
+
+void CudaBackend::sum_squares_many(std::span<const std::span<const float>> xs, double* out) {
   std::vector<Chunked> table;
   const int64_t chunks = chunk_table(xs, kSquareChunk, table, name_ + ": sum_squares_many");
-  if (table.empty()) return 0.0;  // empty tensors add 0
+  if (table.empty()) {  // empty tensors add 0
+    fill_zero(out, sizeof(double));
+    return;
+  }
   const int count = static_cast<int>(table.size());
   // The table travels with the stream (an asynchronous upload).
   DeviceBuffer<Chunked> device_table(allocator_, count);
@@ -113,11 +129,14 @@ double CudaBackend::sum_squares_many(std::span<const std::span<const float>> xs)
   tensor_sums_kernel<<<static_cast<unsigned>(count), kReduceThreads, 0, stream_>>>(
       sums.get(), partial.get(), device_table.get(), count, chunks);
   ENGINE_CUDA_LAUNCHED();
-  sum_in_order_kernel<<<1, 1, 0, stream_>>>(reduce_scratch_, sums.get(), count);
+  sum_in_order_kernel<<<1, 1, 0, stream_>>>(out, sums.get(), count);
   ENGINE_CUDA_LAUNCHED();
-  double result = 0.0;
-  copy_to_host(&result, reduce_scratch_, sizeof(double));
-  return result;
+}
+
+void CudaBackend::grad_clip_scale(float* scale, const double* sum_squares, double mean,
+                                  double max_norm) {
+  grad_clip_scale_kernel<<<1, 1, 0, stream_>>>(scale, sum_squares, mean, max_norm);
+  ENGINE_CUDA_LAUNCHED();
 }
 
 double CudaBackend::sum_squares_in_order(const float* x, int64_t n) {

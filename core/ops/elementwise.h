@@ -20,6 +20,8 @@ class ElementwiseOps {
   // x *= alpha for every tensor of the list (on a device, one launch for all of them); the
   // tensors must not overlap.
   virtual void scale_many(std::span<const std::span<float>> xs, float alpha) = 0;
+  // The same with alpha read on the device (*alpha, in this backend's memory).
+  virtual void scale_many_by(std::span<const std::span<float>> xs, const float* alpha) = 0;
   virtual void axpby(float* y, float a, const float* x, float b, int64_t n) = 0;  // y = a x + b y
   // a <- torch.lerp(a, b, w) over n elements, in float (kmath::lerp).
   virtual void lerp(float* a, const float* b, float w, int64_t n) = 0;

@@ -17,6 +17,13 @@ class ReductionOps {
   // The sum over the list of sum_squares(x), added in list order from 0 (so bit for bit the host
   // loop over sum_squares), with a single read back to the host.
   virtual double sum_squares_many(std::span<const std::span<const float>> xs) = 0;
+  // The same sum written to *out, a float64 in this backend's memory, with no read back (the
+  // step's gradient norm stays on the device).
+  virtual void sum_squares_many(std::span<const std::span<const float>> xs, double* out) = 0;
+  // *scale = kmath::grad_clip_scale(*sum_squares, mean, max_norm), both on this backend's
+  // device: the gradients' mean and clip factor without a read back.
+  virtual void grad_clip_scale(float* scale, const double* sum_squares, double mean,
+                               double max_norm) = 0;
   // The sum of x^2 in float64 in one pass, read back to the host. CPU: in index order (the bits
   // of a host loop); CUDA: in a fixed tree order.
   virtual double sum_squares_in_order(const float* x, int64_t n) = 0;

@@ -65,7 +65,8 @@ void AdamW::step(std::span<const ParamShard> params, const StepContext& ctx) {
     // spec: lr sqrt(bc2) / bc1 * m / (sqrt(v) + eps); torch: lr / bc1 * m / (sqrt(v / bc2) + eps)
     s.step_size = config_.torch_eps ? lr / bc1 : lr * std::sqrt(bc2) / bc1;
     s.v_scale = config_.torch_eps ? 1.0 / std::sqrt(bc2) : 1.0;
-    tensors.push_back({p.value.data<float>(), m, v, p.grad.data<float>(), p.value.numel(), s});
+    tensors.push_back(
+        {p.value.data<float>(), m, v, p.grad.data<float>(), p.value.numel(), s, ctx.grad_scale});
   }
   ops->update(tensors);
 }

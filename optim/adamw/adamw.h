@@ -44,6 +44,8 @@ class AdamW final : public Optimizer {
   const char* kind() const override { return "adamw"; }
   double lr() const override { return config_.lr; }
   comm::Placement placement() const override { return comm::Placement::shard(0); }
+  // The gradient scale rides in the fused update (no pass of its own over the gradients).
+  bool folds_grad_scale() const override { return true; }
   void check_param(const std::string& name, const core::Shape& shape) const override;
   void step(std::span<const ParamShard> params, const StepContext& ctx) override;
   void save_state(OptimizerState& out) const override;

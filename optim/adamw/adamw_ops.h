@@ -21,13 +21,16 @@ struct AdamWTensor {
   const float* g = nullptr;
   int64_t n = 0;
   kmath::AdamWStep step;
+  const float* g_scale = nullptr;  // the gradient is g * *g_scale (on the device); nullptr: g
 };
 
 class AdamWOps {
  public:
   virtual ~AdamWOps() = default;
-  // Fused AdamW over every tensor (kmath::adamw_element): m, v and w updated in place from g.
-  // The tensors must not overlap.
+  // Fused AdamW over every tensor: m, v and w updated in place from g (times *g_scale). The CPU
+  // runs kmath::adamw_element (float64 arithmetic, the golden trajectories' contract), a device
+  // kmath::adamw_element_f32 (float arithmetic, within a few float ulps a step). The tensors
+  // must not overlap.
   virtual void update(std::span<const AdamWTensor> tensors) = 0;
 };
 

@@ -107,6 +107,19 @@ TEST(Collectives, AllReduceFloatAsyncMatchesSerial) {
   expect_all_reduce(world(), all_ranks(world()), 12, true);
 }
 
+// The device form on MPI: the host is the device, the result is the host form's bit for bit.
+TEST(Collectives, AllReduceOnDeviceIsTheHostFormOnMpi) {
+  Communicator& c = world();
+  const int W = c.size();
+  std::vector<double> a = {1.0 / (c.rank() + 3), 1e-300 * c.rank(), -0.1 * c.rank()}, b = a;
+  c.all_reduce(a.data(), 3, ReduceOp::Sum);
+  c.all_reduce_on_device(b.data(), 3, ReduceOp::Sum);
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), sizeof(double) * 3), 0);
+  std::vector<double> m = {static_cast<double>(c.rank())};
+  c.all_reduce_on_device(m.data(), 1, ReduceOp::Max);
+  EXPECT_EQ(m[0], W - 1);
+}
+
 TEST(Collectives, AllReduceDoubleAndInt64) {
   Communicator& c = world();
   const int W = c.size();

@@ -140,6 +140,18 @@ TEST(NcclCollectives, BroadcastFromEveryRootAndHostForms) {
     c.broadcast(buf.data<float>(), 777, root);
     EXPECT_EQ(download(buf), values(81, root, 777)) << "root " << root;
   }
+  // float64 sums on the device (the step's loss and norm), ordered on the stream.
+  {
+    const std::vector<double> mine = {c.rank() + 1.0, 1.0 / (c.rank() + 3)};
+    core::Tensor sums = core::Tensor::empty({2}, core::DType::F64, gpu()->backend->allocator());
+    gpu()->backend->copy_from_host(sums.raw_data(), mine.data(), sizeof(double) * 2);
+    c.all_reduce_on_device(sums.data<double>(), 2, ReduceOp::Sum);
+    std::vector<double> got(2), want = mine;
+    gpu()->backend->copy_to_host(got.data(), sums.raw_data(), sizeof(double) * 2);
+    world().all_reduce(want.data(), 2, ReduceOp::Sum);
+    EXPECT_EQ(got[0], want[0]);
+    EXPECT_NEAR(got[1], want[1], 1e-15 * want[1]);  // NCCL's order of additions may differ
+  }
   // Scalars stay on the host (MPI underneath).
   double d = c.rank() + 1.0;
   c.all_reduce(&d, 1, ReduceOp::Sum);

@@ -86,6 +86,15 @@ void expect_same_as_plain(Communicator& plain, Communicator& staged, uint64_t se
     EXPECT_TRUE(same_bits(ga, gb)) << "all_gather trial " << trial;
     EXPECT_TRUE(same_bits(ga, gc)) << "all_gather async trial " << trial;
   }
+  for (int n : {1, 2, 5}) {  // the device float64 sums: staged through the host
+    std::vector<double> a(static_cast<size_t>(n)), b;
+    for (int i = 0; i < n; ++i)
+      a[static_cast<size_t>(i)] = 1.0 / (3 + r + i);
+    b = a;
+    plain.all_reduce(a.data(), n, ReduceOp::Sum);
+    staged.all_reduce_on_device(b.data(), n, ReduceOp::Sum);
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(double)), 0) << "n=" << n;
+  }
   std::vector<float> x = inputs(seed + 300, r, 777), y = x;
   plain.broadcast(x.data(), 777, W - 1);
   staged.broadcast(y.data(), 777, W - 1);

@@ -543,6 +543,50 @@ TEST(CpuBackend, SumSquaresManyIsTheLoopOverSumSquares) {
     for (float v : x)
       direct += static_cast<double>(v) * v;
   EXPECT_NEAR(got, direct, 1e-12 * direct);
+  double into = -1;  // the form that leaves the sum in the backend's memory
+  core::cpu_backend().sum_squares_many(spans, &into);
+  EXPECT_EQ(std::memcmp(&into, &got, sizeof got), 0);
+  core::cpu_backend().sum_squares_many({}, &into);
+  EXPECT_EQ(into, 0.0);
+}
+
+// The step's gradient factor as the trainer computed it when it read the norm back: the clip
+// rounded to float, then mean x clip rounded to float; 1 x mean where the norm is within the
+// bound, or there is no bound, or the norm is not a number.
+float host_grad_factor(double sum_squares, double mean, double max_norm) {
+  const double norm = std::sqrt(sum_squares) * mean;
+  float clip = 1.0f;
+  if (max_norm > 0 && norm > max_norm) clip = static_cast<float>(max_norm / (norm + 1e-6));
+  return static_cast<float>(mean * clip);
+}
+
+TEST(CpuBackend, GradClipScaleIsTheHostFactorBitForBit) {
+  for (double sum_squares : {0.0, 1e-20, 0.3, 1.0, 2.7, 1e6, 1e300, double(INFINITY), double(NAN)})
+    for (double mean : {1.0, 0.25, 1.0 / 3, 1.0 / 48, 24.0})
+      for (double max_norm : {0.0, -1.0, 0.05, 1.0, 1e9}) {
+        const float want = host_grad_factor(sum_squares, mean, max_norm);
+        float got = -7.0f;
+        core::cpu_backend().grad_clip_scale(&got, &sum_squares, mean, max_norm);
+        EXPECT_EQ(std::memcmp(&got, &want, sizeof got), 0)
+            << sum_squares << " " << mean << " " << max_norm << ": " << got << " vs " << want;
+        EXPECT_EQ(
+            core::kmath::float_bits(core::kmath::grad_clip_scale(sum_squares, mean, max_norm)),
+            core::kmath::float_bits(want));
+      }
+  // The bound applies to the mean gradient's norm: sqrt(400) / 4 = 5 > 2 clips to 2 / 5.
+  EXPECT_FLOAT_EQ(core::kmath::grad_clip_scale(400.0, 0.25, 2.0), 0.25f * (2.0f / 5.0f));
+  EXPECT_EQ(core::kmath::grad_clip_scale(400.0, 0.25, 6.0), 0.25f);
+}
+
+// scale_many_by reads its factor from the backend's memory: scale_many's bits.
+TEST(CpuBackend, ScaleManyByIsScaleMany) {
+  FVec a = random_vec<float>(1000, 5), b = random_vec<float>(17, 6), a2 = a, b2 = b;
+  const float factor = -0.3f;
+  const std::vector<std::span<float>> by = {a, {}, b}, plain = {a2, {}, b2};
+  core::cpu_backend().scale_many_by(by, &factor);
+  core::cpu_backend().scale_many(plain, factor);
+  EXPECT_EQ(a, a2);
+  EXPECT_EQ(b, b2);
 }
 
 }  // namespace

@@ -1814,6 +1814,22 @@ TEST_F(CudaVsCpu, SumSquaresMany) {
     loop += gpu().sum_squares(x.data(), static_cast<int64_t>(x.size()));
   EXPECT_EQ(gpu().sum_squares_many(gpu_spans), loop);
   EXPECT_EQ(gpu().sum_squares_many({}), 0.0);
+  // The form that leaves the sum on the device, then the step's factor computed there.
+  float* out = dev().upload(std::vector<float>(4, -1.0f));  // a double and a float
+  double* sum = reinterpret_cast<double*>(out);
+  gpu().sum_squares_many(gpu_spans, sum);
+  double got = 0;
+  gpu().copy_to_host(&got, sum, sizeof got);
+  EXPECT_EQ(got, loop);
+  for (double mean : {1.0, 0.125})
+    for (double max_norm : {0.0, 1.0, 1e9}) {
+      gpu().grad_clip_scale(out + 2, sum, mean, max_norm);
+      EXPECT_EQ(dev().download(out + 2, 1)[0], kmath::grad_clip_scale(loop, mean, max_norm))
+          << mean << " " << max_norm;
+    }
+  gpu().sum_squares_many({}, sum);
+  gpu().copy_to_host(&got, sum, sizeof got);
+  EXPECT_EQ(got, 0.0);
 }
 
 TEST_F(CudaVsCpu, ScaleManyScalesEachTensorAsScale) {
@@ -1835,6 +1851,17 @@ TEST_F(CudaVsCpu, ScaleManyScalesEachTensorAsScale) {
     EXPECT_EQ(dev().download(one[i].data(), host[i].size()), want) << "tensor " << i;
   }
   gpu().scale_many({}, 2.0f);  // nothing to do
+  // The factor read on the device: the same bits.
+  float* factor = dev().upload(std::vector<float>{0.75f});
+  std::vector<std::span<float>> again;
+  for (size_t i = 0; i < sizes.size(); ++i)
+    again.emplace_back(dev().upload(host[i]), host[i].size());
+  gpu().scale_many_by(again, factor);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    auto want = host[i];
+    cpu().scale(want.data(), 0.75f, sizes[i]);
+    EXPECT_EQ(dev().download(again[i].data(), host[i].size()), want) << "tensor " << i;
+  }
 }
 
 // ---- model: loss reduction, MoE routing, rows added in order -------------------------------

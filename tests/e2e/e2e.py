@@ -711,7 +711,8 @@ NAN_STOP = re.compile(r"step (\d+): the training loss is (\S+) and the gradient 
 def case_nan_stops(env):
     """A blow-up (lr 1e30) stops the run with the trainer's message naming the step and the
     non-finite value, before anything is saved for that step; at np 1 stage 1 and at np 2
-    stage 3 (where the parameters rest as shards)."""
+    stage 3 (where the parameters rest as shards), and where an optimizer fails on the
+    non-finite gradient first."""
     adamw = "optim=[{params: ['*'], optimizer: adamw, lr: %s}]"
     for np, stage in ((1, 1), (2, 3)):
         name = "np%d_stage%d" % (np, stage)
@@ -731,6 +732,17 @@ def case_nan_stops(env):
         # The good checkpoint is untouched and still loads.
         env.run(np, name, sets + ["train.steps=6", "checkpoint.resume=auto", adamw % "0.01"])
         print("%s: %s; checkpoints kept: %s" % (name, m.group(0), ckpts))
+    # The step's loss and norm are read back after its update (no read in the middle of a step),
+    # so a non-finite gradient reaches the optimizer first: SOAP's eigendecomposition refuses it
+    # (every step here), and the divergence is still what the run reports, with exit status 3.
+    soap = ("optim=[{params: ['*'], optimizer: soap, lr: 1.0e+38, precondition_frequency: 1, "
+            "adam_warmup_steps: 0, use_eigh: true}]")
+    p, _ = env.run(2, "soap", ["train.steps=8", "train.grad_clip=0", soap], expect_ok=False)
+    out = p.stderr + p.stdout
+    m = NAN_STOP.search(out)
+    check(m is not None and p.returncode == 3,
+          "soap: exit %d, no non-finite stop message:\n%s" % (p.returncode, out[-3000:]))
+    print("soap: %s (exit 3)" % m.group(0))
 
 
 def case_diverged_stops(env):

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -104,6 +105,8 @@ struct StepSetup {
   engine::ZeroOptions options;
   // Called at every model layer event, before the state handles it.
   std::function<void(model::Gpt::LayerEvent, int)> on_event;
+  // Called after finish_grads, before the gradients are read.
+  std::function<void(engine::ZeroState&)> after_finish;
 };
 
 std::vector<float> reduced_grads(comm::Communicator& comm, const StepSetup& setup) {
@@ -143,6 +146,7 @@ std::vector<float> reduced_grads(comm::Communicator& comm, const StepSetup& setu
     zero->end_backward();
   }
   zero->finish_grads();
+  if (setup.after_finish) setup.after_finish(*zero);
   std::vector<float> out;
   for (size_t i = 0; i < plan.num_params(); ++i) {
     const core::Tensor& g = zero->local_grad(i);
@@ -213,6 +217,55 @@ TEST(ZeroState, ReducedGradientsAreTheSumOverRanksAtEveryStage) {
       EXPECT_LT(worst, 1e-5) << "stage " << stage << " overlap " << overlap << " np "
                              << comm->size();
     }
+  }
+}
+
+// The trainer's clip phase on the device's terms: the ranks' grad_sum_squares add up to the
+// squared norm of the reduced gradients (each element once), and scale_grads multiplies by the
+// factor it reads in memory every local gradient but those an optimizer scales itself.
+TEST(ZeroState, GradSumSquaresAndScaleGradsSkippingTheFoldedOnes) {
+  auto comm = world();
+  for (int stage : {1, 2, 3}) {
+    double sum_squares = -1, want = 0;
+    std::map<std::string, std::vector<float>> before, after;
+    StepSetup setup;
+    setup.stage = stage;
+    setup.after_finish = [&](engine::ZeroState& zero) {
+      zero.grad_sum_squares(&sum_squares);
+      comm->all_reduce(&sum_squares, 1, comm::ReduceOp::Sum);
+      for (const optim::ParamShard& p : zero.optimizer_shards()) {
+        const float* g = p.grad.data<float>();
+        before[p.name].assign(g, g + p.grad.numel());
+        for (int64_t i = 0; i < p.grad.numel(); ++i)
+          want += static_cast<double>(g[i]) * g[i];
+      }
+      comm->all_reduce(&want, 1, comm::ReduceOp::Sum);
+      const float factor = 0.375f;
+      zero.scale_grads(&factor,
+                       [](const std::string& name) { return name.find("attn") != name.npos; });
+      for (const optim::ParamShard& p : zero.optimizer_shards())
+        after[p.name].assign(p.grad.data<float>(), p.grad.data<float>() + p.grad.numel());
+    };
+    reduced_grads(*comm, setup);
+    EXPECT_NEAR(sum_squares, want, 1e-12 * want) << "stage " << stage;
+    EXPECT_GT(want, 0.0);
+    int folded = 0, scaled = 0;
+    for (const auto& [name, g] : before) {
+      std::vector<float> expect = g;
+      if (name.find("attn") == name.npos) {
+        for (float& x : expect)
+          x *= 0.375f;
+        ++scaled;
+      } else {
+        ++folded;
+      }
+      EXPECT_TRUE(bit_equal(after[name], expect)) << name << " stage " << stage;
+    }
+    // Over the ranks both kinds were seen (a small tensor may lie whole on one rank).
+    int64_t counts[2] = {folded, scaled};
+    comm->all_reduce(counts, 2, comm::ReduceOp::Sum);
+    EXPECT_GT(counts[0], 0) << "stage " << stage;
+    EXPECT_GT(counts[1], 0) << "stage " << stage;
   }
 }
 

@@ -116,16 +116,20 @@ TEST_F(CudaVsCpu, NewtonSchulzManyPacksJobsOfOneShape) {
 }
 
 // ---- AdamW and Muon updates ---------------------------------------------------------------------
-// The same float64 element math on both devices; only FMA contraction and, for the norms, the
-// order of float64 additions may differ.
+// Muon: the same float64 element math on both devices; only FMA contraction and, for the norms,
+// the order of float64 additions may differ. AdamW: the device's float form
+// (kmath::adamw_element_f32) against the CPU's float64 one, a few float ulps apart.
 
 // One launch for tensors of several sizes (empty, one element, within a chunk, several chunks)
-// and their own step scalars (the eps and weight-decay modes), against the CPU tensor by tensor.
+// and their own step scalars (the eps and weight-decay modes), some with the gradient factor
+// folded in (read on the device), against the CPU tensor by tensor.
 TEST_F(CudaVsCpu, AdamWUpdate) {
   const auto cpu_adamw = make_adamw_ops(cpu()), gpu_adamw = make_adamw_ops(gpu());
   const std::vector<int64_t> sizes = {70001, 0, 1, 200003, 768, 65536};
   std::vector<std::vector<float>> w, m, v, g;
   std::vector<AdamWTensor> host, device;
+  const float host_scale = 0.375f;
+  const float* device_scale = dev().upload(std::vector<float>{host_scale});
   for (size_t k = 0; k < sizes.size(); ++k) {
     const int64_t n = sizes[k];
     const bool torch_eps = k % 2 == 1, cautious_wd = k % 4 >= 2;
@@ -142,9 +146,11 @@ TEST_F(CudaVsCpu, AdamWUpdate) {
     step.v_scale = torch_eps ? 1 / std::sqrt(bc2) : 1.0;
     step.decay = cautious_wd ? 1.0 : 1.0 - lr * wd;
     step.cautious = cautious_wd ? lr * lr * wd : 0.0;
-    device.push_back(
-        {dev().upload(w[k]), dev().upload(m[k]), dev().upload(v[k]), dev().upload(g[k]), n, step});
-    host.push_back({w[k].data(), m[k].data(), v[k].data(), g[k].data(), n, step});
+    const bool scaled = k % 3 != 1;
+    device.push_back({dev().upload(w[k]), dev().upload(m[k]), dev().upload(v[k]),
+                      dev().upload(g[k]), n, step, scaled ? device_scale : nullptr});
+    host.push_back({w[k].data(), m[k].data(), v[k].data(), g[k].data(), n, step,
+                    scaled ? &host_scale : nullptr});
   }
   gpu_adamw->update(device);
   cpu_adamw->update(host);

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
+#include <memory>
+#include <span>
 #include <string>
 
 #include "core/check.h"
@@ -9,6 +11,7 @@
 #include "optim/glob.h"
 #include "optim/muon/muon.h"
 #include "optim/optimizer_set.h"
+#include "optim/registry.h"
 #include "tests/test_util.h"
 
 using test_util::error_of;
@@ -69,6 +72,69 @@ TEST(OptimizerSet, FirstMatchWinsAndPlacementsFollowTheOptimizer) {
   EXPECT_EQ(v.count, 3);
   EXPECT_EQ(v.rows, 16);
   EXPECT_EQ(v.cols, 16);
+}
+
+namespace {
+
+// Records the gradient scale its step was handed.
+class ScaleSpy final : public optim::Optimizer {
+ public:
+  ScaleSpy(bool folds, const float** seen) : folds_(folds), seen_(seen) {}
+  const char* kind() const override { return folds_ ? "spy_folds" : "spy_plain"; }
+  double lr() const override { return 0; }
+  comm::Placement placement() const override { return comm::Placement::shard(0); }
+  void check_param(const std::string&, const core::Shape&) const override {}
+  bool folds_grad_scale() const override { return folds_; }
+  void step(std::span<const optim::ParamShard>, const optim::StepContext& ctx) override {
+    *seen_ = ctx.grad_scale;
+  }
+  void save_state(optim::OptimizerState&) const override {}
+  void load_state(const optim::OptimizerState&) override {}
+
+ private:
+  bool folds_;
+  const float** seen_;
+};
+
+}  // namespace
+
+// The trainer's gradient factor reaches only the optimizers that fold it into their update
+// (AdamW); the others (Muon, OSFT with its inner AdamW) get gradients already scaled and must
+// not see it, or they would scale twice.
+TEST(OptimizerSet, GradScaleReachesOnlyTheOptimizersThatFoldIt) {
+  const float* folds_saw = nullptr;
+  const float* plain_saw = nullptr;
+  optim::Registry registry;
+  registry.add("spy_folds",
+               [&](optim::HyperReader&) { return std::make_unique<ScaleSpy>(true, &folds_saw); });
+  registry.add("spy_plain",
+               [&](optim::HyperReader&) { return std::make_unique<ScaleSpy>(false, &plain_saw); });
+  YAML::Node groups = YAML::Load(R"(
+- params: ["blocks.*"]
+  optimizer: spy_plain
+- params: "*"
+  optimizer: spy_folds
+)");
+  OptimizerSet set(groups, kParams, registry);
+  EXPECT_FALSE(set.folds_grad_scale("blocks.0.ln1.weight"));
+  EXPECT_TRUE(set.folds_grad_scale("embed.weight"));
+  const float factor = 0.5f;
+  optim::StepContext ctx;
+  ctx.grad_scale = &factor;
+  plain_saw = &factor;  // must be cleared by the step
+  set.step({}, ctx);
+  EXPECT_EQ(folds_saw, &factor);
+  EXPECT_EQ(plain_saw, nullptr);
+  // The built-in kinds: AdamW folds, Muon does not.
+  OptimizerSet builtin(YAML::Load(R"(
+- params: ["blocks.*.attn.*.weight"]
+  optimizer: muon
+- params: "*"
+  optimizer: adamw
+)"),
+                       kParams);
+  EXPECT_FALSE(builtin.folds_grad_scale("blocks.0.attn.qkv.weight"));
+  EXPECT_TRUE(builtin.folds_grad_scale("lm_head.weight"));
 }
 
 TEST(OptimizerSet, UnmatchedParametersAreListed) {

@@ -16,9 +16,11 @@ class CpuAdamWOps final : public AdamWOps {
  public:
   void update(std::span<const AdamWTensor> tensors) override {
     for (const AdamWTensor& t : tensors) {
+      // g * scale in float, as the trainer's scaling pass would have left it.
+      const float scale = t.g_scale ? *t.g_scale : 1.0f;
 #pragma omp parallel for schedule(static) if (t.n > core::cpu::kParallelMin)
       for (int64_t i = 0; i < t.n; ++i)
-        kmath::adamw_element(t.w[i], t.m[i], t.v[i], t.g[i], t.step);
+        kmath::adamw_element(t.w[i], t.m[i], t.v[i], t.g[i] * scale, t.step);
     }
   }
 };

@@ -1,6 +1,7 @@
 // AdamW's op on the CUDA backend: one launch for all the tensors of a step (a table of them,
-// uploaded with the stream, one block per chunk of a tensor), adamw_math.h per element (float64
-// arithmetic on float storage) as on the CPU; nvcc's fused multiply-adds may move the last bit.
+// uploaded with the stream, one block per chunk of a tensor), adamw_math.h's float form per
+// element (kmath::adamw_element_f32; the CPU keeps the float64 one), the gradient scale read on
+// the device.
 #include <cuda_runtime.h>
 
 #include <climits>
@@ -23,9 +24,16 @@ using core::cuda_detail::owner_of_block;
 // Elements per block: a block updates one chunk of one tensor.
 constexpr int64_t kChunk = int64_t{1} << 16;
 
-// A tensor of the launch, with the index of its first chunk among all the tensors' chunks.
+// A tensor of the launch (its step's scalars in float), with the index of its first chunk
+// among all the tensors' chunks.
 struct ChunkedTensor {
-  AdamWTensor t;
+  float* w;
+  float* m;
+  float* v;
+  const float* g;
+  const float* g_scale;
+  int64_t n;
+  kmath::AdamWStepF32 step;
   int64_t first_chunk;
 };
 
@@ -33,11 +41,12 @@ struct ChunkedTensor {
 __global__ void adamw_many_kernel(const ChunkedTensor* table, int count) {
   const int64_t b = blockIdx.x;
   const int k = owner_of_block(b, count, [table](int i) { return table[i].first_chunk; });
-  const AdamWTensor t = table[k].t;
-  const int64_t begin = (b - table[k].first_chunk) * kChunk;
+  const ChunkedTensor t = table[k];
+  const float scale = t.g_scale ? *t.g_scale : 1.0f;
+  const int64_t begin = (b - t.first_chunk) * kChunk;
   const int64_t end = begin + kChunk < t.n ? begin + kChunk : t.n;
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
-    kmath::adamw_element(t.w[i], t.m[i], t.v[i], t.g[i], t.step);
+    kmath::adamw_element_f32(t.w[i], t.m[i], t.v[i], t.g[i] * scale, t.step);
 }
 
 class CudaAdamWOps final : public AdamWOps {
@@ -49,7 +58,7 @@ class CudaAdamWOps final : public AdamWOps {
     int64_t chunks = 0;
     for (const AdamWTensor& t : tensors) {
       if (t.n <= 0) continue;
-      table.push_back({t, chunks});
+      table.push_back({t.w, t.m, t.v, t.g, t.g_scale, t.n, kmath::adamw_step_f32(t.step), chunks});
       chunks += (t.n + kChunk - 1) / kChunk;
     }
     if (table.empty()) return;
