@@ -108,7 +108,10 @@ def main():
         per_seed = {}
         for s in full:
             fa = frontier([(r["gain"], r["forgetting"]) for r in runs if r["seed"] == s and r["method"] == "adamw"])
-            fo = frontier([(r["gain"], r["forgetting"]) for r in runs if r["seed"] == s and method_of(r)])
+            mine = [r for r in runs if r["seed"] == s and method_of(r)]
+            if len(mine) < 2:  # this subset's runs of the seed are not all in yet
+                continue
+            fo = frontier([(r["gain"], r["forgetting"]) for r in mine])
             lo, hi = max(fa[0][0], fo[0][0]), min(fa[-1][0], fo[-1][0])
             per_seed[s] = (fa, fo, lo, hi)
         if not per_seed:
@@ -130,7 +133,7 @@ def main():
                            "difference": statistics.mean(d), "difference_halfrange": half_range(d),
                            "difference_per_seed": d,
                            "ratio": statistics.mean(ratio) if ratio else None})
-        return {"overlap": [lo, hi], "levels": levels}
+        return {"overlap": [lo, hi], "levels": levels, "seeds": sorted(per_seed)}
 
     comparisons = {}
     if not control:  # on the control every run lies on forgetting = -gain: nothing to compare

@@ -5,7 +5,8 @@
 # them, each run's metrics.jsonl and log.txt stay in OUT and its checkpoints go, the frontier
 # reports the control; a second call runs nothing (--count: none left), a call with other step
 # counts into the same OUT is refused, and forgetting_frontier.py reads an older runs.tsv's
-# informative / imaginative header as the Brown splits. The plumbing, not the numbers.
+# informative / imaginative header as the Brown splits and tabulates a grid still running (a ratio
+# missing on one seed). The plumbing, not the numbers.
 #
 #   forgetting_test.sh REPO BUILD_DIR WORK
 set -euo pipefail
@@ -58,4 +59,27 @@ printf 'pretrained\tpretrained\t-\t-\t-\t6.0\t5.0\t0\nadamw_lr1e-3_seed1\tadamw\
 grep -q '| adamw | 0.001 | 1 | 1.0000 ± 0.0000 | 0.5000 ± 0.0000 |' "$work/legacy/frontier.md" &&
   grep -q 'gain (−Δ brown_imaginative val) | forgetting (Δ brown_informative val)' "$work/legacy/frontier.md" ||
   { cat "$work/legacy/frontier.md"; fail "the legacy runs.tsv was not read as brown_informative / brown_imaginative"; }
-echo "PASS: the control grid (2 runs), its resume, the refused rerun, a legacy runs.tsv"
+# A grid still running: seed 2 has no run of one OSFT ratio yet. That ratio's comparison uses the
+# seeds that have it (it raised an IndexError before).
+mkdir -p "$work/partial"
+{
+  printf 'run\tmethod\turr\tlr\tseed\tinformative\timaginative\tseconds\n'
+  printf 'pretrained\tpretrained\t-\t-\t-\t6.0\t5.0\t0\n'
+  for seed in 1 2; do
+    printf 'adamw_lr1e-3_seed%s\tadamw\t-\t1e-3\t%s\t6.2\t4.6\t9\n' $seed $seed
+    printf 'adamw_lr3e-3_seed%s\tadamw\t-\t3e-3\t%s\t6.5\t4.2\t9\n' $seed $seed
+    printf 'osft_urr0.5_lr1e-3_seed%s\tosft\t0.5\t1e-3\t%s\t6.1\t4.7\t9\n' $seed $seed
+    printf 'osft_urr0.5_lr3e-3_seed%s\tosft\t0.5\t3e-3\t%s\t6.3\t4.4\t9\n' $seed $seed
+  done
+  printf 'osft_urr0.25_lr1e-3_seed1\tosft\t0.25\t1e-3\t1\t6.05\t4.8\t9\n'
+  printf 'osft_urr0.25_lr3e-3_seed1\tosft\t0.25\t3e-3\t1\t6.2\t4.5\t9\n'
+} >"$work/partial/runs.tsv"
+/usr/bin/python3 "$repo/scripts/forgetting_frontier.py" "$work/partial" >/dev/null ||
+  fail "a grid with a ratio missing on one seed was not tabulated"
+/usr/bin/python3 - "$work/partial/frontier.json" <<'PY' || fail "the partial grid's comparisons use the wrong seeds"
+import json, sys
+c = json.load(open(sys.argv[1]))["comparisons"]
+assert c["osft urr 0.25"]["seeds"] == [1], c["osft urr 0.25"]
+assert c["osft urr 0.5"]["seeds"] == [1, 2], c["osft urr 0.5"]
+PY
+echo "PASS: the control grid (2 runs), its resume, the refused rerun, a legacy runs.tsv, a partial grid"
