@@ -232,15 +232,17 @@ part_speed() {
   # The Muon row again with its orthogonaliser in f32 (the preset's is the record's bf16); the bf16
   # row again on the kernels each newer path replaced (its fallbacks, chosen by environment):
   # unfused GEMM epilogues, attention through f32 and rounding passes, the two-pass classifier;
-  # and with only the bf16 residual add unfused (equal to the bf16 row's time where cuBLASLt
-  # refuses the fused bf16 C + bias, which no test can tell).
+  # with only the bf16 residual add unfused (equal to the bf16 row's time where cuBLASLt
+  # refuses the fused bf16 C + bias, which no test can tell); and with attention's tensor-core
+  # products on TF32 operands instead of bf16 ones.
   local earlier=(ENGINE_CUDA_GEMM_EPILOGUE=0 ENGINE_CUDA_ATTENTION_BF16_VIA_F32=1
     ENGINE_CUDA_CLASSIFIER_TWO_PASS=1)
-  for run in fp32 tf32 bf16 bf16_earlier bf16_resaddunfused bf16_muon bf16_muon_nsf32; do
+  for run in fp32 tf32 bf16 bf16_earlier bf16_resaddunfused bf16_atttf32 bf16_muon bf16_muon_nsf32; do
     p=${run%%_*}
     local envs=()
     [ "$run" = bf16_earlier ] && envs=("${earlier[@]}")
     [ "$run" = bf16_resaddunfused ] && envs=(ENGINE_CUDA_GEMM_EPILOGUE_BF16_C=0)
+    [ "$run" = bf16_atttf32 ] && envs=(ENGINE_CUDA_ATTENTION_BF16_ON_TF32=1)
     local opt=(--set "$adamw" --set train.steps=$run_steps)
     [[ "$run" == bf16_muon* ]] &&
       opt=(--set train.diverge_loss_factor=0 --set train.steps=$((run_steps < 40 ? run_steps : 40)))
@@ -301,6 +303,7 @@ losses = {}
 names = {"fp32": "engine fp32", "tf32": "engine tf32", "bf16": "engine bf16",
          "bf16_earlier": "engine bf16, earlier kernels",
          "bf16_resaddunfused": "engine bf16, residual add unfused",
+         "bf16_atttf32": "engine bf16, attention on TF32 operands",
          "bf16_muon": "engine bf16 Muon", "bf16_muon_nsf32": "engine bf16 Muon ns f32"}
 for p in names:
     recs = runlog.step_rows(os.path.join(d, "engine_" + p, "metrics.jsonl"))
@@ -355,12 +358,11 @@ for label in peer_names.values():
     for name in names.values():
         if "tokens_per_s" in eng.get(name, {}):
             ratios["%s / %s" % (name, label)] = round(eng[name]["tokens_per_s"] / eng[label]["tokens_per_s"], 3)
-if "engine bf16" in eng and "tokens_per_s" in eng.get("engine bf16, residual add unfused", {}):
-    ratios["engine bf16 / engine bf16, residual add unfused"] = round(
-        eng["engine bf16"]["tokens_per_s"] / eng["engine bf16, residual add unfused"]["tokens_per_s"], 3)
-if "engine bf16" in eng and "tokens_per_s" in eng.get("engine bf16, earlier kernels", {}):
-    ratios["engine bf16 / engine bf16, earlier kernels"] = round(
-        eng["engine bf16"]["tokens_per_s"] / eng["engine bf16, earlier kernels"]["tokens_per_s"], 3)
+for other in ("engine bf16, residual add unfused", "engine bf16, earlier kernels",
+              "engine bf16, attention on TF32 operands"):
+    if "tokens_per_s" in eng.get("engine bf16", {}) and "tokens_per_s" in eng.get(other, {}):
+        ratios["engine bf16 / " + other] = round(
+            eng["engine bf16"]["tokens_per_s"] / eng[other]["tokens_per_s"], 3)
 if "bf16" in losses and "fp32" in losses:
     ratios["bf16 loss / fp32 loss - 1 (mean of the last 10 steps)"] = round(losses["bf16"] / losses["fp32"] - 1, 5)
 state = "ok" if ok else "FAIL"

@@ -32,10 +32,12 @@
 // matmuls, attention and the classifier again as bf16 runs take them ("matmul bf16": bf16 GEMMs
 // with their roundings, the head writing bf16 logits; "classifier bf16": the cross-entropy on
 // them, d logits in place; "layernorm bf16": reading the bf16 residual stream; "attention bf16":
-// the flash kernels on TF32 tensor cores storing the bf16 output and d qkv, or with
+// the flash kernels on bf16 tensor-core products storing the bf16 output and d qkv, or with
 // ENGINE_CUDA_ATTENTION_BF16_VIA_F32=1 the f32 kernels and rounding passes), with a second sum for
-// a bf16 run, and beside them "attention tf32" (a tf32 run's, f32 storage) and "attention tf32 by
-// GEMM" (core/attention_by_gemm.h, the path head dims past 128 take), in neither sum.
+// a bf16 run, and beside them "attention bf16 on TF32 operands" (the same kernels' TF32 products,
+// ENGINE_CUDA_ATTENTION_BF16_ON_TF32=1), "attention tf32" (a tf32 run's, f32 storage) and
+// "attention tf32 by GEMM" (core/attention_by_gemm.h, the path head dims past 128 take), in
+// neither sum.
 //
 // --precision takes a list of train.precision values (docs/precision.md); each row runs the model
 // in that precision (bf16 GEMMs through oneDNN where the CPU has AVX512_BF16 or AMX, else as f32
@@ -413,6 +415,12 @@ int cuda_op_groups(const std::string& name, int reps) {
        [&] { each_block_linear(true); }},
       {"attention", Run::kF32, [&] { each_attention(false); }},
       {"attention bf16", Run::kBf16, [&] { each_attention_bf16(); }},
+      {"attention bf16 on TF32 operands", Run::kNeither,
+       [&] {
+         setenv("ENGINE_CUDA_ATTENTION_BF16_ON_TF32", "1", 1);
+         each_attention_bf16();
+         unsetenv("ENGINE_CUDA_ATTENTION_BF16_ON_TF32");
+       }},
       {"attention tf32", Run::kNeither, [&] { each_attention(true); }},
       {"attention tf32 by GEMM", Run::kNeither,
        [&] {

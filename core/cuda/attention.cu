@@ -2,7 +2,8 @@
 // (kernel_math.h) and causal attention as fused tiled kernels that keep no [T, T] in memory: an
 // online-softmax forward saving each row's log-sum-exp, and a backward that recomputes the
 // probabilities tile by tile (the math and tiling of core/attention_tiles.h), here on FMA units.
-// With tf32 the same kernels run on TF32 tensor cores (attention_tf32.cu); past their head
+// With tf32 the same kernels run on tensor cores (attention_mma.cu: TF32 operands, or bf16 ones
+// in bf16 precision); past their head
 // dimensions, as batched TF32 GEMMs (core/attention_by_gemm.h), whose row steps are the softmax
 // kernels here (one warp per score row).
 #include <cuda_runtime.h>
@@ -37,8 +38,8 @@ using cuda_detail::check_attention_grid;
 using cuda_detail::check_sizes;
 using cuda_detail::DeviceBuffer;
 using cuda_detail::first_index;
-using cuda_detail::flash_backward_tf32;
-using cuda_detail::flash_forward_tf32;
+using cuda_detail::flash_backward_mma;
+using cuda_detail::flash_forward_mma;
 using cuda_detail::FloatPack;
 using cuda_detail::grid_for;
 using cuda_detail::grid_rows;
@@ -52,6 +53,7 @@ using cuda_detail::load_pack;
 using cuda_detail::load_query_tile;
 using cuda_detail::load_rows;
 using cuda_detail::loaded;
+using cuda_detail::MmaOperands;
 using cuda_detail::next_key_tile;
 using cuda_detail::pack_width;
 using cuda_detail::padded_head_dim;
@@ -565,7 +567,7 @@ AttentionPath attention_path(bool tf32, int64_t hd, int64_t T, const AttentionDe
   const bool tiles_cover = hd >= 1 && hd <= 128;
   const int padded = tile_head_dim(hd);
   if (tf32 && tiles_cover && device.compute_capability >= 80 &&
-      flash_tf32_smem(padded) <= device.max_smem_per_block)
+      flash_mma_smem(padded) <= device.max_smem_per_block)
     return AttentionPath::kFlashTf32;
   if (tf32 && attention_by_gemm_fits(T)) return AttentionPath::kByGemmTf32;
   if (tiles_cover && flash_smem(padded) > device.max_smem_per_block &&
@@ -688,6 +690,15 @@ bool bf16_attention_via_f32() {
   return env && std::string(env) == "1";
 }
 
+// The operands of the tensor-core flash kernels' products: bf16 in bf16 precision (a bf16 output
+// or gradient), TF32 otherwise or with ENGINE_CUDA_ATTENTION_BF16_ON_TF32=1 (read at each call;
+// the path bf16 runs took before, for a device run to time both and to fall back on).
+MmaOperands mma_operands(bool bf16_run) {
+  const char* env = std::getenv("ENGINE_CUDA_ATTENTION_BF16_ON_TF32");
+  const bool on_tf32 = env && std::string(env) == "1";
+  return bf16_run && !on_tf32 ? MmaOperands::kBf16 : MmaOperands::kTf32;
+}
+
 // How far from its pointer a tensor of BH heads [T, hd] at strides s (H heads a batch row)
 // reaches, in elements: the furthest head's last row's end.
 int64_t head_span(const HeadStrides& s, int64_t H, int64_t BH, int64_t T, int64_t hd) {
@@ -786,8 +797,8 @@ void CudaBackend::attention_forward_as(Out* out, float* lse, const float* q, con
                                      {.tf32 = path == AttentionPath::kByGemmTf32}, L);
   }
   if (path == AttentionPath::kFlashTf32)
-    return flash_forward_tf32(padded_head_dim(hd, op), out, lse, q, k, v, BH, T, hd, scale, mask, L,
-                              stream_);
+    return flash_forward_mma(mma_operands(std::is_same_v<Out, bf16>), padded_head_dim(hd, op), out,
+                             lse, q, k, v, BH, T, hd, scale, mask, L, stream_);
   with_head_dim(padded_head_dim(hd, op), [&](auto padded_hd) {
     flash_forward<decltype(padded_hd)::value>(out, lse, q, k, v, BH, T, hd, scale, mask, L,
                                               stream_);
@@ -846,8 +857,9 @@ void CudaBackend::attention_backward_as(G* dq, G* dk, G* dv, const float* dout, 
       delta.get(), dout, out, BH * T, T, hd, L.out, L.heads);
   ENGINE_CUDA_LAUNCHED();
   if (path == AttentionPath::kFlashTf32)
-    return flash_backward_tf32(padded, dq, dk, dv, dout, lse, delta.get(), q, k, v, BH, T, hd,
-                               scale, mask, L, stream_);
+    return flash_backward_mma(mma_operands(std::is_same_v<G, bf16> || std::is_same_v<O, bf16>),
+                              padded, dq, dk, dv, dout, lse, delta.get(), q, k, v, BH, T, hd, scale,
+                              mask, L, stream_);
   with_head_dim(padded, [&](auto padded_hd) {
     flash_backward<decltype(padded_hd)::value>(dq, dk, dv, dout, lse, delta.get(), q, k, v, BH, T,
                                                hd, scale, mask, L, stream_);

@@ -9,7 +9,8 @@
 namespace core::cuda_detail {
 
 enum class AttentionPath {
-  kFlashTf32,   // the flash kernels on TF32 tensor cores (attention_tf32.cu)
+  kFlashTf32,   // the flash kernels on tensor cores (attention_mma.cu): TF32, or bf16 operands
+                // in bf16 precision
   kFlash,       // the flash kernels on FMA units (attention.cu)
   kByGemmTf32,  // batched TF32 GEMMs over a scratch of scores (core/attention_by_gemm.h)
   kByGemm,      // the same in full f32
@@ -22,9 +23,9 @@ struct AttentionDevice {
 
 // Shared memory the flash kernels take (the larger of forward and backward) at a padded head
 // dimension of 32, 64 or 128: on FMA units (attention.cu) and on TF32 tensor cores
-// (attention_tf32.cu).
+// (attention_mma.cu; the same tiles for TF32 and bf16 operands).
 size_t flash_smem(int padded_hd);
-size_t flash_tf32_smem(int padded_hd);
+size_t flash_mma_smem(int padded_hd);
 
 // With tf32, the flash kernels on tensor cores (sm_80 and later, head dims up to 128, their
 // tiles within the device's shared memory), else the TF32 GEMMs where their scratch holds one

@@ -1,5 +1,5 @@
 // The tiles the CUDA attention kernels share: attention.cu's flash kernels on FMA units and
-// attention_tf32.cu's on TF32 tensor cores. Both cut a head into tiles of kTile queries by kTile
+// attention_mma.cu's on tensor cores. Both cut a head into tiles of kTile queries by kTile
 // keys, keep operand tiles row-major in shared memory (LD floats a row) with the head dimension
 // padded with zeros to HD (32, 64 or 128), and launch one block per (head, tile).
 #pragma once
@@ -157,20 +157,27 @@ inline void check_attention_grid(int64_t BH, int64_t T, const std::string& op) {
                    " exceed one launch");
 }
 
-// Flash attention on TF32 tensor cores (attention_tf32.cu; sm_80 and later), the contract of
-// the backend's attention_forward and attention_backward for head dimensions padded to HD:
+// What the tile products of the tensor-core flash kernels take: TF32 operands (mma.sync
+// m16n8k8), or bf16 ones (m16n8k16: twice the rate and half the k steps; q, k, v, dout and the
+// probabilities rounded to bf16 as they enter a product, as llm.c's and cuDNN's bf16 attention
+// hold them). Either accumulates in f32; the softmax, its log-sum-exp and the masks are f32.
+enum class MmaOperands { kTf32, kBf16 };
+
+// Flash attention on tensor cores (attention_mma.cu; sm_80 and later), the contract of the
+// backend's attention_forward and attention_backward for head dimensions padded to HD:
 // forward writes out and lse; backward writes dq, dk, dv from delta = rowsum(dout out); every
 // tensor where the (resolved) layout puts it. Out and G: float, or bf16 (each stored value the
 // f32 one rounded once).
 template <typename Out>
-void flash_forward_tf32(int HD, Out* out, float* lse, const float* q, const float* k,
+void flash_forward_mma(MmaOperands operands, int HD, Out* out, float* lse, const float* q,
+                       const float* k, const float* v, int64_t BH, int64_t T, int64_t hd,
+                       float scale, const AttentionMask& mask, const AttentionLayout& layout,
+                       cudaStream_t stream);
+template <typename G>
+void flash_backward_mma(MmaOperands operands, int HD, G* dq, G* dk, G* dv, const float* dout,
+                        const float* lse, const float* delta, const float* q, const float* k,
                         const float* v, int64_t BH, int64_t T, int64_t hd, float scale,
                         const AttentionMask& mask, const AttentionLayout& layout,
                         cudaStream_t stream);
-template <typename G>
-void flash_backward_tf32(int HD, G* dq, G* dk, G* dv, const float* dout, const float* lse,
-                         const float* delta, const float* q, const float* k, const float* v,
-                         int64_t BH, int64_t T, int64_t hd, float scale, const AttentionMask& mask,
-                         const AttentionLayout& layout, cudaStream_t stream);
 
 }  // namespace core::cuda_detail

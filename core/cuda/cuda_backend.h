@@ -16,7 +16,7 @@
 //
 // The implementation is split by op family, as core/ops/ groups the ops: cuda_backend.cu (the
 // device, streams, handles, errors), memory.cu, gemm.cu, elementwise.cu, norms.cu, embedding.cu,
-// attention.cu (with attention_tf32.cu, its kernels on tensor cores), classifier.cu, moe.cu,
+// attention.cu (with attention_mma.cu, its kernels on tensor cores), classifier.cu, moe.cu,
 // reductions.cu, linalg.cu; cuda_reduce.cuh holds the deterministic reductions several families
 // share, attention_tiles.cuh the attention kernels' tiles.
 #pragma once

@@ -36,6 +36,7 @@ assert sys.argv[2] == "0", "gpu_run.sh exited %s with every part ok" % sys.argv[
 speed = parts["speed"]["data"]["rows"]
 assert {r["run"] for r in speed} >= {"engine fp32", "engine tf32", "engine bf16", "engine bf16 Muon",
                                     "engine bf16, earlier kernels", "engine bf16, residual add unfused",
+                                    "engine bf16, attention on TF32 operands",
                                     "engine bf16 Muon ns f32"}, speed
 detail = parts["speed"]["detail"]
 for peer in ("llmc", "llmc_cudnn"):

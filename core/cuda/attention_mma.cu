@@ -1,18 +1,22 @@
-// Causal flash attention on TF32 tensor cores (mma.sync m16n8k8, sm_80 and later): the three
-// kernels of attention.cu's flash path (forward; backward over key tiles for dk, dv; backward over
-// query tiles for dq; the math of core/attention_tiles.h, no [T, T] in memory, every output
-// summed in one place in a fixed order), with the tile products on tensor cores instead of FMA.
+// Causal flash attention on tensor cores (sm_80 and later): the three kernels of attention.cu's
+// flash path (forward; backward over key tiles for dk, dv; backward over query tiles for dq; the
+// math of core/attention_tiles.h, no [T, T] in memory, every output summed in one place in a
+// fixed order), with the tile products on tensor cores instead of FMA. The products take TF32
+// operands (mma.sync m16n8k8: Tf32Tiles) or, in bf16 precision, bf16 ones (m16n8k16: Bf16Tiles,
+// twice the rate, half the k steps); the kernels are the same otherwise.
 //
 // A block is 4 warps over a tile of kTile = 64 rows; warp w owns rows 16 w .. 16 w + 15 (queries,
 // or keys in the dk/dv kernel) and computes its 16 x 64 score block as 8 fragments of 16 x 8.
 // Which matrix element each register of a lane holds is core/mma_fragments.h's (checked on the
 // host by tests/core/mma_fragments_test.cpp): lane (g, t) holds rows g and g + 8 of each
 // fragment, so a row's 64 scores sit on the 4 lanes of its group, reduced by two shuffles; a
-// score fragment becomes the A operand of the next product (P V, dS K, ...) in place, in the
-// paired order.
+// score fragment becomes the A operand of the next product (P V, dS K, ...) in place: in the
+// paired order for TF32, two neighbouring fragments in natural order for bf16.
 //
-// Operand tiles are [kTile, HD + 4] in shared memory: with 4 floats of padding a row, both the
-// b[] reads down a column (rows g) and across rows 2t and 2t + 1 hit 32 distinct banks.
+// Operand tiles are [kTile, HD + 4] f32 in shared memory (the bf16 products round as they load a
+// fragment): with 4 floats of padding a row, both the b[] reads down a column (rows g) and across
+// rows 2t and 2t + 1 hit 32 distinct banks.
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -104,6 +108,70 @@ __device__ inline void a_from_c(uint32_t (&a)[4], const float (&c)[4]) {
     a[i] = to_tf32(c[mma::c_register_of_a(i)]);
 }
 
+// Two floats as the bf16 pair of one register (each rounded to nearest even; lo in the lower
+// half, the lower index of the fragment map).
+__device__ inline uint32_t bf16_pair(float lo, float hi) {
+  const __nv_bfloat162 p = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&p);
+}
+
+// d += a b for one 16 x 8 x 16 fragment product on bf16 operands.
+__device__ inline void mma_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+  __trap();                   // never runs: the dispatch takes these kernels on sm_80+ only
+#endif
+}
+
+// The bf16 loads: a half pair is two neighbouring floats of a tile row (8-byte aligned: LD, k0
+// and 2t are even) or of a column (two rows).
+// A = rows [r0, r0 + 16), columns [k0, k0 + 16) of a shared tile X (row stride LD).
+template <int LD>
+__device__ inline void a16_rows(uint32_t (&a)[4], const float* x, int r0, int k0, Lane l) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const mma::Coord c = mma::a16_coord(l.g, l.t, i, 0);
+    const float2 p = *reinterpret_cast<const float2*>(x + (r0 + c.row) * LD + k0 + c.col);
+    a[i] = bf16_pair(p.x, p.y);
+  }
+}
+
+// B = X^T for rows [n0, n0 + 8) of X, columns [k0, k0 + 16): B[k][n] = X[n0 + n][k0 + k].
+template <int LD>
+__device__ inline void b16_transposed(uint32_t (&b)[2], const float* x, int n0, int k0, Lane l) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const mma::Coord c = mma::b16_coord(l.g, l.t, i, 0);
+    const float2 p = *reinterpret_cast<const float2*>(x + (n0 + c.col) * LD + k0 + c.row);
+    b[i] = bf16_pair(p.x, p.y);
+  }
+}
+
+// B = rows [k0, k0 + 16) of X, columns [n0, n0 + 8).
+template <int LD>
+__device__ inline void b16_rows(uint32_t (&b)[2], const float* x, int k0, int n0, Lane l) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const mma::Coord c = mma::b16_coord(l.g, l.t, i, 0);
+    const float* at = x + (k0 + c.row) * LD + n0 + c.col;
+    b[i] = bf16_pair(at[0], at[LD]);
+  }
+}
+
+// The A operand over two neighbouring score fragments' 16 columns.
+__device__ inline void a16_from_c(uint32_t (&a)[4], const float (&c0)[4], const float (&c1)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float(&c)[4] = i < 2 ? c0 : c1;
+    a[i] = bf16_pair(c[mma::c_register_of_a16(i, 0)], c[mma::c_register_of_a16(i, 1)]);
+  }
+}
+
 template <int N>
 __device__ inline void zero(float (&f)[N][4]) {
 #pragma unroll
@@ -116,7 +184,8 @@ __device__ inline void zero(float (&f)[N][4]) {
 // s[8][4] (+)= X rows [r0, r0 + 16) times Y^T over the head dimension: the warp's 16 x 64 scores
 // of a tile (Y's kTile rows are the columns).
 template <int HD, int LD>
-__device__ inline void scores(float (&s)[8][4], const float* x, int r0, const float* y, Lane l) {
+__device__ inline void scores_tf32(float (&s)[8][4], const float* x, int r0, const float* y,
+                                   Lane l) {
 #pragma unroll
   for (int k0 = 0; k0 < HD; k0 += 8) {
     uint32_t a[4];
@@ -132,8 +201,8 @@ __device__ inline void scores(float (&s)[8][4], const float* x, int r0, const fl
 
 // acc[HD / 8][4] += s (16 x 64, as fragments) times Y (kTile x HD rows of a shared tile).
 template <int HD, int LD>
-__device__ inline void times_rows(float (&acc)[HD / 8][4], const float (&s)[8][4], const float* y,
-                                  Lane l) {
+__device__ inline void times_rows_tf32(float (&acc)[HD / 8][4], const float (&s)[8][4],
+                                       const float* y, Lane l) {
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     uint32_t a[4];
@@ -146,6 +215,65 @@ __device__ inline void times_rows(float (&acc)[HD / 8][4], const float (&s)[8][4
     }
   }
 }
+
+// The same two products on bf16 operands, 16 of k a step (the head dimension, then the tile's
+// 64 keys or queries as four pairs of score fragments).
+template <int HD, int LD>
+__device__ inline void scores_bf16(float (&s)[8][4], const float* x, int r0, const float* y,
+                                   Lane l) {
+  static_assert(HD % 16 == 0, "the bf16 products step 16 over the head dimension");
+#pragma unroll
+  for (int k0 = 0; k0 < HD; k0 += 16) {
+    uint32_t a[4];
+    a16_rows<LD>(a, x, r0, k0, l);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      uint32_t b[2];
+      b16_transposed<LD>(b, y, 8 * j, k0, l);
+      mma_bf16(s[j], a, b);
+    }
+  }
+}
+
+template <int HD, int LD>
+__device__ inline void times_rows_bf16(float (&acc)[HD / 8][4], const float (&s)[8][4],
+                                       const float* y, Lane l) {
+#pragma unroll
+  for (int j = 0; j < 8; j += 2) {
+    uint32_t a[4];
+    a16_from_c(a, s[j], s[j + 1]);
+#pragma unroll
+    for (int dt = 0; dt < HD / 8; ++dt) {
+      uint32_t b[2];
+      b16_rows<LD>(b, y, 8 * j, 8 * dt, l);
+      mma_bf16(acc[dt], a, b);
+    }
+  }
+}
+
+// The kernels' two products per operand type.
+struct Tf32Tiles {
+  template <int HD, int LD>
+  __device__ static void scores(float (&s)[8][4], const float* x, int r0, const float* y, Lane l) {
+    scores_tf32<HD, LD>(s, x, r0, y, l);
+  }
+  template <int HD, int LD>
+  __device__ static void times_rows(float (&acc)[HD / 8][4], const float (&s)[8][4], const float* y,
+                                    Lane l) {
+    times_rows_tf32<HD, LD>(acc, s, y, l);
+  }
+};
+struct Bf16Tiles {
+  template <int HD, int LD>
+  __device__ static void scores(float (&s)[8][4], const float* x, int r0, const float* y, Lane l) {
+    scores_bf16<HD, LD>(s, x, r0, y, l);
+  }
+  template <int HD, int LD>
+  __device__ static void times_rows(float (&acc)[HD / 8][4], const float (&s)[8][4], const float* y,
+                                    Lane l) {
+    times_rows_bf16<HD, LD>(acc, s, y, l);
+  }
+};
 
 // Writes factor * acc (the warp's 16 rows from row0 + r0, head columns of its fragments) into a
 // head's [T, hd] rows at row stride ld (=: the block is the rows' only producer), as Dst.
@@ -169,11 +297,11 @@ __device__ inline void store_fragment_rows(Dst* dst, const float (&acc)[HD / 8][
 // One block per (head, query tile): the key tiles from the one holding the tile's first begin up
 // to the diagonal, with an online softmax per row (kmath::FlashRow); out = acc / sum and
 // lse = max + log(sum).
-template <int HD, typename Out>
+template <class Tiles, int HD, typename Out>
 __global__ void __launch_bounds__(kMmaThreads)
-    flash_forward_tf32_kernel(Out* out, float* lse, const float* q, const float* k, const float* v,
-                              int64_t T, int64_t hd, float scale, AttentionMask mask,
-                              AttentionLayout L) {
+    flash_forward_mma_kernel(Out* out, float* lse, const float* q, const float* k, const float* v,
+                             int64_t T, int64_t hd, float scale, AttentionMask mask,
+                             AttentionLayout L) {
   constexpr int LD = mma_ld<HD>();
   extern __shared__ __align__(16) float smem[];  // 16-byte rows: LD is a multiple of 4
   float* sq = smem;
@@ -198,7 +326,7 @@ __global__ void __launch_bounds__(kMmaThreads)
     next_key_tile<HD, LD>(sk, sv, k + ko, v + vo, c0, T, hd, L.k.row, L.v.row);
     float s[8][4];
     zero(s);
-    scores<HD, LD>(s, sq, wr, sk, l);
+    Tiles::template scores<HD, LD>(s, sq, wr, sk, l);
     const bool masked = kmath::tile_needs_mask(r0, kTile, c0, kTile, T) ||
                         kmath::begin_needs_mask(c0, tile_last_begin);
     float tile_max[2] = {-INFINITY, -INFINITY};
@@ -232,7 +360,7 @@ __global__ void __launch_bounds__(kMmaThreads)
 #pragma unroll
     for (int r = 0; r < 2; ++r)
       row[r].sum += row_group_sum<4>(part[r]);
-    times_rows<HD, LD>(acc, s, sv, l);
+    Tiles::template times_rows<HD, LD>(acc, s, sv, l);
   }
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
@@ -252,12 +380,12 @@ __global__ void __launch_bounds__(kMmaThreads)
 // One block per (head, key tile), warp rows are keys: over the query tiles that see the tile
 // (from the diagonal's, until the first whose first begin is past it), recompute p^T,
 // dp^T = v dout^T, ds^T = p^T (dp^T - delta); dv += p^T dout, dk += scale ds^T q.
-template <int HD, typename G>
+template <class Tiles, int HD, typename G>
 __global__ void __launch_bounds__(kMmaThreads)
-    flash_backward_kv_tf32_kernel(G* dk, G* dv, const float* dout, const float* lse,
-                                  const float* delta, const float* q, const float* k,
-                                  const float* v, int64_t T, int64_t hd, float scale,
-                                  AttentionMask mask, AttentionLayout L) {
+    flash_backward_kv_mma_kernel(G* dk, G* dv, const float* dout, const float* lse,
+                                 const float* delta, const float* q, const float* k, const float* v,
+                                 int64_t T, int64_t hd, float scale, AttentionMask mask,
+                                 AttentionLayout L) {
   constexpr int LD = mma_ld<HD>();
   extern __shared__ __align__(16) float smem[];  // 16-byte rows: LD is a multiple of 4
   float* sk = smem;
@@ -289,8 +417,8 @@ __global__ void __launch_bounds__(kMmaThreads)
     float p[8][4], ds[8][4];  // rows: the warp's keys; columns: the tile's queries
     zero(p);
     zero(ds);
-    scores<HD, LD>(p, sk, wr, sq, l);
-    scores<HD, LD>(ds, sv, wr, sg, l);  // dp^T
+    Tiles::template scores<HD, LD>(p, sk, wr, sq, l);
+    Tiles::template scores<HD, LD>(ds, sv, wr, sg, l);  // dp^T
     const bool masked = kmath::tile_needs_mask(r0, kTile, c0, kTile, T) ||
                         kmath::begin_needs_mask(c0, tile_last_begin);
 #pragma unroll
@@ -305,8 +433,8 @@ __global__ void __launch_bounds__(kMmaThreads)
         p[j][e] = seen ? kmath::attention_prob(p[j][e] * scale, slse[qc]) : 0.0f;
         ds[j][e] = kmath::attention_dscore(p[j][e], ds[j][e], sdelta[qc]);
       }
-    times_rows<HD, LD>(dv_acc, p, sg, l);
-    times_rows<HD, LD>(dk_acc, ds, sq, l);
+    Tiles::template times_rows<HD, LD>(dv_acc, p, sg, l);
+    Tiles::template times_rows<HD, LD>(dk_acc, ds, sq, l);
   }
   store_fragment_rows<HD>(dk + ko, dk_acc, c0 + wr, T, hd, L.k.row, scale, l);
   store_fragment_rows<HD>(dv + vo, dv_acc, c0 + wr, T, hd, L.v.row, 1.0f, l);
@@ -314,11 +442,11 @@ __global__ void __launch_bounds__(kMmaThreads)
 
 // One block per (head, query tile), warp rows are queries: over its key tiles (the forward's),
 // recompute p, dp = dout v^T, ds = p (dp - delta); dq += scale ds k.
-template <int HD, typename G>
+template <class Tiles, int HD, typename G>
 __global__ void __launch_bounds__(kMmaThreads)
-    flash_backward_q_tf32_kernel(G* dq, const float* dout, const float* lse, const float* delta,
-                                 const float* q, const float* k, const float* v, int64_t T,
-                                 int64_t hd, float scale, AttentionMask mask, AttentionLayout L) {
+    flash_backward_q_mma_kernel(G* dq, const float* dout, const float* lse, const float* delta,
+                                const float* q, const float* k, const float* v, int64_t T,
+                                int64_t hd, float scale, AttentionMask mask, AttentionLayout L) {
   constexpr int LD = mma_ld<HD>();
   extern __shared__ __align__(16) float smem[];  // 16-byte rows: LD is a multiple of 4
   float* sq = smem;
@@ -348,8 +476,8 @@ __global__ void __launch_bounds__(kMmaThreads)
     float ds[8][4], dp[8][4];
     zero(ds);
     zero(dp);
-    scores<HD, LD>(ds, sq, wr, sk, l);  // s, then ds in place
-    scores<HD, LD>(dp, sg, wr, sv, l);
+    Tiles::template scores<HD, LD>(ds, sq, wr, sk, l);  // s, then ds in place
+    Tiles::template scores<HD, LD>(dp, sg, wr, sv, l);
     const bool masked = kmath::tile_needs_mask(r0, kTile, c0, kTile, T) ||
                         kmath::begin_needs_mask(c0, tile_last_begin);
 #pragma unroll
@@ -362,7 +490,7 @@ __global__ void __launch_bounds__(kMmaThreads)
         const float prob = seen ? kmath::attention_prob(ds[j][e] * scale, slse[rc]) : 0.0f;
         ds[j][e] = kmath::attention_dscore(prob, dp[j][e], sdelta[rc]);
       }
-    times_rows<HD, LD>(dq_acc, ds, sk, l);
+    Tiles::template times_rows<HD, LD>(dq_acc, ds, sk, l);
   }
   store_fragment_rows<HD>(dq + qo, dq_acc, r0 + wr, T, hd, L.q.row, scale, l);
 }
@@ -377,69 +505,84 @@ constexpr size_t backward_smem() {
   return sizeof(float) * (4 * kTile * mma_ld<HD>() + 2 * kTile);
 }
 
-template <int HD, typename Out>
+template <class Tiles, int HD, typename Out>
 void forward(Out* out, float* lse, const float* q, const float* k, const float* v, int64_t BH,
              int64_t T, int64_t hd, float scale, const AttentionMask& mask,
              const AttentionLayout& layout, cudaStream_t stream) {
-  launch_tiles(flash_forward_tf32_kernel<HD, Out>, forward_smem<HD>(), kMmaThreads, BH, T, stream,
-               out, lse, q, k, v, T, hd, scale, mask, layout);
+  launch_tiles(flash_forward_mma_kernel<Tiles, HD, Out>, forward_smem<HD>(), kMmaThreads, BH, T,
+               stream, out, lse, q, k, v, T, hd, scale, mask, layout);
 }
 
-template <int HD, typename G>
+template <class Tiles, int HD, typename G>
 void backward(G* dq, G* dk, G* dv, const float* dout, const float* lse, const float* delta,
               const float* q, const float* k, const float* v, int64_t BH, int64_t T, int64_t hd,
               float scale, const AttentionMask& mask, const AttentionLayout& layout,
               cudaStream_t stream) {
-  launch_tiles(flash_backward_kv_tf32_kernel<HD, G>, backward_smem<HD>(), kMmaThreads, BH, T,
+  launch_tiles(flash_backward_kv_mma_kernel<Tiles, HD, G>, backward_smem<HD>(), kMmaThreads, BH, T,
                stream, dk, dv, dout, lse, delta, q, k, v, T, hd, scale, mask, layout);
-  launch_tiles(flash_backward_q_tf32_kernel<HD, G>, backward_smem<HD>(), kMmaThreads, BH, T, stream,
-               dq, dout, lse, delta, q, k, v, T, hd, scale, mask, layout);
+  launch_tiles(flash_backward_q_mma_kernel<Tiles, HD, G>, backward_smem<HD>(), kMmaThreads, BH, T,
+               stream, dq, dout, lse, delta, q, k, v, T, hd, scale, mask, layout);
+}
+
+// Calls f with the operand type's tiles.
+template <typename Fn>
+void with_operands(MmaOperands operands, Fn&& f) {
+  if (operands == MmaOperands::kBf16) {
+    f(Bf16Tiles{});
+  } else {
+    f(Tf32Tiles{});
+  }
 }
 
 }  // namespace
 
-size_t flash_tf32_smem(int padded_hd) {
+size_t flash_mma_smem(int padded_hd) {
   return with_head_dim(padded_hd, [](auto hd) {
     return std::max(forward_smem<decltype(hd)::value>(), backward_smem<decltype(hd)::value>());
   });
 }
 
 template <typename Out>
-void flash_forward_tf32(int HD, Out* out, float* lse, const float* q, const float* k,
-                        const float* v, int64_t BH, int64_t T, int64_t hd, float scale,
-                        const AttentionMask& mask, const AttentionLayout& layout,
-                        cudaStream_t stream) {
-  with_head_dim(HD, [&](auto padded) {
-    forward<decltype(padded)::value, Out>(out, lse, q, k, v, BH, T, hd, scale, mask, layout,
-                                          stream);
+void flash_forward_mma(MmaOperands operands, int HD, Out* out, float* lse, const float* q,
+                       const float* k, const float* v, int64_t BH, int64_t T, int64_t hd,
+                       float scale, const AttentionMask& mask, const AttentionLayout& layout,
+                       cudaStream_t stream) {
+  with_operands(operands, [&](auto tiles) {
+    with_head_dim(HD, [&](auto padded) {
+      forward<decltype(tiles), decltype(padded)::value, Out>(out, lse, q, k, v, BH, T, hd, scale,
+                                                             mask, layout, stream);
+    });
   });
 }
 
 template <typename G>
-void flash_backward_tf32(int HD, G* dq, G* dk, G* dv, const float* dout, const float* lse,
-                         const float* delta, const float* q, const float* k, const float* v,
-                         int64_t BH, int64_t T, int64_t hd, float scale, const AttentionMask& mask,
-                         const AttentionLayout& layout, cudaStream_t stream) {
-  with_head_dim(HD, [&](auto padded) {
-    backward<decltype(padded)::value, G>(dq, dk, dv, dout, lse, delta, q, k, v, BH, T, hd, scale,
-                                         mask, layout, stream);
+void flash_backward_mma(MmaOperands operands, int HD, G* dq, G* dk, G* dv, const float* dout,
+                        const float* lse, const float* delta, const float* q, const float* k,
+                        const float* v, int64_t BH, int64_t T, int64_t hd, float scale,
+                        const AttentionMask& mask, const AttentionLayout& layout,
+                        cudaStream_t stream) {
+  with_operands(operands, [&](auto tiles) {
+    with_head_dim(HD, [&](auto padded) {
+      backward<decltype(tiles), decltype(padded)::value, G>(dq, dk, dv, dout, lse, delta, q, k, v,
+                                                            BH, T, hd, scale, mask, layout, stream);
+    });
   });
 }
 
 // The stored types: f32, and bf16 precision's bf16.
-template void flash_forward_tf32(int, float*, float*, const float*, const float*, const float*,
-                                 int64_t, int64_t, int64_t, float, const AttentionMask&,
+template void flash_forward_mma(MmaOperands, int, float*, float*, const float*, const float*,
+                                const float*, int64_t, int64_t, int64_t, float,
+                                const AttentionMask&, const AttentionLayout&, cudaStream_t);
+template void flash_forward_mma(MmaOperands, int, bf16*, float*, const float*, const float*,
+                                const float*, int64_t, int64_t, int64_t, float,
+                                const AttentionMask&, const AttentionLayout&, cudaStream_t);
+template void flash_backward_mma(MmaOperands, int, float*, float*, float*, const float*,
+                                 const float*, const float*, const float*, const float*,
+                                 const float*, int64_t, int64_t, int64_t, float,
+                                 const AttentionMask&, const AttentionLayout&, cudaStream_t);
+template void flash_backward_mma(MmaOperands, int, bf16*, bf16*, bf16*, const float*, const float*,
+                                 const float*, const float*, const float*, const float*, int64_t,
+                                 int64_t, int64_t, float, const AttentionMask&,
                                  const AttentionLayout&, cudaStream_t);
-template void flash_forward_tf32(int, bf16*, float*, const float*, const float*, const float*,
-                                 int64_t, int64_t, int64_t, float, const AttentionMask&,
-                                 const AttentionLayout&, cudaStream_t);
-template void flash_backward_tf32(int, float*, float*, float*, const float*, const float*,
-                                  const float*, const float*, const float*, const float*, int64_t,
-                                  int64_t, int64_t, float, const AttentionMask&,
-                                  const AttentionLayout&, cudaStream_t);
-template void flash_backward_tf32(int, bf16*, bf16*, bf16*, const float*, const float*,
-                                  const float*, const float*, const float*, const float*, int64_t,
-                                  int64_t, int64_t, float, const AttentionMask&,
-                                  const AttentionLayout&, cudaStream_t);
 
 }  // namespace core::cuda_detail
