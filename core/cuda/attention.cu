@@ -45,6 +45,7 @@ using cuda_detail::grid_for;
 using cuda_detail::grid_rows;
 using cuda_detail::grid_stride;
 using cuda_detail::head_begins;
+using cuda_detail::heaviest_first_query_tile;
 using cuda_detail::kThreads;
 using cuda_detail::kTile;
 using cuda_detail::last_begin;
@@ -269,7 +270,7 @@ __global__ void __launch_bounds__(kTileThreads)
   float* sk = sq + kTile * ld;
   float* sv = sk + kTile * ld;
   float* sp = sv + kTile * ld;  // [kTile, kTileLd] probabilities (unnormalised)
-  const int64_t head = blockIdx.x, r0 = static_cast<int64_t>(blockIdx.y) * kTile;
+  const int64_t head = blockIdx.x, r0 = heaviest_first_query_tile() * kTile;
   q += L.q.head_at(head, L.heads), k += L.k.head_at(head, L.heads);
   v += L.v.head_at(head, L.heads), out += L.out.head_at(head, L.heads);
   const int ty = tile_ty(), tx = tile_tx();
@@ -485,7 +486,7 @@ __global__ void __launch_bounds__(kTileThreads)
   float* sds = sv + kTile * ld;  // [queries, keys]
   float* slse = sds + kTile * kTileLd;
   float* sdelta = slse + kTile;
-  const int64_t head = blockIdx.x, r0 = static_cast<int64_t>(blockIdx.y) * kTile;
+  const int64_t head = blockIdx.x, r0 = heaviest_first_query_tile() * kTile;
   const int64_t qo = L.q.head_at(head, L.heads), ko = L.k.head_at(head, L.heads),
                 vo = L.v.head_at(head, L.heads), oo = L.out.head_at(head, L.heads);
   const int ty = tile_ty(), tx = tile_tx();

@@ -307,7 +307,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   float* sq = smem;
   float* sk = sq + kTile * LD;
   float* sv = sk + kTile * LD;
-  const int64_t head = blockIdx.x, r0 = static_cast<int64_t>(blockIdx.y) * kTile;
+  const int64_t head = blockIdx.x, r0 = heaviest_first_query_tile() * kTile;
   const int64_t qo = L.q.head_at(head, L.heads), ko = L.k.head_at(head, L.heads),
                 vo = L.v.head_at(head, L.heads), oo = L.out.head_at(head, L.heads);
   const Lane l;
@@ -455,7 +455,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   float* sv = sk + kTile * LD;
   float* slse = sv + kTile * LD;
   float* sdelta = slse + kTile;
-  const int64_t head = blockIdx.x, r0 = static_cast<int64_t>(blockIdx.y) * kTile;
+  const int64_t head = blockIdx.x, r0 = heaviest_first_query_tile() * kTile;
   const int64_t qo = L.q.head_at(head, L.heads), ko = L.k.head_at(head, L.heads),
                 vo = L.v.head_at(head, L.heads), oo = L.out.head_at(head, L.heads);
   const Lane l;

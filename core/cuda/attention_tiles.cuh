@@ -9,8 +9,11 @@
 #include <climits>
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "core/check.h"
 #include "core/cuda/cuda_check.h"
@@ -113,13 +116,36 @@ __device__ inline int64_t last_begin(const int32_t* begins, int64_t r0, int64_t 
   return begin_of(begins, (r0 + kTile < T ? r0 + kTile : T) - 1, T);
 }
 
+// The query tile of a block of the forward or of the dq backward: the last tile first. Under the
+// causal mask a later tile visits more key tiles, and blocks start in the order of their index
+// (heads fastest), so the longest start first and the short ones fill in at the end, where the
+// other order leaves a tail of long blocks on a few SMs. (The dk, dv backward's key tile 0 has
+// the most query tiles to visit: its natural order is already the heaviest first.)
+__device__ inline int64_t heaviest_first_query_tile() {
+  return static_cast<int64_t>(gridDim.y) - 1 - static_cast<int64_t>(blockIdx.y);
+}
+
+// Lets `kernel` take `smem` bytes of dynamic shared memory on this thread's device: one driver
+// call per kernel and device at the largest size asked, not one per launch.
+inline void allow_dynamic_smem(const void* kernel, size_t smem) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, const void*>, size_t> allowed;
+  int device = 0;
+  ENGINE_CUDA_CALL(cudaGetDevice(&device));
+  const std::lock_guard<std::mutex> lock(mutex);
+  size_t& now = allowed[{device, kernel}];
+  if (smem <= now) return;
+  ENGINE_CUDA_CALL(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  now = smem;
+}
+
 // Launches `kernel` on a (BH, tiles of T) grid of `threads`-thread blocks with `smem` bytes of
 // dynamic shared memory.
 template <typename Kernel, typename... Args>
 void launch_tiles(Kernel kernel, size_t smem, int threads, int64_t BH, int64_t T,
                   cudaStream_t stream, Args... args) {
-  ENGINE_CUDA_CALL(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
   const dim3 grid(static_cast<unsigned>(BH), static_cast<unsigned>((T + kTile - 1) / kTile));
   kernel<<<grid, threads, smem, stream>>>(args...);
   ENGINE_CUDA_CALL(cudaGetLastError());

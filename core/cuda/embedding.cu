@@ -2,6 +2,7 @@
 // its backward with the rows of a repeated token added in position order (no atomics).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <string>
 
 #include "core/check.h"
@@ -30,24 +31,33 @@ __device__ inline void store(bf16* out, float x) {
   *out = kmath::bf16_from_float(x);
 }
 
-// out f32, or bf16 (bf16 precision's residual stream: the f32 sum rounded once).
+// out f32, or bf16 (bf16 precision's residual stream: the f32 sum rounded once). A block a row
+// (token) at a time, its threads over the D columns: the token is read once a row and no
+// element divides its index.
 template <typename Out>
 __global__ void embedding_forward_kernel(Out* out, const int32_t* tokens, const float* wte,
-                                         const float* wpe, int64_t T, int64_t D, int64_t total,
+                                         const float* wpe, int64_t T, int64_t D, int64_t rows,
                                          int* status) {
-  for (int64_t i = first_index(); i < total; i += grid_stride()) {
-    const int64_t bt = i / D;
-    const int64_t d = i % D;
+  for (int64_t bt = blockIdx.x; bt < rows; bt += gridDim.x) {
+    Out* o = out + bt * D;
     const int32_t token = tokens[bt];
     if (token < 0) {
-      cuda_detail::raise_status(status, cuda_detail::kStatusNegativeTokenId, bt);
-      store(out + i, 0.0f);
+      if (threadIdx.x == 0)
+        cuda_detail::raise_status(status, cuda_detail::kStatusNegativeTokenId, bt);
+      for (int64_t d = threadIdx.x; d < D; d += blockDim.x)
+        store(o + d, 0.0f);
       continue;
     }
-    float v = wte[static_cast<int64_t>(token) * D + d];
-    if (wpe != nullptr) v += wpe[(bt % T) * D + d];
-    store(out + i, v);
+    const float* w = wte + static_cast<int64_t>(token) * D;
+    const float* p = wpe != nullptr ? wpe + (bt % T) * D : nullptr;
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x)
+      store(o + d, p != nullptr ? w[d] + p[d] : w[d]);
   }
+}
+
+// Blocks for `rows` rows of the embedding (each block takes several past the grid's limit).
+unsigned embedding_blocks(int64_t rows) {
+  return static_cast<unsigned>(std::min<int64_t>(rows, int64_t{1} << 20));
 }
 
 // dwpe[t, d] += sum over b of dout[b, t, d]: one thread per (t, d), no atomics needed.
@@ -66,20 +76,18 @@ __global__ void embedding_backward_wpe_kernel(float* dwpe, const float* dout, in
 void CudaBackend::embedding_forward(float* out, const int32_t* tokens, const float* wte,
                                     const float* wpe, int64_t B, int64_t T, int64_t D) {
   check_sizes(name_ + ": embedding_forward", {B, T, D});
-  const int64_t total = B * T * D;
-  if (total == 0) return;
-  embedding_forward_kernel<<<grid_for(total), kThreads, 0, stream_>>>(out, tokens, wte, wpe, T, D,
-                                                                      total, status_);
+  if (B * T * D == 0) return;
+  embedding_forward_kernel<<<embedding_blocks(B * T), kThreads, 0, stream_>>>(out, tokens, wte, wpe,
+                                                                              T, D, B * T, status_);
   ENGINE_CUDA_LAUNCHED();
 }
 
 void CudaBackend::embedding_forward(bf16* out, const int32_t* tokens, const float* wte,
                                     const float* wpe, int64_t B, int64_t T, int64_t D) {
   check_sizes(name_ + ": embedding_forward", {B, T, D});
-  const int64_t total = B * T * D;
-  if (total == 0) return;
-  embedding_forward_kernel<<<grid_for(total), kThreads, 0, stream_>>>(out, tokens, wte, wpe, T, D,
-                                                                      total, status_);
+  if (B * T * D == 0) return;
+  embedding_forward_kernel<<<embedding_blocks(B * T), kThreads, 0, stream_>>>(out, tokens, wte, wpe,
+                                                                              T, D, B * T, status_);
   ENGINE_CUDA_LAUNCHED();
 }
 
