@@ -487,8 +487,6 @@ void Gpt::plan(int B, int T) {
       dq_ = take(N * D);
       dk_ = take(N * D);
       dv_ = take(N * D);
-      dq2_ = take(N * D);
-      dk2_ = take(N * D);
     }
     datty_ = take(N * D);
     dact_ = take(rows * F);
@@ -605,14 +603,10 @@ void Gpt::attn_forward(int l) {
   const float* v = a.qkv + 2 * D;
   const core::AttentionLayout layout = attention_layout();
   if (config_.arch == Arch::Modern) {
-    // The heads split, QK-norm per head over hd, then rotary in place on the normalised copies.
-    const float eps = config_.norm_eps, base = config_.rotary_base;
-    const bool truncated = config_.rotary_truncate;
-    backend_.split_heads(a.q, a.k, a.v, a.qkv, B, T, H, hd);
-    backend_.rmsnorm_forward(a.qr, a.q_rstd, a.q, N * H, hd, eps);
-    backend_.rmsnorm_forward(a.kr, a.k_rstd, a.k, N * H, hd, eps);
-    backend_.rotary_forward(a.qr, a.qr, B * H, T, hd, base, truncated);
-    backend_.rotary_forward(a.kr, a.kr, B * H, T, hd, base, truncated);
+    // The heads split, QK-norm per head over hd, then rotary on the normalised copies: one pass.
+    backend_.qk_norm_rotary_forward(a.qr, a.kr, a.q, a.k, a.v, a.q_rstd, a.k_rstd, a.qkv, B, T, H,
+                                    hd, config_.norm_eps, config_.rotary_base,
+                                    config_.rotary_truncate);
     q = a.qr;
     k = a.kr;
     v = a.v;
@@ -691,24 +685,17 @@ void Gpt::attn_backward(int l) {
                                  a.v, lam + 1, ve >= 0 ? ve_heads_[ve] : nullptr, dv_, N * D);
     std::swap(dmix_, dv_);
   }
-  {
-    // Undo rotary (into dq2/dk2), then the QK-norm (back into dq/dk).
-    backend_.fill_zero(dq2_, N * D * sizeof(float));
-    backend_.fill_zero(dk2_, N * D * sizeof(float));
-    backend_.rotary_backward(dq2_, dq_, B * H, T, hd, config_.rotary_base, config_.rotary_truncate);
-    backend_.rotary_backward(dk2_, dk_, B * H, T, hd, config_.rotary_base, config_.rotary_truncate);
-    backend_.fill_zero(dq_, N * D * sizeof(float));
-    backend_.fill_zero(dk_, N * D * sizeof(float));
-    backend_.rmsnorm_backward(dq_, dq2_, a.q, a.q_rstd, N * H, hd);
-    backend_.rmsnorm_backward(dk_, dk2_, a.k, a.k_rstd, N * H, hd);
-  }
-  // d qkv: in bf16 precision written as bf16 straight from the heads' f32 gradients.
+  // Undo rotary and the QK-norm, then the heads' split, in one pass: d qkv written whole (in bf16
+  // precision as bf16, straight from the heads' f32 gradients).
   Operand dqkv{dqkv_, dqkv_bf16_};
+  const float base = config_.rotary_base;
+  const bool truncated = config_.rotary_truncate;
   if (dqkv_bf16_) {
-    backend_.split_heads_backward(dqkv_bf16_, dq_, dk_, dv_, B, T, H, hd);
+    backend_.qk_norm_rotary_backward(dqkv_bf16_, dq_, dk_, dv_, a.q, a.k, a.q_rstd, a.k_rstd, B, T,
+                                     H, hd, base, truncated);
   } else {
-    backend_.fill_zero(dqkv_, N * 3 * D * sizeof(float));
-    backend_.split_heads_backward(dqkv_, dq_, dk_, dv_, B, T, H, hd);
+    backend_.qk_norm_rotary_backward(dqkv_, dq_, dk_, dv_, a.q, a.k, a.q_rstd, a.k_rstd, B, T, H,
+                                     hd, base, truncated);
   }
   qkv_backward(l, dqkv);
 }

@@ -289,8 +289,7 @@ class Gpt {
   float* router_in_ = nullptr;
   // Backward scratch, shared by all layers.
   float *dres_ = nullptr, *dln_ = nullptr, *dqkv_ = nullptr, *dq_ = nullptr, *dk_ = nullptr,
-        *dv_ = nullptr, *dq2_ = nullptr, *dk2_ = nullptr, *datty_ = nullptr, *dact_ = nullptr,
-        *dpre_ = nullptr;
+        *dv_ = nullptr, *datty_ = nullptr, *dact_ = nullptr, *dpre_ = nullptr;
   float *dxe_raw_ = nullptr, *dye_ = nullptr, *dxe_ = nullptr, *dgate_ = nullptr,
         *dprobs_ = nullptr, *drouter_ = nullptr;
 

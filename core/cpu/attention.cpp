@@ -31,6 +31,32 @@ void CpuBackend::merge_heads_backward(float* da, const float* dout, int64_t B, i
   cpu::merge_heads_backward(da, dout, B, T, H, hd);
 }
 
+void CpuBackend::qk_norm_rotary_forward(float* qr, float* kr, float* q, float* k, float* v,
+                                        float* q_rstd, float* k_rstd, const float* qkv, int64_t B,
+                                        int64_t T, int64_t H, int64_t hd, float eps, float base,
+                                        bool truncated) {
+  cpu::qk_norm_rotary_forward(qr, kr, q, k, v, q_rstd, k_rstd, qkv, B, T, H, hd, eps, base,
+                              truncated);
+}
+
+void CpuBackend::qk_norm_rotary_backward(float* dqkv, const float* dqr, const float* dkr,
+                                         const float* dv, const float* q, const float* k,
+                                         const float* q_rstd, const float* k_rstd, int64_t B,
+                                         int64_t T, int64_t H, int64_t hd, float base,
+                                         bool truncated) {
+  cpu::qk_norm_rotary_backward(dqkv, dqr, dkr, dv, q, k, q_rstd, k_rstd, B, T, H, hd, base,
+                               truncated);
+}
+
+void CpuBackend::qk_norm_rotary_backward(bf16* dqkv, const float* dqr, const float* dkr,
+                                         const float* dv, const float* q, const float* k,
+                                         const float* q_rstd, const float* k_rstd, int64_t B,
+                                         int64_t T, int64_t H, int64_t hd, float base,
+                                         bool truncated) {
+  cpu::qk_norm_rotary_backward(dqkv, dqr, dkr, dv, q, k, q_rstd, k_rstd, B, T, H, hd, base,
+                               truncated);
+}
+
 void CpuBackend::rotary_forward(float* out, const float* inp, int64_t BH, int64_t T, int64_t hd,
                                 float base, bool truncated) {
   cpu::rotary_forward(out, inp, BH, T, hd, base, truncated);

@@ -132,14 +132,19 @@ void rotary_tables(std::vector<T>& cos_t, std::vector<T>& sin_t, int64_t T_, int
   }
 }
 
-// kBackward: dinp += R^T dout; otherwise out = R inp (in place allowed).
-template <typename T, bool kBackward>
-void rotary_impl(T* out, const T* inp, int64_t BH, int64_t T_, int64_t hd, T base, bool truncated) {
+// The head dimensions rotary takes: even, and for the truncated form a multiple of 4, >= 8.
+inline void check_rotary_head_dim(int64_t hd, bool truncated) {
   ENGINE_CHECK(hd % 2 == 0, "rotary: head dim " + std::to_string(hd) + " is odd");
   ENGINE_CHECK(
       !truncated || (hd % 4 == 0 && hd >= 8),
       "rotary: the truncated form needs a head dim that is a multiple of 4 and >= 8, got " +
           std::to_string(hd));
+}
+
+// kBackward: dinp += R^T dout; otherwise out = R inp (in place allowed).
+template <typename T, bool kBackward>
+void rotary_impl(T* out, const T* inp, int64_t BH, int64_t T_, int64_t hd, T base, bool truncated) {
+  check_rotary_head_dim(hd, truncated);
   int64_t half = hd / 2;
   std::vector<T> cos_t, sin_t;
   rotary_tables(cos_t, sin_t, T_, half, base, truncated);
@@ -173,6 +178,106 @@ template <typename T>
 void rotary_backward(T* dinp, const T* dout, int64_t BH, int64_t T_, int64_t hd, T base,
                      bool truncated = false) {
   rotary_impl<T, true>(dinp, dout, BH, T_, hd, base, truncated);
+}
+
+// ---- the modern blocks' attention inputs: split, QK-norm and rotary in one pass
+// ------------------
+//
+// Each row's arithmetic is split_heads', rmsnorm_forward's (norm_kernels.h) and rotary_impl's
+// above in their order, and the backward adds into zeros where they add into zeroed buffers, so
+// the results are theirs bit for bit (CpuBackend.QkNormRotaryIsTheUnfusedOpsBitForBit).
+
+template <typename T>
+void qk_norm_rotary_forward(T* qr, T* kr, T* q, T* k, T* v, T* q_rstd, T* k_rstd, const T* qkv,
+                            int64_t B, int64_t T_, int64_t H, int64_t hd, T eps, T base,
+                            bool truncated) {
+  check_rotary_head_dim(hd, truncated);
+  const int64_t D = H * hd, half = hd / 2;
+  std::vector<T> cos_t, sin_t;
+  rotary_tables(cos_t, sin_t, T_, half, base, truncated);
+#pragma omp parallel for schedule(static) if (B * T_ * 3 * D > kParallelMin)
+  for (int64_t bt = 0; bt < B * T_; ++bt) {
+    const int64_t b = bt / T_, t = bt % T_;
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t r = (b * H + h) * T_ + t;  // the head row
+      const T* src = qkv + bt * 3 * D + h * hd;
+      T* split[2] = {q + r * hd, k + r * hd};
+      T* out[2] = {qr + r * hd, kr + r * hd};
+      T* rstd[2] = {q_rstd + r, k_rstd + r};
+      for (int s = 0; s < 2; ++s) {
+        const T* x = split[s];
+        for (int64_t c = 0; c < hd; ++c)
+          split[s][c] = src[s * D + c];
+        T ss = T(0);
+        for (int64_t c = 0; c < hd; ++c)
+          ss += x[c] * x[c];
+        const T rs = kmath::rsqrt_eps(ss / T(hd), eps);
+        T* y = out[s];
+        for (int64_t c = 0; c < hd; ++c)
+          y[c] = x[c] * rs;
+        *rstd[s] = rs;
+        for (int64_t j = 0; j < half; ++j) {
+          T x0 = y[j], x1 = y[j + half];
+          kmath::rotary_rotate(x0, x1, cos_t[t * half + j], sin_t[t * half + j]);
+          y[j] = x0;
+          y[j + half] = x1;
+        }
+      }
+      for (int64_t c = 0; c < hd; ++c)
+        v[r * hd + c] = src[2 * D + c];
+    }
+  }
+}
+
+// dqkv f32 (0 + the value, as an add into zeros) or bf16 (the f32 row rounded once).
+template <typename T, typename G>
+void qk_norm_rotary_backward(G* dqkv, const T* dqr, const T* dkr, const T* dv, const T* q,
+                             const T* k, const T* q_rstd, const T* k_rstd, int64_t B, int64_t T_,
+                             int64_t H, int64_t hd, T base, bool truncated) {
+  check_rotary_head_dim(hd, truncated);
+  const int64_t D = H * hd, half = hd / 2;
+  std::vector<T> cos_t, sin_t;
+  rotary_tables(cos_t, sin_t, T_, half, base, truncated);
+#pragma omp parallel if (B * T_ * 3 * D > kParallelMin)
+  {
+    std::vector<T> g(static_cast<size_t>(hd));  // a row of the rotary's backward
+#pragma omp for schedule(static)
+    for (int64_t bt = 0; bt < B * T_; ++bt) {
+      const int64_t b = bt / T_, t = bt % T_;
+      const RowStore<T, G> store(dqkv + bt * 3 * D, 3 * D);
+      T* row = store.row();
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t r = (b * H + h) * T_ + t;
+        const T* grad[2] = {dqr + r * hd, dkr + r * hd};
+        const T* split[2] = {q + r * hd, k + r * hd};
+        const T rstd[2] = {q_rstd[r], k_rstd[r]};
+        for (int s = 0; s < 2; ++s) {
+          for (int64_t j = 0; j < half; ++j) {
+            T x0 = grad[s][j], x1 = grad[s][j + half];
+            kmath::rotary_rotate(x0, x1, cos_t[t * half + j], -sin_t[t * half + j]);
+            g[j] = T(0) + x0;
+            g[j + half] = T(0) + x1;
+          }
+          const T* x = split[s];
+          const T rs = rstd[s];
+          T gy = T(0);
+          for (int64_t c = 0; c < hd; ++c)
+            gy += g[c] * x[c] * rs;
+          gy /= T(hd);
+          T* dst = row + s * D + h * hd;
+          for (int64_t c = 0; c < hd; ++c) {
+            const T dx = T(0) + rs * (g[c] - x[c] * rs * gy);
+            dst[c] = std::is_same_v<G, T> ? T(0) + dx : dx;
+          }
+        }
+        const T* dvr = dv + r * hd;
+        T* dst = row + 2 * D + h * hd;
+        for (int64_t c = 0; c < hd; ++c)
+          dst[c] = std::is_same_v<G, T> ? T(0) + dvr[c] : dvr[c];
+      }
+      store.commit();
+    }
+  }
 }
 
 // ---- causal attention ------------------------------------------------------------------------

@@ -183,6 +183,93 @@ __global__ void rotary_kernel(float* out, const float* inp, int64_t T, int64_t h
   }
 }
 
+// The modern blocks' split, QK-norm and rotary: one warp per (token, head), its lanes over the
+// head dimension for the norm's sum of squares (a shuffle reduction) and over the rotated pairs.
+constexpr int kQkWarps = kThreads / 32;
+
+__device__ inline int64_t qk_unit() {
+  return static_cast<int64_t>(blockIdx.x) * kQkWarps + threadIdx.x / 32;
+}
+__device__ inline int qk_lane() {
+  return static_cast<int>(threadIdx.x % 32);
+}
+
+__global__ void qk_norm_rotary_forward_kernel(float* qr, float* kr, float* q, float* k, float* v,
+                                              float* q_rstd, float* k_rstd, const float* qkv,
+                                              int64_t T, int64_t H, int64_t hd, float eps,
+                                              float base, bool truncated, int64_t units) {
+  const int64_t unit = qk_unit();  // bt H + h
+  if (unit >= units) return;
+  const int64_t bt = unit / H, h = unit % H, b = bt / T, t = bt % T, D = H * hd, half = hd / 2;
+  const int64_t r = (b * H + h) * T + t;
+  const int lane = qk_lane();
+  const float* src = qkv + bt * 3 * D + h * hd;
+  float* split[2] = {q + r * hd, k + r * hd};
+  float* out[2] = {qr + r * hd, kr + r * hd};
+  float* rstd[2] = {q_rstd + r, k_rstd + r};
+#pragma unroll
+  for (int s = 0; s < 2; ++s) {
+    const float* x = src + s * D;
+    float ss = 0.0f;
+    for (int64_t c = lane; c < hd; c += 32) {
+      const float xc = x[c];
+      split[s][c] = xc;
+      ss += xc * xc;
+    }
+    const float rs = kmath::rsqrt_eps(row_group_sum<32>(ss) / static_cast<float>(hd), eps);
+    if (lane == 0) *rstd[s] = rs;
+    for (int64_t j = lane; j < half; j += 32) {
+      float x0 = x[j] * rs, x1 = x[j + half] * rs;
+      kmath::rotary_pair(x0, x1, t, j, half, base, false, truncated);
+      out[s][j] = x0;
+      out[s][j + half] = x1;
+    }
+  }
+  for (int64_t c = lane; c < hd; c += 32)
+    v[r * hd + c] = src[2 * D + c];
+}
+
+// d qkv (=) from d qr, d kr, d v: the rotary's transpose, then the RMSNorm's backward
+// dx = rstd (g - x rstd mean(g x rstd)), each pair's rotation computed twice (for the mean, then
+// for dx) rather than kept.
+template <typename G>
+__global__ void qk_norm_rotary_backward_kernel(G* dqkv, const float* dqr, const float* dkr,
+                                               const float* dv, const float* q, const float* k,
+                                               const float* q_rstd, const float* k_rstd, int64_t T,
+                                               int64_t H, int64_t hd, float base, bool truncated,
+                                               int64_t units) {
+  const int64_t unit = qk_unit();
+  if (unit >= units) return;
+  const int64_t bt = unit / H, h = unit % H, b = bt / T, t = bt % T, D = H * hd, half = hd / 2;
+  const int64_t r = (b * H + h) * T + t;
+  const int lane = qk_lane();
+  G* dst = dqkv + bt * 3 * D + h * hd;
+  const float* grad[2] = {dqr + r * hd, dkr + r * hd};
+  const float* split[2] = {q + r * hd, k + r * hd};
+  const float rstd[2] = {q_rstd[r], k_rstd[r]};
+#pragma unroll
+  for (int s = 0; s < 2; ++s) {
+    const float* g = grad[s];
+    const float* x = split[s];
+    const float rs = rstd[s];
+    float sum = 0.0f;
+    for (int64_t j = lane; j < half; j += 32) {
+      float g0 = g[j], g1 = g[j + half];
+      kmath::rotary_pair(g0, g1, t, j, half, base, true, truncated);
+      sum += g0 * x[j] * rs + g1 * x[j + half] * rs;
+    }
+    const float mean = row_group_sum<32>(sum) / static_cast<float>(hd);
+    for (int64_t j = lane; j < half; j += 32) {
+      float g0 = g[j], g1 = g[j + half];
+      kmath::rotary_pair(g0, g1, t, j, half, base, true, truncated);
+      dst[s * D + j] = stored_as<G>(rs * (g0 - x[j] * rs * mean));
+      dst[s * D + j + half] = stored_as<G>(rs * (g1 - x[j + half] * rs * mean));
+    }
+  }
+  for (int64_t c = lane; c < hd; c += 32)
+    dst[2 * D + c] = stored_as<G>(dv[r * hd + c]);
+}
+
 // ---- causal attention ---------------------------------------------------------------------------
 //
 // Every kernel works on square tiles of kTile queries by kTile keys of one head with 256 threads
@@ -645,6 +732,66 @@ void CudaBackend::merge_heads_backward(float* da, const float* dout, int64_t B, 
                      merge_heads_backward_kernel<decltype(w)::value>
                          <<<grid, kThreads, 0, stream_>>>(da, dout, T, h, d);
                    });
+}
+
+namespace {
+
+void check_qk_norm_rotary(const std::string& op, int64_t B, int64_t T, int64_t H, int64_t hd,
+                          bool truncated) {
+  check_sizes(op, {B, T, H, hd});
+  ENGINE_CHECK(hd % 2 == 0, op + ": head dimension " + std::to_string(hd) + " is odd");
+  ENGINE_CHECK(!truncated || (hd % 4 == 0 && hd >= 8),
+               op +
+                   ": the truncated form needs a head dimension that is a multiple of 4 and >= 8, "
+                   "got " +
+                   std::to_string(hd));
+}
+
+unsigned qk_blocks(int64_t units, const char* op) {
+  return grid_rows((units + kQkWarps - 1) / kQkWarps, op);
+}
+
+}  // namespace
+
+void CudaBackend::qk_norm_rotary_forward(float* qr, float* kr, float* q, float* k, float* v,
+                                         float* q_rstd, float* k_rstd, const float* qkv, int64_t B,
+                                         int64_t T, int64_t H, int64_t hd, float eps, float base,
+                                         bool truncated) {
+  check_qk_norm_rotary(name_ + ": qk_norm_rotary_forward", B, T, H, hd, truncated);
+  const int64_t units = B * T * H;
+  if (units == 0 || hd == 0) return;
+  qk_norm_rotary_forward_kernel<<<qk_blocks(units, "qk_norm_rotary_forward"), kThreads, 0,
+                                  stream_>>>(qr, kr, q, k, v, q_rstd, k_rstd, qkv, T, H, hd, eps,
+                                             base, truncated, units);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::qk_norm_rotary_backward(float* dqkv, const float* dqr, const float* dkr,
+                                          const float* dv, const float* q, const float* k,
+                                          const float* q_rstd, const float* k_rstd, int64_t B,
+                                          int64_t T, int64_t H, int64_t hd, float base,
+                                          bool truncated) {
+  check_qk_norm_rotary(name_ + ": qk_norm_rotary_backward", B, T, H, hd, truncated);
+  const int64_t units = B * T * H;
+  if (units == 0 || hd == 0) return;
+  qk_norm_rotary_backward_kernel<<<qk_blocks(units, "qk_norm_rotary_backward"), kThreads, 0,
+                                   stream_>>>(dqkv, dqr, dkr, dv, q, k, q_rstd, k_rstd, T, H, hd,
+                                              base, truncated, units);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::qk_norm_rotary_backward(bf16* dqkv, const float* dqr, const float* dkr,
+                                          const float* dv, const float* q, const float* k,
+                                          const float* q_rstd, const float* k_rstd, int64_t B,
+                                          int64_t T, int64_t H, int64_t hd, float base,
+                                          bool truncated) {
+  check_qk_norm_rotary(name_ + ": qk_norm_rotary_backward", B, T, H, hd, truncated);
+  const int64_t units = B * T * H;
+  if (units == 0 || hd == 0) return;
+  qk_norm_rotary_backward_kernel<<<qk_blocks(units, "qk_norm_rotary_backward"), kThreads, 0,
+                                   stream_>>>(dqkv, dqr, dkr, dv, q, k, q_rstd, k_rstd, T, H, hd,
+                                              base, truncated, units);
+  ENGINE_CUDA_LAUNCHED();
 }
 
 void CudaBackend::rotary_forward(float* out, const float* inp, int64_t BH, int64_t T, int64_t hd,

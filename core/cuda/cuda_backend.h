@@ -150,6 +150,17 @@ class CudaBackend final : public Backend {
                    int64_t hd) override;
   void merge_heads_backward(float* da, const float* dout, int64_t B, int64_t T, int64_t H,
                             int64_t hd) override;
+  void qk_norm_rotary_forward(float* qr, float* kr, float* q, float* k, float* v, float* q_rstd,
+                              float* k_rstd, const float* qkv, int64_t B, int64_t T, int64_t H,
+                              int64_t hd, float eps, float base, bool truncated) override;
+  void qk_norm_rotary_backward(float* dqkv, const float* dqr, const float* dkr, const float* dv,
+                               const float* q, const float* k, const float* q_rstd,
+                               const float* k_rstd, int64_t B, int64_t T, int64_t H, int64_t hd,
+                               float base, bool truncated) override;
+  void qk_norm_rotary_backward(bf16* dqkv, const float* dqr, const float* dkr, const float* dv,
+                               const float* q, const float* k, const float* q_rstd,
+                               const float* k_rstd, int64_t B, int64_t T, int64_t H, int64_t hd,
+                               float base, bool truncated) override;
   void rotary_forward(float* out, const float* inp, int64_t BH, int64_t T, int64_t hd, float base,
                       bool truncated = false) override;
   void rotary_backward(float* dinp, const float* dout, int64_t BH, int64_t T, int64_t hd,

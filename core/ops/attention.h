@@ -66,6 +66,29 @@ class AttentionOps {
   // bf16 precision: dqkv stored as bf16 (it feeds the QKV projection's GEMMs), written (=) whole.
   virtual void split_heads_backward(bf16* dqkv, const float* dq, const float* dk, const float* dv,
                                     int64_t B, int64_t T, int64_t H, int64_t hd) = 0;
+  // The modern blocks' attention inputs from qkv [B, T, 3, H, hd] in one pass: the heads split
+  // into q, k, v [B, H, T, hd] (q and k as split, for the backward), q and k RMS-normalised over
+  // hd (rstd [B H T] each, eps inside the root) and rotated (rotary at their position, as
+  // rotary_forward) into qr and kr. Bit for bit split_heads, rmsnorm_forward of q and of k, then
+  // rotary_forward of each (the CPU; a device within its float rounding).
+  virtual void qk_norm_rotary_forward(float* qr, float* kr, float* q, float* k, float* v,
+                                      float* q_rstd, float* k_rstd, const float* qkv, int64_t B,
+                                      int64_t T, int64_t H, int64_t hd, float eps, float base,
+                                      bool truncated) = 0;
+  // Its backward: d qkv (every element written, =) from the gradients of qr, kr and v and the
+  // forward's q, k and rstd: bit for bit rotary_backward and rmsnorm_backward, each into zeroed
+  // buffers, then split_heads_backward into a zeroed d qkv (the CPU). The bf16 form stores each
+  // d qkv value rounded once, as split_heads_backward's bf16 form.
+  virtual void qk_norm_rotary_backward(float* dqkv, const float* dqr, const float* dkr,
+                                       const float* dv, const float* q, const float* k,
+                                       const float* q_rstd, const float* k_rstd, int64_t B,
+                                       int64_t T, int64_t H, int64_t hd, float base,
+                                       bool truncated) = 0;
+  virtual void qk_norm_rotary_backward(bf16* dqkv, const float* dqr, const float* dkr,
+                                       const float* dv, const float* q, const float* k,
+                                       const float* q_rstd, const float* k_rstd, int64_t B,
+                                       int64_t T, int64_t H, int64_t hd, float base,
+                                       bool truncated) = 0;
   // a [B, H, T, hd] -> out [B, T, H*hd], and back.
   virtual void merge_heads(float* out, const float* a, int64_t B, int64_t T, int64_t H,
                            int64_t hd) = 0;

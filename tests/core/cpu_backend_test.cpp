@@ -578,6 +578,63 @@ TEST(CpuBackend, GradClipScaleIsTheHostFactorBitForBit) {
   EXPECT_EQ(core::kmath::grad_clip_scale(400.0, 0.25, 6.0), 0.25f);
 }
 
+// The modern blocks' fused split, QK-norm and rotary, forward and backward, against the ops it
+// replaced in the model's order (the backward's adding into zeroed buffers included), bit for
+// bit: head dims 8 and 64, the truncated rotary, several heads and batch rows, f32 and bf16 d qkv
+// (filled with NaNs first: every element is written).
+TEST(CpuBackend, QkNormRotaryIsTheUnfusedOpsBitForBit) {
+  core::Backend& be = core::cpu_backend();
+  struct Case {
+    int64_t B, T, H, hd;
+    bool truncated;
+  };
+  for (const Case c : {Case{2, 5, 3, 8, false}, Case{1, 7, 2, 64, true}, Case{2, 3, 1, 16, true}}) {
+    SCOPED_TRACE("hd " + std::to_string(c.hd) + (c.truncated ? " truncated" : ""));
+    const int64_t N = c.B * c.T, D = c.H * c.hd, n = N * D, rows = N * c.H;
+    const float eps = 1e-6f, base = c.truncated ? 1024.0f : 10000.0f;
+    const FVec qkv = random_vec<float>(N * 3 * D, 11, 3.0);
+    FVec q(n), k(n), v(n), qr(n), kr(n), qs(rows), ks(rows);
+    be.split_heads(q.data(), k.data(), v.data(), qkv.data(), c.B, c.T, c.H, c.hd);
+    be.rmsnorm_forward(qr.data(), qs.data(), q.data(), rows, c.hd, eps);
+    be.rmsnorm_forward(kr.data(), ks.data(), k.data(), rows, c.hd, eps);
+    be.rotary_forward(qr.data(), qr.data(), c.B * c.H, c.T, c.hd, base, c.truncated);
+    be.rotary_forward(kr.data(), kr.data(), c.B * c.H, c.T, c.hd, base, c.truncated);
+    FVec fq(n), fk(n), fv(n), fqr(n), fkr(n), fqs(rows), fks(rows);
+    be.qk_norm_rotary_forward(fqr.data(), fkr.data(), fq.data(), fk.data(), fv.data(), fqs.data(),
+                              fks.data(), qkv.data(), c.B, c.T, c.H, c.hd, eps, base, c.truncated);
+    EXPECT_EQ(fq, q);
+    EXPECT_EQ(fk, k);
+    EXPECT_EQ(fv, v);
+    EXPECT_EQ(fqr, qr);
+    EXPECT_EQ(fkr, kr);
+    EXPECT_EQ(fqs, qs);
+    EXPECT_EQ(fks, ks);
+
+    const FVec dqr = random_vec<float>(n, 12), dkr = random_vec<float>(n, 13),
+               dv = random_vec<float>(n, 14);
+    FVec dq2(n, 0.0f), dk2(n, 0.0f), dq(n, 0.0f), dk(n, 0.0f), dqkv(N * 3 * D, 0.0f);
+    be.rotary_backward(dq2.data(), dqr.data(), c.B * c.H, c.T, c.hd, base, c.truncated);
+    be.rotary_backward(dk2.data(), dkr.data(), c.B * c.H, c.T, c.hd, base, c.truncated);
+    be.rmsnorm_backward(dq.data(), dq2.data(), q.data(), qs.data(), rows, c.hd);
+    be.rmsnorm_backward(dk.data(), dk2.data(), k.data(), ks.data(), rows, c.hd);
+    be.split_heads_backward(dqkv.data(), dq.data(), dk.data(), dv.data(), c.B, c.T, c.H, c.hd);
+    FVec fused(N * 3 * D, std::nanf(""));
+    be.qk_norm_rotary_backward(fused.data(), dqr.data(), dkr.data(), dv.data(), q.data(), k.data(),
+                               qs.data(), ks.data(), c.B, c.T, c.H, c.hd, base, c.truncated);
+    EXPECT_EQ(std::memcmp(fused.data(), dqkv.data(), fused.size() * sizeof(float)), 0);
+    std::vector<core::bf16> dqkv_b(N * 3 * D), fused_b(N * 3 * D, core::bf16{0x7FC1});
+    be.split_heads_backward(dqkv_b.data(), dq.data(), dk.data(), dv.data(), c.B, c.T, c.H, c.hd);
+    be.qk_norm_rotary_backward(fused_b.data(), dqr.data(), dkr.data(), dv.data(), q.data(),
+                               k.data(), qs.data(), ks.data(), c.B, c.T, c.H, c.hd, base,
+                               c.truncated);
+    EXPECT_EQ(std::memcmp(fused_b.data(), dqkv_b.data(), fused_b.size() * sizeof(core::bf16)), 0);
+  }
+  FVec x(3 * 6);
+  EXPECT_THROW(be.qk_norm_rotary_forward(x.data(), x.data(), x.data(), x.data(), x.data(), x.data(),
+                                         x.data(), x.data(), 1, 1, 1, 6, 1e-6f, 1024.0f, true),
+               core::Error);  // the truncated rotary needs a multiple of 4
+}
+
 // scale_many_by reads its factor from the backend's memory: scale_many's bits.
 TEST(CpuBackend, ScaleManyByIsScaleMany) {
   FVec a = random_vec<float>(1000, 5), b = random_vec<float>(17, 6), a2 = a, b2 = b;

@@ -975,6 +975,61 @@ TEST_F(CudaVsCpu, Rotary) {
   EXPECT_CLOSE(dev().download(gdx, n), dx, 1e-5);
 }
 
+// The modern blocks' fused split, QK-norm and rotary against the CPU's (which is the unfused ops
+// bit for bit, CpuBackend.QkNormRotaryIsTheUnfusedOpsBitForBit): the norm's sum in a warp's order
+// and the rotation's sin and cos on the device move the last bits. d qkv f32 and bf16, filled
+// with NaNs first (every element written).
+TEST_F(CudaVsCpu, QkNormRotary) {
+  for (auto [B, T, H, hd, truncated] :
+       {std::tuple<int64_t, int64_t, int64_t, int64_t, bool>{2, 9, 3, 8, false},
+        {2, 70, 4, 64, true},
+        {1, 5, 2, 128, false}}) {
+    SCOPED_TRACE("hd " + std::to_string(hd) + (truncated ? " truncated" : ""));
+    const int64_t N = B * T, D = H * hd, n = N * D, rows = N * H;
+    const float eps = 1e-6f, base = truncated ? 1024.0f : 10000.0f;
+    const auto qkv = random_vector(N * 3 * D, 21, 3.0f);
+    std::vector<float> q(n), k(n), v(n), qr(n), kr(n), qs(rows), ks(rows);
+    cpu().qk_norm_rotary_forward(qr.data(), kr.data(), q.data(), k.data(), v.data(), qs.data(),
+                                 ks.data(), qkv.data(), B, T, H, hd, eps, base, truncated);
+    float *gq = dev().alloc<float>(n), *gk = dev().alloc<float>(n), *gv = dev().alloc<float>(n),
+          *gqr = dev().alloc<float>(n), *gkr = dev().alloc<float>(n),
+          *gqs = dev().alloc<float>(rows), *gks = dev().alloc<float>(rows);
+    gpu().qk_norm_rotary_forward(gqr, gkr, gq, gk, gv, gqs, gks, dev().upload(qkv), B, T, H, hd,
+                                 eps, base, truncated);
+    EXPECT_EQ(dev().download(gq, n), q);
+    EXPECT_EQ(dev().download(gk, n), k);
+    EXPECT_EQ(dev().download(gv, n), v);
+    EXPECT_CLOSE(dev().download(gqr, n), qr, 1e-5);
+    EXPECT_CLOSE(dev().download(gkr, n), kr, 1e-5);
+    EXPECT_CLOSE(dev().download(gqs, rows), qs, 1e-5);
+    EXPECT_CLOSE(dev().download(gks, rows), ks, 1e-5);
+    const auto dqr = random_vector(n, 22), dkr = random_vector(n, 23), dv = random_vector(n, 24);
+    std::vector<float> dqkv(N * 3 * D);
+    cpu().qk_norm_rotary_backward(dqkv.data(), dqr.data(), dkr.data(), dv.data(), q.data(),
+                                  k.data(), qs.data(), ks.data(), B, T, H, hd, base, truncated);
+    float* gd = dev().upload(std::vector<float>(N * 3 * D, std::nanf("")));
+    const float *gdqr = dev().upload(dqr), *gdkr = dev().upload(dkr), *gdv = dev().upload(dv),
+                *gqc = dev().upload(q), *gkc = dev().upload(k), *gqsc = dev().upload(qs),
+                *gksc = dev().upload(ks);
+    gpu().qk_norm_rotary_backward(gd, gdqr, gdkr, gdv, gqc, gkc, gqsc, gksc, B, T, H, hd, base,
+                                  truncated);
+    EXPECT_CLOSE(dev().download(gd, N * 3 * D), dqkv, 1e-4);
+    std::vector<bf16> dqkv_b(N * 3 * D);
+    cpu().qk_norm_rotary_backward(dqkv_b.data(), dqr.data(), dkr.data(), dv.data(), q.data(),
+                                  k.data(), qs.data(), ks.data(), B, T, H, hd, base, truncated);
+    bf16* gdb = dev().upload(std::vector<bf16>(N * 3 * D, bf16{0x7FC1}));
+    gpu().qk_norm_rotary_backward(gdb, gdqr, gdkr, gdv, gqc, gkc, gqsc, gksc, B, T, H, hd, base,
+                                  truncated);
+    const std::vector<bf16> got = dev().download(gdb, N * 3 * D);
+    std::vector<float> got_f(got.size()), want_f(got.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      got_f[i] = kmath::float_from_bf16(got[i]);
+      want_f[i] = kmath::float_from_bf16(dqkv_b[i]);
+    }
+    EXPECT_CLOSE(got_f, want_f, 1e-2);  // a value near a bf16 tie may round the other way
+  }
+}
+
 // The record's half-truncated rotary (model.rotary_truncate), forward and backward.
 TEST_F(CudaVsCpu, RotaryTruncated) {
   const int64_t BH = 4, T = 11, hd = 16, n = BH * T * hd;
