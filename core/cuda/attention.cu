@@ -751,6 +751,22 @@ unsigned qk_blocks(int64_t units, const char* op) {
   return grid_rows((units + kQkWarps - 1) / kQkWarps, op);
 }
 
+// Both stored types of d qkv.
+template <typename G>
+void launch_qk_norm_rotary_backward(const std::string& backend, cudaStream_t stream, G* dqkv,
+                                    const float* dqr, const float* dkr, const float* dv,
+                                    const float* q, const float* k, const float* q_rstd,
+                                    const float* k_rstd, int64_t B, int64_t T, int64_t H,
+                                    int64_t hd, float base, bool truncated) {
+  check_qk_norm_rotary(backend + ": qk_norm_rotary_backward", B, T, H, hd, truncated);
+  const int64_t units = B * T * H;
+  if (units == 0 || hd == 0) return;
+  qk_norm_rotary_backward_kernel<<<qk_blocks(units, "qk_norm_rotary_backward"), kThreads, 0,
+                                   stream>>>(dqkv, dqr, dkr, dv, q, k, q_rstd, k_rstd, T, H, hd,
+                                             base, truncated, units);
+  ENGINE_CUDA_LAUNCHED();
+}
+
 }  // namespace
 
 void CudaBackend::qk_norm_rotary_forward(float* qr, float* kr, float* q, float* k, float* v,
@@ -771,13 +787,8 @@ void CudaBackend::qk_norm_rotary_backward(float* dqkv, const float* dqr, const f
                                           const float* q_rstd, const float* k_rstd, int64_t B,
                                           int64_t T, int64_t H, int64_t hd, float base,
                                           bool truncated) {
-  check_qk_norm_rotary(name_ + ": qk_norm_rotary_backward", B, T, H, hd, truncated);
-  const int64_t units = B * T * H;
-  if (units == 0 || hd == 0) return;
-  qk_norm_rotary_backward_kernel<<<qk_blocks(units, "qk_norm_rotary_backward"), kThreads, 0,
-                                   stream_>>>(dqkv, dqr, dkr, dv, q, k, q_rstd, k_rstd, T, H, hd,
-                                              base, truncated, units);
-  ENGINE_CUDA_LAUNCHED();
+  launch_qk_norm_rotary_backward(name_, stream_, dqkv, dqr, dkr, dv, q, k, q_rstd, k_rstd, B, T, H,
+                                 hd, base, truncated);
 }
 
 void CudaBackend::qk_norm_rotary_backward(bf16* dqkv, const float* dqr, const float* dkr,
@@ -785,13 +796,8 @@ void CudaBackend::qk_norm_rotary_backward(bf16* dqkv, const float* dqr, const fl
                                           const float* q_rstd, const float* k_rstd, int64_t B,
                                           int64_t T, int64_t H, int64_t hd, float base,
                                           bool truncated) {
-  check_qk_norm_rotary(name_ + ": qk_norm_rotary_backward", B, T, H, hd, truncated);
-  const int64_t units = B * T * H;
-  if (units == 0 || hd == 0) return;
-  qk_norm_rotary_backward_kernel<<<qk_blocks(units, "qk_norm_rotary_backward"), kThreads, 0,
-                                   stream_>>>(dqkv, dqr, dkr, dv, q, k, q_rstd, k_rstd, T, H, hd,
-                                              base, truncated, units);
-  ENGINE_CUDA_LAUNCHED();
+  launch_qk_norm_rotary_backward(name_, stream_, dqkv, dqr, dkr, dv, q, k, q_rstd, k_rstd, B, T, H,
+                                 hd, base, truncated);
 }
 
 void CudaBackend::rotary_forward(float* out, const float* inp, int64_t BH, int64_t T, int64_t hd,

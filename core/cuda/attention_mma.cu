@@ -181,99 +181,86 @@ __device__ inline void zero(float (&f)[N][4]) {
       f[i][e] = 0.0f;
 }
 
-// s[8][4] (+)= X rows [r0, r0 + 16) times Y^T over the head dimension: the warp's 16 x 64 scores
-// of a tile (Y's kTile rows are the columns).
-template <int HD, int LD>
-__device__ inline void scores_tf32(float (&s)[8][4], const float* x, int r0, const float* y,
-                                   Lane l) {
-#pragma unroll
-  for (int k0 = 0; k0 < HD; k0 += 8) {
-    uint32_t a[4];
-    a_rows<LD>(a, x, r0, k0, l);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      uint32_t b[2];
-      b_transposed<LD>(b, y, 8 * j, k0, l);
-      mma_tf32(s[j], a, b);
-    }
-  }
-}
-
-// acc[HD / 8][4] += s (16 x 64, as fragments) times Y (kTile x HD rows of a shared tile).
-template <int HD, int LD>
-__device__ inline void times_rows_tf32(float (&acc)[HD / 8][4], const float (&s)[8][4],
-                                       const float* y, Lane l) {
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    uint32_t a[4];
-    a_from_c(a, s[j]);
-#pragma unroll
-    for (int dt = 0; dt < HD / 8; ++dt) {
-      uint32_t b[2];
-      b_rows_paired<LD>(b, y, 8 * j, 8 * dt, l);
-      mma_tf32(acc[dt], a, b);
-    }
-  }
-}
-
-// The same two products on bf16 operands, 16 of k a step (the head dimension, then the tile's
-// 64 keys or queries as four pairs of score fragments).
-template <int HD, int LD>
-__device__ inline void scores_bf16(float (&s)[8][4], const float* x, int r0, const float* y,
-                                   Lane l) {
-  static_assert(HD % 16 == 0, "the bf16 products step 16 over the head dimension");
-#pragma unroll
-  for (int k0 = 0; k0 < HD; k0 += 16) {
-    uint32_t a[4];
-    a16_rows<LD>(a, x, r0, k0, l);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      uint32_t b[2];
-      b16_transposed<LD>(b, y, 8 * j, k0, l);
-      mma_bf16(s[j], a, b);
-    }
-  }
-}
-
-template <int HD, int LD>
-__device__ inline void times_rows_bf16(float (&acc)[HD / 8][4], const float (&s)[8][4],
-                                       const float* y, Lane l) {
-#pragma unroll
-  for (int j = 0; j < 8; j += 2) {
-    uint32_t a[4];
-    a16_from_c(a, s[j], s[j + 1]);
-#pragma unroll
-    for (int dt = 0; dt < HD / 8; ++dt) {
-      uint32_t b[2];
-      b16_rows<LD>(b, y, 8 * j, 8 * dt, l);
-      mma_bf16(acc[dt], a, b);
-    }
-  }
-}
-
-// The kernels' two products per operand type.
+// The fragment operations of one operand type: its k step, the A rows of a tile, the B = X^T and
+// B = X rows of a tile, the A operand from score fragments (from fragment j on), the product.
 struct Tf32Tiles {
-  template <int HD, int LD>
-  __device__ static void scores(float (&s)[8][4], const float* x, int r0, const float* y, Lane l) {
-    scores_tf32<HD, LD>(s, x, r0, y, l);
+  static constexpr int kK = 8;
+  template <int LD>
+  __device__ static void a(uint32_t (&a)[4], const float* x, int r0, int k0, Lane l) {
+    a_rows<LD>(a, x, r0, k0, l);
   }
-  template <int HD, int LD>
-  __device__ static void times_rows(float (&acc)[HD / 8][4], const float (&s)[8][4], const float* y,
-                                    Lane l) {
-    times_rows_tf32<HD, LD>(acc, s, y, l);
+  template <int LD>
+  __device__ static void b_t(uint32_t (&b)[2], const float* x, int n0, int k0, Lane l) {
+    b_transposed<LD>(b, x, n0, k0, l);
+  }
+  template <int LD>
+  __device__ static void b(uint32_t (&b)[2], const float* x, int k0, int n0, Lane l) {
+    b_rows_paired<LD>(b, x, k0, n0, l);
+  }
+  __device__ static void a_from_scores(uint32_t (&a)[4], const float (&s)[8][4], int j) {
+    a_from_c(a, s[j]);
+  }
+  __device__ static void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    mma_tf32(d, a, b);
   }
 };
 struct Bf16Tiles {
-  template <int HD, int LD>
-  __device__ static void scores(float (&s)[8][4], const float* x, int r0, const float* y, Lane l) {
-    scores_bf16<HD, LD>(s, x, r0, y, l);
+  static constexpr int kK = 16;
+  template <int LD>
+  __device__ static void a(uint32_t (&a)[4], const float* x, int r0, int k0, Lane l) {
+    a16_rows<LD>(a, x, r0, k0, l);
   }
-  template <int HD, int LD>
-  __device__ static void times_rows(float (&acc)[HD / 8][4], const float (&s)[8][4], const float* y,
-                                    Lane l) {
-    times_rows_bf16<HD, LD>(acc, s, y, l);
+  template <int LD>
+  __device__ static void b_t(uint32_t (&b)[2], const float* x, int n0, int k0, Lane l) {
+    b16_transposed<LD>(b, x, n0, k0, l);
+  }
+  template <int LD>
+  __device__ static void b(uint32_t (&b)[2], const float* x, int k0, int n0, Lane l) {
+    b16_rows<LD>(b, x, k0, n0, l);
+  }
+  __device__ static void a_from_scores(uint32_t (&a)[4], const float (&s)[8][4], int j) {
+    a16_from_c(a, s[j], s[j + 1]);
+  }
+  __device__ static void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    mma_bf16(d, a, b);
   }
 };
+
+// s[8][4] (+)= X rows [r0, r0 + 16) times Y^T over the head dimension: the warp's 16 x 64 scores
+// of a tile (Y's kTile rows are the columns).
+template <class Tiles, int HD, int LD>
+__device__ inline void scores(float (&s)[8][4], const float* x, int r0, const float* y, Lane l) {
+  static_assert(HD % Tiles::kK == 0, "the head dimension is a whole number of k steps");
+#pragma unroll
+  for (int k0 = 0; k0 < HD; k0 += Tiles::kK) {
+    uint32_t a[4];
+    Tiles::template a<LD>(a, x, r0, k0, l);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      uint32_t b[2];
+      Tiles::template b_t<LD>(b, y, 8 * j, k0, l);
+      Tiles::mma(s[j], a, b);
+    }
+  }
+}
+
+// acc[HD / 8][4] += s (16 x 64, as fragments) times Y (kTile x HD rows of a shared tile): the
+// tile's 64 columns of s in k steps of one (TF32) or two (bf16) score fragments.
+template <class Tiles, int HD, int LD>
+__device__ inline void times_rows(float (&acc)[HD / 8][4], const float (&s)[8][4], const float* y,
+                                  Lane l) {
+#pragma unroll
+  for (int j = 0; j < 8; j += Tiles::kK / 8) {
+    uint32_t a[4];
+    Tiles::a_from_scores(a, s, j);
+#pragma unroll
+    for (int dt = 0; dt < HD / 8; ++dt) {
+      uint32_t b[2];
+      Tiles::template b<LD>(b, y, 8 * j, 8 * dt, l);
+      Tiles::mma(acc[dt], a, b);
+    }
+  }
+}
 
 // Writes factor * acc (the warp's 16 rows from row0 + r0, head columns of its fragments) into a
 // head's [T, hd] rows at row stride ld (=: the block is the rows' only producer), as Dst.
@@ -326,7 +313,7 @@ __global__ void __launch_bounds__(kMmaThreads)
     next_key_tile<HD, LD>(sk, sv, k + ko, v + vo, c0, T, hd, L.k.row, L.v.row);
     float s[8][4];
     zero(s);
-    Tiles::template scores<HD, LD>(s, sq, wr, sk, l);
+    scores<Tiles, HD, LD>(s, sq, wr, sk, l);
     const bool masked = kmath::tile_needs_mask(r0, kTile, c0, kTile, T) ||
                         kmath::begin_needs_mask(c0, tile_last_begin);
     float tile_max[2] = {-INFINITY, -INFINITY};
@@ -360,7 +347,7 @@ __global__ void __launch_bounds__(kMmaThreads)
 #pragma unroll
     for (int r = 0; r < 2; ++r)
       row[r].sum += row_group_sum<4>(part[r]);
-    Tiles::template times_rows<HD, LD>(acc, s, sv, l);
+    times_rows<Tiles, HD, LD>(acc, s, sv, l);
   }
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
@@ -417,8 +404,8 @@ __global__ void __launch_bounds__(kMmaThreads)
     float p[8][4], ds[8][4];  // rows: the warp's keys; columns: the tile's queries
     zero(p);
     zero(ds);
-    Tiles::template scores<HD, LD>(p, sk, wr, sq, l);
-    Tiles::template scores<HD, LD>(ds, sv, wr, sg, l);  // dp^T
+    scores<Tiles, HD, LD>(p, sk, wr, sq, l);
+    scores<Tiles, HD, LD>(ds, sv, wr, sg, l);  // dp^T
     const bool masked = kmath::tile_needs_mask(r0, kTile, c0, kTile, T) ||
                         kmath::begin_needs_mask(c0, tile_last_begin);
 #pragma unroll
@@ -433,8 +420,8 @@ __global__ void __launch_bounds__(kMmaThreads)
         p[j][e] = seen ? kmath::attention_prob(p[j][e] * scale, slse[qc]) : 0.0f;
         ds[j][e] = kmath::attention_dscore(p[j][e], ds[j][e], sdelta[qc]);
       }
-    Tiles::template times_rows<HD, LD>(dv_acc, p, sg, l);
-    Tiles::template times_rows<HD, LD>(dk_acc, ds, sq, l);
+    times_rows<Tiles, HD, LD>(dv_acc, p, sg, l);
+    times_rows<Tiles, HD, LD>(dk_acc, ds, sq, l);
   }
   store_fragment_rows<HD>(dk + ko, dk_acc, c0 + wr, T, hd, L.k.row, scale, l);
   store_fragment_rows<HD>(dv + vo, dv_acc, c0 + wr, T, hd, L.v.row, 1.0f, l);
@@ -476,8 +463,8 @@ __global__ void __launch_bounds__(kMmaThreads)
     float ds[8][4], dp[8][4];
     zero(ds);
     zero(dp);
-    Tiles::template scores<HD, LD>(ds, sq, wr, sk, l);  // s, then ds in place
-    Tiles::template scores<HD, LD>(dp, sg, wr, sv, l);
+    scores<Tiles, HD, LD>(ds, sq, wr, sk, l);  // s, then ds in place
+    scores<Tiles, HD, LD>(dp, sg, wr, sv, l);
     const bool masked = kmath::tile_needs_mask(r0, kTile, c0, kTile, T) ||
                         kmath::begin_needs_mask(c0, tile_last_begin);
 #pragma unroll
@@ -490,7 +477,7 @@ __global__ void __launch_bounds__(kMmaThreads)
         const float prob = seen ? kmath::attention_prob(ds[j][e] * scale, slse[rc]) : 0.0f;
         ds[j][e] = kmath::attention_dscore(prob, dp[j][e], sdelta[rc]);
       }
-    Tiles::template times_rows<HD, LD>(dq_acc, ds, sk, l);
+    times_rows<Tiles, HD, LD>(dq_acc, ds, sk, l);
   }
   store_fragment_rows<HD>(dq + qo, dq_acc, r0 + wr, T, hd, L.q.row, scale, l);
 }
