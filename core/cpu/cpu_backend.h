@@ -1,5 +1,5 @@
-// CPU backend: OpenBLAS GEMM (oneDNN for bf16), LAPACKE (OpenBLAS) linear algebra, OpenMP loops for
-// the fused ops; the kernels are templates in cpu_gemm.h, <family>_kernels.h and cpu_linalg.h,
+// CPU backend: oneDNN GEMM (OpenBLAS in float64), LAPACKE (OpenBLAS) linear algebra, OpenMP loops
+// for the fused ops; the kernels are templates in cpu_gemm.h, <family>_kernels.h and cpu_linalg.h,
 // instantiated for float.
 #pragma once
 

@@ -1,19 +1,24 @@
-// Strided, batched GEMM on the host through OpenBLAS (cblas_sgemm / cblas_dgemm), templated on
-// the scalar type so the float64 reference kernels of the tests run the same code. The bf16 GEMM
-// is oneDNN's (onednn_gemm.h); core/cpu/gemm.cpp chooses.
+// Strided, batched GEMM on the host, templated on the scalar type so the float64 reference
+// kernels of the tests run the same code: f32 through oneDNN's matmul (onednn_gemm.h), float64
+// through OpenBLAS (cblas_dgemm). blas_gemm is OpenBLAS at both precisions, for the small
+// products inside other kernels' tiles (attention, Newton-Schulz). The bf16 GEMM is oneDNN's too;
+// core/cpu/gemm.cpp chooses.
 //
-// OpenBLAS rather than Eigen: measured with apps/bench_ops (--threads 1 --clock cpu), OpenBLAS's
-// sgemm ran at 57-120 GFLOP/s and Eigen's GEMM at 0.70-0.96x of it (median 0.84x) at 59 of the
-// 60 model shapes (D = 256..768, forward and both backward products; the other, 1.05x, is within
-// the run's noise); so both precisions call cblas directly.
+// oneDNN rather than OpenBLAS for f32: measured with apps/bench_ops (--threads 1 --clock cpu) on
+// a Zen 4, oneDNN's f32 matmul ran at 1.5-2x OpenBLAS's sgemm at the model shapes under the
+// environment's OPENBLAS_CORETYPE=Haswell, and level with or above the Cooperlake kernels
+// OpenBLAS picks unpinned; oneDNN picks its kernels by its own CPU dispatch (docs/benchmarks.md,
+// "The GEMM kernels"). Eigen's GEMM ran at 0.70-0.96x of OpenBLAS's (D = 256..768).
 #pragma once
 
 #include <cblas.h>
 #include <omp.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/backend.h"
+#include "core/cpu/onednn_gemm.h"
 
 namespace core::cpu {
 
@@ -48,29 +53,32 @@ void scale_gemm_output(const GemmArgs& r, T* c) {
   }
 }
 
-// C_i = alpha op(A_i) op(B_i) + beta C_i for i < batch. A batch at least as large as the thread
-// count runs one single-threaded GEMM per thread (OpenBLAS goes single-threaded inside an
-// OpenMP region); otherwise each GEMM uses all threads.
+// C_i = alpha op(A_i) op(B_i) + beta C_i for i < batch. In f32, one oneDNN matmul over the
+// batch. In float64, a batch at least as large as the thread count runs one single-threaded GEMM
+// per thread (OpenBLAS goes single-threaded inside an OpenMP region); otherwise each GEMM uses
+// all threads.
 template <typename T>
 void gemm(const GemmArgs& args, const T* a, const T* b, T* c) {
   GemmArgs r = resolve_gemm_args(args);
   if (r.batch == 0 || r.m == 0 || r.n == 0) return;
-  T alpha = static_cast<T>(r.alpha), beta = static_cast<T>(r.beta);
   if (r.k == 0) {
     scale_gemm_output(r, c);
-    return;
-  }
-  auto one = [&](int64_t i) {
-    blas_gemm(r.trans_a, r.trans_b, r.m, r.n, r.k, alpha, a + i * r.stride_a, r.lda,
-              b + i * r.stride_b, r.ldb, beta, c + i * r.stride_c, r.ldc);
-  };
-  if (r.batch > 1 && r.batch >= omp_get_max_threads()) {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < r.batch; ++i)
-      one(i);
+  } else if constexpr (std::is_same_v<T, float>) {
+    onednn_gemm(r, a, b, c);
   } else {
-    for (int64_t i = 0; i < r.batch; ++i)
-      one(i);
+    const T alpha = static_cast<T>(r.alpha), beta = static_cast<T>(r.beta);
+    auto one = [&](int64_t i) {
+      blas_gemm(r.trans_a, r.trans_b, r.m, r.n, r.k, alpha, a + i * r.stride_a, r.lda,
+                b + i * r.stride_b, r.ldb, beta, c + i * r.stride_c, r.ldc);
+    };
+    if (r.batch > 1 && r.batch >= omp_get_max_threads()) {
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < r.batch; ++i)
+        one(i);
+    } else {
+      for (int64_t i = 0; i < r.batch; ++i)
+        one(i);
+    }
   }
 }
 

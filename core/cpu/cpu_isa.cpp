@@ -1,5 +1,7 @@
 #include "core/cpu/cpu_isa.h"
 
+#include "core/cpu/onednn_gemm.h"
+
 #include <cblas.h>
 
 #include <cstdint>
@@ -85,7 +87,8 @@ const std::string& describe_cpu() {
       bf16 = ", no bf16 instructions";
     else if (!cpu_bf16_gemm_slow_reason().empty())
       bf16 += " (off: " + std::string(kNoBf16Env) + "=1)";
-    return model + ", " + vector + bf16 + ", OpenBLAS " + openblas_get_corename() + " kernels";
+    return model + ", " + vector + bf16 + ", oneDNN " + onednn_isa() + " and OpenBLAS " +
+           openblas_get_corename() + " kernels";
   }();
   return description;
 }

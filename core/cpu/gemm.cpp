@@ -1,6 +1,6 @@
-// The CPU backend's gemm family (core/ops/gemm.h). f32 GEMM through OpenBLAS (cpu_gemm.h); bf16
+// The CPU backend's gemm family (core/ops/gemm.h). f32 GEMM through oneDNN (cpu_gemm.h); bf16
 // GEMM through oneDNN (onednn_gemm.h) on a CPU with bf16 dot-product instructions
-// (cpu_isa.h), else as the f32 GEMM of the bf16 values (the same products, in OpenBLAS's
+// (cpu_isa.h), else as the f32 GEMM of the bf16 values (the same products, in the f32 GEMM's
 // order); the FP8 encode and GEMM (the bytes decoded exactly, then the f32 GEMM); the bias add
 // and its gradient.
 #include <algorithm>
@@ -90,7 +90,7 @@ void CpuBackend::fp8_encode(fp8* out, const bf16* in, int64_t n, float scale, km
 }
 
 // Both operands decoded to their exact f32 values, then the f32 GEMM of the same arguments: the
-// products are exact in f32, so this is the FP8 GEMM with OpenBLAS's order of f32 additions.
+// products are exact in f32, so this is the FP8 GEMM with the f32 GEMM's order of additions.
 void CpuBackend::gemm_fp8(const GemmArgs& args, const fp8* a, kmath::Fp8 a_format, const fp8* b,
                           kmath::Fp8 b_format, float* c) {
   const GemmArgs r = resolve_fp8_gemm_args(args, a_format, b_format);

@@ -4,6 +4,8 @@
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
+#include <unordered_map>
+#include <vector>
 
 #include "core/check.h"
 
@@ -12,20 +14,21 @@ namespace core::cpu {
 namespace {
 
 using dims = dnnl::memory::dims;
+using dt = dnnl::memory::data_type;
 
-// Everything a matmul primitive is made for (the last: C is bf16).
+// Everything a matmul primitive is made for (the last two: the operands' and C's types).
 using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                       int64_t, int64_t, int64_t, float, float, bool>;
+                       int64_t, int64_t, int64_t, float, float, dt, dt>;
 
 struct Matmul {
-  dnnl::memory::desc a, b, c;
+  dnnl::memory::desc a, b, c, scratchpad;
   dnnl::matmul primitive;
 };
 
 // One operand's descriptor: [batch,] rows x cols, row-major with leading dimension ld, or the
 // transpose of such a matrix; a batch stride of 0 broadcasts one matrix to every member.
-dnnl::memory::desc operand(dnnl::memory::data_type type, bool trans, int64_t rows, int64_t cols,
-                           int64_t ld, int64_t batch, int64_t stride) {
+dnnl::memory::desc operand(dt type, bool trans, int64_t rows, int64_t cols, int64_t ld,
+                           int64_t batch, int64_t stride) {
   const dims row_col = trans ? dims{1, ld} : dims{ld, 1};
   if (batch == 1) return dnnl::memory::desc(dims{rows, cols}, type, row_col);
   const int64_t members = stride == 0 ? 1 : batch;
@@ -33,25 +36,33 @@ dnnl::memory::desc operand(dnnl::memory::data_type type, bool trans, int64_t row
                             dims{stride == 0 ? rows * cols : stride, row_col[0], row_col[1]});
 }
 
+const char* type_name(dt type) {
+  return type == dt::f32 ? "f32" : "bf16";
+}
+
+// The engine and the primitives, made once. Each primitive takes its scratchpad from the caller
+// (scratchpad_mode::user; the library's own is shared by all primitives and not safe to use from
+// two threads at once), and each thread executes on a stream and a scratchpad of its own, so
+// only the cache is locked.
 struct OneDnn {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
-  dnnl::stream stream{engine};
   std::mutex mutex;
-  std::map<Key, Matmul> primitives;
+  std::map<Key, Matmul> primitives;  // a map: references stay valid as it grows
 
-  const Matmul& get(const GemmArgs& r, bool bf16_out) {
-    const Key key{r.trans_a, r.trans_b,  r.m,        r.n,        r.k,     r.lda,  r.ldb,   r.ldc,
-                  r.batch,   r.stride_a, r.stride_b, r.stride_c, r.alpha, r.beta, bf16_out};
+  const Matmul& get(const GemmArgs& r, dt in, dt out) {
+    const Key key{r.trans_a, r.trans_b,  r.m,        r.n,        r.k,     r.lda,  r.ldb, r.ldc,
+                  r.batch,   r.stride_a, r.stride_b, r.stride_c, r.alpha, r.beta, in,    out};
+    std::lock_guard<std::mutex> lock(mutex);
     auto it = primitives.find(key);
     if (it != primitives.end()) return it->second;
-    using dt = dnnl::memory::data_type;
     Matmul mm;
-    mm.a = operand(dt::bf16, r.trans_a, r.m, r.k, r.lda, r.batch, r.stride_a);
-    mm.b = operand(dt::bf16, r.trans_b, r.k, r.n, r.ldb, r.batch, r.stride_b);
+    mm.a = operand(in, r.trans_a, r.m, r.k, r.lda, r.batch, r.stride_a);
+    mm.b = operand(in, r.trans_b, r.k, r.n, r.ldb, r.batch, r.stride_b);
     // A bf16 C is the f32 accumulation rounded once as it is stored: kmath's rounding of the
     // f32 C oneDNN computes (nearest even), which flushes sums below 2^-126 to zero in both.
-    mm.c = operand(bf16_out ? dt::bf16 : dt::f32, false, r.m, r.n, r.ldc, r.batch, r.stride_c);
+    mm.c = operand(out, false, r.m, r.n, r.ldc, r.batch, r.stride_c);
     dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (r.alpha != 1.0f) attr.set_output_scales(0, {r.alpha});
     if (r.beta != 0.0f) {
       dnnl::post_ops ops;
@@ -61,9 +72,11 @@ struct OneDnn {
     try {
       const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(mm.a, mm.b, mm.c), attr, engine);
       mm.primitive = dnnl::matmul(pd);
+      mm.scratchpad = pd.scratchpad_desc();
     } catch (const dnnl::error& e) {
-      ENGINE_FAIL("bf16 gemm(m=" + std::to_string(r.m) + ", n=" + std::to_string(r.n) +
-                  ", k=" + std::to_string(r.k) + ", batch=" + std::to_string(r.batch) +
+      ENGINE_FAIL(std::string(type_name(in)) + " gemm(m=" + std::to_string(r.m) +
+                  ", n=" + std::to_string(r.n) + ", k=" + std::to_string(r.k) +
+                  ", batch=" + std::to_string(r.batch) + ", C " + type_name(out) +
                   "): oneDNN has no matmul for it: " + e.what());
     }
     return primitives.emplace(key, std::move(mm)).first->second;
@@ -75,26 +88,58 @@ OneDnn& onednn() {
   return instance;
 }
 
-void run(const GemmArgs& r, const bf16* a, const bf16* b, void* c, bool bf16_out) {
+void run(const GemmArgs& r, const void* a, const void* b, void* c, dt in, dt out) {
   OneDnn& d = onednn();
-  std::lock_guard<std::mutex> lock(d.mutex);
-  const Matmul& mm = d.get(r, bf16_out);
-  dnnl::memory am(mm.a, d.engine, const_cast<bf16*>(a));
-  dnnl::memory bm(mm.b, d.engine, const_cast<bf16*>(b));
-  dnnl::memory cm(mm.c, d.engine, c);
-  mm.primitive.execute(d.stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
-  d.stream.wait();
+  const Matmul& mm = d.get(r, in, out);
+  thread_local dnnl::stream stream{d.engine};
+  thread_local std::vector<unsigned char> scratch;
+  if (scratch.size() < mm.scratchpad.get_size()) scratch.resize(mm.scratchpad.get_size());
+  std::unordered_map<int, dnnl::memory> args{
+      {DNNL_ARG_SRC, dnnl::memory(mm.a, d.engine, const_cast<void*>(a))},
+      {DNNL_ARG_WEIGHTS, dnnl::memory(mm.b, d.engine, const_cast<void*>(b))},
+      {DNNL_ARG_DST, dnnl::memory(mm.c, d.engine, c)}};
+  if (!scratch.empty())
+    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(mm.scratchpad, d.engine, scratch.data()));
+  mm.primitive.execute(stream, args);
+  stream.wait();
 }
 
 }  // namespace
 
+void onednn_gemm(const GemmArgs& r, const float* a, const float* b, float* c) {
+  run(r, a, b, c, dt::f32, dt::f32);
+}
+
 void onednn_gemm(const GemmArgs& r, const bf16* a, const bf16* b, float* c) {
-  run(r, a, b, c, false);
+  run(r, a, b, c, dt::bf16, dt::f32);
 }
 
 void onednn_gemm(const GemmArgs& r, const bf16* a, const bf16* b, bf16* c) {
   ENGINE_CHECK(r.beta == 0.0f, "gemm with a bf16 C: beta must be 0 (C is written, not read)");
-  run(r, a, b, c, true);
+  run(r, a, b, c, dt::bf16, dt::bf16);
+}
+
+std::string onednn_isa() {
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::sse41:
+      return "sse41";
+    case dnnl::cpu_isa::avx:
+      return "avx";
+    case dnnl::cpu_isa::avx2:
+      return "avx2";
+    case dnnl::cpu_isa::avx2_vnni:
+      return "avx2_vnni";
+    case dnnl::cpu_isa::avx512_core:
+      return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni:
+      return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16:
+      return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx:
+      return "avx512_core_amx";
+    default:
+      return "isa " + std::to_string(static_cast<int>(dnnl::get_effective_cpu_isa()));
+  }
 }
 
 }  // namespace core::cpu
