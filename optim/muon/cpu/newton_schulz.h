@@ -1,5 +1,5 @@
-// Newton-Schulz orthogonalisation on the host, built from BLAS GEMM and templated on the scalar
-// type (the CPU Muon ops instantiate it for float, the tests also for double).
+// Newton-Schulz orthogonalisation on the host, built from GEMMs and templated on the scalar type
+// (the CPU Muon ops instantiate it for float, the tests also for double).
 #pragma once
 
 #include <algorithm>
@@ -16,8 +16,22 @@
 
 namespace optim::cpu {
 
-using core::cpu::blas_gemm;
 using core::cpu::for_each_matrix;
+
+// C = alpha A op(B) + beta C, row-major: in f32 the backend's GEMM (oneDNN, cpu_gemm.h), in
+// float64 OpenBLAS's with the coefficients unrounded.
+template <typename T>
+void ns_gemm(bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+             const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    core::GemmArgs g;
+    g.trans_b = trans_b, g.m = m, g.n = n, g.k = k, g.alpha = alpha, g.beta = beta;
+    g.lda = lda, g.ldb = ldb, g.ldc = ldc;
+    core::cpu::gemm(g, a, b, c);
+  } else {
+    core::cpu::blas_gemm(false, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+}
 
 // The iterations on the wide X [rows, cols] in f32 (or T): X <- X / (norm_scale ||X||_F +
 // norm_eps); per (a, b, c): X <- a X + (b A + c A A) X with A = X X^T.
@@ -33,14 +47,11 @@ void newton_schulz_iterate(std::vector<T>& X, int64_t rows, int64_t cols,
     e *= inv;
   for (const auto& coef : schedule.coefficients) {
     T ca = coef[0], cb = coef[1], cc = coef[2];
-    blas_gemm(false, true, rows, rows, cols, T(1), X.data(), cols, X.data(), cols, T(0), A.data(),
-              rows);
+    ns_gemm(true, rows, rows, cols, T(1), X.data(), cols, X.data(), cols, T(0), A.data(), rows);
     Bm = A;
-    blas_gemm(false, false, rows, rows, rows, cc, A.data(), rows, A.data(), rows, cb, Bm.data(),
-              rows);
+    ns_gemm(false, rows, rows, rows, cc, A.data(), rows, A.data(), rows, cb, Bm.data(), rows);
     Xn = X;
-    blas_gemm(false, false, rows, cols, rows, T(1), Bm.data(), rows, X.data(), cols, ca, Xn.data(),
-              cols);
+    ns_gemm(false, rows, cols, rows, T(1), Bm.data(), rows, X.data(), cols, ca, Xn.data(), cols);
     X.swap(Xn);
   }
 }
@@ -65,18 +76,15 @@ inline void newton_schulz_iterate_bf16(std::vector<float>& X, int64_t rows, int6
   for (float& e : X)
     e = ns_round(e / denom);
   for (const auto& [ca, cb, cc] : schedule.coefficients) {
-    blas_gemm(false, true, rows, rows, cols, 1.0f, X.data(), cols, X.data(), cols, 0.0f, A.data(),
-              rows);
+    ns_gemm(true, rows, rows, cols, 1.0f, X.data(), cols, X.data(), cols, 0.0f, A.data(), rows);
     for (size_t i = 0; i < A.size(); ++i) {
       A[i] = ns_round(A[i]);
       cA[i] = kmath::ns_bf16_scale(cc, A[i]);
     }
-    blas_gemm(false, false, rows, rows, rows, 1.0f, cA.data(), rows, A.data(), rows, 0.0f,
-              Bm.data(), rows);
+    ns_gemm(false, rows, rows, rows, 1.0f, cA.data(), rows, A.data(), rows, 0.0f, Bm.data(), rows);
     for (size_t i = 0; i < A.size(); ++i)
       Bm[i] = kmath::ns_bf16_axpy(cb, A[i], Bm[i]);
-    blas_gemm(false, false, rows, cols, rows, 1.0f, Bm.data(), rows, X.data(), cols, 0.0f, P.data(),
-              cols);
+    ns_gemm(false, rows, cols, rows, 1.0f, Bm.data(), rows, X.data(), cols, 0.0f, P.data(), cols);
     for (size_t i = 0; i < X.size(); ++i)
       X[i] = kmath::ns_bf16_axpy(ca, X[i], P[i]);
   }
