@@ -5,7 +5,7 @@
 // core/cpu/gemm.cpp chooses.
 //
 // oneDNN rather than OpenBLAS for f32: measured with apps/bench_ops (--threads 1 --clock cpu) on
-// a Zen 4, oneDNN's f32 matmul ran at 1.5-2x OpenBLAS's sgemm at the model shapes under the
+// a Zen 4, oneDNN's f32 matmul ran at 1.4-2.0x OpenBLAS's sgemm at the model shapes under the
 // environment's OPENBLAS_CORETYPE=Haswell, and level with or above the Cooperlake kernels
 // OpenBLAS picks unpinned; oneDNN picks its kernels by its own CPU dispatch (docs/benchmarks.md,
 // "The GEMM kernels"). Eigen's GEMM ran at 0.70-0.96x of OpenBLAS's (D = 256..768).
