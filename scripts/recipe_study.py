@@ -43,8 +43,8 @@ records/2026-11-27_normuon_lr_sbs: np 2 on the quiet 2-core machine) and a valid
 third of a step's forward-backward per batch of validation tokens. --collect copies and
 regenerates the tables, training nothing (safe beside a running study).
 Knobs (environment): STAGES (the list above, in its order), SEEDS (1337 1338 1339), TUNE_SEED
-(1000), HEAD_LRS (0.11 0.22 0.44), EMBED_LRS (0.04 0.08 0.16), SCALAR_LRS (0.02 0.04 0.08),
-TUNE_MAX_RUNS (8), STEPS (850), UNDER_EPOCH_STEPS (560), PROBE_STEPS (200), NP (2),
+(1000), HEAD_LRS (0.0275 0.055 0.11 0.22 0.44), EMBED_LRS (0.04 0.08 0.16), SCALAR_LRS (0.02 0.04
+0.08), TUNE_MAX_RUNS (10), STEPS (850), UNDER_EPOCH_STEPS (560), PROBE_STEPS (200), NP (2),
 CHECKPOINT_EVERY (100), BUILD_DIR (build), RUNS_DIR (runs/recipe_study), RECORDS_DIR
 (records/2026-11-28_recipe_study), SETS (KEY=VALUE overrides, space-separated, after the
 script's own for every run, e.g. a tiny model and data: tests/e2e/recipe_study_test.sh).
@@ -159,13 +159,13 @@ class Study:
         if self.tune_seed in self.seeds:
             fail("TUNE_SEED %d is one of SEEDS: tune on a seed that is not reported" %
                  self.tune_seed, 2)
-        self.grids = {"head": sorted(env_list("HEAD_LRS", "0.11 0.22 0.44")),
+        self.grids = {"head": sorted(env_list("HEAD_LRS", "0.0275 0.055 0.11 0.22 0.44")),
                       "embed": sorted(env_list("EMBED_LRS", "0.04 0.08 0.16")),
                       "scalar": sorted(env_list("SCALAR_LRS", "0.02 0.04 0.08"))}
         for c, g in self.grids.items():
             if not g or min(g) <= 0:
                 fail("%s_LRS: expected positive learning rates" % c.upper(), 2)
-        self.tune_max = env_int("TUNE_MAX_RUNS", 8)
+        self.tune_max = env_int("TUNE_MAX_RUNS", 10)
         self.steps = env_int("STEPS", 850)
         self.under_steps = env_int("UNDER_EPOCH_STEPS", 560)
         self.probe_steps = env_int("PROBE_STEPS", 200)
