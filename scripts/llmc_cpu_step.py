@@ -4,8 +4,8 @@ GPT-2 124M in fp32 at llm.c's own shape (B 4 x T 64), AdamW, one process, side b
 
     scripts/llmc_cpu_step.py --llmc peers/llm.c/train_gpt2 [--threads 1,2] [--steps 8] [--json]
 
---llmc is a train_gpt2 binary built from karpathy/llm.c in the git-ignored peers/ folder (see
-../shared/peers/README.md: fetched and built in a session, never committed). It reads
+--llmc is a train_gpt2 binary built from karpathy/llm.c in the git-ignored peers/ folder
+(fetched and built in a session, never committed; docs/benchmarks.md). It reads
 gpt2_124M.bin and dev/data/tinyshakespeare/*.bin from its working directory; this script makes
 that directory under --work: a GPT-2 124M checkpoint in llm.c's format (header version 3) with
 GPT-2's initialisation (N(0, 0.02) matrices and embeddings, layer norms at 1 and 0, biases 0;
