@@ -21,7 +21,9 @@
 # split, then fine-tuning split; older files headed informative / imaginative are read as
 # brown_informative / brown_imaginative). Each run's log.dir is OUT/<run> (metrics.jsonl,
 # log.txt; the checkpoints are deleted once evaluated), its output OUT/<run>.log.
-# Resumable: the pretraining resumes from its newest checkpoint, and a grid run whose row is in
+# A fine-tuning run is never stopped by the divergence guard (train.diverge_loss_factor=0): a
+# rate too high for the grid is a point far off the frontier, not a failed grid (a non-finite loss
+# still stops it). Resumable: the pretraining resumes from its newest checkpoint, and a grid run whose row is in
 # OUT/runs.tsv is not run again (a stopped run resumes from its own checkpoint); run the same
 # command again to go on. OUT/grid records FT_SPLIT, FREEZE and the step counts, and a rerun with
 # others into the same OUT is refused. --count prints the grid's size and its runs left, and
@@ -163,7 +165,7 @@ finetune() {  # name config urr lr seed [--set ...]
   echo "== $name: $ft_steps steps on $ft_split"
   run --config "$config" $(split_sets "$ft_split") --set "train.init_from=$pretrained" \
     --set "train.seed=$seed" --set data.shuffle=true --set "train.steps=$ft_steps" \
-    --set train.eval_every=0 --set checkpoint.every=50 --set checkpoint.keep=1 \
+    --set train.eval_every=0 --set train.diverge_loss_factor=0 --set checkpoint.every=50 --set checkpoint.keep=1 \
     --set checkpoint.resume=auto --set "checkpoint.dir=$dir/checkpoints" --set "log.dir=$dir" \
     "$@" "${extra_sets[@]}" >> "$dir.log" 2>&1 ||
     { echo "forgetting.sh: $name failed (exit $?; see $dir.log; run again to resume)" >&2; exit 1; }
