@@ -9,6 +9,8 @@
 //               [--models speedrun_cpu]
 //   bench_model --device cuda [--json] [--steps N] [--models gpt2_124m] [--precision fp32,bf16]
 //               [--op-groups]
+//   bench_model --op-groups [--json] [--steps N] [--threads 1,2] [--models gpt2]
+//               [--precision fp32,bf16]
 //
 // --keys times the record recipe's model keys (docs/specs/modded_nanogpt.md c.1) one at a time:
 // one row for the model without them ("none"), one per key with only that key on, set as
@@ -44,6 +46,14 @@
 // GEMMs of the bf16 values, which the header says), and PyTorch's column runs the same model under
 // torch.autocast("cpu", dtype=torch.bfloat16) for the bf16 rows. The bf16 step includes
 // remaking the weights' bf16 copies after the update.
+//
+// --op-groups without --device cuda times the same op groups on the CPU backend, one child process
+// per thread count of --threads (OMP_NUM_THREADS set, as the step's rows), at the CPU models'
+// shapes (gpt2: 4 blocks, d_model 256, 8 x 128 tokens), beside the measured step of that model in
+// each precision of --precision, in the same process; a table's last column is each row's share
+// of the first precision's measured step. The CPU computes attention in f32 whatever the
+// precision, so its "attention bf16" differs from "attention" only by the bf16 stores, and the
+// GPU's other attention paths (TF32 operands, tf32) are not rows there.
 //
 // FLOPs per token are model::training_flops_per_token's (model/flops.h), as the trainer's.
 #include <omp.h>
@@ -230,15 +240,14 @@ double device_ms(core::Backend& be, const std::function<void()>& run, int reps) 
 }
 
 // One step's worth of each op group of the gpt2 architecture (the calls of model/gpt.cpp for all
-// layers and the head) at the model's shapes, on GPU 0: one JSON object per group, then one for
-// their sum. Buffers are shared between layers (the shapes repeat), so memory stays small.
-int cuda_op_groups(const std::string& name, int reps) {
+// layers and the head) at the model's shapes, on the backend: one JSON object per group, then one
+// for their sum. Buffers are shared between layers (the shapes repeat), so memory stays small.
+int op_groups_of(const std::string& name, int reps, core::Backend& be) {
   const Spec s = spec_of(name, "fp32");
   ENGINE_CHECK(
       s.config.arch == model::Arch::Gpt2 && !s.config.moe(),
       "bench_model --op-groups: covers the gpt2 architecture without MoE, not '" + name + "'");
-  std::unique_ptr<core::Backend> backend = core::make_cuda_backend(0);
-  core::Backend& be = *backend;
+  const bool cuda = be.device().is_cuda();
   const int64_t B = s.batch, T = s.config.seq_len, N = B * T, D = s.config.d_model,
                 H = s.config.n_head, hd = s.config.head_dim(), F = s.config.d_ff(),
                 V = s.config.vocab_size, Vp = s.config.padded_vocab(), L = s.config.n_layer;
@@ -264,17 +273,20 @@ int cuda_op_groups(const std::string& name, int reps) {
   auto* tokens = reinterpret_cast<int32_t*>(buffer(N));
   be.copy_from_host(tokens, ids.data(), ids.size() * sizeof(int32_t));
 
-  // y [N, out] = x [N, in] W^T, and its backward dx, dW (model/gpt.cpp's linear layers).
+  // y [N, out] = x [N, in] W^T, and its backward dx, dW (model/gpt.cpp's linear layers); the head
+  // (out = Vp) writes the logits and reads its output gradient from them, as the model does.
   auto linear_fwd_bwd = [&](int64_t in, int64_t out) {
+    float* yo = out == Vp ? logits : y;
+    const float* dyo = out == Vp ? logits : dy;
     core::GemmArgs f;
     f.trans_b = true, f.m = N, f.n = out, f.k = in;
-    be.gemm(f, x, w, y);
+    be.gemm(f, x, w, yo);
     core::GemmArgs gx;
     gx.m = N, gx.n = in, gx.k = out;
-    be.gemm(gx, dy, w, dx);
+    be.gemm(gx, dyo, w, dx);
     core::GemmArgs gw;
     gw.trans_a = true, gw.m = out, gw.n = in, gw.k = N, gw.beta = 1.0f;
-    be.gemm(gw, dy, x, dw);
+    be.gemm(gw, dyo, x, dw);
   };
   // The same layers as bf16 runs take them (model/gpt.cpp's linear and linear_backward): the
   // input and the output gradient rounded to bf16 each time, the weight once a step, bf16 GEMMs
@@ -405,6 +417,7 @@ int cuda_op_groups(const std::string& name, int reps) {
     std::string name;
     Run run;
     std::function<void()> fn;
+    bool cuda_only = false;  // a GPU path the CPU has no second form of
   };
   const std::vector<Group> groups = {
       {"matmul (linear layers and head)", Run::kF32, [&] { each_linear(linear_fwd_bwd); }},
@@ -420,8 +433,9 @@ int cuda_op_groups(const std::string& name, int reps) {
          setenv("ENGINE_CUDA_ATTENTION_BF16_ON_TF32", "1", 1);
          each_attention_bf16();
          unsetenv("ENGINE_CUDA_ATTENTION_BF16_ON_TF32");
-       }},
-      {"attention tf32", Run::kNeither, [&] { each_attention(true); }},
+       },
+       true},
+      {"attention tf32", Run::kNeither, [&] { each_attention(true); }, true},
       {"attention tf32 by GEMM", Run::kNeither,
        [&] {
          for (int64_t l = 0; l < L; ++l) {
@@ -493,14 +507,16 @@ int cuda_op_groups(const std::string& name, int reps) {
   };
   auto emit = [&](const std::string& group, double ms) {
     std::printf(
-        "{\"impl\": \"engine\", \"arch\": \"%s\", \"device\": \"%s\", \"batch\": %d, "
-        "\"seq_len\": %d, \"group\": \"%s\", \"ms_per_step\": %.3f}\n",
-        name.c_str(), be.name(), s.batch, s.config.seq_len, group.c_str(), ms);
+        "{\"impl\": \"engine\", \"arch\": \"%s\", \"device\": \"%s\", \"threads\": %d, "
+        "\"batch\": %d, \"seq_len\": %d, \"group\": \"%s\", \"ms_per_step\": %.3f}\n",
+        name.c_str(), be.name(), cuda ? 0 : omp_get_max_threads(), s.batch, s.config.seq_len,
+        group.c_str(), ms);
     std::fflush(stdout);
   };
   // Two sums: an f32 run's groups, and a bf16 run's (its matmuls and attention instead).
   double total = 0, total_bf16 = 0;
   for (const Group& g : groups) {
+    if (g.cuda_only && !cuda) continue;
     const double ms = device_ms(be, g.fn, reps);
     if (g.run == Run::kBoth || g.run == Run::kF32) total += ms;
     if (g.run == Run::kBoth || g.run == Run::kBf16) total_bf16 += ms;
@@ -548,23 +564,30 @@ int child(const std::string& name, int steps, const std::string& precision,
   for (auto& t : y)
     t = static_cast<int32_t>(rng.next_below(s.config.vocab_size));
 
-  // AdamW state and a fused update loop (the optimizer library is not a dependency of model).
+  // The engine's own AdamW op (optim/adamw/adamw_ops.h: float64 element math, the trainer's) over
+  // every parameter, one tensor a parameter, lr 1e-4, betas 0.9 and 0.999, eps 1e-8, no decay.
   const int64_t n = gpt.table().total_numel();
   std::vector<float> m(n, 0.0f), v(n, 0.0f);
-  float* p = gpt.params().data<float>();
-  const float* g = gpt.grads().data<float>();
+  const std::unique_ptr<optim::AdamWOps> adamw_ops = optim::make_adamw_ops(core::cpu_backend());
+  std::vector<optim::AdamWTensor> tensors;
+  for (const auto& prm : gpt.table().params()) {
+    optim::AdamWTensor t;
+    t.w = gpt.params().data<float>() + prm.offset;
+    t.g = gpt.grads().data<float>() + prm.offset;
+    t.m = m.data() + prm.offset;
+    t.v = v.data() + prm.offset;
+    t.n = prm.numel;
+    tensors.push_back(t);
+  }
   int t_step = 0;
   auto adamw = [&]() {
     ++t_step;
-    const float lr = 1e-4f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.0f;
-    const float c1 = 1.0f / (1.0f - std::pow(b1, t_step)),
-                c2 = 1.0f / (1.0f - std::pow(b2, t_step));
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      m[i] = b1 * m[i] + (1 - b1) * g[i];
-      v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
-      p[i] -= lr * (m[i] * c1 / (std::sqrt(v[i] * c2) + eps) + wd * p[i]);
+    const double lr = 1e-4, bc1 = 1 - std::pow(0.9, t_step), bc2 = 1 - std::pow(0.999, t_step);
+    for (optim::AdamWTensor& t : tensors) {
+      t.step.step_size = lr / bc1;  // torch's eps, as PyTorch's column
+      t.step.v_scale = 1 / std::sqrt(bc2);
     }
+    adamw_ops->update(tensors);
   };
   using clock = std::chrono::steady_clock;
   double fb = 0, opt = 0;
@@ -672,6 +695,47 @@ int time_keys(const std::string& exe, const std::string& models, const std::stri
   return 0;
 }
 
+// --op-groups on the CPU: one child process per model and thread count, which prints the
+// measured step in each precision and then the op groups (op_groups_of); the table gives each
+// row's share of the first precision's measured step.
+int time_op_groups(const std::string& exe, const std::string& models, const std::string& threads,
+                   const std::string& precisions, int steps, bool json) {
+  if (!json)
+    std::printf("%-7s %3s %-52s %10s %9s\n", "model", "thr", "op group", "ms a step", "% of step");
+  for (const auto& name : split(models)) {
+    for (const auto& th : split(threads)) {
+      const std::string env = "OMP_NUM_THREADS=" + th + " OPENBLAS_NUM_THREADS=" + th + " ";
+      const std::string out = run_capture(env + exe + " --child-op-groups " + name + " --steps " +
+                                          std::to_string(steps) + " --precision " + precisions);
+      std::stringstream lines(out);
+      double step_ms = 0;
+      for (std::string line; std::getline(lines, line);) {
+        if (line.empty() || line.front() != '{') continue;
+        if (json) {
+          std::printf("%s\n", line.c_str());
+          continue;
+        }
+        const core::JsonValue row = core::parse_json(line, "bench_model: child output");
+        std::string label;
+        double ms = 0;
+        if (const core::JsonValue* group = row.find("group")) {
+          label = group->as_string("group");
+          ms = row.find("ms_per_step")->as_double("ms_per_step");
+        } else {
+          label = "measured step, " + row.find("precision")->as_string("precision") +
+                  " (forward, backward, AdamW)";
+          ms = row.find("step_ms")->as_double("step_ms");
+          if (step_ms == 0) step_ms = ms;
+        }
+        std::printf("%-7s %3s %-52s %10.2f %9.1f\n", name.c_str(), th.c_str(), label.c_str(), ms,
+                    100.0 * ms / step_ms);
+      }
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
 constexpr const char* kUsage =
     "usage: bench_model [--json] [--steps N] [--threads 1,2] [--models gpt2,modern]\n"
     "                   [--precision fp32,bf16] [--no-torch] [--torch-script PATH]\n"
@@ -679,6 +743,8 @@ constexpr const char* kUsage =
     "                   [--models speedrun_cpu] [--precision fp32]\n"
     "       bench_model --device cuda [--json] [--steps N] [--models gpt2_124m]\n"
     "                   [--precision fp32,bf16] [--op-groups]\n"
+    "       bench_model --op-groups [--json] [--steps N] [--threads 1,2] [--models gpt2]\n"
+    "                   [--precision fp32,bf16]\n"
     "One training step (forward, backward, AdamW) of the GPT beside PyTorch's; the header of\n"
     "apps/bench_model/main.cpp says what each column measures.\n";
 
@@ -688,7 +754,7 @@ int run(int argc, char** argv) {
   std::string threads = "1,2", models = "gpt2,modern", child_model, script = TORCH_REFERENCE;
   std::string precisions = "fp32";
   std::string device = "cpu";
-  std::string keys, child_key = "none";
+  std::string keys, child_key = "none", child_op_groups;
   bool models_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -726,6 +792,8 @@ int run(int argc, char** argv) {
       device = value();
     } else if (a == "--child") {
       child_model = value();
+    } else if (a == "--child-op-groups") {
+      child_op_groups = value();
     } else {
       ENGINE_FAIL("bench_model: unknown argument '" + a + "'\n" + kUsage);
     }
@@ -734,10 +802,14 @@ int run(int argc, char** argv) {
   ENGINE_CHECK(rounds > 0, "bench_model: --rounds must be positive");
   ENGINE_CHECK(device == "cpu" || device == "cuda",
                "bench_model: --device must be cpu or cuda, got '" + device + "'");
-  ENGINE_CHECK(!op_groups || device == "cuda", "bench_model: --op-groups needs --device cuda");
   for (const auto& p : split(precisions))
     model::parse_precision(p);  // an unknown name fails here, naming it
   if (!child_model.empty()) return child(child_model, steps, precisions, child_key);
+  if (!child_op_groups.empty()) {  // the measured step in each precision, then the groups
+    for (const auto& p : split(precisions))
+      child(child_op_groups, steps, p, "none");
+    return op_groups_of(child_op_groups, steps, core::cpu_backend());
+  }
   if (!keys.empty()) {
     ENGINE_CHECK(device == "cpu", "bench_model: --keys times the CPU step");
     model::ModelConfig probe;
@@ -767,7 +839,7 @@ int run(int argc, char** argv) {
         cuda_measurement(name, steps, p);
         std::fflush(stdout);
       }
-      if (op_groups) cuda_op_groups(name, steps);
+      if (op_groups) op_groups_of(name, steps, *core::make_cuda_backend(0));
     }
     return 0;
   }
@@ -777,6 +849,14 @@ int run(int argc, char** argv) {
   const ssize_t len = readlink(self.c_str(), exe, sizeof exe - 1);
   ENGINE_CHECK(len > 0, "bench_model: cannot find its own executable");
   exe[len] = '\0';
+  if (op_groups) {
+    if (!json)
+      std::printf(
+          "bench_model --op-groups: each op group of one step on the CPU at the model's shapes, "
+          "mean of %d after one warm-up, beside the measured step\n",
+          steps);
+    return time_op_groups(exe, models_given ? models : "gpt2", threads, precisions, steps, json);
+  }
   if (!json) {
     std::printf(
         "bench_model: one training step = forward + backward + AdamW, mean of %d steps "

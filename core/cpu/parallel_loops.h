@@ -51,11 +51,18 @@ void blocked_column_sums(T* const* dst, int K, int64_t N, int64_t C, RowFn row_f
   }
 }
 
+// fn(i) for i < n. Each thread calls its own copy of fn: GCC reads the pointers a lambda captured
+// through the shared closure on every element otherwise, and vectorises the loop with gathers
+// and scatters (GELU forward and backward 4-8x slower, measured).
 template <typename T, typename Fn>
 void elementwise(int64_t n, Fn fn) {
-#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i)
-    fn(i);
+#pragma omp parallel if (n > kParallelMin)
+  {
+    const Fn local = fn;
+#pragma omp for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i)
+      local(i);
+  }
 }
 
 }  // namespace core::cpu
