@@ -64,14 +64,24 @@ const std::string& cpu_bf16_gemm_slow_reason() {
 
 const std::string& describe_cpu() {
   static const std::string description = [] {
-    std::string model = "unknown CPU";
+    // The name, and the family and model numbers: a name such as "AMD EPYC" is the same for
+    // Zen 3, 4 and 5 (families 25, 25 and 26), whose kernels and speeds differ.
+    std::string model = "unknown CPU", family, number;
     std::ifstream cpuinfo("/proc/cpuinfo");
-    for (std::string line; std::getline(cpuinfo, line);)
-      if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
-        model = line.substr(line.find(':') + 1);
-        model.erase(0, model.find_first_not_of(" \t"));
-        break;
-      }
+    auto value = [](const std::string& line) {
+      std::string v = line.substr(line.find(':') + 1);
+      v.erase(0, v.find_first_not_of(" \t"));
+      return v;
+    };
+    // The first processor's block (it ends at the first empty line); "model" is the key alone.
+    for (std::string line; std::getline(cpuinfo, line) && !line.empty();) {
+      const std::string key = line.substr(0, line.find_first_of("\t:"));
+      if (key == "model name") model = value(line);
+      if (key == "cpu family") family = value(line);
+      if (key == "model") number = value(line);
+    }
+    if (!family.empty() && !number.empty())
+      model += " (family " + family + ", model " + number + ")";
     std::string vector = "no AVX";
 #if defined(__x86_64__) || defined(__i386__)
     if (__builtin_cpu_supports("avx512f"))

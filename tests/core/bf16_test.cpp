@@ -374,6 +374,17 @@ TEST(Bf16Isa, DescribeCpuNamesTheInstructionsAndTheBlasKernel) {
                              : cpuinfo_has("avx")   ? "AVX"
                                                     : "no AVX";
   EXPECT_NE(d.find(", " + vector), std::string::npos) << d;
+  // The family and model numbers, which tell processors of one name apart (AMD EPYC: Zen 3 to 5).
+  std::string family, model;
+  for (std::string line; std::getline(probe, line) && !line.empty();) {
+    const std::string key = line.substr(0, line.find_first_of("\t:"));
+    const std::string value = line.substr(line.find(": ") + 2);
+    if (key == "cpu family") family = value;
+    if (key == "model") model = value;
+  }
+  if (!family.empty() && !model.empty()) {
+    EXPECT_NE(d.find("(family " + family + ", model " + model + ")"), std::string::npos) << d;
+  }
   const core::cpu::CpuBf16Isa isa = core::cpu::detect_cpu_bf16_isa();
   const bool has_bf16 = isa.avx512_bf16 || isa.amx_bf16;
   EXPECT_EQ(d.find("no bf16 instructions") == std::string::npos, has_bf16) << d;
