@@ -16,7 +16,9 @@ each configuration, what re-warming the lr costs alone, is reported. A method's 
 other run of the method has as much gain and less forgetting) joined by straight lines, forgetting
 as a function of gain. Methods are compared at equal gain by interpolating along their frontiers
 at gains both reach, seed by seed (each seed's runs make its own frontiers), never by one picked
-pair; the table gives the mean over seeds and half their range.
+pair; the table gives the mean over seeds and half their range, and the two-sided p of a paired
+t-test of the per-seed differences against 0 (each seed pairs the two methods on its own data
+order; with 3 seeds, 2 degrees of freedom).
 """
 import argparse
 import json
@@ -47,6 +49,19 @@ def at_gain(front, g):
 
 def half_range(xs):
     return (max(xs) - min(xs)) / 2 if xs else float("nan")
+
+
+def paired_p(differences):
+    """Two-sided p of a one-sample t-test of per-seed differences against 0 (None below 2 seeds;
+    0 or 1 when the differences do not vary)."""
+    if len(differences) < 2:
+        return None
+    mean, sd = statistics.mean(differences), statistics.stdev(differences)
+    if sd == 0:
+        return 1.0 if mean == 0 else 0.0
+    from scipy.stats import t as student_t
+    t = mean / (sd / len(differences) ** 0.5)
+    return float(2 * student_t.sf(abs(t), df=len(differences) - 1))
 
 
 def main():
@@ -131,7 +146,7 @@ def main():
             levels.append({"gain": g, "adamw": statistics.mean(fa), "adamw_halfrange": half_range(fa),
                            "osft": statistics.mean(fo), "osft_halfrange": half_range(fo),
                            "difference": statistics.mean(d), "difference_halfrange": half_range(d),
-                           "difference_per_seed": d,
+                           "difference_per_seed": d, "p_paired": paired_p(d),
                            "ratio": statistics.mean(ratio) if ratio else None})
         return {"overlap": [lo, hi], "levels": levels, "seeds": sorted(per_seed)}
 
@@ -176,12 +191,13 @@ def main():
         if not cmp or not cmp["levels"]:
             L.append("no gain both frontiers reach in every seed")
             continue
-        L += ["| gain | forgetting, AdamW | forgetting, %s | %s − AdamW | %s / AdamW |" % (name, name, name),
-              "|---|---|---|---|---|"]
+        L += ["| gain | forgetting, AdamW | forgetting, %s | %s − AdamW | p (paired t) | %s / AdamW |"
+              % (name, name, name), "|---|---|---|---|---|---|"]
         for v in cmp["levels"]:
-            L.append("| %.4f | %.4f ± %.4f | %.4f ± %.4f | %+.4f ± %.4f | %s |" % (
+            L.append("| %.4f | %.4f ± %.4f | %.4f ± %.4f | %+.4f ± %.4f | %s | %s |" % (
                 v["gain"], v["adamw"], v["adamw_halfrange"], v["osft"], v["osft_halfrange"],
                 v["difference"], v["difference_halfrange"],
+                "%.3f" % v["p_paired"] if v["p_paired"] is not None else "-",
                 "%.2f" % v["ratio"] if v["ratio"] is not None else "-"))
     L += ["", "Largest gain reached: AdamW %s, OSFT %s." % tuple(
         "%.4f" % max_gain[m] if max_gain[m] is not None else "-" for m in ("adamw", "osft"))]

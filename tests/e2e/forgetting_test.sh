@@ -81,5 +81,15 @@ import json, sys
 c = json.load(open(sys.argv[1]))["comparisons"]
 assert c["osft urr 0.25"]["seeds"] == [1], c["osft urr 0.25"]
 assert c["osft urr 0.5"]["seeds"] == [1, 2], c["osft urr 0.5"]
+assert all("p_paired" in v for v in c["osft urr 0.5"]["levels"]), c["osft urr 0.5"]
 PY
-echo "PASS: the control grid (2 runs), its resume, the refused rerun, a legacy runs.tsv, a partial grid"
+# The paired t-test's p: differences 0.010, 0.012, 0.008 (mean 0.01, sd 0.002, t = 8.66, 2 degrees
+# of freedom) give p = 0.01307 by hand; a single seed gives none.
+/usr/bin/python3 - "$repo/scripts" <<'PY' || fail "the paired t-test's p is wrong"
+import sys
+sys.path.insert(0, sys.argv[1])
+from forgetting_frontier import paired_p
+assert abs(paired_p([0.010, 0.012, 0.008]) - 0.013072) < 1e-5, paired_p([0.010, 0.012, 0.008])
+assert paired_p([0.01]) is None
+PY
+echo "PASS: the control grid (2 runs), its resume, the refused rerun, a legacy runs.tsv, a partial grid, the paired p"
