@@ -20,7 +20,8 @@ namespace core::cpu {
 
 // C = alpha op(A) op(B) + beta C for resolved arguments (resolve_gemm_args) with m, n, k and
 // batch positive. The primitive for each distinct argument set is made once and kept; calls may
-// come from several threads at once.
+// come from several threads at once. With an f32 C, a k of at least 16384 and 8 times m and n is
+// summed in chunks of about 8192, in order (onednn_gemm.cpp: oneDNN's rate at such shapes).
 void onednn_gemm(const GemmArgs& resolved, const float* a, const float* b, float* c);
 void onednn_gemm(const GemmArgs& resolved, const bf16* a, const bf16* b, float* c);
 // The same with C stored in bf16, each f32 result rounded once by oneDNN as it is written;
