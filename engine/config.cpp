@@ -3,6 +3,7 @@
 #include <yaml-cpp/eventhandler.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -476,6 +477,19 @@ OptimGroup parse_optim_group(const YAML::Node& g, size_t i, const std::string& s
     const YAML::Node key = it->first;
     const std::string text = key.IsScalar() ? key.Scalar() : std::string();
     if (text == "<<") refuse_merge_key(where(source, key.Mark()));
+    // A group's keys go to its optimizer, which names unknown ones later; a key that cannot be a
+    // hyperparameter's name is refused here, where its line is known. (One of control characters
+    // and 600 bytes passed and then broke the effective config's YAML: a key past 1024
+    // characters once escaped cannot be written as a plain map key.)
+    const bool plain =
+        !text.empty() && text.size() <= 64 && std::all_of(text.begin(), text.end(), [](char c) {
+          return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+        });
+    if (!plain)
+      config_error(where(source, key.Mark()),
+                   name + ": key '" + shown_key(text) +
+                       "' is not a hyperparameter name (letters, digits and '_', at most 64)" +
+                       non_ascii_note(text));
     if (std::find(keys.begin(), keys.end(), text) != keys.end())
       config_error(where(source, key.Mark()),
                    name + ": key '" + shown_key(text) + "' is given twice");

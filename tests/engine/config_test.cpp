@@ -584,6 +584,25 @@ TEST(Config, KeyGivenTwiceInOneOptimizerGroupIsRefused) {
       << msg;
 }
 
+// A group key that cannot be a hyperparameter's name (control characters, punctuation, over 64
+// characters) is refused at its line. Found by the config fuzzer: a key of control characters
+// 600 bytes long passed, and the effective config written from it was not valid YAML (an escaped
+// plain key past 1024 characters), so the run's effective.yaml could not be read back.
+TEST(Config, OptimizerGroupKeyThatIsNoNameIsRefused) {
+  const std::string control = "momentum" + std::string(300, '\x01') + std::string(300, '\x7f');
+  for (const std::string& key : {control, std::string("beta-1"), std::string(65, 'b')}) {
+    const std::string text = std::string(kMinimal) + "    " + key + ": 0.5\n";
+    const std::string msg = error_of([&] { engine::parse_config(text, "k.yaml"); });
+    EXPECT_NE(msg.find("config error: k.yaml:16: optim[0]: key '"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("' is not a hyperparameter name (letters, digits and '_', at most 64)"),
+              std::string::npos)
+        << msg;
+  }
+  // A name of 64 characters is the optimizer's to judge, not the parser's.
+  const std::string text = std::string(kMinimal) + "    " + std::string(64, 'b') + ": 0.5\n";
+  EXPECT_NO_THROW(engine::parse_config(text, "k.yaml"));
+}
+
 TEST(Config, YamlMergeKeysAreRefusedByName) {
   const std::string merged = std::string(kMinimal).substr(0, std::string(kMinimal).find("optim:")) +
                              "optim:\n  - &adam {params: ['*.weight'], optimizer: adamw, lr: 0.1}\n"
