@@ -226,9 +226,9 @@ def tune_section(runs):
                          ", ".join("%s %g" % (c, centers[c]) for c in COORDS[1:])), "",
               "| run | swept | head lr | embed lr | scalar lr | final val loss | val at step 400 |",
               "| --- | --- | --- | --- | --- | --- | --- |"]
-    for r in runs:
+    for i, r in enumerate(runs):
         lines.append("| %d | %s | %g | %g | %g | %s | %s |" % (
-            r["order"] + 1, r["tune"]["coordinate"] + (" (past the edge)" if r["tune"].get(
+            i + 1, r["tune"]["coordinate"] + (" (past the edge)" if r["tune"].get(
                 "extension") else ""), r["lrs"]["head"], r["lrs"]["embed"],
             r["lrs"]["scalar"], "diverged" if r["diverged"] else fmt(r["final_val_loss"], ".4f"),
             fmt(r["val"].get(400), ".4f")))
