@@ -31,7 +31,8 @@ G gradient_as(T g) {
   }
 }
 
-// A capped logit z = cap tanh(x / cap) from one exponential: tanh(y) = 1 - 2 / (exp(2y) + 1),
+// kmath::softcap as the CPU computes it (the GPU takes tanhf), vectorisable: a capped logit
+// z = cap tanh(x / cap) from one exponential, tanh(y) = 1 - 2 / (exp(2y) + 1),
 // which FastMath::exp's range takes to +-1 at its ends (exp 0 or inf) and NaN keeps NaN. Its
 // error is absolute, a few roundings of 1 times cap, also near 0 where FastMath::tanh's
 // polynomial would keep it relative: z only enters exp(z - max) and 1 - (z / cap)^2, whose
