@@ -344,11 +344,12 @@ def write_tables(root):
     steps = sorted({r["steps"] for r in probes})
     s_lines, out["probes"] = arms_section(
         "5. the per-key probes behind the causal story",
-        ["The short-schedule probes of docs/records.md (%s steps, its own schedule), now over "
-         "seeds %s: the keys named as the cause of the recipe's gap (the sigmoid cap at "
-         "speedrun_cpu's head lr 0.008) switched one at a time on each side." % (
-             ", ".join(map(str, steps)) or "-",
-             ", ".join(str(s) for s in sorted({r["seed"] for r in probes})) or "-")],
+        ["The short-schedule probes of docs/records.md (%s, its own schedule), now over %s: "
+         "the keys named as the cause of the recipe's gap (the sigmoid cap at speedrun_cpu's "
+         "head lr 0.008) switched one at a time on each side." % (
+             "%s steps" % ", ".join(map(str, steps)) if steps else "the probe steps",
+             "seeds " + ", ".join(str(s) for s in sorted({r["seed"] for r in probes}))
+             if probes else "the report seeds")],
         arms, [("speedrun_cpu", p_speed), ("recipe", p_recipe)], [100])
     lines += s_lines
 
