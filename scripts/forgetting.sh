@@ -31,7 +31,10 @@
 # PRETRAIN_STEPS (2000), FT_STEPS (100), SEEDS ("1 2"), ADAMW_LRS ("3e-4 1e-3 3e-3 1e-2"),
 # OSFT_URRS ("0.5 0.25"), OSFT_LRS ("1e-3 3e-3 1e-2"), NP (2 ranks, OMP_NUM_THREADS 1 each),
 # BUILD_DIR (build), OUT (runs/frontier_<FT_SPLIT>, with _frozen appended under FREEZE),
-# PRETRAIN_DIR (runs/frontier/pretrain: every grid shares one pretraining), DATA_DIR (data: the
+# PRETRAIN_DIR (runs/frontier/pretrain: every grid shares one pretraining), PRETRAIN_PER_SEED
+# (0; 1: each seed fine-tunes from its own pretraining at train.seed = the seed, in
+# PRETRAIN_DIR_seed<seed>, its losses the row pretrained_seed<seed>: a seed's runs and its
+# pretraining fit in one sitting on a machine that keeps nothing between sittings), DATA_DIR (data: the
 # folder of the split folders), SETS (KEY=VALUE overrides, space-separated, for every training run
 # after the script's own, e.g. a smaller model: tests/e2e/forgetting_test.sh),
 # FREEZE ("embed_head": both arms hold the embedding and the head at lr 0, so the comparison is
@@ -52,6 +55,9 @@ np="${NP:-2}"
 pretrain_steps="${PRETRAIN_STEPS:-2000}"
 ft_steps="${FT_STEPS:-100}"
 pretrain_dir="${PRETRAIN_DIR:-runs/frontier/pretrain}"
+pretrain_per_seed="${PRETRAIN_PER_SEED:-0}"
+[[ "$pretrain_per_seed" == 0 || "$pretrain_per_seed" == 1 ]] ||
+  { echo "forgetting.sh: PRETRAIN_PER_SEED must be 0 or 1, got '$pretrain_per_seed'" >&2; exit 2; }
 data="${DATA_DIR:-data}"
 extra_sets=()
 read -ra kvs <<< "${SETS:-}"  # split on spaces, no globbing
@@ -97,6 +103,7 @@ done
 mkdir -p "$out"
 # One grid per OUT: its runs must share the fine-tuning split, the freezing and the step counts.
 grid="FT_SPLIT=$ft_split FREEZE=$freeze PRETRAIN_STEPS=$pretrain_steps FT_STEPS=$ft_steps"
+[[ "$pretrain_per_seed" == 1 ]] && grid+=" PRETRAIN_PER_SEED=1"
 if [[ -f "$out/grid" ]]; then
   [[ "$(cat "$out/grid")" == "$grid" ]] ||
     { echo "forgetting.sh: $out holds the grid '$(cat "$out/grid")', not '$grid': give another OUT" >&2; exit 2; }
@@ -123,20 +130,26 @@ session_start=$SECONDS
 add_elapsed() { echo $(( $(cat "$elapsed_file") + SECONDS - session_start )) > "$elapsed_file"; session_start=$SECONDS; }
 trap add_elapsed EXIT
 
-# ---- 1. pretraining, once ------------------------------------------------------------------------
-pretrained="$(final_checkpoint "$pretrain_dir" "$pretrain_steps")"
-if [[ -z "$pretrained" ]]; then
-  echo "== pretraining on $pretrain_split ($pretrain_steps steps; resumes where it stopped)"
-  mkdir -p "$(dirname "$pretrain_dir")"
-  run --config configs/cpu_small.yaml $(split_sets "$pretrain_split") \
-    --set "train.steps=$pretrain_steps" --set train.eval_every=100 --set checkpoint.every=250 \
-    --set checkpoint.keep=2 --set checkpoint.resume=auto \
-    --set "checkpoint.dir=$pretrain_dir/checkpoints" --set "log.dir=$pretrain_dir" "${extra_sets[@]}" \
-    >> "$pretrain_dir.log" 2>&1 ||
-    { echo "forgetting.sh: the pretraining failed (exit $?; see $pretrain_dir.log)" >&2; exit 1; }
-  pretrained="$(final_checkpoint "$pretrain_dir" "$pretrain_steps")"
-  [[ -n "$pretrained" ]] || { echo "forgetting.sh: pretraining left no step $pretrain_steps checkpoint (see $pretrain_dir.log)" >&2; exit 1; }
-fi
+# ---- 1. pretraining ------------------------------------------------------------------------------
+# The final checkpoint of a pretraining into a folder, trained first (resuming) when it is missing.
+pretrain() {  # dir [--set ...]
+  local dir=$1 ckpt
+  shift
+  ckpt="$(final_checkpoint "$dir" "$pretrain_steps")"
+  if [[ -z "$ckpt" ]]; then
+    echo "== pretraining on $pretrain_split into $dir ($pretrain_steps steps; resumes where it stopped)" >&2
+    mkdir -p "$(dirname "$dir")"
+    run --config configs/cpu_small.yaml $(split_sets "$pretrain_split") \
+      --set "train.steps=$pretrain_steps" --set train.eval_every=100 --set checkpoint.every=250 \
+      --set checkpoint.keep=2 --set checkpoint.resume=auto \
+      --set "checkpoint.dir=$dir/checkpoints" --set "log.dir=$dir" "$@" "${extra_sets[@]}" \
+      >> "$dir.log" 2>&1 ||
+      { echo "forgetting.sh: the pretraining failed (exit $?; see $dir.log)" >&2; exit 1; }
+    ckpt="$(final_checkpoint "$dir" "$pretrain_steps")"
+    [[ -n "$ckpt" ]] || { echo "forgetting.sh: pretraining left no step $pretrain_steps checkpoint (see $dir.log)" >&2; exit 1; }
+  fi
+  echo "$ckpt"
+}
 # Both splits' losses of a checkpoint, tab-separated (the control's two splits are one: once).
 both_losses() {
   local pre ft
@@ -145,16 +158,70 @@ both_losses() {
   [[ -n "$pre" && -n "$ft" ]] || { echo "forgetting.sh: no val_loss from engine eval of $1" >&2; exit 1; }
   printf '%s\t%s' "$pre" "$ft"
 }
+# What a pretrained model is: the sha256 of its checkpoint's files (every rank's weights, optimizer
+# state and RNG; the manifest, which holds their checksums and the write's time, left out).
+model_sum() {
+  (cd "$1" && find . -type f ! -name manifest.yaml | LC_ALL=C sort | xargs sha256sum) |
+    sha256sum | cut -d' ' -f1
+}
 runs="$out/runs.tsv"
 [[ -f "$runs" ]] ||
   printf 'run\tmethod\turr\tlr\tseed\t%s\t%s\tseconds\n' "$pretrain_split" "$ft_split" > "$runs"
 header="$(head -n1 "$runs" | cut -f6,7 | sed 's/^informative/brown_informative/; s/\timaginative$/\tbrown_imaginative/')"
 [[ "$header" == "$pretrain_split	$ft_split" ]] ||
   { echo "forgetting.sh: $runs holds losses on '${header/	/, }', not on $pretrain_split, $ft_split: give another OUT" >&2; exit 2; }
-if ! grep -q '^pretrained	' "$runs"; then
-  losses="$(both_losses "$pretrained")"
-  printf 'pretrained\tpretrained\t-\t-\t-\t%s\t0\n' "$losses" >> "$runs"
-fi
+seed_runs_left() {  # seed: how many of the seed's grid runs are not in runs.tsv yet
+  local name n=0
+  for name in $(printf "adamw_lr%s_seed$1 " $adamw_lrs) \
+    $(for urr in $osft_urrs; do printf "osft_urr${urr}_lr%s_seed$1 " $osft_lrs; done); do
+    grep -q "^$name	" "$runs" || n=$((n + 1))
+  done
+  echo "$n"
+}
+grid_runs_left() {
+  local seed n=0
+  for seed in $seeds; do n=$((n + $(seed_runs_left "$seed"))); done
+  echo "$n"
+}
+# The model a seed's runs start from. PRETRAIN_PER_SEED=1: the seed's own pretraining
+# (train.seed = the seed, PRETRAIN_DIR_seed<seed>), its row pretrained_seed<seed> in runs.tsv and
+# its model_sum in OUT/pretrained_seed<seed>.sha256. A fresh clone has no checkpoint and trains it
+# again: on another CPU the bits differ, and the seed's runs, which started from the other model,
+# are moved to OUT/stale_seed<seed>_<time>/ and trained again. Otherwise every seed shares one.
+pretrained_for_seed() {  # seed
+  local seed=$1 ckpt sum sum_file stale row losses
+  if [[ "$pretrain_per_seed" != 1 ]]; then
+    ckpt="$(pretrain "$pretrain_dir")"
+    if ! grep -q '^pretrained	' "$runs"; then
+      losses="$(both_losses "$ckpt")"
+      printf 'pretrained\tpretrained\t-\t-\t-\t%s\t0\n' "$losses" >> "$runs"
+    fi
+    echo "$ckpt"
+    return
+  fi
+  ckpt="$(pretrain "${pretrain_dir}_seed$seed" --set "train.seed=$seed")"
+  sum="$(model_sum "$ckpt")"
+  sum_file="$out/pretrained_seed$seed.sha256"
+  if [[ -f "$sum_file" && "$(cat "$sum_file")" != "$sum" ]]; then
+    stale="$out/stale_seed${seed}_$(date -u +%Y%m%dT%H%M%S)"
+    echo "forgetting.sh: seed $seed's pretraining is not the model its runs in $runs started from" \
+      "(sha256 $sum, not $(cat "$sum_file")): they move to $stale and train again" >&2
+    mkdir -p "$stale"
+    head -n1 "$runs" > "$stale/runs.tsv"
+    awk -F'\t' -v s="$seed" 'NR > 1 && $5 == s' "$runs" >> "$stale/runs.tsv"
+    for row in $(awk -F'\t' -v s="$seed" 'NR > 1 && $5 == s { print $1 }' "$runs"); do
+      [[ -d "$out/$row" ]] && mv "$out/$row" "$stale/"
+    done
+    mv "$sum_file" "$stale/"
+    awk -F'\t' -v s="$seed" 'NR == 1 || $5 != s' "$runs" > "$runs.tmp" && mv "$runs.tmp" "$runs"
+  fi
+  echo "$sum" > "$sum_file"
+  if ! grep -q "^pretrained_seed$seed	" "$runs"; then
+    losses="$(both_losses "$ckpt")"
+    printf 'pretrained_seed%s\tpretrained\t-\t-\t%s\t%s\t0\n' "$seed" "$seed" "$losses" >> "$runs"
+  fi
+  echo "$ckpt"
+}
 
 # ---- 2. the grid, seed by seed (a partial grid is a whole frontier of its first seeds) ----------
 finetune() {  # name config urr lr seed [--set ...]
@@ -187,6 +254,8 @@ frozen_groups() {  # the hidden-matrix group; prints the optim list
   echo "optim=[$1, {params: [embed.weight, lm_head.weight], optimizer: adamw, lr: 0.0, $adamw_hyper}, {params: ['*'], optimizer: adamw, lr: $2, $adamw_hyper, optional: true}]"
 }
 for seed in $seeds; do
+  (($(seed_runs_left "$seed") > 0)) || continue
+  pretrained="$(pretrained_for_seed "$seed")"
   for lr in $adamw_lrs; do
     sets=(--set "optim.0.lr=$lr")
     [[ -n "$freeze" ]] &&

@@ -5,14 +5,20 @@
 #   brown_imaginative         the arms of issue 38 on a denser lr grid and 3 seeds
 #   brown_imaginative_frozen  both arms with the embedding and head at lr 0 (forgetting_frozen.sh)
 #   brown_informative         the control: fine-tuning on the pretraining split itself
-#   code                      another domain: eslint's JavaScript source (prepare_code_data.sh)
+#   code                      another domain: eslint's JavaScript source (prepare_code_data.sh),
+#                             each seed from its own pretraining (forgetting.sh's
+#                             PRETRAIN_PER_SEED: a seed's pretraining and runs fit in one sitting,
+#                             and a fresh clone keeps no checkpoint), OSFT at ratio 0.5 alone
 # The unfrozen grids' run list: seeds 1 2 3; AdamW at 3e-4 1e-3 1.5e-3 2e-3 3e-3 1e-2; OSFT at
 # unfreeze_rank_ratio 0.5 and 0.25, each at 3e-4 1e-3 3e-3 1e-2 (the frozen grid's is
 # forgetting_frozen.sh's). After each grid, and once more at the end, its frontier is
 # regenerated and copied to docs/forgetting/<grid>/ (runs.tsv, grid, frontier.{md,json,png},
-# <run>/metrics.jsonl and <run>/log.txt of every run), the pretraining's metrics.jsonl and
-# log.txt to docs/forgetting/pretrain/; committing them is left to whoever runs this.
-# Resumable: run the same command again; a grid's finished runs are skipped (forgetting.sh).
+# <run>/metrics.jsonl and <run>/log.txt of every run), the shared pretraining's metrics.jsonl and
+# log.txt to docs/forgetting/pretrain/ (the code grid's to docs/forgetting/code/pretrain_seed<S>/,
+# with pretrained_seed<S>.sha256); committing them is left to whoever runs this.
+# Resumable: run the same command again; a grid's finished runs are skipped (forgetting.sh). On a
+# fresh clone (no OUT yet) a grid's committed docs/forgetting/<grid>/ files are copied into its
+# OUT first, so it goes on where the commits stop.
 #
 #   mkdir -p runs && nohup nice -n 10 bash scripts/forgetting_all.sh > runs/forgetting_all.log 2>&1 &
 #
@@ -22,7 +28,7 @@
 # (docs/forgetting/runs.tsv: 100 fine-tuning steps and two whole-split evaluations at np 2 on the
 # shared 2-core machine), scaled by FT_STEPS / 100, and the pretraining at that per-step rate.
 # Knobs (environment; each applies to every grid): GRIDS (the list above, in its order), SEEDS,
-# ADAMW_LRS, OSFT_URRS, OSFT_LRS, PRETRAIN_STEPS, FT_STEPS, NP, BUILD_DIR, PRETRAIN_DIR,
+# ADAMW_LRS, OSFT_URRS (the code grid's too), OSFT_LRS, PRETRAIN_STEPS, FT_STEPS, NP, BUILD_DIR, PRETRAIN_DIR,
 # RUNS_DIR (runs: the grids' OUTs are RUNS_DIR/frontier_<grid>), DOCS_DIR (docs/forgetting).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -39,6 +45,7 @@ docs_dir="${DOCS_DIR:-docs/forgetting}"
 dense_adamw="${ADAMW_LRS:-3e-4 1e-3 1.5e-3 2e-3 3e-3 1e-2}"
 dense_urrs="${OSFT_URRS:-0.5 0.25}"
 dense_osft="${OSFT_LRS:-3e-4 1e-3 3e-3 1e-2}"
+code_urrs="${OSFT_URRS:-0.5}"
 for grid in $grids; do
   case "${grid%_frozen}" in
     brown_imaginative | brown_informative | code) ;;
@@ -54,15 +61,35 @@ grid_script() {
   shift
   if [[ "$grid" == *_frozen ]]; then
     FT_SPLIT="${grid%_frozen}" OUT="$(grid_out "$grid")" bash scripts/forgetting_frozen.sh "$@"
+  elif [[ "$grid" == code ]]; then
+    FT_SPLIT=code OUT="$(grid_out code)" ADAMW_LRS="$dense_adamw" OSFT_URRS="$code_urrs" \
+      OSFT_LRS="$dense_osft" PRETRAIN_PER_SEED=1 bash scripts/forgetting.sh "$@"
   else
     FT_SPLIT="$grid" OUT="$(grid_out "$grid")" ADAMW_LRS="$dense_adamw" OSFT_URRS="$dense_urrs" \
       OSFT_LRS="$dense_osft" bash scripts/forgetting.sh "$@"
   fi
 }
+# A fresh clone: a grid's committed files (docs) become its OUT's, so the grid goes on where the
+# commits stop (forgetting.sh skips every run in runs.tsv).
+restore() {
+  local grid=$1 out src row
+  out="$(grid_out "$grid")"
+  src="$docs_dir/$grid"
+  [[ -f "$out/runs.tsv" || ! -f "$src/runs.tsv" ]] && return 0
+  mkdir -p "$out"
+  cp "$src/runs.tsv" "$src/grid" "$out/"
+  cp "$src"/pretrained_seed*.sha256 "$out/" 2>/dev/null || true
+  for row in $(awk -F'\t' 'NR > 1 && $2 != "pretrained" { print $1 }' "$src/runs.tsv"); do
+    [[ -d "$src/$row" ]] && cp -r "$src/$row" "$out/"
+  done
+  /usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["elapsed_s"])' \
+    "$src/frontier.json" > "$out/elapsed_s" 2>/dev/null || echo 0 > "$out/elapsed_s"
+  echo "forgetting_all.sh: $grid: $(finished_runs "$grid") finished runs restored from $src"
+}
 finished_runs() {  # rows of finished fine-tuning runs in a grid's runs.tsv
   local tsv
   tsv="$(grid_out "$1")/runs.tsv"
-  if [[ -f "$tsv" ]]; then tail -n +2 "$tsv" | { grep -vc '^pretrained	' || true; }; else echo 0; fi
+  if [[ -f "$tsv" ]]; then awk -F'\t' 'NR > 1 && $2 != "pretrained"' "$tsv" | wc -l; else echo 0; fi
 }
 
 plan() {
@@ -77,13 +104,26 @@ plan() {
     total=$((total + n)); left=$((left + n_left))
   done
   s_left=$((left * s_per_run))
-  local pre_s=0
-  [[ -f "$PRETRAIN_DIR/checkpoints/step_$(printf '%08d' "$PRETRAIN_STEPS")/manifest.yaml" ]] ||
-    pre_s=$((PRETRAIN_STEPS * s_per_run / FT_STEPS))
+  # The pretrainings still to train: the shared one, and each seed's of the code grid (counted
+  # for every seed without its checkpoint while the grid has runs left).
+  local pretrainings=0 seed step
+  step="step_$(printf '%08d' "$PRETRAIN_STEPS")"
+  for grid in $grids; do
+    read -r n n_left <<< "$(grid_script "$grid" --count)"
+    ((n_left > 0)) || continue
+    if [[ "$grid" == code ]]; then
+      for seed in $SEEDS; do
+        [[ -f "${PRETRAIN_DIR}_seed$seed/checkpoints/$step/manifest.yaml" ]] || pretrainings=$((pretrainings + 1))
+      done
+    elif [[ ! -f "$PRETRAIN_DIR/checkpoints/$step/manifest.yaml" ]] && ((pretrainings == 0)); then
+      pretrainings=1
+    fi
+  done
+  local pre_s=$((pretrainings * PRETRAIN_STEPS * s_per_run / FT_STEPS))
   printf '%-28s %6d %6d\n' all "$total" "$left"
   awk -v r="$s_left" -v p="$pre_s" -v spr="$s_per_run" -v steps="$PRETRAIN_STEPS" 'BEGIN {
     printf "estimate: %.1f h in all (%d runs left at %d s each, from docs/forgetting/runs.tsv", (r + p) / 3600, r / (spr > 0 ? spr : 1), spr
-    if (p > 0) printf ", and %.1f h of pretraining, %d steps at that rate", p / 3600, steps
+    if (p > 0) printf ", and %.1f h of pretraining, %d steps a pretraining at that rate", p / 3600, steps
     printf "; a shared 2-core machine)\n" }'
 }
 
@@ -111,10 +151,18 @@ collect() {
   mkdir -p "$dest"
   cp "$out/runs.tsv" "$out/grid" "$out"/frontier.{md,json,png} "$dest/"
   local run
-  for run in $(tail -n +2 "$out/runs.tsv" | cut -f1 | grep -vx pretrained); do
+  for run in $(awk -F'\t' 'NR > 1 && $2 != "pretrained" { print $1 }' "$out/runs.tsv"); do
     copy_logs "$out/$run" "$dest/$run"
   done
-  copy_logs "$PRETRAIN_DIR" "$docs_dir/pretrain"
+  if [[ "$grid" == code ]]; then  # a pretraining per seed: its logs and its model's sha256
+    local seed
+    for seed in $(awk -F'\t' 'NR > 1 && $2 == "pretrained" { print $5 }' "$out/runs.tsv"); do
+      cp "$out/pretrained_seed$seed.sha256" "$dest/"
+      [[ -d "${PRETRAIN_DIR}_seed$seed" ]] && copy_logs "${PRETRAIN_DIR}_seed$seed" "$dest/pretrain_seed$seed"
+    done
+  else
+    [[ -d "$PRETRAIN_DIR" ]] && copy_logs "$PRETRAIN_DIR" "$docs_dir/pretrain"
+  fi
   echo "forgetting_all.sh: $grid: $(finished_runs "$grid") runs -> $dest"
 }
 
@@ -125,6 +173,7 @@ esac
 mkdir -p "$runs_dir"
 exec 9> "$runs_dir/forgetting_all.lock"
 flock -n 9 || { echo "forgetting_all.sh: another forgetting_all.sh holds $runs_dir/forgetting_all.lock" >&2; exit 2; }
+for grid in $grids; do restore "$grid"; done
 plan
 for grid in $grids; do
   echo "==== grid $grid -> $(grid_out "$grid") ($(date -u '+%F %T') UTC)"

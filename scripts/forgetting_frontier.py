@@ -86,20 +86,30 @@ def main():
         if len(r) != 8:
             sys.exit("forgetting_frontier: %s line %d: %d columns, not 8" % (path, n, len(r)))
     rows = [dict(zip(head[:5] + ["pre", "ft", "seconds"], r)) for r in rows[1:]]
-    base = next((r for r in rows if r["run"] == "pretrained"), None)
-    if base is None:
+    # The pretrained model: one row "pretrained" that every seed shares, or a row per seed
+    # (pretrained_seed<S>, forgetting.sh's PRETRAIN_PER_SEED), each seed's runs measured from its own.
+    bases = {r["seed"]: (float(r["pre"]), float(r["ft"])) for r in rows if r["method"] == "pretrained"}
+    if not bases:
         sys.exit("forgetting_frontier: no pretrained row in runs.tsv")
-    b_pre, b_ft = float(base["pre"]), float(base["ft"])
+    per_seed_base = "-" not in bases
+    if not per_seed_base and len(bases) > 1:
+        sys.exit("forgetting_frontier: %s holds a shared pretrained row and per-seed ones" % path)
+    b_pre = statistics.mean(b[0] for b in bases.values())
+    b_ft = statistics.mean(b[1] for b in bases.values())
     runs = []
     for r in rows:
-        if r["run"] == "pretrained":
+        if r["method"] == "pretrained":
             continue
+        base = bases.get(r["seed"] if per_seed_base else "-")
+        if base is None:
+            sys.exit("forgetting_frontier: %s: run %s has no pretrained_seed%s row" % (
+                path, r["run"], r["seed"]))
         arm = "adamw" if r["method"] == "adamw" else "osft urr %s" % r["urr"]
         runs.append({"run": r["run"], "method": r["method"], "arm": arm, "urr": r["urr"],
                      "lr": r["lr"], "seed": int(r["seed"]),
                      "loss_pretraining_split": float(r["pre"]), "loss_finetuning_split": float(r["ft"]),
-                     "forgetting": float(r["pre"]) - b_pre,
-                     "gain": b_ft - float(r["ft"]), "seconds": int(r["seconds"])})
+                     "forgetting": float(r["pre"]) - base[0],
+                     "gain": base[1] - float(r["ft"]), "seconds": int(r["seconds"])})
     seeds = sorted({r["seed"] for r in runs})
     # A seed counts when both methods have at least two runs in it (a partial grid's last seed
     # may not).
@@ -159,19 +169,32 @@ def main():
 
     doc = {"splits": {"pretraining": pre, "finetuning": ft}, "control": control,
            "pretrained": {"loss_pretraining_split": b_pre, "loss_finetuning_split": b_ft},
+           "pretrained_per_seed": ({s: {"loss_pretraining_split": b[0], "loss_finetuning_split": b[1]}
+                                    for s, b in sorted(bases.items())} if per_seed_base else None),
            "runs": runs, "configs": configs,
            "seeds": seeds, "seeds_compared": full, "comparisons": comparisons, "max_gain": max_gain,
            "np": a.np, "pretrain_steps": a.pretrain_steps, "finetune_steps": a.finetune_steps,
            "elapsed_s": a.elapsed}
     json.dump(doc, open(os.path.join(a.out, "frontier.json"), "w"), indent=1)
 
-    if control:
-        intro = ("Fine-tuning %d steps on %s, the pretraining split itself (the control), from "
-                 "cpu_small pretrained %d steps on it (validation loss %.4f)"
-                 % (a.finetune_steps, ft, a.pretrain_steps, b_pre))
+    on = "it" if control else pre  # the split pretrained on
+    if per_seed_base:  # each seed's own pretraining: its mean and half the range
+        pres, fts = [b[0] for b in bases.values()], [b[1] for b in bases.values()]
+        model = ("each seed from its own cpu_small pretrained %d steps on %s at train.seed = the "
+                 "seed" % (a.pretrain_steps, on))
+        loss_pre = "%.4f ± %.4f" % (b_pre, half_range(pres))
+        loss_ft = "%.4f ± %.4f" % (b_ft, half_range(fts))
+        of = (", mean ± half the range of %d pretrainings; each run's gain and forgetting against "
+              "its seed's" % len(bases))
     else:
-        intro = ("Fine-tuning %d steps on %s from cpu_small pretrained %d steps on %s (validation "
-                 "loss there %.4f, on %s %.4f)" % (a.finetune_steps, ft, a.pretrain_steps, pre, b_pre, ft, b_ft))
+        model = "from cpu_small pretrained %d steps on %s" % (a.pretrain_steps, on)
+        loss_pre, loss_ft, of = "%.4f" % b_pre, "%.4f" % b_ft, ""
+    if control:
+        intro = ("Fine-tuning %d steps on %s, the pretraining split itself (the control), %s "
+                 "(validation loss %s%s)" % (a.finetune_steps, ft, model, loss_pre, of))
+    else:
+        intro = ("Fine-tuning %d steps on %s %s (validation loss there %s, on %s %s%s)"
+                 % (a.finetune_steps, ft, model, loss_pre, ft, loss_ft, of))
     L = [intro + "; np %d; whole validation splits; %d runs, %d s of grid and pretraining in all."
          % (a.np, len(runs), a.elapsed), ""]
     if control:

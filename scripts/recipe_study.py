@@ -26,7 +26,8 @@ validation), every run to the end of its schedule (train.target_val_loss 0: no s
 Within a stage the runs go seed by seed, the arms in that order. Each run lives in
 RUNS_DIR/<stage>/<run>/ (log.dir: metrics.jsonl, log.txt, config.yaml; checkpoints every
 CHECKPOINT_EVERY steps, deleted when it is done) and its console in RUNS_DIR/<stage>/<run>.out.
-A finished run has a result.json and is skipped; a cut run (killed, machine restarted) resumes
+A finished run has a result.json, in RUNS_DIR or committed in RECORDS_DIR (a fresh clone holds
+only those), and is skipped; a cut run (killed, machine restarted) resumes
 from its newest checkpoint (checkpoint.resume=auto; on the CPU bit-identical to an uncut run):
 run the same command again. SIGTERM or SIGINT to this script is passed to the run, which saves
 a checkpoint and stops. After every run the finished runs are copied to RECORDS_DIR/<stage>/<run>/
@@ -203,14 +204,26 @@ class Study:
     def run_dir(self, spec):
         return os.path.join(self.runs_dir, spec["stage"], spec["name"])
 
+    def record_dir(self, spec):
+        return os.path.join(self.records_dir, spec["stage"], spec["name"])
+
+    def finished_dir(self, spec):
+        """Where the run's finished result lies: RUNS_DIR, else RECORDS_DIR (a fresh clone holds
+        only the committed runs), else None."""
+        for d in (self.run_dir(spec), self.record_dir(spec)):
+            if os.path.isfile(os.path.join(d, RESULT)):
+                return d
+        return None
+
     def finished(self, spec):
-        return os.path.isfile(os.path.join(self.run_dir(spec), RESULT))
+        return self.finished_dir(spec) is not None
 
     def final_loss(self, spec):
+        d = self.finished_dir(spec) or self.run_dir(spec)
         try:
-            return tables.read_run(self.run_dir(spec))["final_val_loss"]
+            return tables.read_run(d)["final_val_loss"]
         except (runlog.RunLogError, OSError, ValueError) as e:
-            fail("%s: %s" % (self.run_dir(spec), e))
+            fail("%s: %s" % (d, e))
 
     def tune_point(self, lrs, coord, extension=False):
         name = "head%g_embed%g_scalar%g_seed%d" % (lrs["head"], lrs["embed"], lrs["scalar"],
@@ -320,11 +333,12 @@ class Study:
         for s in specs:
             if s["arm"] != "recipe_tuned" or not self.finished(s):
                 continue
-            with open(os.path.join(self.run_dir(s), RESULT)) as f:
+            d = self.finished_dir(s)
+            with open(os.path.join(d, RESULT)) as f:
                 lrs = json.load(f)["lrs"]
             if any(not tables.close(lrs[c], s["lrs"][c]) for c in s["lrs"]):
                 fail("%s trained the recipe at %s, but tune now picks %s: move it away" % (
-                    self.run_dir(s), tables.lrs_text(lrs), tables.lrs_text(s["lrs"])), 2)
+                    d, tables.lrs_text(lrs), tables.lrs_text(s["lrs"])), 2)
 
     # ---- study.json, the epoch check, the plan ---------------------------------------------
     def study_about(self):
@@ -335,17 +349,20 @@ class Study:
                 "tune_seed": self.tune_seed}
 
     def check_study(self, write):
+        # The study's own study.json, else the committed one (a fresh clone): both must agree.
         path = os.path.join(self.runs_dir, "study.json")
         about = self.study_about()
-        if os.path.isfile(path):
-            with open(path) as f:
+        for held_path in (path, os.path.join(self.records_dir, "study.json")):
+            if not os.path.isfile(held_path):
+                continue
+            with open(held_path) as f:
                 held = json.load(f)
             diff = [k for k in about if held.get(k) != about[k]]
             if diff:
-                fail("%s holds a study with %s, not %s: give another RUNS_DIR" % (
-                    path, ", ".join("%s %s" % (k, held.get(k)) for k in diff),
+                fail("%s holds a study with %s, not %s: give another RUNS_DIR and RECORDS_DIR" % (
+                    held_path, ", ".join("%s %s" % (k, held.get(k)) for k in diff),
                     ", ".join("%s %s" % (k, about[k]) for k in diff)), 2)
-        elif write:
+        if write and not os.path.isfile(path):
             os.makedirs(self.runs_dir, exist_ok=True)
             with open(path, "w") as f:
                 json.dump(about, f, indent=1)

@@ -6,7 +6,10 @@
 # reports the control; a second call runs nothing (--count: none left), a call with other step
 # counts into the same OUT is refused, and forgetting_frontier.py reads an older runs.tsv's
 # informative / imaginative header as the Brown splits and tabulates a grid still running (a ratio
-# missing on one seed). The plumbing, not the numbers.
+# missing on one seed). With PRETRAIN_PER_SEED=1 each seed pretrains its own model and its runs
+# are measured from it; with the checkpoints gone (a fresh clone) a pretraining that comes back
+# with other bits moves its seed's runs aside and trains them again; forgetting_all.sh's code grid
+# on a fresh clone goes on from its docs. The plumbing, not the numbers.
 #
 #   forgetting_test.sh REPO BUILD_DIR WORK
 set -euo pipefail
@@ -92,4 +95,71 @@ from forgetting_frontier import paired_p
 assert abs(paired_p([0.010, 0.012, 0.008]) - 0.013072) < 1e-5, paired_p([0.010, 0.012, 0.008])
 assert paired_p([0.01]) is None
 PY
-echo "PASS: the control grid (2 runs), its resume, the refused rerun, a legacy runs.tsv, a partial grid, the paired p"
+# PRETRAIN_PER_SEED=1: each seed fine-tunes from its own pretraining (train.seed = the seed).
+seeded() {
+  BUILD_DIR="$build" DATA_DIR="$work/data" OUT="$work/seeded" PRETRAIN_DIR="$work/pretrain" \
+    PRETRAIN_PER_SEED=1 FT_SPLIT=brown_informative PRETRAIN_STEPS=4 FT_STEPS=2 SEEDS="1 2" ADAMW_LRS=1e-3 \
+    OSFT_URRS=0.5 OSFT_LRS=1e-3 SETS="model.n_layer=2 model.n_head=2 model.d_model=64 model.seq_len=32 model.vocab_size=256 train.batch_tokens=512 train.val_tokens=4096" \
+    bash "$repo/scripts/forgetting.sh" "$@"
+}
+seeded >"$work/seeded.log" 2>&1 || { cat "$work/seeded.log"; fail "the per-seed grid failed"; }
+sruns="$work/seeded/runs.tsv"
+[ "$(tail -n +2 "$sruns" | cut -f1,5 | tr '\t\n' ': ')" = "pretrained_seed1:1 adamw_lr1e-3_seed1:1 osft_urr0.5_lr1e-3_seed1:1 pretrained_seed2:2 adamw_lr1e-3_seed2:2 osft_urr0.5_lr1e-3_seed2:2 " ] ||
+  fail "per-seed runs.tsv rows: $(cat "$sruns")"
+for seed in 1 2; do
+  grep -q "train.seed=$seed" "$work/pretrain_seed$seed/log.txt" 2>/dev/null ||
+    grep -q "seed: $seed$" "$work/pretrain_seed$seed/log.txt" || fail "pretrain_seed$seed did not train at seed $seed"
+  [ -s "$work/seeded/pretrained_seed$seed.sha256" ] || fail "no pretrained_seed$seed.sha256"
+done
+[ "$(cat "$work/seeded/pretrained_seed1.sha256")" != "$(cat "$work/seeded/pretrained_seed2.sha256")" ] ||
+  fail "the two seeds' pretrainings are one model"
+grep -q 'each seed from its own cpu_small pretrained 4 steps on it' "$work/seeded/frontier.md" ||
+  { cat "$work/seeded/frontier.md"; fail "frontier.md does not say each seed has its own pretraining"; }
+/usr/bin/python3 - "$work/seeded/frontier.json" "$sruns" <<'PY' || fail "per-seed runs are not measured from their own seed's pretraining"
+import json, sys
+d = json.load(open(sys.argv[1]))
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[2])][1:]
+base = {r[4]: float(r[5]) for r in rows if r[1] == "pretrained"}
+for r in d["runs"]:
+    assert abs(r["forgetting"] - (r["loss_pretraining_split"] - base[str(r["seed"])])) < 1e-9, r
+assert sorted(d["pretrained_per_seed"]) == ["1", "2"], d["pretrained_per_seed"]
+PY
+# A session cut both seeds short (their OSFT rows are not in yet) and the fresh clone that goes on
+# holds runs.tsv but no checkpoint. On the same machine seed 1's pretraining comes back bit for
+# bit and its AdamW run stands; seed 2's, standing in for another CPU's bits, does not match its
+# recorded sha256, and both its runs move aside and train again.
+grep -v '^osft' "$sruns" >"$sruns.cut" && mv "$sruns.cut" "$sruns" && rm -rf "$work/seeded"/osft_*
+seed1_adamw="$(grep '^adamw_lr1e-3_seed1	' "$sruns")"
+rm -rf "$work/pretrain_seed1" "$work/pretrain_seed2"
+echo 0000 >"$work/seeded/pretrained_seed2.sha256"
+seeded >"$work/seeded2.log" 2>&1 || { cat "$work/seeded2.log"; fail "the per-seed grid's second call failed"; }
+grep -q "seed 2's pretraining is not the model its runs" "$work/seeded2.log" || fail "seed 2's stale runs were not named"
+! grep -q "seed 1's pretraining is not" "$work/seeded2.log" || fail "seed 1's pretraining did not come back bit for bit"
+[ "$(grep '^== [ao]' "$work/seeded2.log" | cut -d: -f1 | tr '\n' ' ')" = "== osft_urr0.5_lr1e-3_seed1 == adamw_lr1e-3_seed2 == osft_urr0.5_lr1e-3_seed2 " ] ||
+  fail "not the cut runs and seed 2's trained again: $(grep '^== ' "$work/seeded2.log")"
+[ "$(grep '^adamw_lr1e-3_seed1	' "$sruns")" = "$seed1_adamw" ] || fail "seed 1's AdamW row changed"
+[ "$(tail -n +2 "$sruns" | wc -l)" = 6 ] || fail "runs.tsv after the stale seed: $(cat "$sruns")"
+stale=$(ls -d "$work/seeded"/stale_seed2_*)
+[ "$(tail -n +2 "$stale/runs.tsv" | cut -f1 | tr '\n' ' ')" = "pretrained_seed2 adamw_lr1e-3_seed2 " ] &&
+  [ -d "$stale/adamw_lr1e-3_seed2" ] || fail "the stale seed's rows and folders were not kept aside"
+# forgetting_all.sh's code grid into a docs folder, then again from a fresh clone (its OUTs and
+# pretrainings gone, the docs kept): it restores the grid from the docs and trains nothing.
+mkdir -p "$work/data/code"
+for part in train val; do
+  ln -s "$work/tiny/tiny_${part}_000000.bin" "$work/data/code/code_${part}_000000.bin"
+done
+all() {
+  BUILD_DIR="$build" DATA_DIR="$work/data" RUNS_DIR="$work/all_runs" DOCS_DIR="$work/all_docs" \
+    PRETRAIN_DIR="$work/all_runs/pretrain" GRIDS=code PRETRAIN_STEPS=4 FT_STEPS=2 SEEDS=1 \
+    ADAMW_LRS=1e-3 OSFT_LRS=1e-3 SETS="model.n_layer=2 model.n_head=2 model.d_model=64 model.seq_len=32 model.vocab_size=256 train.batch_tokens=512 train.val_tokens=4096" \
+    bash "$repo/scripts/forgetting_all.sh"
+}
+all >"$work/all.log" 2>&1 || { cat "$work/all.log"; fail "forgetting_all.sh's code grid failed"; }
+for f in runs.tsv grid frontier.md pretrained_seed1.sha256 pretrain_seed1/metrics.jsonl adamw_lr1e-3_seed1/metrics.jsonl osft_urr0.5_lr1e-3_seed1/log.txt; do
+  [ -s "$work/all_docs/code/$f" ] || fail "forgetting_all.sh did not copy code/$f to its docs"
+done
+rm -rf "$work/all_runs"
+all >"$work/all2.log" 2>&1 || { cat "$work/all2.log"; fail "forgetting_all.sh from a fresh clone failed"; }
+grep -q 'code: 2 finished runs restored' "$work/all2.log" || fail "the code grid was not restored: $(cat "$work/all2.log")"
+! grep -q '^== ' "$work/all2.log" || fail "the fresh clone trained: $(grep '^== ' "$work/all2.log")"
+echo "PASS: the control grid (2 runs), its resume, the refused rerun, a legacy runs.tsv, a partial grid, the paired p, a grid with a pretraining per seed and its stale seed, forgetting_all.sh from a fresh clone"

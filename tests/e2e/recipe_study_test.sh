@@ -3,9 +3,10 @@
 # with 2 seeds and a few steps, the tune stage on a 2-point head grid (its pick is at an edge, so
 # one point past it is added), --plan's counts, the records folder (each run's metrics.jsonl,
 # log.txt, config.yaml and result.json; no checkpoints) and its tables (the picks, Welch p values);
-# a second call trains nothing; a study with other step counts in the same RUNS_DIR and an
-# under-epoch budget over one epoch are refused; a run cut by SIGTERM to the driver resumes from
-# its checkpoint on the next call. The plumbing, not the numbers.
+# a second call trains nothing, nor does one from a fresh clone (the records, no RUNS_DIR); a study
+# with other step counts in the same RUNS_DIR and an under-epoch budget over one epoch are
+# refused; a run cut by SIGTERM to the driver resumes from its checkpoint on the next call. The
+# plumbing, not the numbers.
 #
 #   recipe_study_test.sh REPO BUILD_DIR WORK
 set -euo pipefail
@@ -72,12 +73,16 @@ study --collect >"$work/collect.log" 2>&1 || { cat "$work/collect.log"; fail "--
 cmp -s "$md" "$work/tables.md" || fail "--collect's tables differ: $(diff "$work/tables.md" "$md")"
 /usr/bin/python3 "$repo/scripts/recipe_study_tables.py" "$work/records" --quiet
 cmp -s "$md" "$work/tables.md" || fail "recipe_study_tables.py's tables differ: $(diff "$work/tables.md" "$md")"
+# A fresh clone holds the committed records and no RUNS_DIR: it trains nothing either.
+RUNS="$work/fresh" study >"$work/fresh.log" 2>&1 || { cat "$work/fresh.log"; fail "the fresh clone's call failed"; }
+! grep -q '^== ' "$work/fresh.log" || fail "the fresh clone's call trained: $(grep '^== ' "$work/fresh.log")"
+cmp -s "$md" "$work/tables.md" || fail "the fresh clone's call changed the tables: $(diff "$work/tables.md" "$md")"
 rc=0
 STEPS=7 study >"$work/other.log" 2>&1 || rc=$?
 [ "$rc" -eq 2 ] && grep -q 'holds a study with steps 6, not steps 7' "$work/other.log" ||
   { cat "$work/other.log"; fail "a study with other steps in the same RUNS_DIR was not refused (exit $rc)"; }
 rc=0
-UNDER=100 RUNS="$work/over" study >"$work/over.log" 2>&1 || rc=$?
+UNDER=100 RUNS="$work/over" RECORDS="$work/over_records" study >"$work/over.log" 2>&1 || rc=$?
 [ "$rc" -eq 2 ] && grep -q 'UNDER_EPOCH_STEPS 100 reads 1600 sequences .* more than the 1249 of one epoch' "$work/over.log" ||
   { cat "$work/over.log"; fail "an under-epoch budget over one epoch was not refused (exit $rc)"; }
 
