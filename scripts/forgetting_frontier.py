@@ -180,20 +180,20 @@ def main():
     on = "it" if control else pre  # the split pretrained on
     if per_seed_base:  # each seed's own pretraining: its mean and half the range
         pres, fts = [b[0] for b in bases.values()], [b[1] for b in bases.values()]
-        model = ("each seed from its own cpu_small pretrained %d steps on %s at train.seed = the "
-                 "seed" % (a.pretrain_steps, on))
+        model = (", each seed from its own cpu_small pretrained %d steps on %s at train.seed = "
+                 "the seed" % (a.pretrain_steps, on))
         loss_pre = "%.4f ± %.4f" % (b_pre, half_range(pres))
         loss_ft = "%.4f ± %.4f" % (b_ft, half_range(fts))
         of = (", mean ± half the range of %d pretrainings; each run's gain and forgetting against "
               "its seed's" % len(bases))
     else:
-        model = "from cpu_small pretrained %d steps on %s" % (a.pretrain_steps, on)
+        model = " from cpu_small pretrained %d steps on %s" % (a.pretrain_steps, on)
         loss_pre, loss_ft, of = "%.4f" % b_pre, "%.4f" % b_ft, ""
     if control:
-        intro = ("Fine-tuning %d steps on %s, the pretraining split itself (the control), %s "
+        intro = ("Fine-tuning %d steps on %s, the pretraining split itself (the control),%s "
                  "(validation loss %s%s)" % (a.finetune_steps, ft, model, loss_pre, of))
     else:
-        intro = ("Fine-tuning %d steps on %s %s (validation loss there %s, on %s %s%s)"
+        intro = ("Fine-tuning %d steps on %s%s (validation loss there %s, on %s %s%s)"
                  % (a.finetune_steps, ft, model, loss_pre, ft, loss_ft, of))
     L = [intro + "; np %d; whole validation splits; %d runs, %d s of grid and pretraining in all."
          % (a.np, len(runs), a.elapsed), ""]

@@ -113,7 +113,7 @@ for seed in 1 2; do
 done
 [ "$(cat "$work/seeded/pretrained_seed1.sha256")" != "$(cat "$work/seeded/pretrained_seed2.sha256")" ] ||
   fail "the two seeds' pretrainings are one model"
-grep -q 'each seed from its own cpu_small pretrained 4 steps on it' "$work/seeded/frontier.md" ||
+grep -q ', each seed from its own cpu_small pretrained 4 steps on it' "$work/seeded/frontier.md" ||
   { cat "$work/seeded/frontier.md"; fail "frontier.md does not say each seed has its own pretraining"; }
 /usr/bin/python3 - "$work/seeded/frontier.json" "$sruns" <<'PY' || fail "per-seed runs are not measured from their own seed's pretraining"
 import json, sys
