@@ -68,11 +68,15 @@ osft_urrs="${OSFT_URRS:-0.5 0.25}"
 osft_lrs="${OSFT_LRS:-1e-3 3e-3 1e-2}"
 # --count: the grid's size and how many of its runs are not in OUT/runs.tsv yet ("runs left"),
 # then stop (scripts/forgetting_all.sh plans with it).
+seed_run_names() {  # seed: the names of the seed's grid runs
+  printf "adamw_lr%s_seed$1 " $adamw_lrs
+  local urr
+  for urr in $osft_urrs; do printf "osft_urr${urr}_lr%s_seed$1 " $osft_lrs; done
+}
 if [[ "${1:-}" == --count ]]; then
   total=0 left=0
   for seed in $seeds; do
-    for name in $(printf "adamw_lr%s_seed$seed " $adamw_lrs) \
-      $(for urr in $osft_urrs; do printf "osft_urr${urr}_lr%s_seed$seed " $osft_lrs; done); do
+    for name in $(seed_run_names "$seed"); do
       total=$((total + 1))
       grep -qs "^$name	" "$out/runs.tsv" || left=$((left + 1))
     done
@@ -172,15 +176,9 @@ header="$(head -n1 "$runs" | cut -f6,7 | sed 's/^informative/brown_informative/;
   { echo "forgetting.sh: $runs holds losses on '${header/	/, }', not on $pretrain_split, $ft_split: give another OUT" >&2; exit 2; }
 seed_runs_left() {  # seed: how many of the seed's grid runs are not in runs.tsv yet
   local name n=0
-  for name in $(printf "adamw_lr%s_seed$1 " $adamw_lrs) \
-    $(for urr in $osft_urrs; do printf "osft_urr${urr}_lr%s_seed$1 " $osft_lrs; done); do
+  for name in $(seed_run_names "$1"); do
     grep -q "^$name	" "$runs" || n=$((n + 1))
   done
-  echo "$n"
-}
-grid_runs_left() {
-  local seed n=0
-  for seed in $seeds; do n=$((n + $(seed_runs_left "$seed"))); done
   echo "$n"
 }
 # The model a seed's runs start from. PRETRAIN_PER_SEED=1: the seed's own pretraining

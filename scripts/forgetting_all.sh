@@ -97,28 +97,26 @@ plan() {
   # Mean seconds per fine-tuning run of the issue 38 grid (100 steps), scaled to FT_STEPS.
   s_per_run="$(awk -F'\t' -v steps="$FT_STEPS" 'NR > 1 && $1 != "pretrained" { s += $8; n++ }
     END { printf "%.0f", s / n * steps / 100 }' docs/forgetting/runs.tsv)"
+  # The pretrainings still to train while a grid has runs left: the shared one, once, and each
+  # seed's of the code grid that has no checkpoint.
+  local shared=0 per_seed=0 seed step
+  step="step_$(printf '%08d' "$PRETRAIN_STEPS")"
   printf '%-28s %6s %6s\n' grid runs left
   for grid in $grids; do
     read -r n n_left <<< "$(grid_script "$grid" --count)"
     printf '%-28s %6d %6d\n' "$grid" "$n" "$n_left"
     total=$((total + n)); left=$((left + n_left))
-  done
-  s_left=$((left * s_per_run))
-  # The pretrainings still to train: the shared one, and each seed's of the code grid (counted
-  # for every seed without its checkpoint while the grid has runs left).
-  local pretrainings=0 seed step
-  step="step_$(printf '%08d' "$PRETRAIN_STEPS")"
-  for grid in $grids; do
-    read -r n n_left <<< "$(grid_script "$grid" --count)"
     ((n_left > 0)) || continue
     if [[ "$grid" == code ]]; then
       for seed in $SEEDS; do
-        [[ -f "${PRETRAIN_DIR}_seed$seed/checkpoints/$step/manifest.yaml" ]] || pretrainings=$((pretrainings + 1))
+        [[ -f "${PRETRAIN_DIR}_seed$seed/checkpoints/$step/manifest.yaml" ]] || per_seed=$((per_seed + 1))
       done
-    elif [[ ! -f "$PRETRAIN_DIR/checkpoints/$step/manifest.yaml" ]] && ((pretrainings == 0)); then
-      pretrainings=1
+    elif [[ ! -f "$PRETRAIN_DIR/checkpoints/$step/manifest.yaml" ]]; then
+      shared=1
     fi
   done
+  s_left=$((left * s_per_run))
+  local pretrainings=$((shared + per_seed))
   local pre_s=$((pretrainings * PRETRAIN_STEPS * s_per_run / FT_STEPS))
   printf '%-28s %6d %6d\n' all "$total" "$left"
   awk -v r="$s_left" -v p="$pre_s" -v spr="$s_per_run" -v steps="$PRETRAIN_STEPS" 'BEGIN {
