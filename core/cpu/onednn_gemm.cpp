@@ -109,8 +109,9 @@ void run(const GemmArgs& r, const void* a, const void* b, void* c, dt in, dt out
 // oneDNN's matmul runs a k much longer than the output's sides (the classifier's d x: k = the
 // padded vocabulary, m x n = tokens x d_model) at about 2/3 of its rate at the model's other
 // shapes (1 thread, CPU time: 146 against 220 GFLOP/s at m 1024, n 256, k 50304), and at their
-// rate in chunks of about 8192 (221; bf16 operands 381 -> 420). The chunks depend on k alone, so
-// the order of the sum does not depend on the thread count.
+// rate in chunks of about 8192 (221; bf16 operands 381 -> 420). The chunks depend on k alone:
+// where oneDNN does not split a chunk's k over the threads itself (the model's sides, not thin
+// products on its AVX2 kernel), the order of the sum does not depend on the thread count.
 constexpr int64_t kLongK = 16384, kKChunk = 8192;
 
 template <typename In>
