@@ -22,7 +22,8 @@
 #
 #   mkdir -p runs && nohup nice -n 10 bash scripts/forgetting_all.sh > runs/forgetting_all.log 2>&1 &
 #
-# --plan prints the run counts and the hours they are estimated to take, and stops; --collect
+# --plan prints the run counts (restoring a fresh clone's committed runs first, as a run does)
+# and the hours they are estimated to take, and stops; --collect
 # regenerates the frontiers of whatever runs are finished and copies them, running nothing (safe
 # beside a running grid). The estimate takes the seconds per run of the issue 38 grid
 # (docs/forgetting/runs.tsv: 100 fine-tuning steps and two whole-split evaluations at np 2 on the
@@ -165,7 +166,9 @@ collect() {
 }
 
 case "$mode" in
-  --plan) plan; exit 0 ;;
+  --plan)  # a fresh clone's committed runs count as finished, as in a run
+    for grid in $grids; do restore "$grid" > /dev/null; done
+    plan; exit 0 ;;
   --collect) for grid in $grids; do collect "$grid"; done; exit 0 ;;
 esac
 mkdir -p "$runs_dir"

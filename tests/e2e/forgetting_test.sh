@@ -152,14 +152,18 @@ all() {
   BUILD_DIR="$build" DATA_DIR="$work/data" RUNS_DIR="$work/all_runs" DOCS_DIR="$work/all_docs" \
     PRETRAIN_DIR="$work/all_runs/pretrain" GRIDS=code PRETRAIN_STEPS=4 FT_STEPS=2 SEEDS=1 \
     ADAMW_LRS=1e-3 OSFT_LRS=1e-3 SETS="model.n_layer=2 model.n_head=2 model.d_model=64 model.seq_len=32 model.vocab_size=256 train.batch_tokens=512 train.val_tokens=4096" \
-    bash "$repo/scripts/forgetting_all.sh"
+    bash "$repo/scripts/forgetting_all.sh" "$@"
 }
 all >"$work/all.log" 2>&1 || { cat "$work/all.log"; fail "forgetting_all.sh's code grid failed"; }
 for f in runs.tsv grid frontier.md pretrained_seed1.sha256 pretrain_seed1/metrics.jsonl adamw_lr1e-3_seed1/metrics.jsonl osft_urr0.5_lr1e-3_seed1/log.txt; do
   [ -s "$work/all_docs/code/$f" ] || fail "forgetting_all.sh did not copy code/$f to its docs"
 done
 rm -rf "$work/all_runs"
+all --plan >"$work/plan.log" 2>&1 || { cat "$work/plan.log"; fail "forgetting_all.sh --plan failed"; }
+grep -Eq '^code +2 +0$' "$work/plan.log" && ! grep -q 'pretraining' "$work/plan.log" ||
+  fail "a fresh clone's --plan does not count the committed runs: $(cat "$work/plan.log")"
+rm -rf "$work/all_runs"
 all >"$work/all2.log" 2>&1 || { cat "$work/all2.log"; fail "forgetting_all.sh from a fresh clone failed"; }
 grep -q 'code: 2 finished runs restored' "$work/all2.log" || fail "the code grid was not restored: $(cat "$work/all2.log")"
 ! grep -q '^== ' "$work/all2.log" || fail "the fresh clone trained: $(grep '^== ' "$work/all2.log")"
-echo "PASS: the control grid (2 runs), its resume, the refused rerun, a legacy runs.tsv, a partial grid, the paired p, a grid with a pretraining per seed and its stale seed, forgetting_all.sh from a fresh clone"
+echo "PASS: the control grid (2 runs), its resume, the refused rerun, a legacy runs.tsv, a partial grid, the paired p, a grid with a pretraining per seed and its stale seed, forgetting_all.sh from a fresh clone (its --plan too)"
