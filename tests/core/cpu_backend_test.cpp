@@ -108,7 +108,9 @@ TEST(CpuBackend, GemmAllLayoutsAgainstNaive) {
   }
 }
 
-// A batch of 16 small GEMMs (one oneDNN matmul) equals 16 separate calls.
+// A batch of 16 small GEMMs (one oneDNN matmul) equals 16 separate calls, to rounding: oneDNN may
+// split a member over the threads when they do not divide the batch (its AVX2 kernel at 3
+// threads: 18 of 1920 values a last bit apart, measured on a Zen 2; bit for bit at 1, 2 and 4).
 TEST(CpuBackend, GemmBatchEqualsOneCallPerMember) {
   const int64_t m = 12, n = 10, k = 8, batch = 16;
   Input a(batch * m * k, 4), b(batch * k * n, 5);
@@ -119,10 +121,11 @@ TEST(CpuBackend, GemmBatchEqualsOneCallPerMember) {
   be().gemm(g, a.f.data(), b.f.data(), all.data());
   GemmArgs s = g;
   s.batch = 1;
-  for (int64_t p = 0; p < batch; ++p) {
+  for (int64_t p = 0; p < batch; ++p)
     be().gemm(s, a.f.data() + p * m * k, b.f.data() + p * k * n, one.data() + p * m * n);
-  }
-  EXPECT_EQ(all, one);
+  // measured 0 (1, 2, 4 threads), 8.9e-9 (3), 1.6e-8 (5)
+  expect_within("batched against one call per member, norm-relative", norm_rel_diff(all, one),
+                2e-7);
 }
 
 // One long inner dimension (the classifier's dx: k = the padded vocabulary), where a GEMM may
