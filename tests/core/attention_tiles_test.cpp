@@ -223,7 +223,7 @@ TEST_P(AttentionTiles, MatchPlainAttentionInFloat64) {
   tiled_backward(tdq, tdk, tdv, dout, tout, tlse, q, k, v, x, c.Br, c.Bc);
   if (c.T == 1) {
     // One key: the softmax is constant, so dq and dk are zero. Each side holds only the rounding
-    // of dP - delta (the BLAS kernel's dot against attention_delta's, ~1e-17, whichever kernel
+    // of dP - delta (the BLAS kernel's dot against attention_delta's, ~1e-16, whichever kernel
     // OpenBLAS picks), so neither is a scale for the other: both must be zero up to rounding.
     const Vec zero(n, 0.0);
     for (const auto& [what, g] : {std::pair<const char*, const Vec*>{"tiled dq", &tdq},
