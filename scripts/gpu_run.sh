@@ -324,6 +324,11 @@ for p in names:
            "tokens_per_s": round(8192 / ms * 1e3), "flop_per_token": fpt}
     if phases:
         row["device_phase_ms"] = phases
+        # The host's time to issue forward and backward (no read back inside them): well under
+        # the device's, the host runs ahead and a CUDA graph of them would save no time; near
+        # it, the step waits on its launches (issue 46 item 7 decides on this).
+        row["host_issue_fb_ms"] = round(statistics.median(
+            r["phase_ms"]["forward_backward"] for r in timed), 2)
     if "peak_mem_bytes" in recs[-1]:
         row["peak_mib"] = round(recs[-1]["peak_mem_bytes"] / 2**20)
     last = recs[-10:]
@@ -708,6 +713,10 @@ if speed and speed["data"].get("rows"):
         lines.append("%-22s %10s %9s %7s %9s %10s  %s" % (r["run"], r.get("tokens_per_s", "?"), r.get("ms_per_step", "?"),
                      mfu, r.get("peak_mib", "?"), r.get("train_loss_last10", ""),
                      ", ".join("%s %s" % kv for kv in r.get("device_phase_ms", {}).items())))
+    issue = ["%s %s / %s" % (r["run"], r["host_issue_fb_ms"], r["device_phase_ms"]["forward_backward"])
+             for r in d["rows"] if "host_issue_fb_ms" in r and "forward_backward" in r.get("device_phase_ms", {})]
+    if issue:
+        lines.append("  forward_backward, host issue / device ms: " + "; ".join(issue))
     for k, v in d["ratios"].items():
         lines.append("  %s: %s" % (k, v))
 open(os.path.join(out, "summary.txt"), "w").write("\n".join(lines) + "\n")

@@ -38,6 +38,8 @@ assert {r["run"] for r in speed} >= {"engine fp32", "engine tf32", "engine bf16"
                                     "engine bf16, earlier kernels", "engine bf16, residual add unfused",
                                     "engine bf16, attention on TF32 operands",
                                     "engine bf16 Muon ns f32"}, speed
+no_issue = [r["run"] for r in speed if r["run"].startswith("engine") and "host_issue_fb_ms" not in r]
+assert not no_issue, "speed rows without the host's issue time: %s" % no_issue
 detail = parts["speed"]["detail"]
 for peer in ("llmc", "llmc_cudnn"):
     assert "%s: would run " % peer in detail and "-e d12 -b 8 -t 1024" in detail, detail
