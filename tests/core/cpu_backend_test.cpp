@@ -4,7 +4,6 @@
 #include "core/cpu/cpu_backend.h"
 
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -28,6 +27,7 @@
 #include "core/cpu/norm_kernels.h"
 #include "core/cpu/onednn_gemm.h"
 #include "grad_check.h"
+#include "tests/omp_threads.h"
 
 namespace {
 
@@ -209,10 +209,8 @@ TEST(CpuBackend, GemmLongInnerDimensionInChunksDoesNotDependOnTheThreadCount) {
       Input a(m * k, 34), b(k * n, 35);
       auto product = [&](int threads) {
         FVec out(m * n);
-        const int before = omp_get_max_threads();
-        omp_set_num_threads(threads);
+        test_util::OmpThreads at(threads);
         be().gemm(g, a.f.data(), b.f.data(), out.data());
-        omp_set_num_threads(before);
         return out;
       };
       EXPECT_EQ(product(2), product(1)) << "f32 gemm k=20011 trans_a=" << ta << " trans_b=" << tb
@@ -602,15 +600,16 @@ TEST(CpuBackend, ReductionsDoNotDependOnThreadCount) {
   be().layernorm_forward(out.data(), mean.data(), rstd.data(), x.f.data(), w.f.data(), nullptr, N,
                          C, 1e-5f);
   auto run = [&](int threads) {
-    int saved = omp_get_max_threads();
-    omp_set_num_threads(threads);
     FVec db(C), dw(C), dbl(C), dte(V * C);
-    be().bias_backward(db.data(), g.f.data(), N, C);
-    be().layernorm_backward(nullptr, dw.data(), dbl.data(), g.f.data(), x.f.data(), w.f.data(),
-                            mean.data(), rstd.data(), N, C);
-    be().embedding_backward(dte.data(), nullptr, g.f.data(), tok.data(), 1, N, C);
-    double ss = be().sum_squares(g.f.data(), N * C);
-    omp_set_num_threads(saved);
+    double ss = 0;
+    {
+      test_util::OmpThreads at(threads);
+      be().bias_backward(db.data(), g.f.data(), N, C);
+      be().layernorm_backward(nullptr, dw.data(), dbl.data(), g.f.data(), x.f.data(), w.f.data(),
+                              mean.data(), rstd.data(), N, C);
+      be().embedding_backward(dte.data(), nullptr, g.f.data(), tok.data(), 1, N, C);
+      ss = be().sum_squares(g.f.data(), N * C);
+    }
     FVec all = db;
     all.insert(all.end(), dw.begin(), dw.end());
     all.insert(all.end(), dbl.begin(), dbl.end());

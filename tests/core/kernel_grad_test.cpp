@@ -3,7 +3,6 @@
 // on a prefilled gradient buffer, so the tests also check that it accumulates (or, for the
 // attention backward, which writes, that it overwrites).
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -19,6 +18,7 @@
 #include "core/cpu/moe_kernels.h"
 #include "core/cpu/norm_kernels.h"
 #include "grad_check.h"
+#include "tests/omp_threads.h"
 
 namespace {
 
@@ -40,15 +40,8 @@ struct Sizes {
 // a parallel region per call only costs time (the threaded paths are checked at larger sizes in
 // cpu_backend_test.cpp).
 class KernelGrad : public ::testing::TestWithParam<Sizes> {
- protected:
-  void SetUp() override {
-    saved_threads_ = omp_get_max_threads();
-    omp_set_num_threads(1);
-  }
-  void TearDown() override { omp_set_num_threads(saved_threads_); }
-
  private:
-  int saved_threads_ = 1;
+  test_util::OmpThreads one_thread_{1};
 };
 
 INSTANTIATE_TEST_SUITE_P(Sizes, KernelGrad,
@@ -350,8 +343,7 @@ TEST_P(KernelGrad, CausalAttention) {
 // Longer than one query block of the kernel (kAttnBlock rows), so the blocked GEMMs over keys
 // [0, r1) and the sums of dK, dV across blocks are covered too (written over noise).
 TEST(KernelGradBlocks, CausalAttentionAcrossQueryBlocks) {
-  int saved = omp_get_max_threads();
-  omp_set_num_threads(1);
+  test_util::OmpThreads one_thread(1);
   const int64_t BH = 2, T = cpu::kAttnBlock + 6, hd = 4, n = BH * T * hd;
   Vec q = random_vec(n, 121), k = random_vec(n, 122), v = random_vec(n, 123),
       wy = random_vec(n, 124), out(n), lse(BH * T);
@@ -367,7 +359,6 @@ TEST(KernelGradBlocks, CausalAttentionAcrossQueryBlocks) {
   expect_gradient("attention dk", k, forward, dk);
   expect_gradient("attention dv", v, forward, dv);
   expect_lse_normalises(q, k, lse, BH, T, hd, 0.5);
-  omp_set_num_threads(saved);
 }
 
 // Document masking and a sliding window (core::AttentionMask): against a plain masked attention
@@ -376,8 +367,7 @@ TEST(KernelGradBlocks, CausalAttentionAcrossQueryBlocks) {
 // one-token document (position 5), a document longer than the window (from 90 on) and one that
 // starts in the middle of a query block; row 1 has a single document (the window alone).
 TEST(KernelGradBlocks, DocumentAndWindowMaskedAttention) {
-  int saved = omp_get_max_threads();
-  omp_set_num_threads(1);
+  test_util::OmpThreads one_thread(1);
   // The model's layout (q, k, v strided in qkv, out [B, T, H hd]) with two heads a batch row.
   const int64_t B = 2, H = 2, BH = B * H, T = 2 * cpu::kAttnBlock + 13, hd = 4, D = H * hd;
   const int64_t n = BH * T * hd, window = 37;
@@ -440,7 +430,6 @@ TEST(KernelGradBlocks, DocumentAndWindowMaskedAttention) {
   cpu::attention_backward(d, d + D, d + 2 * D, wy.data(), out.data(), lse.data(), x, x + D,
                           x + 2 * D, BH, T, hd, scale, cpu::HeadParallel::kAuto, mask, L);
   expect_gradient("masked attention d qkv", qkv, forward, dqkv);
-  omp_set_num_threads(saved);
 }
 
 // bf16 precision's attention (out and d q, k, v stored as bf16, delta from the bf16 out) against
@@ -449,8 +438,7 @@ TEST(KernelGradBlocks, DocumentAndWindowMaskedAttention) {
 // windows (begins on 16-token blocks), T across query blocks. The bf16 values are the f32 ones
 // rounded (Bf16Store.Attention* checks the bits), so the bar is bf16's: measured 2.0e-3.
 TEST(KernelGradBlocks, Bf16AttentionWithinBf16OfFiniteDifferences) {
-  int saved = omp_get_max_threads();
-  omp_set_num_threads(1);
+  test_util::OmpThreads one_thread(1);
   const int64_t B = 2, H = 2, BH = B * H, T = cpu::kAttnBlock + 13, hd = 8, D = H * hd;
   const int64_t n = BH * T * hd;
   std::vector<int32_t> begin(B * T);
@@ -482,7 +470,6 @@ TEST(KernelGradBlocks, Bf16AttentionWithinBf16OfFiniteDifferences) {
   for (int64_t i = 0; i < 3 * n; ++i)
     dqkv[i] = core::kmath::float_from_bf16(dqkv_b[i]);
   expect_gradient("bf16 attention d qkv (block windows)", qkv, forward, dqkv, 5e-3);
-  omp_set_num_threads(saved);
 }
 
 // Cross-entropy over the first V of Vp columns, with and without the soft-cap.
