@@ -320,8 +320,9 @@ for p in names:
     ms, phases, timed = runlog.steady_state(recs)
     fpt = statistics.median(r["gflops"] * 1e9 / r["tokens_per_s"] for r in timed if r["tokens_per_s"] > 0)
     flops_per_token = flops_per_token or fpt  # the same model in every row
+    step_tokens = recs[-1]["tokens"] / recs[-1]["step"]  # 8192; the rehearsal's 512
     row = {"run": names[p], "steps": recs[-1]["step"], "ms_per_step": round(ms, 2),
-           "tokens_per_s": round(8192 / ms * 1e3), "flop_per_token": fpt}
+           "tokens_per_s": round(step_tokens / ms * 1e3), "flop_per_token": fpt}
     if phases:
         row["device_phase_ms"] = phases
         # The host's time to issue forward and backward (no read back inside them): well under
