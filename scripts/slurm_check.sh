@@ -117,6 +117,19 @@ wait_job() {
   done
   scontrol show job "$1" 2>/dev/null | grep -o "JobState=[A-Z_]*" | cut -d= -f2
 }
+# show_job ID OUT: what a failed check prints: how far the job got (its last step lines), the rest
+# of its output (a backtrace, an error), and what Slurm saw (state, exit code, the slurmd log's
+# signals and task exits), so a failure seen once in CI can be read after the fact.
+show_job() {
+  echo "--- job $1: last steps in $2"
+  grep -E "^step:[0-9]+/" "$2" | tail -2
+  echo "--- job $1: other output in $2"
+  grep -v -E "^step:[0-9]+/" "$2" | tail -40
+  echo "--- job $1: slurm"
+  scontrol show job "$1" 2>/dev/null | grep -o -E "(JobState|Reason|ExitCode|RunTime|StartTime|EndTime)=[^ ]*" | tr '\n' ' '
+  echo
+  grep -i -E "signal|exit|kill|error" "$work/log/slurmd.log" 2>/dev/null | tail -15
+}
 submit() {  # submit NAME LAUNCHER EXTRA...: sbatch scripts/slurm/train.sbatch, prints the job id
   local name=$1 launcher=$2; shift 2
   ENGINE="$engine" CONFIG=tiny.yaml LAUNCHER=$launcher sbatch --parsable -n 2 -J "$name" \
@@ -131,7 +144,7 @@ check_srun() {
   if [ "$state" = COMPLETED ] && grep -q "^done: 10 steps" srun.out && grep -q "world size 2" srun.out; then
     result srun ok "job $id: srun --mpi=pmix -n 2, 10 steps, $(grep -o 'final val_loss [0-9.]*' srun.out)"
   else
-    result srun FAIL "job $id ended $state (srun.out)"; tail -20 srun.out; return 1
+    result srun FAIL "job $id ended $state (srun.out)"; show_job "$id" srun.out; return 1
   fi
 }
 
@@ -142,7 +155,7 @@ check_mpirun() {
   if [ "$state" = COMPLETED ] && grep -q "^done: 10 steps" mpirun.out && grep -q "world size 2" mpirun.out; then
     result mpirun ok "job $id: mpirun inside the allocation, 10 steps, $(grep -o 'final val_loss [0-9.]*' mpirun.out)"
   else
-    result mpirun FAIL "job $id ended $state (mpirun.out)"; tail -20 mpirun.out; return 1
+    result mpirun FAIL "job $id ended $state (mpirun.out)"; show_job "$id" mpirun.out; return 1
   fi
 }
 
@@ -150,10 +163,11 @@ check_scancel() {
   local id state ckpt step id2 state2
   id=$(submit cancelled srun --set train.steps=100000 --set checkpoint.every=0)
   for _ in $(seq 1 240); do grep -q "step:5/" cancelled.out 2>/dev/null && break; sleep 0.5; done
+  local before; before=$(grep -E "^step:[0-9]+/" cancelled.out 2>/dev/null | tail -1)
   scancel "$id"
   state=$(wait_job "$id")
   ckpt=$(ls -d runs/cancelled/checkpoints/step_* 2>/dev/null | tail -1)
-  [ -n "$ckpt" ] || { result scancel FAIL "job $id ($state): no checkpoint (cancelled.out)"; tail -20 cancelled.out; return 1; }
+  [ -n "$ckpt" ] || { result scancel FAIL "job $id ($state): no checkpoint (cancelled.out)"; echo "--- scancel was sent after: $before"; show_job "$id" cancelled.out; return 1; }
   step=$((10#${ckpt##*step_}))
   # The same run again with checkpoint.resume=auto, cancelled after three more steps.
   id2=$(ENGINE="$engine" CONFIG=tiny.yaml LAUNCHER=srun sbatch --parsable -n 2 -J resumed \
@@ -168,7 +182,7 @@ check_scancel() {
     grep -q "step:$((step + 1))/" resumed.out; then
     result scancel ok "job $id cancelled after step $step ($state) left $(basename "$ckpt"); job $id2 resumed from it, trained on, was cancelled too ($state2) and left $(basename "$last")"
   else
-    result scancel FAIL "job $id2 did not resume from $ckpt (resumed.out)"; tail -20 resumed.out; return 1
+    result scancel FAIL "job $id2 did not resume from $ckpt (resumed.out)"; show_job "$id2" resumed.out; return 1
   fi
 }
 
