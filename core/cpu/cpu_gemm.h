@@ -8,7 +8,9 @@
 // a Zen 4, oneDNN's f32 matmul ran at 1.4-2.0x OpenBLAS's sgemm at the model shapes under the
 // environment's OPENBLAS_CORETYPE=Haswell, and level with or above the Cooperlake kernels
 // OpenBLAS picks unpinned; oneDNN picks its kernels by its own CPU dispatch (docs/benchmarks.md,
-// "The GEMM kernels"). Eigen's GEMM ran at 0.70-0.96x of OpenBLAS's (D = 256..768).
+// "The GEMM kernels"). Eigen's GEMM ran at 0.70-0.96x of OpenBLAS's (D = 256..768). Except on
+// CPUs where oneDNN runs its AVX2 kernels: there the weight gradients' layout goes to OpenBLAS
+// (f32_trans_a_on_openblas below).
 #pragma once
 
 #include <cblas.h>
@@ -40,6 +42,16 @@ inline void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double 
               static_cast<blasint>(ldc));
 }
 
+// Whether an f32 GEMM with A transposed and B not, one matrix (the weight gradients, dW = dY^T X)
+// runs on OpenBLAS's sgemm rather than oneDNN's matmul: yes where oneDNN's f32 kernels are its
+// AVX2 ones (no AVX-512, no AMX), decided once per process. Measured side by side on a Zen 2
+// (bench_ops --only gemm, D 128 to 1024, 1 and 2 threads; docs/benchmarks.md, "AVX2 machines"):
+// oneDNN's avx2 matmul ran this layout at 0.46-1.03x OpenBLAS's (0.46-0.55 for D 256's MLP
+// weight gradients), every other layout at 0.91-1.30x. ENGINE_CPU_TRANS_A_GEMM=onednn or
+// openblas overrides the choice (benchmarks, tests of both paths).
+inline constexpr const char* kTransAGemmEnv = "ENGINE_CPU_TRANS_A_GEMM";
+bool f32_trans_a_on_openblas();
+
 // The empty product (k = 0) of resolved arguments: C = beta C (beta 0 clears, even NaN).
 template <typename T>
 void scale_gemm_output(const GemmArgs& r, T* c) {
@@ -64,7 +76,10 @@ void gemm(const GemmArgs& args, const T* a, const T* b, T* c) {
   if (r.k == 0) {
     scale_gemm_output(r, c);
   } else if constexpr (std::is_same_v<T, float>) {
-    onednn_gemm(r, a, b, c);
+    if (r.trans_a && !r.trans_b && r.batch == 1 && f32_trans_a_on_openblas())
+      blas_gemm(true, false, r.m, r.n, r.k, r.alpha, a, r.lda, b, r.ldb, r.beta, c, r.ldc);
+    else
+      onednn_gemm(r, a, b, c);
   } else {
     const T alpha = static_cast<T>(r.alpha), beta = static_cast<T>(r.beta);
     auto one = [&](int64_t i) {

@@ -1,5 +1,6 @@
 #include "core/cpu/cpu_isa.h"
 
+#include "core/cpu/cpu_gemm.h"
 #include "core/cpu/onednn_gemm.h"
 
 #include <cblas.h>
@@ -97,7 +98,9 @@ const std::string& describe_cpu() {
       bf16 = ", no bf16 instructions";
     else if (!cpu_bf16_gemm_slow_reason().empty())
       bf16 += " (off: " + std::string(kNoBf16Env) + "=1)";
-    return model + ", " + vector + bf16 + ", oneDNN " + onednn_isa() + " and OpenBLAS " +
+    const std::string trans_a =
+        f32_trans_a_on_openblas() ? " (f32 weight gradients on OpenBLAS)" : "";
+    return model + ", " + vector + bf16 + ", oneDNN " + onednn_isa() + trans_a + " and OpenBLAS " +
            openblas_get_corename() + " kernels";
   }();
   return description;

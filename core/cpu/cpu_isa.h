@@ -26,9 +26,10 @@ const std::string& cpu_bf16_gemm_slow_reason();
 // This CPU in one line, for logs and benchmark tables, whose numbers depend on it: its model name,
 // the widest vector instructions it runs (AVX-512, AVX2, AVX), whether bf16 GEMMs run on bf16
 // instructions, and the kernels its GEMMs run: oneDNN's instruction set (the GEMMs,
-// onednn_gemm.h) and OpenBLAS's kernel family (the products inside attention's and Newton-Schulz's
-// tiles, float64, LAPACK; OPENBLAS_CORETYPE can choose another). "AMD EPYC 9654, AVX-512 with
-// AVX512_BF16, oneDNN avx512_core_bf16 and OpenBLAS Haswell kernels".
+// onednn_gemm.h; on AVX2 "(f32 weight gradients on OpenBLAS)", cpu_gemm.h) and OpenBLAS's kernel
+// family (the products inside attention's and Newton-Schulz's tiles, float64, LAPACK;
+// OPENBLAS_CORETYPE can choose another). "AMD EPYC 9654, AVX-512 with AVX512_BF16, oneDNN
+// avx512_core_bf16 and OpenBLAS Haswell kernels".
 const std::string& describe_cpu();
 
 }  // namespace core::cpu

@@ -4,6 +4,8 @@
 // order); the FP8 encode and GEMM (the bytes decoded exactly, then the f32 GEMM); the bias add
 // and its gradient.
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "core/check.h"
@@ -48,6 +50,20 @@ int64_t a_span_of(const GemmArgs& r) {
 constexpr int64_t kRoundedRows = 32;
 
 }  // namespace
+
+bool cpu::f32_trans_a_on_openblas() {
+  static const bool on_openblas = [] {
+    if (const char* env = std::getenv(kTransAGemmEnv); env != nullptr && *env != '\0') {
+      const std::string choice = env;
+      ENGINE_CHECK(choice == "onednn" || choice == "openblas",
+                   std::string(kTransAGemmEnv) + "=" + choice + ": must be onednn or openblas");
+      return choice == "openblas";
+    }
+    const std::string isa = onednn_isa();
+    return isa == "avx2" || isa == "avx2_vnni" || isa == "avx" || isa == "sse41";
+  }();
+  return on_openblas;
+}
 
 void cpu::gemm_bf16_as_f32(const GemmArgs& r, const bf16* a, const bf16* b, float* c) {
   const std::vector<float> wide = widen_operands(r, a, b);

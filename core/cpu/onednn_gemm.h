@@ -1,5 +1,5 @@
 // GEMM on the CPU through oneDNN's matmul primitive (Debian libdnnl-dev), the library PyTorch's
-// CPU path uses: f32 operands with f32 C (every f32 GEMM of the backend, cpu_gemm.h), and bf16
+// CPU path uses: f32 operands with f32 C (the backend's f32 GEMMs, cpu_gemm.h), and bf16
 // operands with f32 accumulation and f32 or bf16 C (on AVX512_BF16 or AMX).
 //
 // oneDNN for bf16 rather than libxsmm: measured on this machine's model shapes (the forward and
