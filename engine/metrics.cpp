@@ -67,6 +67,8 @@ std::string fmt(const char* format, double v) {
 
 std::string to_json(const StepRecord& r) {
   std::string s = "{\"step\":" + std::to_string(r.step);
+  if (r.engine_version) s += ",\"engine\":" + json_string(*r.engine_version);
+  if (r.engine_commit) s += ",\"commit\":" + json_string(*r.engine_commit);
   if (r.train_loss) s += ",\"train_loss\":" + json_number(*r.train_loss);
   if (r.val_loss) s += ",\"val_loss\":" + json_number(*r.val_loss);
   s += ",\"lr\":" + json_number(r.lr);

@@ -39,6 +39,10 @@ struct StepRecord {
   // micro-step, layer by layer ([n_layer * experts], layer-major); empty without MoE. The load
   // balance, and where runs of two world sizes route differently.
   std::vector<int64_t> moe_expert_rows;
+  // The build that wrote the record (engine_build_line's parts): set on the first record a
+  // process writes, so a resumed run's file names every build that wrote into it.
+  std::optional<std::string> engine_version;
+  std::optional<std::string> engine_commit;
 };
 
 // {"step":3,"train_loss":...,...}; absent optionals are left out, non-finite numbers are null.

@@ -18,6 +18,7 @@
 #include "core/transfer.h"
 #include "data/data_loader.h"
 #include "data/val_loader.h"
+#include "engine/build_info.h"
 #include "engine/checkpoint/checkpoint_files.h"
 #include "engine/checkpoint/resume_check.h"
 #include "engine/console_log.h"
@@ -461,6 +462,7 @@ void log_rank_devices(comm::Communicator& comm, core::Backend& backend) {
 
 void Trainer::print_banner() const {
   const model::ModelConfig& mc = gpt_->config();
+  spdlog::info("{}", engine_build_line());
   spdlog::info(
       "engine: config {} | world size {} | threads per rank {} | backend {} | tensors over {}",
       config_.source.empty() ? "(built in code)" : config_.source, comm_.size(),
@@ -554,6 +556,19 @@ TrainSummary Trainer::run() {
   started_ = true;
   warm_up();
 
+  // The record to metrics.jsonl and TensorBoard; the first one this process writes names the
+  // build, so a file a resume appended to says which code wrote which steps.
+  bool build_written = false;
+  auto publish = [&](StepRecord& r) {
+    if (!build_written) {
+      r.engine_version = engine_version();
+      r.engine_commit = engine_commit();
+      build_written = true;
+    }
+    if (metrics) metrics->write(r);
+    if (tensorboard) tensorboard->write(r);
+  };
+
   auto eval_and_log = [&](StepRecord& r) {
     const double val = evaluate();
     r.val_loss = val;
@@ -567,8 +582,7 @@ TrainSummary Trainer::run() {
     StepRecord r;
     r.step = 0;
     eval_and_log(r);
-    if (metrics) metrics->write(r);
-    if (tensorboard) tensorboard->write(r);
+    publish(r);
   }
   bool stop = false;
   while (counters_.step < total && !stop) {
@@ -596,8 +610,7 @@ TrainSummary Trainer::run() {
         stop = true;
       }
     }
-    if (metrics) metrics->write(r);
-    if (tensorboard) tensorboard->write(r);
+    publish(r);
     const bool periodic =
         config_.checkpoint.every > 0 && counters_.step % config_.checkpoint.every == 0;
     bool saved = periodic || ((last || stop) && config_.checkpoint.at_end);

@@ -1,6 +1,6 @@
 // engine: the MPI-launched training executable and its subcommands.
 //
-//   mpirun -np N engine [train] --config C.yaml [--set key=value ...]
+//   mpirun -np N engine [train] (--config C.yaml | --checkpoint DIR) [--set key=value ...]
 //   mpirun -np N engine eval    (--config C.yaml | --checkpoint DIR) [--all] [--set ...]
 //   engine export  (--config C.yaml | --checkpoint DIR) --out PATH [--format engine|hf]
 //   engine sample  (--config C.yaml | --checkpoint DIR) [--prompt TEXT] [--tokens N]
@@ -8,6 +8,7 @@
 //   engine config-reference            the config keys as a Markdown table
 //   engine --print-config --config C   the effective config, then exit
 //   engine SUBCOMMAND --help           the subcommand's flags and their defaults
+//   engine --version                   the version and the commit it was built from
 // Exit status: 0 done; 2 refused before any work (a usage, config, data, checkpoint or init_from
 // error: nothing was written); 1 failed while running; 3 the model diverged (engine/
 // training_health.h); 143 / 130 stopped by SIGTERM / SIGINT after saving. An error every rank
@@ -45,6 +46,7 @@
 #include "data/shard_set.h"
 #include "data/val_loader.h"
 #include "engine/batch_geometry.h"
+#include "engine/build_info.h"
 #include "engine/checkpoint/checkpoint_files.h"
 #include "engine/config.h"
 #include "engine/device_select.h"
@@ -111,9 +113,12 @@ const std::vector<Subcommand>& subcommands() {
                              "checkpoint in checkpoint.dir)"};
     std::vector<Subcommand> t = {
         {"train",
-         "mpirun -np N engine [train] --config C.yaml [--set KEY=VALUE ...]",
+         "mpirun -np N engine [train] (--config C.yaml | --checkpoint DIR) [--set KEY=VALUE ...]",
          "Train per the config: resume, evaluate, checkpoint, log (the default subcommand).",
-         {{"--print-config", "", "", "print the effective config and exit"}}},
+         {{"--checkpoint", "DIR", "",
+           "resume from this checkpoint folder with its saved config (--set still applies; "
+           "log.dir and checkpoint.dir are the saved ones)"},
+          {"--print-config", "", "", "print the effective config and exit"}}},
         {"eval",
          "mpirun -np N engine eval (--config C.yaml | --checkpoint DIR) [--all]",
          "Validation loss of a checkpoint.",
@@ -167,7 +172,8 @@ void print_usage() {
   std::printf(
       "\n"
       "Trains a GPT with ZeRO-sharded state (see README.md and `engine config-reference`).\n"
-      "`engine SUBCOMMAND --help` lists a subcommand's flags and their defaults.\n");
+      "`engine SUBCOMMAND --help` lists a subcommand's flags and their defaults;\n"
+      "`engine --version` the version and the commit it was built from.\n");
 }
 
 void print_subcommand_help(const Subcommand& c) {
@@ -286,13 +292,23 @@ Args parse_args(int argc, char** argv) {
 
 // The config of a subcommand and the checkpoint it reads ("" for train).
 engine::Config command_config(const Args& a, std::string& checkpoint) {
+  if (!a.checkpoint.empty() && !a.config.empty())
+    throw UsageError("engine " + a.command +
+                     ": give --config FILE or --checkpoint DIR, not both (a checkpoint carries "
+                     "its config; --set changes it)");
   if (!a.checkpoint.empty()) {
     engine::verify_checkpoint(a.checkpoint);
     engine::Manifest m = engine::read_manifest(a.checkpoint);
-    checkpoint = a.checkpoint;
     std::vector<std::string> sets = a.sets;
-    sets.insert(sets.begin(), "checkpoint.resume=");
-    return engine::parse_config(m.config_yaml, a.checkpoint + "/manifest.yaml", sets);
+    // train resumes from the folder given; the other subcommands read it and resume nothing.
+    sets.insert(sets.begin(), "checkpoint.resume=" + (a.command == "train" ? a.checkpoint : ""));
+    engine::Config c = engine::parse_config(m.config_yaml, a.checkpoint + "/manifest.yaml", sets);
+    if (a.command == "train") {
+      if (!a.print_config) engine::prepare_run_folders(c);
+    } else {
+      checkpoint = a.checkpoint;
+    }
+    return c;
   }
   if (a.config.empty())
     throw UsageError("engine " + a.command + " needs --config FILE or --checkpoint DIR (engine " +
@@ -579,6 +595,10 @@ int run(int argc, char** argv, const comm::MpiSession& session, comm::Communicat
 int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
+    if (arg == "--version") {
+      std::printf("%s\n", engine::engine_build_line().c_str());
+      return 0;
+    }
     if (arg == "--help" || arg == "-h") {
       const Subcommand* sub = argc > 1 ? find_subcommand(argv[1]) : nullptr;
       if (sub != nullptr && i > 1) {

@@ -957,7 +957,10 @@ def case_cli(env):
             (["sample", "--temperature", "-1"],
              "engine sample: --temperature '-1' is not a number >= 0"),
             (["export", "--checkpoint", "x"], "engine export needs --out PATH"),
-            (["eval", "--bogus"], "engine eval: unknown argument '--bogus'")):
+            (["eval", "--bogus"], "engine eval: unknown argument '--bogus'"),
+            (["eval", "--config", "c.yaml", "--checkpoint", "x"],
+             "engine eval: give --config FILE or --checkpoint DIR, not both"),
+            ([], "engine train needs --config FILE or --checkpoint DIR")):
         p = run([env.engine] + args)
         check(p.returncode == 2 and message in p.stderr,
               "%s: status %d, stderr:\n%s" % (args, p.returncode, p.stderr))
@@ -987,8 +990,27 @@ def case_cli(env):
     whole = sequences // 2 * 2 * T
     check("over %d tokens (the whole validation split)" % whole in p.stdout,
           "eval --all should read %d tokens:\n%s" % (whole, p.stdout))
-    print("help, exit status 2 without banner, sample validation; eval --all: " +
-          p.stdout.strip().splitlines()[-1])
+    eval_line = p.stdout.strip().splitlines()[-1]
+
+    # --version names the commit; so do the banner and the first record of metrics.jsonl.
+    p = run([env.engine, "--version"])
+    check(p.returncode == 0 and re.fullmatch(r"engine \S+ \(commit \S+\)\n", p.stdout),
+          "--version: status %d, %r" % (p.returncode, p.stdout))
+    build = p.stdout.strip()
+    rows = metrics(d)
+    first = rows[min(rows)]
+    check(build == "engine %s (commit %s)" % (first.get("engine"), first.get("commit")),
+          "metrics.jsonl's first record %r does not name %r" % (first, build))
+    with open(os.path.join(d, "log.txt")) as f:
+        check(build in f.read(), "log.txt does not name %r" % build)
+    # train --checkpoint DIR resumes from that folder with its saved config (it was refused as an
+    # unknown argument while the usage error offered it).
+    p = run([env.engine, "train", "--checkpoint", ckpt, "--set", "train.steps=3"], np=2)
+    check(p.returncode == 0 and "resumed from %s at step 2" % ckpt in p.stdout,
+          "train --checkpoint: status %d\n%s%s" % (p.returncode, p.stdout, p.stderr))
+    check(3 in metrics(d), "train --checkpoint did not log step 3 in %s" % d)
+    print("help, exit status 2 without banner, sample validation, --version (%s), train "
+          "--checkpoint; eval --all: %s" % (build, eval_line))
 
 
 def case_log_file(env):
