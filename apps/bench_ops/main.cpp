@@ -1,9 +1,11 @@
 // bench_ops: GEMM throughput of the CPU backend next to OpenBLAS's cblas_sgemm and Eigen's GEMM
-// (same run, same buffers) at the model's shapes, and the time of causal attention forward +
-// backward with each way of spreading heads over threads.
+// (same run, same buffers) at the model's shapes, with the backend's bf16 GEMM (bf16 inputs, f32
+// accumulation: oneDNN, on AMX tiles where the CPU has them) beside them and each D's rate over
+// all of its shapes (the step's GEMM mix: the rate a training step's GEMMs could reach), and the
+// time of causal attention forward + backward with each way of spreading heads over threads.
 //
 //   bench_ops [--threads N] [--json] [--reps R] [--dims 256,384,512,768]
-//             [--only gemm|attention|ops] [--clock wall|cpu]
+//             [--tokens 2048] [--only gemm|attention|ops] [--clock wall|cpu]
 //
 // Every GEMM is timed at least `reps` times (short ones more) after one warm-up, the three
 // implementations interleaved so that load from other processes hits them alike; the best time
@@ -39,6 +41,7 @@ struct Options {
   std::vector<int64_t> dims = {256, 384, 512, 768};
   std::string only;        // "gemm", "attention" or "ops": run that section alone
   bool cpu_clock = false;  // --clock cpu: the thread's CPU time (one thread only)
+  int64_t tokens = 2048;   // N = B*T of the GEMM shapes and the fused ops
 };
 
 // Set once from the options: time with the calling thread's CPU clock instead of wall time.
@@ -48,7 +51,7 @@ bool g_cpu_clock = false;
 
 constexpr const char* kUsage =
     "usage: bench_ops [--threads N] [--json] [--reps R] [--dims 256,384,512,768]\n"
-    "                 [--only gemm|attention|ops] [--clock wall|cpu]\n";
+    "                 [--tokens 2048] [--only gemm|attention|ops] [--clock wall|cpu]\n";
 
 [[noreturn]] void usage(const std::string& error) {
   std::fprintf(stderr, "bench_ops: %s\n%s", error.c_str(), kUsage);
@@ -92,6 +95,8 @@ Options parse(int argc, char** argv) {
       if (o.only != "gemm" && o.only != "attention" && o.only != "ops") {
         usage("--only wants gemm, attention or ops, got '" + o.only + "'");
       }
+    } else if (a == "--tokens") {
+      o.tokens = parse_int(a, value());
     } else if (a == "--dims") {
       o.dims.clear();
       std::stringstream ss(value());
@@ -126,7 +131,8 @@ struct Shape {
 };
 
 struct GemmResult {
-  double backend, openblas, eigen;  // GFLOP/s
+  double backend, openblas, eigen, backend_bf16;  // GFLOP/s
+  double seconds_f32, seconds_bf16;               // the backend's best times
 };
 
 GemmResult time_gemm(const Shape& s, int reps) {
@@ -137,10 +143,14 @@ GemmResult time_gemm(const Shape& s, int reps) {
   core::fill_uniform(a, 1, -1.0f, 1.0f);
   core::fill_uniform(b, 2, -1.0f, 1.0f);
   float *pa = a.data<float>(), *pb = b.data<float>(), *pc = c.data<float>();
+  std::vector<core::bf16> a16(static_cast<size_t>(a.numel())), b16(static_cast<size_t>(b.numel()));
+  core::cpu_backend().f32_to_bf16(a16.data(), pa, a.numel());
+  core::cpu_backend().f32_to_bf16(b16.data(), pb, b.numel());
 
   core::GemmArgs g;
   g.trans_a = s.ta, g.trans_b = s.tb, g.m = s.m, g.n = s.n, g.k = s.k, g.beta = s.beta;
   auto run_backend = [&] { core::cpu_backend().gemm(g, pa, pb, pc); };
+  auto run_backend_bf16 = [&] { core::cpu_backend().gemm(g, a16.data(), b16.data(), pc); };
   auto run_openblas = [&] {
     cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans,
                 static_cast<blasint>(s.m), static_cast<blasint>(s.n), static_cast<blasint>(s.k),
@@ -172,15 +182,17 @@ GemmResult time_gemm(const Shape& s, int reps) {
   double warm = seconds(run_backend);
   run_openblas();
   run_eigen();
+  run_backend_bf16();
   int samples = std::max(reps, std::min(40, static_cast<int>(0.3 / std::max(warm, 1e-6))));
-  double tb = 1e30, to = 1e30, te = 1e30;
+  double tb = 1e30, to = 1e30, te = 1e30, t16 = 1e30;
   for (int r = 0; r < samples; ++r) {
     tb = std::min(tb, seconds(run_backend));
     to = std::min(to, seconds(run_openblas));
     te = std::min(te, seconds(run_eigen));
+    t16 = std::min(t16, seconds(run_backend_bf16));
   }
   double flop = 2.0 * static_cast<double>(s.m) * static_cast<double>(s.n) * s.k;
-  return {flop / tb * 1e-9, flop / to * 1e-9, flop / te * 1e-9};
+  return {flop / tb * 1e-9, flop / to * 1e-9, flop / te * 1e-9, flop / t16 * 1e-9, tb, t16};
 }
 
 // Forward + backward of causal attention, milliseconds (best of reps).
@@ -273,18 +285,18 @@ std::vector<OpTime> time_fused_ops(int64_t N, int64_t D, int64_t Vp, int reps) {
   return out;
 }
 
-constexpr int64_t kTokens = 2048;  // N = B*T of the GEMM shapes
-constexpr int64_t kVp = 50304;     // GPT-2 vocabulary padded to a multiple of 64
+constexpr int64_t kVp = 50304;  // GPT-2 vocabulary padded to a multiple of 64
 
 void run_gemm_table(const Options& opt, int threads) {
   if (!opt.json) {
-    std::printf("%5s %-16s %6s %6s %6s %10s %10s %10s %8s\n", "D", "gemm", "m", "n", "k", "backend",
-                "openblas", "eigen", "ratio");
-    std::printf("%5s %-16s %6s %6s %6s %10s %10s %10s %8s\n", "", "", "", "", "", "GFLOP/s",
-                "GFLOP/s", "GFLOP/s", "be/oblas");
+    std::printf("%5s %-16s %6s %6s %6s %10s %10s %10s %8s %10s\n", "D", "gemm", "m", "n", "k",
+                "backend", "openblas", "eigen", "ratio", "be bf16");
+    std::printf("%5s %-16s %6s %6s %6s %10s %10s %10s %8s %10s\n", "", "", "", "", "", "GFLOP/s",
+                "GFLOP/s", "GFLOP/s", "be/oblas", "GFLOP/s");
   }
   double worst_ratio = 1e30;
   for (int64_t D : opt.dims) {
+    double flop_d = 0, seconds_f32_d = 0, seconds_bf16_d = 0;  // over all of D's shapes
     // (name, out, in) of each linear layer: y[N, out] = x[N, in] W[out, in]^T.
     struct Layer {
       const char* name;
@@ -297,32 +309,49 @@ void run_gemm_table(const Options& opt, int threads) {
                             {"lm_head", kVp, D}};
     for (const Layer& l : layers) {
       const Shape shapes[] = {
-          {std::string(l.name) + ".fwd", kTokens, l.out, l.in, false, true, 0.0f},  // x W^T
-          {std::string(l.name) + ".dx", kTokens, l.in, l.out, false, false, 0.0f},  // dY W
-          {std::string(l.name) + ".dw", l.out, l.in, kTokens, true, false, 1.0f},   // dY^T X
+          {std::string(l.name) + ".fwd", opt.tokens, l.out, l.in, false, true, 0.0f},  // x W^T
+          {std::string(l.name) + ".dx", opt.tokens, l.in, l.out, false, false, 0.0f},  // dY W
+          {std::string(l.name) + ".dw", l.out, l.in, opt.tokens, true, false, 1.0f},   // dY^T X
       };
       for (const Shape& s : shapes) {
         GemmResult r = time_gemm(s, opt.reps);
         double ratio = r.backend / r.openblas;
+        flop_d += 2.0 * static_cast<double>(s.m) * static_cast<double>(s.n) * s.k;
+        seconds_f32_d += r.seconds_f32;
+        seconds_bf16_d += r.seconds_bf16;
         worst_ratio = std::min(worst_ratio, ratio);
         if (opt.json) {
           std::printf(
               "{\"kind\":\"gemm\",\"threads\":%d,\"clock\":\"%s\",\"d\":%lld,\"op\":\"%s\",\"m\":%"
               "lld,\"n\":%lld,"
               "\"k\":%lld,\"trans_a\":%s,\"trans_b\":%s,\"backend_gflops\":%.2f,"
-              "\"openblas_gflops\":%.2f,\"eigen_gflops\":%.2f,\"ratio\":%.3f}\n",
+              "\"openblas_gflops\":%.2f,\"eigen_gflops\":%.2f,\"ratio\":%.3f,"
+              "\"backend_bf16_gflops\":%.2f}\n",
               threads, g_cpu_clock ? "cpu" : "wall", static_cast<long long>(D), s.op.c_str(),
               static_cast<long long>(s.m), static_cast<long long>(s.n), static_cast<long long>(s.k),
               s.ta ? "true" : "false", s.tb ? "true" : "false", r.backend, r.openblas, r.eigen,
-              ratio);
+              ratio, r.backend_bf16);
         } else {
-          std::printf("%5lld %-16s %6lld %6lld %6lld %10.1f %10.1f %10.1f %8.3f\n",
+          std::printf("%5lld %-16s %6lld %6lld %6lld %10.1f %10.1f %10.1f %8.3f %10.1f\n",
                       static_cast<long long>(D), s.op.c_str(), static_cast<long long>(s.m),
                       static_cast<long long>(s.n), static_cast<long long>(s.k), r.backend,
-                      r.openblas, r.eigen, ratio);
+                      r.openblas, r.eigen, ratio, r.backend_bf16);
         }
         std::fflush(stdout);
       }
+    }
+    // The rate of D's whole GEMM mix (total FLOPs over total best time), each precision: what a
+    // step's GEMMs reach at most, the denominator of a step's share of the GEMM rate.
+    const double mix_f32 = flop_d / seconds_f32_d * 1e-9, mix_bf16 = flop_d / seconds_bf16_d * 1e-9;
+    if (opt.json) {
+      std::printf(
+          "{\"kind\":\"gemm_mix\",\"threads\":%d,\"clock\":\"%s\",\"d\":%lld,\"n_tokens\":%lld,"
+          "\"backend_gflops\":%.2f,\"backend_bf16_gflops\":%.2f}\n",
+          threads, g_cpu_clock ? "cpu" : "wall", static_cast<long long>(D),
+          static_cast<long long>(opt.tokens), mix_f32, mix_bf16);
+    } else {
+      std::printf("%5lld %-16s %27s %10.1f %30s %10.1f\n", static_cast<long long>(D), "all (mix)",
+                  "", mix_f32, "", mix_bf16);
     }
   }
   if (!opt.json) std::printf("worst GEMM ratio backend/openblas: %.3f\n\n", worst_ratio);
@@ -363,15 +392,15 @@ void run_attention(const Options& opt, int threads) {
 void run_ops(const Options& opt, int threads) {
   const int64_t kOpsD = opt.dims.back();
   if (!opt.json) {
-    std::printf("fused ops, N=%lld D=%lld Vp=%lld:\n", static_cast<long long>(kTokens),
+    std::printf("fused ops, N=%lld D=%lld Vp=%lld:\n", static_cast<long long>(opt.tokens),
                 static_cast<long long>(kOpsD), static_cast<long long>(kVp));
   }
-  for (const OpTime& t : time_fused_ops(kTokens, kOpsD, kVp, opt.reps)) {
+  for (const OpTime& t : time_fused_ops(opt.tokens, kOpsD, kVp, opt.reps)) {
     if (opt.json) {
       std::printf(
           "{\"kind\":\"op\",\"threads\":%d,\"clock\":\"%s\",\"op\":\"%s\",\"N\":%lld,\"D\":%lld,"
           "\"ms\":%.3f}\n",
-          threads, g_cpu_clock ? "cpu" : "wall", t.op.c_str(), static_cast<long long>(kTokens),
+          threads, g_cpu_clock ? "cpu" : "wall", t.op.c_str(), static_cast<long long>(opt.tokens),
           static_cast<long long>(kOpsD), t.ms);
     } else {
       std::printf("  %-46s %8.2f ms\n", t.op.c_str(), t.ms);
@@ -390,7 +419,7 @@ int main(int argc, char** argv) {
   Eigen::setNbThreads(threads);
   if (!opt.json) {
     std::printf("bench_ops: %s, Eigen %d threads, N = %lld tokens, best of >= %d, %s clock\n\n",
-                core::cpu_backend().name(), Eigen::nbThreads(), static_cast<long long>(kTokens),
+                core::cpu_backend().name(), Eigen::nbThreads(), static_cast<long long>(opt.tokens),
                 opt.reps, opt.cpu_clock ? "thread CPU" : "wall");
   }
   if (opt.only.empty() || opt.only == "gemm") run_gemm_table(opt, threads);
