@@ -4,6 +4,10 @@
 # package, so it is safe to call on every run.
 set -euo pipefail
 
+if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then  # the header above is the usage
+  sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"
+  exit 0
+fi
 if [ $# -ne 2 ]; then
   echo "usage: $0 NAME@VERSION DEST_DIR" >&2
   exit 2

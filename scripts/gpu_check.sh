@@ -13,6 +13,10 @@
 # For a GPU machine with no package registry, build the bundle elsewhere and run gpu_run.sh there
 # (docs/gpu.md). Stops at once, before installing or building anything, where no GPU
 # is seen. Exits non-zero when any part fails.
+if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then  # the header above is the usage
+  sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0" | sed '/^#!/d;/^set -/d'
+  exit 0
+fi
 set -uo pipefail
 cd "$(dirname "$0")/.."
 prebuilt=0

@@ -611,7 +611,7 @@ part_soap() {
   local py=python3
   [ "$rehearse" = 1 ] && [ -x /usr/bin/python3 ] && py=/usr/bin/python3
   # shellcheck disable=SC2046
-  timeout -k 5 70 "$py" scripts/soap_torch_bench.py --emopt-dir "$emopt" --device $device \
+  timeout -k 5 70 "$py" tools/soap_torch_bench.py --emopt-dir "$emopt" --device $device \
     $(shape) --repeat 2 --warmup 1 >"$work/optim/soap.jsonl" 2>"$work/optim/soap_ref.err"
   local rc_ref=$? rc=0
   # shellcheck disable=SC2046

@@ -20,6 +20,10 @@
 #
 # BUILD_DIR (argument or $BUILD_DIR, default "build") holds the tokenize binary; it is configured
 # and built there when missing.
+if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then  # the header above is the usage
+  sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0" | sed '/^#!/d;/^set -/d'
+  exit 0
+fi
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -8,6 +8,10 @@
 #      OMP_NUM_THREADS override), with checkpoints; extra arguments go to the engine
 #      (e.g. --set train.steps=50);
 #   5. plots the loss curve to runs/speedrun_cpu/loss.png.
+if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then  # the header above is the usage
+  sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0" | sed '/^#!/d;/^set -/d'
+  exit 0
+fi
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"

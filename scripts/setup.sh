@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Installs every system package the engine needs (Debian 12, as root). Idempotent and quiet:
 # a second run with everything present only checks and returns.
+if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then  # the header above is the usage
+  sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0" | sed '/^#!/d;/^set -/d'
+  exit 0
+fi
 set -euo pipefail
 
 packages=(

@@ -7,6 +7,10 @@
 #                                               build in build-asan/, the unit and multi-rank
 #                                               tests (the end-to-end runs are left out: they
 #                                               repeat the same code paths, 5-10x slower)
+if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then  # the header above is the usage
+  sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0" | sed '/^#!/d;/^set -/d'
+  exit 0
+fi
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -7,7 +7,7 @@ usage: time_to_target.py --target LOSS [--config configs/torch_compare_adamw.yam
                          [--json]
 
 --config is an engine config with one AdamW group over every parameter; PyTorch
-(scripts/torch_reference.py --train) trains the same model from the same initial weights on the
+(tests/model/torch_reference.py --train) trains the same model from the same initial weights on the
 same batches in the same order (written by apps/dump_batches), with torch.optim.AdamW and the
 same learning-rate schedule, and validates on the same tokens. The engine then trains --config
 itself, and every --recipe (the same model trained the engine's own way, e.g. Muon + AdamW). Each
@@ -89,7 +89,7 @@ def main():
     elif not a.skip_torch:
         torch_metrics = os.path.join(a.work, "torch", "metrics.jsonl")
         os.makedirs(os.path.dirname(torch_metrics), exist_ok=True)
-        run(["/usr/bin/python3", os.path.join(REPO, "scripts/torch_reference.py"), "--train",
+        run(["/usr/bin/python3", os.path.join(REPO, "tests/model/torch_reference.py"), "--train",
              "--config", a.config, "--batches", batches, "--metrics", torch_metrics,
              "--threads", str(a.threads), "--target", str(a.target)], env, "pytorch")
         record("pytorch adamw", a.config, torch_metrics, 1, a.threads)

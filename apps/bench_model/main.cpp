@@ -1,5 +1,5 @@
 // bench_model: time of one training step (forward + backward + AdamW) of the GPT on the CPU,
-// beside PyTorch's (scripts/torch_reference.py --bench) measured in the same run, at 1 and 2
+// beside PyTorch's (tests/model/torch_reference.py --bench) measured in the same run, at 1 and 2
 // threads, for the two models of issue 3. Each measurement runs in its own process with
 // OMP_NUM_THREADS set, so OpenBLAS and our OpenMP loops use exactly that many threads.
 //

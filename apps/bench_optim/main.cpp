@@ -2,7 +2,7 @@
 // D 128: qkv [3D, D], proj [D, D], fc [4D, D], proj [D, 4D]; --d-model 768 --layers 12 is GPT-2
 // 124M's set) and of its MoE variant (expert weights [E, 4D, D], [E, D, 4D]), per optimizer, where
 // a SOAP-family step's time goes, and the eigenbasis refresh alone. The side-by-side with the
-// reference implementation is scripts/bench_soap.sh.
+// reference implementation is tools/bench_soap.sh.
 //
 // Every step gets fresh random gradients (N(0, 1), drawn before the clock starts; parameters
 // N(0, 0.02)), as the reference benchmark does: a fixed gradient would leave the factors, and so

@@ -2,7 +2,7 @@
 //
 //   dump_batches --config C.yaml [--set key=value ...] --steps N --out DIR
 //
-// Writes three files the PyTorch side-by-side (scripts/torch_reference.py --train) reads:
+// Writes three files the PyTorch side-by-side (tests/model/torch_reference.py --train) reads:
 //   DIR/train.bin          the global batch of steps 1..N in training order, as a token shard
 //                          whose row r (tokens [r(T+1), (r+1)(T+1))) is the inputs of a sequence
 //                          followed by its last target; rows = N * train.batch_tokens / T;

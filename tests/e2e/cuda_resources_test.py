@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""scripts/cuda_resources.py's reading of a ptxas report (-Xptxas -v), on a report written here:
+"""tools/cuda_resources.py's reading of a ptxas report (-Xptxas -v), on a report written here:
 two kernels at two architectures, one with static shared memory, one spilling. Checked: the rows
 (registers, smem, stack, spills per kernel and architecture), the demangled short names, the
 summary, --json, and --fail-on-spill's exit status with and without a spill.
@@ -15,7 +15,7 @@ import sys
 repo, work = sys.argv[1], sys.argv[2]
 shutil.rmtree(work, ignore_errors=True)
 os.makedirs(work)
-script = os.path.join(repo, "scripts/cuda_resources.py")
+script = os.path.join(repo, "tools/cuda_resources.py")
 
 # What ptxas prints for a template kernel in an anonymous namespace and a plain one.
 TILE = ("_ZN4core11cuda_detail49_GLOBAL__N__d6036e8a_16_attention_mma_cu_ead189d327"

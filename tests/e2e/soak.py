@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Soak: one training run killed at random moments and resumed with checkpoint.resume=auto, again
 and again, then let finish and compared with one uninterrupted run of the same config and steps.
-Started by scripts/soak.sh (which documents the options); see docs/checkpoints_and_faults.md.
+Started by tools/soak.sh (which documents the options); see docs/checkpoints_and_faults.md.
 
 Each round starts the run (the first round fresh, every later one with checkpoint.resume=auto),
 waits until the run has logged a drawn number of steps past its start and holds a complete

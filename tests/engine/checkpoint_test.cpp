@@ -160,7 +160,7 @@ TEST_F(CheckpointTest, KeepsNewestKAndIgnoresStaging) {
 
 // The rotation never leaves a half-removed checkpoint under a checkpoint's name. Removed in place,
 // file by file, a kill in between left a step_ folder with a rank file and no manifest, which no
-// later save removed (scripts/soak.sh found one). Watched with inotify: the oldest is renamed
+// later save removed (tools/soak.sh found one). Watched with inotify: the oldest is renamed
 // before any of its files goes, and the next save removes what a cut-short removal leaves.
 TEST_F(CheckpointTest, RotationRenamesTheOldestBeforeDeletingItsFiles) {
   save(1, 2);

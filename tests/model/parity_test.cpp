@@ -1,5 +1,5 @@
 // PyTorch parity (llm.c's way of keeping the C honest): random weights and tokens are written
-// to files, apps/model_grad and scripts/torch_reference.py (float64) each compute the loss and
+// to files, apps/model_grad and tests/model/torch_reference.py (float64) each compute the loss and
 // every gradient, and the two must agree: loss relative error <= 2e-7 (measured 0: both round
 // to the same float), each gradient ||engine - torch|| / ||torch|| <= 5e-6 (measured 5.7e-7 ..
 // 7.8e-7 over the four cases). Both checks fail on a NaN. In bf16 precision the reference rounds

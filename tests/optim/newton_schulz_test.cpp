@@ -127,7 +127,7 @@ TEST(CpuNewtonSchulz, NewtonSchulzMatchesGoldenPolarExpress) {
 }
 
 // modded-nanogpt's bfloat16 orthogonaliser (NewtonSchulzSchedule::bf16) against PyTorch's own
-// bf16 run of the record's function on the ns5 inputs (scripts/golden_ns_bf16.py): equal bit for
+// bf16 run of the record's function on the ns5 inputs (tests/optim/golden_ns_bf16.py): equal bit for
 // bit. The GEMMs sum products of bf16 values (16 significant bits) in f32, which is mostly exact
 // whatever the order, so OpenBLAS and PyTorch agree after each rounding; and one rounding left
 // out moves the outputs by 1e-2 (as far as the f32 iteration lies), so only equality tells.

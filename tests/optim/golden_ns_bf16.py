@@ -5,7 +5,7 @@ tests/fixtures/golden/newton_schulz/ns5.safetensors, computed by PyTorch on the 
 (every op stores bf16; matmuls sum in float). Writes ns5_bf16.safetensors beside it: init/<case>
 the input (as in ns5), param/1/<case> the bf16 output widened to float32.
 
-    /usr/bin/python3 scripts/golden_ns_bf16.py   # Debian's python3-torch
+    /usr/bin/python3 tests/optim/golden_ns_bf16.py   # Debian's python3-torch
 """
 import json
 import os
@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import torch
 
-HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures",
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures",
                     "golden", "newton_schulz")
 
 
@@ -89,7 +89,7 @@ def main():
                      "train_gpt.py zeropower_via_newtonschulz5(G.bfloat16(), 5)",
         "notes": "PyTorch %s on the CPU, 1 thread, bfloat16 tensors: every op rounds its result to "
                  "bf16, matmuls accumulate in float32, products with the coefficients in float as "
-                 "CUDA computes them. Made by scripts/golden_ns_bf16.py from "
+                 "CUDA computes them. Made by tests/optim/golden_ns_bf16.py from "
                  "ns5.safetensors' inputs." % torch.__version__,
     }
     path = os.path.join(HERE, "ns5_bf16.safetensors")

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The rsh agent of scripts/multihost.sh: Open MPI calls it as `netns_agent.sh HOST COMMAND...`
+# The rsh agent of tools/multihost.sh: Open MPI calls it as `netns_agent.sh HOST COMMAND...`
 # (as it would call ssh) to start its daemon on HOST, an address 10.231.<k>.<i> of the
 # namespace $MULTIHOST_NS_PREFIX<i>; it runs the command there under the host name host<i>.
 while [ $# -gt 0 ]; do case "$1" in -*) shift ;; *) break ;; esac; done

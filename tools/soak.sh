@@ -8,7 +8,7 @@
 # once and its losses, gradient norms and lr equal, bit for bit, those of one uninterrupted run of
 # the same config and steps (tests/e2e/soak.py says how).
 #
-#   scripts/soak.sh [--kills 10] [--minutes 0] [--seed S (drawn and printed)] [--np 4]
+#   tools/soak.sh [--kills 10] [--minutes 0] [--seed S (drawn and printed)] [--np 4]
 #                   [--out build/soak] [--config configs/tiny.yaml] [--steps 200]
 #                   [--every 1 (checkpoint.every)] [--keep 3 (checkpoint.keep)]
 #                   [--max-steps-per-round 4] [--build build | --engine PATH]
@@ -32,7 +32,7 @@ while [ $# -gt 0 ]; do
       [ $# -ge 2 ] || { echo "soak: $1 needs a value" >&2; exit 2; }
       args+=("$1" "$2"); shift 2 ;;
     -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "soak: unknown argument '$1' (scripts/soak.sh --help)" >&2; exit 2 ;;
+    *) echo "soak: unknown argument '$1' (tools/soak.sh --help)" >&2; exit 2 ;;
   esac
 done
 engine=${engine:-$build/apps/engine/engine}

@@ -10,7 +10,7 @@
 #           naming the ranks that stopped answering (the engine's watchdog) or the lost host,
 #           whose ranks the engine's banner lists (Open MPI, when it notices first)
 #
-#   scripts/multihost.sh [--hosts 2] [--np 4] [--build build] [--work DIR] [--timeout-s 10 (whole seconds)]
+#   tools/multihost.sh [--hosts 2] [--np 4] [--build build] [--work DIR] [--timeout-s 10 (whole seconds)]
 #                        [--json] [CHECK ...]           (default: every check)
 #
 # Needs root and `ip netns` (iproute2); exits 77 where namespaces cannot be made. Traffic stays
@@ -78,11 +78,11 @@ for i in $(seq 1 "$hosts"); do
   ip -n "$sw" link set "p$i" up
 done
 
-# Daemons start through scripts/netns_agent.sh, an rsh agent that enters a host's namespace.
+# Daemons start through tools/netns_agent.sh, an rsh agent that enters a host's namespace.
 export MULTIHOST_NS_PREFIX="emh${id}h"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 mca=(--mca btl tcp,self --mca btl_tcp_if_include "$net/24" --mca oob_tcp_if_include "$net/24"
-  --mca plm_rsh_agent "$repo/scripts/netns_agent.sh" --bind-to none --oversubscribe
+  --mca plm_rsh_agent "$repo/tools/netns_agent.sh" --bind-to none --oversubscribe
   # TCP keepalive on the daemons' connections (Open MPI's default: 300 s idle, then 9 probes 20 s
   # apart): a daemon whose host vanished is declared lost after about 5 s and the job ends,
   # rather than an abort waiting minutes for it. Clusters tune the same parameters.

@@ -5,7 +5,7 @@
 # order: a test whose bar holds for one of them only fails here. Reuses test.sh's build (built
 # when missing) and leaves its test settings as they were.
 #
-#   scripts/test_variant.sh [--coretype K[,K...]] [--threads T[,T...]] [--rank-threads R]
+#   tools/test_variant.sh [--coretype K[,K...]] [--threads T[,T...]] [--rank-threads R]
 #                           [--no-bf16] [ctest args...]
 #
 #   --coretype       OpenBLAS kernels (OPENBLAS_CORETYPE), each run in turn: Haswell, Zen,

@@ -2,7 +2,7 @@
 # Builds the libFuzzer targets (fuzz/, clang with AddressSanitizer + UndefinedBehaviorSanitizer)
 # and runs each for a set time, starting from the seed corpus in fuzz/corpus/<target>.
 #
-#   scripts/fuzz.sh [--seconds N] [--jobs J] [target ...]
+#   tools/fuzz.sh [--seconds N] [--jobs J] [target ...]
 #
 # N seconds per target (default 60), J targets at a time (default 2); targets default to all
 # (config json shard safetensors manifest checkpoint tokenizer tokenizer_files hf_folder). New

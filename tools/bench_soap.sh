@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # bench_soap.sh: the SOAP family side by side with the reference implementation, in one run.
 #
-#   scripts/bench_soap.sh [--emopt-dir DIR] [--out OUT.jsonl] [--device cpu|cuda]
+#   tools/bench_soap.sh [--emopt-dir DIR] [--out OUT.jsonl] [--device cpu|cuda]
 #                         [--d-model 128] [--layers 4] [--repeat 5] [--warmup 2] [--threads "1 2"]
 #
 # The reference is NVIDIA-NeMo/Emerging-Optimizers' own SOAP and REKLS (legacy_soap) on PyTorch
-# (scripts/soap_torch_bench.py), from a checkout outside this repository named by --emopt-dir or
+# (tools/soap_torch_bench.py), from a checkout outside this repository named by --emopt-dir or
 # $EMOPT_DIR (the script says how to get one when it is missing). For each thread count it runs the
 # reference, then apps/bench_optim at np 1 with as many OpenMP threads, then bench_optim at np 2 x
 # 1 thread (TpRekls' distributed eigh); every rank runs unbound (--bind-to none: Open MPI binds a
@@ -36,7 +36,8 @@ while [ $# -gt 0 ]; do
     --d-model|--layers) shape+=("$1" "$2"); shift 2 ;;
     --repeat) repeat="$2"; shift 2 ;;
     --warmup) warmup="$2"; shift 2 ;;
-    *) echo "bench_soap.sh: unknown argument '$1' (see the header of $0)" >&2; exit 2 ;;
+    --help|-h) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    *) echo "bench_soap.sh: unknown argument '$1' (tools/bench_soap.sh --help)" >&2; exit 2 ;;
   esac
 done
 [ "$device" = cuda ] && threads=1
@@ -46,7 +47,7 @@ if [ ! -x "$bench" ]; then
   exit 2
 fi
 # Fails with the instructions when the reference checkout is missing, before anything runs.
-"$python" "$repo/scripts/soap_torch_bench.py" --emopt-dir "$emopt" --check
+"$python" "$repo/tools/soap_torch_bench.py" --emopt-dir "$emopt" --check
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # Idle OpenMP threads sleep instead of spinning, on both sides (a loaded machine otherwise starves
 # spinning 2-thread runs); set OMP_WAIT_POLICY to override.
@@ -55,7 +56,7 @@ common=(--device "$device" --repeat "$repeat" --warmup "$warmup" "${shape[@]}")
 mkdir -p "$(dirname "$out")"
 : > "$out"
 for t in $threads; do
-  OMP_NUM_THREADS=$t "$python" "$repo/scripts/soap_torch_bench.py" --emopt-dir "$emopt" \
+  OMP_NUM_THREADS=$t "$python" "$repo/tools/soap_torch_bench.py" --emopt-dir "$emopt" \
     --threads "$t" "${common[@]}" >> "$out"
   OMP_NUM_THREADS=$t mpirun --oversubscribe --bind-to none -np 1 "$bench" "${common[@]}" --json \
     >> "$out"

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The reference side of scripts/bench_soap.sh: NVIDIA-NeMo/Emerging-Optimizers' own SOAP and REKLS
+"""The reference side of tools/bench_soap.sh: NVIDIA-NeMo/Emerging-Optimizers' own SOAP and REKLS
 (emerging_optimizers.legacy_soap) timed as apps/bench_optim times the engine's, one JSON row per
 optimizer in bench_optim's format ("impl": "reference").
 
@@ -30,7 +30,7 @@ from typing import Any
 GET_IT = """the reference implementation (NVIDIA-NeMo/Emerging-Optimizers) is not at {where}.
 Get it outside this repository and point the benchmark at it:
     git clone https://github.com/NVIDIA-NeMo/Emerging-Optimizers ~/emerging-optimizers
-    EMOPT_DIR=~/emerging-optimizers scripts/bench_soap.sh      (or --emopt-dir ~/emerging-optimizers)"""
+    EMOPT_DIR=~/emerging-optimizers tools/bench_soap.sh      (or --emopt-dir ~/emerging-optimizers)"""
 
 
 def reference_dir(arg):

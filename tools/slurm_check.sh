@@ -12,7 +12,7 @@
 # and stops every daemon it started, also on failure. Installs Debian's Slurm 22.05 and munge
 # when missing (root). Prints one row per check; exits non-zero when one fails.
 #
-#   scripts/slurm_check.sh [--build build] [--work DIR] [srun] [mpirun] [scancel]
+#   tools/slurm_check.sh [--build build] [--work DIR] [srun] [mpirun] [scancel]
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 build="$repo/build" work="" checks=()
