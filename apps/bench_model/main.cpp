@@ -651,6 +651,40 @@ double json_number(const std::string& output, const std::string& key) {
   return value->as_double("bench_model: '" + key + "'");
 }
 
+// A JSON string literal of s (quotes and backslashes escaped; the texts here have no controls).
+std::string json_quote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+// The child's last output line as a JSON object.
+core::JsonValue child_row(const std::string& output) {
+  std::string line = output;
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r'))
+    line.pop_back();
+  return core::parse_json(line.substr(line.rfind('\n') + 1), "bench_model: child output");
+}
+
+// What the PyTorch side ran on, from its row (tests/model/torch_reference.py --bench): a line for
+// the table's head, so that a baseline on pinned or slow kernels is seen as one.
+std::string torch_runtime_line(const core::JsonValue& row) {
+  auto text = [&](const char* key) {
+    const core::JsonValue* v = row.find(key);
+    return v == nullptr ? std::string("?") : v->as_string(key);
+  };
+  const std::string coretype = text("openblas_coretype");
+  return "PyTorch " + text("torch_version") + ": " + text("torch_blas") + ", CPU capability " +
+         text("torch_cpu_capability") +
+         (coretype.empty() ? std::string(", OPENBLAS_CORETYPE unset")
+                           : ", OPENBLAS_CORETYPE=" + coretype +
+                                 " pins its OpenBLAS kernels (not necessarily its fastest: unset "
+                                 "it in the bench's command to compare at its best)");
+}
+
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream ss(s);
@@ -883,6 +917,10 @@ int run(int argc, char** argv) {
                   "thr", "fwd+bwd ms", "adamw ms", "step ms", "tok/s", "params", "x none");
   }
   if (!keys.empty()) return time_keys(exe, models, threads, precisions, keys, steps, rounds, json);
+  std::string torch_line;  // what PyTorch ran on
+  std::map<std::string, std::pair<int, double>>
+      torch_best;  // model/prec: (threads, its best tok/s)
+  std::vector<std::string> flags;
   for (const auto& name : split(models)) {
     for (const auto& th : split(threads)) {
       for (const auto& prec : split(precisions)) {
@@ -901,6 +939,32 @@ int run(int argc, char** argv) {
         }
         const double tok = json_number(ours, "tokens_per_s");
         const double ttok = torch ? json_number(theirs, "tokens_per_s") : 0.0;
+        // A PyTorch row below its own row at fewer threads, or on other threads than asked,
+        // is a baseline not at its best: flagged, with why, under the table.
+        std::string flag;
+        if (torch) {
+          const core::JsonValue row = child_row(theirs);
+          if (torch_line.empty()) torch_line = torch_runtime_line(row);
+          const int asked = std::stoi(th);
+          if (static_cast<int>(json_number(theirs, "torch_threads")) != asked)
+            flag = "PyTorch ran " +
+                   std::to_string(static_cast<int>(json_number(theirs, "torch_threads"))) +
+                   " threads, not " + th;
+          const std::string key = name + "/" + prec;
+          if (auto it = torch_best.find(key);
+              it != torch_best.end() && asked > it->second.first && ttok < it->second.second) {
+            char text[256];
+            std::snprintf(text, sizeof text,
+                          "PyTorch %s %s at %s threads: %.0f tok/s, below its %.0f at %d "
+                          "thread(s)",
+                          name.c_str(), prec.c_str(), th.c_str(), ttok, it->second.second,
+                          it->second.first);
+            flag = text;
+          }
+          if (!torch_best.count(key) || ttok > torch_best[key].second)
+            torch_best[key] = {asked, ttok};
+          if (!flag.empty()) flags.push_back(flag);
+        }
         if (json) {
           std::string row = ours.substr(0, ours.rfind('}'));
           if (torch) {
@@ -908,17 +972,25 @@ int run(int argc, char** argv) {
             std::snprintf(extra, sizeof extra, ", \"torch_tokens_per_s\": %.1f, \"ratio\": %.2f",
                           ttok, tok / ttok);
             row += extra;
+            row += ", \"torch_runtime\": " + json_quote(torch_runtime_line(child_row(theirs)));
+            if (!flag.empty()) row += ", \"torch_flag\": " + json_quote(flag);
           }
           std::printf("%s}\n", row.c_str());
         } else {
-          std::printf("%-7s %4s %3s %11.1f %10.1f %10.1f %9.1f %11.0f %11.0f %7.2f\n", name.c_str(),
-                      prec.c_str(), th.c_str(), json_number(ours, "fwd_bwd_ms"),
+          std::printf("%-7s %4s %3s %11.1f %10.1f %10.1f %9.1f %11.0f %11.0f %7.2f%s\n",
+                      name.c_str(), prec.c_str(), th.c_str(), json_number(ours, "fwd_bwd_ms"),
                       json_number(ours, "adamw_ms"), json_number(ours, "step_ms"),
-                      json_number(ours, "gflops"), tok, ttok, torch ? tok / ttok : 0.0);
+                      json_number(ours, "gflops"), tok, ttok, torch ? tok / ttok : 0.0,
+                      flag.empty() ? "" : " !");
         }
         std::fflush(stdout);
       }
     }
+  }
+  if (!json && torch) {
+    std::printf("%s\n", torch_line.c_str());
+    for (const std::string& f : flags)
+      std::printf("! %s: that baseline is not PyTorch at its best on this machine\n", f.c_str());
   }
   return 0;
 }

@@ -21,7 +21,8 @@ the straight-through gradient without the backward's roundings (check/fd_rel_err
 with them (check/fd_rel_err_rounded) are from them.
 
 Bench mode (--bench): times forward+backward+AdamW of a seeded float32 model and prints
-tokens/s (one JSON object with --json); --precision bf16 runs the same model under
+tokens/s (one JSON object with --json, with what PyTorch ran on: its version, threads, BLAS and
+OpenBLAS kernel, CPU capability, oneDNN); --precision bf16 runs the same model under
 torch.autocast("cpu", dtype=torch.bfloat16), PyTorch's own bf16 mixed precision.
 
 Train mode (--train --config C.yaml --batches DIR --metrics OUT.jsonl [--target LOSS]): trains the
@@ -595,6 +596,35 @@ def init_params(cfg, seed):
     return p
 
 
+def torch_runtime():
+    """What this PyTorch computes on: its version, threads, the BLAS library loaded into the process
+    (and OpenBLAS's kernel, which OPENBLAS_CORETYPE may pin below the CPU's best), its kernels' CPU
+    capability and oneDNN (mkldnn, which autocast's bf16 matmuls use)."""
+    shown = torch.__config__.show()
+    capability = next((line.split(":", 1)[1].strip() for line in shown.splitlines()
+                       if "CPU capability usage" in line), "unknown")
+    blas = "unknown"
+    try:
+        with open("/proc/self/maps") as f:
+            libs = {line.split()[-1] for line in f if ".so" in line}
+        names = sorted(os.path.basename(p) for p in libs
+                       if any(k in os.path.basename(p) for k in ("openblas", "blas", "mkl_rt")))
+        if names:
+            blas = ", ".join(names)
+        openblas = [p for p in libs if "openblas" in os.path.basename(p)]
+        if openblas:
+            import ctypes
+            lib = ctypes.CDLL(openblas[0])
+            lib.openblas_get_corename.restype = ctypes.c_char_p
+            blas = "OpenBLAS %s kernels (%s)" % (lib.openblas_get_corename().decode(), blas)
+    except (OSError, AttributeError):
+        pass
+    return {"torch_version": torch.__version__, "torch_threads": torch.get_num_threads(),
+            "torch_blas": blas, "torch_cpu_capability": capability,
+            "torch_mkldnn": torch.backends.mkldnn.is_available(),
+            "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", "")}
+
+
 def bench(args):
     torch.set_num_threads(args.threads)
     cfg = Config(arch=args.arch, n_layer=args.n_layer, n_head=args.n_head, d_model=args.d_model,
@@ -620,6 +650,7 @@ def bench(args):
     tok_s = args.batch * args.seq / dt
     row = {"impl": "pytorch", "arch": args.arch, "threads": args.threads, "step_ms": dt * 1e3,
            "tokens_per_s": tok_s, "precision": args.precision}
+    row.update(torch_runtime())
     if args.json:
         print(json.dumps(row))
     else:
