@@ -108,7 +108,7 @@ def unpack_run(rec, run_dir):
 
 
 def main(argv):
-    if len(argv) < 3 or argv[0] not in ("sync", "unpack", "list"):
+    if not argv or argv[0] not in ("sync", "unpack", "list") or len(argv) < (2 if argv[0] == "list" else 3):
         sys.exit(__doc__.split("\n\n")[1])
     cmd, pack = argv[0], argv[1]
     if cmd == "list":

@@ -166,7 +166,7 @@ import sys
 sys.path.insert(0, sys.argv[1])
 import runpack
 for name, rec in runpack.read(sys.argv[2]).items():
-    assert rec["log"].startswith("engine: ") and rec["metrics"], name
+    assert rec["log"].strip() and rec["metrics"], name
     assert all(set(r) <= {"step", "train_loss", "val_loss", "lr", "grad_norm", "elapsed_ms"} for r in rec["metrics"]), name
 PY
 rm -rf "$work/all_runs"
