@@ -26,6 +26,9 @@ import os
 import statistics
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import figures  # noqa: E402
+
 
 def frontier(points):
     """The Pareto set of (gain, forgetting) points, by increasing gain: each point has more gain
@@ -176,7 +179,7 @@ def main():
            "seeds": seeds, "seeds_compared": full, "comparisons": comparisons, "max_gain": max_gain,
            "np": a.np, "pretrain_steps": a.pretrain_steps, "finetune_steps": a.finetune_steps,
            "elapsed_s": a.elapsed}
-    json.dump(doc, open(os.path.join(a.out, "frontier.json"), "w"), indent=1)
+    figures.write_json(doc, os.path.join(a.out, "frontier.json"))
 
     on = "it" if control else pre  # the split pretrained on
     if per_seed_base:  # each seed's own pretraining: its mean and half the range
@@ -277,7 +280,7 @@ def main():
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(os.path.join(a.out, "frontier.png"), dpi=120)
+    figures.save_png(fig, os.path.join(a.out, "frontier.png"), dpi=120)
 
 
 if __name__ == "__main__":

@@ -70,6 +70,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(REPO, "scripts"))
 sys.path.insert(0, os.path.join(REPO, "experiments"))
 import runlog  # noqa: E402
+import figures  # noqa: E402
 import runpack  # noqa: E402
 HIDDEN = "blocks.*.attn.qkv.weight"
 # The metrics a race's pack keeps of each row: its tables read the results (the validation curve,
@@ -451,8 +452,8 @@ def write_tables(out, results, target, steps, a):
             cells.append("%.0f" % x["tokens_per_s"])
         cells += ["%.0f" % x["peak_mib"], "-" if x["state_mib"] is None else "%.1f" % x["state_mib"]]
         L.append("| " + " | ".join(cells) + " |")
-    json.dump({"target": target, "steps": steps, "np": a.np, "threads": a.threads, "rows": rows,
-               "results": results}, open(os.path.join(out, "race.json"), "w"), indent=1)
+    figures.write_json({"target": target, "steps": steps, "np": a.np, "threads": a.threads, "rows": rows,
+                        "results": results}, os.path.join(out, "race.json"))
     open(os.path.join(out, "race.md"), "w").write("\n".join(L) + "\n")
     print("\n".join(L))
     if a.no_plot:
@@ -478,7 +479,7 @@ def write_tables(out, results, target, steps, a):
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "race.png"), dpi=110)
+    figures.save_png(fig, os.path.join(out, "race.png"), dpi=110)
 
 
 if __name__ == "__main__":
