@@ -17,6 +17,22 @@ class RunLogError(Exception):
     """A metrics or log file that cannot be read; the message names the file and line."""
 
 
+def compress(path, rows=None):
+    """Replaces the text file at path by path + ".xz" (what open_text reads back); with rows, a
+    metrics file is written from those rows instead (a thinned copy). Returns the new path."""
+    if rows is None:
+        with open(path, errors="replace") as f:
+            text = f.read()
+    else:
+        text = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows)
+    tmp = path + ".xz.tmp"
+    with lzma.open(tmp, "wt", preset=9 | lzma.PRESET_EXTREME) as f:
+        f.write(text)
+    os.replace(tmp, path + ".xz")
+    os.remove(path)
+    return path + ".xz"
+
+
 def open_text(path):
     """The text file at path, or its compressed copy path + ".xz" when path is not there."""
     if not os.path.exists(path) and os.path.exists(path + ".xz"):
@@ -70,20 +86,26 @@ def final_val_loss(rows):
     return val[-1]["val_loss"] if val else None
 
 
+BUILD = re.compile(r"^engine \S+ \(commit \S+\)$")
 BANNER = re.compile(r"world size (\d+) \| threads per rank (\d+) \| backend (.*)$")
 
 
 def read_banner(path):
-    """{'world': int, 'threads': int, 'backend': str} from the first line of log.txt."""
+    """{'world': int, 'threads': int, 'backend': str, 'build': str} from log.txt's banner: its
+    first line (or the second, after the `engine VERSION (commit C)` line builds since 2026-12-07
+    print first; 'build' is that line, '' in an older log)."""
     try:
         with open_text(path) as f:
-            first = f.readline()
+            lines = [f.readline().strip(), f.readline().strip()]
     except OSError as e:
         raise RunLogError("%s: cannot read (%s)" % (path, e.strerror))
-    m = BANNER.search(first.strip())
+    build = lines[0] if BUILD.match(lines[0]) else ""
+    banner = lines[1] if build else lines[0]
+    m = BANNER.search(banner)
     if not m:
-        raise RunLogError("%s:1: not an engine banner: %r" % (path, first.strip()[:120]))
-    return {"world": int(m.group(1)), "threads": int(m.group(2)), "backend": m.group(3)}
+        raise RunLogError("%s:%d: not an engine banner: %r" % (path, 2 if build else 1, banner[:120]))
+    return {"world": int(m.group(1)), "threads": int(m.group(2)), "backend": m.group(3),
+            "build": build}
 
 
 def step_rows(path):

@@ -6,9 +6,10 @@ usage: speedrun.sh CONFIG [--seeds N] [--np N] [--threads T] [--name NAME] [--ta
        speedrun.sh --rescore RECORD_DIR --target LOSS
 
 Seed i of N trains CONFIG with train.seed = (the config's seed) + i, which changes both the
-initialisation and, with data.shuffle, the data order. Each run's console log (log.txt), metrics
-(metrics.jsonl) and effective config (config.yaml) are kept under
-RECORDS/<date>_<NAME>/seed<S>/, next to a copy of CONFIG as recipe.yaml. The summary
+initialisation and, with data.shuffle, the data order. Each run's console log (log.txt.xz),
+metrics (metrics.jsonl.xz, thinned to what a summary reads and the step's phase times) and
+effective config (config.yaml) are kept under RECORDS/<date>_<NAME>/seed<S>/, next to a copy of
+CONFIG as recipe.yaml. The summary
 (summary.md, summary.json, printed) gives per seed the train time to the target (the first
 validation at or below it; train time excludes validation and the untimed warm-up) and the final
 validation loss; then their mean and standard deviation, and a one-sided t-test of the final val
@@ -75,6 +76,21 @@ def run_summary(run_dir, seed, target):
             "time_to_target_ms": hit[1] if hit else None,
             "final_val_loss": runlog.final_val_loss(rows),
             "world": banner["world"], "threads": banner["threads"]}
+
+
+# What a committed record's metrics keep of each row (a row with a val_loss keeps it too): the
+# summary's and --rescore's fields, the build, and where the step's time went.
+RECORD_KEYS = ("step", "train_loss", "val_loss", "lr", "grad_norm", "elapsed_ms", "step_ms",
+               "tokens_per_s", "phase_ms", "engine", "commit")
+
+
+def keep_compact(run_dir):
+    """A seed's log.txt and metrics.jsonl as the record keeps them: xz-compressed, the metrics
+    thinned to RECORD_KEYS (runlog reads either form)."""
+    path = os.path.join(run_dir, "metrics.jsonl")
+    rows = [{k: v for k, v in r.items() if k in RECORD_KEYS} for r in runlog.read_metrics(path)]
+    runlog.compress(path, rows)
+    runlog.compress(os.path.join(run_dir, "log.txt"))
 
 
 def repo_path(path):
@@ -186,6 +202,7 @@ def main():
                      (seed, p.returncode, p.stdout[-3000:]))
         try:
             r = run_summary(run_dir, seed, target)
+            keep_compact(run_dir)
         except runlog.RunLogError as e:
             sys.exit("speedrun: seed %d: %s" % (seed, e))
         runs.append(r)

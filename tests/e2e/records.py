@@ -8,6 +8,7 @@ Shares the tiny-config set-up of e2e.py. The record_recipe cases train configs/s
 on the Brown shards (the ctest fixture brown_data prepares them).
 """
 import json
+import lzma
 import os
 import subprocess
 import sys
@@ -32,6 +33,12 @@ def run(cmd, expect_ok=True, timeout=300):
     return p
 
 
+def compact_metrics(seed_dir):
+    """{step: row} of a record's metrics.jsonl.xz (the compact form speedrun.py keeps)."""
+    with lzma.open(os.path.join(seed_dir, "metrics.jsonl.xz"), "rt") as f:
+        return {r["step"]: r for r in map(json.loads, f)}
+
+
 def case_speedrun(env):
     """Three seeds of the tiny config: one folder per seed with log, metrics and config, a
     summary whose numbers are those of the metrics files, --rescore against another target, and a
@@ -52,9 +59,9 @@ def case_speedrun(env):
     finals = []
     for r in runs:
         seed_dir = os.path.join(out, "seed%d" % r["seed"])
-        for f in ("log.txt", "metrics.jsonl", "config.yaml"):
+        for f in ("log.txt.xz", "metrics.jsonl.xz", "config.yaml"):
             check(os.path.isfile(os.path.join(seed_dir, f)), "no %s for seed %d" % (f, r["seed"]))
-        m = e2e.metrics(seed_dir)
+        m = compact_metrics(seed_dir)
         check(m[20]["val_loss"] == r["final_val_loss"], "final val loss of seed %d" % r["seed"])
         first = min(k for k in m if m[k].get("val_loss", 99) <= 4.0)
         check(r["target_step"] == first and r["time_to_target_ms"] == m[first]["elapsed_ms"],
@@ -71,7 +78,7 @@ def case_speedrun(env):
                     "--target", "1.0"])
     s2 = json.load(open(os.path.join(out, "summary.json")))
     for r, r2 in zip(runs, s2["runs"]):
-        m = e2e.metrics(os.path.join(out, "seed%d" % r["seed"]))
+        m = compact_metrics(os.path.join(out, "seed%d" % r["seed"]))
         hit = [k for k in sorted(m) if m[k].get("val_loss", 99) <= 1.0]
         check(r2["target_step"] == (hit[0] if hit else None),
               "rescored seed %d: %s, metrics say %s" % (r["seed"], r2, hit[:1]))
