@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Keeps the README and the docs/ pages true to the repository:
 
-- every relative link of README.md and docs/*.md (`[text](path)`, `![alt](path)`, with or without
+- every relative link of README.md, docs/*.md and the experiments' and tools' READMEs (`[text](path)`, `![alt](path)`, with or without
   `#anchor`) names a file or folder that exists, and an anchor names a heading of its page;
 - every `docs/...` path the README names, linked or in backticks, exists;
 - every command of the README's code blocks starts a script or executable the repository has:
@@ -160,7 +160,10 @@ def check_commands(repo, readme, errors):
 def main():
     repo = os.path.abspath(sys.argv[1])
     readme = os.path.join(repo, "README.md")
-    pages = [readme] + sorted(glob.glob(os.path.join(repo, "docs", "*.md")))
+    pages = [readme] + sorted(glob.glob(os.path.join(repo, "docs", "*.md"))) + sorted(
+        glob.glob(os.path.join(repo, "experiments", "*.md")) +
+        glob.glob(os.path.join(repo, "experiments", "*", "README.md")) +
+        glob.glob(os.path.join(repo, "tools", "README.md")))
     errors = []
     for page in pages:
         check_links(repo, page, errors)
