@@ -29,6 +29,11 @@ their shared part of the spread); and the earlier crossing method (steps at whic
 family's validation curve first reaches tuned AdamW's worst seed's final loss, interpolated
 between validations, against AdamW's own steps to it).
 
+A second table reads the speedup three ways (L(B) linear in B, linear in log B, the power law)
+with an interval spanning them (the bootstraps of the two piecewise curves and the power law's
+value), and gives Welch's, the pooled (Student's) and the paired test's p with Holm's correction
+over the families raced, so a claim of significance holds for the family of comparisons made.
+
 Writes PREFIX.md and PREFIX.json (default: the race folder's budget_fit.{md,json}) and prints
 the table.
 """
@@ -92,22 +97,24 @@ def mean_sd(xs):
     return statistics.mean(xs), (statistics.stdev(xs) if len(xs) > 1 else float("nan"))
 
 
-def budget_for_loss(budgets, losses, loss):
-    """The budget at which the piecewise log-linear L(B) through (budgets, losses) equals loss, and
-    whether it lies outside the measured budgets (the end segment extended). None where the curve
-    does not fall there (a flat or rising segment)."""
+def budget_for_loss(budgets, losses, loss, in_log=True):
+    """The budget at which the piecewise linear L(B) through (budgets, losses), linear in log B
+    (in_log) or in B, equals loss, and whether it lies outside the measured budgets (the end
+    segment extended). None where the curve does not fall there (a flat or rising segment)."""
     if len(budgets) < 2:
         return None, False
-    logb = [math.log(b) for b in budgets]
+    to_x, from_x = (math.log, math.exp) if in_log else (float, float)
+    logb = [to_x(b) for b in budgets]
     for i in range(len(budgets) - 1):
         hi, lo = losses[i], losses[i + 1]
         if hi > lo and lo <= loss <= hi:  # inside a falling segment: interpolate
-            return math.exp(logb[i] + (hi - loss) / (hi - lo) * (logb[i + 1] - logb[i])), False
+            return from_x(logb[i] + (hi - loss) / (hi - lo) * (logb[i + 1] - logb[i])), False
     i = 0 if loss > losses[0] else len(budgets) - 2  # above the first point or below the last
     hi, lo = losses[i], losses[i + 1]
     if not hi > lo or losses[0] >= loss >= losses[-1]:
         return None, False
-    return math.exp(logb[i] + (hi - loss) / (hi - lo) * (logb[i + 1] - logb[i])), True
+    x = logb[i] + (hi - loss) / (hi - lo) * (logb[i + 1] - logb[i])
+    return (from_x(x), True) if in_log or x > 0 else (None, True)
 
 
 def power_law(budgets, losses):
@@ -135,6 +142,24 @@ def welch(xs, ys):
     vx, vy = statistics.variance(xs) / len(xs), statistics.variance(ys) / len(ys)
     dof = (vx + vy) ** 2 / (vx ** 2 / (len(xs) - 1) + vy ** 2 / (len(ys) - 1))
     return float(t.statistic), dof, float(t.pvalue)
+
+
+def pooled(xs, ys):
+    """Student's two-sided t-test of two samples with the variances pooled: (t, p)."""
+    t = stats.ttest_ind(xs, ys, equal_var=True)
+    return float(t.statistic), float(t.pvalue)
+
+
+def holm(ps):
+    """Holm's step-down adjustment of a family of p-values (None stays None): each adjusted p is
+    the running maximum of (m - k) p_(k) over the sorted p's, at most 1; the family-wise error
+    rate of rejecting where the adjusted p < alpha is at most alpha."""
+    known = sorted((p, i) for i, p in enumerate(ps) if p is not None)
+    out, running = [None] * len(ps), 0.0
+    for k, (p, i) in enumerate(known):
+        running = max(running, min(1.0, (len(known) - k) * p))
+        out[i] = running
+    return out
 
 
 def paired(xs, ys):
@@ -199,15 +224,21 @@ def main():
         final = [r["final_val_loss"] for r in reported]
         m = statistics.mean(final)
         budget, extrapolated = budget_for_loss(budgets, curve, m)
-        # Bootstrap over seeds: every group's seeds resampled, the curve and the speedup recomputed.
-        boot, undefined = [], 0
+        budget_lin, _ = budget_for_loss(budgets, curve, m, in_log=False)
+        # Bootstrap over seeds: every group's seeds resampled, the curve and the speedup recomputed
+        # (the same resamples read through the curve linear in log B and linear in B).
+        boot, boot_lin, undefined = [], [], 0
         for _ in range(a.bootstrap):
             c = [float(np.mean(rng.choice([r["final_val_loss"] for r in x["runs"]], len(x["runs"])))) for x in adamw]
-            bb, _ = budget_for_loss(budgets, c, float(np.mean(rng.choice(final, len(final)))))
+            fm = float(np.mean(rng.choice(final, len(final))))
+            bb, _ = budget_for_loss(budgets, c, fm)
             if bb is None:
                 undefined += 1
             else:
                 boot.append(bb / B)
+            bl, _ = budget_for_loss(budgets, c, fm, in_log=False)
+            if bl is not None:
+                boot_lin.append(bl / B)
         lo, hi = (float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))) if boot else (None, None)
         t, dof, p = welch(final, base_final) if len(final) > 1 and len(base_final) > 1 else (None, None, None)
         by_seed = {r["seed"]: r["final_val_loss"] for r in base["runs"]}
@@ -217,16 +248,33 @@ def main():
         crossing = [scored(r, target)["target_step"] for r in reported]
         hit = [s for s in crossing if s is not None]
         law_budget = power_law_budget(law, m) if law else None
+        # The speedup as each interpolant of L(B) reads it, and the interval widened to all of them:
+        # the log-B bootstrap's, the linear-B bootstrap's, and the power law's point (its own
+        # bootstrap would refit the law 10^4 times; with three budgets it has no spare degree of
+        # freedom, so it is one more reading of the same three points, not a tighter one).
+        readings = [x / B for x in (budget_lin, budget, law_budget) if x is not None]
+        ends = [e for e in (lo, hi) if e is not None]
+        if boot_lin:
+            ends += [float(np.percentile(boot_lin, 2.5)), float(np.percentile(boot_lin, 97.5))]
+        span = (min(ends + readings), max(ends + readings)) if ends else (None, None)
+        pt_pooled, p_pooled = pooled(final, base_final) if len(final) > 1 and len(base_final) > 1 else (None, None)
         rows.append({
             "family": family, "lr": lr[0], "eh": lr[1], "seeds": [r["seed"] for r in reported], "final": final,
             "final_mean_sd": mean_sd(final), "delta": m - statistics.mean(base_final),
             "t": t, "dof": dof, "p": p, "paired_seeds": common, "paired_t": pt, "paired_p": pp,
             "adamw_budget": budget, "extrapolated": extrapolated,
             "speedup": budget / B if budget else None, "speedup_ci95": (lo, hi),
+            "speedup_linear_b": budget_lin / B if budget_lin else None, "speedup_span": span,
+            "pooled_t": pt_pooled, "pooled_p": p_pooled,
             "bootstrap_undefined": undefined, "power_law_speedup": law_budget / B if law_budget else None,
             "crossing_steps": crossing, "crossing_reached": len(hit),
             "crossing_speedup": statistics.mean(base_steps) / statistics.mean(hit) if hit else None,
             "sweep": [(r["lr"], r.get("eh", 1.0), r["final_val_loss"]) for r in sweep]})
+
+    # Holm's correction over the families raced against AdamW here, for each test.
+    for key in ("p", "pooled_p", "paired_p"):
+        for r, adjusted in zip(rows, holm([r[key] for r in rows])):
+            r[key + "_holm"] = adjusted
 
     def fmt(v, f="%.2f"):
         return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f % v
@@ -261,6 +309,20 @@ def main():
             fmt(r["adamw_budget"], "%.0f"), fmt(r["speedup"]), "*" if r["extrapolated"] else "",
             "%.2f-%.2f" % r["speedup_ci95"] if r["speedup_ci95"][0] is not None else "-",
             fmt(r["power_law_speedup"]), fmt(r["crossing_speedup"]), r["crossing_reached"], len(r["final"])))
+    L += ["", "The speedup as each reading of L(B) gives it, and the tests with Holm's correction over the "
+          "%d families (adjusted p; a family-wise error rate of 5%% rejects where it is below 0.05). The "
+          "interval spans every reading: the 95%% bootstraps of the curves linear in B and in log B "
+          "and the power law's value:" % len(rows), "",
+          "| family | speedup: linear in B / linear in log B / power law | interval over the readings | "
+          "Welch p (Holm) | pooled t, p (Holm) | paired p (Holm) |",
+          "|---|---|---|---|---|---|"]
+    for r in rows:
+        L.append("| %s | %s / %s / %s | %s | %s (%s) | %s | %s (%s) |" % (
+            r["family"], fmt(r["speedup_linear_b"]), fmt(r["speedup"]), fmt(r["power_law_speedup"]),
+            "%.2f-%.2f" % r["speedup_span"] if r["speedup_span"][0] is not None else "-",
+            fmt(r["p"], "%.2g"), fmt(r["p_holm"], "%.2g"),
+            "%.2f, %.2g (%.2g)" % (r["pooled_t"], r["pooled_p"], r["pooled_p_holm"]) if r["pooled_p"] is not None else "-",
+            fmt(r["paired_p"], "%.2g"), fmt(r["paired_p_holm"], "%.2g")))
     prefix = a.out or os.path.join(a.race, "budget_fit")
     json.dump({"budgets": budgets, "adamw_curve": curve, "power_law": law, "race_budget": B, "target": target,
                "adamw": [{k: x[k] for k in ("folder", "tune_seed", "budget", "lr", "eh")} |

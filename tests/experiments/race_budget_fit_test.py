@@ -7,7 +7,8 @@ at another lr that ends lower (picking on the reported seeds would take it). Eve
 curve is a straight line from 10 at step 0 to its final loss, so the crossing is exact. Families at
 budget 100: one ending at L(200) (speedup 2), one between L(100) and L(200) (log-linear
 interpolation), one below L(400) and one above L(100) (extrapolated, marked). Checked: the tuned lr,
-the speedups, the power law, Welch's and the paired t, the crossing speedup, the bootstrap interval around the
+the speedups (linear in log B and in B), the power law and the interval spanning them, Welch's,
+the pooled and the paired t, Holm's correction, the crossing speedup, the bootstrap interval around the
 point, a folder's own tuning seed (DIR=SEED), and the error for a family with no run at the
 tuning seed.
 
@@ -109,12 +110,28 @@ for f, (budget, extrapolated) in want.items():
     if max(xs) <= target:
         want_x = sum(steps(y) for y in ys) / 3 / (sum(steps(x) for x in xs) / 3)
         assert abs(r["crossing_speedup"] - want_x) < 1e-9 and r["crossing_reached"] == 3, (f, r, want_x)
+    # Linear in B between the bracketing budgets, and the pooled t from its formula.
+    b0 = 200 if f == "far" else 100
+    lin = b0 + (L(b0) - fam_mean[f]) / (L(b0) - L(2 * b0)) * b0
+    assert abs(r["speedup_linear_b"] - lin / 100) < 1e-9, (f, r["speedup_linear_b"], lin / 100)
+    sp = math.sqrt((vx + vy) / 2 * (2 / 3))
+    assert abs(r["pooled_t"] - (mx - my) / sp) < 1e-9, (f, r["pooled_t"])
+    span = r["speedup_span"]
+    assert span[0] <= min(r["speedup"], r["speedup_linear_b"], r["power_law_speedup"]) and \
+        span[1] >= max(r["speedup"], r["speedup_linear_b"], r["power_law_speedup"]), (f, span)
+# Holm: the smallest p times 4, the next times 3 (at least the one before), ...
+ps = sorted((rows[f]["p"], f) for f in rows)
+running = 0
+for k, (p, f) in enumerate(ps):
+    running = max(running, min(1.0, (4 - k) * p))
+    assert abs(rows[f]["p_holm"] - running) < 1e-15, (f, rows[f]["p_holm"], running)
 lo, hi = rows["fast"]["speedup_ci95"]
 assert lo < rows["fast"]["speedup"] < hi, rows["fast"]["speedup_ci95"]
 assert rows["slow"]["crossing_reached"] == 0 and rows["slow"]["crossing_speedup"] is None
 md = open(os.path.join(work, "fit.md")).read()
 assert "| far | 0.01 | 3 |" in md and "*" in md.split("| far |")[1].split("\n")[0], md
-print("PASS: tuned lr, log-linear speedups (2 extrapolated), power law, Welch and paired t, crossing")
+print("PASS: tuned lr, log-linear and linear speedups (2 extrapolated), power law, the span over "
+      "them, Welch, pooled and paired t, Holm's correction, crossing")
 
 # DIR=SEED tunes that folder on another seed: on seed 1, budget 100 takes the decoy lr 0.004.
 p = fit("--adamw", os.path.join(work, "adamw100") + "=1", *(os.path.join(work, "adamw%d" % b) for b in (200, 400)))
