@@ -131,18 +131,31 @@ def main():
                         "forgetting_halfrange": half_range([r["forgetting"] for r in rs]),
                         "seconds": statistics.mean(r["seconds"] for r in rs)})
 
-    # Equal-gain comparison, seed by seed: OSFT (every ratio and lr) against AdamW, and each
-    # ratio alone against AdamW.
-    def compare(method_of):
+    # Equal-gain comparison, seed by seed: OSFT against AdamW, each ratio alone and every ratio
+    # together. Together is the lower envelope of the ratios' own frontiers (at each gain the
+    # least forgetting any ratio's frontier reaches there), not the Pareto set of the pooled
+    # points joined by lines: a point of one ratio that survives the pooled Pareto cut by a hair
+    # would bend that line above another ratio's frontier.
+    def envelope(fronts):
+        """(curve(g), lowest gain, highest gain) of the lower envelope of frontiers."""
+        fronts = [f for f in fronts if f]
+        curve = lambda g: min((v for v in (at_gain(f, g) for f in fronts) if v is not None), default=None)
+        return curve, min(f[0][0] for f in fronts), max(f[-1][0] for f in fronts)
+
+    def compare(arms):
+        """`arms`: the OSFT ratios (urr strings) compared together against AdamW."""
         per_seed = {}
         for s in full:
             fa = frontier([(r["gain"], r["forgetting"]) for r in runs if r["seed"] == s and r["method"] == "adamw"])
-            mine = [r for r in runs if r["seed"] == s and method_of(r)]
-            if len(mine) < 2:  # this subset's runs of the seed are not all in yet
+            fronts = []
+            for urr in arms:
+                mine = [r for r in runs if r["seed"] == s and r["method"] == "osft" and r["urr"] == urr]
+                if len(mine) >= 2:
+                    fronts.append(frontier([(r["gain"], r["forgetting"]) for r in mine]))
+            if not fronts or len(fronts) < len(arms):  # this seed's runs are not all in yet
                 continue
-            fo = frontier([(r["gain"], r["forgetting"]) for r in mine])
-            lo, hi = max(fa[0][0], fo[0][0]), min(fa[-1][0], fo[-1][0])
-            per_seed[s] = (fa, fo, lo, hi)
+            curve, lo, hi = envelope(fronts)
+            per_seed[s] = (fa, curve, max(fa[0][0], lo), min(fa[-1][0], hi))
         if not per_seed:
             return None
         lo = max(v[2] for v in per_seed.values())
@@ -154,21 +167,46 @@ def main():
         for i in range(count):
             g = lo + (hi - lo) * i / (count - 1) if count > 1 else lo
             fa = [at_gain(v[0], g) for v in per_seed.values()]
-            fo = [at_gain(v[1], g) for v in per_seed.values()]
+            fo = [v[1](g) for v in per_seed.values()]
+            if any(x is None for x in fo):  # a gap between the ratios' frontiers in some seed
+                continue
             d = [o - x for o, x in zip(fo, fa)]
             ratio = [o / x for o, x in zip(fo, fa) if x > 0]
             levels.append({"gain": g, "adamw": statistics.mean(fa), "adamw_halfrange": half_range(fa),
                            "osft": statistics.mean(fo), "osft_halfrange": half_range(fo),
                            "difference": statistics.mean(d), "difference_halfrange": half_range(d),
                            "difference_per_seed": d, "p_paired": paired_p(d),
-                           "ratio": statistics.mean(ratio) if ratio else None})
+                           "ratio": statistics.mean(ratio) if ratio else None,
+                           "ratio_of_means": (statistics.mean(fo) / statistics.mean(fa)
+                                              if statistics.mean(fa) > 0 else None)})
         return {"overlap": [lo, hi], "levels": levels, "seeds": sorted(per_seed)}
 
-    comparisons = {}
+    # At the same lr, no interpolation: each OSFT run against AdamW's run of its seed and lr.
+    def matched(urr):
+        out = []
+        adamw = {(r["seed"], float(r["lr"])): r for r in runs if r["method"] == "adamw" and r["seed"] in full}
+        for lr in sorted({float(r["lr"]) for r in runs if r["method"] == "osft" and r["urr"] == urr}):
+            pairs = [(r, adamw[(r["seed"], lr)]) for r in runs
+                     if r["method"] == "osft" and r["urr"] == urr and float(r["lr"]) == lr
+                     and (r["seed"], lr) in adamw]
+            if not pairs:
+                continue
+            dg = [o["gain"] - x["gain"] for o, x in pairs]
+            df = [o["forgetting"] - x["forgetting"] for o, x in pairs]
+            out.append({"lr": lr, "seeds": [o["seed"] for o, _ in pairs],
+                        "gain_difference": statistics.mean(dg), "gain_difference_halfrange": half_range(dg),
+                        "forgetting_difference": statistics.mean(df),
+                        "forgetting_difference_halfrange": half_range(df),
+                        "forgetting_difference_per_seed": df, "p_paired": paired_p(df)})
+        return out
+
+    comparisons, at_matched_lr = {}, {}
     if not control:  # on the control every run lies on forgetting = -gain: nothing to compare
-        comparisons["osft (all ratios)"] = compare(lambda r: r["method"] == "osft")
-        for urr in sorted({r["urr"] for r in runs if r["method"] == "osft"}, reverse=True):
-            comparisons["osft urr %s" % urr] = compare(lambda r, u=urr: r["method"] == "osft" and r["urr"] == u)
+        urrs = sorted({r["urr"] for r in runs if r["method"] == "osft"}, reverse=True)
+        comparisons["osft (all ratios)"] = compare(urrs)
+        for urr in urrs:
+            comparisons["osft urr %s" % urr] = compare([urr])
+            at_matched_lr["osft urr %s" % urr] = matched(urr)
     max_gain = {m: max((r["gain"] for r in runs if r["method"] == m), default=None) for m in ("adamw", "osft")}
 
     doc = {"splits": {"pretraining": pre, "finetuning": ft}, "control": control,
@@ -176,7 +214,8 @@ def main():
            "pretrained_per_seed": ({s: {"loss_pretraining_split": b[0], "loss_finetuning_split": b[1]}
                                     for s, b in sorted(bases.items())} if per_seed_base else None),
            "runs": runs, "configs": configs,
-           "seeds": seeds, "seeds_compared": full, "comparisons": comparisons, "max_gain": max_gain,
+           "seeds": seeds, "seeds_compared": full, "comparisons": comparisons,
+           "at_matched_lr": at_matched_lr, "max_gain": max_gain,
            "np": a.np, "pretrain_steps": a.pretrain_steps, "finetune_steps": a.finetune_steps,
            "elapsed_s": a.elapsed}
     figures.write_json(doc, os.path.join(a.out, "frontier.json"))
@@ -218,14 +257,27 @@ def main():
         if not cmp or not cmp["levels"]:
             L.append("no gain both frontiers reach in every seed")
             continue
-        L += ["| gain | forgetting, AdamW | forgetting, %s | %s − AdamW | p (paired t) | %s / AdamW |"
-              % (name, name, name), "|---|---|---|---|---|---|"]
+        L += ["| gain | forgetting, AdamW | forgetting, %s | %s − AdamW | p (paired t) | %s / AdamW: "
+              "mean of the seeds' ratios; ratio of the means |" % (name, name, name), "|---|---|---|---|---|---|"]
         for v in cmp["levels"]:
-            L.append("| %.4f | %.4f ± %.4f | %.4f ± %.4f | %+.4f ± %.4f | %s | %s |" % (
+            L.append("| %.4f | %.4f ± %.4f | %.4f ± %.4f | %+.4f ± %.4f | %s | %s; %s |" % (
                 v["gain"], v["adamw"], v["adamw_halfrange"], v["osft"], v["osft_halfrange"],
                 v["difference"], v["difference_halfrange"],
                 "%.3f" % v["p_paired"] if v["p_paired"] is not None else "-",
-                "%.2f" % v["ratio"] if v["ratio"] is not None else "-"))
+                "%.2f" % v["ratio"] if v["ratio"] is not None else "-",
+                "%.2f" % v["ratio_of_means"] if v["ratio_of_means"] is not None else "-"))
+    for name, pairs in at_matched_lr.items():
+        if not pairs:
+            continue
+        L += ["", "At the same lr, %s against AdamW seed by seed, without interpolating (mean ± half the "
+              "range over the seeds):" % name, "",
+              "| lr | seeds | gain, %s − AdamW | forgetting, %s − AdamW | p (paired t) |" % (name, name),
+              "|---|---|---|---|---|"]
+        for v in pairs:
+            L.append("| %g | %d | %+.4f ± %.4f | %+.4f ± %.4f | %s |" % (
+                v["lr"], len(v["seeds"]), v["gain_difference"], v["gain_difference_halfrange"],
+                v["forgetting_difference"], v["forgetting_difference_halfrange"],
+                "%.3f" % v["p_paired"] if v["p_paired"] is not None else "-"))
     L += ["", "Largest gain reached: AdamW %s, OSFT %s." % tuple(
         "%.4f" % max_gain[m] if max_gain[m] is not None else "-" for m in ("adamw", "osft"))]
     open(os.path.join(a.out, "frontier.md"), "w").write("\n".join(L) + "\n")
