@@ -13,7 +13,7 @@
 //   replaced). A regular file that other hard links share (a `cp -al` snapshot of the folder) is
 //   first replaced by a copy of its own, so the other names keep what they held.
 // - whole (AtomicFile, write_output_file): to a temporary name in the target's folder, created
-//   with O_EXCL under an unpredictable suffix (.NAME.XXXXXXXXXXXX: no name to plant a link at in
+//   with O_EXCL under an unpredictable suffix (.NAME.<16 hex digits>: no name to plant a link at in
 //   advance), flushed to disk, and renamed over the target only after checking again that the
 //   target is nothing or a regular file. A reader never sees a partial file; a failed write (a
 //   full disk) leaves the target as it was; neither a link nor a device nor a folder is replaced.
