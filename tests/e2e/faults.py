@@ -761,8 +761,18 @@ def case_resume_weak(env):
         expect_refused(p, "cannot resume from " + s20 + ": checkpoint " + s20 + " has no "
                        "parameter blocks.1.mlp.fc.weight",
                        "; the next older checkpoint is " + s10 +
-                       " (resume from it with --set checkpoint.resume=" + s10 + ")")
+                       " (resume from it with --set checkpoint.resume=" + s10 +
+                       " --set checkpoint.overwrite=true, which deletes the 1 newer checkpoint(s)"
+                       " in ")
         check(p.returncode == 2, "exit status %d for a damaged checkpoint" % p.returncode)
+        # Doing as it says resumes (it said only checkpoint.resume, and that was refused in turn
+        # because step 20 exists): on a copy, so the run's own files stay as they are.
+        shutil.copytree(d, d + "_follow")
+        f10 = os.path.join(d + "_follow", "ckpt", "step_00000010")
+        p, _ = env.run(1, "run_follow", ["checkpoint.resume=" + f10, "checkpoint.overwrite=true",
+                                         "train.steps=12", "checkpoint.at_end=false"])
+        check("resumed from " + f10 in p.stdout + p.stderr,
+              "following the offer did not resume:\n" + (p.stdout + p.stderr)[-3000:])
     finally:
         with open(manifest, "w") as f:
             f.write(original)

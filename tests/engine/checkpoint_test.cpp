@@ -421,8 +421,13 @@ TEST_F(CheckpointTest, DamagedNewestRefusedOfferingTheNextOlder) {
   const std::string older = save(4);
   const std::string newer = save(9);
   const std::string rank1 = newer + "/rank_00001.safetensors";
+  // With the overwrite a resume from it needs while the damaged one is newer (it was left out,
+  // and following the offer met the next refusal).
   const std::string offer = "; the next older checkpoint is " + older +
-                            " (resume from it with --set checkpoint.resume=" + older + ")";
+                            " (resume from it with --set checkpoint.resume=" + older +
+                            " --set checkpoint.overwrite=true, which deletes the 1 newer "
+                            "checkpoint(s) in " +
+                            root_ + " once it is accepted)";
   // Cut short.
   fs::resize_file(rank1, fs::file_size(rank1) - 8);
   resign(newer, "rank_00001.safetensors");
