@@ -15,6 +15,7 @@
 
 #include "core/check.h"
 #include "core/json.h"
+#include "core/output_file.h"
 
 namespace core {
 
@@ -345,42 +346,20 @@ void SafetensorsWriter::write(const std::string& path) const {
   header += "}";
   header.append((8 - header.size() % 8) % 8, ' ');
 
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  ENGINE_CHECK(fd >= 0, tmp + ": cannot create (" + std::strerror(errno) + ")");
-  auto write_all = [&](const void* p, size_t n) {
-    const char* c = static_cast<const char*>(p);
-    while (n > 0) {
-      ssize_t w = ::write(fd, c, n);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) {
-        const std::string reason = std::strerror(errno);
-        ::close(fd);
-        ::unlink(tmp.c_str());
-        ENGINE_FAIL(tmp + ": write failed (" + reason + ")");
-      }
-      c += w;
-      n -= static_cast<size_t>(w);
-    }
-  };
+  // Never through a link, never over a device or a folder (core/output_file.h).
+  AtomicFile file(path, "the safetensors file");
   unsigned char len[8];
   for (int i = 0; i < 8; ++i)
     len[i] = static_cast<unsigned char>(header.size() >> (8 * i));
-  write_all(len, 8);
-  write_all(header.data(), header.size());
+  file.write(len, 8);
+  file.write(header.data(), header.size());
   for (const Entry& e : entries_) {
     if (e.tensor.defined())
-      write_all(e.tensor.raw_data(), e.tensor.nbytes());
+      file.write(e.tensor.raw_data(), e.tensor.nbytes());
     else
-      write_all(e.bytes.data(), e.bytes.size());
+      file.write(e.bytes.data(), e.bytes.size());
   }
-  const bool synced = ::fsync(fd) == 0;
-  ::close(fd);
-  if (!synced || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string reason = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    ENGINE_FAIL(path + ": cannot finish writing (" + reason + ")");
-  }
+  file.commit();
 }
 
 }  // namespace core

@@ -78,7 +78,8 @@ struct SafetensorsContents {
 SafetensorsContents load_safetensors(const std::string& path);
 
 // Collects tensors and metadata, then writes the file to a temporary name in the same folder
-// and renames it over `path`, so a reader never sees a partial file.
+// and renames it over `path` (core::AtomicFile), so a reader never sees a partial file; a link,
+// device or folder at `path` is refused, never replaced.
 class SafetensorsWriter {
  public:
   void set_metadata(const std::string& key, const std::string& value);

@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "core/check.h"
+#include "core/output_file.h"
 #include "core/rng.h"
 
 namespace data {
@@ -175,25 +176,10 @@ void write_shard(const std::string& path, std::span<const uint16_t> tokens) {
   header[0] = kShardMagic;
   header[1] = kShardVersion;
   header[2] = static_cast<int32_t>(tokens.size());
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  ENGINE_CHECK(f != nullptr, shard_error(tmp, "cannot create: " + std::string(strerror(errno))));
-  bool ok = std::fwrite(header, sizeof(header), 1, f) == 1;
-  if (ok && !tokens.empty()) {
-    ok = std::fwrite(tokens.data(), sizeof(uint16_t), tokens.size(), f) == tokens.size();
-  }
-  ok = std::fflush(f) == 0 && ok;
-  ok = fsync(fileno(f)) == 0 && ok;
-  ok = std::fclose(f) == 0 && ok;
-  if (!ok) {
-    std::remove(tmp.c_str());
-    ENGINE_FAIL(shard_error(tmp, "write failed: " + std::string(strerror(errno))));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string reason = strerror(errno);
-    std::remove(tmp.c_str());
-    ENGINE_FAIL(shard_error(path, "cannot rename temporary file into place: " + reason));
-  }
+  core::AtomicFile file(path, "the token shard");
+  file.write(header, sizeof(header));
+  file.write(tokens.data(), tokens.size() * sizeof(uint16_t));
+  file.commit();
 }
 
 }  // namespace data

@@ -61,8 +61,9 @@ class TokenHash {
 // Reads a whole shard (header, size and every id < vocab_size checked).
 std::vector<uint16_t> read_shard(const std::string& path, int64_t vocab_size = kShardMaxVocab);
 
-// Writes a shard atomically: to `path` + ".tmp.<pid>", flushed, then renamed over `path`, so a
-// reader never sees a half-written shard. Ids must fit uint16 (they do by type); the count must
+// Writes a shard atomically (core::AtomicFile): to a temporary name beside it, flushed, then
+// renamed over `path` (never a link, device or folder there), so a reader never sees a
+// half-written shard. Ids must fit uint16 (they do by type); the count must
 // fit the int32 header field.
 void write_shard(const std::string& path, std::span<const uint16_t> tokens);
 

@@ -794,6 +794,9 @@ void validate_config(const Config& c, ConfigUse use) {
       if (on) fail(key, "needs model.arch modern");
   }
   if (c.model.norm_eps <= 0) fail("model.norm_eps", "must be positive");
+  // An epsilon keeps the norm's division finite; at 1 or more it outweighs the mean square of
+  // the activations it divides (1e308 was accepted, and the run stopped at step 3).
+  if (c.model.norm_eps >= 1) fail("model.norm_eps", "must be below 1 (a small guard, e.g. 1e-6)");
   if (c.model.rotary_base <= 1) fail("model.rotary_base", "must be above 1");
   if (c.model.rotary_truncate && c.model.n_head > 0 && c.model.d_model % c.model.n_head == 0) {
     const int64_t hd = c.model.d_model / c.model.n_head;
@@ -802,6 +805,10 @@ void validate_config(const Config& c, ConfigUse use) {
            "needs a head size that is a multiple of 4 and at least 8, got " + std::to_string(hd));
   }
   if (c.model.embed_std <= 0) fail("model.embed_std", "must be positive");
+  // The record's embeddings start at 1 (nn.Embedding's N(0, 1)); 1e30 was accepted and the first
+  // steps overflowed.
+  if (c.model.embed_std > 10)
+    fail("model.embed_std", "must be at most 10 (0.02 for GPT-2, 1 for the record)");
   if (c.model.window_block < 0) fail("model.window_block", "must be >= 0 (0: token-granular)");
   if (c.model.window_block > 0 &&
       (c.model.window == 0 || c.model.window % c.model.window_block != 0))

@@ -14,7 +14,7 @@
 #include <filesystem>
 #include <mutex>
 
-#include "engine/run_file.h"
+#include "core/output_file.h"
 
 namespace engine {
 
@@ -103,7 +103,7 @@ namespace {
 // file and the reason, and writes nothing more: the run and its console go on.
 class LineFileSink : public spdlog::sinks::base_sink<std::mutex> {
  public:
-  // Takes the open file `fd` (open_run_file: no link is followed).
+  // Takes the open file `fd` (core::open_output_file: no link is followed).
   LineFileSink(std::string path, int fd) : path_(std::move(path)), fd_(fd) {
     size_ = ::lseek(fd_, 0, SEEK_END);
   }
@@ -152,8 +152,8 @@ LogFile::LogFile(const std::string& path, bool append) {
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent);
   sink_ = std::make_shared<LineFileSink>(
-      path,
-      open_run_file(path, O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC), "the log file"));
+      path, core::open_output_file(path, O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC),
+                                   "the log file"));
   sink_->set_pattern("%v");
   sink_->set_level(spdlog::level::info);
   spdlog::default_logger()->sinks().push_back(sink_);

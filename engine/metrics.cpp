@@ -14,7 +14,7 @@
 #include <sstream>
 
 #include "core/check.h"
-#include "engine/run_file.h"
+#include "core/output_file.h"
 
 namespace engine {
 
@@ -148,8 +148,8 @@ MetricsWriter::MetricsWriter(const std::string& path, int64_t keep_through_step)
   if (!parent.empty()) std::filesystem::create_directories(parent);
   // Opened before it is read, and not through a link: a metrics.jsonl planted as a link to a
   // file outside the log folder was read and then replaced.
-  fd_ = open_run_file(path, O_RDWR | O_CREAT | (keep_through_step < 0 ? O_TRUNC : 0),
-                      "the metrics file");
+  fd_ = core::open_output_file(path, O_RDWR | O_CREAT | (keep_through_step < 0 ? O_TRUNC : 0),
+                               "the metrics file");
   std::string kept;
   if (keep_through_step >= 0) {
     std::string text;

@@ -14,8 +14,8 @@
 #include <utility>
 
 #include "core/check.h"
+#include "core/output_file.h"
 #include "engine/checkpoint/checkpoint_files.h"
-#include "engine/run_file.h"
 
 namespace engine {
 
@@ -231,12 +231,17 @@ void prepare_resume_from_older(const Config& c, const std::string& resume, int64
 
 void check_run_files(const Config& c) {
   const fs::path log = c.log.dir;
-  check_run_file((log / "log.txt").string(), "the log file");
-  check_run_file((log / "config.yaml").string(), "the config copy");
-  check_run_file((log / "metrics.jsonl").string(), "the metrics file");
-  if (!c.log.trace.empty()) check_run_file((log / "trace.json").string(), "the trace file");
-  check_run_file((log / ".engine.lock").string(), "the run lock");
-  check_run_file((fs::path(c.checkpoint.dir) / ".engine.lock").string(), "the run lock");
+  // Written in place (a character device such as /dev/null takes the writes) ...
+  constexpr core::DeviceTarget in_place = core::DeviceTarget::Allowed;
+  core::check_output_file((log / "log.txt").string(), "the log file", in_place);
+  core::check_output_file((log / "metrics.jsonl").string(), "the metrics file", in_place);
+  core::check_output_file((log / ".engine.lock").string(), "the run lock", in_place);
+  core::check_output_file((fs::path(c.checkpoint.dir) / ".engine.lock").string(), "the run lock",
+                          in_place);
+  // ... or whole and renamed into place: only a regular file is replaced.
+  core::check_output_file((log / "config.yaml").string(), "the config copy");
+  if (!c.log.trace.empty())
+    core::check_output_file((log / "trace.json").string(), "the trace file");
 }
 
 }  // namespace engine

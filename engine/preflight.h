@@ -41,9 +41,9 @@ void prepare_fresh_start(const Config& config);
 void prepare_resume_from_older(const Config& config, const std::string& resume, int64_t from);
 
 // The files a run writes in its folders (log.txt, config.yaml, metrics.jsonl, trace.json with
-// log.trace, .engine.lock) must
-// not be symbolic links or other than regular files where they exist: refused naming the file,
-// on rank 0 before any work (each is opened without following links too, open_run_file).
+// log.trace, .engine.lock) must not be symbolic links or other than regular files where they
+// exist (a character device for the files written in place): refused naming the file, on rank 0
+// before any work (each writer checks again as it writes: core/output_file.h).
 void check_run_files(const Config& config);
 
 }  // namespace engine

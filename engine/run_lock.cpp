@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "core/check.h"
-#include "engine/run_file.h"
+#include "core/output_file.h"
 
 namespace engine {
 
@@ -50,7 +50,8 @@ RunLock::RunLock(const std::vector<std::string>& dirs, Mode mode, double wait_se
       const std::string path = (std::filesystem::path(dir) / ".engine.lock").string();
       // Not through a link: two lock files linked to one outside file made a run wait 60 s on
       // its own lock and then blame another run.
-      const int fd = open_run_file(path, O_RDWR | O_CREAT, "the run lock");
+      const int fd =
+          core::open_output_file(path, O_RDWR | O_CREAT, "the run lock", core::SharedFile::Refuse);
       fds_.push_back(fd);
       struct stat st {};
       ENGINE_CHECK(::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1,

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/check.h"
-#include "engine/run_file.h"
+#include "core/output_file.h"
 
 namespace engine {
 
@@ -74,8 +74,9 @@ void RunTrace::write() {
   }
   text += "\n]}\n";
   try {
-    // Not through a link planted in the log folder (write_run_file opens with O_NOFOLLOW).
-    write_run_file(path_, text, "the trace file");
+    // Not through a link planted in the log folder, and whole or not at all: a full disk left
+    // a 0-byte trace.json when it was written in place.
+    core::write_output_file(path_, text, "the trace file");
   } catch (const core::Error& e) {  // the run goes on: a trace is not worth a training run
     spdlog::warn("log.trace: could not write {}: {}", path_, e.what());
     return;

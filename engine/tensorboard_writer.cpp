@@ -11,7 +11,7 @@
 #include <filesystem>
 
 #include "core/check.h"
-#include "engine/run_file.h"
+#include "core/output_file.h"
 
 namespace engine {
 
@@ -154,8 +154,9 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
   path_ = (folder / ("events.out.tfevents." + std::to_string(static_cast<int64_t>(now)) + "." +
                      host + "." + std::to_string(getpid())))
               .string();
-  // Not through a link in the log folder (open_run_file: O_NOFOLLOW).
-  fd_ = open_run_file(path_, O_WRONLY | O_CREAT | O_TRUNC, "the log.tensorboard event file");
+  // Not through a link in the log folder (core::open_output_file: O_NOFOLLOW).
+  fd_ =
+      core::open_output_file(path_, O_WRONLY | O_CREAT | O_TRUNC, "the log.tensorboard event file");
   ENGINE_CHECK(append(tfrecord(file_version_event(now))),
                "log.tensorboard: cannot write " + path_ + ": " + std::strerror(errno));
 }

@@ -15,6 +15,7 @@
 #include "comm/traced_communicator.h"
 #include "core/check.h"
 #include "core/cpu_affinity.h"
+#include "core/output_file.h"
 #include "core/transfer.h"
 #include "data/data_loader.h"
 #include "data/val_loader.h"
@@ -26,7 +27,6 @@
 #include "engine/precision.h"
 #include "engine/preflight.h"
 #include "engine/reparam/reparam_kinds.h"
-#include "engine/run_file.h"
 #include "engine/stop_signal.h"
 #include "engine/tensorboard_writer.h"
 #include "engine/trainable.h"
@@ -545,8 +545,8 @@ TrainSummary Trainer::run() {
   std::unique_ptr<TensorBoardWriter> tensorboard;
   if (comm_.rank() == 0) {
     fs::create_directories(config_.log.dir);
-    write_run_file((fs::path(config_.log.dir) / "config.yaml").string(), config_to_yaml(config_),
-                   "the config copy");
+    core::write_output_file((fs::path(config_.log.dir) / "config.yaml").string(),
+                            config_to_yaml(config_), "the config copy");
     if (config_.log.metrics)
       metrics =
           std::make_unique<MetricsWriter>((fs::path(config_.log.dir) / "metrics.jsonl").string(),

@@ -542,7 +542,9 @@ int run(int argc, char** argv, const comm::MpiSession& session, comm::Communicat
   // eval, export and sample: the model and its weights (and for eval the validation data),
   // no optimizers, sharding or training data.
   if (a.command == "export")
-    refused_on_error([&] { engine::check_export_target(a.option("--out"), checkpoint); });
+    refused_on_error([&] {
+      engine::check_export_target(a.option("--out"), checkpoint, a.option("--format") == "hf");
+    });
   refused_on_error([&] { engine::check_model_fits_memory(config); });
   const bool eval = a.command == "eval";
   if (eval && a.options.count("--all"))

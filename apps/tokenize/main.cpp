@@ -1,5 +1,8 @@
 // tokenize: GPT-2 BPE from the command line. Text, JSON Lines, directories, globs or stdin ->
 // train/validation token shards on all cores, or stdin text <-> ids.
+#include <pthread.h>
+#include <signal.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -191,6 +194,61 @@ class ProgressReporter {
   std::thread thread_;
 };
 
+// SIGINT, SIGTERM and SIGHUP while shards are written: the staging folder is removed and
+// tokenize exits with 128 + the signal's number, so a stopped run leaves the folder as it was (a
+// killed run left its staging folder and shards behind). The signals are blocked in every thread
+// (the constructor runs before any other thread starts, and threads inherit the mask); one
+// thread waits for them, so the removal runs as ordinary code, not in a signal handler. A signal
+// ignored when tokenize started (nohup) stays ignored.
+class StopSignals {
+ public:
+  StopSignals() {
+    sigemptyset(&set_);
+    for (const int sig : {SIGINT, SIGTERM, SIGHUP}) {
+      struct sigaction now {};
+      if (::sigaction(sig, nullptr, &now) == 0 && now.sa_handler != SIG_IGN) sigaddset(&set_, sig);
+    }
+    ::pthread_sigmask(SIG_BLOCK, &set_, &old_);
+    thread_ = std::thread([this] { wait(); });
+  }
+  ~StopSignals() {
+    done_ = true;
+    thread_.join();
+    ::pthread_sigmask(SIG_SETMASK, &old_, nullptr);  // a signal pending now ends the process
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+  // The outputs to abandon on a signal (nullptr: none).
+  void watch(data::ShardOutputs* outputs) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    outputs_ = outputs;
+  }
+
+ private:
+  void wait() {
+    const timespec poll{0, 100 * 1000 * 1000};
+    while (!done_) {
+      const int sig = ::sigtimedwait(&set_, nullptr, &poll);
+      if (sig <= 0) continue;
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (outputs_ != nullptr) outputs_->abandon();
+      const char* name = sigabbrev_np(sig);
+      std::fprintf(stderr,
+                   "tokenize: stopped by SIG%s; no shard written (staging folder removed)\n",
+                   name != nullptr ? name : "NAL");
+      std::fflush(stderr);
+      std::_Exit(128 + sig);  // the kernel drops the prefix's lock
+    }
+  }
+
+  sigset_t set_{}, old_{};
+  std::atomic<bool> done_{false};
+  std::mutex mutex_;
+  data::ShardOutputs* outputs_ = nullptr;
+  std::thread thread_;
+};
+
 // Whether document `index` (0-based, input order) belongs to the validation split.
 bool is_val_document(int64_t index, const Options& opt) {
   if (opt.val_docs > 0) return index < opt.val_docs;
@@ -200,10 +258,11 @@ bool is_val_document(int64_t index, const Options& opt) {
   return false;
 }
 
-int run_shards(const Options& opt) {
+int run_shards(const Options& opt, StopSignals& signals) {
   const std::vector<std::string> paths = data::expand_text_inputs(opt.inputs);
   ENGINE_CHECK(!paths.empty(), "tokenize: no input files");
-  // Refused before any work: what exists under the prefix, an input that is an output.
+  // Refused before any work: what exists under the prefix, an input that is an output, another
+  // run of the prefix.
   std::unique_ptr<data::ShardOutputs> outputs;
   try {
     outputs = std::make_unique<data::ShardOutputs>(opt.output, paths, opt.overwrite);
@@ -211,6 +270,14 @@ int run_shards(const Options& opt) {
     std::fprintf(stderr, "%s\n", printable(e.what()).c_str());
     return 2;
   }
+  for (const std::string& stale : outputs->removed_stale())
+    std::fprintf(stderr, "tokenize: removed %s, left by a killed tokenize run of this prefix\n",
+                 printable(stale).c_str());
+  signals.watch(outputs.get());
+  struct Unwatch {
+    StopSignals& s;
+    ~Unwatch() { s.watch(nullptr); }  // before the outputs go
+  } unwatch{signals};
   // Threads beyond the cores only wait for them, and each one holds a workspace (a few MB once
   // its cache fills): --threads 1000 took 9.9 GB with a tokenizer per thread.
   const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
@@ -478,7 +545,8 @@ int main(int argc, char** argv) {
   try {
     if (opt.encode) return run_encode(opt);
     if (opt.decode) return run_decode(opt);
-    return run_shards(opt);
+    StopSignals signals;
+    return run_shards(opt, signals);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", printable(e.what()).c_str());
     return 1;

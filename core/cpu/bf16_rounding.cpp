@@ -23,8 +23,7 @@ void round_to_bf16_software(bf16* out, const float* in, int64_t n) {
 
 bool round_to_bf16_has_avx512() {
   static const bool has = [] {
-    const char* env = std::getenv(kNoBf16Env);
-    return detect_cpu_bf16_isa().avx512_bf16 && !(env && std::string(env) == "1");
+    return detect_cpu_bf16_isa().avx512_bf16 && !cpu_no_bf16_requested();
   }();
   return has;
 }

@@ -10,6 +10,8 @@
 #include <fstream>
 #include <string>
 
+#include "core/check.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
@@ -49,10 +51,24 @@ CpuBf16Isa detect_cpu_bf16_isa() {
   return isa;
 }
 
+std::string shown_env_value(const std::string& value) {
+  constexpr size_t kShown = 64;
+  if (value.size() <= kShown) return value;
+  return value.substr(0, kShown) + "... (" + std::to_string(value.size()) + " characters)";
+}
+
+bool cpu_no_bf16_requested() {
+  const char* env = std::getenv(kNoBf16Env);
+  const std::string value = env != nullptr ? env : "";
+  ENGINE_CHECK(value.empty() || value == "0" || value == "1",
+               std::string(kNoBf16Env) + "=" + shown_env_value(value) +
+                   ": must be 1 (treat the CPU as one without bf16 instructions) or 0 / unset");
+  return value == "1";
+}
+
 const std::string& cpu_bf16_gemm_slow_reason() {
   static const std::string reason = [] {
-    const char* env = std::getenv(kNoBf16Env);
-    if (env && std::string(env) == "1")
+    if (cpu_no_bf16_requested())
       return std::string(kNoBf16Env) + "=1 is set: bf16 GEMMs run as f32 GEMMs of the bf16 values";
     const CpuBf16Isa isa = detect_cpu_bf16_isa();
     if (isa.avx512_bf16 || isa.amx_bf16) return std::string();

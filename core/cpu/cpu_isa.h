@@ -19,6 +19,14 @@ CpuBf16Isa detect_cpu_bf16_isa();
 // instructions (tests of the fallback on machines that have them): ENGINE_CPU_NO_BF16=1.
 inline constexpr const char* kNoBf16Env = "ENGINE_CPU_NO_BF16";
 
+// Whether ENGINE_CPU_NO_BF16 asks for the fallback: unset, empty or 0 no, 1 yes. Any other value
+// throws core::Error naming it ("true", "yes" and "abc" were taken as no without a word).
+bool cpu_no_bf16_requested();
+
+// An environment variable's value as a message shows it: at most 64 characters, then how many
+// there are ("ENGINE_CPU_TRANS_A_GEMM=<5000 characters>" was echoed whole).
+std::string shown_env_value(const std::string& value);
+
 // Why bf16 GEMMs do not run on bf16 instructions here, in one line; empty when they do. Decided
 // once per process (the first call), from detect_cpu_bf16_isa() and ENGINE_CPU_NO_BF16.
 const std::string& cpu_bf16_gemm_slow_reason();

@@ -55,8 +55,9 @@ bool cpu::f32_trans_a_on_openblas() {
   static const bool on_openblas = [] {
     if (const char* env = std::getenv(kTransAGemmEnv); env != nullptr && *env != '\0') {
       const std::string choice = env;
-      ENGINE_CHECK(choice == "onednn" || choice == "openblas",
-                   std::string(kTransAGemmEnv) + "=" + choice + ": must be onednn or openblas");
+      ENGINE_CHECK(choice == "onednn" || choice == "openblas", std::string(kTransAGemmEnv) + "=" +
+                                                                   shown_env_value(choice) +
+                                                                   ": must be onednn or openblas");
       return choice == "openblas";
     }
     const std::string isa = onednn_isa();

@@ -532,15 +532,22 @@ std::string resume_refusal(const std::string& root, const std::string& chosen,
   // Offer the newest complete checkpoint older than the refused one.
   std::string offer;
   const std::string name = fs::path(chosen).lexically_normal().filename().string();
-  for (const auto& dir : list_checkpoints(root))
+  const std::vector<std::string> all = list_checkpoints(root);
+  for (const auto& dir : all)
     if (fs::path(dir).filename().string() < name) offer = dir;
   std::string msg = "cannot resume from " + chosen + ": " + reason;
-  if (!offer.empty())
-    msg += "; the next older checkpoint is " + offer + " (resume from it with --set " +
-           "checkpoint.resume=" + offer + ")";
-  else
-    msg += "; there is no older checkpoint in " + root;
-  return msg;
+  if (offer.empty()) return msg + "; there is no older checkpoint in " + root;
+  // A resume from a checkpoint older than others in the folder is refused unless they go
+  // (prepare_resume_from_older): the offer says so, or following it met the next refusal.
+  const auto newer = static_cast<size_t>(std::count_if(all.begin(), all.end(), [&](const auto& d) {
+    return fs::path(d).filename() > fs::path(offer).filename();
+  }));
+  msg += "; the next older checkpoint is " + offer + " (resume from it with --set " +
+         "checkpoint.resume=" + offer;
+  if (newer > 0)
+    msg += " --set checkpoint.overwrite=true, which deletes the " + std::to_string(newer) +
+           " newer checkpoint(s) in " + root + " once it is accepted";
+  return msg + ")";
 }
 
 std::vector<std::string> incomplete_checkpoints(const std::string& root) {

@@ -24,6 +24,7 @@
 #include "core/rng.h"
 #include "core/tensor.h"
 #include "tests/core/gemm_bar.h"
+#include "tests/test_util.h"
 
 namespace {
 
@@ -416,3 +417,25 @@ TEST(Bf16Isa, BackendGemmTakesThePathTheReasonSays) {
 }
 
 }  // namespace
+
+// ENGINE_CPU_NO_BF16=true, yes or abc was taken as "no" without a word (only 1 counted): any value
+// but 0, 1 or empty is refused by name.
+TEST(Bf16Isa, NoBf16AcceptsOnly0Or1) {
+  const char* env = std::getenv(core::cpu::kNoBf16Env);
+  const std::string saved = env != nullptr ? env : "";
+  for (const char* value : {"true", "yes", "abc"}) {
+    ::setenv(core::cpu::kNoBf16Env, value, 1);
+    const std::string msg = test_util::error_of([] { core::cpu::cpu_no_bf16_requested(); });
+    EXPECT_NE(msg.find(std::string("ENGINE_CPU_NO_BF16=") + value + ": must be 1"),
+              std::string::npos)
+        << msg;
+  }
+  ::setenv(core::cpu::kNoBf16Env, "1", 1);
+  EXPECT_TRUE(core::cpu::cpu_no_bf16_requested());
+  ::setenv(core::cpu::kNoBf16Env, "0", 1);
+  EXPECT_FALSE(core::cpu::cpu_no_bf16_requested());
+  if (env != nullptr)
+    ::setenv(core::cpu::kNoBf16Env, saved.c_str(), 1);
+  else
+    ::unsetenv(core::cpu::kNoBf16Env);
+}

@@ -9,11 +9,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "core/check.h"
+#include "data/shard_outputs.h"
 #include "data/shard_set.h"
 #include "data/shard_writer.h"
 #include "data/token_shard.h"
@@ -229,6 +231,70 @@ TEST(ShardWriter, SplitsIntoNumberedShardsAndDeletesNothing) {
   const std::vector<int32_t> too_big = {65536};
   EXPECT_THROW(bad.append(too_big), core::Error);
   EXPECT_THROW(data::ShardWriter(prefix, 0), core::Error);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+
+namespace {
+
+std::string file_text(const fs::path& p) {
+  std::ifstream in(p);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// tokenize wrote its list to PREFIX.tokenize.json.tmp.<pid> with std::ofstream, which follows a
+// link: one planted there made it overwrite the file outside the folder, and the list became
+// that link. The list's temporary name is unpredictable now and never opened through a link; a
+// link at the list itself is refused before any work.
+TEST(ShardOutputs, TheListIsNeverWrittenThroughALink) {
+  const fs::path dir = temp_dir();
+  const std::string prefix = (dir / "p").string();
+  const std::string list = data::ShardOutputs::list_path(prefix);
+  const fs::path outside = dir / "outside.txt";
+  std::ofstream(outside) << "precious\n";
+  fs::create_symlink(outside, list + ".tmp." + std::to_string(::getpid()));
+  {
+    data::ShardOutputs out(prefix, {}, false);
+    data::write_shard(data::ShardWriter::shard_path(out.staged(prefix), 0),
+                      std::vector<uint16_t>(4, 7));
+    out.commit();
+  }
+  EXPECT_EQ(file_text(outside), "precious\n");
+  EXPECT_FALSE(fs::is_symlink(list));
+  EXPECT_NE(file_text(list).find("\"name\": \"p_000000.bin\""), std::string::npos);
+
+  const std::string other = (dir / "q").string();
+  fs::create_symlink(outside, data::ShardOutputs::list_path(other));
+  const std::string msg = error_of([&] { data::ShardOutputs out(other, {}, false); });
+  EXPECT_NE(msg.find("tokenize: the file list " + data::ShardOutputs::list_path(other) +
+                     " is a symbolic link (to " + outside.string() + ")"),
+            std::string::npos)
+      << msg;
+  EXPECT_EQ(file_text(outside), "precious\n");
+  fs::remove_all(dir);
+}
+
+// One run at a time per prefix: the second is refused naming the lock and the holder (a second
+// open of the lock file conflicts even within one process); once the first ends, the lock file
+// is gone and the prefix free.
+TEST(ShardOutputs, ASecondRunOfThePrefixIsRefusedWhileTheFirstHoldsIt) {
+  const fs::path dir = temp_dir();
+  const std::string prefix = (dir / "p").string();
+  const std::string lock = data::ShardOutputs::lock_path(prefix);
+  EXPECT_EQ(lock, (dir / ".p.tokenize.lock").string());
+  {
+    data::ShardOutputs first(prefix, {}, false);
+    const std::string msg = error_of([&] { data::ShardOutputs second(prefix, {}, true); });
+    EXPECT_NE(msg.find("tokenize: another tokenize run (process " + std::to_string(::getpid()) +
+                       ") is writing the shards of " + prefix + " (it holds " + lock + ")"),
+              std::string::npos)
+        << msg;
+    EXPECT_TRUE(fs::exists(lock));
+  }
+  EXPECT_FALSE(fs::exists(lock));
+  EXPECT_NO_THROW(data::ShardOutputs again(prefix, {}, false));
+  EXPECT_TRUE(fs::is_empty(dir));
   fs::remove_all(dir);
 }
 

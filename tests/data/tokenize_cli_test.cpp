@@ -3,8 +3,11 @@
 // JSON Lines inputs, the validation split, threads, progress and usage errors.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -571,6 +574,176 @@ TEST_F(TokenizeCli, MemoryOfOneLongLineIsBounded) {
   std::printf("memory above the baseline: %.1f x the input (peak %.1f MiB, baseline %.1f MiB)\n",
               ratio, with_line / (1 << 20), base / (1 << 20));
   EXPECT_GT(read_tokens((dir_ / "p").string()).size(), line.size() / 4);
+}
+
+// A tokenize run whose stdin is a pipe the test holds: it takes the prefix's lock, makes its
+// staging folder and then waits for text. Its standard error goes to `err`.
+struct Waiting {
+  pid_t pid = -1;
+  int stdin_fd = -1;
+};
+
+Waiting start_waiting(const std::string& args, const std::string& err) {
+  int p[2];
+  if (::pipe(p) != 0) return {};
+  const std::string command = "exec " + tokenize_cmd(args + " - 2>" + err);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(p[0], 0);
+    ::close(p[0]);
+    ::close(p[1]);
+    ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(p[0]);
+  return {pid, p[1]};
+}
+
+// Waits (up to 20 s) until `path` exists or not, as `exists` says.
+bool wait_for(const fs::path& path, bool exists) {
+  for (int i = 0; i < 400; ++i) {
+    if (fs::exists(path) == exists) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+// The wait status of `pid`.
+int wait_status(pid_t pid) {
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return status;
+}
+
+// Two runs on one prefix both succeeded, and one's output was lost or the two were mixed (42
+// shards on disk, 0-5 from the second run, 6-41 from the first, a list naming 6). The second is
+// refused now, by name, while the first holds the prefix, and the first's output is whole.
+TEST_F(TokenizeCli, ASecondRunOnThePrefixIsRefusedWhileTheFirstRuns) {
+  const std::string prefix = (dir_ / "p").string();
+  const std::string err = (dir_ / "first.err").string();
+  const Waiting first = start_waiting("--shard-tokens 4 --output " + prefix, err);
+  ASSERT_GT(first.pid, 0);
+  const fs::path staging = dir_ / (".p.tokenize." + std::to_string(first.pid));
+  ASSERT_TRUE(wait_for(staging, true)) << file_bytes(err);
+  const std::string doc = write("doc.txt", "The second run's text, which must not land.");
+  for (const std::string flags : {"", "--overwrite "}) {
+    const Result r =
+        run(tokenize_cmd(flags + std::string("--output ") + prefix + " " + doc + " 2>&1"));
+    EXPECT_EQ(r.status, 2) << r.out;
+    EXPECT_NE(r.out.find("tokenize: another tokenize run (process " + std::to_string(first.pid) +
+                         ") is writing the shards of " + prefix + " (it holds " +
+                         (dir_ / ".p.tokenize.lock").string() + ")"),
+              std::string::npos)
+        << r.out;
+  }
+  const std::string text = "The first run's own words, a few shards long.";
+  ASSERT_EQ(::write(first.stdin_fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  ::close(first.stdin_fd);
+  const int status = wait_status(first.pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << file_bytes(err);
+  EXPECT_EQ(read_tokens(prefix), expected_tokens({text}));
+  EXPECT_FALSE(fs::exists(dir_ / ".p.tokenize.lock"));
+  EXPECT_FALSE(fs::exists(staging));
+}
+
+// SIGTERM or Ctrl-C left .PREFIX.tokenize.PID/ with its shards, and the rerun said nothing. The
+// staging folder goes with the run now (exit 128 + the signal); what a SIGKILL leaves, the next
+// run of the prefix removes and names.
+TEST_F(TokenizeCli, AStoppedRunLeavesNoStagingFolderAndAKilledRunsIsRemovedByTheNext) {
+  const std::string prefix = (dir_ / "p").string();
+  const std::string err = (dir_ / "err").string();
+  for (const int sig : {SIGTERM, SIGINT}) {
+    const Waiting run = start_waiting("--output " + prefix, err);
+    ASSERT_GT(run.pid, 0);
+    const fs::path staging = dir_ / (".p.tokenize." + std::to_string(run.pid));
+    ASSERT_TRUE(wait_for(staging, true)) << file_bytes(err);
+    ::kill(run.pid, sig);
+    const int status = wait_status(run.pid);
+    ::close(run.stdin_fd);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 128 + sig)
+        << sig << ": " << status << " " << file_bytes(err);
+    EXPECT_NE(file_bytes(err).find(std::string("tokenize: stopped by ") +
+                                   (sig == SIGTERM ? "SIGTERM" : "SIGINT") +
+                                   "; no shard written (staging folder removed)"),
+              std::string::npos)
+        << file_bytes(err);
+    EXPECT_FALSE(fs::exists(staging)) << sig;
+    EXPECT_FALSE(fs::exists(dir_ / ".p.tokenize.lock")) << sig;
+  }
+  const Waiting killed = start_waiting("--output " + prefix, err);
+  ASSERT_GT(killed.pid, 0);
+  const fs::path stale = dir_ / (".p.tokenize." + std::to_string(killed.pid));
+  ASSERT_TRUE(wait_for(stale, true)) << file_bytes(err);
+  ::kill(killed.pid, SIGKILL);
+  wait_status(killed.pid);
+  ::close(killed.stdin_fd);
+  ASSERT_TRUE(fs::exists(stale));
+  const std::string doc = write("doc.txt", "After the kill.");
+  const Result r = run(tokenize_cmd("--output " + prefix + " " + doc + " 2>&1"));
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("tokenize: removed " + stale.string() +
+                       ", left by a killed tokenize run of this prefix"),
+            std::string::npos)
+      << r.out;
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_EQ(read_tokens(prefix), expected_tokens({"After the kill."}));
+}
+
+// A disk that fills at the list's write left the shards moved into place without a list, and
+// the rerun was refused. The list is written in full first now: nothing moves (here the file-size
+// limit fails the list, which is larger than each small shard).
+TEST_F(TokenizeCli, ADiskFullAtTheListLeavesTheFolderAsItWas) {
+  std::string text;
+  for (int i = 0; i < 300; ++i)
+    text += "word" + std::to_string(i) + " ";
+  const std::string doc = write("doc.txt", text);
+  const fs::path out = dir_ / "out";
+  fs::create_directories(out);
+  const std::string prefix = (out / "o").string();
+  // 3 blocks of 512 bytes: a shard of 8 tokens is 1040 bytes, the list of 70-odd shards 3.5 KB.
+  Result r = run("sh -c \"trap '' XFSZ; ulimit -f 3; exec " +
+                 tokenize_cmd("--shard-tokens 8 --output " + prefix + " " + doc) + "\" 2>&1");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("tokenize: cannot write the file list " + prefix +
+                       ".tokenize.json: File too large"),
+            std::string::npos)
+      << r.out;
+  EXPECT_TRUE(fs::is_empty(out)) << r.out;
+  r = run(tokenize_cmd("--shard-tokens 8 --output " + prefix + " " + doc + " 2>&1"));
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_GT(read_tokens(prefix).size(), 300u);
+}
+
+// PREFIX.tokenize.json a folder: "invalid JSON: unexpected end at byte 0". Named for what it is.
+TEST_F(TokenizeCli, AListThatIsNotAFileIsRefusedByName) {
+  const std::string prefix = (dir_ / "p").string();
+  fs::create_directories(prefix + ".tokenize.json");
+  const std::string doc = write("doc.txt", "Text.");
+  const Result r = run(tokenize_cmd("--output " + prefix + " " + doc + " 2>&1"));
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("tokenize: the file list " + prefix +
+                       ".tokenize.json is not a regular file (it is a directory)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_FALSE(fs::exists(data::ShardWriter::shard_path(prefix, 0)));
+}
+
+// A read-only output folder: a raw "filesystem error ... [ro/.x.tokenize.N]", rc 1. One line
+// naming the file it could not create now, rc 2. (Root writes into a read-only folder: skipped.)
+TEST_F(TokenizeCli, AReadOnlyOutputFolderIsNamedInOneLine) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root writes into a read-only folder";
+  const fs::path ro = dir_ / "ro";
+  fs::create_directories(ro);
+  fs::permissions(ro, fs::perms::owner_read | fs::perms::owner_exec);
+  const std::string doc = write("doc.txt", "Text.");
+  const Result r = run(tokenize_cmd("--output " + (ro / "x").string() + " " + doc + " 2>&1"));
+  fs::permissions(ro, fs::perms::owner_all);
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("tokenize: cannot open the lock file " + (ro / ".x.tokenize.lock").string() +
+                       ": Permission denied"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("filesystem error"), std::string::npos) << r.out;
 }
 
 }  // namespace

@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -331,7 +332,7 @@ def case_checkpoint_write_fails(env):
         kill_session(p.pid)
     p.stdout, p.stderr = out, ""
     expect_refused(p, os.path.join(root, "step_00000015.tmp", "rank_0000"),
-                   "write failed (File too large)")
+                   ": File too large")
     after = tree_sums(root)
     for k in list(after):
         if ".tmp" in k:
@@ -760,8 +761,18 @@ def case_resume_weak(env):
         expect_refused(p, "cannot resume from " + s20 + ": checkpoint " + s20 + " has no "
                        "parameter blocks.1.mlp.fc.weight",
                        "; the next older checkpoint is " + s10 +
-                       " (resume from it with --set checkpoint.resume=" + s10 + ")")
+                       " (resume from it with --set checkpoint.resume=" + s10 +
+                       " --set checkpoint.overwrite=true, which deletes the 1 newer checkpoint(s)"
+                       " in ")
         check(p.returncode == 2, "exit status %d for a damaged checkpoint" % p.returncode)
+        # Doing as it says resumes (it said only checkpoint.resume, and that was refused in turn
+        # because step 20 exists): on a copy, so the run's own files stay as they are.
+        shutil.copytree(d, d + "_follow")
+        f10 = os.path.join(d + "_follow", "ckpt", "step_00000010")
+        p, _ = env.run(1, "run_follow", ["checkpoint.resume=" + f10, "checkpoint.overwrite=true",
+                                         "train.steps=12", "checkpoint.at_end=false"])
+        check("resumed from " + f10 in p.stdout + p.stderr,
+              "following the offer did not resume:\n" + (p.stdout + p.stderr)[-3000:])
     finally:
         with open(manifest, "w") as f:
             f.write(original)
@@ -928,8 +939,28 @@ def case_export_into_checkpoint(env):
     outside = os.path.join(env.work, "weights.safetensors")
     p = export(outside)
     check(p.returncode == 0 and os.path.exists(outside), "export outside failed:\n" + p.stderr)
+    # Targets that are no weights file: a FIFO, a program (the engine's own executable was
+    # replaced), an empty name, a folder name for the file. (/dev/null itself is left to the unit
+    # test: a regression here would replace the machine's /dev/null as root.)
+    fifo, program = os.path.join(env.work, "fifo"), os.path.join(env.work, "program.sh")
+    os.mkfifo(fifo)
+    with open(program, "w") as f:
+        f.write("#!/bin/sh\n")
+    os.chmod(program, 0o755)
+    for out, needle in [(fifo, "--out %s is not a regular file (it is a FIFO)" % fifo),
+                        (program, "--out %s is an executable file (mode 0755)" % program),
+                        ("", "--out is empty"),
+                        (outside + "/", "--out '%s/' ends in '/'" % outside)]:
+        p = export(out)
+        text = p.stdout + p.stderr
+        check(p.returncode == 2 and ("engine export: " + needle) in text,
+              "--out %r: exit status %d, no refusal naming it:\n%s" % (out, p.returncode, text))
+    check(stat.S_ISFIFO(os.lstat(fifo).st_mode), "the FIFO was replaced")
+    with open(program) as f:
+        check(f.read() == "#!/bin/sh\n", "the program was replaced")
     print("export into the checkpoint read (rank file, manifest, folder, new file, via a link "
-          "and ..) or another checkpoint refused; checkpoints unchanged; outside exported")
+          "and ..) or another checkpoint refused; checkpoints unchanged; outside exported; a "
+          "FIFO, a program, '' and 'file/' refused")
 
 
 CASES = {

@@ -421,8 +421,13 @@ TEST_F(CheckpointTest, DamagedNewestRefusedOfferingTheNextOlder) {
   const std::string older = save(4);
   const std::string newer = save(9);
   const std::string rank1 = newer + "/rank_00001.safetensors";
+  // With the overwrite a resume from it needs while the damaged one is newer (it was left out,
+  // and following the offer met the next refusal).
   const std::string offer = "; the next older checkpoint is " + older +
-                            " (resume from it with --set checkpoint.resume=" + older + ")";
+                            " (resume from it with --set checkpoint.resume=" + older +
+                            " --set checkpoint.overwrite=true, which deletes the 1 newer "
+                            "checkpoint(s) in " +
+                            root_ + " once it is accepted)";
   // Cut short.
   fs::resize_file(rank1, fs::file_size(rank1) - 8);
   resign(newer, "rank_00001.safetensors");
@@ -507,14 +512,25 @@ TEST_F(CheckpointTest, FailedWritesNameTheFileAndKeepCompleteCheckpoints) {
   EXPECT_NE(msg.find("writing " + staging + "/manifest.yaml.tmp failed"), std::string::npos) << msg;
   EXPECT_NE(msg.find("No space left on device"), std::string::npos) << msg;
 
-  // A rank file: its writer's temporary file is the full disk.
+  // A rank file: its writer's temporary name is unpredictable (core::AtomicFile), so the full
+  // disk is a file-size limit here (write() fails with EFBIG, as it would with ENOSPC).
   prepare_staging(root_, 12);
-  const std::string rank_tmp =
-      staging + "/" + engine::rank_file_name(0) + ".tmp." + std::to_string(::getpid());
-  fs::create_symlink("/dev/full", rank_tmp);
-  msg = error_of([&] { engine::write_rank_file(staging, 0, {{"a", {5, 3}, 0, 0, a}}); });
-  EXPECT_NE(msg.find(rank_tmp), std::string::npos) << msg;
-  EXPECT_NE(msg.find("No space left on device"), std::string::npos) << msg;
+  const std::string rank_file = staging + "/" + engine::rank_file_name(0);
+  EXPECT_EQ(test_util::run_with_file_size_limit(
+                16,
+                [&] {
+                  const std::string m = error_of([&] {
+                    engine::write_rank_file(staging, 0, {{"a", {5, 3}, 0, 0, a}});
+                  });
+                  std::fprintf(stderr, "%s\n", m.c_str());
+                  return m.find("cannot write the safetensors file " + rank_file +
+                                ": File too large") != std::string::npos
+                             ? 0
+                             : 1;
+                }),
+            0);
+  for (const fs::directory_entry& e : fs::directory_iterator(staging))
+    EXPECT_FALSE(e.path().filename().string().starts_with(".")) << "left " << e.path();
 
   auto after = tree_checksums(root_);
   for (auto it = after.begin(); it != after.end();)

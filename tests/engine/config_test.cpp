@@ -333,6 +333,8 @@ TEST(Config, RecipeKeysAreCheckedByName) {
       {{"model.norm_eps=0"}, "'model.norm_eps': must be positive"},
       {{"model.rotary_base=1"}, "'model.rotary_base': must be above 1"},
       {{"model.embed_std=0"}, "'model.embed_std': must be positive"},
+      {{"model.norm_eps=1e308"}, "'model.norm_eps': must be below 1"},
+      {{"model.embed_std=1e30"}, "'model.embed_std': must be at most 10"},
       {{"model.window_block=-1"}, "'model.window_block': must be >= 0"},
       {{"model.window_block=128"}, "'model.window_block': needs model.window, a multiple of it"},
       {{"model.window=100", "model.window_block=128"},

@@ -1,7 +1,7 @@
 // The files a run writes in its folders are opened without following a link (the e2e case
 // log_links checks the refusal before a run; these check the open itself, which also catches a
 // link planted after that check) and must be regular files.
-#include "engine/run_file.h"
+#include "core/output_file.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -12,6 +12,8 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+
+#include <spdlog/spdlog.h>
 
 #include "engine/console_log.h"
 #include "engine/metrics.h"
@@ -60,7 +62,7 @@ TEST(RunFile, EveryWriterRefusesALinkAndLeavesItsTargetAlone) {
             std::string::npos);
   why = plant(copy);
   EXPECT_NE(error_of([&] {
-              engine::write_run_file(copy.string(), "x: 1\n", "the config copy");
+              core::write_output_file(copy.string(), "x: 1\n", "the config copy");
             }).find("the config copy " + copy.string() + " " + why),
             std::string::npos);
   why = plant(dir / ".engine.lock");
@@ -82,7 +84,7 @@ TEST(RunFile, FifoAndFolderAreRefusedWithoutWaiting) {
             }).find("the log file " + fifo.string() + " is not a regular file (it is a FIFO)"),
             std::string::npos);
   EXPECT_NE(error_of([&] {
-              engine::check_run_file(fifo.string(), "the log file");
+              core::check_output_file(fifo.string(), "the log file");
             }).find("(it is a FIFO)"),
             std::string::npos);
   fs::create_directories(dir / "metrics.jsonl");
@@ -91,11 +93,42 @@ TEST(RunFile, FifoAndFolderAreRefusedWithoutWaiting) {
             }).find("the metrics file"),
             std::string::npos);
   // A regular file, or none yet, is fine.
-  EXPECT_EQ(error_of([&] { engine::check_run_file((dir / "none").string(), "x"); }), "(no error)");
-  engine::write_run_file((dir / "config.yaml").string(), "a: 1\n", "the config copy");
-  engine::write_run_file((dir / "config.yaml").string(), "b\n", "the config copy");
+  EXPECT_EQ(error_of([&] { core::check_output_file((dir / "none").string(), "x"); }), "(no error)");
+  core::write_output_file((dir / "config.yaml").string(), "a: 1\n", "the config copy");
+  core::write_output_file((dir / "config.yaml").string(), "b\n", "the config copy");
   EXPECT_EQ(text_of(dir / "config.yaml"), "b\n");
   fs::remove_all(dir);
+}
+
+// After a `cp -al` snapshot of a run folder, a resume rewrote the snapshot: log.txt, config.yaml,
+// trace.json and metrics.jsonl were written through their hard links. Each run file is a file of
+// its own once written (the snapshot keeps what it held); the lock files are refused instead.
+TEST(RunFile, HardLinkedRunFilesBecomeFilesOfTheirOwn) {
+  const fs::path dir = fresh_dir("hard"), snap = fresh_dir("hard_snapshot");
+  const fs::path log = dir / "log.txt", metrics = dir / "metrics.jsonl", copy = dir / "config.yaml";
+  std::ofstream(log) << "step:1/4 train_loss:9.0\n";
+  std::ofstream(metrics) << "{\"step\":1}\n{\"step\":2}\n";
+  std::ofstream(copy) << "old: 1\n";
+  for (const fs::path& f : {log, metrics, copy})
+    fs::create_hard_link(f, snap / f.filename());
+  {
+    engine::LogFile f(log.string(), /*append=*/true);
+    spdlog::info("step:2/4 train_loss:8.0");
+  }
+  { engine::MetricsWriter w(metrics.string(), 1); }
+  core::write_output_file(copy.string(), "new: 1\n", "the config copy");
+  EXPECT_EQ(text_of(snap / "log.txt"), "step:1/4 train_loss:9.0\n");
+  EXPECT_EQ(text_of(snap / "metrics.jsonl"), "{\"step\":1}\n{\"step\":2}\n");
+  EXPECT_EQ(text_of(snap / "config.yaml"), "old: 1\n");
+  EXPECT_NE(text_of(log).find("step:1/4 train_loss:9.0\nstep:2/4 train_loss:8.0"),
+            std::string::npos)
+      << text_of(log);
+  EXPECT_EQ(text_of(metrics), "{\"step\":1}\n");
+  EXPECT_EQ(text_of(copy), "new: 1\n");
+  for (const fs::path& f : {log, metrics, copy})
+    EXPECT_EQ(fs::hard_link_count(f), 1u) << f;
+  fs::remove_all(dir);
+  fs::remove_all(snap);
 }
 
 }  // namespace
