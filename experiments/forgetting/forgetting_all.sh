@@ -9,6 +9,11 @@
 #                             each seed from its own pretraining (forgetting.sh's
 #                             PRETRAIN_PER_SEED: a seed's pretraining and runs fit in one sitting,
 #                             and a fresh clone keeps no checkpoint), OSFT at ratio 0.5 alone
+#   brown_imaginative_per_seed  issue 65: brown_imaginative with each seed from its own
+#                             pretraining (so the seeds sample the pretraining too, not only the
+#                             fine-tuning data order), AdamW also at 3.5e-4 4e-4 5e-4 (inside the
+#                             frontier's 3e-4 -> 1e-3 segment that carried the low-gain claim)
+#                             and OSFT also at 5e-3 (between its best gain and 1e-2)
 # The unfrozen grids' run list: seeds 1 2 3; AdamW at 3e-4 1e-3 1.5e-3 2e-3 3e-3 1e-2; OSFT at
 # unfreeze_rank_ratio 0.5 and 0.25, each at 3e-4 1e-3 3e-3 1e-2 (the frozen grid's is
 # forgetting_frozen.sh's). After each grid, and once more at the end, its frontier is
@@ -44,7 +49,7 @@ cd "$repo"
 mode="${1:-run}"
 [[ "$mode" == run || "$mode" == --plan || "$mode" == --collect ]] ||
   { echo "usage: $0 [--plan | --collect]" >&2; exit 2; }
-grids="${GRIDS:-brown_imaginative brown_imaginative_frozen brown_informative code}"
+grids="${GRIDS:-brown_imaginative brown_imaginative_frozen brown_informative code brown_imaginative_per_seed}"
 export SEEDS="${SEEDS:-1 2 3}"
 export PRETRAIN_DIR="${PRETRAIN_DIR:-runs/frontier/pretrain}"
 export PRETRAIN_STEPS="${PRETRAIN_STEPS:-2000}" FT_STEPS="${FT_STEPS:-100}" NP="${NP:-2}"
@@ -57,10 +62,12 @@ dense_adamw="${ADAMW_LRS:-3e-4 1e-3 1.5e-3 2e-3 3e-3 1e-2}"
 dense_urrs="${OSFT_URRS:-0.5 0.25}"
 dense_osft="${OSFT_LRS:-3e-4 1e-3 3e-3 1e-2}"
 code_urrs="${OSFT_URRS:-0.5}"
+per_seed_adamw="${ADAMW_LRS:-3e-4 3.5e-4 4e-4 5e-4 1e-3 1.5e-3 2e-3 3e-3 1e-2}"
+per_seed_osft="${OSFT_LRS:-3e-4 1e-3 3e-3 5e-3 1e-2}"
 for grid in $grids; do
   case "${grid%_frozen}" in
-    brown_imaginative | brown_informative | code) ;;
-    *) echo "forgetting_all.sh: GRIDS: unknown grid '$grid' (a split of brown_imaginative, brown_informative, code, each optionally _frozen)" >&2; exit 2 ;;
+    brown_imaginative | brown_informative | code | brown_imaginative_per_seed) ;;
+    *) echo "forgetting_all.sh: GRIDS: unknown grid '$grid' (a split of brown_imaginative, brown_informative, code, each optionally _frozen, or brown_imaginative_per_seed)" >&2; exit 2 ;;
   esac
 done
 
@@ -75,6 +82,9 @@ grid_script() {
   elif [[ "$grid" == code ]]; then
     FT_SPLIT=code OUT="$(grid_out code)" ADAMW_LRS="$dense_adamw" OSFT_URRS="$code_urrs" \
       OSFT_LRS="$dense_osft" PRETRAIN_PER_SEED=1 bash $here/forgetting.sh "$@"
+  elif [[ "$grid" == brown_imaginative_per_seed ]]; then
+    FT_SPLIT=brown_imaginative OUT="$(grid_out "$grid")" ADAMW_LRS="$per_seed_adamw" \
+      OSFT_URRS="$dense_urrs" OSFT_LRS="$per_seed_osft" PRETRAIN_PER_SEED=1 bash $here/forgetting.sh "$@"
   else
     FT_SPLIT="$grid" OUT="$(grid_out "$grid")" ADAMW_LRS="$dense_adamw" OSFT_URRS="$dense_urrs" \
       OSFT_LRS="$dense_osft" bash $here/forgetting.sh "$@"
@@ -107,8 +117,9 @@ plan() {
   s_per_run="$(awk -F'\t' -v steps="$FT_STEPS" 'NR > 1 && $1 != "pretrained" { s += $8; n++ }
     END { printf "%.0f", s / n * steps / 100 }' $here/results/issue38/runs.tsv)"
   # The pretrainings still to train while a grid has runs left: the shared one, once, and each
-  # seed's of the code grid that has no checkpoint.
+  # seed's (shared by the code and per-seed grids) that has no checkpoint.
   local shared=0 per_seed=0 seed step
+  local -A seeds_counted=()
   step="step_$(printf '%08d' "$PRETRAIN_STEPS")"
   printf '%-28s %6s %6s\n' grid runs left
   for grid in $grids; do
@@ -116,9 +127,11 @@ plan() {
     printf '%-28s %6d %6d\n' "$grid" "$n" "$n_left"
     total=$((total + n)); left=$((left + n_left))
     ((n_left > 0)) || continue
-    if [[ "$grid" == code ]]; then
+    if [[ "$grid" == code || "$grid" == *_per_seed ]]; then  # these grids share each seed's
       for seed in $SEEDS; do
-        [[ -f "${PRETRAIN_DIR}_seed$seed/checkpoints/$step/manifest.yaml" ]] || per_seed=$((per_seed + 1))
+        [[ -f "${PRETRAIN_DIR}_seed$seed/checkpoints/$step/manifest.yaml" || -n "${seeds_counted[$seed]:-}" ]] ||
+          per_seed=$((per_seed + 1))
+        seeds_counted[$seed]=1
       done
     elif [[ ! -f "$PRETRAIN_DIR/checkpoints/$step/manifest.yaml" ]]; then
       shared=1
@@ -153,7 +166,7 @@ collect() {
   cp "$out/runs.tsv" "$out/grid" "$out"/frontier.{md,json,png} "$dest/"
   local runs
   read -ra runs <<< "$(awk -F'\t' 'NR > 1 && $2 != "pretrained" { printf "%s ", $1 }' "$out/runs.tsv")"
-  if [[ "$grid" == code ]]; then  # a pretraining per seed: its logs and its model's sha256
+  if [[ "$grid" == code || "$grid" == *_per_seed ]]; then  # a pretraining per seed: its logs and its model's sha256
     local seed
     for seed in $(awk -F'\t' 'NR > 1 && $2 == "pretrained" { print $5 }' "$out/runs.tsv"); do
       cp "$out/pretrained_seed$seed.sha256" "$dest/"
