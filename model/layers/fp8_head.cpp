@@ -18,6 +18,10 @@ void Fp8Head::plan(ActivationPlan& plan, const Context& ctx) {
   LmHead::plan(plan, ctx);
 }
 
+float Fp8Head::dlogits_scale(const Context& ctx, float gain) const {
+  return ctx.want_grad ? gain : LmHead::dlogits_scale(ctx, gain);
+}
+
 void Fp8Head::logits_forward(Context& ctx, float gain) {
   if (!ctx.want_grad) {
     LmHead::logits_forward(ctx, gain);  // the record's head in training only
@@ -46,14 +50,15 @@ void Fp8Head::logits_backward(Context& ctx) {
   const int64_t N = ctx.N(), D = ctx.config.d_model, Vp = ctx.config.padded_vocab();
   const Scales s = scales(ctx.config);
   using core::kmath::Fp8;
-  // logits_ holds d loss / d z; g = e5m2(dz / grad_s). The backward GEMMs accumulate exactly
-  // (the record's use_fast_accum=False).
+  // logits_ holds d (sum of the token losses) / d z; g = e5m2(dz / grad_s). The backward GEMMs
+  // accumulate exactly (the record's use_fast_accum=False) and take the mean's 1 / N.
   ctx.backend.fp8_encode(gq_, logits_, N * Vp, s.grad, Fp8::E5M2);
-  core::GemmArgs a;  // d lnf = (grad_s w_s) g Wq
-  a.m = N, a.n = D, a.k = Vp, a.alpha = s.grad * s.w;
-  core::GemmArgs b;  // d W += (grad_s x_s) g^T Xq
+  const float mean = 1.0f / static_cast<float>(N);
+  core::GemmArgs a;  // d lnf = (grad_s w_s / N) g Wq
+  a.m = N, a.n = D, a.k = Vp, a.alpha = s.grad * s.w * mean;
+  core::GemmArgs b;  // d W += (grad_s x_s / N) g^T Xq
   b.trans_a = true;
-  b.m = Vp, b.n = D, b.k = N, b.beta = 1.0f, b.alpha = s.grad * s.x;
+  b.m = Vp, b.n = D, b.k = N, b.beta = 1.0f, b.alpha = s.grad * s.x * mean;
   ctx.backend.gemm_fp8(a, gq_, Fp8::E5M2, wq_, Fp8::E4M3, ctx.dln);
   ctx.backend.gemm_fp8(b, gq_, Fp8::E5M2, xq_, Fp8::E4M3, ctx.params.grad_of(head_));
 }

@@ -30,6 +30,10 @@ void LmHead::plan(ActivationPlan& plan, const Context& ctx) {
   last_logits_bf16_ = bf16 ? plan.bf16(B * Vp) : nullptr;
 }
 
+float LmHead::dlogits_scale(const Context& ctx, float gain) const {
+  return gain / static_cast<float>(ctx.N());
+}
+
 void LmHead::logits_forward(Context& ctx, float gain) {
   const int64_t N = ctx.N(), D = ctx.config.d_model, Vp = ctx.config.padded_vocab();
   if (logits_bf16_) {
@@ -49,7 +53,7 @@ Stream LmHead::forward(Context& ctx, Stream x) {
   const float gain = cap_.gain();
   logits_forward(ctx, gain);
   // With want_grad the fused loss also overwrites the logits with d loss / d logits.
-  const float scale = gain / static_cast<float>(N);
+  const float scale = dlogits_scale(ctx, gain);
   if (logits_bf16_) {
     ctx.backend.cross_entropy(losses_, ctx.want_grad ? logits_bf16_ : nullptr, logits_bf16_,
                               ctx.targets, N, Vs, Vp, cap_.tanh_cap(), scale);

@@ -29,6 +29,9 @@ class LmHead : public Layer {
   virtual bool bf16_logits(const Context& ctx) const;
   // logits_ (f32) or logits_bf16_ = gain lnf W^T.
   virtual void logits_forward(Context& ctx, float gain);
+  // The factor of d (a token's loss) / d logits in what the loss kernel writes for the backward:
+  // the gain / N of the mean (the head's GEMMs multiply it as written).
+  virtual float dlogits_scale(const Context& ctx, float gain) const;
   // From d logits in the logits' buffer: ctx.dln = d lnf and W's gradient.
   virtual void logits_backward(Context& ctx);
 
