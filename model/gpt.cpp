@@ -3,10 +3,11 @@
 #include <utility>
 
 #include "core/check.h"
-#include "model/layers/attention.h"
+#include "model/layers/causal_attention.h"
 #include "model/layers/fp8_head.h"
 #include "model/layers/mlp.h"
 #include "model/layers/moe.h"
+#include "model/layers/rotary_attention.h"
 #include "model/layers/token_embedding.h"
 #include "model/layers/unet_skip.h"
 #include "model/layers/value_embeddings.h"
@@ -61,7 +62,11 @@ void Gpt::build() {
       add(block, std::make_unique<SkipAdd>(ctx_, i, *skip_sources.at(src)));
     }
     if (x0) add(block, std::make_unique<X0Lambdas>(ctx_, l, *x0));
-    if (c.has_attention(l)) add(block, std::make_unique<Attention>(ctx_, l, masks_, tables));
+    if (c.has_attention(l) && c.arch == Arch::Gpt2) {
+      add(block, std::make_unique<CausalAttention>(ctx_, l, masks_));
+    } else if (c.has_attention(l)) {
+      add(block, std::make_unique<RotaryAttention>(ctx_, l, masks_, tables));
+    }
     if (c.moe()) {
       add(block, std::make_unique<Moe>(ctx_, l));
     } else {

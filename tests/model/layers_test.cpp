@@ -11,11 +11,12 @@
 
 #include "core/kernel_math.h"
 #include "core/rng.h"
-#include "model/layers/attention.h"
+#include "model/layers/causal_attention.h"
 #include "model/layers/fp8_head.h"
 #include "model/layers/lm_head.h"
 #include "model/layers/mlp.h"
 #include "model/layers/moe.h"
+#include "model/layers/rotary_attention.h"
 #include "model/layers/token_embedding.h"
 #include "model/layers/unet_skip.h"
 #include "model/layers/value_embeddings.h"
@@ -131,7 +132,7 @@ TEST(Layers, ValueEmbeddingsThroughAttention) {
   fill_tokens(rig, 2);
   model::AttentionMasks masks(rig.config());
   model::ValueEmbeddings* tables = rig.add(std::make_unique<model::ValueEmbeddings>(rig.ctx()));
-  rig.add(std::make_unique<model::Attention>(rig.ctx(), 0, masks, tables));
+  rig.add(std::make_unique<model::RotaryAttention>(rig.ctx(), 0, masks, tables));
   rig.draw_params(6);
   plan_with_masks(rig, masks);
   check_chain(rig, "value table into block 0's v", {"value_embeds.0"}, false);
@@ -167,6 +168,7 @@ struct AttentionCase {
   int block;
 };
 
+// GPT-2's (CausalAttention) and the modern blocks' (RotaryAttention), with each mask and option.
 TEST(Layers, Attention) {
   model::ModelConfig windowed = small(model::Arch::Modern);
   windowed.window = 3;  // token-granular sliding window, no documents
@@ -184,7 +186,11 @@ TEST(Layers, Attention) {
     LayerRig rig(k.config, kB, kT);
     fill_tokens(rig, 3);
     model::AttentionMasks masks(rig.config());
-    rig.add(std::make_unique<model::Attention>(rig.ctx(), k.block, masks, nullptr));
+    if (k.config.arch == model::Arch::Gpt2) {
+      rig.add(std::make_unique<model::CausalAttention>(rig.ctx(), k.block, masks));
+    } else {
+      rig.add(std::make_unique<model::RotaryAttention>(rig.ctx(), k.block, masks, nullptr));
+    }
     rig.draw_params(9);
     plan_with_masks(rig, masks);
     const std::string b = "blocks." + std::to_string(k.block) + ".";
