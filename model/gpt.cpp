@@ -113,11 +113,12 @@ size_t Gpt::activation_bytes() const {
 }
 
 void Gpt::plan(int B, int T) {
-  if (B == ctx_.B && T == ctx_.T) return;
+  if (B == planned_B_ && T == planned_T_) return;
   ENGINE_CHECK(B > 0 && T > 0, "model: batch and sequence length must be positive");
   ENGINE_CHECK(T <= config_.seq_len, "model: sequence length " + std::to_string(T) +
                                          " exceeds model.seq_len " +
                                          std::to_string(config_.seq_len));
+  planned_B_ = planned_T_ = 0;
   ctx_.B = B;
   ctx_.T = T;
   const int64_t N = ctx_.N(), D = config_.d_model;
@@ -148,6 +149,8 @@ void Gpt::plan(int B, int T) {
   }
   plan.begin(acts_.data<float>());
   layout();
+  planned_B_ = B;
+  planned_T_ = T;
 }
 
 void Gpt::run_forward(const int32_t* tokens, const int32_t* targets, int B, int T, bool want_grad) {

@@ -136,7 +136,9 @@ class Gpt {
   std::vector<Stage> stages_;
   LmHead* head_ = nullptr;
 
-  // The activation plan: one buffer for the planned (B, T), laid out by plan().
+  // The activation plan: one buffer for the planned (B, T) (0, 0: none yet, or a plan that
+  // failed), laid out by plan().
+  int planned_B_ = 0, planned_T_ = 0;
   core::Tensor acts_;
   int32_t* tokens_ = nullptr;
   int32_t* targets_ = nullptr;
