@@ -20,13 +20,16 @@ DataLoader::DataLoader(const LoaderOptions& options) : options_(options) {
                    " must be divisible by world size " + std::to_string(o.world) +
                    " x grad_accum " + std::to_string(o.grad_accum));
   micro_rows_ = o.batch_rows / (o.world * o.grad_accum);
-  shards_ = std::make_unique<ShardSet>(o.pattern, o.seq_len, o.vocab_size);
+  shards_ = std::make_unique<ShardSet>(o.pattern, o.seq_len, o.vocab_size,
+                                       o.shard_whole_batches ? o.batch_rows : 0);
   ENGINE_CHECK(shards_->num_sequences() <= std::numeric_limits<uint32_t>::max(),
                "data loader: more than 2^32 sequences in '" + o.pattern + "'");
   // Chain every input of the order through the RNG's mixer; never 0, which means "unchecked".
   uint64_t f = core::rng_hash(0x5eed, static_cast<uint64_t>(o.seq_len));
   f = core::rng_hash(f, static_cast<uint64_t>(o.batch_rows));
   f = core::rng_hash(f, o.shuffle ? 1 : 0);
+  // Hashed only when on: the fingerprints of checkpoints written before the option stay valid.
+  if (o.shard_whole_batches) f = core::rng_hash(f, 2);
   for (int64_t i = 0; i < shards_->num_shards(); ++i) {
     f = core::rng_hash(f, static_cast<uint64_t>(shards_->shard(i).num_tokens));
   }

@@ -35,6 +35,9 @@ struct LoaderOptions {
   uint64_t seed = 0;
   bool shuffle = true;
   int64_t vocab_size = 50257;
+  // Each shard gives whole global batches only, the rest of it skipped (ShardSet's
+  // whole_batch_rows = batch_rows): the record's generator.
+  bool shard_whole_batches = false;
 };
 
 // What a checkpoint stores to resume the loader: the next (step, micro_step) to read, the seed

@@ -92,9 +92,12 @@ std::vector<std::string> glob_files(const std::string& pattern) {
   return files;
 }
 
-ShardSet::ShardSet(const std::string& pattern, int64_t seq_len, int64_t vocab_size)
-    : pattern_(pattern), seq_len_(seq_len) {
+ShardSet::ShardSet(const std::string& pattern, int64_t seq_len, int64_t vocab_size,
+                   int64_t whole_batch_rows)
+    : pattern_(pattern), seq_len_(seq_len), whole_batch_rows_(whole_batch_rows) {
   ENGINE_CHECK(seq_len > 0, "data: seq_len must be positive, got " + std::to_string(seq_len));
+  ENGINE_CHECK(whole_batch_rows >= 0,
+               "data: whole_batch_rows must be >= 0, got " + std::to_string(whole_batch_rows));
   ENGINE_CHECK(vocab_size > 0 && vocab_size <= kShardMaxVocab,
                "data: vocab_size must be in [1, 65536] for uint16 shards, got " +
                    std::to_string(vocab_size));
@@ -146,7 +149,13 @@ void ShardSet::load(const std::vector<std::string>& paths, int64_t vocab_size) {
     }
     check_unchanged(s);
     s.hash = hash.value();
-    const int64_t seqs = n > seq_len_ ? (n - 1) / seq_len_ : 0;
+    int64_t seqs = n > seq_len_ ? (n - 1) / seq_len_ : 0;
+    if (whole_batch_rows_ > 0) {
+      // train_gpt.py reads batch k at token k b T while k b T + b T + 1 < n, i.e. (k + 1) b T <=
+      // n - 2.
+      const int64_t batch_tokens = whole_batch_rows_ * seq_len_;
+      seqs = n >= 2 ? (n - 2) / batch_tokens * whole_batch_rows_ : 0;
+    }
     num_tokens_ += n;
     seq_begin_.push_back(seq_begin_.back() + seqs);
   }

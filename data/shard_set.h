@@ -3,7 +3,10 @@
 // Sequence k of a shard is the window of T+1 tokens starting at token k*T of that shard: inputs
 // are its first T tokens, targets its last T (the next-token shift). Windows never cross a shard
 // boundary, so a shard of N tokens holds floor((N-1)/T) sequences; the few tokens left at its end
-// are unused. Sequences are numbered shard by shard in sorted file-name order.
+// are unused. With whole batches of b rows, a shard holds only the batches that fit as
+// modded-nanogpt's distributed_data_generator reads them (batch k while (k+1) b T + 1 < N: a
+// shard of 100M tokens gives 254 batches of 8 x 49152, 2032 rows) and the rest is skipped.
+// Sequences are numbered shard by shard in sorted file-name order.
 //
 // Each shard stays open and a window is read with pread, not through a memory map: a shard
 // truncated in place under a running job (`cp new old` does that) killed every rank with SIGBUS
@@ -32,7 +35,9 @@ class ShardSet {
   // Every matched file's header, size and token ids (< vocab_size) are checked here, once; a bad
   // one throws naming the file (and the position and id of the first bad token). The ids are read
   // in chunks, so a shard's size in memory is no limit.
-  ShardSet(const std::string& pattern, int64_t seq_len, int64_t vocab_size);
+  // whole_batch_rows > 0: each shard holds whole batches of that many rows only (above).
+  ShardSet(const std::string& pattern, int64_t seq_len, int64_t vocab_size,
+           int64_t whole_batch_rows = 0);
   ~ShardSet();
   ShardSet(const ShardSet&) = delete;
   ShardSet& operator=(const ShardSet&) = delete;
@@ -68,6 +73,7 @@ class ShardSet {
 
   std::string pattern_;
   int64_t seq_len_;
+  int64_t whole_batch_rows_;
   int64_t num_tokens_ = 0;
   std::vector<Shard> shards_;
   std::vector<int64_t> seq_begin_;  // prefix sums of sequences per shard, size num_shards + 1

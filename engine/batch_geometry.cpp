@@ -69,6 +69,7 @@ std::unique_ptr<data::DataLoader> make_train_loader(const Config& config,
   lo.world = world;
   lo.seed = static_cast<uint64_t>(config.train.seed);
   lo.shuffle = config.data.shuffle;
+  lo.shard_whole_batches = config.data.shard_whole_batches;
   lo.vocab_size = config.model.vocab_size;
   auto loader = std::make_unique<data::DataLoader>(lo);
   // Fewer sequences than one batch: every step would repeat the same data.

@@ -80,6 +80,7 @@ int run(int argc, char** argv) {
   lo.batch_rows = c.train.batch_tokens / T;
   lo.seed = static_cast<uint64_t>(c.train.seed);
   lo.shuffle = c.data.shuffle;
+  lo.shard_whole_batches = c.data.shard_whole_batches;
   lo.vocab_size = c.model.vocab_size;
   const data::DataLoader loader(lo);
   std::vector<int32_t> train;

@@ -28,6 +28,10 @@ MuonConfig MuonConfig::from_yaml(HyperReader& r, const MuonConfig& defaults) {
   c.orthogonalizer = r.string("orthogonalizer", c.orthogonalizer);
   c.ns_tf32 = r.boolean("ns_tf32", c.ns_tf32);
   c.ns_bf16 = r.boolean("ns_bf16", c.ns_bf16);
+  const std::string rounding = r.string("ns_bf16_rounding", c.ns_bf16_eager ? "eager" : "compiled");
+  if (rounding != "compiled" && rounding != "eager")
+    r.fail("ns_bf16_rounding", "must be compiled or eager, got '" + rounding + "'");
+  c.ns_bf16_eager = rounding == "eager";
   c.weight_decay = r.number("weight_decay", c.weight_decay);
   c.lr_mul = r.number("lr_mul", c.lr_mul);
   c.wd_mul = r.number("wd_mul", c.wd_mul);
@@ -109,6 +113,7 @@ Muon::Muon(const MuonConfig& config, const char* kind)
       slots_(kind, {"momentum_buffer", "second_moment"}, {}) {
   schedule_.tf32 = config.ns_tf32;
   schedule_.bf16 = config.ns_bf16;
+  schedule_.bf16_eager = config.ns_bf16_eager;
 }
 
 MatrixView Muon::view_of(const std::string& name, const core::Shape& shape) const {

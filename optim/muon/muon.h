@@ -55,6 +55,9 @@ struct MuonConfig {
   std::string orthogonalizer = "ns5";  // ns5 | polar_express
   bool ns_tf32 = false;  // the orthogonaliser's GEMMs on TF32 tensor cores (CUDA; the CPU: f32)
   bool ns_bf16 = false;  // the orthogonaliser in bfloat16, op by op as modded-nanogpt runs it
+  // ns_bf16_rounding: compiled (the record's torch.compile'd function: b A + (c A) A and
+  // a X + B X each rounded once) or eager (each op rounded; NewtonSchulzSchedule::bf16_eager).
+  bool ns_bf16_eager = false;
   double weight_decay = 0.0;
   double lr_mul = 1.0;
   double wd_mul = 1.0;
@@ -68,7 +71,8 @@ struct MuonConfig {
   // Default: the merged QKV weight [3D, D] is three [D, D] matrices (modded-nanogpt's layout).
   std::vector<MatrixViewRule> matrix_views = {{"*.attn.qkv.weight", 3, {}}};
 
-  // Reads lr, momentum, nesterov, ns_steps, orthogonalizer, ns_tf32, ns_bf16, weight_decay,
+  // Reads lr, momentum, nesterov, ns_steps, orthogonalizer, ns_tf32, ns_bf16, ns_bf16_rounding,
+  // weight_decay,
   // weight_decay_mode, lr_mul, wd_mul, momentum_start, momentum_warmup_steps, momentum_end,
   // momentum_cooldown_steps, normalize, beta2, matrix_views (all optional; absent keys keep the
   // values of `defaults`).

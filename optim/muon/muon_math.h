@@ -48,9 +48,17 @@ ENGINE_HD inline float ns_round(float v) {
 ENGINE_HD inline float ns_bf16_scale(float s, float x) {
   return ns_round(s * x);
 }
-// r(r(s x) + r(p)): the record's B = b A + (c A) A and X' = a X + B X, with p the GEMM's f32 sum.
+// r(r(s x) + r(p)): the record's B = b A + (c A) A and X' = a X + B X, with p the GEMM's f32 sum,
+// as eager PyTorch runs them (each tensor op rounds its result).
 ENGINE_HD inline float ns_bf16_axpy(float s, float x, float p) {
   return ns_round(ns_round(s * x) + ns_round(p));
+}
+// r(s x + r(p)): the same as the record runs them, its zeropower_via_newtonschulz5 compiled
+// (torch.compile): Inductor fuses s x + P into one kernel that reads the stored bf16 x and P (the
+// GEMM's output, r(p)), computes in f32 and rounds once; the multiply and the add contracted to
+// one fused multiply-add, as Triton does by default (enable_fp_fusion).
+ENGINE_HD inline float ns_bf16_fused_axpy(float s, float x, float p) {
+  return ns_round(fmaf(s, x, ns_round(p)));
 }
 
 }  // namespace optim::kmath

@@ -26,6 +26,11 @@ struct NewtonSchulzSchedule {
   // b A, c A, (c A) A (the record's c * A @ A) and the sum; a X, B X and the sum. The GEMMs take
   // bf16 values and sum in f32 (exact products): on a device TF32 tensor cores change nothing.
   bool bf16 = false;
+  // With bf16: b A + (c A) A and a X + B X each computed in f32 from the stored bf16 terms and
+  // rounded once, as the record's torch.compile'd function runs (kmath::ns_bf16_fused_axpy; the
+  // default), or with b A and a X rounded first, as eager PyTorch (bf16_eager,
+  // kmath::ns_bf16_axpy). The two orthogonalised updates differ by about 1e-2.
+  bool bf16_eager = false;
 };
 
 // (3.4445, -4.7750, 2.0315) x steps, scale 1, eps 1e-7 (Keller Jordan's Muon).

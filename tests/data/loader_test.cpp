@@ -78,6 +78,44 @@ TEST_F(LoaderTest, SequencesAreShiftedWindowsWithinShards) {
   }
 }
 
+// data.shard_whole_batches: modded-nanogpt's distributed_data_generator (train_gpt.py at 3e121a6e)
+// reads a shard of N tokens in global batches of B = b T tokens, batch k at pos = k B while
+// pos + B + 1 < N, rank r taking tokens [pos + r L, pos + r L + L + 1) (L = B / world), and
+// skips the rest of the shard. Here 2 ranks of one row each: the shards of 41, 29 and 33 tokens
+// give 2, 1 and 1 batches (33 = 2 B + 1 is one token short of a second), 8 of the 12 sequences,
+// and every rank's inputs and targets are the generator's.
+TEST_F(LoaderTest, WholeBatchesPerShardReadAsTheRecordsGenerator) {
+  const int world = 2;
+  const int64_t rows = 2, B = rows * kT, L = B / world;
+  std::vector<std::vector<int64_t>> record;  // per step, per rank: the first token's position
+  const std::vector<int64_t> sizes = {5 * kT + 1, 3 * kT + 5, 4 * kT + 1};
+  for (size_t shard = 0; shard < sizes.size(); ++shard) {
+    for (int64_t pos = 0; pos + B + 1 < sizes[shard]; pos += B) {
+      record.emplace_back();
+      for (int r = 0; r < world; ++r)
+        record.back().push_back(starts_[shard] + pos + r * L);
+    }
+  }
+  ASSERT_EQ(record.size(), 4u);
+  for (int r = 0; r < world; ++r) {
+    data::LoaderOptions o = options(rows, r, world, false);
+    o.shard_whole_batches = true;
+    data::DataLoader loader(o);
+    EXPECT_EQ(loader.sequences_per_epoch(), 8);
+    for (size_t step = 0; step < record.size(); ++step) {
+      data::Batch b;
+      loader.load(static_cast<int64_t>(step), 0, b);
+      for (int64_t t = 0; t < kT; ++t) {
+        EXPECT_EQ(b.inputs[t], record[step][r] + t) << "step " << step << " rank " << r;
+        EXPECT_EQ(b.targets[t], record[step][r] + t + 1) << "step " << step << " rank " << r;
+      }
+    }
+    // The order is another one: a checkpoint of the plain loader does not resume this one.
+    data::DataLoader plain(options(rows, r, world, false));
+    EXPECT_NE(plain.state().fingerprint, loader.state().fingerprint);
+  }
+}
+
 TEST_F(LoaderTest, RanksAreDisjointAndCoverTheGlobalBatch) {
   for (bool shuffle : {false, true}) {
     for (int world : {1, 2, 3, 6}) {

@@ -714,7 +714,7 @@ TEST(Config, KeyListIsLocked) {
       "model.norm_eps model.rotary_base model.rotary_truncate model.v_lambdas_all "
       "model.loss_over_padding model.embed_std model.uniform_matrix_init model.head_fp8 "
       "data.train "
-      "data.val data.shuffle train.seed train.steps train.batch_tokens train.micro_batch "
+      "data.val data.shuffle data.shard_whole_batches train.seed train.steps train.batch_tokens train.micro_batch "
       "train.grad_clip train.precision train.lr_schedule train.lr_warmup_steps "
       "train.lr_cooldown_frac "
       "train.lr_floor train.lr_at_step_start train.rank_sum_loss train.eval_every train.val_tokens "

@@ -344,7 +344,8 @@ def fp8_round(x, fmt):
 class Fp8Head:
     """train_gpt.py's lm_head in training (CastedLinear(use_fp8=True): mm_op, mm_backward_op) with
     x_s = sqrt(D)/448, w_s = 24/448, grad_s = 1/448: out = (x_s w_s) e4m3(x/x_s) e4m3(w/w_s)^T;
-    backward g8 = e5m2(g/grad_s), dx = (grad_s w_s) g8 w8, dw = (grad_s x_s) g8^T x8. mode "fp8"
+    backward g8 = e5m2(g/grad_s) with g the gradient of the sum of the token losses (the record's
+    reduction='sum'), dx = (grad_s w_s) g8 w8, dw = (grad_s x_s) g8^T x8. mode "fp8"
     records the forward's offsets e4m3(v/s) s - v; round_grad False leaves g unrounded (then the
     gradient is exactly that of the "frozen" model, which adds the recorded offsets)."""
 
@@ -375,7 +376,10 @@ class Fp8Matmul(torch.autograd.Function):
     def backward(ctx, g):
         x8, w8 = ctx.saved_tensors
         if ctx.round_grad:
-            g = fp8_round(g / ctx.gs, "e5m2") * ctx.gs
+            # The record rounds the gradient of its training loss, the sum of the token losses
+            # (reduction='sum'): g is the mean's, n times smaller.
+            n = g.numel() // g.shape[-1]
+            g = fp8_round(g * n / ctx.gs, "e5m2") * ctx.gs / n
         gw = g.reshape(-1, g.shape[-1]).t() @ x8.reshape(-1, x8.shape[-1])
         return g @ w8, gw, None, None
 

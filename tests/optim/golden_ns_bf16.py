@@ -2,8 +2,10 @@
 """The golden output of modded-nanogpt's bfloat16 Newton-Schulz (record #24, train_gpt.py at
 3e121a6e: zeropower_via_newtonschulz5 applied to G.bfloat16()) for the inputs of
 tests/fixtures/golden/newton_schulz/ns5.safetensors, computed by PyTorch on the CPU in bfloat16
-(every op stores bf16; matmuls sum in float). Writes ns5_bf16.safetensors beside it: init/<case>
-the input (as in ns5), param/1/<case> the bf16 output widened to float32.
+(every op stores bf16; matmuls sum in float), as eager PyTorch runs it (ns5_bf16.safetensors) and
+as torch.compile runs it, b A + P and a X + Q each rounded once (ns5_bf16_compiled.safetensors).
+Each file beside ns5: init/<case> the input (as in ns5), param/1/<case> the bf16 output widened to
+float32.
 
     /usr/bin/python3 tests/optim/golden_ns_bf16.py   # Debian's python3-torch
 """
@@ -53,11 +55,23 @@ def scale(s, T):
     return (s * T.float()).bfloat16()
 
 
-def zeropower_bf16(G, steps=5):
+def fused_axpy(s, X, P):
+    """s * X + P for bf16 tensors X, P and a Python float s as the record's compiled function
+    computes it: Inductor fuses the scalar product and the sum into one kernel that reads the
+    stored bf16 values, computes in float32 (s a float32 kernel argument) with the multiply and
+    add contracted to one FMA (Triton's default fp fusion) and rounds once to bf16. The FMA is
+    written out in float64: s X is exact there (24 + 8 significant bits), and so is the sum with
+    P unless the two are 2^21 apart, then rounded once to float32 as fmaf rounds."""
+    s32 = torch.tensor(s, dtype=torch.float32).double()
+    return (s32 * X.double() + P.double()).float().bfloat16()
+
+
+def zeropower_bf16(G, steps=5, compiled=False):
     """The record's orthogonaliser as it runs there: X = G.bfloat16(), then bf16 tensor ops. The
     norm is summed in float and rounded once, as CUDA reduces bf16 (PyTorch 1.13's CPU norm over
     two dimensions of a batch loses bits), and its + eps is in float, as CUDA adds a scalar.
-    Its `c * A @ A` is (c * A) @ A: Python's * and @ bind equally, left to right."""
+    Its `c * A @ A` is (c * A) @ A: Python's * and @ bind equally, left to right. compiled: the
+    function as torch.compile runs it, b A + P and a X + Q each rounded once (fused_axpy)."""
     a, b, c = (3.4445, -4.7750, 2.0315)
     X = G.bfloat16()
     if G.size(-2) > G.size(-1):
@@ -66,8 +80,12 @@ def zeropower_bf16(G, steps=5):
     X = X / (norm.float() + 1e-7).bfloat16()
     for _ in range(steps):
         A = X @ X.mT
-        B = scale(b, A) + scale(c, A) @ A
-        X = scale(a, X) + B @ X
+        if compiled:
+            B = fused_axpy(b, A, scale(c, A) @ A)
+            X = fused_axpy(a, X, B @ X)
+        else:
+            B = scale(b, A) + scale(c, A) @ A
+            X = scale(a, X) + B @ X
     if G.size(-2) > G.size(-1):
         X = X.mT
     return X
@@ -76,25 +94,31 @@ def zeropower_bf16(G, steps=5):
 def main():
     torch.set_num_threads(1)
     src, _ = read_safetensors(os.path.join(HERE, "ns5.safetensors"))
-    out = {}
-    for name in sorted(k for k in src if k.startswith("init/")):
-        case = name[len("init/"):]
-        g = torch.from_numpy(src[name].copy())
-        out[name] = src[name]
-        out["param/1/" + case] = zeropower_bf16(g).float().numpy()
-    meta = {
-        "optimizer": "newton_schulz5_bf16",
-        "steps": "1",
-        "reference": "KellerJordan/modded-nanogpt@3e121a6ef079f37614b98369ead081aade5c87b4 "
-                     "train_gpt.py zeropower_via_newtonschulz5(G.bfloat16(), 5)",
-        "notes": "PyTorch %s on the CPU, 1 thread, bfloat16 tensors: every op rounds its result to "
-                 "bf16, matmuls accumulate in float32, products with the coefficients in float as "
-                 "CUDA computes them. Made by tests/optim/golden_ns_bf16.py from "
-                 "ns5.safetensors' inputs." % torch.__version__,
-    }
-    path = os.path.join(HERE, "ns5_bf16.safetensors")
-    write_safetensors(path, out, meta)
-    print(f"wrote {path}: {len(out) // 2} cases")
+    for compiled, file, how in (
+            (False, "ns5_bf16.safetensors",
+             "eager PyTorch: every op rounds its result to bf16"),
+            (True, "ns5_bf16_compiled.safetensors",
+             "torch.compile (Inductor): every op rounds its result to bf16 but b A + P and a X + Q, "
+             "each one float32 FMA rounded once")):
+        out = {}
+        for name in sorted(k for k in src if k.startswith("init/")):
+            case = name[len("init/"):]
+            g = torch.from_numpy(src[name].copy())
+            out[name] = src[name]
+            out["param/1/" + case] = zeropower_bf16(g, compiled=compiled).float().numpy()
+        meta = {
+            "optimizer": "newton_schulz5_bf16",
+            "steps": "1",
+            "reference": "KellerJordan/modded-nanogpt@3e121a6ef079f37614b98369ead081aade5c87b4 "
+                         "train_gpt.py zeropower_via_newtonschulz5(G.bfloat16(), 5)",
+            "notes": "PyTorch %s on the CPU, 1 thread, bfloat16 tensors as %s; matmuls accumulate "
+                     "in float32, products with the coefficients in float as CUDA computes them. "
+                     "Made by tests/optim/golden_ns_bf16.py from ns5.safetensors' inputs."
+                     % (torch.__version__, how),
+        }
+        path = os.path.join(HERE, file)
+        write_safetensors(path, out, meta)
+        print(f"wrote {path}: {len(out) // 2} cases")
 
 
 if __name__ == "__main__":

@@ -126,18 +126,17 @@ TEST(CpuNewtonSchulz, NewtonSchulzMatchesGoldenPolarExpress) {
   check_golden("polar_express.safetensors", s, 1.3e-4);
 }
 
-// modded-nanogpt's bfloat16 orthogonaliser (NewtonSchulzSchedule::bf16) against PyTorch's own
-// bf16 run of the record's function on the ns5 inputs (tests/optim/golden_ns_bf16.py): equal bit for
-// bit. The GEMMs sum products of bf16 values (16 significant bits) in f32, which is mostly exact
-// whatever the order, so OpenBLAS and PyTorch agree after each rounding; and one rounding left
-// out moves the outputs by 1e-2 (as far as the f32 iteration lies), so only equality tells.
-TEST(CpuNewtonSchulz, Bf16EqualsPyTorchsBf16Run) {
-  std::string path = std::string(ENGINE_GOLDEN_DIR) + "/newton_schulz/ns5_bf16.safetensors";
+// The bf16 iteration on the eight ns5 inputs against a golden file of the same rounding: every
+// output within `tol` of it, norm-relative (0: equal bit for bit).
+void check_bf16_golden(const std::string& file, bool eager, double tol) {
+  std::string path = std::string(ENGINE_GOLDEN_DIR) + "/newton_schulz/" + file;
   ASSERT_TRUE(std::filesystem::exists(path)) << path;
   optim::NewtonSchulzSchedule s = ns5();
   s.bf16 = true;
+  s.bf16_eager = eager;
   core::SafetensorsReader reader(path);
-  int cases = 0;
+  int cases = 0, equal = 0;
+  double worst = 0.0;
   for (const auto& info : reader.tensors()) {
     if (info.name.rfind("init/", 0) != 0) continue;
     std::string name = info.name.substr(5);
@@ -145,10 +144,40 @@ TEST(CpuNewtonSchulz, Bf16EqualsPyTorchsBf16Run) {
     int64_t m = in.size(-2), n = in.size(-1), batch = in.numel() / (m * n);
     FVec x = in.to_vector(), expect = out.to_vector();
     ops().newton_schulz(x.data(), m, n, s, batch);
-    EXPECT_EQ(core::compare(x, expect).max_abs(), 0.0) << name;
+    const core::Difference d = core::compare(x, expect);
+    if (tol == 0.0) {
+      EXPECT_EQ(d.max_abs(), 0.0) << file << ": " << name;
+    } else {
+      EXPECT_LE(d.norm_rel(), tol) << file << ": " << name;
+    }
+    equal += d.max_abs() == 0.0;
+    worst = std::max(worst, d.norm_rel());
     ++cases;
   }
   EXPECT_EQ(cases, 8);
+  std::printf("[ measured ] %s: %d of %d equal bit for bit, the others within %.3g\n", file.c_str(),
+              equal, cases, worst);
+}
+
+// modded-nanogpt's bfloat16 orthogonaliser (NewtonSchulzSchedule::bf16, bf16_eager) against
+// PyTorch's own eager bf16 run of the record's function on the ns5 inputs
+// (tests/optim/golden_ns_bf16.py): equal bit for bit. The GEMMs sum products of bf16 values (16
+// significant bits) in f32, which is mostly exact whatever the order, so OpenBLAS and PyTorch
+// agree after each rounding; and one rounding left out moves the outputs by 1e-2 (as far as the
+// f32 iteration lies), so only equality tells.
+TEST(CpuNewtonSchulz, Bf16EagerEqualsPyTorchsBf16Run) {
+  check_bf16_golden("ns5_bf16.safetensors", true, 0.0);
+}
+
+// The default: the record's function as torch.compile runs it, b A + (c A) A and a X + B X each
+// one f32 FMA of the stored bf16 terms rounded once (ns5_bf16_compiled.safetensors, the same
+// script; the element step exactly: Muon.Bf16FusedAxpyRoundsOnce). 6 of the 8 outputs equal bit
+// for bit; in square_64x64 and wide_32x96 an f32 GEMM sum that OpenBLAS and PyTorch add in other
+// orders rounds to another bf16 once (PyTorch's own run with exact sums lands 7.7e-5 from its
+// golden in square_64x64), which the five steps carry to 7.7e-5 and 5.5e-3. The eager rounding
+// lies 3.3e-2 .. 5.0e-2 from the golden (0.49 on the rank-4 input): it fails the bar of 1e-2.
+TEST(CpuNewtonSchulz, Bf16MatchesTheCompiledFunctionsRounding) {
+  check_bf16_golden("ns5_bf16_compiled.safetensors", false, 1e-2);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
+#include <cstdio>
 #include <vector>
 
 #include "core/backend.h"
@@ -12,6 +13,7 @@
 #include "core/rng.h"
 #include "optim/adamw/adamw.h"
 #include "optim/muon/muon.h"
+#include "optim/muon/muon_math.h"
 #include "optim/muon/muon_ops.h"
 #include "optim/muon/newton_schulz.h"
 #include "tests/core/grad_check.h"
@@ -164,6 +166,46 @@ TEST(Muon, NsBf16IsABooleanAndRoundsOnTheCpu) {
   }
   EXPECT_NE(moved[0], moved[1]);
   EXPECT_LT(core::test::norm_rel_diff(moved[1], moved[0]), 0.05);
+}
+
+// ns_bf16_rounding: compiled (the default, the record's torch.compile'd function) or eager; any
+// other value is refused naming the key; the two move the weights by other amounts.
+TEST(Muon, NsBf16RoundingIsCompiledOrEager) {
+  EXPECT_FALSE(muon_config("{}").ns_bf16_eager);
+  EXPECT_FALSE(muon_config("{ns_bf16_rounding: compiled}").ns_bf16_eager);
+  EXPECT_TRUE(muon_config("{ns_bf16_rounding: eager}").ns_bf16_eager);
+  EXPECT_NE(error_of([] { muon_config("{ns_bf16_rounding: inductor}"); }).find("ns_bf16_rounding"),
+            std::string::npos);
+  Tensor w0 = Tensor::empty({16, 24}), g = Tensor::empty({16, 24});
+  core::fill_normal(w0, 1, 0.0f, 0.1f);
+  core::fill_normal(g, 2, 0.0f, 1.0f);
+  std::vector<std::vector<float>> moved;
+  for (const char* hyper : {"{ns_bf16: true}", "{ns_bf16: true, ns_bf16_rounding: eager}"}) {
+    optim::Muon muon(muon_config(hyper));
+    Tensor w = w0.clone();
+    optim::ParamShard p{"blocks.0.attn.proj.weight", {16, 24}, 0, w, g};
+    muon.step({&p, 1}, cpu_context());
+    moved.push_back(w.to_vector());
+  }
+  EXPECT_NE(moved[0], moved[1]);
+}
+
+// The compiled function's element step: r(s x + r(p)), one f32 fused multiply-add of the stored
+// bf16 terms rounded once to bf16 (optim::kmath::ns_bf16_fused_axpy), against the same in float64
+// (s x exact, the sum rounded once to f32); and the eager step r(r(s x) + r(p)) differs from it.
+TEST(Muon, Bf16FusedAxpyRoundsOnce) {
+  int differ = 0;
+  for (int i = 0; i < 100000; ++i) {
+    const float s = -4.775f;
+    const float x = optim::kmath::ns_round(static_cast<float>(core::rng_normal(1, i)));
+    const float p = static_cast<float>(core::rng_normal(2, i));
+    const float pr = optim::kmath::ns_round(p);
+    const float want = optim::kmath::ns_round(static_cast<float>(double(s) * x + double(pr)));
+    ASSERT_EQ(optim::kmath::ns_bf16_fused_axpy(s, x, p), want) << s << " " << x << " " << p;
+    differ += optim::kmath::ns_bf16_axpy(s, x, p) != want;
+  }
+  std::printf("[ measured ] the eager rounding differs on %d of 100000\n", differ);
+  EXPECT_GT(differ, 1000);
 }
 
 // Singular values of a well-conditioned input land in the band the spec gives for NS5 (about

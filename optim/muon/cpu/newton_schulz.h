@@ -59,11 +59,13 @@ void newton_schulz_iterate(std::vector<T>& X, int64_t rows, int64_t cols,
 // The same in bfloat16 op by op (NewtonSchulzSchedule::bf16; float only), as the record's
 // zeropower_via_newtonschulz5 runs on G.bfloat16(): X = r(r(X) / r(r(||r(X)||_F) + eps)) with r
 // the rounding to bf16 (kmath::ns_round), then per (a, b, c): A = r(X X^T), B = r(r(b A) +
-// r(r(c A) A)) (its `c * A @ A` is (c A) A), X = r(r(a X) + r(B X)). The GEMMs' products of bf16
-// values are exact; their sums are f32.
+// r(r(c A) A)) (its `c * A @ A` is (c A) A), X = r(r(a X) + r(B X)) as eager PyTorch rounds
+// (schedule.bf16_eager), B = r(b A + r(r(c A) A)), X = r(a X + r(B X)) as the record's compiled
+// function does (the default). The GEMMs' products of bf16 values are exact; their sums are f32.
 inline void newton_schulz_iterate_bf16(std::vector<float>& X, int64_t rows, int64_t cols,
                                        const NewtonSchulzSchedule& schedule) {
   using kmath::ns_round;
+  const auto axpy = schedule.bf16_eager ? kmath::ns_bf16_axpy : kmath::ns_bf16_fused_axpy;
   std::vector<float> P(X.size()), A(static_cast<size_t>(rows * rows)), cA(A.size()), Bm(A.size());
   double ss = 0.0;
   for (float& e : X) {
@@ -83,10 +85,10 @@ inline void newton_schulz_iterate_bf16(std::vector<float>& X, int64_t rows, int6
     }
     ns_gemm(false, rows, rows, rows, 1.0f, cA.data(), rows, A.data(), rows, 0.0f, Bm.data(), rows);
     for (size_t i = 0; i < A.size(); ++i)
-      Bm[i] = kmath::ns_bf16_axpy(cb, A[i], Bm[i]);
+      Bm[i] = axpy(cb, A[i], Bm[i]);
     ns_gemm(false, rows, cols, rows, 1.0f, Bm.data(), rows, X.data(), cols, 0.0f, P.data(), cols);
     for (size_t i = 0; i < X.size(); ++i)
-      X[i] = kmath::ns_bf16_axpy(ca, X[i], P[i]);
+      X[i] = axpy(ca, X[i], P[i]);
   }
 }
 

@@ -63,7 +63,8 @@ __global__ void normalize_frobenius_bf16_kernel(float* x, int64_t size, float no
 }
 
 // The bf16 iteration's element steps over n values (kmath::ns_*): the Gram matrix rounded as
-// stored, with r(c A) beside it (the record's c * A @ A is (c A) A); out = r(r(s x) + r(out)).
+// stored, with r(c A) beside it (the record's c * A @ A is (c A) A); out = r(s x + r(out)) as the
+// compiled record (kmath::ns_bf16_fused_axpy), or r(r(s x) + r(out)) as eager PyTorch.
 __global__ void ns_gram_kernel(float* gram, float* scaled, int64_t n, float c) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) {
     const float a = kmath::ns_round(gram[i]);
@@ -71,9 +72,10 @@ __global__ void ns_gram_kernel(float* gram, float* scaled, int64_t n, float c) {
     scaled[i] = kmath::ns_bf16_scale(c, a);
   }
 }
-__global__ void ns_axpy_kernel(float* out, const float* x, int64_t n, float s) {
+__global__ void ns_axpy_kernel(float* out, const float* x, int64_t n, float s, bool eager) {
   for (int64_t i = first_index(); i < n; i += grid_stride())
-    out[i] = kmath::ns_bf16_axpy(s, x[i], out[i]);
+    out[i] =
+        eager ? kmath::ns_bf16_axpy(s, x[i], out[i]) : kmath::ns_bf16_fused_axpy(s, x[i], out[i]);
 }
 
 // ---- NorMuon and the update, for all parameters at once
@@ -247,10 +249,12 @@ class CudaMuonOps final : public MuonOps {
         ns_gram_kernel<<<grid_g, kThreads, 0, stream_>>>(gram.get(), next, batch * gsize, cc);
         ENGINE_CUDA_LAUNCHED();
         backend_.gemm(square, next, gram.get(), poly.get());
-        ns_axpy_kernel<<<grid_g, kThreads, 0, stream_>>>(poly.get(), gram.get(), batch * gsize, cb);
+        ns_axpy_kernel<<<grid_g, kThreads, 0, stream_>>>(poly.get(), gram.get(), batch * gsize, cb,
+                                                         schedule.bf16_eager);
         ENGINE_CUDA_LAUNCHED();
         backend_.gemm(apply, poly.get(), cur, next);
-        ns_axpy_kernel<<<grid_x, kThreads, 0, stream_>>>(next, cur, batch * size, ca);
+        ns_axpy_kernel<<<grid_x, kThreads, 0, stream_>>>(next, cur, batch * size, ca,
+                                                         schedule.bf16_eager);
         ENGINE_CUDA_LAUNCHED();
       } else {
         // poly = b gram + c gram^2

@@ -1,0 +1,62 @@
+// A block's attention branch: res_mid = x + proj(attention(q, k, v)) with q, k, v from
+// qkv(norm(x)), causal, scaled by model.attn_scale (default 1/sqrt(hd)) and masked by
+// AttentionMasks (documents, the long or the short window). This base holds what every form
+// shares: the norm, the QKV and output projections, the attention op and their backward. Where
+// q, k and v come from is the form's: gpt2's (causal_attention.h) reads them in place from qkv,
+// the modern one (rotary_attention.h) splits the heads, normalises and rotates them.
+#pragma once
+
+#include "model/layer.h"
+#include "model/layers/attention_mask.h"
+#include "model/layers/norm.h"
+
+namespace model {
+
+class Attention : public Layer {
+ public:
+  void plan(ActivationPlan& plan, const Context& ctx) override;
+  Stream forward(Context& ctx, Stream x) override;
+  void backward(Context& ctx) override;
+
+ protected:
+  Attention(Context& ctx, int block, const AttentionMasks& masks);
+
+  struct Heads {
+    const float *q, *k, *v;
+  };
+  // The form's arrays (both passes of the plan).
+  virtual void plan_heads(ActivationPlan& plan, const Context& ctx) = 0;
+  // q, k and v for the attention op from qkv_ [N, 3D].
+  virtual Heads heads_forward(Context& ctx) = 0;
+  // Where q, k, v and the output live (core::AttentionLayout).
+  virtual core::AttentionLayout layout(const Context& ctx) const = 0;
+  // From datty_ (d of attention's output): through the attention op and the form's heads to
+  // d qkv, returned as the QKV projection's output gradient (f32 or bf16).
+  virtual Operand heads_backward(Context& ctx) = 0;
+
+  // The attention op's backward into f32 dq, dk, dv, from the output as stored (f32 or bf16),
+  // and into bf16 ones (bf16 precision, which stores the output bf16).
+  void attention_backward(Context& ctx, float* dq, float* dk, float* dv);
+  void attention_backward(Context& ctx, core::bf16* dq, core::bf16* dk, core::bf16* dv);
+  // This forward's q, k and v.
+  const Heads& heads() const { return heads_; }
+
+  int block_;
+  const AttentionMasks& masks_;
+  bool short_window_;
+  Norm norm_;
+  size_t qkv_w_, qkv_b_, proj_w_, proj_b_;
+  // Saved for the backward: the input, the norm's output (in norm_), qkv [N, 3D], lse [B*H, T],
+  // atty the output [B, T, H hd] (f32, or in bf16 precision bf16 only).
+  Stream in_, out_;
+  float *qkv_ = nullptr, *lse_ = nullptr, *atty_ = nullptr;
+  core::bf16* atty_bf16_ = nullptr;
+  // Backward scratch shared by the blocks: d atty, d qkv (f32, or in bf16 precision bf16).
+  float *datty_ = nullptr, *dqkv_ = nullptr;
+  core::bf16* dqkv_bf16_ = nullptr;
+
+ private:
+  Heads heads_;
+};
+
+}  // namespace model

@@ -1,0 +1,81 @@
+#include "model/layers/rotary_attention.h"
+
+#include <string>
+
+namespace model {
+
+RotaryAttention::RotaryAttention(Context& ctx, int block, const AttentionMasks& masks,
+                                 ValueEmbeddings* tables)
+    : Attention(ctx, block, masks),
+      tables_(tables),
+      table_(ctx.config.value_embed_of(block)),
+      v_lambdas_(ctx.params.find("blocks." + std::to_string(block) + ".attn.v_lambdas")) {
+  if (v_lambdas_ == kNoParam) table_ = -1;
+}
+
+void RotaryAttention::plan_heads(ActivationPlan& plan, const Context& ctx) {
+  const int64_t N = ctx.N(), D = ctx.config.d_model, H = ctx.config.n_head;
+  q_ = plan.f32(N * D);
+  k_ = plan.f32(N * D);
+  v_ = plan.f32(N * D);
+  q_rstd_ = plan.f32(N * H);
+  k_rstd_ = plan.f32(N * H);
+  qr_ = plan.f32(N * D);
+  kr_ = plan.f32(N * D);
+  vmix_ = v_lambdas_ != kNoParam ? plan.f32(N * D) : nullptr;
+  dq_ = plan.shared("attn.dq", N * D);
+  dk_ = plan.shared("attn.dk", N * D);
+  dv_ = plan.shared("attn.dv", N * D);
+}
+
+core::AttentionLayout RotaryAttention::layout(const Context& ctx) const {
+  using L = core::AttentionLayout;
+  const int64_t T = ctx.T, D = ctx.config.d_model, H = ctx.config.n_head,
+                hd = ctx.config.head_dim();
+  const core::HeadStrides in = L::packed_heads(H, T, hd);
+  return {H, in, in, in, L::token_rows(T, hd, D)};
+}
+
+Attention::Heads RotaryAttention::heads_forward(Context& ctx) {
+  const ModelConfig& c = ctx.config;
+  const int64_t N = ctx.N(), D = c.d_model;
+  ctx.backend.qk_norm_rotary_forward(qr_, kr_, q_, k_, v_, q_rstd_, k_rstd_, qkv_, ctx.B, ctx.T,
+                                     c.n_head, c.head_dim(), c.norm_eps, c.rotary_base,
+                                     c.rotary_truncate);
+  if (!vmix_) return {qr_, kr_, v_};
+  const float* lam = ctx.params.value(v_lambdas_);
+  ctx.backend.scalar_mix(vmix_, lam, v_, lam + 1, table_ >= 0 ? tables_->heads(table_) : nullptr,
+                         N * D);
+  return {qr_, kr_, vmix_};
+}
+
+Operand RotaryAttention::heads_backward(Context& ctx) {
+  const ModelConfig& c = ctx.config;
+  const int64_t N = ctx.N(), D = c.d_model;
+  attention_backward(ctx, dq_, dk_, dv_);
+  const float* dv = dv_;
+  if (vmix_) {
+    // Through v = l0 v (+ l1 ve): d v (before the mix) into dmix.
+    const float* lam = ctx.params.value(v_lambdas_);
+    float* dlam = ctx.params.grad_of(v_lambdas_);
+    const float* ve = table_ >= 0 ? tables_->heads(table_) : nullptr;
+    float* dve = table_ >= 0 ? tables_->heads_grad(table_) : nullptr;
+    ctx.backend.fill_zero(ctx.dmix, N * D * sizeof(float));
+    ctx.backend.scalar_mix_backward(ctx.dmix, dve, dlam, dlam + 1, lam, v_, lam + 1, ve, dv_,
+                                    N * D);
+    dv = ctx.dmix;
+  }
+  // Undo rotary and the QK-norm, then the heads' split, in one pass: d qkv written whole (in bf16
+  // precision as bf16, straight from the heads' f32 gradients).
+  if (dqkv_bf16_) {
+    ctx.backend.qk_norm_rotary_backward(dqkv_bf16_, dq_, dk_, dv, q_, k_, q_rstd_, k_rstd_, ctx.B,
+                                        ctx.T, c.n_head, c.head_dim(), c.rotary_base,
+                                        c.rotary_truncate);
+  } else {
+    ctx.backend.qk_norm_rotary_backward(dqkv_, dq_, dk_, dv, q_, k_, q_rstd_, k_rstd_, ctx.B, ctx.T,
+                                        c.n_head, c.head_dim(), c.rotary_base, c.rotary_truncate);
+  }
+  return {dqkv_, dqkv_bf16_};
+}
+
+}  // namespace model

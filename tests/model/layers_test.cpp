@@ -1,0 +1,269 @@
+// Each layer of model/layers/ on its own: its backward against central differences of its forward
+// (tests/model/layer_rig.h), with respect to its input stream and to each of its parameters, in
+// float32 precision on the CPU (the bf16 paths: GptBf16 and the parity tests; the whole model
+// against its recorded outputs: golden_outputs_test.cpp). The loss of a stream layer is
+// <output, w> for a fixed random w; the head's is its own cross-entropy.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/kernel_math.h"
+#include "core/rng.h"
+#include "model/layers/causal_attention.h"
+#include "model/layers/fp8_head.h"
+#include "model/layers/lm_head.h"
+#include "model/layers/mlp.h"
+#include "model/layers/moe.h"
+#include "model/layers/rotary_attention.h"
+#include "model/layers/token_embedding.h"
+#include "model/layers/unet_skip.h"
+#include "model/layers/value_embeddings.h"
+#include "model/layers/x0_lambdas.h"
+#include "tests/model/layer_rig.h"
+#include "tests/model/recipe_config.h"
+
+namespace {
+
+using test_model::expect_slopes;
+using test_model::LayerRig;
+using test_model::random_floats;
+
+constexpr int kB = 2, kT = 8, kVocab = 64;
+
+model::ModelConfig small(model::Arch arch) {
+  model::ModelConfig c;
+  c.arch = arch;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.d_model = 16;
+  c.seq_len = kT;
+  c.vocab_size = kVocab;
+  return c;
+}
+
+// Every recipe key and the record's exact forms (4 blocks: LSSL windows of 3 blocks of 2 tokens,
+// block 2 MLP only, one value table for blocks 0 and 3), at D 32 (two heads of 16: the truncated
+// rotary needs head_dim >= 8).
+model::ModelConfig record(bool head_fp8 = false) {
+  model::ModelConfig c = small(model::Arch::Modern);
+  c.d_model = 32;
+  c = test_model::with_recipe_keys(c, 30.0f, 1);
+  return test_model::with_record_exact(c, 2, 3, head_fp8);
+}
+
+void fill_tokens(LayerRig& rig, uint64_t seed) {
+  core::Rng rng(seed);
+  for (int32_t& t : rig.tokens())
+    t = static_cast<int32_t>(rng.next_below(rig.config().vocab_size));
+  for (int32_t& t : rig.targets())
+    t = static_cast<int32_t>(rng.next_below(rig.config().vocab_size));
+  if (rig.config().doc_bos < 0) return;
+  for (int32_t& t : rig.tokens())
+    if (t == rig.config().doc_bos) t = rig.config().doc_bos + 1;
+  // Row 0: documents [0, 3), [3, 8); row 1: [0, 6), [6, 7), [7, 8).
+  const int32_t bos = rig.config().doc_bos;
+  rig.tokens()[3] = bos;
+  rig.tokens()[kT + 6] = bos;
+  rig.tokens()[kT + 7] = bos;
+}
+
+// The attention masks planned with the rig's chain, made from its tokens.
+void plan_with_masks(LayerRig& rig, model::AttentionMasks& masks) {
+  rig.also_plan([&](model::ActivationPlan& plan) { masks.plan(plan, rig.ctx()); });
+  rig.plan();
+  masks.set_tokens(rig.ctx(), rig.tokens().data());
+}
+
+// The chain's loss <output, w>: d input and the gradient of every parameter whose name starts
+// with one of `owned` (each must get one) against central differences.
+// rig.plan() has run.
+void check_chain(LayerRig& rig, const std::string& name, const std::vector<std::string>& owned,
+                 bool check_input = true) {
+  const size_t ND = static_cast<size_t>(rig.ctx().N() * rig.config().d_model);
+  rig.input() = random_floats(ND, 3);
+  // w half the input: the scalar mixes' gradients <input, w> are not small by chance.
+  std::vector<float> w = random_floats(ND, 4);
+  for (size_t i = 0; i < ND; ++i)
+    w[i] += 0.5f * rig.input()[i];
+  rig.forward();
+  rig.params().zero_grad();
+  const std::vector<float> dx = rig.backward(&w);
+  auto loss = [&] { return test_model::weighted_sum(rig.forward(), w); };
+  if (check_input) expect_slopes(name + ", d input", rig.input().data(), dx, loss);
+  int checked = 0;
+  for (size_t i = 0; i < rig.params().table().size(); ++i) {
+    const std::string& p = rig.params().table()[i].name;
+    bool mine = false;
+    for (const std::string& prefix : owned)
+      mine = mine || p.rfind(prefix, 0) == 0;
+    if (!mine) continue;
+    ++checked;
+    expect_slopes(name + ", d " + p, rig.params().param(i).data<float>(),
+                  rig.params().grad(i).to_vector(), loss, 1e-2, 1e-2,
+                  [&] { rig.params().params_updated(); });
+  }
+  EXPECT_GT(checked, 0) << name << ": no parameter matched";
+}
+
+TEST(Layers, TokenEmbedding) {
+  for (model::Arch arch : {model::Arch::Gpt2, model::Arch::Modern}) {
+    for (bool x0_norm : {false, true}) {
+      if (arch == model::Arch::Gpt2 && x0_norm) continue;
+      model::ModelConfig c = small(arch);
+      c.x0_norm = x0_norm;
+      LayerRig rig(c, kB, kT);
+      fill_tokens(rig, 1);
+      rig.add(std::make_unique<model::TokenEmbedding>(rig.ctx()));
+      rig.draw_params(5);
+      rig.plan();
+      check_chain(
+          rig,
+          std::string("token embedding ") + model::arch_name(arch) + (x0_norm ? " x0_norm" : ""),
+          {"embed.weight", "pos_embed.weight"}, false);
+    }
+  }
+}
+
+// The value table reaches the stream only through the attention blocks that mix it into v.
+TEST(Layers, ValueEmbeddingsThroughAttention) {
+  LayerRig rig(record(), kB, kT);
+  fill_tokens(rig, 2);
+  model::AttentionMasks masks(rig.config());
+  model::ValueEmbeddings* tables = rig.add(std::make_unique<model::ValueEmbeddings>(rig.ctx()));
+  rig.add(std::make_unique<model::RotaryAttention>(rig.ctx(), 0, masks, tables));
+  rig.draw_params(6);
+  plan_with_masks(rig, masks);
+  check_chain(rig, "value table into block 0's v", {"value_embeds.0"}, false);
+}
+
+TEST(Layers, X0Lambdas) {
+  model::ModelConfig c = small(model::Arch::Modern);
+  c.x0_lambdas = true;
+  LayerRig rig(c, kB, kT);
+  const model::X0Source* x0 = rig.add(std::make_unique<model::X0Source>());
+  rig.add(std::make_unique<model::X0Lambdas>(rig.ctx(), 0, *x0));
+  rig.add(std::make_unique<model::X0Lambdas>(rig.ctx(), 1, *x0));
+  rig.draw_params(7);
+  rig.plan();
+  check_chain(rig, "x0 lambdas", {"blocks.0.lambdas", "blocks.1.lambdas"});
+}
+
+TEST(Layers, UnetSkip) {
+  model::ModelConfig c = small(model::Arch::Modern);
+  c.unet_skips = true;  // 2 blocks: block 1 adds skip_weights[0] x (block 0's output)
+  LayerRig rig(c, kB, kT);
+  const model::SkipSource* source = rig.add(std::make_unique<model::SkipSource>());
+  rig.add(std::make_unique<model::Mlp>(rig.ctx(), 0));  // something between the two ends
+  rig.add(std::make_unique<model::SkipAdd>(rig.ctx(), 0, *source));
+  rig.draw_params(8);
+  rig.plan();
+  check_chain(rig, "U-net skip", {"skip_weights"});
+}
+
+struct AttentionCase {
+  std::string name;
+  model::ModelConfig config;
+  int block;
+};
+
+// GPT-2's (CausalAttention) and the modern blocks' (RotaryAttention), with each mask and option.
+TEST(Layers, Attention) {
+  model::ModelConfig windowed = small(model::Arch::Modern);
+  windowed.window = 3;  // token-granular sliding window, no documents
+  model::ModelConfig docs = small(model::Arch::Modern);
+  docs.doc_bos = 1;
+  docs.attn_scale = 0.2f;
+  const std::vector<AttentionCase> cases = {
+      {"gpt2 (LayerNorm, biases, q k v in place)", small(model::Arch::Gpt2), 0},
+      {"modern (QK-norm, rotary)", small(model::Arch::Modern), 0},
+      {"modern, sliding window", windowed, 0},
+      {"modern, documents, scale 0.2", docs, 1},
+      {"the record's, block 1 (short block window, v lambdas without a table)", record(), 1},
+  };
+  for (const AttentionCase& k : cases) {
+    LayerRig rig(k.config, kB, kT);
+    fill_tokens(rig, 3);
+    model::AttentionMasks masks(rig.config());
+    if (k.config.arch == model::Arch::Gpt2) {
+      rig.add(std::make_unique<model::CausalAttention>(rig.ctx(), k.block, masks));
+    } else {
+      rig.add(std::make_unique<model::RotaryAttention>(rig.ctx(), k.block, masks, nullptr));
+    }
+    rig.draw_params(9);
+    plan_with_masks(rig, masks);
+    const std::string b = "blocks." + std::to_string(k.block) + ".";
+    check_chain(rig, "attention " + k.name, {b + "ln1.", b + "attn."});
+  }
+}
+
+TEST(Layers, Mlp) {
+  for (model::Arch arch : {model::Arch::Gpt2, model::Arch::Modern}) {
+    LayerRig rig(small(arch), kB, kT);
+    rig.add(std::make_unique<model::Mlp>(rig.ctx(), 1));
+    rig.draw_params(10);
+    rig.plan();
+    check_chain(rig, std::string("MLP ") + (arch == model::Arch::Gpt2 ? "GELU" : "ReLU^2"),
+                {"blocks.1.ln2.", "blocks.1.mlp."});
+  }
+}
+
+// The routing is piecewise constant in the weights: steps of 1e-2 along the gradient keep every
+// token's top-k here (a flip would show as a large error).
+TEST(Layers, Moe) {
+  model::ModelConfig c = small(model::Arch::Modern);
+  c.moe_experts = 4;
+  c.moe_top_k = 2;
+  c.moe_aux_weight = 0.05f;
+  LayerRig rig(c, kB, kT);
+  rig.add(std::make_unique<model::Moe>(rig.ctx(), 0));
+  rig.draw_params(11);
+  rig.plan();
+  check_chain(rig, "MoE", {"blocks.0.moe."});
+}
+
+// The head's loss is its own mean cross-entropy (ctx.losses[0]).
+void check_head(LayerRig& rig, const std::string& name, const std::vector<std::string>& owned) {
+  const size_t ND = static_cast<size_t>(rig.ctx().N() * rig.config().d_model);
+  rig.input() = random_floats(ND, 13);
+  rig.forward();
+  rig.params().zero_grad();
+  const std::vector<float> dx = rig.backward(nullptr);
+  auto loss = [&] {
+    rig.ctx().want_grad = false;
+    rig.forward();
+    rig.ctx().want_grad = true;
+    return double(rig.losses()[0]);
+  };
+  expect_slopes(name + ", d input", rig.input().data(), dx, loss);
+  for (size_t i = 0; i < rig.params().table().size(); ++i) {
+    const std::string& p = rig.params().table()[i].name;
+    bool mine = false;
+    for (const std::string& prefix : owned)
+      mine = mine || p.rfind(prefix, 0) == 0;
+    if (!mine) continue;
+    expect_slopes(name + ", d " + p, rig.params().param(i).data<float>(),
+                  rig.params().grad(i).to_vector(), loss, 1e-2, 1e-2,
+                  [&] { rig.params().params_updated(); });
+  }
+}
+
+TEST(Layers, LmHeadSoftcapForms) {
+  model::ModelConfig tied = small(model::Arch::Gpt2);  // LayerNorm, the embedding as the head
+  model::ModelConfig tanh_cap = small(model::Arch::Modern);
+  tanh_cap.softcap = 3.0f;
+  model::ModelConfig sigmoid_cap = record();  // 30 sigmoid(z / 30), the loss over the padding
+  for (const auto& [name, c] : std::vector<std::pair<std::string, model::ModelConfig>>{
+           {"gpt2 tied", tied}, {"tanh cap 3", tanh_cap}, {"sigmoid cap", sigmoid_cap}}) {
+    LayerRig rig(c, kB, kT);
+    fill_tokens(rig, 4);
+    rig.add(std::make_unique<model::LmHead>(rig.ctx()));
+    rig.draw_params(12, 4.0);
+    rig.plan();
+    check_head(rig, "head " + name,
+               {c.arch == model::Arch::Gpt2 ? "embed.weight" : "lm_head.weight", "ln_f."});
+  }
+}
+
+}  // namespace
