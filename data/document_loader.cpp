@@ -68,6 +68,18 @@ DocumentLoader::DocumentLoader(const DocumentLoaderOptions& options) : options_(
 
 DocumentLoader::~DocumentLoader() = default;
 
+std::vector<OrderKey> DocumentLoader::order_keys() const {
+  std::string stages;
+  for (const DocumentStage& s : options_.stages) {
+    if (!stages.empty()) stages += "; ";
+    stages += "from step " + std::to_string(s.begin_step) + " " + std::to_string(s.rows) +
+              " rows of " + std::to_string(s.row_tokens) + ", documents to " +
+              std::to_string(s.max_doc_tokens) + ", cap " + std::to_string(s.max_docs);
+  }
+  return {{"bos", std::to_string(options_.bos), "documents from BOS ", ""},
+          {"stages", stages, "stages ", ""}};
+}
+
 const DocumentStage& DocumentLoader::stage_of(int64_t step) const {
   ENGINE_CHECK(step >= 0, "document loader: negative step " + std::to_string(step));
   const auto& st = options_.stages;

@@ -39,6 +39,7 @@
 #include "data/batch.h"
 #include "data/data_loader.h"
 #include "data/shard_set.h"
+#include "data/train_loader.h"
 
 namespace data {
 
@@ -69,22 +70,25 @@ struct DocumentLoaderOptions {
   int64_t bigram_table_rows = 0;  // > 0: fill Batch::bigram (the record: 377280)
 };
 
-class DocumentLoader {
+class DocumentLoader : public TrainLoader {
  public:
   explicit DocumentLoader(const DocumentLoaderOptions& options);
-  ~DocumentLoader();
+  ~DocumentLoader() override;
 
   const DocumentLoaderOptions& options() const { return options_; }
-  const ShardSet& shards() const { return *shards_; }
+  const ShardSet& shards() const override { return *shards_; }
+  const std::string& pattern() const override { return options_.pattern; }
+  uint64_t fingerprint() const override { return fingerprint_; }
+  std::vector<OrderKey> order_keys() const override;
   // The stage of `step` and the micro-steps of its steps on each rank (rows / world).
   const DocumentStage& stage_of(int64_t step) const;
-  int64_t micro_steps(int64_t step) const;
+  int64_t micro_steps(int64_t step) const override;
 
   // Fills `out` with this rank's row of (step, micro_step): rows 1, seq_len T, inputs, targets,
   // cu_seqlens (max_docs entries), bigram (when on), and sequences[0] = the position of the
   // row's first token in the shards laid end to end. Pure in its arguments; not thread-safe (it
   // extends the cache of step starts).
-  void load(int64_t step, int64_t micro_step, Batch& out) const;
+  void load(int64_t step, int64_t micro_step, Batch& out) const override;
 
   // Sequential use and checkpoints, as DataLoader.
   void next(Batch& out);
