@@ -181,6 +181,9 @@ inline constexpr bool kOptional = false;
   F(train, std::string, stages_mtp, "stages.mtp", "", kOptional,                                   \
     "each stage's multi-token weights for t+1, t+2, ..., 'a>b' ramping within the stage "          \
     "('1 0.5 0.25>0; 1 0.5>0; 1; 1')")                                                             \
+  F(train, int64_t, stages_final_window, "stages.final_window", 0, kOptional,                      \
+    "the long window of the validation after the last step (the record: 2560; 0 = the last "       \
+    "stage's)")                                                                                    \
   F(train, std::string, stages_prefix, "stages.prefix", "", kOptional,                             \
     "each stage's prefix-loss weight, 'a>b' ramping within the stage ('0.25; 0.25>0; 0; 0')")
 

@@ -80,13 +80,14 @@ class StageKeys {
 StageSchedule::StageSchedule(std::vector<TrainingStage> stages,
                              const std::vector<double>& durations, int64_t scheduled_steps,
                              int64_t extension_steps, double cooldown_frac, double lr_floor,
-                             int64_t rows)
+                             int64_t rows, int64_t final_window)
     : stages_(std::move(stages)),
       scheduled_(scheduled_steps),
       extension_(extension_steps),
       cooldown_frac_(cooldown_frac),
       lr_floor_(lr_floor),
-      rows_(rows) {
+      rows_(rows),
+      final_window_(final_window) {
   ENGINE_CHECK(!stages_.empty() && durations.size() + 1 == stages_.size(),
                "stage schedule: one duration per stage but the extension stage");
   ENGINE_CHECK(scheduled_ >= 1 && extension_ >= 0, "stage schedule: steps must be positive");
@@ -125,6 +126,7 @@ StageSchedule StageSchedule::of(const Config& c) {
   if (st.stages_extension_steps < 0 || st.stages_extension_steps >= st.steps)
     keys.fail("train.stages.extension_steps",
               "must be in [0, train.steps = " + std::to_string(st.steps) + ")");
+  if (st.stages_final_window < 0) keys.fail("train.stages.final_window", "must be >= 0");
   if (st.lr_warmup_steps != 0)
     keys.fail("train.lr_warmup_steps", "must be 0 with train.stages (the record has no warmup)");
   const auto docs = keys.items("train.stages.max_doc_tokens", st.stages_max_doc_tokens, n);
@@ -171,7 +173,7 @@ StageSchedule StageSchedule::of(const Config& c) {
   try {
     return StageSchedule(std::move(stages), durations, st.steps - st.stages_extension_steps,
                          st.stages_extension_steps, st.lr_cooldown_frac, st.lr_floor,
-                         st.stages_rows);
+                         st.stages_rows, st.stages_final_window);
   } catch (const core::Error& e) {
     keys.fail("train.stages.durations", e.what());
   }
@@ -227,6 +229,7 @@ StageSettings StageSchedule::settings(int64_t step) const {
   for (const Ramp& r : s.mtp)
     out.mtp_weights.push_back(r.at(t));
   out.prefix_weight = s.prefix.at(t);
+  if (step >= total_steps() && final_window_ > 0) out.window_long = final_window_;
   return out;
 }
 

@@ -61,7 +61,7 @@ class StageSchedule {
   // The stages as given; `durations` has one fraction per stage but the last (the extension).
   StageSchedule(std::vector<TrainingStage> stages, const std::vector<double>& durations,
                 int64_t scheduled_steps, int64_t extension_steps, double cooldown_frac,
-                double lr_floor, int64_t rows);
+                double lr_floor, int64_t rows, int64_t final_window = 0);
 
   // The schedule of the train.stages.* keys (none when train.stages.batch_tokens is ""); a
   // malformed key is refused naming it and where it was set.
@@ -79,6 +79,9 @@ class StageSchedule {
   std::vector<int64_t> transition_steps() const;
 
   double lr_multiplier(int64_t step) const;
+  // What step `step` reads; from total_steps() on (the final validation) the long window is the
+  // final window when one was given (apply_final_ws_ext: ws_long = 20 blocks, the short one
+  // kept).
   StageSettings settings(int64_t step) const;
 
  private:
@@ -88,6 +91,7 @@ class StageSchedule {
   double cooldown_frac_ = 0;
   double lr_floor_ = 0;
   int64_t rows_ = 0;
+  int64_t final_window_ = 0;
 };
 
 }  // namespace engine

@@ -37,6 +37,7 @@ train:
     lr_mul: "1.0; 1.52; 1.73; 1.0"
     mtp: "1 0.5 0.25>0; 1 0.5>0; 1; 1"
     prefix: "0.25; 0.25>0; 0; 0"
+    final_window: 2560
 optim:
   - params: ["*"]
     optimizer: adamw
@@ -113,6 +114,10 @@ TEST(StageSchedule, WindowsAndWeightsRampWithinTheirStage) {
   EXPECT_EQ(at(847).window_long, 1408);
   EXPECT_EQ(at(1270).window_short, 768);
   EXPECT_EQ(at(1270).window_long, 1664);
+  EXPECT_EQ(at(1284).window_long, 1664);
+  // The final validation (after step 1285): long 2560, short kept.
+  EXPECT_EQ(at(1285).window_long, 2560);
+  EXPECT_EQ(at(1285).window_short, 768);
   // MTP [1, 0.5, 0.25->0] over steps 0-422, t = step / 423 (a + (b - a) t).
   EXPECT_EQ(at(0).mtp_weights, (std::vector<double>{1.0, 0.5, 0.25}));
   EXPECT_EQ(at(211).mtp_weights,
