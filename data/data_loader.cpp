@@ -36,6 +36,12 @@ DataLoader::DataLoader(const LoaderOptions& options) : options_(options) {
   fingerprint_ = f == 0 ? 1 : f;
 }
 
+std::vector<OrderKey> DataLoader::order_keys() const {
+  return {{"seq_len", std::to_string(options_.seq_len), "seq_len ", ""},
+          {"batch_rows", std::to_string(options_.batch_rows), "", " sequences per step"},
+          {"shuffle", options_.shuffle ? "on" : "off", "shuffle ", ""}};
+}
+
 int64_t DataLoader::epoch_of(int64_t step) const {
   return step * options_.batch_rows / sequences_per_epoch();
 }

@@ -22,6 +22,7 @@
 
 #include "data/batch.h"
 #include "data/shard_set.h"
+#include "data/train_loader.h"
 
 namespace data {
 
@@ -52,12 +53,16 @@ struct LoaderState {
   uint64_t fingerprint = 0;
 };
 
-class DataLoader {
+class DataLoader : public TrainLoader {
  public:
   explicit DataLoader(const LoaderOptions& options);
 
   const LoaderOptions& options() const { return options_; }
-  const ShardSet& shards() const { return *shards_; }
+  const ShardSet& shards() const override { return *shards_; }
+  const std::string& pattern() const override { return options_.pattern; }
+  int64_t micro_steps(int64_t) const override { return options_.grad_accum; }
+  uint64_t fingerprint() const override { return fingerprint_; }
+  std::vector<OrderKey> order_keys() const override;
   int64_t sequences_per_epoch() const { return shards_->num_sequences(); }
   // Rows one rank reads per micro-step.
   int64_t micro_rows() const { return micro_rows_; }
@@ -69,7 +74,7 @@ class DataLoader {
   int64_t sequence_at(int64_t step, int64_t row) const;
   // Fills `out` with this rank's rows for (step, micro_step). Pure in its arguments; not
   // thread-safe (it caches the permutations of the last two epochs).
-  void load(int64_t step, int64_t micro_step, Batch& out) const;
+  void load(int64_t step, int64_t micro_step, Batch& out) const override;
 
   // Sequential use: the batch at the current position, then advance (micro-step, then step).
   void next(Batch& out);

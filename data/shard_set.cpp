@@ -213,4 +213,20 @@ void ShardSet::read_sequence(int64_t index, int32_t* inputs, int32_t* targets) c
   }
 }
 
+void ShardSet::read_tokens(int64_t shard, int64_t first, int64_t count, uint16_t* out) const {
+  ENGINE_CHECK(shard >= 0 && shard < num_shards(), "data: shard " + std::to_string(shard) +
+                                                       " out of range [0, " +
+                                                       std::to_string(num_shards()) + ")");
+  const Shard& s = shards_[shard];
+  ENGINE_CHECK(first >= 0 && count >= 0 && first + count <= s.header.num_tokens,
+               "token shard '" + s.header.path + "': tokens [" + std::to_string(first) + ", " +
+                   std::to_string(first + count) + ") outside its " +
+                   std::to_string(s.header.num_tokens));
+  const bool whole = read_exactly(s.fd, out, static_cast<size_t>(count) * sizeof(uint16_t),
+                                  kShardHeaderBytes + 2 * first);
+  check_unchanged(s);
+  ENGINE_CHECK(whole, "token shard '" + s.header.path + "': read failed at token " +
+                          std::to_string(first) + ": " + strerror(errno));
+}
+
 }  // namespace data

@@ -54,6 +54,10 @@ class ShardSet {
   // Writes sequence `index` as T inputs and T targets (int32, the backend's token type). Throws
   // naming the shard when it was changed since it was loaded.
   void read_sequence(int64_t index, int32_t* inputs, int32_t* targets) const;
+  // Writes `count` tokens of shard `shard` from token `first` (the document loader's reads).
+  // Throws naming the shard when the range is outside it or the file changed since it was
+  // loaded.
+  void read_tokens(int64_t shard, int64_t first, int64_t count, uint16_t* out) const;
   // Where a sequence lives: its shard and the token offset of its first input.
   std::pair<int64_t, int64_t> locate(int64_t index) const;
 

@@ -5,7 +5,9 @@
 
 #include "core/check.h"
 #include "data/data_loader.h"
+#include "data/document_loader.h"
 #include "data/val_loader.h"
+#include "engine/stage_schedule.h"
 
 namespace engine {
 
@@ -57,9 +59,26 @@ BatchGeometry BatchGeometry::of(const Config& config, int world) {
   return g;
 }
 
-std::unique_ptr<data::DataLoader> make_train_loader(const Config& config,
-                                                    const BatchGeometry& geometry, int rank,
-                                                    int world) {
+std::unique_ptr<data::TrainLoader> make_train_loader(const Config& config,
+                                                     const BatchGeometry& geometry, int rank,
+                                                     int world) {
+  const StageSchedule stages = StageSchedule::of(config);
+  if (stages.enabled()) {
+    ENGINE_CHECK(stages.rows() % world == 0,
+                 "config error: " + config_origin(config, "train.stages.rows") +
+                     ": key 'train.stages.rows' = " + std::to_string(stages.rows()) +
+                     " rows per step do not divide over the world size " + std::to_string(world));
+    data::DocumentLoaderOptions o;
+    o.pattern = config.data.train;
+    for (const TrainingStage& s : stages.stages())
+      o.stages.push_back({s.begin_step, s.row_tokens, stages.rows(), s.max_doc_tokens, s.max_docs});
+    o.rank = rank;
+    o.world = world;
+    o.seed = static_cast<uint64_t>(config.train.seed);
+    o.vocab_size = config.model.vocab_size;
+    o.bos = static_cast<int32_t>(config.data.bos);
+    return std::make_unique<data::DocumentLoader>(o);
+  }
   data::LoaderOptions lo;
   lo.pattern = config.data.train;
   lo.seq_len = geometry.seq_len;

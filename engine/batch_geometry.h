@@ -10,7 +10,7 @@
 #include "engine/config.h"
 
 namespace data {
-class DataLoader;
+class TrainLoader;
 class ValLoader;
 }  // namespace data
 
@@ -35,11 +35,13 @@ struct BatchGeometry {
 };
 
 // The training loader of rank `rank` of `world` (each rank's rows of every step's global batch,
-// a pure function of the seed and the step); a training set smaller than one batch is refused
-// naming data.train.
-std::unique_ptr<data::DataLoader> make_train_loader(const Config& config,
-                                                    const BatchGeometry& geometry, int rank,
-                                                    int world);
+// a pure function of the seed and the step): with train.stages the BOS-aligned document loader
+// in the stages' rows (one a rank a micro-step; train.stages.rows must divide over the ranks),
+// else fixed-length sequences; a training set smaller than one batch is refused naming
+// data.train.
+std::unique_ptr<data::TrainLoader> make_train_loader(const Config& config,
+                                                     const BatchGeometry& geometry, int rank,
+                                                     int world);
 // The validation loader of rank `rank` of `world`: val_seqs sequences in forwards of val_rows.
 std::unique_ptr<data::ValLoader> make_val_loader(const Config& config,
                                                  const BatchGeometry& geometry, int rank,

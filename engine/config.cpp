@@ -20,6 +20,7 @@
 #include "core/check.h"
 #include "data/utf8.h"
 #include "engine/device_select.h"
+#include "engine/stage_schedule.h"
 
 namespace engine {
 
@@ -853,6 +854,12 @@ void validate_config(const Config& c, ConfigUse use) {
   if (!(c.train.diverge_loss_factor == 0 || c.train.diverge_loss_factor > 1))
     fail("train.diverge_loss_factor", "must be 0 (off) or above 1");
   if (c.train.diverge_zero_grad_steps < 0) fail("train.diverge_zero_grad_steps", "must be >= 0");
+  if (StageSchedule::of(c).enabled()) {
+    if (c.data.bos < 0 || c.data.bos >= c.model.vocab_size)
+      fail("data.bos", "must be a token id in [0, model.vocab_size) with train.stages");
+    if (c.model.window_grow)
+      fail("model.window_grow", "cannot be on with train.stages (the stages set the windows)");
+  }
   if (c.zero.stage < 1 || c.zero.stage > 3) fail("zero.stage", "must be 1, 2 or 3");
   if (c.zero.bucket_mb < 0) fail("zero.bucket_mb", "must be >= 0");
   if (c.zero.progress != "thread" && c.zero.progress != "poll")

@@ -108,7 +108,9 @@ inline constexpr bool kOptional = false;
     "shuffle sequence start positions each epoch (seeded by train.seed)")                       \
   F(data, bool, shard_whole_batches, "shard_whole_batches", false, kOptional,                   \
     "each training shard gives whole global batches only and skips the rest (modded-nanogpt's " \
-    "generator: 2032 rows of 49152 from a 100M-token shard at 8 a step)")
+    "generator: 2032 rows of 49152 from a 100M-token shard at 8 a step)")                       \
+  F(data, int64_t, bos, "bos", 50256, kOptional,                                                \
+    "the token that starts a document, for the document loader of train.stages")
 
 #define ENGINE_TRAIN_FIELDS(F)                                                                     \
   F(train, int64_t, seed, "seed", 1337, kOptional, "seed of initialisation and data order")        \
@@ -152,7 +154,38 @@ inline constexpr bool kOptional = false;
     "untimed warm-up forward/backward passes before step 1 (no update)")                           \
   F(train, std::string, init_from, "init_from", "", kOptional,                                     \
     "start from trained weights (fresh optimizer state, step 0): a checkpoint folder, an engine "  \
-    "export .safetensors or a Hugging Face GPT-2 folder; ignored when resuming")
+    "export .safetensors or a Hugging Face GPT-2 folder; ignored when resuming")                   \
+  F(train, std::string, stages_batch_tokens, "stages.batch_tokens", "", kOptional,                 \
+    "batch stages (record #89, docs/record_recipe.md#batch-stages-record-89): tokens per step of " \
+    "each stage, ';' "                                                                             \
+    "between stages, the last the extension stage ('' = off: train.batch_tokens every step). "     \
+    "On: the BOS-aligned document loader, train.lr_cooldown_frac and lr_floor over the "           \
+    "scheduled steps, each stage's lr multiplier")                                                 \
+  F(train, std::string, stages_durations, "stages.durations", "", kOptional,                       \
+    "each scheduled stage's share of the scheduled steps ('1/3; 1/3; 1/3'); stage k ends at "      \
+    "round(S x the running sum)")                                                                  \
+  F(train, int64_t, stages_extension_steps, "stages.extension_steps", 0, kOptional,                \
+    "the last stage's steps, after the S = train.steps - this scheduled ones (the record: 15)")    \
+  F(train, int64_t, stages_rows, "stages.rows", 8, kOptional,                                      \
+    "rows per step (all ranks and micro-steps): a row holds a stage's tokens / rows (the record: " \
+    "8 GPUs x 1)")                                                                                 \
+  F(train, std::string, stages_max_doc_tokens, "stages.max_doc_tokens", "", kOptional,             \
+    "each stage's longest document: the loader truncates documents to it ('896; 2048; ...')")      \
+  F(train, std::string, stages_max_docs, "stages.max_docs", "", kOptional,                         \
+    "each stage's cu_seqlens entries a row ('' = the record's 64 / 96 / 128 for rows of 16384 / "  \
+    "32768 / 49152, else the next multiple of 128 of T / 300); a row of more documents fails")     \
+  F(train, std::string, stages_windows, "stages.windows", "", kOptional,                           \
+    "each stage's short and long attention windows in tokens ('128 384; 384 896; ...')")           \
+  F(train, std::string, stages_lr_mul, "stages.lr_mul", "", kOptional,                             \
+    "each stage's lr multiplier ('1.0; 1.52; 1.73; 1.0')")                                         \
+  F(train, std::string, stages_mtp, "stages.mtp", "", kOptional,                                   \
+    "each stage's multi-token weights for t+1, t+2, ..., 'a>b' ramping within the stage "          \
+    "('1 0.5 0.25>0; 1 0.5>0; 1; 1')")                                                             \
+  F(train, int64_t, stages_final_window, "stages.final_window", 0, kOptional,                      \
+    "the long window of the validation after the last step (the record: 2560; 0 = the last "       \
+    "stage's)")                                                                                    \
+  F(train, std::string, stages_prefix, "stages.prefix", "", kOptional,                             \
+    "each stage's prefix-loss weight, 'a>b' ramping within the stage ('0.25; 0.25>0; 0; 0')")
 
 #define ENGINE_ZERO_FIELDS(F)                                                               \
   F(zero, int64_t, stage, "stage", 1, kOptional,                                            \

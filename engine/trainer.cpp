@@ -83,7 +83,8 @@ Trainer::Trainer(Config config, comm::Communicator& control, comm::Communicator&
       health_(config_.train.diverge_loss_factor, config_.train.diverge_zero_grad_steps),
       schedule_(config_.train.steps, config_.train.lr_warmup_steps, config_.train.lr_cooldown_frac,
                 config_.train.lr_floor, parse_decay_shape(config_.train.lr_schedule),
-                config_.train.lr_at_step_start) {
+                config_.train.lr_at_step_start),
+      stages_(StageSchedule::of(config_)) {
   const int W = comm_.size();
   const int rank = comm_.rank();
   const std::string source = config_.source.empty() ? "config" : config_.source;
@@ -211,17 +212,18 @@ void Trainer::forward_backward() {
   zero_->begin_step();
   apply_window_schedule(*gpt_, counters_.step, config_.train.steps);
   gpt_->take_expert_rows();  // warm-up and validation forwards route too: this step from 0
+  apply_stage(counters_.step);
   data::Batch batch;
-  for (int64_t m = 0; m < geometry_.grad_accum; ++m) {
+  for (int64_t m = 0; m < step_micro_steps_; ++m) {
     core::TraceScope micro_step(tracer_, "micro-step", "micro-step", static_cast<int>(m));
     loader_->load(counters_.step, m, batch);
     {
       core::TraceScope forward(tracer_, "pass", "forward");
       gpt_->forward_accumulate(batch.inputs.data(), batch.targets.data(),
-                               static_cast<int>(batch.rows), static_cast<int>(geometry_.seq_len));
+                               static_cast<int>(batch.rows), static_cast<int>(batch.seq_len));
     }
     core::TraceScope backward_span(tracer_, "pass", "backward");
-    backward(m == geometry_.grad_accum - 1);
+    backward(m == step_micro_steps_ - 1);
   }
   // The micro-steps' losses were summed on the device; they stay there (clip_grads reduces them
   // with the gradient's sum of squares).
@@ -232,12 +234,22 @@ void Trainer::forward_backward() {
                      comm::ReduceOp::Sum);
 }
 
+void Trainer::apply_stage(int64_t step) {
+  step_micro_steps_ = loader_->micro_steps(step);
+  step_tokens_ = config_.train.batch_tokens;
+  if (!stages_.enabled()) return;
+  stage_settings_ = stages_.settings(step);
+  step_tokens_ = stage_settings_.batch_tokens;
+  if (config_.model.window > 0)
+    gpt_->set_attention_window(static_cast<int>(stage_settings_.window_long));
+}
+
 double Trainer::gradient_mean() const {
-  double mean = 1.0 / static_cast<double>(geometry_.grad_accum * comm_.size());
+  double mean = 1.0 / static_cast<double>(step_micro_steps_ * comm_.size());
   // train.rank_sum_loss: the record's gradient, each rank's token losses summed (its share of
   // the batch times the mean) and averaged over ranks.
   if (config_.train.rank_sum_loss)
-    mean *= static_cast<double>(config_.train.batch_tokens) / static_cast<double>(comm_.size());
+    mean *= static_cast<double>(step_tokens_) / static_cast<double>(comm_.size());
   return mean;
 }
 
@@ -282,7 +294,7 @@ Trainer::StepSums Trainer::read_step_sums() {
   double sums[2];
   backend_.copy_to_host(sums, step_sums_.data<double>(), sizeof sums);
   StepSums out;
-  out.loss = sums[0] / static_cast<double>(geometry_.grad_accum) / comm_.size();
+  out.loss = sums[0] / static_cast<double>(step_micro_steps_) / comm_.size();
   out.grad_norm = std::sqrt(sums[1]) * gradient_mean();
   return out;
 }
@@ -322,7 +334,8 @@ StepRecord Trainer::train_step() {
   const bool scaled = clip_grads();
   end_phase("clip");
   // Optimizer step on the local parts, then the parameters back where the model reads them.
-  const double lr_scale = schedule_.multiplier(counters_.step);
+  const double lr_scale = stages_.enabled() ? stages_.lr_multiplier(counters_.step)
+                                            : schedule_.multiplier(counters_.step);
   optimizer_step(lr_scale, scaled);
   end_phase("optimizer");
   zero_->publish_params();
@@ -339,7 +352,7 @@ StepRecord Trainer::train_step() {
   ++counters_.step;
   const double step_ms = ms_since(t0);
   counters_.train_time_ms += step_ms;
-  counters_.tokens += config_.train.batch_tokens;
+  counters_.tokens += step_tokens_;
 
   StepRecord r;
   r.step = counters_.step;
@@ -351,7 +364,7 @@ StepRecord Trainer::train_step() {
   r.tokens = counters_.tokens;
   r.train_time_ms = counters_.train_time_ms;
   r.step_ms = step_ms;
-  r.tokens_per_s = static_cast<double>(config_.train.batch_tokens) / (step_ms / 1000.0);
+  r.tokens_per_s = static_cast<double>(step_tokens_) / (step_ms / 1000.0);
   r.gflops = flops_per_token_ * r.tokens_per_s / 1e9;
   const comm::CommStats& after = tensors_.stats();
   for (int k = 0; k < comm::kNumCollectives; ++k) {
@@ -391,6 +404,8 @@ double Trainer::evaluate() {
   // Validation sees the window the next step trains with (at step 0 the schedule's first, not
   // the full model.window), as modded-nanogpt evaluates.
   apply_window_schedule(*gpt_, counters_.step, config_.train.steps);
+  if (stages_.enabled() && config_.model.window > 0)
+    gpt_->set_attention_window(static_cast<int>(stages_.settings(counters_.step).window_long));
   // No backward events release what a forward gathered (stage 3).
   const double val = validation_loss(*gpt_, *val_loader_, comm_, [this] { zero_->end_forward(); });
   last_val_ = {counters_.step, val};
@@ -480,9 +495,19 @@ void Trainer::print_banner() const {
       gpt_->table().total_numel(), gpt_->table().total_numel() / 1e6, plan_->stage(),
       plan_->state_numel(0));
   spdlog::info("{}", zero_->describe());
-  spdlog::info("batch: {} tokens per step = {} ranks x {} micro-steps x {} rows x {} tokens",
-               config_.train.batch_tokens, comm_.size(), geometry_.grad_accum, geometry_.micro_rows,
-               geometry_.seq_len);
+  if (stages_.enabled()) {
+    for (const TrainingStage& st : stages_.stages())
+      spdlog::info(
+          "stage steps {}-{}: {} tokens per step = {} ranks x {} micro-steps x 1 row x {} tokens, "
+          "documents to {} tokens, windows {} / {}, lr x {}",
+          st.begin_step, st.end_step - 1, st.batch_tokens, comm_.size(),
+          stages_.rows() / comm_.size(), st.row_tokens, st.max_doc_tokens, st.window_short,
+          st.window_long, st.lr_mul);
+  } else {
+    spdlog::info("batch: {} tokens per step = {} ranks x {} micro-steps x {} rows x {} tokens",
+                 config_.train.batch_tokens, comm_.size(), geometry_.grad_accum,
+                 geometry_.micro_rows, geometry_.seq_len);
+  }
   for (size_t g = 0; g < optim_->num_groups(); ++g)
     spdlog::info("optim group {}: {} for {} parameters", g, optim_->optimizer(g).kind(),
                  optim_->group_params(g).size());
@@ -492,10 +517,11 @@ void Trainer::print_banner() const {
 void Trainer::warm_up() {
   if (config_.train.warmup_steps <= 0) return;
   data::Batch batch;
+  apply_stage(counters_.step);
   loader_->load(counters_.step, 0, batch);
   for (int64_t i = 0; i < config_.train.warmup_steps; ++i) {
     gpt_->forward(batch.inputs.data(), batch.targets.data(), static_cast<int>(batch.rows),
-                  static_cast<int>(geometry_.seq_len));
+                  static_cast<int>(batch.seq_len));
     backward(false);
   }
   zero_->begin_step();

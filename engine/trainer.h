@@ -29,13 +29,14 @@
 #include "engine/metrics.h"
 #include "engine/reparam/reparam.h"
 #include "engine/run_trace.h"
+#include "engine/stage_schedule.h"
 #include "engine/training_health.h"
 #include "engine/zero_state.h"
 #include "model/gpt.h"
 #include "optim/optimizer_set.h"
 
 namespace data {
-class DataLoader;
+class TrainLoader;
 class ValLoader;
 }  // namespace data
 
@@ -72,6 +73,11 @@ class Trainer {
   // The reparametrisations of trainables the config asked for (engine/reparam/reparam.h).
   const std::vector<std::unique_ptr<Reparam>>& reparams() const { return reparams_; }
   int64_t step() const { return counters_.step; }  // optimizer steps done
+  // train.stages: the schedule, and what the step being taken (or the next one, between steps)
+  // reads from its stage: windows, multi-token and prefix-loss weights, rows. The model side
+  // reads these from here; the long window is already applied (Gpt::set_attention_window).
+  const StageSchedule& stage_schedule() const { return stages_; }
+  const StageSettings& stage_settings() const { return stage_settings_; }
 
   // Restores parameters, optimizer state and the step counter from a checkpoint folder (any
   // world size).
@@ -95,6 +101,9 @@ class Trainer {
 
  private:
   void print_banner() const;
+  // The step's micro-steps and tokens, and with train.stages its stage's settings (the long
+  // window set on the model).
+  void apply_stage(int64_t step);
   void warm_up();
   // The phases of train_step: forward and backward over the micro-batches (the loss summed on
   // the device); the gradients' mean and clip factor, computed and applied on the device
@@ -139,11 +148,17 @@ class Trainer {
   std::vector<std::unique_ptr<Reparam>> reparams_;
   std::unique_ptr<comm::ShardingPlan> plan_;
   std::unique_ptr<ZeroState> zero_;
-  std::unique_ptr<data::DataLoader> loader_;
+  std::unique_ptr<data::TrainLoader> loader_;
   std::unique_ptr<data::ValLoader> val_loader_;
   std::unique_ptr<Checkpointer> checkpointer_;
   TrainingHealth health_;
   LrSchedule schedule_;
+  // train.stages: the record's batch stages (off: enabled() false), and what the step being
+  // taken reads from its stage.
+  StageSchedule stages_;
+  StageSettings stage_settings_;
+  int64_t step_micro_steps_ = 1;  // the step's micro-steps on each rank
+  int64_t step_tokens_ = 0;       // the step's tokens, all ranks
   RunCounters counters_;
   bool started_ = false;
   std::optional<std::pair<int64_t, double>> last_val_;  // (step, validation loss)

@@ -24,6 +24,7 @@
 #include "data/val_loader.h"
 #include "engine/config.h"
 #include "engine/model_loading.h"
+#include "engine/stage_schedule.h"
 #include "model/gpt.h"
 #include "model/weights_io.h"
 
@@ -68,6 +69,11 @@ int run(int argc, char** argv) {
   for (const char* need : {"--config", "--steps", "--out"})
     ENGINE_CHECK(args.count(need), std::string("dump_batches: ") + need + " is required");
   const engine::Config c = engine::load_config(args["--config"], sets);
+  // Its layout is rows of model.seq_len; the stages' document rows change length by stage.
+  ENGINE_CHECK(!engine::StageSchedule::of(c).enabled(),
+               "dump_batches: train.stages is on: its rows (BOS-aligned documents, a length per "
+               "stage) do not fit this file's fixed rows of model.seq_len; dump a config without "
+               "train.stages");
   const int64_t steps = std::stoll(args["--steps"]);
   ENGINE_CHECK(steps > 0, "dump_batches: --steps must be positive, got " + args["--steps"]);
   const int64_t T = c.model.seq_len;

@@ -4,7 +4,7 @@
 #include <filesystem>
 
 #include "core/check.h"
-#include "data/data_loader.h"
+#include "data/train_loader.h"
 #include "engine/checkpoint/checkpoint_files.h"
 #include "engine/checkpoint/resume_check.h"
 #include "engine/checkpoint/sharded_state.h"

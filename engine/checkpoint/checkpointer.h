@@ -21,7 +21,7 @@
 #include "optim/optimizer_set.h"
 
 namespace data {
-class DataLoader;
+class TrainLoader;
 }
 
 namespace engine {
@@ -39,7 +39,7 @@ struct CheckpointedState {
   ZeroState& zero;
   optim::OptimizerSet& optimizers;
   const std::vector<std::unique_ptr<Reparam>>& reparams;
-  const data::DataLoader& loader;
+  const data::TrainLoader& loader;
 };
 
 class Checkpointer {

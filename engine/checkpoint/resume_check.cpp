@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "core/check.h"
-#include "data/data_loader.h"
+#include "data/train_loader.h"
 #include "optim/glob.h"
 
 namespace engine {
@@ -24,12 +24,15 @@ std::string state_or(const Manifest& m, const std::string& key, const std::strin
   return it == m.state.end() ? fallback : it->second;
 }
 
-// "N shards, M tokens of 'pattern', seq_len T, B sequences per step, shuffle on|off".
-std::string describe(const std::string& shards, const std::string& tokens,
-                     const std::string& pattern, const std::string& seq_len,
-                     const std::string& batch_rows, const std::string& shuffle) {
-  return shards + " shard(s) of " + tokens + " tokens ('" + pattern + "'), seq_len " + seq_len +
-         ", " + batch_rows + " sequences per step, shuffle " + shuffle;
+// "N shard(s) of M tokens ('pattern'), seq_len T, B sequences per step, shuffle on|off": the
+// loader's order keys with the values `value_of` gives (this run's, or a manifest's).
+template <typename ValueOf>
+std::string describe(const data::TrainLoader& loader, const std::string& shards,
+                     const std::string& tokens, const std::string& pattern, ValueOf value_of) {
+  std::string out = shards + " shard(s) of " + tokens + " tokens ('" + pattern + "')";
+  for (const data::OrderKey& k : loader.order_keys())
+    out += ", " + k.before + value_of(k) + k.after;
+  return out;
 }
 
 // The optimizer name of the first group whose globs match `name` ("" when none does).
@@ -52,37 +55,35 @@ std::string content_hashes(const data::ShardSet& shards) {
 
 }  // namespace
 
-void record_data_state(Manifest& m, const data::DataLoader& loader) {
-  const data::LoaderOptions& o = loader.options();
-  m.state["data.fingerprint"] = hex64(loader.state().fingerprint);
-  m.state["data.pattern"] = o.pattern;
+void record_data_state(Manifest& m, const data::TrainLoader& loader) {
+  m.state["data.fingerprint"] = hex64(loader.fingerprint());
+  m.state["data.pattern"] = loader.pattern();
   m.state["data.shards"] = std::to_string(loader.shards().num_shards());
   m.state["data.tokens"] = std::to_string(loader.shards().num_tokens());
-  m.state["data.seq_len"] = std::to_string(o.seq_len);
-  m.state["data.batch_rows"] = std::to_string(o.batch_rows);
-  m.state["data.shuffle"] = o.shuffle ? "on" : "off";
+  for (const data::OrderKey& k : loader.order_keys())
+    m.state["data." + k.name] = k.value;
   m.state["data.content"] = content_hashes(loader.shards());
 }
 
-void check_same_data(const std::string& dir, const Manifest& m, const data::DataLoader& loader) {
+void check_same_data(const std::string& dir, const Manifest& m, const data::TrainLoader& loader) {
   const std::string saved = state_or(m, "data.fingerprint", "");
   if (saved.empty()) return;
-  if (saved == hex64(loader.state().fingerprint)) {
+  if (saved == hex64(loader.fingerprint())) {
     check_same_content(dir, m, loader.shards());
     return;
   }
-  const data::LoaderOptions& o = loader.options();
-  const std::string now = describe(
-      std::to_string(loader.shards().num_shards()), std::to_string(loader.shards().num_tokens()),
-      o.pattern, std::to_string(o.seq_len), std::to_string(o.batch_rows), o.shuffle ? "on" : "off");
+  const std::string now = describe(loader, std::to_string(loader.shards().num_shards()),
+                                   std::to_string(loader.shards().num_tokens()), loader.pattern(),
+                                   [](const data::OrderKey& k) { return k.value; });
   const std::string then =
-      describe(state_or(m, "data.shards", "?"), state_or(m, "data.tokens", "?"),
-               state_or(m, "data.pattern", "?"), state_or(m, "data.seq_len", "?"),
-               state_or(m, "data.batch_rows", "?"), state_or(m, "data.shuffle", "?"));
+      describe(loader, state_or(m, "data.shards", "?"), state_or(m, "data.tokens", "?"),
+               state_or(m, "data.pattern", "?"),
+               [&](const data::OrderKey& k) { return state_or(m, "data." + k.name, "?"); });
   ENGINE_FAIL("cannot resume from " + dir + ": it was trained on " + then + "; this run reads " +
               now +
               ". The data order would differ from the checkpoint's (data.train, "
-              "model.seq_len, train.batch_tokens and data.shuffle must stay as they were)");
+              "model.seq_len, train.batch_tokens, data.shuffle, data.bos and train.stages.* must "
+              "stay as they were)");
 }
 
 void check_same_content(const std::string& dir, const Manifest& m, const data::ShardSet& shards) {

@@ -12,20 +12,20 @@
 #include "engine/config.h"
 
 namespace data {
-class DataLoader;
 class ShardSet;
+class TrainLoader;
 }  // namespace data
 
 namespace engine {
 
 // Adds the loader's fingerprint, what it is made of, and each shard's token hash to the
 // manifest's state.
-void record_data_state(Manifest& manifest, const data::DataLoader& loader);
+void record_data_state(Manifest& manifest, const data::TrainLoader& loader);
 // Refuses a loader whose shards or batch shape differ from those of the checkpoint (a
 // checkpoint without a data fingerprint passes), or whose shards' tokens changed
 // (check_same_content).
 void check_same_data(const std::string& dir, const Manifest& manifest,
-                     const data::DataLoader& loader);
+                     const data::TrainLoader& loader);
 // Refuses shards whose tokens changed at the same count (the fingerprint covers counts only),
 // naming the first such shard; a checkpoint without recorded content hashes passes.
 void check_same_content(const std::string& dir, const Manifest& manifest,

@@ -309,6 +309,73 @@ def case_world_size_record(env):
     print("record: rank_sum_loss grad norms np 1 %.6g, np 2 %.6g, mean loss's %.6g" % (n1, n2, mean))
 
 
+# train.stages on the tiny data: documents start at token 19 (one in 41 tokens), 8 rows a step,
+# 16 scheduled steps in halves (rows of 32 tokens, documents cut at 24; then rows of 64, cut at
+# 48) and 4 extension steps; windows, lr multipliers and caps per stage.
+STAGE_SETS = [
+    "model.seq_len=64", "model.window=64", "data.bos=19", "train.steps=20",
+    "train.lr_cooldown_frac=0.5", "train.lr_floor=0.1", "train.lr_warmup_steps=0",
+    "train.stages.batch_tokens=256; 512; 512", "train.stages.durations=1/2; 1/2",
+    "train.stages.extension_steps=4", "train.stages.rows=8",
+    "train.stages.max_doc_tokens=24; 48; 48", "train.stages.max_docs=32; 48; 48",
+    "train.stages.windows=16 32; 32 64; 32 64", "train.stages.lr_mul=1.0; 1.5; 1.0",
+    "train.stages.mtp=1 0.5>0; 1; 1", "train.stages.prefix=0; 0; 0",
+]
+
+
+def stage_lr(step):
+    """The record's get_lr for these stages: S = 16, bounds 8 and 16, cooldown from int(16 x
+    0.5) = 8."""
+    m = 1.0 if step < 8 else 1.5 if step < 16 else 1.0
+    if step < 8:
+        return m
+    t = min(1.0, (step - 8) / 8)
+    return m * (1 - t) + 0.1 * t
+
+
+def case_world_size_stages(env):
+    """train.stages across both stage changes (steps 8 and 16): np 2 (4 micro-steps of one row)
+    against np 1 (8) within the world-size bars; each step's tokens and lr multiplier as the
+    stages give them."""
+    sets = STAGE_SETS + ["checkpoint.every=0", "checkpoint.at_end=false"]
+    one = metrics(env.run(1, "stages_np1", sets)[1])
+    two = metrics(env.run(2, "stages_np2", sets)[1])
+    worst = compare_losses(two, one, range(0, 21), WORLD_SIZE_LOSS_RTOL, "stages np 2 vs np 1")
+    norm = compare_losses(two, one, range(1, 21), WORLD_SIZE_NORM_RTOL, "stages np 2 vs np 1",
+                          keys=("grad_norm",))
+    tokens = 0
+    for step in range(1, 21):
+        tokens += 256 if step <= 8 else 512
+        check(one[step]["tokens"] == tokens, "stages: %d tokens after step %d, expected %d" %
+              (one[step]["tokens"], step, tokens))
+    base = one[1]["lr"] / stage_lr(0)
+    lr_worst = max(rel(one[step]["lr"], base * stage_lr(step - 1)) for step in range(1, 21))
+    check(lr_worst <= 1e-12, "stages: the logged lr is not the stages' (relative %.3g)" % lr_worst)
+    check(one[20]["val_loss"] < one[0]["val_loss"] - 0.5, "stages: val loss %.4f -> %.4f did not "
+          "fall" % (one[0]["val_loss"], one[20]["val_loss"]))
+    print("stages: np 2 vs np 1 over 20 steps across 2 stage changes, largest relative "
+          "difference: losses %.2e, global grad norm %.2e; val loss %.4f -> %.4f; lr as the "
+          "stages give it (%.1e)" % (worst, norm, one[0]["val_loss"], one[20]["val_loss"],
+                                     lr_worst))
+
+
+def case_resume_stages(env):
+    """An np 2 train.stages run's step-6 checkpoint resumed on np 2: steps 7-20, across both
+    stage changes, bit-identical; on np 1 within the world-size bar."""
+    sets = STAGE_SETS + ["checkpoint.every=6", "checkpoint.keep=5"]
+    _, straight = env.run(2, "straight", sets)
+    ms = metrics(straight)
+    ckpt6 = os.path.join(straight, "ckpt", "step_00000006")
+    _, same = env.run(2, "resume_np2", sets + ["checkpoint.resume=" + ckpt6])
+    check(min(metrics(same)) == 7, "the resumed run did not start at step 7")
+    check_bit_identical(metrics(same), ms, range(7, 21), "stages resumed on np 2")
+    _, other = env.run(1, "resume_np1", sets + ["checkpoint.resume=" + ckpt6])
+    worst = compare_losses(metrics(other), ms, range(7, 21), WORLD_SIZE_LOSS_RTOL,
+                           "stages resumed on np 1")
+    print("stages: the step-6 checkpoint resumed on np 2 bit-identical over steps 7-20 (stage "
+          "changes at 8 and 16); on np 1 within %.2e" % worst)
+
+
 def case_window_schedule_validation(env):
     """model.window_grow: the validation after k steps sees the window step k trains with, in the
     run and in `engine eval` of its checkpoints. A 256 window grown over 4 steps of 256-token rows
@@ -1172,6 +1239,8 @@ CASES = {
     "world_size_archs": case_world_size_archs,
     "world_size_recipe": case_world_size_recipe,
     "world_size_record": case_world_size_record,
+    "world_size_stages": case_world_size_stages,
+    "resume_stages": case_resume_stages,
     "window_schedule_validation": case_window_schedule_validation,
     "world_size_optimizers": case_world_size_optimizers,
     "world_size_ns_bf16": case_world_size_ns_bf16,

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "data/data_loader.h"
+#include "data/document_loader.h"
 #include "data/token_shard.h"
 #include "tests/test_util.h"
 
@@ -60,6 +61,36 @@ TEST(ResumeCheck, ShardWhoseTokensChangedAtTheSameCountIsNamed) {
   // A checkpoint written before the hashes were recorded still resumes.
   m.state.erase("data.content");
   EXPECT_NO_THROW(engine::check_same_data("ckpt", m, data::DataLoader(options(dir))));
+  fs::remove_all(dir);
+}
+
+// train.stages: the document loader's order keys go into the manifest; a resume with other stages
+// is refused naming both stage lists.
+TEST(ResumeCheck, DocumentLoaderWithOtherStagesIsRefusedNamingThem) {
+  const std::string dir = (fs::temp_directory_path() / "engine_resume_stages").string();
+  fs::create_directories(dir);
+  data::write_shard(dir + "/shard_000.bin", tokens(2000, 3));
+  auto loader = [&](int64_t max_doc) {
+    data::DocumentLoaderOptions o;
+    o.pattern = dir + "/shard_*.bin";
+    o.stages = {{0, 16, 2, max_doc, 8}, {5, 32, 2, 32, 8}};
+    o.vocab_size = 256;
+    o.bos = 3;
+    return data::DocumentLoader(o);
+  };
+  engine::Manifest m;
+  engine::record_data_state(m, loader(12));
+  EXPECT_EQ(m.state.at("data.bos"), "3");
+  EXPECT_NO_THROW(engine::check_same_data("ckpt", m, loader(12)));
+  const std::string msg = error_of([&] { engine::check_same_data("ckpt", m, loader(10)); });
+  EXPECT_NE(msg.find("stages from step 0 2 rows of 16, documents to 12, cap 8; from step 5"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("this run reads 1 shard(s) of 2000 tokens ('" + dir +
+                     "/shard_*.bin'), documents from BOS 3, stages from step 0 2 rows of 16, "
+                     "documents to 10"),
+            std::string::npos)
+      << msg;
   fs::remove_all(dir);
 }
 
