@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """A grid's runs in one compressed file: the compact form the experiments commit.
 
-usage: runpack.py sync PACK DIR RUN... [--keep KEY,KEY,...]   # PACK holds exactly RUN...: each from
+usage: runpack.py sync PACK DIR RUN... [--keep KEY,KEY,...] [--every N]
+                                                              # PACK holds exactly RUN...: each from
                                                               # DIR/RUN/ (RUN=FOLDER: from FOLDER)
                                                               # where that folder is, else from
                                                               # PACK as it was
@@ -15,7 +16,9 @@ banner, the effective config, the console lines), "files" any other text file na
 Each part is there when the run folder had it. The metrics rows are thinned to the keys a
 driver names (--keep; default every key): the step and what its tables read, the rest (phase
 times, communication bytes, memory, ...) dropped; a row with a val_loss keeps it whatever the
-list. Read it with Python's lzma module (lzma.open(path, "rt")) or `xzcat`.
+list. With --every N only every N-th step's training row is kept besides the first and the last
+and every row with a val_loss (the drivers whose tables read no training row thin the curve so:
+the runs' whole curves stay in the history of the commits that first held them). Read it with Python's lzma module (lzma.open(path, "rt")) or `xzcat`.
 """
 import json
 import lzma
@@ -25,17 +28,20 @@ import sys
 FILE = "runs.jsonl.xz"
 
 
-def thin(rows, keep):
-    """The metrics rows with only the keys in `keep` (and step, val_loss); keep None: whole."""
+def thin(rows, keep, every=1):
+    """The metrics rows with only the keys in `keep` (and step, val_loss; keep None: every key),
+    and of the rows without a val_loss only every `every`-th step's, the first and the last."""
+    rows = [r for i, r in enumerate(rows)
+            if every <= 1 or "val_loss" in r or r.get("step", 0) % every == 0 or i in (0, len(rows) - 1)]
     if keep is None:
         return rows
     keep = set(keep) | {"step", "val_loss"}
     return [{k: v for k, v in r.items() if k in keep} for r in rows]
 
 
-def pack_run(run_dir, name, keep=None, files=()):
-    """One run folder as a pack record (its result.json, metrics.jsonl rows, log.txt and the
-    text `files`); a part the folder lacks is left out."""
+def pack_run(run_dir, name, keep=None, files=(), every=1):
+    """One run folder as a pack record (its result.json, metrics.jsonl rows thinned as `thin`
+    does, log.txt and the text `files`); a part the folder lacks is left out."""
     rec = {"run": name}
     path = os.path.join(run_dir, "result.json")
     if os.path.isfile(path):
@@ -44,7 +50,7 @@ def pack_run(run_dir, name, keep=None, files=()):
     path = os.path.join(run_dir, "metrics.jsonl")
     if os.path.isfile(path):
         with open(path) as f:
-            rec["metrics"] = thin([json.loads(line) for line in f if line.strip()], keep)
+            rec["metrics"] = thin([json.loads(line) for line in f if line.strip()], keep, every)
     path = os.path.join(run_dir, "log.txt")
     if os.path.isfile(path):
         with open(path, errors="replace") as f:
@@ -115,10 +121,14 @@ def main(argv):
         for name in read(pack):
             print(name)
         return 0
-    keep = None
+    keep, every = None, 1
     if "--keep" in argv:
         i = argv.index("--keep")
         keep = [k for k in argv[i + 1].split(",") if k]
+        argv = argv[:i] + argv[i + 2:]
+    if "--every" in argv:
+        i = argv.index("--every")
+        every = int(argv[i + 1])
         argv = argv[:i] + argv[i + 2:]
     folder, runs = argv[2], argv[3:]
     held = read(pack)
@@ -133,7 +143,7 @@ def main(argv):
         name, _, d = item.partition("=")
         d = d or os.path.join(folder, name)
         if os.path.isdir(d):
-            records.append(pack_run(d, name, keep))
+            records.append(pack_run(d, name, keep, every=every))
         elif name in held:
             records.append(held[name])
         else:

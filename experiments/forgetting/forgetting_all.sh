@@ -56,7 +56,8 @@ export PRETRAIN_STEPS="${PRETRAIN_STEPS:-2000}" FT_STEPS="${FT_STEPS:-100}" NP="
 runs_dir="${RUNS_DIR:-runs}"
 docs_dir="${DOCS_DIR:-experiments/forgetting/results}"
 here=experiments/forgetting
-# What a pack keeps of each metrics row (the tables read runs.tsv; the rows are the curves).
+# What a pack keeps of each metrics row (the tables read runs.tsv; the rows are the curves: every
+# 10th step's training row and every validation).
 keep=step,train_loss,val_loss,lr,grad_norm,elapsed_ms
 dense_adamw="${ADAMW_LRS:-3e-4 1e-3 1.5e-3 2e-3 3e-3 1e-2}"
 dense_urrs="${OSFT_URRS:-0.5 0.25}"
@@ -173,9 +174,9 @@ collect() {
       runs+=("pretrain_seed$seed=${PRETRAIN_DIR}_seed$seed")
     done
   elif [[ -d "$PRETRAIN_DIR" ]]; then
-    /usr/bin/python3 experiments/runpack.py sync "$docs_dir/pretrain/runs.jsonl.xz" . "pretrain=$PRETRAIN_DIR" --keep $keep
+    /usr/bin/python3 experiments/runpack.py sync "$docs_dir/pretrain/runs.jsonl.xz" . "pretrain=$PRETRAIN_DIR" --keep $keep --every 10
   fi
-  /usr/bin/python3 experiments/runpack.py sync "$dest/runs.jsonl.xz" "$out" "${runs[@]}" --keep $keep
+  /usr/bin/python3 experiments/runpack.py sync "$dest/runs.jsonl.xz" "$out" "${runs[@]}" --keep $keep --every 10
   echo "forgetting_all.sh: $grid: $(finished_runs "$grid") runs -> $dest"
 }
 

@@ -36,7 +36,7 @@ multiple of --eval-every).
 Results go to OUT (default runs/race/<config name>): one folder per run while it trains (its
 metrics.jsonl and log.txt, and result.json once it is done), and every finished run in
 OUT/runs.jsonl.xz (experiments/runpack.py: its result, its metrics thinned to the step, losses,
-lr, times and memory, its log), the compact form a race commits (the run folders are not
+lr, times and memory, every 10th step's training row and every validation, its log), the compact form a race commits (the run folders are not
 committed); race.json, race.md (the table: steps and time to the target, mean and spread over
 seeds, speedups over tuned AdamW, the chosen learning rates) and race.png (validation loss
 against steps and against time, the best run of each family). An interrupted race resumes at
@@ -77,6 +77,9 @@ HIDDEN = "blocks.*.attn.qkv.weight"
 # median tokens/s, peak memory), the rows keep the train curve and what those came from.
 KEEP = ("step", "train_loss", "val_loss", "lr", "elapsed_ms", "step_ms", "tokens_per_s",
         "peak_mem_bytes")
+# No table reads a training row (the results hold what they came from): the pack keeps every
+# EVERY-th step's and every validation's.
+EVERY = 10
 
 # Each family's optimizer for the hidden matrices and its documented default learning rate
 # (AdamW and Muon: the engine's own defaults and cpu_small's; SOAP and REKLS: configs/soap.yaml's,
@@ -304,7 +307,7 @@ def main():
         done = os.path.join(out, name, "result.json")
         if os.path.exists(done):
             if name not in packed:
-                packed[name] = runpack.pack_run(os.path.join(out, name), name, KEEP)
+                packed[name] = runpack.pack_run(os.path.join(out, name), name, KEEP, every=EVERY)
                 runpack.add(pack, [packed[name]])
             return json.load(open(done))
         return packed[name].get("result") if name in packed else None
@@ -452,8 +455,11 @@ def write_tables(out, results, target, steps, a):
             cells.append("%.0f" % x["tokens_per_s"])
         cells += ["%.0f" % x["peak_mib"], "-" if x["state_mib"] is None else "%.1f" % x["state_mib"]]
         L.append("| " + " | ".join(cells) + " |")
+    # The runs' validation curves stay in the pack (runs.jsonl.xz) alone; race.json keeps the rest.
+    no_curves = {f: {k: ([{x: v for x, v in run.items() if x != "val_curve"} for run in r[k]]
+                         if k in ("sweep", "seeds") else r[k]) for k in r} for f, r in results.items()}
     figures.write_json({"target": target, "steps": steps, "np": a.np, "threads": a.threads, "rows": rows,
-                        "results": results}, os.path.join(out, "race.json"))
+                        "results": no_curves}, os.path.join(out, "race.json"))
     open(os.path.join(out, "race.md"), "w").write("\n".join(L) + "\n")
     print("\n".join(L))
     if a.no_plot:

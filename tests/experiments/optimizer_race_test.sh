@@ -71,10 +71,17 @@ sed -n 3,6p "$work/race/race.md"
 # tuned runs, so every tuned seed reaches it and the worst one does so at its last validation.
 race --target budget --lr-factors 1 --out "$work/budget" >"$work/budget.log"
 [ "$(runs "$work/budget.log")" -eq 4 ] || { echo "FAIL: the budget race trained other than 4 runs"; cat "$work/budget.log"; exit 1; }
-python3 - "$work/budget/race.json" <<'PY' || exit 1
-import json, sys
+python3 - "$work/budget/race.json" "$repo/experiments" <<'PY' || exit 1
+import json, os, sys
+sys.path.insert(0, sys.argv[2])
+import runpack
 race = json.load(open(sys.argv[1]))
 tuned = [s for r in race["results"].values() for s in r["seeds"]]
+assert all("val_curve" not in s for s in tuned), "race.json repeats the curves the pack holds"
+pack = runpack.read(os.path.join(os.path.dirname(sys.argv[1]), runpack.FILE))
+for s in tuned:  # each run's curve from the pack
+    name = "%s_lr%g%s_seed%d" % (s["family"], s["lr"], "" if s.get("eh", 1.0) == 1.0 else "_eh%g" % s["eh"], s["seed"])
+    s["val_curve"] = pack[name]["result"]["val_curve"]
 assert all(len(s["val_curve"]) and s["val_curve"][-1][0] == 8 for s in tuned), "a budget run stopped early"
 assert race["target"] == max(s["final_val_loss"] for s in tuned), "target is not the worst tuned final loss"
 assert all(s["target_step"] is not None for s in tuned), "a tuned run does not reach the budget target"
