@@ -68,10 +68,28 @@ TEST(OptimizerSet, FirstMatchWinsAndPlacementsFollowTheOptimizer) {
   auto& muon = dynamic_cast<optim::Muon&>(set.optimizer(0));
   EXPECT_EQ(muon.config().lr, 0.02);
   // Default view: the merged QKV weight is three square blocks.
-  const optim::MatrixView v = muon.view_of("blocks.0.attn.qkv.weight", {48, 16});
+  const std::vector<optim::MatrixView> views = muon.view_of("blocks.0.attn.qkv.weight", {48, 16});
+  ASSERT_EQ(views.size(), 1u);
+  const optim::MatrixView& v = views[0];
   EXPECT_EQ(v.count, 3);
   EXPECT_EQ(v.rows, 16);
   EXPECT_EQ(v.cols, 16);
+}
+
+// Record #89's QKV weight [3 D, D]: Q and K per head pair ([2 head_dim, D] each), V whole.
+TEST(OptimizerSet, MatrixViewsCutQkvIntoHeadPairsAndV) {
+  const std::vector<ParamDesc> params = {{"blocks.0.attn.qkv.weight", {48, 16}}};
+  OptimizerSet set(YAML::Load("- {params: ['*'], optimizer: normuon,"
+                              " matrix_views: {'*.qkv.weight': [[8, 4, 16], [1, 16, 16]]}}"),
+                   params);
+  auto& muon = dynamic_cast<optim::Muon&>(set.optimizer(0));
+  const std::vector<optim::MatrixView> views = muon.view_of("blocks.0.attn.qkv.weight", {48, 16});
+  ASSERT_EQ(views.size(), 2u);
+  EXPECT_EQ(views[0].count, 8);
+  EXPECT_EQ(views[0].rows, 4);
+  EXPECT_EQ(views[1].count, 1);
+  EXPECT_EQ(views[1].rows, 16);
+  EXPECT_EQ(views[1].cols, 16);
 }
 
 namespace {
@@ -317,6 +335,15 @@ TEST(OptimizerSet, MistypedHyperparametersAreErrors) {
       {"- {params: ['*.qkv.weight'], optimizer: muon, matrix_views: {'*.qkv.weight': [2, 8, 8]}}\n"
        "- {params: ['*'], optimizer: adamw}",
        "does not fit 'blocks.0.attn.qkv.weight'"},
+      {"- {params: ['*.qkv.weight'], optimizer: muon,"
+       " matrix_views: {'*.qkv.weight': [[2, 8, 16], [1, 16, 15]]}}\n"
+       "- {params: ['*'], optimizer: adamw}",
+       "matrix view [2, 8, 16], [1, 16, 15] does not fit 'blocks.0.attn.qkv.weight' [48, 16] (496 "
+       "elements against 768)"},
+      {"- {params: ['*.qkv.weight'], optimizer: muon, matrix_views: {'*.qkv.weight': [[2, 8]]}}\n"
+       "- {params: ['*'], optimizer: adamw}",
+       "matrix_views entry '*.qkv.weight' (line 1) must be a positive integer, [k, r, c] or "
+       "[[k, r, c], ...]"},
   };
   for (const Case& c : cases) {
     const std::string err = error_of([&] { OptimizerSet set(YAML::Load(c.yaml), kParams); });
@@ -360,7 +387,7 @@ TEST(OptimizerSet, PresetCoversModernGpt2AndMoeParameterTables) {
   }
   OptimizerSet set(config["optim"]["groups"], moe);
   auto& muon = dynamic_cast<optim::Muon&>(set.optimizer(set.group_of("blocks.0.moe.fc.weight")));
-  EXPECT_EQ(muon.view_of("blocks.0.moe.fc.weight", {E, F, D}).count, E);
+  EXPECT_EQ(muon.view_of("blocks.0.moe.fc.weight", {E, F, D}).at(0).count, E);
   EXPECT_EQ(muon.config().momentum_at(1, 0), 0.85);
   EXPECT_EQ(set.optimizer(set.group_of("blocks.0.moe.router.weight")).kind(), std::string("adamw"));
   auto& embed = dynamic_cast<optim::AdamW&>(set.optimizer(set.group_of("embed.weight")));
