@@ -21,10 +21,13 @@ OptimizerSet::OptimizerSet(const YAML::Node& groups, std::span<const comm::Param
     const std::string name = reader.string("optimizer", "");
     if (name.empty()) reader.fail("", "missing 'optimizer'");
     group.optional = reader.boolean("optional", false);
+    group.update_every = reader.integer("update_every", 1);
+    if (group.update_every < 1) reader.fail("update_every", "must be >= 1");
     HyperReader hyper(g, where + " (" + name + ")");
     hyper.skip("params");
     hyper.skip("optimizer");
     hyper.skip("optional");
+    hyper.skip("update_every");
     group.optimizer = registry.create(name, hyper);
     groups_.push_back(std::move(group));
   }
@@ -132,14 +135,65 @@ void OptimizerSet::step(std::span<const ParamShard> local, const StepContext& ct
   unscaled.grad_scale = nullptr;
   for (size_t i = 0; i < groups_.size(); ++i) {
     Optimizer& opt = *groups_[i].optimizer;
-    if (!groups_[i].params.empty()) opt.step(by_group[i], opt.folds_grad_scale() ? ctx : unscaled);
+    if (groups_[i].params.empty()) continue;
+    if (groups_[i].update_every > 1)
+      step_accumulated(i, by_group[i], ctx);
+    else
+      opt.step(by_group[i], opt.folds_grad_scale() ? ctx : unscaled);
   }
+}
+
+void OptimizerSet::step_accumulated(size_t group, std::span<const ParamShard> shards,
+                                    const StepContext& ctx) {
+  Optimizer& opt = *groups_[group].optimizer;
+  const int64_t every = groups_[group].update_every;
+  const int64_t position = (ctx.step - 1) % every;  // 0: the window's first step
+  core::Backend& backend = backend_of(ctx);
+  std::vector<ParamShard> summed;
+  for (const ParamShard& p : shards) {
+    check_shard(p, opt.kind());
+    // A folding optimizer's gradient arrives unscaled: scale it here (in place, this step's
+    // buffer), since each step of the window has its own factor.
+    if (opt.folds_grad_scale() && ctx.grad_scale != nullptr) {
+      const std::span<float> g(p.grad.data<float>(), static_cast<size_t>(p.grad.numel()));
+      backend.scale_many_by({&g, 1}, ctx.grad_scale);
+    }
+    auto it = accumulated_.find(p.name);
+    if (position == 0) {
+      if (it == accumulated_.end() || it->second.shape() != p.grad.shape())
+        it = accumulated_
+                 .insert_or_assign(p.name, core::Tensor::empty(p.grad.shape(), core::DType::F32,
+                                                               backend.allocator()))
+                 .first;
+      backend.copy(it->second.data<float>(), p.grad.data<float>(),
+                   static_cast<size_t>(p.grad.numel()) * sizeof(float));
+    } else {
+      ENGINE_CHECK(it != accumulated_.end() && it->second.shape() == p.grad.shape(),
+                   "optimizer group " + std::to_string(group) + " (update_every " +
+                       std::to_string(every) + "): step " + std::to_string(ctx.step) +
+                       " adds to the gradients accumulated since step " +
+                       std::to_string(ctx.step - position) + ", but '" + p.name +
+                       "' has none of its shape (a resume from a state without " +
+                       kAccumulatedSlot + "?)");
+      backend.add(it->second.data<float>(), it->second.data<float>(), p.grad.data<float>(),
+                  p.grad.numel());
+    }
+    ParamShard s = p;
+    s.grad = it->second;
+    summed.push_back(s);
+  }
+  if (position != every - 1) return;
+  StepContext scaled = ctx;
+  scaled.grad_scale = nullptr;  // applied above, step by step
+  opt.step(summed, scaled);
 }
 
 OptimizerState OptimizerSet::state() const {
   OptimizerState out;
   for (const Group& g : groups_)
     g.optimizer->save_state(out);
+  for (const auto& [name, t] : accumulated_)
+    out.tensors[name + "/" + kAccumulatedSlot] = t;
   return out;
 }
 
@@ -151,8 +205,18 @@ void OptimizerSet::load_state(const OptimizerState& state) {
                  "optimizer state key '" + key + "' is not <param>/<slot>");
     return key.substr(0, slash);
   };
-  for (const auto& [key, t] : state.tensors)
+  const std::string accumulated = std::string("/") + kAccumulatedSlot;
+  for (const auto& [key, t] : state.tensors) {
+    if (key.ends_with(accumulated)) {
+      const std::string param = param_of(key);
+      ENGINE_CHECK(groups_[group_of(param)].update_every > 1,
+                   "optimizer state '" + key + "' is update_every's, but the group of '" + param +
+                       "' steps every step");
+      accumulated_[param] = t;
+      continue;
+    }
     by_group[group_of(param_of(key))].tensors[key] = t;
+  }
   for (const auto& [key, n] : state.counters)
     by_group[group_of(param_of(key))].counters[key] = n;
   for (size_t i = 0; i < groups_.size(); ++i)

@@ -8,6 +8,14 @@
 // an error listing all unmatched ones, and so is a group whose globs name no parameter at all,
 // or one left with none because a single earlier group took every parameter it names (unless
 // the group says `optional: true`). Steps, placements and state go through the group.
+//
+// `update_every: k` (default 1) steps a group once every k steps, on the gradients of those k
+// steps summed (record #89 steps its Adam parameters every other step: its step s, counted from
+// 0, updates them when s is odd, with the two steps' gradients accumulated and that step's lr).
+// Here the 1-based step t updates when t % k == 0; the steps between add their (scaled)
+// gradients into an accumulator kept per parameter part, saved with the state as
+// "<param>/update_every_grad". The gradients are still reduced every step: the record reduces
+// them only on its update steps, the same sum in another order.
 #pragma once
 
 #include <yaml-cpp/yaml.h>
@@ -59,11 +67,15 @@ class OptimizerSet {
   OptimizerState state() const;
   void load_state(const OptimizerState& state);
   // The layout the optimizer of `param`'s group keeps `slot` in (Optimizer::state_layout).
+  // The accumulator of update_every (kAccumulatedSlot) lies like the parameter's local part.
   std::optional<StateLayout> state_layout(const std::string& param, const std::string& slot,
                                           const core::Shape& full_shape, int rank,
                                           int world) const {
+    if (slot == kAccumulatedSlot) return std::nullopt;
     return optimizer(group_of(param)).state_layout(param, slot, full_shape, rank, world);
   }
+  // The state slot of update_every's accumulated gradient.
+  static constexpr const char* kAccumulatedSlot = "update_every_grad";
 
  private:
   struct Group {
@@ -71,9 +83,15 @@ class OptimizerSet {
     std::unique_ptr<Optimizer> optimizer;
     std::vector<std::string> params;
     bool optional = false;  // may match no parameter (a preset shared by several model shapes)
+    int64_t update_every = 1;
   };
+  // Adds a group's gradients of this step into its accumulators (the first step of a window
+  // copies) and, on its update step, steps it on them.
+  void step_accumulated(size_t group, std::span<const ParamShard> shards, const StepContext& ctx);
+
   std::vector<Group> groups_;
   std::map<std::string, size_t> group_of_;
+  std::map<std::string, core::Tensor> accumulated_;  // update_every's, by parameter
 };
 
 }  // namespace optim
