@@ -342,6 +342,23 @@ TEST(OptimizerSet, MistypedHyperparametersAreErrors) {
        "- {params: ['*'], optimizer: adamw}",
        "matrix view [2, 8, 16], [1, 16, 15] does not fit 'blocks.0.attn.qkv.weight' [48, 16] (496 "
        "elements against 768)"},
+      {"- {params: ['embed.weight'], optimizer: adamw, tied_to: lm_head.weight, untie_step: 3}\n"
+       "- {params: ['*'], optimizer: adamw, update_every: 2}",
+       "tied_to 'lm_head.weight': untie_step 3 is not an update step of its group (update_every "
+       "2)"},
+      {"- {params: ['embed.weight'], optimizer: adamw, tied_to: head.weight}\n"
+       "- {params: ['*'], optimizer: adamw}",
+       "tied_to 'head.weight' names no parameter of this model"},
+      {"- {params: ['embed.weight'], optimizer: adamw, tied_to: blocks.0.attn.proj.weight}\n"
+       "- {params: ['*'], optimizer: adamw}",
+       "tied_to 'blocks.0.attn.proj.weight' has shape [16, 16], 'embed.weight' [64, 16]"},
+      {"- {params: ['embed.weight'], optimizer: adamw, untie_step: 4}\n"
+       "- {params: ['*'], optimizer: adamw}",
+       "'untie_step' needs tied_to"},
+      {"- {params: ['embed.weight'], optimizer: adamw, tied_to: lm_head.weight}\n"
+       "- {params: ['lm_head.weight'], optimizer: muon}\n"
+       "- {params: ['*'], optimizer: adamw}",
+       "both groups must run the same optimizer kind"},
       {"- {params: ['*.qkv.weight'], optimizer: muon, matrix_views: {'*.qkv.weight': [[2, 8]]}}\n"
        "- {params: ['*'], optimizer: adamw}",
        "matrix_views entry '*.qkv.weight' (line 1) must be a positive integer, [k, r, c] or "
