@@ -3,6 +3,7 @@
 #include <set>
 
 #include "core/check.h"
+#include "core/transfer.h"
 #include "optim/glob.h"
 #include "optim/hyper_reader.h"
 
@@ -261,6 +262,8 @@ void OptimizerSet::step_accumulated(size_t group, std::span<const ParamShard> sh
       backend.copy(it->second.data<float>(), p.grad.data<float>(),
                    static_cast<size_t>(p.grad.numel()) * sizeof(float));
     } else {
+      if (it != accumulated_.end())  // host state read from a checkpoint, stepped on a device
+        it->second = core::to_backend(backend, it->second);
       ENGINE_CHECK(it != accumulated_.end() && it->second.shape() == p.grad.shape(),
                    "optimizer group " + std::to_string(group) + " (update_every " +
                        std::to_string(every) + "): step " + std::to_string(ctx.step) +
@@ -305,7 +308,7 @@ void OptimizerSet::load_state(const OptimizerState& state) {
       ENGINE_CHECK(groups_[group_of(param)].update_every > 1,
                    "optimizer state '" + key + "' is update_every's, but the group of '" + param +
                        "' steps every step");
-      accumulated_[param] = t;
+      accumulated_[param] = t.clone();
       continue;
     }
     by_group[group_of(param_of(key))].tensors[key] = t;
