@@ -91,8 +91,8 @@ int bench_main(const BenchOptions& o, bool json, comm::Communicator& comm) {
     by_kind[opt.kind()].push_back(
         {params[i].name, params[i].shape, plan.range(i, comm.rank()).begin, local[i], grad[i]});
     if (auto* muon = dynamic_cast<optim::Muon*>(&opt)) {
-      const optim::MatrixView v = muon->view_of(params[i].name, params[i].shape);
-      muon_flops += optim::orthogonalize_flops(v.rows, v.cols, muon->config().ns_steps, v.count);
+      for (const optim::MatrixView& v : muon->view_of(params[i].name, params[i].shape))
+        muon_flops += optim::orthogonalize_flops(v.rows, v.cols, muon->config().ns_steps, v.count);
     }
   }
 

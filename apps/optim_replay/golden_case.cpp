@@ -33,6 +33,9 @@ constexpr HyperName kHyperparameterMap[] = {
     {"lr_mul", "lr_mul"},
     {"wd_mul", "wd_mul"},
     {"matrix_views", "matrix_views"},
+    {"update_every", "update_every"},
+    {"tied_to", "tied_to"},
+    {"untie_step", "untie_step"},
     {"beta2", "beta2"},
     // SOAP family (docs/specs/soap_family.md): the reference's names are ours.
     {"shampoo_beta", "shampoo_beta"},

@@ -61,7 +61,8 @@ MuonConfig MuonConfig::from_yaml(HyperReader& r, const MuonConfig& defaults) {
     r.fail("orthogonalizer", "must be ns5 or polar_express");
   if (r.has("matrix_views")) {
     YAML::Node views = r.node("matrix_views");
-    if (!views.IsMap()) r.fail("matrix_views", "must be a map {glob: k | [k, r, c]}");
+    if (!views.IsMap())
+      r.fail("matrix_views", "must be a map {glob: k | [k, r, c] | [[k, r, c], ...]}");
     c.matrix_views.clear();
     for (const auto& kv : views) {
       MatrixViewRule rule;
@@ -69,19 +70,25 @@ MuonConfig MuonConfig::from_yaml(HyperReader& r, const MuonConfig& defaults) {
       const YAML::Node& v = kv.second;
       const std::string where =
           "matrix_views entry '" + rule.glob + "' (line " + std::to_string(v.Mark().line + 1) + ")";
+      const std::string expected = " must be a positive integer, [k, r, c] or [[k, r, c], ...]";
+      // One [k, r, c] of positive integers.
+      auto read_piece = [&](const YAML::Node& triple) {
+        int64_t x[3] = {0, 0, 0};
+        if (!triple.IsSequence() || triple.size() != 3)
+          ENGINE_FAIL(r.context() + ": " + where + expected);
+        for (size_t i = 0; i < 3; ++i)
+          if (!triple[i].IsScalar() || !YAML::convert<int64_t>::decode(triple[i], x[i]) || x[i] < 1)
+            ENGINE_FAIL(r.context() + ": " + where + expected);
+        return MatrixView{x[0], x[1], x[2]};
+      };
       if (v.IsScalar()) {
         if (!YAML::convert<int64_t>::decode(v, rule.blocks) || rule.blocks < 1)
-          ENGINE_FAIL(r.context() + ": " + where + " must be a positive integer or [k, r, c]");
-      } else if (v.IsSequence() && v.size() == 3) {
-        for (const YAML::Node& d : v) {
-          int64_t x = 0;
-          if (!d.IsScalar() || !YAML::convert<int64_t>::decode(d, x) || x < 1)
-            ENGINE_FAIL(r.context() + ": " + where + " must be [k, r, c] of positive integers");
-          rule.shape.push_back(x);
-        }
-        rule.blocks = rule.shape[0];
+          ENGINE_FAIL(r.context() + ": " + where + expected);
+      } else if (v.IsSequence() && v.size() > 0 && v[0].IsSequence()) {
+        for (const YAML::Node& triple : v)
+          rule.pieces.push_back(read_piece(triple));
       } else {
-        ENGINE_FAIL(r.context() + ": " + where + " must be a positive integer or [k, r, c]");
+        rule.pieces.push_back(read_piece(v));
       }
       c.matrix_views.push_back(std::move(rule));
     }
@@ -116,36 +123,38 @@ Muon::Muon(const MuonConfig& config, const char* kind)
   schedule_.bf16_eager = config.ns_bf16_eager;
 }
 
-MatrixView Muon::view_of(const std::string& name, const core::Shape& shape) const {
+std::vector<MatrixView> Muon::view_of(const std::string& name, const core::Shape& shape) const {
   ENGINE_CHECK(shape.size() >= 2, std::string(kind_) + ": parameter '" + name + "' of shape " +
                                       core::shape_str(shape) +
                                       " is not a matrix; give it to an elementwise optimizer");
   const int64_t numel = core::shape_numel(shape);
   for (const MatrixViewRule& rule : config_.matrix_views) {
     if (!glob_match(rule.glob, name)) continue;
-    MatrixView v;
-    if (!rule.shape.empty()) {
-      v = {rule.shape[0], rule.shape[1], rule.shape[2]};
-    } else {
+    if (rule.pieces.empty()) {
       ENGINE_CHECK(shape[0] % rule.blocks == 0, std::string(kind_) + ": matrix_views splits '" +
                                                     name + "' " + core::shape_str(shape) +
                                                     " into " + std::to_string(rule.blocks) +
                                                     " row blocks but its rows do not divide");
-      v.count = rule.blocks;
-      v.rows = shape[0] / rule.blocks;
-      v.cols = shape[0] == 0 ? 0 : numel / shape[0];
+      return {{rule.blocks, shape[0] / rule.blocks, shape[0] == 0 ? 0 : numel / shape[0]}};
     }
-    ENGINE_CHECK(v.count * v.rows * v.cols == numel,
-                 std::string(kind_) + ": matrix view [" + std::to_string(v.count) + ", " +
-                     std::to_string(v.rows) + ", " + std::to_string(v.cols) + "] does not fit '" +
-                     name + "' " + core::shape_str(shape));
-    return v;
+    int64_t covered = 0;
+    std::string pieces;
+    for (const MatrixView& v : rule.pieces) {
+      covered += v.count * v.rows * v.cols;
+      pieces += (pieces.empty() ? "[" : ", [") + std::to_string(v.count) + ", " +
+                std::to_string(v.rows) + ", " + std::to_string(v.cols) + "]";
+    }
+    ENGINE_CHECK(covered == numel, std::string(kind_) + ": matrix view " + pieces +
+                                       " does not fit '" + name + "' " + core::shape_str(shape) +
+                                       " (" + std::to_string(covered) + " elements against " +
+                                       std::to_string(numel) + ")");
+    return rule.pieces;
   }
   MatrixView v;
   v.rows = shape[shape.size() - 2];
   v.cols = shape.back();
   v.count = v.rows * v.cols == 0 ? 0 : numel / (v.rows * v.cols);
-  return v;
+  return {v};
 }
 
 void Muon::check_param(const std::string& name, const core::Shape& shape) const {
@@ -162,7 +171,8 @@ void Muon::step(std::span<const ParamShard> params, const StepContext& ctx) {
   const float mu = static_cast<float>(mu_d);
   const float one_minus_mu = static_cast<float>(1.0 - mu_d);
   // Each parameter's update lives until the one update call for all of them; the
-  // orthogonalisations run together between the momentum and the update.
+  // orthogonalisations run together between the momentum and the update, one job and one pending
+  // update per run of matrices of its view.
   struct Pending {
     float* w;
     float* second_moment;  // NorMuon's, else nullptr
@@ -177,7 +187,7 @@ void Muon::step(std::span<const ParamShard> params, const StepContext& ctx) {
                  std::string(kind_) + ": '" + p.name +
                      "' must be stepped whole (Owned placement), got rows from " +
                      std::to_string(p.begin) + " of " + p.value.str());
-    const MatrixView view = view_of(p.name, p.full_shape);
+    const std::vector<MatrixView> views = view_of(p.name, p.full_shape);
     const int64_t n = p.value.numel();
     if (n == 0) continue;
     float* w = p.value.data<float>();
@@ -194,14 +204,21 @@ void Muon::step(std::span<const ParamShard> params, const StepContext& ctx) {
     } else {
       backend.copy(u, b, static_cast<size_t>(n) * sizeof(float));
     }
+    // NorMuon's second moments: per run, count x max(rows, cols), the runs one after the other.
     float* second_moment = nullptr;
     if (config_.normalize) {
-      const int64_t per_matrix = view.rows >= view.cols ? view.rows : view.cols;
-      second_moment =
-          slots_.tensor(p.name, "second_moment", {view.count * per_matrix}, backend).data<float>();
+      int64_t moments = 0;
+      for (const MatrixView& v : views)
+        moments += v.count * std::max(v.rows, v.cols);
+      second_moment = slots_.tensor(p.name, "second_moment", {moments}, backend).data<float>();
     }
-    jobs.push_back({u, view.count, view.rows, view.cols});
-    pending.push_back({w, second_moment, view});
+    int64_t at = 0, moment_at = 0;
+    for (const MatrixView& v : views) {
+      jobs.push_back({u + at, v.count, v.rows, v.cols});
+      pending.push_back({w + at, second_moment ? second_moment + moment_at : nullptr, v});
+      at += v.count * v.rows * v.cols;
+      moment_at += v.count * std::max(v.rows, v.cols);
+    }
     updates.push_back(std::move(update));
   }
   ops->newton_schulz_many(jobs, schedule_);

@@ -1,7 +1,8 @@
 // Muon as at modded-nanogpt PR #102: orthogonalised EMA momentum for hidden matrices. A
 // whole-matrix rule, so it asks for Owned: each rank steps the whole tensors it owns.
 //
-// Per parameter seen as k independent [r, c] matrices (its matrix view):
+// Per parameter seen as k independent [r, c] matrices (its matrix view; or several runs of them,
+// each [k_i, r_i, c_i] with its own r_i / c_i below):
 //   W <- W (1 - lr lr_scale wd wd_mul)                   decoupled decay, group lr, no lr_mul
 //   B <- mu B + (1 - mu) G                               EMA momentum
 //   U <- (1 - mu) G + mu B   (nesterov)   or   U <- B
@@ -32,7 +33,8 @@
 
 namespace optim {
 
-// How a parameter is cut into matrices: `count` matrices of [rows, cols] in row-major order.
+// One run of equal matrices of a parameter: `count` matrices of [rows, cols] in row-major order.
+// A parameter is cut into one or more runs, one after the other in memory.
 struct MatrixView {
   int64_t count = 1;
   int64_t rows = 0;
@@ -40,11 +42,13 @@ struct MatrixView {
 };
 
 // A view rule: parameters matching `glob` are split into `blocks` row blocks ([k*r, c] ->
-// k x [r, c]), or, when `shape` is given, viewed as exactly [k, r, c].
+// k x [r, c]), or, when `pieces` is given, viewed as those runs one after the other: [[k, r, c]]
+// is exactly [k, r, c]; [[6, 256, 768], [1, 768, 768]] is record #89's QKV weight [3 D, D] with
+// D = 768: Q and K orthogonalised per head pair (three [256, D] blocks each), V whole.
 struct MatrixViewRule {
   std::string glob;
   int64_t blocks = 1;
-  std::vector<int64_t> shape;  // empty or {k, r, c}
+  std::vector<MatrixView> pieces;  // empty: `blocks` equal row blocks
 };
 
 struct MuonConfig {
@@ -96,9 +100,9 @@ class Muon final : public Optimizer {
   void load_state(const OptimizerState& in) override;
 
   const MuonConfig& config() const { return config_; }
-  // The matrices a parameter is orthogonalised as (first matching view rule, else leading
-  // dimensions as a batch of [shape[-2], shape[-1]]).
-  MatrixView view_of(const std::string& name, const core::Shape& shape) const;
+  // The matrices a parameter is orthogonalised as, runs in memory order (first matching view
+  // rule, else leading dimensions as one run of [shape[-2], shape[-1]]).
+  std::vector<MatrixView> view_of(const std::string& name, const core::Shape& shape) const;
 
  private:
   MuonConfig config_;

@@ -579,6 +579,41 @@ def case_resume_stage3_gpt2(env):
     resume_case(env, "gpt2", ["model.arch=gpt2"], 3, WORLD_SIZE_LOSS_RTOL)
 
 
+# Record #89's optimizer table in the engine's keys on the tiny model (docs/optimizers.md):
+# NorMuon with the QKV weight as head-pair blocks and V, the MLP projection at lr_mul 4; Adam
+# with cautious decay every other step, the embedding tied to the head until step 8.
+RECORD89_ADAM = ("optimizer: adamw, lr: 0.01, betas: [0.5, 0.95], weight_decay: 0.005,"
+                 " wd_mul: 150, weight_decay_mode: cautious, update_every: 2")
+RECORD89_OPTIM = (
+    "optim=[{params: ['blocks.*.attn.qkv.weight', 'blocks.*.attn.proj.weight',"
+    " 'blocks.*.mlp.fc.weight'], optimizer: normuon, lr: 0.02, weight_decay: 1.2,"
+    " matrix_views: {'*.attn.qkv.weight': [[2, 64, 64], [1, 64, 64]]}},"
+    " {params: ['blocks.*.mlp.proj.weight'], optimizer: normuon, lr: 0.02, lr_mul: 4,"
+    " weight_decay: 1.2},"
+    " {params: ['embed.weight'], " + RECORD89_ADAM + ", tied_to: lm_head.weight, untie_step: 8},"
+    " {params: ['lm_head.weight'], " + RECORD89_ADAM + "},"
+    " {params: ['*'], optimizer: adamw, lr: 0.01, betas: [0.9, 0.99], weight_decay_mode: cautious,"
+    " update_every: 2}]")
+
+
+def case_resume_record89_optim(env):
+    """Record #89's optimizer keys through a checkpoint taken mid-window (step 5: its gradient
+    waits in update_every's accumulator) while the embedding is still tied (until step 8):
+    resumed on np 2, steps 6-20 bit-identical; on np 3 and 8 within the world-size tolerance."""
+    sets = [RECORD89_OPTIM, "checkpoint.every=5", "checkpoint.keep=4"] + SAME_BATCH_768
+    _, straight = env.run(2, "straight", sets)
+    ms = metrics(straight)
+    ckpt5 = os.path.join(straight, "ckpt", "step_00000005")
+    _, same = env.run(2, "resume_np2", sets + ["checkpoint.resume=" + ckpt5])
+    check_bit_identical(metrics(same), ms, range(6, 21), "record #89 optimizer resumed on np 2")
+    print("record #89 optimizer: steps 6-20 bit-identical after a step-5 resume on np 2")
+    for np in (3, 8):
+        _, other = env.run(np, "resume_np%d" % np, sets + ["checkpoint.resume=" + ckpt5])
+        worst = compare_losses(metrics(other), ms, range(6, 21), WORLD_SIZE_LOSS_RTOL,
+                               "record #89 optimizer resumed on np %d" % np)
+        print("record #89 optimizer: resumed on np %d within %.2e of the np 2 run" % (np, worst))
+
+
 def case_resume_recipe(env):
     """Every record-recipe key (RECIPE_SETS): its scalars and value table saved at stage 3 and
     resumed on np 2, 3 and 8."""
@@ -1248,6 +1283,7 @@ CASES = {
     "zero3_memory": case_zero3_memory,
     "resume_sigkill": case_resume_sigkill,
     "resume_world_size": case_resume_world_size,
+    "resume_record89_optim": case_resume_record89_optim,
     "resume_stage2_moe": case_resume_stage2_moe,
     "resume_stage3_gpt2": case_resume_stage3_gpt2,
     "resume_recipe": case_resume_recipe,

@@ -7,11 +7,13 @@
 #include <string>
 
 #include "core/check.h"
+#include "core/rng.h"
 #include "optim/adamw/adamw.h"
 #include "optim/glob.h"
 #include "optim/muon/muon.h"
 #include "optim/optimizer_set.h"
 #include "optim/registry.h"
+#include "tests/optim/cpu_context.h"
 #include "tests/test_util.h"
 
 using test_util::error_of;
@@ -68,10 +70,28 @@ TEST(OptimizerSet, FirstMatchWinsAndPlacementsFollowTheOptimizer) {
   auto& muon = dynamic_cast<optim::Muon&>(set.optimizer(0));
   EXPECT_EQ(muon.config().lr, 0.02);
   // Default view: the merged QKV weight is three square blocks.
-  const optim::MatrixView v = muon.view_of("blocks.0.attn.qkv.weight", {48, 16});
+  const std::vector<optim::MatrixView> views = muon.view_of("blocks.0.attn.qkv.weight", {48, 16});
+  ASSERT_EQ(views.size(), 1u);
+  const optim::MatrixView& v = views[0];
   EXPECT_EQ(v.count, 3);
   EXPECT_EQ(v.rows, 16);
   EXPECT_EQ(v.cols, 16);
+}
+
+// Record #89's QKV weight [3 D, D]: Q and K per head pair ([2 head_dim, D] each), V whole.
+TEST(OptimizerSet, MatrixViewsCutQkvIntoHeadPairsAndV) {
+  const std::vector<ParamDesc> params = {{"blocks.0.attn.qkv.weight", {48, 16}}};
+  OptimizerSet set(YAML::Load("- {params: ['*'], optimizer: normuon,"
+                              " matrix_views: {'*.qkv.weight': [[8, 4, 16], [1, 16, 16]]}}"),
+                   params);
+  auto& muon = dynamic_cast<optim::Muon&>(set.optimizer(0));
+  const std::vector<optim::MatrixView> views = muon.view_of("blocks.0.attn.qkv.weight", {48, 16});
+  ASSERT_EQ(views.size(), 2u);
+  EXPECT_EQ(views[0].count, 8);
+  EXPECT_EQ(views[0].rows, 4);
+  EXPECT_EQ(views[1].count, 1);
+  EXPECT_EQ(views[1].rows, 16);
+  EXPECT_EQ(views[1].cols, 16);
 }
 
 namespace {
@@ -317,6 +337,32 @@ TEST(OptimizerSet, MistypedHyperparametersAreErrors) {
       {"- {params: ['*.qkv.weight'], optimizer: muon, matrix_views: {'*.qkv.weight': [2, 8, 8]}}\n"
        "- {params: ['*'], optimizer: adamw}",
        "does not fit 'blocks.0.attn.qkv.weight'"},
+      {"- {params: ['*.qkv.weight'], optimizer: muon,"
+       " matrix_views: {'*.qkv.weight': [[2, 8, 16], [1, 16, 15]]}}\n"
+       "- {params: ['*'], optimizer: adamw}",
+       "matrix view [2, 8, 16], [1, 16, 15] does not fit 'blocks.0.attn.qkv.weight' [48, 16] (496 "
+       "elements against 768)"},
+      {"- {params: ['embed.weight'], optimizer: adamw, tied_to: lm_head.weight, untie_step: 3}\n"
+       "- {params: ['*'], optimizer: adamw, update_every: 2}",
+       "tied_to 'lm_head.weight': untie_step 3 is not an update step of its group (update_every "
+       "2)"},
+      {"- {params: ['embed.weight'], optimizer: adamw, tied_to: head.weight}\n"
+       "- {params: ['*'], optimizer: adamw}",
+       "tied_to 'head.weight' names no parameter of this model"},
+      {"- {params: ['embed.weight'], optimizer: adamw, tied_to: blocks.0.attn.proj.weight}\n"
+       "- {params: ['*'], optimizer: adamw}",
+       "tied_to 'blocks.0.attn.proj.weight' has shape [16, 16], 'embed.weight' [64, 16]"},
+      {"- {params: ['embed.weight'], optimizer: adamw, untie_step: 4}\n"
+       "- {params: ['*'], optimizer: adamw}",
+       "'untie_step' needs tied_to"},
+      {"- {params: ['embed.weight'], optimizer: adamw, tied_to: lm_head.weight}\n"
+       "- {params: ['lm_head.weight'], optimizer: muon}\n"
+       "- {params: ['*'], optimizer: adamw}",
+       "both groups must run the same optimizer kind"},
+      {"- {params: ['*.qkv.weight'], optimizer: muon, matrix_views: {'*.qkv.weight': [[2, 8]]}}\n"
+       "- {params: ['*'], optimizer: adamw}",
+       "matrix_views entry '*.qkv.weight' (line 1) must be a positive integer, [k, r, c] or "
+       "[[k, r, c], ...]"},
   };
   for (const Case& c : cases) {
     const std::string err = error_of([&] { OptimizerSet set(YAML::Load(c.yaml), kParams); });
@@ -360,7 +406,7 @@ TEST(OptimizerSet, PresetCoversModernGpt2AndMoeParameterTables) {
   }
   OptimizerSet set(config["optim"]["groups"], moe);
   auto& muon = dynamic_cast<optim::Muon&>(set.optimizer(set.group_of("blocks.0.moe.fc.weight")));
-  EXPECT_EQ(muon.view_of("blocks.0.moe.fc.weight", {E, F, D}).count, E);
+  EXPECT_EQ(muon.view_of("blocks.0.moe.fc.weight", {E, F, D}).at(0).count, E);
   EXPECT_EQ(muon.config().momentum_at(1, 0), 0.85);
   EXPECT_EQ(set.optimizer(set.group_of("blocks.0.moe.router.weight")).kind(), std::string("adamw"));
   auto& embed = dynamic_cast<optim::AdamW&>(set.optimizer(set.group_of("embed.weight")));
@@ -405,4 +451,78 @@ TEST(OptimizerSet, PresetCoversTheRecipeParameters) {
                          recipe);
   });
   EXPECT_NE(err.find("value_embeds.0.weight"), std::string::npos) << err;
+}
+
+namespace {
+
+// embed.weight [64, 16] in an AdamW group stepped every other step; the gradient of step t is
+// seeded by t.
+struct EveryOtherStep {
+  OptimizerSet set{YAML::Load("- {params: ['*'], optimizer: adamw, lr: 0.01, weight_decay: 0.1,"
+                              " weight_decay_mode: cautious, update_every: 2}"),
+                   std::vector<ParamDesc>{{"embed.weight", {64, 16}}}};
+  core::Tensor w = core::Tensor::empty({64, 16});
+  EveryOtherStep() { core::fill_normal(w, 1, 0.0f, 0.5f); }
+  // Steps t with the gradient seeded by t, times `scale` given as the folded factor (or already
+  // applied, folded = false).
+  void step(int64_t t, float scale, bool folded) {
+    core::Tensor g = core::Tensor::empty({64, 16});
+    core::fill_normal(g, 100 + static_cast<uint64_t>(t), 0.0f, 1e-2f);
+    if (!folded) core::cpu_backend().scale(g.data<float>(), scale, g.numel());
+    const optim::ParamShard shard{"embed.weight", {64, 16}, 0, w, g, 0};
+    optim::StepContext ctx = cpu_context();
+    ctx.step = t;
+    ctx.grad_scale = folded ? &scale : nullptr;
+    set.step({&shard, 1}, ctx);
+  }
+};
+
+}  // namespace
+
+// update_every: 2 leaves the parameter alone on odd steps and steps it on even ones with the
+// two gradients summed, each with its own step's folded scale; its accumulator is state.
+TEST(OptimizerSet, UpdateEveryStepsOnTheSumOfTheWindowsGradients) {
+  EveryOtherStep folded, prescaled;
+  const std::vector<float> w0 = folded.w.to_vector();
+  folded.step(1, 0.5f, true);
+  prescaled.step(1, 0.5f, false);
+  EXPECT_EQ(folded.w.to_vector(), w0);  // no update on step 1
+  folded.step(2, 2.0f, true);
+  prescaled.step(2, 2.0f, false);
+  EXPECT_NE(folded.w.to_vector(), w0);
+  EXPECT_EQ(folded.w.to_vector(), prescaled.w.to_vector());  // the same bits
+
+  // A resume between steps 3 and 4 carries the accumulated gradient of step 3.
+  EveryOtherStep resumed;
+  folded.step(3, 1.0f, true);
+  optim::OptimizerState state = folded.set.state();
+  for (auto& [key, t] : state.tensors)
+    t = t.clone();  // the state shares the optimizer's buffers: a checkpoint's copy
+  ASSERT_EQ(state.tensors.count("embed.weight/update_every_grad"), 1u);
+  resumed.w = folded.w.clone();
+  resumed.set.load_state(state);
+  folded.step(4, 1.0f, true);
+  resumed.step(4, 1.0f, true);
+  EXPECT_EQ(resumed.w.to_vector(), folded.w.to_vector());
+
+  // Without it, step 4 is refused, naming the step, the window and the state slot.
+  EveryOtherStep fresh;
+  const std::string err = error_of([&] { fresh.step(4, 1.0f, true); });
+  EXPECT_NE(err.find("optimizer group 0 (update_every 2): step 4 adds to the gradients "
+                     "accumulated since step 3, but 'embed.weight' has none of its shape (a "
+                     "resume from a state without update_every_grad?)"),
+            std::string::npos)
+      << err;
+  // An accumulator offered to a group that steps every step, and a window under 1.
+  OptimizerSet plain(YAML::Load("- {params: ['*'], optimizer: adamw}"),
+                     std::vector<ParamDesc>{{"embed.weight", {64, 16}}});
+  EXPECT_NE(error_of([&] { plain.load_state(state); })
+                .find("optimizer state 'embed.weight/update_every_grad' is update_every's, but "
+                      "the group of 'embed.weight' steps every step"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              OptimizerSet bad(YAML::Load("- {params: ['*'], optimizer: adamw, update_every: 0}"),
+                               std::vector<ParamDesc>{{"embed.weight", {64, 16}}});
+            }).find("'update_every' must be >= 1"),
+            std::string::npos);
 }

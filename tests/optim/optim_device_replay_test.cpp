@@ -153,19 +153,20 @@ INSTANTIATE_TEST_SUITE_P(
     Optimizers, DeviceReplay,
     ::testing::Combine(
         ::testing::Values("cpu", "cuda"),
-        ::testing::Values("adamw/distadam_basic.safetensors",
-                          "adamw/eps_and_multipliers.safetensors", "adam_cwd/mixed.safetensors",
-                          "muon/split_qkv_multipliers.safetensors", "muon/square.safetensors",
-                          "muon/tall_wide.safetensors", "normuon/split_qkv_multipliers.safetensors",
-                          "normuon/tall_wide_square.safetensors", "soap/soap_eigh_2d.safetensors",
-                          "soap/soap_qr_square.safetensors",
-                          "soap/soap_qr_kl_nesterov_pow2.safetensors",
-                          "soap/soap_amortized_freq2_warmup1_qr.safetensors",
-                          "soap/soap_amortized_adaptive_eigh.safetensors",
-                          "soap/soap_reference_maxdim_1d.safetensors", "rekls/rekls_2d.safetensors",
-                          "rekls/rekls_l2_wd.safetensors",
-                          "stacked_soap/stacked_soap_3d_square_stack.safetensors",
-                          "tp_rekls/tp_rekls_ws2.safetensors|partition_dim=none")),
+        ::testing::Values(
+            "adamw/distadam_basic.safetensors", "adamw/eps_and_multipliers.safetensors",
+            "adam_cwd/mixed.safetensors", "muon/split_qkv_multipliers.safetensors",
+            "muon/square.safetensors", "muon/tall_wide.safetensors",
+            "normuon/split_qkv_multipliers.safetensors", "normuon/tall_wide_square.safetensors",
+            "normuon/record89_head_pairs.safetensors", "adam_cwd/every_other_step.safetensors",
+            "adam_cwd/tied_untie.safetensors", "soap/soap_eigh_2d.safetensors",
+            "soap/soap_qr_square.safetensors", "soap/soap_qr_kl_nesterov_pow2.safetensors",
+            "soap/soap_amortized_freq2_warmup1_qr.safetensors",
+            "soap/soap_amortized_adaptive_eigh.safetensors",
+            "soap/soap_reference_maxdim_1d.safetensors", "rekls/rekls_2d.safetensors",
+            "rekls/rekls_l2_wd.safetensors",
+            "stacked_soap/stacked_soap_3d_square_stack.safetensors",
+            "tp_rekls/tp_rekls_ws2.safetensors|partition_dim=none")),
     [](const ::testing::TestParamInfo<Case>& info) {
       std::string name = std::get<0>(info.param) + "_" + std::get<1>(info.param);
       name = name.substr(0, name.rfind('.'));
