@@ -758,6 +758,11 @@ void validate_config(const Config& c, ConfigUse use) {
     fail("model.softcap", "must be positive with model.softcap_form sigmoid");
   if (c.model.softcap_form == "sigmoid" && c.model.softcap_scale <= 0)
     fail("model.softcap_scale", "must be positive with model.softcap_form sigmoid");
+  if (c.model.softcap_offset != 0 && c.model.softcap_form != "sigmoid")
+    fail("model.softcap_offset", "needs model.softcap_form sigmoid");
+  if (c.model.softcap_offset != 0 && c.train.precision == "bf16" && !c.model.head_fp8)
+    fail("model.softcap_offset",
+         "needs f32 logits: train.precision fp32 or tf32, or model.head_fp8 (its logits are f32)");
   if (c.model.attn_scale < 0) fail("model.attn_scale", "must be >= 0 (0: 1/sqrt(head size))");
   const auto no_attn = parse_block_list(c.model.no_attn_layers);
   if (!no_attn)

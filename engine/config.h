@@ -51,6 +51,8 @@ inline constexpr bool kOptional = false;
     "tanh (softcap tanh(z / softcap)) | sigmoid (softcap sigmoid(z / softcap_scale))")          \
   F(model, double, softcap_scale, "softcap_scale", 0.0, kOptional,                              \
     "the sigmoid soft-cap's s (the record: 7.5 sqrt(d_model))")                                 \
+  F(model, double, softcap_offset, "softcap_offset", 0.0, kOptional,                            \
+    "the sigmoid cap's b: softcap sigmoid((z + b) / softcap_scale) (#89: 5)")                   \
   F(model, double, attn_scale, "attn_scale", 0.0, kOptional,                                    \
     "attention score scale (0 = 1/sqrt(head size); the record: 0.12; modern only)")             \
   F(model, std::string, no_attn_layers, "no_attn_layers", "", kOptional,                        \

@@ -57,6 +57,7 @@ model::ModelConfig model_config_of(const Config& c) {
   m.vocab_pad = static_cast<int>(c.model.vocab_pad);
   m.softcap_form = model::parse_softcap_form(c.model.softcap_form);
   m.softcap_scale = static_cast<float>(c.model.softcap_scale);
+  m.softcap_offset = static_cast<float>(c.model.softcap_offset);
   m.attn_scale = static_cast<float>(c.model.attn_scale);
   m.no_attn_layers = parse_block_list(c.model.no_attn_layers).value_or(std::vector<int>{});
   m.value_embeds = static_cast<int>(c.model.value_embeds);

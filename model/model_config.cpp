@@ -101,6 +101,10 @@ void ModelConfig::validate() const {
     ENGINE_CHECK(softcap_scale > 0.0f,
                  "model.softcap_scale must be positive for the sigmoid soft-cap");
   }
+  ENGINE_CHECK(softcap_offset == 0.0f || softcap_form == SoftcapForm::Sigmoid,
+               "model.softcap_offset needs the sigmoid soft-cap (model.softcap_form sigmoid)");
+  ENGINE_CHECK(softcap_offset == 0.0f || precision != Precision::Bf16 || head_fp8,
+               "model.softcap_offset needs f32 logits: precision fp32 or tf32, or model.head_fp8");
   const ModelConfig off;
   const bool recipe = attn_scale > 0.0f || !no_attn_layers.empty() || value_embeds != 0 ||
                       unet_skips || x0_lambdas || zero_init_head ||

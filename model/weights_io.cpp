@@ -38,6 +38,7 @@ std::map<std::string, std::string> config_metadata(const ModelConfig& c) {
   if (c.softcap_form != off.softcap_form) {
     m["model.softcap_form"] = softcap_form_name(c.softcap_form);
     m["model.softcap_scale"] = float_str(c.softcap_scale);
+    if (c.softcap_offset != 0.0f) m["model.softcap_offset"] = float_str(c.softcap_offset);
   }
   if (c.attn_scale > 0.0f) m["model.attn_scale"] = float_str(c.attn_scale);
   if (!c.no_attn_layers.empty()) {

@@ -299,6 +299,10 @@ TEST(Config, RecipeKeysAreCheckedByName) {
        "'model.softcap': must be positive"},
       {{"model.softcap_form=sigmoid", "model.softcap=30"},
        "'model.softcap_scale': must be positive"},
+      {{"model.softcap_offset=5"}, "'model.softcap_offset': needs model.softcap_form sigmoid"},
+      {{"model.softcap_form=sigmoid", "model.softcap=23", "model.softcap_scale=7.5",
+        "model.softcap_offset=5", "train.precision=bf16"},
+       "'model.softcap_offset': needs f32 logits"},
       {{"model.attn_scale=-1"}, "'model.attn_scale': must be >= 0"},
       {{"model.no_attn_layers=1;2"}, "'model.no_attn_layers': must be a comma list"},
       {{"model.no_attn_layers=-1"}, "'model.no_attn_layers': must be a comma list"},
@@ -708,7 +712,8 @@ TEST(Config, KeyListIsLocked) {
       keys,
       "device model.arch model.n_layer model.n_head model.d_model model.seq_len model.vocab_size "
       "model.softcap model.moe.experts model.moe.top_k model.moe.aux_weight model.vocab_pad "
-      "model.softcap_form model.softcap_scale model.attn_scale model.no_attn_layers "
+      "model.softcap_form model.softcap_scale model.softcap_offset model.attn_scale "
+      "model.no_attn_layers "
       "model.value_embeds model.unet_skips model.x0_lambdas model.zero_init_head model.doc_bos "
       "model.window model.window_pattern model.window_grow model.window_block model.x0_norm "
       "model.norm_eps model.rotary_base model.rotary_truncate model.v_lambdas_all "

@@ -118,6 +118,8 @@ class Config:
         self.vocab_pad = int(get("vocab_pad", 64))
         self.softcap_form = str(get("softcap_form", "tanh"))
         self.softcap_scale = float(get("softcap_scale", 0.0))
+        # Record #89's asymmetric cap A sigmoid((x + B) / C) (triton_kernels.py's A, B, C).
+        self.softcap_offset = float(get("softcap_offset", 0.0))
         self.attn_scale = float(get("attn_scale", 0.0))
         self.no_attn_layers = [int(t) for t in str(get("no_attn_layers", "")).split(",") if t.strip()]
         self.value_embeds = int(get("value_embeds", 0))
@@ -487,7 +489,7 @@ def model_loss(cfg, p, idx, targets, rounding=NO_ROUNDING, head_fp8=None):
         gain = cfg.softcap / (4 * cfg.softcap_scale) if sigmoid else 1.0
         logits = rounding.scaled_stored(rounding.matmul(x, head), gain)[..., :V]
     if cfg.softcap > 0 and cfg.softcap_form == "sigmoid":
-        logits = cfg.softcap * torch.sigmoid(logits / cfg.softcap_scale)
+        logits = cfg.softcap * torch.sigmoid((logits + cfg.softcap_offset) / cfg.softcap_scale)
     elif cfg.softcap > 0:
         logits = cfg.softcap * torch.tanh(logits / cfg.softcap)
     ce = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
