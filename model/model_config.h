@@ -85,6 +85,9 @@ struct ModelConfig {
   // s = 0.5 / sqrt(fan_in) for the QKV and MLP fc weights (projections zero either way).
   bool uniform_matrix_init = false;
   bool head_fp8 = false;  // lm_head in FP8 in training, the record's scales (model/layers/fp8_head.h)
+  // Record #89's partial key offset in the long-window blocks (model/layers/key_offset.h); needs
+  // rotary_truncate (the unrotated half it shifts) and window.
+  bool key_offset = false;
 
   // Recipe queries.
   bool has_attention(int layer) const;

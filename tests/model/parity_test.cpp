@@ -62,7 +62,8 @@ std::string yaml_of(const model::ModelConfig& c) {
                                           "model.rotary_base",    "model.rotary_truncate",
                                           "model.v_lambdas_all",  "model.loss_over_padding",
                                           "model.embed_std",      "model.uniform_matrix_init",
-                                          "model.head_fp8",       "model.softcap_offset"};
+                                          "model.head_fp8",       "model.softcap_offset",
+                                          "model.key_offset"};
     for (const char* k : kRecipe)
       if (key == k) y += "  " + key.substr(6) + ": " + value + "\n";
   }
@@ -305,6 +306,15 @@ TEST(ModelParity, SoftcapOffset) {
 TEST(ModelParity, RecordExactSoftcapOffset) {
   run_case("record_exact_softcap_offset",
            softcap_offset(test_model::with_record_exact(recipe(), 3, 3, true)), 3);
+}
+
+// Record #89's partial key offset (model.key_offset) in the long-window blocks (0 and 3 of
+// "LSSL") of the record-exact model (rotary truncated; windows of 3 blocks of 3 tokens, documents
+// from position 7), in f32 logits.
+TEST(ModelParity, KeyOffset) {
+  model::ModelConfig c = test_model::with_record_exact(recipe(), 3, 3, false);
+  c.key_offset = true;
+  run_case("key_offset", c, 3);
 }
 
 // The record exactly (train_gpt.py at 3e121a6e; docs/record_recipe.md): the recipe's keys and
