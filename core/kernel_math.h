@@ -217,6 +217,25 @@ ENGINE_HD inline T rotary_angle(int64_t t, int64_t j, int64_t half, T base,
   return T(t) * rotary_inv_freq(j, half, base, truncated);
 }
 
+// Record #89's partial key offset: whether dimension d of a head of hd is one the truncated rotary
+// leaves unrotated (pairs (j, j + hd/2) with j >= hd/4), whose key position t takes from t - 1.
+ENGINE_HD inline bool key_offset_dim(int64_t d, int64_t hd) {
+  return d % (hd / 2) >= hd / 4;
+}
+
+// The key offset's element (t, d) of a head [T, hd] at x (the row of position t): forward, the
+// key it reads; backward, d of the key it writes from dout's row (the reverse shift, position 0
+// also keeping its own).
+template <typename T>
+ENGINE_HD inline T key_offset_element(const T* row, int64_t t, int64_t d, int64_t T_, int64_t hd,
+                                      bool backward) {
+  if (!key_offset_dim(d, hd)) return row[d];
+  if (!backward) return t > 0 ? row[d - hd] : row[d];
+  T g = t + 1 < T_ ? row[d + hd] : T(0);
+  if (t == 0) g += row[d];
+  return g;
+}
+
 // Rotate the pair (x0, x1) = (x_j, x_{j+half}) by the angle with cosine c and sine s:
 // x0' = x0 c + x1 s, x1' = -x0 s + x1 c. Passing -s applies the transposed rotation, which is
 // the backward of the forward rotation.

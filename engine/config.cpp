@@ -758,6 +758,11 @@ void validate_config(const Config& c, ConfigUse use) {
     fail("model.softcap", "must be positive with model.softcap_form sigmoid");
   if (c.model.softcap_form == "sigmoid" && c.model.softcap_scale <= 0)
     fail("model.softcap_scale", "must be positive with model.softcap_form sigmoid");
+  if (c.model.softcap_offset != 0 && c.model.softcap_form != "sigmoid")
+    fail("model.softcap_offset", "needs model.softcap_form sigmoid");
+  if (c.model.softcap_offset != 0 && c.train.precision == "bf16" && !c.model.head_fp8)
+    fail("model.softcap_offset",
+         "needs f32 logits: train.precision fp32 or tf32, or model.head_fp8 (its logits are f32)");
   if (c.model.attn_scale < 0) fail("model.attn_scale", "must be >= 0 (0: 1/sqrt(head size))");
   const auto no_attn = parse_block_list(c.model.no_attn_layers);
   if (!no_attn)
@@ -791,9 +796,14 @@ void validate_config(const Config& c, ConfigUse use) {
           {"model.rotary_truncate", c.model.rotary_truncate},
           {"model.v_lambdas_all", c.model.v_lambdas_all},
           {"model.uniform_matrix_init", c.model.uniform_matrix_init},
-          {"model.head_fp8", c.model.head_fp8}})
+          {"model.head_fp8", c.model.head_fp8},
+          {"model.key_offset", c.model.key_offset}})
       if (on) fail(key, "needs model.arch modern");
   }
+  if (c.model.key_offset && (!c.model.rotary_truncate || c.model.window <= 0))
+    fail("model.key_offset",
+         "shifts the keys' unrotated half in the long-window blocks: needs model.rotary_truncate "
+         "and model.window");
   if (c.model.norm_eps <= 0) fail("model.norm_eps", "must be positive");
   // An epsilon keeps the norm's division finite; at 1 or more it outweighs the mean square of
   // the activations it divides (1e308 was accepted, and the run stopped at step 3).

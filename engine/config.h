@@ -51,6 +51,8 @@ inline constexpr bool kOptional = false;
     "tanh (softcap tanh(z / softcap)) | sigmoid (softcap sigmoid(z / softcap_scale))")          \
   F(model, double, softcap_scale, "softcap_scale", 0.0, kOptional,                              \
     "the sigmoid soft-cap's s (the record: 7.5 sqrt(d_model))")                                 \
+  F(model, double, softcap_offset, "softcap_offset", 0.0, kOptional,                            \
+    "the sigmoid cap's b: softcap sigmoid((z + b) / softcap_scale) (#89: 5)")                   \
   F(model, double, attn_scale, "attn_scale", 0.0, kOptional,                                    \
     "attention score scale (0 = 1/sqrt(head size); the record: 0.12; modern only)")             \
   F(model, std::string, no_attn_layers, "no_attn_layers", "", kOptional,                        \
@@ -99,7 +101,10 @@ inline constexpr bool kOptional = false;
   F(model, bool, head_fp8, "head_fp8", false, kOptional,                                        \
     "training runs lm_head in FP8 as the record: e4m3 inputs over sqrt(D)/448 and 24/448, "     \
     "e5m2 output gradient over 1/448 (cuBLASLt FP8 GEMMs on GPUs sm_89+, refused below; the "   \
-    "CPU rounds in software; modern)")
+    "CPU rounds in software; modern)")                                                          \
+  F(model, bool, key_offset, "key_offset", false, kOptional,                                    \
+    "#89: long-window blocks shift the keys' unrotated half a position (needs rotary_truncate " \
+    "and window; modern)")
 
 #define ENGINE_DATA_FIELDS(F)                                                                   \
   F(data, std::string, train, "train", "", kRequired, "glob of training token shards (.bin)")   \

@@ -57,6 +57,7 @@ model::ModelConfig model_config_of(const Config& c) {
   m.vocab_pad = static_cast<int>(c.model.vocab_pad);
   m.softcap_form = model::parse_softcap_form(c.model.softcap_form);
   m.softcap_scale = static_cast<float>(c.model.softcap_scale);
+  m.softcap_offset = static_cast<float>(c.model.softcap_offset);
   m.attn_scale = static_cast<float>(c.model.attn_scale);
   m.no_attn_layers = parse_block_list(c.model.no_attn_layers).value_or(std::vector<int>{});
   m.value_embeds = static_cast<int>(c.model.value_embeds);
@@ -77,6 +78,7 @@ model::ModelConfig model_config_of(const Config& c) {
   m.embed_std = static_cast<float>(c.model.embed_std);
   m.uniform_matrix_init = c.model.uniform_matrix_init;
   m.head_fp8 = c.model.head_fp8;
+  m.key_offset = c.model.key_offset;
   m.validate();
   return m;
 }

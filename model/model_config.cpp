@@ -101,17 +101,24 @@ void ModelConfig::validate() const {
     ENGINE_CHECK(softcap_scale > 0.0f,
                  "model.softcap_scale must be positive for the sigmoid soft-cap");
   }
+  ENGINE_CHECK(softcap_offset == 0.0f || softcap_form == SoftcapForm::Sigmoid,
+               "model.softcap_offset needs the sigmoid soft-cap (model.softcap_form sigmoid)");
+  ENGINE_CHECK(softcap_offset == 0.0f || precision != Precision::Bf16 || head_fp8,
+               "model.softcap_offset needs f32 logits: precision fp32 or tf32, or model.head_fp8");
   const ModelConfig off;
-  const bool recipe = attn_scale > 0.0f || !no_attn_layers.empty() || value_embeds != 0 ||
-                      unet_skips || x0_lambdas || zero_init_head ||
-                      softcap_form != SoftcapForm::Tanh || masked_attention() || x0_norm ||
-                      norm_eps != off.norm_eps || rotary_base != off.rotary_base ||
-                      rotary_truncate || v_lambdas_all || uniform_matrix_init || head_fp8;
+  const bool recipe =
+      attn_scale > 0.0f || !no_attn_layers.empty() || value_embeds != 0 || unet_skips ||
+      x0_lambdas || zero_init_head || softcap_form != SoftcapForm::Tanh || masked_attention() ||
+      x0_norm || norm_eps != off.norm_eps || rotary_base != off.rotary_base || rotary_truncate ||
+      v_lambdas_all || uniform_matrix_init || head_fp8 || key_offset;
   ENGINE_CHECK(!recipe || arch == Arch::Modern,
                "model: the record recipe's keys (attn_scale, no_attn_layers, value_embeds, "
                "unet_skips, x0_lambdas, zero_init_head, softcap_form, doc_bos, window, x0_norm, "
                "norm_eps, rotary_base, rotary_truncate, v_lambdas_all, uniform_matrix_init, "
-               "head_fp8) need arch modern");
+               "head_fp8, key_offset) need arch modern");
+  ENGINE_CHECK(!key_offset || (rotary_truncate && window > 0),
+               "model.key_offset shifts the keys' unrotated half in the long-window blocks: it "
+               "needs model.rotary_truncate and model.window");
   ENGINE_CHECK(norm_eps > 0.0f, "model.norm_eps must be positive");
   ENGINE_CHECK(rotary_base > 1.0f, "model.rotary_base must be above 1");
   ENGINE_CHECK(!rotary_truncate || (head_dim() % 4 == 0 && head_dim() >= 8),

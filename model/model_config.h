@@ -44,6 +44,10 @@ struct ModelConfig {
   Precision precision = Precision::Fp32;
   SoftcapForm softcap_form = SoftcapForm::Tanh;
   float softcap_scale = 0.0f;  // the sigmoid form's s
+  // The sigmoid form's offset b: cap sigmoid((z + b) / s) (record #89's asymmetric cap, b = 5);
+  // the loss kernel then takes gain (z + b), so the logits need f32 storage (not bf16 precision's
+  // bf16 logits, unless head_fp8, whose logits are f32).
+  float softcap_offset = 0.0f;
 
   // The parts of modded-nanogpt's PR #102-era record (docs/specs/modded_nanogpt.md c.1), arch
   // modern only, each off by default.
@@ -81,6 +85,9 @@ struct ModelConfig {
   // s = 0.5 / sqrt(fan_in) for the QKV and MLP fc weights (projections zero either way).
   bool uniform_matrix_init = false;
   bool head_fp8 = false;  // lm_head in FP8 in training, the record's scales (model/layers/fp8_head.h)
+  // Record #89's partial key offset in the long-window blocks (model/layers/key_offset.h); needs
+  // rotary_truncate (the unrotated half it shifts) and window.
+  bool key_offset = false;
 
   // Recipe queries.
   bool has_attention(int layer) const;
@@ -101,6 +108,7 @@ struct ModelConfig {
   }
   // The head's logits z enter the loss as tanh_cap() tanh(logit_gain() z / tanh_cap()): gain 1
   // and cap softcap for the tanh form, gain cap / (4 scale) and cap / 2 for the sigmoid form.
+  // With softcap_offset b the loss sees tanh_cap() tanh(logit_gain() (z + b) / tanh_cap()).
   float logit_gain() const;
   float tanh_cap() const;
 

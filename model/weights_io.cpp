@@ -38,6 +38,7 @@ std::map<std::string, std::string> config_metadata(const ModelConfig& c) {
   if (c.softcap_form != off.softcap_form) {
     m["model.softcap_form"] = softcap_form_name(c.softcap_form);
     m["model.softcap_scale"] = float_str(c.softcap_scale);
+    if (c.softcap_offset != 0.0f) m["model.softcap_offset"] = float_str(c.softcap_offset);
   }
   if (c.attn_scale > 0.0f) m["model.attn_scale"] = float_str(c.attn_scale);
   if (!c.no_attn_layers.empty()) {
@@ -59,6 +60,7 @@ std::map<std::string, std::string> config_metadata(const ModelConfig& c) {
   }
   // The record's exact forms (docs/record_recipe.md), likewise only when set.
   if (c.x0_norm) m["model.x0_norm"] = "true";
+  if (c.key_offset) m["model.key_offset"] = "true";
   if (c.norm_eps != off.norm_eps) m["model.norm_eps"] = float_str(c.norm_eps);
   if (c.rotary_base != off.rotary_base) m["model.rotary_base"] = float_str(c.rotary_base);
   if (c.rotary_truncate) m["model.rotary_truncate"] = "true";

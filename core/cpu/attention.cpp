@@ -57,6 +57,15 @@ void CpuBackend::qk_norm_rotary_backward(bf16* dqkv, const float* dqr, const flo
                                truncated);
 }
 
+void CpuBackend::key_offset_forward(float* out, const float* k, int64_t BH, int64_t T, int64_t hd) {
+  cpu::key_offset(out, k, BH, T, hd, false);
+}
+
+void CpuBackend::key_offset_backward(float* dk, const float* dout, int64_t BH, int64_t T,
+                                     int64_t hd) {
+  cpu::key_offset(dk, dout, BH, T, hd, true);
+}
+
 void CpuBackend::rotary_forward(float* out, const float* inp, int64_t BH, int64_t T, int64_t hd,
                                 float base, bool truncated) {
   cpu::rotary_forward(out, inp, BH, T, hd, base, truncated);

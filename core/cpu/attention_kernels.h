@@ -115,6 +115,22 @@ void merge_heads_backward(T* da, const T* dout, int64_t B, int64_t T_, int64_t H
   }
 }
 
+// ---- key offset ------------------------------------------------------------------------------
+
+// AttentionOps::key_offset_forward (backward: its backward) over BH heads [T, hd].
+template <typename T>
+void key_offset(T* out, const T* inp, int64_t BH, int64_t T_, int64_t hd, bool backward) {
+  ENGINE_CHECK(hd % 4 == 0 && hd >= 8,
+               "key_offset: needs the truncated rotary's head dim (a multiple of 4, >= 8), got " +
+                   std::to_string(hd));
+#pragma omp parallel for schedule(static) if (BH * T_ * hd > kParallelMin)
+  for (int64_t row = 0; row < BH * T_; ++row) {
+    const int64_t t = row % T_;
+    for (int64_t d = 0; d < hd; ++d)
+      out[row * hd + d] = kmath::key_offset_element(inp + row * hd, t, d, T_, hd, backward);
+  }
+}
+
 // ---- rotary ----------------------------------------------------------------------------------
 
 // cos and sin of the rotary angle for every (t, j): two [T, hd/2] tables.

@@ -115,6 +115,9 @@ class CpuBackend final : public Backend {
                                const float* q, const float* k, const float* q_rstd,
                                const float* k_rstd, int64_t B, int64_t T, int64_t H, int64_t hd,
                                float base, bool truncated) override;
+  void key_offset_forward(float* out, const float* k, int64_t BH, int64_t T, int64_t hd) override;
+  void key_offset_backward(float* dk, const float* dout, int64_t BH, int64_t T,
+                           int64_t hd) override;
   void rotary_forward(float* out, const float* inp, int64_t BH, int64_t T, int64_t hd, float base,
                       bool truncated = false) override;
   void rotary_backward(float* dinp, const float* dout, int64_t BH, int64_t T, int64_t hd,

@@ -183,6 +183,27 @@ __global__ void rotary_kernel(float* out, const float* inp, int64_t T, int64_t h
   }
 }
 
+// AttentionOps::key_offset_forward (backward: its backward): one thread an element.
+__global__ void key_offset_kernel(float* out, const float* inp, int64_t T, int64_t hd,
+                                  bool backward, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    const int64_t d = i % hd, row = i / hd;
+    out[i] = kmath::key_offset_element(inp + row * hd, row % T, d, T, hd, backward);
+  }
+}
+
+void launch_key_offset(const std::string& name, cudaStream_t stream, float* out, const float* inp,
+                       int64_t BH, int64_t T, int64_t hd, bool backward) {
+  check_sizes(name, {BH, T, hd});
+  ENGINE_CHECK(hd % 4 == 0 && hd >= 8,
+               name + ": needs the truncated rotary's head dim (a multiple of 4, >= 8), got " +
+                   std::to_string(hd));
+  const int64_t n = BH * T * hd;
+  if (n == 0) return;
+  key_offset_kernel<<<grid_for(n), kThreads, 0, stream>>>(out, inp, T, hd, backward, n);
+  ENGINE_CUDA_LAUNCHED();
+}
+
 // The modern blocks' split, QK-norm and rotary: one warp per (token, head), its lanes over the
 // head dimension for the norm's sum of squares (a shuffle reduction) and over the rotated pairs.
 constexpr int kQkWarps = kThreads / 32;
@@ -798,6 +819,16 @@ void CudaBackend::qk_norm_rotary_backward(bf16* dqkv, const float* dqr, const fl
                                           bool truncated) {
   launch_qk_norm_rotary_backward(name_, stream_, dqkv, dqr, dkr, dv, q, k, q_rstd, k_rstd, B, T, H,
                                  hd, base, truncated);
+}
+
+void CudaBackend::key_offset_forward(float* out, const float* k, int64_t BH, int64_t T,
+                                     int64_t hd) {
+  launch_key_offset(name_ + ": key_offset_forward", stream_, out, k, BH, T, hd, false);
+}
+
+void CudaBackend::key_offset_backward(float* dk, const float* dout, int64_t BH, int64_t T,
+                                      int64_t hd) {
+  launch_key_offset(name_ + ": key_offset_backward", stream_, dk, dout, BH, T, hd, true);
 }
 
 void CudaBackend::rotary_forward(float* out, const float* inp, int64_t BH, int64_t T, int64_t hd,

@@ -104,6 +104,16 @@ class AttentionOps {
                               float base, bool truncated = false) = 0;
   virtual void rotary_backward(float* dinp, const float* dout, int64_t BH, int64_t T, int64_t hd,
                                float base, bool truncated = false) = 0;
+  // Record #89's partial key offset on k [BH, T, hd] rotated by the truncated rotary: the
+  // dimensions it leaves unrotated (kmath::key_offset_dim: d mod hd/2 >= hd/4) of position
+  // t >= 1 take position t - 1's, across documents; the others and position 0 are copied. The
+  // backward is the reverse shift: dk[t] = dout[t + 1] (t < T - 1; 0 at T - 1) on those
+  // dimensions, plus dout[0] at t = 0, dout itself on the others. Both write (=); out and k (dk and
+  // dout) must not overlap.
+  virtual void key_offset_forward(float* out, const float* k, int64_t BH, int64_t T,
+                                  int64_t hd) = 0;
+  virtual void key_offset_backward(float* dk, const float* dout, int64_t BH, int64_t T,
+                                   int64_t hd) = 0;
   // out = softmax(q k^T * scale + mask) v for BH heads of [T, hd], the mask causal and `mask`'s,
   // each tensor where `layout` puts it (out written, =; a strided layout's other columns kept).
   // Saves lse [BH, T], each query row's log-sum-exp of its scaled visible scores: the backward

@@ -1,5 +1,8 @@
 #include "model/layers/lm_head.h"
 
+#include <vector>
+
+#include "core/check.h"
 #include "core/kernel_math.h"
 
 namespace model {
@@ -23,6 +26,7 @@ void LmHead::plan(ActivationPlan& plan, const Context& ctx) {
   logits_ = bf16 ? nullptr : plan.f32(N * Vp);
   logits_bf16_ = bf16 ? plan.bf16(N * Vp) : nullptr;
   losses_ = plan.f32(N);
+  cap_bias_ = cap_.bias() != 0.0f ? plan.f32(Vp) : nullptr;
   last_index_ = plan.i32(B);
   last_hidden_ = plan.f32_unless_bf16(B * D);
   last_hidden_bf16_ = plan.bf16(B * D);
@@ -52,6 +56,14 @@ Stream LmHead::forward(Context& ctx, Stream x) {
   // is the gain times the loss kernel's gradient: it goes into the kernel's scale.
   const float gain = cap_.gain();
   logits_forward(ctx, gain);
+  if (cap_bias_) {
+    // The sigmoid cap's offset: the loss kernel takes gain (z + b) (validate() keeps the logits
+    // f32 here); the logits' gradient is unchanged.
+    ENGINE_CHECK(logits_, "model.softcap_offset: the logits are stored in bf16");
+    const std::vector<float> bias(static_cast<size_t>(Vp), cap_.bias());
+    ctx.backend.copy_from_host(cap_bias_, bias.data(), bias.size() * sizeof(float));
+    ctx.backend.add_bias(logits_, cap_bias_, N, Vp);
+  }
   // With want_grad the fused loss also overwrites the logits with d loss / d logits.
   const float scale = dlogits_scale(ctx, gain);
   if (logits_bf16_) {

@@ -43,6 +43,8 @@ class LmHead : public Layer {
   float* logits_ = nullptr;
   core::bf16* logits_bf16_ = nullptr;
   float* losses_ = nullptr;  // [N]
+  // The cap's bias() in each of the Vp columns (with an offset only), added to the f32 logits.
+  float* cap_bias_ = nullptr;
 
  private:
   // Sampling: the last positions' rows of the norm [B, D] and their logits [B, Vp], stored as the

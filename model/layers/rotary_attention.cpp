@@ -11,6 +11,7 @@ RotaryAttention::RotaryAttention(Context& ctx, int block, const AttentionMasks& 
       table_(ctx.config.value_embed_of(block)),
       v_lambdas_(ctx.params.find("blocks." + std::to_string(block) + ".attn.v_lambdas")) {
   if (v_lambdas_ == kNoParam) table_ = -1;
+  if (ctx.config.key_offset && !short_window_) key_offset_.emplace();
 }
 
 void RotaryAttention::plan_heads(ActivationPlan& plan, const Context& ctx) {
@@ -23,6 +24,7 @@ void RotaryAttention::plan_heads(ActivationPlan& plan, const Context& ctx) {
   qr_ = plan.f32(N * D);
   kr_ = plan.f32(N * D);
   vmix_ = v_lambdas_ != kNoParam ? plan.f32(N * D) : nullptr;
+  if (key_offset_) key_offset_->plan(plan, ctx);
   dq_ = plan.shared("attn.dq", N * D);
   dk_ = plan.shared("attn.dk", N * D);
   dv_ = plan.shared("attn.dv", N * D);
@@ -42,11 +44,12 @@ Attention::Heads RotaryAttention::heads_forward(Context& ctx) {
   ctx.backend.qk_norm_rotary_forward(qr_, kr_, q_, k_, v_, q_rstd_, k_rstd_, qkv_, ctx.B, ctx.T,
                                      c.n_head, c.head_dim(), c.norm_eps, c.rotary_base,
                                      c.rotary_truncate);
-  if (!vmix_) return {qr_, kr_, v_};
+  const float* k = key_offset_ ? key_offset_->forward(ctx, kr_) : kr_;
+  if (!vmix_) return {qr_, k, v_};
   const float* lam = ctx.params.value(v_lambdas_);
   ctx.backend.scalar_mix(vmix_, lam, v_, lam + 1, table_ >= 0 ? tables_->heads(table_) : nullptr,
                          N * D);
-  return {qr_, kr_, vmix_};
+  return {qr_, k, vmix_};
 }
 
 Operand RotaryAttention::heads_backward(Context& ctx) {
@@ -65,14 +68,16 @@ Operand RotaryAttention::heads_backward(Context& ctx) {
                                     N * D);
     dv = ctx.dmix;
   }
+  // Through the key offset: d (the rotated keys).
+  const float* dk = key_offset_ ? key_offset_->backward(ctx, dk_) : dk_;
   // Undo rotary and the QK-norm, then the heads' split, in one pass: d qkv written whole (in bf16
   // precision as bf16, straight from the heads' f32 gradients).
   if (dqkv_bf16_) {
-    ctx.backend.qk_norm_rotary_backward(dqkv_bf16_, dq_, dk_, dv, q_, k_, q_rstd_, k_rstd_, ctx.B,
+    ctx.backend.qk_norm_rotary_backward(dqkv_bf16_, dq_, dk, dv, q_, k_, q_rstd_, k_rstd_, ctx.B,
                                         ctx.T, c.n_head, c.head_dim(), c.rotary_base,
                                         c.rotary_truncate);
   } else {
-    ctx.backend.qk_norm_rotary_backward(dqkv_, dq_, dk_, dv, q_, k_, q_rstd_, k_rstd_, ctx.B, ctx.T,
+    ctx.backend.qk_norm_rotary_backward(dqkv_, dq_, dk, dv, q_, k_, q_rstd_, k_rstd_, ctx.B, ctx.T,
                                         c.n_head, c.head_dim(), c.rotary_base, c.rotary_truncate);
   }
   return {dqkv_, dqkv_bf16_};

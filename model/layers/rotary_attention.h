@@ -3,10 +3,15 @@
 // (model.rotary_base; model.rotary_truncate: the record's half-truncated form), in one pass. With
 // v lambdas (the record: model.v_lambdas_all, or a block with a value-embedding table) v is
 // l0 v (+ l1 ve, ve the block's table in the heads' layout) with the block's learned pair
-// attn.v_lambdas (init 0.5, 0.5). The backward goes through f32 dq, dk, dv.
+// attn.v_lambdas (init 0.5, 0.5). With model.key_offset a long-window block shifts the keys'
+// unrotated dimensions by one position (model/layers/key_offset.h). The backward goes through f32
+// dq, dk, dv.
 #pragma once
 
+#include <optional>
+
 #include "model/layers/attention.h"
+#include "model/layers/key_offset.h"
 #include "model/layers/value_embeddings.h"
 
 namespace model {
@@ -26,6 +31,7 @@ class RotaryAttention : public Attention {
   ValueEmbeddings* tables_;
   int table_;  // the value-embedding table this block mixes in, or -1
   size_t v_lambdas_;
+  std::optional<KeyOffset> key_offset_;  // long-window blocks with model.key_offset
   // The heads q, k, v [B, H, T, hd], their QK-norm rstd [B, H, T], the normalised, rotated qr and
   // kr, and vmix the mixed v (with v lambdas).
   float *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *q_rstd_ = nullptr, *k_rstd_ = nullptr,

@@ -2070,6 +2070,29 @@ TEST_F(CudaVsCpu, ColumnSignConvention) {
   }
 }
 
+// Record #89's key offset: the same shift on both devices (copies and sums of two, exact), and
+// on the CPU the dimensions it moves are the truncated rotary's unrotated ones.
+TEST_F(CudaVsCpu, KeyOffset) {
+  const int64_t BH = 3, T = 5, hd = 16;
+  const auto k = random_vector(BH * T * hd, 21), dout = random_vector(BH * T * hd, 22);
+  std::vector<float> out(k.size()), dk(k.size());
+  cpu().key_offset_forward(out.data(), k.data(), BH, T, hd);
+  cpu().key_offset_backward(dk.data(), dout.data(), BH, T, hd);
+  float* gk = dev().upload(k);
+  float* gout = dev().upload(std::vector<float>(k.size()));
+  gpu().key_offset_forward(gout, gk, BH, T, hd);
+  EXPECT_EQ(dev().download(gout, out.size()), out);
+  float* gd = dev().upload(dout);
+  float* gdk = dev().upload(std::vector<float>(k.size()));
+  gpu().key_offset_backward(gdk, gd, BH, T, hd);
+  EXPECT_EQ(dev().download(gdk, dk.size()), dk);
+  for (int64_t t = 1; t < T; ++t) {
+    EXPECT_EQ(out[t * hd + 3], k[t * hd + 3]);          // rotated (j < hd/4)
+    EXPECT_EQ(out[t * hd + 5], k[(t - 1) * hd + 5]);    // unrotated, first half
+    EXPECT_EQ(out[t * hd + 15], k[(t - 1) * hd + 15]);  // unrotated, second half
+  }
+}
+
 TEST_F(CudaVsCpu, BlockCopyIdentityAndColumnOrder) {
   // A [5, 7] block of a [9, 11] matrix into a [6, 8] one, both at an offset.
   auto src = random_vector(9 * 11, 1), dst = random_vector(6 * 8, 2);

@@ -299,6 +299,10 @@ TEST(Config, RecipeKeysAreCheckedByName) {
        "'model.softcap': must be positive"},
       {{"model.softcap_form=sigmoid", "model.softcap=30"},
        "'model.softcap_scale': must be positive"},
+      {{"model.softcap_offset=5"}, "'model.softcap_offset': needs model.softcap_form sigmoid"},
+      {{"model.softcap_form=sigmoid", "model.softcap=23", "model.softcap_scale=7.5",
+        "model.softcap_offset=5", "train.precision=bf16"},
+       "'model.softcap_offset': needs f32 logits"},
       {{"model.attn_scale=-1"}, "'model.attn_scale': must be >= 0"},
       {{"model.no_attn_layers=1;2"}, "'model.no_attn_layers': must be a comma list"},
       {{"model.no_attn_layers=-1"}, "'model.no_attn_layers': must be a comma list"},
@@ -328,6 +332,9 @@ TEST(Config, RecipeKeysAreCheckedByName) {
       // The record's exact forms (docs/record_recipe.md).
       {{"model.arch=gpt2", "model.x0_norm=true"}, "'model.x0_norm': needs model.arch modern"},
       {{"model.arch=gpt2", "model.head_fp8=true"}, "'model.head_fp8': needs model.arch modern"},
+      {{"model.key_offset=true", "model.window=64"}, "'model.key_offset': shifts the keys'"},
+      {{"model.key_offset=true", "model.rotary_truncate=true"},
+       "'model.key_offset': shifts the keys'"},
       {{"model.arch=gpt2", "model.rotary_truncate=true"},
        "'model.rotary_truncate': needs model.arch modern"},
       {{"model.norm_eps=0"}, "'model.norm_eps': must be positive"},
@@ -708,11 +715,13 @@ TEST(Config, KeyListIsLocked) {
       keys,
       "device model.arch model.n_layer model.n_head model.d_model model.seq_len model.vocab_size "
       "model.softcap model.moe.experts model.moe.top_k model.moe.aux_weight model.vocab_pad "
-      "model.softcap_form model.softcap_scale model.attn_scale model.no_attn_layers "
+      "model.softcap_form model.softcap_scale model.softcap_offset model.attn_scale "
+      "model.no_attn_layers "
       "model.value_embeds model.unet_skips model.x0_lambdas model.zero_init_head model.doc_bos "
       "model.window model.window_pattern model.window_grow model.window_block model.x0_norm "
       "model.norm_eps model.rotary_base model.rotary_truncate model.v_lambdas_all "
       "model.loss_over_padding model.embed_std model.uniform_matrix_init model.head_fp8 "
+      "model.key_offset "
       "data.train "
       "data.val data.shuffle data.shard_whole_batches data.bos train.seed train.steps "
       "train.batch_tokens train.micro_batch "

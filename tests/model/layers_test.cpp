@@ -175,12 +175,16 @@ TEST(Layers, Attention) {
   model::ModelConfig docs = small(model::Arch::Modern);
   docs.doc_bos = 1;
   docs.attn_scale = 0.2f;
+  model::ModelConfig key_offset = record();
+  key_offset.key_offset = true;
+  key_offset.window_pattern = "LLSL";  // block 1 long (and without a value table)
   const std::vector<AttentionCase> cases = {
       {"gpt2 (LayerNorm, biases, q k v in place)", small(model::Arch::Gpt2), 0},
       {"modern (QK-norm, rotary)", small(model::Arch::Modern), 0},
       {"modern, sliding window", windowed, 0},
       {"modern, documents, scale 0.2", docs, 1},
       {"the record's, block 1 (short block window, v lambdas without a table)", record(), 1},
+      {"record #89's key offset, block 1 (long block window)", key_offset, 1},
   };
   for (const AttentionCase& k : cases) {
     LayerRig rig(k.config, kB, kT);

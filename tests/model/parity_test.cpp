@@ -62,7 +62,8 @@ std::string yaml_of(const model::ModelConfig& c) {
                                           "model.rotary_base",    "model.rotary_truncate",
                                           "model.v_lambdas_all",  "model.loss_over_padding",
                                           "model.embed_std",      "model.uniform_matrix_init",
-                                          "model.head_fp8"};
+                                          "model.head_fp8",       "model.softcap_offset",
+                                          "model.key_offset"};
     for (const char* k : kRecipe)
       if (key == k) y += "  " + key.substr(6) + ": " + value + "\n";
   }
@@ -287,6 +288,33 @@ TEST(ModelParity, ModernSoftcap) {
 
 TEST(ModelParity, Recipe) {
   run_case("recipe", recipe(), 3);
+}
+
+// Record #89's asymmetric logit cap 23 sigmoid((z + 5) / 7.5) (model.softcap_offset) on the
+// recipe's model; its FP8 head form in RecordExactSoftcapOffset.
+model::ModelConfig softcap_offset(model::ModelConfig c) {
+  c.softcap = 23.0f;
+  c.softcap_scale = 7.5f;
+  c.softcap_offset = 5.0f;
+  return c;
+}
+
+TEST(ModelParity, SoftcapOffset) {
+  run_case("softcap_offset", softcap_offset(recipe()), 3);
+}
+
+TEST(ModelParity, RecordExactSoftcapOffset) {
+  run_case("record_exact_softcap_offset",
+           softcap_offset(test_model::with_record_exact(recipe(), 3, 3, true)), 3);
+}
+
+// Record #89's partial key offset (model.key_offset) in the long-window blocks (0 and 3 of
+// "LSSL") of the record-exact model (rotary truncated; windows of 3 blocks of 3 tokens, documents
+// from position 7), in f32 logits.
+TEST(ModelParity, KeyOffset) {
+  model::ModelConfig c = test_model::with_record_exact(recipe(), 3, 3, false);
+  c.key_offset = true;
+  run_case("key_offset", c, 3);
 }
 
 // The record exactly (train_gpt.py at 3e121a6e; docs/record_recipe.md): the recipe's keys and

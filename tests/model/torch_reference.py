@@ -118,6 +118,8 @@ class Config:
         self.vocab_pad = int(get("vocab_pad", 64))
         self.softcap_form = str(get("softcap_form", "tanh"))
         self.softcap_scale = float(get("softcap_scale", 0.0))
+        # Record #89's asymmetric cap A sigmoid((x + B) / C) (triton_kernels.py's A, B, C).
+        self.softcap_offset = float(get("softcap_offset", 0.0))
         self.attn_scale = float(get("attn_scale", 0.0))
         self.no_attn_layers = [int(t) for t in str(get("no_attn_layers", "")).split(",") if t.strip()]
         self.value_embeds = int(get("value_embeds", 0))
@@ -138,6 +140,8 @@ class Config:
         self.embed_std = float(get("embed_std", 0.02))
         self.uniform_matrix_init = flag("uniform_matrix_init")
         self.head_fp8 = flag("head_fp8")
+        # Record #89 (train_gpt.py at f411b3d3), each off by default.
+        self.key_offset = flag("key_offset")
 
     def value_embed_of(self, layer):
         n = self.value_embeds
@@ -204,21 +208,36 @@ def rmsnorm(x, eps=1e-6):
     return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps)
 
 
+def rotary_inv_freq(hd, base, truncate):
+    """The frequency of each pair (j, j + hd/2): base^(-j/half), or truncate's."""
+    half = hd // 2
+    if truncate:
+        q = hd // 4
+        return torch.cat([(1.0 / base) ** torch.linspace(0, 1, q, dtype=torch.float64),
+                          torch.zeros(q, dtype=torch.float64)])
+    return base ** (-torch.arange(half, dtype=torch.float64) / half)
+
+
 def rotary(x, base=10000.0, truncate=False):
     # x [B, H, T, hd]; pairs (x_j, x_{j+half}) rotated by angle t * base^(-j/half). truncate:
     # train_gpt.py's Rotary, (1/base) ** linspace(0, 1, hd/4) then hd/4 zeros.
     T, hd = x.shape[-2], x.shape[-1]
     half = hd // 2
-    if truncate:
-        q = hd // 4
-        inv = torch.cat([(1.0 / base) ** torch.linspace(0, 1, q, dtype=torch.float64),
-                         torch.zeros(q, dtype=torch.float64)])
-    else:
-        inv = base ** (-torch.arange(half, dtype=torch.float64) / half)
+    inv = rotary_inv_freq(hd, base, truncate)
     ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
     cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
     x1, x2 = x[..., :half], x[..., half:]
     return torch.cat([x1 * cos + x2 * sin, -x1 * sin + x2 * cos], dim=-1)
+
+
+def key_offset(k, base, truncate):
+    """Record #89's CausalSelfAttention with key_offset: after rotary, the keys' stationary head
+    dims (those the rotary leaves unrotated: a zero frequency) of position t take position
+    t - 1's, k[:, 1:, :, stationary] = k[:, :-1, :, stationary], across documents."""
+    hd = k.shape[-1]
+    stationary = rotary_inv_freq(hd, base, truncate).repeat(2) == 0
+    shifted = torch.cat([k[:, :, :1], k[:, :, :-1]], dim=2)
+    return torch.where(stationary, shifted, k)
 
 
 def gelu_tanh(u):
@@ -434,6 +453,9 @@ def model_loss(cfg, p, idx, targets, rounding=NO_ROUNDING, head_fp8=None):
             if not gpt2:
                 q = rotary(rmsnorm(q, cfg.norm_eps), cfg.rotary_base, cfg.rotary_truncate)
                 k = rotary(rmsnorm(k, cfg.norm_eps), cfg.rotary_base, cfg.rotary_truncate)
+                long_window = not (cfg.window_pattern and cfg.window_pattern[i] == "S")
+                if cfg.key_offset and long_window:
+                    k = key_offset(k, cfg.rotary_base, cfg.rotary_truncate)
             ve = cfg.value_embed_of(i)
             if ve >= 0:
                 ve_heads = p[f"value_embeds.{ve}.weight"][idx].view(B, T, H, hd).transpose(1, 2)
@@ -487,7 +509,7 @@ def model_loss(cfg, p, idx, targets, rounding=NO_ROUNDING, head_fp8=None):
         gain = cfg.softcap / (4 * cfg.softcap_scale) if sigmoid else 1.0
         logits = rounding.scaled_stored(rounding.matmul(x, head), gain)[..., :V]
     if cfg.softcap > 0 and cfg.softcap_form == "sigmoid":
-        logits = cfg.softcap * torch.sigmoid(logits / cfg.softcap_scale)
+        logits = cfg.softcap * torch.sigmoid((logits + cfg.softcap_offset) / cfg.softcap_scale)
     elif cfg.softcap > 0:
         logits = cfg.softcap * torch.tanh(logits / cfg.softcap)
     ce = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
