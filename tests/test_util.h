@@ -7,6 +7,9 @@
 
 #include <csignal>
 #include <exception>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include "core/check.h"
@@ -30,6 +33,20 @@ inline int count_of(const std::string& text, const std::string& needle) {
   for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1))
     ++n;
   return n;
+}
+
+// An empty folder <tmp>/engine_<name>, made afresh (what an earlier run left there removed).
+inline std::filesystem::path fresh_dir(const std::string& name) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("engine_" + name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// A file's whole text ("" when it cannot be read).
+inline std::string text_of(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 // Runs fn in a child process whose files may not grow beyond `bytes` (a write past it fails with

@@ -26,16 +26,10 @@ using test_util::error_of;
 namespace {
 
 fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("engine_run_file_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
+  return test_util::fresh_dir("run_file_" + name);
 }
 
-std::string text_of(const fs::path& p) {
-  std::ifstream in(p);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+using test_util::text_of;
 
 TEST(RunFile, EveryWriterRefusesALinkAndLeavesItsTargetAlone) {
   const fs::path dir = fresh_dir("links");
