@@ -19,7 +19,8 @@ plot=()
 if [[ "${1:-}" == --no-plot ]]; then plot=(--no-plot); shift; fi
 [[ $# -le 1 ]] || { echo "usage: $0 [--no-plot] [DEST]" >&2; exit 2; }
 dest="${1:-$results}"
-for grid in issue38 brown_imaginative brown_imaginative_frozen brown_informative code; do
+for grid in issue38 brown_imaginative brown_imaginative_frozen brown_informative code brown_imaginative_per_seed; do
+  [[ -f "$results/$grid/runs.tsv" ]] || continue  # a grid not yet collected
   mkdir -p "$dest/$grid"
   [[ "$dest/$grid" -ef "$results/$grid" ]] || cp "$results/$grid/runs.tsv" "$dest/$grid/"
   read -r pretrain ft np elapsed < <(/usr/bin/python3 -c 'import json, sys
