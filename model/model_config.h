@@ -84,7 +84,8 @@ struct ModelConfig {
   // Hidden-matrix init: normal (std 0.02) or uniform, the record's U(-sqrt(3) s, sqrt(3) s) with
   // s = 0.5 / sqrt(fan_in) for the QKV and MLP fc weights (projections zero either way).
   bool uniform_matrix_init = false;
-  bool head_fp8 = false;  // lm_head in FP8 in training, the record's scales (model/layers/fp8_head.h)
+  // lm_head in FP8 in training, the record's scales (model/layers/fp8_head.h).
+  bool head_fp8 = false;
   // Record #89's partial key offset in the long-window blocks (model/layers/key_offset.h); needs
   // rotary_truncate (the unrotated half it shifts) and window.
   bool key_offset = false;

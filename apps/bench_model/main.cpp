@@ -941,10 +941,10 @@ int run(int argc, char** argv) {
         const double ttok = torch ? json_number(theirs, "tokens_per_s") : 0.0;
         // A PyTorch row below its own row at fewer threads, or on other threads than asked,
         // is a baseline not at its best: flagged, with why, under the table.
-        std::string flag;
+        std::string flag, runtime;
         if (torch) {
-          const core::JsonValue row = child_row(theirs);
-          if (torch_line.empty()) torch_line = torch_runtime_line(row);
+          runtime = torch_runtime_line(child_row(theirs));
+          if (torch_line.empty()) torch_line = runtime;
           const int asked = std::stoi(th);
           if (static_cast<int>(json_number(theirs, "torch_threads")) != asked)
             flag = "PyTorch ran " +
@@ -972,7 +972,7 @@ int run(int argc, char** argv) {
             std::snprintf(extra, sizeof extra, ", \"torch_tokens_per_s\": %.1f, \"ratio\": %.2f",
                           ttok, tok / ttok);
             row += extra;
-            row += ", \"torch_runtime\": " + json_quote(torch_runtime_line(child_row(theirs)));
+            row += ", \"torch_runtime\": " + json_quote(runtime);
             if (!flag.empty()) row += ", \"torch_flag\": " + json_quote(flag);
           }
           std::printf("%s}\n", row.c_str());
