@@ -200,13 +200,29 @@ def main():
                         "forgetting_difference_per_seed": df, "p_paired": paired_p(df)})
         return out
 
-    comparisons, at_matched_lr = {}, {}
+    # Each OSFT run at its own gain against its seed's AdamW frontier there (the ratio of the
+    # run's forgetting to the frontier's; no OSFT frontier interpolated): what the higher-gain
+    # points show seed by seed, where the levels above need every seed's frontiers to overlap.
+    def on_adamw_frontier(urr):
+        out = []
+        for s in full:
+            fa = frontier([(r["gain"], r["forgetting"]) for r in runs if r["seed"] == s and r["method"] == "adamw"])
+            for r in sorted((r for r in runs if r["seed"] == s and r["method"] == "osft" and r["urr"] == urr),
+                            key=lambda r: float(r["lr"])):
+                x = at_gain(fa, r["gain"])
+                out.append({"lr": float(r["lr"]), "seed": s, "gain": r["gain"], "forgetting": r["forgetting"],
+                            "adamw_at_gain": x,
+                            "ratio": r["forgetting"] / x if x is not None and x > 0 else None})
+        return out
+
+    comparisons, at_matched_lr, on_frontier = {}, {}, {}
     if not control:  # on the control every run lies on forgetting = -gain: nothing to compare
         urrs = sorted({r["urr"] for r in runs if r["method"] == "osft"}, reverse=True)
         comparisons["osft (all ratios)"] = compare(urrs)
         for urr in urrs:
             comparisons["osft urr %s" % urr] = compare([urr])
             at_matched_lr["osft urr %s" % urr] = matched(urr)
+            on_frontier["osft urr %s" % urr] = on_adamw_frontier(urr)
     max_gain = {m: max((r["gain"] for r in runs if r["method"] == m), default=None) for m in ("adamw", "osft")}
 
     doc = {"splits": {"pretraining": pre, "finetuning": ft}, "control": control,
@@ -215,7 +231,7 @@ def main():
                                     for s, b in sorted(bases.items())} if per_seed_base else None),
            "runs": runs, "configs": configs,
            "seeds": seeds, "seeds_compared": full, "comparisons": comparisons,
-           "at_matched_lr": at_matched_lr, "max_gain": max_gain,
+           "at_matched_lr": at_matched_lr, "on_adamw_frontier": on_frontier, "max_gain": max_gain,
            "np": a.np, "pretrain_steps": a.pretrain_steps, "finetune_steps": a.finetune_steps,
            "elapsed_s": a.elapsed}
     figures.write_json(doc, os.path.join(a.out, "frontier.json"))
@@ -278,6 +294,17 @@ def main():
                 v["lr"], len(v["seeds"]), v["gain_difference"], v["gain_difference_halfrange"],
                 v["forgetting_difference"], v["forgetting_difference_halfrange"],
                 "%.3f" % v["p_paired"] if v["p_paired"] is not None else "-"))
+    for name, points in on_frontier.items():
+        if not points:
+            continue
+        L += ["", "Each %s run against its own seed's AdamW frontier at the run's gain (\"-\": outside "
+              "the gains that frontier reaches):" % name, "",
+              "| lr | seed | gain | forgetting | AdamW's frontier there | ratio |", "|---|---|---|---|---|---|"]
+        for v in points:
+            L.append("| %g | %d | %.4f | %.4f | %s | %s |" % (
+                v["lr"], v["seed"], v["gain"], v["forgetting"],
+                "%.4f" % v["adamw_at_gain"] if v["adamw_at_gain"] is not None else "-",
+                "%.2f" % v["ratio"] if v["ratio"] is not None else "-"))
     L += ["", "Largest gain reached: AdamW %s, OSFT %s." % tuple(
         "%.4f" % max_gain[m] if max_gain[m] is not None else "-" for m in ("adamw", "osft"))]
     open(os.path.join(a.out, "frontier.md"), "w").write("\n".join(L) + "\n")

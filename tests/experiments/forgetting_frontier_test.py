@@ -8,7 +8,9 @@ middle point and far more forgetting, which survives the pooled Pareto cut. Chec
 against AdamW (-0.01 everywhere for ratio 0.5), both ratios together as the lower envelope of their
 frontiers (never above ratio 0.5's own frontier, where the pooled points joined by lines would
 bend above it), the ratio of the means beside the mean of the ratios, and the matched-lr table
-(OSFT minus AdamW at the same lr and seed, without interpolation).
+(OSFT minus AdamW at the same lr and seed, without interpolation), and each OSFT run against its
+own seed's AdamW frontier at the run's gain (ratio 0.25's first point lies inside AdamW's gains:
+0.30 against 0.12 plus the seed's shift; each ratio 0.5 point 0.01 below the line).
 
     forgetting_frontier_test.py REPO WORK
 """
@@ -51,6 +53,16 @@ m = {x["lr"]: x for x in doc["at_matched_lr"]["osft urr 0.5"]}
 assert sorted(m) == [1e-4, 3e-4, 1e-3], sorted(m)
 for lr, x in m.items():
     assert abs(x["gain_difference"] - 0.05) < 1e-9 and abs(x["forgetting_difference"] - (0.05 - 0.01)) < 1e-9, x
+for x in doc["on_adamw_frontier"]["osft urr 0.5"]:
+    shift = 0.002 if x["seed"] == 2 else 0.0  # the seed's own line
+    assert abs(x["adamw_at_gain"] - (x["gain"] - 1.0 + shift)) < 1e-9, x
+    assert abs(x["forgetting"] - (x["adamw_at_gain"] - 0.01)) < 1e-9, x
+    assert abs(x["ratio"] - x["forgetting"] / x["adamw_at_gain"]) < 1e-12, x
+quarter = [x for x in doc["on_adamw_frontier"]["osft urr 0.25"] if x["lr"] == 1e-4]
+assert len(quarter) == 2 and all(abs(x["adamw_at_gain"] - 0.12 - (0.002 if x["seed"] == 2 else 0)) < 1e-9
+                                  for x in quarter), quarter
 md = open(os.path.join(work, "frontier.md")).read()
 assert "At the same lr, osft urr 0.5 against AdamW" in md and "ratio of the means" in md, md
-print("PASS: each ratio at equal gain, the lower envelope of both, the ratio of the means, the matched lr")
+assert "against its own seed's AdamW frontier" in md, md
+print("PASS: each ratio at equal gain, the lower envelope of both, the ratio of the means, the matched lr, "
+      "each run on its seed's AdamW frontier")
