@@ -12,6 +12,7 @@
 
 #include "core/check.h"
 #include "core/json.h"
+#include "core/output_file.h"
 #include "core/safetensors.h"
 #include "core/transfer.h"
 
@@ -204,12 +205,9 @@ void save_hf_gpt2(const Gpt& gpt, const std::string& dir) {
   }
   fs::create_directories(dir);
   writer.write((fs::path(dir) / "model.safetensors").string());
-  const std::string config_path = (fs::path(dir) / "config.json").string();
-  std::ofstream out(config_path + ".tmp", std::ios::binary);
-  out << config_json(c);
-  out.close();
-  ENGINE_CHECK(out.good(), "hf_gpt2: cannot write " + config_path);
-  fs::rename(config_path + ".tmp", config_path);
+  // Through an unpredictable temporary name, never through a link (core/output_file.h).
+  core::write_output_file((fs::path(dir) / "config.json").string(), config_json(c),
+                          "the exported config.json");
 }
 
 bool is_hf_gpt2_dir(const std::string& path) {

@@ -462,4 +462,18 @@ TEST(HfGpt2, ExportedConfigNamesEndOfTextOnlyInsideTheVocabulary) {
   EXPECT_NE(json.find("\"eos_token_id\": 50256,"), std::string::npos) << json;
 }
 
+// The exported config.json once went through the fixed name config.json.tmp, following a link
+// planted there into the file it named (overwritten with the config).
+TEST(HfGpt2, ExportWritesNoFileThroughALinkAtATemporaryName) {
+  const fs::path dir = work_dir("tmp_link");
+  const fs::path victim = dir / "victim.txt";
+  { std::ofstream(victim) << "keep me"; }
+  fs::create_directories(dir / "out");
+  fs::create_symlink(victim, dir / "out" / "config.json.tmp");
+  model::save_hf_gpt2(model::Gpt(small_gpt2(), core::cpu_backend()), (dir / "out").string());
+  EXPECT_EQ(read_text(victim), "keep me");
+  EXPECT_NE(read_text(dir / "out" / "config.json").find("\"n_layer\": 2"), std::string::npos);
+  EXPECT_FALSE(fs::is_symlink(dir / "out" / "config.json"));
+}
+
 }  // namespace
