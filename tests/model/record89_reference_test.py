@@ -13,7 +13,11 @@
   0.13178 with the record's long windows 384 -> 896 -> 1408 -> 1664, and the prefix table of a
   few GPT-2 tokens from data/tokenizer/encoder.json (skipped when the vocabulary is absent).
 
-Usage: record89_reference_test.py REPO_ROOT
+- with model_grad given: the engine's main (f32) against the reference with every mechanism main
+  lacks switched off, the weights mapped as tests/model/record89_names.md says (the rotary rows
+  permuted from adjacent pairs to (e, e + hd/2)): the loss and every mapped gradient agree.
+
+Usage: record89_reference_test.py REPO_ROOT [MODEL_GRAD]
 """
 import math
 import os
@@ -190,6 +194,123 @@ def model_facts(tmp):
     check(abs(losses[""] / want - 1) < 2e-3, f"record init: loss {losses['']:.4f} ~ ln 256 x {weight} = {want:.4f}")
 
 
+ENGINE_CONFIG = """model:
+  arch: modern
+  n_layer: 11
+  n_head: 6
+  d_model: 48
+  seq_len: 40
+  vocab_size: 256
+  vocab_pad: 64
+  no_attn_layers: "6"
+  attn_scale: 0.1
+  rotary_base: 1024
+  rotary_truncate: true
+  key_offset: true
+  window: 12
+  window_pattern: SSSLSSSSSSL
+  doc_bos: 255
+  x0_norm: true
+  norm_eps: 1.1920928955078125e-07
+  softcap: 23
+  softcap_form: sigmoid
+  softcap_scale: 7.5
+  softcap_offset: 5
+  loss_over_padding: true
+"""
+# The mechanisms the engine's main lacks, off; what stays is the base both share: the modern
+# block, no attention at 6, QK norm, truncated rotary at base 1024, the key offset, windows 5 / 11
+# (the engine's 6 / 12 keys), documents, attention scale 0.1, the offset sigmoid cap.
+ENGINE_TODAY_OFF = "bigram,smear,paired,xsa,attn_gate,dc,mudd,mudd_gate,ve,cache7,skip,lambdas,mtp,prefix"
+
+
+def rotary_rows(D, H):
+    """Engine row order of a Q or K block from the record's: per head, engine dim e (pairs (e,
+    e + hd/2)) is the record's dim 2e (e < hd/2) or 2(e - hd/2) + 1 (adjacent pairs)."""
+    hd = D // H
+    per = [2 * e if e < hd // 2 else 2 * (e - hd // 2) + 1 for e in range(hd)]
+    return np.array([h * hd + e for h in range(H) for e in per])
+
+
+def to_engine(p, D, H):
+    """Record-named float64 arrays -> the engine's names (tests/model/record89_names.md)."""
+    perm = rotary_rows(D, H)
+    out = {"embed.weight": p["embed"], "lm_head.weight": p["lm_head"].T}
+    for i in range(11):
+        b = f"blocks.{i}."
+        if i != 6:
+            j = i - (i > 6)
+            q = p["qk_bank"][j * H:j * H + H // 2].reshape(D, D)[perm]
+            k = p["qk_bank"][j * H + H // 2:(j + 1) * H].reshape(D, D)[perm]
+            out[b + "attn.qkv.weight"] = np.concatenate([q, k, p["vo_bank"][2 * j]])
+            out[b + "attn.proj.weight"] = p["vo_bank"][2 * j + 1]
+        out[b + "mlp.fc.weight"] = p["mlp_bank"][i, 0]
+        out[b + "mlp.proj.weight"] = p["mlp_bank"][i, 1].T
+    return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in out.items()}
+
+
+def from_engine_grads(g, p, D, H):
+    """The engine's gradients in the record's names (zeros where it has no counterpart)."""
+    inv = np.argsort(rotary_rows(D, H))
+    out = {k: np.zeros_like(v) for k, v in p.items() if k in r.PARAMS}
+    out["embed"] = g["grad/embed.weight"]
+    out["lm_head"] = g["grad/lm_head.weight"].T
+    for i in range(11):
+        b = f"grad/blocks.{i}."
+        if i != 6:
+            j = i - (i > 6)
+            qkv = g[b + "attn.qkv.weight"]
+            out["qk_bank"][j * H:j * H + H // 2] = qkv[:D][inv].reshape(H // 2, -1, D)
+            out["qk_bank"][j * H + H // 2:(j + 1) * H] = qkv[D:2 * D][inv].reshape(H // 2, -1, D)
+            out["vo_bank"][2 * j] = qkv[2 * D:]
+            out["vo_bank"][2 * j + 1] = g[b + "attn.proj.weight"]
+        out["mlp_bank"][i, 0] = g[b + "mlp.fc.weight"]
+        out["mlp_bank"][i, 1] = g[b + "mlp.proj.weight"].T
+    return out
+
+
+def engine_parity(tmp, model_grad):
+    """The engine's main (model_grad, f32) against the reference with every mechanism main lacks
+    switched off: the shared base agrees, the rotary pairs mapped as record89_names.md says."""
+    rng = np.random.default_rng(5)
+    toks = rng.integers(0, 255, size=2 * 41)
+    toks[[7, 19, 33, 46, 60]] = 255
+    shard = os.path.join(tmp, "parity.bin")
+    r.write_shard(shard, toks)
+    rec = os.path.join(tmp, "parity_record.st")
+    r.main(["--init", rec, "--d-model", "48", "--n-head", "6", "--vocab", "256", "--seed", "4"])
+    p = r.read_safetensors(rec)
+    p["scalars"][:] = 1.0  # the engine has no QKV / O factors
+    p["mudd_gate_b2"][:] = 0.0  # with the gate network off the gates are b2 s: no x0 term, as main
+    r.write_safetensors(rec, p)
+    eng_w = os.path.join(tmp, "parity_engine.st")
+    r.write_safetensors(eng_w, to_engine(p, 48, 6))
+    cfg = os.path.join(tmp, "parity.yaml")
+    with open(cfg, "w") as f:
+        f.write(ENGINE_CONFIG)
+    eng_out = os.path.join(tmp, "parity_engine_out.st")
+    e = subprocess.run([model_grad, "--config", cfg, "--weights", eng_w, "--tokens", shard, "--batch", "2",
+                        "--out", eng_out], capture_output=True, text=True)
+    check(e.returncode == 0, f"model_grad runs the record's base at tiny dims ({e.stderr.strip()[-300:]})")
+    if e.returncode != 0:
+        return
+    ref_out = os.path.join(tmp, "parity_ref_out.st")
+    r.main(["--weights", rec, "--tokens", shard, "--batch", "2", "--seq", "40", "--bos", "255",
+            "--ws-short", "5", "--ws-long", "11", "--off", ENGINE_TODAY_OFF, "--grad-scale", str(1 / 80),
+            "--out", ref_out])
+    ref, eng = r.read_safetensors(ref_out), r.read_safetensors(eng_out)
+    check(abs(float(eng["loss"]) - float(ref["loss"])) < 1e-5 * abs(float(ref["loss"])),
+          f"engine loss {float(eng['loss']):.7f} = reference {float(ref['loss']):.7f}")
+    mapped = from_engine_grads(eng, p, 48, 6)
+    worst = {}
+    for k in ("embed", "lm_head", "qk_bank", "vo_bank", "mlp_bank"):
+        a, b = mapped[k], ref["grad/" + k]
+        worst[k] = float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30))
+    check(all(v < 1e-4 for v in worst.values()),
+          "engine gradients = reference's, relative to each tensor's largest: " +
+          ", ".join(f"{k} {v:.1e}" for k, v in worst.items()))
+
+
 def main():
     hash_facts()
     yarn_facts()
@@ -197,6 +318,10 @@ def main():
     pairing_facts()
     with tempfile.TemporaryDirectory() as tmp:
         model_facts(tmp)
+        if len(sys.argv) > 2:
+            engine_parity(tmp, sys.argv[2])
+        else:
+            print("skip engine parity: no model_grad given")
     if failures:
         print(f"{len(failures)} checks failed")
         return 1
