@@ -10,9 +10,10 @@
   MUDD-gate W2 zero: constant gates change nothing), the loss is ln V times the weights in play;
 - hand-computable facts: the bigram hash (the engine's data test's row and a short one by plain
   integer arithmetic), the sign rows, the YaRN attention scale 0.1 -> 0.11695 -> 0.12752 ->
-  0.13178 with the record's long windows 384 -> 896 -> 1408 -> 1664, and the prefix table of a
-  few GPT-2 tokens from data/tokenizer/encoder.json (skipped when the vocabulary is absent).
-
+  0.13178 with the record's long windows 384 -> 896 -> 1408 -> 1664, the prefix table of a few
+  GPT-2 tokens from data/tokenizer/encoder.json (skipped when the vocabulary is absent), and
+  attention with uniform softmaxes and identity V and O: the paired layers' (h, h + H/2) slots,
+  windows within documents, DC's added term;
 - with model_grad given: the engine's main (f32) against the reference with every mechanism main
   lacks switched off, the weights mapped as tests/model/record89_names.md says (the rotary rows
   permuted from adjacent pairs to (e, e + hd/2)): the loss and every mapped gradient agree.
@@ -103,7 +104,7 @@ def prefix_facts():
     check(int((t >= 0).sum()) == 50257 - 256 - 1, "prefix table: every multi-byte token has a prefix")
 
 
-def pairing_facts():
+def attention_facts():
     """Paired layer 0 with window 1, zero Q/K (uniform softmax) and identity V and O: slot 2t of
     group p is head p at token t and sees slot 2t - 1, head p + H/2 at token t - 1 (section 6
     item 1: heads pair as (h, h + H/2)); slot 2t + 1 sees head p at t. Unpaired layer 1 averages
@@ -136,6 +137,24 @@ def pairing_facts():
             ok1 &= bool(torch.allclose(y1[t, h], ah[t, h] if first else (ah[t, h] + ah[t - 1, h]) / 2))
     check(ok0, "paired layer: head h's slot sees head h + H/2 one token back, h + H/2 sees h")
     check(ok1, "unpaired layer: window 1 is the token and the one before, within the document")
+
+    # DC at layer 10 (long window 3: 4 keys; DC window 2: the token and the one before): with
+    # uniform softmaxes and w1 = c for every head, RMS-normed to c / sqrt(c^2 + 1e-6) each, head
+    # h gains w2_h H c / sqrt(c^2 + 1e-6) times the mean of its v over DC's keys.
+    args.ws_long, args.dc_window = 3, 2
+    s = r.Setup(p, args, r.switches(""))
+    c = 0.3
+    w1 = torch.full((T, H), c)
+    w2 = torch.randn(T, H, dtype=torch.float64)
+    y = r.attention(p, s, 10, a, doc, None, None, None, (w1, w2)).reshape(T, H, hd)
+    okdc = True
+    for t in range(T):
+        start = 0 if doc[t] == 0 else 5
+        fa = ah[max(start, t - 3):t + 1].mean(0)
+        dc = ah[max(start, t - 1):t + 1].mean(0)
+        want = fa + (w2[t] * H * c / math.sqrt(c * c + 1e-6))[:, None] * dc
+        okdc &= bool(torch.allclose(y[t], want))
+    check(okdc, "DC: w2 H (normed w1) times the mean of v over the last dc_window keys, added to the heads")
 
 
 def model_facts(tmp):
@@ -315,7 +334,7 @@ def main():
     hash_facts()
     yarn_facts()
     prefix_facts()
-    pairing_facts()
+    attention_facts()
     with tempfile.TemporaryDirectory() as tmp:
         model_facts(tmp)
         if len(sys.argv) > 2:
