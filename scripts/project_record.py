@@ -37,7 +37,7 @@ size (zero.bucket_mb) and at the parameter size (the largest bench size at most 
 predicted np 2, 4, 8 steps are compared with measured runs (--run W=DIR).
 
 record89 mode: record #89's 8 x H100 training time, stage by stage, from one-GPU step times
-(/work/shared/specs/modded_nanogpt_record89.md sections 2.7, 2.11 and 4). Per stage s:
+(the project's record #89 spec, modded_nanogpt_record89.md, sections 2.7, 2.11 and 4). Per stage s:
 
     step_8(s) = t1(s) / 8 + c(s)
 

@@ -2,7 +2,7 @@
 """An independent float64 reading of modded-nanogpt record #89's model (train_gpt.py at f411b3d3:
 GPT.forward, CausalSelfAttention, Yarn; the soft-capped multi-token loss of triton_kernels.py's
 CE kernel; the DC correction of dc_triton_kernels.py), written from the record's code and the spec
-(/work/shared/specs/modded_nanogpt_record89.md sections 2 and 6) without the engine. A second
+(the project's spec modded_nanogpt_record89.md, sections 2 and 6) without the engine. A second
 reference beside torch_reference.py, for the engine's #89 mechanisms one at a time.
 
 Parity mode (--weights W --tokens SHARD --out OUT): reads the parameters in the RECORD's own
