@@ -36,6 +36,27 @@ reduction and the all-gather take bench_comm's measured busbw (the async column)
 size (zero.bucket_mb) and at the parameter size (the largest bench size at most that). The
 predicted np 2, 4, 8 steps are compared with measured runs (--run W=DIR).
 
+record89 mode: record #89's 8 x H100 training time, stage by stage, from one-GPU step times
+(the project's record #89 spec, modded_nanogpt_record89.md, sections 2.7, 2.11 and 4). Per stage s:
+
+    step_8(s) = t1(s) / 8 + c(s)
+
+  t1    one GPU's step of the stage's full global batch (8 micro-steps of one rank's share, the
+        optimizer once: 8 F + O), as the record's own one-GPU logs time it;
+  c     the exposed 8-GPU overhead (communication and sync not hidden): c = (8 t8 - t1) / 8 from
+        the record's pair of logs of the same code on 1 and 8 H100s (2026-07-13_PrefixToken-
+        Prediction, prefix-1375 and prefix-1375-8x): 2.6 / 2.8 / 3.2 ms (stage 3's for the
+        extension). The model's other form, F + O / 8 + c, is this one with t1 = 8 F + O.
+The steps are the record's: stage bounds round(N k / 3) of its N = 1270 scheduled steps (423 /
+424 / 423) and 15 extension steps at stage 3's shape; tokens per step 131072 / 262144 / 393216.
+By default t1 is the record's own one-GPU log (prefix-1375, 10 runs: 231.0 / 429.9 / 633.1 /
+636.3 ms), so the script reproduces the record's 8-GPU time from its 1-GPU logs, beside the
+table's 1.23 min = 73.8 s (no log runs HEAD itself). --one-gpu-ms or --one-gpu-json put in the
+engine's own one-GPU step times at the record's stage shapes (a device run fills the JSON).
+Each row: the stage's one-GPU and projected 8-GPU step, its steps, seconds, share of the total,
+the dense model FLOPs of a step (6 x 114.33 M MACs a token, section 2.11) and what they make per
+GPU, and the part that dominates (the compute t1 / 8 or the overhead c).
+
 Run folders are engine log.dir folders: metrics.jsonl and config.yaml (the effective config).
 """
 import argparse
@@ -57,6 +78,16 @@ NCCL_H100_ALLREDUCE_BUSBW_GBS = 480.0  # all_reduce with NVLink SHARP, same sour
 PROVISIONAL = {"source": "docs/gpu_runs/2026-11-27_h200 run2 'engine bf16 Muon' (H200, GPT-2 124M, "
                          "8192 tokens a step, bf16), forward_backward scaled to 49152 tokens",
                "tokens": 8192, "forward_backward": 68.16, "clip": 2.36, "optimizer": 153.24}
+
+
+# Record #89 (modded-nanogpt f411b3d3; the spec's sections 2.7, 2.11 and 4).
+R89_TABLE_SECONDS = 73.8  # README: 1.23 min on 8 x H100
+R89_SCHEDULED, R89_EXTENSION = 1270, 15
+R89_STAGE_TOKENS = (131072, 262144, 393216, 393216)
+R89_ONE_GPU_MS = (231.0, 429.9, 633.1, 636.3)  # prefix-1375 on 1 x H100, full global batch
+R89_OVERHEAD_MS = (2.6, 2.8, 3.2, 3.2)  # (8 t8 - t1) / 8, prefix-1375-8x against prefix-1375
+R89_MACS_PER_TOKEN = 114.33e6  # matmul MACs a token, forward (section 2.11)
+R89_STAGES = ("1", "2", "3", "ext")
 
 
 class ProjectionError(Exception):
@@ -305,6 +336,99 @@ def cpu_check(args):
         print(f"      measured  {r['measured_phases']}")
 
 
+def record89_steps(scheduled, extension):
+    """Steps per stage: the record's bounds round(N k / 3) (Python's round, as the record's
+    TrainingSchedule), then the extension."""
+    bounds = [0] + [round(scheduled * k / 3) for k in (1, 2)] + [scheduled]
+    return [b - a for a, b in zip(bounds, bounds[1:])] + [extension]
+
+
+def four_values(text, what):
+    try:
+        v = [float(t) for t in text.split(",")]
+    except ValueError:
+        raise ProjectionError(f"{what} {text}: expected 4 numbers (stages 1, 2, 3, ext)")
+    if len(v) != 4 or min(v) < 0:
+        raise ProjectionError(f"{what} {text}: expected 4 non-negative numbers (stages 1, 2, 3, ext)")
+    return v
+
+
+def read_one_gpu_json(path):
+    """{"one_gpu_ms": {"1": ms, "2": ms, "3": ms, "ext": ms}, "source": "..."}; a missing "ext"
+    takes stage 3's time (the same shape)."""
+    try:
+        with open(path) as f:
+            d = json.load(f)
+    except OSError as e:
+        raise ProjectionError(f"{path}: cannot read ({e.strerror})")
+    except json.JSONDecodeError as e:
+        raise ProjectionError(f"{path}: not JSON ({e})")
+    ms = d.get("one_gpu_ms") if isinstance(d, dict) else None
+    if not isinstance(ms, dict) or not all(k in ms for k in ("1", "2", "3")):
+        raise ProjectionError(f"{path}: needs one_gpu_ms with stages \"1\", \"2\", \"3\" (and \"ext\")")
+    try:
+        vals = [float(ms[k]) for k in ("1", "2", "3")] + [float(ms.get("ext", ms["3"]))]
+    except (TypeError, ValueError):
+        raise ProjectionError(f"{path}: one_gpu_ms values must be numbers of milliseconds")
+    return vals, str(d.get("source", path))
+
+
+def record89_projection(one_gpu_ms, overhead_ms, steps, world=8):
+    """Rows per stage and the total (see the module's record89 section)."""
+    rows = []
+    for name, t1, c, n, tokens in zip(R89_STAGES, one_gpu_ms, overhead_ms, steps, R89_STAGE_TOKENS):
+        compute = t1 / world
+        step = compute + c
+        flop = 6 * R89_MACS_PER_TOKEN * tokens
+        rows.append({"stage": name, "one_gpu_ms": t1, "compute_ms": round(compute, 4), "overhead_ms": c,
+                     "step_8_ms": round(step, 4), "steps": n, "seconds": round(step * n / 1e3, 4),
+                     "tokens_per_step": tokens, "dense_tflop_per_step": round(flop / 1e12, 2),
+                     "tflops_per_gpu": round(flop / (world * step * 1e-3) / 1e12, 1),
+                     "dominant": "compute (t1 / 8)" if compute >= c else "overhead c"})
+    total = sum(r["seconds"] for r in rows)
+    for r in rows:
+        r["share"] = round(r["seconds"] / total, 4)
+    compute_s = sum(r["compute_ms"] * r["steps"] for r in rows) / 1e3
+    top = max(rows, key=lambda r: r["seconds"])
+    rows.append({"stage": "total", "steps": sum(steps), "seconds": round(total, 3),
+                 "compute_seconds": round(compute_s, 3), "overhead_seconds": round(total - compute_s, 3),
+                 "table_seconds": R89_TABLE_SECONDS,
+                 "vs_table": round(total / R89_TABLE_SECONDS - 1, 4),
+                 "dominant": f"stage {top['stage']} ({100 * top['share']:.0f}% of the time); compute "
+                             f"{100 * compute_s / total:.0f}%, overhead {100 * (1 - compute_s / total):.0f}%"})
+    return rows
+
+
+def record89_mode(args):
+    if args.one_gpu_json and args.one_gpu_ms:
+        raise ProjectionError("give --one-gpu-ms or --one-gpu-json, not both")
+    if args.one_gpu_json:
+        one, src = read_one_gpu_json(args.one_gpu_json)
+    elif args.one_gpu_ms:
+        one, src = four_values(args.one_gpu_ms, "--one-gpu-ms"), "--one-gpu-ms"
+    else:
+        one, src = list(R89_ONE_GPU_MS), "the record's 1 x H100 logs (prefix-1375, 10 runs)"
+    over = four_values(args.overhead_ms, "--overhead-ms")
+    if args.scheduled < 3 or args.extension < 0:
+        raise ProjectionError("--scheduled must be at least 3 and --extension non-negative")
+    rows = record89_projection(one, over, record89_steps(args.scheduled, args.extension))
+    if args.json:
+        for r in rows:
+            print(json.dumps(r))
+        return
+    print(f"record #89 on 8 x H100, step_8 = t1 / 8 + c per stage; t1: {src}")
+    print(f"{'stage':>5} {'t1 ms':>7} {'t1/8':>7} {'c':>5} {'step_8':>7} {'steps':>5} {'s':>7} "
+          f"{'share':>6} {'TFLOP/step':>10} {'TFLOP/s/GPU':>11}  dominant")
+    for r in rows[:-1]:
+        print(f"{r['stage']:>5} {r['one_gpu_ms']:7.1f} {r['compute_ms']:7.2f} {r['overhead_ms']:5.1f} "
+              f"{r['step_8_ms']:7.2f} {r['steps']:5d} {r['seconds']:7.2f} {100 * r['share']:5.1f}% "
+              f"{r['dense_tflop_per_step']:10.1f} {r['tflops_per_gpu']:11.0f}  {r['dominant']}")
+    t = rows[-1]
+    print(f"total {t['steps']} steps, {t['seconds']:.2f} s ({t['seconds'] / 60:.3f} min) beside the table's "
+          f"1.23 min = {R89_TABLE_SECONDS} s ({100 * t['vs_table']:+.1f}%); compute {t['compute_seconds']:.2f} s, "
+          f"overhead {t['overhead_seconds']:.2f} s; dominant: {t['dominant']}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="mode", required=True)
@@ -332,9 +456,19 @@ def main():
     c.add_argument("--bench-comm", nargs="+", required=True, help="bench_comm --json outputs")
     c.add_argument("--cores", type=int, default=os.cpu_count())
     c.add_argument("--json", action="store_true")
+    r = sub.add_parser("record89", help="record #89's 8 x H100 time by stage from one-GPU steps")
+    r.add_argument("--one-gpu-ms", help="one GPU's full-batch step, ms, stages 1,2,3,ext "
+                                        "(default: the record's own one-GPU logs)")
+    r.add_argument("--one-gpu-json", help='JSON {"one_gpu_ms": {"1": ms, "2": ms, "3": ms, "ext": ms}, '
+                                          '"source": "..."} (a device run writes it)')
+    r.add_argument("--overhead-ms", default=",".join(str(v) for v in R89_OVERHEAD_MS),
+                   help="exposed 8-GPU overhead c per stage, ms (default: the record's logs)")
+    r.add_argument("--scheduled", type=int, default=R89_SCHEDULED, help="scheduled steps (3 stages)")
+    r.add_argument("--extension", type=int, default=R89_EXTENSION, help="extension steps")
+    r.add_argument("--json", action="store_true", help="one JSON object per row")
     args = ap.parse_args()
     try:
-        gpu_mode(args) if args.mode == "gpu" else cpu_check(args)
+        {"gpu": gpu_mode, "cpu-check": cpu_check, "record89": record89_mode}[args.mode](args)
     except ProjectionError as e:
         sys.exit(f"project_record: {e}")
 
