@@ -11,8 +11,9 @@
 //         weights' own amax / 448;
 //   out = x + y (bf16 precision: y rounded to bf16 first, as _scaled_mm's bf16 output).
 // Every rounding is kmath::fp8_value: nearest even, saturating at 448 (the record's kernels clamp
-// to +-448 before their casts; its eager casts of ln2 and fc cannot pass 448 by more than a bf16
-// step, which rounds back to 448), both GEMMs with FP8 fast accumulation (the down projection's
+// the activation and proj to +-448 before their casts; its casts of ln2, compiled and saturating,
+// and fc, eager and NaN above 464, divide by their own amax and pass 448 by at most a bf16 step,
+// which rounds back to 448), both GEMMs with FP8 fast accumulation (the down projection's
 // _scaled_mm use_fast_accum=True; Triton's FP8 tl.dot on sm_90), f32 outputs.
 // The backward is Mlp's: the gradient of the unquantised MLP at this forward's pre and act (the
 // record's FusedLinearReLUSquareFunction saves x, W1, W2 and post, never their FP8 copies).
