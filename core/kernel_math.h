@@ -116,6 +116,13 @@ ENGINE_HD inline fp8 fp8_from_float(float x, Fp8 format) {
   return fp8{static_cast<uint8_t>(sign | magnitude)};
 }
 
+// The scale of a scaled FP8 operand from its amax: max(amax, 1e-12) * factor, factor = headroom
+// / 448 for e4m3 (the record's clamp, triton_kernels.py's reduce_mlp_activation_scales). A NaN
+// amax stays NaN.
+ENGINE_HD inline float fp8_scale_from_amax(float amax, float factor) {
+  return (amax < 1e-12f ? 1e-12f : amax) * factor;
+}
+
 // The value of FP8 bits (exact). e5m2's all-ones exponent is infinity (mantissa 0) or NaN;
 // e4m3fn has no infinity and only S.1111.111 is NaN.
 ENGINE_HD inline float float_from_fp8(fp8 b, Fp8 format) {

@@ -747,6 +747,8 @@ void validate_config(const Config& c, ConfigUse use) {
     fail("model.vocab_size", "must be in [2, 65536] (token shards store uint16 ids)");
   if (c.model.softcap < 0) fail("model.softcap", "must be >= 0");
   if (c.model.moe_experts < 0) fail("model.moe.experts", "must be >= 0");
+  if (c.model.mlp_fp8 && c.model.moe_experts > 0)
+    fail("model.mlp_fp8", "runs the dense MLP's GEMMs in FP8: it cannot go with model.moe");
   if (c.model.moe_experts > 0 && (c.model.moe_top_k < 1 || c.model.moe_top_k > c.model.moe_experts))
     fail("model.moe.top_k", "must be in [1, model.moe.experts]");
   if (c.model.vocab_pad < 1 || c.model.vocab_pad > 4096)
@@ -797,6 +799,7 @@ void validate_config(const Config& c, ConfigUse use) {
           {"model.v_lambdas_all", c.model.v_lambdas_all},
           {"model.uniform_matrix_init", c.model.uniform_matrix_init},
           {"model.head_fp8", c.model.head_fp8},
+          {"model.mlp_fp8", c.model.mlp_fp8},
           {"model.key_offset", c.model.key_offset}})
       if (on) fail(key, "needs model.arch modern");
   }

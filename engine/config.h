@@ -102,6 +102,11 @@ inline constexpr bool kOptional = false;
     "training runs lm_head in FP8 as the record: e4m3 inputs over sqrt(D)/448 and 24/448, "     \
     "e5m2 output gradient over 1/448 (cuBLASLt FP8 GEMMs on GPUs sm_89+, refused below; the "   \
     "CPU rounds in software; modern)")                                                          \
+  F(model, bool, mlp_fp8, "mlp_fp8", false, kOptional,                                          \
+    "training runs the MLP's forward GEMMs in FP8 as the record: e4m3 input over amax/448, fc "  \
+    "over its amax/448, the activation over the previous forward's amax x 1.80/448, proj over "  \
+    "the previous step's amax x 1.12/448 (its own through step 16); backward as without it "    \
+    "(modern, not MoE; GPUs sm_89+)")                                                           \
   F(model, bool, key_offset, "key_offset", false, kOptional,                                    \
     "#89: long-window blocks shift the keys' unrotated half a position (needs rotary_truncate " \
     "and window; modern)")

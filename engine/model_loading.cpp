@@ -78,6 +78,7 @@ model::ModelConfig model_config_of(const Config& c) {
   m.embed_std = static_cast<float>(c.model.embed_std);
   m.uniform_matrix_init = c.model.uniform_matrix_init;
   m.head_fp8 = c.model.head_fp8;
+  m.mlp_fp8 = c.model.mlp_fp8;
   m.key_offset = c.model.key_offset;
   m.validate();
   return m;

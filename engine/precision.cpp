@@ -13,8 +13,12 @@ PrecisionChoice choose_precision(model::Precision requested, const core::Backend
 }
 
 std::string fp8_head_refusal(bool head_fp8, const std::string& fp8_missing) {
-  if (!head_fp8 || fp8_missing.empty()) return "";
-  return "key 'model.head_fp8' = true: " + fp8_missing + " (set model.head_fp8: false here)";
+  return fp8_key_refusal("model.head_fp8", head_fp8, fp8_missing);
+}
+
+std::string fp8_key_refusal(const std::string& key, bool on, const std::string& fp8_missing) {
+  if (!on || fp8_missing.empty()) return "";
+  return "key '" + key + "' = true: " + fp8_missing + " (set " + key + ": false here)";
 }
 
 }  // namespace engine

@@ -24,5 +24,7 @@ PrecisionChoice choose_precision(model::Precision requested, const core::Backend
 // or the CPU, which rounds to FP8 in software) or the key is off. `fp8_missing` is the backend's
 // fp8_gemm_missing_reason().
 std::string fp8_head_refusal(bool head_fp8, const std::string& fp8_missing);
+// The same for any FP8 key (model.head_fp8, model.mlp_fp8) that is `on`.
+std::string fp8_key_refusal(const std::string& key, bool on, const std::string& fp8_missing);
 
 }  // namespace engine

@@ -106,9 +106,10 @@ Trainer::Trainer(Config config, comm::Communicator& control, comm::Communicator&
   // Model: every rank initialises the same full parameters from the seed, in the precision
   // this device makes pay (engine/precision.h).
   model::ModelConfig model_config = model_config_of(config_);
-  const std::string fp8_refusal =
-      fp8_head_refusal(model_config.head_fp8, backend_.fp8_gemm_missing_reason());
-  ENGINE_CHECK(fp8_refusal.empty(), "config error: " + source + ": " + fp8_refusal);
+  for (const std::string& fp8_refusal :
+       {fp8_head_refusal(model_config.head_fp8, backend_.fp8_gemm_missing_reason()),
+        fp8_key_refusal("model.mlp_fp8", model_config.mlp_fp8, backend_.fp8_gemm_missing_reason())})
+    ENGINE_CHECK(fp8_refusal.empty(), "config error: " + source + ": " + fp8_refusal);
   const PrecisionChoice precision = choose_precision(model_config.precision, backend_);
   if (!precision.warning.empty()) spdlog::warn("{}", precision.warning);
   model_config.precision = precision.precision;
@@ -151,7 +152,8 @@ Trainer::Trainer(Config config, comm::Communicator& control, comm::Communicator&
   loader_ = make_train_loader(config_, geometry_, rank, W);
   val_loader_ = make_val_loader(config_, geometry_, rank, W);
   checkpointer_ = std::make_unique<Checkpointer>(
-      config_, comm_, backend_, CheckpointedState{*plan_, *zero_, *optim_, reparams_, *loader_});
+      config_, comm_, backend_,
+      CheckpointedState{*plan_, *zero_, *optim_, reparams_, *loader_, *gpt_});
 
   flops_per_token_ = model::training_flops_per_token(gpt_->config());
 }
@@ -235,6 +237,7 @@ void Trainer::forward_backward() {
 }
 
 void Trainer::apply_stage(int64_t step) {
+  gpt_->set_weights_step(step);
   step_micro_steps_ = loader_->micro_steps(step);
   step_tokens_ = config_.train.batch_tokens;
   if (!stages_.enabled()) return;
@@ -516,6 +519,9 @@ void Trainer::print_banner() const {
 
 void Trainer::warm_up() {
   if (config_.train.warmup_steps <= 0) return;
+  // model.mlp_fp8's delayed scales as they were (1 at the start, or a checkpoint's), as the
+  // record restores them after its warm-up.
+  const std::vector<float> fp8_scales = gpt_->fp8_mlp_scales();
   data::Batch batch;
   apply_stage(counters_.step);
   loader_->load(counters_.step, 0, batch);
@@ -524,6 +530,7 @@ void Trainer::warm_up() {
                   static_cast<int>(batch.seq_len));
     backward(false);
   }
+  gpt_->set_fp8_mlp_scales(fp8_scales);
   zero_->begin_step();
   comm_.barrier();
 }

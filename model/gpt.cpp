@@ -5,6 +5,7 @@
 #include "core/check.h"
 #include "model/layers/causal_attention.h"
 #include "model/layers/fp8_head.h"
+#include "model/layers/fp8_mlp.h"
 #include "model/layers/mlp.h"
 #include "model/layers/moe.h"
 #include "model/layers/rotary_attention.h"
@@ -54,6 +55,7 @@ void Gpt::build() {
   // The blocks: the U-net skip and the x0 mix on the input, attention, the MLP or MoE, and the
   // output kept when a later block's skip reads it.
   std::vector<SkipSource*> skip_sources(static_cast<size_t>(c.unet_count()), nullptr);
+  if (c.mlp_fp8) fp8_scales_ = std::make_unique<Fp8MlpScales>(c.n_layer, backend_);
   for (int l = 0; l < c.n_layer; ++l) {
     Stage& block = stage(l);
     const int src = c.skip_source(l);
@@ -69,6 +71,8 @@ void Gpt::build() {
     }
     if (c.moe()) {
       add(block, std::make_unique<Moe>(ctx_, l));
+    } else if (fp8_scales_) {
+      add(block, std::make_unique<Fp8Mlp>(ctx_, l, *fp8_scales_));
     } else {
       add(block, std::make_unique<Mlp>(ctx_, l));
     }
@@ -102,6 +106,20 @@ void Gpt::init_weights() {
 
 void Gpt::params_updated() {
   params_.params_updated();
+}
+
+void Gpt::set_weights_step(int64_t step) {
+  if (fp8_scales_) fp8_scales_->set_weights_step(step);
+}
+
+std::vector<float> Gpt::fp8_mlp_scales() const {
+  return fp8_scales_ ? fp8_scales_->values() : std::vector<float>();
+}
+
+void Gpt::set_fp8_mlp_scales(const std::vector<float>& values) {
+  ENGINE_CHECK(fp8_scales_ || values.empty(),
+               "model: FP8 MLP scales given to a model without model.mlp_fp8");
+  if (fp8_scales_) fp8_scales_->set_values(values);
 }
 
 void Gpt::zero_grad() {

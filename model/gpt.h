@@ -19,6 +19,7 @@
 #include "core/tensor.h"
 #include "model/layer.h"
 #include "model/layers/attention_mask.h"
+#include "model/layers/fp8_mlp.h"
 #include "model/layers/lm_head.h"
 #include "model/model_config.h"
 #include "model/param_store.h"
@@ -101,6 +102,16 @@ class Gpt {
   using LayerHook = std::function<void(LayerEvent event, int layer)>;
   void set_layer_hook(LayerHook hook) { hook_ = std::move(hook); }
 
+  // The optimizer steps the parameters have had (0 until set): model.mlp_fp8 takes its
+  // projections' scales once per step, from the weights' own amax through step 16
+  // (model/layers/fp8_mlp.h). The trainer sets it before each step.
+  void set_weights_step(int64_t step);
+  // model.mlp_fp8's delayed scales, host floats (3 per block; empty without it): what a checkpoint
+  // carries per rank and the trainer's warm-up puts back. Setting them makes each block take its
+  // projection's scale anew at its next training forward.
+  std::vector<float> fp8_mlp_scales() const;
+  void set_fp8_mlp_scales(const std::vector<float>& values);
+
   // The long sliding window (model.window) from the next forward on; the short one is half of it
   // (with model.window_block: a multiple of the block, the short one half its blocks).
   void set_attention_window(int window);
@@ -135,6 +146,7 @@ class Gpt {
   AttentionMasks masks_;
   std::vector<Stage> stages_;
   LmHead* head_ = nullptr;
+  std::unique_ptr<Fp8MlpScales> fp8_scales_;  // model.mlp_fp8
 
   // The activation plan: one buffer for the planned (B, T) (0, 0: none yet, or a plan that
   // failed), laid out by plan().

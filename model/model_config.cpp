@@ -110,12 +110,14 @@ void ModelConfig::validate() const {
       attn_scale > 0.0f || !no_attn_layers.empty() || value_embeds != 0 || unet_skips ||
       x0_lambdas || zero_init_head || softcap_form != SoftcapForm::Tanh || masked_attention() ||
       x0_norm || norm_eps != off.norm_eps || rotary_base != off.rotary_base || rotary_truncate ||
-      v_lambdas_all || uniform_matrix_init || head_fp8 || key_offset;
+      v_lambdas_all || uniform_matrix_init || head_fp8 || mlp_fp8 || key_offset;
   ENGINE_CHECK(!recipe || arch == Arch::Modern,
                "model: the record recipe's keys (attn_scale, no_attn_layers, value_embeds, "
                "unet_skips, x0_lambdas, zero_init_head, softcap_form, doc_bos, window, x0_norm, "
                "norm_eps, rotary_base, rotary_truncate, v_lambdas_all, uniform_matrix_init, "
-               "head_fp8, key_offset) need arch modern");
+               "head_fp8, mlp_fp8, key_offset) need arch modern");
+  ENGINE_CHECK(!mlp_fp8 || !moe(),
+               "model.mlp_fp8 runs the dense MLP's GEMMs in FP8: it cannot go with model.moe");
   ENGINE_CHECK(!key_offset || (rotary_truncate && window > 0),
                "model.key_offset shifts the keys' unrotated half in the long-window blocks: it "
                "needs model.rotary_truncate and model.window");

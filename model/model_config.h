@@ -86,6 +86,9 @@ struct ModelConfig {
   bool uniform_matrix_init = false;
   // lm_head in FP8 in training, the record's scales (model/layers/fp8_head.h).
   bool head_fp8 = false;
+  // The MLP's two forward GEMMs in FP8 in training, the record's dynamic and delayed scales
+  // (model/layers/fp8_mlp.h); the backward as without it.
+  bool mlp_fp8 = false;
   // Record #89's partial key offset in the long-window blocks (model/layers/key_offset.h); needs
   // rotary_truncate (the unrotated half it shifts) and window.
   bool key_offset = false;

@@ -69,6 +69,7 @@ std::map<std::string, std::string> config_metadata(const ModelConfig& c) {
   if (c.embed_std != off.embed_std) m["model.embed_std"] = float_str(c.embed_std);
   if (c.uniform_matrix_init) m["model.uniform_matrix_init"] = "true";
   if (c.head_fp8) m["model.head_fp8"] = "true";
+  if (c.mlp_fp8) m["model.mlp_fp8"] = "true";
   return m;
 }
 

@@ -128,6 +128,29 @@ void CpuBackend::gemm_fp8(const GemmArgs& args, const fp8* a, kmath::Fp8 a_forma
   cpu::gemm(r, wa, wb, c);
 }
 
+void CpuBackend::fp8_encode_scaled(fp8* out, const float* in, int64_t n, const float* scale,
+                                   kmath::Fp8 format) {
+  fp8_encode(out, in, n, *scale, format);
+}
+
+void CpuBackend::fp8_encode_scaled(fp8* out, const bf16* in, int64_t n, const float* scale,
+                                   kmath::Fp8 format) {
+  fp8_encode(out, in, n, *scale, format);
+}
+
+void CpuBackend::fp8_scale_from_amax(float* scale, const float* amax, int64_t n, float factor) {
+  for (int64_t i = 0; i < n; ++i)
+    scale[i] = kmath::fp8_scale_from_amax(amax[i], factor);
+}
+
+void CpuBackend::gemm_fp8_scaled(const GemmArgs& args, const fp8* a, kmath::Fp8 a_format,
+                                 const float* scale_a, const fp8* b, kmath::Fp8 b_format,
+                                 const float* scale_b, float* c) {
+  GemmArgs scaled = args;
+  scaled.alpha = args.alpha * *scale_a * *scale_b;
+  gemm_fp8(scaled, a, a_format, b, b_format, c);
+}
+
 std::string CpuBackend::fp8_gemm_missing_reason() const {
   return "";
 }

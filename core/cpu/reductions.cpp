@@ -44,4 +44,30 @@ void CpuBackend::column_dots(float* out, const float* a, const float* b, int64_t
     out[j] = kmath::column_dot(a, b, rows, cols, j);
 }
 
+namespace {
+
+// max |x| as the largest bit pattern of |x| (non-negative floats order as their bits; a NaN's
+// bits exceed infinity's), over the rows in parallel blocks: exact in any order.
+template <typename T, typename Abs>
+void abs_max_bits(float* out, const T* x, int64_t n, Abs abs_bits) {
+  uint32_t m = 0;
+#pragma omp parallel for reduction(max : m) schedule(static) if (n > cpu::kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t b = abs_bits(x[i]);
+    m = b > m ? b : m;
+  }
+  *out = kmath::float_from_bits(m);
+}
+
+}  // namespace
+
+void CpuBackend::abs_max(float* out, const float* x, int64_t n) {
+  abs_max_bits(out, x, n, [](float v) { return kmath::float_bits(v) & 0x7FFFFFFFu; });
+}
+
+void CpuBackend::abs_max(float* out, const bf16* x, int64_t n) {
+  abs_max_bits(out, x, n,
+               [](bf16 v) { return (static_cast<uint32_t>(v.bits) << 16) & 0x7FFFFFFFu; });
+}
+
 }  // namespace core

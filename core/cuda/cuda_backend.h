@@ -74,6 +74,14 @@ class CudaBackend final : public Backend {
   void fp8_encode(fp8* out, const bf16* in, int64_t n, float scale, kmath::Fp8 format) override;
   void gemm_fp8(const GemmArgs& args, const fp8* a, kmath::Fp8 a_format, const fp8* b,
                 kmath::Fp8 b_format, float* c) override;
+  void fp8_encode_scaled(fp8* out, const float* in, int64_t n, const float* scale,
+                         kmath::Fp8 format) override;
+  void fp8_encode_scaled(fp8* out, const bf16* in, int64_t n, const float* scale,
+                         kmath::Fp8 format) override;
+  void fp8_scale_from_amax(float* scale, const float* amax, int64_t n, float factor) override;
+  void gemm_fp8_scaled(const GemmArgs& args, const fp8* a, kmath::Fp8 a_format,
+                       const float* scale_a, const fp8* b, kmath::Fp8 b_format,
+                       const float* scale_b, float* c) override;
   std::string fp8_gemm_missing_reason() const override;
   void add_bias(float* out, const float* bias, int64_t N, int64_t C) override;
   void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) override;
@@ -244,6 +252,8 @@ class CudaBackend final : public Backend {
   void reverse_columns(float* out, const float* src, int64_t rows, int64_t cols) override;
   void canonicalize_column_signs(float* q, int64_t rows, int64_t cols) override;
   double sum_squares_in_order(const float* x, int64_t n) override;
+  void abs_max(float* out, const float* x, int64_t n) override;
+  void abs_max(float* out, const bf16* x, int64_t n) override;
 
   TimeMark mark() override;
   double elapsed_ms(const TimeMark& from, const TimeMark& to) override;

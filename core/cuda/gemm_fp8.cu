@@ -49,6 +49,27 @@ __global__ void fp8_encode_bf16_kernel(fp8* out, const bf16* in, int64_t n, floa
     out[i] = kmath::fp8_from_float(kmath::float_from_bf16(in[i]) / scale, format);
 }
 
+// The scale read from the device by every thread (a dynamic or delayed scale).
+__global__ void fp8_encode_scaled_kernel(fp8* out, const float* in, int64_t n, const float* scale,
+                                         kmath::Fp8 format) {
+  const float s = *scale;
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    out[i] = kmath::fp8_from_float(in[i] / s, format);
+}
+
+__global__ void fp8_encode_scaled_bf16_kernel(fp8* out, const bf16* in, int64_t n,
+                                              const float* scale, kmath::Fp8 format) {
+  const float s = *scale;
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    out[i] = kmath::fp8_from_float(kmath::float_from_bf16(in[i]) / s, format);
+}
+
+__global__ void fp8_scale_from_amax_kernel(float* scale, const float* amax, int64_t n,
+                                           float factor) {
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    scale[i] = kmath::fp8_scale_from_amax(amax[i], factor);
+}
+
 __global__ void fp8_decode_kernel(float* out, const fp8* in, int64_t n, kmath::Fp8 format) {
   for (int64_t i = first_index(); i < n; i += grid_stride())
     out[i] = kmath::float_from_fp8(in[i], format);
@@ -121,10 +142,12 @@ constexpr size_t kLtWorkspace = size_t{32} << 20;
 
 // Row-major C [m, n] = alpha A [m, k] B [n, k]^T + beta C with K-contiguous FP8 operands (lda,
 // ldb) is column-major C^T [n, m] = alpha op_T(B) op_N(A) + beta C^T: cuBLASLt's A is our B
-// (transposed), its B our A. Returns false, issuing nothing, when cuBLASLt offers or runs no
-// kernel.
+// (transposed), its B our A. scale_a and scale_b (device floats, or null for none) are the
+// operands' scales (CUBLASLT_MATMUL_DESC_{A,B}_SCALE_POINTER, swapped likewise). Returns false,
+// issuing nothing, when cuBLASLt offers or runs no kernel.
 bool lt_matmul(cublasLtHandle_t lt, cudaStream_t stream, Allocator& allocator, const GemmArgs& g,
-               const fp8* a, kmath::Fp8 a_format, const fp8* b, kmath::Fp8 b_format, float* c) {
+               const fp8* a, kmath::Fp8 a_format, const float* scale_a, const fp8* b,
+               kmath::Fp8 b_format, const float* scale_b, float* c) {
   const char* name = "gemm_fp8";
   const int m = to_int(g.m, "m", name), n = to_int(g.n, "n", name), k = to_int(g.k, "k", name);
   LtCall call;
@@ -137,6 +160,12 @@ bool lt_matmul(cublasLtHandle_t lt, cudaStream_t stream, Allocator& allocator, c
   const int8_t fast_accum = g.fp8_fast_accum ? 1 : 0;
   ENGINE_CUDA_CALL(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM,
                                                   &fast_accum, sizeof(fast_accum)));
+  if (scale_b)
+    ENGINE_CUDA_CALL(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                    &scale_b, sizeof(scale_b)));
+  if (scale_a)
+    ENGINE_CUDA_CALL(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                    &scale_a, sizeof(scale_a)));
   ENGINE_CUDA_CALL(cublasLtMatrixLayoutCreate(&call.a, fp8_type(b_format), k, n, g.ldb));
   ENGINE_CUDA_CALL(cublasLtMatrixLayoutCreate(&call.b, fp8_type(a_format), k, m, g.lda));
   ENGINE_CUDA_CALL(cublasLtMatrixLayoutCreate(&call.c, CUDA_R_32F, n, m, g.ldc));
@@ -192,11 +221,39 @@ void CudaBackend::fp8_encode(fp8* out, const bf16* in, int64_t n, float scale, k
   ENGINE_CUDA_LAUNCHED();
 }
 
+void CudaBackend::fp8_encode_scaled(fp8* out, const float* in, int64_t n, const float* scale,
+                                    kmath::Fp8 format) {
+  if (n <= 0) return;
+  fp8_encode_scaled_kernel<<<grid_for(n), kThreads, 0, stream_>>>(out, in, n, scale, format);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::fp8_encode_scaled(fp8* out, const bf16* in, int64_t n, const float* scale,
+                                    kmath::Fp8 format) {
+  if (n <= 0) return;
+  fp8_encode_scaled_bf16_kernel<<<grid_for(n), kThreads, 0, stream_>>>(out, in, n, scale, format);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::fp8_scale_from_amax(float* scale, const float* amax, int64_t n, float factor) {
+  if (n <= 0) return;
+  fp8_scale_from_amax_kernel<<<grid_for(n), kThreads, 0, stream_>>>(scale, amax, n, factor);
+  ENGINE_CUDA_LAUNCHED();
+}
+
 void CudaBackend::gemm_fp8(const GemmArgs& args, const fp8* a, kmath::Fp8 a_format, const fp8* b,
                            kmath::Fp8 b_format, float* c) {
+  gemm_fp8_scaled(args, a, a_format, nullptr, b, b_format, nullptr, c);
+}
+
+// gemm_fp8 is this with no scales (null): the scales go to cuBLASLt as device pointers; the TF32
+// form reads them back (one wait) and folds them into alpha.
+void CudaBackend::gemm_fp8_scaled(const GemmArgs& args, const fp8* a, kmath::Fp8 a_format,
+                                  const float* scale_a, const fp8* b, kmath::Fp8 b_format,
+                                  const float* scale_b, float* c) {
   GemmArgs g = resolve_fp8_gemm_args(args, a_format, b_format);
   if (g.m == 0 || g.n == 0) return;
-  if (g.k == 0) {  // the empty product: C = beta C, as gemm does it
+  if (g.k == 0) {  // the empty product: C = beta C, as gemm does it (the scales multiply 0)
     gemm(g, static_cast<const float*>(nullptr), nullptr, c);
     return;
   }
@@ -218,7 +275,8 @@ void CudaBackend::gemm_fp8(const GemmArgs& args, const fp8* a, kmath::Fp8 a_form
       b_tn = b_t.get(), tn.trans_b = true, tn.ldb = g.k;
     }
     if (tn.lda % 16 == 0 && tn.ldb % 16 == 0 && aligned16(a_tn) && aligned16(b_tn) &&
-        lt_matmul(cublaslt_, stream_, allocator_, tn, a_tn, a_format, b_tn, b_format, c))
+        lt_matmul(cublaslt_, stream_, allocator_, tn, a_tn, a_format, scale_a, b_tn, b_format,
+                  scale_b, c))
       return;
   }
   // The TF32 form: both operands decoded (exactly) into f32 scratch, then cuBLAS's GEMM.
@@ -229,6 +287,12 @@ void CudaBackend::gemm_fp8(const GemmArgs& args, const fp8* a, kmath::Fp8 a_form
   ENGINE_CUDA_LAUNCHED();
   fp8_decode_kernel<<<grid_for(b_span), kThreads, 0, stream_>>>(b_f32.get(), b, b_span, b_format);
   ENGINE_CUDA_LAUNCHED();
+  for (const float* scale : {scale_a, scale_b}) {
+    if (!scale) continue;
+    float host = 0.0f;
+    copy_to_host(&host, scale, sizeof(float));
+    g.alpha *= host;
+  }
   g.tf32 = true;
   gemm(g, a_f32.get(), b_f32.get(), c);
 }

@@ -155,4 +155,48 @@ void CudaBackend::column_dots(float* out, const float* a, const float* b, int64_
   ENGINE_CUDA_LAUNCHED();
 }
 
+namespace {
+
+// The largest bit pattern of |x| (non-negative floats order as their bits; a NaN's exceed
+// infinity's): each block's max over its grid-stride elements, then one atomicMax on the bits
+// of *out (zeroed first). A max is exact in any order, so the atomics leave it deterministic.
+struct MaxBits {
+  uint32_t value = 0;
+  __device__ void merge(const MaxBits& o) { value = o.value > value ? o.value : value; }
+};
+
+__device__ uint32_t abs_bits(float v) {
+  return kmath::float_bits(v) & 0x7FFFFFFFu;
+}
+__device__ uint32_t abs_bits(bf16 v) {
+  return (static_cast<uint32_t>(v.bits) << 16) & 0x7FFFFFFFu;
+}
+
+template <typename T>
+__global__ void abs_max_kernel(float* out, const T* x, int64_t n) {
+  MaxBits m;
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    m.merge({abs_bits(x[i])});
+  m = block_allreduce(m);
+  if (threadIdx.x == 0 && m.value != 0) atomicMax(reinterpret_cast<unsigned int*>(out), m.value);
+}
+
+template <typename T>
+void launch_abs_max(float* out, const T* x, int64_t n, cudaStream_t stream) {
+  ENGINE_CUDA_CALL(cudaMemsetAsync(out, 0, sizeof(float), stream));
+  if (n <= 0) return;
+  abs_max_kernel<<<grid_for(n), kThreads, 0, stream>>>(out, x, n);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+}  // namespace
+
+void CudaBackend::abs_max(float* out, const float* x, int64_t n) {
+  launch_abs_max(out, x, n, stream_);
+}
+
+void CudaBackend::abs_max(float* out, const bf16* x, int64_t n) {
+  launch_abs_max(out, x, n, stream_);
+}
+
 }  // namespace core

@@ -130,6 +130,21 @@ class GemmOps {
   // transposes the bytes into scratch first.
   virtual void gemm_fp8(const GemmArgs& args, const fp8* a, kmath::Fp8 a_format, const fp8* b,
                         kmath::Fp8 b_format, float* c) = 0;
+  // The same with the scale a float in this backend's memory (a dynamic or delayed scale that
+  // stays on the device): out[i] = the FP8 bits of kmath::fp8_value(in[i] / *scale, format).
+  virtual void fp8_encode_scaled(fp8* out, const float* in, int64_t n, const float* scale,
+                                 kmath::Fp8 format) = 0;
+  virtual void fp8_encode_scaled(fp8* out, const bf16* in, int64_t n, const float* scale,
+                                 kmath::Fp8 format) = 0;
+  // scale[i] = max(amax[i], 1e-12) * factor for n floats in this backend's memory: an FP8 scale
+  // from an amax (abs_max), factor = headroom / 448 for e4m3 (the record's clamp and form).
+  virtual void fp8_scale_from_amax(float* scale, const float* amax, int64_t n, float factor) = 0;
+  // gemm_fp8 with the operands' scales in this backend's memory, as torch._scaled_mm takes them:
+  // C = (alpha (*scale_a) (*scale_b)) op(A) @ op(B) + beta C, the three factors multiplied in f32
+  // in that order (CPU; cuBLASLt applies them in its own order: the last bit of the factor).
+  virtual void gemm_fp8_scaled(const GemmArgs& args, const fp8* a, kmath::Fp8 a_format,
+                               const float* scale_a, const fp8* b, kmath::Fp8 b_format,
+                               const float* scale_b, float* c) = 0;
   // Why this device has no FP8 GEMM in hardware, in one line; empty where it has one, and on
   // the CPU, whose FP8 GEMM is the exact software form above (model.head_fp8 is refused on a GPU
   // without FP8: engine/precision.h).

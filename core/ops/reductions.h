@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <span>
 
+#include "core/device.h"
+
 namespace core {
 
 class ReductionOps {
@@ -31,6 +33,11 @@ class ReductionOps {
   // with a = Q and b = K Q, the Rayleigh quotients q_j^T K q_j.
   virtual void column_dots(float* out, const float* a, const float* b, int64_t rows,
                            int64_t cols) = 0;
+  // *out = max |x[i]| over n elements (0 for n = 0), a float in this backend's memory, no read
+  // back: the amax of a dynamic FP8 scale (model/layers/fp8_mlp.h). Taken on the bit patterns of
+  // |x| (an order of non-negative floats), so it is exact in any order, and a NaN wins.
+  virtual void abs_max(float* out, const float* x, int64_t n) = 0;
+  virtual void abs_max(float* out, const bf16* x, int64_t n) = 0;
 };
 
 }  // namespace core

@@ -43,6 +43,15 @@ std::string Checkpointer::save(const RunCounters& counters, std::optional<double
   RankState state = sharded_rank_state(state_.plan, state_.zero.local_values(), state_.optimizers);
   for (const auto& reparam : state_.reparams)
     reparam->save(state.slices, rank);
+  const std::vector<float> fp8_scales = state_.model.fp8_mlp_scales();
+  if (!fp8_scales.empty()) {
+    const int64_t n = static_cast<int64_t>(fp8_scales.size());
+    state.slices.push_back({kFp8MlpScalesKey,
+                            {comm_.size(), n},
+                            0,
+                            rank,
+                            core::Tensor::from_vector({1, n}, fp8_scales)});
+  }
   stage_to_host(state, backend_);
   write_rank_file(staging_path(root, counters.step), rank, state.slices, state.counters);
   comm_.barrier();
@@ -66,6 +75,21 @@ std::string Checkpointer::save(const RunCounters& counters, std::optional<double
   return dir.empty() ? (fs::path(root) / checkpoint_dir_name(counters.step)).string() : dir;
 }
 
+void Checkpointer::load_fp8_mlp_scales(const CheckpointReader& reader) {
+  const int64_t n = static_cast<int64_t>(state_.model.fp8_mlp_scales().size());
+  if (n == 0) return;
+  ENGINE_CHECK(reader.has(kFp8MlpScalesKey),
+               std::string("the checkpoint has no ") + kFp8MlpScalesKey +
+                   " (model.mlp_fp8's delayed scales): it was saved without model.mlp_fp8");
+  const core::Shape& shape = reader.global_shape(kFp8MlpScalesKey);
+  ENGINE_CHECK(shape.size() == 2 && shape[0] >= 1 && shape[1] == n,
+               std::string(kFp8MlpScalesKey) + " has shape " + core::shape_str(shape) +
+                   ", this model expects [world size, " + std::to_string(n) + "]");
+  core::Tensor row = core::Tensor::empty({1, n});
+  reader.read(kFp8MlpScalesKey, 0, comm_.rank() % shape[0], row);
+  state_.model.set_fp8_mlp_scales(row.to_vector());
+}
+
 RunCounters Checkpointer::load(const std::string& dir) {
   const CheckpointReader reader(dir);
   const Manifest& m = reader.manifest();
@@ -84,6 +108,7 @@ RunCounters Checkpointer::load(const std::string& dir) {
       reparam->load(reader);
     state_.optimizers.load_state(
         read_optimizer_state(reader, state_.plan, state_.zero.local_values(), state_.optimizers));
+    load_fp8_mlp_scales(reader);
   } catch (const core::Error& e) {
     throw core::Error(resume_refusal(config_.checkpoint.dir, dir, e.what()));
   }

@@ -4,6 +4,9 @@
 // position and validation loss, and rotates: the newest checkpoint.keep stay, and with
 // checkpoint.keep_best the one with the lowest validation loss too. A load checks that the
 // checkpoint fits this run (resume_check.h) and reads it back at any world size.
+// model.mlp_fp8's delayed scales are per rank (each rank's last forward): saved as row `rank` of
+// kFp8MlpScalesKey [world size, 3 n_layer]; a load at another world size gives rank r the saved
+// row r mod the saved world size.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +21,7 @@
 #include "engine/config.h"
 #include "engine/reparam/reparam.h"
 #include "engine/zero_state.h"
+#include "model/gpt.h"
 #include "optim/optimizer_set.h"
 
 namespace data {
@@ -40,7 +44,10 @@ struct CheckpointedState {
   optim::OptimizerSet& optimizers;
   const std::vector<std::unique_ptr<Reparam>>& reparams;
   const data::TrainLoader& loader;
+  model::Gpt& model;  // model.mlp_fp8's delayed scales (per rank)
 };
+
+inline constexpr const char* kFp8MlpScalesKey = "model/fp8_mlp_scales";
 
 class Checkpointer {
  public:
@@ -56,6 +63,9 @@ class Checkpointer {
   RunCounters load(const std::string& dir);
 
  private:
+  // model.mlp_fp8's scales: this rank's row of the checkpoint's (see above).
+  void load_fp8_mlp_scales(const CheckpointReader& reader);
+
   const Config& config_;
   comm::Communicator& comm_;
   core::Backend& backend_;

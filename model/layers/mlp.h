@@ -16,7 +16,7 @@ class Mlp : public Layer {
   Stream forward(Context& ctx, Stream x) override;
   void backward(Context& ctx) override;
 
- private:
+ protected:
   // Whether GELU runs in the GEMMs' epilogues. In bf16 precision the activation is stored in
   // bf16 and its backward reads the f32 pre-activation, which cuBLASLt's epilogue (aux in D's
   // dtype) cannot keep: there the bias stays in the epilogue and GELU a pass of its own

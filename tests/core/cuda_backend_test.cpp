@@ -1153,6 +1153,90 @@ TEST_F(CudaVsCpu, Fp8GemmHeadProducts) {
   unsetenv("ENGINE_CUDA_FP8_GEMM");
 }
 
+// model.mlp_fp8's device scales on the GPU against the CPU: abs_max (f32 and bf16, across many
+// blocks) and fp8_scale_from_amax equal, fp8_encode_scaled equal bytes, gemm_fp8_scaled within
+// the fast-accumulation bar of Fp8GemmHeadProducts at the MLP's shapes (multiples of 16: the
+// scales as cuBLASLt's scale pointers) and an odd one (the TF32 form, the scales read back), with
+// and without ENGINE_CUDA_FP8_GEMM=tf32.
+TEST_F(CudaVsCpu, Fp8ScalingOpsMatchTheCpu) {
+  const int64_t n = 300001;
+  auto x = random_vector(n, 31);
+  x[n / 3] = -7.5f;
+  std::vector<bf16> xb(n);
+  for (int64_t i = 0; i < n; ++i)
+    xb[i] = kmath::bf16_from_float(x[i]);
+  float want = 0, want_bf16 = 0;
+  cpu().abs_max(&want, x.data(), n);
+  cpu().abs_max(&want_bf16, xb.data(), n);
+  float* g = dev().alloc<float>(2);
+  gpu().abs_max(g, dev().upload(x), n);
+  gpu().abs_max(g + 1, dev().upload(xb), n);
+  const std::vector<float> amax = dev().download(g, 2);
+  EXPECT_EQ(amax[0], want);
+  EXPECT_EQ(amax[1], want_bf16);
+  gpu().fp8_scale_from_amax(g, g, 2, 1.80f / 448.0f);
+  const std::vector<float> scales = dev().download(g, 2);
+  EXPECT_EQ(scales[0], kmath::fp8_scale_from_amax(want, 1.80f / 448.0f));
+  EXPECT_EQ(scales[1], kmath::fp8_scale_from_amax(want_bf16, 1.80f / 448.0f));
+
+  const float s = 0.0071f;
+  std::vector<fp8> want_q(n), want_qb(n);
+  cpu().fp8_encode_scaled(want_q.data(), x.data(), n, &s, kmath::Fp8::E4M3);
+  cpu().fp8_encode_scaled(want_qb.data(), xb.data(), n, &s, kmath::Fp8::E4M3);
+  float* gs = dev().upload(std::vector<float>{s});
+  fp8* q = dev().alloc<fp8>(n);
+  auto same_bytes = [&](const std::vector<fp8>& w) {
+    const std::vector<fp8> got = dev().download(q, n);
+    for (int64_t i = 0; i < n; ++i)
+      if (got[i].bits != w[i].bits) return false;
+    return true;
+  };
+  gpu().fp8_encode_scaled(q, dev().upload(x), n, gs, kmath::Fp8::E4M3);
+  EXPECT_TRUE(same_bytes(want_q));
+  gpu().fp8_encode_scaled(q, dev().upload(xb), n, gs, kmath::Fp8::E4M3);
+  EXPECT_TRUE(same_bytes(want_qb));
+
+  struct Shape {
+    int64_t m, n, k;
+  };
+  const float sa = 0.0123f, sb = 1.12f / 448.0f;
+  for (const char* mode : {"", "tf32"}) {
+    setenv("ENGINE_CUDA_FP8_GEMM", mode, 1);
+    for (Shape sh : {Shape{128, 64, 256}, Shape{33, 40, 72}}) {
+      std::vector<fp8> a(sh.m * sh.k), b(sh.n * sh.k);
+      cpu().fp8_encode(a.data(), random_vector(sh.m * sh.k, 32).data(), sh.m * sh.k, 0.01f,
+                       kmath::Fp8::E4M3);
+      cpu().fp8_encode(b.data(), random_vector(sh.n * sh.k, 33).data(), sh.n * sh.k, 0.01f,
+                       kmath::Fp8::E4M3);
+      GemmArgs args;
+      args.trans_b = true, args.m = sh.m, args.n = sh.n, args.k = sh.k;
+      args.fp8_fast_accum = true;
+      std::vector<float> ref(sh.m * sh.n), bound(sh.m * sh.n);
+      cpu().gemm_fp8_scaled(args, a.data(), kmath::Fp8::E4M3, &sa, b.data(), kmath::Fp8::E4M3, &sb,
+                            ref.data());
+      float* c = dev().alloc<float>(sh.m * sh.n);
+      gpu().gemm_fp8_scaled(args, dev().upload(a), kmath::Fp8::E4M3,
+                            dev().upload(std::vector<float>{sa}), dev().upload(b), kmath::Fp8::E4M3,
+                            dev().upload(std::vector<float>{sb}), c);
+      const std::vector<float> got = dev().download(c, sh.m * sh.n);
+      std::vector<float> ma(a.size()), mb(b.size());
+      for (size_t i = 0; i < a.size(); ++i)
+        ma[i] = std::fabs(kmath::float_from_fp8(a[i], kmath::Fp8::E4M3));
+      for (size_t i = 0; i < b.size(); ++i)
+        mb[i] = std::fabs(kmath::float_from_fp8(b[i], kmath::Fp8::E4M3));
+      GemmArgs abs_args = args;
+      abs_args.alpha = sa * sb;
+      cpu().gemm(abs_args, ma.data(), mb.data(), bound.data());
+      const double tol = *mode == '\0' ? 1e-2 : 1e-5;
+      double worst = 0;
+      for (size_t i = 0; i < got.size(); ++i)
+        worst = std::max(worst, std::fabs(double(got[i]) - ref[i]) / (double(bound[i]) + 1e-30));
+      EXPECT_LE(worst, tol) << "m=" << sh.m << " ENGINE_CUDA_FP8_GEMM=" << mode;
+    }
+  }
+  unsetenv("ENGINE_CUDA_FP8_GEMM");
+}
+
 // scalar_mix without b (model.v_lambdas_all in a block without a value table): out = wa a, and
 // the backward leaves db and dwb alone.
 TEST_F(CudaVsCpu, ScalarMixWithoutB) {

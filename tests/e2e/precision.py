@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """End-to-end tests of train.precision (docs/precision.md) on the tiny config: bf16 across world
-sizes, bit-exact resume in bf16, checkpoints crossing precisions, and the fallbacks (bf16 on a CPU
+sizes, bit-exact resume in bf16 (also with model.mlp_fp8's delayed scales), checkpoints crossing
+precisions, and the fallbacks (bf16 on a CPU
 without bf16 instructions, forced with ENGINE_CPU_NO_BF16=1; tf32 on any CPU) equal to the fp32
 run bit for bit with one warning line.
 
@@ -86,6 +87,24 @@ def case_bf16_resume(env):
         print("bf16 stage %d: steps 11-20 bit-identical after resume" % stage)
 
 
+def case_mlp_fp8_resume(env):
+    """model.mlp_fp8 in bf16 on np 2 (two micro-steps a rank; two warm-up forwards, whose scales
+    are put back): the step-20 checkpoint, past the 16 steps whose projection scales are their
+    own amax, resumed: steps 21-30 bit-identical, so every rank got its own delayed scales back
+    (model/fp8_mlp_scales in the manifest, from both ranks)."""
+    sets = BF16 + ["model.mlp_fp8=true", "train.steps=30", "train.warmup_steps=2"]
+    _, straight = env.run(2, "straight", sets)
+    ckpt20 = os.path.join(straight, "ckpt", "step_00000020")
+    with open(os.path.join(ckpt20, "manifest.yaml")) as f:
+        manifest = f.read()
+    check(manifest.count("model/fp8_mlp_scales") >= 2,
+          "the checkpoint's manifest lists no model/fp8_mlp_scales slice per rank")
+    _, resumed = env.run(2, "resumed", sets + ["checkpoint.resume=" + ckpt20])
+    check(min(metrics(resumed)) == 21, "the resumed run did not start at step 21")
+    check_bit_identical(metrics(resumed), metrics(straight), range(21, 31), "mlp_fp8 resumed")
+    print("mlp_fp8 bf16 np 2: steps 21-30 bit-identical after resume")
+
+
 def case_cross_precision_resume(env):
     """A bf16 checkpoint continued in fp32 and an fp32 one continued in bf16: the checkpoints
     hold the same f32 tensors whatever the precision (file for file, the same names and sizes),
@@ -144,6 +163,7 @@ CASES = {
     "bf16_world_size": case_bf16_world_size,
     "bf16_resume": case_bf16_resume,
     "cross_precision_resume": case_cross_precision_resume,
+    "mlp_fp8_resume": case_mlp_fp8_resume,
     "fallbacks": case_fallbacks,
 }
 

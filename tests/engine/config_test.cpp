@@ -332,6 +332,9 @@ TEST(Config, RecipeKeysAreCheckedByName) {
       // The record's exact forms (docs/record_recipe.md).
       {{"model.arch=gpt2", "model.x0_norm=true"}, "'model.x0_norm': needs model.arch modern"},
       {{"model.arch=gpt2", "model.head_fp8=true"}, "'model.head_fp8': needs model.arch modern"},
+      {{"model.arch=gpt2", "model.mlp_fp8=true"}, "'model.mlp_fp8': needs model.arch modern"},
+      {{"model.mlp_fp8=true", "model.moe.experts=4", "model.moe.top_k=2"},
+       "'model.mlp_fp8': runs the dense MLP's GEMMs in FP8"},
       {{"model.key_offset=true", "model.window=64"}, "'model.key_offset': shifts the keys'"},
       {{"model.key_offset=true", "model.rotary_truncate=true"},
        "'model.key_offset': shifts the keys'"},
@@ -721,7 +724,7 @@ TEST(Config, KeyListIsLocked) {
       "model.window model.window_pattern model.window_grow model.window_block model.x0_norm "
       "model.norm_eps model.rotary_base model.rotary_truncate model.v_lambdas_all "
       "model.loss_over_padding model.embed_std model.uniform_matrix_init model.head_fp8 "
-      "model.key_offset "
+      "model.mlp_fp8 model.key_offset "
       "data.train "
       "data.val data.shuffle data.shard_whole_batches data.bos train.seed train.steps "
       "train.batch_tokens train.micro_batch "

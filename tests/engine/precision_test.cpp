@@ -55,6 +55,23 @@ TEST(Precision, Fp8HeadIsRefusedOnAGpuWithoutFp8) {
   EXPECT_EQ(engine::fp8_head_refusal(true, core::cpu_backend().fp8_gemm_missing_reason()), "");
 }
 
+// model.mlp_fp8 likewise, naming its own key; and the key reaches the model config.
+TEST(Precision, Fp8MlpIsRefusedOnAGpuWithoutFp8) {
+  EXPECT_EQ(engine::fp8_key_refusal("model.mlp_fp8", true,
+                                    core::fp8_gemm_missing_reason("cuda:0 (T4)", 75)),
+            "key 'model.mlp_fp8' = true: cuda:0 (T4) has compute capability 7.5; FP8 tensor "
+            "cores need 8.9 or later (set model.mlp_fp8: false here)");
+  EXPECT_EQ(engine::fp8_key_refusal("model.mlp_fp8", false,
+                                    core::fp8_gemm_missing_reason("cuda:0 (T4)", 75)),
+            "");
+  EXPECT_EQ(
+      engine::fp8_key_refusal("model.mlp_fp8", true, core::cpu_backend().fp8_gemm_missing_reason()),
+      "");
+  const std::string yaml = "data: {train: a, val: b}\noptim: [{params: ['*'], optimizer: adamw}]\n";
+  EXPECT_TRUE(engine::model_config_of(engine::parse_config(yaml, "p.yaml", {"model.mlp_fp8=true"}))
+                  .mlp_fp8);
+}
+
 TEST(Precision, TheConfigKeyReachesTheModelConfig) {
   const std::string yaml = "data: {train: a, val: b}\noptim: [{params: ['*'], optimizer: adamw}]\n";
   EXPECT_EQ(engine::model_config_of(engine::parse_config(yaml, "p.yaml")).precision,
