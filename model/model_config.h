@@ -89,6 +89,12 @@ struct ModelConfig {
   // Record #89's partial key offset in the long-window blocks (model/layers/key_offset.h); needs
   // rotary_truncate (the unrotated half it shifts) and window.
   bool key_offset = false;
+  // Record #89's input side, each off by default (arch modern). The bigram hash embedding's rows
+  // (model/layers/bigram_embedding.h; the record: 377,280 = 50304 * 15 / 2), 0: off.
+  int64_t bigram_rows = 0;
+  // The smear of each embedding row into the next before x0's norm (model/layers/smear.h); needs
+  // x0_norm.
+  bool smear = false;
 
   // Recipe queries.
   bool has_attention(int layer) const;
