@@ -5,7 +5,6 @@
 #include <cstdint>
 
 #include "core/check.h"
-#include "model/layers/smear.h"
 
 namespace model {
 

@@ -4,7 +4,6 @@
 
 #include "core/check.h"
 #include "core/rng.h"
-#include "model/layers/smear.h"
 
 namespace model {
 

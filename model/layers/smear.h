@@ -10,8 +10,6 @@
 
 namespace model {
 
-inline constexpr int64_t kSmearGateWidth = 12;  // the record's smear_gate: nn.Linear(12, 1)
-
 class Smear {
  public:
   explicit Smear(Context& ctx);
