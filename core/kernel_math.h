@@ -376,6 +376,51 @@ ENGINE_HD inline void moe_router_grad(T* dp, const T* frac, T aux_scale, int64_t
     dp[chosen[s]] += (dgate[slot_row[s]] - weighted) / chosen_sum;
 }
 
+// ---- model: record #89's input side (bigram hash embedding, smear) -----------------------------
+
+// The record's bigram hash (train_gpt.py get_bigram_hash) of one position from its token
+// `current` and the token before it (`previous`; the record uses m itself at t = 1, and h[0] = m
+// is the reserved last row): ((36313 current) XOR (27191 previous)) mod m, m = table rows - 1.
+// The products wrap as int32 (torch's int32 tensors; computed in uint32, where overflow is
+// defined) and the remainder takes the divisor's sign (torch.remainder): in [0, m).
+inline constexpr int32_t kBigramMulCurrent = 36313;
+inline constexpr int32_t kBigramMulPrevious = 27191;
+
+ENGINE_HD inline int32_t mul_wrap_i32(int32_t a, int32_t b) {
+  return static_cast<int32_t>(static_cast<uint32_t>(a) * static_cast<uint32_t>(b));
+}
+
+ENGINE_HD inline int32_t bigram_hash(int32_t current, int32_t previous, int32_t m) {
+  const int32_t mixed =
+      mul_wrap_i32(kBigramMulCurrent, current) ^ mul_wrap_i32(kBigramMulPrevious, previous);
+  const int32_t r = mixed % m;
+  return r < 0 ? r + m : r;
+}
+
+// The hash of position t of a row whose tokens start at `row`: m at t = 0, the previous token
+// taken as m at t = 1 (the record overwrites x[0] with m before the products).
+ENGINE_HD inline int32_t bigram_hash_at(const int32_t* row, int64_t t, int32_t m) {
+  if (t == 0) return m;
+  return bigram_hash(row[t], t == 1 ? m : row[t - 1], m);
+}
+
+// The row of the bigram sign table position t of a row reads: (x[t-1] XOR x[t]) mod rows for
+// t >= 1 (token ids are non-negative), row 0 at t = 0.
+ENGINE_HD inline int64_t bigram_sign_row(const int32_t* row, int64_t t, int64_t rows) {
+  return t == 0 ? 0 : static_cast<int64_t>(row[t - 1] ^ row[t]) % rows;
+}
+
+// The smear's gate of a position t >= 1: lambda sigmoid(z), z = x[t, :K] . w (record #34's
+// smear_gate). Its derivative in z: lambda sigmoid(z) (1 - sigmoid(z)), from s = sigmoid(z).
+template <typename T>
+ENGINE_HD inline T sigmoid(T z) {
+  return T(1) / (T(1) + std::exp(-z));
+}
+template <typename T>
+ENGINE_HD inline T smear_gate_grad_z(T lambda, T s) {
+  return lambda * s * (T(1) - s);
+}
+
 // ---- float updates and column math --------------------------------------------------------------
 //
 // Float arithmetic in a fixed operation order, so the CPU results are reproducible bits; sums of

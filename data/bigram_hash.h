@@ -9,16 +9,14 @@
 // The products wrap as int32 (torch multiplies int32 tensors in int32: q m = 10,258,553,289
 // wraps to 1,668,658,697), the XOR may be negative, and mod is torch's remainder, which takes
 // the sign of the divisor: every h is in [0, m]. A document's BOS hashes with the last token of
-// the document before it, as in the record.
+// the document before it, as in the record. The element math is core::kmath::bigram_hash_at,
+// which the model's device op (EmbeddingOps::bigram_hash) shares.
 #pragma once
 
 #include <cstdint>
 #include <span>
 
 namespace data {
-
-inline constexpr int32_t kBigramMulCurrent = 36313;
-inline constexpr int32_t kBigramMulPrevious = 27191;
 
 // Writes h for the row `tokens` into `out` (same length); table_rows >= 2.
 void bigram_hash(std::span<const int32_t> tokens, int64_t table_rows, std::span<int32_t> out);

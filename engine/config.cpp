@@ -800,13 +800,23 @@ void validate_config(const Config& c, ConfigUse use) {
           {"model.uniform_matrix_init", c.model.uniform_matrix_init},
           {"model.head_fp8", c.model.head_fp8},
           {"model.mlp_fp8", c.model.mlp_fp8},
-          {"model.key_offset", c.model.key_offset}})
+          {"model.key_offset", c.model.key_offset},
+          {"model.bigram_rows", c.model.bigram_rows != 0},
+          {"model.smear", c.model.smear}})
       if (on) fail(key, "needs model.arch modern");
   }
   if (c.model.key_offset && (!c.model.rotary_truncate || c.model.window <= 0))
     fail("model.key_offset",
          "shifts the keys' unrotated half in the long-window blocks: needs model.rotary_truncate "
          "and model.window");
+  if (c.model.bigram_rows != 0 && (c.model.bigram_rows < 2 || c.model.bigram_rows - 1 > INT32_MAX))
+    fail("model.bigram_rows",
+         "must be 0 (off) or in [2, 2^31] (the hash is an int32 mod rows - "
+         "1), got " +
+             std::to_string(c.model.bigram_rows));
+  if (c.model.smear && (!c.model.x0_norm || c.model.d_model < 12))
+    fail("model.smear",
+         "smears the embedding rows before x0's norm: needs model.x0_norm and d_model >= 12");
   if (c.model.norm_eps <= 0) fail("model.norm_eps", "must be positive");
   // An epsilon keeps the norm's division finite; at 1 or more it outweighs the mean square of
   // the activations it divides (1e308 was accepted, and the run stopped at step 3).

@@ -109,7 +109,13 @@ inline constexpr bool kOptional = false;
     "(modern, not MoE; GPUs sm_89+)")                                                           \
   F(model, bool, key_offset, "key_offset", false, kOptional,                                    \
     "#89: long-window blocks shift the keys' unrotated half a position (needs rotary_truncate " \
-    "and window; modern)")
+    "and window; modern)")                                                                      \
+  F(model, int64_t, bigram_rows, "bigram_rows", 0, kOptional,                                   \
+    "#89: rows of the bigram hash embedding added with a learned gate at block 0's start and "  \
+    "after each later attention (the record: 377280); 0: off (modern)")                         \
+  F(model, bool, smear, "smear", false, kOptional,                                              \
+    "#89: each embedding row adds lambda sigmoid(x[t, :12] . w) x[t-1] before x0's norm "       \
+    "(needs x0_norm; modern)")
 
 #define ENGINE_DATA_FIELDS(F)                                                                   \
   F(data, std::string, train, "train", "", kRequired, "glob of training token shards (.bin)")   \

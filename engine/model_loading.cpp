@@ -80,6 +80,8 @@ model::ModelConfig model_config_of(const Config& c) {
   m.head_fp8 = c.model.head_fp8;
   m.mlp_fp8 = c.model.mlp_fp8;
   m.key_offset = c.model.key_offset;
+  m.bigram_rows = c.model.bigram_rows;
+  m.smear = c.model.smear;
   m.validate();
   return m;
 }

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "core/check.h"
+#include "model/layers/bigram_embedding.h"
 #include "model/layers/causal_attention.h"
 #include "model/layers/fp8_head.h"
 #include "model/layers/fp8_mlp.h"
@@ -51,13 +52,17 @@ void Gpt::build() {
   if (c.value_embeds > 0) tables = add(embeddings, std::make_unique<ValueEmbeddings>(ctx_));
   X0Source* x0 = nullptr;
   if (c.x0_lambdas) x0 = add(embeddings, std::make_unique<X0Source>());
+  BigramSource* bigram = nullptr;
+  if (c.bigram_rows > 0) bigram = add(embeddings, std::make_unique<BigramSource>(ctx_));
 
-  // The blocks: the U-net skip and the x0 mix on the input, attention, the MLP or MoE, and the
-  // output kept when a later block's skip reads it.
+  // The blocks: the bigram injection at block 0's start, the U-net skip and the x0 mix on the
+  // input, attention (and after it the bigram injection of a later block), the MLP or MoE, and
+  // the output kept when a later block's skip reads it.
   std::vector<SkipSource*> skip_sources(static_cast<size_t>(c.unet_count()), nullptr);
   if (c.mlp_fp8) fp8_scales_ = std::make_unique<Fp8MlpScales>(c.n_layer, backend_);
   for (int l = 0; l < c.n_layer; ++l) {
     Stage& block = stage(l);
+    if (bigram && l == 0) add(block, std::make_unique<BigramInject>(ctx_, l, *bigram));
     const int src = c.skip_source(l);
     if (src >= 0) {
       const int i = l - (c.n_layer - c.unet_count());
@@ -69,6 +74,8 @@ void Gpt::build() {
     } else if (c.has_attention(l)) {
       add(block, std::make_unique<RotaryAttention>(ctx_, l, masks_, tables));
     }
+    if (bigram && l > 0 && c.has_attention(l))
+      add(block, std::make_unique<BigramInject>(ctx_, l, *bigram));
     if (c.moe()) {
       add(block, std::make_unique<Moe>(ctx_, l));
     } else if (fp8_scales_) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "core/check.h"
 
@@ -121,6 +122,16 @@ void ModelConfig::validate() const {
   ENGINE_CHECK(!key_offset || (rotary_truncate && window > 0),
                "model.key_offset shifts the keys' unrotated half in the long-window blocks: it "
                "needs model.rotary_truncate and model.window");
+  ENGINE_CHECK(bigram_rows == 0 || arch == Arch::Modern,
+               "model.bigram_rows (the bigram hash embedding) needs arch modern");
+  ENGINE_CHECK(bigram_rows == 0 || (bigram_rows >= 2 && bigram_rows - 1 <= INT32_MAX),
+               "model.bigram_rows must be 0 (off) or in [2, 2^31] (the hash is an int32 mod rows - "
+               "1), got " +
+                   std::to_string(bigram_rows));
+  ENGINE_CHECK(!smear || (arch == Arch::Modern && x0_norm && d_model >= kSmearGateWidth),
+               "model.smear smears the embedding rows before x0's norm: it needs arch modern, "
+               "model.x0_norm and d_model >= " +
+                   std::to_string(kSmearGateWidth));
   ENGINE_CHECK(norm_eps > 0.0f, "model.norm_eps must be positive");
   ENGINE_CHECK(rotary_base > 1.0f, "model.rotary_base must be above 1");
   ENGINE_CHECK(!rotary_truncate || (head_dim() % 4 == 0 && head_dim() >= 8),

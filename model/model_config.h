@@ -29,6 +29,9 @@ enum class SoftcapForm { Tanh, Sigmoid };
 const char* softcap_form_name(SoftcapForm form);
 SoftcapForm parse_softcap_form(const std::string& name);  // "tanh" | "sigmoid"; else throws
 
+// The smear's gate reads the first 12 columns of a row (the record's smear_gate, nn.Linear(12, 1)).
+inline constexpr int kSmearGateWidth = 12;
+
 struct ModelConfig {
   int n_layer = 2;
   int n_head = 2;
@@ -92,6 +95,12 @@ struct ModelConfig {
   // Record #89's partial key offset in the long-window blocks (model/layers/key_offset.h); needs
   // rotary_truncate (the unrotated half it shifts) and window.
   bool key_offset = false;
+  // Record #89's input side, each off by default (arch modern). The bigram hash embedding's rows
+  // (model/layers/bigram_embedding.h; the record: 377,280 = 50304 * 15 / 2), 0: off.
+  int64_t bigram_rows = 0;
+  // The smear of each embedding row into the next before x0's norm (model/layers/smear.h); needs
+  // x0_norm and d_model >= kSmearGateWidth.
+  bool smear = false;
 
   // Recipe queries.
   bool has_attention(int layer) const;

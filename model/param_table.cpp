@@ -29,11 +29,23 @@ ParamTable::ParamTable(const ModelConfig& c) {
         InitRule::Normal, c.embed_std, -1, c.vocab_size);
   if (c.unet_count() > 0)
     add_values("skip_weights", std::vector<float>(static_cast<size_t>(c.unet_count()), 1.0f), -1);
+  // Record #89's input side: the bigram hash embedding (zero init) and the smear's gate and
+  // lambda (zero), likewise used from the start of forward to the end of backward.
+  if (c.bigram_rows > 0)
+    add("bigram_embed.weight", {c.bigram_rows, D}, ParamKind::Embedding, InitRule::Zero, 0, -1);
+  if (c.smear) {
+    add_values("smear_gate", std::vector<float>(static_cast<size_t>(kSmearGateWidth), 0.0f), -1);
+    add_values("smear_lambda", {0.0f}, -1);
+  }
   if (gpt2)
     add("pos_embed.weight", {c.seq_len, D}, ParamKind::Embedding, InitRule::Normal, kStd, -1);
   for (int l = 0; l < c.n_layer; ++l) {
     const std::string p = "blocks." + std::to_string(l) + ".";
     if (c.x0_lambdas) add_values(p + "lambdas", {1.0f, 0.0f}, l);  // block input l0 x + l1 x0
+    // The block's bigram gate (block 0: at its start; later blocks: after their attention), the
+    // record's gate bias 0.05.
+    if (c.bigram_rows > 0 && (l == 0 || c.has_attention(l)))
+      add_values(p + "bigram_gate", {0.05f}, l);
     if (gpt2) {
       add(p + "ln1.weight", {D}, ParamKind::Vector, InitRule::One, 0, l);
       add(p + "ln1.bias", {D}, ParamKind::Vector, InitRule::Zero, 0, l);

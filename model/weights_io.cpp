@@ -61,6 +61,8 @@ std::map<std::string, std::string> config_metadata(const ModelConfig& c) {
   // The record's exact forms (docs/record_recipe.md), likewise only when set.
   if (c.x0_norm) m["model.x0_norm"] = "true";
   if (c.key_offset) m["model.key_offset"] = "true";
+  if (c.bigram_rows > 0) m["model.bigram_rows"] = std::to_string(c.bigram_rows);
+  if (c.smear) m["model.smear"] = "true";
   if (c.norm_eps != off.norm_eps) m["model.norm_eps"] = float_str(c.norm_eps);
   if (c.rotary_base != off.rotary_base) m["model.rotary_base"] = float_str(c.rotary_base);
   if (c.rotary_truncate) m["model.rotary_truncate"] = "true";

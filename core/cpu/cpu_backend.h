@@ -59,6 +59,12 @@ class CpuBackend final : public Backend {
   void scalar_mix_backward(float* da, float* db, float* dwa, float* dwb, const float* wa,
                            const bf16* a, const float* wb, const bf16* b, const float* dout,
                            int64_t n) override;
+  void coef_add(float* out, const float* x, const float* c, int64_t c_stride, const float* src,
+                int64_t N, int64_t D) override;
+  void coef_add(bf16* out, const bf16* x, const float* c, int64_t c_stride, const float* src,
+                int64_t N, int64_t D) override;
+  void coef_add_backward(float* dsrc, float* dc, const float* c, int64_t c_stride, const float* src,
+                         const float* dout, int64_t N, int64_t D) override;
   void f32_to_bf16(bf16* out, const float* in, int64_t n) override;
   void bf16_to_f32(float* out, const bf16* in, int64_t n) override;
   void gelu_forward(float* out, const float* inp, int64_t n) override;
@@ -102,6 +108,15 @@ class CpuBackend final : public Backend {
                          int64_t B, int64_t T, int64_t D) override;
   void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
                           int64_t B, int64_t T, int64_t D) override;
+  void bigram_hash(int32_t* ids, const int32_t* tokens, int64_t B, int64_t T,
+                   int64_t table_rows) override;
+  void bigram_signs(float* x, const int32_t* tokens, const float* signs, int64_t B, int64_t T,
+                    int64_t D, int64_t sign_rows) override;
+  void smear_forward(float* out, float* gate, const float* x, const float* w, const float* lambda,
+                     int64_t B, int64_t T, int64_t D, int64_t K) override;
+  void smear_backward(float* dx, float* dw, float* dlambda, const float* x, const float* w,
+                      const float* lambda, const float* gate, const float* dout, int64_t B,
+                      int64_t T, int64_t D, int64_t K) override;
   void split_heads(float* q, float* k, float* v, const float* qkv, int64_t B, int64_t T, int64_t H,
                    int64_t hd) override;
   void split_heads_backward(float* dqkv, const float* dq, const float* dk, const float* dv,

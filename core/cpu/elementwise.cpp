@@ -52,6 +52,21 @@ void CpuBackend::scalar_mix_backward(float* da, float* db, float* dwa, float* dw
   cpu::scalar_mix_backward(da, db, dwa, dwb, wa, a, wb, b, dout, n);
 }
 
+void CpuBackend::coef_add(float* out, const float* x, const float* c, int64_t c_stride,
+                          const float* src, int64_t N, int64_t D) {
+  cpu::coef_add(out, x, c, c_stride, src, N, D);
+}
+
+void CpuBackend::coef_add(bf16* out, const bf16* x, const float* c, int64_t c_stride,
+                          const float* src, int64_t N, int64_t D) {
+  cpu::coef_add(out, x, c, c_stride, src, N, D);
+}
+
+void CpuBackend::coef_add_backward(float* dsrc, float* dc, const float* c, int64_t c_stride,
+                                   const float* src, const float* dout, int64_t N, int64_t D) {
+  cpu::coef_add_backward(dsrc, dc, c, c_stride, src, dout, N, D);
+}
+
 // The rounding in blocks (cpu::round_to_bf16: vcvtne2ps2bf16 where the CPU has it); the widening
 // as a plain loop over restrict pointers (through cpu::elementwise's lambda GCC keeps it scalar,
 // measured 3x slower on 51M elements).

@@ -1,8 +1,9 @@
-// The CPU elementwise kernels: sums, scalings, learned-scalar mixes, GELU and ReLU^2 with their
-// gradients. Templated on the scalar type: the backend instantiates them for float, the tests also
-// for double (central finite differences); the element math is core/kernel_math.h's. The
-// activations also store bf16 (Out = bf16, T = float: the f32 values rounded, elementwise_store):
-// the forward its output, the backward d pre, which it then writes (=) instead of accumulating.
+// The CPU elementwise kernels: sums, scalings, learned-scalar mixes, gated injections, GELU and
+// ReLU^2 with their gradients. Templated on the scalar type: the backend instantiates them for
+// float, the tests also for double (central finite differences); the element math is
+// core/kernel_math.h's. The activations also store bf16 (Out = bf16, T = float: the f32 values
+// rounded, elementwise_store): the forward its output, the backward d pre, which it then writes (=)
+// instead of accumulating.
 #pragma once
 
 #include <cstdint>
@@ -61,6 +62,29 @@ void scalar_mix_backward(T* da, T* db, T* dwa, T* dwb, const T* wa, const In* a,
     da[i] += ca * dout[i];
     db[i] += cb * dout[i];
   });
+}
+// Record #89's gated injections (ElementwiseOps::coef_add): out[n, :] = x[n, :] + c_n src[n, :],
+// c_n = c[n c_stride]; on bf16 precision's stream x and out bf16 (Out = In = bf16, T = float).
+template <typename T, typename Out = T, typename In = T>
+void coef_add(Out* out, const In* x, const T* c, int64_t c_stride, const T* src, int64_t N,
+              int64_t D) {
+  elementwise_store<T>(out, N * D,
+                       [=](int64_t i) { return widen<T>(x[i]) + c[(i / D) * c_stride] * src[i]; });
+}
+// Its backward: each row's dot <src, dout> a float64 sum in column order, the rows added into dc
+// in row order (stride 0: into one coefficient), then dsrc += c dout.
+template <typename T>
+void coef_add_backward(T* dsrc, T* dc, const T* c, int64_t c_stride, const T* src, const T* dout,
+                       int64_t N, int64_t D) {
+  if (dc) {
+    for (int64_t n = 0; n < N; ++n) {
+      double s = 0.0;
+      for (int64_t d = 0; d < D; ++d)
+        s += double(src[n * D + d]) * double(dout[n * D + d]);
+      dc[n * c_stride] += T(s);
+    }
+  }
+  if (dsrc) elementwise<T>(N * D, [=](int64_t i) { dsrc[i] += c[(i / D) * c_stride] * dout[i]; });
 }
 template <typename T, typename Out = T>
 void gelu_forward(Out* out, const T* inp, int64_t n) {

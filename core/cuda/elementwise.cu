@@ -2,6 +2,7 @@
 // grid-stride loops, the same functions the CPU backend runs.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <initializer_list>
 #include <span>
 #include <string>
@@ -99,6 +100,43 @@ struct MixDots {
   __device__ void operator()(int64_t r, int64_t, int64_t, float* v) const {
     v[0] = a ? dout[r] * widen(a[r]) : 0.0f;
     v[1] = b ? dout[r] * widen(b[r]) : 0.0f;
+  }
+};
+
+// Record #89's gated injections: out = x + c_n src (f32, or bf16 precision's stream), and the
+// backward's dsrc += c_n dout.
+template <typename V>
+__global__ void coef_add_kernel(V* out, const V* x, const float* c, int64_t c_stride,
+                                const float* src, int64_t D, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    store(out + i, widen(x[i]) + c[(i / D) * c_stride] * src[i]);
+}
+
+__global__ void coef_add_backward_kernel(float* dsrc, const float* c, int64_t c_stride,
+                                         const float* dout, int64_t D, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    dsrc[i] += c[(i / D) * c_stride] * dout[i];
+}
+
+// dc[n c_stride] += <src[n, :], dout[n, :]>: a block a row, the dot reduced in a fixed order.
+__global__ void coef_row_dots_kernel(float* dc, int64_t c_stride, const float* src,
+                                     const float* dout, int64_t N, int64_t D) {
+  for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
+    cuda_detail::Sum<float> s;
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x)
+      s.value += src[n * D + d] * dout[n * D + d];
+    s = cuda_detail::block_allreduce(s);
+    if (threadIdx.x == 0) dc[n * c_stride] += s.value;
+  }
+}
+
+// With one coefficient for every row: the sum of src dout over all N D elements, as a column sum.
+struct CoefDot {
+  static constexpr int kCount = 1;
+  const float* src;
+  const float* dout;
+  __device__ void operator()(int64_t r, int64_t, int64_t, float* v) const {
+    v[0] = src[r] * dout[r];
   }
 };
 
@@ -223,6 +261,41 @@ void CudaBackend::axpby(float* y, float a, const float* x, float b, int64_t n) {
   if (n <= 0) return;
   axpby_kernel<<<grid_for(n), kThreads, 0, stream_>>>(y, a, x, b, n);
   ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::coef_add(float* out, const float* x, const float* c, int64_t c_stride,
+                           const float* src, int64_t N, int64_t D) {
+  cuda_detail::check_sizes(name_ + ": coef_add", {N, D, c_stride});
+  if (N * D == 0) return;
+  coef_add_kernel<<<grid_for(N * D), kThreads, 0, stream_>>>(out, x, c, c_stride, src, D, N * D);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::coef_add(bf16* out, const bf16* x, const float* c, int64_t c_stride,
+                           const float* src, int64_t N, int64_t D) {
+  cuda_detail::check_sizes(name_ + ": coef_add", {N, D, c_stride});
+  if (N * D == 0) return;
+  coef_add_kernel<<<grid_for(N * D), kThreads, 0, stream_>>>(out, x, c, c_stride, src, D, N * D);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::coef_add_backward(float* dsrc, float* dc, const float* c, int64_t c_stride,
+                                    const float* src, const float* dout, int64_t N, int64_t D) {
+  cuda_detail::check_sizes(name_ + ": coef_add_backward", {N, D, c_stride});
+  if (N * D == 0) return;
+  if (dc != nullptr && c_stride == 0) {
+    cuda_detail::column_sums(allocator_, stream_, cuda_detail::ColumnTargets{{dc, nullptr}},
+                             CoefDot{src, dout}, N * D, 1, "coef_add_backward");
+  } else if (dc != nullptr) {
+    coef_row_dots_kernel<<<static_cast<unsigned>(std::min<int64_t>(N, int64_t{1} << 20)), kThreads,
+                           0, stream_>>>(dc, c_stride, src, dout, N, D);
+    ENGINE_CUDA_LAUNCHED();
+  }
+  if (dsrc != nullptr) {
+    coef_add_backward_kernel<<<grid_for(N * D), kThreads, 0, stream_>>>(dsrc, c, c_stride, dout, D,
+                                                                        N * D);
+    ENGINE_CUDA_LAUNCHED();
+  }
 }
 
 void CudaBackend::scalar_mix(float* out, const float* wa, const float* a, const float* wb,

@@ -45,6 +45,19 @@ class ElementwiseOps {
   virtual void scalar_mix_backward(float* da, float* db, float* dwa, float* dwb, const float* wa,
                                    const bf16* a, const float* wb, const bf16* b, const float* dout,
                                    int64_t n) = 0;
+  // Record #89's gated injections (the bigram embedding added with a per-block gate): out[n, :] =
+  // x[n, :] + c[n c_stride] src[n, :] over N rows of D, the coefficients a model::CoefView's
+  // (c_stride 0: one for every row). On bf16 precision's stream x and out are bf16 (the f32 value
+  // rounded once); src stays f32. out may be x.
+  virtual void coef_add(float* out, const float* x, const float* c, int64_t c_stride,
+                        const float* src, int64_t N, int64_t D) = 0;
+  virtual void coef_add(bf16* out, const bf16* x, const float* c, int64_t c_stride,
+                        const float* src, int64_t N, int64_t D) = 0;
+  // Its backward (d x is dout itself): dsrc[n, :] += c_n dout[n, :] (when dsrc), dc[n c_stride]
+  // += <src[n, :], dout[n, :]> (when dc; stride 0: every row's dot into dc[0]), each sum in a
+  // fixed order.
+  virtual void coef_add_backward(float* dsrc, float* dc, const float* c, int64_t c_stride,
+                                 const float* src, const float* dout, int64_t N, int64_t D) = 0;
   // bf16 <-> f32 over n elements (kmath::bf16_from_float: nearest, ties to even; NaN and
   // infinity kept; the other way exact).
   virtual void f32_to_bf16(bf16* out, const float* in, int64_t n) = 0;

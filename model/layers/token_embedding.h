@@ -1,8 +1,12 @@
 // The token embedding: x0 = embed[token] (+ pos_embed[t] for gpt2), the stream's start. With
-// model.x0_norm (the record) x0 = rmsnorm(embed[token]). Stored in the stream's dtype.
+// model.x0_norm (the record) x0 = rmsnorm(embed[token]); with model.smear (needs x0_norm) the rows
+// are smeared before the norm (model/layers/smear.h). Stored in the stream's dtype.
 #pragma once
 
+#include <optional>
+
 #include "model/layer.h"
+#include "model/layers/smear.h"
 
 namespace model {
 
@@ -19,6 +23,9 @@ class TokenEmbedding : public Layer {
   Stream out_;
   // x0_norm: the rows before the norm and its rstd [N].
   float *raw_ = nullptr, *rstd_ = nullptr;
+  // model.smear: the smear and its rows (the norm's input in place of raw_).
+  std::optional<Smear> smear_;
+  float* smeared_ = nullptr;
 };
 
 }  // namespace model

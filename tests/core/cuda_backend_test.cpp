@@ -916,6 +916,85 @@ TEST_F(CudaVsCpu, Embedding) {
   }
 }
 
+// Record #89's bigram hash (ids equal: integer math), sign trick (exact: products with +-1) and
+// the hash's large products wrapping in int32 on both devices (token ids up to 50303).
+TEST_F(CudaVsCpu, BigramHashAndSigns) {
+  const int64_t B = 3, T = 9, D = 20, rows = 377280, sign_rows = 8192;
+  const auto tokens = random_ids(B * T, 50304, 31);
+  std::vector<int32_t> ids(B * T);
+  cpu().bigram_hash(ids.data(), tokens.data(), B, T, rows);
+  int32_t* gt = dev().upload(tokens);
+  int32_t* gids = dev().alloc<int32_t>(B * T);
+  gpu().bigram_hash(gids, gt, B, T, rows);
+  EXPECT_EQ(dev().download(gids, B * T), ids);
+  for (int64_t b = 0; b < B; ++b)
+    EXPECT_EQ(ids[b * T], rows - 1);  // each row starts at the reserved last row
+  std::vector<float> signs(sign_rows * D);
+  for (size_t i = 0; i < signs.size(); ++i)
+    signs[i] = (i * 7919) % 3 == 0 ? -1.0f : 1.0f;
+  auto x = random_vector(B * T * D, 32);
+  float* gx = dev().upload(x);
+  cpu().bigram_signs(x.data(), tokens.data(), signs.data(), B, T, D, sign_rows);
+  gpu().bigram_signs(gx, gt, dev().upload(signs), B, T, D, sign_rows);
+  EXPECT_EQ(dev().download(gx, B * T * D), x);
+}
+
+// Record #34's smear, forward and backward (the gate's dots reduced in another order on the GPU).
+TEST_F(CudaVsCpu, Smear) {
+  const int64_t B = 2, T = 7, D = 40, K = 12;
+  const auto x = random_vector(B * T * D, 41), w = random_vector(K, 42),
+             dout = random_vector(B * T * D, 43);
+  const std::vector<float> lambda = {0.7f};
+  std::vector<float> out(B * T * D), gate(B * T), dx(B * T * D), dw = random_vector(K, 44),
+                                                                 dlambda = {0.25f};
+  const auto dw0 = dw, dlambda0 = dlambda;
+  cpu().smear_forward(out.data(), gate.data(), x.data(), w.data(), lambda.data(), B, T, D, K);
+  cpu().smear_backward(dx.data(), dw.data(), dlambda.data(), x.data(), w.data(), lambda.data(),
+                       gate.data(), dout.data(), B, T, D, K);
+  float *gx = dev().upload(x), *gw = dev().upload(w), *gl = dev().upload(lambda);
+  float *gout = dev().alloc<float>(B * T * D), *ggate = dev().alloc<float>(B * T);
+  gpu().smear_forward(gout, ggate, gx, gw, gl, B, T, D, K);
+  EXPECT_CLOSE(dev().download(gout, B * T * D), out, 1e-6);
+  EXPECT_CLOSE(dev().download(ggate, B * T), gate, 1e-6);
+  float *gdx = dev().alloc<float>(B * T * D), *gdw = dev().upload(dw0),
+        *gdl = dev().upload(dlambda0);
+  gpu().smear_backward(gdx, gdw, gdl, gx, gw, gl, ggate, dev().upload(dout), B, T, D, K);
+  EXPECT_CLOSE(dev().download(gdx, B * T * D), dx, 1e-5);
+  EXPECT_CLOSE(dev().download(gdw, K), dw, 1e-5);
+  EXPECT_CLOSE(dev().download(gdl, 1), dlambda, 1e-5);
+}
+
+// Record #89's gated injection with one coefficient (stride 0) and one per row, f32 and bf16
+// streams.
+TEST_F(CudaVsCpu, CoefAdd) {
+  const int64_t N = 37, D = 24;
+  const auto x = random_vector(N * D, 51), src = random_vector(N * D, 52),
+             dout = random_vector(N * D, 53);
+  const auto coefs = random_vector(N * 3, 54);
+  for (int64_t stride : {int64_t{0}, int64_t{3}}) {
+    SCOPED_TRACE("stride " + std::to_string(stride));
+    std::vector<float> out(N * D), dsrc = random_vector(N * D, 55), dc = random_vector(N * 3, 56);
+    const auto dsrc0 = dsrc, dc0 = dc;
+    cpu().coef_add(out.data(), x.data(), coefs.data(), stride, src.data(), N, D);
+    cpu().coef_add_backward(dsrc.data(), dc.data(), coefs.data(), stride, src.data(), dout.data(),
+                            N, D);
+    float *gc = dev().upload(coefs), *gsrc = dev().upload(src);
+    float* gout = dev().alloc<float>(N * D);
+    gpu().coef_add(gout, dev().upload(x), gc, stride, gsrc, N, D);
+    EXPECT_CLOSE(dev().download(gout, N * D), out, 1e-6);
+    float *gdsrc = dev().upload(dsrc0), *gdc = dev().upload(dc0);
+    gpu().coef_add_backward(gdsrc, gdc, gc, stride, gsrc, dev().upload(dout), N, D);
+    EXPECT_CLOSE(dev().download(gdsrc, N * D), dsrc, 1e-5);
+    EXPECT_CLOSE(dev().download(gdc, N * 3), dc, 1e-5);
+    std::vector<bf16> xb(N * D), outb(N * D);
+    cpu().f32_to_bf16(xb.data(), x.data(), N * D);
+    cpu().coef_add(outb.data(), xb.data(), coefs.data(), stride, src.data(), N, D);
+    bf16* goutb = dev().alloc<bf16>(N * D);
+    gpu().coef_add(goutb, dev().upload(xb), gc, stride, gsrc, N, D);
+    within_one_unit(dev().download(goutb, N * D), outb, "coef_add bf16");
+  }
+}
+
 TEST_F(CudaVsCpu, SplitAndMergeHeads) {
   // hd 4 and 64 move 16-byte packs, hd 6 and the shifted pointers one float at a time.
   for (auto [B, T, H, hd, offset] :

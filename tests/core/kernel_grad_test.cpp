@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/cpu/attention_kernels.h"
@@ -210,6 +211,59 @@ TEST_P(KernelGrad, EmbeddingWithPositions) {
   // Rows no token indexes (the padded vocabulary) get exactly nothing.
   for (int64_t d = 0; d < D; ++d)
     EXPECT_EQ(dte[(V - 1) * D + d], dte0[(V - 1) * D + d]);
+}
+
+// Record #34's smear over rows of T: dx (written) and the accumulated dw and dlambda.
+TEST_P(KernelGrad, Smear) {
+  Sizes s = GetParam();
+  const int64_t B = s.B, T = s.T, D = s.D, K = 12, n = B * T * D;
+  Vec x = random_vec(n, 171), w = random_vec(K, 172), lambda = {0.8}, wy = random_vec(n, 173);
+  Vec gate(B * T);
+  auto forward = [&] {
+    Vec y(n);
+    cpu::smear_forward(y.data(), gate.data(), x.data(), w.data(), lambda.data(), B, T, D, K);
+    return dot(y, wy);
+  };
+  forward();
+  Vec dx = random_vec(n, 174), dw0 = random_vec(K, 175), dl0 = {0.3}, dw = dw0, dl = dl0;
+  cpu::smear_backward(dx.data(), dw.data(), dl.data(), x.data(), w.data(), lambda.data(),
+                      gate.data(), wy.data(), B, T, D, K);
+  expect_gradient("smear dx", x, forward, dx);
+  expect_gradient("smear dw", w, forward, minus(dw, dw0));
+  expect_gradient("smear dlambda", lambda, forward, minus(dl, dl0));
+}
+
+// Record #89's sign trick (its own backward) and gated injection with one coefficient for all
+// rows and one per row: dx is dout, dsrc and dc accumulate.
+TEST_P(KernelGrad, BigramSignsAndCoefAdd) {
+  Sizes s = GetParam();
+  const int64_t B = s.B, T = s.T, D = s.D, N = B * T, n = N * D, sign_rows = 5;
+  std::vector<int32_t> tokens(N);
+  for (int64_t i = 0; i < N; ++i)
+    tokens[i] = static_cast<int32_t>((i * 7) % s.V);
+  Vec signs(sign_rows * D);
+  for (int64_t i = 0; i < sign_rows * D; ++i)
+    signs[i] = (i * 5) % 3 == 0 ? -1.0 : 1.0;
+  Vec src = random_vec(n, 181), x = random_vec(n, 182), wy = random_vec(n, 183);
+  Vec coefs = random_vec(2 * N, 184);
+  for (int64_t stride : {int64_t{0}, int64_t{2}}) {
+    auto forward = [&] {
+      Vec bg = src, y(n);
+      cpu::bigram_signs(bg.data(), tokens.data(), signs.data(), B, T, D, sign_rows);
+      cpu::coef_add(y.data(), x.data(), coefs.data(), stride, bg.data(), N, D);
+      return dot(y, wy);
+    };
+    Vec bg = src;
+    cpu::bigram_signs(bg.data(), tokens.data(), signs.data(), B, T, D, sign_rows);
+    Vec dbg0 = random_vec(n, 185), dc0 = random_vec(2 * N, 186), dbg = dbg0, dc = dc0;
+    cpu::coef_add_backward(dbg.data(), dc.data(), coefs.data(), stride, bg.data(), wy.data(), N, D);
+    Vec dsrc = minus(dbg, dbg0);
+    cpu::bigram_signs(dsrc.data(), tokens.data(), signs.data(), B, T, D, sign_rows);
+    const std::string at = " (stride " + std::to_string(stride) + ")";
+    expect_gradient("coef_add dx" + at, x, forward, wy);
+    expect_gradient("bigram signs and coef_add dsrc" + at, src, forward, dsrc);
+    expect_gradient("coef_add dc" + at, coefs, forward, minus(dc, dc0));
+  }
 }
 
 TEST_P(KernelGrad, SplitAndMergeHeads) {

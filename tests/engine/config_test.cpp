@@ -338,6 +338,10 @@ TEST(Config, RecipeKeysAreCheckedByName) {
       {{"model.key_offset=true", "model.window=64"}, "'model.key_offset': shifts the keys'"},
       {{"model.key_offset=true", "model.rotary_truncate=true"},
        "'model.key_offset': shifts the keys'"},
+      {{"model.arch=gpt2", "model.bigram_rows=97"}, "'model.bigram_rows': needs model.arch modern"},
+      {{"model.bigram_rows=1"}, "'model.bigram_rows': must be 0 (off) or in [2, 2^31]"},
+      {{"model.arch=gpt2", "model.smear=true"}, "'model.smear': needs model.arch modern"},
+      {{"model.smear=true"}, "'model.smear': smears the embedding rows before x0's norm"},
       {{"model.arch=gpt2", "model.rotary_truncate=true"},
        "'model.rotary_truncate': needs model.arch modern"},
       {{"model.norm_eps=0"}, "'model.norm_eps': must be positive"},
@@ -724,7 +728,7 @@ TEST(Config, KeyListIsLocked) {
       "model.window model.window_pattern model.window_grow model.window_block model.x0_norm "
       "model.norm_eps model.rotary_base model.rotary_truncate model.v_lambdas_all "
       "model.loss_over_padding model.embed_std model.uniform_matrix_init model.head_fp8 "
-      "model.mlp_fp8 model.key_offset "
+      "model.mlp_fp8 model.key_offset model.bigram_rows model.smear "
       "data.train "
       "data.val data.shuffle data.shard_whole_batches data.bos train.seed train.steps "
       "train.batch_tokens train.micro_batch "

@@ -11,6 +11,7 @@
 
 #include "core/kernel_math.h"
 #include "core/rng.h"
+#include "model/layers/bigram_embedding.h"
 #include "model/layers/causal_attention.h"
 #include "model/layers/fp8_head.h"
 #include "model/layers/lm_head.h"
@@ -123,6 +124,72 @@ TEST(Layers, TokenEmbedding) {
           std::string("token embedding ") + model::arch_name(arch) + (x0_norm ? " x0_norm" : ""),
           {"embed.weight", "pos_embed.weight"}, false);
     }
+  }
+}
+
+// Record #34's smear inside the token embedding (before x0's norm): d embed, d smear_gate and
+// d smear_lambda, rows of 8 crossing the rig's tokens.
+TEST(Layers, Smear) {
+  model::ModelConfig c = small(model::Arch::Modern);
+  c.x0_norm = true;
+  c.smear = true;
+  LayerRig rig(c, kB, kT);
+  fill_tokens(rig, 13);
+  rig.add(std::make_unique<model::TokenEmbedding>(rig.ctx()));
+  rig.draw_params(14);
+  rig.plan();
+  check_chain(rig, "token embedding with smear", {"embed.weight", "smear_gate", "smear_lambda"},
+              false);
+}
+
+// Record #89's bigram hash embedding: the source and its injections at block 0's start and after
+// block 1's attention (an MLP between them so the stream's gradient changes): d input, d table
+// (11 rows for 16 positions: rows shared, their gradients summed, signs differing) and each
+// block's gate.
+TEST(Layers, BigramEmbedding) {
+  model::ModelConfig c = small(model::Arch::Modern);
+  c.bigram_rows = 11;
+  LayerRig rig(c, kB, kT);
+  fill_tokens(rig, 15);
+  const model::BigramSource* bigram = rig.add(std::make_unique<model::BigramSource>(rig.ctx()));
+  rig.add(std::make_unique<model::BigramInject>(rig.ctx(), 0, *bigram));
+  rig.add(std::make_unique<model::Mlp>(rig.ctx(), 0));
+  rig.add(std::make_unique<model::BigramInject>(rig.ctx(), 1, *bigram));
+  rig.draw_params(16);
+  rig.plan();
+  check_chain(rig, "bigram embedding",
+              {"bigram_embed.weight", "blocks.0.bigram_gate", "blocks.1.bigram_gate"});
+}
+
+// The forward's rows: bg[t] = table[hash[t]] * S[sign row of t], with the record's hash (h[0] =
+// m, h[1] from m in place of x[0]) and S a fixed draw of +-1 (the same on every call).
+TEST(Layers, BigramEmbeddingRows) {
+  model::ModelConfig c = small(model::Arch::Modern);
+  c.bigram_rows = 11;
+  LayerRig rig(c, 1, kT);
+  fill_tokens(rig, 17);
+  const model::BigramSource* bigram = rig.add(std::make_unique<model::BigramSource>(rig.ctx()));
+  rig.add(std::make_unique<model::BigramInject>(rig.ctx(), 0, *bigram));
+  rig.draw_params(18);
+  rig.plan();
+  rig.forward();
+  const int64_t D = c.d_model, m = c.bigram_rows - 1;
+  const core::Tensor signs = model::bigram_sign_table(D);
+  EXPECT_EQ(signs.to_vector(), model::bigram_sign_table(D).to_vector());
+  int minus = 0;
+  for (float v : signs.to_vector())
+    minus += v < 0;
+  EXPECT_NEAR(minus, signs.numel() / 2, 3 * std::sqrt(signs.numel() / 4.0));
+  const float* table = rig.params().value(rig.params().index("bigram_embed.weight"));
+  const std::vector<int32_t>& x = rig.tokens();
+  for (int64_t t = 0; t < kT; ++t) {
+    const int32_t prev = t == 0 ? 0 : t == 1 ? static_cast<int32_t>(m) : x[t - 1];
+    const int64_t want =
+        t == 0 ? m : ((int64_t{36313} * x[t]) ^ (int64_t{27191} * prev)) % m;  // small
+    const int64_t s = t == 0 ? 0 : (x[t - 1] ^ x[t]) % model::kBigramSignRows;
+    for (int64_t d = 0; d < D; ++d)
+      EXPECT_EQ(bigram->bg()[t * D + d], table[want * D + d] * signs.data<float>()[s * D + d])
+          << "t " << t << " d " << d;
   }
 }
 

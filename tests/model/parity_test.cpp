@@ -63,7 +63,8 @@ std::string yaml_of(const model::ModelConfig& c) {
                                           "model.v_lambdas_all",  "model.loss_over_padding",
                                           "model.embed_std",      "model.uniform_matrix_init",
                                           "model.head_fp8",       "model.softcap_offset",
-                                          "model.key_offset"};
+                                          "model.key_offset",     "model.bigram_rows",
+                                          "model.smear"};
     for (const char* k : kRecipe)
       if (key == k) y += "  " + key.substr(6) + ": " + value + "\n";
   }
@@ -317,6 +318,17 @@ TEST(ModelParity, KeyOffset) {
   run_case("key_offset", c, 3);
 }
 
+// Record #89's input side on the record-exact model: the bigram hash embedding (37 rows for 3 rows
+// of 16 positions: hashed rows shared) injected at block 0's start and after blocks 1 and 3's
+// attention, and the smear before x0's norm, against torch_reference.py's get_bigram_hash, sign
+// table and smear.
+TEST(ModelParity, BigramAndSmear) {
+  model::ModelConfig c = test_model::with_record_exact(recipe(), 3, 3, false);
+  c.bigram_rows = 37;
+  c.smear = true;
+  run_case("bigram_smear", c, 3);
+}
+
 // The record exactly (train_gpt.py at 3e121a6e; docs/record_recipe.md): the recipe's keys and
 // its exact forms, the FP8 head included, with windows of 3 blocks of 3 tokens (short: 1 block)
 // on rows of 16 (not a multiple of the block) and documents starting at position 7 (inside a
@@ -364,6 +376,16 @@ TEST(ModelParity, ModernSoftcapBf16) {
 
 TEST(ModelParity, ModernMoeBf16) {
   run_bf16_case("modern_moe_bf16", modern_moe(), 3);
+}
+
+// Record #89's bigram injections as bf16 stream writes (the table, signs and bg stay f32) and the
+// smear on the f32 rows before x0's norm.
+TEST(ModelParity, BigramAndSmearBf16) {
+  model::ModelConfig c = modern_softcap();
+  c.x0_norm = true;
+  c.bigram_rows = 37;
+  c.smear = true;
+  run_bf16_case("bigram_smear_bf16", c, 3);
 }
 
 // model_grad reads the engine's config: --set applies and errors are the engine's messages.

@@ -142,6 +142,8 @@ class Config:
         self.head_fp8 = flag("head_fp8")
         # Record #89 (train_gpt.py at f411b3d3), each off by default.
         self.key_offset = flag("key_offset")
+        self.bigram_rows = int(get("bigram_rows", 0))
+        self.smear = flag("smear")
 
     def value_embed_of(self, layer):
         n = self.value_embeds
@@ -238,6 +240,64 @@ def key_offset(k, base, truncate):
     stationary = rotary_inv_freq(hd, base, truncate).repeat(2) == 0
     shifted = torch.cat([k[:, :, :1], k[:, :, :-1]], dim=2)
     return torch.where(stationary, shifted, k)
+
+
+def bigram_hash(idx, rows):
+    """train_gpt.py's get_bigram_hash on each row of idx [B, T]: out[0] = m = rows - 1, then
+    out[1:] = (36313 out[1:] ^ 27191 out[:-1]) % m over the row with out[0] already m, in int32
+    (here int64 products wrapped to int32 by hand; torch's % takes the divisor's sign)."""
+    m = rows - 1
+
+    def wrap32(v):
+        return ((v + 2 ** 31) % 2 ** 32) - 2 ** 31
+
+    x = idx.to(torch.int64).clone()
+    x[:, 0] = m
+    mixed = torch.bitwise_xor(wrap32(36313 * x[:, 1:]), wrap32(27191 * x[:, :-1]))
+    out = x.clone()
+    out[:, 1:] = torch.remainder(mixed, m)
+    return out
+
+
+def splitmix64(seed, counter):
+    """The engine's core::rng_hash (core/rng.cpp) over a numpy uint64 array of counters."""
+    with np.errstate(over="ignore"):
+        z = np.uint64(seed) * np.uint64(0xD1B54A32D192ED03) + \
+            (counter + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+BIGRAM_SIGN_ROWS = 8192
+BIGRAM_SIGN_STREAM = 0x5167
+
+
+def bigram_signs(D):
+    """The engine's fixed sign table S [8192, D] (model/layers/bigram_embedding.h): -1 where the
+    top bit of rng_hash(0x5167, r D + d) is set, else +1 (the record draws torch.randn().sign()
+    and keeps it as a buffer; the engine's weight files have no buffers)."""
+    bits = splitmix64(BIGRAM_SIGN_STREAM, np.arange(BIGRAM_SIGN_ROWS * D, dtype=np.uint64))
+    s = np.where(bits >> np.uint64(63) != 0, -1.0, 1.0).reshape(BIGRAM_SIGN_ROWS, D)
+    return torch.from_numpy(s)
+
+
+def bigram_embedding(table, idx):
+    """train_gpt.py's x0_bigram per row: bigram_embed(hash) * sign_table[sign_idx], sign_idx[0] =
+    0 and sign_idx[t] = (x[t-1] ^ x[t]) % 8192."""
+    sign_idx = torch.zeros_like(idx, dtype=torch.int64)
+    sign_idx[:, 1:] = torch.bitwise_xor(idx[:, :-1].to(torch.int64),
+                                        idx[:, 1:].to(torch.int64)) % BIGRAM_SIGN_ROWS
+    signs = bigram_signs(table.shape[1]).to(table.dtype)
+    return table[bigram_hash(idx, table.shape[0])] * signs[sign_idx]
+
+
+def smear(x, gate_w, lam):
+    """train_gpt.py's smear over each row of x [B, T, D]: x[1:] += lam sigmoid(x[1:, :12] . w)
+    x[:-1] (the gate reads the position's own first 12 dims)."""
+    k = gate_w.shape[0]
+    g = lam * torch.sigmoid(x[:, 1:, :k] @ gate_w)[..., None]
+    return torch.cat([x[:, :1], x[:, 1:] + g * x[:, :-1]], dim=1)
 
 
 def gelu_tanh(u):
@@ -430,11 +490,18 @@ def model_loss(cfg, p, idx, targets, rounding=NO_ROUNDING, head_fp8=None):
 
     # The residual stream: every value written to it is stored (bf16: rounded, straight through).
     x = p["embed.weight"][idx]
+    if cfg.smear:  # record #34: before the norm
+        x = smear(x, p["smear_gate"], p["smear_lambda"][0])
     if cfg.x0_norm:  # train_gpt.py: x = x0 = norm(self.embed(input_seq)[None])
         x = rmsnorm(x, cfg.norm_eps)
     if gpt2:
         x = x + p["pos_embed.weight"][:T]
     x = x0 = rounding.stored(x)
+    # Record #89's bigram hash embedding: x = x0 + g_0 bg before block 0, + g_i bg after each
+    # later block's attention.
+    bg = bigram_embedding(p["bigram_embed.weight"], idx) if cfg.bigram_rows else None
+    if bg is not None:
+        x = rounding.stored(x + p["blocks.0.bigram_gate"][0] * bg)
     aux_total = 0.0
     scale = cfg.attn_scale if cfg.attn_scale > 0 else 1.0 / math.sqrt(hd)
     skips = cfg.n_layer // 2 if cfg.unet_skips else 0
@@ -466,6 +533,8 @@ def model_loss(cfg, p, idx, targets, rounding=NO_ROUNDING, head_fp8=None):
             s = s.masked_fill(~cfg.attention_mask(idx, i), float("-inf"))
             a = torch.softmax(s, dim=-1) @ v
             x = rounding.stored(x + lin(a.transpose(1, 2).reshape(B, T, D), b + "attn.proj"))
+            if bg is not None and i > 0:
+                x = rounding.stored(x + p[b + "bigram_gate"][0] * bg)
         h = norm(x, b + "ln2")
         if cfg.experts:
             E, K = cfg.experts, cfg.top_k
