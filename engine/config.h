@@ -102,6 +102,14 @@ inline constexpr bool kOptional = false;
     "training runs lm_head in FP8 as the record: e4m3 inputs over sqrt(D)/448 and 24/448, "     \
     "e5m2 output gradient over 1/448 (cuBLASLt FP8 GEMMs on GPUs sm_89+, refused below; the "   \
     "CPU rounds in software; modern)")                                                          \
+  F(model, double, head_fp8_x_scale, "head_fp8_x_scale", 0.0, kOptional,                        \
+    "model.head_fp8's scale of the final norm in units of 1/448 (0 = sqrt(d_model); "           \
+    "record #89: 100)")                                                                         \
+  F(model, double, head_fp8_w_scale, "head_fp8_w_scale", 24.0, kOptional,                       \
+    "model.head_fp8's scale of lm_head.weight in units of 1/448 (record #89: 1.6)")             \
+  F(model, double, head_fp8_grad_scale, "head_fp8_grad_scale", 1.0, kOptional,                  \
+    "model.head_fp8's scale of a token loss's logit gradient in units of 1/448 (record "        \
+    "#89: 0.75)")                                                                               \
   F(model, bool, key_offset, "key_offset", false, kOptional,                                    \
     "#89: long-window blocks shift the keys' unrotated half a position (needs rotary_truncate " \
     "and window; modern)")

@@ -721,6 +721,7 @@ TEST(Config, KeyListIsLocked) {
       "model.window model.window_pattern model.window_grow model.window_block model.x0_norm "
       "model.norm_eps model.rotary_base model.rotary_truncate model.v_lambdas_all "
       "model.loss_over_padding model.embed_std model.uniform_matrix_init model.head_fp8 "
+      "model.head_fp8_x_scale model.head_fp8_w_scale model.head_fp8_grad_scale "
       "model.key_offset "
       "data.train "
       "data.val data.shuffle data.shard_whole_batches data.bos train.seed train.steps "
