@@ -198,7 +198,10 @@ inline constexpr bool kOptional = false;
     "the long window of the validation after the last step (the record: 2560; 0 = the last "       \
     "stage's)")                                                                                    \
   F(train, std::string, stages_prefix, "stages.prefix", "", kOptional,                             \
-    "each stage's prefix-loss weight, 'a>b' ramping within the stage ('0.25; 0.25>0; 0; 0')")
+    "each stage's prefix-loss weight, 'a>b' ramping within the stage ('0.25; 0.25>0; 0; 0')")      \
+  F(train, std::string, stages_prefix_vocab, "stages.prefix_vocab", "data/tokenizer", kOptional,   \
+    "the GPT-2 tokenizer folder (encoder.json, vocab.bpe) the prefix targets are built from, "     \
+    "read when a train.stages.prefix weight is not 0")
 
 #define ENGINE_ZERO_FIELDS(F)                                                               \
   F(zero, int64_t, stage, "stage", 1, kOptional,                                            \

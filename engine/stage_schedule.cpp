@@ -204,6 +204,12 @@ std::vector<int64_t> StageSchedule::transition_steps() const {
   return out;
 }
 
+bool StageSchedule::uses_prefix() const {
+  for (const TrainingStage& s : stages_)
+    if (s.prefix.start != 0 || s.prefix.end != 0) return true;
+  return false;
+}
+
 double StageSchedule::lr_multiplier(int64_t step) const {
   double lr = stage_of(step).lr_mul;
   const auto cooldown_start =

@@ -734,6 +734,7 @@ TEST(Config, KeyListIsLocked) {
       "train.stages.batch_tokens train.stages.durations train.stages.extension_steps "
       "train.stages.rows train.stages.max_doc_tokens train.stages.max_docs train.stages.windows "
       "train.stages.lr_mul train.stages.mtp train.stages.final_window train.stages.prefix "
+      "train.stages.prefix_vocab "
       "zero.stage zero.overlap zero.bucket_mb "
       "zero.progress zero.sparse_rows checkpoint.dir checkpoint.every checkpoint.at_end "
       "checkpoint.keep checkpoint.keep_best checkpoint.resume checkpoint.overwrite "
