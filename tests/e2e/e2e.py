@@ -409,7 +409,8 @@ def case_stages_loss_terms(env):
     without them. Validation stays the plain cross-entropy (step 0's val loss identical); the
     training loss is the weighted sum of the terms: at step 1 (same weights, same batch) larger by
     the extra terms, in stage 2 still well above the run's validation loss, and in the last stage
-    (weights {1} and 0) as close to it as the plain run's."""
+    (weights {1} and 0) as close to it as the plain run's. A prefix weight without the
+    vocabulary's files is refused at start, naming train.stages.prefix_vocab."""
     vocab = os.path.join(env.work, "prefix_vocab")
     write_prefix_vocab(vocab)
     base = [s for s in STAGE_SETS if not s.startswith(("train.stages.mtp", "train.stages.prefix"))]
@@ -440,6 +441,12 @@ def case_stages_loss_terms(env):
     print("stages loss terms: val loss at step 0 %.6f both; train loss x %.4f the plain run's at "
           "step 1; train / val x %.4f the plain run's at step 10 (stage 2), x %.4f at step 20 "
           "(stage 3)" % (terms[0]["val_loss"], first, mid, end))
+    # A prefix weight without the vocabulary's files: refused at start, naming the key.
+    p, _ = env.run(1, "no_vocab", base[:-1] + ["train.stages.prefix_vocab=" + vocab + "_missing",
+                                               "train.stages.mtp=1; 1; 1",
+                                               "train.stages.prefix=0.25; 0; 0"], expect_ok=False)
+    check("key 'train.stages.prefix_vocab'" in p.stderr + p.stdout and "encoder.json" in
+          p.stderr + p.stdout, "a missing prefix vocabulary is not named:\n" + p.stderr[-2000:])
 
 
 def case_window_schedule_validation(env):
