@@ -421,6 +421,73 @@ ENGINE_HD inline T smear_gate_grad_z(T lambda, T s) {
   return lambda * s * (T(1) - s);
 }
 
+// ---- model: the training loss's terms (record #89's multi-token and prefix targets) -------------
+
+// The terms of the loss at position n of the N = B T rows of logits (t = n mod row_tokens, the
+// position in its row): offset k < offsets predicts targets[n + k], the token k + 1 places on,
+// with weight[k], and is a term only while t + k < row_tokens (no document masking; nothing
+// crosses a row); the prefix term predicts prefix_of[targets[n]] (the longest proper byte prefix
+// of the next token that is itself a token; -1: no term) with prefix_weight. A position's loss
+// is sum_i w_i (lse - z[target_i]) over its terms; its gradient in z_j is
+// (sum_i w_i) softmax(z)_j - (the weights of the terms whose target is j): the exact gradient of
+// that loss, also on a row's last positions where later offsets have no term (record #89's kernel
+// normalises those over all the weights: not its loss's gradient; the engine does not copy it).
+// The plain cross-entropy: offsets 1, weight {1}, no prefix table.
+struct LossTerms {
+  static constexpr int kMaxOffsets = 4;
+  static constexpr int kMaxTerms = kMaxOffsets + 1;  // the offsets and the prefix
+  int offsets = 1;
+  float weight[kMaxOffsets] = {1.0f, 0.0f, 0.0f, 0.0f};
+  int64_t row_tokens = 1;
+  const int32_t* prefix_of = nullptr;  // [vocabulary] on the device, or null: no prefix term
+  float prefix_weight = 0.0f;
+};
+
+// One position's terms: their targets (-1: no term) and weights, and the weights' sum.
+template <typename T>
+struct PositionTerms {
+  int32_t target[LossTerms::kMaxTerms];
+  T weight[LossTerms::kMaxTerms];
+  T total;
+};
+
+// targets[n] outside [0, V) reads no prefix (the kernels report such a target).
+template <typename T>
+ENGINE_HD inline PositionTerms<T> position_terms(const LossTerms& terms, const int32_t* targets,
+                                                 int64_t n, int64_t V) {
+  PositionTerms<T> p;
+  p.total = T(0);
+  const int64_t t = n % terms.row_tokens;
+  for (int k = 0; k < LossTerms::kMaxOffsets; ++k) {
+    const bool present = k < terms.offsets && t + k < terms.row_tokens;
+    p.target[k] = present ? targets[n + k] : -1;
+    p.weight[k] = present ? static_cast<T>(terms.weight[k]) : T(0);
+    p.total += p.weight[k];
+  }
+  const int i = LossTerms::kMaxOffsets;  // the prefix term
+  const int32_t next = targets[n];
+  p.target[i] = terms.prefix_of != nullptr && next >= 0 && next < V ? terms.prefix_of[next] : -1;
+  p.weight[i] = p.target[i] >= 0 ? static_cast<T>(terms.prefix_weight) : T(0);
+  p.total += p.weight[i];
+  return p;
+}
+
+// The weight of the terms whose target is column j.
+template <typename T>
+ENGINE_HD inline T target_weight(const PositionTerms<T>& p, int64_t j) {
+  T w = T(0);
+  for (int i = 0; i < LossTerms::kMaxTerms; ++i)
+    if (p.target[i] == j) w += p.weight[i];
+  return w;
+}
+
+// d (the position's loss) / d z_j from softmax(z)_j: total p_j - target_weight(j), formed before
+// any scaling so that a likely target (p near its weight's share) does not cancel after it.
+template <typename T>
+ENGINE_HD inline T terms_grad(T p, T total, T weight_of_j) {
+  return total * p - weight_of_j;
+}
+
 // ---- float updates and column math --------------------------------------------------------------
 //
 // Float arithmetic in a fixed operation order, so the CPU results are reproducible bits; sums of

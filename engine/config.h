@@ -107,6 +107,14 @@ inline constexpr bool kOptional = false;
     "over its amax/448, the activation over the previous forward's amax x 1.80/448, proj over "  \
     "the previous step's amax x 1.12/448 (its own through step 16); backward as without it "    \
     "(modern, not MoE; GPUs sm_89+)")                                                           \
+  F(model, double, head_fp8_x_scale, "head_fp8_x_scale", 0.0, kOptional,                        \
+    "model.head_fp8's scale of the final norm in units of 1/448 (0 = sqrt(d_model); "           \
+    "record #89: 100)")                                                                         \
+  F(model, double, head_fp8_w_scale, "head_fp8_w_scale", 24.0, kOptional,                       \
+    "model.head_fp8's scale of lm_head.weight in units of 1/448 (record #89: 1.6)")             \
+  F(model, double, head_fp8_grad_scale, "head_fp8_grad_scale", 1.0, kOptional,                  \
+    "model.head_fp8's scale of a token loss's logit gradient in units of 1/448 (record "        \
+    "#89: 0.75)")                                                                               \
   F(model, bool, key_offset, "key_offset", false, kOptional,                                    \
     "#89: long-window blocks shift the keys' unrotated half a position (needs rotary_truncate " \
     "and window; modern)")                                                                      \
@@ -201,7 +209,10 @@ inline constexpr bool kOptional = false;
     "the long window of the validation after the last step (the record: 2560; 0 = the last "       \
     "stage's)")                                                                                    \
   F(train, std::string, stages_prefix, "stages.prefix", "", kOptional,                             \
-    "each stage's prefix-loss weight, 'a>b' ramping within the stage ('0.25; 0.25>0; 0; 0')")
+    "each stage's prefix-loss weight, 'a>b' ramping within the stage ('0.25; 0.25>0; 0; 0')")      \
+  F(train, std::string, stages_prefix_vocab, "stages.prefix_vocab", "data/tokenizer", kOptional,   \
+    "the GPT-2 tokenizer folder (encoder.json, vocab.bpe) the prefix targets are built from, "     \
+    "read when a train.stages.prefix weight is not 0")
 
 #define ENGINE_ZERO_FIELDS(F)                                                               \
   F(zero, int64_t, stage, "stage", 1, kOptional,                                            \

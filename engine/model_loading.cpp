@@ -79,6 +79,9 @@ model::ModelConfig model_config_of(const Config& c) {
   m.uniform_matrix_init = c.model.uniform_matrix_init;
   m.head_fp8 = c.model.head_fp8;
   m.mlp_fp8 = c.model.mlp_fp8;
+  m.head_fp8_x_scale = static_cast<float>(c.model.head_fp8_x_scale);
+  m.head_fp8_w_scale = static_cast<float>(c.model.head_fp8_w_scale);
+  m.head_fp8_grad_scale = static_cast<float>(c.model.head_fp8_grad_scale);
   m.key_offset = c.model.key_offset;
   m.bigram_rows = c.model.bigram_rows;
   m.smear = c.model.smear;

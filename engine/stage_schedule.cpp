@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/kernel_math.h"
 #include "data/document_loader.h"
 
 namespace engine {
@@ -168,7 +169,19 @@ StageSchedule StageSchedule::of(const Config& c) {
     for (const std::string& r : split(mtp[k], ' '))
       if (!r.empty()) s.mtp.push_back(keys.ramp("train.stages.mtp", r));
     if (s.mtp.empty()) keys.fail("train.stages.mtp", "stage " + std::to_string(k) + " is empty");
+    // The loss takes up to kMaxOffsets targets (t+1 ..), each weight >= 0.
+    const int most = core::kmath::LossTerms::kMaxOffsets;
+    if (static_cast<int>(s.mtp.size()) > most) {
+      keys.fail("train.stages.mtp", "stage '" + mtp[k] + "' has " + std::to_string(s.mtp.size()) +
+                                        " weights, at most " + std::to_string(most));
+    }
     s.prefix = keys.ramp("train.stages.prefix", prefix[k]);
+    for (const Ramp& r : s.mtp) {
+      if (r.start < 0 || r.end < 0)
+        keys.fail("train.stages.mtp", "stage '" + mtp[k] + "' has a negative weight");
+    }
+    if (s.prefix.start < 0 || s.prefix.end < 0)
+      keys.fail("train.stages.prefix", "stage '" + prefix[k] + "' has a negative weight");
   }
   try {
     return StageSchedule(std::move(stages), durations, st.steps - st.stages_extension_steps,
@@ -202,6 +215,12 @@ std::vector<int64_t> StageSchedule::transition_steps() const {
   for (size_t k = 1; k < stages_.size(); ++k)
     out.push_back(stages_[k].begin_step);
   return out;
+}
+
+bool StageSchedule::uses_prefix() const {
+  for (const TrainingStage& s : stages_)
+    if (s.prefix.start != 0 || s.prefix.end != 0) return true;
+  return false;
 }
 
 double StageSchedule::lr_multiplier(int64_t step) const {

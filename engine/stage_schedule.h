@@ -78,6 +78,8 @@ class StageSchedule {
   // The first step of each stage after the first (the record's transition steps).
   std::vector<int64_t> transition_steps() const;
 
+  // Whether some stage weights the prefix-target loss (the model then needs the prefix table).
+  bool uses_prefix() const;
   double lr_multiplier(int64_t step) const;
   // What step `step` reads; from total_steps() on (the final validation) the long window is the
   // final window when one was given (apply_final_ws_ext: ws_long = 20 blocks, the short one

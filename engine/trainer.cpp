@@ -18,6 +18,8 @@
 #include "core/output_file.h"
 #include "core/transfer.h"
 #include "data/data_loader.h"
+#include "data/gpt2_tokenizer.h"
+#include "data/prefix_tokens.h"
 #include "data/val_loader.h"
 #include "engine/build_info.h"
 #include "engine/checkpoint/checkpoint_files.h"
@@ -115,6 +117,17 @@ Trainer::Trainer(Config config, comm::Communicator& control, comm::Communicator&
   model_config.precision = precision.precision;
   gpt_ = std::make_unique<model::Gpt>(model_config, backend_);
   gpt_->init_weights();
+  if (stages_.uses_prefix()) {
+    // Record #89's prefix targets, from the GPT-2 vocabulary (built once; the stages weight them).
+    const std::string& dir = config_.train.stages_prefix_vocab;
+    try {
+      const data::Gpt2Tokenizer tokenizer(dir);
+      gpt_->set_prefix_table(data::prefix_tokens(tokenizer, model_config.vocab_size));
+    } catch (const core::Error& e) {
+      throw core::Error("config error: " + source + ": key 'train.stages.prefix_vocab' = '" + dir +
+                        "': " + e.what());
+    }
+  }
 
   // Optimizer groups decide each trainable's placement; the plan resolves it for this world.
   std::vector<Trainable> trainables = model_trainables(*gpt_);
@@ -243,6 +256,7 @@ void Trainer::apply_stage(int64_t step) {
   if (!stages_.enabled()) return;
   stage_settings_ = stages_.settings(step);
   step_tokens_ = stage_settings_.batch_tokens;
+  gpt_->set_loss_weights(stage_settings_.mtp_weights, stage_settings_.prefix_weight);
   if (config_.model.window > 0)
     gpt_->set_attention_window(static_cast<int>(stage_settings_.window_long));
 }

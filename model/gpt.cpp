@@ -1,5 +1,6 @@
 #include "model/gpt.h"
 
+#include <cmath>
 #include <utility>
 
 #include "core/check.h"
@@ -268,6 +269,46 @@ std::vector<float> Gpt::last_logits(const int32_t* tokens, int B, int T) {
 
 void Gpt::set_attention_window(int window) {
   masks_.set_window(window);
+}
+
+void Gpt::set_loss_weights(const std::vector<double>& offsets, double prefix) {
+  const int most = core::kmath::LossTerms::kMaxOffsets;
+  ENGINE_CHECK(!offsets.empty() && static_cast<int>(offsets.size()) <= most,
+               "model: loss weights: " + std::to_string(offsets.size()) +
+                   " multi-token weights (1 to " + std::to_string(most) + ")");
+  for (double w : offsets) {
+    ENGINE_CHECK(std::isfinite(w) && w >= 0.0,
+                 "model: loss weights: multi-token weight " + std::to_string(w) + " is not >= 0");
+  }
+  ENGINE_CHECK(std::isfinite(prefix) && prefix >= 0.0,
+               "model: loss weights: prefix weight " + std::to_string(prefix) + " is not >= 0");
+  ENGINE_CHECK(prefix == 0.0 || prefix_table_.defined(),
+               "model: loss weights: a prefix weight needs the prefix table (set_prefix_table)");
+  core::kmath::LossTerms terms;
+  terms.offsets = static_cast<int>(offsets.size());
+  for (size_t k = 0; k < offsets.size(); ++k)
+    terms.weight[k] = static_cast<float>(offsets[k]);
+  if (prefix > 0.0) {
+    terms.prefix_of = reinterpret_cast<const int32_t*>(prefix_table_.data<float>());
+    terms.prefix_weight = static_cast<float>(prefix);
+  }
+  ctx_.loss_terms = terms;
+}
+
+void Gpt::set_prefix_table(const std::vector<int32_t>& prefix_of) {
+  const int64_t V = config_.vocab_size;
+  ENGINE_CHECK(static_cast<int64_t>(prefix_of.size()) == V,
+               "model: prefix table: " + std::to_string(prefix_of.size()) +
+                   " entries for a vocabulary of " + std::to_string(V));
+  for (int64_t v = 0; v < V; ++v) {
+    ENGINE_CHECK(prefix_of[v] >= -1 && prefix_of[v] < V && prefix_of[v] != v,
+                 "model: prefix table: token " + std::to_string(v) + "'s prefix " +
+                     std::to_string(prefix_of[v]) + " is not -1 or another token");
+  }
+  static_assert(sizeof(float) == sizeof(int32_t));
+  if (!prefix_table_.defined())
+    prefix_table_ = core::Tensor::empty({V}, core::DType::F32, backend_.allocator());
+  backend_.copy_from_host(prefix_table_.raw_data(), prefix_of.data(), V * sizeof(int32_t));
 }
 
 void Gpt::backward() {

@@ -117,6 +117,17 @@ class Gpt {
   void set_attention_window(int window);
   int attention_window() const { return masks_.window(); }
 
+  // Record #89's training loss from the next training forward on: per position, the weighted
+  // cross-entropies of the targets t+1, t+2, ... (`offsets`, one weight each, 1 to 4; a term only
+  // while inside the row) and of the next token's prefix token (`prefix`; needs
+  // set_prefix_table()). {1} and 0 (the default): the plain cross-entropy. The objective is then
+  // the mean over positions of the weighted sums (what ce_loss() and the loss sums report);
+  // evaluation (eval_loss) stays the plain mean cross-entropy.
+  void set_loss_weights(const std::vector<double>& offsets, double prefix);
+  // Each token's prefix token (the longest proper byte prefix that is a token; -1: none),
+  // [vocab_size], copied to the device.
+  void set_prefix_table(const std::vector<int32_t>& prefix_of);
+
   // The last forward's mean cross-entropy and MoE auxiliary loss (each a device read).
   float ce_loss() const;
   float aux_loss() const;
@@ -159,6 +170,8 @@ class Gpt {
   // forward_accumulate(), then the last forward's {cross-entropy, aux loss}.
   core::Tensor loss_state_;
   double* loss_sum_ = nullptr;
+  // set_prefix_table()'s int32 table (stored in an F32 tensor of the same size).
+  core::Tensor prefix_table_;
 
   LayerHook hook_;
   bool have_grad_state_ = false;

@@ -37,6 +37,10 @@ struct Context {
   int32_t* targets = nullptr;
   // Whether this forward is followed by a backward (the FP8 head runs in training only).
   bool want_grad = false;
+  // The training loss's terms (Gpt::set_loss_weights: record #89's multi-token and prefix
+  // targets), which the head applies in a forward with want_grad; evaluation stays the plain
+  // cross-entropy. The head sets row_tokens to T.
+  core::kmath::LossTerms loss_terms;
   // The forward's {cross-entropy, aux loss} on the device.
   float* losses = nullptr;
   // MoE: the dispatch rows per (block, expert) since the last take (Gpt::take_expert_rows).

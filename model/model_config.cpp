@@ -102,6 +102,13 @@ void ModelConfig::validate() const {
     ENGINE_CHECK(softcap_scale > 0.0f,
                  "model.softcap_scale must be positive for the sigmoid soft-cap");
   }
+  ENGINE_CHECK(head_fp8_x_scale >= 0.0f && head_fp8_w_scale > 0.0f && head_fp8_grad_scale > 0.0f,
+               "model.head_fp8_x_scale must be >= 0 (0: sqrt(d_model)), model.head_fp8_w_scale "
+               "and model.head_fp8_grad_scale > 0");
+  ENGINE_CHECK(head_fp8 || (head_fp8_x_scale == 0.0f && head_fp8_w_scale == 24.0f &&
+                            head_fp8_grad_scale == 1.0f),
+               "model.head_fp8_x_scale, head_fp8_w_scale and head_fp8_grad_scale need "
+               "model.head_fp8");
   ENGINE_CHECK(softcap_offset == 0.0f || softcap_form == SoftcapForm::Sigmoid,
                "model.softcap_offset needs the sigmoid soft-cap (model.softcap_form sigmoid)");
   ENGINE_CHECK(softcap_offset == 0.0f || precision != Precision::Bf16 || head_fp8,

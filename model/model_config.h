@@ -92,6 +92,11 @@ struct ModelConfig {
   // The MLP's two forward GEMMs in FP8 in training, the record's dynamic and delayed scales
   // (model/layers/fp8_mlp.h); the backward as without it.
   bool mlp_fp8 = false;
+  // head_fp8's scales of the final norm, the weight and the logits' gradient, in units of 1/448
+  // (x 0: sqrt(d_model)); record #89's: 100, 1.6, 0.75.
+  float head_fp8_x_scale = 0.0f;
+  float head_fp8_w_scale = 24.0f;
+  float head_fp8_grad_scale = 1.0f;
   // Record #89's partial key offset in the long-window blocks (model/layers/key_offset.h); needs
   // rotary_truncate (the unrotated half it shifts) and window.
   bool key_offset = false;

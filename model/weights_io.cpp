@@ -72,6 +72,12 @@ std::map<std::string, std::string> config_metadata(const ModelConfig& c) {
   if (c.uniform_matrix_init) m["model.uniform_matrix_init"] = "true";
   if (c.head_fp8) m["model.head_fp8"] = "true";
   if (c.mlp_fp8) m["model.mlp_fp8"] = "true";
+  if (c.head_fp8_x_scale != off.head_fp8_x_scale)
+    m["model.head_fp8_x_scale"] = float_str(c.head_fp8_x_scale);
+  if (c.head_fp8_w_scale != off.head_fp8_w_scale)
+    m["model.head_fp8_w_scale"] = float_str(c.head_fp8_w_scale);
+  if (c.head_fp8_grad_scale != off.head_fp8_grad_scale)
+    m["model.head_fp8_grad_scale"] = float_str(c.head_fp8_grad_scale);
   return m;
 }
 

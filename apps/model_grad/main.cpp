@@ -3,15 +3,21 @@
 //
 //   model_grad --config C.yaml [--set key=value ...] [--weights W.safetensors] --tokens T.bin
 //              --batch B --out G.safetensors [--save-weights W2.safetensors]
+//              [--mtp "W0 W1 ..."] [--prefix-weight W --prefix-table P.txt]
 //
 // The model is the `model:` section of a config, read by the engine's own config loader (so
 // --set, the checks and the error messages are the engine's; train.seed seeds the
 // initialisation). A file with only `model:` is enough; a whole engine config works too. Row b of
 // the batch is tokens [b(T+1), (b+1)(T+1)) of the shard, T = model.seq_len: inputs are its first T
-// tokens, targets its last T. Without --weights the seeded initialisation is used.
+// tokens, targets its last T. Without --weights the seeded initialisation is used. --mtp and
+// --prefix-weight set record #89's training loss (Gpt::set_loss_weights: the weights of the
+// targets t+1, t+2, ... and of the prefix targets); --prefix-table holds each token's prefix
+// token (-1: none), model.vocab_size integers separated by white space.
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -28,8 +34,9 @@ namespace {
 int run(int argc, char** argv) {
   std::map<std::string, std::string> args;
   std::vector<std::string> sets;
-  const std::vector<std::string> known = {"--config", "--weights", "--tokens",      "--batch",
-                                          "--out",    "--set",     "--save-weights"};
+  const std::vector<std::string> known = {
+      "--config", "--weights",      "--tokens", "--batch",         "--out",
+      "--set",    "--save-weights", "--mtp",    "--prefix-weight", "--prefix-table"};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     ENGINE_CHECK(std::find(known.begin(), known.end(), a) != known.end(),
@@ -69,6 +76,22 @@ int run(int argc, char** argv) {
     gpt.init_weights();
   }
   if (args.count("--save-weights")) model::save_weights(gpt, args["--save-weights"]);
+  if (args.count("--prefix-table")) {
+    std::ifstream in(args["--prefix-table"]);
+    ENGINE_CHECK(in.good(), "model_grad: cannot open --prefix-table " + args["--prefix-table"]);
+    std::vector<int32_t> table;
+    for (int32_t v = 0; in >> v;)
+      table.push_back(v);
+    gpt.set_prefix_table(table);
+  }
+  if (args.count("--mtp") || args.count("--prefix-weight")) {
+    std::vector<double> mtp;
+    std::istringstream in(args.count("--mtp") ? args["--mtp"] : "1");
+    for (double w = 0; in >> w;)
+      mtp.push_back(w);
+    gpt.set_loss_weights(mtp,
+                         args.count("--prefix-weight") ? std::stod(args["--prefix-weight"]) : 0.0);
+  }
   gpt.zero_grad();
   const float loss = gpt.forward(inputs.data(), targets.data(), B, T);
   gpt.backward();

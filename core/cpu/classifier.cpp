@@ -7,14 +7,14 @@ namespace core {
 
 void CpuBackend::cross_entropy(float* losses, float* dlogits, const float* logits,
                                const int32_t* targets, int64_t N, int64_t V, int64_t Vp,
-                               float softcap, float dloss_scale) {
-  cpu::cross_entropy(losses, dlogits, logits, targets, N, V, Vp, softcap, dloss_scale);
+                               float softcap, float dloss_scale, const kmath::LossTerms& terms) {
+  cpu::cross_entropy(losses, dlogits, logits, targets, N, V, Vp, softcap, dloss_scale, terms);
 }
 
 void CpuBackend::cross_entropy(float* losses, bf16* dlogits, const bf16* logits,
                                const int32_t* targets, int64_t N, int64_t V, int64_t Vp,
-                               float softcap, float dloss_scale) {
-  cpu::cross_entropy(losses, dlogits, logits, targets, N, V, Vp, softcap, dloss_scale);
+                               float softcap, float dloss_scale, const kmath::LossTerms& terms) {
+  cpu::cross_entropy(losses, dlogits, logits, targets, N, V, Vp, softcap, dloss_scale, terms);
 }
 
 void CpuBackend::mean_loss(float* mean, const float* losses, int64_t n) {

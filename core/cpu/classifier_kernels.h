@@ -44,23 +44,37 @@ inline T capped_logit(T x, T cap, T inv_cap) {
   return cap * (T(1) - T(2) / (FastMath::exp(T(2) * (x * inv_cap)) + T(1)));
 }
 
-// Per row: z = softcap(logits[:V]), loss = logsumexp(z) - z[target];
-// dlogits = dloss_scale (softmax(z) - onehot) softcap'(logits), zero in the padded columns, as
-// T or as bf16 (G). The logits are T, or bf16 (L) widened exactly. Two exponentials per element
-// with a cap (capped_logit's and softmax's), one without: z goes to a per-thread row buffer,
-// exp(z - max) to dlogits (T) or a second row buffer (bf16). dlogits may
-// alias logits: every logit of a row is read (into the buffer) before anything of the row is
-// written. The cap's test sits outside the loops, since a vectorised loop computes both sides of
-// a test inside it (bench_model --op-groups: the classifier about 2x faster without the cap).
+// Per row: z = softcap(logits[:V]), loss = sum_i w_i (logsumexp(z) - z[target_i]) over the row's
+// terms (kmath::position_terms; the plain cross-entropy's one term is lse - z[target]);
+// dlogits = dloss_scale (W softmax(z) - c) softcap'(logits) with W the terms' total weight and
+// c_j the weight of those targeting j, zero in the padded columns, as T or as bf16 (G). The logits
+// are T, or bf16 (L) widened exactly. Two exponentials per element with a cap (capped_logit's and
+// softmax's), one without: z goes to a per-thread row buffer, exp(z - max) to dlogits (T) or a
+// second row buffer (bf16). dlogits may alias logits: every logit of a row is read (into the
+// buffer) before anything of the row is written. The cap's test sits outside the loops, since a
+// vectorised loop computes both sides of a test inside it (bench_model --op-groups: the
+// classifier about 2x faster without the cap); the target columns are written once more after
+// the row's vectorised pass.
 template <typename T, typename G, typename L = T>
 void cross_entropy(T* losses, G* dlogits, const L* logits, const int32_t* targets, int64_t N,
-                   int64_t V, int64_t Vp, T softcap, T dloss_scale) {
+                   int64_t V, int64_t Vp, T softcap, T dloss_scale, const kmath::LossTerms& terms) {
   ENGINE_CHECK(V > 0 && V <= Vp, "cross_entropy: need 0 < V <= Vp, got V=" + std::to_string(V) +
                                      " Vp=" + std::to_string(Vp));
+  ENGINE_CHECK(terms.offsets >= 1 && terms.offsets <= kmath::LossTerms::kMaxOffsets &&
+                   terms.row_tokens >= 1 && N % terms.row_tokens == 0,
+               "cross_entropy: " + std::to_string(terms.offsets) + " offsets (1.." +
+                   std::to_string(kmath::LossTerms::kMaxOffsets) + ") over rows of " +
+                   std::to_string(terms.row_tokens) + " of the " + std::to_string(N) +
+                   " positions");
   for (int64_t n = 0; n < N; ++n) {
     if (targets[n] < 0 || targets[n] >= V) {
       ENGINE_FAIL("cross_entropy: target " + std::to_string(targets[n]) + " at row " +
                   std::to_string(n) + " is outside [0, V=" + std::to_string(V) + ")");
+    }
+    if (terms.prefix_of && terms.prefix_of[targets[n]] >= V) {
+      ENGINE_FAIL("cross_entropy: the prefix " + std::to_string(terms.prefix_of[targets[n]]) +
+                  " of target " + std::to_string(targets[n]) + " at row " + std::to_string(n) +
+                  " is outside [0, V=" + std::to_string(V) + ")");
     }
   }
   // The exponentials are kept in the output row itself when it holds T (it may alias the
@@ -87,7 +101,7 @@ void cross_entropy(T* losses, G* dlogits, const L* logits, const int32_t* target
           z[j] = widen<T>(x[j]);
       }
       T mx = row_max(z.data(), V);
-      int64_t target = targets[n];
+      const kmath::PositionTerms<T> pos = kmath::position_terms<T>(terms, targets, n, V);
       G* g = dlogits ? dlogits + n * Vp : nullptr;
       T* e = nullptr;
       if constexpr (in_place) {
@@ -108,29 +122,51 @@ void cross_entropy(T* losses, G* dlogits, const L* logits, const int32_t* target
           s += FastMath::exp(z[j] - mx);
       }
       T lse = mx + std::log(s);
-      if (losses) losses[n] = lse - z[target];
+      if (losses) {
+        T loss = T(0);
+        for (int i = 0; i < kmath::LossTerms::kMaxTerms; ++i)
+          if (pos.target[i] >= 0) loss += pos.weight[i] * (lse - z[pos.target[i]]);
+        losses[n] = loss;
+      }
       if (g) {
         T inv = T(1) / s;
-        T p_target = e[target] * inv;
+        // The targets' probabilities, read before their columns are overwritten.
+        T p_target[kmath::LossTerms::kMaxTerms];
+        for (int i = 0; i < kmath::LossTerms::kMaxTerms; ++i)
+          p_target[i] = pos.target[i] >= 0 ? e[pos.target[i]] * inv : T(0);
+        const T total = pos.total;
         if (capped) {
 #pragma omp simd
           for (int64_t j = 0; j < V; ++j) {
-            g[j] = gradient_as<G>(dloss_scale * e[j] * inv *
+            g[j] = gradient_as<G>(dloss_scale * total * e[j] * inv *
                                   kmath::softcap_grad_from_output(z[j], softcap));
           }
         } else {  // softcap_grad_from_output is 1: the same products
 #pragma omp simd
           for (int64_t j = 0; j < V; ++j)
-            g[j] = gradient_as<G>(dloss_scale * e[j] * inv * T(1));
+            g[j] = gradient_as<G>(dloss_scale * total * e[j] * inv * T(1));
         }
-        // (p - 1) for the target, formed before scaling so no cancellation when p is near 1.
-        g[target] = gradient_as<G>(dloss_scale * (p_target - T(1)) *
-                                   kmath::softcap_grad_from_output(z[target], softcap));
+        // The target columns: total p - c (a column several terms target is written alike by each).
+        for (int i = 0; i < kmath::LossTerms::kMaxTerms; ++i) {
+          const int32_t j = pos.target[i];
+          if (j < 0) continue;
+          g[j] = gradient_as<G>(
+              dloss_scale * kmath::terms_grad(p_target[i], total, kmath::target_weight(pos, j)) *
+              kmath::softcap_grad_from_output(z[j], softcap));
+        }
         for (int64_t j = V; j < Vp; ++j)
           g[j] = gradient_as<G>(T(0));
       }
     }
   }
+}
+
+// The plain cross-entropy: one target a row.
+template <typename T, typename G, typename L = T>
+void cross_entropy(T* losses, G* dlogits, const L* logits, const int32_t* targets, int64_t N,
+                   int64_t V, int64_t Vp, T softcap, T dloss_scale) {
+  cross_entropy(losses, dlogits, logits, targets, N, V, Vp, softcap, dloss_scale,
+                kmath::LossTerms{});
 }
 
 // The float64 sum in index order, one rounding to T at the end.

@@ -174,10 +174,13 @@ class CpuBackend final : public Backend {
                                   int64_t BH, int64_t T, int64_t hd, const AttentionMask& mask,
                                   int64_t head0, int64_t head_stride = 0,
                                   int64_t row_stride = 0) override;
+  using ClassifierOps::cross_entropy;  // the plain forms
   void cross_entropy(float* losses, float* dlogits, const float* logits, const int32_t* targets,
-                     int64_t N, int64_t V, int64_t Vp, float softcap, float dloss_scale) override;
+                     int64_t N, int64_t V, int64_t Vp, float softcap, float dloss_scale,
+                     const kmath::LossTerms& terms) override;
   void cross_entropy(float* losses, bf16* dlogits, const bf16* logits, const int32_t* targets,
-                     int64_t N, int64_t V, int64_t Vp, float softcap, float dloss_scale) override;
+                     int64_t N, int64_t V, int64_t Vp, float softcap, float dloss_scale,
+                     const kmath::LossTerms& terms) override;
   void gather_rows(float* out, const float* src, const int32_t* index, const float* weight,
                    int64_t n, int64_t D) override;
   void gather_rows(bf16* out, const bf16* src, const int32_t* index, int64_t n, int64_t D) override;

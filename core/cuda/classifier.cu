@@ -43,17 +43,31 @@ __device__ inline void store_gradient(bf16* dz, float g) {
   *dz = kmath::bf16_from_float(g);
 }
 
+// Whether every term of the row reads a column in [0, V).
+__device__ inline bool terms_in_range(const kmath::PositionTerms<float>& pos, int64_t V) {
+  bool ok = true;
+  for (int i = 0; i < kmath::LossTerms::kMaxTerms; ++i)
+    ok = ok && pos.target[i] < V;
+  return ok;
+}
+
 // One row's normaliser into the row's loss (thread 0), as every kernel below ends its first
-// pass: `norm` holds this thread's part, z_target the target's logit (read by thread 0 only).
+// pass: `norm` holds this thread's part; the terms' logits are read by thread 0 only.
 template <typename L>
 __device__ float row_lse(kmath::OnlineSoftmax<float> norm, float* losses, const L* z,
-                         int32_t target, bool valid, float cap, int* status) {
+                         const kmath::PositionTerms<float>& pos, bool valid, float cap,
+                         int* status) {
   norm = block_allreduce(norm);
   const float lse = norm.log_sum_exp();
   if (threadIdx.x == 0) {
     const int64_t row = blockIdx.x;
     if (valid) {
-      if (losses != nullptr) losses[row] = lse - kmath::softcap(logit_value(z, target), cap);
+      float loss = 0.0f;
+      for (int i = 0; i < kmath::LossTerms::kMaxTerms; ++i) {
+        if (pos.target[i] >= 0)
+          loss += pos.weight[i] * (lse - kmath::softcap(logit_value(z, pos.target[i]), cap));
+      }
+      if (losses != nullptr) losses[row] = loss;
     } else {
       if (losses != nullptr) losses[row] = NAN;
       cuda_detail::raise_status(status, cuda_detail::kStatusTargetOutOfRange, row);
@@ -62,11 +76,12 @@ __device__ float row_lse(kmath::OnlineSoftmax<float> norm, float* losses, const 
   return lse;
 }
 
-// d loss / d z_j for the softcapped softmax (the f32 value the store rounds).
-__device__ inline float logit_gradient(float zj, bool is_target, float lse, float cap,
-                                       float dloss_scale) {
+// d loss / d z_j for the softcapped softmax over the row's terms (the f32 value the store rounds).
+__device__ inline float logit_gradient(float zj, int64_t j, const kmath::PositionTerms<float>& pos,
+                                       float lse, float cap, float dloss_scale) {
   const float p = expf(kmath::softcap(zj, cap) - lse);
-  return dloss_scale * (p - (is_target ? 1.0f : 0.0f)) * kmath::softcap_grad(zj, cap);
+  return dloss_scale * kmath::terms_grad(p, pos.total, kmath::target_weight(pos, j)) *
+         kmath::softcap_grad(zj, cap);
 }
 
 // Two passes over the row in global memory: one block per row of logits [N, Vp] (f32, or bf16:
@@ -75,21 +90,21 @@ __device__ inline float logit_gradient(float zj, bool is_target, float lse, floa
 template <typename L, typename G>
 __global__ void cross_entropy_kernel(float* losses, G* dlogits, const L* logits,
                                      const int32_t* targets, int64_t V, int64_t Vp, float cap,
-                                     float dloss_scale, int* status) {
+                                     float dloss_scale, kmath::LossTerms terms, int* status) {
   const int64_t row = blockIdx.x;
   const L* z = logits + row * Vp;
-  const int32_t target = targets[row];
-  const bool valid = target >= 0 && target < V;
+  const kmath::PositionTerms<float> pos = kmath::position_terms<float>(terms, targets, row, V);
+  const bool valid = targets[row] >= 0 && targets[row] < V && terms_in_range(pos, V);
   kmath::OnlineSoftmax<float> norm;
   for (int64_t j = threadIdx.x; j < V; j += blockDim.x)
     norm.add(kmath::softcap(logit_value(z, j), cap));
-  const float lse = row_lse(norm, losses, z, target, valid, cap, status);
+  const float lse = row_lse(norm, losses, z, pos, valid, cap, status);
   if (dlogits == nullptr) return;  // uniform across the block: no thread skips a barrier
   __syncthreads();
   G* dz = dlogits + row * Vp;
   for (int64_t j = threadIdx.x; j < Vp; j += blockDim.x) {
     float g = 0.0f;
-    if (j < V && valid) g = logit_gradient(logit_value(z, j), j == target, lse, cap, dloss_scale);
+    if (j < V && valid) g = logit_gradient(logit_value(z, j), j, pos, lse, cap, dloss_scale);
     store_gradient(dz + j, g);
   }
 }
@@ -103,7 +118,7 @@ constexpr int kRowThreads = 1024;
 __global__ void __launch_bounds__(kRowThreads)
     cross_entropy_row_in_smem_kernel(float* losses, bf16* dlogits, const bf16* logits,
                                      const int32_t* targets, int64_t V, int64_t Vp, float cap,
-                                     float dloss_scale, int* status) {
+                                     float dloss_scale, kmath::LossTerms terms, int* status) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* row_logits = reinterpret_cast<bf16*>(smem_raw);
   const int64_t row = blockIdx.x;
@@ -120,18 +135,18 @@ __global__ void __launch_bounds__(kRowThreads)
   for (int64_t j = copied + threadIdx.x; j < V; j += blockDim.x)
     row_logits[j] = z[j];
   __syncthreads();
-  const int32_t target = targets[row];
-  const bool valid = target >= 0 && target < V;
+  const kmath::PositionTerms<float> pos = kmath::position_terms<float>(terms, targets, row, V);
+  const bool valid = targets[row] >= 0 && targets[row] < V && terms_in_range(pos, V);
   kmath::OnlineSoftmax<float> norm;
   for (int64_t j = threadIdx.x; j < V; j += blockDim.x)
     norm.add(kmath::softcap(kmath::float_from_bf16(row_logits[j]), cap));
-  const float lse = row_lse(norm, losses, row_logits, target, valid, cap, status);
+  const float lse = row_lse(norm, losses, row_logits, pos, valid, cap, status);
   if (dlogits == nullptr) return;  // uniform across the block
   bf16* dz = dlogits + row * Vp;
   for (int64_t j = threadIdx.x; j < Vp; j += blockDim.x) {
     float g = 0.0f;
     if (j < V && valid) {
-      g = logit_gradient(kmath::float_from_bf16(row_logits[j]), j == target, lse, cap, dloss_scale);
+      g = logit_gradient(kmath::float_from_bf16(row_logits[j]), j, pos, lse, cap, dloss_scale);
     }
     store_gradient(dz + j, g);
   }
@@ -153,10 +168,17 @@ __global__ void accumulate_loss_kernel(double* acc, const float* terms, int64_t 
   acc[0] += static_cast<double>(total);
 }
 
-void check_cross_entropy(const std::string& name, int64_t N, int64_t V, int64_t Vp) {
+void check_cross_entropy(const std::string& name, int64_t N, int64_t V, int64_t Vp,
+                         const kmath::LossTerms& terms) {
   check_sizes(name + ": cross_entropy", {N, V, Vp});
   ENGINE_CHECK(V >= 1 && V <= Vp, name + ": cross_entropy: V = " + std::to_string(V) +
                                       " must be in [1, Vp = " + std::to_string(Vp) + "]");
+  ENGINE_CHECK(terms.offsets >= 1 && terms.offsets <= kmath::LossTerms::kMaxOffsets &&
+                   terms.row_tokens >= 1 && N % terms.row_tokens == 0,
+               name + ": cross_entropy: " + std::to_string(terms.offsets) + " offsets (1.." +
+                   std::to_string(kmath::LossTerms::kMaxOffsets) + ") over rows of " +
+                   std::to_string(terms.row_tokens) + " of the " + std::to_string(N) +
+                   " positions");
 }
 
 }  // namespace
@@ -180,23 +202,23 @@ size_t cuda_detail::classifier_row_smem(int64_t V, size_t max_smem_per_block) {
 
 void CudaBackend::cross_entropy(float* losses, float* dlogits, const float* logits,
                                 const int32_t* targets, int64_t N, int64_t V, int64_t Vp,
-                                float softcap, float dloss_scale) {
-  check_cross_entropy(name_, N, V, Vp);
+                                float softcap, float dloss_scale, const kmath::LossTerms& terms) {
+  check_cross_entropy(name_, N, V, Vp, terms);
   if (N == 0) return;
   cross_entropy_kernel<<<grid_rows(N, "cross_entropy"), kThreads, 0, stream_>>>(
-      losses, dlogits, logits, targets, V, Vp, softcap, dloss_scale, status_);
+      losses, dlogits, logits, targets, V, Vp, softcap, dloss_scale, terms, status_);
   ENGINE_CUDA_LAUNCHED();
 }
 
 void CudaBackend::cross_entropy(float* losses, bf16* dlogits, const bf16* logits,
                                 const int32_t* targets, int64_t N, int64_t V, int64_t Vp,
-                                float softcap, float dloss_scale) {
-  check_cross_entropy(name_, N, V, Vp);
+                                float softcap, float dloss_scale, const kmath::LossTerms& terms) {
+  check_cross_entropy(name_, N, V, Vp, terms);
   if (N == 0) return;
   const size_t smem = cuda_detail::classifier_row_smem(V, max_smem_per_block_);
   if (smem == 0) {  // the row does not fit (or ENGINE_CUDA_CLASSIFIER_TWO_PASS=1)
     cross_entropy_kernel<<<grid_rows(N, "cross_entropy"), kThreads, 0, stream_>>>(
-        losses, dlogits, logits, targets, V, Vp, softcap, dloss_scale, status_);
+        losses, dlogits, logits, targets, V, Vp, softcap, dloss_scale, terms, status_);
     ENGINE_CUDA_LAUNCHED();
     return;
   }
@@ -207,7 +229,7 @@ void CudaBackend::cross_entropy(float* losses, bf16* dlogits, const bf16* logits
     classifier_smem_opted_in_ = smem;
   }
   cross_entropy_row_in_smem_kernel<<<grid_rows(N, "cross_entropy"), kRowThreads, smem, stream_>>>(
-      losses, dlogits, logits, targets, V, Vp, softcap, dloss_scale, status_);
+      losses, dlogits, logits, targets, V, Vp, softcap, dloss_scale, terms, status_);
   ENGINE_CUDA_LAUNCHED();
 }
 

@@ -7,7 +7,9 @@
 namespace model {
 
 Fp8Head::Scales Fp8Head::scales(const ModelConfig& config) {
-  return {std::sqrt(static_cast<float>(config.d_model)) / 448.0f, 24.0f / 448.0f, 1.0f / 448.0f};
+  const float x = config.head_fp8_x_scale > 0.0f ? config.head_fp8_x_scale
+                                                 : std::sqrt(static_cast<float>(config.d_model));
+  return {x / 448.0f, config.head_fp8_w_scale / 448.0f, config.head_fp8_grad_scale / 448.0f};
 }
 
 void Fp8Head::plan(ActivationPlan& plan, const Context& ctx) {

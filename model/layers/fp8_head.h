@@ -2,8 +2,10 @@
 // mm_backward_op): z = (x_s w_s) Xq Wq^T with Xq = e4m3(lnf / x_s), Wq = e4m3(W / w_s); the
 // backward rounds g = e5m2(dz / grad_s) and takes d lnf = (grad_s w_s) g Wq,
 // dW += (grad_s x_s) g^T Xq: the record's straight-through rule (the roundings pass gradients
-// unchanged, the GEMMs see the rounded operands). The scales: x_s = sqrt(D) / 448 (a normed row
-// never saturates), w_s = 24 / 448, grad_s = 1 / 448.
+// unchanged, the GEMMs see the rounded operands). The scales, in units of 1/448
+// (model.head_fp8_x_scale, _w_scale, _grad_scale): by default x_s = sqrt(D) / 448 (a normed row
+// never saturates), w_s = 24 / 448, grad_s = 1 / 448; record #89's 100, 1.6 and 0.75 (its
+// grad_s = grad_scale 0.75 / 448 divides grad_scale times the token gradient: the same codes).
 // dz is the gradient of the record's loss, the SUM of the rank's token losses (train_gpt.py:503,
 // reduction='sum' in training): each token's own d loss / dz, whatever the batch, which grad_s
 // is scaled for. The model's objective is the mean, so the 1/N goes into the GEMMs' alphas after

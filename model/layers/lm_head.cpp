@@ -64,14 +64,17 @@ Stream LmHead::forward(Context& ctx, Stream x) {
     ctx.backend.copy_from_host(cap_bias_, bias.data(), bias.size() * sizeof(float));
     ctx.backend.add_bias(logits_, cap_bias_, N, Vp);
   }
-  // With want_grad the fused loss also overwrites the logits with d loss / d logits.
+  // With want_grad the fused loss also overwrites the logits with d loss / d logits. Training
+  // takes the loss's terms (multi-token and prefix targets), evaluation the plain cross-entropy.
   const float scale = dlogits_scale(ctx, gain);
+  core::kmath::LossTerms terms = ctx.want_grad ? ctx.loss_terms : core::kmath::LossTerms{};
+  terms.row_tokens = ctx.T;
   if (logits_bf16_) {
     ctx.backend.cross_entropy(losses_, ctx.want_grad ? logits_bf16_ : nullptr, logits_bf16_,
-                              ctx.targets, N, Vs, Vp, cap_.tanh_cap(), scale);
+                              ctx.targets, N, Vs, Vp, cap_.tanh_cap(), scale, terms);
   } else {
     ctx.backend.cross_entropy(losses_, ctx.want_grad ? logits_ : nullptr, logits_, ctx.targets, N,
-                              Vs, Vp, cap_.tanh_cap(), scale);
+                              Vs, Vp, cap_.tanh_cap(), scale, terms);
   }
   ctx.backend.mean_loss(ctx.losses, losses_, N);
   return x;

@@ -1,9 +1,11 @@
 // The head: the final norm, the logits z = lnf W^T (W the untied lm_head.weight, or gpt2's
 // embedding), and the loss: the mean over the N positions of the soft-capped cross-entropy
 // (model/layers/softcap.h), over the real vocabulary or, with model.loss_over_padding, all of the
-// padded one. The fused loss kernel overwrites the logits with d loss / d logits for the
-// backward's GEMMs (in bf16 precision the logits are stored bf16 only, and so is the gradient).
-// Without targets (sampling) only the final norm runs; last_logits() reads the last positions.
+// padded one; in training with loss terms (Gpt::set_loss_weights, record #89) each position's
+// loss is the weighted sum of its terms' cross-entropies (kmath::LossTerms). The fused loss kernel
+// overwrites the logits with d loss / d logits for the backward's GEMMs (in bf16 precision the
+// logits are stored bf16 only, and so is the gradient). Without targets (sampling) only the final
+// norm runs; last_logits() reads the last positions.
 #pragma once
 
 #include <vector>

@@ -1780,6 +1780,61 @@ TEST_F(CudaVsCpu, CrossEntropyWithPaddingAndSoftcap) {
   }
 }
 
+// Record #89's training loss (kmath::LossTerms: three offsets and the prefix target, rows of 7,
+// targets that repeat so that terms share a column) on f32 logits and on bf16 logits (the
+// one-read kernel at GPT-2's width, the two-pass kernel when forced by width), against the CPU.
+TEST_F(CudaVsCpu, CrossEntropyMultiTokenAndPrefixTerms) {
+  struct Case {
+    int64_t N, T, V, Vp;
+    float cap;
+  };
+  for (const Case& k : {Case{14, 7, 50, 64, 0.0f}, Case{21, 7, 300, 320, 15.0f},
+                        Case{6, 3, 50257, 50304, 15.0f}, Case{4, 2, 150000, 150016, 0.0f}}) {
+    std::vector<int32_t> targets = random_ids(k.N, static_cast<int32_t>(k.V), 6);
+    for (int64_t n = 1; n < k.N; n += 3)
+      targets[n] = targets[n - 1];
+    std::vector<int32_t> prefix_of(k.V);
+    for (int64_t v = 0; v < k.V; ++v)
+      prefix_of[v] = v % 4 == 0 ? -1 : static_cast<int32_t>((v * 13) % k.V);
+    kmath::LossTerms terms;
+    terms.offsets = 3;
+    terms.weight[0] = 1.0f, terms.weight[1] = 0.5f, terms.weight[2] = 0.125f;
+    terms.row_tokens = k.T;
+    terms.prefix_weight = 0.25f;
+    kmath::LossTerms gpu_terms = terms;
+    terms.prefix_of = prefix_of.data();
+    gpu_terms.prefix_of = dev().upload(prefix_of);
+    const int64_t n = k.N * k.Vp;
+    const std::string what = "V " + std::to_string(k.V);
+    int32_t* gt = dev().upload(targets);
+    float* gl = dev().alloc<float>(k.N);
+    // f32 logits
+    auto logits = random_vector(n, 7, 3.0f);
+    std::vector<float> loss(k.N), want(n);
+    cpu().cross_entropy(loss.data(), want.data(), logits.data(), targets.data(), k.N, k.V, k.Vp,
+                        k.cap, 1.0f / k.N, terms);
+    float* gz = dev().upload(logits);
+    gpu().cross_entropy(gl, gz, gz, gt, k.N, k.V, k.Vp, k.cap, 1.0f / k.N, gpu_terms);  // in place
+    EXPECT_CLOSE(dev().download(gl, k.N), loss, 1e-5) << what;
+    EXPECT_CLOSE(dev().download(gz, n), want, 1e-6) << what;
+    // bf16 logits: within one bf16 unit of the CPU's
+    std::vector<bf16> lb(n);
+    for (int64_t i = 0; i < n; ++i)
+      lb[i] = kmath::bf16_from_float(logits[i]);
+    std::vector<bf16> wb(n);
+    cpu().cross_entropy(loss.data(), wb.data(), lb.data(), targets.data(), k.N, k.V, k.Vp, k.cap,
+                        1.0f / k.N, terms);
+    bf16* gb = dev().upload(lb);
+    gpu().cross_entropy(gl, gb, gb, gt, k.N, k.V, k.Vp, k.cap, 1.0f / k.N, gpu_terms);
+    EXPECT_CLOSE(dev().download(gl, k.N), loss, 1e-5) << what;
+    const std::vector<bf16> got = dev().download(gb, n);
+    for (int64_t i = 0; i < n; ++i) {
+      const float g = kmath::float_from_bf16(got[i]), w = kmath::float_from_bf16(wb[i]);
+      ASSERT_LE(std::fabs(g - w), 0x1p-7f * std::fabs(w) + 0x1p-133f) << what << " at " << i;
+    }
+  }
+}
+
 TEST_F(CudaVsCpu, CrossEntropyRejectsATargetOutOfRange) {
   const int64_t N = 4, V = 10, Vp = 16;
   std::vector<int32_t> targets = {1, 2, 10, 3};  // row 2 is out of [0, V)

@@ -576,6 +576,101 @@ TEST_P(KernelGrad, CrossEntropyPaddedAndSoftcapped) {
   }
 }
 
+// Record #89's training loss (kmath::LossTerms): per position t of a row of T, the weighted
+// cross-entropies of the targets t+1, t+2, t+3 (while inside the row) and of the next token's
+// prefix token. The losses equal the plain kernel's per target, summed with the weights; the
+// gradient is checked against central differences, with targets that repeat (two terms on one
+// column) and on the rows' last positions, where fewer offsets have a term: there the gradient is
+// the loss's own (its columns sum to 0 without a cap), not record #89's, which normalises over
+// every weight.
+TEST_P(KernelGrad, CrossEntropyMultiTokenAndPrefixTerms) {
+  Sizes s = GetParam();
+  const int64_t N = s.N(), V = s.V, Vp = s.Vp, T = s.T;
+  std::vector<int32_t> targets(N), prefix_of(V);
+  for (int64_t i = 0; i < N; ++i)
+    targets[i] = static_cast<int32_t>((i / 2 * 5 + 3) % V);  // pairs: offsets 0 and 1 collide
+  for (int64_t v = 0; v < V; ++v)
+    prefix_of[v] = v % 3 == 0 ? -1 : static_cast<int32_t>(v % 2 == 0 ? v : (v * 7) % V);
+  core::kmath::LossTerms terms;
+  terms.offsets = 3;
+  terms.weight[0] = 1.0f, terms.weight[1] = 0.5f, terms.weight[2] = 0.25f;
+  terms.row_tokens = T;
+  terms.prefix_of = prefix_of.data();
+  terms.prefix_weight = 0.25f;
+  for (double cap : {0.0, 3.0}) {
+    Vec logits = random_vec(N * Vp, 107, 2.5);
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t j = V; j < Vp; ++j)
+        logits[n * Vp + j] = 1e3;  // outside the softmax
+    }
+    const double scale = 1.0 / N;
+    Vec losses(N);
+    auto forward = [&] {
+      cpu::cross_entropy(losses.data(), static_cast<double*>(nullptr), logits.data(),
+                         targets.data(), N, V, Vp, cap, scale, terms);
+      double l = 0.0;
+      for (double x : losses)
+        l += x * scale;
+      return l;
+    };
+    forward();
+    // Each term is a plain cross-entropy of its target.
+    Vec want(N, 0.0), plain(N);
+    for (int i = 0; i < 4; ++i) {
+      std::vector<int32_t> shifted(N);
+      for (int64_t n = 0; n < N; ++n) {
+        const int64_t m = std::min(n + i, N - 1);
+        shifted[n] = i < 3 ? targets[m] : std::max(prefix_of[targets[n]], 0);
+      }
+      cpu::cross_entropy(plain.data(), static_cast<double*>(nullptr), logits.data(), shifted.data(),
+                         N, V, Vp, cap, scale);
+      for (int64_t n = 0; n < N; ++n) {
+        const bool present = i < 3 ? n % T + i < T : prefix_of[targets[n]] >= 0;
+        if (present) want[n] += (i < 3 ? terms.weight[i] : terms.prefix_weight) * plain[n];
+      }
+    }
+    for (int64_t n = 0; n < N; ++n)
+      EXPECT_NEAR(losses[n], want[n], 1e-12 * want[n]) << "row " << n << " cap " << cap;
+
+    Vec d(N * Vp, 7.0);  // overwritten, not accumulated
+    cpu::cross_entropy(losses.data(), d.data(), logits.data(), targets.data(), N, V, Vp, cap, scale,
+                       terms);
+    expect_gradient(cap > 0 ? "multi-target softcap" : "multi-target", logits, forward, d);
+    for (int64_t n = 0; n < N; ++n) {
+      double sum = 0.0;
+      for (int64_t j = 0; j < Vp; ++j)
+        sum += d[n * Vp + j];
+      if (cap == 0.0) {
+        EXPECT_NEAR(sum, 0.0, 1e-15) << "row " << n;
+      }
+      for (int64_t j = V; j < Vp; ++j)
+        ASSERT_EQ(d[n * Vp + j], 0.0) << "padded column " << j;
+    }
+    Vec alias = logits;  // dlogits may alias logits
+    cpu::cross_entropy(losses.data(), alias.data(), alias.data(), targets.data(), N, V, Vp, cap,
+                       scale, terms);
+    EXPECT_EQ(alias, d);
+  }
+}
+
+// A prefix outside the vocabulary is refused, naming the target and the row.
+TEST(CrossEntropyTerms, RejectsAPrefixOutsideTheVocabulary) {
+  const std::vector<int32_t> targets = {1, 2}, prefix_of = {-1, -1, 9};
+  std::vector<double> logits(2 * 4, 0.5), losses(2);
+  core::kmath::LossTerms terms;
+  terms.row_tokens = 2;
+  terms.prefix_of = prefix_of.data();
+  terms.prefix_weight = 0.25f;
+  try {
+    cpu::cross_entropy(losses.data(), static_cast<double*>(nullptr), logits.data(), targets.data(),
+                       2, 3, 4, 0.0, 1.0, terms);
+    FAIL() << "an out-of-range prefix was accepted";
+  } catch (const core::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("prefix 9 of target 2 at row 1"), std::string::npos)
+        << e.what();
+  }
+}
+
 // The cross-entropy on bf16 logits (bf16 precision's head) at logits that are bf16 values: the
 // float64 kernel's gradient there is checked against central differences in float64, and the
 // bf16 kernel's d logits (f32 math, each rounded once) must be that gradient within half a bf16

@@ -15,6 +15,7 @@
 #include "core/check.h"
 #include "core/clock.h"
 #include "data/gpt2_tokenizer.h"
+#include "data/prefix_tokens.h"
 #include "data/string_index.h"
 #include "data/utf8.h"
 
@@ -326,6 +327,39 @@ TEST(StringIndex, InsertFindGrowAndClear) {
   index.clear();
   EXPECT_EQ(index.find("key1"), data::StringIndex::kMissing);
   EXPECT_THROW(index.insert("negative", -1), core::Error);
+}
+
+// Record #89's prefix targets on known GPT-2 tokens, and the whole table against the record's own
+// construction (sorted byte strings with a stack of ancestors, run in Python on encoder.json):
+// 257 ids without a prefix (the 256 bytes and <|endoftext|>), the entries summing to 548403648.
+TEST(PrefixTokens, KnownGpt2TokensAndTheRecordsTable) {
+  data::Gpt2Tokenizer& tok = tokenizer();
+  const std::vector<int32_t> table = data::prefix_tokens(tok, 50304);  // the record's padding
+  ASSERT_EQ(table.size(), 50304u);
+  const std::pair<int32_t, int32_t> known[] = {
+      {262, 294},      // " the" -> " th"
+      {294, 256},      // " th" -> " t"
+      {31373, 12758},  // "hello" -> "hell"
+      {18435, 5783},   // " Hello" -> " Hell"
+      {278, 259},      // "ing" -> "in"
+      {341, 39485},    // "ation" -> "atio"
+      {4547, 1833},    // " understanding" -> " understand"
+      {628, 198},      // "\n\n" -> "\n"
+  };
+  for (const auto& [id, prefix] : known) {
+    EXPECT_EQ(table[id], prefix) << "token " << id << " '" << tok.token_bytes(id) << "'";
+    EXPECT_EQ(tok.token_bytes(id).rfind(tok.token_bytes(prefix), 0), 0u) << id;
+  }
+  EXPECT_EQ(table[data::Gpt2Tokenizer::kEndOfText], -1);
+  EXPECT_EQ(table[tok.encode("a")[0]], -1);  // one byte
+  EXPECT_EQ(table[50257], -1);               // padding
+  int64_t none = 0, sum = 0;
+  for (size_t id = 0; id < 50257; ++id) {
+    none += table[id] == -1;
+    sum += table[id];
+  }
+  EXPECT_EQ(none, 257);
+  EXPECT_EQ(sum, 548403648);
 }
 
 }  // namespace

@@ -409,6 +409,79 @@ def case_resume_stages(env):
           "changes at 8 and 16); on np 1 within %.2e" % worst)
 
 
+def write_prefix_vocab(folder):
+    """A small byte-level BPE vocabulary in GPT-2's files whose first ids are 64 merged tokens
+    (L + "x", "xy", "xyz", "xyzw" for L in a..p) and then the 256 bytes (id 64 + byte), so that the
+    tiny model's 256 ids hold tokens with prefix tokens: Lxyz -> Lxy -> Lx -> L."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    uni = dict(zip(bs, (chr(c) for c in cs)))
+    encoder, merges = {}, []
+    for L in "abcdefghijklmnop":
+        word = L
+        for ch in "xyzw":
+            merges.append(word + " " + ch)
+            word += ch
+            encoder[word] = len(encoder)
+    for b in range(256):
+        encoder[uni[b]] = 64 + b
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "encoder.json"), "w") as f:
+        json.dump(encoder, f)
+    with open(os.path.join(folder, "vocab.bpe"), "w") as f:
+        f.write("#version: 0.2\n" + "\n".join(merges) + "\n")
+
+
+def case_stages_loss_terms(env):
+    """train.stages' multi-token and prefix loss weights (record #89): the same run with and
+    without them. Validation stays the plain cross-entropy (step 0's val loss identical); the
+    training loss is the weighted sum of the terms: at step 1 (same weights, same batch) larger by
+    the extra terms, in stage 2 still well above the run's validation loss, and in the last stage
+    (weights {1} and 0) as close to it as the plain run's. A prefix weight without the
+    vocabulary's files is refused at start, naming train.stages.prefix_vocab."""
+    vocab = os.path.join(env.work, "prefix_vocab")
+    write_prefix_vocab(vocab)
+    base = [s for s in STAGE_SETS if not s.startswith(("train.stages.mtp", "train.stages.prefix"))]
+    base += ["checkpoint.every=0", "checkpoint.at_end=false", "train.stages.prefix_vocab=" + vocab]
+    terms = metrics(env.run(1, "terms", base + ["train.stages.mtp=1 0.5 0.25; 1 0.5>0; 1",
+                                                "train.stages.prefix=0.25; 0.25>0; 0"])[1])
+    plain = metrics(env.run(1, "plain", base + ["train.stages.mtp=1; 1; 1",
+                                                "train.stages.prefix=0; 0; 0"])[1])
+    check(terms[0]["val_loss"] == plain[0]["val_loss"], "step 0's val loss %.9g with the loss "
+          "terms, %.9g without: validation is not the plain loss" %
+          (terms[0]["val_loss"], plain[0]["val_loss"]))
+    first = terms[1]["train_loss"] / plain[1]["train_loss"]
+    # Offsets 1 and 2 exist at 31 and 30 of a row's 32 positions; a quarter of the targets have a
+    # prefix: about 1 + 0.5 + 0.25 + 0.06 of the plain loss at the start.
+    check(1.6 < first < 2.0, "step 1: train loss %.6g with the terms is %.4f x the plain %.6g" %
+          (terms[1]["train_loss"], first, plain[1]["train_loss"]))
+    # Against each run's own validation (the plain loss): in stage 2 (step 10: offset 1 at 0.5 x
+    # 7/8 and the prefix at 0.25 x 7/8) the terms run's training loss is far above it, in the last
+    # stage (step 20: weights {1} and 0) as close to it as the plain run's.
+    def over_val(m, step):
+        return m[step]["train_loss"] / m[step]["val_loss"]
+    mid = over_val(terms, 10) / over_val(plain, 10)
+    end = over_val(terms, 20) / over_val(plain, 20)
+    check(mid > 1.3, "step 10: train / val loss %.4f with the terms, %.4f without" %
+          (over_val(terms, 10), over_val(plain, 10)))
+    check(abs(end - 1) < 0.1, "step 20 (weights {1}, 0): train / val loss %.4f with the terms, "
+          "%.4f without" % (over_val(terms, 20), over_val(plain, 20)))
+    print("stages loss terms: val loss at step 0 %.6f both; train loss x %.4f the plain run's at "
+          "step 1; train / val x %.4f the plain run's at step 10 (stage 2), x %.4f at step 20 "
+          "(stage 3)" % (terms[0]["val_loss"], first, mid, end))
+    # A prefix weight without the vocabulary's files: refused at start, naming the key.
+    p, _ = env.run(1, "no_vocab", base[:-1] + ["train.stages.prefix_vocab=" + vocab + "_missing",
+                                               "train.stages.mtp=1; 1; 1",
+                                               "train.stages.prefix=0.25; 0; 0"], expect_ok=False)
+    check("key 'train.stages.prefix_vocab'" in p.stderr + p.stdout and "encoder.json" in
+          p.stderr + p.stdout, "a missing prefix vocabulary is not named:\n" + p.stderr[-2000:])
+
+
 def case_window_schedule_validation(env):
     """model.window_grow: the validation after k steps sees the window step k trains with, in the
     run and in `engine eval` of its checkpoints. A 256 window grown over 4 steps of 256-token rows
@@ -1309,6 +1382,7 @@ CASES = {
     "world_size_record": case_world_size_record,
     "world_size_record89_input": case_world_size_record89_input,
     "world_size_stages": case_world_size_stages,
+    "stages_loss_terms": case_stages_loss_terms,
     "resume_stages": case_resume_stages,
     "window_schedule_validation": case_window_schedule_validation,
     "world_size_optimizers": case_world_size_optimizers,

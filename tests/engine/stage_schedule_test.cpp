@@ -188,6 +188,16 @@ TEST(StageSchedule, OffUnlessGivenAndBadKeysNamed) {
             std::string::npos);
   EXPECT_NE(message({"train.lr_warmup_steps=5"}).find("must be 0 with train.stages"),
             std::string::npos);
+  // The loss's weights: up to 4 multi-token weights, none negative.
+  EXPECT_NE(
+      message({"train.stages.mtp=1 0.5 0.25 0.1 0.1; 1; 1; 1"})
+          .find("key 'train.stages.mtp': stage '1 0.5 0.25 0.1 0.1' has 5 weights, at most 4"),
+      std::string::npos);
+  EXPECT_NE(message({"train.stages.mtp=1 -0.5; 1; 1; 1"}).find("has a negative weight"),
+            std::string::npos);
+  EXPECT_NE(message({"train.stages.prefix=0.25>-1; 0; 0; 0"})
+                .find("key 'train.stages.prefix': stage '0.25>-1' has a negative weight"),
+            std::string::npos);
 }
 
 }  // namespace

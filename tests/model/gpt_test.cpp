@@ -719,6 +719,46 @@ TEST(Gpt, ExpertRowsCountEveryTokensSlotsPerLayer) {
   EXPECT_TRUE(dense.take_expert_rows().empty());
 }
 
+// Record #89's loss terms (Gpt::set_loss_weights): the weights {1} and 0 are the plain loss bit
+// for bit; with offsets and a prefix weight the training forward's objective grows by the extra
+// terms (every term >= 0) while eval_loss stays the plain cross-entropy (the gradient: parity
+// test ModelParity.MultiTokenAndPrefixLoss). Bad weights and tables are refused by name.
+TEST(Gpt, LossWeightsChangeTrainingOnly) {
+  const int V = 64, B = 2, T = 8;
+  model::Gpt gpt(recipe(V), core::cpu_backend());
+  gpt.init_weights();
+  const auto x = random_tokens(B * T, V, 3), y = random_tokens(B * T, V, 4);
+  const float plain = gpt.forward(x.data(), y.data(), B, T);
+  const float eval = gpt.eval_loss(x.data(), y.data(), B, T);
+  gpt.set_loss_weights({1.0}, 0.0);
+  EXPECT_EQ(gpt.forward(x.data(), y.data(), B, T), plain);
+
+  std::vector<int32_t> prefix_of(V);
+  for (int v = 0; v < V; ++v)
+    prefix_of[v] = v < 8 ? -1 : v / 2;
+  gpt.set_prefix_table(prefix_of);
+  gpt.set_loss_weights({1.0, 0.5, 0.25}, 0.25);
+  const float terms = gpt.forward(x.data(), y.data(), B, T);
+  EXPECT_GT(terms, 1.5f * plain);
+  EXPECT_EQ(gpt.eval_loss(x.data(), y.data(), B, T), eval);
+  gpt.set_loss_weights({1.0}, 0.0);
+  EXPECT_EQ(gpt.forward(x.data(), y.data(), B, T), plain);
+
+  EXPECT_THROW(gpt.set_loss_weights({}, 0.0), core::Error);
+  EXPECT_THROW(gpt.set_loss_weights({1, 1, 1, 1, 1}, 0.0), core::Error);
+  EXPECT_THROW(gpt.set_loss_weights({1, -0.5}, 0.0), core::Error);
+  prefix_of[9] = 9;  // a token is not its own proper prefix
+  try {
+    gpt.set_prefix_table(prefix_of);
+    FAIL() << "a token its own prefix was accepted";
+  } catch (const core::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("token 9's prefix 9"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(gpt.set_prefix_table(std::vector<int32_t>(V - 1, -1)), core::Error);
+  model::Gpt fresh(recipe(V), core::cpu_backend());
+  EXPECT_THROW(fresh.set_loss_weights({1.0}, 0.25), core::Error);  // no prefix table
+}
+
 TEST(Gpt, RefusesBadInputs) {
   model::Gpt gpt(tiny(model::Arch::Modern, 64), core::cpu_backend());
   gpt.init_weights();

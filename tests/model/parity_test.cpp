@@ -67,6 +67,9 @@ std::string yaml_of(const model::ModelConfig& c) {
                                           "model.smear"};
     for (const char* k : kRecipe)
       if (key == k) y += "  " + key.substr(6) + ": " + value + "\n";
+    for (const char* k :
+         {"model.head_fp8_x_scale", "model.head_fp8_w_scale", "model.head_fp8_grad_scale"})
+      if (key == k) y += "  " + key.substr(6) + ": " + value + "\n";
   }
   if (c.moe()) {
     y += "  moe:\n    experts: " + std::to_string(c.moe_experts) +
@@ -123,11 +126,12 @@ CaseFiles write_case(const std::string& name, const model::ModelConfig& config, 
 }
 
 // model_grad's output for `f` in `precision`; false (with a test failure) when it fails.
-bool run_engine(const CaseFiles& f, const std::string& precision, const std::string& out) {
+bool run_engine(const CaseFiles& f, const std::string& precision, const std::string& out,
+                const std::string& args = "") {
   std::filesystem::remove(out);
   const std::string cmd = std::string(MODEL_GRAD_EXE) + " --config " + f.yaml + " --weights " +
                           f.weights + " --tokens " + f.tokens + " --batch " + f.batch + " --out " +
-                          out + " --set train.precision=" + precision;
+                          out + " --set train.precision=" + precision + " " + args;
   const int status = std::system(cmd.c_str());
   EXPECT_EQ(status, 0) << cmd;
   return status == 0;
@@ -157,11 +161,11 @@ double distance(const std::vector<double>& a, const std::vector<double>& b) {
 }
 
 void run_case(const std::string& name, const model::ModelConfig& config, int batch,
-              const std::string& torch_args = "") {
+              const std::string& torch_args = "", const std::string& engine_args = "") {
   const CaseFiles f = write_case(name, config, batch, 0.15f);
   const std::string ours = (f.dir / "engine.safetensors").string(),
                     ref = (f.dir / "torch.safetensors").string();
-  if (!run_engine(f, "fp32", ours) || !run_torch(f, torch_args, ref)) return;
+  if (!run_engine(f, "fp32", ours, engine_args) || !run_torch(f, torch_args, ref)) return;
 
   core::SafetensorsReader e(ours), r(ref);
   const float le = e.read("loss").to_vector()[0], lr = r.read("loss").to_vector()[0];
@@ -302,6 +306,37 @@ model::ModelConfig softcap_offset(model::ModelConfig c) {
 
 TEST(ModelParity, SoftcapOffset) {
   run_case("softcap_offset", softcap_offset(recipe()), 3);
+}
+
+// Record #89's training loss (Gpt::set_loss_weights): the targets t+1, t+2, t+3 weighted 1, 0.5,
+// 0.25 within each row and the prefix targets weighted 0.25 (a made-up table: -1 for every third
+// token), on the recipe's model with the asymmetric sigmoid cap; the reference writes the loss
+// from its definition (torch_reference.py's loss_terms) and differentiates it.
+void run_loss_terms_case(const std::string& name, const model::ModelConfig& c) {
+  const std::filesystem::path dir = std::filesystem::path(TEST_WORK_DIR) / ("parity_" + name);
+  std::filesystem::create_directories(dir);
+  const std::string table = (dir / "prefix_table.txt").string();
+  {
+    std::ofstream out(table);
+    for (int v = 0; v < c.vocab_size; ++v)
+      out << (v % 3 == 0 ? -1 : (v * 7 + 1) % c.vocab_size) << "\n";
+  }
+  run_case(name, c, 3, "--mtp '1 0.5 0.25' --prefix_weight 0.25 --prefix_table " + table,
+           "--mtp '1 0.5 0.25' --prefix-weight 0.25 --prefix-table " + table);
+}
+
+TEST(ModelParity, MultiTokenAndPrefixLoss) {
+  run_loss_terms_case("mtp_prefix", softcap_offset(recipe()));
+}
+
+// Record #89's head and loss together: the FP8 head at its scales (x 100, w 1.6, gradient 0.75,
+// over 448), the asymmetric cap, the multi-token and prefix targets.
+TEST(ModelParity, Record89HeadAndLoss) {
+  model::ModelConfig c = softcap_offset(test_model::with_record_exact(recipe(), 3, 3, true));
+  c.head_fp8_x_scale = 100.0f;
+  c.head_fp8_w_scale = 1.6f;
+  c.head_fp8_grad_scale = 0.75f;
+  run_loss_terms_case("record89_head_loss", c);
 }
 
 TEST(ModelParity, RecordExactSoftcapOffset) {

@@ -140,6 +140,10 @@ class Config:
         self.embed_std = float(get("embed_std", 0.02))
         self.uniform_matrix_init = flag("uniform_matrix_init")
         self.head_fp8 = flag("head_fp8")
+        # head_fp8's scales in units of 1/448 (x 0: sqrt(d_model)).
+        self.head_fp8_scales = (float(get("head_fp8_x_scale", 0.0)),
+                                float(get("head_fp8_w_scale", 24.0)),
+                                float(get("head_fp8_grad_scale", 1.0)))
         # Record #89 (train_gpt.py at f411b3d3), each off by default.
         self.key_offset = flag("key_offset")
         self.bigram_rows = int(get("bigram_rows", 0))
@@ -422,7 +426,8 @@ def fp8_round(x, fmt):
 
 class Fp8Head:
     """train_gpt.py's lm_head in training (CastedLinear(use_fp8=True): mm_op, mm_backward_op) with
-    x_s = sqrt(D)/448, w_s = 24/448, grad_s = 1/448: out = (x_s w_s) e4m3(x/x_s) e4m3(w/w_s)^T;
+    x_s = sqrt(D)/448, w_s = 24/448, grad_s = 1/448 (model.head_fp8_*_scale: other multiples of
+    1/448, set in `units` by model_loss): out = (x_s w_s) e4m3(x/x_s) e4m3(w/w_s)^T;
     backward g8 = e5m2(g/grad_s) with g the gradient of the sum of the token losses (the record's
     reduction='sum'), dx = (grad_s w_s) g8 w8, dw = (grad_s x_s) g8^T x8. mode "fp8"
     records the forward's offsets e4m3(v/s) s - v; round_grad False leaves g unrounded (then the
@@ -430,9 +435,11 @@ class Fp8Head:
 
     def __init__(self, mode="fp8", round_grad=True):
         self.mode, self.round_grad, self.offsets, self.calls = mode, round_grad, [], 0
+        self.units = (0.0, 24.0, 1.0)
 
     def __call__(self, x, w):
-        xs, ws, gs = math.sqrt(x.shape[-1]) / 448, 24 / 448, 1 / 448
+        ux, uw, ug = self.units
+        xs, ws, gs = (ux or math.sqrt(x.shape[-1])) / 448, uw / 448, ug / 448
         if self.mode == "frozen":
             ox, ow = self.offsets[self.calls]
             self.calls += 1
@@ -463,7 +470,7 @@ class Fp8Matmul(torch.autograd.Function):
         return g @ w8, gw, None, None
 
 
-def model_loss(cfg, p, idx, targets, rounding=NO_ROUNDING, head_fp8=None):
+def model_loss(cfg, p, idx, targets, rounding=NO_ROUNDING, head_fp8=None, terms=None):
     """Returns (objective, cross-entropy); objective = ce + MoE auxiliary losses. With
     cfg.head_fp8 the head is `head_fp8` (an Fp8Head; a fresh one when None)."""
     rounding.start()
@@ -471,6 +478,7 @@ def model_loss(cfg, p, idx, targets, rounding=NO_ROUNDING, head_fp8=None):
         head_fp8 = Fp8Head()
     if head_fp8 is not None:
         head_fp8.calls = 0
+        head_fp8.units = cfg.head_fp8_scales
     B, T = idx.shape
     D, H = cfg.d_model, cfg.n_head
     hd = D // H
@@ -581,8 +589,38 @@ def model_loss(cfg, p, idx, targets, rounding=NO_ROUNDING, head_fp8=None):
         logits = cfg.softcap * torch.sigmoid((logits + cfg.softcap_offset) / cfg.softcap_scale)
     elif cfg.softcap > 0:
         logits = cfg.softcap * torch.tanh(logits / cfg.softcap)
-    ce = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
+    if terms is None:
+        ce = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
+    else:
+        ce = loss_terms(logits, targets, terms)
     return ce + aux_total, ce
+
+
+def loss_terms(logits, targets, terms):
+    """Record #89's training loss (triton_kernels.py's ce_fwd_bwd), written from its definition:
+    the mean over the B x T positions of sum_k w_k CE(z_t, y[t + k]) over the offsets k with
+    t + k < T (within the row) plus w_p CE(z_t, prefix(y[t])) where the prefix exists (>= 0)."""
+    mtp, prefix_of, prefix_weight = terms
+    B, T, V = logits.shape
+    logp = torch.log_softmax(logits, dim=-1)
+    total = logits.new_zeros(())
+    for k, w in enumerate(mtp):
+        if k < T:
+            total = total - w * logp[:, :T - k].gather(-1, targets[:, k:, None]).sum()
+    if prefix_weight:
+        pre = torch.tensor(prefix_of)[targets]
+        has = pre >= 0
+        total = total - prefix_weight * logp.gather(-1, pre.clamp(min=0)[..., None])[..., 0][has].sum()
+    return total / (B * T)
+
+
+def read_terms(args):
+    """--mtp and --prefix_weight / --prefix_table as loss_terms takes them, or None."""
+    if args.mtp is None and not args.prefix_weight:
+        return None
+    mtp = [float(w) for w in (args.mtp or "1").split()]
+    prefix_of = np.loadtxt(args.prefix_table, dtype=np.int64) if args.prefix_table else None
+    return mtp, prefix_of, args.prefix_weight
 
 
 def parity(args):
@@ -598,12 +636,15 @@ def parity(args):
     rows = torch.tensor(tokens[:need].reshape(args.batch, T + 1))
     x, y = rows[:, :-1], rows[:, 1:]
     rounding = Rounding("bf16") if args.precision == "bf16" else NO_ROUNDING
-    loss, ce = model_loss(cfg, p, x, y, rounding)
+    terms = read_terms(args)
+    loss, ce = model_loss(cfg, p, x, y, rounding, terms=terms)
     loss.backward()
     out = {"loss": np.array(loss.item()), "ce_loss": np.array(ce.item())}
     for k, v in p.items():
         out["grad/" + k] = v.grad.detach().numpy()
     if args.fd:
+        if terms is not None:
+            raise SystemExit("--fd checks the plain cross-entropy: use it without --mtp / --prefix_weight")
         out.update(finite_difference_check(cfg, p, x, y, rounding, args.fd))
     write_safetensors(args.out, out)
     print(f"torch_reference: loss {loss.item():.8f} ce {ce.item():.8f} ({args.out})")
@@ -883,6 +924,9 @@ def main():
     ap.add_argument("--d_model", type=int, default=256)
     ap.add_argument("--vocab", type=int, default=50257)
     ap.add_argument("--softcap", type=float, default=0.0)
+    ap.add_argument("--mtp", help="record #89's multi-token weights of t+1, t+2, ... ('1 0.5 0.25')")
+    ap.add_argument("--prefix_weight", type=float, default=0.0, help="the prefix target's weight")
+    ap.add_argument("--prefix_table", help="each token's prefix token (-1: none), white-space separated")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
