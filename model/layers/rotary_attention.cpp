@@ -5,8 +5,8 @@
 namespace model {
 
 RotaryAttention::RotaryAttention(Context& ctx, int block, const AttentionMasks& masks,
-                                 ValueEmbeddings* tables)
-    : Attention(ctx, block, masks),
+                                 ValueEmbeddings* tables, BranchWiring branch)
+    : Attention(ctx, block, masks, branch),
       tables_(tables),
       table_(ctx.config.value_embed_of(block)),
       v_lambdas_(ctx.params.find("blocks." + std::to_string(block) + ".attn.v_lambdas")) {

@@ -19,7 +19,8 @@ namespace model {
 class RotaryAttention : public Attention {
  public:
   // `tables` the value embeddings (null without them).
-  RotaryAttention(Context& ctx, int block, const AttentionMasks& masks, ValueEmbeddings* tables);
+  RotaryAttention(Context& ctx, int block, const AttentionMasks& masks, ValueEmbeddings* tables,
+                  BranchWiring branch = {});
 
  protected:
   void plan_heads(ActivationPlan& plan, const Context& ctx) override;
