@@ -773,7 +773,23 @@ void validate_config(const Config& c, ConfigUse use) {
       fail("model.no_attn_layers",
            "block " + std::to_string(l) +
                " is outside [0, model.n_layer = " + std::to_string(c.model.n_layer) + ")");
-  if (c.model.value_embeds < 0 || 2 * c.model.value_embeds > c.model.n_layer)
+  const auto ve_layers = parse_block_list(c.model.value_embed_layers);
+  if (!ve_layers)
+    fail("model.value_embed_layers",
+         "must be a comma list of block indices, got '" + shown(c.model.value_embed_layers) + "'");
+  if (!ve_layers->empty() && c.model.value_embeds != 0 &&
+      c.model.value_embeds != static_cast<int64_t>(ve_layers->size()))
+    fail("model.value_embed_layers",
+         "places one table per named block: model.value_embeds must be 0 or their count, got " +
+             std::to_string(c.model.value_embeds));
+  for (int l : *ve_layers)
+    if (l >= c.model.n_layer || std::find(no_attn->begin(), no_attn->end(), l) != no_attn->end() ||
+        std::count(ve_layers->begin(), ve_layers->end(), l) != 1)
+      fail("model.value_embed_layers", "block " + std::to_string(l) +
+                                           " must be an attention block below model.n_layer = " +
+                                           std::to_string(c.model.n_layer) + ", named once");
+  if (c.model.value_embeds < 0 ||
+      (ve_layers->empty() && 2 * c.model.value_embeds > c.model.n_layer))
     fail("model.value_embeds",
          "must be in [0, model.n_layer / 2] (the first n and the last n "
          "blocks use the tables), got " +
@@ -784,6 +800,7 @@ void validate_config(const Config& c, ConfigUse use) {
          {std::pair<const char*, bool>{"model.attn_scale", c.model.attn_scale > 0},
           {"model.no_attn_layers", !no_attn->empty()},
           {"model.value_embeds", c.model.value_embeds > 0},
+          {"model.value_embed_layers", !ve_layers->empty()},
           {"model.unet_skips", c.model.unet_skips},
           {"model.x0_lambdas", c.model.x0_lambdas},
           {"model.zero_init_head", c.model.zero_init_head},
@@ -797,13 +814,17 @@ void validate_config(const Config& c, ConfigUse use) {
           {"model.v_lambdas_all", c.model.v_lambdas_all},
           {"model.uniform_matrix_init", c.model.uniform_matrix_init},
           {"model.head_fp8", c.model.head_fp8},
-          {"model.key_offset", c.model.key_offset}})
+          {"model.key_offset", c.model.key_offset},
+          {"model.sublayer_lambdas", c.model.sublayer_lambdas},
+          {"model.qkvo_lambdas", c.model.qkvo_lambdas}})
       if (on) fail(key, "needs model.arch modern");
   }
   if (c.model.key_offset && (!c.model.rotary_truncate || c.model.window <= 0))
     fail("model.key_offset",
          "shifts the keys' unrotated half in the long-window blocks: needs model.rotary_truncate "
          "and model.window");
+  if (c.model.sublayer_lambdas && c.model.moe_experts > 0)
+    fail("model.sublayer_lambdas", "mixes a dense MLP's output alone: cannot take model.moe");
   if (c.model.norm_eps <= 0) fail("model.norm_eps", "must be positive");
   // An epsilon keeps the norm's division finite; at 1 or more it outweighs the mean square of
   // the activations it divides (1e308 was accepted, and the run stopped at step 3).

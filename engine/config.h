@@ -59,6 +59,9 @@ inline constexpr bool kOptional = false;
     "comma list of blocks without attention, MLP only (the record: \"7\"; modern only)")        \
   F(model, int64_t, value_embeds, "value_embeds", 0, kOptional,                                 \
     "value-embedding tables: block i and block n_layer - n + i mix table i into V (modern)")    \
+  F(model, std::string, value_embed_layers, "value_embed_layers", "", kOptional,                \
+    "#89: comma list of the attention blocks with a value table, table i in block i of the "    \
+    "list (in place of value_embeds' placement; the record: \"1, 2, 8, 9, 10\"; modern)")      \
   F(model, bool, unet_skips, "unet_skips", false, kOptional,                                    \
     "U-net: the second half's blocks add the mirrored first-half outputs with learned weights") \
   F(model, bool, x0_lambdas, "x0_lambdas", false, kOptional,                                    \
@@ -104,7 +107,13 @@ inline constexpr bool kOptional = false;
     "CPU rounds in software; modern)")                                                          \
   F(model, bool, key_offset, "key_offset", false, kOptional,                                    \
     "#89: long-window blocks shift the keys' unrotated half a position (needs rotary_truncate " \
-    "and window; modern)")
+    "and window; modern)")                                                                      \
+  F(model, bool, sublayer_lambdas, "sublayer_lambdas", false, kOptional,                        \
+    "#89: each attention and MLP output y is mixed as x = resid x + post y (learned per "       \
+    "sublayer, init sqrt 1.1 and 1; dense MLP; modern)")                                        \
+  F(model, bool, qkvo_lambdas, "qkvo_lambdas", false, kOptional,                                \
+    "#89: q, k, v from a (l_qkv W_qkv)^T and the attention output from atty (l_o W_o)^T "       \
+    "(learned per block, init 0.5 and 1; modern)")
 
 #define ENGINE_DATA_FIELDS(F)                                                                   \
   F(data, std::string, train, "train", "", kRequired, "glob of training token shards (.bin)")   \

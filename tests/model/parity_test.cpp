@@ -63,7 +63,8 @@ std::string yaml_of(const model::ModelConfig& c) {
                                           "model.v_lambdas_all",  "model.loss_over_padding",
                                           "model.embed_std",      "model.uniform_matrix_init",
                                           "model.head_fp8",       "model.softcap_offset",
-                                          "model.key_offset"};
+                                          "model.key_offset",     "model.sublayer_lambdas",
+                                          "model.qkvo_lambdas",   "model.value_embed_layers"};
     for (const char* k : kRecipe)
       if (key == k) y += "  " + key.substr(6) + ": " + value + "\n";
   }
@@ -87,6 +88,17 @@ void randomise(model::Gpt& gpt, uint64_t seed, float stddev) {
       auto* d = t.data<float>();
       for (int64_t e = 0; e < p.numel; ++e)
         d[e] += 1.0f;
+    }
+    // Record #89's stream and weight lambdas scale the whole stream at every sublayer: drawn
+    // around their init values (drawn around 0, the stream would shrink to nothing).
+    const auto ends_with = [&](const std::string& suffix) {
+      return p.name.size() >= suffix.size() &&
+             p.name.compare(p.name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    };
+    if (ends_with("resid_lambdas") || ends_with("post_lambdas") || ends_with("qkvo_lambdas")) {
+      auto* d = t.data<float>();
+      for (int64_t e = 0; e < p.numel; ++e)
+        d[e] += p.values[static_cast<size_t>(e)];
     }
   }
 }
@@ -317,6 +329,25 @@ TEST(ModelParity, KeyOffset) {
   run_case("key_offset", c, 3);
 }
 
+// Record #89's sublayer lambdas (each attention and MLP output y mixed as resid x + post y) and
+// QKV and O weight lambdas (the projections' weights pre-multiplied) on the record-exact model.
+TEST(ModelParity, SublayerAndQkvoLambdas) {
+  model::ModelConfig c = test_model::with_record_exact(recipe(), 3, 3, false);
+  c.sublayer_lambdas = true;
+  c.qkvo_lambdas = true;
+  run_case("sublayer_qkvo_lambdas", c, 3);
+}
+
+// Record #89's value tables at named blocks (model.value_embed_layers): tables for blocks 3 and
+// 1 of the 4-block recipe model (in that order; block 2 has no attention), mixed as the v lambdas
+// mix them.
+TEST(ModelParity, ValueEmbedLayers) {
+  model::ModelConfig c = test_model::with_record_exact(recipe(), 3, 3, false);
+  c.value_embed_layers = {3, 1};
+  c.value_embeds = 2;
+  run_case("value_embed_layers", c, 3);
+}
+
 // The record exactly (train_gpt.py at 3e121a6e; docs/record_recipe.md): the recipe's keys and
 // its exact forms, the FP8 head included, with windows of 3 blocks of 3 tokens (short: 1 block)
 // on rows of 16 (not a multiple of the block) and documents starting at position 7 (inside a
@@ -364,6 +395,15 @@ TEST(ModelParity, ModernSoftcapBf16) {
 
 TEST(ModelParity, ModernMoeBf16) {
   run_bf16_case("modern_moe_bf16", modern_moe(), 3);
+}
+
+// The sublayer mixes over bf16 streams (the branch's output stored alone, then mixed) and the
+// bf16 copies of the scaled QKV and O weights.
+TEST(ModelParity, SublayerAndQkvoLambdasBf16) {
+  model::ModelConfig c = modern_softcap();
+  c.sublayer_lambdas = true;
+  c.qkvo_lambdas = true;
+  run_bf16_case("sublayer_qkvo_lambdas_bf16", c, 3);
 }
 
 // model_grad reads the engine's config: --set applies and errors are the engine's messages.

@@ -123,6 +123,8 @@ class Config:
         self.attn_scale = float(get("attn_scale", 0.0))
         self.no_attn_layers = [int(t) for t in str(get("no_attn_layers", "")).split(",") if t.strip()]
         self.value_embeds = int(get("value_embeds", 0))
+        # Record #89: table i serves block value_embed_layers[i].
+        self.value_embed_layers = [int(t) for t in str(get("value_embed_layers", "")).split(",") if t.strip()]
         self.unet_skips = flag("unet_skips")
         self.x0_lambdas = flag("x0_lambdas")
         self.doc_bos = int(get("doc_bos", -1))
@@ -142,8 +144,12 @@ class Config:
         self.head_fp8 = flag("head_fp8")
         # Record #89 (train_gpt.py at f411b3d3), each off by default.
         self.key_offset = flag("key_offset")
+        self.sublayer_lambdas = flag("sublayer_lambdas")
+        self.qkvo_lambdas = flag("qkvo_lambdas")
 
     def value_embed_of(self, layer):
+        if self.value_embed_layers:
+            return self.value_embed_layers.index(layer) if layer in self.value_embed_layers else -1
         n = self.value_embeds
         return layer if layer < n else layer - (self.n_layer - n) if layer >= self.n_layer - n else -1
 
@@ -422,8 +428,10 @@ def model_loss(cfg, p, idx, targets, rounding=NO_ROUNDING, head_fp8=None):
             return F.layer_norm(x, (D,), p[name + ".weight"], p[name + ".bias"], 1e-5)
         return rmsnorm(x, cfg.norm_eps)
 
-    def lin(x, name, bias=True):
-        y = rounding.matmul(x, p[name + ".weight"])
+    def lin(x, name, bias=True, scale=None):
+        # train_gpt.py at f411b3d3 pre-multiplies its QKV and O weights by sa_lambdas.
+        w = p[name + ".weight"] if scale is None else scale * p[name + ".weight"]
+        y = rounding.matmul(x, w)
         if gpt2 and bias:
             y = y + p[name + ".bias"]
         return y
@@ -439,8 +447,17 @@ def model_loss(cfg, p, idx, targets, rounding=NO_ROUNDING, head_fp8=None):
     scale = cfg.attn_scale if cfg.attn_scale > 0 else 1.0 / math.sqrt(hd)
     skips = cfg.n_layer // 2 if cfg.unet_skips else 0
     outputs = []
+
+    def sublayer(x, y, b, k):
+        """x + y, or with sublayer_lambdas (record #89) resid x + post y, y stored first."""
+        if not cfg.sublayer_lambdas:
+            return rounding.stored(x + y)
+        y = rounding.stored(y)
+        return rounding.stored(p[b + "resid_lambdas"][k] * x + p[b + "post_lambdas"][k] * y)
+
     for i in range(cfg.n_layer):
         b = f"blocks.{i}."
+        qkvo = p[b + "attn.qkvo_lambdas"] if cfg.qkvo_lambdas and i not in cfg.no_attn_layers else None
         if i >= cfg.n_layer - skips:  # U-net: the mirrored first-half output
             x = rounding.stored(
                 x + p["skip_weights"][i - (cfg.n_layer - skips)] * outputs[cfg.n_layer - 1 - i])
@@ -448,7 +465,7 @@ def model_loss(cfg, p, idx, targets, rounding=NO_ROUNDING, head_fp8=None):
             x = rounding.stored(p[b + "lambdas"][0] * x + p[b + "lambdas"][1] * x0)
         if i not in cfg.no_attn_layers:
             h = norm(x, b + "ln1")
-            qkv = rounding.grad_stored(lin(h, b + "attn.qkv"))
+            qkv = rounding.grad_stored(lin(h, b + "attn.qkv", scale=None if qkvo is None else qkvo[0]))
             q, k, v = [t.view(B, T, H, hd).transpose(1, 2) for t in qkv.split(D, dim=-1)]
             if not gpt2:
                 q = rotary(rmsnorm(q, cfg.norm_eps), cfg.rotary_base, cfg.rotary_truncate)
@@ -465,7 +482,9 @@ def model_loss(cfg, p, idx, targets, rounding=NO_ROUNDING, head_fp8=None):
             s = (q @ k.transpose(-1, -2)) * scale
             s = s.masked_fill(~cfg.attention_mask(idx, i), float("-inf"))
             a = torch.softmax(s, dim=-1) @ v
-            x = rounding.stored(x + lin(a.transpose(1, 2).reshape(B, T, D), b + "attn.proj"))
+            y = lin(a.transpose(1, 2).reshape(B, T, D), b + "attn.proj",
+                    scale=None if qkvo is None else qkvo[1])
+            x = sublayer(x, y, b, 0)
         h = norm(x, b + "ln2")
         if cfg.experts:
             E, K = cfg.experts, cfg.top_k
@@ -489,8 +508,8 @@ def model_loss(cfg, p, idx, targets, rounding=NO_ROUNDING, head_fp8=None):
             aux_total = aux_total + cfg.aux_weight * E * (frac * probs.mean(0)).sum()
             x = rounding.stored(x + out.view(B, T, D))
         else:
-            x = rounding.stored(
-                x + lin(act(rounding.grad_stored(lin(h, b + "mlp.fc"))), b + "mlp.proj"))
+            x = sublayer(x, lin(act(rounding.grad_stored(lin(h, b + "mlp.fc"))), b + "mlp.proj"),
+                         b, 1)
         outputs.append(x)
     if gpt2:
         x = norm(x, "ln_f")
