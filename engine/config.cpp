@@ -816,13 +816,22 @@ void validate_config(const Config& c, ConfigUse use) {
           {"model.head_fp8", c.model.head_fp8},
           {"model.key_offset", c.model.key_offset},
           {"model.sublayer_lambdas", c.model.sublayer_lambdas},
-          {"model.qkvo_lambdas", c.model.qkvo_lambdas}})
+          {"model.qkvo_lambdas", c.model.qkvo_lambdas},
+          {"model.mudd", c.model.mudd}})
       if (on) fail(key, "needs model.arch modern");
   }
   if (c.model.key_offset && (!c.model.rotary_truncate || c.model.window <= 0))
     fail("model.key_offset",
          "shifts the keys' unrotated half in the long-window blocks: needs model.rotary_truncate "
          "and model.window");
+  if (c.model.mudd &&
+      (c.model.n_layer != 11 || c.model.n_head != 6 || !c.model.sublayer_lambdas ||
+       *no_attn != std::vector<int>{6} || c.model.value_embeds != 0 || !ve_layers->empty() ||
+       c.model.x0_lambdas || c.model.unet_skips || c.model.moe_experts > 0))
+    fail("model.mudd",
+         "wires record #89's 11 blocks of 6 heads: needs model.n_layer 11, n_head 6, "
+         "sublayer_lambdas and no_attn_layers 6, and takes no value tables (their gates are not "
+         "wired yet), x0_lambdas, unet_skips or moe");
   if (c.model.sublayer_lambdas && c.model.moe_experts > 0)
     fail("model.sublayer_lambdas", "mixes a dense MLP's output alone: cannot take model.moe");
   if (c.model.norm_eps <= 0) fail("model.norm_eps", "must be positive");

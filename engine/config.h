@@ -113,7 +113,10 @@ inline constexpr bool kOptional = false;
     "sublayer, init sqrt 1.1 and 1; dense MLP; modern)")                                        \
   F(model, bool, qkvo_lambdas, "qkvo_lambdas", false, kOptional,                                \
     "#89: q, k, v from a (l_qkv W_qkv)^T and the attention output from atty (l_o W_o)^T "       \
-    "(learned per block, init 0.5 and 1; modern)")
+    "(learned per block, init 0.5 and 1; modern)")                                              \
+  F(model, bool, mudd, "mudd", false, kOptional,                                                \
+    "#89: the record's block wiring with its MUDD blocks and gates (11 blocks of 6 heads, "      \
+    "no_attn_layers 6, sublayer_lambdas; no value tables yet; modern)")
 
 #define ENGINE_DATA_FIELDS(F)                                                                   \
   F(data, std::string, train, "train", "", kRequired, "glob of training token shards (.bin)")   \

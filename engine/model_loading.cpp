@@ -83,6 +83,7 @@ model::ModelConfig model_config_of(const Config& c) {
   m.key_offset = c.model.key_offset;
   m.sublayer_lambdas = c.model.sublayer_lambdas;
   m.qkvo_lambdas = c.model.qkvo_lambdas;
+  m.mudd = c.model.mudd;
   m.validate();
   return m;
 }

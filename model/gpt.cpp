@@ -35,6 +35,10 @@ Gpt::~Gpt() = default;
 
 void Gpt::build() {
   const ModelConfig& c = config_;
+  if (c.mudd) {
+    build_mudd();
+    return;
+  }
   auto stage = [&](int event_layer) -> Stage& {
     stages_.push_back({event_layer, {}});
     return stages_.back();

@@ -127,6 +127,11 @@ void ModelConfig::validate() const {
   ENGINE_CHECK(!mudd || (n_layer == kMuddBlocks && n_head == kMuddHeads),
                "model.mudd is record #89's fixed wiring of 11 blocks of 6 heads, got n_layer " +
                    std::to_string(n_layer) + ", n_head " + std::to_string(n_head));
+  ENGINE_CHECK(!mudd || (sublayer_lambdas && no_attn_layers == std::vector<int>{kMuddSkipBlock} &&
+                         value_embeds == 0 && !x0_lambdas && !unet_skips && !moe()),
+               "model.mudd wires record #89's blocks: it needs model.sublayer_lambdas and "
+               "no_attn_layers 6, and takes no value_embeds (their gates are not wired yet), "
+               "x0_lambdas, unet_skips or moe");
   ENGINE_CHECK(!sublayer_lambdas || !moe(),
                "model.sublayer_lambdas mixes a dense MLP's output alone: it cannot take "
                "model.moe");

@@ -69,6 +69,7 @@ std::map<std::string, std::string> config_metadata(const ModelConfig& c) {
   if (c.key_offset) m["model.key_offset"] = "true";
   if (c.sublayer_lambdas) m["model.sublayer_lambdas"] = "true";
   if (c.qkvo_lambdas) m["model.qkvo_lambdas"] = "true";
+  if (c.mudd) m["model.mudd"] = "true";
   if (c.norm_eps != off.norm_eps) m["model.norm_eps"] = float_str(c.norm_eps);
   if (c.rotary_base != off.rotary_base) m["model.rotary_base"] = float_str(c.rotary_base);
   if (c.rotary_truncate) m["model.rotary_truncate"] = "true";

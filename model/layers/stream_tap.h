@@ -27,10 +27,13 @@ class StreamTap : public Layer {
 // How a block's branch (attention, MLP) meets the stream. By default it reads the chain's stream
 // and returns x + branch(x). `alone`: it returns the branch's output y by itself (a StreamMix
 // after it makes the record's rho x + pi y + ...); `input`: it reads that tap's stream instead of
-// the chain's (record #89's blocks 8-10 attend over cache7), its input gradient going there.
+// the chain's (record #89's blocks 8-10 attend over cache7), its input gradient going there;
+// `aux_v` (rotary attention): that tap's stream, read as the heads' rows, is added to v (record
+// #89's v_mudd in block 10).
 struct BranchWiring {
   bool alone = false;
   const StreamTap* input = nullptr;
+  const StreamTap* aux_v = nullptr;
 };
 
 }  // namespace model

@@ -349,6 +349,8 @@ TEST(Config, RecipeKeysAreCheckedByName) {
        "'model.value_embed_layers': block 4 must be an"},
       {{"model.arch=gpt2", "model.value_embed_layers=1"},
        "'model.value_embed_layers': needs model.arch modern"},
+      {{"model.mudd=true"}, "'model.mudd': wires record #89's 11 blocks of 6 heads"},
+      {{"model.arch=gpt2", "model.mudd=true"}, "'model.mudd': needs model.arch modern"},
       {{"model.sublayer_lambdas=true", "model.moe.experts=2"},
        "'model.sublayer_lambdas': mixes a dense MLP's output alone"},
       {{"model.norm_eps=0"}, "'model.norm_eps': must be positive"},
@@ -736,7 +738,7 @@ TEST(Config, KeyListIsLocked) {
       "model.window model.window_pattern model.window_grow model.window_block model.x0_norm "
       "model.norm_eps model.rotary_base model.rotary_truncate model.v_lambdas_all "
       "model.loss_over_padding model.embed_std model.uniform_matrix_init model.head_fp8 "
-      "model.key_offset model.sublayer_lambdas model.qkvo_lambdas "
+      "model.key_offset model.sublayer_lambdas model.qkvo_lambdas model.mudd "
       "data.train "
       "data.val data.shuffle data.shard_whole_batches data.bos train.seed train.steps "
       "train.batch_tokens train.micro_batch "

@@ -65,6 +65,8 @@ model::ModelConfig mudd_config() {
   c.n_layer = model::ModelConfig::kMuddBlocks;
   c.n_head = model::ModelConfig::kMuddHeads;
   c.d_model = 48;
+  c.no_attn_layers = {model::ModelConfig::kMuddSkipBlock};
+  c.sublayer_lambdas = true;
   c.mudd = true;
   return c;
 }
