@@ -92,12 +92,13 @@ struct ModelConfig {
   // Record #89's partial key offset in the long-window blocks (model/layers/key_offset.h); needs
   // rotary_truncate (the unrotated half it shifts) and window.
   bool key_offset = false;
-  // Record #89's MUDD blocks and MUDD gates (model/layers/coefficient_mlp.h): per-token
-  // coefficients from small MLPs over the stream, at the record's fixed places in its 11 blocks
-  // of 6 heads (the mudd_* constants below). Parameters: mudd_gate.{0,1}.{w1,w2,b2} (26 and 41
-  // coefficients, made from x0 and at block 4's input), mudd_gate.scale (their shared learned
-  // scale), mudd.{0,1}.{w1,w2,b2} (14 and 5 coefficients, made at the last block's input and
-  // after it).
+  // Record #89's block wiring with its MUDD blocks and MUDD gates (model/gpt_mudd.cpp,
+  // model/layers/coefficient_mlp.h): per-token coefficients from small MLPs over the stream, at
+  // the record's fixed places in its 11 blocks of 6 heads (the kMudd* constants below). Needs
+  // sublayer_lambdas and no_attn_layers {6}; takes no value tables yet. Parameters:
+  // mudd_gate.{0,1}.{w1,w2,b2} (26 and 41 coefficients, made from x0 and at block 4's input),
+  // mudd_gate.scale (their shared learned scale), mudd.{0,1}.{w1,w2,b2} (14 and 5 coefficients,
+  // made at the last block's input and after it), skip_lambda (block 6's skip gate).
   bool mudd = false;
   // Record #89's sublayer lambdas: each block's attention and MLP write their output y alone and
   // the block mixes x = rho x + pi y (blocks.<l>.resid_lambdas init sqrt 1.1 and post_lambdas
