@@ -83,7 +83,8 @@ void Gpt::build_mudd() {
     if (l == ModelConfig::kMuddSkipBlock) {
       const SkipGate* skip =
           add(block, std::make_unique<SkipGate>(ctx_, "skip_lambda", column_of(*gate1, 28)));
-      mix(block, {{CoefOf{}, nullptr}, {[skip](const Context&) { return skip->view(); }, cache3}});
+      mix(block,
+          {{CoefOf{}, nullptr}, {[skip](const Context&, bool) { return skip->view(); }, cache3}});
     } else if (l < last) {
       StreamTap* in = tap(block);
       const StreamTap* attn_in = l > ModelConfig::kMuddCache7 ? cache7 : nullptr;

@@ -13,7 +13,7 @@ void SkipGate::plan(ActivationPlan& plan, const Context& ctx) {
 }
 
 Stream SkipGate::forward(Context& ctx, Stream x) {
-  const CoefView g = gate_(ctx);
+  const CoefView g = gate_(ctx, false);
   ctx.backend.sigmoid_scale(out_, ctx.params.value(lambda_), g.values, g.stride, ctx.N());
   return x;
 }
@@ -23,7 +23,7 @@ void SkipGate::begin_backward(Context& ctx) {
 }
 
 void SkipGate::backward(Context& ctx) {
-  const CoefView g = gate_(ctx);
+  const CoefView g = gate_(ctx, true);
   ctx.backend.sigmoid_scale_backward(g.grads, ctx.params.grad_of(lambda_),
                                      ctx.params.value(lambda_), g.values, g.stride, dout_, ctx.N());
 }

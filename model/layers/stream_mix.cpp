@@ -8,13 +8,14 @@
 namespace model {
 
 CoefOf scalar_param(size_t param, int element) {
-  return [param, element](const Context& ctx) {
-    return CoefView{ctx.params.value(param) + element, ctx.params.grad_of(param) + element, 0};
+  return [param, element](const Context& ctx, bool grads) {
+    return CoefView{ctx.params.value(param) + element,
+                    grads ? ctx.params.grad_of(param) + element : nullptr, 0};
   };
 }
 
 CoefOf column_of(const CoefficientMlp& producer, int column) {
-  return [&producer, column](const Context&) { return producer.view().column(column); };
+  return [&producer, column](const Context&, bool) { return producer.view().column(column); };
 }
 
 StreamMix::StreamMix(std::vector<MixTerm> terms) : terms_(std::move(terms)) {
@@ -36,13 +37,13 @@ Stream StreamMix::forward(Context& ctx, Stream x) {
   auto scalar = [](const CoefView& c) { return !c.defined() || c.stride == 0; };
   for (size_t i = 0; i < terms_.size(); ++i) {
     const MixTerm& t = terms_[i];
-    const CoefView c = t.coef ? t.coef(ctx) : CoefView{};
+    const CoefView c = t.coef ? t.coef(ctx, false) : CoefView{};
     const Stream src = t.source ? t.source->stream() : x;
     const bool first = i == 0;
     if (first && terms_.size() > 1 && scalar(c)) {
       // Two scalar terms first: one pass, one rounding of a bf16 stream.
       const MixTerm& u = terms_[1];
-      const CoefView cu = u.coef(ctx);
+      const CoefView cu = u.coef(ctx, false);
       if (scalar(cu)) {
         mix_stream(be, out_, c.values, src, cu.values, u.source ? u.source->stream() : x, N * D);
         ++i;
@@ -70,7 +71,7 @@ void StreamMix::backward(Context& ctx) {
   // d (the chain's stream) into dmix, which becomes dres.
   be.fill_zero(ctx.dmix, N * D * sizeof(float));
   for (const MixTerm& t : terms_) {
-    const CoefView c = t.coef ? t.coef(ctx) : CoefView{};
+    const CoefView c = t.coef ? t.coef(ctx, true) : CoefView{};
     const Stream src = t.source ? t.source->stream() : in_;
     float* dsrc = t.source ? t.source->grad() : ctx.dmix;
     if (c.defined() && c.stride > 0) {

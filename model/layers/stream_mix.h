@@ -24,8 +24,9 @@
 namespace model {
 
 // A term's coefficient, looked up at each forward and backward: the parameters' storage (ZeRO
-// stage 3) and the activation plan (a new batch shape) may move between steps.
-using CoefOf = std::function<CoefView(const Context&)>;
+// stage 3) and the activation plan (a new batch shape) may move between steps. `grads`: the
+// backward asks for the gradient too (ZeRO stage 3 binds a parameter's gradient only then).
+using CoefOf = std::function<CoefView(const Context&, bool grads)>;
 // Element `element` of the vector parameter `param` (stride 0).
 CoefOf scalar_param(size_t param, int element);
 // Column `column` of a coefficient MLP's output.

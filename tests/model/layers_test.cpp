@@ -336,11 +336,46 @@ TEST(Layers, SkipGate) {
       std::make_unique<model::SkipGate>(rig.ctx(), "skip_lambda", model::column_of(*gate, 28)));
   rig.add(std::make_unique<model::StreamMix>(std::vector<model::MixTerm>{
       {model::CoefOf{}, nullptr},
-      {[skip](const model::Context&) { return skip->view(); }, cache3}}));
+      {[skip](const model::Context&, bool) { return skip->view(); }, cache3}}));
   rig.draw_params(18);
   rig.plan();
   check_chain(rig, "skip gate",
               {"skip_lambda", "mudd_gate.1.", "mudd_gate.scale", "blocks.3.mlp."});
+}
+
+// ZeRO stage 3 binds a parameter's gradient only around its layer's backward: the mixes and the
+// skip gate must not look their scalars' gradients up in the forward. Every value bound, no
+// gradient, forward; then the gradients bound and the backward.
+TEST(Layers, MixesAndSkipGateReadNoGradientInTheForward) {
+  LayerRig rig(mudd_config(), kB, kT);
+  auto index = [&](const std::string& name) { return rig.params().index(name); };
+  auto* cache3 = rig.add(std::make_unique<model::StreamTap>());
+  auto* gate = rig.add(
+      std::make_unique<model::CoefficientMlp>(rig.ctx(), "mudd_gate.1", 0.0f, "mudd_gate.scale"));
+  auto* skip = rig.add(
+      std::make_unique<model::SkipGate>(rig.ctx(), "skip_lambda", model::column_of(*gate, 28)));
+  rig.add(std::make_unique<model::StreamMix>(std::vector<model::MixTerm>{
+      {model::scalar_param(index("blocks.1.resid_lambdas"), 0), cache3},
+      {model::scalar_param(index("blocks.1.post_lambdas"), 0), nullptr},
+      {[skip](const model::Context&, bool) { return skip->view(); }, cache3}}));
+  rig.draw_params(19);
+  rig.plan();
+  model::ParamStore& store = rig.params();
+  std::vector<core::Tensor> values, grads;
+  for (size_t i = 0; i < store.table().size(); ++i) {
+    values.push_back(store.param(i).clone());
+    grads.push_back(core::Tensor::zeros(store.param(i).shape()));
+  }
+  store.release_storage();
+  for (size_t i = 0; i < values.size(); ++i)
+    store.bind_param(i, values[i]);
+  rig.input() = random_floats(static_cast<size_t>(rig.ctx().N() * rig.config().d_model), 20);
+  EXPECT_NO_THROW(rig.forward());
+  for (size_t i = 0; i < grads.size(); ++i)
+    store.bind_grad(i, grads[i]);
+  const std::vector<float> w = random_floats(rig.input().size(), 21);
+  EXPECT_NO_THROW(rig.backward(&w));
+  EXPECT_NE(grads[index("skip_lambda")].to_vector()[0], 0.0f);
 }
 
 struct AttentionCase {
