@@ -174,6 +174,24 @@ ENGINE_HD inline T gelu_tanh_grad(T u) {
   return T(0.5) * (T(1) + th) + T(0.5) * u * (T(1) - th * th) * s * (T(1) + T(3) * c * u * u);
 }
 
+// GELU, exact (erf) form: gelu(u) = 0.5 u (1 + erf(u / sqrt 2)) (PyTorch's F.gelu default; record
+// #89's MUDD blocks), derivative 0.5 (1 + erf(u / sqrt 2)) + u exp(-u^2 / 2) / sqrt(2 pi).
+template <typename T>
+ENGINE_HD inline T gelu_erf(T u) {
+  return T(0.5) * u * (T(1) + std::erf(u * T(0.70710678118654752)));
+}
+template <typename T>
+ENGINE_HD inline T gelu_erf_grad(T u) {
+  return T(0.5) * (T(1) + std::erf(u * T(0.70710678118654752))) +
+         u * std::exp(T(-0.5) * u * u) * T(0.39894228040143268);
+}
+
+// The logistic sigmoid 1 / (1 + exp(-u)) and its derivative s (1 - s).
+template <typename T>
+ENGINE_HD inline T sigmoid(T u) {
+  return T(1) / (T(1) + std::exp(-u));
+}
+
 // relu2(u) = max(u, 0)^2, derivative 2 max(u, 0).
 template <typename T>
 ENGINE_HD inline T relu2(T u) {
@@ -411,11 +429,8 @@ ENGINE_HD inline int64_t bigram_sign_row(const int32_t* row, int64_t t, int64_t 
 }
 
 // The smear's gate of a position t >= 1: lambda sigmoid(z), z = x[t, :K] . w (record #34's
-// smear_gate). Its derivative in z: lambda sigmoid(z) (1 - sigmoid(z)), from s = sigmoid(z).
-template <typename T>
-ENGINE_HD inline T sigmoid(T z) {
-  return T(1) / (T(1) + std::exp(-z));
-}
+// smear_gate; sigmoid above). Its derivative in z: lambda sigmoid(z) (1 - sigmoid(z)), from
+// s = sigmoid(z).
 template <typename T>
 ENGINE_HD inline T smear_gate_grad_z(T lambda, T s) {
   return lambda * s * (T(1) - s);

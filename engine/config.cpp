@@ -775,7 +775,23 @@ void validate_config(const Config& c, ConfigUse use) {
       fail("model.no_attn_layers",
            "block " + std::to_string(l) +
                " is outside [0, model.n_layer = " + std::to_string(c.model.n_layer) + ")");
-  if (c.model.value_embeds < 0 || 2 * c.model.value_embeds > c.model.n_layer)
+  const auto ve_layers = parse_block_list(c.model.value_embed_layers);
+  if (!ve_layers)
+    fail("model.value_embed_layers",
+         "must be a comma list of block indices, got '" + shown(c.model.value_embed_layers) + "'");
+  if (!ve_layers->empty() && c.model.value_embeds != 0 &&
+      c.model.value_embeds != static_cast<int64_t>(ve_layers->size()))
+    fail("model.value_embed_layers",
+         "places one table per named block: model.value_embeds must be 0 or their count, got " +
+             std::to_string(c.model.value_embeds));
+  for (int l : *ve_layers)
+    if (l >= c.model.n_layer || std::find(no_attn->begin(), no_attn->end(), l) != no_attn->end() ||
+        std::count(ve_layers->begin(), ve_layers->end(), l) != 1)
+      fail("model.value_embed_layers", "block " + std::to_string(l) +
+                                           " must be an attention block below model.n_layer = " +
+                                           std::to_string(c.model.n_layer) + ", named once");
+  if (c.model.value_embeds < 0 ||
+      (ve_layers->empty() && 2 * c.model.value_embeds > c.model.n_layer))
     fail("model.value_embeds",
          "must be in [0, model.n_layer / 2] (the first n and the last n "
          "blocks use the tables), got " +
@@ -786,6 +802,7 @@ void validate_config(const Config& c, ConfigUse use) {
          {std::pair<const char*, bool>{"model.attn_scale", c.model.attn_scale > 0},
           {"model.no_attn_layers", !no_attn->empty()},
           {"model.value_embeds", c.model.value_embeds > 0},
+          {"model.value_embed_layers", !ve_layers->empty()},
           {"model.unet_skips", c.model.unet_skips},
           {"model.x0_lambdas", c.model.x0_lambdas},
           {"model.zero_init_head", c.model.zero_init_head},
@@ -802,7 +819,10 @@ void validate_config(const Config& c, ConfigUse use) {
           {"model.mlp_fp8", c.model.mlp_fp8},
           {"model.key_offset", c.model.key_offset},
           {"model.bigram_rows", c.model.bigram_rows != 0},
-          {"model.smear", c.model.smear}})
+          {"model.smear", c.model.smear},
+          {"model.sublayer_lambdas", c.model.sublayer_lambdas},
+          {"model.qkvo_lambdas", c.model.qkvo_lambdas},
+          {"model.mudd", c.model.mudd}})
       if (on) fail(key, "needs model.arch modern");
   }
   if (c.model.key_offset && (!c.model.rotary_truncate || c.model.window <= 0))
@@ -817,6 +837,16 @@ void validate_config(const Config& c, ConfigUse use) {
   if (c.model.smear && (!c.model.x0_norm || c.model.d_model < 12))
     fail("model.smear",
          "smears the embedding rows before x0's norm: needs model.x0_norm and d_model >= 12");
+  if (c.model.mudd && (c.model.n_layer != 11 || c.model.n_head != 6 || !c.model.sublayer_lambdas ||
+                       *no_attn != std::vector<int>{6} || c.model.value_embeds != 0 ||
+                       !ve_layers->empty() || c.model.bigram_rows != 0 || c.model.x0_lambdas ||
+                       c.model.unet_skips || c.model.moe_experts > 0))
+    fail("model.mudd",
+         "wires record #89's 11 blocks of 6 heads: needs model.n_layer 11, n_head 6, "
+         "sublayer_lambdas and no_attn_layers 6, and takes no value tables or bigram_rows (their "
+         "gates are not wired to it yet), x0_lambdas, unet_skips or moe");
+  if (c.model.sublayer_lambdas && c.model.moe_experts > 0)
+    fail("model.sublayer_lambdas", "mixes a dense MLP's output alone: cannot take model.moe");
   if (c.model.norm_eps <= 0) fail("model.norm_eps", "must be positive");
   // An epsilon keeps the norm's division finite; at 1 or more it outweighs the mean square of
   // the activations it divides (1e308 was accepted, and the run stopped at step 3).

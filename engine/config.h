@@ -59,6 +59,9 @@ inline constexpr bool kOptional = false;
     "comma list of blocks without attention, MLP only (the record: \"7\"; modern only)")        \
   F(model, int64_t, value_embeds, "value_embeds", 0, kOptional,                                 \
     "value-embedding tables: block i and block n_layer - n + i mix table i into V (modern)")    \
+  F(model, std::string, value_embed_layers, "value_embed_layers", "", kOptional,                \
+    "#89: comma list of the attention blocks with a value table, table i in block i of the "    \
+    "list (in place of value_embeds' placement; the record: \"1, 2, 8, 9, 10\"; modern)")       \
   F(model, bool, unet_skips, "unet_skips", false, kOptional,                                    \
     "U-net: the second half's blocks add the mirrored first-half outputs with learned weights") \
   F(model, bool, x0_lambdas, "x0_lambdas", false, kOptional,                                    \
@@ -103,8 +106,8 @@ inline constexpr bool kOptional = false;
     "e5m2 output gradient over 1/448 (cuBLASLt FP8 GEMMs on GPUs sm_89+, refused below; the "   \
     "CPU rounds in software; modern)")                                                          \
   F(model, bool, mlp_fp8, "mlp_fp8", false, kOptional,                                          \
-    "training runs the MLP's forward GEMMs in FP8 as the record: e4m3 input over amax/448, fc "  \
-    "over its amax/448, the activation over the previous forward's amax x 1.80/448, proj over "  \
+    "training runs the MLP's forward GEMMs in FP8 as the record: e4m3 input over amax/448, fc " \
+    "over its amax/448, the activation over the previous forward's amax x 1.80/448, proj over " \
     "the previous step's amax x 1.12/448 (its own through step 16); backward as without it "    \
     "(modern, not MoE; GPUs sm_89+)")                                                           \
   F(model, double, head_fp8_x_scale, "head_fp8_x_scale", 0.0, kOptional,                        \
@@ -123,7 +126,16 @@ inline constexpr bool kOptional = false;
     "after each later attention (the record: 377280); 0: off (modern)")                         \
   F(model, bool, smear, "smear", false, kOptional,                                              \
     "#89: each embedding row adds lambda sigmoid(x[t, :12] . w) x[t-1] before x0's norm "       \
-    "(needs x0_norm; modern)")
+    "(needs x0_norm; modern)")                                                                  \
+  F(model, bool, sublayer_lambdas, "sublayer_lambdas", false, kOptional,                        \
+    "#89: each attention and MLP output y is mixed as x = resid x + post y (learned per "       \
+    "sublayer, init sqrt 1.1 and 1; dense MLP; modern)")                                        \
+  F(model, bool, qkvo_lambdas, "qkvo_lambdas", false, kOptional,                                \
+    "#89: q, k, v from a (l_qkv W_qkv)^T and the attention output from atty (l_o W_o)^T "       \
+    "(learned per block, init 0.5 and 1; modern)")                                              \
+  F(model, bool, mudd, "mudd", false, kOptional,                                                \
+    "#89: the record's block wiring with its MUDD blocks and gates (11 blocks of 6 heads, "     \
+    "no_attn_layers 6, sublayer_lambdas; no value tables yet; modern)")
 
 #define ENGINE_DATA_FIELDS(F)                                                                   \
   F(data, std::string, train, "train", "", kRequired, "glob of training token shards (.bin)")   \

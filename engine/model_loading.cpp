@@ -60,7 +60,9 @@ model::ModelConfig model_config_of(const Config& c) {
   m.softcap_offset = static_cast<float>(c.model.softcap_offset);
   m.attn_scale = static_cast<float>(c.model.attn_scale);
   m.no_attn_layers = parse_block_list(c.model.no_attn_layers).value_or(std::vector<int>{});
-  m.value_embeds = static_cast<int>(c.model.value_embeds);
+  m.value_embed_layers = parse_block_list(c.model.value_embed_layers).value_or(std::vector<int>{});
+  m.value_embeds = m.value_embed_layers.empty() ? static_cast<int>(c.model.value_embeds)
+                                                : static_cast<int>(m.value_embed_layers.size());
   m.unet_skips = c.model.unet_skips;
   m.x0_lambdas = c.model.x0_lambdas;
   m.zero_init_head = c.model.zero_init_head;
@@ -85,6 +87,9 @@ model::ModelConfig model_config_of(const Config& c) {
   m.key_offset = c.model.key_offset;
   m.bigram_rows = c.model.bigram_rows;
   m.smear = c.model.smear;
+  m.sublayer_lambdas = c.model.sublayer_lambdas;
+  m.qkvo_lambdas = c.model.qkvo_lambdas;
+  m.mudd = c.model.mudd;
   m.validate();
   return m;
 }

@@ -11,6 +11,8 @@
 #include "model/layers/mlp.h"
 #include "model/layers/moe.h"
 #include "model/layers/rotary_attention.h"
+#include "model/layers/stream_mix.h"
+#include "model/layers/stream_tap.h"
 #include "model/layers/token_embedding.h"
 #include "model/layers/unet_skip.h"
 #include "model/layers/value_embeddings.h"
@@ -36,6 +38,11 @@ Gpt::~Gpt() = default;
 
 void Gpt::build() {
   const ModelConfig& c = config_;
+  if (c.mlp_fp8) fp8_scales_ = std::make_unique<Fp8MlpScales>(c.n_layer, backend_);
+  if (c.mudd) {
+    build_mudd();
+    return;
+  }
   auto stage = [&](int event_layer) -> Stage& {
     stages_.push_back({event_layer, {}});
     return stages_.back();
@@ -60,7 +67,7 @@ void Gpt::build() {
   // input, attention (and after it the bigram injection of a later block), the MLP or MoE, and
   // the output kept when a later block's skip reads it.
   std::vector<SkipSource*> skip_sources(static_cast<size_t>(c.unet_count()), nullptr);
-  if (c.mlp_fp8) fp8_scales_ = std::make_unique<Fp8MlpScales>(c.n_layer, backend_);
+  StreamTap* sublayer_input = nullptr;
   for (int l = 0; l < c.n_layer; ++l) {
     Stage& block = stage(l);
     if (bigram && l == 0) add(block, std::make_unique<BigramInject>(ctx_, l, *bigram));
@@ -70,19 +77,40 @@ void Gpt::build() {
       add(block, std::make_unique<SkipAdd>(ctx_, i, *skip_sources.at(src)));
     }
     if (x0) add(block, std::make_unique<X0Lambdas>(ctx_, l, *x0));
+    // model.sublayer_lambdas: a tap on the sublayer's input, the branch's output alone, then
+    // x = resid_lambdas[k] x + post_lambdas[k] y (k: 0 attention, 1 MLP).
+    const bool mixes = c.sublayer_lambdas;
+    auto begin_sublayer = [&]() -> BranchWiring {
+      if (!mixes) return {};
+      sublayer_input = add(block, std::make_unique<StreamTap>());
+      return {true, nullptr};
+    };
+    auto end_sublayer = [&](int k) {
+      if (!mixes) return;
+      const std::string p = "blocks." + std::to_string(l) + ".";
+      add(block, std::make_unique<StreamMix>(std::vector<MixTerm>{
+                     {scalar_param(params_.index(p + "resid_lambdas"), k), sublayer_input},
+                     {scalar_param(params_.index(p + "post_lambdas"), k), nullptr}}));
+    };
     if (c.has_attention(l) && c.arch == Arch::Gpt2) {
       add(block, std::make_unique<CausalAttention>(ctx_, l, masks_));
     } else if (c.has_attention(l)) {
-      add(block, std::make_unique<RotaryAttention>(ctx_, l, masks_, tables));
+      const BranchWiring wiring = begin_sublayer();
+      add(block, std::make_unique<RotaryAttention>(ctx_, l, masks_, tables, wiring));
+      end_sublayer(0);
     }
     if (bigram && l > 0 && c.has_attention(l))
       add(block, std::make_unique<BigramInject>(ctx_, l, *bigram));
     if (c.moe()) {
       add(block, std::make_unique<Moe>(ctx_, l));
-    } else if (fp8_scales_) {
-      add(block, std::make_unique<Fp8Mlp>(ctx_, l, *fp8_scales_));
     } else {
-      add(block, std::make_unique<Mlp>(ctx_, l));
+      const BranchWiring wiring = begin_sublayer();
+      if (fp8_scales_) {
+        add(block, std::make_unique<Fp8Mlp>(ctx_, l, *fp8_scales_, wiring));
+      } else {
+        add(block, std::make_unique<Mlp>(ctx_, l, wiring));
+      }
+      end_sublayer(1);
     }
     if (l < c.unet_count()) skip_sources[l] = add(block, std::make_unique<SkipSource>());
   }

@@ -142,6 +142,8 @@ class Gpt {
   };
   // The list the config builds (the layer files in model/layers/).
   void build();
+  // model.mudd's list (model/gpt_mudd.cpp).
+  void build_mudd();
   void plan(int B, int T);
   void run_forward(const int32_t* tokens, const int32_t* targets, int B, int T, bool want_grad);
   // {cross-entropy, aux loss} of the last forward, copied from the device.

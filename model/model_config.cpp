@@ -52,6 +52,10 @@ bool ModelConfig::has_attention(int layer) const {
 }
 
 int ModelConfig::value_embed_of(int layer) const {
+  if (!value_embed_layers.empty()) {
+    const auto at = std::find(value_embed_layers.begin(), value_embed_layers.end(), layer);
+    return at == value_embed_layers.end() ? -1 : static_cast<int>(at - value_embed_layers.begin());
+  }
   if (layer < value_embeds) return layer;
   if (layer >= n_layer - value_embeds) return layer - (n_layer - value_embeds);
   return -1;
@@ -114,16 +118,18 @@ void ModelConfig::validate() const {
   ENGINE_CHECK(softcap_offset == 0.0f || precision != Precision::Bf16 || head_fp8,
                "model.softcap_offset needs f32 logits: precision fp32 or tf32, or model.head_fp8");
   const ModelConfig off;
-  const bool recipe =
-      attn_scale > 0.0f || !no_attn_layers.empty() || value_embeds != 0 || unet_skips ||
-      x0_lambdas || zero_init_head || softcap_form != SoftcapForm::Tanh || masked_attention() ||
-      x0_norm || norm_eps != off.norm_eps || rotary_base != off.rotary_base || rotary_truncate ||
-      v_lambdas_all || uniform_matrix_init || head_fp8 || mlp_fp8 || key_offset;
-  ENGINE_CHECK(!recipe || arch == Arch::Modern,
-               "model: the record recipe's keys (attn_scale, no_attn_layers, value_embeds, "
-               "unet_skips, x0_lambdas, zero_init_head, softcap_form, doc_bos, window, x0_norm, "
-               "norm_eps, rotary_base, rotary_truncate, v_lambdas_all, uniform_matrix_init, "
-               "head_fp8, mlp_fp8, key_offset) need arch modern");
+  const bool recipe = attn_scale > 0.0f || !no_attn_layers.empty() || value_embeds != 0 ||
+                      unet_skips || x0_lambdas || zero_init_head ||
+                      softcap_form != SoftcapForm::Tanh || masked_attention() || x0_norm ||
+                      norm_eps != off.norm_eps || rotary_base != off.rotary_base ||
+                      rotary_truncate || v_lambdas_all || uniform_matrix_init || head_fp8 ||
+                      mlp_fp8 || key_offset || mudd || sublayer_lambdas || qkvo_lambdas;
+  ENGINE_CHECK(
+      !recipe || arch == Arch::Modern,
+      "model: the record recipe's keys (attn_scale, no_attn_layers, value_embeds, "
+      "unet_skips, x0_lambdas, zero_init_head, softcap_form, doc_bos, window, x0_norm, "
+      "norm_eps, rotary_base, rotary_truncate, v_lambdas_all, uniform_matrix_init, "
+      "head_fp8, mlp_fp8, key_offset, mudd, sublayer_lambdas, qkvo_lambdas) need arch modern");
   ENGINE_CHECK(!mlp_fp8 || !moe(),
                "model.mlp_fp8 runs the dense MLP's GEMMs in FP8: it cannot go with model.moe");
   ENGINE_CHECK(!key_offset || (rotary_truncate && window > 0),
@@ -139,6 +145,18 @@ void ModelConfig::validate() const {
                "model.smear smears the embedding rows before x0's norm: it needs arch modern, "
                "model.x0_norm and d_model >= " +
                    std::to_string(kSmearGateWidth));
+  ENGINE_CHECK(!mudd || (n_layer == kMuddBlocks && n_head == kMuddHeads),
+               "model.mudd is record #89's fixed wiring of 11 blocks of 6 heads, got n_layer " +
+                   std::to_string(n_layer) + ", n_head " + std::to_string(n_head));
+  ENGINE_CHECK(
+      !mudd || (sublayer_lambdas && no_attn_layers == std::vector<int>{kMuddSkipBlock} &&
+                value_embeds == 0 && bigram_rows == 0 && !x0_lambdas && !unet_skips && !moe()),
+      "model.mudd wires record #89's blocks: it needs model.sublayer_lambdas and "
+      "no_attn_layers 6, and takes no value_embeds or bigram_rows (their gates are not "
+      "wired to it yet), x0_lambdas, unet_skips or moe");
+  ENGINE_CHECK(!sublayer_lambdas || !moe(),
+               "model.sublayer_lambdas mixes a dense MLP's output alone: it cannot take "
+               "model.moe");
   ENGINE_CHECK(norm_eps > 0.0f, "model.norm_eps must be positive");
   ENGINE_CHECK(rotary_base > 1.0f, "model.rotary_base must be above 1");
   ENGINE_CHECK(!rotary_truncate || (head_dim() % 4 == 0 && head_dim() >= 8),
@@ -162,7 +180,20 @@ void ModelConfig::validate() const {
     ENGINE_CHECK(l >= 0 && l < n_layer, "model.no_attn_layers: block " + std::to_string(l) +
                                             " is outside [0, n_layer=" + std::to_string(n_layer) +
                                             ")");
-  ENGINE_CHECK(value_embeds >= 0 && 2 * value_embeds <= n_layer,
+  if (!value_embed_layers.empty()) {
+    ENGINE_CHECK(value_embeds == static_cast<int>(value_embed_layers.size()),
+                 "model.value_embed_layers names " + std::to_string(value_embed_layers.size()) +
+                     " blocks but model.value_embeds is " + std::to_string(value_embeds) +
+                     " (one table per named block)");
+    for (size_t i = 0; i < value_embed_layers.size(); ++i) {
+      const int l = value_embed_layers[i];
+      ENGINE_CHECK(l >= 0 && l < n_layer && has_attention(l) &&
+                       std::count(value_embed_layers.begin(), value_embed_layers.end(), l) == 1,
+                   "model.value_embed_layers: block " + std::to_string(l) +
+                       " must be an attention block in [0, n_layer) named once");
+    }
+  }
+  ENGINE_CHECK(!value_embed_layers.empty() || (value_embeds >= 0 && 2 * value_embeds <= n_layer),
                "model.value_embeds must be in [0, n_layer / 2] (the first and the last blocks "
                "each use one table), got " +
                    std::to_string(value_embeds));

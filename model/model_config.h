@@ -58,6 +58,9 @@ struct ModelConfig {
   std::vector<int> no_attn_layers;  // blocks without attention (MLP only)
   // Value-embedding tables: block i < n and block n_layer - n + i mix table i into V.
   int value_embeds = 0;
+  // Record #89's placement: table i serves block value_embed_layers[i] (value_embeds is then its
+  // length; the record: 1, 2, 8, 9, 10).
+  std::vector<int> value_embed_layers;
   bool unet_skips = false;      // block n_layer - 1 - i adds skip_weights[.] x (block i's output)
   bool x0_lambdas = false;      // block input = l0 x + l1 x0 (x0 the embedding output)
   bool zero_init_head = false;  // lm_head starts at zero
@@ -106,6 +109,33 @@ struct ModelConfig {
   // The smear of each embedding row into the next before x0's norm (model/layers/smear.h); needs
   // x0_norm and d_model >= kSmearGateWidth.
   bool smear = false;
+  // Record #89's block wiring with its MUDD blocks and MUDD gates (model/gpt_mudd.cpp,
+  // model/layers/coefficient_mlp.h): per-token coefficients from small MLPs over the stream, at
+  // the record's fixed places in its 11 blocks of 6 heads (the kMudd* constants below). Needs
+  // sublayer_lambdas and no_attn_layers {6}; takes no value tables yet. Parameters:
+  // mudd_gate.{0,1}.{w1,w2,b2} (26 and 41 coefficients, made from x0 and at block 4's input),
+  // mudd_gate.scale (their shared learned scale), mudd.{0,1}.{w1,w2,b2} (14 and 5 coefficients,
+  // made at the last block's input and after it), skip_lambda (block 6's skip gate).
+  bool mudd = false;
+  // Record #89's sublayer lambdas: each block's attention and MLP write their output y alone and
+  // the block mixes x = rho x + pi y (blocks.<l>.resid_lambdas init sqrt 1.1 and post_lambdas
+  // init 1, one of each per sublayer; with mudd the last block takes its MUDD coefficients
+  // instead and blocks 0..9 also add their x0 gate times x0 after attention). Dense MLP only.
+  bool sublayer_lambdas = false;
+  // Record #89's QKV and O weight lambdas: an attention block's q, k, v come from
+  // a (l_qkv W_qkv)^T and its output from atty (l_o W_o)^T (blocks.<l>.attn.qkvo_lambdas, init
+  // 0.5 and 1; model/layers/weight_lambda.h). Independent of v_lambdas_all's (v, ve) mix.
+  bool qkvo_lambdas = false;
+
+  // model.mudd's fixed layout: the blocks and heads it is written for, each MLP's coefficient
+  // count, the block whose input makes gate 1.
+  static constexpr int kMuddBlocks = 11, kMuddHeads = 6;
+  static constexpr int kMuddGate0Coefs = 26, kMuddGate1Coefs = 41, kMudd0Coefs = 14,
+                       kMudd1Coefs = 5;
+  static constexpr int kMuddGate1Block = 4;
+  // The block without attention that adds sigmoid(skip_lambda) g_skip cache3 (gate 1's column
+  // 28), and the blocks whose outputs are cache3 and cache7.
+  static constexpr int kMuddSkipBlock = 6, kMuddCache3 = 3, kMuddCache7 = 7;
 
   // Recipe queries.
   bool has_attention(int layer) const;

@@ -1,11 +1,52 @@
 #include "model/param_table.h"
 
 #include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "core/check.h"
 #include "core/rng.h"
 
 namespace model {
+
+namespace {
+
+// Record #89's MUDD bias inits, as stored: the effective values (after the 0.1 scale) divided by
+// 0.1, in double and then rounded (the record's Python floats into a float32 tensor).
+float pre_scale(double effective) {
+  return static_cast<float>(effective / 0.1);
+}
+
+std::vector<float> mudd_gate_bias(int K) {
+  std::vector<float> b(static_cast<size_t>(K), 0.0f);
+  for (int i = 12; i < 18; ++i)
+    b[static_cast<size_t>(i)] = pre_scale(0.25);  // the attention output gate (block 3 or 10)
+  const int bigram_end = K == ModelConfig::kMuddGate0Coefs ? 26 : 28;
+  for (int i = 19; i < bigram_end; i += 2)
+    b[static_cast<size_t>(i)] = pre_scale(0.05);  // the bigram gates
+  if (K == ModelConfig::kMuddGate1Coefs) {
+    b[28] = pre_scale(0.5);  // the skip gate
+    for (int i = 29; i < 35; ++i)
+      b[static_cast<size_t>(i)] = pre_scale(1.0);  // DC w1 of block 10
+  }
+  return b;
+}
+
+std::vector<float> mudd_bias(int K) {
+  std::vector<float> b(static_cast<size_t>(K), 0.0f);
+  if (K == ModelConfig::kMudd1Coefs) {
+    b[1] = pre_scale(-0.5);  // cache7's coefficient after the last block: the absorbed backout
+    return b;
+  }
+  b[6] = b[7] = pre_scale(2.0);              // the value-embedding gate lanes
+  b[8] = b[12] = pre_scale(std::sqrt(1.1));  // resid_attn, resid_mlp of the last block
+  b[9] = b[13] = pre_scale(1.0);             // post_attn, post_mlp
+  b[11] = pre_scale(0.05);                   // the bigram lambda
+  return b;
+}
+
+}  // namespace
 
 ParamTable::ParamTable(const ModelConfig& c) {
   c.validate();
@@ -22,6 +63,15 @@ ParamTable::ParamTable(const ModelConfig& c) {
 
   add("embed.weight", {Vp, D}, ParamKind::Embedding, InitRule::Normal, c.embed_std, -1,
       c.vocab_size);
+  // Record #89's coefficient MLPs (model/layers/coefficient_mlp.h): W1 [64, D] kaiming-uniform
+  // (a = sqrt 5: U(+-1/sqrt D)), W2 [K, 64] zero, the bias with its fixed values.
+  auto coefficient_mlp = [&](const std::string& prefix, std::vector<float> bias, int layer) {
+    const int64_t K = static_cast<int64_t>(bias.size());
+    add(prefix + ".w1", {64, D}, ParamKind::Matrix, InitRule::Uniform,
+        1.0f / std::sqrt(3.0f * static_cast<float>(D)), layer);
+    add(prefix + ".w2", {K, 64}, ParamKind::Matrix, InitRule::Zero, 0, layer);
+    add_values(prefix + ".b2", std::move(bias), layer);
+  };
   // The recipe's value embeddings and U-net skip weights serve several blocks: like the
   // embedding, they are used from the start of forward to the end of backward (layer -1).
   for (int i = 0; i < c.value_embeds; ++i)
@@ -39,6 +89,12 @@ ParamTable::ParamTable(const ModelConfig& c) {
   }
   if (gpt2)
     add("pos_embed.weight", {c.seq_len, D}, ParamKind::Embedding, InitRule::Normal, kStd, -1);
+  if (c.mudd) {
+    // Gate 0 runs on x0, before the blocks; the scale is shared with gate 1.
+    add_values("mudd_gate.scale", {0.1f}, -1);
+    coefficient_mlp("mudd_gate.0", mudd_gate_bias(ModelConfig::kMuddGate0Coefs), -1);
+  }
+
   for (int l = 0; l < c.n_layer; ++l) {
     const std::string p = "blocks." + std::to_string(l) + ".";
     if (c.x0_lambdas) add_values(p + "lambdas", {1.0f, 0.0f}, l);  // block input l0 x + l1 x0
@@ -46,6 +102,18 @@ ParamTable::ParamTable(const ModelConfig& c) {
     // record's gate bias 0.05.
     if (c.bigram_rows > 0 && (l == 0 || c.has_attention(l)))
       add_values(p + "bigram_gate", {0.05f}, l);
+    if (c.sublayer_lambdas && !(c.mudd && l == c.n_layer - 1)) {
+      // x = rho x + pi y after each sublayer (attention, MLP).
+      const float rho = static_cast<float>(std::sqrt(1.1));
+      add_values(p + "resid_lambdas", {rho, rho}, l);
+      add_values(p + "post_lambdas", {1.0f, 1.0f}, l);
+    }
+    if (c.mudd && l == ModelConfig::kMuddSkipBlock)
+      add_values("skip_lambda", {-1.5f}, l);  // the skip gate sigmoid(skip_lambda) g_skip
+    if (c.mudd && l == ModelConfig::kMuddGate1Block)
+      coefficient_mlp("mudd_gate.1", mudd_gate_bias(ModelConfig::kMuddGate1Coefs), l);
+    if (c.mudd && l == c.n_layer - 1)
+      coefficient_mlp("mudd.0", mudd_bias(ModelConfig::kMudd0Coefs), l);
     if (gpt2) {
       add(p + "ln1.weight", {D}, ParamKind::Vector, InitRule::One, 0, l);
       add(p + "ln1.bias", {D}, ParamKind::Vector, InitRule::Zero, 0, l);
@@ -56,6 +124,7 @@ ParamTable::ParamTable(const ModelConfig& c) {
       add(p + "attn.proj.weight", {D, D}, ParamKind::Matrix, proj_init, proj_std, l);
       if (gpt2) add(p + "attn.proj.bias", {D}, ParamKind::Vector, InitRule::Zero, 0, l);
       if (c.has_v_lambdas(l)) add_values(p + "attn.v_lambdas", {0.5f, 0.5f}, l);  // v mix
+      if (c.qkvo_lambdas) add_values(p + "attn.qkvo_lambdas", {0.5f, 1.0f}, l);   // l_qkv, l_o
     }
     if (gpt2) {
       add(p + "ln2.weight", {D}, ParamKind::Vector, InitRule::One, 0, l);
@@ -75,6 +144,7 @@ ParamTable::ParamTable(const ModelConfig& c) {
   // The final norm and the untied head form layer n_layer: used after the last block, and the
   // first whose backward is done.
   const int head = c.n_layer;
+  if (c.mudd) coefficient_mlp("mudd.1", mudd_bias(ModelConfig::kMudd1Coefs), head);
   if (gpt2) {
     add("ln_f.weight", {D}, ParamKind::Vector, InitRule::One, 0, head);
     add("ln_f.bias", {D}, ParamKind::Vector, InitRule::Zero, 0, head);

@@ -50,6 +50,12 @@ std::map<std::string, std::string> config_metadata(const ModelConfig& c) {
     m["model.no_attn_layers"] = list;
   }
   if (c.value_embeds > 0) m["model.value_embeds"] = std::to_string(c.value_embeds);
+  if (!c.value_embed_layers.empty()) {
+    std::string list;
+    for (int l : c.value_embed_layers)
+      list += (list.empty() ? "" : ",") + std::to_string(l);
+    m["model.value_embed_layers"] = list;
+  }
   if (c.unet_skips) m["model.unet_skips"] = "true";
   if (c.x0_lambdas) m["model.x0_lambdas"] = "true";
   if (c.doc_bos >= 0) m["model.doc_bos"] = std::to_string(c.doc_bos);
@@ -63,6 +69,9 @@ std::map<std::string, std::string> config_metadata(const ModelConfig& c) {
   if (c.key_offset) m["model.key_offset"] = "true";
   if (c.bigram_rows > 0) m["model.bigram_rows"] = std::to_string(c.bigram_rows);
   if (c.smear) m["model.smear"] = "true";
+  if (c.sublayer_lambdas) m["model.sublayer_lambdas"] = "true";
+  if (c.qkvo_lambdas) m["model.qkvo_lambdas"] = "true";
+  if (c.mudd) m["model.mudd"] = "true";
   if (c.norm_eps != off.norm_eps) m["model.norm_eps"] = float_str(c.norm_eps);
   if (c.rotary_base != off.rotary_base) m["model.rotary_base"] = float_str(c.rotary_base);
   if (c.rotary_truncate) m["model.rotary_truncate"] = "true";

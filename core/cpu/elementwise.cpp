@@ -1,7 +1,9 @@
 // The CPU backend's elementwise family (core/ops/elementwise.h). Elementwise updates and
 // activations, kernel_math.h per element (elementwise_kernels.h).
 #include <algorithm>
+#include <string>
 
+#include "core/check.h"
 #include "core/cpu/bf16_rounding.h"
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/elementwise_kernels.h"
@@ -101,6 +103,72 @@ void CpuBackend::gelu_forward(float* out, const float* inp, int64_t n) {
 
 void CpuBackend::gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
   cpu::gelu_backward(dinp, inp, dout, n);
+}
+
+namespace {
+
+void check_row_scale(const char* op, int64_t c_stride, int64_t rows, int64_t cols) {
+  ENGINE_CHECK(c_stride >= 1 && rows >= 0 && cols >= 0,
+               std::string("cpu: ") + op + ": the coefficient stride must be >= 1 (got " +
+                   std::to_string(c_stride) + "), the sizes >= 0");
+}
+
+}  // namespace
+
+void CpuBackend::row_scale_add(float* out, const float* c, int64_t c_stride, const float* a,
+                               int64_t rows, int64_t cols, bool accumulate) {
+  check_row_scale("row_scale_add", c_stride, rows, cols);
+  cpu::row_scale_add(out, c, c_stride, a, rows, cols, accumulate);
+}
+
+void CpuBackend::row_scale_add(bf16* out, const float* c, int64_t c_stride, const bf16* a,
+                               int64_t rows, int64_t cols, bool accumulate) {
+  check_row_scale("row_scale_add", c_stride, rows, cols);
+  cpu::row_scale_add(out, c, c_stride, a, rows, cols, accumulate);
+}
+
+void CpuBackend::row_scale_add_backward(float* da, float* dc, const float* c, int64_t c_stride,
+                                        const float* a, const float* dout, int64_t rows,
+                                        int64_t cols) {
+  check_row_scale("row_scale_add_backward", c_stride, rows, cols);
+  cpu::row_scale_add_backward(da, dc, c, c_stride, a, dout, rows, cols);
+}
+
+void CpuBackend::row_scale_add_backward(float* da, float* dc, const float* c, int64_t c_stride,
+                                        const bf16* a, const float* dout, int64_t rows,
+                                        int64_t cols) {
+  check_row_scale("row_scale_add_backward", c_stride, rows, cols);
+  cpu::row_scale_add_backward(da, dc, c, c_stride, a, dout, rows, cols);
+}
+
+void CpuBackend::sigmoid_forward(float* out, const float* inp, float gain, int64_t n) {
+  cpu::sigmoid_forward(out, inp, gain, n);
+}
+
+void CpuBackend::sigmoid_backward(float* dinp, const float* inp, const float* dout, float gain,
+                                  int64_t n) {
+  cpu::sigmoid_backward(dinp, inp, dout, gain, n);
+}
+
+void CpuBackend::sigmoid_scale(float* out, const float* lambda, const float* c, int64_t c_stride,
+                               int64_t n) {
+  check_row_scale("sigmoid_scale", c_stride, n, 1);
+  cpu::sigmoid_scale(out, lambda, c, c_stride, n);
+}
+
+void CpuBackend::sigmoid_scale_backward(float* dc, float* dlambda, const float* lambda,
+                                        const float* c, int64_t c_stride, const float* dout,
+                                        int64_t n) {
+  check_row_scale("sigmoid_scale_backward", c_stride, n, 1);
+  cpu::sigmoid_scale_backward(dc, dlambda, lambda, c, c_stride, dout, n);
+}
+
+void CpuBackend::gelu_erf_forward(float* out, const float* inp, int64_t n) {
+  cpu::gelu_erf_forward(out, inp, n);
+}
+
+void CpuBackend::gelu_erf_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
+  cpu::gelu_erf_backward(dinp, inp, dout, n);
 }
 
 void CpuBackend::relu2_forward(float* out, const float* inp, int64_t n) {

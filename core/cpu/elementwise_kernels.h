@@ -86,6 +86,59 @@ void coef_add_backward(T* dsrc, T* dc, const T* c, int64_t c_stride, const T* sr
   }
   if (dsrc) elementwise<T>(N * D, [=](int64_t i) { dsrc[i] += c[(i / D) * c_stride] * dout[i]; });
 }
+// Per-row coefficients at stride s: out[r, :] = c[r s] a[r, :] (+ out[r, :]); the backward's
+// row dots are float64 sums in column order, one row per thread.
+template <typename T, typename Out = T, typename In = T>
+void row_scale_add(Out* out, const T* c, int64_t s, const In* a, int64_t rows, int64_t cols,
+                   bool accumulate) {
+  elementwise_store<T>(out, rows * cols, [=](int64_t i) {
+    const T v = c[(i / cols) * s] * widen<T>(a[i]);
+    return accumulate ? widen<T>(out[i]) + v : v;
+  });
+}
+template <typename T, typename In = T>
+void row_scale_add_backward(T* da, T* dc, const T* c, int64_t s, const In* a, const T* dout,
+                            int64_t rows, int64_t cols) {
+  if (dc) {
+#pragma omp parallel for schedule(static) if (rows * cols > kParallelMin)
+    for (int64_t r = 0; r < rows; ++r) {
+      double dot = 0.0;
+      for (int64_t j = 0; j < cols; ++j)
+        dot += double(dout[r * cols + j]) * double(widen<T>(a[r * cols + j]));
+      dc[r * s] += T(dot);
+    }
+  }
+  if (da) elementwise<T>(rows * cols, [=](int64_t i) { da[i] += c[(i / cols) * s] * dout[i]; });
+}
+template <typename T>
+void sigmoid_forward(T* out, const T* inp, T gain, int64_t n) {
+  elementwise<T>(n, [=](int64_t i) { out[i] = gain * kmath::sigmoid(inp[i]); });
+}
+template <typename T>
+void sigmoid_backward(T* dinp, const T* inp, const T* dout, T gain, int64_t n) {
+  elementwise<T>(n, [=](int64_t i) {
+    const T s = kmath::sigmoid(inp[i]);
+    dinp[i] += gain * s * (T(1) - s) * dout[i];
+  });
+}
+// out[i] = sigmoid(lambda) c[i s]; the backward's sum over i in float64, in index order.
+template <typename T>
+void sigmoid_scale(T* out, const T* lambda, const T* c, int64_t s, int64_t n) {
+  const T g = kmath::sigmoid(lambda[0]);
+  elementwise<T>(n, [=](int64_t i) { out[i] = g * c[i * s]; });
+}
+template <typename T>
+void sigmoid_scale_backward(T* dc, T* dlambda, const T* lambda, const T* c, int64_t s,
+                            const T* dout, int64_t n) {
+  const T g = kmath::sigmoid(lambda[0]);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i)
+    sum += double(c[i * s]) * double(dout[i]);
+  dlambda[0] += T(double(g) * (1.0 - double(g)) * sum);
+  if (dc)
+    for (int64_t i = 0; i < n; ++i)
+      dc[i * s] += g * dout[i];
+}
 template <typename T, typename Out = T>
 void gelu_forward(Out* out, const T* inp, int64_t n) {
   elementwise_store<T>(out, n, [=](int64_t i) { return kmath::gelu_tanh<FastMath>(inp[i]); });
@@ -99,6 +152,15 @@ template <typename T>
 void gelu_backward(bf16* dinp, const T* inp, const T* dout, int64_t n) {
   elementwise_store<T>(
       dinp, n, [=](int64_t i) { return kmath::gelu_tanh_grad<FastMath>(inp[i]) * dout[i]; });
+}
+// GELU's exact (erf) form, f32 only (record #89's MUDD blocks).
+template <typename T>
+void gelu_erf_forward(T* out, const T* inp, int64_t n) {
+  elementwise<T>(n, [=](int64_t i) { out[i] = kmath::gelu_erf(inp[i]); });
+}
+template <typename T>
+void gelu_erf_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
+  elementwise<T>(n, [=](int64_t i) { dinp[i] += kmath::gelu_erf_grad(inp[i]) * dout[i]; });
 }
 template <typename T, typename Out = T>
 void relu2_forward(Out* out, const T* inp, int64_t n) {

@@ -114,6 +114,24 @@ class CudaBackend final : public Backend {
   void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) override;
   void relu2_forward(float* out, const float* inp, int64_t n) override;
   void relu2_backward(float* dinp, const float* inp, const float* dout, int64_t n) override;
+  void row_scale_add(float* out, const float* c, int64_t c_stride, const float* a, int64_t rows,
+                     int64_t cols, bool accumulate) override;
+  void row_scale_add(bf16* out, const float* c, int64_t c_stride, const bf16* a, int64_t rows,
+                     int64_t cols, bool accumulate) override;
+  void row_scale_add_backward(float* da, float* dc, const float* c, int64_t c_stride,
+                              const float* a, const float* dout, int64_t rows,
+                              int64_t cols) override;
+  void row_scale_add_backward(float* da, float* dc, const float* c, int64_t c_stride, const bf16* a,
+                              const float* dout, int64_t rows, int64_t cols) override;
+  void sigmoid_forward(float* out, const float* inp, float gain, int64_t n) override;
+  void sigmoid_backward(float* dinp, const float* inp, const float* dout, float gain,
+                        int64_t n) override;
+  void sigmoid_scale(float* out, const float* lambda, const float* c, int64_t c_stride,
+                     int64_t n) override;
+  void sigmoid_scale_backward(float* dc, float* dlambda, const float* lambda, const float* c,
+                              int64_t c_stride, const float* dout, int64_t n) override;
+  void gelu_erf_forward(float* out, const float* inp, int64_t n) override;
+  void gelu_erf_backward(float* dinp, const float* inp, const float* dout, int64_t n) override;
   void gelu_forward(bf16* out, const float* inp, int64_t n) override;
   void gelu_backward(bf16* dinp, const float* inp, const float* dout, int64_t n) override;
   void relu2_forward(bf16* out, const float* inp, int64_t n) override;

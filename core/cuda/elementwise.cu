@@ -17,6 +17,7 @@
 
 namespace core {
 
+using cuda_detail::block_allreduce;
 using cuda_detail::chunk_of_block;
 using cuda_detail::chunk_table;
 using cuda_detail::ChunkedSpan;
@@ -24,11 +25,13 @@ using cuda_detail::DeviceBuffer;
 using cuda_detail::first_index;
 using cuda_detail::FloatPack;
 using cuda_detail::grid_for;
+using cuda_detail::grid_rows;
 using cuda_detail::grid_stride;
 using cuda_detail::kThreads;
 using cuda_detail::load_pack;
 using cuda_detail::pack_width;
 using cuda_detail::store_pack;
+using cuda_detail::Sum;
 
 namespace {
 
@@ -88,6 +91,68 @@ __global__ void scalar_mix_backward_kernel(float* da, float* db, const float* wa
     da[i] += ca * dout[i];
     if (db) db[i] += cb * dout[i];
   }
+}
+
+// Per-row coefficients at stride s: out[r, :] = c[r s] a[r, :] (+ out[r, :]).
+template <typename V>
+__global__ void row_scale_add_kernel(V* out, const float* c, int64_t s, const V* a, int64_t cols,
+                                     int64_t n, bool accumulate) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    const float v = c[(i / cols) * s] * widen(a[i]);
+    store(out + i, accumulate ? widen(out[i]) + v : v);
+  }
+}
+
+__global__ void row_scale_add_da_kernel(float* da, const float* c, int64_t s, const float* dout,
+                                        int64_t cols, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    da[i] += c[(i / cols) * s] * dout[i];
+}
+
+// One block per row: dc[r s] += <a[r, :], dout[r, :]> (block_allreduce's fixed order).
+template <typename V>
+__global__ void row_scale_add_dc_kernel(float* dc, int64_t s, const V* a, const float* dout,
+                                        int64_t cols) {
+  const int64_t row = blockIdx.x;
+  Sum<float> sum;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+    sum.value += dout[row * cols + j] * widen(a[row * cols + j]);
+  sum = block_allreduce(sum);
+  if (threadIdx.x == 0) dc[row * s] += sum.value;
+}
+
+__global__ void sigmoid_forward_kernel(float* out, const float* inp, float gain, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    out[i] = gain * kmath::sigmoid(inp[i]);
+}
+
+__global__ void sigmoid_backward_kernel(float* dinp, const float* inp, const float* dout,
+                                        float gain, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    const float s = kmath::sigmoid(inp[i]);
+    dinp[i] += gain * s * (1.0f - s) * dout[i];
+  }
+}
+
+__global__ void sigmoid_scale_kernel(float* out, const float* lambda, const float* c, int64_t s,
+                                     int64_t n) {
+  const float g = kmath::sigmoid(lambda[0]);
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    out[i] = g * c[i * s];
+}
+
+// One block: d lambda over all of i (block_allreduce's fixed order), then d c.
+__global__ void sigmoid_scale_backward_kernel(float* dc, float* dlambda, const float* lambda,
+                                              const float* c, int64_t s, const float* dout,
+                                              int64_t n) {
+  const float g = kmath::sigmoid(lambda[0]);
+  Sum<float> sum;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    sum.value += c[i * s] * dout[i];
+    if (dc) dc[i * s] += g * dout[i];
+  }
+  sum = block_allreduce(sum);
+  if (threadIdx.x == 0) dlambda[0] += g * (1.0f - g) * sum.value;
 }
 
 // The two weight gradients as column sums of one column ([n, 1]): dout a and dout b.
@@ -168,6 +233,10 @@ __global__ void bf16_to_f32_kernel(float* out, const bf16* in, int64_t n) {
 struct Gelu {
   __device__ static float forward(float u) { return kmath::gelu_tanh(u); }
   __device__ static float grad(float u) { return kmath::gelu_tanh_grad(u); }
+};
+struct GeluErf {
+  __device__ static float forward(float u) { return kmath::gelu_erf(u); }
+  __device__ static float grad(float u) { return kmath::gelu_erf_grad(u); }
 };
 struct Relu2 {
   __device__ static float forward(float u) { return kmath::relu2(u); }
@@ -389,6 +458,108 @@ void CudaBackend::gelu_forward(float* out, const float* inp, int64_t n) {
 
 void CudaBackend::gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
   activation_backward<Gelu>(dinp, inp, dout, n, stream_);
+}
+
+namespace {
+
+void check_row_scale(const std::string& op, int64_t c_stride, int64_t rows, int64_t cols) {
+  ENGINE_CHECK(c_stride >= 1 && rows >= 0 && cols >= 0,
+               op + ": the coefficient stride must be >= 1 (got " + std::to_string(c_stride) +
+                   "), the sizes >= 0");
+}
+
+template <typename V>
+void row_scale_add_launch(V* out, const float* c, int64_t c_stride, const V* a, int64_t rows,
+                          int64_t cols, bool accumulate, cudaStream_t stream) {
+  const int64_t n = rows * cols;
+  if (n <= 0) return;
+  row_scale_add_kernel<<<grid_for(n), kThreads, 0, stream>>>(out, c, c_stride, a, cols, n,
+                                                             accumulate);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+template <typename V>
+void row_scale_add_backward_launch(float* da, float* dc, const float* c, int64_t c_stride,
+                                   const V* a, const float* dout, int64_t rows, int64_t cols,
+                                   cudaStream_t stream) {
+  const int64_t n = rows * cols;
+  if (n <= 0) return;
+  if (dc) {
+    row_scale_add_dc_kernel<<<grid_rows(rows, "row_scale_add_backward"), kThreads, 0, stream>>>(
+        dc, c_stride, a, dout, cols);
+    ENGINE_CUDA_LAUNCHED();
+  }
+  if (da) {
+    row_scale_add_da_kernel<<<grid_for(n), kThreads, 0, stream>>>(da, c, c_stride, dout, cols, n);
+    ENGINE_CUDA_LAUNCHED();
+  }
+}
+
+}  // namespace
+
+void CudaBackend::row_scale_add(float* out, const float* c, int64_t c_stride, const float* a,
+                                int64_t rows, int64_t cols, bool accumulate) {
+  check_row_scale(name_ + ": row_scale_add", c_stride, rows, cols);
+  row_scale_add_launch(out, c, c_stride, a, rows, cols, accumulate, stream_);
+}
+
+void CudaBackend::row_scale_add(bf16* out, const float* c, int64_t c_stride, const bf16* a,
+                                int64_t rows, int64_t cols, bool accumulate) {
+  check_row_scale(name_ + ": row_scale_add", c_stride, rows, cols);
+  row_scale_add_launch(out, c, c_stride, a, rows, cols, accumulate, stream_);
+}
+
+void CudaBackend::row_scale_add_backward(float* da, float* dc, const float* c, int64_t c_stride,
+                                         const float* a, const float* dout, int64_t rows,
+                                         int64_t cols) {
+  check_row_scale(name_ + ": row_scale_add_backward", c_stride, rows, cols);
+  row_scale_add_backward_launch(da, dc, c, c_stride, a, dout, rows, cols, stream_);
+}
+
+void CudaBackend::row_scale_add_backward(float* da, float* dc, const float* c, int64_t c_stride,
+                                         const bf16* a, const float* dout, int64_t rows,
+                                         int64_t cols) {
+  check_row_scale(name_ + ": row_scale_add_backward", c_stride, rows, cols);
+  row_scale_add_backward_launch(da, dc, c, c_stride, a, dout, rows, cols, stream_);
+}
+
+void CudaBackend::sigmoid_forward(float* out, const float* inp, float gain, int64_t n) {
+  if (n <= 0) return;
+  sigmoid_forward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(out, inp, gain, n);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::sigmoid_backward(float* dinp, const float* inp, const float* dout, float gain,
+                                   int64_t n) {
+  if (n <= 0) return;
+  sigmoid_backward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(dinp, inp, dout, gain, n);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::sigmoid_scale(float* out, const float* lambda, const float* c, int64_t c_stride,
+                                int64_t n) {
+  check_row_scale(name_ + ": sigmoid_scale", c_stride, n, 1);
+  if (n <= 0) return;
+  sigmoid_scale_kernel<<<grid_for(n), kThreads, 0, stream_>>>(out, lambda, c, c_stride, n);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::sigmoid_scale_backward(float* dc, float* dlambda, const float* lambda,
+                                         const float* c, int64_t c_stride, const float* dout,
+                                         int64_t n) {
+  check_row_scale(name_ + ": sigmoid_scale_backward", c_stride, n, 1);
+  if (n <= 0) return;
+  sigmoid_scale_backward_kernel<<<1, kThreads, 0, stream_>>>(dc, dlambda, lambda, c, c_stride, dout,
+                                                             n);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+void CudaBackend::gelu_erf_forward(float* out, const float* inp, int64_t n) {
+  activation_forward<GeluErf>(out, inp, n, stream_);
+}
+
+void CudaBackend::gelu_erf_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
+  activation_backward<GeluErf>(dinp, inp, dout, n, stream_);
 }
 
 void CudaBackend::relu2_forward(float* out, const float* inp, int64_t n) {

@@ -58,6 +58,37 @@ class ElementwiseOps {
   // fixed order.
   virtual void coef_add_backward(float* dsrc, float* dc, const float* c, int64_t c_stride,
                                  const float* src, const float* dout, int64_t N, int64_t D) = 0;
+  // Per-row coefficients (record #89's per-token gates and MUDD coefficients: a column of a
+  // [rows, K] array read at stride c_stride >= 1): out[r, :] = c[r c_stride] a[r, :] over
+  // [rows, cols], plus out's own value when accumulate; out may equal a. On bf16 precision's
+  // stream a and out are bf16 (widened exactly, each output the f32 value rounded once).
+  virtual void row_scale_add(float* out, const float* c, int64_t c_stride, const float* a,
+                             int64_t rows, int64_t cols, bool accumulate) = 0;
+  virtual void row_scale_add(bf16* out, const float* c, int64_t c_stride, const bf16* a,
+                             int64_t rows, int64_t cols, bool accumulate) = 0;
+  // Its backward from dout: da[r, :] += c[r c_stride] dout[r, :] (da not null) and dc[r c_stride]
+  // += <a[r, :], dout[r, :]> (dc not null; each row's dot in a fixed order).
+  virtual void row_scale_add_backward(float* da, float* dc, const float* c, int64_t c_stride,
+                                      const float* a, const float* dout, int64_t rows,
+                                      int64_t cols) = 0;
+  virtual void row_scale_add_backward(float* da, float* dc, const float* c, int64_t c_stride,
+                                      const bf16* a, const float* dout, int64_t rows,
+                                      int64_t cols) = 0;
+  // A scaled sigmoid, gain / (1 + exp(-u)) (record #89's value-embedding gates, gain 2); the
+  // backward accumulates dinp += gain s (1 - s) dout.
+  virtual void sigmoid_forward(float* out, const float* inp, float gain, int64_t n) = 0;
+  virtual void sigmoid_backward(float* dinp, const float* inp, const float* dout, float gain,
+                                int64_t n) = 0;
+  // A column scaled by the sigmoid of a learned scalar (record #89's skip gate
+  // sigmoid(skip_lambda) g[n]): out[i] = sigmoid(lambda[0]) c[i c_stride] for i < n,
+  // c_stride >= 1.
+  virtual void sigmoid_scale(float* out, const float* lambda, const float* c, int64_t c_stride,
+                             int64_t n) = 0;
+  // Its backward from dout: dc[i c_stride] += sigmoid(lambda) dout[i] (dc not null) and
+  // dlambda[0] += sigmoid'(lambda) sum_i c[i c_stride] dout[i] (a sum in a fixed order).
+  virtual void sigmoid_scale_backward(float* dc, float* dlambda, const float* lambda,
+                                      const float* c, int64_t c_stride, const float* dout,
+                                      int64_t n) = 0;
   // bf16 <-> f32 over n elements (kmath::bf16_from_float: nearest, ties to even; NaN and
   // infinity kept; the other way exact).
   virtual void f32_to_bf16(bf16* out, const float* in, int64_t n) = 0;
@@ -70,6 +101,9 @@ class ElementwiseOps {
   // only producer and writes it (=). Each value is the f32 one rounded.
   virtual void gelu_forward(bf16* out, const float* inp, int64_t n) = 0;
   virtual void gelu_backward(bf16* dinp, const float* inp, const float* dout, int64_t n) = 0;
+  // GELU, exact (erf) form: 0.5 u (1 + erf(u / sqrt 2)); the backward accumulates (+=).
+  virtual void gelu_erf_forward(float* out, const float* inp, int64_t n) = 0;
+  virtual void gelu_erf_backward(float* dinp, const float* inp, const float* dout, int64_t n) = 0;
   // ReLU^2: max(u, 0)^2.
   virtual void relu2_forward(float* out, const float* inp, int64_t n) = 0;
   virtual void relu2_backward(float* dinp, const float* inp, const float* dout, int64_t n) = 0;

@@ -1,14 +1,20 @@
 // A block's attention branch: res_mid = x + proj(attention(q, k, v)) with q, k, v from
 // qkv(norm(x)), causal, scaled by model.attn_scale (default 1/sqrt(hd)) and masked by
 // AttentionMasks (documents, the long or the short window). This base holds what every form
-// shares: the norm, the QKV and output projections, the attention op and their backward. Where
+// shares: the norm, the QKV and output projections, the attention op and their backward (with a
+// BranchWiring: the output proj(...) alone, the input a tap's stream; with model.qkvo_lambdas the
+// two projections' weights scaled by attn.qkvo_lambdas, model/layers/weight_lambda.h). Where
 // q, k and v come from is the form's: gpt2's (causal_attention.h) reads them in place from qkv,
 // the modern one (rotary_attention.h) splits the heads, normalises and rotates them.
 #pragma once
 
+#include <optional>
+
 #include "model/layer.h"
 #include "model/layers/attention_mask.h"
 #include "model/layers/norm.h"
+#include "model/layers/stream_tap.h"
+#include "model/layers/weight_lambda.h"
 
 namespace model {
 
@@ -19,7 +25,7 @@ class Attention : public Layer {
   void backward(Context& ctx) override;
 
  protected:
-  Attention(Context& ctx, int block, const AttentionMasks& masks);
+  Attention(Context& ctx, int block, const AttentionMasks& masks, BranchWiring branch = {});
 
   struct Heads {
     const float *q, *k, *v;
@@ -43,9 +49,11 @@ class Attention : public Layer {
 
   int block_;
   const AttentionMasks& masks_;
+  BranchWiring branch_;
   bool short_window_;
   Norm norm_;
   size_t qkv_w_, qkv_b_, proj_w_, proj_b_;
+  std::optional<WeightLambda> qkv_lambda_, proj_lambda_;  // model.qkvo_lambdas
   // Saved for the backward: the input, the norm's output (in norm_), qkv [N, 3D], lse [B*H, T],
   // atty the output [B, T, H hd] (f32, or in bf16 precision bf16 only).
   Stream in_, out_;
@@ -56,6 +64,12 @@ class Attention : public Layer {
   core::bf16* dqkv_bf16_ = nullptr;
 
  private:
+  // The projections' weights as their GEMMs read them, and where their weight gradients go.
+  Operand qkv_weight(Context& ctx);
+  Operand proj_weight(Context& ctx);
+  float* qkv_weight_grad(Context& ctx);
+  float* proj_weight_grad(Context& ctx);
+
   Heads heads_;
 };
 

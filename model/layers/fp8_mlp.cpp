@@ -52,8 +52,8 @@ void Fp8MlpScales::set_values(const std::vector<float>& values) {
     taken = -1;
 }
 
-Fp8Mlp::Fp8Mlp(Context& ctx, int block, Fp8MlpScales& scales)
-    : Mlp(ctx, block), block_(block), scales_(scales) {
+Fp8Mlp::Fp8Mlp(Context& ctx, int block, Fp8MlpScales& scales, BranchWiring branch)
+    : Mlp(ctx, block, branch), block_(block), scales_(scales) {
   ENGINE_CHECK(!act_.gelu() && fc_b_ == kNoParam && proj_b_ == kNoParam,
                "model.mlp_fp8: the FP8 MLP is the modern block's (ReLU^2, no biases)");
 }
@@ -90,8 +90,8 @@ Stream Fp8Mlp::forward(Context& ctx, Stream x) {
   if (!ctx.want_grad) return Mlp::forward(ctx, x);  // evaluation: the unquantised MLP
   const int64_t N = ctx.N(), D = ctx.config.d_model, F = ctx.config.d_ff();
   core::Backend& be = ctx.backend;
-  in_ = x;
-  norm_.forward(ctx, x);
+  in_ = branch_.input ? branch_.input->stream() : x;
+  norm_.forward(ctx, in_);
   float* amax = scales_.scratch(block_);
   float* x_scale = amax + 1;
   float* fc_scale = amax + 2;
@@ -150,13 +150,18 @@ Stream Fp8Mlp::forward(Context& ctx, Stream x) {
   }
   be.fp8_scale_from_amax(act_scale, amax, 1, Fp8MlpScales::kActHeadroom / kE4m3Max);
 
-  // out = x + y; in bf16 precision y is rounded to bf16 first (_scaled_mm's bf16 output).
+  // out = x + y (a branch alone: y); in bf16 precision y is rounded to bf16 first (_scaled_mm's
+  // bf16 output).
   Stream y{y_, nullptr};
   if (y_bf16_) {
     be.f32_to_bf16(y_bf16_, y_, N * D);
     y = {nullptr, y_bf16_};
   }
-  mix_stream(be, out_, nullptr, x, scales_.one(), y, N * D);
+  if (branch_.alone) {
+    mix_stream(be, out_, nullptr, y, nullptr, Stream{}, N * D);
+  } else {
+    mix_stream(be, out_, nullptr, x, scales_.one(), y, N * D);
+  }
   return out_;
 }
 

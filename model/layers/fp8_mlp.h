@@ -73,7 +73,8 @@ class Fp8MlpScales {
 
 class Fp8Mlp : public Mlp {
  public:
-  Fp8Mlp(Context& ctx, int block, Fp8MlpScales& scales);
+  // `branch` as Mlp's (model.sublayer_lambdas, model.mudd: the output alone, the input a tap's).
+  Fp8Mlp(Context& ctx, int block, Fp8MlpScales& scales, BranchWiring branch = {});
   void plan(ActivationPlan& plan, const Context& ctx) override;
   Stream forward(Context& ctx, Stream x) override;
 

@@ -1,17 +1,19 @@
 // A block's dense MLP branch: res_out = x + proj(act(fc(norm(x)))), F = 4 D, with the activation
 // of model/layers/activation.h. gpt2: LayerNorm and biases; with f32 activations its GELU runs in
-// the fc GEMM's epilogue (bias_gelu) and the backward's in the proj dx GEMM's (dgelu).
+// the fc GEMM's epilogue (bias_gelu) and the backward's in the proj dx GEMM's (dgelu). With a
+// BranchWiring: the output proj(...) alone, the input a tap's stream.
 #pragma once
 
 #include "model/layer.h"
 #include "model/layers/activation.h"
 #include "model/layers/norm.h"
+#include "model/layers/stream_tap.h"
 
 namespace model {
 
 class Mlp : public Layer {
  public:
-  Mlp(Context& ctx, int block);
+  Mlp(Context& ctx, int block, BranchWiring branch = {});
   void plan(ActivationPlan& plan, const Context& ctx) override;
   Stream forward(Context& ctx, Stream x) override;
   void backward(Context& ctx) override;
@@ -23,6 +25,7 @@ class Mlp : public Layer {
   // (docs/precision.md).
   bool fused_gelu() const { return act_.gelu() && fc_b_ != kNoParam && !act_bf16_; }
 
+  BranchWiring branch_;
   Norm norm_;
   Activation act_;
   size_t fc_w_, fc_b_, proj_w_, proj_b_;

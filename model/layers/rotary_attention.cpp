@@ -5,11 +5,12 @@
 namespace model {
 
 RotaryAttention::RotaryAttention(Context& ctx, int block, const AttentionMasks& masks,
-                                 ValueEmbeddings* tables)
-    : Attention(ctx, block, masks),
+                                 ValueEmbeddings* tables, BranchWiring branch)
+    : Attention(ctx, block, masks, branch),
       tables_(tables),
       table_(ctx.config.value_embed_of(block)),
-      v_lambdas_(ctx.params.find("blocks." + std::to_string(block) + ".attn.v_lambdas")) {
+      v_lambdas_(ctx.params.find("blocks." + std::to_string(block) + ".attn.v_lambdas")),
+      aux_v_(branch.aux_v) {
   if (v_lambdas_ == kNoParam) table_ = -1;
   if (ctx.config.key_offset && !short_window_) key_offset_.emplace();
 }
@@ -24,6 +25,8 @@ void RotaryAttention::plan_heads(ActivationPlan& plan, const Context& ctx) {
   qr_ = plan.f32(N * D);
   kr_ = plan.f32(N * D);
   vmix_ = v_lambdas_ != kNoParam ? plan.f32(N * D) : nullptr;
+  vaux_ = aux_v_ ? plan.f32(N * D) : nullptr;
+  aux_rows_ = aux_v_ ? plan.shared("attn.aux_rows", N * D) : nullptr;
   if (key_offset_) key_offset_->plan(plan, ctx);
   dq_ = plan.shared("attn.dq", N * D);
   dk_ = plan.shared("attn.dk", N * D);
@@ -45,17 +48,37 @@ Attention::Heads RotaryAttention::heads_forward(Context& ctx) {
                                      c.n_head, c.head_dim(), c.norm_eps, c.rotary_base,
                                      c.rotary_truncate);
   const float* k = key_offset_ ? key_offset_->forward(ctx, kr_) : kr_;
-  if (!vmix_) return {qr_, k, v_};
-  const float* lam = ctx.params.value(v_lambdas_);
-  ctx.backend.scalar_mix(vmix_, lam, v_, lam + 1, table_ >= 0 ? tables_->heads(table_) : nullptr,
-                         N * D);
-  return {qr_, k, vmix_};
+  const float* v = v_;
+  if (vmix_) {
+    const float* lam = ctx.params.value(v_lambdas_);
+    ctx.backend.scalar_mix(vmix_, lam, v_, lam + 1, table_ >= 0 ? tables_->heads(table_) : nullptr,
+                           N * D);
+    v = vmix_;
+  }
+  if (aux_v_) {
+    // v + the tap's rows [B, T, H hd] in the heads' layout [B, H, T, hd].
+    const Stream aux = aux_v_->stream();
+    const float* rows = aux.f32;
+    if (aux.bf16) {
+      ctx.backend.bf16_to_f32(aux_rows_, aux.bf16, N * D);
+      rows = aux_rows_;
+    }
+    ctx.backend.copy(vaux_, v, N * D * sizeof(float));
+    ctx.backend.merge_heads_backward(vaux_, rows, ctx.B, ctx.T, c.n_head, c.head_dim());
+    v = vaux_;
+  }
+  return {qr_, k, v};
 }
 
 Operand RotaryAttention::heads_backward(Context& ctx) {
   const ModelConfig& c = ctx.config;
   const int64_t N = ctx.N(), D = c.d_model;
   attention_backward(ctx, dq_, dk_, dv_);
+  if (aux_v_) {
+    // d (the tap's rows) = d v in the rows' layout.
+    ctx.backend.merge_heads(aux_rows_, dv_, ctx.B, ctx.T, c.n_head, c.head_dim());
+    ctx.backend.add(aux_v_->grad(), aux_v_->grad(), aux_rows_, N * D);
+  }
   const float* dv = dv_;
   if (vmix_) {
     // Through v = l0 v (+ l1 ve): d v (before the mix) into dmix.

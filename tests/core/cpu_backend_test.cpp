@@ -343,6 +343,14 @@ TEST(CpuBackend, ElementwiseOpsMatchFloat64) {
   cpu::gelu_backward(dref.data(), a.d.data(), g.d.data(), n);
   // measured 9.9e-8
   expect_within("gelu_backward, norm-relative", norm_rel_diff(dinp, dref), 5e-7);
+  be().gelu_erf_forward(out.data(), a.f.data(), n);
+  cpu::gelu_erf_forward(ref.data(), a.d.data(), n);
+  expect_within("gelu_erf_forward, norm-relative", norm_rel_diff(out, ref), 3e-7);
+  dinp.assign(n, 0.0f);
+  dref.assign(n, 0.0);
+  be().gelu_erf_backward(dinp.data(), a.f.data(), g.f.data(), n);
+  cpu::gelu_erf_backward(dref.data(), a.d.data(), g.d.data(), n);
+  expect_within("gelu_erf_backward, norm-relative", norm_rel_diff(dinp, dref), 5e-7);
   double ss = 0.0;
   for (double x : a.d)
     ss += x * x;

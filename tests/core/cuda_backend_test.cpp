@@ -769,8 +769,10 @@ TEST_F(CudaVsCpu, Elementwise) {
     }
     using Fwd = void (Backend::*)(float*, const float*, int64_t);
     using Bwd = void (Backend::*)(float*, const float*, const float*, int64_t);
-    const std::pair<Fwd, Bwd> activations[] = {{&Backend::gelu_forward, &Backend::gelu_backward},
-                                               {&Backend::relu2_forward, &Backend::relu2_backward}};
+    const std::pair<Fwd, Bwd> activations[] = {
+        {&Backend::gelu_forward, &Backend::gelu_backward},
+        {&Backend::gelu_erf_forward, &Backend::gelu_erf_backward},
+        {&Backend::relu2_forward, &Backend::relu2_backward}};
     for (auto [fwd, bwd] : activations) {
       std::vector<float> want(n);
       (cpu().*fwd)(want.data(), x.data(), n);
@@ -1338,6 +1340,73 @@ TEST_F(CudaVsCpu, ScalarMixWithoutB) {
                             n);
   EXPECT_CLOSE(dev().download(gda, n), da, 1e-6);
   EXPECT_CLOSE(dev().download(gdw, 2), dw, 1e-4);
+}
+
+// Per-row coefficients at a stride (record #89's per-token gates), f32 and on bf16 streams.
+TEST_F(CudaVsCpu, RowScaleAdd) {
+  const int64_t rows = 37, cols = 300, K = 5;
+  auto a = random_vector(rows * cols, 11), base = random_vector(rows * cols, 12),
+       dout = random_vector(rows * cols, 13), c = random_vector(rows * K, 14),
+       da0 = random_vector(rows * cols, 15), dc0 = random_vector(rows * K, 16);
+  for (bool accumulate : {false, true}) {
+    std::vector<float> out = base, da = da0, dc = dc0;
+    cpu().row_scale_add(out.data(), c.data() + 2, K, a.data(), rows, cols, accumulate);
+    cpu().row_scale_add_backward(da.data(), dc.data() + 2, c.data() + 2, K, a.data(), dout.data(),
+                                 rows, cols);
+    float* gout = dev().upload(base);
+    float* gc = dev().upload(c);
+    float* ga = dev().upload(a);
+    gpu().row_scale_add(gout, gc + 2, K, ga, rows, cols, accumulate);
+    EXPECT_CLOSE(dev().download(gout, out.size()), out, 1e-6);
+    float* gda = dev().upload(da0);
+    float* gdc = dev().upload(dc0);
+    gpu().row_scale_add_backward(gda, gdc + 2, gc + 2, K, ga, dev().upload(dout), rows, cols);
+    EXPECT_CLOSE(dev().download(gda, da.size()), da, 1e-6);
+    EXPECT_CLOSE(dev().download(gdc, dc.size()), dc, 1e-4);
+  }
+  // bf16 stream: the same values rounded once.
+  std::vector<bf16> a16(a.size()), out16(a.size());
+  cpu().f32_to_bf16(a16.data(), a.data(), static_cast<int64_t>(a.size()));
+  cpu().row_scale_add(out16.data(), c.data(), K, a16.data(), rows, cols, false);
+  bf16* gout16 = dev().upload(std::vector<bf16>(a.size(), bf16{0}));
+  float* gc = dev().upload(c);
+  gpu().row_scale_add(gout16, gc, K, dev().upload(a16), rows, cols, false);
+  const std::vector<bf16> got16 = dev().download(gout16, a.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    ASSERT_EQ(got16[i].bits, out16[i].bits) << "element " << i;
+}
+
+// The scaled sigmoid and the sigmoid-scaled column (record #89's value-embedding and skip gates).
+TEST_F(CudaVsCpu, SigmoidGates) {
+  const int64_t n = 1537, K = 3;
+  auto x = random_vector(n, 17), dout = random_vector(n, 18), d0 = random_vector(n, 19),
+       c = random_vector(n * K, 20), dc0 = random_vector(n * K, 21);
+  std::vector<float> out(n), din = d0;
+  cpu().sigmoid_forward(out.data(), x.data(), 2.0f, n);
+  cpu().sigmoid_backward(din.data(), x.data(), dout.data(), 2.0f, n);
+  float* gout = dev().alloc<float>(n);
+  float* gx = dev().upload(x);
+  gpu().sigmoid_forward(gout, gx, 2.0f, n);
+  EXPECT_CLOSE(dev().download(gout, n), out, 1e-6);
+  float* gdin = dev().upload(d0);
+  gpu().sigmoid_backward(gdin, gx, dev().upload(dout), 2.0f, n);
+  EXPECT_CLOSE(dev().download(gdin, n), din, 1e-6);
+
+  const std::vector<float> lambda = {-1.5f};
+  std::vector<float> col(n), dc = dc0, dl = {0.25f};
+  cpu().sigmoid_scale(col.data(), lambda.data(), c.data() + 1, K, n);
+  cpu().sigmoid_scale_backward(dc.data() + 1, dl.data(), lambda.data(), c.data() + 1, K,
+                               dout.data(), n);
+  float* gl = dev().upload(lambda);
+  float* gc = dev().upload(c);
+  float* gcol = dev().alloc<float>(n);
+  gpu().sigmoid_scale(gcol, gl, gc + 1, K, n);
+  EXPECT_CLOSE(dev().download(gcol, n), col, 1e-6);
+  float* gdc = dev().upload(dc0);
+  float* gdl = dev().upload(std::vector<float>{0.25f});
+  gpu().sigmoid_scale_backward(gdc + 1, gdl, gl, gc + 1, K, dev().upload(dout), n);
+  EXPECT_CLOSE(dev().download(gdc, dc.size()), dc, 1e-6);
+  EXPECT_CLOSE(dev().download(gdl, 1), dl, 1e-4);
 }
 
 // ||got - want|| / ||want||.

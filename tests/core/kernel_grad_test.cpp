@@ -95,6 +95,20 @@ TEST_P(KernelGrad, Gelu) {
   expect_gradient("gelu", x, forward, minus(d, d0));
 }
 
+TEST_P(KernelGrad, GeluErf) {
+  Sizes s = GetParam();
+  int64_t n = s.N() * s.D;
+  Vec x = random_vec(n, 14, 2.0), wy = random_vec(n, 15);
+  auto forward = [&] {
+    Vec y(n);
+    cpu::gelu_erf_forward(y.data(), x.data(), n);
+    return dot(y, wy);
+  };
+  Vec d0 = random_vec(n, 16), d = d0;
+  cpu::gelu_erf_backward(d.data(), x.data(), wy.data(), n);
+  expect_gradient("gelu_erf", x, forward, minus(d, d0));
+}
+
 TEST_P(KernelGrad, Relu2) {
   Sizes s = GetParam();
   int64_t n = s.N() * s.D;
@@ -136,6 +150,59 @@ TEST_P(KernelGrad, ScalarMix) {
       EXPECT_EQ(dwa, dwa0) << "no wa: its gradient is left alone";
     }
   }
+}
+
+// Per-row coefficients read at a stride (a column of a [rows, K] array), written and added.
+TEST_P(KernelGrad, RowScaleAdd) {
+  Sizes s = GetParam();
+  const int64_t rows = s.N(), cols = s.D, K = 3;
+  Vec a = random_vec(rows * cols, 46), base = random_vec(rows * cols, 47),
+      wy = random_vec(rows * cols, 48), c = random_vec(rows * K, 49);
+  for (bool accumulate : {false, true}) {
+    auto forward = [&] {
+      Vec y = base;
+      cpu::row_scale_add(y.data(), c.data() + 1, K, a.data(), rows, cols, accumulate);
+      return dot(y, wy);
+    };
+    Vec da0 = random_vec(rows * cols, 50), dc0 = random_vec(rows * K, 51);
+    Vec da = da0, dc = dc0;
+    cpu::row_scale_add_backward(da.data(), dc.data() + 1, c.data() + 1, K, a.data(), wy.data(),
+                                rows, cols);
+    expect_gradient("row_scale_add da", a, forward, minus(da, da0));
+    expect_gradient("row_scale_add dc", c, forward, minus(dc, dc0));
+    if (accumulate) expect_gradient("row_scale_add d out", base, forward, wy);
+  }
+}
+
+TEST_P(KernelGrad, Sigmoid) {
+  Sizes s = GetParam();
+  int64_t n = s.N() * s.D;
+  Vec x = random_vec(n, 52, 2.0), wy = random_vec(n, 53);
+  auto forward = [&] {
+    Vec y(n);
+    cpu::sigmoid_forward(y.data(), x.data(), 2.0, n);
+    return dot(y, wy);
+  };
+  Vec d0 = random_vec(n, 54), d = d0;
+  cpu::sigmoid_backward(d.data(), x.data(), wy.data(), 2.0, n);
+  expect_gradient("sigmoid", x, forward, minus(d, d0));
+}
+
+// sigmoid(lambda) times a strided column (record #89's skip gate).
+TEST_P(KernelGrad, SigmoidScale) {
+  Sizes s = GetParam();
+  const int64_t n = s.N(), K = 4;
+  Vec lambda = {-1.5}, c = random_vec(n * K, 55), wy = random_vec(n, 56);
+  auto forward = [&] {
+    Vec y(n);
+    cpu::sigmoid_scale(y.data(), lambda.data(), c.data() + 3, K, n);
+    return dot(y, wy);
+  };
+  Vec dc0 = random_vec(n * K, 57), dl0 = {0.25}, dc = dc0, dl = dl0;
+  cpu::sigmoid_scale_backward(dc.data() + 3, dl.data(), lambda.data(), c.data() + 3, K, wy.data(),
+                              n);
+  expect_gradient("sigmoid_scale dc", c, forward, minus(dc, dc0));
+  expect_gradient("sigmoid_scale dlambda", lambda, forward, minus(dl, dl0));
 }
 
 TEST_P(KernelGrad, LayerNorm) {

@@ -344,6 +344,22 @@ TEST(Config, RecipeKeysAreCheckedByName) {
       {{"model.smear=true"}, "'model.smear': smears the embedding rows before x0's norm"},
       {{"model.arch=gpt2", "model.rotary_truncate=true"},
        "'model.rotary_truncate': needs model.arch modern"},
+      {{"model.arch=gpt2", "model.sublayer_lambdas=true"},
+       "'model.sublayer_lambdas': needs model.arch modern"},
+      {{"model.arch=gpt2", "model.qkvo_lambdas=true"},
+       "'model.qkvo_lambdas': needs model.arch modern"},
+      {{"model.value_embed_layers=1, x"}, "'model.value_embed_layers': must be a comma list"},
+      {{"model.value_embed_layers=1", "model.value_embeds=2"},
+       "'model.value_embed_layers': places one table per named block"},
+      {{"model.value_embed_layers=0, 0"}, "'model.value_embed_layers': block 0 must be an"},
+      {{"model.n_layer=4", "model.value_embed_layers=4"},
+       "'model.value_embed_layers': block 4 must be an"},
+      {{"model.arch=gpt2", "model.value_embed_layers=1"},
+       "'model.value_embed_layers': needs model.arch modern"},
+      {{"model.mudd=true"}, "'model.mudd': wires record #89's 11 blocks of 6 heads"},
+      {{"model.arch=gpt2", "model.mudd=true"}, "'model.mudd': needs model.arch modern"},
+      {{"model.sublayer_lambdas=true", "model.moe.experts=2"},
+       "'model.sublayer_lambdas': mixes a dense MLP's output alone"},
       {{"model.norm_eps=0"}, "'model.norm_eps': must be positive"},
       {{"model.rotary_base=1"}, "'model.rotary_base': must be above 1"},
       {{"model.embed_std=0"}, "'model.embed_std': must be positive"},
@@ -724,12 +740,14 @@ TEST(Config, KeyListIsLocked) {
       "model.softcap model.moe.experts model.moe.top_k model.moe.aux_weight model.vocab_pad "
       "model.softcap_form model.softcap_scale model.softcap_offset model.attn_scale "
       "model.no_attn_layers "
-      "model.value_embeds model.unet_skips model.x0_lambdas model.zero_init_head model.doc_bos "
+      "model.value_embeds model.value_embed_layers model.unet_skips model.x0_lambdas "
+      "model.zero_init_head model.doc_bos "
       "model.window model.window_pattern model.window_grow model.window_block model.x0_norm "
       "model.norm_eps model.rotary_base model.rotary_truncate model.v_lambdas_all "
       "model.loss_over_padding model.embed_std model.uniform_matrix_init model.head_fp8 "
       "model.mlp_fp8 model.head_fp8_x_scale model.head_fp8_w_scale model.head_fp8_grad_scale "
-      "model.key_offset model.bigram_rows model.smear "
+      "model.key_offset model.bigram_rows model.smear model.sublayer_lambdas model.qkvo_lambdas "
+      "model.mudd "
       "data.train "
       "data.val data.shuffle data.shard_whole_batches data.bos train.seed train.steps "
       "train.batch_tokens train.micro_batch "

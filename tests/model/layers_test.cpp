@@ -5,7 +5,9 @@
 // <output, w> for a fixed random w; the head's is its own cross-entropy.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -13,11 +15,15 @@
 #include "core/rng.h"
 #include "model/layers/bigram_embedding.h"
 #include "model/layers/causal_attention.h"
+#include "model/layers/coefficient_mlp.h"
 #include "model/layers/fp8_head.h"
 #include "model/layers/lm_head.h"
 #include "model/layers/mlp.h"
 #include "model/layers/moe.h"
 #include "model/layers/rotary_attention.h"
+#include "model/layers/skip_gate.h"
+#include "model/layers/stream_mix.h"
+#include "model/layers/stream_tap.h"
 #include "model/layers/token_embedding.h"
 #include "model/layers/unet_skip.h"
 #include "model/layers/value_embeddings.h"
@@ -52,6 +58,18 @@ model::ModelConfig record(bool head_fp8 = false) {
   c.d_model = 32;
   c = test_model::with_recipe_keys(c, 30.0f, 1);
   return test_model::with_record_exact(c, 2, 3, head_fp8);
+}
+
+// Record #89's MUDD wiring is written for 11 blocks of 6 heads: D 48, head_dim 8.
+model::ModelConfig mudd_config() {
+  model::ModelConfig c = small(model::Arch::Modern);
+  c.n_layer = model::ModelConfig::kMuddBlocks;
+  c.n_head = model::ModelConfig::kMuddHeads;
+  c.d_model = 48;
+  c.no_attn_layers = {model::ModelConfig::kMuddSkipBlock};
+  c.sublayer_lambdas = true;
+  c.mudd = true;
+  return c;
 }
 
 void fill_tokens(LayerRig& rig, uint64_t seed) {
@@ -229,6 +247,204 @@ TEST(Layers, UnetSkip) {
   check_chain(rig, "U-net skip", {"skip_weights"});
 }
 
+// A reader of per-token coefficients for the tests (host loops, CPU backend): out[n, d] =
+// x[n, d] (1 + c[n, d mod K]), so every coefficient reaches the loss.
+class CoefReader : public model::Layer {
+ public:
+  explicit CoefReader(const model::CoefficientMlp& producer) : producer_(producer) {}
+  void plan(model::ActivationPlan& plan, const model::Context& ctx) override {
+    out_ = plan.f32(ctx.N() * ctx.config.d_model);
+  }
+  model::Stream forward(model::Context& ctx, model::Stream x) override {
+    in_ = x.f32;
+    const int64_t D = ctx.config.d_model;
+    for (int64_t i = 0; i < ctx.N() * D; ++i)
+      out_[i] = in_[i] * (1.0f + producer_.view().values[at(i, D)]);
+    return {out_, nullptr};
+  }
+  void backward(model::Context& ctx) override {
+    const int64_t D = ctx.config.d_model;
+    const model::CoefView c = producer_.view();
+    for (int64_t i = 0; i < ctx.N() * D; ++i) {
+      c.grads[at(i, D)] += ctx.dres[i] * in_[i];
+      ctx.dres[i] *= 1.0f + c.values[at(i, D)];
+    }
+  }
+
+ private:
+  int64_t at(int64_t i, int64_t D) const {
+    return (i / D) * producer_.view().stride + (i % D) % producer_.count();
+  }
+  const model::CoefficientMlp& producer_;
+  const float* in_ = nullptr;
+  float* out_ = nullptr;
+};
+
+// Record #89's coefficient MLPs (11 blocks of 6 heads at D 48): gate 0 with the learned scale
+// shared by the gates (26 coefficients), and the last MUDD block with its constant 0.1 (5), each
+// read by a CoefReader after a ReLU^2 MLP block between them.
+TEST(Layers, CoefficientMlp) {
+  LayerRig rig(mudd_config(), kB, kT);
+  auto* gate = rig.add(
+      std::make_unique<model::CoefficientMlp>(rig.ctx(), "mudd_gate.0", 0.0f, "mudd_gate.scale"));
+  EXPECT_EQ(gate->count(), 26);
+  rig.add(std::make_unique<model::Mlp>(rig.ctx(), 0));
+  auto* mudd = rig.add(std::make_unique<model::CoefficientMlp>(rig.ctx(), "mudd.1", 0.1f));
+  EXPECT_EQ(mudd->count(), 5);
+  rig.add(std::make_unique<CoefReader>(*gate));
+  rig.add(std::make_unique<CoefReader>(*mudd));
+  rig.draw_params(13);
+  rig.plan();
+  check_chain(rig, "coefficient MLPs", {"mudd_gate.0.", "mudd_gate.scale", "mudd.1."});
+}
+
+// The coefficients themselves against (gelu(x W1^T) W2^T + b) 0.1 in float64, with the exact
+// GELU, and the stream handed on unchanged.
+TEST(Layers, CoefficientMlpValues) {
+  const model::ModelConfig c = mudd_config();
+  LayerRig rig(c, kB, kT);
+  auto* mudd = rig.add(std::make_unique<model::CoefficientMlp>(rig.ctx(), "mudd.0", 0.1f));
+  rig.draw_params(14);
+  rig.plan();
+  const int64_t N = rig.ctx().N(), D = c.d_model, H = model::CoefficientMlp::kHidden,
+                K = mudd->count();
+  ASSERT_EQ(K, 14);
+  rig.input() = random_floats(static_cast<size_t>(N * D), 15);
+  const model::Stream out = rig.forward();
+  EXPECT_EQ(out.f32, rig.input().data());
+  const auto& table = rig.params().table();
+  const float* w1 = rig.params().param(*table.find("mudd.0.w1")).data<float>();
+  const float* w2 = rig.params().param(*table.find("mudd.0.w2")).data<float>();
+  const float* b2 = rig.params().param(*table.find("mudd.0.b2")).data<float>();
+  double worst = 0.0, scale = 0.0;
+  for (int64_t n = 0; n < N; ++n) {
+    std::vector<double> act(static_cast<size_t>(H));
+    for (int64_t j = 0; j < H; ++j) {
+      double pre = 0.0;
+      for (int64_t d = 0; d < D; ++d)
+        pre += double(rig.input()[n * D + d]) * w1[j * D + d];
+      act[j] = 0.5 * pre * (1.0 + std::erf(pre / std::sqrt(2.0)));
+    }
+    for (int64_t k = 0; k < K; ++k) {
+      double z = b2[k];
+      for (int64_t j = 0; j < H; ++j)
+        z += act[j] * w2[k * H + j];
+      worst = std::max(worst, std::abs(0.1 * z - mudd->view().values[n * K + k]));
+      scale = std::max(scale, std::abs(0.1 * z));
+    }
+  }
+  std::printf("[ measured ] coefficient MLP values: max error %.3g of max %.3g\n", worst, scale);
+  EXPECT_LT(worst, 1e-5 * scale);
+}
+
+// Record #89's sublayer wiring on block 1: the attention's output alone, mixed as
+// rho x + pi y + g_x0 x0 with g_x0 a per-token column of MUDD gate 0 (column 20, block 1's x0
+// gate), then the MLP's as rho x + pi y; then block 2's attention reading x0's tap instead of
+// the stream (with the residual add), as blocks 8-10 read cache7.
+TEST(Layers, SublayerMixesAndTaps) {
+  model::ModelConfig c = mudd_config();
+  c.sublayer_lambdas = true;
+  LayerRig rig(c, kB, kT);
+  fill_tokens(rig, 5);
+  model::AttentionMasks masks(rig.config());
+  auto index = [&](const std::string& name) { return rig.params().index(name); };
+  auto* x0 = rig.add(std::make_unique<model::StreamTap>());
+  auto* gate = rig.add(
+      std::make_unique<model::CoefficientMlp>(rig.ctx(), "mudd_gate.0", 0.0f, "mudd_gate.scale"));
+  auto* attn_in = rig.add(std::make_unique<model::StreamTap>());
+  rig.add(std::make_unique<model::RotaryAttention>(rig.ctx(), 1, masks, nullptr,
+                                                   model::BranchWiring{true, nullptr}));
+  rig.add(std::make_unique<model::StreamMix>(std::vector<model::MixTerm>{
+      {model::scalar_param(index("blocks.1.resid_lambdas"), 0), attn_in},
+      {model::scalar_param(index("blocks.1.post_lambdas"), 0), nullptr},
+      {model::column_of(*gate, 20), x0}}));
+  auto* mlp_in = rig.add(std::make_unique<model::StreamTap>());
+  rig.add(std::make_unique<model::Mlp>(rig.ctx(), 1, model::BranchWiring{true, nullptr}));
+  rig.add(std::make_unique<model::StreamMix>(std::vector<model::MixTerm>{
+      {model::scalar_param(index("blocks.1.resid_lambdas"), 1), mlp_in},
+      {model::scalar_param(index("blocks.1.post_lambdas"), 1), nullptr}}));
+  rig.add(std::make_unique<model::RotaryAttention>(rig.ctx(), 2, masks, nullptr,
+                                                   model::BranchWiring{false, x0}));
+  rig.draw_params(16);
+  plan_with_masks(rig, masks);
+  check_chain(rig, "sublayer mixes and taps",
+              {"blocks.1.resid_lambdas", "blocks.1.post_lambdas", "blocks.1.attn.", "blocks.1.mlp.",
+               "blocks.2.attn.", "mudd_gate.0.", "mudd_gate.scale"});
+}
+
+// Every term form of the mix: the first term without a coefficient, per-token columns of a
+// MUDD block (as its last block's (1 + mu5) x + mu3 cache0 + mu4 cache7), the same source twice.
+TEST(Layers, StreamMixPerTokenTerms) {
+  LayerRig rig(mudd_config(), kB, kT);
+  auto* cache0 = rig.add(std::make_unique<model::StreamTap>());
+  rig.add(std::make_unique<model::Mlp>(rig.ctx(), 0));
+  auto* cache7 = rig.add(std::make_unique<model::StreamTap>());
+  rig.add(std::make_unique<model::Mlp>(rig.ctx(), 1));
+  auto* mu = rig.add(std::make_unique<model::CoefficientMlp>(rig.ctx(), "mudd.0", 0.1f));
+  rig.add(std::make_unique<model::StreamMix>(
+      std::vector<model::MixTerm>{{model::CoefOf{}, nullptr},
+                                  {model::column_of(*mu, 5), nullptr},
+                                  {model::column_of(*mu, 3), cache0},
+                                  {model::column_of(*mu, 4), cache7}}));
+  rig.draw_params(17);
+  rig.plan();
+  check_chain(rig, "stream mix, per-token terms", {"mudd.0.", "blocks.0.mlp.", "blocks.1.mlp."});
+}
+
+// Record #89's skip in block 6: x + sigmoid(skip_lambda) g_skip cache3, g_skip MUDD gate 1's
+// column 28, cache3 a tap with an MLP block after it.
+TEST(Layers, SkipGate) {
+  LayerRig rig(mudd_config(), kB, kT);
+  auto* cache3 = rig.add(std::make_unique<model::StreamTap>());
+  rig.add(std::make_unique<model::Mlp>(rig.ctx(), 3));
+  auto* gate = rig.add(
+      std::make_unique<model::CoefficientMlp>(rig.ctx(), "mudd_gate.1", 0.0f, "mudd_gate.scale"));
+  auto* skip = rig.add(
+      std::make_unique<model::SkipGate>(rig.ctx(), "skip_lambda", model::column_of(*gate, 28)));
+  rig.add(std::make_unique<model::StreamMix>(std::vector<model::MixTerm>{
+      {model::CoefOf{}, nullptr},
+      {[skip](const model::Context&, bool) { return skip->view(); }, cache3}}));
+  rig.draw_params(18);
+  rig.plan();
+  check_chain(rig, "skip gate",
+              {"skip_lambda", "mudd_gate.1.", "mudd_gate.scale", "blocks.3.mlp."});
+}
+
+// ZeRO stage 3 binds a parameter's gradient only around its layer's backward: the mixes and the
+// skip gate must not look their scalars' gradients up in the forward. Every value bound, no
+// gradient, forward; then the gradients bound and the backward.
+TEST(Layers, MixesAndSkipGateReadNoGradientInTheForward) {
+  LayerRig rig(mudd_config(), kB, kT);
+  auto index = [&](const std::string& name) { return rig.params().index(name); };
+  auto* cache3 = rig.add(std::make_unique<model::StreamTap>());
+  auto* gate = rig.add(
+      std::make_unique<model::CoefficientMlp>(rig.ctx(), "mudd_gate.1", 0.0f, "mudd_gate.scale"));
+  auto* skip = rig.add(
+      std::make_unique<model::SkipGate>(rig.ctx(), "skip_lambda", model::column_of(*gate, 28)));
+  rig.add(std::make_unique<model::StreamMix>(std::vector<model::MixTerm>{
+      {model::scalar_param(index("blocks.1.resid_lambdas"), 0), cache3},
+      {model::scalar_param(index("blocks.1.post_lambdas"), 0), nullptr},
+      {[skip](const model::Context&, bool) { return skip->view(); }, cache3}}));
+  rig.draw_params(19);
+  rig.plan();
+  model::ParamStore& store = rig.params();
+  std::vector<core::Tensor> values, grads;
+  for (size_t i = 0; i < store.table().size(); ++i) {
+    values.push_back(store.param(i).clone());
+    grads.push_back(core::Tensor::zeros(store.param(i).shape()));
+  }
+  store.release_storage();
+  for (size_t i = 0; i < values.size(); ++i)
+    store.bind_param(i, values[i]);
+  rig.input() = random_floats(static_cast<size_t>(rig.ctx().N() * rig.config().d_model), 20);
+  EXPECT_NO_THROW(rig.forward());
+  for (size_t i = 0; i < grads.size(); ++i)
+    store.bind_grad(i, grads[i]);
+  const std::vector<float> w = random_floats(rig.input().size(), 21);
+  EXPECT_NO_THROW(rig.backward(&w));
+  EXPECT_NE(grads[index("skip_lambda")].to_vector()[0], 0.0f);
+}
+
 struct AttentionCase {
   std::string name;
   model::ModelConfig config;
@@ -245,6 +461,8 @@ TEST(Layers, Attention) {
   model::ModelConfig key_offset = record();
   key_offset.key_offset = true;
   key_offset.window_pattern = "LLSL";  // block 1 long (and without a value table)
+  model::ModelConfig qkvo = record();
+  qkvo.qkvo_lambdas = true;
   const std::vector<AttentionCase> cases = {
       {"gpt2 (LayerNorm, biases, q k v in place)", small(model::Arch::Gpt2), 0},
       {"modern (QK-norm, rotary)", small(model::Arch::Modern), 0},
@@ -252,6 +470,7 @@ TEST(Layers, Attention) {
       {"modern, documents, scale 0.2", docs, 1},
       {"the record's, block 1 (short block window, v lambdas without a table)", record(), 1},
       {"record #89's key offset, block 1 (long block window)", key_offset, 1},
+      {"record #89's QKV and O weight lambdas, block 1", qkvo, 1},
   };
   for (const AttentionCase& k : cases) {
     LayerRig rig(k.config, kB, kT);

@@ -123,6 +123,8 @@ class Config:
         self.attn_scale = float(get("attn_scale", 0.0))
         self.no_attn_layers = [int(t) for t in str(get("no_attn_layers", "")).split(",") if t.strip()]
         self.value_embeds = int(get("value_embeds", 0))
+        # Record #89: table i serves block value_embed_layers[i].
+        self.value_embed_layers = [int(t) for t in str(get("value_embed_layers", "")).split(",") if t.strip()]
         self.unet_skips = flag("unet_skips")
         self.x0_lambdas = flag("x0_lambdas")
         self.doc_bos = int(get("doc_bos", -1))
@@ -148,8 +150,13 @@ class Config:
         self.key_offset = flag("key_offset")
         self.bigram_rows = int(get("bigram_rows", 0))
         self.smear = flag("smear")
+        self.sublayer_lambdas = flag("sublayer_lambdas")
+        self.qkvo_lambdas = flag("qkvo_lambdas")
+        self.mudd = flag("mudd")
 
     def value_embed_of(self, layer):
+        if self.value_embed_layers:
+            return self.value_embed_layers.index(layer) if layer in self.value_embed_layers else -1
         n = self.value_embeds
         return layer if layer < n else layer - (self.n_layer - n) if layer >= self.n_layer - n else -1
 
@@ -490,8 +497,10 @@ def model_loss(cfg, p, idx, targets, rounding=NO_ROUNDING, head_fp8=None, terms=
             return F.layer_norm(x, (D,), p[name + ".weight"], p[name + ".bias"], 1e-5)
         return rmsnorm(x, cfg.norm_eps)
 
-    def lin(x, name, bias=True):
-        y = rounding.matmul(x, p[name + ".weight"])
+    def lin(x, name, bias=True, scale=None):
+        # train_gpt.py at f411b3d3 pre-multiplies its QKV and O weights by sa_lambdas.
+        w = p[name + ".weight"] if scale is None else scale * p[name + ".weight"]
+        y = rounding.matmul(x, w)
         if gpt2 and bias:
             y = y + p[name + ".bias"]
         return y
@@ -514,7 +523,90 @@ def model_loss(cfg, p, idx, targets, rounding=NO_ROUNDING, head_fp8=None, terms=
     scale = cfg.attn_scale if cfg.attn_scale > 0 else 1.0 / math.sqrt(hd)
     skips = cfg.n_layer // 2 if cfg.unet_skips else 0
     outputs = []
-    for i in range(cfg.n_layer):
+
+    def sublayer(x, y, b, k):
+        """x + y, or with sublayer_lambdas (record #89) resid x + post y, y stored first."""
+        if not cfg.sublayer_lambdas:
+            return rounding.stored(x + y)
+        y = rounding.stored(y)
+        return rounding.stored(p[b + "resid_lambdas"][k] * x + p[b + "post_lambdas"][k] * y)
+
+    def attention(i, x_in, aux_v=None):
+        """Block i's attention output y (before the residual) over x_in; aux_v (record #89's
+        v_mudd, [B, T, D]) is added to v."""
+        b = f"blocks.{i}."
+        qkvo = p[b + "attn.qkvo_lambdas"] if cfg.qkvo_lambdas else None
+        h = norm(x_in, b + "ln1")
+        qkv = rounding.grad_stored(lin(h, b + "attn.qkv", scale=None if qkvo is None else qkvo[0]))
+        q, k, v = [t.view(B, T, H, hd).transpose(1, 2) for t in qkv.split(D, dim=-1)]
+        if not gpt2:
+            q = rotary(rmsnorm(q, cfg.norm_eps), cfg.rotary_base, cfg.rotary_truncate)
+            k = rotary(rmsnorm(k, cfg.norm_eps), cfg.rotary_base, cfg.rotary_truncate)
+            long_window = not (cfg.window_pattern and cfg.window_pattern[i] == "S")
+            if cfg.key_offset and long_window:
+                k = key_offset(k, cfg.rotary_base, cfg.rotary_truncate)
+        ve = cfg.value_embed_of(i)
+        if ve >= 0:
+            ve_heads = p[f"value_embeds.{ve}.weight"][idx].view(B, T, H, hd).transpose(1, 2)
+            v = p[b + "attn.v_lambdas"][0] * v + p[b + "attn.v_lambdas"][1] * ve_heads
+        elif cfg.v_lambdas_all:  # train_gpt.py: v = lambdas[0] * v without a table
+            v = p[b + "attn.v_lambdas"][0] * v
+        if aux_v is not None:
+            v = v + aux_v.view(B, T, H, hd).transpose(1, 2)
+        s = (q @ k.transpose(-1, -2)) * scale
+        s = s.masked_fill(~cfg.attention_mask(idx, i), float("-inf"))
+        a = torch.softmax(s, dim=-1) @ v
+        return lin(a.transpose(1, 2).reshape(B, T, D), b + "attn.proj",
+                   scale=None if qkvo is None else qkvo[1])
+
+    def mlp(i, x_in):
+        b = f"blocks.{i}."
+        h = norm(x_in, b + "ln2")
+        return lin(act(rounding.grad_stored(lin(h, b + "mlp.fc"))), b + "mlp.proj")
+
+    def coefficients(x_in, prefix, s):
+        """Record #89's MUDD block / gate: (gelu(x W1^T) W2^T + b) s, exact GELU; [B, T, K]."""
+        hidden = F.gelu(rounding.matmul(x_in, p[prefix + ".w1"]))
+        return (hidden @ p[prefix + ".w2"].t() + p[prefix + ".b2"]) * s
+
+    def mudd_blocks(x, x0):
+        """train_gpt.py at f411b3d3's GPT.forward from x0 on (no value tables, bigram, XSA,
+        attention gates or DC: the layers for them are not on this branch)."""
+        g0 = coefficients(x0, "mudd_gate.0", p["mudd_gate.scale"])
+        cache = {0: x}
+        g1 = None
+        for i in range(cfg.n_layer):
+            b = f"blocks.{i}."
+            mu = None
+            if i == 4:
+                g1 = coefficients(x, "mudd_gate.1", p["mudd_gate.scale"])
+            if i == 6:
+                x = rounding.stored(x + torch.sigmoid(p["skip_lambda"][0]) * g1[..., 28:29] * cache[3])
+            elif i < cfg.n_layer - 1:
+                gate, col = (g0, 18 + 2 * i) if i < 4 else (g1, 18 + 2 * [4, 5, 7, 8, 9].index(i))
+                y = rounding.stored(attention(i, cache[7] if i >= 8 else x))
+                x = rounding.stored(p[b + "resid_lambdas"][0] * x + p[b + "post_lambdas"][0] * y)
+                x = rounding.stored(x + gate[..., col:col + 1] * x0)
+            else:
+                cache[9] = x
+                mu = coefficients(x, "mudd.0", 0.1)
+                c = lambda j: mu[..., j:j + 1]
+                v_mudd = c(0) * cache[0] + c(1) * cache[7] + c(2) * x
+                x = (1 + c(5)) * x + c(3) * cache[0] + c(4) * cache[7]
+                y = rounding.stored(attention(i, cache[7], v_mudd))
+                x = c(8) * x + c(9) * y + c(10) * cache[0]
+            y = rounding.stored(mlp(i, x))
+            if mu is not None:
+                x = rounding.stored(mu[..., 12:13] * x + mu[..., 13:14] * y)
+            else:
+                x = rounding.stored(p[b + "resid_lambdas"][1] * x + p[b + "post_lambdas"][1] * y)
+            if i in (3, 7):
+                cache[i] = x
+        mu = coefficients(x, "mudd.1", 0.1)
+        return x + mu[..., 0:1] * cache[0] + mu[..., 1:2] * cache[7] + mu[..., 2:3] * cache[9] + \
+            mu[..., 4:5] * cache[3]
+
+    for i in range(cfg.n_layer if not cfg.mudd else 0):
         b = f"blocks.{i}."
         if i >= cfg.n_layer - skips:  # U-net: the mirrored first-half output
             x = rounding.stored(
@@ -522,25 +614,7 @@ def model_loss(cfg, p, idx, targets, rounding=NO_ROUNDING, head_fp8=None, terms=
         if cfg.x0_lambdas:
             x = rounding.stored(p[b + "lambdas"][0] * x + p[b + "lambdas"][1] * x0)
         if i not in cfg.no_attn_layers:
-            h = norm(x, b + "ln1")
-            qkv = rounding.grad_stored(lin(h, b + "attn.qkv"))
-            q, k, v = [t.view(B, T, H, hd).transpose(1, 2) for t in qkv.split(D, dim=-1)]
-            if not gpt2:
-                q = rotary(rmsnorm(q, cfg.norm_eps), cfg.rotary_base, cfg.rotary_truncate)
-                k = rotary(rmsnorm(k, cfg.norm_eps), cfg.rotary_base, cfg.rotary_truncate)
-                long_window = not (cfg.window_pattern and cfg.window_pattern[i] == "S")
-                if cfg.key_offset and long_window:
-                    k = key_offset(k, cfg.rotary_base, cfg.rotary_truncate)
-            ve = cfg.value_embed_of(i)
-            if ve >= 0:
-                ve_heads = p[f"value_embeds.{ve}.weight"][idx].view(B, T, H, hd).transpose(1, 2)
-                v = p[b + "attn.v_lambdas"][0] * v + p[b + "attn.v_lambdas"][1] * ve_heads
-            elif cfg.v_lambdas_all:  # train_gpt.py: v = lambdas[0] * v without a table
-                v = p[b + "attn.v_lambdas"][0] * v
-            s = (q @ k.transpose(-1, -2)) * scale
-            s = s.masked_fill(~cfg.attention_mask(idx, i), float("-inf"))
-            a = torch.softmax(s, dim=-1) @ v
-            x = rounding.stored(x + lin(a.transpose(1, 2).reshape(B, T, D), b + "attn.proj"))
+            x = sublayer(x, attention(i, x), b, 0)
             if bg is not None and i > 0:
                 x = rounding.stored(x + p[b + "bigram_gate"][0] * bg)
         h = norm(x, b + "ln2")
@@ -566,9 +640,10 @@ def model_loss(cfg, p, idx, targets, rounding=NO_ROUNDING, head_fp8=None, terms=
             aux_total = aux_total + cfg.aux_weight * E * (frac * probs.mean(0)).sum()
             x = rounding.stored(x + out.view(B, T, D))
         else:
-            x = rounding.stored(
-                x + lin(act(rounding.grad_stored(lin(h, b + "mlp.fc"))), b + "mlp.proj"))
+            x = sublayer(x, mlp(i, x), b, 1)
         outputs.append(x)
+    if cfg.mudd:
+        x = mudd_blocks(x, x0)
     if gpt2:
         x = norm(x, "ln_f")
         head = p["embed.weight"]
