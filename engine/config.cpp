@@ -773,6 +773,24 @@ void validate_config(const Config& c, ConfigUse use) {
       fail("model.no_attn_layers",
            "block " + std::to_string(l) +
                " is outside [0, model.n_layer = " + std::to_string(c.model.n_layer) + ")");
+  // Record #89's per-block attention keys: comma lists of attention blocks.
+  auto attention_blocks = [&](const char* key, const std::string& text) {
+    const auto blocks = parse_block_list(text);
+    if (!blocks) fail(key, "must be a comma list of block indices, got '" + shown(text) + "'");
+    for (int l : *blocks)
+      if (l >= c.model.n_layer || std::find(no_attn->begin(), no_attn->end(), l) != no_attn->end())
+        fail(key, "block " + std::to_string(l) +
+                      " is not an attention block of [0, model.n_layer = " +
+                      std::to_string(c.model.n_layer) + ")");
+    return *blocks;
+  };
+  const auto paired = attention_blocks("model.paired_head_layers", c.model.paired_head_layers);
+  if (!paired.empty() && c.model.n_head % 2 != 0)
+    fail("model.paired_head_layers", "pairs head h with h + n_head / 2: model.n_head must be even");
+  if (!paired.empty() && c.model.window_block != 0)
+    fail("model.paired_head_layers",
+         "the paired blocks take a token-granular window on the interleaved sequence: needs "
+         "model.window_block 0");
   if (c.model.value_embeds < 0 || 2 * c.model.value_embeds > c.model.n_layer)
     fail("model.value_embeds",
          "must be in [0, model.n_layer / 2] (the first n and the last n "
@@ -797,7 +815,9 @@ void validate_config(const Config& c, ConfigUse use) {
           {"model.v_lambdas_all", c.model.v_lambdas_all},
           {"model.uniform_matrix_init", c.model.uniform_matrix_init},
           {"model.head_fp8", c.model.head_fp8},
-          {"model.key_offset", c.model.key_offset}})
+          {"model.key_offset", c.model.key_offset},
+          {"model.paired_head_layers", !paired.empty()},
+          {"model.yarn", c.model.yarn}})
       if (on) fail(key, "needs model.arch modern");
   }
   if (c.model.key_offset && (!c.model.rotary_truncate || c.model.window <= 0))
@@ -869,7 +889,10 @@ void validate_config(const Config& c, ConfigUse use) {
       fail("data.bos", "must be a token id in [0, model.vocab_size) with train.stages");
     if (c.model.window_grow)
       fail("model.window_grow", "cannot be on with train.stages (the stages set the windows)");
+  } else if (c.model.yarn && use == ConfigUse::Training) {
+    fail("model.yarn", "rescales at each change of the stages' long window: needs train.stages");
   }
+  if (c.model.yarn && c.model.window <= 0) fail("model.yarn", "needs model.window");
   if (c.zero.stage < 1 || c.zero.stage > 3) fail("zero.stage", "must be 1, 2 or 3");
   if (c.zero.bucket_mb < 0) fail("zero.bucket_mb", "must be >= 0");
   if (c.zero.progress != "thread" && c.zero.progress != "poll")

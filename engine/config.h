@@ -104,7 +104,14 @@ inline constexpr bool kOptional = false;
     "CPU rounds in software; modern)")                                                          \
   F(model, bool, key_offset, "key_offset", false, kOptional,                                    \
     "#89: long-window blocks shift the keys' unrotated half a position (needs rotary_truncate " \
-    "and window; modern)")
+    "and window; modern)")                                                                      \
+  F(model, std::string, paired_head_layers, "paired_head_layers", "", kOptional,                \
+    "#89: comma list of blocks with paired heads: heads h and h + n_head/2 attend as one head " \
+    "over the interleaved sequence of 2T (the record: \"0,2,5,9\"; modern)")                    \
+  F(model, bool, yarn, "yarn", false, kOptional,                                                \
+    "#89: each change of the stages' long window rescales the rotary frequencies and the "      \
+    "attention scale (YaRN; not the final validation's window; needs window, train.stages; "    \
+    "modern)")
 
 #define ENGINE_DATA_FIELDS(F)                                                                   \
   F(data, std::string, train, "train", "", kRequired, "glob of training token shards (.bin)")   \

@@ -79,6 +79,8 @@ model::ModelConfig model_config_of(const Config& c) {
   m.uniform_matrix_init = c.model.uniform_matrix_init;
   m.head_fp8 = c.model.head_fp8;
   m.key_offset = c.model.key_offset;
+  m.yarn = c.model.yarn;
+  m.paired_head_layers = parse_block_list(c.model.paired_head_layers).value_or(std::vector<int>{});
   m.validate();
   return m;
 }

@@ -103,7 +103,9 @@ class Gpt {
 
   // The long sliding window (model.window) from the next forward on; the short one is half of it
   // (with model.window_block: a multiple of the block, the short one half its blocks).
-  void set_attention_window(int window);
+  // With model.yarn a change rescales the rotary and the attention scale, unless `rescale` is
+  // false (the final validation's window, model/layers/yarn.h).
+  void set_attention_window(int window, bool rescale = true);
   int attention_window() const { return masks_.window(); }
 
   // The last forward's mean cross-entropy and MoE auxiliary loss (each a device read).

@@ -65,6 +65,18 @@ bool ModelConfig::short_window(int layer) const {
   return !window_pattern.empty() && window_pattern[static_cast<size_t>(layer)] == 'S';
 }
 
+namespace {
+
+bool listed(const std::vector<int>& blocks, int layer) {
+  return std::find(blocks.begin(), blocks.end(), layer) != blocks.end();
+}
+
+}  // namespace
+
+bool ModelConfig::paired_heads(int layer) const {
+  return listed(paired_head_layers, layer);
+}
+
 float ModelConfig::attention_scale() const {
   return attn_scale > 0.0f ? attn_scale : 1.0f / std::sqrt(static_cast<float>(head_dim()));
 }
@@ -106,19 +118,39 @@ void ModelConfig::validate() const {
   ENGINE_CHECK(softcap_offset == 0.0f || precision != Precision::Bf16 || head_fp8,
                "model.softcap_offset needs f32 logits: precision fp32 or tf32, or model.head_fp8");
   const ModelConfig off;
-  const bool recipe =
-      attn_scale > 0.0f || !no_attn_layers.empty() || value_embeds != 0 || unet_skips ||
-      x0_lambdas || zero_init_head || softcap_form != SoftcapForm::Tanh || masked_attention() ||
-      x0_norm || norm_eps != off.norm_eps || rotary_base != off.rotary_base || rotary_truncate ||
-      v_lambdas_all || uniform_matrix_init || head_fp8 || key_offset;
+  const bool recipe = attn_scale > 0.0f || !no_attn_layers.empty() || value_embeds != 0 ||
+                      unet_skips || x0_lambdas || zero_init_head ||
+                      softcap_form != SoftcapForm::Tanh || masked_attention() || x0_norm ||
+                      norm_eps != off.norm_eps || rotary_base != off.rotary_base ||
+                      rotary_truncate || v_lambdas_all || uniform_matrix_init || head_fp8 ||
+                      key_offset || !paired_head_layers.empty() || yarn;
   ENGINE_CHECK(!recipe || arch == Arch::Modern,
                "model: the record recipe's keys (attn_scale, no_attn_layers, value_embeds, "
                "unet_skips, x0_lambdas, zero_init_head, softcap_form, doc_bos, window, x0_norm, "
                "norm_eps, rotary_base, rotary_truncate, v_lambdas_all, uniform_matrix_init, "
-               "head_fp8, key_offset) need arch modern");
+               "head_fp8, key_offset, paired_head_layers, yarn) need arch "
+               "modern");
+  ENGINE_CHECK(!yarn || (window > 0 && !window_grow),
+               "model.yarn rescales the rotary at each change of the long window: it needs "
+               "model.window and the stages' windows (not model.window_grow)");
   ENGINE_CHECK(!key_offset || (rotary_truncate && window > 0),
                "model.key_offset shifts the keys' unrotated half in the long-window blocks: it "
                "needs model.rotary_truncate and model.window");
+  for (const auto& [key, blocks] : {std::pair<const char*, const std::vector<int>*>{
+           "model.paired_head_layers", &paired_head_layers}}) {
+    for (int l : *blocks)
+      ENGINE_CHECK(l >= 0 && l < n_layer && has_attention(l),
+                   std::string(key) + ": block " + std::to_string(l) +
+                       " is not an attention block of [0, n_layer=" + std::to_string(n_layer) +
+                       ")");
+  }
+  ENGINE_CHECK(paired_head_layers.empty() || n_head % 2 == 0,
+               "model.paired_head_layers pairs head h with h + n_head / 2: n_head must be even, "
+               "got " +
+                   std::to_string(n_head));
+  ENGINE_CHECK(paired_head_layers.empty() || window_block == 0,
+               "model.paired_head_layers: the record's paired blocks use a token-granular window "
+               "on the interleaved sequence; model.window_block must be 0");
   ENGINE_CHECK(norm_eps > 0.0f, "model.norm_eps must be positive");
   ENGINE_CHECK(rotary_base > 1.0f, "model.rotary_base must be above 1");
   ENGINE_CHECK(!rotary_truncate || (head_dim() % 4 == 0 && head_dim() >= 8),

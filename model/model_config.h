@@ -89,6 +89,14 @@ struct ModelConfig {
   // Record #89's partial key offset in the long-window blocks (model/layers/key_offset.h); needs
   // rotary_truncate (the unrotated half it shifts) and window.
   bool key_offset = false;
+  // Record #89's paired heads in these blocks (model/layers/rotary_attention.h): head h of token t
+  // is rotated at position 2t + h mod 2, and heads h and h + n_head / 2 attend as one head over
+  // the interleaved sequence of 2T (documents doubled, the window counted on it).
+  std::vector<int> paired_head_layers;
+  // Record #89's YaRN (model/layers/yarn.h): each change of the long window (Gpt::
+  // set_attention_window) rescales the rotary frequencies and the attention scale; needs window
+  // and windows that a schedule sets (not window_grow).
+  bool yarn = false;
 
   // Recipe queries.
   bool has_attention(int layer) const;
@@ -103,6 +111,8 @@ struct ModelConfig {
   bool masked_attention() const { return doc_bos >= 0 || window > 0; }
   // Whether block `layer` uses the short window.
   bool short_window(int layer) const;
+  // Whether block `layer` has paired heads (paired_head_layers).
+  bool paired_heads(int layer) const;
   // Whether block `layer` scales v by its v_lambdas (l0 v, plus l1 ve with a value table).
   bool has_v_lambdas(int layer) const {
     return has_attention(layer) && (v_lambdas_all || value_embed_of(layer) >= 0);

@@ -2,13 +2,15 @@
 // and every parameter's gradient to safetensors (for checks against other implementations).
 //
 //   model_grad --config C.yaml [--set key=value ...] [--weights W.safetensors] --tokens T.bin
-//              --batch B --out G.safetensors [--save-weights W2.safetensors]
+//              --batch B --out G.safetensors [--save-weights W2.safetensors] [--windows W1,W2]
 //
 // The model is the `model:` section of a config, read by the engine's own config loader (so
 // --set, the checks and the error messages are the engine's; train.seed seeds the
 // initialisation). A file with only `model:` is enough; a whole engine config works too. Row b of
 // the batch is tokens [b(T+1), (b+1)(T+1)) of the shard, T = model.seq_len: inputs are its first T
-// tokens, targets its last T. Without --weights the seeded initialisation is used.
+// tokens, targets its last T. Without --weights the seeded initialisation is used. --windows sets
+// the long attention window to each in turn before the step (record #89's YaRN rescales at each
+// change).
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -28,8 +30,8 @@ namespace {
 int run(int argc, char** argv) {
   std::map<std::string, std::string> args;
   std::vector<std::string> sets;
-  const std::vector<std::string> known = {"--config", "--weights", "--tokens",      "--batch",
-                                          "--out",    "--set",     "--save-weights"};
+  const std::vector<std::string> known = {"--config", "--weights", "--tokens",       "--batch",
+                                          "--out",    "--set",     "--save-weights", "--windows"};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     ENGINE_CHECK(std::find(known.begin(), known.end(), a) != known.end(),
@@ -69,6 +71,14 @@ int run(int argc, char** argv) {
     gpt.init_weights();
   }
   if (args.count("--save-weights")) model::save_weights(gpt, args["--save-weights"]);
+  if (args.count("--windows")) {
+    const auto windows = engine::parse_block_list(args["--windows"]);
+    ENGINE_CHECK(
+        windows && !windows->empty(),
+        "model_grad: --windows must be a comma list of windows, got '" + args["--windows"] + "'");
+    for (int w : *windows)
+      gpt.set_attention_window(w);
+  }
   gpt.zero_grad();
   const float loss = gpt.forward(inputs.data(), targets.data(), B, T);
   gpt.backward();

@@ -16,6 +16,7 @@ Attention::Attention(Context& ctx, int block, const AttentionMasks& masks)
     : block_(block),
       masks_(masks),
       short_window_(ctx.config.short_window(block)),
+      paired_(ctx.config.paired_heads(block)),
       norm_(ctx.config, block_param(ctx, block, "ln1.weight"), block_param(ctx, block, "ln1.bias")),
       qkv_w_(ctx.params.index("blocks." + std::to_string(block) + ".attn.qkv.weight")),
       qkv_b_(block_param(ctx, block, "attn.qkv.bias")),
@@ -23,6 +24,10 @@ Attention::Attention(Context& ctx, int block, const AttentionMasks& masks)
       proj_b_(block_param(ctx, block, "attn.proj.bias")) {
   ctx.params.use_in_bf16_gemm(qkv_w_);
   ctx.params.use_in_bf16_gemm(proj_w_);
+}
+
+int64_t Attention::op_heads(const Context& ctx) const {
+  return int64_t(ctx.B) * (paired_ ? ctx.config.n_head / 2 : ctx.config.n_head);
 }
 
 void Attention::plan(ActivationPlan& plan, const Context& ctx) {
@@ -41,7 +46,7 @@ void Attention::plan(ActivationPlan& plan, const Context& ctx) {
 
 Stream Attention::forward(Context& ctx, Stream x) {
   const ModelConfig& c = ctx.config;
-  const int64_t B = ctx.B, T = ctx.T, N = B * T, D = c.d_model, H = c.n_head, hd = c.head_dim();
+  const int64_t N = ctx.N(), D = c.d_model, BH = op_heads(ctx), T = op_rows(ctx), hd = c.head_dim();
   in_ = x;
   norm_.forward(ctx, x);
   ctx.linear.forward_epilogue(qkv_, norm_.out(), ctx.params.weight(qkv_w_),
@@ -50,14 +55,14 @@ Stream Attention::forward(Context& ctx, Stream x) {
   // Below fp32 a device may take attention's products to tensor cores too (TF32).
   // The output [B, T, H hd], the heads merged as written; in bf16 precision written as bf16.
   const bool tf32 = c.precision != Precision::Fp32;
-  const float scale = c.attention_scale();
-  const core::AttentionMask mask = masks_.mask(short_window_);
+  const float scale = masks_.attention_scale();
+  const core::AttentionMask mask = op_mask();
   const Heads& h = heads_;
   if (atty_bf16_) {
-    ctx.backend.attention_forward(atty_bf16_, lse_, h.q, h.k, h.v, B * H, T, hd, scale, mask, tf32,
+    ctx.backend.attention_forward(atty_bf16_, lse_, h.q, h.k, h.v, BH, T, hd, scale, mask, tf32,
                                   layout(ctx));
   } else {
-    ctx.backend.attention_forward(atty_, lse_, h.q, h.k, h.v, B * H, T, hd, scale, mask, tf32,
+    ctx.backend.attention_forward(atty_, lse_, h.q, h.k, h.v, BH, T, hd, scale, mask, tf32,
                                   layout(ctx));
   }
   // res_mid = x + atty @ proj^T (+ bias): the residual add as the GEMM's C.
@@ -68,28 +73,27 @@ Stream Attention::forward(Context& ctx, Stream x) {
 
 void Attention::attention_backward(Context& ctx, float* dq, float* dk, float* dv) {
   const ModelConfig& c = ctx.config;
-  const int64_t B = ctx.B, T = ctx.T, H = c.n_head, hd = c.head_dim();
+  const int64_t BH = op_heads(ctx), T = op_rows(ctx), hd = c.head_dim();
   const bool tf32 = c.precision != Precision::Fp32;
-  const float scale = c.attention_scale();
-  const core::AttentionMask mask = masks_.mask(short_window_);
+  const float scale = masks_.attention_scale();
+  const core::AttentionMask mask = op_mask();
   const Heads& h = heads_;
   if (atty_bf16_) {
-    ctx.backend.attention_backward(dq, dk, dv, datty_, atty_bf16_, lse_, h.q, h.k, h.v, B * H, T,
-                                   hd, scale, mask, tf32, layout(ctx));
-  } else {
-    ctx.backend.attention_backward(dq, dk, dv, datty_, atty_, lse_, h.q, h.k, h.v, B * H, T, hd,
+    ctx.backend.attention_backward(dq, dk, dv, datty_, atty_bf16_, lse_, h.q, h.k, h.v, BH, T, hd,
                                    scale, mask, tf32, layout(ctx));
+  } else {
+    ctx.backend.attention_backward(dq, dk, dv, datty_, atty_, lse_, h.q, h.k, h.v, BH, T, hd, scale,
+                                   mask, tf32, layout(ctx));
   }
 }
 
 void Attention::attention_backward(Context& ctx, core::bf16* dq, core::bf16* dk, core::bf16* dv) {
   const ModelConfig& c = ctx.config;
-  const int64_t B = ctx.B, T = ctx.T, H = c.n_head, hd = c.head_dim();
   const bool tf32 = c.precision != Precision::Fp32;
   const Heads& h = heads_;
-  ctx.backend.attention_backward(dq, dk, dv, datty_, atty_bf16_, lse_, h.q, h.k, h.v, B * H, T, hd,
-                                 c.attention_scale(), masks_.mask(short_window_), tf32,
-                                 layout(ctx));
+  ctx.backend.attention_backward(dq, dk, dv, datty_, atty_bf16_, lse_, h.q, h.k, h.v, op_heads(ctx),
+                                 op_rows(ctx), c.head_dim(), masks_.attention_scale(), op_mask(),
+                                 tf32, layout(ctx));
 }
 
 void Attention::backward(Context& ctx) {

@@ -41,9 +41,15 @@ class Attention : public Layer {
   // This forward's q, k and v.
   const Heads& heads() const { return heads_; }
 
+  // The attention op's heads and rows: B H of T, or a paired-head block's B H / 2 of 2T.
+  int64_t op_heads(const Context& ctx) const;
+  int64_t op_rows(const Context& ctx) const { return paired_ ? 2 * ctx.T : ctx.T; }
+  core::AttentionMask op_mask() const { return masks_.mask(short_window_, paired_); }
+
   int block_;
   const AttentionMasks& masks_;
   bool short_window_;
+  bool paired_;  // model.paired_head_layers: q, k, v in the layout of the paired view
   Norm norm_;
   size_t qkv_w_, qkv_b_, proj_w_, proj_b_;
   // Saved for the backward: the input, the norm's output (in norm_), qkv [N, 3D], lse [B*H, T],

@@ -337,6 +337,11 @@ TEST(Config, RecipeKeysAreCheckedByName) {
        "'model.key_offset': shifts the keys'"},
       {{"model.arch=gpt2", "model.rotary_truncate=true"},
        "'model.rotary_truncate': needs model.arch modern"},
+      // Record #89's attention keys.
+      {{"model.paired_head_layers=0;1"}, "'model.paired_head_layers': must be a comma list"},
+      {{"model.paired_head_layers=5"},
+       "'model.paired_head_layers': block 5 is not an attention block"},
+      {{"model.yarn=true", "model.window=64"}, "'model.yarn': rescales at each change"},
       {{"model.norm_eps=0"}, "'model.norm_eps': must be positive"},
       {{"model.rotary_base=1"}, "'model.rotary_base': must be above 1"},
       {{"model.embed_std=0"}, "'model.embed_std': must be positive"},
@@ -721,7 +726,7 @@ TEST(Config, KeyListIsLocked) {
       "model.window model.window_pattern model.window_grow model.window_block model.x0_norm "
       "model.norm_eps model.rotary_base model.rotary_truncate model.v_lambdas_all "
       "model.loss_over_padding model.embed_std model.uniform_matrix_init model.head_fp8 "
-      "model.key_offset "
+      "model.key_offset model.paired_head_layers model.yarn "
       "data.train "
       "data.val data.shuffle data.shard_whole_batches data.bos train.seed train.steps "
       "train.batch_tokens train.micro_batch "

@@ -178,6 +178,16 @@ TEST(Layers, Attention) {
   model::ModelConfig key_offset = record();
   key_offset.key_offset = true;
   key_offset.window_pattern = "LLSL";  // block 1 long (and without a value table)
+  // Record #89's paired heads in block 1: 4 heads (slots pairing heads 0, 2 and 1, 3), token
+  // windows of 5 (long) and 2 (short) on the interleaved sequence of 2T, documents.
+  model::ModelConfig paired = record();
+  paired.n_head = 4;
+  paired.window = 5;
+  paired.window_block = 0;
+  paired.paired_head_layers = {1};
+  model::ModelConfig paired_long = paired;
+  paired_long.window_pattern = "LLSL";
+  paired_long.key_offset = true;
   const std::vector<AttentionCase> cases = {
       {"gpt2 (LayerNorm, biases, q k v in place)", small(model::Arch::Gpt2), 0},
       {"modern (QK-norm, rotary)", small(model::Arch::Modern), 0},
@@ -185,6 +195,8 @@ TEST(Layers, Attention) {
       {"modern, documents, scale 0.2", docs, 1},
       {"the record's, block 1 (short block window, v lambdas without a table)", record(), 1},
       {"record #89's key offset, block 1 (long block window)", key_offset, 1},
+      {"record #89's paired heads, block 1 (short window)", paired, 1},
+      {"record #89's paired heads, block 1 (long window, no key offset there)", paired_long, 1},
   };
   for (const AttentionCase& k : cases) {
     LayerRig rig(k.config, kB, kT);
@@ -199,6 +211,39 @@ TEST(Layers, Attention) {
     plan_with_masks(rig, masks);
     const std::string b = "blocks." + std::to_string(k.block) + ".";
     check_chain(rig, "attention " + k.name, {b + "ln1.", b + "attn."});
+  }
+}
+
+// Record #89's YaRN: the window grown from 3 to 8 tokens rescales the rotary (the truncated one's
+// two frequencies at head dim 8: 1 turns 0.48 times over 3 tokens, so both are interpolated by
+// 3 / 8) and the scale (by 1 + 0.2 ln(8 / 3)); the backward goes through the rescaled rotary, in
+// an unpaired block and a paired one.
+TEST(Layers, AttentionYarn) {
+  for (int block : {0, 1}) {
+    model::ModelConfig c = record();
+    c.n_head = 4;
+    c.window = 8;
+    c.window_block = 0;
+    c.value_embeds = 0;
+    c.yarn = true;
+    c.paired_head_layers = {1};
+    LayerRig rig(c, kB, kT);
+    fill_tokens(rig, 5);
+    model::AttentionMasks masks(rig.config());
+    rig.add(std::make_unique<model::RotaryAttention>(rig.ctx(), block, masks, nullptr));
+    rig.draw_params(14);
+    masks.set_window(3);
+    masks.set_window(8);
+    plan_with_masks(rig, masks);
+    const float* f = masks.rotary_frequencies();  // the CPU's device memory is the host's
+    ASSERT_NE(f, nullptr);
+    EXPECT_FLOAT_EQ(f[0], 3.0f / 8.0f);
+    EXPECT_FLOAT_EQ(f[1], 3.0f / 8.0f / 1024.0f);
+    EXPECT_EQ(f[2], 0.0f);
+    EXPECT_FLOAT_EQ(masks.attention_scale(), 0.12f * (1.0f + 0.2f * std::log(8.0f / 3.0f)));
+    const std::string b = "blocks." + std::to_string(block) + ".";
+    check_chain(rig, "attention with YaRN, block " + std::to_string(block),
+                {b + "ln1.", b + "attn."});
   }
 }
 

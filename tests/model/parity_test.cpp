@@ -64,6 +64,10 @@ std::string yaml_of(const model::ModelConfig& c) {
                                           "model.embed_std",      "model.uniform_matrix_init",
                                           "model.head_fp8",       "model.softcap_offset",
                                           "model.key_offset"};
+    // Record #89's attention keys.
+    static const char* const kAttention[] = {"model.paired_head_layers", "model.yarn"};
+    for (const char* k : kAttention)
+      if (key == k) y += "  " + key.substr(6) + ": " + value + "\n";
     for (const char* k : kRecipe)
       if (key == k) y += "  " + key.substr(6) + ": " + value + "\n";
   }
@@ -122,11 +126,12 @@ CaseFiles write_case(const std::string& name, const model::ModelConfig& config, 
 }
 
 // model_grad's output for `f` in `precision`; false (with a test failure) when it fails.
-bool run_engine(const CaseFiles& f, const std::string& precision, const std::string& out) {
+bool run_engine(const CaseFiles& f, const std::string& precision, const std::string& out,
+                const std::string& args = "") {
   std::filesystem::remove(out);
   const std::string cmd = std::string(MODEL_GRAD_EXE) + " --config " + f.yaml + " --weights " +
                           f.weights + " --tokens " + f.tokens + " --batch " + f.batch + " --out " +
-                          out + " --set train.precision=" + precision;
+                          out + " --set train.precision=" + precision + " " + args;
   const int status = std::system(cmd.c_str());
   EXPECT_EQ(status, 0) << cmd;
   return status == 0;
@@ -155,12 +160,14 @@ double distance(const std::vector<double>& a, const std::vector<double>& b) {
   return std::sqrt(s);
 }
 
+// `both_args`: given to model_grad and to the reference alike.
 void run_case(const std::string& name, const model::ModelConfig& config, int batch,
-              const std::string& torch_args = "") {
+              const std::string& torch_args = "", const std::string& both_args = "") {
   const CaseFiles f = write_case(name, config, batch, 0.15f);
   const std::string ours = (f.dir / "engine.safetensors").string(),
                     ref = (f.dir / "torch.safetensors").string();
-  if (!run_engine(f, "fp32", ours) || !run_torch(f, torch_args, ref)) return;
+  if (!run_engine(f, "fp32", ours, both_args) || !run_torch(f, torch_args + " " + both_args, ref))
+    return;
 
   core::SafetensorsReader e(ours), r(ref);
   const float le = e.read("loss").to_vector()[0], lr = r.read("loss").to_vector()[0];
@@ -315,6 +322,34 @@ TEST(ModelParity, KeyOffset) {
   model::ModelConfig c = test_model::with_record_exact(recipe(), 3, 3, false);
   c.key_offset = true;
   run_case("key_offset", c, 3);
+}
+
+// Record #89's paired heads (model.paired_head_layers) in blocks 1 (short window, v lambdas) and 3
+// (long, a value table, no key offset there) of the record-exact model with 4 heads (slots
+// pairing heads (0, 2) and (1, 3)), token windows of 5 and 2 on the interleaved sequence,
+// documents from position 7, the key offset in block 0: the reference rotates and views q, k, v
+// as train_gpt.py does.
+TEST(ModelParity, PairedHeads) {
+  model::ModelConfig c = test_model::with_record_exact(recipe(), 3, 3, false);
+  c.window = 5;
+  c.window_block = 0;
+  c.key_offset = true;
+  c.paired_head_layers = {1, 3};
+  run_case("paired_heads", c, 3);
+}
+
+// Record #89's YaRN: the long window set to 3, 4, then 6 tokens (two rescalings of the rotary
+// and the scale; the second grows beyond the first interpolation) on the record-exact model with
+// paired heads in block 1 and the key offset: the reference applies train_gpt.py's Yarn.apply in
+// float64 to its own frequencies.
+TEST(ModelParity, Yarn) {
+  model::ModelConfig c = test_model::with_record_exact(recipe(), 3, 3, false);
+  c.window = 6;
+  c.window_block = 0;
+  c.key_offset = true;
+  c.paired_head_layers = {1};
+  c.yarn = true;
+  run_case("yarn", c, 3, "", "--windows 3,4,6");
 }
 
 // The record exactly (train_gpt.py at 3e121a6e; docs/record_recipe.md): the recipe's keys and
