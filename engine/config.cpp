@@ -785,6 +785,13 @@ void validate_config(const Config& c, ConfigUse use) {
     return *blocks;
   };
   const auto paired = attention_blocks("model.paired_head_layers", c.model.paired_head_layers);
+  const auto xsa = attention_blocks("model.xsa_layers", c.model.xsa_layers);
+  const auto gates = attention_blocks("model.attn_gate_layers", c.model.attn_gate_layers);
+  for (int l : xsa)
+    if (std::find(paired.begin(), paired.end(), l) != paired.end())
+      fail("model.xsa_layers", "block " + std::to_string(l) +
+                                   " has paired heads (model.paired_head_layers): the record's "
+                                   "XSA is for unpaired blocks only");
   if (!paired.empty() && c.model.n_head % 2 != 0)
     fail("model.paired_head_layers", "pairs head h with h + n_head / 2: model.n_head must be even");
   if (!paired.empty() && c.model.window_block != 0)
@@ -817,6 +824,8 @@ void validate_config(const Config& c, ConfigUse use) {
           {"model.head_fp8", c.model.head_fp8},
           {"model.key_offset", c.model.key_offset},
           {"model.paired_head_layers", !paired.empty()},
+          {"model.xsa_layers", !xsa.empty()},
+          {"model.attn_gate_layers", !gates.empty()},
           {"model.yarn", c.model.yarn}})
       if (on) fail(key, "needs model.arch modern");
   }

@@ -80,6 +80,8 @@ model::ModelConfig model_config_of(const Config& c) {
   m.head_fp8 = c.model.head_fp8;
   m.key_offset = c.model.key_offset;
   m.yarn = c.model.yarn;
+  m.xsa_layers = parse_block_list(c.model.xsa_layers).value_or(std::vector<int>{});
+  m.attn_gate_layers = parse_block_list(c.model.attn_gate_layers).value_or(std::vector<int>{});
   m.paired_head_layers = parse_block_list(c.model.paired_head_layers).value_or(std::vector<int>{});
   m.validate();
   return m;

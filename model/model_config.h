@@ -97,6 +97,13 @@ struct ModelConfig {
   // set_attention_window) rescales the rotary frequencies and the attention scale; needs window
   // and windows that a schedule sets (not window_grow).
   bool yarn = false;
+  // Record #89's attention output corrections before the output projection (model/layers/
+  // attention.h), per token and head: XSA in xsa_layers, y -= tanh(alpha) (y.v / max(|v|^2,
+  // 1e-8)) v with alpha blocks.<i>.attn.xsa_alpha [n_head] (0 at init; not paired blocks), and
+  // the output gate in attn_gate_layers, y *= gate with blocks.<i>.attn.out_gate [n_head] (1 at
+  // init).
+  std::vector<int> xsa_layers;
+  std::vector<int> attn_gate_layers;
 
   // Recipe queries.
   bool has_attention(int layer) const;
@@ -113,6 +120,8 @@ struct ModelConfig {
   bool short_window(int layer) const;
   // Whether block `layer` has paired heads (paired_head_layers).
   bool paired_heads(int layer) const;
+  bool xsa(int layer) const;
+  bool attn_gate(int layer) const;
   // Whether block `layer` scales v by its v_lambdas (l0 v, plus l1 ve with a value table).
   bool has_v_lambdas(int layer) const {
     return has_attention(layer) && (v_lambdas_all || value_embed_of(layer) >= 0);

@@ -44,6 +44,9 @@ ParamTable::ParamTable(const ModelConfig& c) {
       add(p + "attn.proj.weight", {D, D}, ParamKind::Matrix, proj_init, proj_std, l);
       if (gpt2) add(p + "attn.proj.bias", {D}, ParamKind::Vector, InitRule::Zero, 0, l);
       if (c.has_v_lambdas(l)) add_values(p + "attn.v_lambdas", {0.5f, 0.5f}, l);  // v mix
+      const size_t H = static_cast<size_t>(c.n_head);
+      if (c.xsa(l)) add_values(p + "attn.xsa_alpha", std::vector<float>(H, 0.0f), l);
+      if (c.attn_gate(l)) add_values(p + "attn.out_gate", std::vector<float>(H, 1.0f), l);
     }
     if (gpt2) {
       add(p + "ln2.weight", {D}, ParamKind::Vector, InitRule::One, 0, l);

@@ -63,7 +63,9 @@ std::map<std::string, std::string> config_metadata(const ModelConfig& c) {
   if (c.key_offset) m["model.key_offset"] = "true";
   if (c.yarn) m["model.yarn"] = "true";
   for (const auto& [key, blocks] : {std::pair<const char*, const std::vector<int>*>{
-           "model.paired_head_layers", &c.paired_head_layers}}) {
+                                        "model.paired_head_layers", &c.paired_head_layers},
+                                    {"model.xsa_layers", &c.xsa_layers},
+                                    {"model.attn_gate_layers", &c.attn_gate_layers}}) {
     if (blocks->empty()) continue;
     std::string list;
     for (int l : *blocks) {

@@ -341,6 +341,11 @@ TEST(Config, RecipeKeysAreCheckedByName) {
       {{"model.paired_head_layers=0;1"}, "'model.paired_head_layers': must be a comma list"},
       {{"model.paired_head_layers=5"},
        "'model.paired_head_layers': block 5 is not an attention block"},
+      {{"model.xsa_layers=0", "model.paired_head_layers=0"},
+       "'model.xsa_layers': block 0 has paired heads"},
+      {{"model.attn_gate_layers=0", "model.no_attn_layers=0"},
+       "'model.attn_gate_layers': block 0 is not an attention block"},
+      {{"model.arch=gpt2", "model.xsa_layers=0"}, "'model.xsa_layers': needs model.arch modern"},
       {{"model.yarn=true", "model.window=64"}, "'model.yarn': rescales at each change"},
       {{"model.norm_eps=0"}, "'model.norm_eps': must be positive"},
       {{"model.rotary_base=1"}, "'model.rotary_base': must be above 1"},
@@ -726,7 +731,8 @@ TEST(Config, KeyListIsLocked) {
       "model.window model.window_pattern model.window_grow model.window_block model.x0_norm "
       "model.norm_eps model.rotary_base model.rotary_truncate model.v_lambdas_all "
       "model.loss_over_padding model.embed_std model.uniform_matrix_init model.head_fp8 "
-      "model.key_offset model.paired_head_layers model.yarn "
+      "model.key_offset model.paired_head_layers model.yarn model.xsa_layers "
+      "model.attn_gate_layers "
       "data.train "
       "data.val data.shuffle data.shard_whole_batches data.bos train.seed train.steps "
       "train.batch_tokens train.micro_batch "

@@ -185,6 +185,13 @@ TEST(Layers, Attention) {
   paired.window = 5;
   paired.window_block = 0;
   paired.paired_head_layers = {1};
+  // Record #89's XSA and output gate (block 1, long; alpha and gate drawn random).
+  model::ModelConfig corrected = record();
+  corrected.window_pattern = "LLSL";
+  corrected.xsa_layers = {1};
+  corrected.attn_gate_layers = {1};
+  model::ModelConfig gated_paired = paired;
+  gated_paired.attn_gate_layers = {1};
   model::ModelConfig paired_long = paired;
   paired_long.window_pattern = "LLSL";
   paired_long.key_offset = true;
@@ -196,6 +203,8 @@ TEST(Layers, Attention) {
       {"the record's, block 1 (short block window, v lambdas without a table)", record(), 1},
       {"record #89's key offset, block 1 (long block window)", key_offset, 1},
       {"record #89's paired heads, block 1 (short window)", paired, 1},
+      {"record #89's XSA and output gate, block 1", corrected, 1},
+      {"record #89's output gate on paired heads, block 1", gated_paired, 1},
       {"record #89's paired heads, block 1 (long window, no key offset there)", paired_long, 1},
   };
   for (const AttentionCase& k : cases) {

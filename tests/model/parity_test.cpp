@@ -65,7 +65,8 @@ std::string yaml_of(const model::ModelConfig& c) {
                                           "model.head_fp8",       "model.softcap_offset",
                                           "model.key_offset"};
     // Record #89's attention keys.
-    static const char* const kAttention[] = {"model.paired_head_layers", "model.yarn"};
+    static const char* const kAttention[] = {"model.paired_head_layers", "model.yarn",
+                                             "model.xsa_layers", "model.attn_gate_layers"};
     for (const char* k : kAttention)
       if (key == k) y += "  " + key.substr(6) + ": " + value + "\n";
     for (const char* k : kRecipe)
@@ -350,6 +351,19 @@ TEST(ModelParity, Yarn) {
   c.paired_head_layers = {1};
   c.yarn = true;
   run_case("yarn", c, 3, "", "--windows 3,4,6");
+}
+
+// Record #89's XSA (blocks 0 and 3: with a value table, so v is the mixed value) and output gates
+// (blocks 1, paired, and 3) on the record-exact model with paired heads in block 1: the
+// reference corrects y as train_gpt.py does, on [B, T, H, hd].
+TEST(ModelParity, XsaAndOutputGates) {
+  model::ModelConfig c = test_model::with_record_exact(recipe(), 3, 3, false);
+  c.window = 5;
+  c.window_block = 0;
+  c.paired_head_layers = {1};
+  c.xsa_layers = {0, 3};
+  c.attn_gate_layers = {1, 3};
+  run_case("xsa_gates", c, 3);
 }
 
 // The record exactly (train_gpt.py at 3e121a6e; docs/record_recipe.md): the recipe's keys and

@@ -144,6 +144,8 @@ class Config:
         self.key_offset = flag("key_offset")
         blocks = lambda k: [int(t) for t in str(get(k, "")).split(",") if t.strip()]
         self.paired_head_layers = blocks("paired_head_layers")
+        self.xsa_layers = blocks("xsa_layers")
+        self.attn_gate_layers = blocks("attn_gate_layers")
         self.yarn = flag("yarn")
         self.inv_freq = None  # YaRN's rescaled rotary frequencies (set_windows)
         self.yarn_scale = 1.0
@@ -537,8 +539,19 @@ def model_loss(cfg, p, idx, targets, rounding=NO_ROUNDING, head_fp8=None):
             mask = cfg.paired_attention_mask(idx, i) if paired else cfg.attention_mask(idx, i)
             s = s.masked_fill(~mask, float("-inf"))
             a = torch.softmax(s, dim=-1) @ v
-            # [B, H(/2), T(x2), hd] -> [B, T, D]: a paired block's view undone by the same reshape
-            x = rounding.stored(x + lin(a.transpose(1, 2).reshape(B, T, D), b + "attn.proj"))
+            # [B, H(/2), T(x2), hd] -> [B, T, H, hd]: a paired block's view undone by the same
+            # reshape
+            y = a.transpose(1, 2).reshape(B, T, H, hd)
+            if i in cfg.xsa_layers or i in cfg.attn_gate_layers:
+                y = rounding.stored(y)
+            if i in cfg.xsa_layers:  # train_gpt.py's gated XSA, v the value attention read
+                vt = v.transpose(1, 2)
+                dot = (y * vt).sum(-1, keepdim=True)
+                denom = vt.square().sum(-1, keepdim=True).clamp_min(1e-8)
+                y = y - torch.tanh(p[b + "attn.xsa_alpha"]).view(1, 1, H, 1) * (dot / denom) * vt
+            if i in cfg.attn_gate_layers:  # y *= attn_gate_w, per head
+                y = y * p[b + "attn.out_gate"].view(1, 1, H, 1)
+            x = rounding.stored(x + lin(y.reshape(B, T, D), b + "attn.proj"))
         h = norm(x, b + "ln2")
         if cfg.experts:
             E, K = cfg.experts, cfg.top_k
