@@ -249,11 +249,15 @@ void Trainer::apply_stage_window(int64_t step) {
   // order, from the first stage on (a resumed run's fresh model takes the same growths). The
   // final validation's wider window (from total_steps on) is set without rescaling.
   const int64_t stage = stages_.stage_index(std::min(step, stages_.total_steps() - 1));
-  for (; windows_set_ < stage; ++windows_set_)
-    gpt_->set_attention_window(
-        static_cast<int>(stages_.stages()[static_cast<size_t>(windows_set_ + 1)].window_long));
-  gpt_->set_attention_window(static_cast<int>(stages_.settings(step).window_long),
-                             step < stages_.total_steps());
+  for (; windows_set_ < stage; ++windows_set_) {
+    const TrainingStage& s = stages_.stages()[static_cast<size_t>(windows_set_ + 1)];
+    gpt_->set_attention_window(static_cast<int>(s.window_long), true,
+                               static_cast<int>(s.window_short));
+  }
+  // Both of the stage's windows (the record's short one is not half the long one).
+  const StageSettings now = stages_.settings(step);
+  gpt_->set_attention_window(static_cast<int>(now.window_long), step < stages_.total_steps(),
+                             static_cast<int>(now.window_short));
 }
 
 double Trainer::gradient_mean() const {

@@ -101,11 +101,12 @@ class Gpt {
   using LayerHook = std::function<void(LayerEvent event, int layer)>;
   void set_layer_hook(LayerHook hook) { hook_ = std::move(hook); }
 
-  // The long sliding window (model.window) from the next forward on; the short one is half of it
-  // (with model.window_block: a multiple of the block, the short one half its blocks).
+  // The long sliding window (model.window) from the next forward on; the short one is
+  // `short_window` when given (record #89's stages set both), else half of it (with
+  // model.window_block: a multiple of the block, the short one half its blocks).
   // With model.yarn a change rescales the rotary and the attention scale, unless `rescale` is
   // false (the final validation's window, model/layers/yarn.h).
-  void set_attention_window(int window, bool rescale = true);
+  void set_attention_window(int window, bool rescale = true, int short_window = 0);
   int attention_window() const { return masks_.window(); }
 
   // The last forward's mean cross-entropy and MoE auxiliary loss (each a device read).

@@ -62,7 +62,8 @@ struct ModelConfig {
   // Attention masks beyond causality: with doc_bos >= 0 a token sees only its own document (the
   // tokens from the last doc_bos at or before it); with window > 0 a block marked 'L' in
   // window_pattern ("" : every block) sees at most the last `window` tokens, one marked 'S' the
-  // last window / 2. Gpt::set_attention_window changes the long window (the trainer grows it).
+  // last window / 2. Gpt::set_attention_window changes the long window (the trainer grows it),
+  // and with train.stages sets the short one apart (each stage's own, record #89's).
   int doc_bos = -1;
   int window = 0;
   std::string window_pattern;

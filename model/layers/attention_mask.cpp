@@ -18,11 +18,15 @@ void AttentionMasks::plan(ActivationPlan& plan, const Context& ctx) {
   paired_begin_short_ = plan.i32(2 * ctx.N());
 }
 
-void AttentionMasks::set_window(int window, bool rescale) {
+void AttentionMasks::set_window(int window, bool rescale, int short_window) {
   ENGINE_CHECK(config_.window > 0 && window > 0,
                "model: set_attention_window needs model.window and a positive window, got " +
                    std::to_string(window));
+  ENGINE_CHECK(short_window >= 0 && short_window <= window,
+               "model: set_attention_window's short window must be in [0, the long window " +
+                   std::to_string(window) + "], got " + std::to_string(short_window));
   window_ = window;
+  short_window_ = short_window;
   if (config_.yarn) yarn_.set_window(window, rescale);
 }
 
@@ -35,7 +39,9 @@ int32_t AttentionMasks::window_begin(int32_t t, bool short_window) const {
   if (window_ <= 0) return 0;
   const int block = config_.window_block;
   if (block == 0) {
-    const int w = short_window ? std::max(1, window_ / 2) : window_;
+    const int w = !short_window       ? window_
+                  : short_window_ > 0 ? short_window_
+                                      : std::max(1, window_ / 2);
     return std::max(0, t - w + 1);
   }
   // The record's block masks (train_gpt.py create_blockmasks): a query in block t / block keeps
@@ -43,7 +49,8 @@ int32_t AttentionMasks::window_begin(int32_t t, bool short_window) const {
   // the query's own block (its diagonal block mask). The last block of a row shorter than a
   // multiple of the block is a block like the others, only shorter.
   const int n_long = window_ / block;
-  const int n = std::max(1, short_window ? n_long / 2 : n_long);
+  const int n_short = short_window_ > 0 ? short_window_ / block : n_long / 2;
+  const int n = std::max(1, short_window ? n_short : n_long);
   return std::max(0, (t / block - n + 1) * block);
 }
 

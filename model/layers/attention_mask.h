@@ -26,8 +26,9 @@ class AttentionMasks {
   // The masks of this forward's tokens (host [B, T]).
   void set_tokens(Context& ctx, const int32_t* tokens);
   // The long window from the next forward on; with model.yarn, rescaling the rotary and the scale
-  // (unless `rescale` is false: the final validation's wider window).
-  void set_window(int window, bool rescale = true);
+  // (unless `rescale` is false: the final validation's wider window). The short window is
+  // `short_window` when positive, else half the long one.
+  void set_window(int window, bool rescale = true, int short_window = 0);
   int window() const { return window_; }
   // The mask of a block that uses the short window or the long one (none: plain causal); `paired`
   // that of a paired-head block, over [B, 2T] positions of H / 2 heads.
@@ -43,6 +44,7 @@ class AttentionMasks {
   int32_t window_begin(int32_t t, bool short_window) const;
   const ModelConfig& config_;
   int window_;
+  int short_window_ = 0;  // 0: half of window_
   int32_t *key_begin_long_ = nullptr, *key_begin_short_ = nullptr;
   // The paired-head blocks' [B, 2T] (planned only with paired_head_layers).
   int32_t *paired_begin_long_ = nullptr, *paired_begin_short_ = nullptr;

@@ -5,10 +5,12 @@
 // <output, w> for a fixed random w; the head's is its own cross-entropy.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
+#include "core/check.h"
 #include "core/kernel_math.h"
 #include "core/rng.h"
 #include "model/layers/causal_attention.h"
@@ -254,6 +256,38 @@ TEST(Layers, AttentionYarn) {
     check_chain(rig, "attention with YaRN, block " + std::to_string(block),
                 {b + "ln1.", b + "attn."});
   }
+}
+
+// The short window set apart from the long one (record #89's stages: 6 long, 2 short), token
+// granular and in blocks of 2 (a short window of 4 = 2 blocks), against half the long one.
+TEST(Layers, AttentionMasksTakeAShortWindowApart) {
+  for (int block : {0, 2}) {
+    model::ModelConfig c = small(model::Arch::Modern);
+    c.window = 6;
+    c.window_block = block;
+    c.window_pattern = "LS";
+    LayerRig rig(c, 1, kT);
+    fill_tokens(rig, 6);
+    model::AttentionMasks masks(rig.config());
+    rig.add(std::make_unique<model::Mlp>(rig.ctx(), 0));
+    plan_with_masks(rig, masks);
+    const int short_window = block == 0 ? 2 : 4;
+    for (int set : {0, short_window}) {
+      masks.set_window(6, true, set);
+      masks.set_tokens(rig.ctx(), rig.tokens().data());
+      const int32_t* begin = masks.mask(true).key_begin;  // the CPU's device memory is the host's
+      for (int t = 0; t < kT; ++t) {
+        const int w = set > 0 ? set : 3;  // else half the long window
+        const int want = block == 0 ? std::max(0, t - w + 1)
+                                    : std::max(0, (t / block - std::max(1, w / block) + 1) * block);
+        EXPECT_EQ(begin[t], want) << "block " << block << " short " << set << " t " << t;
+      }
+    }
+  }
+  model::ModelConfig c = small(model::Arch::Modern);
+  c.window = 6;
+  model::AttentionMasks masks(c);
+  EXPECT_THROW(masks.set_window(6, true, 7), core::Error);  // longer than the long one
 }
 
 TEST(Layers, Mlp) {
