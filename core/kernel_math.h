@@ -242,6 +242,21 @@ ENGINE_HD inline T rotary_angle(int64_t t, int64_t j, int64_t half, T base,
   return T(t) * rotary_inv_freq(j, half, base, truncated);
 }
 
+// The frequency of the pair (j, j + half): a table's (record #89's YaRN-rescaled frequencies, a
+// [half] array), else rotary_inv_freq's.
+template <typename T>
+ENGINE_HD inline T rotary_freq(const float* table, int64_t j, int64_t half, T base,
+                               bool truncated) {
+  return table ? T(table[j]) : rotary_inv_freq(j, half, base, truncated);
+}
+
+// The position rotary turns head h of token t at: t, or in record #89's paired-head blocks
+// 2t + h mod 2 (train_gpt.py's paired Yarn table: head pair (2p, 2p + 1) of token t at 2t and
+// 2t + 1).
+ENGINE_HD inline int64_t rotary_position(int64_t t, int64_t h, bool paired) {
+  return paired ? 2 * t + h % 2 : t;
+}
+
 // Record #89's partial key offset: whether dimension d of a head of hd is one the truncated rotary
 // leaves unrotated (pairs (j, j + hd/2) with j >= hd/4), whose key position t takes from t - 1.
 ENGINE_HD inline bool key_offset_dim(int64_t d, int64_t hd) {
@@ -271,13 +286,97 @@ ENGINE_HD inline void rotary_rotate(T& x0, T& x1, T c, T s) {
   x1 = -a * s + b * c;
 }
 
+// One pair turned by pos * freq; `inverse` selects the transposed rotation.
+template <typename T>
+ENGINE_HD inline void rotary_turn(T& x0, T& x1, int64_t pos, T freq, bool inverse) {
+  T angle = T(pos) * freq;
+  T s = std::sin(angle);
+  rotary_rotate(x0, x1, std::cos(angle), inverse ? -s : s);
+}
+
 // Both steps for one pair; `inverse` selects the transposed rotation.
 template <typename T>
 ENGINE_HD inline void rotary_pair(T& x0, T& x1, int64_t t, int64_t j, int64_t half, T base,
                                   bool inverse, bool truncated = false) {
-  T angle = rotary_angle(t, j, half, base, truncated);
-  T s = std::sin(angle);
-  rotary_rotate(x0, x1, std::cos(angle), inverse ? -s : s);
+  rotary_turn(x0, x1, t, rotary_inv_freq(j, half, base, truncated), inverse);
+}
+
+// ---- attention output corrections (record #89's XSA and output gates) -------------------------
+//
+// One head's output row y [hd] of a token, its value row v, tau = tanh(alpha) (xsa false: no
+// XSA, v not read) and the gate g (1: none): u = y - tau c v with c = y.v / m, m = max(|v|^2, 1e-8)
+// (XSA removes the fraction tau of y along v), and the output g u.
+
+ENGINE_HD inline float widen(float x) {
+  return x;
+}
+ENGINE_HD inline float widen(bf16 x) {
+  return float_from_bf16(x);
+}
+ENGINE_HD inline void store_as(float& dst, float x) {
+  dst = x;
+}
+ENGINE_HD inline void store_as(bf16& dst, float x) {
+  dst = bf16_from_float(x);
+}
+
+constexpr float kXsaMinNormSq = 1e-8f;
+
+// c = y.v / m and m = max(|v|^2, 1e-8); `clamped` whether |v|^2 was below the floor.
+template <typename Y>
+ENGINE_HD inline float xsa_coefficient(const Y* y, const float* v, int64_t hd, float& m,
+                                       bool& clamped) {
+  float dot = 0.0f, vv = 0.0f;
+  for (int64_t d = 0; d < hd; ++d) {
+    dot += widen(y[d]) * v[d];
+    vv += v[d] * v[d];
+  }
+  clamped = !(vv > kXsaMinNormSq);
+  m = clamped ? kXsaMinNormSq : vv;
+  return dot / m;
+}
+
+// out = g (y - tau c v) for one row.
+template <typename Y, typename O>
+ENGINE_HD inline void attention_out_row_forward(O* out, const Y* y, const float* v, int64_t hd,
+                                                bool xsa, float tau, float g) {
+  float m = 1.0f;
+  bool clamped = false;
+  const float c = xsa ? xsa_coefficient(y, v, hd, m, clamped) : 0.0f;
+  for (int64_t d = 0; d < hd; ++d)
+    store_as(out[d], g * (xsa ? widen(y[d]) - tau * c * v[d] : widen(y[d])));
+}
+
+// Its backward from dz = d out (xsa: v and tau are read): dy written (=), dv added (+=), and
+// d tau, d g returned:
+// du = g dz, dg = dz.u, s = du.v, dy = du - tau (s / m) v, d tau = -c s,
+// dv = -tau (c du + (s / m) y - 2 (s c / m) v [|v|^2 above the floor]).
+template <typename Y>
+ENGINE_HD inline void attention_out_row_backward(float* dy, float* dv, float& dtau, float& dg,
+                                                 const float* dz, const Y* y, const float* v,
+                                                 int64_t hd, bool xsa, float tau, float g) {
+  float m = 1.0f;
+  bool clamped = false;
+  const float c = xsa ? xsa_coefficient(y, v, hd, m, clamped) : 0.0f;
+  float s = 0.0f, gsum = 0.0f;
+  for (int64_t d = 0; d < hd; ++d) {
+    const float yd = widen(y[d]);
+    gsum += dz[d] * (xsa ? yd - tau * c * v[d] : yd);
+    if (xsa) s += g * dz[d] * v[d];
+  }
+  dg = gsum;
+  dtau = -c * s;
+  const float sm = s / m;
+  const float vterm = clamped ? 0.0f : 2.0f * sm * c;
+  for (int64_t d = 0; d < hd; ++d) {
+    const float du = g * dz[d];
+    if (!xsa) {
+      dy[d] = du;
+      continue;
+    }
+    dy[d] = du - tau * sm * v[d];
+    dv[d] += -tau * (c * du + sm * widen(y[d]) - vterm * v[d]);
+  }
 }
 
 // ---- row statistics ----------------------------------------------------------------------------

@@ -790,6 +790,31 @@ void validate_config(const Config& c, ConfigUse use) {
       fail("model.value_embed_layers", "block " + std::to_string(l) +
                                            " must be an attention block below model.n_layer = " +
                                            std::to_string(c.model.n_layer) + ", named once");
+  // Record #89's per-block attention keys: comma lists of attention blocks.
+  auto attention_blocks = [&](const char* key, const std::string& text) {
+    const auto blocks = parse_block_list(text);
+    if (!blocks) fail(key, "must be a comma list of block indices, got '" + shown(text) + "'");
+    for (int l : *blocks)
+      if (l >= c.model.n_layer || std::find(no_attn->begin(), no_attn->end(), l) != no_attn->end())
+        fail(key, "block " + std::to_string(l) +
+                      " is not an attention block of [0, model.n_layer = " +
+                      std::to_string(c.model.n_layer) + ")");
+    return *blocks;
+  };
+  const auto paired = attention_blocks("model.paired_head_layers", c.model.paired_head_layers);
+  const auto xsa = attention_blocks("model.xsa_layers", c.model.xsa_layers);
+  const auto gates = attention_blocks("model.attn_gate_layers", c.model.attn_gate_layers);
+  for (int l : xsa)
+    if (std::find(paired.begin(), paired.end(), l) != paired.end())
+      fail("model.xsa_layers", "block " + std::to_string(l) +
+                                   " has paired heads (model.paired_head_layers): the record's "
+                                   "XSA is for unpaired blocks only");
+  if (!paired.empty() && c.model.n_head % 2 != 0)
+    fail("model.paired_head_layers", "pairs head h with h + n_head / 2: model.n_head must be even");
+  if (!paired.empty() && c.model.window_block != 0)
+    fail("model.paired_head_layers",
+         "the paired blocks take a token-granular window on the interleaved sequence: needs "
+         "model.window_block 0");
   if (c.model.value_embeds < 0 ||
       (ve_layers->empty() && 2 * c.model.value_embeds > c.model.n_layer))
     fail("model.value_embeds",
@@ -822,7 +847,11 @@ void validate_config(const Config& c, ConfigUse use) {
           {"model.smear", c.model.smear},
           {"model.sublayer_lambdas", c.model.sublayer_lambdas},
           {"model.qkvo_lambdas", c.model.qkvo_lambdas},
-          {"model.mudd", c.model.mudd}})
+          {"model.mudd", c.model.mudd},
+          {"model.paired_head_layers", !paired.empty()},
+          {"model.xsa_layers", !xsa.empty()},
+          {"model.attn_gate_layers", !gates.empty()},
+          {"model.yarn", c.model.yarn}})
       if (on) fail(key, "needs model.arch modern");
   }
   if (c.model.key_offset && (!c.model.rotary_truncate || c.model.window <= 0))
@@ -912,7 +941,10 @@ void validate_config(const Config& c, ConfigUse use) {
       fail("data.bos", "must be a token id in [0, model.vocab_size) with train.stages");
     if (c.model.window_grow)
       fail("model.window_grow", "cannot be on with train.stages (the stages set the windows)");
+  } else if (c.model.yarn && use == ConfigUse::Training) {
+    fail("model.yarn", "rescales at each change of the stages' long window: needs train.stages");
   }
+  if (c.model.yarn && c.model.window <= 0) fail("model.yarn", "needs model.window");
   if (c.zero.stage < 1 || c.zero.stage > 3) fail("zero.stage", "must be 1, 2 or 3");
   if (c.zero.bucket_mb < 0) fail("zero.bucket_mb", "must be >= 0");
   if (c.zero.progress != "thread" && c.zero.progress != "poll")

@@ -135,7 +135,21 @@ inline constexpr bool kOptional = false;
     "(learned per block, init 0.5 and 1; modern)")                                              \
   F(model, bool, mudd, "mudd", false, kOptional,                                                \
     "#89: the record's block wiring with its MUDD blocks and gates (11 blocks of 6 heads, "     \
-    "no_attn_layers 6, sublayer_lambdas; no value tables yet; modern)")
+    "no_attn_layers 6, sublayer_lambdas; no value tables yet; modern)")                         \
+  F(model, std::string, paired_head_layers, "paired_head_layers", "", kOptional,                \
+    "#89: comma list of blocks with paired heads: heads h and h + n_head/2 attend as one head " \
+    "over the interleaved sequence of 2T (the record: \"0,2,5,9\"; modern)")                    \
+  F(model, bool, yarn, "yarn", false, kOptional,                                                \
+    "#89: each change of the stages' long window rescales the rotary frequencies and the "      \
+    "attention scale (YaRN; not the final validation's window; needs window, train.stages; "    \
+    "modern)")                                                                                  \
+  F(model, std::string, xsa_layers, "xsa_layers", "", kOptional,                                \
+    "#89: comma list of blocks whose attention output loses tanh(alpha) of its part along v "   \
+    "per token and head (XSA; alpha blocks.<i>.attn.xsa_alpha, 0 at init; the record: "         \
+    "\"1,3,4,7\"; not paired blocks; modern)")                                                  \
+  F(model, std::string, attn_gate_layers, "attn_gate_layers", "", kOptional,                    \
+    "#89: comma list of blocks whose attention output is scaled per token and head before the " \
+    "projection (blocks.<i>.attn.out_gate, 1 at init; the record: \"3,10\"; modern)")
 
 #define ENGINE_DATA_FIELDS(F)                                                                   \
   F(data, std::string, train, "train", "", kRequired, "glob of training token shards (.bin)")   \

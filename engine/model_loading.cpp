@@ -90,6 +90,10 @@ model::ModelConfig model_config_of(const Config& c) {
   m.sublayer_lambdas = c.model.sublayer_lambdas;
   m.qkvo_lambdas = c.model.qkvo_lambdas;
   m.mudd = c.model.mudd;
+  m.yarn = c.model.yarn;
+  m.xsa_layers = parse_block_list(c.model.xsa_layers).value_or(std::vector<int>{});
+  m.attn_gate_layers = parse_block_list(c.model.attn_gate_layers).value_or(std::vector<int>{});
+  m.paired_head_layers = parse_block_list(c.model.paired_head_layers).value_or(std::vector<int>{});
   m.validate();
   return m;
 }

@@ -165,6 +165,9 @@ StageSchedule StageSchedule::of(const Config& c) {
       keys.fail("train.stages.windows", "stage '" + windows[k] + "' is not 'SHORT LONG'");
     s.window_short = keys.integer("train.stages.windows", w[0]);
     s.window_long = keys.integer("train.stages.windows", w[1]);
+    if (s.window_short < 1 || s.window_short > s.window_long)
+      keys.fail("train.stages.windows",
+                "stage '" + windows[k] + "': the short window must be in [1, the long one]");
     s.lr_mul = keys.number("train.stages.lr_mul", lr[k]);
     for (const std::string& r : split(mtp[k], ' '))
       if (!r.empty()) s.mtp.push_back(keys.ramp("train.stages.mtp", r));

@@ -257,8 +257,24 @@ void Trainer::apply_stage(int64_t step) {
   stage_settings_ = stages_.settings(step);
   step_tokens_ = stage_settings_.batch_tokens;
   gpt_->set_loss_weights(stage_settings_.mtp_weights, stage_settings_.prefix_weight);
-  if (config_.model.window > 0)
-    gpt_->set_attention_window(static_cast<int>(stage_settings_.window_long));
+  apply_stage_window(step);
+}
+
+void Trainer::apply_stage_window(int64_t step) {
+  if (!stages_.enabled() || config_.model.window <= 0) return;
+  // model.yarn rescales at each change of the long window: each stage's window is set once, in
+  // order, from the first stage on (a resumed run's fresh model takes the same growths). The
+  // final validation's wider window (from total_steps on) is set without rescaling.
+  const int64_t stage = stages_.stage_index(std::min(step, stages_.total_steps() - 1));
+  for (; windows_set_ < stage; ++windows_set_) {
+    const TrainingStage& s = stages_.stages()[static_cast<size_t>(windows_set_ + 1)];
+    gpt_->set_attention_window(static_cast<int>(s.window_long), true,
+                               static_cast<int>(s.window_short));
+  }
+  // Both of the stage's windows (the record's short one is not half the long one).
+  const StageSettings now = stages_.settings(step);
+  gpt_->set_attention_window(static_cast<int>(now.window_long), step < stages_.total_steps(),
+                             static_cast<int>(now.window_short));
 }
 
 double Trainer::gradient_mean() const {
@@ -421,8 +437,7 @@ double Trainer::evaluate() {
   // Validation sees the window the next step trains with (at step 0 the schedule's first, not
   // the full model.window), as modded-nanogpt evaluates.
   apply_window_schedule(*gpt_, counters_.step, config_.train.steps);
-  if (stages_.enabled() && config_.model.window > 0)
-    gpt_->set_attention_window(static_cast<int>(stages_.settings(counters_.step).window_long));
+  apply_stage_window(counters_.step);
   // No backward events release what a forward gathered (stage 3).
   const double val = validation_loss(*gpt_, *val_loader_, comm_, [this] { zero_->end_forward(); });
   last_val_ = {counters_.step, val};

@@ -104,6 +104,8 @@ class Trainer {
   // The step's micro-steps and tokens, and with train.stages its stage's settings (the long
   // window set on the model).
   void apply_stage(int64_t step);
+  // The long window of `step`'s stage (train.stages with model.window): see trainer.cpp.
+  void apply_stage_window(int64_t step);
   void warm_up();
   // The phases of train_step: forward and backward over the micro-batches (the loss summed on
   // the device); the gradients' mean and clip factor, computed and applied on the device
@@ -157,6 +159,7 @@ class Trainer {
   // taken reads from its stage.
   StageSchedule stages_;
   StageSettings stage_settings_;
+  int64_t windows_set_ = -1;      // the last stage whose long window the model has taken
   int64_t step_micro_steps_ = 1;  // the step's micro-steps on each rank
   int64_t step_tokens_ = 0;       // the step's tokens, all ranks
   RunCounters counters_;

@@ -295,8 +295,8 @@ std::vector<float> Gpt::last_logits(const int32_t* tokens, int B, int T) {
   return head_->last_logits(ctx_);
 }
 
-void Gpt::set_attention_window(int window) {
-  masks_.set_window(window);
+void Gpt::set_attention_window(int window, bool rescale, int short_window) {
+  masks_.set_window(window, rescale, short_window);
 }
 
 void Gpt::set_loss_weights(const std::vector<double>& offsets, double prefix) {

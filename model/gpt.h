@@ -112,9 +112,12 @@ class Gpt {
   std::vector<float> fp8_mlp_scales() const;
   void set_fp8_mlp_scales(const std::vector<float>& values);
 
-  // The long sliding window (model.window) from the next forward on; the short one is half of it
-  // (with model.window_block: a multiple of the block, the short one half its blocks).
-  void set_attention_window(int window);
+  // The long sliding window (model.window) from the next forward on; the short one is
+  // `short_window` when given (record #89's stages set both), else half of it (with
+  // model.window_block: a multiple of the block, the short one half its blocks).
+  // With model.yarn a change rescales the rotary and the attention scale, unless `rescale` is
+  // false (the final validation's window, model/layers/yarn.h).
+  void set_attention_window(int window, bool rescale = true, int short_window = 0);
   int attention_window() const { return masks_.window(); }
 
   // Record #89's training loss from the next training forward on: per position, the weighted

@@ -70,6 +70,26 @@ bool ModelConfig::short_window(int layer) const {
   return !window_pattern.empty() && window_pattern[static_cast<size_t>(layer)] == 'S';
 }
 
+namespace {
+
+bool listed(const std::vector<int>& blocks, int layer) {
+  return std::find(blocks.begin(), blocks.end(), layer) != blocks.end();
+}
+
+}  // namespace
+
+bool ModelConfig::paired_heads(int layer) const {
+  return listed(paired_head_layers, layer);
+}
+
+bool ModelConfig::xsa(int layer) const {
+  return listed(xsa_layers, layer);
+}
+
+bool ModelConfig::attn_gate(int layer) const {
+  return listed(attn_gate_layers, layer);
+}
+
 float ModelConfig::attention_scale() const {
   return attn_scale > 0.0f ? attn_scale : 1.0f / std::sqrt(static_cast<float>(head_dim()));
 }
@@ -118,18 +138,19 @@ void ModelConfig::validate() const {
   ENGINE_CHECK(softcap_offset == 0.0f || precision != Precision::Bf16 || head_fp8,
                "model.softcap_offset needs f32 logits: precision fp32 or tf32, or model.head_fp8");
   const ModelConfig off;
-  const bool recipe = attn_scale > 0.0f || !no_attn_layers.empty() || value_embeds != 0 ||
-                      unet_skips || x0_lambdas || zero_init_head ||
-                      softcap_form != SoftcapForm::Tanh || masked_attention() || x0_norm ||
-                      norm_eps != off.norm_eps || rotary_base != off.rotary_base ||
-                      rotary_truncate || v_lambdas_all || uniform_matrix_init || head_fp8 ||
-                      mlp_fp8 || key_offset || mudd || sublayer_lambdas || qkvo_lambdas;
-  ENGINE_CHECK(
-      !recipe || arch == Arch::Modern,
-      "model: the record recipe's keys (attn_scale, no_attn_layers, value_embeds, "
-      "unet_skips, x0_lambdas, zero_init_head, softcap_form, doc_bos, window, x0_norm, "
-      "norm_eps, rotary_base, rotary_truncate, v_lambdas_all, uniform_matrix_init, "
-      "head_fp8, mlp_fp8, key_offset, mudd, sublayer_lambdas, qkvo_lambdas) need arch modern");
+  const bool recipe =
+      attn_scale > 0.0f || !no_attn_layers.empty() || value_embeds != 0 || unet_skips ||
+      x0_lambdas || zero_init_head || softcap_form != SoftcapForm::Tanh || masked_attention() ||
+      x0_norm || norm_eps != off.norm_eps || rotary_base != off.rotary_base || rotary_truncate ||
+      v_lambdas_all || uniform_matrix_init || head_fp8 || mlp_fp8 || key_offset || mudd ||
+      sublayer_lambdas || qkvo_lambdas || !paired_head_layers.empty() || yarn ||
+      !xsa_layers.empty() || !attn_gate_layers.empty();
+  ENGINE_CHECK(!recipe || arch == Arch::Modern,
+               "model: the record recipe's keys (attn_scale, no_attn_layers, value_embeds, "
+               "unet_skips, x0_lambdas, zero_init_head, softcap_form, doc_bos, window, x0_norm, "
+               "norm_eps, rotary_base, rotary_truncate, v_lambdas_all, uniform_matrix_init, "
+               "head_fp8, mlp_fp8, key_offset, mudd, sublayer_lambdas, qkvo_lambdas, "
+               "paired_head_layers, yarn, xsa_layers, attn_gate_layers) need arch modern");
   ENGINE_CHECK(!mlp_fp8 || !moe(),
                "model.mlp_fp8 runs the dense MLP's GEMMs in FP8: it cannot go with model.moe");
   ENGINE_CHECK(!key_offset || (rotary_truncate && window > 0),
@@ -157,6 +178,30 @@ void ModelConfig::validate() const {
   ENGINE_CHECK(!sublayer_lambdas || !moe(),
                "model.sublayer_lambdas mixes a dense MLP's output alone: it cannot take "
                "model.moe");
+  ENGINE_CHECK(!yarn || (window > 0 && !window_grow),
+               "model.yarn rescales the rotary at each change of the long window: it needs "
+               "model.window and the stages' windows (not model.window_grow)");
+  for (const auto& [key, blocks] : {std::pair<const char*, const std::vector<int>*>{
+                                        "model.paired_head_layers", &paired_head_layers},
+                                    {"model.xsa_layers", &xsa_layers},
+                                    {"model.attn_gate_layers", &attn_gate_layers}}) {
+    for (int l : *blocks)
+      ENGINE_CHECK(l >= 0 && l < n_layer && has_attention(l),
+                   std::string(key) + ": block " + std::to_string(l) +
+                       " is not an attention block of [0, n_layer=" + std::to_string(n_layer) +
+                       ")");
+  }
+  for (int l : xsa_layers)
+    ENGINE_CHECK(!paired_heads(l), "model.xsa_layers: block " + std::to_string(l) +
+                                       " has paired heads; the record's XSA is for unpaired "
+                                       "blocks only");
+  ENGINE_CHECK(paired_head_layers.empty() || n_head % 2 == 0,
+               "model.paired_head_layers pairs head h with h + n_head / 2: n_head must be even, "
+               "got " +
+                   std::to_string(n_head));
+  ENGINE_CHECK(paired_head_layers.empty() || window_block == 0,
+               "model.paired_head_layers: the record's paired blocks use a token-granular window "
+               "on the interleaved sequence; model.window_block must be 0");
   ENGINE_CHECK(norm_eps > 0.0f, "model.norm_eps must be positive");
   ENGINE_CHECK(rotary_base > 1.0f, "model.rotary_base must be above 1");
   ENGINE_CHECK(!rotary_truncate || (head_dim() % 4 == 0 && head_dim() >= 8),

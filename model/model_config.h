@@ -68,7 +68,8 @@ struct ModelConfig {
   // Attention masks beyond causality: with doc_bos >= 0 a token sees only its own document (the
   // tokens from the last doc_bos at or before it); with window > 0 a block marked 'L' in
   // window_pattern ("" : every block) sees at most the last `window` tokens, one marked 'S' the
-  // last window / 2. Gpt::set_attention_window changes the long window (the trainer grows it).
+  // last window / 2. Gpt::set_attention_window changes the long window (the trainer grows it),
+  // and with train.stages sets the short one apart (each stage's own, record #89's).
   int doc_bos = -1;
   int window = 0;
   std::string window_pattern;
@@ -136,6 +137,21 @@ struct ModelConfig {
   // The block without attention that adds sigmoid(skip_lambda) g_skip cache3 (gate 1's column
   // 28), and the blocks whose outputs are cache3 and cache7.
   static constexpr int kMuddSkipBlock = 6, kMuddCache3 = 3, kMuddCache7 = 7;
+  // Record #89's paired heads in these blocks (model/layers/rotary_attention.h): head h of token t
+  // is rotated at position 2t + h mod 2, and heads h and h + n_head / 2 attend as one head over
+  // the interleaved sequence of 2T (documents doubled, the window counted on it).
+  std::vector<int> paired_head_layers;
+  // Record #89's YaRN (model/layers/yarn.h): each change of the long window (Gpt::
+  // set_attention_window) rescales the rotary frequencies and the attention scale; needs window
+  // and windows that a schedule sets (not window_grow).
+  bool yarn = false;
+  // Record #89's attention output corrections before the output projection (model/layers/
+  // attention.h), per token and head: XSA in xsa_layers, y -= tanh(alpha) (y.v / max(|v|^2,
+  // 1e-8)) v with alpha blocks.<i>.attn.xsa_alpha [n_head] (0 at init; not paired blocks), and
+  // the output gate in attn_gate_layers, y *= gate with blocks.<i>.attn.out_gate [n_head] (1 at
+  // init).
+  std::vector<int> xsa_layers;
+  std::vector<int> attn_gate_layers;
 
   // Recipe queries.
   bool has_attention(int layer) const;
@@ -150,6 +166,10 @@ struct ModelConfig {
   bool masked_attention() const { return doc_bos >= 0 || window > 0; }
   // Whether block `layer` uses the short window.
   bool short_window(int layer) const;
+  // Whether block `layer` has paired heads (paired_head_layers).
+  bool paired_heads(int layer) const;
+  bool xsa(int layer) const;
+  bool attn_gate(int layer) const;
   // Whether block `layer` scales v by its v_lambdas (l0 v, plus l1 ve with a value table).
   bool has_v_lambdas(int layer) const {
     return has_attention(layer) && (v_lambdas_all || value_embed_of(layer) >= 0);

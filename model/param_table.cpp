@@ -125,6 +125,9 @@ ParamTable::ParamTable(const ModelConfig& c) {
       if (gpt2) add(p + "attn.proj.bias", {D}, ParamKind::Vector, InitRule::Zero, 0, l);
       if (c.has_v_lambdas(l)) add_values(p + "attn.v_lambdas", {0.5f, 0.5f}, l);  // v mix
       if (c.qkvo_lambdas) add_values(p + "attn.qkvo_lambdas", {0.5f, 1.0f}, l);   // l_qkv, l_o
+      const size_t H = static_cast<size_t>(c.n_head);
+      if (c.xsa(l)) add_values(p + "attn.xsa_alpha", std::vector<float>(H, 0.0f), l);
+      if (c.attn_gate(l)) add_values(p + "attn.out_gate", std::vector<float>(H, 1.0f), l);
     }
     if (gpt2) {
       add(p + "ln2.weight", {D}, ParamKind::Vector, InitRule::One, 0, l);

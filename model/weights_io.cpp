@@ -72,6 +72,19 @@ std::map<std::string, std::string> config_metadata(const ModelConfig& c) {
   if (c.sublayer_lambdas) m["model.sublayer_lambdas"] = "true";
   if (c.qkvo_lambdas) m["model.qkvo_lambdas"] = "true";
   if (c.mudd) m["model.mudd"] = "true";
+  if (c.yarn) m["model.yarn"] = "true";
+  for (const auto& [key, blocks] : {std::pair<const char*, const std::vector<int>*>{
+                                        "model.paired_head_layers", &c.paired_head_layers},
+                                    {"model.xsa_layers", &c.xsa_layers},
+                                    {"model.attn_gate_layers", &c.attn_gate_layers}}) {
+    if (blocks->empty()) continue;
+    std::string list;
+    for (int l : *blocks) {
+      if (!list.empty()) list += ',';
+      list += std::to_string(l);
+    }
+    m[key] = list;
+  }
   if (c.norm_eps != off.norm_eps) m["model.norm_eps"] = float_str(c.norm_eps);
   if (c.rotary_base != off.rotary_base) m["model.rotary_base"] = float_str(c.rotary_base);
   if (c.rotary_truncate) m["model.rotary_truncate"] = "true";

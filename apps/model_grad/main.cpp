@@ -2,7 +2,7 @@
 // and every parameter's gradient to safetensors (for checks against other implementations).
 //
 //   model_grad --config C.yaml [--set key=value ...] [--weights W.safetensors] --tokens T.bin
-//              --batch B --out G.safetensors [--save-weights W2.safetensors]
+//              --batch B --out G.safetensors [--save-weights W2.safetensors] [--windows W1,W2]
 //              [--mtp "W0 W1 ..."] [--prefix-weight W --prefix-table P.txt]
 //
 // The model is the `model:` section of a config, read by the engine's own config loader (so
@@ -13,6 +13,8 @@
 // --prefix-weight set record #89's training loss (Gpt::set_loss_weights: the weights of the
 // targets t+1, t+2, ... and of the prefix targets); --prefix-table holds each token's prefix
 // token (-1: none), model.vocab_size integers separated by white space.
+// --windows sets the long attention window to each in turn before the step (record #89's YaRN
+// rescales at each change).
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -35,8 +37,8 @@ int run(int argc, char** argv) {
   std::map<std::string, std::string> args;
   std::vector<std::string> sets;
   const std::vector<std::string> known = {
-      "--config", "--weights",      "--tokens", "--batch",         "--out",
-      "--set",    "--save-weights", "--mtp",    "--prefix-weight", "--prefix-table"};
+      "--config",       "--weights", "--tokens",        "--batch",        "--out",    "--set",
+      "--save-weights", "--mtp",     "--prefix-weight", "--prefix-table", "--windows"};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     ENGINE_CHECK(std::find(known.begin(), known.end(), a) != known.end(),
@@ -91,6 +93,14 @@ int run(int argc, char** argv) {
       mtp.push_back(w);
     gpt.set_loss_weights(mtp,
                          args.count("--prefix-weight") ? std::stod(args["--prefix-weight"]) : 0.0);
+  }
+  if (args.count("--windows")) {
+    const auto windows = engine::parse_block_list(args["--windows"]);
+    ENGINE_CHECK(
+        windows && !windows->empty(),
+        "model_grad: --windows must be a comma list of windows, got '" + args["--windows"] + "'");
+    for (int w : *windows)
+      gpt.set_attention_window(w);
   }
   gpt.zero_grad();
   const float loss = gpt.forward(inputs.data(), targets.data(), B, T);

@@ -34,27 +34,51 @@ void CpuBackend::merge_heads_backward(float* da, const float* dout, int64_t B, i
 void CpuBackend::qk_norm_rotary_forward(float* qr, float* kr, float* q, float* k, float* v,
                                         float* q_rstd, float* k_rstd, const float* qkv, int64_t B,
                                         int64_t T, int64_t H, int64_t hd, float eps, float base,
-                                        bool truncated) {
+                                        bool truncated, const RotaryVariant& variant) {
   cpu::qk_norm_rotary_forward(qr, kr, q, k, v, q_rstd, k_rstd, qkv, B, T, H, hd, eps, base,
-                              truncated);
+                              truncated, variant);
 }
 
 void CpuBackend::qk_norm_rotary_backward(float* dqkv, const float* dqr, const float* dkr,
                                          const float* dv, const float* q, const float* k,
                                          const float* q_rstd, const float* k_rstd, int64_t B,
                                          int64_t T, int64_t H, int64_t hd, float base,
-                                         bool truncated) {
+                                         bool truncated, const RotaryVariant& variant) {
   cpu::qk_norm_rotary_backward(dqkv, dqr, dkr, dv, q, k, q_rstd, k_rstd, B, T, H, hd, base,
-                               truncated);
+                               truncated, variant);
 }
 
 void CpuBackend::qk_norm_rotary_backward(bf16* dqkv, const float* dqr, const float* dkr,
                                          const float* dv, const float* q, const float* k,
                                          const float* q_rstd, const float* k_rstd, int64_t B,
                                          int64_t T, int64_t H, int64_t hd, float base,
-                                         bool truncated) {
+                                         bool truncated, const RotaryVariant& variant) {
   cpu::qk_norm_rotary_backward(dqkv, dqr, dkr, dv, q, k, q_rstd, k_rstd, B, T, H, hd, base,
-                               truncated);
+                               truncated, variant);
+}
+
+void CpuBackend::attention_out_forward(float* out, const float* y, const float* v, int64_t B,
+                                       int64_t T, int64_t H, int64_t hd, const HeadCoefs& alpha,
+                                       const HeadCoefs& gate) {
+  cpu::attention_out_forward(out, y, v, B, T, H, hd, alpha, gate);
+}
+
+void CpuBackend::attention_out_forward(bf16* out, const bf16* y, const float* v, int64_t B,
+                                       int64_t T, int64_t H, int64_t hd, const HeadCoefs& alpha,
+                                       const HeadCoefs& gate) {
+  cpu::attention_out_forward(out, y, v, B, T, H, hd, alpha, gate);
+}
+
+void CpuBackend::attention_out_backward(float* dy, float* dv, const float* dout, const float* y,
+                                        const float* v, int64_t B, int64_t T, int64_t H, int64_t hd,
+                                        const HeadCoefs& alpha, const HeadCoefs& gate) {
+  cpu::attention_out_backward(dy, dv, dout, y, v, B, T, H, hd, alpha, gate);
+}
+
+void CpuBackend::attention_out_backward(float* dy, float* dv, const float* dout, const bf16* y,
+                                        const float* v, int64_t B, int64_t T, int64_t H, int64_t hd,
+                                        const HeadCoefs& alpha, const HeadCoefs& gate) {
+  cpu::attention_out_backward(dy, dv, dout, y, v, B, T, H, hd, alpha, gate);
 }
 
 void CpuBackend::key_offset_forward(float* out, const float* k, int64_t BH, int64_t T, int64_t hd) {

@@ -131,17 +131,71 @@ void key_offset(T* out, const T* inp, int64_t BH, int64_t T_, int64_t hd, bool b
   }
 }
 
+// ---- attention output corrections (record #89's XSA and output gates) -----------------------
+
+// The coefficient of token n, head h (c.values set), and where its gradient goes.
+inline float head_coef(const HeadCoefs& c, int64_t n, int64_t h, float off) {
+  return c.values ? c.values[n * c.stride + h] : off;
+}
+
+template <typename Y>
+void attention_out_forward(Y* out, const Y* y, const float* v, int64_t B, int64_t T_, int64_t H,
+                           int64_t hd, const HeadCoefs& alpha, const HeadCoefs& gate) {
+  const int64_t D = H * hd;
+#pragma omp parallel for schedule(static) if (B * T_ * D > kParallelMin)
+  for (int64_t n = 0; n < B * T_; ++n) {
+    const int64_t b = n / T_, t = n % T_;
+    for (int64_t h = 0; h < H; ++h) {
+      const float tau = std::tanh(head_coef(alpha, n, h, 0.0f));
+      kmath::attention_out_row_forward(out + n * D + h * hd, y + n * D + h * hd,
+                                       v + ((b * H + h) * T_ + t) * hd, hd, alpha.values != nullptr,
+                                       tau, head_coef(gate, n, h, 1.0f));
+    }
+  }
+}
+
+// The rows in parallel, then the coefficients' gradients added in token order (stride 0 sums).
+template <typename Y>
+void attention_out_backward(float* dy, float* dv, const float* dout, const Y* y, const float* v,
+                            int64_t B, int64_t T_, int64_t H, int64_t hd, const HeadCoefs& alpha,
+                            const HeadCoefs& gate) {
+  const int64_t D = H * hd, N = B * T_;
+  const bool xsa = alpha.values != nullptr;
+  std::vector<float> dalpha(static_cast<size_t>(N * H)), dgate(static_cast<size_t>(N * H));
+#pragma omp parallel for schedule(static) if (N * D > kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t b = n / T_, t = n % T_;
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t vr = ((b * H + h) * T_ + t) * hd;
+      const float tau = std::tanh(head_coef(alpha, n, h, 0.0f));
+      float dtau = 0.0f, dg = 0.0f;
+      kmath::attention_out_row_backward(
+          dy + n * D + h * hd, xsa ? dv + vr : nullptr, dtau, dg, dout + n * D + h * hd,
+          y + n * D + h * hd, xsa ? v + vr : nullptr, hd, xsa, tau, head_coef(gate, n, h, 1.0f));
+      dalpha[n * H + h] = dtau * (1.0f - tau * tau);
+      dgate[n * H + h] = dg;
+    }
+  }
+  for (const auto& [c, g] : {std::pair{&alpha, &dalpha}, std::pair{&gate, &dgate}}) {
+    if (!c->values || !c->grads) continue;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t h = 0; h < H; ++h)
+        c->grads[n * c->stride + h] += (*g)[n * H + h];
+  }
+}
+
 // ---- rotary ----------------------------------------------------------------------------------
 
-// cos and sin of the rotary angle for every (t, j): two [T, hd/2] tables.
+// cos and sin of the rotary angle for every (position, j): two [positions, hd/2] tables, the
+// frequencies kmath::rotary_freq's (`table` null: base's).
 template <typename T>
-void rotary_tables(std::vector<T>& cos_t, std::vector<T>& sin_t, int64_t T_, int64_t half, T base,
-                   bool truncated) {
-  cos_t.resize(static_cast<size_t>(T_ * half));
-  sin_t.resize(static_cast<size_t>(T_ * half));
-  for (int64_t t = 0; t < T_; ++t) {
+void rotary_tables(std::vector<T>& cos_t, std::vector<T>& sin_t, int64_t positions, int64_t half,
+                   T base, bool truncated, const float* table = nullptr) {
+  cos_t.resize(static_cast<size_t>(positions * half));
+  sin_t.resize(static_cast<size_t>(positions * half));
+  for (int64_t t = 0; t < positions; ++t) {
     for (int64_t j = 0; j < half; ++j) {
-      T angle = kmath::rotary_angle(t, j, half, base, truncated);
+      T angle = T(t) * kmath::rotary_freq(table, j, half, base, truncated);
       cos_t[t * half + j] = std::cos(angle);
       sin_t[t * half + j] = std::sin(angle);
     }
@@ -206,16 +260,18 @@ void rotary_backward(T* dinp, const T* dout, int64_t BH, int64_t T_, int64_t hd,
 template <typename T>
 void qk_norm_rotary_forward(T* qr, T* kr, T* q, T* k, T* v, T* q_rstd, T* k_rstd, const T* qkv,
                             int64_t B, int64_t T_, int64_t H, int64_t hd, T eps, T base,
-                            bool truncated) {
+                            bool truncated, const RotaryVariant& variant = {}) {
   check_rotary_head_dim(hd, truncated);
   const int64_t D = H * hd, half = hd / 2;
   std::vector<T> cos_t, sin_t;
-  rotary_tables(cos_t, sin_t, T_, half, base, truncated);
+  rotary_tables(cos_t, sin_t, variant.paired ? 2 * T_ : T_, half, base, truncated,
+                variant.inv_freq);
 #pragma omp parallel for schedule(static) if (B * T_ * 3 * D > kParallelMin)
   for (int64_t bt = 0; bt < B * T_; ++bt) {
     const int64_t b = bt / T_, t = bt % T_;
     for (int64_t h = 0; h < H; ++h) {
       const int64_t r = (b * H + h) * T_ + t;  // the head row
+      const int64_t pos = kmath::rotary_position(t, h, variant.paired);
       const T* src = qkv + bt * 3 * D + h * hd;
       T* split[2] = {q + r * hd, k + r * hd};
       T* out[2] = {qr + r * hd, kr + r * hd};
@@ -234,7 +290,7 @@ void qk_norm_rotary_forward(T* qr, T* kr, T* q, T* k, T* v, T* q_rstd, T* k_rstd
         *rstd[s] = rs;
         for (int64_t j = 0; j < half; ++j) {
           T x0 = y[j], x1 = y[j + half];
-          kmath::rotary_rotate(x0, x1, cos_t[t * half + j], sin_t[t * half + j]);
+          kmath::rotary_rotate(x0, x1, cos_t[pos * half + j], sin_t[pos * half + j]);
           y[j] = x0;
           y[j + half] = x1;
         }
@@ -249,11 +305,13 @@ void qk_norm_rotary_forward(T* qr, T* kr, T* q, T* k, T* v, T* q_rstd, T* k_rstd
 template <typename T, typename G>
 void qk_norm_rotary_backward(G* dqkv, const T* dqr, const T* dkr, const T* dv, const T* q,
                              const T* k, const T* q_rstd, const T* k_rstd, int64_t B, int64_t T_,
-                             int64_t H, int64_t hd, T base, bool truncated) {
+                             int64_t H, int64_t hd, T base, bool truncated,
+                             const RotaryVariant& variant = {}) {
   check_rotary_head_dim(hd, truncated);
   const int64_t D = H * hd, half = hd / 2;
   std::vector<T> cos_t, sin_t;
-  rotary_tables(cos_t, sin_t, T_, half, base, truncated);
+  rotary_tables(cos_t, sin_t, variant.paired ? 2 * T_ : T_, half, base, truncated,
+                variant.inv_freq);
 #pragma omp parallel if (B * T_ * 3 * D > kParallelMin)
   {
     std::vector<T> g(static_cast<size_t>(hd));  // a row of the rotary's backward
@@ -264,13 +322,14 @@ void qk_norm_rotary_backward(G* dqkv, const T* dqr, const T* dkr, const T* dv, c
       T* row = store.row();
       for (int64_t h = 0; h < H; ++h) {
         const int64_t r = (b * H + h) * T_ + t;
+        const int64_t pos = kmath::rotary_position(t, h, variant.paired);
         const T* grad[2] = {dqr + r * hd, dkr + r * hd};
         const T* split[2] = {q + r * hd, k + r * hd};
         const T rstd[2] = {q_rstd[r], k_rstd[r]};
         for (int s = 0; s < 2; ++s) {
           for (int64_t j = 0; j < half; ++j) {
             T x0 = grad[s][j], x1 = grad[s][j + half];
-            kmath::rotary_rotate(x0, x1, cos_t[t * half + j], -sin_t[t * half + j]);
+            kmath::rotary_rotate(x0, x1, cos_t[pos * half + j], -sin_t[pos * half + j]);
             g[j] = T(0) + x0;
             g[j + half] = T(0) + x1;
           }

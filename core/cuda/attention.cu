@@ -183,6 +183,80 @@ __global__ void rotary_kernel(float* out, const float* inp, int64_t T, int64_t h
   }
 }
 
+// ---- attention output corrections (record #89's XSA and output gates) --------------------------
+//
+// One thread per (token, head) row, the row's arithmetic kmath's (as the CPU's).
+
+__device__ inline float head_coef(const HeadCoefs& c, int64_t n, int64_t h, float off) {
+  return c.values ? c.values[n * c.stride + h] : off;
+}
+
+// A coefficient's gradient: a token's own place (stride > 0), or one row summed over the tokens.
+__device__ inline void add_head_coef_grad(const HeadCoefs& c, int64_t n, int64_t h, float g) {
+  if (!c.values || !c.grads) return;
+  if (c.stride == 0) {
+    atomicAdd(c.grads + h, g);
+  } else {
+    c.grads[n * c.stride + h] += g;
+  }
+}
+
+template <typename Y>
+__global__ void attention_out_forward_kernel(Y* out, const Y* y, const float* v, int64_t T,
+                                             int64_t H, int64_t hd, HeadCoefs alpha, HeadCoefs gate,
+                                             int64_t rows) {
+  for (int64_t i = first_index(); i < rows; i += grid_stride()) {
+    const int64_t n = i / H, h = i % H, b = n / T, t = n % T, D = H * hd;
+    const float tau = tanhf(head_coef(alpha, n, h, 0.0f));
+    kmath::attention_out_row_forward(out + n * D + h * hd, y + n * D + h * hd,
+                                     v + ((b * H + h) * T + t) * hd, hd, alpha.values != nullptr,
+                                     tau, head_coef(gate, n, h, 1.0f));
+  }
+}
+
+template <typename Y>
+__global__ void attention_out_backward_kernel(float* dy, float* dv, const float* dout, const Y* y,
+                                              const float* v, int64_t T, int64_t H, int64_t hd,
+                                              HeadCoefs alpha, HeadCoefs gate, int64_t rows) {
+  const bool xsa = alpha.values != nullptr;
+  for (int64_t i = first_index(); i < rows; i += grid_stride()) {
+    const int64_t n = i / H, h = i % H, b = n / T, t = n % T, D = H * hd;
+    const int64_t vr = ((b * H + h) * T + t) * hd;
+    const float tau = tanhf(head_coef(alpha, n, h, 0.0f));
+    float dtau = 0.0f, dg = 0.0f;
+    kmath::attention_out_row_backward(
+        dy + n * D + h * hd, xsa ? dv + vr : nullptr, dtau, dg, dout + n * D + h * hd,
+        y + n * D + h * hd, xsa ? v + vr : nullptr, hd, xsa, tau, head_coef(gate, n, h, 1.0f));
+    add_head_coef_grad(alpha, n, h, dtau * (1.0f - tau * tau));
+    add_head_coef_grad(gate, n, h, dg);
+  }
+}
+
+template <typename Y>
+void launch_attention_out_forward(const std::string& name, cudaStream_t stream, Y* out, const Y* y,
+                                  const float* v, int64_t B, int64_t T, int64_t H, int64_t hd,
+                                  const HeadCoefs& alpha, const HeadCoefs& gate) {
+  check_sizes(name, {B, T, H, hd});
+  const int64_t rows = B * T * H;
+  if (rows == 0 || hd == 0) return;
+  attention_out_forward_kernel<<<grid_for(rows), kThreads, 0, stream>>>(out, y, v, T, H, hd, alpha,
+                                                                        gate, rows);
+  ENGINE_CUDA_LAUNCHED();
+}
+
+template <typename Y>
+void launch_attention_out_backward(const std::string& name, cudaStream_t stream, float* dy,
+                                   float* dv, const float* dout, const Y* y, const float* v,
+                                   int64_t B, int64_t T, int64_t H, int64_t hd,
+                                   const HeadCoefs& alpha, const HeadCoefs& gate) {
+  check_sizes(name, {B, T, H, hd});
+  const int64_t rows = B * T * H;
+  if (rows == 0 || hd == 0) return;
+  attention_out_backward_kernel<<<grid_for(rows), kThreads, 0, stream>>>(dy, dv, dout, y, v, T, H,
+                                                                         hd, alpha, gate, rows);
+  ENGINE_CUDA_LAUNCHED();
+}
+
 // AttentionOps::key_offset_forward (backward: its backward): one thread an element.
 __global__ void key_offset_kernel(float* out, const float* inp, int64_t T, int64_t hd,
                                   bool backward, int64_t n) {
@@ -218,11 +292,13 @@ __device__ inline int qk_lane() {
 __global__ void qk_norm_rotary_forward_kernel(float* qr, float* kr, float* q, float* k, float* v,
                                               float* q_rstd, float* k_rstd, const float* qkv,
                                               int64_t T, int64_t H, int64_t hd, float eps,
-                                              float base, bool truncated, int64_t units) {
+                                              float base, bool truncated, RotaryVariant variant,
+                                              int64_t units) {
   const int64_t unit = qk_unit();  // bt H + h
   if (unit >= units) return;
   const int64_t bt = unit / H, h = unit % H, b = bt / T, t = bt % T, D = H * hd, half = hd / 2;
   const int64_t r = (b * H + h) * T + t;
+  const int64_t pos = kmath::rotary_position(t, h, variant.paired);
   const int lane = qk_lane();
   const float* src = qkv + bt * 3 * D + h * hd;
   float* split[2] = {q + r * hd, k + r * hd};
@@ -241,7 +317,8 @@ __global__ void qk_norm_rotary_forward_kernel(float* qr, float* kr, float* q, fl
     if (lane == 0) *rstd[s] = rs;
     for (int64_t j = lane; j < half; j += 32) {
       float x0 = x[j] * rs, x1 = x[j + half] * rs;
-      kmath::rotary_pair(x0, x1, t, j, half, base, false, truncated);
+      kmath::rotary_turn(x0, x1, pos,
+                         kmath::rotary_freq(variant.inv_freq, j, half, base, truncated), false);
       out[s][j] = x0;
       out[s][j + half] = x1;
     }
@@ -258,11 +335,12 @@ __global__ void qk_norm_rotary_backward_kernel(G* dqkv, const float* dqr, const 
                                                const float* dv, const float* q, const float* k,
                                                const float* q_rstd, const float* k_rstd, int64_t T,
                                                int64_t H, int64_t hd, float base, bool truncated,
-                                               int64_t units) {
+                                               RotaryVariant variant, int64_t units) {
   const int64_t unit = qk_unit();
   if (unit >= units) return;
   const int64_t bt = unit / H, h = unit % H, b = bt / T, t = bt % T, D = H * hd, half = hd / 2;
   const int64_t r = (b * H + h) * T + t;
+  const int64_t pos = kmath::rotary_position(t, h, variant.paired);
   const int lane = qk_lane();
   G* dst = dqkv + bt * 3 * D + h * hd;
   const float* grad[2] = {dqr + r * hd, dkr + r * hd};
@@ -276,13 +354,15 @@ __global__ void qk_norm_rotary_backward_kernel(G* dqkv, const float* dqr, const 
     float sum = 0.0f;
     for (int64_t j = lane; j < half; j += 32) {
       float g0 = g[j], g1 = g[j + half];
-      kmath::rotary_pair(g0, g1, t, j, half, base, true, truncated);
+      kmath::rotary_turn(g0, g1, pos,
+                         kmath::rotary_freq(variant.inv_freq, j, half, base, truncated), true);
       sum += g0 * x[j] * rs + g1 * x[j + half] * rs;
     }
     const float mean = row_group_sum<32>(sum) / static_cast<float>(hd);
     for (int64_t j = lane; j < half; j += 32) {
       float g0 = g[j], g1 = g[j + half];
-      kmath::rotary_pair(g0, g1, t, j, half, base, true, truncated);
+      kmath::rotary_turn(g0, g1, pos,
+                         kmath::rotary_freq(variant.inv_freq, j, half, base, truncated), true);
       dst[s * D + j] = stored_as<G>(rs * (g0 - x[j] * rs * mean));
       dst[s * D + j + half] = stored_as<G>(rs * (g1 - x[j + half] * rs * mean));
     }
@@ -778,13 +858,14 @@ void launch_qk_norm_rotary_backward(const std::string& backend, cudaStream_t str
                                     const float* dqr, const float* dkr, const float* dv,
                                     const float* q, const float* k, const float* q_rstd,
                                     const float* k_rstd, int64_t B, int64_t T, int64_t H,
-                                    int64_t hd, float base, bool truncated) {
+                                    int64_t hd, float base, bool truncated,
+                                    const RotaryVariant& variant) {
   check_qk_norm_rotary(backend + ": qk_norm_rotary_backward", B, T, H, hd, truncated);
   const int64_t units = B * T * H;
   if (units == 0 || hd == 0) return;
   qk_norm_rotary_backward_kernel<<<qk_blocks(units, "qk_norm_rotary_backward"), kThreads, 0,
                                    stream>>>(dqkv, dqr, dkr, dv, q, k, q_rstd, k_rstd, T, H, hd,
-                                             base, truncated, units);
+                                             base, truncated, variant, units);
   ENGINE_CUDA_LAUNCHED();
 }
 
@@ -793,13 +874,13 @@ void launch_qk_norm_rotary_backward(const std::string& backend, cudaStream_t str
 void CudaBackend::qk_norm_rotary_forward(float* qr, float* kr, float* q, float* k, float* v,
                                          float* q_rstd, float* k_rstd, const float* qkv, int64_t B,
                                          int64_t T, int64_t H, int64_t hd, float eps, float base,
-                                         bool truncated) {
+                                         bool truncated, const RotaryVariant& variant) {
   check_qk_norm_rotary(name_ + ": qk_norm_rotary_forward", B, T, H, hd, truncated);
   const int64_t units = B * T * H;
   if (units == 0 || hd == 0) return;
   qk_norm_rotary_forward_kernel<<<qk_blocks(units, "qk_norm_rotary_forward"), kThreads, 0,
                                   stream_>>>(qr, kr, q, k, v, q_rstd, k_rstd, qkv, T, H, hd, eps,
-                                             base, truncated, units);
+                                             base, truncated, variant, units);
   ENGINE_CUDA_LAUNCHED();
 }
 
@@ -807,18 +888,48 @@ void CudaBackend::qk_norm_rotary_backward(float* dqkv, const float* dqr, const f
                                           const float* dv, const float* q, const float* k,
                                           const float* q_rstd, const float* k_rstd, int64_t B,
                                           int64_t T, int64_t H, int64_t hd, float base,
-                                          bool truncated) {
+                                          bool truncated, const RotaryVariant& variant) {
   launch_qk_norm_rotary_backward(name_, stream_, dqkv, dqr, dkr, dv, q, k, q_rstd, k_rstd, B, T, H,
-                                 hd, base, truncated);
+                                 hd, base, truncated, variant);
 }
 
 void CudaBackend::qk_norm_rotary_backward(bf16* dqkv, const float* dqr, const float* dkr,
                                           const float* dv, const float* q, const float* k,
                                           const float* q_rstd, const float* k_rstd, int64_t B,
                                           int64_t T, int64_t H, int64_t hd, float base,
-                                          bool truncated) {
+                                          bool truncated, const RotaryVariant& variant) {
   launch_qk_norm_rotary_backward(name_, stream_, dqkv, dqr, dkr, dv, q, k, q_rstd, k_rstd, B, T, H,
-                                 hd, base, truncated);
+                                 hd, base, truncated, variant);
+}
+
+void CudaBackend::attention_out_forward(float* out, const float* y, const float* v, int64_t B,
+                                        int64_t T, int64_t H, int64_t hd, const HeadCoefs& alpha,
+                                        const HeadCoefs& gate) {
+  launch_attention_out_forward(name_ + ": attention_out_forward", stream_, out, y, v, B, T, H, hd,
+                               alpha, gate);
+}
+
+void CudaBackend::attention_out_forward(bf16* out, const bf16* y, const float* v, int64_t B,
+                                        int64_t T, int64_t H, int64_t hd, const HeadCoefs& alpha,
+                                        const HeadCoefs& gate) {
+  launch_attention_out_forward(name_ + ": attention_out_forward", stream_, out, y, v, B, T, H, hd,
+                               alpha, gate);
+}
+
+void CudaBackend::attention_out_backward(float* dy, float* dv, const float* dout, const float* y,
+                                         const float* v, int64_t B, int64_t T, int64_t H,
+                                         int64_t hd, const HeadCoefs& alpha,
+                                         const HeadCoefs& gate) {
+  launch_attention_out_backward(name_ + ": attention_out_backward", stream_, dy, dv, dout, y, v, B,
+                                T, H, hd, alpha, gate);
+}
+
+void CudaBackend::attention_out_backward(float* dy, float* dv, const float* dout, const bf16* y,
+                                         const float* v, int64_t B, int64_t T, int64_t H,
+                                         int64_t hd, const HeadCoefs& alpha,
+                                         const HeadCoefs& gate) {
+  launch_attention_out_backward(name_ + ": attention_out_backward", stream_, dy, dv, dout, y, v, B,
+                                T, H, hd, alpha, gate);
 }
 
 void CudaBackend::key_offset_forward(float* out, const float* k, int64_t BH, int64_t T,

@@ -193,15 +193,30 @@ class CudaBackend final : public Backend {
                             int64_t hd) override;
   void qk_norm_rotary_forward(float* qr, float* kr, float* q, float* k, float* v, float* q_rstd,
                               float* k_rstd, const float* qkv, int64_t B, int64_t T, int64_t H,
-                              int64_t hd, float eps, float base, bool truncated) override;
+                              int64_t hd, float eps, float base, bool truncated,
+                              const RotaryVariant& variant = {}) override;
   void qk_norm_rotary_backward(float* dqkv, const float* dqr, const float* dkr, const float* dv,
                                const float* q, const float* k, const float* q_rstd,
                                const float* k_rstd, int64_t B, int64_t T, int64_t H, int64_t hd,
-                               float base, bool truncated) override;
+                               float base, bool truncated,
+                               const RotaryVariant& variant = {}) override;
   void qk_norm_rotary_backward(bf16* dqkv, const float* dqr, const float* dkr, const float* dv,
                                const float* q, const float* k, const float* q_rstd,
                                const float* k_rstd, int64_t B, int64_t T, int64_t H, int64_t hd,
-                               float base, bool truncated) override;
+                               float base, bool truncated,
+                               const RotaryVariant& variant = {}) override;
+  void attention_out_forward(float* out, const float* y, const float* v, int64_t B, int64_t T,
+                             int64_t H, int64_t hd, const HeadCoefs& alpha,
+                             const HeadCoefs& gate) override;
+  void attention_out_forward(bf16* out, const bf16* y, const float* v, int64_t B, int64_t T,
+                             int64_t H, int64_t hd, const HeadCoefs& alpha,
+                             const HeadCoefs& gate) override;
+  void attention_out_backward(float* dy, float* dv, const float* dout, const float* y,
+                              const float* v, int64_t B, int64_t T, int64_t H, int64_t hd,
+                              const HeadCoefs& alpha, const HeadCoefs& gate) override;
+  void attention_out_backward(float* dy, float* dv, const float* dout, const bf16* y,
+                              const float* v, int64_t B, int64_t T, int64_t H, int64_t hd,
+                              const HeadCoefs& alpha, const HeadCoefs& gate) override;
   void key_offset_forward(float* out, const float* k, int64_t BH, int64_t T, int64_t hd) override;
   void key_offset_backward(float* dk, const float* dout, int64_t BH, int64_t T,
                            int64_t hd) override;

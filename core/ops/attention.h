@@ -54,6 +54,24 @@ struct AttentionLayout {
   }
 };
 
+// Record #89's variants of the modern blocks' rotary (AttentionOps::qk_norm_rotary_*): inv_freq a
+// device array [hd / 2] of the pairs' frequencies in place of kmath::rotary_inv_freq's (YaRN's
+// rescaled ones; null: those of base and truncated), and `paired` turning head h of token t at
+// position 2t + h mod 2 (a paired-head block's) in place of t (kmath::rotary_position).
+struct RotaryVariant {
+  const float* inv_freq = nullptr;
+  bool paired = false;
+};
+
+// Per-token, per-head coefficients (attention_out_*): c[n, h] = values[n stride + h] for token n
+// of B T (stride 0: one row for every token); grads (null: none wanted) gets d loss / d c added
+// at the same places (stride 0: summed over the tokens). model::CoefView on the device.
+struct HeadCoefs {
+  const float* values = nullptr;  // null: off
+  float* grads = nullptr;
+  int64_t stride = 0;
+};
+
 class AttentionOps {
  public:
   virtual ~AttentionOps() = default;
@@ -70,25 +88,26 @@ class AttentionOps {
   // into q, k, v [B, H, T, hd] (q and k as split, for the backward), q and k RMS-normalised over
   // hd (rstd [B H T] each, eps inside the root) and rotated (rotary at their position, as
   // rotary_forward) into qr and kr. Bit for bit split_heads, rmsnorm_forward of q and of k, then
-  // rotary_forward of each (the CPU; a device within its float rounding).
+  // rotary_forward of each (the CPU; a device within its float rounding). `variant`: YaRN's
+  // frequencies, paired heads' positions (RotaryVariant).
   virtual void qk_norm_rotary_forward(float* qr, float* kr, float* q, float* k, float* v,
                                       float* q_rstd, float* k_rstd, const float* qkv, int64_t B,
                                       int64_t T, int64_t H, int64_t hd, float eps, float base,
-                                      bool truncated) = 0;
+                                      bool truncated, const RotaryVariant& variant = {}) = 0;
   // Its backward: d qkv (every element written, =) from the gradients of qr, kr and v and the
   // forward's q, k and rstd: bit for bit rotary_backward and rmsnorm_backward, each into zeroed
   // buffers, then split_heads_backward into a zeroed d qkv (the CPU). The bf16 form stores each
-  // d qkv value rounded once, as split_heads_backward's bf16 form.
+  // d qkv value rounded once, as split_heads_backward's bf16 form. `variant` the forward's.
   virtual void qk_norm_rotary_backward(float* dqkv, const float* dqr, const float* dkr,
                                        const float* dv, const float* q, const float* k,
                                        const float* q_rstd, const float* k_rstd, int64_t B,
-                                       int64_t T, int64_t H, int64_t hd, float base,
-                                       bool truncated) = 0;
+                                       int64_t T, int64_t H, int64_t hd, float base, bool truncated,
+                                       const RotaryVariant& variant = {}) = 0;
   virtual void qk_norm_rotary_backward(bf16* dqkv, const float* dqr, const float* dkr,
                                        const float* dv, const float* q, const float* k,
                                        const float* q_rstd, const float* k_rstd, int64_t B,
-                                       int64_t T, int64_t H, int64_t hd, float base,
-                                       bool truncated) = 0;
+                                       int64_t T, int64_t H, int64_t hd, float base, bool truncated,
+                                       const RotaryVariant& variant = {}) = 0;
   // a [B, H, T, hd] -> out [B, T, H*hd], and back.
   virtual void merge_heads(float* out, const float* a, int64_t B, int64_t T, int64_t H,
                            int64_t hd) = 0;
@@ -154,6 +173,26 @@ class AttentionOps {
                                   const float* v, int64_t BH, int64_t T, int64_t hd, float scale,
                                   const AttentionMask& mask = {}, bool tf32 = false,
                                   const AttentionLayout& layout = {}) = 0;
+
+  // Record #89's attention output corrections, y [B T, H hd] (the attention's output as stored,
+  // token rows) into out (the same layout and type; in place allowed): per token n and head h,
+  // out = gate[n, h] (y - tanh(alpha[n, h]) (y.v / max(|v|^2, 1e-8)) v), v the head's value row
+  // of v [B, H, T, hd] (kmath::attention_out_row_forward). alpha off: no XSA (v not read); gate
+  // off: 1.
+  virtual void attention_out_forward(float* out, const float* y, const float* v, int64_t B,
+                                     int64_t T, int64_t H, int64_t hd, const HeadCoefs& alpha,
+                                     const HeadCoefs& gate) = 0;
+  virtual void attention_out_forward(bf16* out, const bf16* y, const float* v, int64_t B, int64_t T,
+                                     int64_t H, int64_t hd, const HeadCoefs& alpha,
+                                     const HeadCoefs& gate) = 0;
+  // Its backward from dout [B T, H hd]: dy written (=, f32 token rows; not dout's memory), dv
+  // added to (+=, with XSA), and alpha's and gate's grads added to (d alpha = d tanh (1 - tanh^2)).
+  virtual void attention_out_backward(float* dy, float* dv, const float* dout, const float* y,
+                                      const float* v, int64_t B, int64_t T, int64_t H, int64_t hd,
+                                      const HeadCoefs& alpha, const HeadCoefs& gate) = 0;
+  virtual void attention_out_backward(float* dy, float* dv, const float* dout, const bf16* y,
+                                      const float* v, int64_t B, int64_t T, int64_t H, int64_t hd,
+                                      const HeadCoefs& alpha, const HeadCoefs& gate) = 0;
 
   // The row steps of attention as GEMMs (core/attention_by_gemm.h) on BH heads' [T, T] scores;
   // the heads are counted from head0 for the mask (head h's batch row is (head0 + h) / mask.heads).

@@ -6,10 +6,17 @@
 // two projections' weights scaled by attn.qkvo_lambdas, model/layers/weight_lambda.h). Where
 // q, k and v come from is the form's: gpt2's (causal_attention.h) reads them in place from qkv,
 // the modern one (rotary_attention.h) splits the heads, normalises and rotates them.
+//
+// Record #89's corrections of the output before the projection, per token t and head h
+// (core AttentionOps::attention_out_forward): XSA (model.xsa_layers) y -= tanh(alpha[t, h])
+// (y.v / max(|v|^2, 1e-8)) v with v the value the attention read, and the output gate
+// (model.attn_gate_layers) y *= gate[t, h]. alpha and gate are CoefViews (model/coef_view.h), here
+// the block's learned per-head blocks.<i>.attn.xsa_alpha and attn.out_gate read with stride 0.
 #pragma once
 
 #include <optional>
 
+#include "model/coef_view.h"
 #include "model/layer.h"
 #include "model/layers/attention_mask.h"
 #include "model/layers/norm.h"
@@ -47,13 +54,26 @@ class Attention : public Layer {
   // This forward's q, k and v.
   const Heads& heads() const { return heads_; }
 
+  // The attention op's heads and rows: B H of T, or a paired-head block's B H / 2 of 2T.
+  int64_t op_heads(const Context& ctx) const;
+  int64_t op_rows(const Context& ctx) const { return paired_ ? 2 * ctx.T : ctx.T; }
+  core::AttentionMask op_mask() const { return masks_.mask(short_window_, paired_); }
+  // XSA's alpha and the output gate (undefined: off), with gradients for the backward.
+  CoefView xsa_alpha(const Context& ctx, bool backward) const;
+  CoefView out_gate(const Context& ctx, bool backward) const;
+  bool corrected() const { return xsa_alpha_ != kNoParam || out_gate_ != kNoParam; }
+  // What the output projection reads: atty, or with the corrections attz.
+  Operand projection_input() const;
+
   int block_;
   const AttentionMasks& masks_;
   BranchWiring branch_;
   bool short_window_;
+  bool paired_;  // model.paired_head_layers: q, k, v in the layout of the paired view
   Norm norm_;
   size_t qkv_w_, qkv_b_, proj_w_, proj_b_;
   std::optional<WeightLambda> qkv_lambda_, proj_lambda_;  // model.qkvo_lambdas
+  size_t xsa_alpha_, out_gate_;
   // Saved for the backward: the input, the norm's output (in norm_), qkv [N, 3D], lse [B*H, T],
   // atty the output [B, T, H hd] (f32, or in bf16 precision bf16 only).
   Stream in_, out_;
@@ -62,6 +82,11 @@ class Attention : public Layer {
   // Backward scratch shared by the blocks: d atty, d qkv (f32, or in bf16 precision bf16).
   float *datty_ = nullptr, *dqkv_ = nullptr;
   core::bf16* dqkv_bf16_ = nullptr;
+  // With the corrections: their output attz (the projection's input; f32, or bf16 only), the
+  // projection's output gradient d attz and XSA's d v (backward scratch shared by the blocks).
+  float* attz_ = nullptr;
+  core::bf16* attz_bf16_ = nullptr;
+  float *dattz_ = nullptr, *dvx_ = nullptr;
 
  private:
   // The projections' weights as their GEMMs read them, and where their weight gradients go.

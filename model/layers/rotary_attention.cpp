@@ -12,7 +12,7 @@ RotaryAttention::RotaryAttention(Context& ctx, int block, const AttentionMasks& 
       v_lambdas_(ctx.params.find("blocks." + std::to_string(block) + ".attn.v_lambdas")),
       aux_v_(branch.aux_v) {
   if (v_lambdas_ == kNoParam) table_ = -1;
-  if (ctx.config.key_offset && !short_window_) key_offset_.emplace();
+  if (ctx.config.key_offset && !short_window_ && !paired_) key_offset_.emplace();
 }
 
 void RotaryAttention::plan_heads(ActivationPlan& plan, const Context& ctx) {
@@ -31,14 +31,30 @@ void RotaryAttention::plan_heads(ActivationPlan& plan, const Context& ctx) {
   dq_ = plan.shared("attn.dq", N * D);
   dk_ = plan.shared("attn.dk", N * D);
   dv_ = plan.shared("attn.dv", N * D);
+  if (!paired_) return;
+  qp_ = plan.f32(N * D);
+  kp_ = plan.f32(N * D);
+  vp_ = plan.f32(N * D);
+  dqp_ = plan.shared("attn.paired.dq", N * D);
+  dkp_ = plan.shared("attn.paired.dk", N * D);
+  dvp_ = plan.shared("attn.paired.dv", N * D);
 }
 
 core::AttentionLayout RotaryAttention::layout(const Context& ctx) const {
   using L = core::AttentionLayout;
   const int64_t T = ctx.T, D = ctx.config.d_model, H = ctx.config.n_head,
                 hd = ctx.config.head_dim();
+  if (paired_) {
+    // [B, T, H hd] as [B, 2T, H / 2, hd]: slot s of position p at b T D + p D / 2 + s hd.
+    const core::HeadStrides view = {T * D, hd, D / 2};
+    return {H / 2, view, view, view, view};
+  }
   const core::HeadStrides in = L::packed_heads(H, T, hd);
   return {H, in, in, in, L::token_rows(T, hd, D)};
+}
+
+core::RotaryVariant RotaryAttention::rotary_variant() const {
+  return {masks_.rotary_frequencies(), paired_};
 }
 
 Attention::Heads RotaryAttention::heads_forward(Context& ctx) {
@@ -46,7 +62,7 @@ Attention::Heads RotaryAttention::heads_forward(Context& ctx) {
   const int64_t N = ctx.N(), D = c.d_model;
   ctx.backend.qk_norm_rotary_forward(qr_, kr_, q_, k_, v_, q_rstd_, k_rstd_, qkv_, ctx.B, ctx.T,
                                      c.n_head, c.head_dim(), c.norm_eps, c.rotary_base,
-                                     c.rotary_truncate);
+                                     c.rotary_truncate, rotary_variant());
   const float* k = key_offset_ ? key_offset_->forward(ctx, kr_) : kr_;
   const float* v = v_;
   if (vmix_) {
@@ -67,13 +83,29 @@ Attention::Heads RotaryAttention::heads_forward(Context& ctx) {
     ctx.backend.merge_heads_backward(vaux_, rows, ctx.B, ctx.T, c.n_head, c.head_dim());
     v = vaux_;
   }
-  return {qr_, k, v};
+  if (!paired_) return {qr_, k, v};
+  // The paired view: the heads merged into token rows.
+  ctx.backend.merge_heads(qp_, qr_, ctx.B, ctx.T, c.n_head, c.head_dim());
+  ctx.backend.merge_heads(kp_, k, ctx.B, ctx.T, c.n_head, c.head_dim());
+  ctx.backend.merge_heads(vp_, v, ctx.B, ctx.T, c.n_head, c.head_dim());
+  return {qp_, kp_, vp_};
 }
 
 Operand RotaryAttention::heads_backward(Context& ctx) {
   const ModelConfig& c = ctx.config;
   const int64_t N = ctx.N(), D = c.d_model;
-  attention_backward(ctx, dq_, dk_, dv_);
+  if (paired_) {
+    // d of the paired view's token rows, back to the heads [B, H, T, hd] (an add into zeros).
+    attention_backward(ctx, dqp_, dkp_, dvp_);
+    float* d[3] = {dq_, dk_, dv_};
+    const float* dp[3] = {dqp_, dkp_, dvp_};
+    for (int i = 0; i < 3; ++i) {
+      ctx.backend.fill_zero(d[i], N * D * sizeof(float));
+      ctx.backend.merge_heads_backward(d[i], dp[i], ctx.B, ctx.T, c.n_head, c.head_dim());
+    }
+  } else {
+    attention_backward(ctx, dq_, dk_, dv_);
+  }
   if (aux_v_) {
     // d (the tap's rows) = d v in the rows' layout.
     ctx.backend.merge_heads(aux_rows_, dv_, ctx.B, ctx.T, c.n_head, c.head_dim());
@@ -98,10 +130,11 @@ Operand RotaryAttention::heads_backward(Context& ctx) {
   if (dqkv_bf16_) {
     ctx.backend.qk_norm_rotary_backward(dqkv_bf16_, dq_, dk, dv, q_, k_, q_rstd_, k_rstd_, ctx.B,
                                         ctx.T, c.n_head, c.head_dim(), c.rotary_base,
-                                        c.rotary_truncate);
+                                        c.rotary_truncate, rotary_variant());
   } else {
     ctx.backend.qk_norm_rotary_backward(dqkv_, dq_, dk, dv, q_, k_, q_rstd_, k_rstd_, ctx.B, ctx.T,
-                                        c.n_head, c.head_dim(), c.rotary_base, c.rotary_truncate);
+                                        c.n_head, c.head_dim(), c.rotary_base, c.rotary_truncate,
+                                        rotary_variant());
   }
   return {dqkv_, dqkv_bf16_};
 }

@@ -812,6 +812,78 @@ TEST(CpuBackend, QkNormRotaryIsTheUnfusedOpsBitForBit) {
                core::Error);  // the truncated rotary needs a multiple of 4
 }
 
+// Record #89's paired positions: head h of token t turned at 2t + h mod 2 is, bit for bit, the
+// plain op's head h at that position of a sequence of 2T (the frequencies from a table equal to
+// the op's own: the same values).
+TEST(CpuBackend, QkNormRotaryPairedTurnsHeadsAtTwiceTheirPosition) {
+  core::Backend& be = core::cpu_backend();
+  const int64_t B = 2, T = 5, H = 4, hd = 16, D = H * hd, n = B * T * D;
+  const float eps = 1e-6f, base = 1024.0f;
+  FVec freq(hd / 2);
+  for (int64_t j = 0; j < hd / 2; ++j)
+    freq[j] = core::kmath::rotary_inv_freq(j, hd / 2, base, true);
+  const FVec qkv = random_vec<float>(B * T * 3 * D, 12, 3.0);
+  FVec qkv2 = random_vec<float>(B * 2 * T * 3 * D, 13, 3.0);  // token t, head h at 2t + h mod 2
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t s = 0; s < 3; ++s)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t d = 0; d < hd; ++d)
+            qkv2[((b * 2 * T + 2 * t + h % 2) * 3 + s) * D + h * hd + d] =
+                qkv[((b * T + t) * 3 + s) * D + h * hd + d];
+  FVec q(n), k(n), v(n), qr(n), kr(n), qs(B * T * H), ks(B * T * H);
+  be.qk_norm_rotary_forward(qr.data(), kr.data(), q.data(), k.data(), v.data(), qs.data(),
+                            ks.data(), qkv.data(), B, T, H, hd, eps, base, true,
+                            {freq.data(), true});
+  FVec q2(2 * n), k2(2 * n), v2(2 * n), qr2(2 * n), kr2(2 * n), qs2(2 * B * T * H),
+      ks2(2 * B * T * H);
+  be.qk_norm_rotary_forward(qr2.data(), kr2.data(), q2.data(), k2.data(), v2.data(), qs2.data(),
+                            ks2.data(), qkv2.data(), B, 2 * T, H, hd, eps, base, true);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t d = 0; d < hd; ++d) {
+          const int64_t at = ((b * H + h) * T + t) * hd + d,
+                        at2 = ((b * H + h) * 2 * T + 2 * t + h % 2) * hd + d;
+          ASSERT_EQ(qr[at], qr2[at2]) << "q head " << h << " token " << t;
+          ASSERT_EQ(kr[at], kr2[at2]) << "k head " << h << " token " << t;
+        }
+}
+
+// Record #89's attention output corrections in bf16 precision: the bf16 forward is the f32 one on
+// the widened values, each output rounded once; the backward from a bf16 y is the f32 one's
+// (within float rounding).
+TEST(CpuBackend, AttentionOutBf16IsTheF32OnWidenedValues) {
+  core::Backend& be = core::cpu_backend();
+  const int64_t B = 2, T = 3, H = 2, hd = 8, n = B * T * H * hd;
+  const FVec y0 = random_vec<float>(n, 21, 1.0), v = random_vec<float>(n, 22, 1.0),
+             dout = random_vec<float>(n, 23, 1.0), alpha = random_vec<float>(H, 24, 1.0),
+             gate = random_vec<float>(B * T * H, 25, 1.0);
+  std::vector<core::bf16> yb(n), outb(n);
+  FVec y(n);
+  for (int64_t i = 0; i < n; ++i) {
+    yb[i] = core::kmath::bf16_from_float(y0[i]);
+    y[i] = core::kmath::float_from_bf16(yb[i]);
+  }
+  FVec da(H, 0.0f), dg(B * T * H, 0.0f), dab(H, 0.0f), dgb(B * T * H, 0.0f);
+  FVec out(n), dy(n), dv(n, 0.0f), dyb(n), dvb(n, 0.0f);
+  be.attention_out_forward(out.data(), y.data(), v.data(), B, T, H, hd,
+                           {alpha.data(), da.data(), 0}, {gate.data(), dg.data(), H});
+  be.attention_out_forward(outb.data(), yb.data(), v.data(), B, T, H, hd,
+                           {alpha.data(), dab.data(), 0}, {gate.data(), dgb.data(), H});
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(outb[i].bits, core::kmath::bf16_from_float(out[i]).bits) << i;
+  be.attention_out_backward(dy.data(), dv.data(), dout.data(), y.data(), v.data(), B, T, H, hd,
+                            {alpha.data(), da.data(), 0}, {gate.data(), dg.data(), H});
+  be.attention_out_backward(dyb.data(), dvb.data(), dout.data(), yb.data(), v.data(), B, T, H, hd,
+                            {alpha.data(), dab.data(), 0}, {gate.data(), dgb.data(), H});
+  // The same arithmetic; the two instantiations may contract it differently (measured: last bits).
+  for (const auto& [got, want] :
+       {std::pair{&dyb, &dy}, std::pair{&dvb, &dv}, std::pair{&dab, &da}, std::pair{&dgb, &dg}})
+    for (size_t i = 0; i < want->size(); ++i)
+      ASSERT_NEAR((*got)[i], (*want)[i], 1e-6 * (1.0 + std::abs((*want)[i]))) << i;
+}
+
 // scale_many_by reads its factor from the backend's memory: scale_many's bits.
 TEST(CpuBackend, ScaleManyByIsScaleMany) {
   FVec a = random_vec<float>(1000, 5), b = random_vec<float>(17, 6), a2 = a, b2 = b;

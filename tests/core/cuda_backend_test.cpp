@@ -1059,24 +1059,36 @@ TEST_F(CudaVsCpu, Rotary) {
 // The modern blocks' fused split, QK-norm and rotary against the CPU's (which is the unfused ops
 // bit for bit, CpuBackend.QkNormRotaryIsTheUnfusedOpsBitForBit): the norm's sum in a warp's order
 // and the rotation's sin and cos on the device move the last bits. d qkv f32 and bf16, filled
-// with NaNs first (every element written).
+// with NaNs first (every element written). `variant`: record #89's paired positions (head h of
+// token t at 2t + h mod 2) with a table of (YaRN) frequencies.
 TEST_F(CudaVsCpu, QkNormRotary) {
-  for (auto [B, T, H, hd, truncated] :
-       {std::tuple<int64_t, int64_t, int64_t, int64_t, bool>{2, 9, 3, 8, false},
-        {2, 70, 4, 64, true},
-        {1, 5, 2, 128, false}}) {
-    SCOPED_TRACE("hd " + std::to_string(hd) + (truncated ? " truncated" : ""));
+  for (auto [B, T, H, hd, truncated, variant] :
+       {std::tuple<int64_t, int64_t, int64_t, int64_t, bool, bool>{2, 9, 3, 8, false, false},
+        {2, 70, 4, 64, true, false},
+        {1, 5, 2, 128, false, false},
+        {2, 9, 4, 8, true, true},
+        {2, 70, 6, 64, true, true}}) {
+    SCOPED_TRACE("hd " + std::to_string(hd) + (truncated ? " truncated" : "") +
+                 (variant ? " paired, a frequency table" : ""));
     const int64_t N = B * T, D = H * hd, n = N * D, rows = N * H;
     const float eps = 1e-6f, base = truncated ? 1024.0f : 10000.0f;
     const auto qkv = random_vector(N * 3 * D, 21, 3.0f);
+    std::vector<float> freq(static_cast<size_t>(hd / 2));
+    for (int64_t j = 0; j < hd / 2; ++j)
+      freq[j] = 0.7f * kmath::rotary_inv_freq(j, hd / 2, base, truncated);
+    const core::RotaryVariant cpu_variant =
+        variant ? core::RotaryVariant{freq.data(), true} : core::RotaryVariant{};
+    const core::RotaryVariant gpu_variant =
+        variant ? core::RotaryVariant{dev().upload(freq), true} : core::RotaryVariant{};
     std::vector<float> q(n), k(n), v(n), qr(n), kr(n), qs(rows), ks(rows);
     cpu().qk_norm_rotary_forward(qr.data(), kr.data(), q.data(), k.data(), v.data(), qs.data(),
-                                 ks.data(), qkv.data(), B, T, H, hd, eps, base, truncated);
+                                 ks.data(), qkv.data(), B, T, H, hd, eps, base, truncated,
+                                 cpu_variant);
     float *gq = dev().alloc<float>(n), *gk = dev().alloc<float>(n), *gv = dev().alloc<float>(n),
           *gqr = dev().alloc<float>(n), *gkr = dev().alloc<float>(n),
           *gqs = dev().alloc<float>(rows), *gks = dev().alloc<float>(rows);
     gpu().qk_norm_rotary_forward(gqr, gkr, gq, gk, gv, gqs, gks, dev().upload(qkv), B, T, H, hd,
-                                 eps, base, truncated);
+                                 eps, base, truncated, gpu_variant);
     EXPECT_EQ(dev().download(gq, n), q);
     EXPECT_EQ(dev().download(gk, n), k);
     EXPECT_EQ(dev().download(gv, n), v);
@@ -1087,20 +1099,22 @@ TEST_F(CudaVsCpu, QkNormRotary) {
     const auto dqr = random_vector(n, 22), dkr = random_vector(n, 23), dv = random_vector(n, 24);
     std::vector<float> dqkv(N * 3 * D);
     cpu().qk_norm_rotary_backward(dqkv.data(), dqr.data(), dkr.data(), dv.data(), q.data(),
-                                  k.data(), qs.data(), ks.data(), B, T, H, hd, base, truncated);
+                                  k.data(), qs.data(), ks.data(), B, T, H, hd, base, truncated,
+                                  cpu_variant);
     float* gd = dev().upload(std::vector<float>(N * 3 * D, std::nanf("")));
     const float *gdqr = dev().upload(dqr), *gdkr = dev().upload(dkr), *gdv = dev().upload(dv),
                 *gqc = dev().upload(q), *gkc = dev().upload(k), *gqsc = dev().upload(qs),
                 *gksc = dev().upload(ks);
     gpu().qk_norm_rotary_backward(gd, gdqr, gdkr, gdv, gqc, gkc, gqsc, gksc, B, T, H, hd, base,
-                                  truncated);
+                                  truncated, gpu_variant);
     EXPECT_CLOSE(dev().download(gd, N * 3 * D), dqkv, 1e-4);
     std::vector<bf16> dqkv_b(N * 3 * D);
     cpu().qk_norm_rotary_backward(dqkv_b.data(), dqr.data(), dkr.data(), dv.data(), q.data(),
-                                  k.data(), qs.data(), ks.data(), B, T, H, hd, base, truncated);
+                                  k.data(), qs.data(), ks.data(), B, T, H, hd, base, truncated,
+                                  cpu_variant);
     bf16* gdb = dev().upload(std::vector<bf16>(N * 3 * D, bf16{0x7FC1}));
     gpu().qk_norm_rotary_backward(gdb, gdqr, gdkr, gdv, gqc, gkc, gqsc, gksc, B, T, H, hd, base,
-                                  truncated);
+                                  truncated, gpu_variant);
     const std::vector<bf16> got = dev().download(gdb, N * 3 * D);
     std::vector<float> got_f(got.size()), want_f(got.size());
     for (size_t i = 0; i < got.size(); ++i) {
@@ -1547,6 +1561,95 @@ TEST_F(CudaVsCpu, AttentionReadsQkvStridedAndWritesTokenRows) {
     EXPECT_LE(norm_relative(dev().download(gout, N * D), out), tol);
     EXPECT_LE(norm_relative(dev().download(glse, BH * T), lse), tol);
     EXPECT_LE(norm_relative(dev().download(gd, N * 3 * D), dqkv), tol);
+  }
+}
+
+// Record #89's attention output corrections (XSA and the output gate) against the CPU's: alpha
+// one row a token (stride H + 1), the gate one row for all (stride 0: its gradient summed by
+// atomics on the device, in token order on the CPU), a value row below XSA's norm floor; the
+// bf16 forward stores each value rounded once.
+TEST_F(CudaVsCpu, AttentionOutputCorrections) {
+  const int64_t B = 2, T = 33, H = 3, hd = 64, N = B * T, n = N * H * hd;
+  const auto y = random_vector(n, 61), dout = random_vector(n, 62), dv0 = random_vector(n, 63);
+  auto v = random_vector(n, 64);
+  for (int64_t d = 0; d < hd; ++d)
+    v[(1 * T + 1) * hd + d] = 1e-6f;  // batch row 0, head 1, position 1: |v|^2 < 1e-8
+  const auto alpha = random_vector(N * (H + 1), 65), gate = random_vector(H, 66);
+  std::vector<float> da(N * (H + 1), 0.0f), dg(H, 0.0f);
+  const core::HeadCoefs ca{alpha.data(), da.data(), H + 1}, cg{gate.data(), dg.data(), 0};
+  float *gda = dev().upload(da), *gdg = dev().upload(dg);
+  const core::HeadCoefs ga{dev().upload(alpha), gda, H + 1}, gg{dev().upload(gate), gdg, 0};
+  std::vector<float> out(n), dy(n), dv = dv0;
+  cpu().attention_out_forward(out.data(), y.data(), v.data(), B, T, H, hd, ca, cg);
+  cpu().attention_out_backward(dy.data(), dv.data(), dout.data(), y.data(), v.data(), B, T, H, hd,
+                               ca, cg);
+  const float *gy = dev().upload(y), *gv = dev().upload(v);
+  float *gout = dev().alloc<float>(n), *gdy = dev().alloc<float>(n), *gdv = dev().upload(dv0);
+  gpu().attention_out_forward(gout, gy, gv, B, T, H, hd, ga, gg);
+  gpu().attention_out_backward(gdy, gdv, dev().upload(dout), gy, gv, B, T, H, hd, ga, gg);
+  EXPECT_CLOSE(dev().download(gout, n), out, 1e-5);
+  EXPECT_CLOSE(dev().download(gdy, n), dy, 1e-5);
+  EXPECT_CLOSE(dev().download(gdv, n), dv, 1e-4);
+  EXPECT_CLOSE(dev().download(gda, N * (H + 1)), da, 1e-4);
+  EXPECT_CLOSE(dev().download(gdg, H), dg, 1e-4);
+  std::vector<bf16> yb(n), outb(n);
+  for (int64_t i = 0; i < n; ++i)
+    yb[i] = kmath::bf16_from_float(y[i]);
+  cpu().attention_out_forward(outb.data(), yb.data(), v.data(), B, T, H, hd, ca, cg);
+  bf16* goutb = dev().alloc<bf16>(n);
+  gpu().attention_out_forward(goutb, dev().upload(yb), gv, B, T, H, hd, ga, gg);
+  const std::vector<bf16> got = dev().download(goutb, n);
+  std::vector<float> got_f(n), want_f(n);
+  for (int64_t i = 0; i < n; ++i) {
+    got_f[i] = kmath::float_from_bf16(got[i]);
+    want_f[i] = kmath::float_from_bf16(outb[i]);
+  }
+  EXPECT_CLOSE(got_f, want_f, 1e-2);  // a value near a bf16 tie may round the other way
+}
+
+// Record #89's paired heads (model/layers/rotary_attention.h): q, k, v and out token rows
+// [B, T, H hd] viewed as [B, 2T, H / 2, hd] (row stride D / 2 < batch stride T D), B H / 2 heads
+// of 2T with a [B, 2T] mask (documents doubled, a window on the interleaved sequence), against the
+// CPU in the same view: the f32 flash kernels and the TF32 ones, masked and not.
+TEST_F(CudaVsCpu, AttentionPairedHeadsView) {
+  const int64_t B = 2, H = 6, T = 70, N = B * T, P = 2 * T, BH = B * H / 2;
+  std::vector<int32_t> begin(B * P);
+  for (int64_t p = 0; p < P; ++p) {
+    begin[p] = static_cast<int32_t>(p >= 2 * 31 ? 2 * 31 : p >= 2 * 30 ? 2 * 30 : 0);
+    begin[P + p] = static_cast<int32_t>(std::max<int64_t>(0, p - 99));
+  }
+  const int32_t* gbegin = dev().upload(begin);
+  for (auto [hd, tf32, masked] : {std::tuple<int64_t, bool, bool>{64, false, false},
+                                  {64, false, true},
+                                  {64, true, true},
+                                  {128, true, true}}) {
+    SCOPED_TRACE("hd " + std::to_string(hd) + (tf32 ? " tf32" : "") + (masked ? " masked" : ""));
+    const int64_t D = H * hd;
+    const core::HeadStrides view{T * D, hd, D / 2};
+    const core::AttentionLayout layout{H / 2, view, view, view, view};
+    const AttentionMask cmask = masked ? AttentionMask{begin.data(), H / 2} : AttentionMask{};
+    const AttentionMask gmask = masked ? AttentionMask{gbegin, H / 2} : AttentionMask{};
+    const float scale = 0.12f;
+    const auto q = random_vector(N * D, 51, 2.0f), k = random_vector(N * D, 52, 2.0f),
+               v = random_vector(N * D, 53), dout = random_vector(N * D, 54);
+    std::vector<float> out(N * D), lse(BH * P), dq(N * D), dk(N * D), dv(N * D);
+    cpu().attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), BH, P, hd, scale,
+                            cmask, false, layout);
+    cpu().attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), out.data(), lse.data(),
+                             q.data(), k.data(), v.data(), BH, P, hd, scale, cmask, false, layout);
+    const float *gq = dev().upload(q), *gk = dev().upload(k), *gv = dev().upload(v);
+    float *gout = dev().alloc<float>(N * D), *glse = dev().alloc<float>(BH * P);
+    float *gdq = dev().alloc<float>(N * D), *gdk = dev().alloc<float>(N * D),
+          *gdv = dev().alloc<float>(N * D);
+    gpu().attention_forward(gout, glse, gq, gk, gv, BH, P, hd, scale, gmask, tf32, layout);
+    gpu().attention_backward(gdq, gdk, gdv, dev().upload(dout), gout, glse, gq, gk, gv, BH, P, hd,
+                             scale, gmask, tf32, layout);
+    const double tol = tf32 ? 5e-3 : 1e-5;
+    EXPECT_LE(norm_relative(dev().download(gout, N * D), out), tol);
+    EXPECT_LE(norm_relative(dev().download(glse, BH * P), lse), tol);
+    EXPECT_LE(norm_relative(dev().download(gdq, N * D), dq), tol);
+    EXPECT_LE(norm_relative(dev().download(gdk, N * D), dk), tol);
+    EXPECT_LE(norm_relative(dev().download(gdv, N * D), dv), tol);
   }
 }
 

@@ -482,6 +482,28 @@ def case_stages_loss_terms(env):
           p.stderr + p.stdout, "a missing prefix vocabulary is not named:\n" + p.stderr[-2000:])
 
 
+def case_resume_stages_yarn(env):
+    """model.yarn with train.stages (long windows 32, then 64 from step 8): the np 2 run's
+    step-12 checkpoint resumed on np 2 is bit-identical over steps 13-20, the resumed model
+    replaying the stages' windows (anchored at 32, rescaled to 64; anchored at 64 it would not be
+    rescaled); through step 8 the run is the run without YaRN, after it not."""
+    sets = STAGE_SETS + ["checkpoint.every=6", "checkpoint.keep=5"]
+    _, straight = env.run(2, "straight", sets + ["model.yarn=true"])
+    ms = metrics(straight)
+    ckpt12 = os.path.join(straight, "ckpt", "step_00000012")
+    _, same = env.run(2, "resume_np2", sets + ["model.yarn=true", "checkpoint.resume=" + ckpt12])
+    check(min(metrics(same)) == 13, "the resumed run did not start at step 13")
+    check_bit_identical(metrics(same), ms, range(13, 21), "YaRN stages resumed on np 2")
+    _, plain = env.run(2, "plain", sets)
+    mp = metrics(plain)
+    check_bit_identical(ms, mp, range(1, 9), "YaRN before the window grows", keys=("train_loss",))
+    check(all(ms[s]["train_loss"] != mp[s]["train_loss"] for s in range(10, 21)),
+          "YaRN changed no loss after the window grew at step 8")
+    print("yarn: the step-12 checkpoint resumed on np 2 bit-identical over steps 13-20; steps "
+          "1-8 as without YaRN, step 20 %.6f vs %.6f without" %
+          (ms[20]["train_loss"], mp[20]["train_loss"]))
+
+
 def case_window_schedule_validation(env):
     """model.window_grow: the validation after k steps sees the window step k trains with, in the
     run and in `engine eval` of its checkpoints. A 256 window grown over 4 steps of 256-token rows
@@ -1384,6 +1406,7 @@ CASES = {
     "world_size_stages": case_world_size_stages,
     "stages_loss_terms": case_stages_loss_terms,
     "resume_stages": case_resume_stages,
+    "resume_stages_yarn": case_resume_stages_yarn,
     "window_schedule_validation": case_window_schedule_validation,
     "world_size_optimizers": case_world_size_optimizers,
     "world_size_ns_bf16": case_world_size_ns_bf16,

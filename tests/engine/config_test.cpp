@@ -360,6 +360,16 @@ TEST(Config, RecipeKeysAreCheckedByName) {
       {{"model.arch=gpt2", "model.mudd=true"}, "'model.mudd': needs model.arch modern"},
       {{"model.sublayer_lambdas=true", "model.moe.experts=2"},
        "'model.sublayer_lambdas': mixes a dense MLP's output alone"},
+      // Record #89's attention keys.
+      {{"model.paired_head_layers=0;1"}, "'model.paired_head_layers': must be a comma list"},
+      {{"model.paired_head_layers=5"},
+       "'model.paired_head_layers': block 5 is not an attention block"},
+      {{"model.xsa_layers=0", "model.paired_head_layers=0"},
+       "'model.xsa_layers': block 0 has paired heads"},
+      {{"model.attn_gate_layers=0", "model.no_attn_layers=0"},
+       "'model.attn_gate_layers': block 0 is not an attention block"},
+      {{"model.arch=gpt2", "model.xsa_layers=0"}, "'model.xsa_layers': needs model.arch modern"},
+      {{"model.yarn=true", "model.window=64"}, "'model.yarn': rescales at each change"},
       {{"model.norm_eps=0"}, "'model.norm_eps': must be positive"},
       {{"model.rotary_base=1"}, "'model.rotary_base': must be above 1"},
       {{"model.embed_std=0"}, "'model.embed_std': must be positive"},
@@ -747,7 +757,7 @@ TEST(Config, KeyListIsLocked) {
       "model.loss_over_padding model.embed_std model.uniform_matrix_init model.head_fp8 "
       "model.mlp_fp8 model.head_fp8_x_scale model.head_fp8_w_scale model.head_fp8_grad_scale "
       "model.key_offset model.bigram_rows model.smear model.sublayer_lambdas model.qkvo_lambdas "
-      "model.mudd "
+      "model.mudd model.paired_head_layers model.yarn model.xsa_layers model.attn_gate_layers "
       "data.train "
       "data.val data.shuffle data.shard_whole_batches data.bos train.seed train.steps "
       "train.batch_tokens train.micro_batch "

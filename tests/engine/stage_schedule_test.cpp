@@ -182,6 +182,9 @@ TEST(StageSchedule, OffUnlessGivenAndBadKeysNamed) {
   EXPECT_NE(message({"train.stages.windows=128; 384 896; 640 1408; 768 1664"})
                 .find("stage '128' is not 'SHORT LONG'"),
             std::string::npos);
+  EXPECT_NE(message({"train.stages.windows=128 384; 1024 896; 640 1408; 768 1664"})
+                .find("stage '1024 896': the short window must be in [1, the long one]"),
+            std::string::npos);
   EXPECT_NE(message({"train.stages.rows=7"}).find("do not divide into train.stages.rows = 7"),
             std::string::npos);
   EXPECT_NE(message({"model.seq_len=16384"}).find("longer than model.seq_len = 16384"),

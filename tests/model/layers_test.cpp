@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/check.h"
 #include "core/kernel_math.h"
 #include "core/rng.h"
 #include "model/layers/bigram_embedding.h"
@@ -463,6 +464,23 @@ TEST(Layers, Attention) {
   key_offset.window_pattern = "LLSL";  // block 1 long (and without a value table)
   model::ModelConfig qkvo = record();
   qkvo.qkvo_lambdas = true;
+  // Record #89's paired heads in block 1: 4 heads (slots pairing heads 0, 2 and 1, 3), token
+  // windows of 5 (long) and 2 (short) on the interleaved sequence of 2T, documents.
+  model::ModelConfig paired = record();
+  paired.n_head = 4;
+  paired.window = 5;
+  paired.window_block = 0;
+  paired.paired_head_layers = {1};
+  // Record #89's XSA and output gate (block 1, long; alpha and gate drawn random).
+  model::ModelConfig corrected = record();
+  corrected.window_pattern = "LLSL";
+  corrected.xsa_layers = {1};
+  corrected.attn_gate_layers = {1};
+  model::ModelConfig gated_paired = paired;
+  gated_paired.attn_gate_layers = {1};
+  model::ModelConfig paired_long = paired;
+  paired_long.window_pattern = "LLSL";
+  paired_long.key_offset = true;
   const std::vector<AttentionCase> cases = {
       {"gpt2 (LayerNorm, biases, q k v in place)", small(model::Arch::Gpt2), 0},
       {"modern (QK-norm, rotary)", small(model::Arch::Modern), 0},
@@ -471,6 +489,10 @@ TEST(Layers, Attention) {
       {"the record's, block 1 (short block window, v lambdas without a table)", record(), 1},
       {"record #89's key offset, block 1 (long block window)", key_offset, 1},
       {"record #89's QKV and O weight lambdas, block 1", qkvo, 1},
+      {"record #89's paired heads, block 1 (short window)", paired, 1},
+      {"record #89's XSA and output gate, block 1", corrected, 1},
+      {"record #89's output gate on paired heads, block 1", gated_paired, 1},
+      {"record #89's paired heads, block 1 (long window, no key offset there)", paired_long, 1},
   };
   for (const AttentionCase& k : cases) {
     LayerRig rig(k.config, kB, kT);
@@ -486,6 +508,71 @@ TEST(Layers, Attention) {
     const std::string b = "blocks." + std::to_string(k.block) + ".";
     check_chain(rig, "attention " + k.name, {b + "ln1.", b + "attn."});
   }
+}
+
+// Record #89's YaRN: the window grown from 3 to 8 tokens rescales the rotary (the truncated one's
+// two frequencies at head dim 8: 1 turns 0.48 times over 3 tokens, so both are interpolated by
+// 3 / 8) and the scale (by 1 + 0.2 ln(8 / 3)); the backward goes through the rescaled rotary, in
+// an unpaired block and a paired one.
+TEST(Layers, AttentionYarn) {
+  for (int block : {0, 1}) {
+    model::ModelConfig c = record();
+    c.n_head = 4;
+    c.window = 8;
+    c.window_block = 0;
+    c.value_embeds = 0;
+    c.yarn = true;
+    c.paired_head_layers = {1};
+    LayerRig rig(c, kB, kT);
+    fill_tokens(rig, 5);
+    model::AttentionMasks masks(rig.config());
+    rig.add(std::make_unique<model::RotaryAttention>(rig.ctx(), block, masks, nullptr));
+    rig.draw_params(14);
+    masks.set_window(3);
+    masks.set_window(8);
+    plan_with_masks(rig, masks);
+    const float* f = masks.rotary_frequencies();  // the CPU's device memory is the host's
+    ASSERT_NE(f, nullptr);
+    EXPECT_FLOAT_EQ(f[0], 3.0f / 8.0f);
+    EXPECT_FLOAT_EQ(f[1], 3.0f / 8.0f / 1024.0f);
+    EXPECT_EQ(f[2], 0.0f);
+    EXPECT_FLOAT_EQ(masks.attention_scale(), 0.12f * (1.0f + 0.2f * std::log(8.0f / 3.0f)));
+    const std::string b = "blocks." + std::to_string(block) + ".";
+    check_chain(rig, "attention with YaRN, block " + std::to_string(block),
+                {b + "ln1.", b + "attn."});
+  }
+}
+
+// The short window set apart from the long one (record #89's stages: 6 long, 2 short), token
+// granular and in blocks of 2 (a short window of 4 = 2 blocks), against half the long one.
+TEST(Layers, AttentionMasksTakeAShortWindowApart) {
+  for (int block : {0, 2}) {
+    model::ModelConfig c = small(model::Arch::Modern);
+    c.window = 6;
+    c.window_block = block;
+    c.window_pattern = "LS";
+    LayerRig rig(c, 1, kT);
+    fill_tokens(rig, 6);
+    model::AttentionMasks masks(rig.config());
+    rig.add(std::make_unique<model::Mlp>(rig.ctx(), 0));
+    plan_with_masks(rig, masks);
+    const int short_window = block == 0 ? 2 : 4;
+    for (int set : {0, short_window}) {
+      masks.set_window(6, true, set);
+      masks.set_tokens(rig.ctx(), rig.tokens().data());
+      const int32_t* begin = masks.mask(true).key_begin;  // the CPU's device memory is the host's
+      for (int t = 0; t < kT; ++t) {
+        const int w = set > 0 ? set : 3;  // else half the long window
+        const int want = block == 0 ? std::max(0, t - w + 1)
+                                    : std::max(0, (t / block - std::max(1, w / block) + 1) * block);
+        EXPECT_EQ(begin[t], want) << "block " << block << " short " << set << " t " << t;
+      }
+    }
+  }
+  model::ModelConfig c = small(model::Arch::Modern);
+  c.window = 6;
+  model::AttentionMasks masks(c);
+  EXPECT_THROW(masks.set_window(6, true, 7), core::Error);  // longer than the long one
 }
 
 TEST(Layers, Mlp) {

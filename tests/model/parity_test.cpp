@@ -67,6 +67,11 @@ std::string yaml_of(const model::ModelConfig& c) {
                                           "model.qkvo_lambdas",   "model.value_embed_layers",
                                           "model.mudd",           "model.bigram_rows",
                                           "model.smear"};
+    // Record #89's attention keys.
+    static const char* const kAttention[] = {"model.paired_head_layers", "model.yarn",
+                                             "model.xsa_layers", "model.attn_gate_layers"};
+    for (const char* k : kAttention)
+      if (key == k) y += "  " + key.substr(6) + ": " + value + "\n";
     for (const char* k : kRecipe)
       if (key == k) y += "  " + key.substr(6) + ": " + value + "\n";
     for (const char* k :
@@ -175,13 +180,17 @@ double distance(const std::vector<double>& a, const std::vector<double>& b) {
   return std::sqrt(s);
 }
 
+// `both_args`: given to model_grad and to the reference alike.
 void run_case(const std::string& name, const model::ModelConfig& config, int batch,
-              const std::string& torch_args = "", const std::string& engine_args = "",
-              double matrix_bar = 5e-6, double value_bar = 2e-5) {
+              const std::string& torch_args = "", const std::string& both_args = "",
+              double matrix_bar = 5e-6, double value_bar = 2e-5,
+              const std::string& engine_args = "") {
   const CaseFiles f = write_case(name, config, batch, 0.15f);
   const std::string ours = (f.dir / "engine.safetensors").string(),
                     ref = (f.dir / "torch.safetensors").string();
-  if (!run_engine(f, "fp32", ours, engine_args) || !run_torch(f, torch_args, ref)) return;
+  if (!run_engine(f, "fp32", ours, engine_args + " " + both_args) ||
+      !run_torch(f, torch_args + " " + both_args, ref))
+    return;
 
   core::SafetensorsReader e(ours), r(ref);
   const float le = e.read("loss").to_vector()[0], lr = r.read("loss").to_vector()[0];
@@ -337,8 +346,8 @@ void run_loss_terms_case(const std::string& name, const model::ModelConfig& c) {
     for (int v = 0; v < c.vocab_size; ++v)
       out << (v % 3 == 0 ? -1 : (v * 7 + 1) % c.vocab_size) << "\n";
   }
-  run_case(name, c, 3, "--mtp '1 0.5 0.25' --prefix_weight 0.25 --prefix_table " + table,
-           "--mtp '1 0.5 0.25' --prefix-weight 0.25 --prefix-table " + table);
+  run_case(name, c, 3, "--mtp '1 0.5 0.25' --prefix_weight 0.25 --prefix_table " + table, "", 5e-6,
+           2e-5, "--mtp '1 0.5 0.25' --prefix-weight 0.25 --prefix-table " + table);
 }
 
 TEST(ModelParity, MultiTokenAndPrefixLoss) {
@@ -420,6 +429,47 @@ TEST(ModelParity, ValueEmbedLayers) {
   c.value_embed_layers = {3, 1};
   c.value_embeds = 2;
   run_case("value_embed_layers", c, 3);
+}
+
+// Record #89's paired heads (model.paired_head_layers) in blocks 1 (short window, v lambdas) and 3
+// (long, a value table, no key offset there) of the record-exact model with 4 heads (slots
+// pairing heads (0, 2) and (1, 3)), token windows of 5 and 2 on the interleaved sequence,
+// documents from position 7, the key offset in block 0: the reference rotates and views q, k, v
+// as train_gpt.py does.
+TEST(ModelParity, PairedHeads) {
+  model::ModelConfig c = test_model::with_record_exact(recipe(), 3, 3, false);
+  c.window = 5;
+  c.window_block = 0;
+  c.key_offset = true;
+  c.paired_head_layers = {1, 3};
+  run_case("paired_heads", c, 3);
+}
+
+// Record #89's YaRN: the long window set to 3, 4, then 6 tokens (two rescalings of the rotary
+// and the scale; the second grows beyond the first interpolation) on the record-exact model with
+// paired heads in block 1 and the key offset: the reference applies train_gpt.py's Yarn.apply in
+// float64 to its own frequencies.
+TEST(ModelParity, Yarn) {
+  model::ModelConfig c = test_model::with_record_exact(recipe(), 3, 3, false);
+  c.window = 6;
+  c.window_block = 0;
+  c.key_offset = true;
+  c.paired_head_layers = {1};
+  c.yarn = true;
+  run_case("yarn", c, 3, "", "--windows 3,4,6");
+}
+
+// Record #89's XSA (blocks 0 and 3: with a value table, so v is the mixed value) and output gates
+// (blocks 1, paired, and 3) on the record-exact model with paired heads in block 1: the
+// reference corrects y as train_gpt.py does, on [B, T, H, hd].
+TEST(ModelParity, XsaAndOutputGates) {
+  model::ModelConfig c = test_model::with_record_exact(recipe(), 3, 3, false);
+  c.window = 5;
+  c.window_block = 0;
+  c.paired_head_layers = {1};
+  c.xsa_layers = {0, 3};
+  c.attn_gate_layers = {1, 3};
+  run_case("xsa_gates", c, 3);
 }
 
 // The record exactly (train_gpt.py at 3e121a6e; docs/record_recipe.md): the recipe's keys and

@@ -153,6 +153,28 @@ class Config:
         self.sublayer_lambdas = flag("sublayer_lambdas")
         self.qkvo_lambdas = flag("qkvo_lambdas")
         self.mudd = flag("mudd")
+        blocks = lambda k: [int(t) for t in str(get(k, "")).split(",") if t.strip()]
+        self.paired_head_layers = blocks("paired_head_layers")
+        self.xsa_layers = blocks("xsa_layers")
+        self.attn_gate_layers = blocks("attn_gate_layers")
+        self.yarn = flag("yarn")
+        self.inv_freq = None  # YaRN's rescaled rotary frequencies (set_windows)
+        self.yarn_scale = 1.0
+
+    def set_windows(self, windows):
+        """The long window set to each of `windows` in turn (model_grad --windows): the last is
+        the mask's; with yarn each change applies train_gpt.py's Yarn.apply(old, new) (alpha 1,
+        beta 32) to the frequencies and the attention scale, in float64."""
+        hd = self.d_model // self.n_head
+        freq = rotary_inv_freq(hd, self.rotary_base, self.rotary_truncate)
+        for old, new in zip(windows, windows[1:]):
+            if self.yarn and new != old:
+                rotations = old * freq / (2 * math.pi)
+                weight = torch.clamp((rotations - 1) / (32 - 1), 0, 1)
+                freq = freq * (old / new + weight * (1 - old / new))
+                self.yarn_scale *= 0.2 * math.log(new / old) + 1
+        self.inv_freq = freq if self.yarn else None
+        self.window = windows[-1]
 
     def value_embed_of(self, layer):
         if self.value_embed_layers:
@@ -174,6 +196,24 @@ class Config:
             blocks = self.window // self.window_block
             return torch.stack([self.record_block_mask(row, blocks // 2 if short else blocks)
                                 for row in idx])[:, None]
+        if self.window > 0:
+            w = max(1, self.window // 2) if short else self.window
+            mask = mask & (i - j < w)[None, None]
+        return mask
+
+    def paired_attention_mask(self, idx, layer):
+        """[B, 1, 2T, 2T] bool: a paired-head block's mask over its interleaved sequence (position
+        p holds token p // 2): causal, within documents (train_gpt.py doubles cu_seqlens), within
+        the block's token window counted in positions of that sequence (flash attention's
+        window_size, unchanged)."""
+        B, T = idx.shape
+        i = torch.arange(2 * T)[:, None]
+        j = torch.arange(2 * T)[None, :]
+        mask = (j <= i)[None, None].expand(B, 1, 2 * T, 2 * T)
+        if self.doc_bos >= 0:
+            doc = (idx == self.doc_bos).long().cumsum(-1).repeat_interleave(2, dim=-1)
+            mask = mask & (doc[:, None, :, None] == doc[:, None, None, :])
+        short = self.window_pattern and self.window_pattern[layer] == "S"
         if self.window > 0:
             w = max(1, self.window // 2) if short else self.window
             mask = mask & (i - j < w)[None, None]
@@ -231,16 +271,39 @@ def rotary_inv_freq(hd, base, truncate):
     return base ** (-torch.arange(half, dtype=torch.float64) / half)
 
 
-def rotary(x, base=10000.0, truncate=False):
+def rotary(x, base=10000.0, truncate=False, inv=None):
     # x [B, H, T, hd]; pairs (x_j, x_{j+half}) rotated by angle t * base^(-j/half). truncate:
-    # train_gpt.py's Rotary, (1/base) ** linspace(0, 1, hd/4) then hd/4 zeros.
+    # train_gpt.py's Rotary, (1/base) ** linspace(0, 1, hd/4) then hd/4 zeros. inv: YaRN's.
     T, hd = x.shape[-2], x.shape[-1]
     half = hd // 2
-    inv = rotary_inv_freq(hd, base, truncate)
+    inv = rotary_inv_freq(hd, base, truncate) if inv is None else inv
     ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
     cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
     x1, x2 = x[..., :half], x[..., half:]
     return torch.cat([x1 * cos + x2 * sin, -x1 * sin + x2 * cos], dim=-1)
+
+
+def paired_view(x):
+    """[B, H, T, hd] -> [B, H/2, 2T, hd]: train_gpt.py's x.view(B, T * 2, H // 2, hd) of the
+    token rows [B, T, H, hd] (position 2t + i of slot s is head s + i H/2 of token t)."""
+    B, H, T, hd = x.shape
+    return x.transpose(1, 2).reshape(B, 2 * T, H // 2, hd).transpose(1, 2)
+
+
+def rotary_paired(x, base, truncate, inv=None):
+    """train_gpt.py's paired Yarn.rotary: x [B, H, T, hd] viewed as [B, T, H/2, 2 hd] and turned
+    with the paired table (the first hd dims of a row at position 2t, the second at 2t + 1: head
+    2p + i at 2t + i), each head's pairs as the engine's (j, j + hd/2); then the paired view."""
+    B, H, T, hd = x.shape
+    half = hd // 2
+    xt = x.transpose(1, 2).reshape(B, T, H // 2, 2, hd)
+    pos = 2 * torch.arange(T, dtype=torch.float64)[:, None] + torch.arange(2)[None, :]
+    inv = rotary_inv_freq(hd, base, truncate) if inv is None else inv
+    ang = pos[..., None] * inv  # [T, 2, half]
+    cos, sin = ang.cos()[:, None].to(x.dtype), ang.sin()[:, None].to(x.dtype)
+    x1, x2 = xt[..., :half], xt[..., half:]
+    turned = torch.cat([x1 * cos + x2 * sin, -x1 * sin + x2 * cos], dim=-1)
+    return turned.reshape(B, 2 * T, H // 2, hd).transpose(1, 2)
 
 
 def key_offset(k, base, truncate):
@@ -520,7 +583,7 @@ def model_loss(cfg, p, idx, targets, rounding=NO_ROUNDING, head_fp8=None, terms=
     if bg is not None:
         x = rounding.stored(x + p["blocks.0.bigram_gate"][0] * bg)
     aux_total = 0.0
-    scale = cfg.attn_scale if cfg.attn_scale > 0 else 1.0 / math.sqrt(hd)
+    scale = (cfg.attn_scale if cfg.attn_scale > 0 else 1.0 / math.sqrt(hd)) * cfg.yarn_scale
     skips = cfg.n_layer // 2 if cfg.unet_skips else 0
     outputs = []
 
@@ -539,9 +602,15 @@ def model_loss(cfg, p, idx, targets, rounding=NO_ROUNDING, head_fp8=None, terms=
         h = norm(x_in, b + "ln1")
         qkv = rounding.grad_stored(lin(h, b + "attn.qkv", scale=None if qkvo is None else qkvo[0]))
         q, k, v = [t.view(B, T, H, hd).transpose(1, 2) for t in qkv.split(D, dim=-1)]
-        if not gpt2:
-            q = rotary(rmsnorm(q, cfg.norm_eps), cfg.rotary_base, cfg.rotary_truncate)
-            k = rotary(rmsnorm(k, cfg.norm_eps), cfg.rotary_base, cfg.rotary_truncate)
+        paired = i in cfg.paired_head_layers
+        if paired:  # train_gpt.py CausalSelfAttention(paired=True): no key offset
+            q = rotary_paired(rmsnorm(q, cfg.norm_eps), cfg.rotary_base, cfg.rotary_truncate,
+                              cfg.inv_freq)
+            k = rotary_paired(rmsnorm(k, cfg.norm_eps), cfg.rotary_base, cfg.rotary_truncate,
+                              cfg.inv_freq)
+        elif not gpt2:
+            q = rotary(rmsnorm(q, cfg.norm_eps), cfg.rotary_base, cfg.rotary_truncate, cfg.inv_freq)
+            k = rotary(rmsnorm(k, cfg.norm_eps), cfg.rotary_base, cfg.rotary_truncate, cfg.inv_freq)
             long_window = not (cfg.window_pattern and cfg.window_pattern[i] == "S")
             if cfg.key_offset and long_window:
                 k = key_offset(k, cfg.rotary_base, cfg.rotary_truncate)
@@ -553,11 +622,24 @@ def model_loss(cfg, p, idx, targets, rounding=NO_ROUNDING, head_fp8=None, terms=
             v = p[b + "attn.v_lambdas"][0] * v
         if aux_v is not None:
             v = v + aux_v.view(B, T, H, hd).transpose(1, 2)
+        if paired:
+            v = paired_view(v)
         s = (q @ k.transpose(-1, -2)) * scale
-        s = s.masked_fill(~cfg.attention_mask(idx, i), float("-inf"))
+        mask = cfg.paired_attention_mask(idx, i) if paired else cfg.attention_mask(idx, i)
+        s = s.masked_fill(~mask, float("-inf"))
         a = torch.softmax(s, dim=-1) @ v
-        return lin(a.transpose(1, 2).reshape(B, T, D), b + "attn.proj",
-                   scale=None if qkvo is None else qkvo[1])
+        # [B, H(/2), T(x2), hd] -> [B, T, H, hd]: a paired block's view undone by the same reshape
+        y = a.transpose(1, 2).reshape(B, T, H, hd)
+        if i in cfg.xsa_layers or i in cfg.attn_gate_layers:
+            y = rounding.stored(y)
+        if i in cfg.xsa_layers:  # train_gpt.py's gated XSA, v the value attention read
+            vt = v.transpose(1, 2)
+            dot = (y * vt).sum(-1, keepdim=True)
+            denom = vt.square().sum(-1, keepdim=True).clamp_min(1e-8)
+            y = y - torch.tanh(p[b + "attn.xsa_alpha"]).view(1, 1, H, 1) * (dot / denom) * vt
+        if i in cfg.attn_gate_layers:  # y *= attn_gate_w, per head
+            y = y * p[b + "attn.out_gate"].view(1, 1, H, 1)
+        return lin(y.reshape(B, T, D), b + "attn.proj", scale=None if qkvo is None else qkvo[1])
 
     def mlp(i, x_in):
         b = f"blocks.{i}."
@@ -701,6 +783,8 @@ def read_terms(args):
 def parity(args):
     weights, meta = read_safetensors(args.weights)
     cfg = Config(meta)
+    if args.windows:
+        cfg.set_windows([int(w) for w in args.windows.split(",")])
     dtype = torch.float32 if args.float32 else torch.float64
     p = {k: torch.tensor(v, dtype=dtype, requires_grad=True) for k, v in weights.items()}
     T = args.seq if args.seq else cfg.seq_len
@@ -987,6 +1071,8 @@ def main():
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--seq", type=int, default=0, help="sequence length (default: model.seq_len)")
     ap.add_argument("--out")
+    ap.add_argument("--windows", default="",
+                    help="the long windows set in turn before the step (model_grad --windows)")
     ap.add_argument("--float32", action="store_true", help="compute in float32 instead of float64")
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                     help="parity: round as the engine's bf16 precision does; bench: torch.autocast bf16")
