@@ -43,84 +43,75 @@ void Gpt::build() {
     build_mudd();
     return;
   }
-  auto stage = [&](int event_layer) -> Stage& {
-    stages_.push_back({event_layer, {}});
-    return stages_.back();
-  };
-  auto add = [](Stage& s, auto layer) {
-    auto* raw = layer.get();
-    s.layers.push_back(std::move(layer));
-    return raw;
-  };
 
   // The embeddings: the stream's start, the value tables, x0 for the x0 lambdas.
   Stage& embeddings = stage(-1);
-  add(embeddings, std::make_unique<TokenEmbedding>(ctx_));
+  embeddings.add(std::make_unique<TokenEmbedding>(ctx_));
   ValueEmbeddings* tables = nullptr;
-  if (c.value_embeds > 0) tables = add(embeddings, std::make_unique<ValueEmbeddings>(ctx_));
-  X0Source* x0 = nullptr;
-  if (c.x0_lambdas) x0 = add(embeddings, std::make_unique<X0Source>());
+  if (c.value_embeds > 0) tables = embeddings.add(std::make_unique<ValueEmbeddings>(ctx_));
+  StreamTap* x0 = nullptr;
+  if (c.x0_lambdas) x0 = embeddings.add(std::make_unique<StreamTap>());
   BigramSource* bigram = nullptr;
-  if (c.bigram_rows > 0) bigram = add(embeddings, std::make_unique<BigramSource>(ctx_));
+  if (c.bigram_rows > 0) bigram = embeddings.add(std::make_unique<BigramSource>(ctx_));
 
   // The blocks: the bigram injection at block 0's start, the U-net skip and the x0 mix on the
   // input, attention (and after it the bigram injection of a later block), the MLP or MoE, and
   // the output kept when a later block's skip reads it.
-  std::vector<SkipSource*> skip_sources(static_cast<size_t>(c.unet_count()), nullptr);
+  std::vector<StreamTap*> skip_sources(static_cast<size_t>(c.unet_count()), nullptr);
   StreamTap* sublayer_input = nullptr;
   for (int l = 0; l < c.n_layer; ++l) {
     Stage& block = stage(l);
-    if (bigram && l == 0) add(block, std::make_unique<BigramInject>(ctx_, l, *bigram));
+    if (bigram && l == 0) block.add(std::make_unique<BigramInject>(ctx_, l, *bigram));
     const int src = c.skip_source(l);
     if (src >= 0) {
       const int i = l - (c.n_layer - c.unet_count());
-      add(block, std::make_unique<SkipAdd>(ctx_, i, *skip_sources.at(src)));
+      block.add(std::make_unique<SkipAdd>(ctx_, i, *skip_sources.at(src)));
     }
-    if (x0) add(block, std::make_unique<X0Lambdas>(ctx_, l, *x0));
+    if (x0) block.add(std::make_unique<X0Lambdas>(ctx_, l, *x0));
     // model.sublayer_lambdas: a tap on the sublayer's input, the branch's output alone, then
     // x = resid_lambdas[k] x + post_lambdas[k] y (k: 0 attention, 1 MLP).
     const bool mixes = c.sublayer_lambdas;
     auto begin_sublayer = [&]() -> BranchWiring {
       if (!mixes) return {};
-      sublayer_input = add(block, std::make_unique<StreamTap>());
+      sublayer_input = block.add(std::make_unique<StreamTap>());
       return {true, nullptr};
     };
     auto end_sublayer = [&](int k) {
       if (!mixes) return;
       const std::string p = "blocks." + std::to_string(l) + ".";
-      add(block, std::make_unique<StreamMix>(std::vector<MixTerm>{
-                     {scalar_param(params_.index(p + "resid_lambdas"), k), sublayer_input},
-                     {scalar_param(params_.index(p + "post_lambdas"), k), nullptr}}));
+      block.add(std::make_unique<StreamMix>(std::vector<MixTerm>{
+          {scalar_param(params_.index(p + "resid_lambdas"), k), sublayer_input},
+          {scalar_param(params_.index(p + "post_lambdas"), k), nullptr}}));
     };
     if (c.has_attention(l) && c.arch == Arch::Gpt2) {
-      add(block, std::make_unique<CausalAttention>(ctx_, l, masks_));
+      block.add(std::make_unique<CausalAttention>(ctx_, l, masks_));
     } else if (c.has_attention(l)) {
       const BranchWiring wiring = begin_sublayer();
-      add(block, std::make_unique<RotaryAttention>(ctx_, l, masks_, tables, wiring));
+      block.add(std::make_unique<RotaryAttention>(ctx_, l, masks_, tables, wiring));
       end_sublayer(0);
     }
     if (bigram && l > 0 && c.has_attention(l))
-      add(block, std::make_unique<BigramInject>(ctx_, l, *bigram));
+      block.add(std::make_unique<BigramInject>(ctx_, l, *bigram));
     if (c.moe()) {
-      add(block, std::make_unique<Moe>(ctx_, l));
+      block.add(std::make_unique<Moe>(ctx_, l));
     } else {
       const BranchWiring wiring = begin_sublayer();
       if (fp8_scales_) {
-        add(block, std::make_unique<Fp8Mlp>(ctx_, l, *fp8_scales_, wiring));
+        block.add(std::make_unique<Fp8Mlp>(ctx_, l, *fp8_scales_, wiring));
       } else {
-        add(block, std::make_unique<Mlp>(ctx_, l, wiring));
+        block.add(std::make_unique<Mlp>(ctx_, l, wiring));
       }
       end_sublayer(1);
     }
-    if (l < c.unet_count()) skip_sources[l] = add(block, std::make_unique<SkipSource>());
+    if (l < c.unet_count()) skip_sources[l] = block.add(std::make_unique<StreamTap>());
   }
 
   // The head and the loss.
   Stage& head = stage(c.n_layer);
   if (c.head_fp8) {
-    head_ = add(head, std::make_unique<Fp8Head>(ctx_));
+    head_ = head.add(std::make_unique<Fp8Head>(ctx_));
   } else {
-    head_ = add(head, std::make_unique<LmHead>(ctx_));
+    head_ = head.add(std::make_unique<LmHead>(ctx_));
   }
 }
 

@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/backend.h"
@@ -142,7 +143,19 @@ class Gpt {
   struct Stage {
     int event_layer;
     std::vector<std::unique_ptr<Layer>> layers;
+    // Appends `layer`; returns it as its own type, for the wiring that reads it later.
+    template <typename L>
+    L* add(std::unique_ptr<L> layer) {
+      L* raw = layer.get();
+      layers.push_back(std::move(layer));
+      return raw;
+    }
   };
+  // A new stage at the end of the list (references to earlier ones do not outlive the next).
+  Stage& stage(int event_layer) {
+    stages_.push_back({event_layer, {}});
+    return stages_.back();
+  }
   // The list the config builds (the layer files in model/layers/).
   void build();
   // model.mudd's list (model/gpt_mudd.cpp).

@@ -47,18 +47,9 @@ int x0_gate_column(int layer) {
 
 void Gpt::build_mudd() {
   const ModelConfig& c = config_;
-  auto stage = [&](int event_layer) -> Stage& {
-    stages_.push_back({event_layer, {}});
-    return stages_.back();
-  };
-  auto add = [](Stage& s, auto layer) {
-    auto* raw = layer.get();
-    s.layers.push_back(std::move(layer));
-    return raw;
-  };
-  auto tap = [&](Stage& s) { return add(s, std::make_unique<StreamTap>()); };
+  auto tap = [&](Stage& s) { return s.add(std::make_unique<StreamTap>()); };
   auto mix = [&](Stage& s, std::vector<MixTerm> terms) {
-    add(s, std::make_unique<StreamMix>(std::move(terms)));
+    s.add(std::make_unique<StreamMix>(std::move(terms)));
   };
   auto lambda = [&](int layer, const char* name, int k) {
     return scalar_param(params_.index("blocks." + std::to_string(layer) + "." + name), k);
@@ -66,10 +57,10 @@ void Gpt::build_mudd() {
   const std::string scale = "mudd_gate.scale";
 
   Stage& embeddings = stage(-1);
-  add(embeddings, std::make_unique<TokenEmbedding>(ctx_));
+  embeddings.add(std::make_unique<TokenEmbedding>(ctx_));
   StreamTap* x0 = tap(embeddings);
   const CoefficientMlp* gate0 =
-      add(embeddings, std::make_unique<CoefficientMlp>(ctx_, "mudd_gate.0", 0.0f, scale));
+      embeddings.add(std::make_unique<CoefficientMlp>(ctx_, "mudd_gate.0", 0.0f, scale));
   StreamTap* cache0 = tap(embeddings);
 
   const CoefficientMlp* gate1 = nullptr;
@@ -78,17 +69,17 @@ void Gpt::build_mudd() {
   for (int l = 0; l < c.n_layer; ++l) {
     Stage& block = stage(l);
     if (l == ModelConfig::kMuddGate1Block)
-      gate1 = add(block, std::make_unique<CoefficientMlp>(ctx_, "mudd_gate.1", 0.0f, scale));
+      gate1 = block.add(std::make_unique<CoefficientMlp>(ctx_, "mudd_gate.1", 0.0f, scale));
     const CoefficientMlp* mu = nullptr;
     if (l == ModelConfig::kMuddSkipBlock) {
       const SkipGate* skip =
-          add(block, std::make_unique<SkipGate>(ctx_, "skip_lambda", column_of(*gate1, 28)));
+          block.add(std::make_unique<SkipGate>(ctx_, "skip_lambda", column_of(*gate1, 28)));
       mix(block,
           {{CoefOf{}, nullptr}, {[skip](const Context&, bool) { return skip->view(); }, cache3}});
     } else if (l < last) {
       StreamTap* in = tap(block);
       const StreamTap* attn_in = l > ModelConfig::kMuddCache7 ? cache7 : nullptr;
-      add(block,
+      block.add(
           std::make_unique<RotaryAttention>(ctx_, l, masks_, nullptr, BranchWiring{true, attn_in}));
       const CoefficientMlp& gate = l < ModelConfig::kMuddGate1Block ? *gate0 : *gate1;
       mix(block, {{lambda(l, "resid_lambdas", 0), in},
@@ -96,7 +87,7 @@ void Gpt::build_mudd() {
                   {column_of(gate, x0_gate_column(l)), x0}});
     } else {
       cache9 = tap(block);
-      mu = add(block, std::make_unique<CoefficientMlp>(ctx_, "mudd.0", 0.1f));
+      mu = block.add(std::make_unique<CoefficientMlp>(ctx_, "mudd.0", 0.1f));
       // v_mudd, kept by a tap for the attention's v; then x' from cache9, not from v_mudd.
       mix(block,
           {{column_of(*mu, 0), cache0}, {column_of(*mu, 1), cache7}, {column_of(*mu, 2), cache9}});
@@ -106,16 +97,16 @@ void Gpt::build_mudd() {
                   {column_of(*mu, 3), cache0},
                   {column_of(*mu, 4), cache7}});
       StreamTap* in = tap(block);
-      add(block, std::make_unique<RotaryAttention>(ctx_, l, masks_, nullptr,
-                                                   BranchWiring{true, cache7, v_mudd}));
+      block.add(std::make_unique<RotaryAttention>(ctx_, l, masks_, nullptr,
+                                                  BranchWiring{true, cache7, v_mudd}));
       mix(block,
           {{column_of(*mu, 8), in}, {column_of(*mu, 9), nullptr}, {column_of(*mu, 10), cache0}});
     }
     StreamTap* in = tap(block);
     if (fp8_scales_) {
-      add(block, std::make_unique<Fp8Mlp>(ctx_, l, *fp8_scales_, BranchWiring{true, nullptr}));
+      block.add(std::make_unique<Fp8Mlp>(ctx_, l, *fp8_scales_, BranchWiring{true, nullptr}));
     } else {
-      add(block, std::make_unique<Mlp>(ctx_, l, BranchWiring{true, nullptr}));
+      block.add(std::make_unique<Mlp>(ctx_, l, BranchWiring{true, nullptr}));
     }
     if (mu) {
       mix(block, {{column_of(*mu, 12), in}, {column_of(*mu, 13), nullptr}});
@@ -127,16 +118,16 @@ void Gpt::build_mudd() {
   }
 
   Stage& head = stage(c.n_layer);
-  const CoefficientMlp* mu = add(head, std::make_unique<CoefficientMlp>(ctx_, "mudd.1", 0.1f));
+  const CoefficientMlp* mu = head.add(std::make_unique<CoefficientMlp>(ctx_, "mudd.1", 0.1f));
   mix(head, {{CoefOf{}, nullptr},
              {column_of(*mu, 0), cache0},
              {column_of(*mu, 1), cache7},
              {column_of(*mu, 2), cache9},
              {column_of(*mu, 4), cache3}});
   if (c.head_fp8) {
-    head_ = add(head, std::make_unique<Fp8Head>(ctx_));
+    head_ = head.add(std::make_unique<Fp8Head>(ctx_));
   } else {
-    head_ = add(head, std::make_unique<LmHead>(ctx_));
+    head_ = head.add(std::make_unique<LmHead>(ctx_));
   }
 }
 

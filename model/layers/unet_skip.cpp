@@ -4,24 +4,7 @@
 
 namespace model {
 
-void SkipSource::plan(ActivationPlan& plan, const Context& ctx) {
-  dout_ = plan.f32(ctx.N() * ctx.config.d_model);
-}
-
-Stream SkipSource::forward(Context& /*ctx*/, Stream x) {
-  out_ = x;
-  return x;
-}
-
-void SkipSource::begin_backward(Context& ctx) {
-  ctx.backend.fill_zero(dout_, ctx.N() * ctx.config.d_model * sizeof(float));
-}
-
-void SkipSource::backward(Context& ctx) {
-  ctx.backend.add(ctx.dres, ctx.dres, dout_, ctx.N() * ctx.config.d_model);
-}
-
-SkipAdd::SkipAdd(Context& ctx, int i, const SkipSource& source)
+SkipAdd::SkipAdd(Context& ctx, int i, const StreamTap& source)
     : weights_(ctx.params.index("skip_weights")), i_(i), source_(source) {}
 
 void SkipAdd::plan(ActivationPlan& plan, const Context& ctx) {
@@ -31,7 +14,7 @@ void SkipAdd::plan(ActivationPlan& plan, const Context& ctx) {
 Stream SkipAdd::forward(Context& ctx, Stream x) {
   in_ = x;
   // x + w_i (output of the mirrored block)
-  mix_stream(ctx.backend, out_, nullptr, x, ctx.params.value(weights_) + i_, source_.out(),
+  mix_stream(ctx.backend, out_, nullptr, x, ctx.params.value(weights_) + i_, source_.stream(),
              ctx.N() * ctx.config.d_model);
   return out_;
 }
@@ -41,8 +24,8 @@ void SkipAdd::backward(Context& ctx) {
   const float* w = ctx.params.value(weights_) + i_;
   float* dw = ctx.params.grad_of(weights_) + i_;
   ctx.backend.fill_zero(ctx.dmix, n * sizeof(float));
-  mix_stream_backward(ctx.backend, ctx.dmix, source_.out_grad(), nullptr, dw, nullptr, in_, w,
-                      source_.out(), ctx.dres, n);
+  mix_stream_backward(ctx.backend, ctx.dmix, source_.grad(), nullptr, dw, nullptr, in_, w,
+                      source_.stream(), ctx.dres, n);
   std::swap(ctx.dmix, ctx.dres);
 }
 

@@ -5,25 +5,8 @@
 
 namespace model {
 
-void X0Source::plan(ActivationPlan& plan, const Context& ctx) {
-  dx0_ = plan.f32(ctx.N() * ctx.config.d_model);
-}
-
-Stream X0Source::forward(Context& /*ctx*/, Stream x) {
-  x0_ = x;
-  return x;
-}
-
-void X0Source::begin_backward(Context& ctx) {
-  ctx.backend.fill_zero(dx0_, ctx.N() * ctx.config.d_model * sizeof(float));
-}
-
-void X0Source::backward(Context& ctx) {
-  ctx.backend.add(ctx.dres, ctx.dres, dx0_, ctx.N() * ctx.config.d_model);
-}
-
-X0Lambdas::X0Lambdas(Context& ctx, int block, const X0Source& source)
-    : lambdas_(ctx.params.index("blocks." + std::to_string(block) + ".lambdas")), source_(source) {}
+X0Lambdas::X0Lambdas(Context& ctx, int block, const StreamTap& x0)
+    : lambdas_(ctx.params.index("blocks." + std::to_string(block) + ".lambdas")), x0_(x0) {}
 
 void X0Lambdas::plan(ActivationPlan& plan, const Context& ctx) {
   out_ = plan.stream(ctx.N() * ctx.config.d_model);
@@ -32,7 +15,7 @@ void X0Lambdas::plan(ActivationPlan& plan, const Context& ctx) {
 Stream X0Lambdas::forward(Context& ctx, Stream x) {
   in_ = x;
   const float* lam = ctx.params.value(lambdas_);
-  mix_stream(ctx.backend, out_, lam, x, lam + 1, source_.x0(), ctx.N() * ctx.config.d_model);
+  mix_stream(ctx.backend, out_, lam, x, lam + 1, x0_.stream(), ctx.N() * ctx.config.d_model);
   return out_;
 }
 
@@ -42,8 +25,8 @@ void X0Lambdas::backward(Context& ctx) {
   float* dlam = ctx.params.grad_of(lambdas_);
   // d input into dmix, which becomes dres; d x0 added to the source's sum.
   ctx.backend.fill_zero(ctx.dmix, n * sizeof(float));
-  mix_stream_backward(ctx.backend, ctx.dmix, source_.x0_grad(), dlam, dlam + 1, lam, in_, lam + 1,
-                      source_.x0(), ctx.dres, n);
+  mix_stream_backward(ctx.backend, ctx.dmix, x0_.grad(), dlam, dlam + 1, lam, in_, lam + 1,
+                      x0_.stream(), ctx.dres, n);
   std::swap(ctx.dmix, ctx.dres);
 }
 

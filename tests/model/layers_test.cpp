@@ -228,7 +228,7 @@ TEST(Layers, X0Lambdas) {
   model::ModelConfig c = small(model::Arch::Modern);
   c.x0_lambdas = true;
   LayerRig rig(c, kB, kT);
-  const model::X0Source* x0 = rig.add(std::make_unique<model::X0Source>());
+  const model::StreamTap* x0 = rig.add(std::make_unique<model::StreamTap>());
   rig.add(std::make_unique<model::X0Lambdas>(rig.ctx(), 0, *x0));
   rig.add(std::make_unique<model::X0Lambdas>(rig.ctx(), 1, *x0));
   rig.draw_params(7);
@@ -240,7 +240,7 @@ TEST(Layers, UnetSkip) {
   model::ModelConfig c = small(model::Arch::Modern);
   c.unet_skips = true;  // 2 blocks: block 1 adds skip_weights[0] x (block 0's output)
   LayerRig rig(c, kB, kT);
-  const model::SkipSource* source = rig.add(std::make_unique<model::SkipSource>());
+  const model::StreamTap* source = rig.add(std::make_unique<model::StreamTap>());
   rig.add(std::make_unique<model::Mlp>(rig.ctx(), 0));  // something between the two ends
   rig.add(std::make_unique<model::SkipAdd>(rig.ctx(), 0, *source));
   rig.draw_params(8);
