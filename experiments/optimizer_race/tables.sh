@@ -50,6 +50,8 @@ budgets() {  # grid config [arguments]
 both_targets cpu_small_budget150 cpu_small --extend 4
 both_targets speedrun_cpu_recipe_budget150 speedrun_cpu_recipe --steps 150 --extend 3 \
   --center adamw=0.0005,muon=0.005,normuon=0.005,soap=0.001,rekls=0.002
+# Issue 65's fourth AdamW budget, where the families land (its _eh grids as they come).
+budgets cpu_small_adamw_budget185 cpu_small --families adamw --steps 185 --center adamw=0.0005
 for b in 225 300; do
   budgets cpu_small_adamw_budget$b cpu_small --families adamw --steps $b --center adamw=0.0005
   budgets cpu_small_adamw_budget${b}_eh cpu_small --families adamw --steps $b --center adamw=0.001 \
