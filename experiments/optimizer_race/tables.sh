@@ -78,6 +78,10 @@ fit budget_fit_150_225_300 --adamw $r/cpu_small_budget150=1337 $r/cpu_small_adam
   $r/cpu_small_adamw_budget300 --race $r/cpu_small_budget150
 fit budget_fit --adamw $r/cpu_small_budget150_tune1000 $r/cpu_small_adamw_budget225 \
   $r/cpu_small_adamw_budget300 --race $r/cpu_small_budget150_tune1000 --race-tune-seed 1000
+# Issue 65: the fourth AdamW budget (185 steps, where the families land).
+fit budget_fit_150_185_225_300 --adamw $r/cpu_small_budget150_tune1000 $r/cpu_small_adamw_budget185 \
+  $r/cpu_small_adamw_budget225 $r/cpu_small_adamw_budget300 --race $r/cpu_small_budget150_tune1000 \
+  --race-tune-seed 1000
 fit budget_fit_eh --adamw $r/cpu_small_budget150_eh $r/cpu_small_adamw_budget225_eh \
   $r/cpu_small_adamw_budget300_eh --race $r/cpu_small_budget150_eh --race-tune-seed 1000
 fit speedrun_cpu_recipe_budget_fit_eh --adamw $r/speedrun_cpu_recipe_budget150_eh \
