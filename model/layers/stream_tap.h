@@ -1,9 +1,9 @@
 // A tap on the residual stream (x0 for the x0 lambdas, a U-net skip's source block output, record
 // #89's cached activations: cache0 after the embeddings, cache3 and cache7 after the MLPs of blocks
 // 3 and 7, cache9 at the last block's input, and a sublayer's input that its mix reads again): it
-// keeps the stream as it is at its place and hands it on unchanged. Readers later in the forward add
-// d loss / d (the kept stream) into grad(); its backward, which runs after theirs, adds that sum
-// into the stream's gradient.
+// keeps the stream as it is at its place and hands it on unchanged. Readers later in the forward
+// add d loss / d (the kept stream) into grad(); its backward, which runs after theirs, adds that
+// sum into the stream's gradient.
 #pragma once
 
 #include "model/layer.h"
